@@ -1,0 +1,21 @@
+-- in_flight_nodes: every node with a side effect possibly out, or being
+-- dispatched: its phase, next observation, and how long it has been in flight.
+CREATE OR REPLACE VIEW in_flight_nodes AS
+SELECT node.id AS node_id,
+       node.request_id AS movement_id,
+       request.external_id,
+       node.node_key,
+       node.executor_key,
+       node.lane,
+       node.node_state,
+       node.observe_phase,
+       node.observe_count,
+       node.next_observe_at,
+       node.submitted_at,
+       node.lease_until,
+       node.claimed_by,
+       node.external_ref,
+       clock() - coalesce(node.submitted_at, node.claimed_at) AS in_flight_for
+  FROM movement_request_nodes node
+  JOIN movement_requests request ON request.id = node.request_id
+ WHERE node.node_state IN ('SUBMITTING', 'SUBMITTED', 'OBSERVING', 'UNKNOWN');

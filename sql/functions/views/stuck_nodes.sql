@@ -1,0 +1,31 @@
+-- stuck_nodes: nodes an operator should look at, with the reason:
+--   UNKNOWN                    outcome in doubt, waiting for recovery
+--   SUBMITTING past its lease  the dispatcher died or hung mid-submit
+--   observing over baseline    slower than its lane's baseline (or fatal)
+--   READY for over 5 minutes   no dispatcher is taking work
+CREATE OR REPLACE VIEW stuck_nodes AS
+SELECT node.id AS node_id,
+       node.request_id AS movement_id,
+       request.external_id,
+       node.node_key,
+       node.executor_key,
+       node.lane,
+       node.node_state,
+       node.observe_phase,
+       CASE
+           WHEN node.node_state = 'UNKNOWN' THEN 'outcome unknown: waiting for recovery'
+           WHEN node.node_state = 'SUBMITTING' THEN 'dispatcher lease expired mid-submit'
+           WHEN node.node_state IN ('SUBMITTED', 'OBSERVING') THEN 'observing past the lane baseline'
+           ELSE 'ready but not dispatched'
+       END AS reason,
+       node.updated_at AS since,
+       clock() - node.updated_at AS stuck_for,
+       node.last_error,
+       node.claimed_by
+  FROM movement_request_nodes node
+  JOIN movement_requests request ON request.id = node.request_id
+ WHERE node.node_state = 'UNKNOWN'
+    OR (node.node_state = 'SUBMITTING' AND node.lease_until <= clock())
+    OR (node.node_state IN ('SUBMITTED', 'OBSERVING') AND node.observe_phase IN ('over_baseline', 'fatal'))
+    OR (node.node_state = 'READY' AND node.updated_at <= clock() - interval '5 minutes'
+        AND (node.not_before IS NULL OR node.not_before <= clock() - interval '5 minutes'));
