@@ -1,0 +1,1 @@
+"""Sub-commands of the `qtg` CLI, one module per group."""

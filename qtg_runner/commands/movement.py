@@ -1,0 +1,215 @@
+"""`qtg movement ...`: create, approve, cancel and inspect movements.
+
+Every sub-command calls the network's procedures or reads its views, logged
+in as the network's runner role, exactly as an operator would in psql.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Annotated, Any
+
+import psycopg
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from qtg_runner.commands.run import NetworkOption, resolve_network
+from qtg_runner.config import load_settings
+from qtg_runner.db.embedded import database_url
+from qtg_runner.db.pool import runner_conninfo
+
+app = typer.Typer(help="Create, approve, cancel and inspect movements.", no_args_is_help=True)
+out = Console()
+err = Console(stderr=True)
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+class ProcedureError(Exception):
+    pass
+
+
+@contextmanager
+def connect(network: str | None) -> Iterator[psycopg.Connection[Any]]:
+    net = resolve_network(network)
+    conninfo = runner_conninfo(database_url(load_settings()), net, "qtg-cli")
+    try:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            yield conn
+    except psycopg.errors.Error as exc:
+        diag = exc.diag
+        if exc.sqlstate and exc.sqlstate.startswith("QT"):
+            err.print(f"[red]error[/red] ({exc.sqlstate}): {diag.message_primary}")
+            if diag.message_hint:
+                err.print(f"hint: {diag.message_hint}")
+            raise typer.Exit(2) from None
+        raise
+
+
+def parse_duration(text: str) -> timedelta:
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration like 90s, 30m, 2h or 1d")
+    value, unit = float(match.group(1)), match.group(2)
+    return timedelta(seconds=value * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit])
+
+
+def parse_amount(text: str) -> Decimal:
+    try:
+        amount = Decimal(text)
+    except InvalidOperation:
+        raise typer.BadParameter(f"{text!r} is not a number") from None
+    return amount
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise typer.BadParameter(f"{item!r} is not key=value", param_hint="--param")
+        key, raw = item.split("=", 1)
+        try:
+            params[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            params[key] = raw
+    return params
+
+
+@app.command("create")
+def create_cmd(
+    external_id: Annotated[str, typer.Option("--external-id", "-e", help="Your id for this movement; makes creation idempotent.")],
+    amount: Annotated[str, typer.Option("--amount", "-a", help="Amount, up to 6 decimals.")],
+    plan: Annotated[Path | None, typer.Option("--plan", help="Plan JSON file ('-' for stdin): {\"nodes\": [...]}.")] = None,
+    template: Annotated[str | None, typer.Option("--template", "-t", help="Name of a registered template.")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Template parameter key=value (value may be JSON).")] = None,
+    asset: Annotated[str, typer.Option(help="Asset symbol.")] = "USDC",
+    expires_in: Annotated[str | None, typer.Option("--expires-in", help="Expire if not started within e.g. 30m, 2h.")] = None,
+    callback_url: Annotated[str | None, typer.Option("--callback-url", help="Where to deliver state changes.")] = None,
+    actor: Annotated[str, typer.Option(help="Who creates it (recorded; may not approve it).")] = "operator",
+    network: NetworkOption = None,
+) -> None:
+    """Create a movement from a plan file or a template. Prints its id."""
+    if (plan is None) == (template is None):
+        raise typer.BadParameter("give exactly one of --plan or --template")
+    plan_json: str | None = None
+    if plan is not None:
+        text = sys.stdin.read() if str(plan) == "-" else plan.read_text()
+        try:
+            plan_json = json.dumps(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"{plan} is not JSON: {exc}", param_hint="--plan") from None
+    expires_at = datetime.now(UTC) + parse_duration(expires_in) if expires_in else None
+    with connect(network) as conn:
+        row = conn.execute(
+            "SELECT movement_id, created FROM create_movement(%s, %s, %s::jsonb, %s, %s::jsonb, %s,"
+            " %s, %s, 0, %s)",
+            (external_id, parse_amount(amount), plan_json, template,
+             json.dumps(parse_params(param or [])) if template else None, asset, expires_at,
+             callback_url, actor),
+        ).fetchone()
+    assert row is not None
+    state = "created" if row[1] else "already exists (same external id and plan)"
+    out.print(f"movement [bold]{row[0]}[/bold] {state}")
+
+
+@app.command("approve")
+def approve_cmd(
+    movement_id: Annotated[int, typer.Argument(help="Movement id.")],
+    actor: Annotated[str, typer.Option(help="Approver; must differ from the creator.")],
+    network: NetworkOption = None,
+) -> None:
+    """Approve a movement (PENDING_APPROVAL -> APPROVED)."""
+    with connect(network) as conn:
+        conn.execute("SELECT approve_movement(%s, %s)", (movement_id, actor))
+    out.print(f"movement {movement_id} APPROVED")
+
+
+@app.command("cancel")
+def cancel_cmd(
+    movement_id: Annotated[int, typer.Argument(help="Movement id.")],
+    actor: Annotated[str, typer.Option(help="Who cancels it.")],
+    reason: Annotated[str | None, typer.Option(help="Why (recorded in the audit log).")] = None,
+    network: NetworkOption = None,
+) -> None:
+    """Cancel a movement. Side effects already out run until they settle."""
+    with connect(network) as conn:
+        row = conn.execute("SELECT cancel_movement(%s, %s, %s)::text", (movement_id, actor, reason)).fetchone()
+    assert row is not None
+    if row[0] == "CANCELLED":
+        out.print(f"movement {movement_id} CANCELLED")
+    else:
+        out.print(f"movement {movement_id} is {row[0]}: cancel requested, waiting for in-flight nodes to settle")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, timedelta):
+        return str(value - timedelta(microseconds=value.microseconds))
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def rows_table(cur: psycopg.Cursor[Any], title: str, columns: list[str] | None = None) -> Table:
+    names = [c.name for c in cur.description or ()]
+    keep = [names.index(c) for c in columns] if columns else list(range(len(names)))
+    table = Table(title=title, title_justify="left")
+    for i in keep:
+        table.add_column(names[i])
+    for row in cur.fetchall():
+        table.add_row(*(_fmt(row[i]) for i in keep))
+    return table
+
+
+@app.command("show")
+def show_cmd(
+    movement_id: Annotated[int, typer.Argument(help="Movement id.")],
+    network: NetworkOption = None,
+) -> None:
+    """Show one movement and its nodes."""
+    with connect(network) as conn:
+        cur = conn.execute("SELECT * FROM movement_progress WHERE movement_id = %s", (movement_id,))
+        row = cur.fetchone()
+        if row is None:
+            err.print(f"[red]error[/red]: movement {movement_id} does not exist on this network")
+            raise typer.Exit(2)
+        names = [c.name for c in cur.description or ()]
+        summary = Table(show_header=False, title=f"movement {movement_id}", title_justify="left")
+        summary.add_column("field")
+        summary.add_column("value")
+        for name, value in zip(names, row, strict=True):
+            summary.add_row(name, _fmt(value))
+        out.print(summary)
+        cur = conn.execute(
+            "SELECT node_id, node_key, depends_on, executor_key, lane, node_state, observe_phase,"
+            " observe_count, next_observe_at, external_ref, last_error"
+            " FROM movement_nodes WHERE movement_id = %s ORDER BY node_id", (movement_id,))
+        out.print(rows_table(cur, "nodes"))
+
+
+@app.command("list")
+def list_cmd(
+    state: Annotated[str | None, typer.Option(help="Only movements in this state, e.g. EXECUTING.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10000, help="At most this many, newest first.")] = 20,
+    network: NetworkOption = None,
+) -> None:
+    """List movements, newest first."""
+    with connect(network) as conn:
+        cur = conn.execute(
+            "SELECT movement_id, external_id, request_state, stop_reason, amount, asset, nodes_total,"
+            " nodes_completed, nodes_failed, nodes_in_flight, percent_settled, created_at, age"
+            " FROM movement_progress WHERE %s::text IS NULL OR request_state::text = upper(%s)"
+            " ORDER BY movement_id DESC LIMIT %s",
+            (state, state, limit))
+        out.print(rows_table(cur, "movements"))

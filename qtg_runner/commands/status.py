@@ -1,0 +1,65 @@
+"""`qtg status`: the dashboard views as live terminal tables."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import psycopg
+import typer
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+
+from qtg_runner.commands.movement import connect, out, rows_table
+from qtg_runner.commands.run import NetworkOption
+
+
+def pipeline_table(conn: psycopg.Connection[Any]) -> Table:
+    rows = conn.execute("SELECT entity, state, total FROM pipeline_counts ORDER BY entity DESC, state").fetchall()
+    table = Table(title="pipeline", title_justify="left")
+    table.add_column("entity")
+    table.add_column("state")
+    table.add_column("count", justify="right")
+    for entity, state, total in rows:
+        table.add_row(entity, state, str(total))
+    return table
+
+
+def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
+    in_flight = rows_table(
+        conn.execute(
+            "SELECT node_id, movement_id, node_key, lane, node_state, observe_phase, observe_count,"
+            " next_observe_at, in_flight_for FROM in_flight_nodes ORDER BY node_id LIMIT %s",
+            (in_flight_limit,)),
+        "in-flight nodes")
+    workers = rows_table(
+        conn.execute(
+            "SELECT worker_name, instance_id, tier, status, last_tick_at, expected_interval_seconds,"
+            " ticks, last_processed, consecutive_errors, last_error"
+            " FROM worker_status ORDER BY worker_name, instance_id"),
+        "workers")
+    stuck = rows_table(
+        conn.execute("SELECT node_id, movement_id, node_key, node_state, reason, stuck_for"
+                     " FROM stuck_nodes ORDER BY node_id LIMIT 10"),
+        "stuck nodes")
+    return Group(pipeline_table(conn), in_flight, workers, stuck)
+
+
+def status_cmd(
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between refreshes with --watch.")] = 1.0,
+    network: NetworkOption = None,
+) -> None:
+    """Pipeline counts, in-flight nodes (phase, next observation), workers and stuck nodes."""
+    with connect(network) as conn:
+        if not watch:
+            out.print(render(conn))
+            return
+        try:
+            with Live(render(conn), console=out, refresh_per_second=4) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(render(conn))
+        except KeyboardInterrupt:
+            pass

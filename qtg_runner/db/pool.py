@@ -1,0 +1,54 @@
+"""Network-bound connection pools for runners.
+
+A runner logs in as its network's runner role (qtg_<network>_runner) and pins
+search_path and application_name in the connection's startup options, so the
+binding cannot be undone by a rolled-back transaction: every statement on
+every pooled connection runs as that role, against that network's schema.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.config import NetworkMode
+
+
+def runner_role(network: NetworkMode) -> str:
+    return f"qtg_{network}_runner"
+
+
+def runner_conninfo(admin_dsn: str, network: NetworkMode, application_name: str) -> str:
+    """The DSN a runner of ``network`` uses.
+
+    QTG_RUNNER_DATABASE_URL, when set, is used as given (it must log in as the
+    network's runner role, e.g. with a password). Otherwise the admin DSN with
+    the user swapped for the runner role (enough for the embedded server and
+    trust or peer authentication).
+    """
+    explicit = os.environ.get("QTG_RUNNER_DATABASE_URL", "").strip()
+    params: dict[str, Any] = conninfo_to_dict(explicit or admin_dsn)
+    if not explicit:
+        params["user"] = runner_role(network)
+        params.pop("password", None)
+    params["options"] = (
+        f"-c search_path={network},qtg -c statement_timeout=60000"
+        " -c idle_in_transaction_session_timeout=300000"
+    )
+    params["application_name"] = application_name[:63]
+    return make_conninfo(**params)
+
+
+def open_pool(conninfo: str, *, name: str, min_size: int = 1, max_size: int = 8) -> AsyncConnectionPool[Any]:
+    """An autocommit pool; transactions are opened explicitly where a claim needs one."""
+    return AsyncConnectionPool(
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        name=name,
+        kwargs={"autocommit": True},
+        open=False,
+    )

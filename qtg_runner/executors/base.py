@@ -1,0 +1,138 @@
+"""The executor protocol: what a runner calls for one node.
+
+An executor knows one kind of external step (a CCTP burn, a Bybit withdrawal,
+a simulated lane). The engine hands it a node's work; it answers with typed
+results. It never decides a node's state: the procedures do, from its answers.
+
+    preflight(work)            cheap checks before anything is signed (balances,
+                               allow-lists); raise SubmitError to refuse.
+    prepare(work) -> Prepared  build and sign, without broadcasting; the runner
+                               records it (record_intent_prepared) before submit.
+    submit(work, prepared)     the side effect itself; returns the external
+                               reference (tx hash, withdrawal id).
+    observe(work)              where is the side effect now? PENDING (with an
+                               optional retry_after hint), COMPLETED, FAILED,
+                               or UNKNOWN with evidence.
+    recover(work)              reconcile a node whose outcome is in doubt from
+                               external evidence only (never a blind retry).
+    health()                   is the external service usable?
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NodeWork:
+    """One node as a procedure handed it to the runner."""
+
+    node_id: int
+    request_id: int
+    claim_token: int
+    node_key: str
+    executor_key: str
+    node_config: JsonObject
+    lane: str
+    amount: Decimal
+    asset: str
+    idempotency_key: str | None = None
+    external_ref: str | None = None
+    intent: JsonObject | None = None
+    network: str = "testnet"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the side effect will be, recorded before it happens."""
+
+    nonce: int | None = None
+    signed_tx_hash: str | None = None
+    external_request_id: str | None = None
+    payload: JsonObject | None = None
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    external_ref: str
+    evidence: JsonObject = field(default_factory=dict)
+    settled: bool = False
+    """True when the submit itself finished the work (no observation needed)."""
+
+
+class ObserveStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class ObserveResult:
+    status: ObserveStatus
+    evidence: JsonObject = field(default_factory=dict)
+    retry_after: float | None = None
+
+
+class RecoveryOutcome(enum.StrEnum):
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    IN_FLIGHT = "IN_FLIGHT"
+    NOT_SUBMITTED = "NOT_SUBMITTED"
+    STILL_UNKNOWN = "STILL_UNKNOWN"
+
+
+@dataclass(frozen=True)
+class RecoveryResult:
+    outcome: RecoveryOutcome
+    evidence: JsonObject = field(default_factory=dict)
+    external_ref: str | None = None
+    retry_after: float | None = None
+
+
+class HealthStatus(enum.StrEnum):
+    HEALTHY = "HEALTHY"
+    DEGRADED = "DEGRADED"
+    DOWN = "DOWN"
+
+
+@dataclass(frozen=True)
+class HealthResult:
+    status: HealthStatus
+    detail: JsonObject = field(default_factory=dict)
+
+
+class ExecutorError(Exception):
+    """An external call failed. ``retryable`` says whether trying again later
+    may succeed; the procedures decide what that means for the node (a
+    retryable failure after a prepared side effect goes to recovery)."""
+
+    def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+@runtime_checkable
+class Executor(Protocol):
+    key: ClassVar[str]
+    has_side_effect: ClassVar[bool]
+    node_config_schema: ClassVar[JsonObject]
+    description: ClassVar[str]
+
+    async def preflight(self, work: NodeWork) -> None: ...
+
+    async def prepare(self, work: NodeWork) -> Prepared: ...
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult: ...
+
+    async def observe(self, work: NodeWork) -> ObserveResult: ...
+
+    async def recover(self, work: NodeWork) -> RecoveryResult: ...
+
+    async def health(self) -> HealthResult: ...

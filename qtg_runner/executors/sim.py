@@ -1,0 +1,219 @@
+"""The `sim` executor: a configurable stand-in for a chain or an exchange.
+
+Each node's config names a lane preset (latencies that mimic a real lane) and
+may override its latency range, failure and UNKNOWN probabilities. Every side
+effect is a row in qtg_sim.side_effects keyed by the intent's idempotency key:
+a repeated submit is recognised, not repeated; observe() reads the row as a
+chain RPC would read a receipt; recover() finds real evidence there.
+
+Outcomes are drawn from a random generator seeded by the idempotency key, so a
+run is reproducible. ``time_scale`` divides every latency, so the demo runs
+real lane shapes in seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.executors.base import (
+    HealthResult,
+    HealthStatus,
+    JsonObject,
+    NodeWork,
+    ObserveResult,
+    ObserveStatus,
+    Prepared,
+    RecoveryOutcome,
+    RecoveryResult,
+    SubmitResult,
+)
+
+
+@dataclass(frozen=True)
+class LanePreset:
+    """A real lane's shape, in real seconds."""
+
+    baseline_seconds: float
+    min_latency_seconds: float
+    max_latency_seconds: float
+    min_poll_seconds: float = 1.0
+    description: str = ""
+
+
+LANE_PRESETS: dict[str, LanePreset] = {
+    "cctp_fast": LanePreset(15, 8, 20, 1, "CCTP v2 Fast Transfer: attestation in ~8-20 s"),
+    "cctp_standard": LanePreset(960, 780, 1140, 5, "CCTP v2 Standard: ~13-19 min of finality"),
+    "ccip": LanePreset(1200, 900, 1500, 5, "Chainlink CCIP from an L2: ~15-25 min"),
+    "stargate_taxi": LanePreset(120, 60, 240, 2, "Stargate v2 taxi: sends at once"),
+    "stargate_bus": LanePreset(600, 300, 1200, 5, "Stargate v2 bus: waits for the bus to fill"),
+    "bybit_withdrawal": LanePreset(300, 120, 600, 5, "Bybit withdrawal: checks, then broadcast"),
+    "bybit_deposit": LanePreset(180, 60, 300, 5, "Bybit deposit: credited after confirmations"),
+    "instant": LanePreset(1, 0, 0, 0.05, "completes at submit: no observation"),
+}
+
+
+class SimExecutor:
+    key: ClassVar[str] = "sim"
+    has_side_effect: ClassVar[bool] = True
+    description: ClassVar[str] = "simulated lane with configurable latency and outcomes"
+    node_config_schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "required": ["lane"],
+        "properties": {
+            "lane": {"type": "string", "minLength": 1},
+            "time_scale": {"type": "number", "exclusiveMinimum": 0},
+            "min_latency_s": {"type": "number", "minimum": 0},
+            "max_latency_s": {"type": "number", "minimum": 0},
+            "fail_p": {"type": "number", "minimum": 0, "maximum": 1},
+            "unknown_p": {"type": "number", "minimum": 0, "maximum": 1},
+            "submit_error": {"type": "string", "enum": ["retryable", "permanent"]},
+            "amount": {"type": "number", "exclusiveMinimum": 0},
+        },
+        "additionalProperties": False,
+    }
+
+    def __init__(self, pool: AsyncConnectionPool[Any], network: str) -> None:
+        self._pool = pool
+        self._network = network
+
+    # -- what a lane does --------------------------------------------------
+
+    @staticmethod
+    def _rng(work: NodeWork) -> random.Random:
+        seed = hashlib.sha256(f"{work.network}:{work.idempotency_key}".encode()).digest()
+        return random.Random(int.from_bytes(seed[:8], "big"))
+
+    @staticmethod
+    def _latency(work: NodeWork, rng: random.Random) -> float:
+        config = work.node_config
+        preset = LANE_PRESETS.get(str(config["lane"]), LANE_PRESETS["cctp_fast"])
+        scale = float(config.get("time_scale", 1))
+        low = float(config.get("min_latency_s", preset.min_latency_seconds / scale))
+        high = float(config.get("max_latency_s", preset.max_latency_seconds / scale))
+        return rng.uniform(min(low, high), max(low, high))
+
+    # -- the protocol ------------------------------------------------------
+
+    async def preflight(self, work: NodeWork) -> None:
+        from qtg_runner.executors.base import ExecutorError
+
+        error = work.node_config.get("submit_error")
+        if error is not None:
+            raise ExecutorError(
+                f"sim lane {work.lane} refused the submit ({error})",
+                retryable=error == "retryable",
+                retry_after=1.0,
+            )
+
+    async def prepare(self, work: NodeWork) -> Prepared:
+        return Prepared(
+            external_request_id=work.idempotency_key,
+            payload={"lane": work.lane, "amount": str(work.amount)},
+        )
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        rng = self._rng(work)
+        latency = self._latency(work, rng)
+        failed = rng.random() < float(work.node_config.get("fail_p", 0))
+        hidden = rng.random() < float(work.node_config.get("unknown_p", 0))
+        async with self._pool.connection() as conn:
+            row = await (
+                await conn.execute(
+                    """
+                INSERT INTO qtg_sim.side_effects AS se
+                       (network, idempotency_key, node_id, lane, amount, outcome, hidden, completes_at)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, clock_timestamp() + %s)
+                ON CONFLICT (network, idempotency_key)
+                DO UPDATE SET submit_count = se.submit_count + 1
+                RETURNING submit_count, completes_at <= clock_timestamp(), outcome
+                """,
+                    (
+                        self._network,
+                        work.idempotency_key,
+                        work.node_id,
+                        work.lane,
+                        work.amount,
+                        "FAILED" if failed else "COMPLETED",
+                        hidden,
+                        timedelta(seconds=latency),
+                    ),
+                )
+            ).fetchone()
+        assert row is not None
+        ref = f"sim:{self._network}:{work.idempotency_key}"
+        settled = bool(row[1]) and row[2] == "COMPLETED" and not hidden
+        return SubmitResult(
+            external_ref=ref,
+            settled=settled,
+            evidence={"latency_s": round(latency, 3), "submit_count": row[0]},
+        )
+
+    async def _lookup(self, work: NodeWork) -> tuple[Any, ...] | None:
+        key = work.idempotency_key or (work.intent or {}).get("idempotency_key")
+        async with self._pool.connection() as conn:
+            return await (
+                await conn.execute(
+                    """
+                SELECT outcome, completes_at <= clock_timestamp(), hidden,
+                       extract(epoch FROM completes_at - clock_timestamp())::float8
+                  FROM qtg_sim.side_effects
+                 WHERE network = %s AND idempotency_key = %s
+                """,
+                    (self._network, key),
+                )
+            ).fetchone()
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        row = await self._lookup(work)
+        if row is None:
+            return ObserveResult(ObserveStatus.UNKNOWN, {"reason": "no such side effect"})
+        outcome, done, hidden, remaining = row
+        if hidden:
+            return ObserveResult(ObserveStatus.UNKNOWN, {"reason": "lane cannot see the transfer"})
+        if not done:
+            return ObserveResult(ObserveStatus.PENDING, {"remaining_s": round(remaining, 3)})
+        return ObserveResult(ObserveStatus(outcome), {"outcome": outcome})
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        row = await self._lookup(work)
+        if row is None:
+            return RecoveryResult(
+                RecoveryOutcome.NOT_SUBMITTED, {"reason": "no side effect recorded"}
+            )
+        outcome, done, _hidden, _remaining = row
+        key = work.idempotency_key or (work.intent or {}).get("idempotency_key")
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "UPDATE qtg_sim.side_effects SET hidden = false WHERE network = %s AND idempotency_key = %s",
+                (self._network, key),
+            )
+        ref = f"sim:{self._network}:{key}"
+        if not done:
+            return RecoveryResult(
+                RecoveryOutcome.IN_FLIGHT, {"found": "in flight"}, external_ref=ref
+            )
+        return RecoveryResult(RecoveryOutcome(outcome), {"found": outcome}, external_ref=ref)
+
+    async def health(self) -> HealthResult:
+        async with self._pool.connection() as conn:
+            await conn.execute("SELECT 1 FROM qtg_sim.side_effects LIMIT 1")
+        return HealthResult(HealthStatus.HEALTHY, {"network": self._network})
+
+
+def lane_baselines(time_scale: float = 1.0) -> dict[str, dict[str, float]]:
+    """The presets as upsert_lane_baseline arguments, time-scaled."""
+    return {
+        lane: {
+            "baseline_seconds": max(preset.baseline_seconds / time_scale, 0.05),
+            "min_poll_seconds": min(
+                preset.min_poll_seconds, max(preset.baseline_seconds / time_scale / 10, 0.05)
+            ),
+        }
+        for lane, preset in LANE_PRESETS.items()
+    }

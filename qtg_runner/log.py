@@ -1,0 +1,40 @@
+"""Structured logs: one event per line, ``event=... key=value ...``.
+
+Every runner log line names its network and worker, and the movement and node
+when it is about one.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+logger = logging.getLogger("qtg")
+
+
+def _format_value(value: Any) -> str:
+    text = str(value)
+    if text == "" or any(c.isspace() for c in text) or '"' in text or "=" in text:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return text
+
+
+def event(level: int, name: str, /, **fields: Any) -> None:
+    """Log one event as ``event=<name> k=v ...`` (None values are left out)."""
+    if not logger.isEnabledFor(level):
+        return
+    parts = [f"event={name}"]
+    parts.extend(f"{k}={_format_value(v)}" for k, v in fields.items() if v is not None)
+    logger.log(
+        level, " ".join(parts), exc_info=level >= logging.ERROR and fields.get("exc") is not None
+    )
+
+
+def configure(level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root = logging.getLogger("qtg")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False

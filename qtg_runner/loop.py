@@ -1,0 +1,206 @@
+"""The worker loop: one skeleton for every worker, as the seed describes.
+
+One tick, for the process's network:
+  1. upsert this instance's heartbeat and commit it (best effort: a failing
+     heartbeat is logged and never breaks the worker);
+  2. run the worker's batch, which returns how many rows it processed;
+  3. on success reset the consecutive-error counter; on an operational error
+     (database, network, executor) count it and back off exponentially, to a
+     60 s ceiling;
+  4. sleep ``interval +- jitter`` (or the backoff), waking early when a
+     notification for this worker's kind of work arrives or the process stops.
+
+Anything else a batch raises (a bug) is not an operational error: it ends the
+loop, and the supervisor applies the worker's tier (core: fail fast; sidecar:
+log and keep the rest running).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from qtg_runner.config import NetworkMode
+from qtg_runner.executors.base import Executor, ExecutorError
+from qtg_runner.log import event
+
+Tier = Literal["core", "sidecar"]
+BACKOFF_CEILING_SECONDS = 60.0
+OPERATIONAL_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.Error,
+    PoolTimeout,
+    ExecutorError,
+    OSError,
+    TimeoutError,
+)
+
+
+@dataclass
+class WorkerContext:
+    """What a batch function gets: the network-bound pool and the executors."""
+
+    network: NetworkMode
+    pool: AsyncConnectionPool[Any]
+    executors: dict[str, Executor]
+    instance_id: str
+    max_concurrency: int = 8
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def worker_id(self, worker_name: str) -> str:
+        return f"{worker_name}@{self.instance_id}"
+
+
+BatchFunction = Callable[[WorkerContext, str], Awaitable[int]]
+
+
+@dataclass(frozen=True)
+class WorkerEntry:
+    """A worker is a batch function plus its registration: interval, jitter, tier."""
+
+    name: str
+    batch: BatchFunction
+    interval: float
+    jitter: float
+    tier: Tier
+    wake_on: frozenset[str] = frozenset()
+    """Notification kinds (see notify_work) that wake this worker early."""
+
+
+def backoff_delay(consecutive_errors: int, interval: float) -> float:
+    """Exponential backoff after ``consecutive_errors`` failures, capped at 60 s."""
+    base = max(interval, 0.5)
+    return float(min(BACKOFF_CEILING_SECONDS, base * 2 ** max(consecutive_errors - 1, 0)))
+
+
+def jittered(interval: float, jitter: float, rng: random.Random) -> float:
+    return max(0.0, interval + rng.uniform(-jitter, jitter))
+
+
+Sleeper = Callable[[float, asyncio.Event, asyncio.Event], Awaitable[None]]
+
+
+async def wait_for_wake(delay: float, stop: asyncio.Event, wake: asyncio.Event) -> None:
+    """Sleep ``delay`` seconds, returning early when ``stop`` or ``wake`` is set."""
+    if stop.is_set() or delay <= 0:
+        return
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    wake.clear()
+
+
+async def heartbeat(
+    ctx: WorkerContext,
+    entry: WorkerEntry,
+    expected_interval: float,
+    processed: int,
+    errors: int,
+    last_error: str | None,
+) -> None:
+    """Upsert this instance's heartbeat row; never raises."""
+    try:
+        async with ctx.pool.connection(timeout=5) as conn:
+            await conn.execute(
+                "SELECT heartbeat(%s, %s, %s, %s::numeric, %s, %s, %s, %s, %s)",
+                (
+                    entry.name,
+                    ctx.instance_id,
+                    entry.tier,
+                    max(expected_interval, 0.1),
+                    processed,
+                    errors,
+                    last_error,
+                    socket.gethostname(),
+                    os.getpid(),
+                ),
+            )
+    except Exception as exc:  # a failing heartbeat must never break the worker
+        event(
+            logging.WARNING,
+            "heartbeat_failed",
+            network=ctx.network,
+            worker=entry.name,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+
+
+async def run_worker(
+    entry: WorkerEntry,
+    ctx: WorkerContext,
+    wake: asyncio.Event | None = None,
+    sleep: Sleeper = wait_for_wake,
+    rng: random.Random | None = None,
+) -> None:
+    """Tick ``entry`` until ``ctx.stopping`` is set. Returns normally on stop."""
+    wake = wake or asyncio.Event()
+    rng = rng or random.Random()
+    worker_id = ctx.worker_id(entry.name)
+    errors = 0
+    processed = 0
+    last_error: str | None = None
+    delay = entry.interval
+    event(
+        logging.INFO,
+        "worker_started",
+        network=ctx.network,
+        worker=entry.name,
+        instance=ctx.instance_id,
+        tier=entry.tier,
+        interval=entry.interval,
+    )
+    try:
+        while not ctx.stopping.is_set():
+            await heartbeat(
+                ctx, entry, max(delay, entry.interval + entry.jitter), processed, errors, last_error
+            )
+            try:
+                processed = await entry.batch(ctx, worker_id)
+            except OPERATIONAL_ERRORS as exc:
+                errors += 1
+                processed = 0
+                last_error = f"{type(exc).__name__}: {exc}"[:500]
+                delay = backoff_delay(errors, entry.interval)
+                event(
+                    logging.WARNING,
+                    "batch_failed",
+                    network=ctx.network,
+                    worker=entry.name,
+                    consecutive_errors=errors,
+                    backoff_s=delay,
+                    error=last_error,
+                )
+            else:
+                if errors:
+                    event(
+                        logging.INFO,
+                        "worker_recovered",
+                        network=ctx.network,
+                        worker=entry.name,
+                        after_errors=errors,
+                    )
+                errors = 0
+                last_error = None
+                # work was found: more may be waiting, so go again at once
+                delay = 0.0 if processed > 0 else jittered(entry.interval, entry.jitter, rng)
+            await sleep(delay, ctx.stopping, wake)
+    finally:
+        event(
+            logging.INFO,
+            "worker_stopped",
+            network=ctx.network,
+            worker=entry.name,
+            instance=ctx.instance_id,
+        )
+

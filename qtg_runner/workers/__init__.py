@@ -1,0 +1,19 @@
+"""The worker registry: one entry per worker (name, batch function, interval,
+jitter, tier), as the seed describes. Adding a worker is a batch function in
+its own module plus one line here."""
+
+from __future__ import annotations
+
+from qtg_runner.loop import WorkerEntry
+from qtg_runner.workers import expiration_checker, node_dispatcher, node_observer, node_recovery
+
+REGISTRY: tuple[WorkerEntry, ...] = (
+    WorkerEntry("node_dispatcher", node_dispatcher.batch, interval=1.0, jitter=0.2, tier="core",
+                wake_on=frozenset({"ready", "approved"})),
+    WorkerEntry("node_observer", node_observer.batch, interval=1.0, jitter=0.2, tier="core"),
+    WorkerEntry("node_recovery", node_recovery.batch, interval=5.0, jitter=1.0, tier="core"),
+    WorkerEntry("expiration_checker", expiration_checker.batch, interval=10.0, jitter=2.0,
+                tier="sidecar"),
+)
+
+BY_NAME: dict[str, WorkerEntry] = {entry.name: entry for entry in REGISTRY}

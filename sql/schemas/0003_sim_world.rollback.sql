@@ -1,0 +1,1 @@
+DROP SCHEMA qtg_sim CASCADE;
