@@ -203,4 +203,3 @@ async def run_worker(
             worker=entry.name,
             instance=ctx.instance_id,
         )
-

@@ -59,11 +59,19 @@ class Runtime:
     instance_id: str
 
     @classmethod
-    async def open(cls, admin_dsn: str, network: NetworkMode, *, name: str = "qtg-runner",
-                   max_concurrency: int = 8) -> Runtime:
+    async def open(
+        cls,
+        admin_dsn: str,
+        network: NetworkMode,
+        *,
+        name: str = "qtg-runner",
+        max_concurrency: int = 8,
+    ) -> Runtime:
         conninfo = runner_conninfo(admin_dsn, network, name)
         pool = open_pool(conninfo, name=f"{name}-engine", min_size=1, max_size=max_concurrency + 4)
-        side_pool = open_pool(conninfo, name=f"{name}-executors", min_size=1, max_size=max_concurrency + 2)
+        side_pool = open_pool(
+            conninfo, name=f"{name}-executors", min_size=1, max_size=max_concurrency + 2
+        )
         await pool.open(wait=True, timeout=30)
         await side_pool.open(wait=True, timeout=30)
         executors: dict[str, Executor] = {"sim": SimExecutor(side_pool, network)}
@@ -76,13 +84,22 @@ class Runtime:
             for executor in self.executors.values():
                 await conn.execute(
                     "SELECT register_executor(%s, %s, %s::jsonb, %s)",
-                    (executor.key, executor.has_side_effect, json.dumps(executor.node_config_schema),
-                     executor.description),
+                    (
+                        executor.key,
+                        executor.has_side_effect,
+                        json.dumps(executor.node_config_schema),
+                        executor.description,
+                    ),
                 )
 
     def context(self, max_concurrency: int = 8) -> WorkerContext:
-        return WorkerContext(self.network, self.pool, self.executors, self.instance_id,
-                             max_concurrency=max_concurrency)
+        return WorkerContext(
+            self.network,
+            self.pool,
+            self.executors,
+            self.instance_id,
+            max_concurrency=max_concurrency,
+        )
 
     async def close(self) -> None:
         await self.pool.close()
@@ -102,17 +119,33 @@ async def _run_entry(entry: WorkerEntry, ctx: WorkerContext, wake: asyncio.Event
         raise
     except Exception as exc:
         if entry.tier == "core":
-            event(logging.CRITICAL, "core_worker_crashed", network=ctx.network, worker=entry.name,
-                  error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+            event(
+                logging.CRITICAL,
+                "core_worker_crashed",
+                network=ctx.network,
+                worker=entry.name,
+                error=f"{type(exc).__name__}: {exc}",
+                traceback=traceback.format_exc(),
+            )
             raise CoreWorkerCrashed(f"core worker {entry.name} crashed: {exc!r}") from exc
-        event(logging.ERROR, "sidecar_crashed", network=ctx.network, worker=entry.name,
-              error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        event(
+            logging.ERROR,
+            "sidecar_crashed",
+            network=ctx.network,
+            worker=entry.name,
+            error=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+        )
     finally:
         await _mark_stopped(ctx, entry)
 
 
-async def supervise(ctx: WorkerContext, entries: Sequence[WorkerEntry], wakeup: Wakeup | None = None,
-                    install_signal_handlers: bool = True) -> int:
+async def supervise(
+    ctx: WorkerContext,
+    entries: Sequence[WorkerEntry],
+    wakeup: Wakeup | None = None,
+    install_signal_handlers: bool = True,
+) -> int:
     """Run ``entries`` until a stop signal (exit code 0) or a core crash (1)."""
     loop = asyncio.get_running_loop()
     if install_signal_handlers:

@@ -8,6 +8,7 @@ truth, so a lost notification (or a dropped LISTEN connection) loses nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable
 
@@ -46,16 +47,20 @@ class Wakeup:
             return
         while not stopping.is_set():
             try:
-                async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                    self._conninfo, autocommit=True
+                ) as conn:
                     await conn.execute(f'LISTEN "{self.channel}"')
                     while not stopping.is_set():
                         # a short timeout so a stop is noticed promptly
                         async for notify in conn.notifies(timeout=0.5):
                             self._deliver(notify.payload)
             except (psycopg.Error, OSError) as exc:
-                event(logging.WARNING, "wakeup_listen_failed", network=self._network,
-                      error=f"{type(exc).__name__}: {exc}")
-                try:
+                event(
+                    logging.WARNING,
+                    "wakeup_listen_failed",
+                    network=self._network,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), RECONNECT_SECONDS)
-                except TimeoutError:
-                    pass

@@ -43,44 +43,84 @@ class DemoMovement:
     expected: str
 
 
-def _sim(key: str, lane: str, depends_on: tuple[str, ...] = (), scale: float = 60.0,
-         **extra: Any) -> dict[str, Any]:
-    return {"key": key, "executor": "sim", "depends_on": list(depends_on),
-            "config": {"lane": lane, "time_scale": scale, **extra}}
+def _sim(
+    key: str, lane: str, depends_on: tuple[str, ...] = (), scale: float = 60.0, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "key": key,
+        "executor": "sim",
+        "depends_on": list(depends_on),
+        "config": {"lane": lane, "time_scale": scale, **extra},
+    }
 
 
 def demo_movements(scale: float) -> list[DemoMovement]:
     return [
-        DemoMovement("CCTP fast burn -> mint -> Bybit deposit", "250000", [
-            _sim("burn", "cctp_fast", scale=scale),
-            _sim("mint", "cctp_fast", ("burn",), scale=scale),
-            _sim("deposit", "bybit_deposit", ("mint",), scale=scale),
-        ], "COMPLETED"),
-        DemoMovement("CCTP standard Ethereum -> Base", "1000000", [
-            _sim("burn", "cctp_standard", scale=scale),
-            _sim("mint", "cctp_fast", ("burn",), scale=scale),
-        ], "COMPLETED"),
-        DemoMovement("CCIP transfer Arbitrum -> Ethereum", "500000", [
-            _sim("ccip_send", "ccip", scale=scale),
-        ], "COMPLETED"),
-        DemoMovement("Stargate bus ride, then Bybit withdrawal", "75000", [
-            _sim("bus", "stargate_bus", scale=scale),
-            _sim("withdraw", "bybit_withdrawal", ("bus",), scale=scale),
-        ], "COMPLETED"),
-        DemoMovement("Fan-out: one withdrawal split over taxi and CCTP", "300000", [
-            _sim("withdraw", "bybit_withdrawal", scale=scale),
-            _sim("taxi", "stargate_taxi", ("withdraw",), scale=scale),
-            _sim("cctp", "cctp_fast", ("withdraw",), scale=scale),
-            _sim("settle", "bybit_deposit", ("taxi", "cctp"), scale=scale),
-        ], "COMPLETED"),
-        DemoMovement("Failing lane: the bridge rejects the transfer", "40000", [
-            _sim("bridge", "stargate_taxi", scale=scale, fail_p=1.0),
-            _sim("deposit", "bybit_deposit", ("bridge",), scale=scale),
-        ], "FAILED"),
-        DemoMovement("Lost receipt: UNKNOWN, then recovered from evidence", "125000", [
-            _sim("burn", "cctp_fast", scale=scale, unknown_p=1.0),
-            _sim("mint", "cctp_fast", ("burn",), scale=scale),
-        ], "COMPLETED"),
+        DemoMovement(
+            "CCTP fast burn -> mint -> Bybit deposit",
+            "250000",
+            [
+                _sim("burn", "cctp_fast", scale=scale),
+                _sim("mint", "cctp_fast", ("burn",), scale=scale),
+                _sim("deposit", "bybit_deposit", ("mint",), scale=scale),
+            ],
+            "COMPLETED",
+        ),
+        DemoMovement(
+            "CCTP standard Ethereum -> Base",
+            "1000000",
+            [
+                _sim("burn", "cctp_standard", scale=scale),
+                _sim("mint", "cctp_fast", ("burn",), scale=scale),
+            ],
+            "COMPLETED",
+        ),
+        DemoMovement(
+            "CCIP transfer Arbitrum -> Ethereum",
+            "500000",
+            [
+                _sim("ccip_send", "ccip", scale=scale),
+            ],
+            "COMPLETED",
+        ),
+        DemoMovement(
+            "Stargate bus ride, then Bybit withdrawal",
+            "75000",
+            [
+                _sim("bus", "stargate_bus", scale=scale),
+                _sim("withdraw", "bybit_withdrawal", ("bus",), scale=scale),
+            ],
+            "COMPLETED",
+        ),
+        DemoMovement(
+            "Fan-out: one withdrawal split over taxi and CCTP",
+            "300000",
+            [
+                _sim("withdraw", "bybit_withdrawal", scale=scale),
+                _sim("taxi", "stargate_taxi", ("withdraw",), scale=scale),
+                _sim("cctp", "cctp_fast", ("withdraw",), scale=scale),
+                _sim("settle", "bybit_deposit", ("taxi", "cctp"), scale=scale),
+            ],
+            "COMPLETED",
+        ),
+        DemoMovement(
+            "Failing lane: the bridge rejects the transfer",
+            "40000",
+            [
+                _sim("bridge", "stargate_taxi", scale=scale, fail_p=1.0),
+                _sim("deposit", "bybit_deposit", ("bridge",), scale=scale),
+            ],
+            "FAILED",
+        ),
+        DemoMovement(
+            "Lost receipt: UNKNOWN, then recovered from evidence",
+            "125000",
+            [
+                _sim("burn", "cctp_fast", scale=scale, unknown_p=1.0),
+                _sim("mint", "cctp_fast", ("burn",), scale=scale),
+            ],
+            "COMPLETED",
+        ),
     ]
 
 
@@ -95,14 +135,23 @@ def demo_entries(speed: float) -> list[WorkerEntry]:
 
 
 async def _progress(conn: AsyncConnection[Any], ids: dict[int, DemoMovement]) -> tuple[Table, bool]:
-    rows = await (await conn.execute(
-        "SELECT movement_id, request_state::text, nodes_total, nodes_completed, nodes_failed,"
-        " nodes_skipped, nodes_in_flight, age FROM movement_progress WHERE movement_id = ANY(%s)"
-        " ORDER BY movement_id", (list(ids),))).fetchall()
-    flights = await (await conn.execute(
-        "SELECT movement_id, string_agg(node_key || ' ' || node_state::text"
-        " || coalesce(' (' || observe_phase::text || ')', ''), ', ' ORDER BY node_id)"
-        " FROM in_flight_nodes WHERE movement_id = ANY(%s) GROUP BY movement_id", (list(ids),))).fetchall()
+    rows = await (
+        await conn.execute(
+            "SELECT movement_id, request_state::text, nodes_total, nodes_completed, nodes_failed,"
+            " nodes_skipped, nodes_in_flight, age FROM movement_progress"
+            " WHERE movement_id = ANY(%s)"
+            " ORDER BY movement_id",
+            (list(ids),),
+        )
+    ).fetchall()
+    flights = await (
+        await conn.execute(
+            "SELECT movement_id, string_agg(node_key || ' ' || node_state::text"
+            " || coalesce(' (' || observe_phase::text || ')', ''), ', ' ORDER BY node_id)"
+            " FROM in_flight_nodes WHERE movement_id = ANY(%s) GROUP BY movement_id",
+            (list(ids),),
+        )
+    ).fetchall()
     in_flight = dict(flights)
     table = Table(title="demo movements", title_justify="left")
     for col in ("id", "movement", "state", "nodes done", "in flight", "expected", "age"):
@@ -113,9 +162,15 @@ async def _progress(conn: AsyncConnection[Any], ids: dict[int, DemoMovement]) ->
         done = done and terminal
         expected = ids[movement_id].expected
         style = "" if not terminal else ("green" if state == expected else "red")
-        table.add_row(str(movement_id), ids[movement_id].name, f"[{style}]{state}[/{style}]" if style else state,
-                      f"{completed + failed + skipped}/{total}", in_flight.get(movement_id, ""), expected,
-                      str(age).split(".")[0])
+        table.add_row(
+            str(movement_id),
+            ids[movement_id].name,
+            f"[{style}]{state}[/{style}]" if style else state,
+            f"{completed + failed + skipped}/{total}",
+            in_flight.get(movement_id, ""),
+            expected,
+            str(age).split(".")[0],
+        )
     return table, done
 
 
@@ -126,20 +181,29 @@ async def run_demo(dsn: str, network: NetworkMode, scale: float, timeout: float)
     ids: dict[int, DemoMovement] = {}
     async with runtime.pool.connection() as conn:
         for lane, params in lane_baselines(scale).items():
-            await conn.execute("SELECT upsert_lane_baseline(%s, %s::numeric, %s::numeric)",
-                               (lane, params["baseline_seconds"], params["min_poll_seconds"]))
+            await conn.execute(
+                "SELECT upsert_lane_baseline(%s, %s::numeric, %s::numeric)",
+                (lane, params["baseline_seconds"], params["min_poll_seconds"]),
+            )
         for i, movement in enumerate(demo_movements(scale)):
-            row = await (await conn.execute(
-                "SELECT movement_id FROM create_movement(%s, %s, %s::jsonb, p_actor => 'alice')",
-                (f"demo-{run_tag}-{i}", movement.amount, json.dumps({"nodes": movement.nodes})),
-            )).fetchone()
+            row = await (
+                await conn.execute(
+                    "SELECT movement_id FROM create_movement(%s, %s, %s::jsonb,"
+                    " p_actor => 'alice')",
+                    (f"demo-{run_tag}-{i}", movement.amount, json.dumps({"nodes": movement.nodes})),
+                )
+            ).fetchone()
             assert row is not None
             ids[int(row[0])] = movement
             await conn.execute("SELECT approve_movement(%s, 'bob')", (row[0],))
-    out.print(f"created and approved {len(ids)} movements on [bold]{network}[/bold] "
-              f"(created by alice, approved by bob); lanes run {scale:g}x faster than real")
+    out.print(
+        f"created and approved {len(ids)} movements on [bold]{network}[/bold] "
+        f"(created by alice, approved by bob); lanes run {scale:g}x faster than real"
+    )
 
-    supervisor = asyncio.create_task(supervise(ctx, demo_entries(scale), Wakeup(runtime.conninfo, network)))
+    supervisor = asyncio.create_task(
+        supervise(ctx, demo_entries(scale), Wakeup(runtime.conninfo, network))
+    )
     started = time.monotonic()
     finished = False
     async with await AsyncConnection.connect(runtime.conninfo, autocommit=True) as view:
@@ -153,9 +217,13 @@ async def run_demo(dsn: str, network: NetworkMode, scale: float, timeout: float)
         ctx.stopping.set()
         code = await supervisor
         table, finished = await _progress(view, ids)
-        rows = await (await view.execute(
-            "SELECT movement_id, request_state::text FROM movement_progress WHERE movement_id = ANY(%s)",
-            (list(ids),))).fetchall()
+        rows = await (
+            await view.execute(
+                "SELECT movement_id, request_state::text FROM movement_progress"
+                " WHERE movement_id = ANY(%s)",
+                (list(ids),),
+            )
+        ).fetchall()
     await runtime.close()
 
     out.print(table)
@@ -165,21 +233,29 @@ async def run_demo(dsn: str, network: NetworkMode, scale: float, timeout: float)
         out.print(f"[red]a core worker crashed (exit {code})[/red]")
         return code
     if not finished or mismatched:
-        out.print(f"[red]demo did not end as expected after {elapsed:.0f}s: "
-                  f"{mismatched or 'movements still running'}[/red]")
+        out.print(
+            f"[red]demo did not end as expected after {elapsed:.0f}s: "
+            f"{mismatched or 'movements still running'}[/red]"
+        )
         return 1
     out.print(f"[green]all {len(ids)} movements ended as expected in {elapsed:.0f}s[/green]")
-    out.print("inspect the rows with:\n"
-              f"  psql \"$(qtg db url)\" -c 'SET search_path = {network}, qtg' "
-              "-c 'SELECT * FROM movement_progress ORDER BY movement_id DESC' "
-              "-c 'SELECT * FROM movement_nodes ORDER BY node_id DESC LIMIT 20'")
+    out.print(
+        "inspect the rows with:\n"
+        f"  psql \"$(qtg db url)\" -c 'SET search_path = {network}, qtg' "
+        "-c 'SELECT * FROM movement_progress ORDER BY movement_id DESC' "
+        "-c 'SELECT * FROM movement_nodes ORDER BY node_id DESC LIMIT 20'"
+    )
     return 0
 
 
 def demo_cmd(
     network: NetworkOption = None,
-    scale: Annotated[float, typer.Option(min=1, help="How many times faster than real lanes.")] = 60.0,
-    timeout: Annotated[float, typer.Option(min=10, help="Give up after this many seconds.")] = 240.0,
+    scale: Annotated[
+        float, typer.Option(min=1, help="How many times faster than real lanes.")
+    ] = 60.0,
+    timeout: Annotated[
+        float, typer.Option(min=10, help="Give up after this many seconds.")
+    ] = 240.0,
 ) -> None:
     """Run a batch of realistic movements end to end with the sim executor.
 
@@ -187,8 +263,11 @@ def demo_cmd(
     """
     settings = load_settings()
     if not settings.workers_enabled:
-        typer.echo("MG_WORKERS_ENABLED is false: the demo runs workers and refuses to start. "
-                   "Run it with MG_WORKERS_ENABLED=true qtg demo (or make run).", err=True)
+        typer.echo(
+            "MG_WORKERS_ENABLED is false: the demo runs workers and refuses to start. "
+            "Run it with MG_WORKERS_ENABLED=true qtg demo (or make run).",
+            err=True,
+        )
         raise typer.Exit(2)
     configure(logging.WARNING)
     net = resolve_network(network)

@@ -85,15 +85,34 @@ def parse_params(items: list[str]) -> dict[str, Any]:
 
 @app.command("create")
 def create_cmd(
-    external_id: Annotated[str, typer.Option("--external-id", "-e", help="Your id for this movement; makes creation idempotent.")],
+    external_id: Annotated[
+        str,
+        typer.Option(
+            "--external-id", "-e", help="Your id for this movement; makes creation idempotent."
+        ),
+    ],
     amount: Annotated[str, typer.Option("--amount", "-a", help="Amount, up to 6 decimals.")],
-    plan: Annotated[Path | None, typer.Option("--plan", help="Plan JSON file ('-' for stdin): {\"nodes\": [...]}.")] = None,
-    template: Annotated[str | None, typer.Option("--template", "-t", help="Name of a registered template.")] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Template parameter key=value (value may be JSON).")] = None,
+    plan: Annotated[
+        Path | None,
+        typer.Option("--plan", help="Plan JSON file ('-' for stdin): {\"nodes\": [...]}."),
+    ] = None,
+    template: Annotated[
+        str | None, typer.Option("--template", "-t", help="Name of a registered template.")
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", "-p", help="Template parameter key=value (value may be JSON)."),
+    ] = None,
     asset: Annotated[str, typer.Option(help="Asset symbol.")] = "USDC",
-    expires_in: Annotated[str | None, typer.Option("--expires-in", help="Expire if not started within e.g. 30m, 2h.")] = None,
-    callback_url: Annotated[str | None, typer.Option("--callback-url", help="Where to deliver state changes.")] = None,
-    actor: Annotated[str, typer.Option(help="Who creates it (recorded; may not approve it).")] = "operator",
+    expires_in: Annotated[
+        str | None, typer.Option("--expires-in", help="Expire if not started within e.g. 30m, 2h.")
+    ] = None,
+    callback_url: Annotated[
+        str | None, typer.Option("--callback-url", help="Where to deliver state changes.")
+    ] = None,
+    actor: Annotated[
+        str, typer.Option(help="Who creates it (recorded; may not approve it).")
+    ] = "operator",
     network: NetworkOption = None,
 ) -> None:
     """Create a movement from a plan file or a template. Prints its id."""
@@ -111,9 +130,17 @@ def create_cmd(
         row = conn.execute(
             "SELECT movement_id, created FROM create_movement(%s, %s, %s::jsonb, %s, %s::jsonb, %s,"
             " %s, %s, 0, %s)",
-            (external_id, parse_amount(amount), plan_json, template,
-             json.dumps(parse_params(param or [])) if template else None, asset, expires_at,
-             callback_url, actor),
+            (
+                external_id,
+                parse_amount(amount),
+                plan_json,
+                template,
+                json.dumps(parse_params(param or [])) if template else None,
+                asset,
+                expires_at,
+                callback_url,
+                actor,
+            ),
         ).fetchone()
     assert row is not None
     state = "created" if row[1] else "already exists (same external id and plan)"
@@ -141,12 +168,17 @@ def cancel_cmd(
 ) -> None:
     """Cancel a movement. Side effects already out run until they settle."""
     with connect(network) as conn:
-        row = conn.execute("SELECT cancel_movement(%s, %s, %s)::text", (movement_id, actor, reason)).fetchone()
+        row = conn.execute(
+            "SELECT cancel_movement(%s, %s, %s)::text", (movement_id, actor, reason)
+        ).fetchone()
     assert row is not None
     if row[0] == "CANCELLED":
         out.print(f"movement {movement_id} CANCELLED")
     else:
-        out.print(f"movement {movement_id} is {row[0]}: cancel requested, waiting for in-flight nodes to settle")
+        out.print(
+            f"movement {movement_id} is {row[0]}: cancel requested,"
+            " waiting for in-flight nodes to settle"
+        )
 
 
 def _fmt(value: Any) -> str:
@@ -194,22 +226,30 @@ def show_cmd(
         cur = conn.execute(
             "SELECT node_id, node_key, depends_on, executor_key, lane, node_state, observe_phase,"
             " observe_count, next_observe_at, external_ref, last_error"
-            " FROM movement_nodes WHERE movement_id = %s ORDER BY node_id", (movement_id,))
+            " FROM movement_nodes WHERE movement_id = %s ORDER BY node_id",
+            (movement_id,),
+        )
         out.print(rows_table(cur, "nodes"))
 
 
 @app.command("list")
 def list_cmd(
-    state: Annotated[str | None, typer.Option(help="Only movements in this state, e.g. EXECUTING.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=10000, help="At most this many, newest first.")] = 20,
+    state: Annotated[
+        str | None, typer.Option(help="Only movements in this state, e.g. EXECUTING.")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option(min=1, max=10000, help="At most this many, newest first.")
+    ] = 20,
     network: NetworkOption = None,
 ) -> None:
     """List movements, newest first."""
     with connect(network) as conn:
         cur = conn.execute(
-            "SELECT movement_id, external_id, request_state, stop_reason, amount, asset, nodes_total,"
+            "SELECT movement_id, external_id, request_state, stop_reason, amount, asset,"
+            " nodes_total,"
             " nodes_completed, nodes_failed, nodes_in_flight, percent_settled, created_at, age"
             " FROM movement_progress WHERE %s::text IS NULL OR request_state::text = upper(%s)"
             " ORDER BY movement_id DESC LIMIT %s",
-            (state, state, limit))
+            (state, state, limit),
+        )
         out.print(rows_table(cur, "movements"))

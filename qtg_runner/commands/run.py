@@ -20,7 +20,9 @@ from qtg_runner.workers import BY_NAME, REGISTRY
 
 NetworkOption = Annotated[
     str | None,
-    typer.Option("--network", "-n", help="mainnet or testnet (default: QTG_NETWORK_MODE, else testnet)."),
+    typer.Option(
+        "--network", "-n", help="mainnet or testnet (default: QTG_NETWORK_MODE, else testnet)."
+    ),
 ]
 
 
@@ -29,8 +31,10 @@ def resolve_network(network: str | None) -> NetworkMode:
     if network is None:
         return settings.network_mode
     if network not in NETWORK_MODES:
-        raise typer.BadParameter(f"{network!r} is not a network (use one of: {', '.join(NETWORK_MODES)})")
-    return network  # type: ignore[return-value]
+        raise typer.BadParameter(
+            f"{network!r} is not a network (use one of: {', '.join(NETWORK_MODES)})"
+        )
+    return network
 
 
 async def _gate_closed() -> int:
@@ -43,8 +47,9 @@ async def _gate_closed() -> int:
     return 0
 
 
-async def run_workers(dsn: str, network: NetworkMode, entries: Sequence[WorkerEntry],
-                      max_concurrency: int, name: str) -> int:
+async def run_workers(
+    dsn: str, network: NetworkMode, entries: Sequence[WorkerEntry], max_concurrency: int, name: str
+) -> int:
     runtime = await Runtime.open(dsn, network, name=name, max_concurrency=max_concurrency)
     try:
         ctx = runtime.context(max_concurrency)
@@ -53,14 +58,17 @@ async def run_workers(dsn: str, network: NetworkMode, entries: Sequence[WorkerEn
         await runtime.close()
 
 
-def start(entries: Sequence[WorkerEntry], network: str | None, max_concurrency: int, name: str) -> None:
+def start(
+    entries: Sequence[WorkerEntry], network: str | None, max_concurrency: int, name: str
+) -> None:
     configure()
     settings = load_settings()
     net = resolve_network(network)
     if not settings.workers_enabled:
         typer.echo(
             "MG_WORKERS_ENABLED is false: no worker started. Movements can be created and approved "
-            "and stay APPROVED; set MG_WORKERS_ENABLED=true to run them. Waiting for SIGTERM/SIGINT.",
+            "and stay APPROVED; set MG_WORKERS_ENABLED=true to run them."
+            " Waiting for SIGTERM/SIGINT.",
             err=True,
         )
         raise typer.Exit(asyncio.run(_gate_closed()))
@@ -90,7 +98,9 @@ def run_cmd(
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         raise typer.BadParameter(
-            f"unknown worker {', '.join(unknown)} (workers: {', '.join(BY_NAME)})", param_hint="--only")
+            f"unknown worker {', '.join(unknown)} (workers: {', '.join(BY_NAME)})",
+            param_hint="--only",
+        )
     start([BY_NAME[n] for n in names], network, concurrency, "qtg-run")
 
 

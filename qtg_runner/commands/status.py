@@ -16,7 +16,9 @@ from qtg_runner.commands.run import NetworkOption
 
 
 def pipeline_table(conn: psycopg.Connection[Any]) -> Table:
-    rows = conn.execute("SELECT entity, state, total FROM pipeline_counts ORDER BY entity DESC, state").fetchall()
+    rows = conn.execute(
+        "SELECT entity, state, total FROM pipeline_counts ORDER BY entity DESC, state"
+    ).fetchall()
     table = Table(title="pipeline", title_justify="left")
     table.add_column("entity")
     table.add_column("state")
@@ -31,24 +33,34 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
         conn.execute(
             "SELECT node_id, movement_id, node_key, lane, node_state, observe_phase, observe_count,"
             " next_observe_at, in_flight_for FROM in_flight_nodes ORDER BY node_id LIMIT %s",
-            (in_flight_limit,)),
-        "in-flight nodes")
+            (in_flight_limit,),
+        ),
+        "in-flight nodes",
+    )
     workers = rows_table(
         conn.execute(
-            "SELECT worker_name, instance_id, tier, status, last_tick_at, expected_interval_seconds,"
+            "SELECT worker_name, instance_id, tier, status, last_tick_at,"
+            " expected_interval_seconds,"
             " ticks, last_processed, consecutive_errors, last_error"
-            " FROM worker_status ORDER BY worker_name, instance_id"),
-        "workers")
+            " FROM worker_status ORDER BY worker_name, instance_id"
+        ),
+        "workers",
+    )
     stuck = rows_table(
-        conn.execute("SELECT node_id, movement_id, node_key, node_state, reason, stuck_for"
-                     " FROM stuck_nodes ORDER BY node_id LIMIT 10"),
-        "stuck nodes")
+        conn.execute(
+            "SELECT node_id, movement_id, node_key, node_state, reason, stuck_for"
+            " FROM stuck_nodes ORDER BY node_id LIMIT 10"
+        ),
+        "stuck nodes",
+    )
     return Group(pipeline_table(conn), in_flight, workers, stuck)
 
 
 def status_cmd(
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")] = False,
-    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between refreshes with --watch.")] = 1.0,
+    interval: Annotated[
+        float, typer.Option(min=0.2, help="Seconds between refreshes with --watch.")
+    ] = 1.0,
     network: NetworkOption = None,
 ) -> None:
     """Pipeline counts, in-flight nodes (phase, next observation), workers and stuck nodes."""

@@ -34,15 +34,24 @@ def runner_conninfo(admin_dsn: str, network: NetworkMode, application_name: str)
     if not explicit:
         params["user"] = runner_role(network)
         params.pop("password", None)
-    params["options"] = (
-        f"-c search_path={network},qtg -c statement_timeout=60000"
-        " -c idle_in_transaction_session_timeout=300000"
+    # PGOPTIONS (e.g. -c qtg.now=... to pin the database clock in a drill) is
+    # kept: libpq would otherwise drop it in favour of these options
+    params["options"] = " ".join(
+        part
+        for part in (
+            f"-c search_path={network},qtg -c statement_timeout=60000",
+            "-c idle_in_transaction_session_timeout=300000",
+            os.environ.get("PGOPTIONS", "").strip(),
+        )
+        if part
     )
     params["application_name"] = application_name[:63]
     return make_conninfo(**params)
 
 
-def open_pool(conninfo: str, *, name: str, min_size: int = 1, max_size: int = 8) -> AsyncConnectionPool[Any]:
+def open_pool(
+    conninfo: str, *, name: str, min_size: int = 1, max_size: int = 8
+) -> AsyncConnectionPool[Any]:
     """An autocommit pool; transactions are opened explicitly where a claim needs one."""
     return AsyncConnectionPool(
         conninfo,

@@ -127,7 +127,8 @@ class SimExecutor:
                 await conn.execute(
                     """
                 INSERT INTO qtg_sim.side_effects AS se
-                       (network, idempotency_key, node_id, lane, amount, outcome, hidden, completes_at)
+                       (network, idempotency_key, node_id, lane, amount, outcome, hidden,
+                        completes_at)
                 VALUES (%s, %s, %s, %s, %s, %s, %s, clock_timestamp() + %s)
                 ON CONFLICT (network, idempotency_key)
                 DO UPDATE SET submit_count = se.submit_count + 1
@@ -157,7 +158,7 @@ class SimExecutor:
     async def _lookup(self, work: NodeWork) -> tuple[Any, ...] | None:
         key = work.idempotency_key or (work.intent or {}).get("idempotency_key")
         async with self._pool.connection() as conn:
-            return await (
+            row: tuple[Any, ...] | None = await (
                 await conn.execute(
                     """
                 SELECT outcome, completes_at <= clock_timestamp(), hidden,
@@ -168,6 +169,7 @@ class SimExecutor:
                     (self._network, key),
                 )
             ).fetchone()
+        return row
 
     async def observe(self, work: NodeWork) -> ObserveResult:
         row = await self._lookup(work)
@@ -190,7 +192,8 @@ class SimExecutor:
         key = work.idempotency_key or (work.intent or {}).get("idempotency_key")
         async with self._pool.connection() as conn:
             await conn.execute(
-                "UPDATE qtg_sim.side_effects SET hidden = false WHERE network = %s AND idempotency_key = %s",
+                "UPDATE qtg_sim.side_effects SET hidden = false"
+                " WHERE network = %s AND idempotency_key = %s",
                 (self._network, key),
             )
         ref = f"sim:{self._network}:{key}"

@@ -8,12 +8,19 @@ from qtg_runner.loop import WorkerEntry
 from qtg_runner.workers import expiration_checker, node_dispatcher, node_observer, node_recovery
 
 REGISTRY: tuple[WorkerEntry, ...] = (
-    WorkerEntry("node_dispatcher", node_dispatcher.batch, interval=1.0, jitter=0.2, tier="core",
-                wake_on=frozenset({"ready", "approved"})),
+    WorkerEntry(
+        "node_dispatcher",
+        node_dispatcher.batch,
+        interval=1.0,
+        jitter=0.2,
+        tier="core",
+        wake_on=frozenset({"ready", "approved"}),
+    ),
     WorkerEntry("node_observer", node_observer.batch, interval=1.0, jitter=0.2, tier="core"),
     WorkerEntry("node_recovery", node_recovery.batch, interval=5.0, jitter=1.0, tier="core"),
-    WorkerEntry("expiration_checker", expiration_checker.batch, interval=10.0, jitter=2.0,
-                tier="sidecar"),
+    WorkerEntry(
+        "expiration_checker", expiration_checker.batch, interval=10.0, jitter=2.0, tier="sidecar"
+    ),
 )
 
 BY_NAME: dict[str, WorkerEntry] = {entry.name: entry for entry in REGISTRY}

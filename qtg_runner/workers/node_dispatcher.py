@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from qtg_runner.executors.base import ExecutorError, NodeWork
+from qtg_runner.failpoints import failpoint
 from qtg_runner.log import event
 from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
 
@@ -24,7 +25,9 @@ BATCH_SIZE = 32
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
     async with ctx.pool.connection() as conn:
-        started = (await (await conn.execute("SELECT start_approved_movements(100)")).fetchone() or [0])[0]
+        started = (
+            await (await conn.execute("SELECT start_approved_movements(100)")).fetchone() or [0]
+        )[0]
         cur = await conn.execute("SELECT * FROM claim_ready_nodes(%s, %s)", (worker_id, BATCH_SIZE))
         names = [c.name for c in cur.description or ()]
         claims = [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
@@ -40,9 +43,15 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
             except OPERATIONAL_ERRORS as exc:
                 # the node stays SUBMITTING with its intent: recovery resolves it
                 # after the lease; the other nodes of the batch go on
-                event(logging.ERROR, "dispatch_failed", network=ctx.network,
-                      worker="node_dispatcher", movement=claim["request_id"],
-                      node=claim["node_id"], error=f"{type(exc).__name__}: {exc}")
+                event(
+                    logging.ERROR,
+                    "dispatch_failed",
+                    network=ctx.network,
+                    worker="node_dispatcher",
+                    movement=claim["request_id"],
+                    node=claim["node_id"],
+                    error=f"{type(exc).__name__}: {exc}",
+                )
 
     async with asyncio.TaskGroup() as group:
         for claim in claims:
@@ -68,8 +77,13 @@ def _work(ctx: WorkerContext, claim: dict[str, Any]) -> NodeWork:
 
 async def dispatch(ctx: WorkerContext, worker_id: str, claim: dict[str, Any]) -> None:
     work = _work(ctx, claim)
-    fields = dict(network=ctx.network, worker="node_dispatcher", movement=work.request_id,
-                  node=work.node_id, executor=work.executor_key)
+    fields = dict(
+        network=ctx.network,
+        worker="node_dispatcher",
+        movement=work.request_id,
+        node=work.node_id,
+        executor=work.executor_key,
+    )
     executor = ctx.executors.get(work.executor_key)
     if executor is None:
         await _fail(ctx, work, f"no executor {work.executor_key!r} in this runner", True, 30.0)
@@ -86,10 +100,17 @@ async def dispatch(ctx: WorkerContext, worker_id: str, claim: dict[str, Any]) ->
     async with ctx.pool.connection() as conn:
         await conn.execute(
             "SELECT record_intent_prepared(%s, %s, %s, %s, %s, %s::jsonb)",
-            (work.node_id, work.claim_token, prepared.nonce, prepared.signed_tx_hash,
-             prepared.external_request_id, json.dumps(prepared.payload) if prepared.payload else None),
+            (
+                work.node_id,
+                work.claim_token,
+                prepared.nonce,
+                prepared.signed_tx_hash,
+                prepared.external_request_id,
+                json.dumps(prepared.payload) if prepared.payload else None,
+            ),
         )
     # the intent is committed: only now may the side effect happen
+    failpoint("after_intent")
     try:
         result = await executor.submit(work, prepared)
     except ExecutorError as exc:
@@ -97,21 +118,37 @@ async def dispatch(ctx: WorkerContext, worker_id: str, claim: dict[str, Any]) ->
         event(logging.WARNING, "submit_failed", **fields, to_state=state, error=str(exc))
         return
 
+    failpoint("after_submit")
     async with ctx.pool.connection() as conn:
-        row = await (await conn.execute(
-            "SELECT complete_submit(%s, %s, %s, %s::jsonb, %s)::text",
-            (work.node_id, work.claim_token, result.external_ref, json.dumps(result.evidence),
-             result.settled),
-        )).fetchone()
-    event(logging.INFO, "node_submitted", **fields, to_state=row[0] if row else None,
-          external_ref=result.external_ref)
+        row = await (
+            await conn.execute(
+                "SELECT complete_submit(%s, %s, %s, %s::jsonb, %s)::text",
+                (
+                    work.node_id,
+                    work.claim_token,
+                    result.external_ref,
+                    json.dumps(result.evidence),
+                    result.settled,
+                ),
+            )
+        ).fetchone()
+    event(
+        logging.INFO,
+        "node_submitted",
+        **fields,
+        to_state=row[0] if row else None,
+        external_ref=result.external_ref,
+    )
 
 
-async def _fail(ctx: WorkerContext, work: NodeWork, error: str, retryable: bool,
-                retry_after: float | None) -> str | None:
+async def _fail(
+    ctx: WorkerContext, work: NodeWork, error: str, retryable: bool, retry_after: float | None
+) -> str | None:
     async with ctx.pool.connection() as conn:
-        row = await (await conn.execute(
-            "SELECT fail_submit(%s, %s, %s, %s, %s::numeric)::text",
-            (work.node_id, work.claim_token, error[:1000], retryable, retry_after),
-        )).fetchone()
+        row = await (
+            await conn.execute(
+                "SELECT fail_submit(%s, %s, %s, %s, %s::numeric)::text",
+                (work.node_id, work.claim_token, error[:1000], retryable, retry_after),
+            )
+        ).fetchone()
     return str(row[0]) if row else None

@@ -25,8 +25,9 @@ OBSERVE_ERROR_RETRY_SECONDS = 5.0
 
 async def batch(ctx: WorkerContext, worker_id: str, movement_id: int | None = None) -> int:
     async with ctx.pool.connection() as conn:
-        rows = await (await conn.execute(
-            "SELECT observe_candidates(%s, %s)", (BATCH_SIZE, movement_id))).fetchall()
+        rows = await (
+            await conn.execute("SELECT observe_candidates(%s, %s)", (BATCH_SIZE, movement_id))
+        ).fetchall()
     candidates = [int(r[0]) for r in rows]
 
     limit = asyncio.Semaphore(ctx.max_concurrency)
@@ -39,8 +40,14 @@ async def batch(ctx: WorkerContext, worker_id: str, movement_id: int | None = No
                 if await observe_one(ctx, worker_id, node_id, movement_id):
                     observed += 1
             except OPERATIONAL_ERRORS as exc:
-                event(logging.ERROR, "observe_failed", network=ctx.network, worker="node_observer",
-                      node=node_id, error=f"{type(exc).__name__}: {exc}")
+                event(
+                    logging.ERROR,
+                    "observe_failed",
+                    network=ctx.network,
+                    worker="node_observer",
+                    node=node_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
 
     async with asyncio.TaskGroup() as group:
         for node_id in candidates:
@@ -48,49 +55,76 @@ async def batch(ctx: WorkerContext, worker_id: str, movement_id: int | None = No
     return observed
 
 
-async def observe_one(ctx: WorkerContext, worker_id: str, node_id: int,
-                      movement_id: int | None = None) -> bool:
+async def observe_one(
+    ctx: WorkerContext, worker_id: str, node_id: int, movement_id: int | None = None
+) -> bool:
     """Claim, observe and report one node in one transaction. False on a claim miss."""
     async with ctx.pool.connection() as conn, conn.transaction():
         async with conn.transaction():  # the savepoint around the per-ID claim
-            cur = await conn.execute("SELECT * FROM claim_observe(%s, %s, %s)",
-                                     (node_id, worker_id, movement_id))
+            cur = await conn.execute(
+                "SELECT * FROM claim_observe(%s, %s, %s)", (node_id, worker_id, movement_id)
+            )
             names = [c.name for c in cur.description or ()]
             row = await cur.fetchone()
         if row is None:
             return False
         claim = dict(zip(names, row, strict=True))
         work = NodeWork(
-            node_id=claim["node_id"], request_id=claim["request_id"],
-            claim_token=claim["claim_token"], node_key=claim["node_key"],
-            executor_key=claim["executor_key"], node_config=claim["node_config"],
-            lane=claim["lane"], amount=Decimal(claim["amount"]), asset=claim["asset"],
+            node_id=claim["node_id"],
+            request_id=claim["request_id"],
+            claim_token=claim["claim_token"],
+            node_key=claim["node_key"],
+            executor_key=claim["executor_key"],
+            node_config=claim["node_config"],
+            lane=claim["lane"],
+            amount=Decimal(claim["amount"]),
+            asset=claim["asset"],
             idempotency_key=(claim["intent"] or {}).get("idempotency_key"),
-            external_ref=claim["external_ref"], intent=claim["intent"], network=ctx.network,
+            external_ref=claim["external_ref"],
+            intent=claim["intent"],
+            network=ctx.network,
         )
         executor = ctx.executors.get(work.executor_key)
         result: ObserveResult
         if executor is None:
-            result = ObserveResult(ObserveStatus.UNKNOWN,
-                                   {"error": f"no executor {work.executor_key!r} in this runner"},
-                                   retry_after=30.0)
+            result = ObserveResult(
+                ObserveStatus.UNKNOWN,
+                {"error": f"no executor {work.executor_key!r} in this runner"},
+                retry_after=30.0,
+            )
         else:
             try:
                 result = await executor.observe(work)
             except ExecutorError as exc:
                 # cannot tell now: look again later (the phase still escalates to fatal)
-                result = ObserveResult(ObserveStatus.UNKNOWN, {"error": str(exc)},
-                                       retry_after=exc.retry_after or OBSERVE_ERROR_RETRY_SECONDS)
-        out = await (await conn.execute(
-            "SELECT node_state::text, observe_phase::text, next_observe_at"
-            " FROM complete_observe(%s, %s, %s, %s::jsonb, %s::numeric)",
-            (work.node_id, work.claim_token, result.status.value, json.dumps(result.evidence),
-             result.retry_after),
-        )).fetchone()
+                result = ObserveResult(
+                    ObserveStatus.UNKNOWN,
+                    {"error": str(exc)},
+                    retry_after=exc.retry_after or OBSERVE_ERROR_RETRY_SECONDS,
+                )
+        out = await (
+            await conn.execute(
+                "SELECT node_state::text, observe_phase::text, next_observe_at"
+                " FROM complete_observe(%s, %s, %s, %s::jsonb, %s::numeric)",
+                (
+                    work.node_id,
+                    work.claim_token,
+                    result.status.value,
+                    json.dumps(result.evidence),
+                    result.retry_after,
+                ),
+            )
+        ).fetchone()
     if out is not None and out[0] != "OBSERVING":
-        event(logging.INFO, "node_observed", network=ctx.network, worker="node_observer",
-              movement=work.request_id, node=work.node_id, outcome=result.status.value,
-              to_state=out[0], phase=out[1])
+        event(
+            logging.INFO,
+            "node_observed",
+            network=ctx.network,
+            worker="node_observer",
+            movement=work.request_id,
+            node=work.node_id,
+            outcome=result.status.value,
+            to_state=out[0],
+            phase=out[1],
+        )
     return True
-
-

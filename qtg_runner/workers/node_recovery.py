@@ -22,43 +22,80 @@ RECOVERY_RETRY_SECONDS = 30.0
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
     async with ctx.pool.connection() as conn:
-        cur = await conn.execute("SELECT * FROM claim_recovery_nodes(%s, %s)", (worker_id, BATCH_SIZE))
+        cur = await conn.execute(
+            "SELECT * FROM claim_recovery_nodes(%s, %s)", (worker_id, BATCH_SIZE)
+        )
         names = [c.name for c in cur.description or ()]
         claims = [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
 
     for claim in claims:
         intent = claim["intent"] or {}
         work = NodeWork(
-            node_id=claim["node_id"], request_id=claim["request_id"],
-            claim_token=claim["claim_token"], node_key=claim["node_key"],
-            executor_key=claim["executor_key"], node_config=claim["node_config"],
-            lane=claim["lane"], amount=Decimal(claim["amount"]), asset=claim["asset"],
-            idempotency_key=intent.get("idempotency_key"), external_ref=claim["external_ref"],
-            intent=intent or None, network=ctx.network,
+            node_id=claim["node_id"],
+            request_id=claim["request_id"],
+            claim_token=claim["claim_token"],
+            node_key=claim["node_key"],
+            executor_key=claim["executor_key"],
+            node_config=claim["node_config"],
+            lane=claim["lane"],
+            amount=Decimal(claim["amount"]),
+            asset=claim["asset"],
+            idempotency_key=intent.get("idempotency_key"),
+            external_ref=claim["external_ref"],
+            intent=intent or None,
+            network=ctx.network,
         )
         executor = ctx.executors.get(work.executor_key)
         try:
             if executor is None:
-                result = RecoveryResult(RecoveryOutcome.STILL_UNKNOWN,
-                                        {"error": f"no executor {work.executor_key!r} in this runner"},
-                                        retry_after=RECOVERY_RETRY_SECONDS)
+                result = RecoveryResult(
+                    RecoveryOutcome.STILL_UNKNOWN,
+                    {"error": f"no executor {work.executor_key!r} in this runner"},
+                    retry_after=RECOVERY_RETRY_SECONDS,
+                )
             else:
                 try:
                     result = await executor.recover(work)
                 except ExecutorError as exc:
-                    result = RecoveryResult(RecoveryOutcome.STILL_UNKNOWN, {"error": str(exc)},
-                                            retry_after=exc.retry_after or RECOVERY_RETRY_SECONDS)
+                    result = RecoveryResult(
+                        RecoveryOutcome.STILL_UNKNOWN,
+                        {"error": str(exc)},
+                        retry_after=exc.retry_after or RECOVERY_RETRY_SECONDS,
+                    )
             async with ctx.pool.connection() as conn:
-                row = await (await conn.execute(
-                    "SELECT complete_recovery(%s, %s, %s, %s::jsonb, %s, %s::numeric)::text",
-                    (work.node_id, work.claim_token, result.outcome.value,
-                     json.dumps(result.evidence), result.external_ref, result.retry_after),
-                )).fetchone()
-            event(logging.INFO, "node_recovered", network=ctx.network, worker="node_recovery",
-                  movement=work.request_id, node=work.node_id, from_state=claim["node_state"],
-                  outcome=result.outcome.value, to_state=row[0] if row else None)
+                row = await (
+                    await conn.execute(
+                        "SELECT complete_recovery(%s, %s, %s, %s::jsonb, %s, %s::numeric)::text",
+                        (
+                            work.node_id,
+                            work.claim_token,
+                            result.outcome.value,
+                            json.dumps(result.evidence),
+                            result.external_ref,
+                            result.retry_after,
+                        ),
+                    )
+                ).fetchone()
+            event(
+                logging.INFO,
+                "node_recovered",
+                network=ctx.network,
+                worker="node_recovery",
+                movement=work.request_id,
+                node=work.node_id,
+                from_state=claim["node_state"],
+                outcome=result.outcome.value,
+                to_state=row[0] if row else None,
+            )
         except OPERATIONAL_ERRORS as exc:
             # the recovery lease runs out and the node is claimed again
-            event(logging.ERROR, "recovery_failed", network=ctx.network, worker="node_recovery",
-                  movement=work.request_id, node=work.node_id, error=f"{type(exc).__name__}: {exc}")
+            event(
+                logging.ERROR,
+                "recovery_failed",
+                network=ctx.network,
+                worker="node_recovery",
+                movement=work.request_id,
+                node=work.node_id,
+                error=f"{type(exc).__name__}: {exc}",
+            )
     return len(claims)

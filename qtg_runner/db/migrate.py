@@ -1,0 +1,332 @@
+"""Database lifecycle: schema migrations (yoyo) and the re-installed function layer.
+
+migrate(dsn)
+  1. applies the versioned migrations in sql/schemas (NNNN_name.sql, each with its
+     NNNN_name.rollback.sql) through yoyo, under yoyo's database lock;
+  2. re-installs every function, procedure and view in ONE transaction, as
+     qtg_owner: drops those in schema qtg and in every network schema (never
+     qtg_admin, never objects that belong to an extension), then runs
+     sql/functions/common/*.sql with search_path `qtg, pg_temp`, and for each
+     network in qtg_admin.networks runs sql/functions/*.sql then
+     sql/functions/views/*.sql with search_path `<network>, qtg, pg_temp` and
+     grants the network's runner role its privileges. Function files pin
+     `SET search_path FROM CURRENT`, so each copy captures its network.
+
+rollback(dsn, count) drops the function layer first (the schema rollbacks drop
+types and tables that installed routines depend on), then rolls back the last
+`count` applied migrations, newest first. Run migrate() afterwards to install
+functions again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from yoyo import get_backend, read_migrations
+
+log = logging.getLogger("qtg.db")
+
+OWNER_ROLE = "qtg_owner"
+COMMON_SCHEMA = "qtg"
+_INSTALL_LOCK_KEY = 7_236_001  # pg_advisory_xact_lock key of the function installer
+
+
+class MigrationError(RuntimeError):
+    """A migration or a function file failed; the message names the file."""
+
+
+@dataclass(frozen=True)
+class MigrateResult:
+    applied: list[str] = field(default_factory=list)
+    common_routines: int = 0
+    routines: dict[str, int] = field(default_factory=dict)  # per network
+    views: dict[str, int] = field(default_factory=dict)  # per network
+
+
+def sql_dir() -> Path:
+    """The repository's sql/ tree (the package is installed editable, beside it)."""
+    path = Path(__file__).resolve().parent.parent.parent / "sql"
+    if not (path / "schemas").is_dir():
+        raise MigrationError(
+            f"SQL tree not found at {path}; install the project editable: pip install -e ."
+        )
+    return path
+
+
+def yoyo_uri(dsn: str) -> str:
+    """Turn a libpq DSN (URI or key=value) into yoyo's `postgresql+psycopg://` form.
+
+    Every connection parameter travels in the query string: yoyo hands those to
+    psycopg.connect unchanged, so unix socket directories, IPv6 hosts and options
+    need no URI quoting of their own.
+    """
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise MigrationError(f"invalid database URL: {exc}") from exc
+    args = {k: str(v) for k, v in params.items() if v is not None}
+    return "postgresql+psycopg:///?" + urlencode(args)
+
+
+def _files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob("*.sql") if p.is_file())
+
+
+@contextlib.contextmanager
+def _yoyo_output(migration_id: str) -> Iterator[None]:
+    """yoyo prints the rows a migration's SELECTs return to stdout: log them instead."""
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            yield
+    finally:
+        if buf.getvalue().strip():
+            log.debug("event=migration_output migration=%s output=%r", migration_id, buf.getvalue())
+
+
+def _schema_backend(dsn: str) -> Any:
+    return get_backend(yoyo_uri(dsn))
+
+
+def migrate(dsn: str, *, sql_root: Path | None = None) -> MigrateResult:
+    """Apply pending schema migrations, then re-install all functions and views."""
+    root = sql_root or sql_dir()
+    backend = _schema_backend(dsn)
+    try:
+        migrations = read_migrations(str(root / "schemas"))
+        with backend.lock():
+            pending = backend.to_apply(migrations)
+            applied: list[str] = []
+            for migration in pending:
+                try:
+                    with _yoyo_output(migration.id):
+                        backend.apply_one(migration)
+                except psycopg.Error as exc:
+                    raise MigrationError(f"{_rel(Path(migration.path), root)}: {exc}") from exc
+                log.info("event=migration_applied migration=%s", migration.id)
+                applied.append(str(migration.id))
+            with _yoyo_output("post-apply"):
+                backend.run_post_apply(pending)
+            result = install_functions(dsn, sql_root=root)
+    finally:
+        backend.connection.close()
+    return MigrateResult(
+        applied=applied,
+        common_routines=result.common_routines,
+        routines=result.routines,
+        views=result.views,
+    )
+
+
+def install_functions(dsn: str, *, sql_root: Path | None = None) -> MigrateResult:
+    """Drop and re-create every function, procedure and view, in one transaction."""
+    root = sql_root or sql_dir()
+    fn_dir = root / "functions"
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        networks = _prepare_install(conn)
+        _drop_installed(conn, networks)
+        conn.execute(
+            sql.SQL("SET LOCAL search_path = {}, pg_temp").format(sql.Identifier(COMMON_SCHEMA))
+        )
+        for path in _files(fn_dir / "common"):
+            _run_file(conn, path, root, network=None)
+        for net in networks:
+            conn.execute(
+                sql.SQL("SET LOCAL search_path = {}, {}, pg_temp").format(
+                    sql.Identifier(net), sql.Identifier(COMMON_SCHEMA)
+                )
+            )
+            for path in _files(fn_dir) + _files(fn_dir / "views"):
+                _run_file(conn, path, root, network=net)
+            conn.execute("SELECT qtg_admin.grant_runner_privileges(%s)", [net])
+        conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
+        result = MigrateResult(
+            common_routines=_count_routines(conn, COMMON_SCHEMA),
+            routines={net: _count_routines(conn, net) for net in networks},
+            views={net: _count_views(conn, net) for net in networks},
+        )
+    for net in networks:
+        log.info(
+            "event=functions_installed network=%s routines=%d views=%d",
+            net,
+            result.routines[net],
+            result.views[net],
+        )
+    return result
+
+
+def drop_installed(dsn: str) -> None:
+    """Drop the re-installable layer (functions, procedures, views) in one transaction."""
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        networks = _prepare_install(conn)
+        _drop_installed(conn, networks)
+
+
+def _prepare_install(conn: psycopg.Connection[Any]) -> list[str]:
+    """Lock out concurrent installers, become qtg_owner, return the networks."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", [_INSTALL_LOCK_KEY])
+    if conn.execute("SELECT to_regclass('qtg_admin.networks')").fetchone() == (None,):
+        raise MigrationError("schema not migrated: qtg_admin.networks does not exist")
+    conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(OWNER_ROLE)))
+    conn.execute("SET LOCAL check_function_bodies = off")
+    # fully qualified names from regprocedure / format() below
+    conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
+    rows = conn.execute("SELECT network_name FROM qtg_admin.networks ORDER BY 1").fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def _drop_installed(conn: psycopg.Connection[Any], networks: list[str]) -> None:
+    """Drop views in the network schemas, then routines in them and in qtg.
+
+    One DROP statement per kind, so objects that depend on each other inside the
+    set go together; anything outside the set that depends on them (a trigger, a
+    column default) makes the drop fail loudly instead of being cascaded away.
+    """
+    conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
+    not_extension = """
+        NOT EXISTS (SELECT 1 FROM pg_depend d
+                    WHERE d.classid = %(catalog)s::regclass AND d.objid = o.oid
+                      AND d.deptype = 'e')"""
+    views = conn.execute(
+        f"""SELECT format('%%I.%%I', n.nspname, o.relname)
+            FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace
+            WHERE n.nspname = ANY(%(schemas)s) AND o.relkind = 'v' AND {not_extension}
+            ORDER BY 1""",
+        {"schemas": networks, "catalog": "pg_class"},
+    ).fetchall()
+    routines = conn.execute(
+        f"""SELECT o.oid::regprocedure::text
+            FROM pg_proc o JOIN pg_namespace n ON n.oid = o.pronamespace
+            WHERE n.nspname = ANY(%(schemas)s) AND {not_extension}
+            ORDER BY 1""",
+        {"schemas": [*networks, COMMON_SCHEMA], "catalog": "pg_proc"},
+    ).fetchall()
+    # the names come from the catalog, already quoted by format(%I) / regprocedure
+    try:
+        if views:
+            conn.execute(_drop("VIEW", [str(r[0]) for r in views]))
+        if routines:
+            conn.execute(_drop("ROUTINE", [str(r[0]) for r in routines]))
+    except psycopg.Error as exc:
+        raise MigrationError(f"dropping the installed functions and views: {exc}") from exc
+
+
+def _drop(kind: str, names: list[str]) -> sql.Composed:
+    return sql.SQL("DROP {} {}").format(
+        sql.SQL(kind),  # a fixed keyword
+        sql.SQL(", ").join(sql.SQL(n) for n in names),
+    )
+
+
+def _run_file(
+    conn: psycopg.Connection[Any], path: Path, root: Path, *, network: str | None
+) -> None:
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        return
+    try:
+        # no parameters: psycopg sends the whole multi-statement file as one simple query
+        conn.execute(text.encode("utf-8"))
+    except psycopg.Error as exc:
+        where = f" (network {network})" if network else ""
+        raise MigrationError(f"{_rel(path, root)}{where}: {exc}") from exc
+
+
+def _count_routines(conn: psycopg.Connection[Any], schema: str) -> int:
+    row = conn.execute(
+        """SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+           WHERE n.nspname = %s""",
+        [schema],
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _count_views(conn: psycopg.Connection[Any], schema: str) -> int:
+    row = conn.execute(
+        """SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = %s AND c.relkind = 'v'""",
+        [schema],
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(Path("sql") / path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def applied_migrations(dsn: str) -> list[str]:
+    """Ids of the applied schema migrations, oldest first."""
+    backend = _schema_backend(dsn)
+    try:
+        migrations = read_migrations(str(sql_dir() / "schemas"))
+        by_hash = {m.hash: str(m.id) for m in migrations}
+        return [by_hash.get(h, f"<unknown {h[:12]}>") for h in _applied_hashes(backend)]
+    finally:
+        backend.connection.close()
+
+
+def _applied_hashes(backend: Any) -> list[str]:
+    return [str(h) for h in backend.get_applied_migration_hashes()]
+
+
+def rollback(dsn: str, count: int = 1, *, sql_root: Path | None = None) -> list[str]:
+    """Roll back the last ``count`` applied migrations, newest first; return their ids.
+
+    Drops the installed functions and views first. Run migrate() to install them again.
+    """
+    if count < 1:
+        raise MigrationError("rollback count must be at least 1")
+    root = sql_root or sql_dir()
+    backend = _schema_backend(dsn)
+    try:
+        migrations = read_migrations(str(root / "schemas"))
+        by_hash = {m.hash: m for m in migrations}
+        with backend.lock():
+            newest_first = list(reversed(_applied_hashes(backend)))[:count]
+            unknown = [h for h in newest_first if h not in by_hash]
+            if unknown:
+                raise MigrationError(
+                    f"cannot roll back: {len(unknown)} applied migration(s) have no file "
+                    f"in {root / 'schemas'}"
+                )
+            targets = [by_hash[h] for h in newest_first]
+            if targets:
+                drop_installed(dsn)
+            done: list[str] = []
+            for migration in targets:
+                try:
+                    with _yoyo_output(migration.id):
+                        backend.rollback_one(migration)
+                except psycopg.Error as exc:
+                    rb = Path(migration.path).with_suffix(".rollback.sql")
+                    raise MigrationError(f"{_rel(rb, root)}: {exc}") from exc
+                log.info("event=migration_rolled_back migration=%s", migration.id)
+                done.append(str(migration.id))
+    finally:
+        backend.connection.close()
+    return done
+
+
+def rollback_all(dsn: str, *, sql_root: Path | None = None) -> list[str]:
+    """Roll back every applied migration; return their ids, newest first."""
+    backend = _schema_backend(dsn)
+    try:
+        n = len(_applied_hashes(backend))
+    finally:
+        backend.connection.close()
+    return rollback(dsn, n, sql_root=sql_root) if n else []

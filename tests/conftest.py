@@ -1,0 +1,203 @@
+"""A real PostgreSQL for the tests, and a fresh database per test.
+
+The server, once per session, is the first of:
+  1. QTG_TEST_DSN, a superuser DSN to a server of yours (15+). The runner roles
+     (qtg_<net>_runner, no password) must be able to log in, e.g. trust auth;
+  2. a testcontainers PostgreSQL, when a Docker daemon answers and the container starts;
+  3. the embedded PostgreSQL 18 in a temporary data directory, removed at the end.
+
+A template database `qtg_template_<pid>` is migrated once per session; each test
+that asks for `db` gets `qtg_t_<pid>_<n>` cloned from it (STRATEGY FILE_COPY) and
+dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from qtg_runner.db.migrate import migrate
+
+_names = itertools.count(1)
+
+
+def dsn_for(dsn: str, **overrides: Any) -> str:
+    """``dsn`` with some parameters replaced (None removes one); URIs and key=value alike."""
+    return make_conninfo(dsn, **overrides)
+
+
+def _docker_dsn(stack: contextlib.ExitStack) -> str | None:
+    """A testcontainers PostgreSQL, or None when Docker is not usable here."""
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+    except Exception:
+        return None
+    try:
+        try:
+            from testcontainers.community.postgres import PostgresContainer
+        except ImportError:
+            from testcontainers.postgres import PostgresContainer
+
+        container = PostgresContainer(os.environ.get("QTG_TEST_PG_IMAGE", "postgres:17"))
+        # the runner roles log in without a password
+        container.with_env("POSTGRES_HOST_AUTH_METHOD", "trust")
+        container.with_command("postgres -c fsync=off -c full_page_writes=off")
+    except Exception:
+        return None
+    try:
+        container.start()
+    except Exception:  # no image and no registry, say: fall back to the embedded server
+        with contextlib.suppress(Exception):
+            container.stop()
+        return None
+    stack.callback(container.stop)
+    return make_conninfo(
+        host=container.get_container_host_ip(),
+        port=int(container.get_exposed_port(5432)),
+        user=container.username,
+        password=container.password,
+        dbname=container.dbname,
+    )
+
+
+def _embedded_dsn(stack: contextlib.ExitStack) -> str:
+    from qtg_runner.db.embedded import start_embedded, stop_embedded
+
+    tmp = Path(tempfile.mkdtemp(prefix="qtg-test-pg-"))
+    stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+    data_dir = tmp / "pg18"
+    server = start_embedded(data_dir)
+    stack.callback(stop_embedded, data_dir)
+    dsn = server.dsn()
+    # a throwaway cluster: durability buys nothing, and CREATE DATABASE checkpoints
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for setting in ("fsync", "full_page_writes", "synchronous_commit"):
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = off").format(sql.Identifier(setting)))
+        conn.execute("SELECT pg_reload_conf()")
+    return dsn
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """Superuser DSN to the session's PostgreSQL server."""
+    explicit = os.environ.get("QTG_TEST_DSN", "").strip()
+    if explicit:
+        yield explicit
+        return
+    with contextlib.ExitStack() as stack:
+        yield _docker_dsn(stack) or _embedded_dsn(stack)
+
+
+def _admin(dsn: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def create_database(admin_dsn: str, name: str, template: str | None = None) -> None:
+    with _admin(admin_dsn) as conn:
+        if template is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        else:
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
+                    sql.Identifier(name), sql.Identifier(template)
+                )
+            )
+
+
+def drop_database(admin_dsn: str, name: str) -> None:
+    with _admin(admin_dsn) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def disconnect_all(admin_dsn: str, name: str) -> None:
+    with _admin(admin_dsn) as conn:
+        conn.execute(
+            """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+               WHERE datname = %s AND pid <> pg_backend_pid()""",
+            [name],
+        )
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: str) -> Iterator[str]:
+    """Name of the session's migrated template database."""
+    name = f"qtg_template_{os.getpid()}"
+    drop_database(pg_server, name)
+    create_database(pg_server, name)
+    try:
+        migrate(dsn_for(pg_server, dbname=name))
+        disconnect_all(pg_server, name)
+        yield name
+    finally:
+        drop_database(pg_server, name)
+
+
+@dataclass
+class TestDatabase:
+    """One test's own database."""
+
+    __test__ = False  # not a test class, despite the name
+
+    name: str
+    dsn: str  # superuser
+    _conns: list[psycopg.Connection[Any]] = field(default_factory=list, repr=False)
+
+    def runner_dsn(self, network: str) -> str:
+        """Same database, logged in as the network's runner role."""
+        return dsn_for(self.dsn, user=f"qtg_{network}_runner", password=None)
+
+    def connect(self, dsn: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
+        """A connection (autocommit unless told otherwise), closed after the test."""
+        kwargs.setdefault("autocommit", True)
+        conn: psycopg.Connection[Any] = psycopg.connect(dsn or self.dsn, **kwargs)
+        self._conns.append(conn)
+        return conn
+
+    def close(self) -> None:
+        for conn in self._conns:
+            conn.close()
+        self._conns.clear()
+
+
+NewDatabase = Callable[..., TestDatabase]
+
+
+@pytest.fixture
+def new_database(pg_server: str, template_db: str) -> Iterator[NewDatabase]:
+    """Factory: new_database() clones the migrated template; new_database(template=None)
+    makes an empty database. All are dropped after the test."""
+    made: list[TestDatabase] = []
+
+    def make(template: str | None = template_db) -> TestDatabase:
+        name = f"qtg_t_{os.getpid()}_{next(_names)}"
+        create_database(pg_server, name, template)
+        database = TestDatabase(name=name, dsn=dsn_for(pg_server, dbname=name))
+        made.append(database)
+        return database
+
+    yield make
+    for database in made:
+        database.close()
+        drop_database(pg_server, database.name)
+
+
+@pytest.fixture
+def db(new_database: NewDatabase) -> TestDatabase:
+    """A fresh, fully migrated database of this test's own."""
+    return new_database()

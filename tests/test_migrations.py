@@ -1,0 +1,172 @@
+"""Schema lifecycle: migrate, roll back, re-apply, and the migrated schema equals a fresh one."""
+
+from __future__ import annotations
+
+import pytest
+from catalog import diff, snapshot
+from conftest import NewDatabase, TestDatabase
+from psycopg.conninfo import conninfo_to_dict
+from typer.testing import CliRunner
+from yoyo.connections import parse_uri
+
+from qtg_runner.cli import app
+from qtg_runner.db.migrate import (
+    applied_migrations,
+    migrate,
+    rollback,
+    rollback_all,
+    sql_dir,
+    yoyo_uri,
+)
+
+QTG_SCHEMAS = {"qtg", "qtg_admin", "mainnet", "testnet"}
+ALL_MIGRATIONS = sorted(
+    p.stem for p in (sql_dir() / "schemas").glob("*.sql") if not p.name.endswith(".rollback.sql")
+)
+
+
+def _schemas(database: TestDatabase) -> set[str]:
+    rows = (
+        database.connect()
+        .execute("SELECT nspname FROM pg_namespace WHERE nspname = ANY(%s)", [list(QTG_SCHEMAS)])
+        .fetchall()
+    )
+    return {r[0] for r in rows}
+
+
+def test_template_is_migrated(db: TestDatabase) -> None:
+    assert _schemas(db) == QTG_SCHEMAS
+    assert applied_migrations(db.dsn) == ALL_MIGRATIONS
+    networks = (
+        db.connect().execute("SELECT network_name FROM qtg_admin.networks ORDER BY 1").fetchall()
+    )
+    assert [r[0] for r in networks] == ["mainnet", "testnet"]
+
+
+def test_migrate_rollback_all_migrate(new_database: NewDatabase) -> None:
+    database = new_database(template=None)
+    first = migrate(database.dsn)
+    assert first.applied == ALL_MIGRATIONS
+    assert set(first.routines) == {"mainnet", "testnet"}
+
+    undone = rollback_all(database.dsn)
+    assert undone == list(reversed(ALL_MIGRATIONS))
+    assert _schemas(database) == set()
+    assert applied_migrations(database.dsn) == []
+
+    again = migrate(database.dsn)
+    assert again.applied == ALL_MIGRATIONS
+    assert again.routines == first.routines
+    assert again.views == first.views
+    assert _schemas(database) == QTG_SCHEMAS
+
+
+def test_rollback_one_then_migrate(new_database: NewDatabase) -> None:
+    database = new_database(template=None)
+    migrate(database.dsn)
+    assert rollback(database.dsn, 1) == [ALL_MIGRATIONS[-1]]
+    assert applied_migrations(database.dsn) == ALL_MIGRATIONS[:-1]
+    assert migrate(database.dsn).applied == [ALL_MIGRATIONS[-1]]
+
+
+@pytest.mark.parametrize("undo", ["all", "last"])
+def test_migrated_schema_equals_fresh_install(new_database: NewDatabase, undo: str) -> None:
+    fresh = new_database(template=None)
+    migrate(fresh.dsn)
+    expected = snapshot(fresh.connect())
+    assert expected["functions"] or expected["relations"]  # the snapshot sees something
+
+    cycled = new_database(template=None)
+    migrate(cycled.dsn)
+    if undo == "all":
+        rollback_all(cycled.dsn)
+    else:
+        rollback(cycled.dsn, 1)
+    migrate(cycled.dsn)
+    got = snapshot(cycled.connect())
+    assert got == expected, "\n".join(diff(expected, got))
+
+    # re-running migrate on an up-to-date database changes nothing
+    result = migrate(fresh.dsn)
+    assert result.applied == []
+    again = snapshot(fresh.connect())
+    assert again == expected, "\n".join(diff(expected, again))
+
+
+def test_every_routine_pins_its_schemas_search_path(db: TestDatabase) -> None:
+    """Installed per network with SET search_path FROM CURRENT: a network's copy only
+    ever resolves names in its own schema (then qtg)."""
+    rows = (
+        db.connect()
+        .execute(
+            """SELECT n.nspname, p.oid::regprocedure::text,
+                      (SELECT c FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%%')
+               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+               WHERE n.nspname IN ('qtg', 'mainnet', 'testnet')"""
+        )
+        .fetchall()
+    )
+    expected = {
+        "qtg": "search_path=qtg, pg_temp",
+        "mainnet": "search_path=mainnet, qtg, pg_temp",
+        "testnet": "search_path=testnet, qtg, pg_temp",
+    }
+    wrong = [(name, path) for schema, name, path in rows if path != expected[schema]]
+    assert wrong == []
+
+
+def test_template_clone_equals_fresh_install(db: TestDatabase, new_database: NewDatabase) -> None:
+    fresh = new_database(template=None)
+    migrate(fresh.dsn)
+    expected = snapshot(fresh.connect())
+    got = snapshot(db.connect())
+    assert got == expected, "\n".join(diff(expected, got))
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://postgres:@/postgres?host=/tmp/some%20dir/pg18",
+        "postgresql://user:p%40ss@db.example:6543/qtg?sslmode=disable",
+        "host=::1 port=5433 dbname=qtg user=me options='-c search_path=x'",
+    ],
+)
+def test_yoyo_uri_keeps_every_parameter(dsn: str) -> None:
+    parsed = parse_uri(yoyo_uri(dsn))
+    assert parsed.scheme == "postgresql+psycopg"
+    assert parsed.args == conninfo_to_dict(dsn)
+
+
+def test_cli_migrate_and_url(new_database: NewDatabase, monkeypatch: pytest.MonkeyPatch) -> None:
+    database = new_database(template=None)
+    monkeypatch.setenv("QTG_DATABASE_URL", database.dsn)
+    runner = CliRunner()
+
+    url = runner.invoke(app, ["db", "url"])
+    assert url.exit_code == 0, url.output
+    assert url.stdout == database.dsn + "\n"
+
+    result = runner.invoke(app, ["db", "migrate"])
+    assert result.exit_code == 0, result.output
+    assert "0001_roles_and_networks" in result.stdout
+    assert applied_migrations(database.dsn) == ALL_MIGRATIONS
+
+    result = runner.invoke(app, ["db", "rollback", "--all"])
+    assert result.exit_code == 0, result.output
+    assert applied_migrations(database.dsn) == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["not a url", "postgresql://nobody@/nodb?host=/nonexistent-qtg-socket-dir"],
+)
+def test_cli_reports_bad_database_url_in_one_line(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QTG_DATABASE_URL", url)
+    result = CliRunner().invoke(app, ["db", "migrate"])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("qtg: error: ")
+    assert result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
