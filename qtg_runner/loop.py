@@ -31,6 +31,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from qtg_runner.config import NetworkMode
 from qtg_runner.executors.base import Executor, ExecutorError
+from qtg_runner.failpoints import crash_point
 from qtg_runner.log import event
 
 Tier = Literal["core", "sidecar"]
@@ -166,6 +167,7 @@ async def run_worker(
                 ctx, entry, max(delay, entry.interval + entry.jitter), processed, errors, last_error
             )
             try:
+                crash_point(entry.name)
                 processed = await entry.batch(ctx, worker_id)
             except OPERATIONAL_ERRORS as exc:
                 errors += 1
