@@ -1,8 +1,10 @@
 -- claim_ready_nodes: READY -> SUBMITTING, in one batch, with an intent row each.
 --
 -- READY means every parent is COMPLETED (pending_parents reached 0) and the
--- request is EXECUTING with no stop requested; an UNKNOWN node is never READY,
--- so a node whose side effect is in doubt is never handed out here.
+-- request is EXECUTING with no stop requested. The claim does not re-check the
+-- request: that is an invariant every path keeps (cancel and expiry lock the
+-- nodes and skip READY ones; nothing makes a node READY under a stop). An
+-- UNKNOWN node is never READY, so a side effect in doubt is never handed out.
 -- The claim takes up to p_max READY rows whose not_before has passed, through
 -- the READY partial index, with FOR UPDATE SKIP LOCKED: concurrent dispatchers
 -- get disjoint rows, and a claimer that dies before commit leaves them READY.

@@ -90,7 +90,12 @@ BEGIN
         UPDATE movement_requests SET open_nodes = open_nodes - 1, updated_at = v_now WHERE id = v_node.request_id;
         PERFORM settle_request(v_node.request_id, v_node.claimed_by);
     ELSIF v_to = 'READY' THEN
-        PERFORM notify_work('ready');
+        -- an expiry waived for this side effect no longer holds if it never happened
+        IF recheck_expiry(v_node.request_id, v_node.claimed_by) THEN
+            v_to := 'SKIPPED';
+        ELSE
+            PERFORM notify_work('ready');
+        END IF;
     END IF;
     RETURN v_to;
 END

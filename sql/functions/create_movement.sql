@@ -91,7 +91,8 @@ BEGIN
     END IF;
 
     -- validate the plan
-    IF jsonb_typeof(v_plan) <> 'object' OR jsonb_typeof(v_plan -> 'nodes') <> 'array' THEN
+    -- IS DISTINCT FROM: a plan without "nodes" gives NULL, which must not pass
+    IF jsonb_typeof(v_plan) IS DISTINCT FROM 'object' OR jsonb_typeof(v_plan -> 'nodes') IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'plan must be an object with a "nodes" array' USING ERRCODE = 'QT001';
     END IF;
     v_node_count := jsonb_array_length(v_plan -> 'nodes');

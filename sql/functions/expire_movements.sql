@@ -8,7 +8,9 @@
 -- a node without side effect is still in flight, it ends EXPIRED once that
 -- node settles. Up to p_max requests, FOR UPDATE SKIP LOCKED; locks: request,
 -- then its nodes (waiting for a dispatcher mid-claim, so its claim is seen).
--- Returns the number of movements expired or set to expire.
+-- The decision itself is recheck_expiry, which also runs when a node goes
+-- back to READY in a movement whose expiry was waived. Returns the number of
+-- movements expired or set to expire.
 CREATE OR REPLACE FUNCTION expire_movements(p_max integer DEFAULT 100, p_actor text DEFAULT 'expiration_checker')
 RETURNS integer
 LANGUAGE plpgsql
@@ -18,7 +20,6 @@ AS $$
 DECLARE
     v_now      timestamptz := clock();
     v_request  movement_requests;
-    v_started  boolean;
     v_expired  integer := 0;
 BEGIN
     IF p_max IS NULL OR p_max < 1 OR p_max > 10000 THEN
@@ -34,22 +35,7 @@ BEGIN
          LIMIT p_max
            FOR UPDATE SKIP LOCKED
     LOOP
-        PERFORM 1 FROM movement_request_nodes WHERE request_id = v_request.id ORDER BY id FOR UPDATE;
-        SELECT EXISTS (
-            SELECT 1 FROM movement_request_nodes
-             WHERE request_id = v_request.id
-               AND has_side_effect
-               AND node_state NOT IN ('PENDING', 'READY', 'SKIPPED')
-        ) INTO v_started;
-
-        IF v_started THEN
-            UPDATE movement_requests SET expiry_waived_at = v_now, updated_at = v_now WHERE id = v_request.id;
-            PERFORM write_audit(p_actor, 'request', v_request.id::text, v_request.id, 'expiry_waived',
-                                v_request.request_state::text, v_request.request_state::text,
-                                jsonb_build_object('expires_at', v_request.expires_at,
-                                                   'reason', 'a side effect has started; the movement runs to the end'));
-        ELSE
-            PERFORM stop_movement(v_request.id, 'EXPIRED', p_actor, format('expired at %s', v_request.expires_at));
+        IF recheck_expiry(v_request.id, p_actor) THEN
             v_expired := v_expired + 1;
         END IF;
     END LOOP;

@@ -11,7 +11,8 @@ BEGIN
         RAISE EXCEPTION 'template name must be lower-case letters, digits, _ . or -, got %', coalesce(p_template_name, 'NULL')
             USING ERRCODE = 'QT002';
     END IF;
-    IF p_plan IS NULL OR jsonb_typeof(p_plan) <> 'object' OR jsonb_typeof(p_plan -> 'nodes') <> 'array' THEN
+    -- IS DISTINCT FROM: a plan without "nodes" gives NULL, which must not pass
+    IF jsonb_typeof(p_plan) IS DISTINCT FROM 'object' OR jsonb_typeof(p_plan -> 'nodes') IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'template % must be an object with a "nodes" array', p_template_name USING ERRCODE = 'QT001';
     END IF;
     INSERT INTO movement_templates (template_name, plan, description, created_at)

@@ -20,9 +20,17 @@ BEGIN
                    WHEN v_request.stop_reason IS NOT NULL THEN v_request.stop_reason
                    ELSE 'COMPLETED'
                END;
+    -- the callback says what happened to every node: a cancelled movement may
+    -- still have moved money before the cancel
     PERFORM set_request_state(p_request_id, 'EXECUTING', v_final, p_actor,
-                              jsonb_build_object('failed_nodes', v_request.failed_nodes,
-                                                 'stop_reason', v_request.stop_reason));
+                              jsonb_build_object(
+                                  'failed_nodes', v_request.failed_nodes,
+                                  'stop_reason', v_request.stop_reason,
+                                  'nodes', (SELECT jsonb_object_agg(node_state, total)
+                                              FROM (SELECT node_state, count(*) AS total
+                                                      FROM movement_request_nodes
+                                                     WHERE request_id = p_request_id
+                                                     GROUP BY node_state) counts)));
     RETURN v_final;
 END
 $$;

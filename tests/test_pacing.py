@@ -1,0 +1,275 @@
+"""Observation pacing lives in the data: lane_baselines rows and the pinned clock.
+
+Every expected time is computed from the pinned timestamps and the lane's
+parameters, so a change in the pacing rules shows up as an exact mismatch.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import bind, claim, create_started, node, observe, pin_clock, plan, register_sim, submit
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def set_clock(conn: psycopg.Connection[Any], seconds: float) -> None:
+    pin_clock(conn, at(seconds).isoformat())
+
+
+@pytest.fixture
+def conn(db: TestDatabase) -> psycopg.Connection[Any]:
+    c = bind(db.connect())
+    pin_clock(c, T0.isoformat())
+    register_sim(c)
+    return c
+
+
+LANE_PARAMS = (
+    "min_poll_seconds",
+    "max_poll_seconds",
+    "first_poll_fraction",
+    "poll_fraction",
+    "over_factor",
+    "fatal_factor",
+)
+
+
+def upsert_lane(
+    conn: psycopg.Connection[Any], lane: str, baseline: float, **params: float
+) -> dict[str, Any]:
+    """upsert_lane_baseline; parameters not given are NULL, i.e. keep their default."""
+    assert set(params) <= set(LANE_PARAMS)
+    cur = conn.execute(
+        "SELECT * FROM upsert_lane_baseline(%s, %s::numeric,"
+        " p_min_poll_seconds => %s::numeric, p_max_poll_seconds => %s::numeric,"
+        " p_first_poll_fraction => %s::numeric, p_poll_fraction => %s::numeric,"
+        " p_over_factor => %s::numeric, p_fatal_factor => %s::numeric)",
+        (lane, baseline, *(params.get(name) for name in LANE_PARAMS)),
+    )
+    row = cur.fetchone()
+    assert row is not None
+    return dict(zip([c.name for c in cur.description or ()], row, strict=True))
+
+
+def submitted_node(
+    conn: psycopg.Connection[Any], lane: str, external_id: str = "m"
+) -> dict[str, Any]:
+    """A one-node movement on ``lane``, submitted at the current pinned time."""
+    create_started(conn, plan(node("transfer", lane=lane)), external_id)
+    (claimed,) = claim(conn)
+    assert submit(conn, claimed) == "SUBMITTED"
+    return claimed
+
+
+def pacing_of(
+    conn: psycopg.Connection[Any], node_id: int
+) -> tuple[str, str | None, datetime | None]:
+    row = conn.execute(
+        "SELECT node_state::text, observe_phase::text, next_observe_at"
+        " FROM movement_request_nodes WHERE id = %s",
+        (node_id,),
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+def step(
+    conn: psycopg.Connection[Any],
+    node_id: int,
+    seconds: float,
+    outcome: str = "PENDING",
+    hint: float | None = None,
+) -> dict[str, Any]:
+    """One observation at T0 + seconds."""
+    set_clock(conn, seconds)
+    result = observe(conn, node_id, outcome, retry_after=hint)
+    assert result is not None, f"node {node_id} was not claimable at +{seconds}s"
+    return result
+
+
+def test_a_60s_lane_walks_through_every_phase_to_fatal(conn: psycopg.Connection[Any]) -> None:
+    lane = upsert_lane(conn, "chain_l2", 60)
+    assert (
+        lane["first_poll_fraction"],
+        lane["poll_fraction"],
+        lane["over_factor"],
+        lane["fatal_factor"],
+        lane["min_poll_seconds"],
+        lane["max_poll_seconds"],
+    ) == (Decimal("0.7"), Decimal("0.1"), 2, 10, 1, 300)
+
+    claimed = submitted_node(conn, "chain_l2")
+    node_id = claimed["node_id"]
+    # first look at first_poll_fraction x baseline = 42 s after submit
+    assert pacing_of(conn, node_id) == ("SUBMITTED", "pre_baseline", at(42))
+
+    # 45 s: still under the baseline; the first-poll target has passed, so the
+    # floor poll_fraction x baseline = 6 s applies
+    assert step(conn, node_id, 45) == {
+        "node_state": "OBSERVING",
+        "observe_phase": "pre_baseline",
+        "next_observe_at": at(51),
+    }
+    # 61 s: past the baseline, poll every 6 s
+    assert step(conn, node_id, 61) == {
+        "node_state": "OBSERVING",
+        "observe_phase": "at_baseline",
+        "next_observe_at": at(67),
+    }
+    # 150 s: past over_factor x baseline (120 s): back off to 0.1 x elapsed = 15 s
+    assert step(conn, node_id, 150) == {
+        "node_state": "OBSERVING",
+        "observe_phase": "over_baseline",
+        "next_observe_at": at(165),
+    }
+    # 601 s: past fatal_factor x baseline (600 s): UNKNOWN, for recovery at once
+    assert step(conn, node_id, 601) == {
+        "node_state": "UNKNOWN",
+        "observe_phase": "fatal",
+        "next_observe_at": None,
+    }
+    row = conn.execute(
+        "SELECT lease_until, observe_count FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    assert row == (at(601), 4)
+    recovered = conn.execute("SELECT node_id FROM claim_recovery_nodes('rec')").fetchall()
+    assert recovered == [(node_id,)]
+
+
+def test_observe_candidates_waits_for_next_observe_at(conn: psycopg.Connection[Any]) -> None:
+    upsert_lane(conn, "chain_l2", 60)
+    node_id = submitted_node(conn, "chain_l2")["node_id"]
+
+    def due() -> list[int]:
+        return [r[0] for r in conn.execute("SELECT * FROM observe_candidates(50)").fetchall()]
+
+    set_clock(conn, 41.999)
+    assert due() == []
+    assert observe(conn, node_id, "PENDING") is None  # the locked claim agrees
+    set_clock(conn, 42)
+    assert due() == [node_id]
+    assert step(conn, node_id, 42)["next_observe_at"] == at(48)
+    set_clock(conn, 47.5)
+    assert due() == []
+    set_clock(conn, 48)
+    assert due() == [node_id]
+
+
+def test_retry_hint_replaces_the_computed_delay(conn: psycopg.Connection[Any]) -> None:
+    upsert_lane(conn, "chain_l2", 60, min_poll_seconds=2, max_poll_seconds=30, fatal_factor=100)
+    node_id = submitted_node(conn, "chain_l2")["node_id"]
+    # a hint beyond max_poll is respected (a rate limit must be): not capped at 30
+    assert step(conn, node_id, 45, hint=1000)["next_observe_at"] == at(1045)
+    # a hint under min_poll is floored at min_poll
+    assert step(conn, node_id, 1045, hint=0.5)["next_observe_at"] == at(1047)
+    # without a hint the computed delay is back: over_baseline, 0.1 x 1047 capped at 30
+    result = step(conn, node_id, 1047)
+    assert result["observe_phase"] == "over_baseline"
+    assert result["next_observe_at"] == at(1077)
+
+
+def test_unknown_outcome_with_a_hint_keeps_observing(conn: psycopg.Connection[Any]) -> None:
+    node_id = submitted_node(conn, "default")["node_id"]
+    assert step(conn, node_id, 42, outcome="UNKNOWN", hint=20) == {
+        "node_state": "OBSERVING",
+        "observe_phase": "pre_baseline",
+        "next_observe_at": at(62),
+    }
+    assert step(conn, node_id, 62, outcome="UNKNOWN") == {
+        "node_state": "UNKNOWN",
+        "observe_phase": "at_baseline",
+        "next_observe_at": None,
+    }
+    row = conn.execute(
+        "SELECT lease_until FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    assert row == (at(62),)
+
+
+def test_unknown_outcome_with_a_hint_in_the_fatal_phase_goes_unknown(
+    conn: psycopg.Connection[Any],
+) -> None:
+    node_id = submitted_node(conn, "default")["node_id"]
+    assert step(conn, node_id, 600, outcome="UNKNOWN", hint=5)["node_state"] == "UNKNOWN"
+
+
+@pytest.mark.parametrize(
+    ("params", "observe_at", "phase", "delay"),
+    [
+        # baseline 5: pre_baseline delay max(3.5 - 4, 0.5) = 0.5, raised to min_poll 2
+        pytest.param({"baseline": 5, "min_poll_seconds": 2}, 4, "pre_baseline", 2, id="min-pre"),
+        # at_baseline every 0.5 s, raised to min_poll 2
+        pytest.param({"baseline": 5, "min_poll_seconds": 2}, 6, "at_baseline", 2, id="min-at"),
+        # baseline 10000: max(7000 - 300, 1000) = 6700 s, capped at max_poll 300
+        pytest.param({"baseline": 10000}, 300, "pre_baseline", 300, id="max-pre"),
+        # over_baseline 0.1 x 5000 = 500, capped at max_poll 120
+        pytest.param(
+            {"baseline": 1000, "max_poll_seconds": 120}, 5000, "over_baseline", 120, id="max-over"
+        ),
+    ],
+)
+def test_delay_is_clamped_to_min_and_max_poll(
+    conn: psycopg.Connection[Any],
+    params: dict[str, float],
+    observe_at: float,
+    phase: str,
+    delay: float,
+) -> None:
+    params = dict(params)
+    upsert_lane(conn, "lane", params.pop("baseline"), **params)
+    node_id = submitted_node(conn, "lane")["node_id"]
+    # the first observation time is clamped too; observe once it has come
+    first_due = pacing_of(conn, node_id)[2]
+    assert first_due is not None and first_due <= at(observe_at)
+    result = step(conn, node_id, observe_at)
+    assert (result["observe_phase"], result["next_observe_at"]) == (phase, at(observe_at + delay))
+
+
+def test_first_observation_is_clamped(conn: psycopg.Connection[Any]) -> None:
+    upsert_lane(conn, "slow", 10000)
+    upsert_lane(conn, "fast", 1, min_poll_seconds=3)
+    slow = submitted_node(conn, "slow", "m-slow")["node_id"]
+    fast = submitted_node(conn, "fast", "m-fast")["node_id"]
+    assert pacing_of(conn, slow) == ("SUBMITTED", "pre_baseline", at(300))  # 7000 s capped
+    assert pacing_of(conn, fast) == ("SUBMITTED", "pre_baseline", at(3))  # 0.7 s floored
+
+
+def test_a_lane_without_a_row_uses_the_default_lane(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("UPDATE lane_baselines SET baseline_seconds = 100 WHERE lane = 'default'")
+    node_id = submitted_node(conn, "no_such_lane")["node_id"]
+    assert conn.execute(
+        "SELECT count(*) FROM lane_baselines WHERE lane = 'no_such_lane'"
+    ).fetchone() == (0,)
+    assert pacing_of(conn, node_id)[2] == at(70)  # 0.7 x 100
+    assert step(conn, node_id, 101)["next_observe_at"] == at(111)  # at_baseline, 0.1 x 100
+
+
+def test_updating_lane_baselines_repaces_the_next_observation(
+    conn: psycopg.Connection[Any],
+) -> None:
+    upsert_lane(conn, "chain_l2", 60)
+    node_id = submitted_node(conn, "chain_l2")["node_id"]
+    assert step(conn, node_id, 45)["next_observe_at"] == at(51)
+
+    conn.execute("UPDATE lane_baselines SET baseline_seconds = 200 WHERE lane = 'chain_l2'")
+    # 61 s into a 200 s baseline: pre_baseline, max(140 - 61, 20) = 79 s
+    assert step(conn, node_id, 61) == {
+        "node_state": "OBSERVING",
+        "observe_phase": "pre_baseline",
+        "next_observe_at": at(140),
+    }
+    conn.execute("UPDATE lane_baselines SET poll_fraction = 0.25 WHERE lane = 'chain_l2'")
+    # 210 s: at_baseline, 0.25 x 200 = 50 s
+    assert step(conn, node_id, 210)["next_observe_at"] == at(260)
+    # and the fatal line moves with the data too: 10 x 200 = 2000 s, not 600
+    assert step(conn, node_id, 1999)["observe_phase"] == "over_baseline"
