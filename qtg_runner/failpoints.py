@@ -17,9 +17,7 @@ from __future__ import annotations
 import os
 import signal
 
-_ARMED = frozenset(
-    p.strip() for p in os.environ.get("QTG_FAILPOINTS", "").split(",") if p.strip()
-)
+_ARMED = frozenset(p.strip() for p in os.environ.get("QTG_FAILPOINTS", "").split(",") if p.strip())
 
 
 class FailpointCrash(RuntimeError):

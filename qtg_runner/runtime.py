@@ -119,6 +119,10 @@ async def _run_entry(entry: WorkerEntry, ctx: WorkerContext, wake: asyncio.Event
         raise
     except Exception as exc:
         if entry.tier == "core":
+            # stop every loop at its next check too: the TaskGroup cancels each task
+            # once, and a cancellation that lands as a pooled connection is handed
+            # over is lost (asyncio.wait_for in Python 3.11), leaving a worker ticking
+            ctx.stopping.set()
             event(
                 logging.CRITICAL,
                 "core_worker_crashed",

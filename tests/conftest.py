@@ -162,6 +162,10 @@ class TestDatabase:
         """Same database, logged in as the network's runner role."""
         return dsn_for(self.dsn, user=f"qtg_{network}_runner", password=None)
 
+    def operator_dsn(self, network: str) -> str:
+        """Same database, logged in as the network's operator role."""
+        return dsn_for(self.dsn, user=f"qtg_{network}_operator", password=None)
+
     def connect(self, dsn: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
         """A connection (autocommit unless told otherwise), closed after the test."""
         kwargs.setdefault("autocommit", True)

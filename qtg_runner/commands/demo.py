@@ -25,6 +25,7 @@ from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import NetworkMode, load_settings
 from qtg_runner.db.embedded import database_url
 from qtg_runner.db.migrate import migrate
+from qtg_runner.db.pool import operator_conninfo
 from qtg_runner.executors.sim import lane_baselines
 from qtg_runner.log import configure
 from qtg_runner.loop import WorkerEntry
@@ -179,7 +180,8 @@ async def run_demo(dsn: str, network: NetworkMode, scale: float, timeout: float)
     ctx = runtime.context(16)
     run_tag = time.strftime("%Y%m%d-%H%M%S")
     ids: dict[int, DemoMovement] = {}
-    async with runtime.pool.connection() as conn:
+    operator = operator_conninfo(dsn, network, "qtg-demo-operator")
+    async with await AsyncConnection.connect(operator, autocommit=True) as conn:
         for lane, params in lane_baselines(scale).items():
             await conn.execute(
                 "SELECT upsert_lane_baseline(%s, %s::numeric, %s::numeric)",

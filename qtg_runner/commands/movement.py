@@ -1,7 +1,8 @@
 """`qtg movement ...`: create, approve, cancel and inspect movements.
 
 Every sub-command calls the network's procedures or reads its views, logged
-in as the network's runner role, exactly as an operator would in psql.
+in as the network's operator role (qtg_<network>_operator), exactly as an
+operator would in psql.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rich.table import Table
 from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import load_settings
 from qtg_runner.db.embedded import database_url
-from qtg_runner.db.pool import runner_conninfo
+from qtg_runner.db.pool import operator_conninfo
 
 app = typer.Typer(help="Create, approve, cancel and inspect movements.", no_args_is_help=True)
 out = Console()
@@ -40,7 +41,7 @@ class ProcedureError(Exception):
 @contextmanager
 def connect(network: str | None) -> Iterator[psycopg.Connection[Any]]:
     net = resolve_network(network)
-    conninfo = runner_conninfo(database_url(load_settings()), net, "qtg-cli")
+    conninfo = operator_conninfo(database_url(load_settings()), net, "qtg-cli")
     try:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             yield conn

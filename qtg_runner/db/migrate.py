@@ -150,7 +150,7 @@ def install_functions(dsn: str, *, sql_root: Path | None = None) -> MigrateResul
             )
             for path in _files(fn_dir) + _files(fn_dir / "views"):
                 _run_file(conn, path, root, network=net)
-            conn.execute("SELECT qtg_admin.grant_runner_privileges(%s)", [net])
+            conn.execute("SELECT qtg_admin.grant_network_privileges(%s)", [net])
         conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
         result = MigrateResult(
             common_routines=_count_routines(conn, COMMON_SCHEMA),

@@ -21,6 +21,10 @@ def runner_role(network: NetworkMode) -> str:
     return f"qtg_{network}_runner"
 
 
+def operator_role(network: NetworkMode) -> str:
+    return f"qtg_{network}_operator"
+
+
 def runner_conninfo(admin_dsn: str, network: NetworkMode, application_name: str) -> str:
     """The DSN a runner of ``network`` uses.
 
@@ -29,10 +33,26 @@ def runner_conninfo(admin_dsn: str, network: NetworkMode, application_name: str)
     the user swapped for the runner role (enough for the embedded server and
     trust or peer authentication).
     """
-    explicit = os.environ.get("QTG_RUNNER_DATABASE_URL", "").strip()
+    return _bound_conninfo(
+        admin_dsn, network, application_name, runner_role(network), "QTG_RUNNER_DATABASE_URL"
+    )
+
+
+def operator_conninfo(admin_dsn: str, network: NetworkMode, application_name: str) -> str:
+    """The DSN operator commands (create, approve, cancel) use: the network's
+    operator role, from QTG_OPERATOR_DATABASE_URL or the admin DSN, as above."""
+    return _bound_conninfo(
+        admin_dsn, network, application_name, operator_role(network), "QTG_OPERATOR_DATABASE_URL"
+    )
+
+
+def _bound_conninfo(
+    admin_dsn: str, network: NetworkMode, application_name: str, role: str, explicit_env: str
+) -> str:
+    explicit = os.environ.get(explicit_env, "").strip()
     params: dict[str, Any] = conninfo_to_dict(explicit or admin_dsn)
     if not explicit:
-        params["user"] = runner_role(network)
+        params["user"] = role
         params.pop("password", None)
     # PGOPTIONS (e.g. -c qtg.now=... to pin the database clock in a drill) is
     # kept: libpq would otherwise drop it in favour of these options

@@ -36,3 +36,5 @@ BEGIN
     RETURN 'APPROVED';
 END
 $$;
+
+COMMENT ON FUNCTION approve_movement IS 'access: operator';

@@ -19,3 +19,5 @@ BEGIN
     RETURN stop_movement(p_movement_id, 'CANCELLED', p_actor, p_reason);
 END
 $$;
+
+COMMENT ON FUNCTION cancel_movement IS 'access: operator';

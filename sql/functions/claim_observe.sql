@@ -73,3 +73,5 @@ BEGIN
       JOIN movement_requests request ON request.id = claimed.request_id;
 END
 $$;
+
+COMMENT ON FUNCTION claim_observe IS 'access: runner';

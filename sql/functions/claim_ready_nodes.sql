@@ -93,3 +93,5 @@ BEGIN
      ORDER BY claimed.priority DESC, claimed.id;
 END
 $$;
+
+COMMENT ON FUNCTION claim_ready_nodes IS 'access: runner';

@@ -82,3 +82,5 @@ BEGIN
      ORDER BY claimed.id;
 END
 $$;
+
+COMMENT ON FUNCTION claim_recovery_nodes IS 'access: runner';

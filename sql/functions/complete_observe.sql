@@ -75,3 +75,5 @@ BEGIN
     RETURN NEXT;
 END
 $$;
+
+COMMENT ON FUNCTION complete_observe IS 'access: runner';

@@ -100,3 +100,5 @@ BEGIN
     RETURN v_to;
 END
 $$;
+
+COMMENT ON FUNCTION complete_recovery IS 'access: runner';

@@ -50,3 +50,5 @@ BEGIN
     RETURN v_to;
 END
 $$;
+
+COMMENT ON FUNCTION complete_submit IS 'access: runner';

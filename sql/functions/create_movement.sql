@@ -201,3 +201,5 @@ BEGIN
     RETURN NEXT;
 END
 $$;
+
+COMMENT ON FUNCTION create_movement IS 'access: operator';

@@ -42,3 +42,5 @@ BEGIN
     RETURN v_expired;
 END
 $$;
+
+COMMENT ON FUNCTION expire_movements IS 'access: runner';

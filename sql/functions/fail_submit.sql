@@ -88,3 +88,5 @@ BEGIN
     RETURN v_to;
 END
 $$;
+
+COMMENT ON FUNCTION fail_submit IS 'access: runner';

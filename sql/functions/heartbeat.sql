@@ -46,3 +46,5 @@ BEGIN
            last_error                = excluded.last_error;
 END
 $$;
+
+COMMENT ON FUNCTION heartbeat IS 'access: runner';

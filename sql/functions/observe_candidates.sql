@@ -28,3 +28,5 @@ BEGIN
      LIMIT p_max;
 END
 $$;
+
+COMMENT ON FUNCTION observe_candidates IS 'access: runner';

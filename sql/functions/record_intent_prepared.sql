@@ -58,3 +58,5 @@ BEGIN
     RETURN v_intent.id;
 END
 $$;
+
+COMMENT ON FUNCTION record_intent_prepared IS 'access: runner';

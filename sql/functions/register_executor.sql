@@ -48,3 +48,5 @@ BEGIN
     END IF;
 END
 $$;
+
+COMMENT ON FUNCTION register_executor IS 'access: runner';

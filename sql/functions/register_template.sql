@@ -22,3 +22,5 @@ BEGIN
                         jsonb_build_object('plan', p_plan));
 END
 $$;
+
+COMMENT ON FUNCTION register_template IS 'access: operator';

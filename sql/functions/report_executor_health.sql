@@ -25,3 +25,5 @@ BEGIN
            reported_by = excluded.reported_by, checked_at = excluded.checked_at;
 END
 $$;
+
+COMMENT ON FUNCTION report_executor_health IS 'access: runner';

@@ -47,3 +47,5 @@ BEGIN
     RETURN v_started;
 END
 $$;
+
+COMMENT ON FUNCTION start_approved_movements IS 'access: runner';

@@ -47,3 +47,5 @@ BEGIN
     RETURN v_row;
 END
 $$;
+
+COMMENT ON FUNCTION upsert_lane_baseline IS 'access: operator';

@@ -11,3 +11,5 @@ BEGIN
     RETURN FOUND;
 END
 $$;
+
+COMMENT ON FUNCTION worker_stopped IS 'access: runner';

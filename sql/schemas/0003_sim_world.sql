@@ -24,5 +24,11 @@ CREATE TABLE qtg_sim.side_effects (
 CREATE INDEX side_effects_node_idx ON qtg_sim.side_effects (network, node_id);
 ALTER TABLE qtg_sim.side_effects OWNER TO qtg_owner;
 
+-- each network's runner sees and writes only its own network's rows
+ALTER TABLE qtg_sim.side_effects ENABLE ROW LEVEL SECURITY;
+CREATE POLICY side_effects_own_network ON qtg_sim.side_effects
+    USING (current_user = 'qtg_' || network || '_runner')
+    WITH CHECK (current_user = 'qtg_' || network || '_runner');
+
 GRANT USAGE ON SCHEMA qtg_sim TO qtg_mainnet_runner, qtg_testnet_runner;
 GRANT SELECT, INSERT, UPDATE ON qtg_sim.side_effects TO qtg_mainnet_runner, qtg_testnet_runner;

@@ -1,0 +1,197 @@
+"""The claims stay cheap as history grows: with a million finished nodes in the
+network, every claim reads its partial index, never the whole node table.
+
+The plans are those PostgreSQL actually chose for the statements inside the
+procedures, captured with auto_explain while the procedures run (nested
+statements, logged to the client as notices), so the test follows the
+procedures as they are written rather than a copy of their queries.
+
+One database is built for the whole module: 250,000 COMPLETED movements with 4
+COMPLETED nodes each (one INSERT ... SELECT per table), plus a few hundred live
+movements made through the procedures: READY, SUBMITTED (due), SUBMITTING with
+an expired lease, and APPROVED not yet started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import create_database, drop_database, dsn_for
+from engine import bind, node, pin_clock, plan, register_sim
+
+HISTORY_MOVEMENTS = 250_000
+NODES_PER_MOVEMENT = 4
+LIVE_MOVEMENTS = 300  # started: READY, then some claimed and submitted
+CLAIMED = 150  # of those, claimed (SUBMITTING) ...
+SUBMITTED = 100  # ... and of those, submitted (observable)
+APPROVED = 50  # approved, not started
+
+SETUP_AT = "2026-01-01 00:00:00+00"
+LATER = "2026-01-01 01:00:00+00"  # observations due, dispatcher leases expired
+
+ONE_NODE_PLAN = json.dumps(plan(node("a")))
+
+
+def _load_history(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        """
+        INSERT INTO movement_requests (external_id, request_state, plan, amount, asset, created_by,
+                                       approved_by, open_nodes, created_at, approved_at, started_at,
+                                       finished_at, updated_at)
+        SELECT 'history-' || g, 'COMPLETED', '{"nodes": []}', 100, 'USDC', 'alice', 'bob', 0,
+               t, t, t, t + interval '5 minutes', t + interval '5 minutes'
+          FROM generate_series(1, %(n)s) g
+         CROSS JOIN LATERAL (SELECT timestamptz '2025-01-01' + g * interval '1 minute' AS t) at
+        """,
+        {"n": HISTORY_MOVEMENTS},
+    )
+    conn.execute(
+        """
+        INSERT INTO movement_request_nodes (request_id, node_key, executor_key, has_side_effect,
+                                            node_config, lane, node_state, pending_parents,
+                                            claim_token, submit_attempts, external_ref,
+                                            submitted_at, observe_started_at, observe_count,
+                                            created_at, updated_at, finished_at)
+        SELECT r.id, 'n' || k, 'sim', true, '{"lane": "default"}', 'default', 'COMPLETED', 0,
+               1, 1, 'ref-' || r.id || '-' || k, r.started_at, r.started_at, 1,
+               r.created_at, r.finished_at, r.finished_at
+          FROM movement_requests r
+         CROSS JOIN generate_series(1, %(k)s) k
+         WHERE r.request_state = 'COMPLETED'
+        """,
+        {"k": NODES_PER_MOVEMENT},
+    )
+
+
+def _create_live(conn: psycopg.Connection[Any]) -> None:
+    def create_approved(prefix: str, count: int) -> None:
+        conn.execute(
+            """SELECT approve_movement(m.movement_id, 'bob')
+                 FROM generate_series(1, %s) g
+                CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb,
+                                                   p_actor => 'alice') m""",
+            (count, prefix, ONE_NODE_PLAN),
+        )
+
+    create_approved("live-", LIVE_MOVEMENTS)
+    conn.execute("SELECT start_approved_movements(1000)")
+    conn.execute("SELECT count(*) FROM claim_ready_nodes('dispatcher', %s, 60)", (CLAIMED,))
+    conn.execute(
+        """SELECT complete_submit(id, claim_token, 'tx-' || id)
+             FROM (SELECT id, claim_token FROM movement_request_nodes
+                    WHERE node_state = 'SUBMITTING' ORDER BY id LIMIT %s) claimed""",
+        (SUBMITTED,),
+    )
+    create_approved("waiting-", APPROVED)
+
+
+@pytest.fixture(scope="module")
+def history_dsn(pg_server: str, template_db: str) -> Iterator[str]:
+    """Superuser DSN of this module's database: a million finished nodes plus live work."""
+    name = f"qtg_plans_{os.getpid()}"
+    drop_database(pg_server, name)
+    create_database(pg_server, name, template_db)
+    dsn = dsn_for(pg_server, dbname=name)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            bind(conn)
+            pin_clock(conn, SETUP_AT)
+            register_sim(conn)
+            with conn.transaction():
+                # consistent by construction: skip the per-row foreign key triggers
+                conn.execute("SET LOCAL session_replication_role = replica")
+                _load_history(conn)
+                conn.execute("SET LOCAL session_replication_role = origin")
+                _create_live(conn)
+            conn.execute("VACUUM ANALYZE movement_requests, movement_request_nodes, node_intents")
+            counts = dict(
+                conn.execute(
+                    "SELECT node_state::text, count(*) FROM movement_request_nodes GROUP BY 1"
+                ).fetchall()
+            )
+        assert counts == {
+            "COMPLETED": HISTORY_MOVEMENTS * NODES_PER_MOVEMENT,
+            "READY": LIVE_MOVEMENTS - CLAIMED,
+            "SUBMITTING": CLAIMED - SUBMITTED,
+            "SUBMITTED": SUBMITTED,
+            "PENDING": APPROVED,
+        }
+        yield dsn
+    finally:
+        drop_database(pg_server, name)
+
+
+def _walk(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _walk(child)
+
+
+def explained(dsn: str, call: str) -> list[dict[str, Any]]:
+    """Every plan node of every statement that ``call`` ran (nested ones included),
+    as auto_explain reported them; the call's effects are rolled back."""
+    plans: list[dict[str, Any]] = []
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        message = diag.message_primary or ""
+        if "plan:" in message and "{" in message:
+            plans.append(json.loads(message[message.index("{") :]))
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        bind(conn)
+        pin_clock(conn, LATER)
+        conn.execute("LOAD 'auto_explain'")
+        conn.execute("SET auto_explain.log_min_duration = 0")
+        conn.execute("SET auto_explain.log_nested_statements = on")
+        conn.execute("SET auto_explain.log_format = 'json'")
+        conn.execute("SET auto_explain.log_level = 'notice'")
+        conn.execute("SET client_min_messages = notice")
+        conn.add_notice_handler(on_notice)
+        with conn.transaction(force_rollback=True):
+            rows = conn.execute(call).fetchall()
+    assert rows, f"{call} returned nothing"
+    nodes = [node for plan in plans for node in _walk(plan["Plan"])]
+    assert nodes, "auto_explain reported no plans"
+    return nodes
+
+
+def index_scans(nodes: list[dict[str, Any]]) -> set[str]:
+    return {node["Index Name"] for node in nodes if "Index Name" in node}
+
+
+def seq_scanned(nodes: list[dict[str, Any]]) -> set[str]:
+    return {node["Relation Name"] for node in nodes if node["Node Type"] == "Seq Scan"}
+
+
+def test_claim_ready_nodes_reads_the_ready_index(history_dsn: str) -> None:
+    nodes = explained(history_dsn, "SELECT * FROM claim_ready_nodes('w1', 10)")
+
+    assert "movement_request_nodes_ready_idx" in index_scans(nodes)
+    assert "movement_request_nodes" not in seq_scanned(nodes)
+
+
+def test_observe_candidates_reads_the_observable_index(history_dsn: str) -> None:
+    nodes = explained(history_dsn, "SELECT * FROM observe_candidates(50)")
+
+    assert "movement_request_nodes_observable_idx" in index_scans(nodes)
+    assert "movement_request_nodes" not in seq_scanned(nodes)
+    assert "movement_requests" not in seq_scanned(nodes)
+
+
+def test_claim_recovery_nodes_reads_the_recoverable_index(history_dsn: str) -> None:
+    nodes = explained(history_dsn, "SELECT * FROM claim_recovery_nodes('r1', 10)")
+
+    assert "movement_request_nodes_recoverable_idx" in index_scans(nodes)
+    assert "movement_request_nodes" not in seq_scanned(nodes)
+
+
+def test_start_approved_movements_reads_the_approved_index(history_dsn: str) -> None:
+    nodes = explained(history_dsn, "SELECT start_approved_movements(10)")
+
+    assert "movement_requests_approved_idx" in index_scans(nodes)
+    assert not {"movement_requests", "movement_request_nodes"} & seq_scanned(nodes)
