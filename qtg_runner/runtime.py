@@ -171,6 +171,10 @@ async def supervise(
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
     if crashed:
+        # a worker cancelled during its own worker_stopped call would stay live;
+        # every task has ended now, so mark them all stopped once more
+        for entry in entries:
+            await _mark_stopped(ctx, entry)
         event(logging.CRITICAL, "supervisor_failed", network=ctx.network, instance=ctx.instance_id)
         return 1
     event(logging.INFO, "supervisor_stopped", network=ctx.network, instance=ctx.instance_id)

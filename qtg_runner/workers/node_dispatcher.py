@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from decimal import Decimal
 from typing import Any
+
+from psycopg.rows import dict_row
 
 from qtg_runner.executors.base import ExecutorError, NodeWork
 from qtg_runner.failpoints import failpoint
@@ -28,9 +29,9 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
         started = (
             await (await conn.execute("SELECT start_approved_movements(100)")).fetchone() or [0]
         )[0]
-        cur = await conn.execute("SELECT * FROM claim_ready_nodes(%s, %s)", (worker_id, BATCH_SIZE))
-        names = [c.name for c in cur.description or ()]
-        claims = [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute("SELECT * FROM claim_ready_nodes(%s, %s)", (worker_id, BATCH_SIZE))
+            claims = await cur.fetchall()
     if started:
         event(logging.INFO, "movements_started", network=ctx.network, count=started)
 
@@ -59,24 +60,8 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
     return len(claims) + int(started)
 
 
-def _work(ctx: WorkerContext, claim: dict[str, Any]) -> NodeWork:
-    return NodeWork(
-        node_id=claim["node_id"],
-        request_id=claim["request_id"],
-        claim_token=claim["claim_token"],
-        node_key=claim["node_key"],
-        executor_key=claim["executor_key"],
-        node_config=claim["node_config"],
-        lane=claim["lane"],
-        amount=Decimal(claim["amount"]),
-        asset=claim["asset"],
-        idempotency_key=claim["idempotency_key"],
-        network=ctx.network,
-    )
-
-
 async def dispatch(ctx: WorkerContext, worker_id: str, claim: dict[str, Any]) -> None:
-    work = _work(ctx, claim)
+    work = NodeWork.from_claim(claim, ctx.network)
     fields = dict(
         network=ctx.network,
         worker="node_dispatcher",

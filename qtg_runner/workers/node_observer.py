@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from decimal import Decimal
+
+from psycopg.rows import dict_row
 
 from qtg_runner.executors.base import ExecutorError, NodeWork, ObserveResult, ObserveStatus
 from qtg_runner.log import event
@@ -60,30 +61,15 @@ async def observe_one(
 ) -> bool:
     """Claim, observe and report one node in one transaction. False on a claim miss."""
     async with ctx.pool.connection() as conn, conn.transaction():
-        async with conn.transaction():  # the savepoint around the per-ID claim
-            cur = await conn.execute(
+        # the savepoint around the per-ID claim
+        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
                 "SELECT * FROM claim_observe(%s, %s, %s)", (node_id, worker_id, movement_id)
             )
-            names = [c.name for c in cur.description or ()]
-            row = await cur.fetchone()
-        if row is None:
+            claim = await cur.fetchone()
+        if claim is None:
             return False
-        claim = dict(zip(names, row, strict=True))
-        work = NodeWork(
-            node_id=claim["node_id"],
-            request_id=claim["request_id"],
-            claim_token=claim["claim_token"],
-            node_key=claim["node_key"],
-            executor_key=claim["executor_key"],
-            node_config=claim["node_config"],
-            lane=claim["lane"],
-            amount=Decimal(claim["amount"]),
-            asset=claim["asset"],
-            idempotency_key=(claim["intent"] or {}).get("idempotency_key"),
-            external_ref=claim["external_ref"],
-            intent=claim["intent"],
-            network=ctx.network,
-        )
+        work = NodeWork.from_claim(claim, ctx.network)
         executor = ctx.executors.get(work.executor_key)
         result: ObserveResult
         if executor is None:

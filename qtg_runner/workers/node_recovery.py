@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
-from decimal import Decimal
+
+from psycopg.rows import dict_row
 
 from qtg_runner.executors.base import ExecutorError, NodeWork, RecoveryOutcome, RecoveryResult
 from qtg_runner.log import event
@@ -21,30 +22,12 @@ RECOVERY_RETRY_SECONDS = 30.0
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    async with ctx.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT * FROM claim_recovery_nodes(%s, %s)", (worker_id, BATCH_SIZE)
-        )
-        names = [c.name for c in cur.description or ()]
-        claims = [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
+    async with ctx.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute("SELECT * FROM claim_recovery_nodes(%s, %s)", (worker_id, BATCH_SIZE))
+        claims = await cur.fetchall()
 
     for claim in claims:
-        intent = claim["intent"] or {}
-        work = NodeWork(
-            node_id=claim["node_id"],
-            request_id=claim["request_id"],
-            claim_token=claim["claim_token"],
-            node_key=claim["node_key"],
-            executor_key=claim["executor_key"],
-            node_config=claim["node_config"],
-            lane=claim["lane"],
-            amount=Decimal(claim["amount"]),
-            asset=claim["asset"],
-            idempotency_key=intent.get("idempotency_key"),
-            external_ref=claim["external_ref"],
-            intent=intent or None,
-            network=ctx.network,
-        )
+        work = NodeWork.from_claim(claim, ctx.network)
         executor = ctx.executors.get(work.executor_key)
         try:
             if executor is None:

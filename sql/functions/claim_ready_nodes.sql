@@ -39,15 +39,7 @@ AS $$
 DECLARE
     v_now timestamptz := clock();
 BEGIN
-    IF p_worker IS NULL OR btrim(p_worker) = '' THEN
-        RAISE EXCEPTION 'claim_ready_nodes needs the worker''s name' USING ERRCODE = 'QT002';
-    END IF;
-    IF p_max IS NULL OR p_max < 1 OR p_max > 1000 THEN
-        RAISE EXCEPTION 'p_max must be between 1 and 1000, got %', p_max USING ERRCODE = 'QT002';
-    END IF;
-    IF p_lease_seconds IS NULL OR p_lease_seconds <= 0 THEN
-        RAISE EXCEPTION 'p_lease_seconds must be positive, got %', p_lease_seconds USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_claim_args('claim_ready_nodes', p_worker, p_max, p_lease_seconds);
 
     RETURN QUERY
     WITH candidates AS (

@@ -65,9 +65,7 @@ BEGIN
                             v_node.node_state::text, v_to::text,
                             jsonb_build_object('outcome', p_outcome, 'phase', v_pacing.phase, 'evidence', p_evidence));
     END IF;
-    IF v_to IN ('COMPLETED', 'FAILED') THEN
-        PERFORM finish_node(p_node_id, v_node.request_id, v_to, v_node.claimed_by);
-    END IF;
+    PERFORM follow_node_transition(p_node_id, v_node.request_id, v_to, v_node.claimed_by);
 
     node_state := v_to;
     observe_phase := v_pacing.phase;

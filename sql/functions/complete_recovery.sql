@@ -84,20 +84,7 @@ BEGIN
                         v_node.node_state::text, v_to::text,
                         jsonb_build_object('outcome', p_outcome, 'evidence', p_evidence, 'external_ref', p_external_ref));
 
-    IF v_to IN ('COMPLETED', 'FAILED') THEN
-        PERFORM finish_node(p_node_id, v_node.request_id, v_to, v_node.claimed_by);
-    ELSIF v_to = 'SKIPPED' THEN
-        UPDATE movement_requests SET open_nodes = open_nodes - 1, updated_at = v_now WHERE id = v_node.request_id;
-        PERFORM settle_request(v_node.request_id, v_node.claimed_by);
-    ELSIF v_to = 'READY' THEN
-        -- an expiry waived for this side effect no longer holds if it never happened
-        IF recheck_expiry(v_node.request_id, v_node.claimed_by) THEN
-            v_to := 'SKIPPED';
-        ELSE
-            PERFORM notify_work('ready');
-        END IF;
-    END IF;
-    RETURN v_to;
+    RETURN follow_node_transition(p_node_id, v_node.request_id, v_to, v_node.claimed_by);
 END
 $$;
 

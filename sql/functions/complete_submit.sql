@@ -44,10 +44,7 @@ BEGIN
     PERFORM write_audit(v_node.claimed_by, 'node', p_node_id::text, v_node.request_id, 'state_changed',
                         'SUBMITTING', v_to::text,
                         jsonb_build_object('external_ref', p_external_ref, 'evidence', p_evidence));
-    IF p_settled THEN
-        PERFORM finish_node(p_node_id, v_node.request_id, 'COMPLETED', v_node.claimed_by);
-    END IF;
-    RETURN v_to;
+    RETURN follow_node_transition(p_node_id, v_node.request_id, v_to, v_node.claimed_by);
 END
 $$;
 
