@@ -5,14 +5,17 @@ carries (so the database can validate plans that name it) and builds the
 worker context. ``supervise`` runs the chosen workers in one asyncio.TaskGroup:
 
   core workers (node_dispatcher, node_observer, node_recovery) fail fast: a
-  crash cancels every other worker and the process exits non-zero;
+  crash stops every other worker and the process exits 1;
   sidecars (expiration_checker, ...) are isolated: a crash is logged with its
-  traceback and the others keep running.
+  traceback and the others keep running. The crashed sidecar's heartbeat is
+  left live, so the stalled_workers view shows it within two intervals.
 
-SIGTERM and SIGINT set the stop event: every loop finishes its current batch
-(a dispatcher finishes the submits it started, so nothing is left claimed and
-unreported beyond what recovery resolves from the intent), marks its heartbeat
-not live, and the process exits 0.
+A stop (SIGTERM, SIGINT, or a core crash) sets the stop event: every loop
+finishes its current batch (a dispatcher finishes the submits it started, so
+nothing is left claimed and unreported beyond what recovery resolves from the
+intent) and marks its heartbeat not live. A batch still running after
+STOP_GRACE_SECONDS (a hung external call) is cancelled; recovery resolves
+what it leaves. Exit code 0 after a signal, 1 after a core crash.
 """
 
 from __future__ import annotations
@@ -39,10 +42,6 @@ from qtg_runner.executors.sim import SimExecutor
 from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext, WorkerEntry, run_worker
 from qtg_runner.wakeup import Wakeup
-
-
-class CoreWorkerCrashed(RuntimeError):
-    """A core worker raised: the supervisor tore everything down."""
 
 
 def new_instance_id() -> str:
@@ -106,42 +105,63 @@ class Runtime:
         await self.side_pool.close()
 
 
+STOP_GRACE_SECONDS = 30.0
+
+
 async def _mark_stopped(ctx: WorkerContext, entry: WorkerEntry) -> None:
     with contextlib.suppress(Exception):
         async with ctx.pool.connection(timeout=5) as conn:
             await conn.execute("SELECT worker_stopped(%s, %s)", (entry.name, ctx.instance_id))
 
 
-async def _run_entry(entry: WorkerEntry, ctx: WorkerContext, wake: asyncio.Event) -> None:
+async def _run_entry(
+    entry: WorkerEntry, ctx: WorkerContext, wake: asyncio.Event, crashed: list[str]
+) -> None:
+    """Run one worker under its tier's policy. Never raises but for cancellation."""
     try:
         await run_worker(entry, ctx, wake)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        if entry.tier == "core":
-            # stop every loop at its next check too: the TaskGroup cancels each task
-            # once, and a cancellation that lands as a pooled connection is handed
-            # over is lost (asyncio.wait_for in Python 3.11), leaving a worker ticking
-            ctx.stopping.set()
-            event(
-                logging.CRITICAL,
-                "core_worker_crashed",
-                network=ctx.network,
-                worker=entry.name,
-                error=f"{type(exc).__name__}: {exc}",
-                traceback=traceback.format_exc(),
-            )
-            raise CoreWorkerCrashed(f"core worker {entry.name} crashed: {exc!r}") from exc
+        tier_event = "core_worker_crashed" if entry.tier == "core" else "sidecar_crashed"
         event(
-            logging.ERROR,
-            "sidecar_crashed",
+            logging.CRITICAL if entry.tier == "core" else logging.ERROR,
+            tier_event,
             network=ctx.network,
             worker=entry.name,
             error=f"{type(exc).__name__}: {exc}",
             traceback=traceback.format_exc(),
         )
-    finally:
-        await _mark_stopped(ctx, entry)
+        if entry.tier == "core":
+            crashed.append(entry.name)
+            ctx.stopping.set()  # fail fast: every other loop stops after its batch
+        # a crashed sidecar stays live in worker_heartbeats: it shows as stalled
+        return
+    await _mark_stopped(ctx, entry)
+
+
+async def _bound_stop(ctx: WorkerContext, tasks: list[asyncio.Task[None]]) -> None:
+    """Once a stop is asked, give the workers STOP_GRACE_SECONDS, then cancel.
+    If every worker ends by itself (only crashed sidecars were running), stop."""
+    stop_asked = asyncio.ensure_future(ctx.stopping.wait())
+    all_ended = asyncio.ensure_future(asyncio.wait(tasks))
+    await asyncio.wait({stop_asked, all_ended}, return_when=asyncio.FIRST_COMPLETED)
+    if not ctx.stopping.is_set():
+        stop_asked.cancel()
+        event(logging.ERROR, "no_worker_left", network=ctx.network, instance=ctx.instance_id)
+        ctx.stopping.set()  # ends the wake-up listener too
+        return
+    all_ended.cancel()
+    _, pending = await asyncio.wait(tasks, timeout=STOP_GRACE_SECONDS)
+    for task in pending:
+        event(
+            logging.ERROR,
+            "worker_cancelled_at_stop",
+            network=ctx.network,
+            grace_s=STOP_GRACE_SECONDS,
+            worker=task.get_name(),
+        )
+        task.cancel()
 
 
 async def supervise(
@@ -155,27 +175,29 @@ async def supervise(
     if install_signal_handlers:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, ctx.stopping.set)
-    crashed = False
+    crashed: list[str] = []
     try:
         wakes = [wakeup.subscribe(e.wake_on) if wakeup else asyncio.Event() for e in entries]
         async with asyncio.TaskGroup() as group:
             if wakeup is not None:
-                group.create_task(wakeup.run(ctx.stopping))
-            for entry, wake in zip(entries, wakes, strict=True):
-                group.create_task(_run_entry(entry, ctx, wake))
-    except* CoreWorkerCrashed:
-        ctx.stopping.set()
-        crashed = True
+                group.create_task(wakeup.run(ctx.stopping), name="wakeup")
+            tasks = [
+                group.create_task(_run_entry(entry, ctx, wake, crashed), name=entry.name)
+                for entry, wake in zip(entries, wakes, strict=True)
+            ]
+            group.create_task(_bound_stop(ctx, tasks), name="bound_stop")
     finally:
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
     if crashed:
-        # a worker cancelled during its own worker_stopped call would stay live;
-        # every task has ended now, so mark them all stopped once more
-        for entry in entries:
-            await _mark_stopped(ctx, entry)
-        event(logging.CRITICAL, "supervisor_failed", network=ctx.network, instance=ctx.instance_id)
+        event(
+            logging.CRITICAL,
+            "supervisor_failed",
+            network=ctx.network,
+            instance=ctx.instance_id,
+            crashed=",".join(crashed),
+        )
         return 1
     event(logging.INFO, "supervisor_stopped", network=ctx.network, instance=ctx.instance_id)
     return 0

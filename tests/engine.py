@@ -120,7 +120,9 @@ def request_state(conn: psycopg.Connection[Any], movement_id: int) -> str:
     return str(row[0])
 
 
-def claim(conn: psycopg.Connection[Any], worker: str = "w1", max_nodes: int = 100) -> list[dict[str, Any]]:
+def claim(
+    conn: psycopg.Connection[Any], worker: str = "w1", max_nodes: int = 100
+) -> list[dict[str, Any]]:
     """claim_ready_nodes as a list of dicts (node_id, claim_token, node_key, ...)."""
     cur = conn.execute("SELECT * FROM claim_ready_nodes(%s, %s)", (worker, max_nodes))
     names = [c.name for c in cur.description or ()]

@@ -9,7 +9,9 @@
 --                  (SKIPPED if a stop was requested).
 --   STILL_UNKNOWN  no conclusion yet: UNKNOWN, looked at again after
 --                  p_retry_after_seconds (default 60).
--- Fenced by the claim token (QT030). Locks: request, node, intent.
+-- Fenced by the claim token (QT030); accepted after the recovery lease ran out
+-- while no other recovery claim has taken the node (evidence stays evidence).
+-- Locks: request, node, intent.
 CREATE OR REPLACE FUNCTION complete_recovery(
     p_node_id             bigint,
     p_claim_token         bigint,

@@ -2,7 +2,11 @@
 -- pacing), or SUBMITTING -> COMPLETED when p_settled says the submit itself
 -- finished the work (no observation needed). Records the external reference
 -- (tx hash, exchange withdrawal id) on the node and the intent.
--- Fenced by the claim token (QT030). Locks: request, node, intent.
+-- Fenced by the claim token (QT030). A report that arrives after the claim's
+-- lease ran out is still accepted while the token is current (no recovery has
+-- claimed the node): the side effect has happened and its reference is the
+-- truth. Only record_intent_prepared refuses an expired lease, because it comes
+-- before the side effect. Locks: request, node, intent.
 CREATE OR REPLACE FUNCTION complete_submit(
     p_node_id      bigint,
     p_claim_token  bigint,

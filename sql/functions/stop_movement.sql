@@ -21,7 +21,9 @@ BEGIN
         RAISE EXCEPTION 'movement % does not exist', p_movement_id USING ERRCODE = 'QT010',
             HINT = 'Check the movement id and the network (schema) you are connected to.';
     END IF;
-    IF v_request.stop_reason = p_reason THEN
+    -- asking again for a stop already requested (or done) changes nothing; a
+    -- movement that ended otherwise (a node failed meanwhile) is terminal: QT020
+    IF v_request.stop_reason = p_reason AND v_request.request_state IN ('EXECUTING', p_reason) THEN
         RETURN v_request.request_state;
     END IF;
     IF v_request.request_state NOT IN ('PENDING_APPROVAL', 'APPROVED', 'EXECUTING') OR v_request.stop_reason IS NOT NULL THEN

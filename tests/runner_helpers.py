@@ -1,0 +1,188 @@
+"""Helpers for tests that run the runner as real processes (`qtg run`, `qtg worker`).
+
+Every wait is a condition polled with a deadline (``wait_until``); time-based
+rules are driven by pinning the database clock, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+
+from qtg_runner.executors.sim import SimExecutor
+
+QTG = str(Path(sys.executable).with_name("qtg"))
+T = TypeVar("T")
+
+# what the test process may carry that must not leak into a runner under test
+_SCRUBBED = ("QTG_FAILPOINTS", "PGOPTIONS", "QTG_RUNNER_DATABASE_URL", "QTG_DATABASE_URL",
+             "QTG_DATA_DIR", "MG_WORKERS_ENABLED", "QTG_NETWORK_MODE")
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float,
+    what: str = "condition",
+    every: float = 0.05,
+    alive: Sequence[RunnerProcess] = (),
+) -> T:
+    """Poll ``predicate`` every ``every`` seconds until it returns something truthy
+    (returned); fail the test once ``timeout`` seconds have passed, or at once when
+    one of the ``alive`` processes has exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        for process in alive:
+            if not process.alive():
+                raise AssertionError(
+                    f"waiting for {what}: exited with {process.proc.returncode}: "
+                    + process.describe()
+                )
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})")
+        time.sleep(every)
+
+
+def runner_env(dsn: str | None, *, workers: bool = True, **extra: str) -> dict[str, str]:
+    """The environment of a runner process: this test's database, testnet, the gate."""
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    if dsn is not None:
+        env["QTG_DATABASE_URL"] = dsn
+    env["QTG_NETWORK_MODE"] = "testnet"
+    env["MG_WORKERS_ENABLED"] = "true" if workers else "false"
+    env.update(extra)
+    return env
+
+
+class RunnerProcess:
+    """One `qtg ...` process, its stderr captured in a file we can read while it runs."""
+
+    def __init__(self, args: Sequence[str], env: dict[str, str], log_dir: Path, label: str):
+        self.args = list(args)
+        self.stdout_path = log_dir / f"{label}.stdout"
+        self.stderr_path = log_dir / f"{label}.stderr"
+        with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen([QTG, *args], env=env, stdout=out, stderr=err)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        """The exit code (negative: killed by that signal); fails the test on timeout."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"qtg {' '.join(self.args)} still running after {timeout}s; stderr:\n"
+                + self.stderr()[-4000:]
+            ) from None
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM, then the exit code."""
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def describe(self) -> str:
+        return f"qtg {' '.join(self.args)} (pid {self.pid}); stderr:\n{self.stderr()[-4000:]}"
+
+
+class Runners:
+    """Starts runner processes for one test and SIGKILLs any still running at the end."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[RunnerProcess] = []
+
+    def start(self, *args: str, env: dict[str, str]) -> RunnerProcess:
+        label = f"{len(self.started):02d}-{'-'.join(a.strip('-') for a in args)}"
+        process = RunnerProcess(args, env, self.log_dir, label)
+        self.started.append(process)
+        return process
+
+    def kill_all(self) -> None:
+        for process in self.started:
+            if process.alive():
+                process.signal(signal.SIGKILL)
+                process.proc.wait(timeout=10)
+
+
+@contextmanager
+def runners(log_dir: Path) -> Iterator[Runners]:
+    r = Runners(log_dir)
+    try:
+        yield r
+    finally:
+        r.kill_all()
+
+
+def register_runner_sim(conn: psycopg.Connection[Any]) -> None:
+    """Register the runner's own sim executor (its real config schema), as
+    `qtg run` does at start, so movements can be created before a runner runs."""
+    conn.execute(
+        "SELECT register_executor(%s, %s, %s::jsonb, %s)",
+        (
+            SimExecutor.key,
+            SimExecutor.has_side_effect,
+            json.dumps(SimExecutor.node_config_schema),
+            SimExecutor.description,
+        ),
+    )
+
+
+def heartbeats(conn: psycopg.Connection[Any], pid: int) -> dict[str, dict[str, Any]]:
+    """worker name -> its heartbeat row, for the runner process ``pid``."""
+    cur = conn.execute(
+        "SELECT worker_name, live, ticks, consecutive_errors, last_error, last_tick_at,"
+        " expected_interval_seconds, instance_id FROM worker_heartbeats WHERE pid = %s",
+        (pid,),
+    )
+    names = [c.name for c in cur.description or ()]
+    return {row[0]: dict(zip(names, row, strict=True)) for row in cur.fetchall()}
+
+
+def side_effects(conn: psycopg.Connection[Any]) -> dict[int, list[int]]:
+    """node id -> the submit_count of each of its sim side effects (testnet)."""
+    rows = conn.execute(
+        "SELECT node_id, submit_count FROM qtg_sim.side_effects WHERE network = 'testnet'"
+        " ORDER BY node_id, idempotency_key"
+    ).fetchall()
+    result: dict[int, list[int]] = {}
+    for node_id, count in rows:
+        result.setdefault(int(node_id), []).append(int(count))
+    return result
+
+
+def node_rows(conn: psycopg.Connection[Any]) -> dict[int, str]:
+    """node id -> state, for every node of the network."""
+    rows = conn.execute("SELECT id, node_state::text FROM movement_request_nodes").fetchall()
+    return {int(i): s for i, s in rows}
+
+
+def request_rows(conn: psycopg.Connection[Any]) -> dict[int, str]:
+    rows = conn.execute("SELECT id, request_state::text FROM movement_requests").fetchall()
+    return {int(i): s for i, s in rows}

@@ -1,0 +1,336 @@
+"""create_movement: plan validation, templates and idempotency on the external id.
+
+A rejected plan must raise its stable SQLSTATE (QT001 invalid plan, QT002 invalid
+argument, QT003 template problem, QT004 idempotency conflict) and write nothing:
+no request, node, edge, audit or callback row.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import (
+    assert_rejected,
+    bind,
+    create,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+    register_sim,
+    snapshot,
+)
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+Conn = psycopg.Connection[Any]
+
+CREATE = (
+    "SELECT movement_id, created FROM create_movement(%s, %s::numeric, %s::jsonb,"
+    " p_template => %s, p_params => %s::jsonb, p_expires_at => %s::timestamptz, p_actor => 'alice')"
+)
+TABLES = (
+    "movement_requests",
+    "movement_request_nodes",
+    "movement_plan_edges",
+    "node_intents",
+    "callback_outbox",
+    "audit_outbox",
+    "movement_templates",
+    "executors",
+)
+
+
+def at(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+@pytest.fixture
+def conn(db: TestDatabase) -> Conn:
+    c = bind(db.connect())
+    pin_clock(c, at(0))
+    register_sim(c)
+    return c
+
+
+def create_args(
+    external_id: str = "m1",
+    amount: str = "100",
+    the_plan: Any = None,
+    template: str | None = None,
+    params: Any = None,
+    expires_at: str | None = None,
+) -> tuple[Any, ...]:
+    return (
+        external_id,
+        amount,
+        None if the_plan is None else Jsonb(the_plan),
+        template,
+        None if params is None else Jsonb(params),
+        expires_at,
+    )
+
+
+def rejected(conn: Conn, sqlstate: str, match: str, **kw: Any) -> None:
+    error = assert_rejected(conn, sqlstate, CREATE, create_args(**kw), tables=TABLES)
+    assert match.lower() in str(error).lower(), f"rejected for another reason: {error}"
+
+
+def count(conn: Conn, table: str) -> int:
+    row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def cfg(**config: Any) -> dict[str, Any]:
+    return {"key": "a", "executor": "sim", "config": config, "depends_on": []}
+
+
+# --- plan validation ---------------------------------------------------------------------------
+
+INVALID_PLANS: dict[str, tuple[Any, str]] = {
+    "cycle of two": (plan(node("a", ["b"]), node("b", ["a"])), "cycle"),
+    "cycle of three": (plan(node("a", ["c"]), node("b", ["a"]), node("c", ["b"])), "cycle"),
+    "cycle behind a root": (
+        plan(node("r"), node("a", ["r", "c"]), node("b", ["a"]), node("c", ["b"])),
+        "cycle",
+    ),
+    "self-dependency": (plan(node("a", ["a"])), "depends on itself"),
+    "unknown dependency": (plan(node("a"), node("b", ["nope"])), "unknown node nope"),
+    "duplicate key": (plan(node("a"), node("a")), "appears twice"),
+    "unknown executor": (plan(node("a", executor="teleport")), "unknown executor"),
+    "missing required key": (plan(cfg(amount=1)), 'missing required key "lane"'),
+    "wrong type": (plan(cfg(lane=5)), 'key "lane" must be of type'),
+    "wrong number type": (plan(cfg(lane="l", amount="ten")), 'key "amount" must be of type'),
+    "schema minimum": (plan(cfg(lane="l", amount=0)), 'key "amount" must be greater than'),
+    "unknown key": (plan(cfg(lane="l", colour="red")), 'unknown key "colour"'),
+    "empty plan": (plan(), "1 to 500 nodes"),
+    "no nodes array": ({"steps": []}, '"nodes" array'),
+    "not an object": ([node("a")], '"nodes" array'),
+    "node without key": (plan({"executor": "sim", "config": {"lane": "l"}}), '"key"'),
+    "bad key": (plan(node("a b")), '"key"'),
+    "depends_on not a list": (plan({**node("b"), "depends_on": "a"}, node("a")), "depends_on"),
+}
+
+
+def test_invalid_plans_are_rejected_with_nothing_written(conn: Conn) -> None:
+    for name, (the_plan, match) in INVALID_PLANS.items():
+        try:
+            rejected(conn, "QT001", match, the_plan=the_plan)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from exc
+    assert count(conn, "movement_requests") == 0
+
+
+INVALID_ARGUMENTS: dict[str, tuple[dict[str, Any], str]] = {
+    "zero amount": ({"amount": "0"}, "amount must be positive"),
+    "negative amount": ({"amount": "-5"}, "amount must be positive"),
+    "seven decimals": ({"amount": "1.0000001"}, "more than 6 decimal places"),
+    "expiry in the past": ({"expires_at": at(-1)}, "not in the future"),
+    "expiry now": ({"expires_at": at(0)}, "not in the future"),
+    "empty external id": ({"external_id": ""}, "external id"),
+    "external id too long": ({"external_id": "x" * 201}, "external id"),
+    "plan and template": ({"template": "t"}, "exactly one"),
+}
+
+
+def test_invalid_arguments_are_rejected_with_nothing_written(conn: Conn) -> None:
+    for name, (kw, match) in INVALID_ARGUMENTS.items():
+        try:
+            rejected(conn, "QT002", match, the_plan=plan(node("a")), **kw)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from exc
+    rejected(conn, "QT002", "exactly one")  # neither a plan nor a template
+    assert count(conn, "movement_requests") == 0
+
+
+def test_the_boundaries_of_the_rules_are_accepted(conn: Conn) -> None:
+    """Just inside each rule: six decimals, expiry one second ahead, 64-char keys."""
+    long_key = "k" * 64
+    the_plan = plan(node(long_key), node("b", [long_key, long_key]))  # a repeated dependency
+    row = conn.execute(
+        CREATE, create_args(amount="0.000001", the_plan=the_plan, expires_at=at(1))
+    ).fetchone()
+    assert row is not None and row[1] is True
+    pending = dict(
+        conn.execute(
+            "SELECT node_key, pending_parents FROM movement_request_nodes WHERE request_id = %s",
+            (row[0],),
+        ).fetchall()
+    )
+    assert pending == {long_key: 0, "b": 1}  # counted once
+    assert count(conn, "movement_plan_edges") == 1
+
+
+def test_node_lane_comes_from_its_config(conn: Conn) -> None:
+    movement_id = create(conn, plan(node("a", lane="cctp-eth-base")), "m1")
+    lanes = conn.execute(
+        "SELECT lane FROM movement_request_nodes WHERE request_id = %s", (movement_id,)
+    ).fetchall()
+    assert lanes == [("cctp-eth-base",)]
+
+
+# --- templates ---------------------------------------------------------------------------------
+
+BRIDGE = {
+    "nodes": [
+        {
+            "key": "burn",
+            "executor": "sim",
+            "config": {"lane": {"$param": "lane"}, "amount": {"$param": "amount"}},
+            "depends_on": [],
+        },
+        {
+            "key": "mint",
+            "executor": "sim",
+            "config": {"lane": {"$param": "lane"}},
+            "depends_on": ["burn"],
+        },
+    ]
+}
+
+
+def test_a_template_is_compiled_with_its_params(conn: Conn) -> None:
+    conn.execute("SELECT register_template('bridge', %s, 'burn then mint')", (Jsonb(BRIDGE),))
+    params = {"lane": "eth-base", "amount": 25}
+    row = conn.execute(CREATE, create_args(template="bridge", params=params)).fetchone()
+    assert row is not None and row[1] is True
+    movement_id = row[0]
+    stored = conn.execute(
+        "SELECT template_name, template_params, plan FROM movement_requests WHERE id = %s",
+        (movement_id,),
+    ).fetchone()
+    assert stored is not None
+    assert stored[0:2] == ("bridge", params)
+    assert stored[2]["nodes"][0]["config"] == {"lane": "eth-base", "amount": 25}
+    nodes = conn.execute(
+        "SELECT node_key, node_config, lane, pending_parents FROM movement_request_nodes"
+        " WHERE request_id = %s ORDER BY id",
+        (movement_id,),
+    ).fetchall()
+    assert nodes == [
+        ("burn", {"lane": "eth-base", "amount": 25}, "eth-base", 0),
+        ("mint", {"lane": "eth-base"}, "eth-base", 1),
+    ]
+    # the same template and params under the same external id is a repeat
+    again = conn.execute(CREATE, create_args(template="bridge", params=params)).fetchone()
+    assert again == (movement_id, False)
+
+
+def test_template_problems_are_rejected_with_nothing_written(conn: Conn) -> None:
+    conn.execute("SELECT register_template('bridge', %s)", (Jsonb(BRIDGE),))
+    rejected(
+        conn,
+        "QT003",
+        'parameter "amount" is missing',
+        template="bridge",
+        params={"lane": "eth-base"},
+    )
+    rejected(conn, "QT003", 'parameter "lane" is missing', template="bridge", params=None)
+    rejected(conn, "QT003", "does not exist", template="no_such_template", params={})
+    # the substituted config is validated like an inline one
+    rejected(
+        conn,
+        "QT001",
+        'key "amount" must be greater than',
+        template="bridge",
+        params={"lane": "eth-base", "amount": -1},
+    )
+    assert count(conn, "movement_requests") == 0
+
+
+def test_register_template_rejects_what_could_never_compile(conn: Conn) -> None:
+    not_plans: list[Any] = [{"steps": []}, [node("a")], {"nodes": {"a": {}}}, None]
+    for the_plan in not_plans:
+        value = None if the_plan is None else Jsonb(the_plan)
+        assert_rejected(conn, "QT001", "SELECT register_template('t', %s)", (value,), tables=TABLES)
+    for name in ("Bridge", "", None, "9lives"):
+        assert_rejected(
+            conn, "QT002", "SELECT register_template(%s, %s)", (name, Jsonb(BRIDGE)), tables=TABLES
+        )
+
+
+# --- idempotency -------------------------------------------------------------------------------
+
+
+def test_the_same_request_again_returns_the_same_movement_and_writes_nothing(conn: Conn) -> None:
+    the_plan = plan(node("a"), node("b", ["a"]))
+    first = conn.execute(CREATE, create_args(the_plan=the_plan)).fetchone()
+    assert first is not None and first[1] is True
+    before = snapshot(conn, TABLES)
+    again = conn.execute(CREATE, create_args(the_plan=the_plan)).fetchone()
+    assert again == (first[0], False)
+    assert snapshot(conn, TABLES) == before
+    assert count(conn, "movement_requests") == 1
+
+
+def test_a_different_request_under_the_same_external_id_conflicts(conn: Conn) -> None:
+    the_plan = plan(node("a"), node("b", ["a"]))
+    conn.execute(CREATE, create_args(the_plan=the_plan))
+    rejected(conn, "QT004", "different plan", the_plan=plan(node("a")))
+    rejected(conn, "QT004", "different plan", the_plan=the_plan, amount="101")
+    conn.execute("SELECT register_template('bridge', %s)", (Jsonb(the_plan),))
+    rejected(conn, "QT004", "different plan", template="bridge", params={})
+    assert count(conn, "movement_requests") == 1
+
+
+def wait_until_blocked_on_a_lock(observer: Conn, pid: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = observer.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        if row is not None and row[0] == "Lock":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"backend {pid} never waited on a lock")
+
+
+@pytest.mark.parametrize("first_ends", ["commit", "rollback"])
+def test_concurrent_creates_with_one_external_id_make_one_movement(
+    db: TestDatabase, conn: Conn, first_ends: str
+) -> None:
+    the_plan = plan(node("a"), node("b", ["a"]))
+    first = bind(db.connect())
+    second = bind(db.connect())
+    for c in (first, second):
+        pin_clock(c, at(0))
+    result: dict[str, Any] = {}
+
+    def create_second() -> None:
+        try:
+            result["row"] = second.execute(CREATE, create_args(the_plan=the_plan)).fetchone()
+        except BaseException as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=create_second)
+    with first.transaction() as tx:
+        row = first.execute(CREATE, create_args(the_plan=the_plan)).fetchone()
+        assert row is not None and row[1] is True
+        thread.start()
+        # the second creator must be waiting on the first's uncommitted row
+        wait_until_blocked_on_a_lock(conn, second.info.backend_pid)
+        if first_ends == "rollback":
+            raise psycopg.Rollback(tx)
+
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert "error" not in result, result.get("error")
+    rows = conn.execute("SELECT id FROM movement_requests WHERE external_id = 'm1'").fetchall()
+    assert len(rows) == 1
+    [(movement_id,)] = rows
+    if first_ends == "commit":
+        assert movement_id == row[0]
+        assert result["row"] == (movement_id, False)
+    else:
+        assert result["row"] == (movement_id, True)
+    assert set(node_ids(conn, movement_id)) == {"a", "b"}
+    assert count(conn, "movement_request_nodes") == 2
+    assert count(conn, "callback_outbox") == 1

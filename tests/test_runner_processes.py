@@ -1,0 +1,411 @@
+"""The runner as real processes against a real PostgreSQL.
+
+What an operator relies on when running `qtg run` / `qtg worker`:
+  * SIGTERM stops cleanly (exit 0): every worker marks itself not live, nothing
+    is left claimed without an intent, and a restarted runner finishes every
+    movement with exactly one side effect per node;
+  * the supervisor's tiers: a crashing core worker stops the process (exit 1),
+    a crashing sidecar is logged and the rest keep ticking;
+  * a worker that stops ticking is listed by stalled_workers, one that was
+    stopped cleanly is not;
+  * with MG_WORKERS_ENABLED=false nothing advances;
+  * two dispatcher processes claim every node exactly once between them;
+  * a dispatcher killed between intent and submit, or between submit and
+    report, is resolved by recovery without a duplicate side effect;
+  * `qtg demo` runs end to end on the embedded default.
+
+Waits poll a condition with a deadline; time-based rules (stalls, leases) are
+reached by pinning the database clock, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from engine import (
+    bind,
+    create,
+    node,
+    node_ids,
+    node_states,
+    pin_clock,
+    plan,
+    request_state,
+    snapshot,
+)
+from runner_helpers import (
+    Runners,
+    heartbeats,
+    node_rows,
+    register_runner_sim,
+    request_rows,
+    runner_env,
+    runners,
+    side_effects,
+    wait_until,
+)
+
+from qtg_runner.db.embedded import stop_embedded
+
+ALL_WORKERS = {"node_dispatcher", "node_observer", "node_recovery", "expiration_checker"}
+# a node in one of these states is picked up again by a (re)started runner on its own
+RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}
+FUTURE = "2099-01-01T00:00:00Z"
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Runners]:
+    with runners(tmp_path) as r:
+        yield r
+
+
+@pytest.fixture
+def conn(db: Any) -> psycopg.Connection[Any]:
+    """A superuser connection bound to testnet, with the runner's sim executor."""
+    c = bind(db.connect())
+    register_runner_sim(c)
+    return c
+
+
+def approve(conn: psycopg.Connection[Any], movement_id: int) -> None:
+    conn.execute("SELECT approve_movement(%s, 'bob')", (movement_id,))
+
+
+def one_node_movement(conn: psycopg.Connection[Any], external_id: str, **config: Any) -> int:
+    movement_id = create(conn, plan(node("transfer", **config)), external_id)
+    approve(conn, movement_id)
+    return movement_id
+
+
+# -- 1. SIGTERM ------------------------------------------------------------------------
+
+
+def test_sigterm_exits_0_leaves_nothing_lost_and_a_restart_finishes_every_movement(
+    db: Any, conn: psycopg.Connection[Any], procs: Runners
+) -> None:
+    # nodes take 1-2 s on their lane, so a SIGTERM soon after the first submits
+    # lands while movements are in flight
+    conn.execute("SELECT upsert_lane_baseline('cctp_fast', 1.5, 0.1)")
+    lane = {"lane": "cctp_fast", "min_latency_s": 1, "max_latency_s": 2}
+    movements = []
+    for i in range(6):
+        the_plan = plan(node("send", **lane), node("credit", ["send"], **lane))
+        movements.append(create(conn, the_plan, f"sigterm-{i}"))
+        approve(conn, movements[-1])
+
+    first = procs.start("run", env=runner_env(db.dsn))
+    wait_until(
+        lambda: set(heartbeats(conn, first.pid)) == ALL_WORKERS, 20, "heartbeats", alive=[first]
+    )
+    wait_until(
+        lambda: {"SUBMITTED", "OBSERVING"} & set(node_rows(conn).values()),
+        20,
+        "nodes in flight",
+        alive=[first],
+    )
+    assert first.stop(timeout=15) == 0, first.describe()
+
+    beats = heartbeats(conn, first.pid)
+    assert set(beats) == ALL_WORKERS
+    assert {name: row["live"] for name, row in beats.items()} == dict.fromkeys(ALL_WORKERS, False)
+    states = node_rows(conn)
+    assert set(states.values()) <= RESUMABLE | {"COMPLETED"}, (
+        f"a clean stop left nodes a restarted runner cannot resume: {Counter(states.values())}"
+    )
+    assert set(request_rows(conn).values()) != {"COMPLETED"}, "nothing was in flight at SIGTERM"
+
+    second = procs.start("run", env=runner_env(db.dsn))
+    wait_until(
+        lambda: set(request_rows(conn).values()) == {"COMPLETED"},
+        30,
+        "every movement COMPLETED",
+        alive=[second],
+    )
+    assert second.stop(timeout=15) == 0, second.describe()
+
+    assert set(node_rows(conn).values()) == {"COMPLETED"}
+    assert side_effects(conn) == {node_id: [1] for node_id in node_rows(conn)}
+
+
+# -- 2. supervisor tiers ---------------------------------------------------------------
+
+
+def log_events(stderr: str, name: str) -> list[str]:
+    """The structured log lines of one event."""
+    return [line for line in stderr.splitlines() if f"event={name} " in line + " "]
+
+
+def test_a_crashing_core_worker_stops_the_whole_process_with_exit_1(
+    db: Any, conn: psycopg.Connection[Any], procs: Runners
+) -> None:
+    runner = procs.start("run", env=runner_env(db.dsn, QTG_FAILPOINTS="crash:node_observer"))
+
+    assert runner.wait(timeout=20) == 1, runner.describe()
+    stderr = runner.stderr()
+    [crash] = log_events(stderr, "core_worker_crashed")
+    assert "worker=node_observer" in crash
+    assert "FailpointCrash" in crash and "Traceback (most recent call last)" in crash
+    assert log_events(stderr, "supervisor_failed")
+    # the other workers finished their batch and stopped cleanly, and say so; the
+    # crashed one stays live in worker_heartbeats, so stalled_workers will flag it
+    beats = heartbeats(conn, runner.pid)
+    assert {name: row["live"] for name, row in beats.items()} == {
+        name: name == "node_observer" for name in ALL_WORKERS
+    }
+    stopped = {re.search(r"worker=(\w+)", line)[1] for line in log_events(stderr, "worker_stopped")}
+    assert stopped == ALL_WORKERS
+
+
+def test_a_crashing_sidecar_is_logged_and_the_other_workers_keep_ticking(
+    db: Any, conn: psycopg.Connection[Any], procs: Runners
+) -> None:
+    runner = procs.start(
+        "run", env=runner_env(db.dsn, QTG_FAILPOINTS="crash:expiration_checker")
+    )
+    wait_until(
+        lambda: log_events(runner.stderr(), "sidecar_crashed"), 20, "the crash", alive=[runner]
+    )
+    [crash] = log_events(runner.stderr(), "sidecar_crashed")
+    assert "worker=expiration_checker" in crash
+    assert "FailpointCrash" in crash and "Traceback (most recent call last)" in crash
+
+    core = ALL_WORKERS - {"expiration_checker"}
+    wait_until(lambda: core <= set(heartbeats(conn, runner.pid)), 20, "heartbeats", alive=[runner])
+    ticks = {name: row["ticks"] for name, row in heartbeats(conn, runner.pid).items()}
+    # the dispatcher and observer tick every ~1 s, recovery every ~5 s
+    more = {"node_dispatcher": 2, "node_observer": 2, "node_recovery": 1}
+    wait_until(
+        lambda: all(
+            heartbeats(conn, runner.pid)[name]["ticks"] >= ticks[name] + more[name] for name in core
+        ),
+        15,
+        "the core workers to keep ticking after the sidecar crashed",
+        alive=[runner],
+    )
+    assert runner.alive()
+    assert runner.stop() == 0, runner.describe()
+    assert not log_events(runner.stderr(), "core_worker_crashed")
+    # the crashed sidecar stays live: the stalled_workers view flags it
+    beats = heartbeats(conn, runner.pid)
+    assert {name: row["live"] for name, row in beats.items()} == {
+        name: name == "expiration_checker" for name in ALL_WORKERS
+    }
+
+
+# -- 3. stalled workers ----------------------------------------------------------------
+
+
+def stalled_at(conn: psycopg.Connection[Any], at: datetime) -> set[str]:
+    """Instance ids stalled_workers lists when the clock reads ``at``."""
+    pin_clock(conn, at.isoformat())
+    try:
+        return {r[0] for r in conn.execute("SELECT instance_id FROM stalled_workers").fetchall()}
+    finally:
+        pin_clock(conn, None)
+
+
+def test_stalled_workers_lists_a_killed_worker_but_not_one_stopped_by_sigterm(
+    db: Any, conn: psycopg.Connection[Any], procs: Runners
+) -> None:
+    killed = procs.start("worker", "node_observer", env=runner_env(db.dsn))
+    stopped = procs.start("worker", "node_observer", env=runner_env(db.dsn))
+    for process in (killed, stopped):
+        wait_until(lambda p=process: heartbeats(conn, p.pid), 20, "a heartbeat", alive=[process])
+    killed.signal(signal.SIGKILL)
+    assert killed.wait(timeout=10) == -signal.SIGKILL
+    assert stopped.stop() == 0, stopped.describe()
+
+    row = heartbeats(conn, killed.pid)["node_observer"]
+    assert row["live"], "a killed worker cannot have said it stopped"
+    assert not heartbeats(conn, stopped.pid)["node_observer"]["live"]
+    two_ticks = timedelta(seconds=2 * float(row["expected_interval_seconds"]))
+    last = row["last_tick_at"]
+
+    assert stalled_at(conn, last + two_ticks - timedelta(milliseconds=100)) == set()
+    assert stalled_at(conn, last + two_ticks + timedelta(milliseconds=100)) == {row["instance_id"]}
+    assert stalled_at(conn, last + timedelta(hours=1)) == {row["instance_id"]}
+    pin_clock(conn, (last + timedelta(hours=1)).isoformat())
+    status = dict(conn.execute("SELECT pid, status FROM worker_status").fetchall())
+    pin_clock(conn, None)
+    assert status == {killed.pid: "stalled", stopped.pid: "stopped"}
+
+
+# -- 5. the gate -----------------------------------------------------------------------
+
+
+def holds_for(seconds: float, check: Callable[[], None], every: float = 0.05) -> None:
+    """Run ``check`` (which asserts) repeatedly until ``seconds`` have passed: for
+    claims that nothing happens, the only kind of wait that cannot be a condition."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        check()
+        time.sleep(every)
+    check()
+
+
+def test_with_the_gate_off_qtg_run_starts_no_worker_and_an_approved_movement_stays_approved(
+    db: Any, conn: psycopg.Connection[Any], procs: Runners
+) -> None:
+    runner = procs.start("run", env=runner_env(db.dsn, workers=False))
+    wait_until(lambda: "no worker started" in runner.stderr(), 20, "the message", alive=[runner])
+    movement = one_node_movement(conn, "gated", lane="instant")
+    before = snapshot(conn)
+    assert request_state(conn, movement) == "APPROVED"
+
+    def nothing_moved() -> None:
+        assert runner.alive(), runner.describe()
+        assert request_state(conn, movement) == "APPROVED"
+        assert conn.execute("SELECT count(*) FROM worker_heartbeats").fetchone() == (0,)
+
+    holds_for(2.0, nothing_moved)
+    assert snapshot(conn) == before
+    assert side_effects(conn) == {}
+    assert runner.stop() == 0, runner.describe()
+
+
+# -- 6. two dispatcher processes -------------------------------------------------------
+
+
+def test_two_dispatcher_processes_claim_each_of_1000_nodes_exactly_once(
+    db: Any, conn: psycopg.Connection[Any], procs: Runners
+) -> None:
+    one_instant_node = json.dumps(plan(node("transfer", lane="instant")))
+    conn.execute(
+        "SELECT count(*) FROM generate_series(1, 1000) AS g,"
+        " LATERAL create_movement('bulk-' || g, 100, %s::jsonb, p_actor => 'alice')",
+        (one_instant_node,),
+    )
+    dispatchers = [
+        procs.start("worker", "node_dispatcher", env=runner_env(db.dsn)) for _ in range(2)
+    ]
+    for d in dispatchers:
+        wait_until(lambda d=d: heartbeats(conn, d.pid), 20, "a heartbeat", alive=[d])
+    # both are up and idle: approving now makes them race for the same work
+    conn.execute("SELECT count(approve_movement(id, 'bob')) FROM movement_requests")
+
+    wait_until(
+        lambda: set(request_rows(conn).values()) == {"COMPLETED"},
+        60,
+        "1000 movements COMPLETED",
+        alive=dispatchers,
+    )
+    for d in dispatchers:
+        assert d.stop() == 0, d.describe()
+
+    nodes = node_rows(conn)
+    assert len(nodes) == 1000 and set(nodes.values()) == {"COMPLETED"}
+    intents = conn.execute(
+        "SELECT i.node_id, i.claimed_by, n.claimed_by FROM node_intents i"
+        " JOIN movement_request_nodes n ON n.id = i.node_id"
+    ).fetchall()
+    assert Counter(node_id for node_id, _, _ in intents) == dict.fromkeys(nodes, 1)
+    assert all(by_intent == by_node for _, by_intent, by_node in intents)
+    assert side_effects(conn) == {node_id: [1] for node_id in nodes}
+    claims_per_pid = Counter(int(by.split(":")[-2]) for _, by, _ in intents)
+    assert set(claims_per_pid) == {d.pid for d in dispatchers}, claims_per_pid
+
+
+# -- 7. crash gaps ---------------------------------------------------------------------
+
+
+def intent_rows(conn: psycopg.Connection[Any], node_id: int) -> list[str]:
+    rows = conn.execute(
+        "SELECT intent_state FROM node_intents WHERE node_id = %s ORDER BY claim_token", (node_id,)
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_a_dispatcher_killed_after_its_intent_is_recovered_as_not_submitted_and_sent_once(
+    db: Any, conn: psycopg.Connection[Any], procs: Runners
+) -> None:
+    movement = one_node_movement(conn, "gap-intent", lane="instant")
+    [node_id] = node_ids(conn, movement).values()
+
+    crashing = procs.start(
+        "worker", "node_dispatcher", env=runner_env(db.dsn, QTG_FAILPOINTS="after_intent")
+    )
+    assert crashing.wait(timeout=20) == -signal.SIGKILL, crashing.describe()
+    assert node_states(conn, movement) == {"transfer": "SUBMITTING"}
+    assert intent_rows(conn, node_id) == ["PREPARED"]
+    assert side_effects(conn) == {}
+
+    # the lease (300 s) has run out for a recovery worker that lives in 2099
+    recovery = procs.start(
+        "worker", "node_recovery", env=runner_env(db.dsn, PGOPTIONS=f"-c qtg.now={FUTURE}")
+    )
+    wait_until(
+        lambda: node_states(conn, movement) == {"transfer": "READY"}, 20, "READY", alive=[recovery]
+    )
+    assert recovery.stop() == 0, recovery.describe()
+    assert intent_rows(conn, node_id) == ["ABANDONED"]
+    assert side_effects(conn) == {}
+
+    dispatcher = procs.start("worker", "node_dispatcher", env=runner_env(db.dsn))
+    wait_until(
+        lambda: request_state(conn, movement) == "COMPLETED", 20, "COMPLETED", alive=[dispatcher]
+    )
+    assert dispatcher.stop() == 0, dispatcher.describe()
+    assert node_states(conn, movement) == {"transfer": "COMPLETED"}
+    assert intent_rows(conn, node_id) == ["ABANDONED", "SUBMITTED"]
+    assert side_effects(conn) == {node_id: [1]}
+
+
+def test_a_dispatcher_killed_after_its_submit_is_recovered_from_evidence_without_a_resubmit(
+    db: Any, conn: psycopg.Connection[Any], procs: Runners
+) -> None:
+    movement = one_node_movement(conn, "gap-submit", lane="instant")
+    [node_id] = node_ids(conn, movement).values()
+
+    crashing = procs.start(
+        "worker", "node_dispatcher", env=runner_env(db.dsn, QTG_FAILPOINTS="after_submit")
+    )
+    assert crashing.wait(timeout=20) == -signal.SIGKILL, crashing.describe()
+    assert node_states(conn, movement) == {"transfer": "SUBMITTING"}
+    assert intent_rows(conn, node_id) == ["PREPARED"]
+    assert side_effects(conn) == {node_id: [1]}
+
+    recovery = procs.start(
+        "worker", "node_recovery", env=runner_env(db.dsn, PGOPTIONS=f"-c qtg.now={FUTURE}")
+    )
+    wait_until(
+        lambda: request_state(conn, movement) == "COMPLETED", 20, "COMPLETED", alive=[recovery]
+    )
+    assert recovery.stop() == 0, recovery.describe()
+    assert node_states(conn, movement) == {"transfer": "COMPLETED"}
+    assert intent_rows(conn, node_id) == ["SUBMITTED"]
+    assert side_effects(conn) == {node_id: [1]}
+
+
+# -- 8. the demo -----------------------------------------------------------------------
+
+
+def test_qtg_demo_completes_on_a_fresh_embedded_server(tmp_path: Path, procs: Runners) -> None:
+    data_dir = tmp_path / "pg18"
+    try:
+        demo = procs.start("demo", env=runner_env(None, QTG_DATA_DIR=str(data_dir), COLUMNS="200"))
+        assert demo.wait(timeout=150) == 0, demo.describe() + "\nstdout:\n" + demo.stdout()
+    finally:
+        stop_embedded(data_dir)
+    assert re.search(r"all \d+ movements ended as expected", demo.stdout()), demo.stdout()
+
+
+def test_qtg_demo_refuses_to_start_with_the_gate_off(tmp_path: Path, procs: Runners) -> None:
+    data_dir = tmp_path / "pg18"
+    try:
+        demo = procs.start("demo", env=runner_env(None, workers=False, QTG_DATA_DIR=str(data_dir)))
+        assert demo.wait(timeout=30) == 2
+    finally:
+        stop_embedded(data_dir)
+    assert "MG_WORKERS_ENABLED is false" in demo.stderr()
+    assert "MG_WORKERS_ENABLED=true" in demo.stderr()
+    assert not data_dir.exists(), "the demo started a database although it refused to run"

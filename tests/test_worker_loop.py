@@ -1,0 +1,182 @@
+"""The worker loop (qtg_runner.loop.run_worker), in-process, against a real PostgreSQL.
+
+What every worker relies on:
+  * an operational error (database, network, executor) is counted and backs off
+    exponentially, doubling up to a 60 s ceiling and staying there; the first
+    success brings back the normal jittered interval;
+  * the heartbeat row says so: consecutive_errors, last_error, and an expected
+    interval that grows with the backoff (so a backing-off worker is not stalled);
+  * a failing heartbeat never breaks the loop;
+  * anything else (a bug) escapes run_worker, for the supervisor's tier policy.
+
+The injected ``sleep`` records each delay instead of sleeping and stops the loop
+after a set number of ticks, so no test waits for real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from engine import bind
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.db.pool import open_pool, runner_conninfo
+from qtg_runner.loop import WorkerContext, WorkerEntry, run_worker
+
+INTERVAL, JITTER = 1.0, 0.2
+
+
+@pytest.fixture(autouse=True)
+def _plain_runner_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool's DSN is derived from the test database only."""
+    monkeypatch.delenv("QTG_RUNNER_DATABASE_URL", raising=False)
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+
+
+def runner_pool(db: Any) -> AsyncConnectionPool[Any]:
+    """A pool as a runner opens it: logged in as qtg_testnet_runner, bound to testnet."""
+    return open_pool(runner_conninfo(db.dsn, "testnet", "loop-test"), name="loop-test")
+
+
+def stop_after(
+    ticks: int, each: Callable[[float], Awaitable[None]] | None = None
+) -> tuple[list[float], Callable[[float, asyncio.Event, asyncio.Event], Awaitable[None]]]:
+    """A sleep that records its delays and stops the loop after ``ticks`` of them."""
+    delays: list[float] = []
+
+    async def sleep(delay: float, stop: asyncio.Event, wake: asyncio.Event) -> None:
+        delays.append(delay)
+        if each is not None:
+            await each(delay)
+        if len(delays) >= ticks:
+            stop.set()
+
+    return delays, sleep
+
+
+def test_operational_errors_back_off_to_a_60s_ceiling_and_one_success_restores_the_interval(
+    db: Any,
+) -> None:
+    failures = 9
+    conn = bind(db.connect())
+    seen: list[tuple[Any, ...]] = []  # the heartbeat row as each tick left it
+
+    async def read_heartbeat(_delay: float) -> None:
+        row = conn.execute(
+            "SELECT w.consecutive_errors, w.last_error, w.expected_interval_seconds, s.status"
+            " FROM worker_heartbeats w JOIN worker_status s USING (worker_name, instance_id)"
+            " WHERE w.worker_name = 'flaky'"
+        ).fetchone()
+        assert row is not None
+        seen.append(row)
+
+    calls = 0
+
+    async def batch(ctx: WorkerContext, worker_id: str) -> int:
+        nonlocal calls
+        calls += 1
+        if calls <= failures:
+            raise psycopg.OperationalError(f"connection lost #{calls}")
+        return 0
+
+    entry = WorkerEntry("flaky", batch, interval=INTERVAL, jitter=JITTER, tier="core")
+    delays, sleep = stop_after(failures + 3, read_heartbeat)
+
+    async def scenario() -> None:
+        async with runner_pool(db) as pool:
+            ctx = WorkerContext("testnet", pool, {}, "loop-test:1")
+            await run_worker(entry, ctx, sleep=sleep, rng=random.Random(7))
+
+    asyncio.run(scenario())
+
+    assert calls == failures + 3
+    assert delays[:failures] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+    assert all(INTERVAL - JITTER <= d <= INTERVAL + JITTER for d in delays[failures:]), delays
+    # tick i heartbeats what ticks 0..i-1 did: i errors in a row, then 0 after the success
+    assert [row[0] for row in seen] == [*range(failures + 1), 0, 0]
+    assert [row[1] for row in seen] == [
+        None,
+        *(f"OperationalError: connection lost #{i}" for i in range(1, failures + 1)),
+        None,
+        None,
+    ]
+    assert [row[3] for row in seen] == ["healthy", *["erroring"] * failures, "healthy", "healthy"]
+    # the expected interval follows the backoff, so stalled_workers waits for it
+    assert seen[failures][2] == Decimal(60)
+    assert seen[-1][2] == Decimal(str(INTERVAL + JITTER))
+
+
+@pytest.mark.parametrize("how", ["pool closed", "heartbeat refused"])
+def test_a_failing_heartbeat_does_not_break_the_loop(
+    db: Any, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls = 0
+
+    async def batch(ctx: WorkerContext, worker_id: str) -> int:
+        nonlocal calls
+        calls += 1
+        if how == "heartbeat refused":  # the database itself is fine
+            async with ctx.pool.connection() as conn:
+                await conn.execute("SELECT clock()")
+        return 0
+
+    if how == "heartbeat refused":
+        db.connect().execute(
+            "REVOKE EXECUTE ON FUNCTION testnet.heartbeat(text, text, text, numeric, integer,"
+            " integer, text, text, integer) FROM qtg_testnet_runner"
+        )
+    entry = WorkerEntry("steady", batch, interval=INTERVAL, jitter=JITTER, tier="core")
+    delays, sleep = stop_after(3)
+
+    async def scenario() -> None:
+        pool = runner_pool(db)  # "pool closed": never opened
+        if how == "heartbeat refused":
+            await pool.open(wait=True)
+        try:
+            await run_worker(entry, WorkerContext("testnet", pool, {}, "loop-test:2"), sleep=sleep)
+        finally:
+            await pool.close()
+
+    with caplog.at_level(logging.WARNING, logger="qtg"):
+        asyncio.run(scenario())
+
+    assert calls == 3
+    assert all(INTERVAL - JITTER <= d <= INTERVAL + JITTER for d in delays), delays
+    failed = [r.getMessage() for r in caplog.records if "event=heartbeat_failed" in r.getMessage()]
+    assert len(failed) == 3, failed
+    assert all("worker=steady" in message for message in failed)
+    rows = bind(db.connect()).execute("SELECT count(*) FROM worker_heartbeats").fetchone()
+    assert rows == (0,)
+
+
+def test_a_bug_in_a_batch_escapes_run_worker(db: Any) -> None:
+    calls = 0
+
+    async def batch(ctx: WorkerContext, worker_id: str) -> int:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("a bug, not an outage")
+
+    entry = WorkerEntry("buggy", batch, interval=INTERVAL, jitter=JITTER, tier="sidecar")
+    delays, sleep = stop_after(5)
+
+    async def scenario() -> None:
+        async with runner_pool(db) as pool:
+            await run_worker(entry, WorkerContext("testnet", pool, {}, "loop-test:3"), sleep=sleep)
+
+    with pytest.raises(RuntimeError, match="a bug, not an outage"):
+        asyncio.run(scenario())
+    assert calls == 1
+    assert delays == [], "the loop went on after a bug"
+    # it did tick (heartbeat) before the batch raised
+    row = bind(db.connect()).execute(
+        "SELECT ticks, consecutive_errors FROM worker_heartbeats WHERE worker_name = 'buggy'"
+    ).fetchone()
+    assert row == (1, 0)
