@@ -15,8 +15,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
+# the whole suite on the embedded PostgreSQL 18, then the database-level tests
+# again on the system's PostgreSQL 15 when it is installed (skipped otherwise)
 test: install
 	$(BIN)/pytest -q
+	scripts/test-on-postgres.sh /usr/lib/postgresql/15/bin -p no:cacheprovider \
+		--ignore=tests/test_runner_processes.py --ignore=tests/test_worker_loop.py
 
 # the demo: migrate the default database (embedded unless QTG_DATABASE_URL) and
 # run a batch of realistic movements end to end with every worker
