@@ -42,7 +42,10 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
             "SELECT worker_name, instance_id, tier, status, last_tick_at,"
             " expected_interval_seconds,"
             " ticks, last_processed, consecutive_errors, last_error"
-            " FROM worker_status ORDER BY worker_name, instance_id"
+            " FROM worker_status"
+            # instances that stopped cleanly drop out after ten minutes
+            " WHERE status <> 'stopped' OR last_tick_at > qtg.clock() - interval '10 minutes'"
+            " ORDER BY worker_name, instance_id"
         ),
         "workers",
     )
