@@ -244,11 +244,27 @@ def list_cmd(
     network: NetworkOption = None,
 ) -> None:
     """List movements, newest first."""
+    states = (
+        "PENDING_APPROVAL",
+        "APPROVED",
+        "EXECUTING",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "EXPIRED",
+    )
+    if state is not None and state.upper() not in states:
+        raise typer.BadParameter(
+            f"{state!r} is not a state (one of: {', '.join(states)})", param_hint="--state"
+        )
     with connect(network) as conn:
         cur = conn.execute(
-            "SELECT movement_id, external_id, request_state, stop_reason, amount, asset,"
-            " nodes_total,"
-            " nodes_completed, nodes_failed, nodes_in_flight, percent_settled, created_at, age"
+            "SELECT movement_id AS id, external_id,"
+            " request_state || CASE WHEN request_state = 'EXECUTING' AND stop_reason IS NOT NULL"
+            " THEN ' (' || stop_reason || ' requested)' ELSE '' END AS state,"
+            " trim_scale(amount) || ' ' || asset AS amount,"
+            " (nodes_completed + nodes_failed + nodes_skipped) || '/' || nodes_total AS settled,"
+            " nodes_in_flight AS in_flight, created_at"
             " FROM movement_progress WHERE %s::text IS NULL OR request_state::text = upper(%s)"
             " ORDER BY movement_id DESC LIMIT %s",
             (state, state, limit),
