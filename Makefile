@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
+GRAPHILE := benchmarks/graphile
 
-.PHONY: install test run lint clean
+.PHONY: install test run bench lint clean
 
 install: $(STAMP)
 
@@ -26,6 +28,20 @@ test: install
 # run a batch of realistic movements end to end with every worker
 run: install
 	MG_WORKERS_ENABLED=true $(BIN)/qtg demo
+
+# the benchmarks: the engine beside Procrastinate, PgQueuer and (when Node.js is
+# present) Graphile Worker, on an embedded PostgreSQL of their own (or
+# QTG_DATABASE_URL); one table, JSON and plots in benchmarks/results/
+bench: $(BENCH_STAMP)
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		test -d $(GRAPHILE)/node_modules/graphile-worker || \
+		npm install --prefix $(GRAPHILE) --no-audit --no-fund --loglevel=error; \
+	else echo "node not found: Graphile Worker is skipped"; fi
+	$(BIN)/python -m benchmarks
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,bench]'
+	touch $(BENCH_STAMP)
 
 lint: install
 	$(BIN)/ruff check .

@@ -21,7 +21,7 @@ results. It never decides a node's state: the procedures do, from its answers.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -157,3 +157,15 @@ class Executor(Protocol):
     async def recover(self, work: NodeWork) -> RecoveryResult: ...
 
     async def health(self) -> HealthResult: ...
+
+
+@runtime_checkable
+class BatchSubmitter(Protocol):
+    """Optional, beside Executor: many side effects in one external call (an
+    exchange's batch endpoint, the sim's one INSERT). The dispatcher uses it for
+    the nodes of a batch whose intents are recorded; results come back in the
+    order of ``items``. Raising ExecutorError means none of them happened."""
+
+    async def submit_many(
+        self, items: Sequence[tuple[NodeWork, Prepared]]
+    ) -> list[SubmitResult]: ...

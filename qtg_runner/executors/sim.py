@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -154,6 +155,60 @@ class SimExecutor:
             settled=settled,
             evidence={"latency_s": round(latency, 3), "submit_count": row[0]},
         )
+
+    async def submit_many(self, items: Sequence[tuple[NodeWork, Prepared]]) -> list[SubmitResult]:
+        """submit() for many nodes in one INSERT: the same rows, outcomes and
+        results as one submit() per node, in one transaction."""
+        if not items:
+            return []
+        drawn = []
+        for work, _prepared in items:
+            rng = self._rng(work)
+            latency = self._latency(work, rng)
+            failed = rng.random() < float(work.node_config.get("fail_p", 0))
+            hidden = rng.random() < float(work.node_config.get("unknown_p", 0))
+            drawn.append((work, latency, failed, hidden))
+        async with self._pool.connection() as conn:
+            rows = await (
+                await conn.execute(
+                    """
+                INSERT INTO qtg_sim.side_effects AS se
+                       (network, idempotency_key, node_id, lane, amount, outcome, hidden,
+                        completes_at)
+                SELECT %s, u.key, u.node_id, u.lane, u.amount, u.outcome, u.hidden,
+                       clock_timestamp() + u.latency
+                  FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::numeric[], %s::text[],
+                              %s::boolean[], %s::interval[])
+                       AS u(key, node_id, lane, amount, outcome, hidden, latency)
+                ON CONFLICT (network, idempotency_key)
+                DO UPDATE SET submit_count = se.submit_count + 1
+                RETURNING idempotency_key, submit_count, completes_at <= clock_timestamp(),
+                          outcome
+                """,
+                    (
+                        self._network,
+                        [w.idempotency_key for w, *_ in drawn],
+                        [w.node_id for w, *_ in drawn],
+                        [w.lane for w, *_ in drawn],
+                        [w.amount for w, *_ in drawn],
+                        ["FAILED" if f else "COMPLETED" for _, _, f, _ in drawn],
+                        [h for *_, h in drawn],
+                        [timedelta(seconds=lat) for _, lat, _, _ in drawn],
+                    ),
+                )
+            ).fetchall()
+        by_key = {str(r[0]): r for r in rows}
+        results = []
+        for work, latency, _failed, hidden in drawn:
+            _key, count, done, outcome = by_key[str(work.idempotency_key)]
+            results.append(
+                SubmitResult(
+                    external_ref=f"sim:{self._network}:{work.idempotency_key}",
+                    settled=bool(done) and outcome == "COMPLETED" and not hidden,
+                    evidence={"latency_s": round(latency, 3), "submit_count": count},
+                )
+            )
+        return results
 
     async def _lookup(self, work: NodeWork) -> tuple[Any, ...] | None:
         key = work.idempotency_key or (work.intent or {}).get("idempotency_key")

@@ -1,0 +1,164 @@
+"""`python -m benchmarks` (what `make bench` runs): every case, one table, JSON and plots.
+
+Environment:
+  QTG_DATABASE_URL   use this server (an admin login) instead of an embedded one
+  QTG_BENCH_JOBS     jobs/movements in case 1 (default 20000)
+  QTG_BENCH_STEPS    DAG steps per mode in case 2 (default 2000)
+  QTG_BENCH_CASES    a subset to run, e.g. "1,3" (default: all; 5 comes with 1)
+  QTG_BENCH_OUT      results folder (default benchmarks/results)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from benchmarks import engine, history, latency, pacing, report, throughput
+from benchmarks.cluster import open_cluster
+
+HERE = Path(__file__).resolve().parent
+
+# Each system at its best documented settings (see benchmarks/README.md).
+ENGINE_CONCURRENCY = 8
+# Each peer at its documented settings and one step above them (the best run
+# of each is what the engine is compared with): Procrastinate's worker
+# concurrency, PgQueuer's dequeue loops per process (its drain benchmark uses 5),
+# Graphile Worker's concurrency (its performance page uses 24).
+PEER_SETTINGS = {"Procrastinate": (10, 50), "PgQueuer": (5, 10), "Graphile Worker": (24, 48)}
+CEILING_CONNECTIONS = (2, 4, 8)
+
+
+def one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]
+
+
+def say(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"jobs": jobs, "engine": [], "peers": [], "ceiling": []}
+    say(f"case 1: creating and approving {jobs:,} one-step movements")
+    source, create_s = throughput.prepare_engine_source(cluster, jobs)
+    out["setup_create_approve_s"] = round(create_s, 1)
+    for processes in (1, 2):
+        say(f"case 1: engine, {processes} runner process(es)")
+        try:
+            run = throughput.run_engine(
+                cluster, source, jobs, processes, ENGINE_CONCURRENCY, log_dir
+            )
+            say(
+                f"  {run['per_s']:,.0f} movements/s,"
+                f" {run['node_transitions_per_s']:,.0f} node transitions/s"
+            )
+        except Exception as exc:
+            run = {
+                "system": "QTG engine",
+                "processes": processes,
+                "concurrency": ENGINE_CONCURRENCY,
+                "error": one_line(exc),
+            }
+            say(f"  failed: {run['error']}")
+        out["engine"].append(run)
+    cluster.drop_db(source)
+
+    for peer, concurrencies in PEER_SETTINGS.items():
+        why = (
+            throughput.graphile_available()
+            if peer == "Graphile Worker"
+            else throughput.python_peer_available(peer.lower())
+        )
+        if why:
+            say(f"case 1: {peer} skipped: {why}")
+            out["peers"].append({"system": peer, "skipped": why})
+            continue
+        for processes, concurrency in itertools.product((1, 2), concurrencies):
+            say(f"case 1: {peer}, {processes} process(es), concurrency {concurrency}")
+            try:
+                run = throughput.run_peer(cluster, peer, jobs, processes, concurrency, log_dir)
+                say(f"  {run['per_s']:,.0f} jobs/s")
+            except Exception as exc:
+                run = {
+                    "system": peer,
+                    "processes": processes,
+                    "concurrency": concurrency,
+                    "error": one_line(exc),
+                }
+                say(f"  failed: {run['error']}")
+            out["peers"].append(run)
+
+    for connections in CEILING_CONNECTIONS:
+        say(f"case 1: bare SKIP LOCKED ceiling, {connections} connections")
+        run = throughput.run_bare(cluster, jobs, connections)
+        say(f"  {run['per_s']:,.0f} rows/s")
+        out["ceiling"].append(run)
+    return out
+
+
+def main() -> int:
+    jobs = int(os.environ.get("QTG_BENCH_JOBS", "20000"))
+    steps = int(os.environ.get("QTG_BENCH_STEPS", "2000"))
+    wanted = {
+        c.strip() for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5").split(",") if c.strip()
+    }
+    out_dir = Path(os.environ.get("QTG_BENCH_OUT", HERE / "results"))
+    log_dir = out_dir / "logs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "targets": report.TARGETS,
+        "cases": {},
+    }
+    with open_cluster() as cluster:
+        results["machine"] = cluster.facts()
+        say(report.render_machine(results["machine"]))
+        say("migrating the template database")
+        engine.make_template(cluster)
+
+        def attempt(key: str, number: str, fn: Any, *args: Any) -> None:
+            if number not in wanted and not (number == "1" and "5" in wanted):
+                return
+            say(f"case {number}: {key}")
+            t = time.monotonic()
+            try:
+                results["cases"][key] = fn(*args)
+            except Exception as exc:
+                traceback.print_exc()
+                results["cases"][key] = {"error": one_line(exc)}
+            results["cases"].setdefault(key, {})
+            if isinstance(results["cases"][key], dict):
+                results["cases"][key]["duration_s"] = round(time.monotonic() - t, 1)
+            say(f"case {number} done in {time.monotonic() - t:.0f} s")
+
+        attempt("throughput", "1", case_throughput, cluster, jobs, log_dir)
+        attempt("latency", "2", latency.run, cluster, steps, log_dir)
+        attempt("history", "3", history.run, cluster)
+        attempt("pacing", "4", pacing.run, cluster)
+
+    results["duration_s"] = round(time.monotonic() - started, 1)
+    rows = report.build_rows(results)
+    table = report.render_table(rows)
+    results["table"] = table
+    json_path = report.write_json(results, out_dir)
+    plots = report.write_plots(results, out_dir)
+    print()
+    print(report.render_machine(results["machine"]))
+    print()
+    print(table)
+    print()
+    print(
+        f"results: {json_path}" + (f"; plots: {', '.join(p.name for p in plots)}" if plots else "")
+    )
+    print(f"total time: {results['duration_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

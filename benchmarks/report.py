@@ -1,0 +1,444 @@
+"""The one table, the JSON and the plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+TARGETS = {
+    "peer_ratio": 1.2,
+    "ceiling_fraction": 0.6,
+    "latency_p50_ms": 5.0,
+    "latency_p99_ms": 25.0,
+    "history_ratio": 1.1,
+    "polls_per_node": 6.0,
+    "lag_pct": 10.0,
+    "rss_mb": 100.0,
+}
+
+
+def _fmt(x: float | None, digits: int = 0) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if digits == 0:
+        return f"{x:,.0f}"
+    return f"{x:,.{digits}f}"
+
+
+def _verdict(ok: bool | None) -> str:
+    return "-" if ok is None else ("HOLDS" if ok else "MISSED")
+
+
+def _label(run: dict[str, Any]) -> str:
+    unit = "runner" if run["system"] == "QTG engine" else "proc"
+    plural = "s" if run["processes"] > 1 else ""
+    return f"{run['system']} ({run['processes']} {unit}{plural}, c={run['concurrency']})"
+
+
+def _writes(run: dict[str, Any], unit: str) -> str:
+    """' N row writes/<unit>' from pg_stat_user_tables (inserts + updates + deletes)."""
+    per = run.get("row_writes_per_job") or {}
+    if not per:
+        return ""
+    if set(per) == {"testnet", "qtg_sim"}:
+        return (
+            f" {per['testnet']:.1f} row writes/{unit} in the engine's tables"
+            f" (+{per['qtg_sim']:.1f} in the sim's outside world)"
+        )
+    return f" {sum(per.values()):.1f} row writes/{unit}"
+
+
+def _write_rates(*runs: dict[str, Any] | None) -> str:
+    """'; row writes/s: engine N, <peer> M, ...': the same figures in database writes."""
+    parts = []
+    for run in runs:
+        per = (run or {}).get("row_writes_per_job") or {}
+        if run and per:
+            name = "ceiling" if "ceiling" in run["system"] else run["system"]
+            engine_only = per.get("testnet", sum(per.values()))
+            parts.append(f"{name} {_fmt(run['per_s'] * engine_only)}")
+    return f"; row writes/s (own tables): {', '.join(parts)}" if parts else ""
+
+
+def best(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    ok = [r for r in runs if "per_s" in r]
+    return max(ok, key=lambda r: r["per_s"]) if ok else None
+
+
+def build_rows(results: dict[str, Any]) -> list[list[str]]:
+    rows: list[list[str]] = []
+    cases = results["cases"]
+
+    # 1 throughput
+    c1 = cases.get("throughput", {})
+    if "error" in c1:
+        rows.append(["1", "throughput", "could not run", "", "-", c1["error"]])
+    elif c1:
+        engine_runs = c1.get("engine", [])
+        peer_runs = [r for r in c1.get("peers", []) if "per_s" in r]
+        bare = best(c1.get("ceiling", []))
+        best_peer = best(peer_runs)
+        best_engine = best(engine_runs)
+        for run in engine_runs:
+            if "error" in run:
+                rows.append(["1", _label(run), "could not run", "", "-", run["error"]])
+                continue
+            rows.append(
+                [
+                    "1",
+                    f"{_label(run)}: movements/s",
+                    _fmt(run["per_s"]),
+                    f">= {TARGETS['peer_ratio']}x best peer",
+                    _verdict(
+                        best_peer is not None
+                        and run["per_s"] >= TARGETS["peer_ratio"] * best_peer["per_s"]
+                    ),
+                    f"{run['node_transitions_per_s']:,.0f} node transitions/s;"
+                    f" wall {run['wall_s']:.1f} s,"
+                    f" DB span {run['db_span_s']:.1f} s ({run['per_s_db_span']:,.0f}/s);"
+                    + _writes(run, "movement"),
+                ]
+            )
+        # one row per peer: its best run, the other settings beside it
+        by_peer: dict[str, list[dict[str, Any]]] = {}
+        for run in c1.get("peers", []):
+            by_peer.setdefault(run["system"], []).append(run)
+        for peer, runs in by_peer.items():
+            good = [r for r in runs if "per_s" in r]
+            if not good:
+                why = "; ".join(str(r.get("error") or r.get("skipped", "")) for r in runs)
+                rows.append(["1", peer, "could not run", "", "-", why])
+                continue
+            top = max(good, key=lambda r: r["per_s"])
+            others = ", ".join(
+                f"{r['processes']}p c={r['concurrency']}: "
+                + (_fmt(r["per_s"]) if "per_s" in r else "failed")
+                for r in runs
+                if r is not top
+            )
+            rows.append(
+                [
+                    "1",
+                    f"{_label(top)}: jobs/s",
+                    _fmt(top["per_s"]),
+                    "(peer, best run)",
+                    "-",
+                    f"wall {top['wall_s']:.1f} s, bulk enqueue {top['enqueue_s']:.2f} s;"
+                    + _writes(top, "job")
+                    + f"; other runs {others}",
+                ]
+            )
+        if bare:
+            others = ", ".join(
+                f"{r['concurrency']} conns: {_fmt(r['per_s'])}"
+                for r in c1.get("ceiling", [])
+                if r is not bare
+            )
+            rows.append(
+                [
+                    "1",
+                    f"bare SKIP LOCKED ceiling (10 rows/tx, {bare['concurrency']} conns): rows/s",
+                    _fmt(bare["per_s"]),
+                    "(reference, best)",
+                    "-",
+                    f"wall {bare['wall_s']:.2f} s;" + _writes(bare, "row") + f"; others {others}",
+                ]
+            )
+        if best_engine and best_peer:
+            ratio = best_engine["per_s"] / best_peer["per_s"]
+            rows.append(
+                [
+                    "1",
+                    "best engine / best peer",
+                    _fmt(ratio, 2),
+                    f">= {TARGETS['peer_ratio']}",
+                    _verdict(ratio >= TARGETS["peer_ratio"]),
+                    f"best peer: {_label(best_peer)}" + _write_rates(best_engine, best_peer, bare),
+                ]
+            )
+        if best_engine and bare:
+            frac = best_engine["per_s"] / bare["per_s"]
+            rows.append(
+                [
+                    "1",
+                    "best engine / bare ceiling",
+                    _fmt(frac, 3),
+                    f">= {TARGETS['ceiling_fraction']}",
+                    _verdict(frac >= TARGETS["ceiling_fraction"]),
+                    f"ceiling {_fmt(bare['per_s'])} rows/s",
+                ]
+            )
+
+    # 2 latency
+    c2 = cases.get("latency", {})
+    if "error" in c2:
+        rows.append(["2", "DAG step latency", "could not run", "", "-", c2["error"]])
+    elif c2:
+        on, off = c2["on"], c2["off"]
+        rows.append(
+            [
+                "2",
+                f"DAG step parent COMPLETED -> child SUBMITTED, notify on (n={on['n']}):"
+                " p50/p95/p99 ms",
+                f"{on['p50_ms']:.1f} / {on['p95_ms']:.1f} / {on['p99_ms']:.1f}",
+                f"p50 <= {TARGETS['latency_p50_ms']:.0f}, p99 <= {TARGETS['latency_p99_ms']:.0f}",
+                _verdict(
+                    on["p50_ms"] <= TARGETS["latency_p50_ms"]
+                    and on["p99_ms"] <= TARGETS["latency_p99_ms"]
+                ),
+                f"max {on['max_ms']:.1f} ms",
+            ]
+        )
+        rows.append(
+            [
+                "2",
+                f"same, notify off (polling 1 s, n={off['n']}): p50/p95/p99 ms",
+                f"{off['p50_ms']:.0f} / {off['p95_ms']:.0f} / {off['p99_ms']:.0f}",
+                "(reference)",
+                "-",
+                "no LISTEN: the dispatcher's poll interval",
+            ]
+        )
+
+    # 3 history
+    c3 = cases.get("history", {})
+    if "error" in c3:
+        rows.append(["3", "history flatness", "could not run", "", "-", c3["error"]])
+    elif c3:
+        levels = c3["levels"]
+        for proc in ("claim_ready_nodes", "observe_candidates"):
+            figures = " / ".join(f"{levels[k][proc]['server_ms_median']:.3f}" for k in levels)
+            ratio = c3["ratio_1m_vs_0"][proc]
+            rows.append(
+                [
+                    "3",
+                    f"{proc} with 0 / 100k / 1M finished nodes: ms (server, median)",
+                    figures,
+                    f"1M <= {TARGETS['history_ratio']}x 0",
+                    _verdict(ratio <= TARGETS["history_ratio"]),
+                    f"1M/0 = {ratio:.2f}x; client round trip "
+                    + " / ".join(f"{levels[k][proc]['client_ms_median']:.2f}" for k in levels)
+                    + " ms",
+                ]
+            )
+
+    # 4 pacing
+    c4 = cases.get("pacing", {})
+    if "error" in c4:
+        rows.append(["4", "pacing efficiency", "could not run", "", "-", c4["error"]])
+    elif c4:
+        e, f = c4["engine"], c4["fixed"]
+        rows.append(
+            [
+                "4",
+                f"polls per node, {c4['nodes']} nodes, {c4['baseline_s']:.0f} s baseline"
+                " (mean / p95)",
+                f"{e['polls_mean']:.2f} / {e['polls_p95']}",
+                f"<= {TARGETS['polls_per_node']:.0f}",
+                _verdict(e["polls_mean"] <= TARGETS["polls_per_node"]),
+                f"fixed {c4['fixed_interval_s']:.1f} s interval at the same mean lag:"
+                f" {f['polls_mean']:.2f} / {f['polls_p95']}",
+            ]
+        )
+        rows.append(
+            [
+                "4",
+                "detection lag, % of baseline (mean / p95)",
+                f"{e['lag_mean_pct_of_baseline']:.1f}% / {e['lag_p95_pct_of_baseline']:.1f}%",
+                f"<= {TARGETS['lag_pct']:.0f}%",
+                _verdict(e["lag_mean_pct_of_baseline"] <= TARGETS["lag_pct"]),
+                f"{e['lag_mean_s']:.1f} s mean; fixed interval:"
+                f" {f['lag_mean_pct_of_baseline']:.1f}% / {f['lag_p95_pct_of_baseline']:.1f}%",
+            ]
+        )
+
+    # 5 memory
+    c1 = cases.get("throughput", {})
+    runs = [r for r in c1.get("engine", []) if "peak_rss_mb" in r] if isinstance(c1, dict) else []
+    if runs:
+        peak = max(max(r["peak_rss_mb"]) for r in runs)
+        rows.append(
+            [
+                "5",
+                "runner peak RSS during case 1 (MB)",
+                _fmt(peak, 1),
+                f"<= {TARGETS['rss_mb']:.0f}",
+                _verdict(peak <= TARGETS["rss_mb"]),
+                "; ".join(
+                    f"{r['processes']} runner(s): {', '.join(str(x) for x in r['peak_rss_mb'])}"
+                    for r in runs
+                ),
+            ]
+        )
+    elif "error" in c1:
+        rows.append(["5", "runner memory", "could not run", "", "-", "case 1 did not run"])
+    return rows
+
+
+def render_table(rows: list[list[str]]) -> str:
+    header = ["case", "measure", "figure", "target", "verdict", "beside it"]
+    table = [header, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header) - 1)]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
+
+    sep = "  ".join("-" * w for w in widths) + "  " + "-" * 10
+    return "\n".join([line(header), sep, *(line(r) for r in rows)])
+
+
+def render_machine(machine: dict[str, Any]) -> str:
+    s = machine["settings"]
+    return (
+        f"machine: {machine['cores']} cores ({machine['cpu']}), {machine['memory_gib']} GiB,"
+        f" {machine['os']};"
+        f" PostgreSQL {machine['postgres']} ({machine['server']}):"
+        f" shared_buffers {s['shared_buffers']}, fsync {s['fsync']},"
+        f" synchronous_commit {s['synchronous_commit']}, full_page_writes {s['full_page_writes']},"
+        f" max_wal_size {s['max_wal_size']}, work_mem {s['work_mem']}, jit {s['jit']}"
+    )
+
+
+def write_json(results: dict[str, Any], out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "results.json"
+    path.write_text(json.dumps(results, indent=2, default=str))
+    return path
+
+
+def write_plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made: list[Path] = []
+    cases = results["cases"]
+
+    c1 = cases.get("throughput") or {}
+    if c1 and "error" not in c1:
+        runs = [
+            r
+            for r in c1.get("engine", []) + c1.get("peers", []) + c1.get("ceiling", [])
+            if "per_s" in r
+        ]
+        if runs:
+            fig, ax = plt.subplots(figsize=(9, 0.45 * len(runs) + 1.5))
+            labels = [
+                _label(r)
+                if r["system"] != "bare SKIP LOCKED ceiling"
+                else f"bare ceiling ({r['concurrency']} conns)"
+                for r in runs
+            ]
+            colors = [
+                "tab:blue"
+                if r["system"] == "QTG engine"
+                else ("tab:gray" if "ceiling" in r["system"] else "tab:orange")
+                for r in runs
+            ]
+            ax.barh(labels, [r["per_s"] for r in runs], color=colors)
+            ax.invert_yaxis()
+            ax.set_xlabel("movements (engine) or jobs (peers) per second")
+            ax.set_title(f"Case 1: draining {runs[0]['jobs']:,} one-step movements / no-op jobs")
+            fig.tight_layout()
+            made.append(out_dir / "throughput.png")
+            fig.savefig(made[-1], dpi=110)
+            plt.close(fig)
+        mem = [r for r in c1.get("engine", []) if r.get("rss_samples_mb")]
+        if mem:
+            fig, ax = plt.subplots(figsize=(8, 4))
+            for r in mem:
+                for name, samples in r["rss_samples_mb"].items():
+                    if samples:
+                        ax.plot([t for t, _ in samples], [m for _, m in samples], label=name)
+            ax.axhline(TARGETS["rss_mb"], color="red", linestyle="--", label="target")
+            ax.set_xlabel("seconds since launch")
+            ax.set_ylabel("RSS (MB)")
+            ax.set_title("Case 5: runner process memory during case 1")
+            ax.legend(fontsize=8)
+            fig.tight_layout()
+            made.append(out_dir / "runner_memory.png")
+            fig.savefig(made[-1], dpi=110)
+            plt.close(fig)
+
+    c2 = cases.get("latency") or {}
+    if c2 and "error" not in c2:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for ax, mode in zip(axes, ("on", "off"), strict=True):
+            samples = sorted(c2[mode]["samples_ms"])
+            if samples:
+                ax.plot(samples, [i / len(samples) for i in range(1, len(samples) + 1)])
+            ax.set_xlabel("parent COMPLETED -> child SUBMITTED (ms)")
+            ax.set_ylabel("fraction of steps")
+            ax.set_title(f"Case 2: notifications {mode}")
+            if mode == "on":
+                ax.axvline(
+                    TARGETS["latency_p50_ms"], color="green", linestyle=":", label="p50 target"
+                )
+                ax.axvline(
+                    TARGETS["latency_p99_ms"], color="red", linestyle="--", label="p99 target"
+                )
+                ax.legend(fontsize=8)
+            ax.grid(alpha=0.3)
+        fig.tight_layout()
+        made.append(out_dir / "dag_latency.png")
+        fig.savefig(made[-1], dpi=110)
+        plt.close(fig)
+
+    c3 = cases.get("history") or {}
+    if c3 and "error" not in c3:
+        levels = list(c3["levels"])
+        fig, ax = plt.subplots(figsize=(7, 4))
+        width = 0.38
+        for i, proc in enumerate(("claim_ready_nodes", "observe_candidates")):
+            xs = [j + (i - 0.5) * width for j in range(len(levels))]
+            ax.bar(
+                xs, [c3["levels"][k][proc]["server_ms_median"] for k in levels], width, label=proc
+            )
+        ax.set_xticks(range(len(levels)), [f"{int(k):,} finished nodes" for k in levels])
+        ax.set_ylabel("ms per call (server, median)")
+        ax.set_title("Case 3: claim cost as history grows")
+        ax.legend()
+        fig.tight_layout()
+        made.append(out_dir / "history_flatness.png")
+        fig.savefig(made[-1], dpi=110)
+        plt.close(fig)
+
+    c4 = cases.get("pacing") or {}
+    if c4 and "error" not in c4:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        e, f = c4["polls_hist"]["engine"], c4["polls_hist"]["fixed"]
+        top = max(max(e), max(f))
+        bins = [x - 0.5 for x in range(1, top + 2)]
+        axes[0].hist(
+            [e, f], bins=bins, label=["engine pacing", f"fixed {c4['fixed_interval_s']:.1f} s"]
+        )
+        axes[0].axvline(
+            TARGETS["polls_per_node"], color="red", linestyle="--", label="target (mean)"
+        )
+        axes[0].set_xlabel("observation polls per node")
+        axes[0].set_ylabel("nodes")
+        axes[0].legend(fontsize=8)
+        axes[1].hist(
+            [c4["lags_s"]["engine"], c4["lags_s"]["fixed"]],
+            bins=30,
+            label=["engine pacing", "fixed interval"],
+        )
+        axes[1].axvline(
+            c4["baseline_s"] * TARGETS["lag_pct"] / 100,
+            color="red",
+            linestyle="--",
+            label="10% of baseline",
+        )
+        axes[1].set_xlabel("detection lag (s)")
+        axes[1].legend(fontsize=8)
+        fig.suptitle(f"Case 4: {c4['nodes']} nodes, {c4['baseline_s']:.0f} s baseline")
+        fig.tight_layout()
+        made.append(out_dir / "pacing.png")
+        fig.savefig(made[-1], dpi=110)
+        plt.close(fig)
+    return made

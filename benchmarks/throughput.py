@@ -1,0 +1,406 @@
+"""Case 1 (throughput) and case 5 (runner memory).
+
+The engine: 20,000 one-step movements on the sim executor's `instant` lane
+(the side effect is settled at submit: no observation), created and approved
+through create_movement/approve_movement, then drained by 1 and by 2
+`qtg worker node_dispatcher` processes: the real runner, its real dispatcher
+path (start_approved_movements, claim_ready_nodes, record the intent, submit,
+complete_submit). The figure runs from the processes' launch to the last
+movement COMPLETED.
+
+Beside it, on the same server: the same number of no-op jobs drained by
+Procrastinate, PgQueuer and Graphile Worker, each enqueued with its bulk call,
+and the bare ceiling: a one-table queue drained by a minimal
+`FOR UPDATE SKIP LOCKED` claim that completes 10 rows per transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from benchmarks import engine
+from benchmarks.cluster import Cluster
+from benchmarks.procs import PYTHON, QTG, Child, runner_env, spawn, wait_for
+
+ENGINE_SCHEMAS = ("testnet", "qtg_sim")  # the engine's tables; the sim's outside world
+INSTANT_PLAN = {"nodes": [{"key": "step", "executor": "sim", "config": {"lane": "instant"}}]}
+DRAIN_TIMEOUT = 300.0
+
+
+def _stats_reset(conn: psycopg.Connection[Any]) -> bool:
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
+        conn.execute("SELECT public.pg_stat_statements_reset()")
+        return True
+    except psycopg.Error:
+        return False
+
+
+def top_statements(conn: psycopg.Connection[Any], limit: int = 12) -> list[dict[str, Any]]:
+    """The statements that took the most time (nested ones included), for the profile."""
+    try:
+        rows = conn.execute(
+            """SELECT calls, round(total_exec_time::numeric, 1) AS total_ms,
+                      round(mean_exec_time::numeric, 3) AS mean_ms,
+                      left(regexp_replace(query, '\\s+', ' ', 'g'), 160) AS query
+                 FROM public.pg_stat_statements
+                WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                ORDER BY total_exec_time DESC LIMIT %s""",
+            [limit],
+        ).fetchall()
+    except psycopg.Error:
+        return []
+    return [
+        {"calls": int(c), "total_ms": float(t), "mean_ms": float(m), "query": q}
+        for c, t, m, q in rows
+    ]
+
+
+def row_writes(dsn: str, schemas: tuple[str, ...]) -> dict[str, int]:
+    """Rows inserted, updated and deleted so far in ``schemas``' tables, per schema
+    (pg_stat_user_tables; a backend reports its counts when it ends a transaction
+    a second after its last report, and when it exits)."""
+    time.sleep(1.2)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        rows = conn.execute(
+            """SELECT schemaname, sum(n_tup_ins + n_tup_upd + n_tup_del)::bigint
+                 FROM pg_stat_user_tables WHERE schemaname = ANY(%s) GROUP BY 1""",
+            [list(schemas)],
+        ).fetchall()
+    return {str(schema): int(n) for schema, n in rows}
+
+
+def _per_job(before: dict[str, int], after: dict[str, int], jobs: int) -> dict[str, float]:
+    return {k: round((after.get(k, 0) - before.get(k, 0)) / jobs, 2) for k in after}
+
+
+# -- the engine ----------------------------------------------------------------
+
+
+def prepare_engine_source(cluster: Cluster, jobs: int) -> tuple[str, float]:
+    """A database with ``jobs`` approved one-step movements, to clone per run."""
+    name = "qtg_bench_throughput_src"
+    dsn = engine.clone(cluster, name)
+    started = time.monotonic()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        engine.bind(conn)
+        engine.create_movements(conn, jobs, INSTANT_PLAN, "tp-")
+    cluster.disconnect_all(name)
+    return name, time.monotonic() - started
+
+
+def run_engine(
+    cluster: Cluster, source: str, jobs: int, processes: int, concurrency: int, log_dir: Path
+) -> dict[str, Any]:
+    name = f"qtg_bench_engine_{processes}p"
+    dsn = cluster.create_db(name, source)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        engine.bind(conn)
+        engine.vacuum_analyze(conn)
+        profiled = _stats_reset(conn)
+        writes_before = row_writes(dsn, ENGINE_SCHEMAS)
+        before = conn.execute("SELECT coalesce(max(id), 0) FROM audit_outbox").fetchone()[0]  # type: ignore[index]
+        env = runner_env(dsn)
+        # the database clock at launch: the wall clock ends at the last movement's finished_at
+        t0_db = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+        t0 = time.monotonic()
+        children = [
+            spawn(
+                f"engine-{processes}p-{i}",
+                [QTG, "worker", "node_dispatcher", "--concurrency", str(concurrency)],
+                env,
+                log_dir,
+            )
+            for i in range(processes)
+        ]
+        try:
+
+            def remaining() -> int:
+                row = conn.execute(
+                    "SELECT count(*) FROM movement_requests WHERE request_state <> 'COMPLETED'"
+                ).fetchone()
+                return int(row[0]) if row else -1
+
+            last_sample = [0.0]
+
+            def tick(now: float) -> None:
+                if now - last_sample[0] >= 0.25:
+                    last_sample[0] = now
+                    for child in children:
+                        child.sample_rss(now - t0)
+
+            # a light poll (a count over the movements): the figure comes from the
+            # database's own timestamps, not from this loop's cadence
+            wait_for(
+                lambda: remaining() == 0, DRAIN_TIMEOUT, "the engine to drain", 0.25, children, tick
+            )
+            peaks = [child.peak_rss() for child in children]
+            span_row = conn.execute(
+                """SELECT extract(epoch FROM max(finished_at) - min(started_at)),
+                          count(*) FILTER (WHERE request_state = 'COMPLETED'),
+                          extract(epoch FROM max(finished_at) - %s)
+                     FROM movement_requests""",
+                [t0_db],
+            ).fetchone()
+            transitions = conn.execute(
+                """SELECT count(*) FILTER (WHERE entity = 'node'),
+                          count(*) FILTER (WHERE entity = 'request')
+                     FROM audit_outbox
+                    WHERE id > %s AND action = 'state_changed'""",
+                [before],
+            ).fetchone()
+            side_effects = conn.execute(
+                "SELECT count(*), sum(submit_count) FROM qtg_sim.side_effects"
+            ).fetchone()
+            statements = top_statements(conn) if profiled else []
+        finally:
+            codes = [child.stop() for child in children]
+    writes = _per_job(writes_before, row_writes(dsn, ENGINE_SCHEMAS), jobs)
+    assert span_row and transitions and side_effects
+    db_span = float(span_row[0])
+    wall = float(span_row[2])
+    node_transitions = int(transitions[0])
+    return {
+        "system": "QTG engine",
+        "processes": processes,
+        "concurrency": concurrency,
+        "jobs": jobs,
+        "completed": int(span_row[1]),
+        "wall_s": round(wall, 3),
+        "db_span_s": round(db_span, 3),
+        "per_s": round(jobs / wall, 1),
+        "per_s_db_span": round(jobs / db_span, 1),
+        "node_transitions": node_transitions,
+        "request_transitions": int(transitions[1]),
+        "node_transitions_per_s": round(node_transitions / wall, 1),
+        "side_effects": int(side_effects[0]),
+        "submits": int(side_effects[1] or 0),
+        "exit_codes": codes,
+        "peak_rss_mb": [round(p / 2**20, 1) for p in peaks],
+        "rss_samples_mb": {
+            child.name: [(round(t, 2), round(r / 2**20, 1)) for t, r in child.rss_samples]
+            for child in children
+        },
+        "row_writes_per_job": writes,
+        "top_statements": statements,
+    }
+
+
+# -- the peers -----------------------------------------------------------------
+
+
+def _node_url(dsn: str) -> str:
+    p = conninfo_to_dict(dsn)
+    host = str(p.get("host") or "localhost")
+    user = quote(str(p.get("user") or "postgres"))
+    password = f":{quote(str(p['password']))}" if p.get("password") else ""
+    if host.startswith("/"):
+        return (
+            f"postgres://{user}{password}@/{quote(str(p['dbname']))}"
+            f"?host={quote(host)}&port={p.get('port') or 5432}"
+        )
+    return f"postgres://{user}{password}@{host}:{p.get('port') or 5432}/{quote(str(p['dbname']))}"
+
+
+PEERS: dict[str, dict[str, Any]] = {
+    "Procrastinate": {
+        "argv": lambda dsn, action, arg: [
+            PYTHON,
+            "-m",
+            "benchmarks.peer_worker",
+            "procrastinate",
+            action,
+            dsn,
+            str(arg),
+        ],
+        "remaining": "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
+        "done_span": """SELECT extract(epoch FROM max(at) - min(at)) FROM procrastinate_events
+                         WHERE type IN ('started', 'succeeded')""",
+        "exits_when_drained": True,
+        "poll_s": 0.05,
+        "schemas": ("public",),
+    },
+    "PgQueuer": {
+        "argv": lambda dsn, action, arg: [
+            PYTHON,
+            "-m",
+            "benchmarks.peer_worker",
+            "pgqueuer",
+            action,
+            dsn,
+            str(arg),
+        ],
+        "remaining": "SELECT count(*) FROM pgqueuer",
+        "done_span": "SELECT extract(epoch FROM max(created) - min(created))"
+        " FROM pgqueuer_log WHERE status <> 'queued'",
+        "exits_when_drained": True,
+        "poll_s": 0.02,
+        "schemas": ("public",),
+    },
+    "Graphile Worker": {
+        "argv": lambda dsn, action, arg: [
+            "node",
+            "benchmarks/graphile/bench.js",
+            action,
+            _node_url(dsn),
+            str(arg),
+        ],
+        "remaining": "SELECT count(*) FROM graphile_worker._private_jobs",
+        "done_span": None,
+        "exits_when_drained": False,
+        "poll_s": 0.01,  # it drains in well under a second: poll finely
+        "schemas": ("graphile_worker",),
+    },
+}
+
+
+def graphile_available() -> str | None:
+    """None when Graphile Worker can run, else why not."""
+    if shutil.which("node") is None:
+        return "Node.js is not installed"
+    if not (Path(__file__).parent / "graphile" / "node_modules" / "graphile-worker").is_dir():
+        return "graphile-worker is not installed (make bench runs npm install when node is present)"
+    return None
+
+
+def python_peer_available(module: str) -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        return f"{module} is not installed (pip install -e '.[bench]')"
+    return None
+
+
+def run_peer(
+    cluster: Cluster, peer: str, jobs: int, processes: int, concurrency: int, log_dir: Path
+) -> dict[str, Any]:
+    spec = PEERS[peer]
+    slug = f"{peer.lower().replace(' ', '_')}_{processes}p_c{concurrency}"
+    name = f"bench_{slug}"
+    dsn = cluster.create_db(name)
+    env = runner_env(dsn)
+    for action, arg in (("setup", 0), ("enqueue", jobs)):
+        child = spawn(f"{slug}-{action}", spec["argv"](dsn, action, arg), env, log_dir)
+        t_start = time.monotonic()
+        code = child.proc.wait(300)
+        child.log.close()
+        if code != 0:
+            raise RuntimeError(
+                f"{peer} {action} failed (exit {code}); see {log_dir}/{child.name}.log"
+            )
+        if action == "enqueue":
+            enqueue_s = time.monotonic() - t_start
+    writes_before = row_writes(dsn, spec["schemas"])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        queued = conn.execute(spec["remaining"]).fetchone()[0]  # type: ignore[index]
+        if queued != jobs:
+            raise RuntimeError(f"{peer}: {queued} jobs queued, expected {jobs}")
+        t0 = time.monotonic()
+        children: list[Child] = [
+            spawn(
+                f"{slug}-work-{i}",
+                spec["argv"](dsn, "work", concurrency),
+                env,
+                log_dir,
+            )
+            for i in range(processes)
+        ]
+        try:
+            t_done = wait_for(
+                lambda: conn.execute(spec["remaining"]).fetchone()[0] == 0,  # type: ignore[index]
+                DRAIN_TIMEOUT,
+                f"{peer} to drain",
+                spec["poll_s"],
+                children,
+            )
+            span = conn.execute(spec["done_span"]).fetchone()[0] if spec["done_span"] else None  # type: ignore[index]
+        finally:
+            if spec["exits_when_drained"]:
+                for child in children:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        child.proc.wait(30)
+            for child in children:
+                child.stop()
+    wall = t_done - t0
+    writes = _per_job(writes_before, row_writes(dsn, spec["schemas"]), jobs)
+    return {
+        "row_writes_per_job": writes,
+        "system": peer,
+        "processes": processes,
+        "concurrency": concurrency,
+        "jobs": jobs,
+        "enqueue_s": round(enqueue_s, 3),
+        "wall_s": round(wall, 3),
+        "db_span_s": round(float(span), 3) if span is not None else None,
+        "per_s": round(jobs / wall, 1),
+    }
+
+
+# -- the bare ceiling ----------------------------------------------------------
+
+BARE_SCHEMA = """
+CREATE TABLE bare_queue (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    payload jsonb NOT NULL DEFAULT '{}',
+    done    boolean NOT NULL DEFAULT false
+);
+CREATE INDEX bare_queue_todo_idx ON bare_queue (id) WHERE NOT done;
+"""
+
+BARE_CLAIM_COMPLETE = """
+WITH claimed AS (
+    SELECT id FROM bare_queue WHERE NOT done ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED
+)
+UPDATE bare_queue q SET done = true FROM claimed WHERE q.id = claimed.id
+"""
+
+
+async def _bare_drain(dsn: str, connections: int) -> None:
+    async def worker() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            while True:
+                cur = await conn.execute(BARE_CLAIM_COMPLETE)
+                if cur.rowcount == 0:
+                    return
+
+    await asyncio.gather(*(worker() for _ in range(connections)))
+
+
+def run_bare(cluster: Cluster, jobs: int, connections: int) -> dict[str, Any]:
+    dsn = cluster.create_db(f"bench_bare_{connections}c")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(BARE_SCHEMA)
+        conn.execute(
+            "INSERT INTO bare_queue (payload) SELECT '{}' FROM generate_series(1, %s)", [jobs]
+        )
+        conn.execute("VACUUM ANALYZE bare_queue")
+    writes_before = row_writes(dsn, ("public",))
+    t0 = time.monotonic()
+    asyncio.run(_bare_drain(dsn, connections))
+    wall = time.monotonic() - t0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        left = conn.execute("SELECT count(*) FROM bare_queue WHERE NOT done").fetchone()[0]  # type: ignore[index]
+    if left:
+        raise RuntimeError(f"bare ceiling left {left} rows undone")
+    writes = _per_job(writes_before, row_writes(dsn, ("public",)), jobs)
+    return {
+        "row_writes_per_job": writes,
+        "system": "bare SKIP LOCKED ceiling",
+        "processes": 1,
+        "concurrency": connections,
+        "jobs": jobs,
+        "wall_s": round(wall, 3),
+        "per_s": round(jobs / wall, 1),
+    }

@@ -1,0 +1,305 @@
+"""complete_submit_batch: complete_submit for many nodes in one call.
+
+The batch must be complete_submit, node by node, in one transaction: the same
+rows in every table (nodes, intents, requests, audit, callbacks) as the single
+calls on a twin set of movements, a node it refuses reported in its own row
+and left as it was while the rest of the batch goes on, and a malformed call
+refused whole (QT002) without changing anything.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import (
+    assert_rejected,
+    bind,
+    claim,
+    create_started,
+    node,
+    node_ids,
+    node_states,
+    pin_clock,
+    plan,
+    register_sim,
+    request_state,
+    snapshot,
+)
+
+Conn = psycopg.Connection[Any]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+BATCH = (
+    "SELECT node_id, node_state::text, error_code, error_message FROM complete_submit_batch("
+    "%s::bigint[], %s::bigint[], %s::text[], %s::jsonb[], %s::boolean[])"
+)
+
+# every shape of a submit's report: a chain readies its child, a diamond two
+# children, a lone node settles its movement, an unsettled one starts observing,
+# two roots settle their movement once, a cancelled movement ends CANCELLED
+SCENARIOS: list[tuple[str, dict[str, Any], dict[str, bool]]] = [
+    ("chain", plan(node("a"), node("b", ["a"])), {"a": True}),
+    ("lone", plan(node("a")), {"a": True}),
+    ("observed", plan(node("a", lane="slow")), {"a": False}),
+    (
+        "diamond",
+        plan(node("a"), node("b", ["a"]), node("c", ["a"]), node("d", ["b", "c"])),
+        {"a": True},
+    ),
+    ("two-roots", plan(node("x"), node("y")), {"x": True, "y": True}),
+    ("mixed-roots", plan(node("x"), node("y"), node("z", ["x", "y"])), {"x": True, "y": False}),
+    ("joined", plan(node("x"), node("y"), node("z", ["x", "y"])), {"x": True, "y": True}),
+    # a stop recorded while a child still waits (no procedure leaves one: cancel
+    # and expiry skip waiting nodes; set by hand) skips the child, as finish_node does
+    ("stopping", plan(node("a"), node("b", ["a"])), {"a": True}),
+    ("cancelled", plan(node("a"), node("b", ["a"])), {"a": True}),
+]
+
+
+@pytest.fixture
+def conn(db: TestDatabase) -> Conn:
+    c = bind(db.connect())
+    pin_clock(c, T0.isoformat())
+    register_sim(c)
+    c.execute("SELECT upsert_lane_baseline('slow', 600)")
+    return c
+
+
+def _claimed(conn: Conn) -> dict[int, int]:
+    """Claim every READY node; node id -> claim token."""
+    return {c["node_id"]: c["claim_token"] for c in claim(conn, "dispatcher-1", 1000)}
+
+
+def _story(conn: Conn, movement: int) -> dict[str, Any]:
+    """Everything the engine wrote about one movement, with its ids replaced by node keys."""
+    keys = {v: k for k, v in node_ids(conn, movement).items()}
+
+    def named(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: (keys.get(v, v) if k in ("parent_completed", "ancestor_failed") else named(v))
+                for k, v in value.items()
+                if k != "external_id"
+            }
+        return value
+
+    nodes = conn.execute(
+        """SELECT node_key, node_state::text, pending_parents, claim_token, claimed_by, lease_until,
+                  external_ref, evidence, submitted_at, observe_started_at, next_observe_at,
+                  observe_phase::text, finished_at, last_error
+             FROM movement_request_nodes WHERE request_id = %s ORDER BY node_key""",
+        (movement,),
+    ).fetchall()
+    intents = conn.execute(
+        """SELECT n.node_key, i.claim_token, i.intent_state, i.external_ref, i.finished_at
+             FROM node_intents i JOIN movement_request_nodes n ON n.id = i.node_id
+            WHERE n.request_id = %s ORDER BY 1, 2""",
+        (movement,),
+    ).fetchall()
+    request = conn.execute(
+        """SELECT request_state::text, open_nodes, failed_nodes, stop_reason::text, finished_at
+             FROM movement_requests WHERE id = %s""",
+        (movement,),
+    ).fetchone()
+    audit = conn.execute(
+        """SELECT entity, entity_id, action, from_state, to_state, actor, detail, occurred_at
+             FROM audit_outbox WHERE request_id = %s""",
+        (movement,),
+    ).fetchall()
+    callbacks = conn.execute(
+        """SELECT event_type, payload - 'movement_id' - 'external_id', target_url,
+                  delivery_state, next_attempt_at, created_at, attempts,
+                  idempotency_key = format('testnet-%%s-%%s', request_id,
+                                           substr(event_type, length('movement.') + 1))
+             FROM callback_outbox WHERE request_id = %s""",
+        (movement,),
+    ).fetchall()
+    return {
+        "nodes": nodes,
+        "intents": intents,
+        "request": request,
+        # one row per transition; the batch writes them in another order
+        "audit": sorted(
+            json.dumps(
+                [
+                    e,
+                    keys.get(int(i), "request") if e == "node" else "request",
+                    a,
+                    f,
+                    t,
+                    who,
+                    named(d),
+                    str(at),
+                ],
+                sort_keys=True,
+                default=str,
+            )
+            for e, i, a, f, t, who, d, at in audit
+        ),
+        "callbacks": sorted(json.dumps(c, sort_keys=True, default=str) for c in callbacks),
+    }
+
+
+def _twins(conn: Conn) -> tuple[list[int], list[int], dict[int, int]]:
+    """Each scenario twice (single calls, batch), started, every READY node claimed."""
+    single = [create_started(conn, p, f"single-{name}") for name, p, _ in SCENARIOS]
+    batched = [create_started(conn, p, f"batch-{name}") for name, p, _ in SCENARIOS]
+    tokens = _claimed(conn)
+    pin_clock(conn, (T0 + timedelta(seconds=5)).isoformat())
+    for name, movement in zip([s[0] for s in SCENARIOS] * 2, single + batched, strict=True):
+        # half of them report to a callback URL (a callback is then PENDING delivery)
+        if name in ("lone", "two-roots", "cancelled"):
+            conn.execute(
+                "UPDATE movement_requests SET callback_url = 'https://treasury.example/cb'"
+                " WHERE id = %s",
+                (movement,),
+            )
+        if name == "cancelled":
+            conn.execute("SELECT cancel_movement(%s, 'carol')", (movement,))
+        if name == "stopping":
+            conn.execute(
+                "UPDATE movement_requests SET stop_reason = 'EXPIRED' WHERE id = %s", (movement,)
+            )
+    pin_clock(conn, (T0 + timedelta(seconds=10)).isoformat())
+    return single, batched, tokens
+
+
+def test_a_batch_writes_exactly_what_the_single_calls_write(conn: Conn) -> None:
+    single, batched, tokens = _twins(conn)
+
+    for (_, _, settle), movement in zip(SCENARIOS, single, strict=True):
+        ids = node_ids(conn, movement)
+        for key, settled in settle.items():
+            conn.execute(
+                "SELECT complete_submit(%s, %s, %s, %s::jsonb, %s)",
+                (ids[key], tokens[ids[key]], f"ref-{key}", json.dumps({"key": key}), settled),
+            )
+    todo = [
+        (node_ids(conn, movement)[key], key, settled)
+        for (_, _, settle), movement in zip(SCENARIOS, batched, strict=True)
+        for key, settled in settle.items()
+    ]
+    rows = conn.execute(
+        BATCH,
+        (
+            [n for n, _, _ in todo],
+            [tokens[n] for n, _, _ in todo],
+            [f"ref-{k}" for _, k, _ in todo],
+            [json.dumps({"key": k}) for _, k, _ in todo],
+            [s for _, _, s in todo],
+        ),
+    ).fetchall()
+
+    assert [(r[0], r[2]) for r in rows] == [(n, None) for n, _, _ in todo]
+    assert [r[1] for r in rows] == ["COMPLETED" if s else "SUBMITTED" for _, _, s in todo]
+    for a, b in zip(single, batched, strict=True):
+        assert _story(conn, b) == _story(conn, a)
+    # the outcomes the scenarios were built for
+    states = {
+        name: request_state(conn, m) for (name, _, _), m in zip(SCENARIOS, batched, strict=True)
+    }
+    assert states == {
+        "chain": "EXECUTING",
+        "lone": "COMPLETED",
+        "observed": "EXECUTING",
+        "diamond": "EXECUTING",
+        "two-roots": "COMPLETED",
+        "mixed-roots": "EXECUTING",
+        "joined": "EXECUTING",
+        "cancelled": "CANCELLED",
+        "stopping": "EXPIRED",
+    }
+    assert node_states(conn, batched[8]) == {"a": "COMPLETED", "b": "SKIPPED"}
+    assert node_states(conn, batched[6]) == {"x": "COMPLETED", "y": "COMPLETED", "z": "READY"}
+    assert node_states(conn, batched[3]) == {
+        "a": "COMPLETED",
+        "b": "READY",
+        "c": "READY",
+        "d": "PENDING",
+    }
+
+
+def test_a_refused_node_is_reported_and_left_as_it_was_while_the_rest_completes(conn: Conn) -> None:
+    movements = [create_started(conn, plan(node("a")), f"m{i}") for i in range(4)]
+    tokens = _claimed(conn)
+    ok, stale, done, also_ok = (node_ids(conn, m)["a"] for m in movements)
+    conn.execute("SELECT complete_submit(%s, %s, 'ref-done')", (done, tokens[done]))
+    missing = 10**9
+    before = snapshot(conn, ["node_intents"])
+
+    rows = conn.execute(
+        BATCH,
+        (
+            [ok, stale, done, missing, also_ok],
+            [tokens[ok], tokens[stale] + 7, tokens[done], 1, tokens[also_ok]],
+            ["r1", "r2", "r3", "r4", "r5"],
+            None,
+            [True, True, True, True, True],
+        ),
+    ).fetchall()
+
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        (ok, "COMPLETED", None),
+        (stale, None, "QT030"),
+        (done, None, "QT021"),
+        (missing, None, "QT011"),
+        (also_ok, "COMPLETED", None),
+    ]
+    assert "stale claim" in rows[1][3]
+    assert node_states(conn, movements[1]) == {"a": "SUBMITTING"}
+    assert node_states(conn, movements[2]) == {"a": "SUBMITTED"}
+    assert [request_state(conn, m) for m in movements] == [
+        "COMPLETED",
+        "EXECUTING",
+        "EXECUTING",
+        "COMPLETED",
+    ]
+    intents = dict(conn.execute("SELECT node_id, intent_state FROM node_intents").fetchall())
+    assert intents[stale] == "CLAIMED" and intents[done] == "SUBMITTED"
+    assert before != snapshot(conn, ["node_intents"])  # the good ones moved
+
+
+@pytest.mark.parametrize(
+    ("why", "ids", "tokens", "refs", "settled"),
+    [
+        ("arrays of different lengths", [1, 2], [1], ["r", "r"], None),
+        ("a settled flag too many", [1], [1], ["r"], [True, False]),
+        ("a node twice", [1, 1], [1, 1], ["r", "r"], None),
+        ("a NULL node id", [None], [1], ["r"], None),
+        ("more than 1000 nodes", list(range(1, 1002)), [1] * 1001, ["r"] * 1001, None),
+    ],
+)
+def test_a_malformed_batch_is_refused_whole(
+    conn: Conn, why: str, ids: list[Any], tokens: list[int], refs: list[str], settled: Any
+) -> None:
+    movement = create_started(conn, plan(node("a")), "m")
+    node_id = node_ids(conn, movement)["a"]
+    token = _claimed(conn)[node_id]
+    ids = [node_id if i == 1 else i for i in ids]
+    tokens = [token if t == 1 else t for t in tokens]
+
+    assert_rejected(conn, "QT002", BATCH, (ids, tokens, refs, None, settled))
+    assert node_states(conn, movement) == {"a": "SUBMITTING"}, why
+
+
+def test_an_empty_batch_returns_nothing(conn: Conn) -> None:
+    assert conn.execute(BATCH, ([], [], [], None, None)).fetchall() == []
+
+
+def test_a_runner_may_call_it_and_an_operator_may_not(db: TestDatabase, conn: Conn) -> None:
+    movement = create_started(conn, plan(node("a")), "m")
+    node_id = node_ids(conn, movement)["a"]
+    token = _claimed(conn)[node_id]
+
+    operator = bind(db.connect(db.operator_dsn("testnet")))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        operator.execute(BATCH, ([node_id], [token], ["r"], None, [True]))
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    rows = runner.execute(BATCH, ([node_id], [token], ["r"], None, [True])).fetchall()
+    assert rows == [(node_id, "COMPLETED", None, None)]
+    assert request_state(conn, movement) == "COMPLETED"

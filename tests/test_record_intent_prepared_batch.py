@@ -1,0 +1,228 @@
+"""record_intent_prepared_batch: record_intent_prepared for many nodes in one call.
+
+The batch must be record_intent_prepared, node by node, in one transaction:
+the same intents and audit rows as the single calls on twin nodes, every hash
+ever signed kept once; a node it refuses (an expired lease above all: such a
+node must not be broadcast) reported in its own row and left as it was while
+the rest is recorded; a malformed call refused whole (QT002).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import (
+    assert_rejected,
+    bind,
+    create_started,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+    register_sim,
+)
+
+Conn = psycopg.Connection[Any]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+BATCH = (
+    "SELECT node_id, intent_id, error_code, error_message FROM record_intent_prepared_batch("
+    "%s::bigint[], %s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::jsonb[])"
+)
+SINGLE = "SELECT record_intent_prepared(%s, %s, %s, %s, %s, %s::jsonb)"
+
+# what an executor may hand over: a nonce and a signed hash (a chain), an
+# exchange's request id, only a payload, or all of them
+PREPARED = [
+    (7, "0xaaa", None, None),
+    (None, None, "withdrawal-1", None),
+    (None, None, None, {"route": "bus"}),
+    (8, "0xbbb", "req-2", {"gas": 21000}),
+]
+
+
+@pytest.fixture
+def conn(db: TestDatabase) -> Conn:
+    c = bind(db.connect())
+    pin_clock(c, T0.isoformat())
+    register_sim(c)
+    return c
+
+
+def _claimed(conn: Conn, count: int, prefix: str, lease: float = 300) -> list[tuple[int, int]]:
+    movements = [create_started(conn, plan(node("a")), f"{prefix}{i}") for i in range(count)]
+    ids = [node_ids(conn, m)["a"] for m in movements]
+    rows = conn.execute(
+        "SELECT node_id, claim_token FROM claim_ready_nodes('dispatcher-1', 1000, %s)", (lease,)
+    ).fetchall()
+    tokens = dict(rows)
+    return [(i, tokens[i]) for i in ids]
+
+
+def _record(
+    conn: Conn, nodes: list[tuple[int, int]], prepared: list[tuple[Any, ...]]
+) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        BATCH,
+        (
+            [n for n, _ in nodes],
+            [t for _, t in nodes],
+            [p[0] for p in prepared],
+            [p[1] for p in prepared],
+            [p[2] for p in prepared],
+            [json.dumps(p[3]) if p[3] is not None else None for p in prepared],
+        ),
+    ).fetchall()
+
+
+def _intent(conn: Conn, node_id: int) -> tuple[Any, ...]:
+    row = conn.execute(
+        """SELECT intent_state, nonce, signed_tx_hash, signed_tx_hashes, external_request_id,
+                  prepared_payload, prepared_at, claimed_by
+             FROM node_intents WHERE node_id = %s ORDER BY claim_token DESC LIMIT 1""",
+        (node_id,),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _audit(conn: Conn, node_id: int) -> list[tuple[Any, ...]]:
+    rows = conn.execute(
+        """SELECT actor, action, from_state, to_state, detail - 'intent_id', occurred_at,
+                  (detail ->> 'intent_id')::bigint = i.id
+             FROM audit_outbox a
+             JOIN node_intents i ON i.node_id = a.entity_id::bigint
+            WHERE a.entity = 'node' AND a.entity_id = %s::text AND a.action = 'intent_prepared'
+            ORDER BY a.id""",
+        (node_id,),
+    ).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def test_a_batch_records_exactly_what_the_single_calls_record(conn: Conn) -> None:
+    single = _claimed(conn, len(PREPARED), "single-")
+    batched = _claimed(conn, len(PREPARED), "batch-")
+    pin_clock(conn, (T0 + timedelta(seconds=3)).isoformat())
+
+    for (node_id, token), (nonce, tx, ext, payload) in zip(single, PREPARED, strict=True):
+        conn.execute(
+            SINGLE, (node_id, token, nonce, tx, ext, json.dumps(payload) if payload else None)
+        )
+    rows = _record(conn, batched, PREPARED)
+
+    assert [(r[0], r[2], r[3]) for r in rows] == [(n, None, None) for n, _ in batched]
+    for (a, _), (b, _), row in zip(single, batched, rows, strict=True):
+        assert _intent(conn, b) == _intent(conn, a)
+        assert _audit(conn, b) == _audit(conn, a)
+        assert (
+            row[1]
+            == conn.execute("SELECT id FROM node_intents WHERE node_id = %s", (b,)).fetchone()[0]
+        )  # type: ignore[index]
+    assert _intent(conn, batched[0][0])[:4] == ("PREPARED", 7, "0xaaa", ["0xaaa"])
+
+
+def test_a_replacement_transaction_keeps_every_signed_hash_once(conn: Conn) -> None:
+    [(node_id, token)] = _claimed(conn, 1, "m")
+
+    for tx in ("0x1", "0x2", "0x1"):
+        [row] = _record(conn, [(node_id, token)], [(5, tx, None, None)])
+        assert row[2] is None
+
+    assert _intent(conn, node_id)[:4] == ("PREPARED", 5, "0x1", ["0x1", "0x2"])
+    assert len(_audit(conn, node_id)) == 3
+
+
+def test_a_refused_node_is_reported_and_left_as_it_was_while_the_rest_is_recorded(
+    conn: Conn,
+) -> None:
+    nodes = _claimed(conn, 4, "m")
+    (ok, ok_token), (stale, stale_token), (empty, empty_token), (done, done_token) = nodes
+    conn.execute("SELECT complete_submit(%s, %s, 'ref')", (done, done_token))
+    missing = 10**9
+
+    rows = _record(
+        conn,
+        [
+            (ok, ok_token),
+            (stale, stale_token + 1),
+            (empty, empty_token),
+            (done, done_token),
+            (missing, 1),
+        ],
+        [
+            (1, "0x1", None, None),
+            (2, "0x2", None, None),
+            (None, None, None, None),
+            (4, "0x4", None, None),
+            (5, "0x5", None, None),
+        ],
+    )
+
+    assert [(r[0], r[1] is not None, r[2]) for r in rows] == [
+        (ok, True, None),
+        (stale, False, "QT030"),
+        (empty, False, "QT002"),
+        (done, False, "QT021"),
+        (missing, False, "QT011"),
+    ]
+    assert _intent(conn, ok)[0] == "PREPARED"
+    assert _intent(conn, stale)[0] == _intent(conn, empty)[0] == "CLAIMED"
+    assert _intent(conn, done)[0] == "SUBMITTED"
+    assert [len(_audit(conn, n)) for n, _ in nodes] == [1, 0, 0, 0]
+
+
+def test_an_expired_lease_is_refused_so_the_node_is_never_broadcast(conn: Conn) -> None:
+    short = _claimed(conn, 1, "short-", lease=10)
+    long = _claimed(conn, 1, "long-", lease=600)
+    pin_clock(conn, (T0 + timedelta(seconds=11)).isoformat())
+
+    rows = _record(conn, short + long, [(1, "0x1", None, None), (2, "0x2", None, None)])
+
+    assert rows[0][2] == "QT030" and "expired" in rows[0][3]
+    assert rows[1][2] is None
+    assert _intent(conn, short[0][0])[0] == "CLAIMED"
+    assert _intent(conn, long[0][0])[0] == "PREPARED"
+
+
+@pytest.mark.parametrize(
+    ("why", "ids", "tokens", "nonces"),
+    [
+        ("arrays of different lengths", [1, 2], [1], None),
+        ("a nonce too many", [1], [1], [1, 2]),
+        ("a node twice", [1, 1], [1, 1], None),
+        ("a NULL node id", [None], [1], None),
+        ("more than 1000 nodes", list(range(1, 1002)), [1] * 1001, None),
+    ],
+)
+def test_a_malformed_batch_is_refused_whole(
+    conn: Conn, why: str, ids: list[Any], tokens: list[int], nonces: Any
+) -> None:
+    [(node_id, token)] = _claimed(conn, 1, "m")
+    ids = [node_id if i == 1 else i for i in ids]
+    tokens = [token if t == 1 else t for t in tokens]
+
+    assert_rejected(conn, "QT002", BATCH, (ids, tokens, nonces, ["0x1"] * len(ids), None, None))
+    assert _intent(conn, node_id)[0] == "CLAIMED", why
+
+
+def test_an_empty_batch_returns_nothing(conn: Conn) -> None:
+    assert conn.execute(BATCH, ([], [], None, None, None, None)).fetchall() == []
+
+
+def test_a_runner_may_call_it_and_an_operator_may_not(db: TestDatabase, conn: Conn) -> None:
+    [(node_id, token)] = _claimed(conn, 1, "m")
+    args = ([node_id], [token], None, ["0x1"], None, None)
+
+    operator = bind(db.connect(db.operator_dsn("testnet")))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        operator.execute(BATCH, args)
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    pin_clock(runner, T0.isoformat())
+    [row] = runner.execute(BATCH, args).fetchall()
+    assert row[2] is None
+    assert _intent(conn, node_id)[0] == "PREPARED"
