@@ -60,9 +60,6 @@ DECLARE
     v_settle        bigint[];        -- the requests left with nothing open
     v_settle_actors text[];
 BEGIN
-    IF v_n > 1000 THEN
-        RAISE EXCEPTION 'complete_submit_batch: at most 1000 nodes a call, got %', v_n USING ERRCODE = 'QT002';
-    END IF;
     IF coalesce(cardinality(p_claim_tokens), 0) <> v_n
        OR coalesce(cardinality(p_external_refs), 0) <> v_n
        OR (p_evidence IS NOT NULL AND cardinality(p_evidence) <> v_n)
@@ -73,18 +70,8 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    IF array_position(p_node_ids, NULL) IS NOT NULL
-       OR (SELECT count(DISTINCT id) FROM unnest(p_node_ids) id) <> v_n THEN
-        RAISE EXCEPTION 'complete_submit_batch: node ids must be given once each and not be NULL'
-            USING ERRCODE = 'QT002';
-    END IF;
-
     -- the lock order: requests, then nodes (intents are locked by the UPDATE below)
-    PERFORM 1 FROM movement_requests r
-     WHERE r.id IN (SELECT n.request_id FROM movement_request_nodes n WHERE n.id = ANY (p_node_ids))
-     ORDER BY r.id
-       FOR UPDATE;
-    PERFORM 1 FROM movement_request_nodes n WHERE n.id = ANY (p_node_ids) ORDER BY n.id FOR UPDATE;
+    PERFORM lock_node_batch('complete_submit_batch', p_node_ids);
 
     EXECUTE $sql$
     WITH input AS (

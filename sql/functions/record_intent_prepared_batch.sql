@@ -36,9 +36,6 @@ DECLARE
     v_now timestamptz := clock();
     v_n   integer := coalesce(cardinality(p_node_ids), 0);
 BEGIN
-    IF v_n > 1000 THEN
-        RAISE EXCEPTION 'record_intent_prepared_batch: at most 1000 nodes a call, got %', v_n USING ERRCODE = 'QT002';
-    END IF;
     IF coalesce(cardinality(p_claim_tokens), 0) <> v_n
        OR (p_nonces IS NOT NULL AND cardinality(p_nonces) <> v_n)
        OR (p_signed_tx_hashes IS NOT NULL AND cardinality(p_signed_tx_hashes) <> v_n)
@@ -50,18 +47,8 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    IF array_position(p_node_ids, NULL) IS NOT NULL
-       OR (SELECT count(DISTINCT id) FROM unnest(p_node_ids) id) <> v_n THEN
-        RAISE EXCEPTION 'record_intent_prepared_batch: node ids must be given once each and not be NULL'
-            USING ERRCODE = 'QT002';
-    END IF;
-
     -- the lock order: requests, then nodes (intents are locked by the UPDATE below)
-    PERFORM 1 FROM movement_requests r
-     WHERE r.id IN (SELECT n.request_id FROM movement_request_nodes n WHERE n.id = ANY (p_node_ids))
-     ORDER BY r.id
-       FOR UPDATE;
-    PERFORM 1 FROM movement_request_nodes n WHERE n.id = ANY (p_node_ids) ORDER BY n.id FOR UPDATE;
+    PERFORM lock_node_batch('record_intent_prepared_batch', p_node_ids);
 
     RETURN QUERY
     WITH input AS (
