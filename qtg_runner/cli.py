@@ -157,5 +157,16 @@ app.command("status")(status.status_cmd)
 app.command("demo")(demo.demo_cmd)
 
 
+def run() -> None:
+    """The `qtg` console script: the app, with the errors an operator can fix
+    (a bad setting, an unreachable or unusable database) as one line on
+    stderr and exit code 1 instead of a traceback."""
+    try:
+        app()
+    except (ConfigError, EmbeddedServerError, migrations.MigrationError, psycopg.Error) as exc:
+        typer.echo(f"qtg: error: {_one_line(exc)}", err=True)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
-    app()
+    run()
