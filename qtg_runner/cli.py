@@ -148,10 +148,11 @@ def rollback_cmd(
         out.print("nothing to roll back")
 
 
-from qtg_runner.commands import demo, movement, run, status  # noqa: E402
+from qtg_runner.commands import demo, movement, status  # noqa: E402
+from qtg_runner.commands import run as runners  # noqa: E402
 
-app.command("run")(run.run_cmd)
-app.command("worker")(run.worker_cmd)
+app.command("run")(runners.run_cmd)
+app.command("worker")(runners.worker_cmd)
 app.add_typer(movement.app, name="movement")
 app.command("status")(status.status_cmd)
 app.command("demo")(demo.demo_cmd)
