@@ -2,7 +2,8 @@
 
 One tick, for the process's network:
   1. upsert this instance's heartbeat and commit it (best effort: a failing
-     heartbeat is logged and never breaks the worker);
+     heartbeat is logged and never breaks the worker); while batches run back
+     to back on a backlog, once per interval;
   2. run the worker's batch, which returns how many rows it processed;
   3. on success reset the consecutive-error counter; on an operational error
      (database, network, executor) count it and back off exponentially, to a
@@ -30,12 +31,13 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from qtg_runner.config import NetworkMode
-from qtg_runner.executors.base import Executor, ExecutorError
+from qtg_runner.executors.base import Executor, ExecutorError, NodeWork
 from qtg_runner.failpoints import crash_point
 from qtg_runner.log import event
 
 Tier = Literal["core", "sidecar"]
 BACKOFF_CEILING_SECONDS = 60.0
+MISSING_EXECUTOR_RETRY_SECONDS = 30.0
 OPERATIONAL_ERRORS: tuple[type[BaseException], ...] = (
     psycopg.Error,
     PoolTimeout,
@@ -58,6 +60,18 @@ class WorkerContext:
 
     def worker_id(self, worker_name: str) -> str:
         return f"{worker_name}@{self.instance_id}"
+
+    def executor_for(self, work: NodeWork) -> Executor:
+        """The node's executor; a node whose executor this runner does not carry
+        fails like an unreachable service: retryable, looked at again later."""
+        executor = self.executors.get(work.executor_key)
+        if executor is None:
+            raise ExecutorError(
+                f"no executor {work.executor_key!r} in this runner",
+                retryable=True,
+                retry_after=MISSING_EXECUTOR_RETRY_SECONDS,
+            )
+        return executor
 
 
 BatchFunction = Callable[[WorkerContext, str], Awaitable[int]]
@@ -161,11 +175,23 @@ async def run_worker(
         tier=entry.tier,
         interval=entry.interval,
     )
+    clock = asyncio.get_running_loop().time
+    last_beat = float("-inf")
     try:
         while not ctx.stopping.is_set():
-            await heartbeat(
-                ctx, entry, max(delay, entry.interval + entry.jitter), processed, errors, last_error
-            )
+            # every tick after a sleep beats; back-to-back batches (draining a
+            # backlog) beat once per interval, so a busy worker's heartbeat
+            # costs no extra round trip per batch
+            if delay > 0 or clock() - last_beat >= entry.interval:
+                last_beat = clock()
+                await heartbeat(
+                    ctx,
+                    entry,
+                    max(delay, entry.interval + entry.jitter),
+                    processed,
+                    errors,
+                    last_error,
+                )
             try:
                 crash_point(entry.name)
                 processed = await entry.batch(ctx, worker_id)

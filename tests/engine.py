@@ -7,6 +7,7 @@ network (see ``bind``) and calls the procedures exactly as a runner would.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -129,9 +130,7 @@ def claim(
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
-def submit(
-    conn: psycopg.Connection[Any], claimed: dict[str, Any], settled: bool = False
-) -> str:
+def submit(conn: psycopg.Connection[Any], claimed: dict[str, Any], settled: bool = False) -> str:
     row = conn.execute(
         "SELECT complete_submit(%s, %s, %s, p_settled => %s)::text",
         (claimed["node_id"], claimed["claim_token"], f"ref-{claimed['node_id']}", settled),
@@ -164,10 +163,20 @@ def observe(
         return {"node_state": result[0], "observe_phase": result[1], "next_observe_at": result[2]}
 
 
-def snapshot(conn: psycopg.Connection[Any], tables: Sequence[str] = (
-    "movement_requests", "movement_request_nodes", "movement_plan_edges", "node_intents",
-    "callback_outbox", "audit_outbox", "worker_heartbeats", "executors", "lane_baselines",
-)) -> dict[str, list[Any]]:
+def snapshot(
+    conn: psycopg.Connection[Any],
+    tables: Sequence[str] = (
+        "movement_requests",
+        "movement_request_nodes",
+        "movement_plan_edges",
+        "node_intents",
+        "callback_outbox",
+        "audit_outbox",
+        "worker_heartbeats",
+        "executors",
+        "lane_baselines",
+    ),
+) -> dict[str, list[Any]]:
     """Every row of the network's tables, to assert that a failed call changed nothing."""
     result: dict[str, list[Any]] = {}
     for table in tables:
@@ -226,3 +235,18 @@ def in_one_transaction(
             " WHERE xmin = pg_current_xact_id()::xid ORDER BY id"
         ).fetchall()
     return Written(rows, audit, callbacks)
+
+
+def wait_until_blocked_on_a_lock(
+    observer: psycopg.Connection[Any], pid: int, timeout: float = 10.0
+) -> None:
+    """Poll pg_stat_activity (from ``observer``) until backend ``pid`` waits on a lock."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = observer.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        if row is not None and row[0] == "Lock":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"backend {pid} never waited on a lock")

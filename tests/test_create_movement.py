@@ -8,7 +8,6 @@ no request, node, edge, audit or callback row.
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,6 +24,7 @@ from engine import (
     plan,
     register_sim,
     snapshot,
+    wait_until_blocked_on_a_lock,
 )
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -279,18 +279,6 @@ def test_a_different_request_under_the_same_external_id_conflicts(conn: Conn) ->
     conn.execute("SELECT register_template('bridge', %s)", (Jsonb(the_plan),))
     rejected(conn, "QT004", "different plan", template="bridge", params={})
     assert count(conn, "movement_requests") == 1
-
-
-def wait_until_blocked_on_a_lock(observer: Conn, pid: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        row = observer.execute(
-            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()
-        if row is not None and row[0] == "Lock":
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"backend {pid} never waited on a lock")
 
 
 @pytest.mark.parametrize("first_ends", ["commit", "rollback"])

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -36,6 +35,7 @@ from engine import (
     request_state,
     snapshot,
     submit,
+    wait_until_blocked_on_a_lock,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -494,19 +494,6 @@ def test_an_observer_with_a_wrong_token_changes_nothing(conn: Conn) -> None:
 # ---------------------------------------------------------------- (d) cancel
 
 
-def wait_for_lock_wait(admin: Conn, pid: int, deadline_s: float = 10.0) -> None:
-    """Poll pg_stat_activity until backend ``pid`` waits on a lock."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        row = admin.execute(
-            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()
-        if row is not None and row[0] == "Lock":
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"backend {pid} never waited on a lock")
-
-
 def test_cancel_waits_for_a_dispatcher_mid_claim_and_lets_its_side_effect_settle(
     db: TestDatabase,
 ) -> None:
@@ -525,7 +512,7 @@ def test_cancel_waits_for_a_dispatcher_mid_claim_and_lets_its_side_effect_settle
                     (mid,),
                 )
             )
-            wait_for_lock_wait(admin, operator.info.backend_pid)
+            wait_until_blocked_on_a_lock(admin, operator.info.backend_pid)
             assert not cancelling.done()
         # the claim committed: SUBMITTING with its intent, the cancel proceeds
         assert cancelling.result(timeout=10) == "EXECUTING"
@@ -574,7 +561,7 @@ def test_expiry_waits_for_a_dispatcher_mid_claim_and_then_waives(db: TestDatabas
         with dispatcher.transaction():
             (claimed,) = claim(dispatcher)
             expiring = pool.submit(lambda: scalar(checker, "SELECT expire_movements(100)"))
-            wait_for_lock_wait(admin, checker.info.backend_pid)
+            wait_until_blocked_on_a_lock(admin, checker.info.backend_pid)
             assert not expiring.done()
         # the checker sees the committed claim: a side effect may be going out
         assert expiring.result(timeout=10) == 0

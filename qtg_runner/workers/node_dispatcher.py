@@ -123,6 +123,16 @@ async def _each(
     return results
 
 
+def _prepared(node: _Node) -> Prepared:
+    assert node.prepared is not None, "only prepared nodes are recorded and submitted"
+    return node.prepared
+
+
+def _result(node: _Node) -> SubmitResult:
+    assert node.result is not None, "only submitted nodes are reported"
+    return node.result
+
+
 def _dispatch_failed(node: _Node | NodeWork, exc: BaseException | str) -> None:
     # the node stays SUBMITTING with its intent: recovery resolves it after the lease
     error = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
@@ -133,12 +143,11 @@ def _dispatch_failed(node: _Node | NodeWork, exc: BaseException | str) -> None:
 async def dispatch_claims(ctx: WorkerContext, works: Sequence[NodeWork]) -> None:
     nodes: list[_Node] = []
     for work in works:
-        executor = ctx.executors.get(work.executor_key)
-        if executor is None:
+        try:
+            executor = ctx.executor_for(work)
+        except ExecutorError as missing:
             try:
-                await _fail(
-                    ctx, work, f"no executor {work.executor_key!r} in this runner", True, 30.0
-                )
+                await _fail(ctx, work, str(missing), missing.retryable, missing.retry_after)
             except OPERATIONAL_ERRORS as exc:
                 _dispatch_failed(work, exc)
             event(logging.ERROR, "executor_missing", **_fields(work))
@@ -176,9 +185,8 @@ async def dispatch_claims(ctx: WorkerContext, works: Sequence[NodeWork]) -> None
     # node at a time has each report follow its own submit; one that submits
     # many in one call (BatchSubmitter) has them reported in one call after it.
     async def submit_and_report(node: _Node) -> None:
-        assert node.prepared is not None
         try:
-            node.result = await node.executor.submit(node.work, node.prepared)
+            node.result = await node.executor.submit(node.work, _prepared(node))
         except ExecutorError as exc:
             state = await _fail(ctx, node.work, str(exc), exc.retryable, exc.retry_after)
             event(logging.WARNING, "submit_failed", **node.fields(), to_state=state, error=str(exc))
@@ -210,7 +218,7 @@ async def _submit_many(ctx: WorkerContext, nodes: Sequence[_Node]) -> list[_Node
     executor = nodes[0].executor
     assert isinstance(executor, BatchSubmitter)
     try:
-        results = await executor.submit_many([(n.work, n.prepared) for n in nodes])  # type: ignore[misc]
+        results = await executor.submit_many([(n.work, _prepared(n)) for n in nodes])
     except ExecutorError as exc:
         for node in nodes:
             try:
@@ -232,8 +240,7 @@ async def _submit_many(ctx: WorkerContext, nodes: Sequence[_Node]) -> list[_Node
 
 async def _record_intents(ctx: WorkerContext, nodes: Sequence[_Node]) -> list[_Node]:
     """record_intent_prepared_batch; returns the nodes whose intent was recorded."""
-    preps = [n.prepared for n in nodes]
-    assert all(p is not None for p in preps)
+    preps = [_prepared(n) for n in nodes]
     async with ctx.pool.connection() as conn:
         rows = await (
             await conn.execute(
@@ -242,10 +249,10 @@ async def _record_intents(ctx: WorkerContext, nodes: Sequence[_Node]) -> list[_N
                 (
                     [n.work.node_id for n in nodes],
                     [n.work.claim_token for n in nodes],
-                    [p.nonce for p in preps],  # type: ignore[union-attr]
-                    [p.signed_tx_hash for p in preps],  # type: ignore[union-attr]
-                    [p.external_request_id for p in preps],  # type: ignore[union-attr]
-                    [json.dumps(p.payload) if p.payload else None for p in preps],  # type: ignore[union-attr]
+                    [p.nonce for p in preps],
+                    [p.signed_tx_hash for p in preps],
+                    [p.external_request_id for p in preps],
+                    [json.dumps(p.payload) if p.payload else None for p in preps],
                 ),
             )
         ).fetchall()
@@ -261,8 +268,7 @@ async def _record_intents(ctx: WorkerContext, nodes: Sequence[_Node]) -> list[_N
 
 
 async def _complete_submits(ctx: WorkerContext, nodes: Sequence[_Node]) -> None:
-    results = [n.result for n in nodes]
-    assert all(r is not None for r in results)
+    results = [_result(n) for n in nodes]
     async with ctx.pool.connection() as conn:
         rows = await (
             await conn.execute(
@@ -272,14 +278,14 @@ async def _complete_submits(ctx: WorkerContext, nodes: Sequence[_Node]) -> None:
                 (
                     [n.work.node_id for n in nodes],
                     [n.work.claim_token for n in nodes],
-                    [r.external_ref for r in results],  # type: ignore[union-attr]
-                    [json.dumps(r.evidence) for r in results],  # type: ignore[union-attr]
-                    [r.settled for r in results],  # type: ignore[union-attr]
+                    [r.external_ref for r in results],
+                    [json.dumps(r.evidence) for r in results],
+                    [r.settled for r in results],
                 ),
             )
         ).fetchall()
     for node, result, (node_id, state, code, message) in zip(nodes, results, rows, strict=True):
-        assert node_id == node.work.node_id and result is not None
+        assert node_id == node.work.node_id
         if code is not None:
             _dispatch_failed(node, f"{code}: {message}")
             continue

@@ -70,24 +70,16 @@ async def observe_one(
         if claim is None:
             return False
         work = NodeWork.from_claim(claim, ctx.network)
-        executor = ctx.executors.get(work.executor_key)
         result: ObserveResult
-        if executor is None:
+        try:
+            result = await ctx.executor_for(work).observe(work)
+        except ExecutorError as exc:
+            # cannot tell now: look again later (the phase still escalates to fatal)
             result = ObserveResult(
                 ObserveStatus.UNKNOWN,
-                {"error": f"no executor {work.executor_key!r} in this runner"},
-                retry_after=30.0,
+                {"error": str(exc)},
+                retry_after=exc.retry_after or OBSERVE_ERROR_RETRY_SECONDS,
             )
-        else:
-            try:
-                result = await executor.observe(work)
-            except ExecutorError as exc:
-                # cannot tell now: look again later (the phase still escalates to fatal)
-                result = ObserveResult(
-                    ObserveStatus.UNKNOWN,
-                    {"error": str(exc)},
-                    retry_after=exc.retry_after or OBSERVE_ERROR_RETRY_SECONDS,
-                )
         out = await (
             await conn.execute(
                 "SELECT node_state::text, observe_phase::text, next_observe_at"

@@ -28,23 +28,15 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
 
     for claim in claims:
         work = NodeWork.from_claim(claim, ctx.network)
-        executor = ctx.executors.get(work.executor_key)
         try:
-            if executor is None:
+            try:
+                result = await ctx.executor_for(work).recover(work)
+            except ExecutorError as exc:
                 result = RecoveryResult(
                     RecoveryOutcome.STILL_UNKNOWN,
-                    {"error": f"no executor {work.executor_key!r} in this runner"},
-                    retry_after=RECOVERY_RETRY_SECONDS,
+                    {"error": str(exc)},
+                    retry_after=exc.retry_after or RECOVERY_RETRY_SECONDS,
                 )
-            else:
-                try:
-                    result = await executor.recover(work)
-                except ExecutorError as exc:
-                    result = RecoveryResult(
-                        RecoveryOutcome.STILL_UNKNOWN,
-                        {"error": str(exc)},
-                        retry_after=exc.retry_after or RECOVERY_RETRY_SECONDS,
-                    )
             async with ctx.pool.connection() as conn:
                 row = await (
                     await conn.execute(

@@ -7,6 +7,8 @@
 -- claimed the node): the side effect has happened and its reference is the
 -- truth. Only record_intent_prepared refuses an expired lease, because it comes
 -- before the side effect. Locks: request, node, intent.
+-- One node of complete_submit_batch, which holds the rules: a refused node
+-- raises here with the batch's SQLSTATE and message, and nothing changes.
 CREATE OR REPLACE FUNCTION complete_submit(
     p_node_id      bigint,
     p_claim_token  bigint,
@@ -19,36 +21,13 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_now    timestamptz := clock();
-    v_node   movement_request_nodes;
-    v_pacing record;
-    v_to     qtg.node_state := CASE WHEN p_settled THEN 'COMPLETED' ELSE 'SUBMITTED' END;
+    v_result record;
 BEGIN
-    v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['SUBMITTING']::qtg.node_state[], 'complete_submit');
-    SELECT * INTO STRICT v_pacing FROM observe_pacing(v_node.lane, v_now, v_now);
-
-    UPDATE movement_request_nodes
-       SET node_state         = v_to,
-           external_ref       = p_external_ref,
-           evidence           = coalesce(p_evidence, evidence),
-           submitted_at       = v_now,
-           observe_started_at = CASE WHEN p_settled THEN NULL ELSE v_now END,
-           next_observe_at    = CASE WHEN p_settled THEN NULL ELSE v_pacing.next_observe_at END,
-           observe_phase      = CASE WHEN p_settled THEN NULL ELSE v_pacing.phase END,
-           lease_until        = NULL,
-           last_error         = NULL,
-           finished_at        = CASE WHEN p_settled THEN v_now END,
-           updated_at         = v_now
-     WHERE id = p_node_id;
-
-    UPDATE node_intents
-       SET intent_state = 'SUBMITTED', external_ref = p_external_ref, finished_at = v_now
-     WHERE node_id = p_node_id AND claim_token = p_claim_token;
-
-    PERFORM write_audit(v_node.claimed_by, 'node', p_node_id::text, v_node.request_id, 'state_changed',
-                        'SUBMITTING', v_to::text,
-                        jsonb_build_object('external_ref', p_external_ref, 'evidence', p_evidence));
-    RETURN follow_node_transition(p_node_id, v_node.request_id, v_to, v_node.claimed_by);
+    SELECT * INTO STRICT v_result
+      FROM complete_submit_batch(ARRAY[p_node_id], ARRAY[p_claim_token], ARRAY[p_external_ref],
+                                 ARRAY[p_evidence], ARRAY[coalesce(p_settled, false)]);
+    PERFORM raise_node_error(v_result.error_code, v_result.error_message);
+    RETURN v_result.node_state;
 END
 $$;
 
