@@ -1,0 +1,725 @@
+"""The public procedures, typed: one Python function per procedure a runner or an
+operator may EXECUTE.
+
+Each wrapper's signature is the procedure's contract, written once: its name,
+its arguments (the SQL names without ``p_``, in the SQL order), their
+PostgreSQL types (the ``Pg`` in each ``Annotated`` alias below), which have a
+default, and its result (a frozen dataclass per row type, or a scalar).
+``@procedure`` turns the signature into a call; the function bodies are
+empty on purpose. tests/test_procs.py compares every signature with pg_proc,
+so a change of a procedure fails that test instead of a runner.
+
+A wrapper returns a ``Call``: the SQL text in named-argument notation with an
+explicit cast per argument (``p_worker => %s::text``), the parameters (sent
+server-side, never spliced into the text), and how to decode a row. The same
+``Call`` runs on a sync connection (``all``, ``one``, ``one_or_none``) or an
+async one (``aall``, ``aone``, ``aone_or_none``):
+
+    claims = procs.claim_ready_nodes(worker_id, max=64).all(conn)
+    state = await procs.fail_submit(node_id, token, error, True).aone(aconn)
+
+An argument left at ``DEFAULT`` is not sent, so the procedure's own default
+applies (the default is written once, in SQL). ``None`` is sent as NULL.
+jsonb arguments take dicts and lists, arrays take sequences; enum results come
+back as the StrEnums below.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, is_dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import (
+    Annotated,
+    Any,
+    ClassVar,
+    Final,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg.types.json import Jsonb
+
+R = TypeVar("R")
+P = ParamSpec("P")
+Access = Literal["runner", "operator"]
+JsonObject = dict[str, Any]
+
+
+# -- PostgreSQL types, as Python sees them ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Pg:
+    """The PostgreSQL type of an argument or a result column, spelt as format_type
+    spells it (with search_path = the network schema, pg_catalog)."""
+
+    type: str
+
+
+class Default(enum.Enum):
+    """The type of ``DEFAULT``: the argument is not sent; the procedure's default applies."""
+
+    DEFAULT = "DEFAULT"
+
+
+DEFAULT: Final = Default.DEFAULT
+
+Text = Annotated[str, Pg("text")]
+Integer = Annotated[int, Pg("integer")]
+BigInt = Annotated[int, Pg("bigint")]
+Boolean = Annotated[bool, Pg("boolean")]
+Numeric = Annotated[Decimal | float, Pg("numeric")]
+"""A numeric argument: a Decimal, a float or an int."""
+NumericValue = Annotated[Decimal, Pg("numeric")]
+"""A numeric result."""
+Timestamp = Annotated[datetime, Pg("timestamp with time zone")]
+Json = Annotated[Mapping[str, Any] | list[Any], Pg("jsonb")]
+"""A jsonb argument: a dict or a list."""
+JsonValue = Annotated[JsonObject, Pg("jsonb")]
+"""A jsonb result (every jsonb the procedures return is an object)."""
+BigIntArray = Annotated[Sequence[int | None], Pg("bigint[]")]
+TextArray = Annotated[Sequence[str | None], Pg("text[]")]
+BooleanArray = Annotated[Sequence[bool | None], Pg("boolean[]")]
+JsonArray = Annotated[Sequence[Mapping[str, Any] | list[Any] | None], Pg("jsonb[]")]
+
+
+class RequestState(enum.StrEnum):
+    PENDING_APPROVAL = "PENDING_APPROVAL"
+    APPROVED = "APPROVED"
+    EXECUTING = "EXECUTING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"
+
+
+class NodeState(enum.StrEnum):
+    PENDING = "PENDING"
+    READY = "READY"
+    SUBMITTING = "SUBMITTING"
+    SUBMITTED = "SUBMITTED"
+    OBSERVING = "OBSERVING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+    SKIPPED = "SKIPPED"
+
+
+class ObservePhase(enum.StrEnum):
+    PRE_BASELINE = "pre_baseline"
+    AT_BASELINE = "at_baseline"
+    OVER_BASELINE = "over_baseline"
+    FATAL = "fatal"
+
+
+ENUM_TYPES: Final[dict[type[enum.StrEnum], str]] = {
+    RequestState: "qtg.request_state",
+    NodeState: "qtg.node_state",
+    ObservePhase: "qtg.observe_phase",
+}
+"""The shared enum types, with their PostgreSQL names (test_procs checks the labels)."""
+
+
+# -- result rows ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimedNode:
+    """A node claim_ready_nodes moved to SUBMITTING, with its new intent."""
+
+    node_id: BigInt
+    request_id: BigInt
+    claim_token: BigInt
+    intent_id: BigInt
+    idempotency_key: Text
+    node_key: Text
+    executor_key: Text
+    has_side_effect: Boolean
+    node_config: JsonValue
+    lane: Text
+    amount: NumericValue
+    asset: Text
+    attempt: Integer
+
+
+@dataclass(frozen=True)
+class ObserveClaim:
+    """A node claim_observe locked for one observation."""
+
+    node_id: BigInt
+    request_id: BigInt
+    claim_token: BigInt
+    node_key: Text
+    executor_key: Text
+    node_config: JsonValue
+    lane: Text
+    external_ref: Text | None
+    observe_started_at: Timestamp | None
+    observe_count: Integer
+    amount: NumericValue
+    asset: Text
+    intent: JsonValue | None
+
+
+@dataclass(frozen=True)
+class RecoveryClaim:
+    """A node claim_recovery_nodes leased for reconciliation, with its latest intent."""
+
+    node_id: BigInt
+    request_id: BigInt
+    claim_token: BigInt
+    node_state: NodeState
+    node_key: Text
+    executor_key: Text
+    has_side_effect: Boolean
+    node_config: JsonValue
+    lane: Text
+    external_ref: Text | None
+    amount: NumericValue
+    asset: Text
+    recovery_attempts: Integer
+    intent: JsonValue | None
+
+
+@dataclass(frozen=True)
+class RecordedIntent:
+    """One element of record_intent_prepared_batch: the intent id, or the refusal."""
+
+    node_id: BigInt
+    intent_id: BigInt | None
+    error_code: Text | None
+    error_message: Text | None
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """One element of a batch call on nodes (complete_submit_batch, release_nodes):
+    the node's new state, or the refusal."""
+
+    node_id: BigInt
+    node_state: NodeState | None
+    error_code: Text | None
+    error_message: Text | None
+
+
+@dataclass(frozen=True)
+class ObserveOutcome:
+    """complete_observe's answer: where the node is now and when it is looked at next."""
+
+    node_state: NodeState
+    observe_phase: ObservePhase | None
+    next_observe_at: Timestamp | None
+
+
+@dataclass(frozen=True)
+class CreatedMovement:
+    movement_id: BigInt
+    created: Boolean
+
+
+@dataclass(frozen=True)
+class LaneBaseline:
+    """A row of lane_baselines: one lane's pacing parameters."""
+
+    PG_TYPE: ClassVar[str] = "lane_baselines"
+
+    lane: Text
+    baseline_seconds: NumericValue
+    first_poll_fraction: NumericValue
+    poll_fraction: NumericValue
+    over_factor: NumericValue
+    fatal_factor: NumericValue
+    min_poll_seconds: NumericValue
+    max_poll_seconds: NumericValue
+    updated_at: Timestamp
+    observe_error_retry_seconds: NumericValue | None
+    recovery_retry_seconds: NumericValue | None
+    release_retry_seconds: NumericValue | None
+
+
+# -- the call -------------------------------------------------------------------
+
+
+class ResultMismatch(RuntimeError):
+    """A procedure answered with other columns than its wrapper declares (a bug:
+    the SQL and this module disagree; tests/test_procs.py should have said so)."""
+
+
+@dataclass(frozen=True)
+class Call(Generic[R]):
+    """One procedure call, ready to run on a sync or an async connection."""
+
+    procedure: str
+    query: str
+    params: tuple[Any, ...]
+    decode: Callable[[tuple[Any, ...]], R]
+    columns: tuple[str, ...] | None
+    """The result columns a row result must have (None for a scalar)."""
+
+    def _check(self, cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
+        if self.columns is None:
+            return
+        names = tuple(c.name for c in cursor.description or ())
+        if names != self.columns:
+            raise ResultMismatch(f"{self.procedure} returned {names}, expected {self.columns}")
+
+    def _one(self, rows: list[tuple[Any, ...]]) -> R:
+        if len(rows) != 1:
+            raise ResultMismatch(f"{self.procedure} returned {len(rows)} rows, expected one")
+        return self.decode(rows[0])
+
+    def _one_or_none(self, rows: list[tuple[Any, ...]]) -> R | None:
+        if len(rows) > 1:
+            raise ResultMismatch(
+                f"{self.procedure} returned {len(rows)} rows, expected at most one"
+            )
+        return self.decode(rows[0]) if rows else None
+
+    def _fetch(self, conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        with conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(self.query, self.params)
+            self._check(cur)
+            return cur.fetchall()
+
+    async def _afetch(self, conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(self.query, self.params)
+            self._check(cur)
+            return await cur.fetchall()
+
+    def all(self, conn: psycopg.Connection[Any]) -> list[R]:
+        """Every row, decoded."""
+        return [self.decode(row) for row in self._fetch(conn)]
+
+    def one(self, conn: psycopg.Connection[Any]) -> R:
+        """The one row (a scalar procedure, void included, answers one row)."""
+        return self._one(self._fetch(conn))
+
+    def one_or_none(self, conn: psycopg.Connection[Any]) -> R | None:
+        """The row, or None when the procedure returned none (e.g. a claim miss)."""
+        return self._one_or_none(self._fetch(conn))
+
+    async def aall(self, conn: psycopg.AsyncConnection[Any]) -> list[R]:
+        return [self.decode(row) for row in await self._afetch(conn)]
+
+    async def aone(self, conn: psycopg.AsyncConnection[Any]) -> R:
+        return self._one(await self._afetch(conn))
+
+    async def aone_or_none(self, conn: psycopg.AsyncConnection[Any]) -> R | None:
+        return self._one_or_none(await self._afetch(conn))
+
+
+def one_each(conn: psycopg.Connection[Any], calls: Sequence[Call[R]]) -> list[R]:
+    """The one row of each of many calls of one procedure, sent together in a
+    pipeline (executemany): for bulk set-up, one round trip instead of one a call."""
+    if not calls:
+        return []
+    query = calls[0].query
+    if any(call.query != query for call in calls):
+        raise ValueError("one_each: every call must be the same procedure with the same arguments")
+    results: list[R] = []
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.executemany(query, [call.params for call in calls], returning=True)
+        while True:
+            calls[0]._check(cur)
+            results.append(calls[0]._one(cur.fetchall()))
+            if not cur.nextset():
+                break
+    return results
+
+
+# -- the procedure registry -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    """The SQL name (with ``p_``)."""
+    type: str
+    has_default: bool
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Procedure:
+    """What a wrapper declares about its procedure (tests/test_procs.py checks it)."""
+
+    name: str
+    access: Access
+    args: tuple[Arg, ...]
+    returns: str
+    """The return type: 'record' for a TABLE result, a composite type's name,
+    a scalar type, or 'void'."""
+    columns: tuple[Column, ...]
+    """The result columns of a row result; empty for a scalar."""
+
+
+PROCEDURES: dict[str, Procedure] = {}
+"""Every wrapped procedure, by name."""
+
+
+def _pg_type(hint: Any) -> str:
+    """The PostgreSQL type of an annotation: its ``Pg`` marker, or a shared enum's
+    name, looking through ``| None`` and ``| Default``."""
+    if hint is None or hint is type(None):
+        return "void"
+    if get_origin(hint) is Annotated:
+        marks = [m for m in hint.__metadata__ if isinstance(m, Pg)]
+        if len(marks) == 1:
+            return marks[0].type
+    if get_origin(hint) in (Union, types.UnionType):
+        found = {_pg_type(a) for a in get_args(hint) if a not in (type(None), Default)}
+        if len(found) == 1:
+            return found.pop()
+    if hint in ENUM_TYPES:
+        return ENUM_TYPES[hint]
+    raise TypeError(f"no PostgreSQL type for {hint!r}")
+
+
+def _converter(hint: Any) -> Callable[[Any], Any] | None:
+    """How to turn a returned value into the annotation's type (enums only)."""
+    if get_origin(hint) in (Union, types.UnionType):
+        for arg in get_args(hint):
+            if arg is not type(None):
+                return _converter(arg)
+    if isinstance(hint, type) and hint in ENUM_TYPES:
+        return hint
+    return None
+
+
+def _adapt(pg_type: str, value: Any) -> Any:
+    """A Python value as psycopg should send it for ``pg_type``."""
+    if value is None:
+        return None
+    if pg_type == "jsonb":
+        return Jsonb(dict(value) if isinstance(value, Mapping) else value)
+    if pg_type == "jsonb[]":
+        return [_adapt("jsonb", v) for v in value]
+    if pg_type.endswith("[]"):
+        return list(value)
+    return value
+
+
+Decoder = Callable[[tuple[Any, ...]], Any]
+
+
+def _row_decoder(row_type: type[Any]) -> tuple[Decoder, tuple[Column, ...]]:
+    hints = get_type_hints(row_type, include_extras=True)
+    names = [f.name for f in fields(row_type)]
+    columns = tuple(Column(name, _pg_type(hints[name])) for name in names)
+    converters = [_converter(hints[name]) for name in names]
+
+    def decode(row: tuple[Any, ...]) -> Any:
+        return row_type(
+            *(
+                value if conv is None or value is None else conv(value)
+                for conv, value in zip(converters, row, strict=True)
+            )
+        )
+
+    return decode, columns
+
+
+def _scalar_decoder(hint: Any) -> Decoder:
+    if _pg_type(hint) == "void":
+        return lambda row: None
+    conv = _converter(hint)
+    if conv is None:
+        return lambda row: row[0]
+    return lambda row: None if row[0] is None else conv(row[0])
+
+
+def procedure(access: Access) -> Callable[[Callable[P, Call[R]]], Callable[P, Call[R]]]:
+    """Make the decorated signature a wrapper of the procedure of the same name,
+    EXECUTE-granted to ``access``'s role."""
+
+    def wrap(signature: Callable[P, Call[R]]) -> Callable[P, Call[R]]:
+        name = signature.__name__
+        sig = inspect.signature(signature)
+        hints = get_type_hints(signature, include_extras=True)
+        args: list[Arg] = []
+        for param in sig.parameters.values():
+            if param.default is not inspect.Parameter.empty and param.default is not DEFAULT:
+                raise TypeError(f"{name}({param.name}): the only Python default is DEFAULT")
+            args.append(
+                Arg(f"p_{param.name}", _pg_type(hints[param.name]), param.default is DEFAULT)
+            )
+        (result,) = get_args(hints["return"])
+        if is_dataclass(result):
+            assert isinstance(result, type)
+            decode, columns = _row_decoder(result)
+            returns = getattr(result, "PG_TYPE", "record")
+            column_names: tuple[str, ...] | None = tuple(c.name for c in columns)
+        else:
+            decode, columns, column_names = _scalar_decoder(result), (), None
+            returns = _pg_type(result)
+        PROCEDURES[name] = Procedure(name, access, tuple(args), returns, columns)
+
+        @functools.cache
+        def query(sent: tuple[int, ...]) -> str:
+            named = ", ".join(f"{args[i].name} => %s::{args[i].type}" for i in sent)
+            return f"SELECT * FROM {name}({named})"
+
+        @functools.wraps(signature)
+        def call(*a: P.args, **kw: P.kwargs) -> Call[R]:
+            bound = sig.bind(*a, **kw)
+            sent: list[int] = []
+            params: list[Any] = []
+            for i, arg in enumerate(args):
+                value = bound.arguments.get(arg.name[2:], DEFAULT)
+                if value is not DEFAULT:
+                    sent.append(i)
+                    params.append(_adapt(arg.type, value))
+            return Call(name, query(tuple(sent)), tuple(params), decode, column_names)
+
+        return call
+
+    return wrap
+
+
+# -- runner procedures ----------------------------------------------------------
+# The bodies are empty: @procedure builds each call from its signature.
+
+
+@procedure("runner")
+def start_approved_movements(
+    max: Integer | Default = DEFAULT, actor: Text | Default = DEFAULT
+) -> Call[Integer]:
+    """APPROVED -> EXECUTING for up to ``max`` movements; returns how many started."""
+
+
+@procedure("runner")
+def claim_ready_nodes(
+    worker: Text, max: Integer | Default = DEFAULT, lease_seconds: Numeric | Default = DEFAULT
+) -> Call[ClaimedNode]:
+    """READY -> SUBMITTING for up to ``max`` nodes, each with a new intent."""
+
+
+@procedure("runner")
+def record_intent_prepared(
+    node_id: BigInt,
+    claim_token: BigInt,
+    nonce: BigInt | Default | None = DEFAULT,
+    signed_tx_hash: Text | Default | None = DEFAULT,
+    external_request_id: Text | Default | None = DEFAULT,
+    payload: Json | Default | None = DEFAULT,
+) -> Call[BigInt]:
+    """Intent CLAIMED | PREPARED -> PREPARED, before the side effect; returns the intent id."""
+
+
+@procedure("runner")
+def record_intent_prepared_batch(
+    node_ids: BigIntArray,
+    claim_tokens: BigIntArray,
+    nonces: BigIntArray | Default | None = DEFAULT,
+    signed_tx_hashes: TextArray | Default | None = DEFAULT,
+    external_request_ids: TextArray | Default | None = DEFAULT,
+    payloads: JsonArray | Default | None = DEFAULT,
+) -> Call[RecordedIntent]:
+    """record_intent_prepared for many nodes in one transaction; one row per element."""
+
+
+@procedure("runner")
+def complete_submit(
+    node_id: BigInt,
+    claim_token: BigInt,
+    external_ref: Text,
+    evidence: Json | Default | None = DEFAULT,
+    settled: Boolean | Default = DEFAULT,
+) -> Call[NodeState]:
+    """SUBMITTING -> SUBMITTED, or COMPLETED when ``settled``."""
+
+
+@procedure("runner")
+def complete_submit_batch(
+    node_ids: BigIntArray,
+    claim_tokens: BigIntArray,
+    external_refs: TextArray,
+    evidence: JsonArray | Default | None = DEFAULT,
+    settled: BooleanArray | Default | None = DEFAULT,
+) -> Call[NodeOutcome]:
+    """complete_submit for many nodes in one transaction; one row per element."""
+
+
+@procedure("runner")
+def fail_submit(
+    node_id: BigInt,
+    claim_token: BigInt,
+    error: Text,
+    retryable: Boolean,
+    retry_after_seconds: Numeric | Default | None = DEFAULT,
+) -> Call[NodeState]:
+    """SUBMITTING -> READY | FAILED | UNKNOWN after the executor refused the node."""
+
+
+@procedure("runner")
+def release_nodes(
+    node_ids: BigIntArray, claim_tokens: BigIntArray, reason: Text
+) -> Call[NodeOutcome]:
+    """SUBMITTING -> READY for claimed nodes whose intent was never PREPARED (this
+    runner cannot run them); no submit attempt is consumed. One row per element."""
+
+
+@procedure("runner")
+def observe_candidates(
+    max: Integer | Default = DEFAULT, movement_id: BigInt | Default | None = DEFAULT
+) -> Call[BigInt]:
+    """The observer's advisory, unlocked list of node ids due for observation."""
+
+
+@procedure("runner")
+def claim_observe(
+    node_id: BigInt, worker: Text, movement_id: BigInt | Default | None = DEFAULT
+) -> Call[ObserveClaim]:
+    """Locks one candidate for observation; no row when it no longer qualifies."""
+
+
+@procedure("runner")
+def complete_observe(
+    node_id: BigInt,
+    claim_token: BigInt,
+    outcome: Text,
+    evidence: Json | Default | None = DEFAULT,
+    retry_after_seconds: Numeric | Default | None = DEFAULT,
+) -> Call[ObserveOutcome]:
+    """SUBMITTED | OBSERVING -> OBSERVING | COMPLETED | FAILED | UNKNOWN."""
+
+
+@procedure("runner")
+def claim_recovery_nodes(
+    worker: Text, max: Integer | Default = DEFAULT, lease_seconds: Numeric | Default = DEFAULT
+) -> Call[RecoveryClaim]:
+    """Leases UNKNOWN and stale SUBMITTING nodes for reconciliation."""
+
+
+@procedure("runner")
+def complete_recovery(
+    node_id: BigInt,
+    claim_token: BigInt,
+    outcome: Text,
+    evidence: Json | Default | None = DEFAULT,
+    external_ref: Text | Default | None = DEFAULT,
+    retry_after_seconds: Numeric | Default | None = DEFAULT,
+) -> Call[NodeState]:
+    """UNKNOWN | SUBMITTING -> whatever recover()'s evidence says."""
+
+
+@procedure("runner")
+def expire_movements(
+    max: Integer | Default = DEFAULT, actor: Text | Default = DEFAULT
+) -> Call[Integer]:
+    """Movements past expires_at with no side effect started -> EXPIRED; returns how many."""
+
+
+@procedure("runner")
+def heartbeat(
+    worker_name: Text,
+    instance_id: Text,
+    tier: Text,
+    expected_interval_seconds: Numeric,
+    processed: Integer | Default = DEFAULT,
+    consecutive_errors: Integer | Default = DEFAULT,
+    last_error: Text | Default | None = DEFAULT,
+    host: Text | Default | None = DEFAULT,
+    pid: Integer | Default | None = DEFAULT,
+) -> Call[None]:
+    """Upserts one worker instance's heartbeat."""
+
+
+@procedure("runner")
+def worker_stopped(worker_name: Text, instance_id: Text) -> Call[Boolean]:
+    """Marks a worker instance not live after a clean stop."""
+
+
+@procedure("runner")
+def register_executor(
+    executor_key: Text,
+    has_side_effect: Boolean,
+    node_config_schema: Json,
+    description: Text | Default = DEFAULT,
+) -> Call[None]:
+    """Adds or updates an executor the runner carries."""
+
+
+@procedure("runner")
+def report_executor_health(
+    executor_key: Text,
+    status: Text,
+    detail: Json | Default = DEFAULT,
+    reported_by: Text | Default = DEFAULT,
+) -> Call[None]:
+    """Records an executor's latest health check."""
+
+
+# -- operator procedures --------------------------------------------------------
+
+
+@procedure("operator")
+def create_movement(
+    external_id: Text,
+    amount: Numeric,
+    plan: Json | Default | None = DEFAULT,
+    template: Text | Default | None = DEFAULT,
+    params: Json | Default | None = DEFAULT,
+    asset: Text | Default = DEFAULT,
+    expires_at: Timestamp | Default | None = DEFAULT,
+    callback_url: Text | Default | None = DEFAULT,
+    priority: Integer | Default = DEFAULT,
+    actor: Text | Default | None = DEFAULT,
+) -> Call[CreatedMovement]:
+    """(none) -> PENDING_APPROVAL, from a plan or a template; idempotent on external_id."""
+
+
+@procedure("operator")
+def approve_movement(movement_id: BigInt, actor: Text) -> Call[RequestState]:
+    """PENDING_APPROVAL -> APPROVED, by another login than the creator's."""
+
+
+@procedure("operator")
+def cancel_movement(
+    movement_id: BigInt, actor: Text, reason: Text | Default | None = DEFAULT
+) -> Call[RequestState]:
+    """-> CANCELLED at once, or once the nodes in flight settle."""
+
+
+@procedure("operator")
+def register_template(
+    template_name: Text, plan: Json, description: Text | Default = DEFAULT
+) -> Call[None]:
+    """Adds or replaces a named plan template."""
+
+
+@procedure("operator")
+def upsert_lane_baseline(
+    lane: Text,
+    baseline_seconds: Numeric,
+    min_poll_seconds: Numeric | Default | None = DEFAULT,
+    max_poll_seconds: Numeric | Default | None = DEFAULT,
+    first_poll_fraction: Numeric | Default | None = DEFAULT,
+    poll_fraction: Numeric | Default | None = DEFAULT,
+    over_factor: Numeric | Default | None = DEFAULT,
+    fatal_factor: Numeric | Default | None = DEFAULT,
+    observe_error_retry_seconds: Numeric | Default | None = DEFAULT,
+    recovery_retry_seconds: Numeric | Default | None = DEFAULT,
+    release_retry_seconds: Numeric | Default | None = DEFAULT,
+) -> Call[LaneBaseline]:
+    """Sets a lane's pacing and retry parameters; NULL keeps the current value."""
