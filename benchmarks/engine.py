@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 import psycopg
 
 from benchmarks.cluster import Cluster
+from qtg_runner.db import procs
 
 NETWORK = "testnet"
 TEMPLATE = "qtg_bench_template"
@@ -29,15 +29,12 @@ def make_template(cluster: Cluster) -> str:
     migrate(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         bind(conn)
-        conn.execute(
-            "SELECT register_executor(%s, %s, %s::jsonb, %s)",
-            (
-                SimExecutor.key,
-                SimExecutor.has_side_effect,
-                json.dumps(SimExecutor.node_config_schema),
-                SimExecutor.description,
-            ),
-        )
+        procs.register_executor(
+            SimExecutor.key,
+            SimExecutor.has_side_effect,
+            SimExecutor.node_config_schema,
+            SimExecutor.description,
+        ).one(conn)
     cluster.disconnect_all(TEMPLATE)
     return TEMPLATE
 
@@ -55,7 +52,8 @@ def create_movements(
     approve: bool = True,
     chunk: int = 2000,
 ) -> None:
-    """``count`` movements through create_movement (and approve_movement), set-based.
+    """``count`` movements through create_movement (and approve_movement), sent
+    ``chunk`` calls at a time in a pipeline.
 
     Set-up only, never measured. create_movement's cycle check (a recursive
     CTE over the plan's edges) is estimated at millions of rows, and PostgreSQL
@@ -68,16 +66,15 @@ def create_movements(
     done = 0
     while done < count:
         n = min(chunk, count - done)
-        call = (
-            "SELECT approve_movement(m.movement_id, 'bob')" if approve else "SELECT m.movement_id"
+        created = procs.one_each(
+            conn,
+            [
+                procs.create_movement(f"{prefix}{i}", 100, plan=plan, actor="alice")
+                for i in range(done + 1, done + n + 1)
+            ],
         )
-        conn.execute(
-            f"""{call}
-                  FROM generate_series(%s::int, %s::int) g
-                 CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb,
-                                                   p_actor => 'alice') m""",
-            (done + 1, done + n, prefix, json.dumps(plan)),
-        )
+        if approve:
+            procs.one_each(conn, [procs.approve_movement(c.movement_id, "bob") for c in created])
         done += n
     conn.execute("RESET work_mem")
 

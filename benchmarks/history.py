@@ -23,6 +23,7 @@ import psycopg
 
 from benchmarks import engine
 from benchmarks.cluster import Cluster
+from qtg_runner.db import procs
 
 LEVELS = (0, 100_000, 1_000_000)
 NODES_PER_MOVEMENT = 4
@@ -73,16 +74,17 @@ def _load_history(conn: psycopg.Connection[Any], start: int, movements: int) -> 
 def _create_live(conn: psycopg.Connection[Any]) -> None:
     _pin(conn, SETUP_AT)
     engine.create_movements(conn, LIVE, ONE_NODE, "live-")
-    conn.execute("SELECT start_approved_movements(10000)")
-    conn.execute("SELECT count(*) FROM claim_ready_nodes('bench-dispatcher', %s, 3600)", [CLAIMED])
-    conn.execute(
-        """SELECT complete_submit(id, claim_token, 'tx-' || id)
-             FROM movement_request_nodes WHERE node_state = 'SUBMITTING'"""
-    )
+    procs.start_approved_movements(10000).one(conn)
+    claimed = procs.claim_ready_nodes("bench-dispatcher", CLAIMED, 3600).all(conn)
+    procs.complete_submit_batch(
+        [c.node_id for c in claimed],
+        [c.claim_token for c in claimed],
+        [f"tx-{c.node_id}" for c in claimed],
+    ).all(conn)
 
 
-def _exec_ms(conn: psycopg.Connection[Any], call: str) -> float:
-    plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {call}").fetchone()[0]  # type: ignore[index]
+def _exec_ms(conn: psycopg.Connection[Any], call: procs.Call[Any]) -> float:
+    plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {call.query}", call.params).fetchone()[0]  # type: ignore[index]
     if isinstance(plan, str):
         plan = json.loads(plan)
     return float(plan[0]["Execution Time"])
@@ -90,9 +92,9 @@ def _exec_ms(conn: psycopg.Connection[Any], call: str) -> float:
 
 def _time(dsn: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    calls = {
-        "claim_ready_nodes": ("SELECT * FROM claim_ready_nodes('bench-w', 10)", True),
-        "observe_candidates": ("SELECT * FROM observe_candidates(50)", False),
+    calls: dict[str, tuple[procs.Call[Any], bool]] = {
+        "claim_ready_nodes": (procs.claim_ready_nodes("bench-w", 10), True),
+        "observe_candidates": (procs.observe_candidates(50), False),
     }
     with psycopg.connect(dsn, autocommit=True) as conn:
         engine.bind(conn)
@@ -103,7 +105,7 @@ def _time(dsn: str) -> dict[str, Any]:
             for i in range(REPS + 20):
                 with conn.transaction(force_rollback=rollback):
                     t = time.perf_counter()
-                    rows = conn.execute(call).fetchall()
+                    rows = call.all(conn)
                     c = (time.perf_counter() - t) * 1000
                 if not rows:
                     raise RuntimeError(f"{call} returned nothing")

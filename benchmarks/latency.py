@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import psycopg
 from benchmarks import engine
 from benchmarks.cluster import Cluster
 from benchmarks.procs import PYTHON, runner_env, spawn, wait_for
+from qtg_runner.db import procs
 
 IN_FLIGHT = {"min_latency_s": 3600, "max_latency_s": 3600}
 PACE_OFF_S = 0.025
@@ -71,12 +73,10 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 
 def _complete_parent(conn: psycopg.Connection[Any], parent: int) -> None:
-    row = conn.execute(
-        "SELECT claim_token FROM claim_observe(%s, 'bench-observer')", [parent]
-    ).fetchone()
-    if row is None:
+    claimed = procs.claim_observe(parent, "bench-observer").one_or_none(conn)
+    if claimed is None:
         raise RuntimeError(f"parent {parent} could not be claimed for observation")
-    conn.execute("SELECT * FROM complete_observe(%s, %s, 'COMPLETED')", [parent, row[0]])
+    procs.complete_observe(parent, claimed.claim_token, "COMPLETED").one(conn)
 
 
 def _measure(conn: psycopg.Connection[Any], pairs: list[tuple[int, int]]) -> list[float]:
@@ -96,9 +96,9 @@ def run(cluster: Cluster, steps: int, log_dir: Path) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         engine.bind(conn)
         # the parents become observable at once (a 50 ms baseline, no poll floor)
-        conn.execute(
-            "SELECT upsert_lane_baseline('bench_parent', 0.05::numeric, 0::numeric, 1::numeric)"
-        )
+        procs.upsert_lane_baseline(
+            "bench_parent", Decimal("0.05"), min_poll_seconds=0, max_poll_seconds=1
+        ).one(conn)
         engine.create_movements(conn, 2 * steps, two_step_plan(), "lat-")
         engine.vacuum_analyze(conn)
         pairs = conn.execute(

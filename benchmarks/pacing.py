@@ -27,6 +27,7 @@ import psycopg
 
 from benchmarks import engine
 from benchmarks.cluster import Cluster
+from qtg_runner.db import procs
 
 NODES = 2000
 BASELINE_S = 60.0
@@ -66,30 +67,20 @@ def run(cluster: Cluster) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         engine.bind(conn)
         _pin(conn, T0)
-        conn.execute("SELECT upsert_lane_baseline(%s, %s::numeric)", [LANE, BASELINE_S])
-        lane = conn.execute(
-            "SELECT first_poll_fraction, poll_fraction, over_factor, fatal_factor,"
-            " min_poll_seconds, max_poll_seconds FROM lane_baselines WHERE lane = %s",
-            [LANE],
-        ).fetchone()
+        lane = procs.upsert_lane_baseline(LANE, BASELINE_S).one(conn)
         plan = {"nodes": [{"key": "a", "executor": "sim", "config": {"lane": LANE}}]}
         engine.create_movements(conn, NODES, plan, "pace-")
-        conn.execute("SELECT start_approved_movements(10000)")
+        procs.start_approved_movements(10000).one(conn)
         completes_at: dict[int, datetime] = {}
         per_group = NODES // GROUPS
         for g in range(GROUPS):
             at = T0 + timedelta(seconds=g)
             _pin(conn, at)
-            claimed = conn.execute(
-                "SELECT node_id, claim_token FROM claim_ready_nodes('bench-dispatcher', %s, 3600)",
-                [per_group],
-            ).fetchall()
-            for node_id, token in claimed:
-                conn.execute(
-                    "SELECT complete_submit(%s, %s, %s)", [node_id, token, f"tx-{node_id}"]
-                )
+            claimed = procs.claim_ready_nodes("bench-dispatcher", per_group, 3600).all(conn)
+            for c in claimed:
+                procs.complete_submit(c.node_id, c.claim_token, f"tx-{c.node_id}").one(conn)
                 duration = BASELINE_S * math.exp(rng.gauss(0.0, SIGMA))
-                completes_at[int(node_id)] = at + timedelta(seconds=duration)
+                completes_at[c.node_id] = at + timedelta(seconds=duration)
         engine.vacuum_analyze(conn)
 
         ticks = 0
@@ -105,23 +96,16 @@ def run(cluster: Cluster) -> dict[str, Any]:
             _pin(conn, now)
             ticks += 1
             while True:
-                candidates = [
-                    r[0] for r in conn.execute("SELECT observe_candidates(1000)").fetchall()
-                ]
+                candidates = procs.observe_candidates(1000).all(conn)
                 if not candidates:
                     break
                 for node_id in candidates:
                     with conn.transaction():
-                        claim = conn.execute(
-                            "SELECT claim_token FROM claim_observe(%s, 'bench-observer')", [node_id]
-                        ).fetchone()
+                        claim = procs.claim_observe(node_id, "bench-observer").one_or_none(conn)
                         if claim is None:
                             continue
                         outcome = "COMPLETED" if now >= completes_at[node_id] else "PENDING"
-                        conn.execute(
-                            "SELECT * FROM complete_observe(%s, %s, %s)",
-                            [node_id, claim[0], outcome],
-                        )
+                        procs.complete_observe(node_id, claim.claim_token, outcome).one(conn)
                         polls += 1
             if ticks > 100_000:
                 raise RuntimeError("pacing simulation does not converge")
@@ -160,20 +144,17 @@ def run(cluster: Cluster) -> dict[str, Any]:
     return {
         "nodes": len(rows),
         "baseline_s": BASELINE_S,
-        "lane": dict(
-            zip(
-                (
-                    "first_poll_fraction",
-                    "poll_fraction",
-                    "over_factor",
-                    "fatal_factor",
-                    "min_poll_seconds",
-                    "max_poll_seconds",
-                ),
-                (float(v) for v in lane or ()),
-                strict=False,
+        "lane": {
+            name: float(getattr(lane, name))
+            for name in (
+                "first_poll_fraction",
+                "poll_fraction",
+                "over_factor",
+                "fatal_factor",
+                "min_poll_seconds",
+                "max_poll_seconds",
             )
-        ),
+        },
         "completion_s": {
             "median": round(statistics.median(durations), 1),
             "p5": round(sorted(durations)[int(0.05 * len(durations))], 1),

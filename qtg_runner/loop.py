@@ -31,13 +31,13 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from qtg_runner.config import NetworkMode
+from qtg_runner.db import procs
 from qtg_runner.executors.base import Executor, ExecutorError, NodeWork
 from qtg_runner.failpoints import crash_point
 from qtg_runner.log import event
 
 Tier = Literal["core", "sidecar"]
 BACKOFF_CEILING_SECONDS = 60.0
-MISSING_EXECUTOR_RETRY_SECONDS = 30.0
 OPERATIONAL_ERRORS: tuple[type[BaseException], ...] = (
     psycopg.Error,
     PoolTimeout,
@@ -61,17 +61,10 @@ class WorkerContext:
     def worker_id(self, worker_name: str) -> str:
         return f"{worker_name}@{self.instance_id}"
 
-    def executor_for(self, work: NodeWork) -> Executor:
-        """The node's executor; a node whose executor this runner does not carry
-        fails like an unreachable service: retryable, looked at again later."""
-        executor = self.executors.get(work.executor_key)
-        if executor is None:
-            raise ExecutorError(
-                f"no executor {work.executor_key!r} in this runner",
-                retryable=True,
-                retry_after=MISSING_EXECUTOR_RETRY_SECONDS,
-            )
-        return executor
+    def executor_for(self, work: NodeWork) -> Executor | None:
+        """The node's executor, or None when this runner does not carry it (each
+        worker reports that through its own procedure)."""
+        return self.executors.get(work.executor_key)
 
 
 BatchFunction = Callable[[WorkerContext, str], Awaitable[int]]
@@ -127,20 +120,17 @@ async def heartbeat(
     """Upsert this instance's heartbeat row; never raises."""
     try:
         async with ctx.pool.connection(timeout=5) as conn:
-            await conn.execute(
-                "SELECT heartbeat(%s, %s, %s, %s::numeric, %s, %s, %s, %s, %s)",
-                (
-                    entry.name,
-                    ctx.instance_id,
-                    entry.tier,
-                    max(expected_interval, 0.1),
-                    processed,
-                    errors,
-                    last_error,
-                    socket.gethostname(),
-                    os.getpid(),
-                ),
-            )
+            await procs.heartbeat(
+                entry.name,
+                ctx.instance_id,
+                entry.tier,
+                max(expected_interval, 0.1),
+                processed,
+                errors,
+                last_error,
+                socket.gethostname(),
+                os.getpid(),
+            ).aone(conn)
     except Exception as exc:  # a failing heartbeat must never break the worker
         event(
             logging.WARNING,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -36,6 +35,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.config import NetworkMode
+from qtg_runner.db import procs
 from qtg_runner.db.pool import open_pool, runner_conninfo
 from qtg_runner.executors.base import Executor
 from qtg_runner.executors.sim import SimExecutor
@@ -81,15 +81,12 @@ class Runtime:
     async def register_executors(self) -> None:
         async with self.pool.connection() as conn:
             for executor in self.executors.values():
-                await conn.execute(
-                    "SELECT register_executor(%s, %s, %s::jsonb, %s)",
-                    (
-                        executor.key,
-                        executor.has_side_effect,
-                        json.dumps(executor.node_config_schema),
-                        executor.description,
-                    ),
-                )
+                await procs.register_executor(
+                    executor.key,
+                    executor.has_side_effect,
+                    executor.node_config_schema,
+                    executor.description,
+                ).aone(conn)
 
     def context(self, max_concurrency: int = 8) -> WorkerContext:
         return WorkerContext(
@@ -111,7 +108,7 @@ STOP_GRACE_SECONDS = 30.0
 async def _mark_stopped(ctx: WorkerContext, entry: WorkerEntry) -> None:
     with contextlib.suppress(Exception):
         async with ctx.pool.connection(timeout=5) as conn:
-            await conn.execute("SELECT worker_stopped(%s, %s)", (entry.name, ctx.instance_id))
+            await procs.worker_stopped(entry.name, ctx.instance_id).aone(conn)
 
 
 async def _run_entry(

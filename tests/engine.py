@@ -6,13 +6,17 @@ network (see ``bind``) and calls the procedures exactly as a runner would.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from datetime import datetime
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
+
+from qtg_runner.db import procs
 
 SIM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -46,10 +50,7 @@ def pin_clock(conn: psycopg.Connection[Any], at: str | None) -> None:
 def register_sim(
     conn: psycopg.Connection[Any], key: str = "sim", has_side_effect: bool = True
 ) -> None:
-    conn.execute(
-        "SELECT register_executor(%s, %s, %s::jsonb, 'test executor')",
-        (key, has_side_effect, json.dumps(SIM_SCHEMA)),
-    )
+    procs.register_executor(key, has_side_effect, SIM_SCHEMA, "test executor").one(conn)
 
 
 def node(
@@ -77,15 +78,14 @@ def create(
     external_id: str,
     amount: str = "100",
     actor: str = "alice",
-    expires_at: str | None = None,
+    expires_at: str | datetime | None = None,
 ) -> int:
-    row = conn.execute(
-        "SELECT movement_id FROM create_movement(%s, %s::numeric, %s::jsonb,"
-        " p_expires_at => %s::timestamptz, p_actor => %s)",
-        (external_id, amount, json.dumps(the_plan), expires_at, actor),
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
+    if isinstance(expires_at, str):
+        expires_at = datetime.fromisoformat(expires_at)
+    created = procs.create_movement(
+        external_id, Decimal(str(amount)), plan=the_plan, expires_at=expires_at, actor=actor
+    ).one(conn)
+    return created.movement_id
 
 
 def create_started(
@@ -93,8 +93,8 @@ def create_started(
 ) -> int:
     """Create, approve (as a second operator) and start one movement."""
     movement_id = create(conn, the_plan, external_id, **kw)
-    conn.execute("SELECT approve_movement(%s, 'bob')", (movement_id,))
-    conn.execute("SELECT start_approved_movements(1000)")
+    procs.approve_movement(movement_id, "bob").one(conn)
+    procs.start_approved_movements(1000).one(conn)
     return movement_id
 
 
@@ -125,18 +125,13 @@ def claim(
     conn: psycopg.Connection[Any], worker: str = "w1", max_nodes: int = 100
 ) -> list[dict[str, Any]]:
     """claim_ready_nodes as a list of dicts (node_id, claim_token, node_key, ...)."""
-    cur = conn.execute("SELECT * FROM claim_ready_nodes(%s, %s)", (worker, max_nodes))
-    names = [c.name for c in cur.description or ()]
-    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    return [asdict(row) for row in procs.claim_ready_nodes(worker, max_nodes).all(conn)]
 
 
 def submit(conn: psycopg.Connection[Any], claimed: dict[str, Any], settled: bool = False) -> str:
-    row = conn.execute(
-        "SELECT complete_submit(%s, %s, %s, p_settled => %s)::text",
-        (claimed["node_id"], claimed["claim_token"], f"ref-{claimed['node_id']}", settled),
-    ).fetchone()
-    assert row is not None
-    return str(row[0])
+    node_id, token = claimed["node_id"], claimed["claim_token"]
+    state = procs.complete_submit(node_id, token, f"ref-{node_id}", settled=settled).one(conn)
+    return state.value
 
 
 def observe(
@@ -149,18 +144,16 @@ def observe(
     """One observer round for one node in one transaction: claim_observe then
     complete_observe. Returns complete_observe's row, or None on a claim miss."""
     with conn.transaction():
-        cur = conn.execute("SELECT claim_token FROM claim_observe(%s, %s)", (node_id, worker))
-        row = cur.fetchone()
-        if row is None:
+        claimed = procs.claim_observe(node_id, worker).one_or_none(conn)
+        if claimed is None:
             return None
-        cur = conn.execute(
-            "SELECT node_state::text, observe_phase::text, next_observe_at"
-            " FROM complete_observe(%s, %s, %s, NULL, %s::numeric)",
-            (node_id, row[0], outcome, retry_after),
-        )
-        result = cur.fetchone()
-        assert result is not None
-        return {"node_state": result[0], "observe_phase": result[1], "next_observe_at": result[2]}
+        complete = procs.complete_observe(node_id, claimed.claim_token, outcome, None, retry_after)
+        out = complete.one(conn)
+    return {
+        "node_state": out.node_state.value,
+        "observe_phase": out.observe_phase.value if out.observe_phase is not None else None,
+        "next_observe_at": out.next_observe_at,
+    }
 
 
 def snapshot(

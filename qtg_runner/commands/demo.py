@@ -9,10 +9,10 @@ view, and ends with a summary checked against each movement's expected end.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Annotated, Any
 
 import typer
@@ -23,6 +23,7 @@ from rich.table import Table
 
 from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import NetworkMode, load_settings
+from qtg_runner.db import procs
 from qtg_runner.db.embedded import database_url
 from qtg_runner.db.migrate import migrate
 from qtg_runner.db.pool import operator_conninfo
@@ -183,21 +184,18 @@ async def run_demo(dsn: str, network: NetworkMode, scale: float, timeout: float)
     operator = operator_conninfo(dsn, network, "qtg-demo-operator")
     async with await AsyncConnection.connect(operator, autocommit=True) as conn:
         for lane, params in lane_baselines(scale).items():
-            await conn.execute(
-                "SELECT upsert_lane_baseline(%s, %s::numeric, %s::numeric)",
-                (lane, params["baseline_seconds"], params["min_poll_seconds"]),
-            )
+            await procs.upsert_lane_baseline(
+                lane, params["baseline_seconds"], params["min_poll_seconds"]
+            ).aone(conn)
         for i, movement in enumerate(demo_movements(scale)):
-            row = await (
-                await conn.execute(
-                    "SELECT movement_id FROM create_movement(%s, %s, %s::jsonb,"
-                    " p_actor => 'alice')",
-                    (f"demo-{run_tag}-{i}", movement.amount, json.dumps({"nodes": movement.nodes})),
-                )
-            ).fetchone()
-            assert row is not None
-            ids[int(row[0])] = movement
-            await conn.execute("SELECT approve_movement(%s, 'bob')", (row[0],))
+            created = await procs.create_movement(
+                f"demo-{run_tag}-{i}",
+                Decimal(movement.amount),
+                plan={"nodes": movement.nodes},
+                actor="alice",
+            ).aone(conn)
+            ids[created.movement_id] = movement
+            await procs.approve_movement(created.movement_id, "bob").aone(conn)
     out.print(
         f"created and approved {len(ids)} movements on [bold]{network}[/bold] "
         f"(created by alice, approved by bob); lanes run {scale:g}x faster than real"

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import load_settings
+from qtg_runner.db import procs
 from qtg_runner.db.embedded import database_url
 from qtg_runner.db.pool import operator_conninfo
 
@@ -119,33 +120,28 @@ def create_cmd(
     """Create a movement from a plan file or a template. Prints its id."""
     if (plan is None) == (template is None):
         raise typer.BadParameter("give exactly one of --plan or --template")
-    plan_json: str | None = None
+    plan_doc: dict[str, Any] | None = None
     if plan is not None:
         text = sys.stdin.read() if str(plan) == "-" else plan.read_text()
         try:
-            plan_json = json.dumps(json.loads(text))
+            plan_doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise typer.BadParameter(f"{plan} is not JSON: {exc}", param_hint="--plan") from None
     expires_at = datetime.now(UTC) + parse_duration(expires_in) if expires_in else None
     with connect(network) as conn:
-        row = conn.execute(
-            "SELECT movement_id, created FROM create_movement(%s, %s, %s::jsonb, %s, %s::jsonb, %s,"
-            " %s, %s, 0, %s)",
-            (
-                external_id,
-                parse_amount(amount),
-                plan_json,
-                template,
-                json.dumps(parse_params(param or [])) if template else None,
-                asset,
-                expires_at,
-                callback_url,
-                actor,
-            ),
-        ).fetchone()
-    assert row is not None
-    state = "created" if row[1] else "already exists (same external id and plan)"
-    out.print(f"movement [bold]{row[0]}[/bold] {state}")
+        created = procs.create_movement(
+            external_id,
+            parse_amount(amount),
+            plan=plan_doc,
+            template=template,
+            params=parse_params(param or []) if template else None,
+            asset=asset,
+            expires_at=expires_at,
+            callback_url=callback_url,
+            actor=actor,
+        ).one(conn)
+    state = "created" if created.created else "already exists (same external id and plan)"
+    out.print(f"movement [bold]{created.movement_id}[/bold] {state}")
 
 
 @app.command("approve")
@@ -156,8 +152,8 @@ def approve_cmd(
 ) -> None:
     """Approve a movement (PENDING_APPROVAL -> APPROVED)."""
     with connect(network) as conn:
-        conn.execute("SELECT approve_movement(%s, %s)", (movement_id, actor))
-    out.print(f"movement {movement_id} APPROVED")
+        state = procs.approve_movement(movement_id, actor).one(conn)
+    out.print(f"movement {movement_id} {state}")
 
 
 @app.command("cancel")
@@ -169,15 +165,12 @@ def cancel_cmd(
 ) -> None:
     """Cancel a movement. Side effects already out run until they settle."""
     with connect(network) as conn:
-        row = conn.execute(
-            "SELECT cancel_movement(%s, %s, %s)::text", (movement_id, actor, reason)
-        ).fetchone()
-    assert row is not None
-    if row[0] == "CANCELLED":
+        state = procs.cancel_movement(movement_id, actor, reason).one(conn)
+    if state == procs.RequestState.CANCELLED:
         out.print(f"movement {movement_id} CANCELLED")
     else:
         out.print(
-            f"movement {movement_id} is {row[0]}: cancel requested,"
+            f"movement {movement_id} is {state}: cancel requested,"
             " waiting for in-flight nodes to settle"
         )
 

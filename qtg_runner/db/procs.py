@@ -255,8 +255,9 @@ class LaneBaseline:
 
 
 class ResultMismatch(RuntimeError):
-    """A procedure answered with other columns than its wrapper declares (a bug:
-    the SQL and this module disagree; tests/test_procs.py should have said so)."""
+    """A procedure answered without a column its wrapper declares, or with another
+    number of rows than asked for (a bug: the SQL and this module disagree;
+    tests/test_procs.py should have said so)."""
 
 
 @dataclass(frozen=True)
@@ -270,12 +271,22 @@ class Call(Generic[R]):
     columns: tuple[str, ...] | None
     """The result columns a row result must have (None for a scalar)."""
 
-    def _check(self, cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
+    def _rows(
+        self, cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any], rows: list[tuple[Any, ...]]
+    ) -> list[tuple[Any, ...]]:
+        """``rows`` with the declared columns, in the declared order. A column the
+        procedure has and the wrapper does not know is left out (a newer
+        procedure still serves this runner); a declared column it lacks is a bug."""
         if self.columns is None:
-            return
-        names = tuple(c.name for c in cursor.description or ())
-        if names != self.columns:
-            raise ResultMismatch(f"{self.procedure} returned {names}, expected {self.columns}")
+            return rows
+        names = [c.name for c in cursor.description or ()]
+        if tuple(names) == self.columns:
+            return rows
+        missing = [c for c in self.columns if c not in names]
+        if missing:
+            raise ResultMismatch(f"{self.procedure} returned no column {', '.join(missing)}")
+        at = [names.index(c) for c in self.columns]
+        return [tuple(row[i] for i in at) for row in rows]
 
     def _one(self, rows: list[tuple[Any, ...]]) -> R:
         if len(rows) != 1:
@@ -292,14 +303,12 @@ class Call(Generic[R]):
     def _fetch(self, conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
         with conn.cursor(row_factory=tuple_row) as cur:
             cur.execute(self.query, self.params)
-            self._check(cur)
-            return cur.fetchall()
+            return self._rows(cur, cur.fetchall())
 
     async def _afetch(self, conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
         async with conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(self.query, self.params)
-            self._check(cur)
-            return await cur.fetchall()
+            return self._rows(cur, await cur.fetchall())
 
     def all(self, conn: psycopg.Connection[Any]) -> list[R]:
         """Every row, decoded."""
@@ -335,8 +344,7 @@ def one_each(conn: psycopg.Connection[Any], calls: Sequence[Call[R]]) -> list[R]
     with conn.cursor(row_factory=tuple_row) as cur:
         cur.executemany(query, [call.params for call in calls], returning=True)
         while True:
-            calls[0]._check(cur)
-            results.append(calls[0]._one(cur.fetchall()))
+            results.append(calls[0]._one(calls[0]._rows(cur, cur.fetchall())))
             if not cur.nextset():
                 break
     return results

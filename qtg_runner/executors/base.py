@@ -21,10 +21,12 @@ results. It never decides a node's state: the procedures do, from its answers.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from qtg_runner.db.procs import ClaimedNode, ObserveClaim, RecoveryClaim
 
 JsonObject = dict[str, Any]
 
@@ -48,21 +50,29 @@ class NodeWork:
     network: str = "testnet"
 
     @classmethod
-    def from_claim(cls, row: Mapping[str, Any], network: str) -> NodeWork:
+    def from_claim(cls, row: ClaimedNode | ObserveClaim | RecoveryClaim, network: str) -> NodeWork:
         """From a row of claim_ready_nodes, claim_observe or claim_recovery_nodes."""
-        intent: JsonObject | None = row.get("intent") or None
+        intent: JsonObject | None = None
+        key: str | None = None
+        external_ref: str | None = None
+        if isinstance(row, ClaimedNode):
+            key = row.idempotency_key
+        else:
+            intent = row.intent or None
+            key = (intent or {}).get("idempotency_key")
+            external_ref = row.external_ref
         return cls(
-            node_id=row["node_id"],
-            request_id=row["request_id"],
-            claim_token=row["claim_token"],
-            node_key=row["node_key"],
-            executor_key=row["executor_key"],
-            node_config=row["node_config"],
-            lane=row["lane"],
-            amount=Decimal(row["amount"]),
-            asset=row["asset"],
-            idempotency_key=row.get("idempotency_key") or (intent or {}).get("idempotency_key"),
-            external_ref=row.get("external_ref"),
+            node_id=row.node_id,
+            request_id=row.request_id,
+            claim_token=row.claim_token,
+            node_key=row.node_key,
+            executor_key=row.executor_key,
+            node_config=row.node_config,
+            lane=row.lane,
+            amount=row.amount,
+            asset=row.asset,
+            idempotency_key=key,
+            external_ref=external_ref,
             intent=intent,
             network=network,
         )

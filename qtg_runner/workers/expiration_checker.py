@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import logging
 
+from qtg_runner.db import procs
 from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
+
+BATCH_SIZE = 100
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
     async with ctx.pool.connection() as conn:
-        row = await (
-            await conn.execute("SELECT expire_movements(100, %s)", (worker_id,))
-        ).fetchone()
-    expired = int(row[0]) if row else 0
+        expired = await procs.expire_movements(BATCH_SIZE, worker_id).aone(conn)
     if expired:
         event(
             logging.INFO,

@@ -4,33 +4,36 @@ One batch: start approved movements, claim READY nodes (the claim commits
 the nodes as SUBMITTING with their intents before any side effect), then, for
 the claimed nodes together:
 
+  0. give back, in one call (release_nodes), the nodes whose executor this
+     runner does not carry: READY again for a runner that does, without
+     consuming a submit attempt;
   1. preflight and prepare each node (bounded concurrency);
   2. record every prepared intent in one call (record_intent_prepared_batch,
      one transaction): a node whose intent is not recorded is not submitted;
-  3. submit each recorded node (bounded concurrency), or all of an executor's
-     nodes in one call when it can (BatchSubmitter): the side effects;
-  4. report the submits (complete_submit_batch): each right after its own
-     submit, or those of one batch submit in one call.
+  3. submit the recorded nodes a group at a time (bounded concurrency): an
+     executor that implements BatchSubmitter submits all its nodes in one call,
+     any other submits each node as a group of one;
+  4. report each group's submits right after them, in one call
+     (complete_submit_batch).
 
 Every rule of the single-node procedures holds per node in the batch calls
 (fencing, lease, audit, DAG step, settle); a node the database refuses is
-reported in its own row and the rest of the batch goes on. A failure of the
-executor is reported through fail_submit, which decides (in SQL) between a
-retry, FAILED and recovery. A node left SUBMITTING (a lost connection, a
-crash between the steps) is resolved by recovery from its intent.
+reported in its own row and the rest of the batch goes on. Each kind of
+failure is handled in one place (``_guarded``): the executor's refusal is
+reported through fail_submit, which decides (in SQL) between a retry, FAILED
+and recovery; an operational error leaves the node SUBMITTING, and recovery
+resolves it from its intent. Anything else is a bug and reaches the supervisor.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from psycopg.rows import dict_row
-
+from qtg_runner.db import procs
 from qtg_runner.executors.base import (
     BatchSubmitter,
     Executor,
@@ -51,17 +54,18 @@ BATCH_SIZE_BATCHED = 256
 START_BATCH = 100
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Node:
     work: NodeWork
     executor: Executor
-    prepared: Prepared | None = None
-    result: SubmitResult | None = None
 
-    def fields(self) -> dict[str, Any]:
-        return _fields(self.work)
+
+@dataclass(frozen=True)
+class _Prepared(_Node):
+    prepared: Prepared
 
 
 def _fields(work: NodeWork) -> dict[str, Any]:
@@ -76,22 +80,13 @@ def _fields(work: NodeWork) -> dict[str, Any]:
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
     async with ctx.pool.connection() as conn:
-        started = (
-            await (
-                await conn.execute("SELECT start_approved_movements(%s)", (START_BATCH,))
-            ).fetchone()
-            or [0]
-        )[0]
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                "SELECT * FROM claim_ready_nodes(%s, %s)", (worker_id, _claim_size(ctx))
-            )
-            claims = await cur.fetchall()
+        started = await procs.start_approved_movements(START_BATCH).aone(conn)
+        claims = await procs.claim_ready_nodes(worker_id, _claim_size(ctx)).aall(conn)
     if started:
         event(logging.INFO, "movements_started", network=ctx.network, count=started)
     if claims:
         await dispatch_claims(ctx, [NodeWork.from_claim(claim, ctx.network) for claim in claims])
-    return len(claims) + int(started)
+    return len(claims) + started
 
 
 def _claim_size(ctx: WorkerContext) -> int:
@@ -101,211 +96,219 @@ def _claim_size(ctx: WorkerContext) -> int:
     return BATCH_SIZE
 
 
-async def _each(
-    ctx: WorkerContext, nodes: Sequence[_Node], step: Callable[[_Node], Awaitable[T]]
-) -> list[T | None]:
-    """``step`` for every node, ``ctx.max_concurrency`` at a time; an operational
-    error is logged for its node (which stays SUBMITTING for recovery) and gives None."""
-    limit = asyncio.Semaphore(ctx.max_concurrency)
-    results: list[T | None] = [None] * len(nodes)
-
-    async def one(i: int, node: _Node) -> None:
-        async with limit:
-            try:
-                results[i] = await step(node)
-            except OPERATIONAL_ERRORS as exc:
-                _dispatch_failed(node, exc)
-
-    # a bug (not an operational error) cancels the others and reaches the supervisor
-    async with asyncio.TaskGroup() as group:
-        for i, node in enumerate(nodes):
-            group.create_task(one(i, node))
-    return results
-
-
-def _prepared(node: _Node) -> Prepared:
-    assert node.prepared is not None, "only prepared nodes are recorded and submitted"
-    return node.prepared
-
-
-def _result(node: _Node) -> SubmitResult:
-    assert node.result is not None, "only submitted nodes are reported"
-    return node.result
-
-
-def _dispatch_failed(node: _Node | NodeWork, exc: BaseException | str) -> None:
-    # the node stays SUBMITTING with its intent: recovery resolves it after the lease
-    error = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
-    work = node.work if isinstance(node, _Node) else node
-    event(logging.ERROR, "dispatch_failed", **_fields(work), error=error)
-
-
 async def dispatch_claims(ctx: WorkerContext, works: Sequence[NodeWork]) -> None:
     nodes: list[_Node] = []
+    missing: list[NodeWork] = []
     for work in works:
-        try:
-            executor = ctx.executor_for(work)
-        except ExecutorError as missing:
-            try:
-                await _fail(ctx, work, str(missing), missing.retryable, missing.retry_after)
-            except OPERATIONAL_ERRORS as exc:
-                _dispatch_failed(work, exc)
-            event(logging.ERROR, "executor_missing", **_fields(work))
-            continue
-        nodes.append(_Node(work, executor))
+        executor = ctx.executor_for(work)
+        if executor is None:
+            missing.append(work)
+        else:
+            nodes.append(_Node(work, executor))
+
+    # 0. what this runner cannot run goes back, untouched, for one that can
+    if missing:
+        await _guarded(ctx, missing, "release", lambda: _release(ctx, missing))
 
     # 1. preflight and prepare: nothing is signed for a node the executor refuses
-    async def prepare(node: _Node) -> bool:
-        try:
-            await node.executor.preflight(node.work)
-            node.prepared = await node.executor.prepare(node.work)
-        except ExecutorError as exc:
-            state = await _fail(ctx, node.work, str(exc), exc.retryable, exc.retry_after)
-            event(
-                logging.WARNING, "prepare_failed", **node.fields(), to_state=state, error=str(exc)
-            )
-            return False
-        return True
+    async def prepare(node: _Node) -> _Prepared | None:
+        return await _guarded(ctx, [node.work], "prepare", lambda: _prepare(node))
 
-    prepared = [n for n, ok in zip(nodes, await _each(ctx, nodes, prepare), strict=True) if ok]
+    prepared = [n for n in await _bounded(ctx, nodes, prepare) if n is not None]
     if not prepared:
         return
 
     # 2. the intents, in one transaction: only a recorded node may be submitted
-    try:
-        recorded = await _record_intents(ctx, prepared)
-    except OPERATIONAL_ERRORS as exc:
-        for node in prepared:
-            _dispatch_failed(node, exc)
+    recorded = await _guarded(
+        ctx, [n.work for n in prepared], "record_intents", lambda: _record_intents(ctx, prepared)
+    )
+    if not recorded:
         return
     # the intents are committed: only now may the side effects happen
     failpoint("after_intent")
 
-    # 3. the side effects, and 4. their reports. An executor that submits one
-    # node at a time has each report follow its own submit; one that submits
-    # many in one call (BatchSubmitter) has them reported in one call after it.
-    async def submit_and_report(node: _Node) -> None:
-        try:
-            node.result = await node.executor.submit(node.work, _prepared(node))
-        except ExecutorError as exc:
-            state = await _fail(ctx, node.work, str(exc), exc.retryable, exc.retry_after)
-            event(logging.WARNING, "submit_failed", **node.fields(), to_state=state, error=str(exc))
+    # 3. the side effects, a group at a time, and 4. each group's report after it
+    async def submit_and_report(group: Sequence[_Prepared]) -> None:
+        works = [n.work for n in group]
+        results = await _guarded(ctx, works, "submit", lambda: _submit(group))
+        if results is None:
             return
         failpoint("after_submit")
-        await _complete_submits(ctx, [node])
+        await _guarded(ctx, works, "report", lambda: _complete_submits(ctx, group, results))
 
-    one_by_one = [n for n in recorded if not isinstance(n.executor, BatchSubmitter)]
-    batched = [n for n in recorded if isinstance(n.executor, BatchSubmitter)]
-    await _each(ctx, one_by_one, submit_and_report)
-    for executor_key in dict.fromkeys(n.work.executor_key for n in batched):
-        submitted = await _submit_many(
-            ctx, [n for n in batched if n.work.executor_key == executor_key]
-        )
-        if not submitted:
-            continue
-        failpoint("after_submit")
-        try:
-            await _complete_submits(ctx, submitted)
-        except OPERATIONAL_ERRORS as exc:
-            for node in submitted:
-                _dispatch_failed(node, exc)
+    await _bounded(ctx, _groups(recorded), submit_and_report)
 
 
-async def _submit_many(ctx: WorkerContext, nodes: Sequence[_Node]) -> list[_Node]:
-    """One executor's side effects for ``nodes`` in one call (BatchSubmitter);
-    returns the nodes submitted. A refused call means none happened: each node
-    is reported through fail_submit, as a refused submit() would be."""
-    executor = nodes[0].executor
-    assert isinstance(executor, BatchSubmitter)
+async def _guarded(
+    ctx: WorkerContext, works: Sequence[NodeWork], step: str, action: Callable[[], Awaitable[T]]
+) -> T | None:
+    """One step of the dispatch for ``works``: its result, or None when it failed.
+
+    The one place each kind of failure is handled. The executor refused
+    (ExecutorError: nothing went out): each node is reported through
+    fail_submit, which decides in SQL between a retry, FAILED and recovery. An
+    operational error (the database, the network; the report of a refusal
+    included): each node stays SUBMITTING with its intent, for recovery once
+    the lease runs out. Anything else is a bug and propagates."""
     try:
-        results = await executor.submit_many([(n.work, _prepared(n)) for n in nodes])
-    except ExecutorError as exc:
-        for node in nodes:
-            try:
-                state = await _fail(ctx, node.work, str(exc), exc.retryable, exc.retry_after)
-            except OPERATIONAL_ERRORS as db_exc:
-                _dispatch_failed(node, db_exc)
-                continue
-            event(logging.WARNING, "submit_failed", **node.fields(), to_state=state, error=str(exc))
-        return []
+        try:
+            return await action()
+        except ExecutorError as refused:
+            await _fail_submits(ctx, works, step, refused)
     except OPERATIONAL_ERRORS as exc:
-        # the outcome of the call is not known: recovery resolves each node from evidence
-        for node in nodes:
-            _dispatch_failed(node, exc)
-        return []
-    for node, result in zip(nodes, results, strict=True):
-        node.result = result
-    return list(nodes)
+        for work in works:
+            event(
+                logging.ERROR,
+                "dispatch_failed",
+                **_fields(work),
+                step=step,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+    return None
 
 
-async def _record_intents(ctx: WorkerContext, nodes: Sequence[_Node]) -> list[_Node]:
+async def _bounded(
+    ctx: WorkerContext, items: Sequence[T], step: Callable[[T], Awaitable[U]]
+) -> list[U]:
+    """``step`` for every item, ``ctx.max_concurrency`` at a time, results in order.
+    A bug in one cancels the others and reaches the supervisor."""
+    limit = asyncio.Semaphore(ctx.max_concurrency)
+
+    async def one(item: T) -> U:
+        async with limit:
+            return await step(item)
+
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(one(item)) for item in items]
+    return [task.result() for task in tasks]
+
+
+async def _release(ctx: WorkerContext, works: Sequence[NodeWork]) -> None:
+    async with ctx.pool.connection() as conn:
+        rows = await procs.release_nodes(
+            [w.node_id for w in works],
+            [w.claim_token for w in works],
+            "no executor for the node in this runner",
+        ).aall(conn)
+    for work, row in zip(works, rows, strict=True):
+        if _accepted(work, row, "release"):
+            event(logging.WARNING, "executor_missing", **_fields(work), to_state=row.node_state)
+
+
+async def _prepare(node: _Node) -> _Prepared:
+    await node.executor.preflight(node.work)
+    return _Prepared(node.work, node.executor, await node.executor.prepare(node.work))
+
+
+async def _record_intents(ctx: WorkerContext, nodes: Sequence[_Prepared]) -> list[_Prepared]:
     """record_intent_prepared_batch; returns the nodes whose intent was recorded."""
-    preps = [_prepared(n) for n in nodes]
+    preps = [n.prepared for n in nodes]
     async with ctx.pool.connection() as conn:
-        rows = await (
-            await conn.execute(
-                "SELECT node_id, error_code, error_message FROM record_intent_prepared_batch("
-                "%s::bigint[], %s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::jsonb[])",
-                (
-                    [n.work.node_id for n in nodes],
-                    [n.work.claim_token for n in nodes],
-                    [p.nonce for p in preps],
-                    [p.signed_tx_hash for p in preps],
-                    [p.external_request_id for p in preps],
-                    [json.dumps(p.payload) if p.payload else None for p in preps],
-                ),
-            )
-        ).fetchall()
-    recorded: list[_Node] = []
-    for node, (node_id, code, message) in zip(nodes, rows, strict=True):
-        assert node_id == node.work.node_id
-        if code is None:
-            recorded.append(node)
+        rows = await procs.record_intent_prepared_batch(
+            [n.work.node_id for n in nodes],
+            [n.work.claim_token for n in nodes],
+            [p.nonce for p in preps],
+            [p.signed_tx_hash for p in preps],
+            [p.external_request_id for p in preps],
+            [p.payload or None for p in preps],
+        ).aall(conn)
+    return [n for n, row in zip(nodes, rows, strict=True) if _accepted(n.work, row, "record")]
+
+
+class _OneAtATime:
+    """The BatchSubmitter of an executor without one: it submits a group of one."""
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+
+    async def submit_many(self, items: Sequence[tuple[NodeWork, Prepared]]) -> list[SubmitResult]:
+        return [await self._executor.submit(work, prepared) for work, prepared in items]
+
+
+def _groups(nodes: Sequence[_Prepared]) -> list[list[_Prepared]]:
+    """The submit groups: all the nodes of an executor that implements
+    BatchSubmitter (one call), and each node of any other executor alone."""
+    batched: dict[str, list[_Prepared]] = {}
+    alone: list[list[_Prepared]] = []
+    for node in nodes:
+        if isinstance(node.executor, BatchSubmitter):
+            batched.setdefault(node.work.executor_key, []).append(node)
         else:
-            # not recorded (a stale claim, an expired lease): never broadcast
-            _dispatch_failed(node, f"{code}: {message}")
-    return recorded
+            alone.append([node])
+    return [*batched.values(), *alone]
 
 
-async def _complete_submits(ctx: WorkerContext, nodes: Sequence[_Node]) -> None:
-    results = [_result(n) for n in nodes]
+async def _submit(group: Sequence[_Prepared]) -> list[SubmitResult]:
+    """The side effects of one group, in one call. Raising ExecutorError means
+    none of them happened."""
+    executor = group[0].executor
+    submitter = executor if isinstance(executor, BatchSubmitter) else _OneAtATime(executor)
+    return await submitter.submit_many([(n.work, n.prepared) for n in group])
+
+
+async def _complete_submits(
+    ctx: WorkerContext, group: Sequence[_Prepared], results: Sequence[SubmitResult]
+) -> None:
     async with ctx.pool.connection() as conn:
-        rows = await (
-            await conn.execute(
-                "SELECT node_id, node_state::text, error_code, error_message"
-                " FROM complete_submit_batch("
-                "%s::bigint[], %s::bigint[], %s::text[], %s::jsonb[], %s::boolean[])",
-                (
-                    [n.work.node_id for n in nodes],
-                    [n.work.claim_token for n in nodes],
-                    [r.external_ref for r in results],
-                    [json.dumps(r.evidence) for r in results],
-                    [r.settled for r in results],
-                ),
+        rows = await procs.complete_submit_batch(
+            [n.work.node_id for n in group],
+            [n.work.claim_token for n in group],
+            [r.external_ref for r in results],
+            [r.evidence for r in results],
+            [r.settled for r in results],
+        ).aall(conn)
+    for node, result, row in zip(group, results, rows, strict=True):
+        if _accepted(node.work, row, "report"):
+            event(
+                logging.INFO,
+                "node_submitted",
+                **_fields(node.work),
+                to_state=row.node_state,
+                external_ref=result.external_ref,
             )
-        ).fetchall()
-    for node, result, (node_id, state, code, message) in zip(nodes, results, rows, strict=True):
-        assert node_id == node.work.node_id
-        if code is not None:
-            _dispatch_failed(node, f"{code}: {message}")
-            continue
+
+
+async def _fail_submits(
+    ctx: WorkerContext, works: Sequence[NodeWork], step: str, refused: ExecutorError
+) -> None:
+    """fail_submit for each node of a refused step, in one transaction: all are
+    reported, or none (and all stay SUBMITTING for recovery)."""
+    error = str(refused)[:1000]
+    states: list[procs.NodeState] = []
+    async with ctx.pool.connection() as conn, conn.transaction():
+        for work in works:
+            fail = procs.fail_submit(
+                work.node_id, work.claim_token, error, refused.retryable, refused.retry_after
+            )
+            states.append(await fail.aone(conn))
+    for work, state in zip(works, states, strict=True):
         event(
-            logging.INFO,
-            "node_submitted",
-            **node.fields(),
-            to_state=state,
-            external_ref=result.external_ref,
+            logging.WARNING, f"{step}_failed", **_fields(work), to_state=state, error=str(refused)
         )
 
 
-async def _fail(
-    ctx: WorkerContext, work: NodeWork, error: str, retryable: bool, retry_after: float | None
-) -> str | None:
-    async with ctx.pool.connection() as conn:
-        row = await (
-            await conn.execute(
-                "SELECT fail_submit(%s, %s, %s, %s, %s::numeric)::text",
-                (work.node_id, work.claim_token, error[:1000], retryable, retry_after),
-            )
-        ).fetchone()
-    return str(row[0]) if row else None
+class _NodeRow(Protocol):
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def error_code(self) -> str | None: ...
+    @property
+    def error_message(self) -> str | None: ...
+
+
+def _accepted(work: NodeWork, row: _NodeRow, step: str) -> bool:
+    """Whether the database accepted ``work`` in a batch call. A refused node (a
+    stale claim, an expired lease: another worker owns it now) is logged and
+    left to its owner."""
+    assert row.node_id == work.node_id, "batch rows come back in input order"
+    if row.error_code is None:
+        return True
+    event(
+        logging.WARNING,
+        "dispatch_refused",
+        **_fields(work),
+        step=step,
+        code=row.error_code,
+        error=row.error_message,
+    )
+    return False

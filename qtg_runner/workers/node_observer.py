@@ -11,25 +11,22 @@ locks through the executor's observe() and complete_observe()'s commit.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
-from psycopg.rows import dict_row
-
-from qtg_runner.executors.base import ExecutorError, NodeWork, ObserveResult, ObserveStatus
+from qtg_runner.db import procs
+from qtg_runner.executors.base import ExecutorError, JsonObject, NodeWork
 from qtg_runner.log import event
 from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
 
 BATCH_SIZE = 64
-OBSERVE_ERROR_RETRY_SECONDS = 5.0
+CALL_FAILED = "ERROR"
+"""complete_observe's outcome when the observe call itself failed: OBSERVING again
+after the executor's hint or the lane's observe_error_retry_seconds."""
 
 
 async def batch(ctx: WorkerContext, worker_id: str, movement_id: int | None = None) -> int:
     async with ctx.pool.connection() as conn:
-        rows = await (
-            await conn.execute("SELECT observe_candidates(%s, %s)", (BATCH_SIZE, movement_id))
-        ).fetchall()
-    candidates = [int(r[0]) for r in rows]
+        candidates = await procs.observe_candidates(BATCH_SIZE, movement_id).aall(conn)
 
     limit = asyncio.Semaphore(ctx.max_concurrency)
     observed = 0
@@ -62,38 +59,16 @@ async def observe_one(
     """Claim, observe and report one node in one transaction. False on a claim miss."""
     async with ctx.pool.connection() as conn, conn.transaction():
         # the savepoint around the per-ID claim
-        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                "SELECT * FROM claim_observe(%s, %s, %s)", (node_id, worker_id, movement_id)
-            )
-            claim = await cur.fetchone()
+        async with conn.transaction():
+            claim = await procs.claim_observe(node_id, worker_id, movement_id).aone_or_none(conn)
         if claim is None:
             return False
         work = NodeWork.from_claim(claim, ctx.network)
-        result: ObserveResult
-        try:
-            result = await ctx.executor_for(work).observe(work)
-        except ExecutorError as exc:
-            # cannot tell now: look again later (the phase still escalates to fatal)
-            result = ObserveResult(
-                ObserveStatus.UNKNOWN,
-                {"error": str(exc)},
-                retry_after=exc.retry_after or OBSERVE_ERROR_RETRY_SECONDS,
-            )
-        out = await (
-            await conn.execute(
-                "SELECT node_state::text, observe_phase::text, next_observe_at"
-                " FROM complete_observe(%s, %s, %s, %s::jsonb, %s::numeric)",
-                (
-                    work.node_id,
-                    work.claim_token,
-                    result.status.value,
-                    json.dumps(result.evidence),
-                    result.retry_after,
-                ),
-            )
-        ).fetchone()
-    if out is not None and out[0] != "OBSERVING":
+        outcome, evidence, retry_after = await _observe(ctx, work)
+        out = await procs.complete_observe(
+            work.node_id, work.claim_token, outcome, evidence, retry_after
+        ).aone(conn)
+    if out.node_state != procs.NodeState.OBSERVING:
         event(
             logging.INFO,
             "node_observed",
@@ -101,8 +76,33 @@ async def observe_one(
             worker="node_observer",
             movement=work.request_id,
             node=work.node_id,
-            outcome=result.status.value,
-            to_state=out[0],
-            phase=out[1],
+            outcome=outcome,
+            to_state=out.node_state,
+            phase=out.observe_phase,
         )
     return True
+
+
+async def _observe(ctx: WorkerContext, work: NodeWork) -> tuple[str, JsonObject, float | None]:
+    """The executor's answer as complete_observe's outcome, evidence and retry hint.
+    A failed call (or no executor for the node in this runner) is the ERROR
+    outcome: the database decides when to look again (the hint, if any, else the
+    lane's delay) and still escalates a node observed too long to UNKNOWN."""
+    executor = ctx.executor_for(work)
+    if executor is None:
+        error = f"no executor {work.executor_key!r} in this runner"
+        event(
+            logging.ERROR,
+            "executor_missing",
+            network=ctx.network,
+            worker="node_observer",
+            movement=work.request_id,
+            node=work.node_id,
+            executor=work.executor_key,
+        )
+        return CALL_FAILED, {"error": error}, None
+    try:
+        result = await executor.observe(work)
+    except ExecutorError as exc:
+        return CALL_FAILED, {"error": str(exc)}, exc.retry_after
+    return result.status.value, result.evidence, result.retry_after

@@ -8,49 +8,33 @@ retry: only NOT_SUBMITTED evidence sends a node back to READY.
 
 from __future__ import annotations
 
-import json
 import logging
 
-from psycopg.rows import dict_row
-
+from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, NodeWork, RecoveryOutcome, RecoveryResult
 from qtg_runner.log import event
 from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
 
 BATCH_SIZE = 16
-RECOVERY_RETRY_SECONDS = 30.0
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    async with ctx.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute("SELECT * FROM claim_recovery_nodes(%s, %s)", (worker_id, BATCH_SIZE))
-        claims = await cur.fetchall()
+    async with ctx.pool.connection() as conn:
+        claims = await procs.claim_recovery_nodes(worker_id, BATCH_SIZE).aall(conn)
 
     for claim in claims:
         work = NodeWork.from_claim(claim, ctx.network)
         try:
-            try:
-                result = await ctx.executor_for(work).recover(work)
-            except ExecutorError as exc:
-                result = RecoveryResult(
-                    RecoveryOutcome.STILL_UNKNOWN,
-                    {"error": str(exc)},
-                    retry_after=exc.retry_after or RECOVERY_RETRY_SECONDS,
-                )
+            result = await _recover(ctx, work)
             async with ctx.pool.connection() as conn:
-                row = await (
-                    await conn.execute(
-                        "SELECT complete_recovery(%s, %s, %s, %s::jsonb, %s, %s::numeric)::text",
-                        (
-                            work.node_id,
-                            work.claim_token,
-                            result.outcome.value,
-                            json.dumps(result.evidence),
-                            result.external_ref,
-                            result.retry_after,
-                        ),
-                    )
-                ).fetchone()
+                state = await procs.complete_recovery(
+                    work.node_id,
+                    work.claim_token,
+                    result.outcome.value,
+                    result.evidence,
+                    result.external_ref,
+                    result.retry_after,
+                ).aone(conn)
             event(
                 logging.INFO,
                 "node_recovered",
@@ -58,9 +42,9 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
                 worker="node_recovery",
                 movement=work.request_id,
                 node=work.node_id,
-                from_state=claim["node_state"],
+                from_state=claim.node_state,
                 outcome=result.outcome.value,
-                to_state=row[0] if row else None,
+                to_state=state,
             )
         except OPERATIONAL_ERRORS as exc:
             # the recovery lease runs out and the node is claimed again
@@ -74,3 +58,28 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
                 error=f"{type(exc).__name__}: {exc}",
             )
     return len(claims)
+
+
+async def _recover(ctx: WorkerContext, work: NodeWork) -> RecoveryResult:
+    """recover()'s evidence. A failed call (or no executor for the node in this
+    runner) concludes nothing: STILL_UNKNOWN, looked at again after the
+    executor's hint, else after the lane's recovery_retry_seconds."""
+    executor = ctx.executor_for(work)
+    if executor is None:
+        event(
+            logging.ERROR,
+            "executor_missing",
+            network=ctx.network,
+            worker="node_recovery",
+            movement=work.request_id,
+            node=work.node_id,
+            executor=work.executor_key,
+        )
+        error = f"no executor {work.executor_key!r} in this runner"
+        return RecoveryResult(RecoveryOutcome.STILL_UNKNOWN, {"error": error})
+    try:
+        return await executor.recover(work)
+    except ExecutorError as exc:
+        return RecoveryResult(
+            RecoveryOutcome.STILL_UNKNOWN, {"error": str(exc)}, retry_after=exc.retry_after or None
+        )
