@@ -30,7 +30,10 @@ _QUERIES: dict[str, str] = {
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = ANY(%(s)s) AND c.relkind NOT IN ('i', 'I')""",
     "columns": """
-        SELECT n.nspname, c.relname, a.attnum, a.attname,
+        -- the column's place among the live ones: a column dropped by a
+        -- rollback leaves a hole in attnum that no query can see
+        SELECT n.nspname, c.relname,
+               row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum), a.attname,
                format_type(a.atttypid, a.atttypmod), a.attnotnull,
                pg_get_expr(d.adbin, d.adrelid), a.attidentity, a.attgenerated,
                co.collname, a.attacl::text, col_description(c.oid, a.attnum)

@@ -242,12 +242,15 @@ def test_a_runner_cannot_bypass_the_procedures_through_their_internal_helpers(
     # skipping approval, forging an audit event: both write tables as the caller
     assert_denied(
         conn,
-        sql.SQL("SELECT set_request_state({}, 'PENDING_APPROVAL', 'EXECUTING', 'mallory')").format(
-            sql.Literal(movement)
-        ),
+        sql.SQL(
+            "SELECT set_movement_states(ARRAY[{}]::bigint[], 'PENDING_APPROVAL',"
+            " '{{EXECUTING}}', '{{mallory}}')"
+        ).format(sql.Literal(movement)),
     )
     assert_denied(
-        conn, "SELECT write_audit('mallory', 'request', '1', NULL, 'approved', NULL, NULL)"
+        conn,
+        "SELECT write_audit(ARRAY[('mallory', 'request', '1', NULL, 'approved', NULL, NULL, NULL)"
+        "::qtg.audit_event])",
     )
 
     state = conn.execute(

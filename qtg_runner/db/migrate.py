@@ -3,14 +3,19 @@
 migrate(dsn)
   1. applies the versioned migrations in sql/schemas (NNNN_name.sql, each with its
      NNNN_name.rollback.sql) through yoyo, under yoyo's database lock;
-  2. re-installs every function, procedure and view in ONE transaction, as
-     qtg_owner: drops those in schema qtg and in every network schema (never
-     qtg_admin, never objects that belong to an extension), then runs
-     sql/functions/common/*.sql with search_path `qtg, pg_temp`, and for each
-     network in qtg_admin.networks runs sql/functions/*.sql then
-     sql/functions/views/*.sql with search_path `<network>, qtg, pg_temp` and
-     grants the network's runner role its privileges. Function files pin
-     `SET search_path FROM CURRENT`, so each copy captures its network.
+  2. re-installs every function and view in ONE transaction, as qtg_owner: drops
+     those in schema qtg and in every network schema (never qtg_admin, never
+     objects that belong to an extension), then runs sql/functions/common/*.sql
+     in schema qtg, and for each network in qtg_admin.networks the folders of
+     ROUTINE_FOLDERS then views/, in the network's schema.
+
+The folder a routine's file sits in says who may call it, and is the one source
+of truth for it: each file defines the routine it is named after, and the
+installer sets every routine's search_path (its network, then qtg), makes the
+public ones (runner/, operator/) SECURITY DEFINER with the comment 'access:
+<caller>' (which qtg_admin.grant_network_privileges turns into EXECUTE for the
+network's role) and leaves the internal ones SECURITY INVOKER, callable by the
+owner only.
 
 rollback(dsn, count) drops the function layer first (the schema rollbacks drop
 types and tables that installed routines depend on), then rolls back the last
@@ -39,6 +44,8 @@ log = logging.getLogger("qtg.db")
 OWNER_ROLE = "qtg_owner"
 COMMON_SCHEMA = "qtg"
 _INSTALL_LOCK_KEY = 7_236_001  # pg_advisory_xact_lock key of the function installer
+ROUTINE_FOLDERS: dict[str, str | None] = {"internal": None, "runner": "runner", "operator": "operator"}
+"""The folders of sql/functions installed in every network, and who may call their routines."""
 
 
 class MigrationError(RuntimeError):
@@ -137,19 +144,21 @@ def install_functions(dsn: str, *, sql_root: Path | None = None) -> MigrateResul
     with psycopg.connect(dsn) as conn, conn.transaction():
         networks = _prepare_install(conn)
         _drop_installed(conn, networks)
-        conn.execute(
-            sql.SQL("SET LOCAL search_path = {}, pg_temp").format(sql.Identifier(COMMON_SCHEMA))
-        )
-        for path in _files(fn_dir / "common"):
+        common = _files(fn_dir / "common")
+        _set_search_path(conn, COMMON_SCHEMA)
+        for path in common:
             _run_file(conn, path, root, network=None)
+        _set_access(conn, COMMON_SCHEMA, {path.stem: None for path in common}, "sql/functions/common")
         for net in networks:
-            conn.execute(
-                sql.SQL("SET LOCAL search_path = {}, {}, pg_temp").format(
-                    sql.Identifier(net), sql.Identifier(COMMON_SCHEMA)
-                )
-            )
-            for path in _files(fn_dir) + _files(fn_dir / "views"):
+            callers: dict[str, str | None] = {}
+            _set_search_path(conn, net, COMMON_SCHEMA)
+            for folder, caller in ROUTINE_FOLDERS.items():
+                for path in _files(fn_dir / folder):
+                    _run_file(conn, path, root, network=net)
+                    callers[path.stem] = caller
+            for path in _files(fn_dir / "views"):
                 _run_file(conn, path, root, network=net)
+            _set_access(conn, net, callers, "sql/functions")
             conn.execute("SELECT qtg_admin.grant_network_privileges(%s)", [net])
         conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
         result = MigrateResult(
@@ -165,6 +174,54 @@ def install_functions(dsn: str, *, sql_root: Path | None = None) -> MigrateResul
             result.views[net],
         )
     return result
+
+
+def _set_search_path(conn: psycopg.Connection[Any], *schemas: str) -> None:
+    conn.execute(
+        sql.SQL("SET LOCAL search_path = {}, pg_temp").format(
+            sql.SQL(", ").join(sql.Identifier(s) for s in schemas)
+        )
+    )
+
+
+def _set_access(
+    conn: psycopg.Connection[Any], schema: str, callers: dict[str, str | None], where: str
+) -> None:
+    """Pin each routine of ``schema`` to its schemas and give it the access of
+    its folder (``callers``: file stem -> caller, None for internal)."""
+    path = [schema] if schema == COMMON_SCHEMA else [schema, COMMON_SCHEMA]
+    routines = conn.execute(
+        """SELECT p.proname, p.oid::regprocedure::text
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+            WHERE n.nspname = %s ORDER BY 1, 2""",
+        [schema],
+    ).fetchall()
+    named = {name for name, _ in routines}
+    missing = sorted(set(callers) - named)
+    if missing:
+        raise MigrationError(f"{where}: no routine named after the file {missing[0]}.sql")
+    for name, signature in routines:
+        if name not in callers:
+            raise MigrationError(
+                f"{where}: routine {signature} is not named after the file that defines it"
+            )
+        caller = callers[name]
+        routine = sql.SQL(signature)  # from the catalog, already quoted by regprocedure
+        conn.execute(
+            sql.SQL("ALTER ROUTINE {} SET search_path = {}, pg_temp").format(
+                routine, sql.SQL(", ").join(sql.Identifier(s) for s in path)
+            )
+        )
+        conn.execute(
+            sql.SQL("ALTER ROUTINE {} SECURITY {}").format(
+                routine, sql.SQL("INVOKER" if caller is None else "DEFINER")
+            )
+        )
+        conn.execute(
+            sql.SQL("COMMENT ON ROUTINE {} IS {}").format(
+                routine, sql.Literal(None if caller is None else f"access: {caller}")
+            )
+        )
 
 
 def drop_installed(dsn: str) -> None:

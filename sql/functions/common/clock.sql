@@ -6,7 +6,6 @@
 -- without sleeping. `RESET qtg.now` (or an empty value) returns to real time.
 CREATE OR REPLACE FUNCTION clock() RETURNS timestamptz
 LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_pinned text := current_setting('qtg.now', true);

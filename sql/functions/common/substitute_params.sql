@@ -2,7 +2,6 @@
 -- template plan with params->name. Raises QT003 when a named param is missing.
 CREATE OR REPLACE FUNCTION substitute_params(p_value jsonb, p_params jsonb) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE
-SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_name text;

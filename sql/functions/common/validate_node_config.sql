@@ -10,7 +10,6 @@
 -- Types: string, number, integer, boolean, object, array (a list of types is accepted).
 CREATE OR REPLACE FUNCTION validate_node_config(p_schema jsonb, p_config jsonb) RETURNS text
 LANGUAGE plpgsql IMMUTABLE
-SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_key      text;

@@ -1,0 +1,36 @@
+-- enqueue_callbacks: one callback_outbox row per movement state change, keyed so
+-- a state is reported once (a movement enters each state at most once). The one
+-- INSERT into callback_outbox and the one definition of a callback's payload.
+-- Reads each movement as it is now, in its new state: call it in a statement
+-- after the one that moved them. p_from[i] is the state movement i left (NULL
+-- at creation), p_details[i] what the callback says about it.
+CREATE OR REPLACE FUNCTION enqueue_callbacks(
+    p_movement_ids bigint[],
+    p_from         qtg.request_state[],
+    p_details      jsonb[]
+) RETURNS void
+LANGUAGE sql
+AS $$
+    INSERT INTO callback_outbox (request_id, event_type, idempotency_key, target_url, payload,
+                                 delivery_state, next_attempt_at, created_at)
+    SELECT r.id,
+           'movement.' || lower(r.request_state::text),
+           format('%s-%s-%s', current_schema(), r.id, lower(r.request_state::text)),
+           r.callback_url,
+           jsonb_build_object(
+               'network', current_schema(),
+               'movement_id', r.id,
+               'external_id', r.external_id,
+               'from_state', c.from_state,
+               'to_state', r.request_state,
+               'amount', r.amount,
+               'asset', r.asset,
+               'occurred_at', clock(),
+               'detail', coalesce(c.detail, '{}')),
+           CASE WHEN r.callback_url IS NULL THEN 'NO_TARGET' ELSE 'PENDING' END,
+           clock(),
+           clock()
+      FROM unnest(p_movement_ids, p_from, p_details) WITH ORDINALITY AS c(id, from_state, detail, ord)
+      JOIN movement_requests r ON r.id = c.id
+     ORDER BY c.ord;
+$$;

@@ -1,0 +1,159 @@
+-- finish_nodes: what the new states of some nodes mean for the rest of their
+-- movements: the one DAG step and the one settle, for every path that moves a
+-- node (submit, observe, recovery, a failed submit, a release, cancel and
+-- expiry). Internal. The caller has moved each node of p_node_ids (from-state
+-- guarded) and audited it, holds the locks of their movements and then of the
+-- nodes, and names who acted on node i (p_actors[i]).
+--
+--   COMPLETED  each PENDING child loses one pending parent per completed
+--              parent; at 0 it becomes READY, or SKIPPED when its movement has
+--              a stop requested. Only these nodes' edges are read: no scan of
+--              history.
+--   FAILED     every PENDING descendant is SKIPPED: it can never run.
+--   SKIPPED    nothing more (a stop skips every waiting node itself).
+--   READY      back in the dispatch queue: runners are woken, unless a due
+--              expiry now applies (recheck_expiry), which skips it.
+--   others     nothing.
+-- A node moved here is audited by the actor of the node that moved it (for a
+-- child of several completed parents, the last of them by id). Each movement's
+-- open_nodes and failed_nodes move with its nodes, and every movement left with
+-- nothing open settles (settle_movements), by the actor of its last node (by id).
+-- Planned per call (force_custom_plan): the batch sizes vary from 1 to 1000 and
+-- the edges and nodes grow from empty, so a plan cached early would scan them.
+CREATE OR REPLACE FUNCTION finish_nodes(p_node_ids bigint[], p_actors text[]) RETURNS void
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    v_now       timestamptz := clock();
+    v_failed    bigint[];           -- the FAILED nodes given
+    v_completed bigint[];           -- the COMPLETED nodes given
+    v_skipped   bigint[] := '{}';   -- the movement of each node the DAG step skipped
+    v_more      bigint[];
+    v_readied   boolean := false;
+    v_settle    bigint[];
+    v_settle_by text[];
+    v_movement  bigint;
+    v_actor     text;
+BEGIN
+    SELECT array_agg(n.id ORDER BY n.id) FILTER (WHERE n.node_state = 'FAILED'),
+           array_agg(n.id ORDER BY n.id) FILTER (WHERE n.node_state = 'COMPLETED')
+      INTO v_failed, v_completed
+      FROM movement_request_nodes n
+     WHERE n.id = ANY (p_node_ids);
+
+    -- every PENDING descendant of a failed node: SKIPPED
+    IF v_failed IS NOT NULL THEN
+        WITH RECURSIVE doomed(node_id, failed_node) AS (
+            SELECT e.child_node_id, e.parent_node_id
+              FROM movement_plan_edges e
+             WHERE e.parent_node_id = ANY (v_failed)
+            UNION
+            SELECT e.child_node_id, d.failed_node
+              FROM doomed d
+              JOIN movement_plan_edges e ON e.parent_node_id = d.node_id
+        ), skipped AS (
+            UPDATE movement_request_nodes node
+               SET node_state = 'SKIPPED', finished_at = v_now, updated_at = v_now
+              FROM (SELECT node_id, min(failed_node) AS failed_node FROM doomed GROUP BY node_id) d
+             WHERE node.id = d.node_id
+               AND node.node_state = 'PENDING'
+            RETURNING node.id, node.request_id, d.failed_node
+        ), audited AS (
+            SELECT write_audit(array_agg((a.actor, 'node', s.id::text, s.request_id, 'state_changed', 'PENDING',
+                                          'SKIPPED', jsonb_build_object('ancestor_failed', s.failed_node)
+                                         )::qtg.audit_event ORDER BY s.failed_node, s.id))
+              FROM skipped s
+              JOIN unnest(p_node_ids, p_actors) AS a(node_id, actor) ON a.node_id = s.failed_node
+        )
+        SELECT coalesce(array_agg(s.request_id), '{}') INTO v_more
+          FROM skipped s, audited;
+        v_skipped := v_skipped || v_more;
+    END IF;
+
+    -- each PENDING child of a completed node loses its completed parents; the
+    -- last of them (by id) moves it to READY, or to SKIPPED under a stop
+    IF v_completed IS NOT NULL THEN
+        WITH hits AS (
+            SELECT e.child_node_id AS child_id, count(*) AS parents_done, max(e.parent_node_id) AS last_parent
+              FROM movement_plan_edges e
+             WHERE e.parent_node_id = ANY (v_completed)
+             GROUP BY e.child_node_id
+        ), children AS (
+            UPDATE movement_request_nodes child
+               SET pending_parents = child.pending_parents - h.parents_done,
+                   node_state = CASE
+                                    WHEN child.pending_parents > h.parents_done THEN 'PENDING'
+                                    WHEN r.stop_reason IS NOT NULL THEN 'SKIPPED'
+                                    ELSE 'READY'
+                                END::qtg.node_state,
+                   finished_at = CASE WHEN child.pending_parents = h.parents_done AND r.stop_reason IS NOT NULL
+                                      THEN v_now END,
+                   updated_at = v_now
+              FROM hits h, movement_requests r
+             WHERE child.id = h.child_id
+               AND child.node_state = 'PENDING'
+               AND r.id = child.request_id
+            RETURNING child.id, child.request_id, child.node_state, h.last_parent
+        ), audited AS (
+            SELECT write_audit(array_agg((a.actor, 'node', c.id::text, c.request_id, 'state_changed', 'PENDING',
+                                          c.node_state::text, jsonb_build_object('parent_completed', c.last_parent)
+                                         )::qtg.audit_event ORDER BY c.last_parent, c.id))
+              FROM children c
+              JOIN unnest(p_node_ids, p_actors) AS a(node_id, actor) ON a.node_id = c.last_parent
+             WHERE c.node_state <> 'PENDING'
+        )
+        SELECT coalesce(array_agg(c.request_id) FILTER (WHERE c.node_state = 'SKIPPED'), '{}'),
+               coalesce(bool_or(c.node_state = 'READY'), false)
+          INTO v_more, v_readied
+          FROM children c, audited;
+        v_skipped := v_skipped || v_more;
+    END IF;
+
+    -- the counters: each node given that finished, and each node the DAG step
+    -- skipped, is one open node fewer; each failed one is one failed node more
+    WITH closed AS (
+        SELECT n.request_id, (n.node_state = 'FAILED')::integer AS failed
+          FROM movement_request_nodes n
+         WHERE n.id = ANY (p_node_ids)
+           AND n.node_state IN ('COMPLETED', 'FAILED', 'SKIPPED')
+        UNION ALL
+        SELECT s.request_id, 0 FROM unnest(v_skipped) AS s(request_id)
+    ), per_movement AS (
+        SELECT request_id, count(*) AS closed, sum(failed) AS failed FROM closed GROUP BY request_id
+    )
+    UPDATE movement_requests r
+       SET open_nodes = r.open_nodes - p.closed, failed_nodes = r.failed_nodes + p.failed, updated_at = v_now
+      FROM per_movement p
+     WHERE r.id = p.request_id;
+
+    -- a node back in READY: an expiry waived for a side effect that never
+    -- happened no longer holds
+    FOR v_movement, v_actor IN
+        SELECT DISTINCT ON (n.request_id) n.request_id, a.actor
+          FROM unnest(p_node_ids, p_actors) AS a(node_id, actor)
+          JOIN movement_request_nodes n ON n.id = a.node_id
+         WHERE n.node_state = 'READY'
+         ORDER BY n.request_id, a.node_id DESC
+    LOOP
+        IF NOT recheck_expiry(v_movement, v_actor) THEN
+            v_readied := true;
+        END IF;
+    END LOOP;
+    IF v_readied THEN
+        PERFORM notify_work('ready');
+    END IF;
+
+    -- the movements left with nothing open settle, each by its last node's actor
+    SELECT array_agg(s.request_id ORDER BY s.request_id), array_agg(s.actor ORDER BY s.request_id)
+      INTO v_settle, v_settle_by
+      FROM (SELECT DISTINCT ON (n.request_id) n.request_id, a.actor
+              FROM unnest(p_node_ids, p_actors) AS a(node_id, actor)
+              JOIN movement_request_nodes n ON n.id = a.node_id
+             WHERE n.node_state IN ('COMPLETED', 'FAILED', 'SKIPPED')
+             ORDER BY n.request_id, a.node_id DESC) s;
+    IF v_settle IS NOT NULL THEN
+        PERFORM settle_movements(v_settle, v_settle_by);
+    END IF;
+END
+$$;

@@ -1,0 +1,45 @@
+-- set_movement_states: the one place a movement changes state. Internal.
+-- From-state: p_from, for every movement of p_movement_ids (guarded: if one is
+-- not in it, QT020 and nothing changes). To-state: p_to[i] for movement i.
+-- The caller holds the movements' locks. Writes each movement's audit event and
+-- its callback, with p_details[i], in the same transaction; p_actors[i] acts.
+CREATE OR REPLACE FUNCTION set_movement_states(
+    p_movement_ids bigint[],
+    p_from         qtg.request_state,
+    p_to           qtg.request_state[],
+    p_actors       text[],
+    p_details      jsonb[] DEFAULT NULL
+) RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now     timestamptz := clock();
+    v_n       integer := cardinality(p_movement_ids);
+    v_details jsonb[] := coalesce(p_details, array_fill(NULL::jsonb, ARRAY[v_n]));
+    v_stray   bigint;
+BEGIN
+    SELECT i.id INTO v_stray
+      FROM unnest(p_movement_ids) AS i(id)
+      LEFT JOIN movement_requests r ON r.id = i.id
+     WHERE r.request_state IS DISTINCT FROM p_from
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'movement % is not in state %', v_stray, p_from USING ERRCODE = 'QT020';
+    END IF;
+
+    UPDATE movement_requests r
+       SET request_state = i.to_state,
+           approved_at   = CASE WHEN i.to_state = 'APPROVED' THEN v_now ELSE r.approved_at END,
+           approved_by   = CASE WHEN i.to_state = 'APPROVED' THEN i.actor ELSE r.approved_by END,
+           started_at    = CASE WHEN i.to_state = 'EXECUTING' THEN v_now ELSE r.started_at END,
+           finished_at   = CASE WHEN i.to_state IN ('COMPLETED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN v_now END,
+           updated_at    = v_now
+      FROM unnest(p_movement_ids, p_to, p_actors) AS i(id, to_state, actor)
+     WHERE r.id = i.id;
+
+    PERFORM write_audit(array_agg((i.actor, 'request', i.id::text, i.id, 'state_changed', p_from::text,
+                                   i.to_state::text, i.detail)::qtg.audit_event ORDER BY i.ord))
+       FROM unnest(p_movement_ids, p_to, p_actors, v_details) WITH ORDINALITY AS i(id, to_state, actor, detail, ord);
+    PERFORM enqueue_callbacks(p_movement_ids, array_fill(p_from, ARRAY[v_n]), v_details);
+END
+$$;

@@ -1,0 +1,42 @@
+-- settle_movements: ends every EXECUTING movement of p_movement_ids that has
+-- nothing open (open_nodes = 0): FAILED if a node failed, else its stop reason
+-- (CANCELLED, EXPIRED) if one was requested, else COMPLETED. Movements with
+-- open nodes, or not EXECUTING, are left as they are. Internal; the caller
+-- holds the movements' locks; p_actors[i] settles movement i. The callback
+-- says what happened to every node (a cancelled movement may still have moved
+-- money before the cancel): the count of its nodes by state.
+CREATE OR REPLACE FUNCTION settle_movements(p_movement_ids bigint[], p_actors text[]) RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_ids     bigint[];
+    v_finals  qtg.request_state[];
+    v_actors  text[];
+    v_details jsonb[];
+BEGIN
+    SELECT array_agg(r.id ORDER BY r.id),
+           array_agg(CASE
+                         WHEN r.failed_nodes > 0 THEN 'FAILED'
+                         WHEN r.stop_reason IS NOT NULL THEN r.stop_reason
+                         ELSE 'COMPLETED'
+                     END::qtg.request_state ORDER BY r.id),
+           array_agg(s.actor ORDER BY r.id),
+           array_agg(jsonb_build_object('failed_nodes', r.failed_nodes, 'stop_reason', r.stop_reason,
+                                        'nodes', counts.nodes) ORDER BY r.id)
+      INTO v_ids, v_finals, v_actors, v_details
+      FROM unnest(p_movement_ids, p_actors) AS s(id, actor)
+      JOIN movement_requests r ON r.id = s.id
+     CROSS JOIN LATERAL (
+           SELECT jsonb_object_agg(c.node_state, c.total) AS nodes
+             FROM (SELECT n.node_state, count(*) AS total
+                     FROM movement_request_nodes n
+                    WHERE n.request_id = r.id
+                    GROUP BY n.node_state) c) counts
+     WHERE r.request_state = 'EXECUTING'
+       AND r.open_nodes = 0;
+
+    IF v_ids IS NOT NULL THEN
+        PERFORM set_movement_states(v_ids, 'EXECUTING', v_finals, v_actors, v_details);
+    END IF;
+END
+$$;

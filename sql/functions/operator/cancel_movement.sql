@@ -1,0 +1,19 @@
+-- cancel_movement: PENDING_APPROVAL | APPROVED -> CANCELLED at once;
+--                  EXECUTING -> CANCELLED once its in-flight nodes settle.
+-- Nodes not yet started (PENDING, READY) become SKIPPED. A side effect already
+-- out (SUBMITTING, SUBMITTED, OBSERVING, UNKNOWN) is never abandoned: the
+-- movement keeps EXECUTING with stop_reason CANCELLED until it settles (and
+-- ends FAILED instead if one of those nodes fails). Cancelling a movement
+-- already being cancelled changes nothing. Terminal movements raise QT020.
+-- Locks: the request, then all its nodes (waits for a dispatcher mid-claim).
+CREATE OR REPLACE FUNCTION cancel_movement(p_movement_id bigint, p_actor text, p_reason text DEFAULT NULL)
+RETURNS qtg.request_state
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_actor IS NULL OR btrim(p_actor) = '' THEN
+        RAISE EXCEPTION 'cancel_movement needs the operator''s name' USING ERRCODE = 'QT002';
+    END IF;
+    RETURN stop_movement(p_movement_id, 'CANCELLED', p_actor, p_reason);
+END
+$$;

@@ -1,0 +1,207 @@
+-- create_movement: (none) -> PENDING_APPROVAL, its nodes PENDING.
+--
+-- The plan is either inline (p_plan) or a named template (p_template) whose
+-- {"$param": name} placeholders are filled from p_params. A plan is
+--   {"nodes": [{"key": "burn", "executor": "cctp", "config": {...}, "depends_on": []}, ...]}
+-- It is compiled here into nodes and edges; a plan with no nodes, a duplicate
+-- or unknown key, a cycle, an unknown executor, or a config that fails its
+-- executor's schema is rejected (QT001). A non-positive amount, an expiry not
+-- in the future, or an unknown template raises QT002/QT003.
+--
+-- Idempotent on p_external_id: the same request again returns the existing
+-- movement with created = false; a different request under the same id raises
+-- QT004. Concurrent duplicates are serialised by the unique index.
+CREATE OR REPLACE FUNCTION create_movement(
+    p_external_id  text,
+    p_amount       numeric,
+    p_plan         jsonb DEFAULT NULL,
+    p_template     text DEFAULT NULL,
+    p_params       jsonb DEFAULT NULL,
+    p_asset        text DEFAULT 'USDC',
+    p_expires_at   timestamptz DEFAULT NULL,
+    p_callback_url text DEFAULT NULL,
+    p_priority     integer DEFAULT 0,
+    p_actor        text DEFAULT NULL
+) RETURNS TABLE (movement_id bigint, created boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now        timestamptz := clock();
+    v_actor      text := coalesce(p_actor, session_user);
+    v_plan       jsonb;
+    v_node       jsonb;
+    v_keys       text[] := '{}';
+    v_parents    text[] := '{}';
+    v_children   text[] := '{}';
+    v_key        text;
+    v_dep        text;
+    v_executor   executors;
+    v_problem    text;
+    v_node_count integer;
+    v_request_id bigint;
+    v_existing   movement_requests;
+BEGIN
+    -- arguments
+    IF p_external_id IS NULL OR btrim(p_external_id) = '' OR length(p_external_id) > 200 THEN
+        RAISE EXCEPTION 'external id must be 1 to 200 characters' USING ERRCODE = 'QT002',
+            HINT = 'Pass the caller''s own id for this movement; it makes creation idempotent.';
+    END IF;
+    IF p_amount IS NULL OR p_amount <= 0 THEN
+        RAISE EXCEPTION 'amount must be positive, got %', coalesce(p_amount::text, 'NULL') USING ERRCODE = 'QT002';
+    END IF;
+    IF p_amount <> round(p_amount, 6) THEN
+        RAISE EXCEPTION 'amount % has more than 6 decimal places', p_amount USING ERRCODE = 'QT002';
+    END IF;
+    IF p_asset IS NULL OR p_asset !~ '^[A-Z0-9]{2,16}$' THEN
+        RAISE EXCEPTION 'asset must be an upper-case symbol such as USDC, got %', coalesce(p_asset, 'NULL')
+            USING ERRCODE = 'QT002';
+    END IF;
+    IF p_expires_at IS NOT NULL AND p_expires_at <= v_now THEN
+        RAISE EXCEPTION 'expiry % is not in the future (now %)', p_expires_at, v_now USING ERRCODE = 'QT002';
+    END IF;
+    IF (p_plan IS NULL) = (p_template IS NULL) THEN
+        RAISE EXCEPTION 'give exactly one of an inline plan or a template name' USING ERRCODE = 'QT002';
+    END IF;
+
+    -- resolve the plan
+    IF p_template IS NOT NULL THEN
+        SELECT substitute_params(plan, coalesce(p_params, '{}')) INTO v_plan
+          FROM movement_templates WHERE template_name = p_template;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'template % does not exist', p_template USING ERRCODE = 'QT003',
+                HINT = 'SELECT template_name FROM movement_templates lists the templates of this network.';
+        END IF;
+    ELSE
+        v_plan := p_plan;
+    END IF;
+
+    -- idempotency: the same external id returns the movement it already names
+    SELECT * INTO v_existing FROM movement_requests WHERE external_id = p_external_id;
+    IF FOUND THEN
+        IF v_existing.plan = v_plan AND v_existing.amount = p_amount AND v_existing.asset = p_asset
+           AND v_existing.template_name IS NOT DISTINCT FROM p_template THEN
+            movement_id := v_existing.id;
+            created := false;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        RAISE EXCEPTION 'external id % already names movement % with a different plan or amount',
+                        p_external_id, v_existing.id
+            USING ERRCODE = 'QT004', HINT = 'Use a new external id for a different movement.';
+    END IF;
+
+    -- validate the plan
+    -- IS DISTINCT FROM: a plan without "nodes" gives NULL, which must not pass
+    IF jsonb_typeof(v_plan) IS DISTINCT FROM 'object' OR jsonb_typeof(v_plan -> 'nodes') IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'plan must be an object with a "nodes" array' USING ERRCODE = 'QT001';
+    END IF;
+    v_node_count := jsonb_array_length(v_plan -> 'nodes');
+    IF v_node_count = 0 OR v_node_count > 500 THEN
+        RAISE EXCEPTION 'plan must have 1 to 500 nodes, has %', v_node_count USING ERRCODE = 'QT001';
+    END IF;
+
+    FOR v_node IN SELECT value FROM jsonb_array_elements(v_plan -> 'nodes') LOOP
+        v_key := v_node ->> 'key';
+        IF jsonb_typeof(v_node) <> 'object' OR v_key IS NULL OR v_key !~ '^[A-Za-z0-9_.-]{1,64}$' THEN
+            RAISE EXCEPTION 'every node needs a "key" of 1-64 letters, digits, _ . or -: %', v_node
+                USING ERRCODE = 'QT001';
+        END IF;
+        IF v_key = ANY (v_keys) THEN
+            RAISE EXCEPTION 'node key % appears twice', v_key USING ERRCODE = 'QT001';
+        END IF;
+        v_keys := v_keys || v_key;
+
+        SELECT * INTO v_executor FROM executors WHERE executor_key = v_node ->> 'executor';
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'node %: unknown executor %', v_key, coalesce(v_node ->> 'executor', 'NULL')
+                USING ERRCODE = 'QT001', HINT = 'SELECT executor_key FROM executors lists the registered executors.';
+        END IF;
+        v_problem := validate_node_config(v_executor.node_config_schema, coalesce(v_node -> 'config', '{}'));
+        IF v_problem IS NOT NULL THEN
+            RAISE EXCEPTION 'node %: config for executor %: %', v_key, v_executor.executor_key, v_problem
+                USING ERRCODE = 'QT001';
+        END IF;
+        IF v_node ? 'depends_on' AND jsonb_typeof(v_node -> 'depends_on') <> 'array' THEN
+            RAISE EXCEPTION 'node %: depends_on must be an array of node keys', v_key USING ERRCODE = 'QT001';
+        END IF;
+    END LOOP;
+
+    FOR v_key, v_dep IN
+        SELECT n.value ->> 'key', d.value
+          FROM jsonb_array_elements(v_plan -> 'nodes') n,
+               jsonb_array_elements_text(coalesce(n.value -> 'depends_on', '[]')) d
+    LOOP
+        IF NOT v_dep = ANY (v_keys) THEN
+            RAISE EXCEPTION 'node % depends on unknown node %', v_key, v_dep USING ERRCODE = 'QT001';
+        END IF;
+        IF v_dep = v_key THEN
+            RAISE EXCEPTION 'node % depends on itself', v_key USING ERRCODE = 'QT001';
+        END IF;
+        v_parents := v_parents || v_dep;
+        v_children := v_children || v_key;
+    END LOOP;
+
+    -- a cycle: some node reaches itself (over arrays, so the planner sizes the
+    -- walk by the plan's real edge count; a plan without edges has none)
+    IF cardinality(v_parents) > 0 THEN
+        WITH RECURSIVE edge(parent, child) AS (
+            SELECT DISTINCT parent, child FROM unnest(v_parents, v_children) AS e(parent, child)
+        ), reach(source, target) AS (
+            SELECT parent, child FROM edge
+            UNION
+            SELECT reach.source, edge.child FROM reach JOIN edge ON edge.parent = reach.target
+        )
+        SELECT source INTO v_key FROM reach WHERE source = target ORDER BY source LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'plan has a cycle through node %', v_key USING ERRCODE = 'QT001';
+        END IF;
+    END IF;
+
+    -- compile: request, nodes, edges
+    INSERT INTO movement_requests (external_id, request_state, template_name, template_params, plan, amount,
+                                   asset, priority, callback_url, created_by, open_nodes, expires_at,
+                                   created_at, updated_at)
+    VALUES (p_external_id, 'PENDING_APPROVAL', p_template, p_params, v_plan, p_amount, p_asset,
+            coalesce(p_priority, 0), p_callback_url, v_actor, v_node_count, p_expires_at, v_now, v_now)
+    ON CONFLICT (external_id) DO NOTHING
+    RETURNING id INTO v_request_id;
+    IF v_request_id IS NULL THEN
+        -- a concurrent call with the same external id committed first: answer as a repeat
+        RETURN QUERY SELECT * FROM create_movement(p_external_id, p_amount, p_plan, p_template, p_params, p_asset,
+                                                   p_expires_at, p_callback_url, p_priority, p_actor);
+        RETURN;
+    END IF;
+
+    INSERT INTO movement_request_nodes (request_id, node_key, executor_key, has_side_effect, node_config, lane,
+                                        node_state, pending_parents, priority, created_at, updated_at)
+    SELECT v_request_id,
+           n.value ->> 'key',
+           e.executor_key,
+           e.has_side_effect,
+           coalesce(n.value -> 'config', '{}'),
+           coalesce(n.value -> 'config' ->> 'lane', e.executor_key),
+           'PENDING',
+           (SELECT count(DISTINCT d) FROM jsonb_array_elements_text(coalesce(n.value -> 'depends_on', '[]')) d),
+           coalesce(p_priority, 0),
+           v_now, v_now
+      FROM jsonb_array_elements(v_plan -> 'nodes') WITH ORDINALITY n
+      JOIN executors e ON e.executor_key = n.value ->> 'executor'
+     ORDER BY n.ordinality;
+
+    INSERT INTO movement_plan_edges (request_id, parent_node_id, child_node_id)
+    SELECT DISTINCT v_request_id, parent.id, child.id
+      FROM jsonb_array_elements(v_plan -> 'nodes') n
+     CROSS JOIN LATERAL jsonb_array_elements_text(coalesce(n.value -> 'depends_on', '[]')) d
+      JOIN movement_request_nodes child ON child.request_id = v_request_id AND child.node_key = n.value ->> 'key'
+      JOIN movement_request_nodes parent ON parent.request_id = v_request_id AND parent.node_key = d.value;
+
+    PERFORM write_audit(ARRAY[(v_actor, 'request', v_request_id::text, v_request_id, 'created', NULL, 'PENDING_APPROVAL',
+                               jsonb_build_object('external_id', p_external_id, 'amount', p_amount, 'asset', p_asset,
+                                                  'template', p_template, 'nodes', v_node_count))::qtg.audit_event]);
+    PERFORM enqueue_callbacks(ARRAY[v_request_id], ARRAY[NULL::qtg.request_state], ARRAY['{}'::jsonb]);
+
+    movement_id := v_request_id;
+    created := true;
+    RETURN NEXT;
+END
+$$;

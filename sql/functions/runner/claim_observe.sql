@@ -1,0 +1,73 @@
+-- claim_observe: stage two of the observer's claim, for one advisory ID.
+-- SUBMITTED | OBSERVING stay as they are; the claim bumps the claim token.
+--
+-- Repeats every candidate predicate (and the movement scope) under
+-- FOR UPDATE OF movement_request_nodes, movement_requests SKIP LOCKED, so a
+-- node that another observer holds, or whose request is locked (a cancel in
+-- progress), or that no longer qualifies, returns no row. PostgreSQL may lock
+-- the node tuple before SKIP LOCKED rejects the request tuple; the lookup runs
+-- in its own subtransaction that is rolled back on a miss, so no stray node
+-- lock survives a miss, even when the caller does not wrap the call in a
+-- savepoint as the runner does. On a hit, both locks stay with the caller's
+-- transaction through the executor's observe() and complete_observe()'s commit.
+CREATE OR REPLACE FUNCTION claim_observe(p_node_id bigint, p_worker text, p_movement_id bigint DEFAULT NULL)
+RETURNS TABLE (
+    node_id            bigint,
+    request_id         bigint,
+    claim_token        bigint,
+    node_key           text,
+    executor_key       text,
+    node_config        jsonb,
+    lane               text,
+    external_ref       text,
+    observe_started_at timestamptz,
+    observe_count      integer,
+    amount             numeric,
+    asset              text,
+    intent             jsonb
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now  timestamptz := clock();
+    v_node bigint;
+BEGIN
+    IF p_worker IS NULL OR btrim(p_worker) = '' THEN
+        RAISE EXCEPTION 'claim_observe needs the worker''s name' USING ERRCODE = 'QT002';
+    END IF;
+
+    BEGIN
+        SELECT movement_request_nodes.id INTO v_node
+          FROM movement_request_nodes
+          JOIN movement_requests ON movement_requests.id = movement_request_nodes.request_id
+         WHERE movement_request_nodes.id = p_node_id
+           AND node_state IN ('SUBMITTED', 'OBSERVING')
+           AND movement_requests.request_state = 'EXECUTING'
+           AND (next_observe_at IS NULL OR next_observe_at <= v_now)
+           AND (p_movement_id IS NULL OR movement_requests.id = p_movement_id)
+           FOR UPDATE OF movement_request_nodes, movement_requests SKIP LOCKED;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'QT099';   -- undo any partial tuple lock
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'QT099' THEN
+        RETURN;
+    END;
+
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE movement_request_nodes node
+           SET claim_token = node.claim_token + 1,
+               claimed_by  = p_worker,
+               claimed_at  = v_now
+         WHERE node.id = v_node
+        RETURNING node.*
+    )
+    SELECT claimed.id, claimed.request_id, claimed.claim_token, claimed.node_key, claimed.executor_key,
+           claimed.node_config, claimed.lane, claimed.external_ref, claimed.observe_started_at,
+           claimed.observe_count, request.amount, request.asset,
+           (SELECT to_jsonb(i)
+              FROM node_intents i WHERE i.node_id = claimed.id ORDER BY i.claim_token DESC LIMIT 1)
+      FROM claimed
+      JOIN movement_requests request ON request.id = claimed.request_id;
+END
+$$;

@@ -1,0 +1,93 @@
+-- complete_recovery: UNKNOWN | SUBMITTING -> COMPLETED | FAILED | SUBMITTED |
+--                    OBSERVING | READY | UNKNOWN, from recover()'s evidence.
+--
+--   COMPLETED      the side effect happened and finished.
+--   FAILED         it happened and failed, or it can never happen.
+--   IN_FLIGHT      it is out and not finished: back to SUBMITTED (never
+--                  observed yet) or OBSERVING, with a fresh observation window.
+--   NOT_SUBMITTED  evidence proves nothing went out: READY for a new attempt
+--                  (SKIPPED if a stop was requested).
+--   STILL_UNKNOWN  no conclusion yet: UNKNOWN, looked at again after
+--                  p_retry_after_seconds, or the lane's recovery_retry_seconds.
+-- Fenced by the claim token (QT030); accepted after the recovery lease ran out
+-- while no other recovery claim has taken the node (evidence stays evidence).
+-- Locks: request, node, intent. The DAG step and the settle: finish_nodes.
+-- Returns the node's state afterwards (a READY node whose movement expired is SKIPPED).
+CREATE OR REPLACE FUNCTION complete_recovery(
+    p_node_id             bigint,
+    p_claim_token         bigint,
+    p_outcome             text,
+    p_evidence            jsonb DEFAULT NULL,
+    p_external_ref        text DEFAULT NULL,
+    p_retry_after_seconds numeric DEFAULT NULL
+) RETURNS qtg.node_state
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now      timestamptz := clock();
+    v_node     movement_request_nodes;
+    v_pacing   record;
+    v_stopping boolean;
+    v_to       qtg.node_state;
+    v_wait     numeric;
+BEGIN
+    IF p_outcome IS NULL OR p_outcome NOT IN ('COMPLETED', 'FAILED', 'IN_FLIGHT', 'NOT_SUBMITTED', 'STILL_UNKNOWN') THEN
+        RAISE EXCEPTION 'complete_recovery: outcome must be COMPLETED, FAILED, IN_FLIGHT, NOT_SUBMITTED or STILL_UNKNOWN, got %',
+                        coalesce(p_outcome, 'NULL')
+            USING ERRCODE = 'QT002';
+    END IF;
+    IF p_retry_after_seconds IS NOT NULL AND p_retry_after_seconds < 0 THEN
+        RAISE EXCEPTION 'complete_recovery: retry_after_seconds must not be negative' USING ERRCODE = 'QT002';
+    END IF;
+    v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['UNKNOWN', 'SUBMITTING']::qtg.node_state[],
+                                'complete_recovery');
+    SELECT stop_reason IS NOT NULL INTO STRICT v_stopping FROM movement_requests WHERE id = v_node.request_id;
+    SELECT * INTO STRICT v_pacing FROM observe_pacing(v_node.lane, v_now, v_now, p_retry_after_seconds);
+    v_wait := coalesce(p_retry_after_seconds, (lane_of(v_node.lane)).recovery_retry_seconds);
+
+    v_to := CASE p_outcome
+                WHEN 'COMPLETED' THEN 'COMPLETED'
+                WHEN 'FAILED' THEN 'FAILED'
+                WHEN 'IN_FLIGHT' THEN CASE WHEN v_node.observe_count = 0 THEN 'SUBMITTED' ELSE 'OBSERVING' END
+                WHEN 'NOT_SUBMITTED' THEN CASE WHEN v_stopping THEN 'SKIPPED' ELSE 'READY' END
+                ELSE 'UNKNOWN'
+            END::qtg.node_state;
+
+    UPDATE movement_request_nodes node
+       SET node_state         = v_to,
+           evidence           = coalesce(p_evidence, node.evidence),
+           external_ref       = coalesce(p_external_ref, node.external_ref),
+           submitted_at       = CASE WHEN v_to IN ('SUBMITTED', 'OBSERVING') THEN coalesce(node.submitted_at, v_now)
+                                     ELSE node.submitted_at END,
+           observe_started_at = CASE WHEN v_to IN ('SUBMITTED', 'OBSERVING') THEN v_now END,
+           next_observe_at    = CASE WHEN v_to IN ('SUBMITTED', 'OBSERVING') THEN v_pacing.next_observe_at END,
+           observe_phase      = CASE WHEN v_to IN ('SUBMITTED', 'OBSERVING') THEN v_pacing.phase END,
+           lease_until        = CASE WHEN v_to = 'UNKNOWN'
+                                     THEN v_now + make_interval(secs => v_wait::double precision)
+                                END,
+           not_before         = CASE WHEN v_to = 'READY' AND p_retry_after_seconds IS NOT NULL
+                                     THEN v_now + make_interval(secs => p_retry_after_seconds::double precision)
+                                END,
+           finished_at        = CASE WHEN v_to IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN v_now END,
+           updated_at         = v_now
+     WHERE node.id = p_node_id;
+
+    UPDATE node_intents
+       SET intent_state = CASE p_outcome
+                              WHEN 'NOT_SUBMITTED' THEN 'ABANDONED'
+                              WHEN 'FAILED' THEN 'FAILED'
+                              WHEN 'STILL_UNKNOWN' THEN intent_state
+                              ELSE 'SUBMITTED'
+                          END,
+           external_ref = coalesce(p_external_ref, external_ref),
+           finished_at  = CASE WHEN p_outcome = 'STILL_UNKNOWN' THEN finished_at ELSE v_now END
+     WHERE id = (SELECT id FROM node_intents WHERE node_id = p_node_id ORDER BY claim_token DESC LIMIT 1);
+
+    PERFORM write_audit(ARRAY[(v_node.claimed_by, 'node', p_node_id::text, v_node.request_id, 'recovered',
+                               v_node.node_state::text, v_to::text,
+                               jsonb_build_object('outcome', p_outcome, 'evidence', p_evidence,
+                                                  'external_ref', p_external_ref))::qtg.audit_event]);
+    PERFORM finish_nodes(ARRAY[p_node_id], ARRAY[v_node.claimed_by]);
+    RETURN (SELECT node.node_state FROM movement_request_nodes node WHERE node.id = p_node_id);
+END
+$$;

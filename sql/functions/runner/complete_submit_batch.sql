@@ -1,0 +1,116 @@
+-- complete_submit_batch: SUBMITTING -> SUBMITTED | COMPLETED, for many nodes in
+-- one call and one transaction, after their side effects went out. A node goes
+-- SUBMITTED (its first next_observe_at from the lane's pacing), or COMPLETED
+-- where p_settled says the submit itself finished the work (no observation
+-- needed); the external reference (tx hash, withdrawal id) is recorded on the
+-- node and its intent.
+--
+-- Element i of every array describes one node (arrays of equal length, no node
+-- twice, at most 1000; QT002 otherwise, and nothing changes; a NULL p_settled
+-- or element means false). A node the guard refuses (lock_claimed_nodes: QT011
+-- no such node, QT030 stale claim token: another worker holds it now, drop the
+-- result, recovery reconciles; QT021 not SUBMITTING) is left unchanged and
+-- reported in its row instead of failing the batch. A report that arrives after
+-- the claim's lease ran out is still accepted while the token is current (no
+-- recovery has claimed the node): the side effect has happened and its
+-- reference is the truth. Only record_intent_prepared refuses an expired lease,
+-- because it comes before the side effect.
+--
+-- The nodes are moved and audited (actor: the claimer) in one statement; the
+-- completed ones then take the DAG step and settle their movements through
+-- finish_nodes, like every other path that finishes a node.
+-- Locks: the nodes' movements in id order, then the nodes in id order, then
+-- their intents and children.
+-- Returns one row per element, in input order: the node's new state, or the error.
+CREATE OR REPLACE FUNCTION complete_submit_batch(
+    p_node_ids      bigint[],
+    p_claim_tokens  bigint[],
+    p_external_refs text[],
+    p_evidence      jsonb[] DEFAULT NULL,
+    p_settled       boolean[] DEFAULT NULL
+) RETURNS TABLE (node_id bigint, node_state qtg.node_state, error_code text, error_message text)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now      timestamptz := clock();
+    v_n        integer := coalesce(cardinality(p_node_ids), 0);
+    v_codes    text[];
+    v_messages text[];
+    v_states   qtg.node_state[];
+    v_done     bigint[];   -- the nodes completed here,
+    v_done_by  text[];     -- and their claimers
+BEGIN
+    IF coalesce(cardinality(p_claim_tokens), 0) <> v_n
+       OR coalesce(cardinality(p_external_refs), 0) <> v_n
+       OR (p_evidence IS NOT NULL AND cardinality(p_evidence) <> v_n)
+       OR (p_settled IS NOT NULL AND cardinality(p_settled) <> v_n) THEN
+        RAISE EXCEPTION 'complete_submit_batch: every array must have one element per node (% nodes)', v_n
+            USING ERRCODE = 'QT002';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(c.error_code ORDER BY c.ord), array_agg(c.error_message ORDER BY c.ord)
+      INTO v_codes, v_messages
+      FROM lock_claimed_nodes('complete_submit', p_node_ids, p_claim_tokens, '{SUBMITTING}') c;
+
+    WITH taken AS (
+        SELECT i.ord, i.external_ref, i.evidence, coalesce(i.settled, false) AS settled,
+               n.id AS node_id, n.request_id, n.claim_token, n.claimed_by, n.lane,
+               CASE WHEN i.settled THEN 'COMPLETED' ELSE 'SUBMITTED' END::qtg.node_state AS to_state
+          FROM unnest(p_node_ids, p_external_refs,
+                      coalesce(p_evidence, array_fill(NULL::jsonb, ARRAY[v_n])),
+                      coalesce(p_settled, array_fill(false, ARRAY[v_n])), v_codes)
+               WITH ORDINALITY AS i(node_id, external_ref, evidence, settled, error_code, ord)
+          JOIN movement_request_nodes n ON n.id = i.node_id
+         WHERE i.error_code IS NULL
+    ), moved AS (
+        UPDATE movement_request_nodes n
+           SET node_state         = t.to_state,
+               external_ref       = t.external_ref,
+               evidence           = coalesce(t.evidence, n.evidence),
+               submitted_at       = v_now,
+               observe_started_at = CASE WHEN t.settled THEN NULL ELSE v_now END,
+               next_observe_at    = CASE WHEN t.settled THEN NULL ELSE pacing.next_observe_at END,
+               observe_phase      = CASE WHEN t.settled THEN NULL ELSE pacing.phase END,
+               lease_until        = NULL,
+               last_error         = NULL,
+               finished_at        = CASE WHEN t.settled THEN v_now END,
+               updated_at         = v_now
+          FROM taken t
+         CROSS JOIN LATERAL observe_pacing(t.lane, v_now, v_now) pacing
+         WHERE n.id = t.node_id
+    ), intents AS (
+        UPDATE node_intents i
+           SET intent_state = 'SUBMITTED', external_ref = t.external_ref, finished_at = v_now
+          FROM taken t
+         WHERE i.node_id = t.node_id
+           AND i.claim_token = t.claim_token
+    ), audited AS (
+        SELECT write_audit(array_agg((t.claimed_by, 'node', t.node_id::text, t.request_id, 'state_changed',
+                                      'SUBMITTING', t.to_state::text,
+                                      jsonb_build_object('external_ref', t.external_ref, 'evidence', t.evidence)
+                                     )::qtg.audit_event ORDER BY t.ord))
+          FROM taken t
+    )
+    SELECT array_agg(t.node_id ORDER BY t.request_id, t.node_id) FILTER (WHERE t.settled),
+           array_agg(t.claimed_by ORDER BY t.request_id, t.node_id) FILTER (WHERE t.settled),
+           (SELECT array_agg(s.to_state ORDER BY s.ord)
+              FROM (SELECT o.ord, x.to_state
+                      FROM generate_series(1, v_n) AS o(ord)
+                      LEFT JOIN taken x ON x.ord = o.ord) s)
+      INTO v_done, v_done_by, v_states
+      FROM taken t, audited;
+
+    IF v_done IS NOT NULL THEN
+        PERFORM finish_nodes(v_done, v_done_by);
+    END IF;
+
+    RETURN QUERY
+    SELECT u.node_id, u.node_state, u.error_code, u.error_message
+      FROM unnest(p_node_ids, coalesce(v_states, array_fill(NULL::qtg.node_state, ARRAY[v_n])), v_codes, v_messages)
+           AS u(node_id, node_state, error_code, error_message);
+END
+$$;

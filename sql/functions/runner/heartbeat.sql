@@ -1,0 +1,46 @@
+-- heartbeat: upserts one worker instance's row (INSERT ... ON CONFLICT DO UPDATE
+-- on worker_name + instance_id): last_tick_at, expected interval, live, the
+-- last batch's size and the error counter. The stalled_workers view reads it.
+CREATE OR REPLACE FUNCTION heartbeat(
+    p_worker_name               text,
+    p_instance_id               text,
+    p_tier                      text,
+    p_expected_interval_seconds numeric,
+    p_processed                 integer DEFAULT 0,
+    p_consecutive_errors        integer DEFAULT 0,
+    p_last_error                text DEFAULT NULL,
+    p_host                      text DEFAULT NULL,
+    p_pid                       integer DEFAULT NULL
+) RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := clock();
+BEGIN
+    IF p_worker_name IS NULL OR btrim(p_worker_name) = '' OR p_instance_id IS NULL OR btrim(p_instance_id) = '' THEN
+        RAISE EXCEPTION 'heartbeat needs a worker name and an instance id' USING ERRCODE = 'QT002';
+    END IF;
+    IF p_tier IS NULL OR p_tier NOT IN ('core', 'sidecar') THEN
+        RAISE EXCEPTION 'heartbeat: tier must be core or sidecar, got %', coalesce(p_tier, 'NULL') USING ERRCODE = 'QT002';
+    END IF;
+    IF p_expected_interval_seconds IS NULL OR p_expected_interval_seconds <= 0 THEN
+        RAISE EXCEPTION 'heartbeat: expected interval must be positive' USING ERRCODE = 'QT002';
+    END IF;
+
+    INSERT INTO worker_heartbeats AS hb (worker_name, instance_id, tier, expected_interval_seconds, live, host, pid,
+                                         started_at, last_tick_at, ticks, last_processed, consecutive_errors, last_error)
+    VALUES (p_worker_name, p_instance_id, p_tier, p_expected_interval_seconds, true, p_host, p_pid,
+            v_now, v_now, 1, coalesce(p_processed, 0), coalesce(p_consecutive_errors, 0), p_last_error)
+    ON CONFLICT (worker_name, instance_id) DO UPDATE
+       SET tier                      = excluded.tier,
+           expected_interval_seconds = excluded.expected_interval_seconds,
+           live                      = true,
+           host                      = coalesce(excluded.host, hb.host),
+           pid                       = coalesce(excluded.pid, hb.pid),
+           last_tick_at              = excluded.last_tick_at,
+           ticks                     = hb.ticks + 1,
+           last_processed            = excluded.last_processed,
+           consecutive_errors        = excluded.consecutive_errors,
+           last_error                = excluded.last_error;
+END
+$$;

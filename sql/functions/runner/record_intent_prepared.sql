@@ -1,0 +1,30 @@
+-- record_intent_prepared: intent CLAIMED | PREPARED -> PREPARED; node stays SUBMITTING.
+-- Records what the side effect will be before it happens: the EVM nonce and the
+-- signed transaction's hash, or the external request id, plus any payload the
+-- executor needs for recovery. Called again for a replacement transaction, it
+-- keeps every hash ever signed in signed_tx_hashes so recovery checks exact
+-- hashes. Refused once the claim's lease ran out (QT030): a dispatcher that
+-- cannot record its intent must not broadcast. Locks: request, node, intent.
+-- One node of record_intent_prepared_batch, which holds the rules: a refused
+-- node raises here with the batch's SQLSTATE and message, and nothing changes.
+CREATE OR REPLACE FUNCTION record_intent_prepared(
+    p_node_id             bigint,
+    p_claim_token         bigint,
+    p_nonce               bigint DEFAULT NULL,
+    p_signed_tx_hash      text DEFAULT NULL,
+    p_external_request_id text DEFAULT NULL,
+    p_payload             jsonb DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_result record;
+BEGIN
+    SELECT * INTO STRICT v_result
+      FROM record_intent_prepared_batch(ARRAY[p_node_id], ARRAY[p_claim_token], ARRAY[p_nonce],
+                                        ARRAY[p_signed_tx_hash], ARRAY[p_external_request_id],
+                                        ARRAY[p_payload]);
+    PERFORM raise_node_error(v_result.error_code, v_result.error_message);
+    RETURN v_result.intent_id;
+END
+$$;

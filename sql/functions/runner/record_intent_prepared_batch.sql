@@ -1,0 +1,110 @@
+-- record_intent_prepared_batch: record_intent_prepared for many nodes in one
+-- call and one transaction, set-based. Per node: intent CLAIMED | PREPARED ->
+-- PREPARED; the node stays SUBMITTING.
+--
+-- Element i of every array describes one node (arrays of equal length, no node
+-- twice, at most 1000; QT002 otherwise, and nothing changes). Every rule of
+-- record_intent_prepared holds per node, and a node that breaks one is left
+-- unchanged and reported in its row instead of failing the batch:
+--   QT011 no such node; QT030 stale claim token, or the claim's lease ran out
+--   (do not broadcast: recovery may own it); QT021 not SUBMITTING, or no open
+--   intent for the token; QT002 neither a signed tx hash, an external request
+--   id nor a payload.
+-- A recorded node gets one intent_prepared audit row (actor: the claimer),
+-- exactly as record_intent_prepared writes it; signed_tx_hashes keeps every
+-- hash ever signed.
+-- Locks: the nodes' requests in id order, then the nodes in id order, then
+-- their intents (the documented order; two batches never wait on each other
+-- in a cycle). Statements are planned per call (force_custom_plan): a batch
+-- runs a handful of statements, and node_intents grows from empty, so a plan
+-- cached while it was small would scan it whole.
+-- Returns one row per element, in input order: the intent id, or the error.
+CREATE OR REPLACE FUNCTION record_intent_prepared_batch(
+    p_node_ids             bigint[],
+    p_claim_tokens         bigint[],
+    p_nonces               bigint[] DEFAULT NULL,
+    p_signed_tx_hashes     text[] DEFAULT NULL,
+    p_external_request_ids text[] DEFAULT NULL,
+    p_payloads             jsonb[] DEFAULT NULL
+) RETURNS TABLE (node_id bigint, intent_id bigint, error_code text, error_message text)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now      timestamptz := clock();
+    v_n        integer := coalesce(cardinality(p_node_ids), 0);
+    v_codes    text[];
+    v_messages text[];
+BEGIN
+    IF coalesce(cardinality(p_claim_tokens), 0) <> v_n
+       OR (p_nonces IS NOT NULL AND cardinality(p_nonces) <> v_n)
+       OR (p_signed_tx_hashes IS NOT NULL AND cardinality(p_signed_tx_hashes) <> v_n)
+       OR (p_external_request_ids IS NOT NULL AND cardinality(p_external_request_ids) <> v_n)
+       OR (p_payloads IS NOT NULL AND cardinality(p_payloads) <> v_n) THEN
+        RAISE EXCEPTION 'record_intent_prepared_batch: every array must have one element per node (% nodes)', v_n
+            USING ERRCODE = 'QT002';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(c.error_code ORDER BY c.ord), array_agg(c.error_message ORDER BY c.ord)
+      INTO v_codes, v_messages
+      FROM lock_claimed_nodes('record_intent_prepared', p_node_ids, p_claim_tokens, '{SUBMITTING}',
+                              p_live_lease => true) c;
+
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.*,
+               coalesce(u.error_code, CASE WHEN u.signed_tx_hash IS NULL AND u.external_request_id IS NULL
+                                               AND u.payload IS NULL THEN 'QT002' END) AS refusal,
+               coalesce(u.error_message, 'record_intent_prepared: give a signed tx hash, an external request id or a payload') AS reason
+          FROM unnest(p_node_ids, p_claim_tokens,
+                      coalesce(p_nonces, array_fill(NULL::bigint, ARRAY[v_n])),
+                      coalesce(p_signed_tx_hashes, array_fill(NULL::text, ARRAY[v_n])),
+                      coalesce(p_external_request_ids, array_fill(NULL::text, ARRAY[v_n])),
+                      coalesce(p_payloads, array_fill(NULL::jsonb, ARRAY[v_n])),
+                      v_codes, v_messages)
+               WITH ORDINALITY AS u(node_id, claim_token, nonce, signed_tx_hash, external_request_id, payload,
+                                    error_code, error_message, ord)
+    ), prepared AS (
+        UPDATE node_intents t
+           SET intent_state        = 'PREPARED',
+               nonce               = coalesce(i.nonce, t.nonce),
+               signed_tx_hash      = coalesce(i.signed_tx_hash, t.signed_tx_hash),
+               signed_tx_hashes    = CASE WHEN i.signed_tx_hash IS NULL OR i.signed_tx_hash = ANY (t.signed_tx_hashes)
+                                          THEN t.signed_tx_hashes ELSE t.signed_tx_hashes || i.signed_tx_hash END,
+               external_request_id = coalesce(i.external_request_id, t.external_request_id),
+               prepared_payload    = coalesce(i.payload, t.prepared_payload),
+               prepared_at         = v_now
+          FROM input i
+         WHERE i.refusal IS NULL
+           AND t.node_id = i.node_id
+           AND t.claim_token = i.claim_token
+           AND t.intent_state IN ('CLAIMED', 'PREPARED')
+        RETURNING t.id, t.node_id
+    ), audited AS (
+        SELECT write_audit(array_agg((n.claimed_by, 'node', i.node_id::text, n.request_id, 'intent_prepared',
+                                      'SUBMITTING', 'SUBMITTING',
+                                      jsonb_build_object('intent_id', p.id, 'nonce', i.nonce,
+                                                         'signed_tx_hash', i.signed_tx_hash,
+                                                         'external_request_id', i.external_request_id)
+                                     )::qtg.audit_event ORDER BY i.ord)) AS written
+          FROM input i
+          JOIN prepared p ON p.node_id = i.node_id
+          JOIN movement_request_nodes n ON n.id = i.node_id
+    )
+    SELECT i.node_id,
+           p.id,
+           coalesce(i.refusal, CASE WHEN p.id IS NULL THEN 'QT021' END),
+           CASE
+               WHEN i.refusal IS NOT NULL THEN i.reason
+               WHEN p.id IS NULL THEN
+                   format('record_intent_prepared: node %s has no open intent for token %s', i.node_id, i.claim_token)
+           END
+      FROM input i
+      LEFT JOIN prepared p ON p.node_id = i.node_id
+     CROSS JOIN audited
+     ORDER BY i.ord;
+END
+$$;

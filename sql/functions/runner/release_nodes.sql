@@ -1,0 +1,93 @@
+-- release_nodes: SUBMITTING -> READY (SKIPPED under a stop), for claims a
+-- runner gives back before preparing anything: it does not carry the node's
+-- executor. The attempt is not counted (submit_attempts goes back), the intent
+-- is ABANDONED, and the node waits the lane's release_retry_seconds
+-- (not_before), so that a runner with the executor takes it; audited
+-- 'released' with the reason. Nothing was signed, so no side effect can have
+-- happened: a node whose intent is PREPARED is refused (QT021), recovery
+-- decides for it.
+--
+-- Element i of each array is one node (equal lengths, each node once, at most
+-- 1000: QT002 otherwise, and nothing changes). A refused node is reported in
+-- its row and left as it was: QT011 no such node, QT030 stale claim token,
+-- QT021 not SUBMITTING or its intent PREPARED.
+-- Locks: the nodes' movements, then the nodes (id order), then their intents.
+-- The expiry recheck and the settle: finish_nodes.
+-- Returns one row per element, in input order: the node's new state, or the error.
+CREATE OR REPLACE FUNCTION release_nodes(p_node_ids bigint[], p_claim_tokens bigint[], p_reason text)
+RETURNS TABLE (node_id bigint, node_state qtg.node_state, error_code text, error_message text)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now      timestamptz := clock();
+    v_n        integer := coalesce(cardinality(p_node_ids), 0);
+    v_codes    text[];
+    v_messages text[];
+    v_released bigint[];
+    v_actors   text[];
+BEGIN
+    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
+        RAISE EXCEPTION 'release_nodes: say why the claims are given back' USING ERRCODE = 'QT002';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(c.error_code ORDER BY c.ord), array_agg(c.error_message ORDER BY c.ord)
+      INTO v_codes, v_messages
+      FROM lock_claimed_nodes('release_nodes', p_node_ids, p_claim_tokens, '{SUBMITTING}') c;
+
+    -- a prepared intent may have been signed: not a claim to give back
+    SELECT array_agg(CASE WHEN i.intent_state = 'PREPARED' THEN 'QT021' ELSE u.code END ORDER BY u.ord),
+           array_agg(CASE WHEN i.intent_state = 'PREPARED'
+                          THEN format('release_nodes: node %s has a PREPARED intent; recovery decides', u.node_id)
+                          ELSE u.message END ORDER BY u.ord)
+      INTO v_codes, v_messages
+      FROM unnest(p_node_ids, p_claim_tokens, v_codes, v_messages) WITH ORDINALITY AS u(node_id, token, code, message, ord)
+      LEFT JOIN node_intents i ON u.code IS NULL AND i.node_id = u.node_id AND i.claim_token = u.token;
+
+    WITH released AS (
+        UPDATE movement_request_nodes n
+           SET node_state      = CASE WHEN r.stop_reason IS NULL THEN 'READY' ELSE 'SKIPPED' END::qtg.node_state,
+               submit_attempts = n.submit_attempts - 1,
+               not_before      = CASE WHEN r.stop_reason IS NULL
+                                      THEN v_now + make_interval(secs => (lane_of(n.lane)).release_retry_seconds::double precision)
+                                 END,
+               lease_until     = NULL,
+               finished_at     = CASE WHEN r.stop_reason IS NOT NULL THEN v_now END,
+               last_error      = p_reason,
+               updated_at      = v_now
+          FROM unnest(p_node_ids, v_codes) WITH ORDINALITY AS u(node_id, code, ord),
+               movement_requests r
+         WHERE u.code IS NULL
+           AND n.id = u.node_id
+           AND r.id = n.request_id
+        RETURNING n.id, n.request_id, n.claim_token, n.claimed_by, n.node_state, n.not_before, u.ord
+    ), intents AS (
+        UPDATE node_intents i
+           SET intent_state = 'ABANDONED', finished_at = v_now
+          FROM released x
+         WHERE i.node_id = x.id AND i.claim_token = x.claim_token
+    ), audited AS (
+        SELECT write_audit(array_agg((x.claimed_by, 'node', x.id::text, x.request_id, 'released', 'SUBMITTING',
+                                      x.node_state::text,
+                                      jsonb_build_object('reason', p_reason, 'not_before', x.not_before)
+                                     )::qtg.audit_event ORDER BY x.ord))
+          FROM released x
+    )
+    SELECT array_agg(x.id ORDER BY x.id), array_agg(x.claimed_by ORDER BY x.id)
+      INTO v_released, v_actors
+      FROM released x, audited;
+
+    IF v_released IS NOT NULL THEN
+        PERFORM finish_nodes(v_released, v_actors);
+    END IF;
+
+    RETURN QUERY
+    SELECT u.node_id, CASE WHEN u.code IS NULL THEN n.node_state END, u.code, u.message
+      FROM unnest(p_node_ids, v_codes, v_messages) WITH ORDINALITY AS u(node_id, code, message, ord)
+      LEFT JOIN movement_request_nodes n ON n.id = u.node_id
+     ORDER BY u.ord;
+END
+$$;

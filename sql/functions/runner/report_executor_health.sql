@@ -1,0 +1,25 @@
+-- report_executor_health: records an executor's latest health check.
+CREATE OR REPLACE FUNCTION report_executor_health(
+    p_executor_key text,
+    p_status       text,
+    p_detail       jsonb DEFAULT '{}',
+    p_reported_by  text DEFAULT 'executor_health'
+) RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_status IS NULL OR p_status NOT IN ('HEALTHY', 'DEGRADED', 'DOWN') THEN
+        RAISE EXCEPTION 'executor health must be HEALTHY, DEGRADED or DOWN, got %', coalesce(p_status, 'NULL')
+            USING ERRCODE = 'QT002';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM executors WHERE executor_key = p_executor_key) THEN
+        RAISE EXCEPTION 'executor % is not registered', p_executor_key USING ERRCODE = 'QT012',
+            HINT = 'Call register_executor first.';
+    END IF;
+    INSERT INTO executor_health (executor_key, status, detail, reported_by, checked_at)
+    VALUES (p_executor_key, p_status, coalesce(p_detail, '{}'), p_reported_by, clock())
+    ON CONFLICT (executor_key) DO UPDATE
+       SET status = excluded.status, detail = excluded.detail,
+           reported_by = excluded.reported_by, checked_at = excluded.checked_at;
+END
+$$;
