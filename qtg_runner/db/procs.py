@@ -246,9 +246,9 @@ class LaneBaseline:
     min_poll_seconds: NumericValue
     max_poll_seconds: NumericValue
     updated_at: Timestamp
-    observe_error_retry_seconds: NumericValue | None
-    recovery_retry_seconds: NumericValue | None
-    release_retry_seconds: NumericValue | None
+    observe_error_retry_seconds: NumericValue
+    recovery_retry_seconds: NumericValue
+    release_retry_seconds: NumericValue
 
 
 # -- the call -------------------------------------------------------------------
