@@ -44,7 +44,11 @@ log = logging.getLogger("qtg.db")
 OWNER_ROLE = "qtg_owner"
 COMMON_SCHEMA = "qtg"
 _INSTALL_LOCK_KEY = 7_236_001  # pg_advisory_xact_lock key of the function installer
-ROUTINE_FOLDERS: dict[str, str | None] = {"internal": None, "runner": "runner", "operator": "operator"}
+ROUTINE_FOLDERS: dict[str, str | None] = {
+    "internal": None,
+    "runner": "runner",
+    "operator": "operator",
+}
 """The folders of sql/functions installed in every network, and who may call their routines."""
 
 
@@ -148,7 +152,9 @@ def install_functions(dsn: str, *, sql_root: Path | None = None) -> MigrateResul
         _set_search_path(conn, COMMON_SCHEMA)
         for path in common:
             _run_file(conn, path, root, network=None)
-        _set_access(conn, COMMON_SCHEMA, {path.stem: None for path in common}, "sql/functions/common")
+        _set_access(
+            conn, COMMON_SCHEMA, {path.stem: None for path in common}, "sql/functions/common"
+        )
         for net in networks:
             callers: dict[str, str | None] = {}
             _set_search_path(conn, net, COMMON_SCHEMA)
