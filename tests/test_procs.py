@@ -13,23 +13,61 @@ call a procedure through its wrapper:
   * a call is named-argument SQL with a cast per argument and server-side
     parameters, leaves DEFAULT arguments to the procedure, and runs the same on
     a sync and an async connection.
-So a signature change fails here, not in a runner.
+So a signature change fails here, not in a runner. And what the workers send
+through the wrappers when an executor is missing or fails:
+  * the dispatcher gives back a node whose executor it lacks (release_nodes:
+    READY after the lane's release delay, no attempt used, intent ABANDONED);
+    it submits a BatchSubmitter's nodes in one call and any other executor's
+    one at a time, and reports a refusal through fail_submit;
+  * a failed observe() (or no executor) is complete_observe's ERROR, looked at
+    again after the lane's observe_error_retry_seconds; a failed recover() (or
+    no executor) is STILL_UNKNOWN for the lane's recovery_retry_seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
-from engine import bind, create_started, node, plan, register_sim
+from engine import (
+    SIM_SCHEMA,
+    bind,
+    claim,
+    create_started,
+    node,
+    node_ids,
+    node_states,
+    observe,
+    plan,
+    register_sim,
+    submit,
+)
 from psycopg.types.json import Jsonb
 
 from qtg_runner.db import procs
+from qtg_runner.db.pool import open_pool, runner_conninfo
+from qtg_runner.executors.base import (
+    ExecutorError,
+    HealthResult,
+    HealthStatus,
+    NodeWork,
+    ObserveResult,
+    ObserveStatus,
+    Prepared,
+    RecoveryOutcome,
+    RecoveryResult,
+    SubmitResult,
+)
+from qtg_runner.loop import WorkerContext
+from qtg_runner.workers import node_dispatcher, node_observer, node_recovery
 
 NETWORK = "testnet"
 ROLES = {"runner": "qtg_testnet_runner", "operator": "qtg_testnet_operator"}
@@ -263,3 +301,207 @@ def test_one_each_sends_many_calls_of_one_procedure_together(db: Any) -> None:
     assert states == [procs.RequestState.APPROVED] * 5
     with pytest.raises(ValueError, match="same procedure"):
         procs.one_each(conn, [procs.approve_movement(1, "bob"), procs.cancel_movement(1, "bob")])
+
+
+# -- the workers' reports through the wrappers ------------------------------------
+# In process, as qtg_testnet_runner: what the workers send when an executor is
+# missing or fails, and the dispatcher's one submit path.
+
+
+class FakeExecutor:
+    """An executor whose calls are recorded and may be made to fail."""
+
+    has_side_effect = True
+    node_config_schema = SIM_SCHEMA
+    description = "test double"
+
+    def __init__(self, key: str, refuse: set[str] = frozenset(), fail_calls: bool = False) -> None:
+        self.key = key
+        self.refuse = refuse  # node keys whose preflight is refused (retryable, 7 s hint)
+        self.fail_calls = fail_calls  # observe() and recover() raise without a hint
+        self.submitted: list[list[str]] = []  # node keys, one list per submit call
+
+    async def preflight(self, work: NodeWork) -> None:
+        if work.node_key in self.refuse:
+            raise ExecutorError(f"{work.node_key} refused", retryable=True, retry_after=7)
+
+    async def prepare(self, work: NodeWork) -> Prepared:
+        return Prepared(external_request_id=work.idempotency_key)
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        self.submitted.append([work.node_key])
+        return SubmitResult(f"ref-{work.node_id}")
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        if self.fail_calls:
+            raise ExecutorError("the service is down", retryable=True)
+        return ObserveResult(ObserveStatus.PENDING)
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        if self.fail_calls:
+            raise ExecutorError("the service is down", retryable=True)
+        return RecoveryResult(RecoveryOutcome.NOT_SUBMITTED)
+
+    async def health(self) -> HealthResult:
+        return HealthResult(HealthStatus.HEALTHY)
+
+
+class FakeBatchExecutor(FakeExecutor):
+    """The same, submitting a group in one call (BatchSubmitter)."""
+
+    async def submit_many(self, items: Sequence[tuple[NodeWork, Prepared]]) -> list[SubmitResult]:
+        self.submitted.append([work.node_key for work, _ in items])
+        return [SubmitResult(f"ref-{work.node_id}", settled=True) for work, _ in items]
+
+
+@pytest.fixture
+def runner_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's DSN is derived from the test database only."""
+    monkeypatch.delenv("QTG_RUNNER_DATABASE_URL", raising=False)
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+
+
+def run_batch(
+    db: Any, batch: Callable[[WorkerContext, str], Awaitable[int]], *executors: FakeExecutor
+) -> int:
+    """One batch of a worker, as a runner carrying ``executors`` runs it."""
+
+    async def scenario() -> int:
+        conninfo = runner_conninfo(db.dsn, NETWORK, "procs-test")
+        async with open_pool(conninfo, name="procs-test") as pool:
+            ctx = WorkerContext(NETWORK, pool, {e.key: e for e in executors}, "procs-test:1")
+            return await batch(ctx, "worker@procs-test:1")
+
+    return asyncio.run(scenario())
+
+
+def node_row(conn: psycopg.Connection[Any], node_id: int) -> dict[str, Any]:
+    cur = conn.execute(
+        "SELECT node_state::text, submit_attempts, not_before - updated_at AS wait,"
+        " next_observe_at - last_observed_at AS next_in, lease_until - updated_at AS lease,"
+        " evidence, last_error FROM movement_request_nodes WHERE id = %s",
+        (node_id,),
+    )
+    names = [c.name for c in cur.description or ()]
+    row = cur.fetchone()
+    assert row is not None
+    return dict(zip(names, row, strict=True))
+
+
+def test_a_node_whose_executor_the_runner_lacks_is_released_without_using_an_attempt(
+    db: Any, runner_env: None
+) -> None:
+    conn = bind(db.connect())
+    register_sim(conn, key="elsewhere")
+    procs.upsert_lane_baseline("far", 60, release_retry_seconds=45).one(conn)
+    movement_id = create_started(conn, plan(node("a", executor="elsewhere", lane="far")), "m1")
+    node_id = node_ids(conn, movement_id)["a"]
+
+    assert run_batch(db, node_dispatcher.batch) == 1
+
+    row = node_row(conn, node_id)
+    assert (row["node_state"], row["submit_attempts"]) == ("READY", 0)
+    assert row["wait"] == timedelta(seconds=45)
+    intents = conn.execute(
+        "SELECT intent_state FROM node_intents WHERE node_id = %s", (node_id,)
+    ).fetchall()
+    assert intents == [("ABANDONED",)]
+    [audit] = conn.execute(
+        "SELECT action, detail->>'reason' FROM audit_outbox"
+        " WHERE entity = 'node' AND entity_id = %s AND action = 'released'",
+        (str(node_id),),
+    ).fetchall()
+    assert audit == ("released", "no executor for the node in this runner")
+
+
+def test_the_dispatcher_submits_a_batch_submitters_group_in_one_call_and_others_alone(
+    db: Any, runner_env: None
+) -> None:
+    conn = bind(db.connect())
+    plain, many = FakeExecutor("plain", refuse={"refused"}), FakeBatchExecutor("many")
+    for executor in (plain, many):
+        register_sim(conn, key=executor.key)
+    movement_id = create_started(
+        conn,
+        plan(
+            node("p1", executor="plain"),
+            node("p2", executor="plain"),
+            node("refused", executor="plain"),
+            node("m1", executor="many"),
+            node("m2", executor="many"),
+        ),
+        "m1",
+    )
+    ids = node_ids(conn, movement_id)
+
+    assert run_batch(db, node_dispatcher.batch, plain, many) == 5
+
+    # a plain executor submits each node alone; a BatchSubmitter its group at once
+    assert sorted(plain.submitted) == [["p1"], ["p2"]]
+    assert [sorted(keys) for keys in many.submitted] == [["m1", "m2"]]
+    assert node_states(conn, movement_id) == {
+        "p1": "SUBMITTED",
+        "p2": "SUBMITTED",
+        "refused": "READY",
+        "m1": "COMPLETED",
+        "m2": "COMPLETED",
+    }
+    # the refusal went through fail_submit, with the executor's hint
+    refused = node_row(conn, ids["refused"])
+    assert refused["wait"] == timedelta(seconds=7)
+    assert refused["last_error"] == "refused refused"
+
+
+def submitted_node(conn: psycopg.Connection[Any], executor: str, lane: str) -> int:
+    """A started one-node movement whose node is SUBMITTED and due for observation."""
+    movement_id = create_started(conn, plan(node("a", executor=executor, lane=lane)), executor)
+    [claimed] = claim(conn)
+    submit(conn, claimed)
+    return node_ids(conn, movement_id)["a"]
+
+
+@pytest.mark.parametrize("carried", [True, False], ids=["observe fails", "no executor"])
+def test_a_failed_observation_is_reported_as_error_and_waits_the_lanes_delay(
+    db: Any, runner_env: None, carried: bool
+) -> None:
+    conn = bind(db.connect())
+    failing = FakeExecutor("flaky", fail_calls=True)
+    register_sim(conn, key=failing.key)
+    fast = {"min_poll_seconds": 0, "first_poll_fraction": 0.001, "poll_fraction": 0.001}
+    procs.upsert_lane_baseline("flaky_lane", 5, **fast, observe_error_retry_seconds=40).one(conn)
+    node_id = submitted_node(conn, failing.key, "flaky_lane")
+    time.sleep(0.05)  # the first observation is due 5 ms after the submit
+
+    assert run_batch(db, node_observer.batch, *([failing] if carried else [])) == 1
+
+    row = node_row(conn, node_id)
+    assert row["node_state"] == "OBSERVING"
+    assert row["next_in"] == timedelta(seconds=40)
+    expected = "the service is down" if carried else "no executor 'flaky' in this runner"
+    assert row["evidence"] == {"error": expected}
+
+
+@pytest.mark.parametrize("carried", [True, False], ids=["recover fails", "no executor"])
+def test_a_failed_recovery_leaves_the_node_unknown_for_the_lanes_delay(
+    db: Any, runner_env: None, carried: bool
+) -> None:
+    conn = bind(db.connect())
+    failing = FakeExecutor("flaky", fail_calls=True)
+    register_sim(conn, key=failing.key)
+    fast = {"min_poll_seconds": 0, "first_poll_fraction": 0.001, "poll_fraction": 0.001}
+    procs.upsert_lane_baseline("flaky_lane", 5, **fast, recovery_retry_seconds=50).one(conn)
+    node_id = submitted_node(conn, failing.key, "flaky_lane")
+    time.sleep(0.05)
+    assert observe(conn, node_id, "UNKNOWN") == {
+        "node_state": "UNKNOWN",
+        "observe_phase": "pre_baseline",
+        "next_observe_at": None,
+    }
+
+    assert run_batch(db, node_recovery.batch, *([failing] if carried else [])) == 1
+
+    row = node_row(conn, node_id)
+    assert row["node_state"] == "UNKNOWN"
+    assert row["lease"] == timedelta(seconds=50)
+    expected = "the service is down" if carried else "no executor 'flaky' in this runner"
+    assert row["evidence"] == {"error": expected}
