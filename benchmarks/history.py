@@ -84,7 +84,8 @@ def _create_live(conn: psycopg.Connection[Any]) -> None:
 
 
 def _exec_ms(conn: psycopg.Connection[Any], call: procs.Call[Any]) -> float:
-    plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {call.query}", call.params).fetchone()[0]  # type: ignore[index]
+    explain = f"EXPLAIN (ANALYZE, FORMAT JSON) {call.query}"
+    plan = conn.execute(explain, call.params).fetchone()[0]  # type: ignore[index]
     if isinstance(plan, str):
         plan = json.loads(plan)
     return float(plan[0]["Execution Time"])
