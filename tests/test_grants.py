@@ -42,6 +42,7 @@ OPERATOR = {
     "upsert_lane_baseline",
 }
 INTERNAL = {
+    "check_args",
     "check_claim_args",
     "enqueue_callbacks",
     "finish_nodes",
