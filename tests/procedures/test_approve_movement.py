@@ -25,14 +25,7 @@ from engine import (
     pin_clock,
     request_state,
 )
-from rows import (
-    ONE,
-    Conn,
-    iso_at,
-    movement_in,
-    request_row,
-    time_at,
-)
+from rows import ONE, Conn, iso_at, movement_in, request_row, time_at
 
 
 def test_approve_moves_pending_approval_to_approved(conn: Conn) -> None:

@@ -16,16 +16,8 @@ and to-state it checks.
 
 from __future__ import annotations
 
-from engine import (
-    observe,
-    pin_clock,
-)
-from rows import (
-    Conn,
-    iso_at,
-    node_row,
-    submitted,
-)
+from engine import observe, pin_clock
+from rows import Conn, iso_at, node_row, submitted
 
 
 def test_observe_claims_only_when_due(conn: Conn) -> None:

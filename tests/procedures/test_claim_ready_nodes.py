@@ -19,22 +19,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from engine import (
-    assert_rejected,
-    claim,
-    create_started,
-    in_one_transaction,
-    node_ids,
-    node_states,
-)
-from rows import (
-    CHAIN,
-    ONE,
-    Conn,
-    intent_row,
-    node_row,
-    time_at,
-)
+from engine import assert_rejected, claim, create_started, in_one_transaction, node_ids, node_states
+from rows import CHAIN, ONE, Conn, intent_row, node_row, time_at
 
 
 def test_claim_moves_ready_to_submitting_with_an_intent_and_a_lease(conn: Conn) -> None:

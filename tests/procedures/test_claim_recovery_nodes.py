@@ -27,15 +27,7 @@ from engine import (
     plan,
     submit,
 )
-from rows import (
-    Conn,
-    fail,
-    iso_at,
-    node_row,
-    prepare,
-    recovery_claims,
-    time_at,
-)
+from rows import Conn, fail, iso_at, node_row, prepare, recovery_claims, time_at
 
 
 def test_recovery_claims_unknown_and_lease_expired_submitting_nodes(conn: Conn) -> None:

@@ -28,14 +28,7 @@ from engine import (
     request_state,
     submit,
 )
-from rows import (
-    CHAIN,
-    Conn,
-    claim_of,
-    iso_at,
-    request_row,
-    time_at,
-)
+from rows import CHAIN, Conn, claim_of, iso_at, request_row, time_at
 
 
 def test_expiry_before_any_side_effect_expires_the_movement(conn: Conn) -> None:

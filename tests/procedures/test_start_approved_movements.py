@@ -16,22 +16,9 @@ and to-state it checks.
 
 from __future__ import annotations
 
-from engine import (
-    assert_rejected,
-    create,
-    in_one_transaction,
-    node_ids,
-    node_states,
-    request_state,
-)
+from engine import assert_rejected, create, in_one_transaction, node_ids, node_states, request_state
 from psycopg.types.json import Jsonb
-from rows import (
-    DIAMOND,
-    ONE,
-    Conn,
-    request_row,
-    time_at,
-)
+from rows import DIAMOND, ONE, Conn, request_row, time_at
 
 
 def test_start_executes_approved_movements_and_readies_their_roots(conn: Conn) -> None:

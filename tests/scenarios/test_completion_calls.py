@@ -23,14 +23,7 @@ from engine import (
     request_state,
     submit,
 )
-from rows import (
-    ONE,
-    Conn,
-    fail,
-    iso_at,
-    node_row,
-    prepare,
-)
+from rows import ONE, Conn, fail, iso_at, node_row, prepare
 
 ALL_NODE_STATES = (
     "PENDING",
