@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 GRAPHILE := benchmarks/graphile
 
-.PHONY: install test run bench lint clean
+.PHONY: install test test-quick run bench lint clean
 
 install: $(STAMP)
 
@@ -22,7 +22,12 @@ $(STAMP): pyproject.toml
 test: install
 	$(BIN)/pytest -q
 	scripts/test-on-postgres.sh /usr/lib/postgresql/15/bin -p no:cacheprovider \
-		--ignore=tests/test_runner_processes.py --ignore=tests/test_worker_loop.py
+		--ignore=tests/runner
+
+# the suite without the tests marked slow (runner processes, the query-plan
+# database, the state machine): the quick loop while working on a procedure
+test-quick: install
+	$(BIN)/pytest -q -m "not slow"
 
 # the demo: migrate the default database (embedded unless QTG_DATABASE_URL) and
 # run a batch of realistic movements end to end with every worker

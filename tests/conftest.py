@@ -9,6 +9,11 @@ The server, once per session, is the first of:
 A template database `qtg_template_<pid>` is migrated once per session; each test
 that asks for `db` gets `qtg_t_<pid>_<n>` cloned from it (STRATEGY FILE_COPY) and
 dropped afterwards.
+
+`conn` is the one connection fixture of the suite: a superuser connection to
+that database, bound to testnet, its clock pinned at T0, with the test executor
+"sim" registered. A test that needs more names it (`nosfx_executor`, or a
+fixture of its own file) rather than redefining `conn`.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from engine import bind, pin_clock, register_sim
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from rows import T0
 
 from qtg_runner.db.migrate import migrate
 
@@ -205,3 +212,21 @@ def new_database(pg_server: str, template_db: str) -> Iterator[NewDatabase]:
 def db(new_database: NewDatabase) -> TestDatabase:
     """A fresh, fully migrated database of this test's own."""
     return new_database()
+
+
+@pytest.fixture
+def conn(db: TestDatabase) -> psycopg.Connection[Any]:
+    """A superuser connection to this test's database, bound to testnet, its clock
+    pinned at T0 (2026-01-01 00:00 UTC), with the executor "sim" registered (it has a
+    side effect; config schema ``engine.SIM_SCHEMA``)."""
+    c = bind(db.connect())
+    pin_clock(c, T0.isoformat())
+    register_sim(c)
+    return c
+
+
+@pytest.fixture
+def nosfx_executor(conn: psycopg.Connection[Any]) -> str:
+    """The executor "nosfx", registered on ``conn``: like "sim" but without a side effect."""
+    register_sim(conn, "nosfx", has_side_effect=False)
+    return "nosfx"

@@ -1,4 +1,5 @@
--- check_claim_args: the argument checks every claim shares (QT002). Internal.
+-- check_claim_args: the argument checks every claim shares (QT002): a worker's
+-- name, a batch size of 1 to 1000, a positive lease. Internal.
 CREATE OR REPLACE FUNCTION check_claim_args(p_call text, p_worker text, p_max integer, p_lease_seconds numeric)
 RETURNS void
 LANGUAGE plpgsql
@@ -7,9 +8,7 @@ BEGIN
     IF p_worker IS NULL OR btrim(p_worker) = '' THEN
         RAISE EXCEPTION '% needs the worker''s name', p_call USING ERRCODE = 'QT002';
     END IF;
-    IF p_max IS NULL OR p_max < 1 OR p_max > 1000 THEN
-        RAISE EXCEPTION '%: p_max must be between 1 and 1000, got %', p_call, p_max USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_args(p_call, p_max => p_max, p_max_limit => 1000);
     IF p_lease_seconds IS NULL OR p_lease_seconds <= 0 THEN
         RAISE EXCEPTION '%: p_lease_seconds must be positive, got %', p_call, p_lease_seconds USING ERRCODE = 'QT002';
     END IF;

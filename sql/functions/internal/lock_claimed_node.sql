@@ -16,7 +16,7 @@ DECLARE
 BEGIN
     SELECT * INTO STRICT v_check
       FROM lock_claimed_nodes(p_call, ARRAY[p_node_id], ARRAY[p_claim_token], p_states);
-    PERFORM raise_node_error(v_check.error_code, v_check.error_message);
+    PERFORM raise_node_error(v_check.error_codes[1], v_check.error_messages[1]);
     SELECT * INTO STRICT v_node FROM movement_request_nodes WHERE id = p_node_id;
     RETURN v_node;
 END

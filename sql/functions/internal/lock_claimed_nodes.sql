@@ -9,8 +9,8 @@
 --          worker, or recovery, holds it now), or p_live_lease and the claim's
 --          lease has run out (a step that comes before a side effect)
 --   QT021  the node is in none of p_states
--- Returns one row per element, in input order: the error, or NULLs when the
--- element may go on. Callers read the nodes again in a later statement, which
+-- Returns the errors as two arrays, element i for node i: NULL where the node
+-- may go on. Callers read the nodes again in a later statement, which
 -- sees them as locked here.
 CREATE OR REPLACE FUNCTION lock_claimed_nodes(
     p_call         text,
@@ -18,7 +18,7 @@ CREATE OR REPLACE FUNCTION lock_claimed_nodes(
     p_claim_tokens bigint[],
     p_states       qtg.node_state[],
     p_live_lease   boolean DEFAULT false
-) RETURNS TABLE (ord bigint, node_id bigint, error_code text, error_message text)
+) RETURNS TABLE (error_codes text[], error_messages text[])
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
@@ -45,7 +45,7 @@ BEGIN
     PERFORM 1 FROM movement_request_nodes n WHERE n.id = ANY (p_node_ids) ORDER BY n.id FOR UPDATE;
 
     RETURN QUERY
-    SELECT i.ord, i.node_id, c.code, c.message
+    SELECT array_agg(c.code ORDER BY i.ord), array_agg(c.message ORDER BY i.ord)
       FROM unnest(p_node_ids, p_claim_tokens) WITH ORDINALITY AS i(node_id, claim_token, ord)
       LEFT JOIN movement_request_nodes n ON n.id = i.node_id
      CROSS JOIN LATERAL (
@@ -64,7 +64,6 @@ BEGIN
                           format('%s: node %s is %s, expected one of %s', p_call, i.node_id, n.node_state, p_states)
                       WHEN p_live_lease AND n.lease_until <= v_now THEN
                           format('%s: the claim on node %s expired at %s', p_call, i.node_id, n.lease_until)
-                  END AS message) c
-     ORDER BY i.ord;
+                  END AS message) c;
 END
 $$;

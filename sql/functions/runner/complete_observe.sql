@@ -31,14 +31,8 @@ DECLARE
     v_pacing record;
     v_to     qtg.node_state;
 BEGIN
-    IF p_outcome IS NULL OR p_outcome NOT IN ('PENDING', 'COMPLETED', 'FAILED', 'UNKNOWN', 'ERROR') THEN
-        RAISE EXCEPTION 'complete_observe: outcome must be PENDING, COMPLETED, FAILED, UNKNOWN or ERROR, got %',
-                        coalesce(p_outcome, 'NULL')
-            USING ERRCODE = 'QT002';
-    END IF;
-    IF p_retry_after_seconds IS NOT NULL AND p_retry_after_seconds < 0 THEN
-        RAISE EXCEPTION 'complete_observe: retry_after_seconds must not be negative' USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_args('complete_observe', p_outcome => p_outcome,
+                       p_outcomes => '{PENDING,COMPLETED,FAILED,UNKNOWN,ERROR}', p_retry_after => p_retry_after_seconds);
     v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['SUBMITTED', 'OBSERVING']::qtg.node_state[],
                                 'complete_observe');
     IF p_outcome = 'ERROR' AND v_hint IS NULL THEN

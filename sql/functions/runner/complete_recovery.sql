@@ -31,14 +31,9 @@ DECLARE
     v_to       qtg.node_state;
     v_wait     numeric;
 BEGIN
-    IF p_outcome IS NULL OR p_outcome NOT IN ('COMPLETED', 'FAILED', 'IN_FLIGHT', 'NOT_SUBMITTED', 'STILL_UNKNOWN') THEN
-        RAISE EXCEPTION 'complete_recovery: outcome must be COMPLETED, FAILED, IN_FLIGHT, NOT_SUBMITTED or STILL_UNKNOWN, got %',
-                        coalesce(p_outcome, 'NULL')
-            USING ERRCODE = 'QT002';
-    END IF;
-    IF p_retry_after_seconds IS NOT NULL AND p_retry_after_seconds < 0 THEN
-        RAISE EXCEPTION 'complete_recovery: retry_after_seconds must not be negative' USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_args('complete_recovery', p_outcome => p_outcome,
+                       p_outcomes => '{COMPLETED,FAILED,IN_FLIGHT,NOT_SUBMITTED,STILL_UNKNOWN}',
+                       p_retry_after => p_retry_after_seconds);
     v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['UNKNOWN', 'SUBMITTING']::qtg.node_state[],
                                 'complete_recovery');
     SELECT stop_reason IS NOT NULL INTO STRICT v_stopping FROM movement_requests WHERE id = v_node.request_id;

@@ -52,9 +52,8 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    SELECT array_agg(c.error_code ORDER BY c.ord), array_agg(c.error_message ORDER BY c.ord)
-      INTO v_codes, v_messages
-      FROM lock_claimed_nodes('complete_submit', p_node_ids, p_claim_tokens, '{SUBMITTING}') c;
+    SELECT * INTO v_codes, v_messages
+      FROM lock_claimed_nodes('complete_submit', p_node_ids, p_claim_tokens, '{SUBMITTING}');
 
     WITH taken AS (
         SELECT i.ord, i.external_ref, i.evidence, coalesce(i.settled, false) AS settled,

@@ -20,9 +20,7 @@ DECLARE
     v_request  movement_requests;
     v_expired  integer := 0;
 BEGIN
-    IF p_max IS NULL OR p_max < 1 OR p_max > 10000 THEN
-        RAISE EXCEPTION 'p_max must be between 1 and 10000, got %', p_max USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_args('expire_movements', p_max => p_max, p_max_limit => 10000);
 
     FOR v_request IN
         SELECT * FROM movement_requests

@@ -32,9 +32,7 @@ BEGIN
     IF p_retryable IS NULL THEN
         RAISE EXCEPTION 'fail_submit: say whether the failure is retryable' USING ERRCODE = 'QT002';
     END IF;
-    IF p_retry_after_seconds IS NOT NULL AND p_retry_after_seconds < 0 THEN
-        RAISE EXCEPTION 'fail_submit: retry_after_seconds must not be negative' USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_args('fail_submit', p_retry_after => p_retry_after_seconds);
     v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['SUBMITTING']::qtg.node_state[], 'fail_submit');
 
     SELECT intent_state = 'PREPARED' INTO v_prepared

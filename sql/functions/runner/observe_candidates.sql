@@ -11,9 +11,7 @@ AS $$
 DECLARE
     v_now timestamptz := clock();
 BEGIN
-    IF p_max IS NULL OR p_max < 1 OR p_max > 1000 THEN
-        RAISE EXCEPTION 'p_max must be between 1 and 1000, got %', p_max USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_args('observe_candidates', p_max => p_max, p_max_limit => 1000);
     RETURN QUERY
     SELECT movement_request_nodes.id
       FROM movement_request_nodes

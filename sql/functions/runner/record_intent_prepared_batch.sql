@@ -48,10 +48,9 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    SELECT array_agg(c.error_code ORDER BY c.ord), array_agg(c.error_message ORDER BY c.ord)
-      INTO v_codes, v_messages
+    SELECT * INTO v_codes, v_messages
       FROM lock_claimed_nodes('record_intent_prepared', p_node_ids, p_claim_tokens, '{SUBMITTING}',
-                              p_live_lease => true) c;
+                              p_live_lease => true);
 
     RETURN QUERY
     WITH input AS (

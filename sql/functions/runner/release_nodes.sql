@@ -34,9 +34,8 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    SELECT array_agg(c.error_code ORDER BY c.ord), array_agg(c.error_message ORDER BY c.ord)
-      INTO v_codes, v_messages
-      FROM lock_claimed_nodes('release_nodes', p_node_ids, p_claim_tokens, '{SUBMITTING}') c;
+    SELECT * INTO v_codes, v_messages
+      FROM lock_claimed_nodes('release_nodes', p_node_ids, p_claim_tokens, '{SUBMITTING}');
 
     -- a prepared intent may have been signed: not a claim to give back
     SELECT array_agg(CASE WHEN i.intent_state = 'PREPARED' THEN 'QT021' ELSE u.code END ORDER BY u.ord),

@@ -13,9 +13,7 @@ DECLARE
     v_ids bigint[];
     v_n   integer;
 BEGIN
-    IF p_max IS NULL OR p_max < 1 OR p_max > 10000 THEN
-        RAISE EXCEPTION 'p_max must be between 1 and 10000, got %', p_max USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_args('start_approved_movements', p_max => p_max, p_max_limit => 10000);
 
     SELECT array_agg(picked.id ORDER BY picked.priority DESC, picked.id) INTO v_ids
       FROM (SELECT id, priority

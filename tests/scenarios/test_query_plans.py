@@ -36,6 +36,9 @@ LATER = "2026-01-01 01:00:00+00"  # observations due, dispatcher leases expired
 
 ONE_NODE_PLAN = json.dumps(plan(node("a")))
 
+# building the module's database (a million nodes) takes seconds
+pytestmark = pytest.mark.slow
+
 
 def _load_history(conn: psycopg.Connection[Any]) -> None:
     conn.execute(

@@ -1,14 +1,17 @@
-"""create_movement: plan validation, templates and idempotency on the external id.
+"""create_movement (and register_template): the DAG it writes, plan validation,
+templates and idempotency on the external id.
 
-A rejected plan must raise its stable SQLSTATE (QT001 invalid plan, QT002 invalid
-argument, QT003 template problem, QT004 idempotency conflict) and write nothing:
-no request, node, edge, audit or callback row.
+A created movement is PENDING_APPROVAL with its nodes (each counting its
+parents) and edges, audited (created) and announced (movement.pending_approval)
+in the one transaction that wrote it (``in_one_transaction``). A rejected plan
+must raise its stable SQLSTATE (QT001 invalid plan, QT002 invalid argument,
+QT003 template problem, QT004 idempotency conflict) and write nothing: no
+request, node, edge, audit or callback row.
 """
 
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -18,19 +21,17 @@ from engine import (
     assert_rejected,
     bind,
     create,
+    in_one_transaction,
     node,
     node_ids,
     pin_clock,
     plan,
-    register_sim,
     snapshot,
     wait_until_blocked_on_a_lock,
 )
 from psycopg import sql
 from psycopg.types.json import Jsonb
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-Conn = psycopg.Connection[Any]
+from rows import DIAMOND, Conn, iso_at, request_row
 
 CREATE = (
     "SELECT movement_id, created FROM create_movement(%s, %s::numeric, %s::jsonb,"
@@ -46,18 +47,6 @@ TABLES = (
     "movement_templates",
     "executors",
 )
-
-
-def at(seconds: float) -> str:
-    return (T0 + timedelta(seconds=seconds)).isoformat()
-
-
-@pytest.fixture
-def conn(db: TestDatabase) -> Conn:
-    c = bind(db.connect())
-    pin_clock(c, at(0))
-    register_sim(c)
-    return c
 
 
 def create_args(
@@ -91,6 +80,47 @@ def count(conn: Conn, table: str) -> int:
 
 def cfg(**config: Any) -> dict[str, Any]:
     return {"key": "a", "executor": "sim", "config": config, "depends_on": []}
+
+
+# --- the movement it writes ------------------------------------------------------------------
+
+
+def test_create_makes_a_pending_approval_request_with_its_dag(conn: Conn) -> None:
+    written = in_one_transaction(
+        conn,
+        "SELECT movement_id, created"
+        " FROM create_movement('m1', 100, %s::jsonb, p_actor => 'alice')",
+        (Jsonb(DIAMOND),),
+    )
+    [(movement_id, created)] = written.rows
+    assert created is True
+    request = request_row(conn, movement_id)
+    assert request["request_state"] == "PENDING_APPROVAL"
+    assert (request["open_nodes"], request["failed_nodes"], request["created_by"]) == (
+        4,
+        0,
+        "alice",
+    )
+    rows = conn.execute(
+        "SELECT node_key, node_state::text, pending_parents FROM movement_request_nodes"
+        " WHERE request_id = %s ORDER BY node_key",
+        (movement_id,),
+    ).fetchall()
+    assert rows == [
+        ("a", "PENDING", 0),
+        ("b", "PENDING", 1),
+        ("c", "PENDING", 1),
+        ("d", "PENDING", 2),
+    ]
+    edges = conn.execute(
+        "SELECT p.node_key, c.node_key FROM movement_plan_edges e"
+        " JOIN movement_request_nodes p ON p.id = e.parent_node_id"
+        " JOIN movement_request_nodes c ON c.id = e.child_node_id WHERE e.request_id = %s",
+        (movement_id,),
+    ).fetchall()
+    assert set(edges) == {("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")}
+    assert written.audit == [("request", str(movement_id), "created", None, "PENDING_APPROVAL")]
+    assert written.callbacks == [(movement_id, "movement.pending_approval")]
 
 
 # --- plan validation ---------------------------------------------------------------------------
@@ -133,8 +163,8 @@ INVALID_ARGUMENTS: dict[str, tuple[dict[str, Any], str]] = {
     "zero amount": ({"amount": "0"}, "amount must be positive"),
     "negative amount": ({"amount": "-5"}, "amount must be positive"),
     "seven decimals": ({"amount": "1.0000001"}, "more than 6 decimal places"),
-    "expiry in the past": ({"expires_at": at(-1)}, "not in the future"),
-    "expiry now": ({"expires_at": at(0)}, "not in the future"),
+    "expiry in the past": ({"expires_at": iso_at(-1)}, "not in the future"),
+    "expiry now": ({"expires_at": iso_at(0)}, "not in the future"),
     "empty external id": ({"external_id": ""}, "external id"),
     "external id too long": ({"external_id": "x" * 201}, "external id"),
     "plan and template": ({"template": "t"}, "exactly one"),
@@ -156,7 +186,7 @@ def test_the_boundaries_of_the_rules_are_accepted(conn: Conn) -> None:
     long_key = "k" * 64
     the_plan = plan(node(long_key), node("b", [long_key, long_key]))  # a repeated dependency
     row = conn.execute(
-        CREATE, create_args(amount="0.000001", the_plan=the_plan, expires_at=at(1))
+        CREATE, create_args(amount="0.000001", the_plan=the_plan, expires_at=iso_at(1))
     ).fetchone()
     assert row is not None and row[1] is True
     pending = dict(
@@ -289,7 +319,7 @@ def test_concurrent_creates_with_one_external_id_make_one_movement(
     first = bind(db.connect())
     second = bind(db.connect())
     for c in (first, second):
-        pin_clock(c, at(0))
+        pin_clock(c, iso_at(0))
     result: dict[str, Any] = {}
 
     def create_second() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -37,31 +36,15 @@ from engine import (
     submit,
     wait_until_blocked_on_a_lock,
 )
+from rows import T0, Conn, callbacks, node_row, prepare, request_row, set_clock, time_at
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 EXPIRES = 600  # seconds after T0, for the expiry tests
-
-Conn = psycopg.Connection[Any]
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def set_clock(conn: Conn, seconds: float) -> None:
-    pin_clock(conn, at(seconds).isoformat())
 
 
 def connect(db: TestDatabase) -> Conn:
+    """Another connection like ``conn`` (bound to testnet, clock at T0), no executor registered."""
     c = bind(db.connect())
     pin_clock(c, T0.isoformat())
-    return c
-
-
-@pytest.fixture
-def conn(db: TestDatabase) -> Conn:
-    c = connect(db)
-    register_sim(c)
     return c
 
 
@@ -75,34 +58,6 @@ def scalar(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> Any:
     row = conn.execute(query, params).fetchone()
     assert row is not None
     return row[0]
-
-
-def node_row(conn: Conn, node_id: int) -> dict[str, Any]:
-    cur = conn.execute("SELECT * FROM movement_request_nodes WHERE id = %s", (node_id,))
-    row = cur.fetchone()
-    assert row is not None
-    return dict(zip([c.name for c in cur.description or ()], row, strict=True))
-
-
-def request_row(conn: Conn, movement_id: int) -> dict[str, Any]:
-    cur = conn.execute("SELECT * FROM movement_requests WHERE id = %s", (movement_id,))
-    row = cur.fetchone()
-    assert row is not None
-    return dict(zip([c.name for c in cur.description or ()], row, strict=True))
-
-
-def callbacks(conn: Conn, movement_id: int) -> list[str]:
-    rows = conn.execute(
-        "SELECT event_type FROM callback_outbox WHERE request_id = %s ORDER BY id", (movement_id,)
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
-def prepare(conn: Conn, claimed: dict[str, Any], tx_hash: str = "0xabc") -> None:
-    conn.execute(
-        "SELECT record_intent_prepared(%s, %s, p_nonce => 7, p_signed_tx_hash => %s)",
-        (claimed["node_id"], claimed["claim_token"], tx_hash),
-    )
 
 
 def fail_retryable(conn: Conn, claimed: dict[str, Any]) -> str:
@@ -211,7 +166,7 @@ def test_unknown_side_effect_is_never_dispatched_again(
 
 
 def create_expiring(conn: Conn, the_plan: dict[str, Any], external_id: str) -> int:
-    return create(conn, the_plan, external_id, expires_at=at(EXPIRES).isoformat())
+    return create(conn, the_plan, external_id, expires_at=time_at(EXPIRES).isoformat())
 
 
 def expire(conn: Conn, seconds: float) -> int:
@@ -235,7 +190,7 @@ def test_expiry_ends_a_movement_that_has_not_started(conn: Conn, state: str) -> 
     assert (request["request_state"], request["open_nodes"], request["finished_at"]) == (
         "EXPIRED",
         0,
-        at(EXPIRES),
+        time_at(EXPIRES),
     )
     assert node_states(conn, mid) == {"a": "SKIPPED", "b": "SKIPPED"}
     assert callbacks(conn, mid).count("movement.expired") == 1
@@ -317,17 +272,17 @@ def test_expiry_is_waived_once_a_side_effect_has_started(
     assert (request["request_state"], request["stop_reason"], request["expiry_waived_at"]) == (
         "EXECUTING",
         None,
-        at(EXPIRES),
+        time_at(EXPIRES),
     )
     waived = conn.execute(
         "SELECT occurred_at FROM audit_outbox WHERE request_id = %s AND action = 'expiry_waived'",
         (mid,),
     ).fetchall()
-    assert waived == [(at(EXPIRES),)]
+    assert waived == [(time_at(EXPIRES),)]
     assert node_states(conn, mid)["b"] in ("PENDING", "READY")  # not SKIPPED
     # waived once, for good: a later pass leaves it alone
     assert expire(conn, EXPIRES + 3600) == 0
-    assert request_row(conn, mid)["expiry_waived_at"] == at(EXPIRES)
+    assert request_row(conn, mid)["expiry_waived_at"] == time_at(EXPIRES)
 
     finish(conn, claimed, state)
     later = claim(conn)
@@ -366,7 +321,7 @@ def test_expiry_waits_for_an_in_flight_node_without_side_effect(conn: Conn) -> N
 def test_expiry_leaves_movements_alone_before_expires_at(conn: Conn) -> None:
     pending = create_expiring(conn, plan(node("a")), "pending")
     executing = create_started(
-        conn, plan(node("a")), "executing", expires_at=at(EXPIRES).isoformat()
+        conn, plan(node("a")), "executing", expires_at=time_at(EXPIRES).isoformat()
     )
     assert request_state(conn, executing) == "EXECUTING"
     before = snapshot(conn)
@@ -553,7 +508,7 @@ def test_expiry_waits_for_a_dispatcher_mid_claim_and_then_waives(db: TestDatabas
         dispatcher,
         plan(node("a"), node("b", ["a"])),
         "expiry-race",
-        expires_at=at(EXPIRES).isoformat(),
+        expires_at=time_at(EXPIRES).isoformat(),
     )
     set_clock(checker, EXPIRES)
 
@@ -570,7 +525,7 @@ def test_expiry_waits_for_a_dispatcher_mid_claim_and_then_waives(db: TestDatabas
     assert (request["request_state"], request["stop_reason"], request["expiry_waived_at"]) == (
         "EXECUTING",
         None,
-        at(EXPIRES),
+        time_at(EXPIRES),
     )
     assert node_states(dispatcher, mid) == {"a": "SUBMITTING", "b": "PENDING"}
     submit(dispatcher, claimed, settled=True)

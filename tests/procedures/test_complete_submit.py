@@ -1,5 +1,15 @@
-"""complete_submit_batch: complete_submit for many nodes in one call.
+"""complete_submit and complete_submit_batch: SUBMITTING -> SUBMITTED, or COMPLETED
+when the submit itself settled the work.
 
+The single call: a submitted node records its external reference, drops its
+lease and gets its first observation from its lane's pacing; a settled one
+completes, readies the children whose last parent it was, and completes the
+request with its last node; the intent becomes SUBMITTED. Each transition is
+audited, and a request state change announced, in the call's transaction
+(``in_one_transaction``). A stale or missing claim token is refused (QT030),
+changing nothing (``assert_rejected``).
+
+complete_submit_batch: complete_submit for many nodes in one call.
 The batch must be complete_submit, node by node, in one transaction: the same
 rows in every table (nodes, intents, requests, audit, callbacks) as the single
 calls on a twin set of movements, a node it refuses reported in its own row
@@ -10,7 +20,7 @@ refused whole (QT002) without changing anything.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -21,18 +31,109 @@ from engine import (
     bind,
     claim,
     create_started,
+    in_one_transaction,
     node,
     node_ids,
     node_states,
     pin_clock,
     plan,
-    register_sim,
     request_state,
     snapshot,
+    submit,
+)
+from rows import (
+    DIAMOND,
+    ONE,
+    T0,
+    Conn,
+    claim_of,
+    intent_row,
+    node_row,
+    request_row,
+    state_changes,
+    time_at,
 )
 
-Conn = psycopg.Connection[Any]
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
+# --- complete_submit -------------------------------------------------------------------------
+
+
+def test_submit_moves_submitting_to_submitted_with_its_first_observation(conn: Conn) -> None:
+    movement_id = create_started(conn, ONE, "m1")
+    claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
+    node_id = claimed["node_id"]
+    written = in_one_transaction(
+        conn, "SELECT complete_submit(%s, %s, '0xfeed')::text", (node_id, claimed["claim_token"])
+    )
+    assert written.rows == [("SUBMITTED",)]
+    row = node_row(conn, node_id)
+    assert (row["node_state"], row["external_ref"], row["lease_until"]) == (
+        "SUBMITTED",
+        "0xfeed",
+        None,
+    )
+    # default lane: baseline 60 s, first poll at 0.7 of it
+    assert (row["submitted_at"], row["observe_started_at"]) == (time_at(0), time_at(0))
+    assert (row["next_observe_at"], row["observe_phase"]) == (time_at(42), "pre_baseline")
+    intent = intent_row(conn, node_id, claimed["claim_token"])
+    assert (intent["intent_state"], intent["external_ref"]) == ("SUBMITTED", "0xfeed")
+    assert written.audit == [("node", str(node_id), "state_changed", "SUBMITTING", "SUBMITTED")]
+    assert written.callbacks == []
+    assert request_state(conn, movement_id) == "EXECUTING"
+
+
+def test_settled_submit_completes_the_node_and_readies_its_children(conn: Conn) -> None:
+    movement_id = create_started(conn, DIAMOND, "m1")
+    ids = node_ids(conn, movement_id)
+    written = in_one_transaction(
+        conn,
+        "SELECT complete_submit(%s, 1, 'r', p_settled => true)::text",
+        (claim_of(conn, ids["a"])["node_id"],),
+    )
+    assert written.rows == [("COMPLETED",)]
+    assert state_changes(written.audit) == {
+        ("node", str(ids["a"]), "state_changed", "SUBMITTING", "COMPLETED"),
+        ("node", str(ids["b"]), "state_changed", "PENDING", "READY"),
+        ("node", str(ids["c"]), "state_changed", "PENDING", "READY"),
+    }
+    assert node_row(conn, ids["a"])["finished_at"] == time_at(0)
+    assert node_row(conn, ids["a"])["next_observe_at"] is None
+    claims = {c["node_key"]: c for c in claim(conn)}
+    assert set(claims) == {"b", "c"}
+    submit(conn, claims["b"], settled=True)
+    assert node_row(conn, ids["d"])["pending_parents"] == 1
+    assert node_states(conn, movement_id)["d"] == "PENDING"  # c is not done yet
+    submit(conn, claims["c"], settled=True)
+    assert node_states(conn, movement_id)["d"] == "READY"
+    assert request_row(conn, movement_id)["open_nodes"] == 1
+
+    written = in_one_transaction(
+        conn,
+        "SELECT complete_submit(%s, 1, 'r', p_settled => true)",
+        (claim_of(conn, ids["d"])["node_id"],),
+    )
+    request = request_row(conn, movement_id)
+    assert (request["request_state"], request["open_nodes"], request["finished_at"]) == (
+        "COMPLETED",
+        0,
+        time_at(0),
+    )
+    assert ("request", str(movement_id), "state_changed", "EXECUTING", "COMPLETED") in written.audit
+    assert written.callbacks == [(movement_id, "movement.completed")]
+
+
+def test_a_stale_claim_token_changes_nothing(conn: Conn) -> None:
+    movement_id = create_started(conn, ONE, "m1")
+    claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
+    assert_rejected(
+        conn,
+        "QT030",
+        "SELECT complete_submit(%s, %s, 'r')",
+        (claimed["node_id"], claimed["claim_token"] - 1),
+    )
+    assert_rejected(conn, "QT030", "SELECT complete_submit(%s, NULL, 'r')", (claimed["node_id"],))
+
+
+# --- complete_submit_batch -------------------------------------------------------------------
 
 BATCH = (
     "SELECT node_id, node_state::text, error_code, error_message FROM complete_submit_batch("
@@ -62,12 +163,10 @@ SCENARIOS: list[tuple[str, dict[str, Any], dict[str, bool]]] = [
 
 
 @pytest.fixture
-def conn(db: TestDatabase) -> Conn:
-    c = bind(db.connect())
-    pin_clock(c, T0.isoformat())
-    register_sim(c)
-    c.execute("SELECT upsert_lane_baseline('slow', 600)")
-    return c
+def slow_lane(conn: Conn) -> str:
+    """A lane of 600 s, for the scenario whose node must stay SUBMITTED."""
+    conn.execute("SELECT upsert_lane_baseline('slow', 600)")
+    return "slow"
 
 
 def _claimed(conn: Conn) -> dict[int, int]:
@@ -169,6 +268,7 @@ def _twins(conn: Conn) -> tuple[list[int], list[int], dict[int, int]]:
     return single, batched, tokens
 
 
+@pytest.mark.usefixtures("slow_lane")
 def test_a_batch_writes_exactly_what_the_single_calls_write(conn: Conn) -> None:
     single, batched, tokens = _twins(conn)
 

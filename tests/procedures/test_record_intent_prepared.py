@@ -1,5 +1,14 @@
-"""record_intent_prepared_batch: record_intent_prepared for many nodes in one call.
+"""record_intent_prepared and record_intent_prepared_batch: an intent is PREPARED
+before anything is broadcast.
 
+The single call stores the nonce and the signed hash (or an exchange's request
+id, or a payload) on the node's intent, keeps every hash of a replacement
+transaction, and is audited (intent_prepared) in its transaction
+(``in_one_transaction``); the node stays SUBMITTING. It is refused (QT030) once
+the lease ran out, and (QT002) with nothing to record, changing nothing
+(``assert_rejected``).
+
+record_intent_prepared_batch: record_intent_prepared for many nodes in one call.
 The batch must be record_intent_prepared, node by node, in one transaction:
 the same intents and audit rows as the single calls on twin nodes, every hash
 ever signed kept once; a node it refuses (an expired lease above all: such a
@@ -10,7 +19,7 @@ the rest is recorded; a malformed call refused whole (QT002).
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -20,15 +29,13 @@ from engine import (
     assert_rejected,
     bind,
     create_started,
+    in_one_transaction,
     node,
     node_ids,
     pin_clock,
     plan,
-    register_sim,
 )
-
-Conn = psycopg.Connection[Any]
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
+from rows import ONE, T0, Conn, claim_of, intent_row, iso_at, node_row
 
 BATCH = (
     "SELECT node_id, intent_id, error_code, error_message FROM record_intent_prepared_batch("
@@ -46,12 +53,58 @@ PREPARED = [
 ]
 
 
-@pytest.fixture
-def conn(db: TestDatabase) -> Conn:
-    c = bind(db.connect())
-    pin_clock(c, T0.isoformat())
-    register_sim(c)
-    return c
+# --- record_intent_prepared ------------------------------------------------------------------
+
+
+def test_prepare_records_the_intent_and_every_signed_hash(conn: Conn) -> None:
+    movement_id = create_started(conn, ONE, "m1")
+    claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
+    node_id, token = claimed["node_id"], claimed["claim_token"]
+    written = in_one_transaction(
+        conn,
+        "SELECT record_intent_prepared(%s, %s, p_nonce => 7, p_signed_tx_hash => '0xaa')",
+        (node_id, token),
+    )
+    assert written.rows == [(claimed["intent_id"],)]
+    assert written.audit == [("node", str(node_id), "intent_prepared", "SUBMITTING", "SUBMITTING")]
+    # a replacement transaction (same nonce, new fee): both hashes are kept for recovery
+    conn.execute(
+        "SELECT record_intent_prepared(%s, %s, p_signed_tx_hash => '0xbb')", (node_id, token)
+    )
+    intent = intent_row(conn, node_id, token)
+    assert (intent["intent_state"], intent["nonce"], intent["signed_tx_hash"]) == (
+        "PREPARED",
+        7,
+        "0xbb",
+    )
+    assert intent["signed_tx_hashes"] == ["0xaa", "0xbb"]
+    assert node_row(conn, node_id)["node_state"] == "SUBMITTING"
+
+
+def test_prepare_is_refused_once_the_lease_ran_out(conn: Conn) -> None:
+    movement_id = create_started(conn, ONE, "m1")
+    claimed = claim_of(conn, node_ids(conn, movement_id)["a"], lease=60)
+    pin_clock(conn, iso_at(60))
+    assert_rejected(
+        conn,
+        "QT030",
+        "SELECT record_intent_prepared(%s, %s, p_signed_tx_hash => '0xaa')",
+        (claimed["node_id"], claimed["claim_token"]),
+    )
+
+
+def test_prepare_needs_something_to_record(conn: Conn) -> None:
+    movement_id = create_started(conn, ONE, "m1")
+    claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
+    assert_rejected(
+        conn,
+        "QT002",
+        "SELECT record_intent_prepared(%s, %s)",
+        (claimed["node_id"], claimed["claim_token"]),
+    )
+
+
+# --- record_intent_prepared_batch ------------------------------------------------------------
 
 
 def _claimed(conn: Conn, count: int, prefix: str, lease: float = 300) -> list[tuple[int, int]]:

@@ -7,40 +7,23 @@ node is or is not READY.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from conftest import TestDatabase
 from engine import (
-    bind,
     claim,
     create_started,
     node,
     node_ids,
     node_states,
     observe,
-    pin_clock,
     plan,
-    register_sim,
     request_state,
     submit,
 )
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def set_clock(conn: psycopg.Connection[Any], seconds: float) -> None:
-    pin_clock(conn, (T0 + timedelta(seconds=seconds)).isoformat())
-
-
-@pytest.fixture
-def conn(db: TestDatabase) -> psycopg.Connection[Any]:
-    c = bind(db.connect())
-    pin_clock(c, T0.isoformat())
-    register_sim(c)
-    return c
+from rows import T0, callbacks, set_clock
 
 
 def pending_parents(conn: psycopg.Connection[Any], movement_id: int) -> dict[str, int]:
@@ -58,13 +41,6 @@ def counters(conn: psycopg.Connection[Any], movement_id: int) -> tuple[str, int,
     ).fetchone()
     assert row is not None
     return str(row[0]), int(row[1]), int(row[2])
-
-
-def callbacks(conn: psycopg.Connection[Any], movement_id: int) -> list[str]:
-    rows = conn.execute(
-        "SELECT event_type FROM callback_outbox WHERE request_id = %s ORDER BY id", (movement_id,)
-    ).fetchall()
-    return [r[0] for r in rows]
 
 
 def claim_by_key(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:

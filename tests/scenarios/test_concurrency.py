@@ -26,15 +26,15 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import bind, claim, node, node_ids, pin_clock, plan, register_sim, submit
+from engine import bind, claim, node, node_ids, pin_clock, plan, submit
+from rows import T0
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = (T0 + timedelta(hours=1)).isoformat()  # every submitted node is due for observation
 ONE_NODE = json.dumps(plan(node("a")))
 BARRIER_TIMEOUT = 10  # seconds; only reached when a worker is stuck
@@ -54,11 +54,10 @@ def worker_conn(db: TestDatabase, at: str = T0.isoformat(), **kw: Any) -> psycop
     return conn
 
 
-@pytest.fixture
-def conn(db: TestDatabase) -> psycopg.Connection[Any]:
-    c = worker_conn(db)
-    register_sim(c)
-    return c
+@pytest.fixture(autouse=True)
+def _conn_does_not_wait_on_a_lock(conn: psycopg.Connection[Any]) -> None:
+    """The shared ``conn`` refuses to wait on a lock too, as ``worker_conn`` does."""
+    conn.execute("SET lock_timeout = '2s'")
 
 
 def create_approved(

@@ -1,38 +1,25 @@
 """Observation pacing lives in the data: lane_baselines rows and the pinned clock.
 
+complete_observe sets each observation's phase and next_observe_at from the
+node's lane (observe_pacing's rule: pre_baseline, at_baseline, over_baseline,
+fatal), an executor's retry hint replaces the computed delay, a lane's row is
+set by upsert_lane_baseline (a lane without one paces as the default lane),
+and observe_candidates lists a node only once its next_observe_at is reached.
+
 Every expected time is computed from the pinned timestamps and the lane's
 parameters, so a change in the pacing rules shows up as an exact mismatch.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
-from conftest import TestDatabase
-from engine import bind, claim, create_started, node, observe, pin_clock, plan, register_sim, submit
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def set_clock(conn: psycopg.Connection[Any], seconds: float) -> None:
-    pin_clock(conn, at(seconds).isoformat())
-
-
-@pytest.fixture
-def conn(db: TestDatabase) -> psycopg.Connection[Any]:
-    c = bind(db.connect())
-    pin_clock(c, T0.isoformat())
-    register_sim(c)
-    return c
-
+from engine import claim, create_started, node, observe, plan, submit
+from rows import set_clock, time_at
 
 LANE_PARAMS = (
     "min_poll_seconds",
@@ -111,26 +98,26 @@ def test_a_60s_lane_walks_through_every_phase_to_fatal(conn: psycopg.Connection[
     claimed = submitted_node(conn, "chain_l2")
     node_id = claimed["node_id"]
     # first look at first_poll_fraction x baseline = 42 s after submit
-    assert pacing_of(conn, node_id) == ("SUBMITTED", "pre_baseline", at(42))
+    assert pacing_of(conn, node_id) == ("SUBMITTED", "pre_baseline", time_at(42))
 
     # 45 s: still under the baseline; the first-poll target has passed, so the
     # floor poll_fraction x baseline = 6 s applies
     assert step(conn, node_id, 45) == {
         "node_state": "OBSERVING",
         "observe_phase": "pre_baseline",
-        "next_observe_at": at(51),
+        "next_observe_at": time_at(51),
     }
     # 61 s: past the baseline, poll every 6 s
     assert step(conn, node_id, 61) == {
         "node_state": "OBSERVING",
         "observe_phase": "at_baseline",
-        "next_observe_at": at(67),
+        "next_observe_at": time_at(67),
     }
     # 150 s: past over_factor x baseline (120 s): back off to 0.1 x elapsed = 15 s
     assert step(conn, node_id, 150) == {
         "node_state": "OBSERVING",
         "observe_phase": "over_baseline",
-        "next_observe_at": at(165),
+        "next_observe_at": time_at(165),
     }
     # 601 s: past fatal_factor x baseline (600 s): UNKNOWN, for recovery at once
     assert step(conn, node_id, 601) == {
@@ -141,7 +128,7 @@ def test_a_60s_lane_walks_through_every_phase_to_fatal(conn: psycopg.Connection[
     row = conn.execute(
         "SELECT lease_until, observe_count FROM movement_request_nodes WHERE id = %s", (node_id,)
     ).fetchone()
-    assert row == (at(601), 4)
+    assert row == (time_at(601), 4)
     recovered = conn.execute("SELECT node_id FROM claim_recovery_nodes('rec')").fetchall()
     assert recovered == [(node_id,)]
 
@@ -158,7 +145,7 @@ def test_observe_candidates_waits_for_next_observe_at(conn: psycopg.Connection[A
     assert observe(conn, node_id, "PENDING") is None  # the locked claim agrees
     set_clock(conn, 42)
     assert due() == [node_id]
-    assert step(conn, node_id, 42)["next_observe_at"] == at(48)
+    assert step(conn, node_id, 42)["next_observe_at"] == time_at(48)
     set_clock(conn, 47.5)
     assert due() == []
     set_clock(conn, 48)
@@ -169,13 +156,13 @@ def test_retry_hint_replaces_the_computed_delay(conn: psycopg.Connection[Any]) -
     upsert_lane(conn, "chain_l2", 60, min_poll_seconds=2, max_poll_seconds=30, fatal_factor=100)
     node_id = submitted_node(conn, "chain_l2")["node_id"]
     # a hint beyond max_poll is respected (a rate limit must be): not capped at 30
-    assert step(conn, node_id, 45, hint=1000)["next_observe_at"] == at(1045)
+    assert step(conn, node_id, 45, hint=1000)["next_observe_at"] == time_at(1045)
     # a hint under min_poll is floored at min_poll
-    assert step(conn, node_id, 1045, hint=0.5)["next_observe_at"] == at(1047)
+    assert step(conn, node_id, 1045, hint=0.5)["next_observe_at"] == time_at(1047)
     # without a hint the computed delay is back: over_baseline, 0.1 x 1047 capped at 30
     result = step(conn, node_id, 1047)
     assert result["observe_phase"] == "over_baseline"
-    assert result["next_observe_at"] == at(1077)
+    assert result["next_observe_at"] == time_at(1077)
 
 
 def test_unknown_outcome_with_a_hint_keeps_observing(conn: psycopg.Connection[Any]) -> None:
@@ -183,7 +170,7 @@ def test_unknown_outcome_with_a_hint_keeps_observing(conn: psycopg.Connection[An
     assert step(conn, node_id, 42, outcome="UNKNOWN", hint=20) == {
         "node_state": "OBSERVING",
         "observe_phase": "pre_baseline",
-        "next_observe_at": at(62),
+        "next_observe_at": time_at(62),
     }
     assert step(conn, node_id, 62, outcome="UNKNOWN") == {
         "node_state": "UNKNOWN",
@@ -193,7 +180,7 @@ def test_unknown_outcome_with_a_hint_keeps_observing(conn: psycopg.Connection[An
     row = conn.execute(
         "SELECT lease_until FROM movement_request_nodes WHERE id = %s", (node_id,)
     ).fetchone()
-    assert row == (at(62),)
+    assert row == (time_at(62),)
 
 
 def test_unknown_outcome_with_a_hint_in_the_fatal_phase_goes_unknown(
@@ -230,9 +217,12 @@ def test_delay_is_clamped_to_min_and_max_poll(
     node_id = submitted_node(conn, "lane")["node_id"]
     # the first observation time is clamped too; observe once it has come
     first_due = pacing_of(conn, node_id)[2]
-    assert first_due is not None and first_due <= at(observe_at)
+    assert first_due is not None and first_due <= time_at(observe_at)
     result = step(conn, node_id, observe_at)
-    assert (result["observe_phase"], result["next_observe_at"]) == (phase, at(observe_at + delay))
+    assert (result["observe_phase"], result["next_observe_at"]) == (
+        phase,
+        time_at(observe_at + delay),
+    )
 
 
 def test_first_observation_is_clamped(conn: psycopg.Connection[Any]) -> None:
@@ -240,8 +230,8 @@ def test_first_observation_is_clamped(conn: psycopg.Connection[Any]) -> None:
     upsert_lane(conn, "fast", 1, min_poll_seconds=3)
     slow = submitted_node(conn, "slow", "m-slow")["node_id"]
     fast = submitted_node(conn, "fast", "m-fast")["node_id"]
-    assert pacing_of(conn, slow) == ("SUBMITTED", "pre_baseline", at(300))  # 7000 s capped
-    assert pacing_of(conn, fast) == ("SUBMITTED", "pre_baseline", at(3))  # 0.7 s floored
+    assert pacing_of(conn, slow) == ("SUBMITTED", "pre_baseline", time_at(300))  # 7000 s capped
+    assert pacing_of(conn, fast) == ("SUBMITTED", "pre_baseline", time_at(3))  # 0.7 s floored
 
 
 def test_a_lane_without_a_row_uses_the_default_lane(conn: psycopg.Connection[Any]) -> None:
@@ -250,8 +240,8 @@ def test_a_lane_without_a_row_uses_the_default_lane(conn: psycopg.Connection[Any
     assert conn.execute(
         "SELECT count(*) FROM lane_baselines WHERE lane = 'no_such_lane'"
     ).fetchone() == (0,)
-    assert pacing_of(conn, node_id)[2] == at(70)  # 0.7 x 100
-    assert step(conn, node_id, 101)["next_observe_at"] == at(111)  # at_baseline, 0.1 x 100
+    assert pacing_of(conn, node_id)[2] == time_at(70)  # 0.7 x 100
+    assert step(conn, node_id, 101)["next_observe_at"] == time_at(111)  # at_baseline, 0.1 x 100
 
 
 def test_updating_lane_baselines_repaces_the_next_observation(
@@ -259,17 +249,17 @@ def test_updating_lane_baselines_repaces_the_next_observation(
 ) -> None:
     upsert_lane(conn, "chain_l2", 60)
     node_id = submitted_node(conn, "chain_l2")["node_id"]
-    assert step(conn, node_id, 45)["next_observe_at"] == at(51)
+    assert step(conn, node_id, 45)["next_observe_at"] == time_at(51)
 
     conn.execute("UPDATE lane_baselines SET baseline_seconds = 200 WHERE lane = 'chain_l2'")
     # 61 s into a 200 s baseline: pre_baseline, max(140 - 61, 20) = 79 s
     assert step(conn, node_id, 61) == {
         "node_state": "OBSERVING",
         "observe_phase": "pre_baseline",
-        "next_observe_at": at(140),
+        "next_observe_at": time_at(140),
     }
     conn.execute("UPDATE lane_baselines SET poll_fraction = 0.25 WHERE lane = 'chain_l2'")
     # 210 s: at_baseline, 0.25 x 200 = 50 s
-    assert step(conn, node_id, 210)["next_observe_at"] == at(260)
+    assert step(conn, node_id, 210)["next_observe_at"] == time_at(260)
     # and the fatal line moves with the data too: 10 x 200 = 2000 s, not 600
     assert step(conn, node_id, 1999)["observe_phase"] == "over_baseline"

@@ -15,20 +15,18 @@ emptied (TRUNCATE ... RESTART IDENTITY), the executors stay.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from conftest import TestDatabase
+import pytest
 from engine import (
     TERMINAL_NODE_STATES,
     TERMINAL_REQUEST_STATES,
-    bind,
     node,
     observe,
     pin_clock,
     plan,
-    register_sim,
 )
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -43,9 +41,7 @@ from hypothesis.stateful import (
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-Conn = psycopg.Connection[Any]
+from rows import T0, Conn
 
 MOVEMENT_TABLES = (
     "movement_requests",
@@ -594,11 +590,9 @@ class MovementMachine(RuleBasedStateMachine):
             self.tokens[node_id] = token
 
 
-def test_random_operation_sequences_keep_the_state_machine_consistent(db: TestDatabase) -> None:
-    conn = bind(db.connect())
-    register_sim(conn)
-    register_sim(conn, "nosfx", has_side_effect=False)
-
+@pytest.mark.slow  # 40 examples of up to 30 steps: several seconds
+@pytest.mark.usefixtures("nosfx_executor")
+def test_random_operation_sequences_keep_the_state_machine_consistent(conn: Conn) -> None:
     class OnThisDatabase(MovementMachine):
         def __init__(self) -> None:
             super().__init__(conn)

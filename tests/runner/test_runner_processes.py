@@ -57,6 +57,9 @@ from runner_helpers import (
 
 from qtg_runner.db.embedded import stop_embedded
 
+# real processes, real waits: seconds each (`make test-quick` leaves them out)
+pytestmark = pytest.mark.slow
+
 ALL_WORKERS = {"node_dispatcher", "node_observer", "node_recovery", "expiration_checker"}
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}
@@ -70,8 +73,11 @@ def procs(tmp_path: Path) -> Iterator[Runners]:
 
 
 @pytest.fixture
-def conn(db: Any) -> psycopg.Connection[Any]:
-    """A superuser connection bound to testnet, with the runner's sim executor."""
+def real_clock_conn(db: Any) -> psycopg.Connection[Any]:
+    """A superuser connection bound to testnet, with the runner's sim executor.
+
+    Unlike ``conn``, its clock is not pinned: the runner processes run on the real
+    clock, and the movements they work on are created on it too."""
     c = bind(db.connect())
     register_runner_sim(c)
     return c
@@ -91,50 +97,55 @@ def one_node_movement(conn: psycopg.Connection[Any], external_id: str, **config:
 
 
 def test_sigterm_exits_0_leaves_nothing_lost_and_a_restart_finishes_every_movement(
-    db: Any, conn: psycopg.Connection[Any], procs: Runners
+    db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
     # nodes take 1-2 s on their lane, so a SIGTERM soon after the first submits
     # lands while movements are in flight
-    conn.execute("SELECT upsert_lane_baseline('cctp_fast', 1.5, 0.1)")
+    real_clock_conn.execute("SELECT upsert_lane_baseline('cctp_fast', 1.5, 0.1)")
     lane = {"lane": "cctp_fast", "min_latency_s": 1, "max_latency_s": 2}
     movements = []
     for i in range(6):
         the_plan = plan(node("send", **lane), node("credit", ["send"], **lane))
-        movements.append(create(conn, the_plan, f"sigterm-{i}"))
-        approve(conn, movements[-1])
+        movements.append(create(real_clock_conn, the_plan, f"sigterm-{i}"))
+        approve(real_clock_conn, movements[-1])
 
     first = procs.start("run", env=runner_env(db.dsn))
     wait_until(
-        lambda: set(heartbeats(conn, first.pid)) == ALL_WORKERS, 20, "heartbeats", alive=[first]
+        lambda: set(heartbeats(real_clock_conn, first.pid)) == ALL_WORKERS,
+        20,
+        "heartbeats",
+        alive=[first],
     )
     wait_until(
-        lambda: {"SUBMITTED", "OBSERVING"} & set(node_rows(conn).values()),
+        lambda: {"SUBMITTED", "OBSERVING"} & set(node_rows(real_clock_conn).values()),
         20,
         "nodes in flight",
         alive=[first],
     )
     assert first.stop(timeout=15) == 0, first.describe()
 
-    beats = heartbeats(conn, first.pid)
+    beats = heartbeats(real_clock_conn, first.pid)
     assert set(beats) == ALL_WORKERS
     assert {name: row["live"] for name, row in beats.items()} == dict.fromkeys(ALL_WORKERS, False)
-    states = node_rows(conn)
+    states = node_rows(real_clock_conn)
     assert set(states.values()) <= RESUMABLE | {"COMPLETED"}, (
         f"a clean stop left nodes a restarted runner cannot resume: {Counter(states.values())}"
     )
-    assert set(request_rows(conn).values()) != {"COMPLETED"}, "nothing was in flight at SIGTERM"
+    assert set(request_rows(real_clock_conn).values()) != {"COMPLETED"}, (
+        "nothing was in flight at SIGTERM"
+    )
 
     second = procs.start("run", env=runner_env(db.dsn))
     wait_until(
-        lambda: set(request_rows(conn).values()) == {"COMPLETED"},
+        lambda: set(request_rows(real_clock_conn).values()) == {"COMPLETED"},
         30,
         "every movement COMPLETED",
         alive=[second],
     )
     assert second.stop(timeout=15) == 0, second.describe()
 
-    assert set(node_rows(conn).values()) == {"COMPLETED"}
-    assert side_effects(conn) == {node_id: [1] for node_id in node_rows(conn)}
+    assert set(node_rows(real_clock_conn).values()) == {"COMPLETED"}
+    assert side_effects(real_clock_conn) == {node_id: [1] for node_id in node_rows(real_clock_conn)}
 
 
 # -- 2. supervisor tiers ---------------------------------------------------------------
@@ -146,7 +157,7 @@ def log_events(stderr: str, name: str) -> list[str]:
 
 
 def test_a_crashing_core_worker_stops_the_whole_process_with_exit_1(
-    db: Any, conn: psycopg.Connection[Any], procs: Runners
+    db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
     runner = procs.start("run", env=runner_env(db.dsn, QTG_FAILPOINTS="crash:node_observer"))
 
@@ -158,7 +169,7 @@ def test_a_crashing_core_worker_stops_the_whole_process_with_exit_1(
     assert log_events(stderr, "supervisor_failed")
     # the other workers finished their batch and stopped cleanly, and say so; the
     # crashed one stays live in worker_heartbeats, so stalled_workers will flag it
-    beats = heartbeats(conn, runner.pid)
+    beats = heartbeats(real_clock_conn, runner.pid)
     assert {name: row["live"] for name, row in beats.items()} == {
         name: name == "node_observer" for name in ALL_WORKERS
     }
@@ -167,11 +178,9 @@ def test_a_crashing_core_worker_stops_the_whole_process_with_exit_1(
 
 
 def test_a_crashing_sidecar_is_logged_and_the_other_workers_keep_ticking(
-    db: Any, conn: psycopg.Connection[Any], procs: Runners
+    db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
-    runner = procs.start(
-        "run", env=runner_env(db.dsn, QTG_FAILPOINTS="crash:expiration_checker")
-    )
+    runner = procs.start("run", env=runner_env(db.dsn, QTG_FAILPOINTS="crash:expiration_checker"))
     wait_until(
         lambda: log_events(runner.stderr(), "sidecar_crashed"), 20, "the crash", alive=[runner]
     )
@@ -180,13 +189,19 @@ def test_a_crashing_sidecar_is_logged_and_the_other_workers_keep_ticking(
     assert "FailpointCrash" in crash and "Traceback (most recent call last)" in crash
 
     core = ALL_WORKERS - {"expiration_checker"}
-    wait_until(lambda: core <= set(heartbeats(conn, runner.pid)), 20, "heartbeats", alive=[runner])
-    ticks = {name: row["ticks"] for name, row in heartbeats(conn, runner.pid).items()}
+    wait_until(
+        lambda: core <= set(heartbeats(real_clock_conn, runner.pid)),
+        20,
+        "heartbeats",
+        alive=[runner],
+    )
+    ticks = {name: row["ticks"] for name, row in heartbeats(real_clock_conn, runner.pid).items()}
     # the dispatcher and observer tick every ~1 s, recovery every ~5 s
     more = {"node_dispatcher": 2, "node_observer": 2, "node_recovery": 1}
     wait_until(
         lambda: all(
-            heartbeats(conn, runner.pid)[name]["ticks"] >= ticks[name] + more[name] for name in core
+            heartbeats(real_clock_conn, runner.pid)[name]["ticks"] >= ticks[name] + more[name]
+            for name in core
         ),
         15,
         "the core workers to keep ticking after the sidecar crashed",
@@ -196,7 +211,7 @@ def test_a_crashing_sidecar_is_logged_and_the_other_workers_keep_ticking(
     assert runner.stop() == 0, runner.describe()
     assert not log_events(runner.stderr(), "core_worker_crashed")
     # the crashed sidecar stays live: the stalled_workers view flags it
-    beats = heartbeats(conn, runner.pid)
+    beats = heartbeats(real_clock_conn, runner.pid)
     assert {name: row["live"] for name, row in beats.items()} == {
         name: name == "expiration_checker" for name in ALL_WORKERS
     }
@@ -215,28 +230,32 @@ def stalled_at(conn: psycopg.Connection[Any], at: datetime) -> set[str]:
 
 
 def test_stalled_workers_lists_a_killed_worker_but_not_one_stopped_by_sigterm(
-    db: Any, conn: psycopg.Connection[Any], procs: Runners
+    db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
     killed = procs.start("worker", "node_observer", env=runner_env(db.dsn))
     stopped = procs.start("worker", "node_observer", env=runner_env(db.dsn))
     for process in (killed, stopped):
-        wait_until(lambda p=process: heartbeats(conn, p.pid), 20, "a heartbeat", alive=[process])
+        wait_until(
+            lambda p=process: heartbeats(real_clock_conn, p.pid), 20, "a heartbeat", alive=[process]
+        )
     killed.signal(signal.SIGKILL)
     assert killed.wait(timeout=10) == -signal.SIGKILL
     assert stopped.stop() == 0, stopped.describe()
 
-    row = heartbeats(conn, killed.pid)["node_observer"]
+    row = heartbeats(real_clock_conn, killed.pid)["node_observer"]
     assert row["live"], "a killed worker cannot have said it stopped"
-    assert not heartbeats(conn, stopped.pid)["node_observer"]["live"]
+    assert not heartbeats(real_clock_conn, stopped.pid)["node_observer"]["live"]
     two_ticks = timedelta(seconds=2 * float(row["expected_interval_seconds"]))
     last = row["last_tick_at"]
 
-    assert stalled_at(conn, last + two_ticks - timedelta(milliseconds=100)) == set()
-    assert stalled_at(conn, last + two_ticks + timedelta(milliseconds=100)) == {row["instance_id"]}
-    assert stalled_at(conn, last + timedelta(hours=1)) == {row["instance_id"]}
-    pin_clock(conn, (last + timedelta(hours=1)).isoformat())
-    status = dict(conn.execute("SELECT pid, status FROM worker_status").fetchall())
-    pin_clock(conn, None)
+    assert stalled_at(real_clock_conn, last + two_ticks - timedelta(milliseconds=100)) == set()
+    assert stalled_at(real_clock_conn, last + two_ticks + timedelta(milliseconds=100)) == {
+        row["instance_id"]
+    }
+    assert stalled_at(real_clock_conn, last + timedelta(hours=1)) == {row["instance_id"]}
+    pin_clock(real_clock_conn, (last + timedelta(hours=1)).isoformat())
+    status = dict(real_clock_conn.execute("SELECT pid, status FROM worker_status").fetchall())
+    pin_clock(real_clock_conn, None)
     assert status == {killed.pid: "stalled", stopped.pid: "stopped"}
 
 
@@ -254,22 +273,22 @@ def holds_for(seconds: float, check: Callable[[], None], every: float = 0.05) ->
 
 
 def test_with_the_gate_off_qtg_run_starts_no_worker_and_an_approved_movement_stays_approved(
-    db: Any, conn: psycopg.Connection[Any], procs: Runners
+    db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
     runner = procs.start("run", env=runner_env(db.dsn, workers=False))
     wait_until(lambda: "no worker started" in runner.stderr(), 20, "the message", alive=[runner])
-    movement = one_node_movement(conn, "gated", lane="instant")
-    before = snapshot(conn)
-    assert request_state(conn, movement) == "APPROVED"
+    movement = one_node_movement(real_clock_conn, "gated", lane="instant")
+    before = snapshot(real_clock_conn)
+    assert request_state(real_clock_conn, movement) == "APPROVED"
 
     def nothing_moved() -> None:
         assert runner.alive(), runner.describe()
-        assert request_state(conn, movement) == "APPROVED"
-        assert conn.execute("SELECT count(*) FROM worker_heartbeats").fetchone() == (0,)
+        assert request_state(real_clock_conn, movement) == "APPROVED"
+        assert real_clock_conn.execute("SELECT count(*) FROM worker_heartbeats").fetchone() == (0,)
 
     holds_for(2.0, nothing_moved)
-    assert snapshot(conn) == before
-    assert side_effects(conn) == {}
+    assert snapshot(real_clock_conn) == before
+    assert side_effects(real_clock_conn) == {}
     assert runner.stop() == 0, runner.describe()
 
 
@@ -277,10 +296,10 @@ def test_with_the_gate_off_qtg_run_starts_no_worker_and_an_approved_movement_sta
 
 
 def test_two_dispatcher_processes_claim_each_of_1000_nodes_exactly_once(
-    db: Any, conn: psycopg.Connection[Any], procs: Runners
+    db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
     one_instant_node = json.dumps(plan(node("transfer", lane="instant")))
-    conn.execute(
+    real_clock_conn.execute(
         "SELECT count(*) FROM generate_series(1, 1000) AS g,"
         " LATERAL create_movement('bulk-' || g, 100, %s::jsonb, p_actor => 'alice')",
         (one_instant_node,),
@@ -289,12 +308,12 @@ def test_two_dispatcher_processes_claim_each_of_1000_nodes_exactly_once(
         procs.start("worker", "node_dispatcher", env=runner_env(db.dsn)) for _ in range(2)
     ]
     for d in dispatchers:
-        wait_until(lambda d=d: heartbeats(conn, d.pid), 20, "a heartbeat", alive=[d])
+        wait_until(lambda d=d: heartbeats(real_clock_conn, d.pid), 20, "a heartbeat", alive=[d])
     # both are up and idle: approving now makes them race for the same work
-    conn.execute("SELECT count(approve_movement(id, 'bob')) FROM movement_requests")
+    real_clock_conn.execute("SELECT count(approve_movement(id, 'bob')) FROM movement_requests")
 
     wait_until(
-        lambda: set(request_rows(conn).values()) == {"COMPLETED"},
+        lambda: set(request_rows(real_clock_conn).values()) == {"COMPLETED"},
         60,
         "1000 movements COMPLETED",
         alive=dispatchers,
@@ -302,15 +321,15 @@ def test_two_dispatcher_processes_claim_each_of_1000_nodes_exactly_once(
     for d in dispatchers:
         assert d.stop() == 0, d.describe()
 
-    nodes = node_rows(conn)
+    nodes = node_rows(real_clock_conn)
     assert len(nodes) == 1000 and set(nodes.values()) == {"COMPLETED"}
-    intents = conn.execute(
+    intents = real_clock_conn.execute(
         "SELECT i.node_id, i.claimed_by, n.claimed_by FROM node_intents i"
         " JOIN movement_request_nodes n ON n.id = i.node_id"
     ).fetchall()
     assert Counter(node_id for node_id, _, _ in intents) == dict.fromkeys(nodes, 1)
     assert all(by_intent == by_node for _, by_intent, by_node in intents)
-    assert side_effects(conn) == {node_id: [1] for node_id in nodes}
+    assert side_effects(real_clock_conn) == {node_id: [1] for node_id in nodes}
     claims_per_pid = Counter(int(by.split(":")[-2]) for _, by, _ in intents)
     assert set(claims_per_pid) == {d.pid for d in dispatchers}, claims_per_pid
 
@@ -326,64 +345,73 @@ def intent_rows(conn: psycopg.Connection[Any], node_id: int) -> list[str]:
 
 
 def test_a_dispatcher_killed_after_its_intent_is_recovered_as_not_submitted_and_sent_once(
-    db: Any, conn: psycopg.Connection[Any], procs: Runners
+    db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
-    movement = one_node_movement(conn, "gap-intent", lane="instant")
-    [node_id] = node_ids(conn, movement).values()
+    movement = one_node_movement(real_clock_conn, "gap-intent", lane="instant")
+    [node_id] = node_ids(real_clock_conn, movement).values()
 
     crashing = procs.start(
         "worker", "node_dispatcher", env=runner_env(db.dsn, QTG_FAILPOINTS="after_intent")
     )
     assert crashing.wait(timeout=20) == -signal.SIGKILL, crashing.describe()
-    assert node_states(conn, movement) == {"transfer": "SUBMITTING"}
-    assert intent_rows(conn, node_id) == ["PREPARED"]
-    assert side_effects(conn) == {}
+    assert node_states(real_clock_conn, movement) == {"transfer": "SUBMITTING"}
+    assert intent_rows(real_clock_conn, node_id) == ["PREPARED"]
+    assert side_effects(real_clock_conn) == {}
 
     # the lease (300 s) has run out for a recovery worker that lives in 2099
     recovery = procs.start(
         "worker", "node_recovery", env=runner_env(db.dsn, PGOPTIONS=f"-c qtg.now={FUTURE}")
     )
     wait_until(
-        lambda: node_states(conn, movement) == {"transfer": "READY"}, 20, "READY", alive=[recovery]
+        lambda: node_states(real_clock_conn, movement) == {"transfer": "READY"},
+        20,
+        "READY",
+        alive=[recovery],
     )
     assert recovery.stop() == 0, recovery.describe()
-    assert intent_rows(conn, node_id) == ["ABANDONED"]
-    assert side_effects(conn) == {}
+    assert intent_rows(real_clock_conn, node_id) == ["ABANDONED"]
+    assert side_effects(real_clock_conn) == {}
 
     dispatcher = procs.start("worker", "node_dispatcher", env=runner_env(db.dsn))
     wait_until(
-        lambda: request_state(conn, movement) == "COMPLETED", 20, "COMPLETED", alive=[dispatcher]
+        lambda: request_state(real_clock_conn, movement) == "COMPLETED",
+        20,
+        "COMPLETED",
+        alive=[dispatcher],
     )
     assert dispatcher.stop() == 0, dispatcher.describe()
-    assert node_states(conn, movement) == {"transfer": "COMPLETED"}
-    assert intent_rows(conn, node_id) == ["ABANDONED", "SUBMITTED"]
-    assert side_effects(conn) == {node_id: [1]}
+    assert node_states(real_clock_conn, movement) == {"transfer": "COMPLETED"}
+    assert intent_rows(real_clock_conn, node_id) == ["ABANDONED", "SUBMITTED"]
+    assert side_effects(real_clock_conn) == {node_id: [1]}
 
 
 def test_a_dispatcher_killed_after_its_submit_is_recovered_from_evidence_without_a_resubmit(
-    db: Any, conn: psycopg.Connection[Any], procs: Runners
+    db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
-    movement = one_node_movement(conn, "gap-submit", lane="instant")
-    [node_id] = node_ids(conn, movement).values()
+    movement = one_node_movement(real_clock_conn, "gap-submit", lane="instant")
+    [node_id] = node_ids(real_clock_conn, movement).values()
 
     crashing = procs.start(
         "worker", "node_dispatcher", env=runner_env(db.dsn, QTG_FAILPOINTS="after_submit")
     )
     assert crashing.wait(timeout=20) == -signal.SIGKILL, crashing.describe()
-    assert node_states(conn, movement) == {"transfer": "SUBMITTING"}
-    assert intent_rows(conn, node_id) == ["PREPARED"]
-    assert side_effects(conn) == {node_id: [1]}
+    assert node_states(real_clock_conn, movement) == {"transfer": "SUBMITTING"}
+    assert intent_rows(real_clock_conn, node_id) == ["PREPARED"]
+    assert side_effects(real_clock_conn) == {node_id: [1]}
 
     recovery = procs.start(
         "worker", "node_recovery", env=runner_env(db.dsn, PGOPTIONS=f"-c qtg.now={FUTURE}")
     )
     wait_until(
-        lambda: request_state(conn, movement) == "COMPLETED", 20, "COMPLETED", alive=[recovery]
+        lambda: request_state(real_clock_conn, movement) == "COMPLETED",
+        20,
+        "COMPLETED",
+        alive=[recovery],
     )
     assert recovery.stop() == 0, recovery.describe()
-    assert node_states(conn, movement) == {"transfer": "COMPLETED"}
-    assert intent_rows(conn, node_id) == ["SUBMITTED"]
-    assert side_effects(conn) == {node_id: [1]}
+    assert node_states(real_clock_conn, movement) == {"transfer": "COMPLETED"}
+    assert intent_rows(real_clock_conn, node_id) == ["SUBMITTED"]
+    assert side_effects(real_clock_conn) == {node_id: [1]}
 
 
 # -- 8. the demo -----------------------------------------------------------------------

@@ -1,0 +1,67 @@
+"""claim_ready_nodes: READY -> SUBMITTING, with an intent row and a lease.
+
+Pins: the claim token is bumped, the worker, claim time and lease are recorded,
+an intent (CLAIMED, idempotency key t<node>x<token>) is written before anything
+is signed, the transition is audited with no callback, and a node whose parent
+has not completed is never claimed; bad arguments are refused (QT002).
+Concurrent claims are in scenarios/test_concurrency.py.
+
+A legal call runs in one transaction (``in_one_transaction``) and the test reads
+back the audit_outbox and callback_outbox rows that this same transaction wrote:
+every transition audits itself, and every request state change enqueues its
+callback, atomically with the change. An illegal call must raise its stable
+SQLSTATE and leave every table as it was (``assert_rejected``). The procedure's
+file under sql/functions is the specification; each test names the from-state
+and to-state it checks.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from engine import assert_rejected, claim, create_started, in_one_transaction, node_ids, node_states
+from rows import CHAIN, ONE, Conn, intent_row, node_row, time_at
+
+
+def test_claim_moves_ready_to_submitting_with_an_intent_and_a_lease(conn: Conn) -> None:
+    movement_id = create_started(conn, CHAIN, "m1", amount="12.5")
+    a = node_ids(conn, movement_id)["a"]
+    written = in_one_transaction(
+        conn,
+        "SELECT node_id, claim_token, idempotency_key, node_key,"
+        " has_side_effect, amount, asset, attempt"
+        " FROM claim_ready_nodes('w1', 10, 60)",
+    )
+    assert written.rows == [(a, 1, f"t{a}x1", "a", True, Decimal("12.5"), "USDC", 1)]
+    row = node_row(conn, a)
+    assert (row["node_state"], row["claim_token"], row["claimed_by"]) == ("SUBMITTING", 1, "w1")
+    assert (row["claimed_at"], row["lease_until"], row["submit_attempts"]) == (
+        time_at(0),
+        time_at(60),
+        1,
+    )
+    intent = intent_row(conn, a, 1)
+    assert (intent["intent_state"], intent["idempotency_key"], intent["claimed_by"]) == (
+        "CLAIMED",
+        f"t{a}x1",
+        "w1",
+    )
+    assert node_states(conn, movement_id)["b"] == "PENDING"  # not READY: never claimed
+    assert written.audit == [("node", str(a), "state_changed", "READY", "SUBMITTING")]
+    assert written.callbacks == []  # the request did not change state
+    assert claim(conn) == []  # nothing else is READY
+
+
+def test_claim_rejects_bad_arguments(conn: Conn) -> None:
+    create_started(conn, ONE, "m1")
+    for worker, p_max, lease in [
+        ("", 10, 300),
+        (None, 10, 300),
+        ("w1", 0, 300),
+        ("w1", 1001, 300),
+        ("w1", 10, 0),
+        ("w1", 10, None),
+    ]:
+        assert_rejected(
+            conn, "QT002", "SELECT * FROM claim_ready_nodes(%s, %s, %s)", (worker, p_max, lease)
+        )

@@ -1,0 +1,168 @@
+"""Helpers that several test files share, written once.
+
+- the pinned test clock: ``T0`` and times relative to it (``iso_at`` for what
+  ``pin_clock`` and timestamp parameters take, ``time_at`` for what a row reads
+  back), ``set_clock``;
+- small plans: ``ONE``, ``CHAIN``, ``DIAMOND``;
+- a table's row as a dict (``node_row``, ``request_row``, ``intent_row``), the
+  callbacks of a movement, the state changes among written audit rows;
+- short paths through the procedures: claim one node (``claim_of``), record its
+  intent (``prepare``), fail its submit (``fail``), claim recovery
+  (``recovery_claims``), a movement brought to a given state (``movement_in``), a
+  submitted node (``submitted``).
+
+Every helper takes a connection bound to one network (``engine.bind``), as the
+``conn`` fixture of conftest.py gives.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from engine import create, create_started, node, node_ids, pin_clock, plan, request_state, submit
+from psycopg.rows import dict_row
+
+Conn = psycopg.Connection[Any]
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)  # the `conn` fixture pins the clock here
+
+ONE = plan(node("a"))
+CHAIN = plan(node("a"), node("b", ["a"]))
+DIAMOND = plan(node("a"), node("b", ["a"]), node("c", ["a"]), node("d", ["b", "c"]))
+
+
+# --- the clock ----------------------------------------------------------------------------------
+
+
+def iso_at(seconds: float) -> str:
+    """T0 + ``seconds`` as an ISO string: for ``pin_clock`` and timestamp parameters."""
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+def time_at(seconds: float) -> datetime:
+    """T0 + ``seconds`` as a datetime: what a timestamptz column reads back as."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def set_clock(conn: Conn, seconds: float) -> None:
+    """Pin the session's clock at T0 + ``seconds``."""
+    pin_clock(conn, iso_at(seconds))
+
+
+# --- rows ---------------------------------------------------------------------------------------
+
+
+def node_row(conn: Conn, node_id: int) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            "SELECT * FROM movement_request_nodes WHERE id = %s", (node_id,)
+        ).fetchone()
+    assert row is not None
+    return row
+
+
+def request_row(conn: Conn, movement_id: int) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            "SELECT * FROM movement_requests WHERE id = %s", (movement_id,)
+        ).fetchone()
+    assert row is not None
+    return row
+
+
+def intent_row(conn: Conn, node_id: int, token: int) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            "SELECT * FROM node_intents WHERE node_id = %s AND claim_token = %s", (node_id, token)
+        ).fetchone()
+    assert row is not None
+    return row
+
+
+def callbacks(conn: Conn, movement_id: int) -> list[str]:
+    """The event types of a movement's callback_outbox rows, oldest first."""
+    rows = conn.execute(
+        "SELECT event_type FROM callback_outbox WHERE request_id = %s ORDER BY id", (movement_id,)
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def state_changes(written_audit: list[tuple[Any, ...]]) -> set[tuple[Any, ...]]:
+    """The state_changed rows among audit rows read by ``engine.in_one_transaction``."""
+    return {a for a in written_audit if a[2] == "state_changed"}
+
+
+# --- paths through the procedures ---------------------------------------------------------------
+
+
+def claim_of(conn: Conn, node_id: int, lease: int = 300, max_nodes: int = 100) -> dict[str, Any]:
+    """Claim up to ``max_nodes`` READY nodes and return the claim of ``node_id``."""
+    cur = conn.execute("SELECT * FROM claim_ready_nodes('w1', %s, %s)", (max_nodes, lease))
+    names = [c.name for c in cur.description or ()]
+    claims = {row[0]: dict(zip(names, row, strict=True)) for row in cur.fetchall()}
+    assert node_id in claims, f"node {node_id} was not claimed: {sorted(claims)}"
+    return claims[node_id]
+
+
+def prepare(conn: Conn, claimed: dict[str, Any], tx_hash: str = "0xaa") -> None:
+    """record_intent_prepared with nonce 7 and one signed hash."""
+    conn.execute(
+        "SELECT record_intent_prepared(%s, %s, p_nonce => 7, p_signed_tx_hash => %s)",
+        (claimed["node_id"], claimed["claim_token"], tx_hash),
+    )
+
+
+def fail(conn: Conn, claimed: dict[str, Any], retryable: bool, after: float | None = None) -> str:
+    """fail_submit; returns the node's new state."""
+    row = conn.execute(
+        "SELECT fail_submit(%s, %s, 'boom', %s, %s)::text",
+        (claimed["node_id"], claimed["claim_token"], retryable, after),
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def recovery_claims(conn: Conn, lease: int = 120) -> dict[int, dict[str, Any]]:
+    """claim_recovery_nodes as worker 'rec': node id -> its claim."""
+    cur = conn.execute("SELECT * FROM claim_recovery_nodes('rec', 100, %s)", (lease,))
+    names = [c.name for c in cur.description or ()]
+    return {row[0]: dict(zip(names, row, strict=True)) for row in cur.fetchall()}
+
+
+def movement_in(conn: Conn, state: str, external_id: str = "m") -> int:
+    """A one-node movement brought to ``state`` through the procedures."""
+    if state == "EXPIRED":
+        movement_id = create(conn, ONE, external_id, expires_at=iso_at(60))
+        pin_clock(conn, iso_at(60))
+        assert conn.execute("SELECT expire_movements()").fetchone() == (1,)
+        return movement_id
+    movement_id = create(conn, ONE, external_id)
+    if state == "PENDING_APPROVAL":
+        return movement_id
+    conn.execute("SELECT approve_movement(%s, 'bob')", (movement_id,))
+    if state == "APPROVED":
+        return movement_id
+    conn.execute("SELECT start_approved_movements()")
+    if state == "EXECUTING":
+        return movement_id
+    if state == "CANCELLED":
+        conn.execute("SELECT cancel_movement(%s, 'carol')", (movement_id,))
+    else:
+        claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
+        if state == "COMPLETED":
+            submit(conn, claimed, settled=True)
+        else:
+            assert state == "FAILED"
+            fail(conn, claimed, retryable=False)
+    assert request_state(conn, movement_id) == state
+    return movement_id
+
+
+def submitted(conn: Conn, the_plan: dict[str, Any] = ONE, key: str = "a") -> tuple[int, int]:
+    """A started movement whose node ``key`` was submitted at T0 (first observation at 42 s)."""
+    movement_id = create_started(conn, the_plan, "m1")
+    claimed = claim_of(conn, node_ids(conn, movement_id)[key])
+    assert submit(conn, claimed) == "SUBMITTED"
+    return movement_id, claimed["node_id"]

@@ -1,0 +1,109 @@
+"""Who may call what: every routine's grantees, listed.
+
+The folder of a routine's file (sql/functions/runner/, operator/, internal/,
+common/) is the one source of truth for who may call it; the installer turns
+it into SECURITY DEFINER, the 'access: ...' comment and the EXECUTE grant.
+This test lists the whole surface by hand, so a routine that changes hands,
+appears or disappears shows in the diff of a test, not only in a folder.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import TestDatabase
+
+from qtg_runner.db.migrate import sql_dir
+
+RUNNER = {
+    "claim_observe",
+    "claim_ready_nodes",
+    "claim_recovery_nodes",
+    "complete_observe",
+    "complete_recovery",
+    "complete_submit",
+    "complete_submit_batch",
+    "expire_movements",
+    "fail_submit",
+    "heartbeat",
+    "observe_candidates",
+    "record_intent_prepared",
+    "record_intent_prepared_batch",
+    "register_executor",
+    "release_nodes",
+    "report_executor_health",
+    "start_approved_movements",
+    "worker_stopped",
+}
+OPERATOR = {
+    "approve_movement",
+    "cancel_movement",
+    "create_movement",
+    "register_template",
+    "upsert_lane_baseline",
+}
+INTERNAL = {
+    "check_args",
+    "check_claim_args",
+    "enqueue_callbacks",
+    "finish_nodes",
+    "lane_of",
+    "lock_claimed_node",
+    "lock_claimed_nodes",
+    "notify_work",
+    "observe_pacing",
+    "raise_node_error",
+    "recheck_expiry",
+    "set_movement_states",
+    "settle_movements",
+    "stop_movement",
+    "write_audit",
+}
+COMMON = {"clock": "runner operator", "substitute_params": "", "validate_node_config": ""}
+
+GRANTS = """
+    SELECT p.proname, p.prosecdef, coalesce(obj_description(p.oid, 'pg_proc'), ''),
+           coalesce((SELECT string_agg(g.name, ' ' ORDER BY g.name)
+                       FROM aclexplode(p.proacl) a
+                      CROSS JOIN LATERAL (SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                                      ELSE pg_get_userbyid(a.grantee) END AS name) g
+                      WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner), '')
+      FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+     WHERE n.nspname = %s
+     ORDER BY 1"""
+
+
+def test_the_folders_are_the_surface_listed_here() -> None:
+    folders = {
+        folder: {p.stem for p in (sql_dir() / "functions" / folder).glob("*.sql")}
+        for folder in ("runner", "operator", "internal", "common")
+    }
+    assert folders == {
+        "runner": RUNNER,
+        "operator": OPERATOR,
+        "internal": INTERNAL,
+        "common": set(COMMON),
+    }
+
+
+@pytest.mark.parametrize("network", ["mainnet", "testnet"])
+def test_every_routine_of_a_network_has_exactly_its_folders_grantees(
+    db: TestDatabase, network: str
+) -> None:
+    rows = db.connect().execute(GRANTS, (network,)).fetchall()
+    expected = sorted(
+        [(name, True, "access: runner", f"qtg_{network}_runner") for name in RUNNER]
+        + [(name, True, "access: operator", f"qtg_{network}_operator") for name in OPERATOR]
+        + [(name, False, "", "") for name in INTERNAL]
+    )
+    assert sorted(rows) == expected
+
+
+def test_the_shared_routines_run_as_their_caller_and_only_the_clock_is_granted(
+    db: TestDatabase,
+) -> None:
+    rows = db.connect().execute(GRANTS, ("qtg",)).fetchall()
+    every_role = sorted(
+        f"qtg_{net}_{kind}" for net in ("mainnet", "testnet") for kind in ("runner", "operator")
+    )
+    roles = {"runner operator": " ".join(every_role), "": ""}
+    assert rows == [(name, False, "", roles[COMMON[name]]) for name in sorted(COMMON)]

@@ -1,0 +1,152 @@
+"""release_nodes: a claim given back before anything was prepared.
+
+A runner that does not carry a node's executor gives the claim back: the node
+is READY again after the lane's release_retry_seconds, the attempt is not
+counted, the intent is ABANDONED, and the release is audited. A node whose
+intent is PREPARED (something may have been signed), a stale token, or a node
+not SUBMITTING is refused in its own row and left as it was; a malformed call
+is refused whole.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import (
+    assert_rejected,
+    bind,
+    claim,
+    create_started,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+    register_sim,
+)
+
+Conn = psycopg.Connection[Any]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+RELEASE = "SELECT node_id, node_state::text, error_code FROM release_nodes(%s, %s, %s)"
+
+
+@pytest.fixture
+def conn(db: TestDatabase) -> Conn:
+    c = bind(db.connect())
+    pin_clock(c, T0.isoformat())
+    register_sim(c)
+    c.execute("SELECT upsert_lane_baseline('bridge', 600, p_release_retry_seconds => 45)")
+    return c
+
+
+def claimed(conn: Conn, external_id: str, **kw: Any) -> tuple[int, int, int]:
+    """A one-node movement on the 'bridge' lane, its node claimed: (movement, node, token)."""
+    movement = create_started(conn, plan(node("a", lane="bridge")), external_id, **kw)
+    node_id = node_ids(conn, movement)["a"]
+    [row] = [c for c in claim(conn, "dispatcher-1") if c["node_id"] == node_id]
+    return movement, node_id, row["claim_token"]
+
+
+def test_a_released_node_is_ready_again_after_the_lanes_wait_without_spending_an_attempt(
+    conn: Conn,
+) -> None:
+    _, node_id, token = claimed(conn, "rel-1")
+
+    assert conn.execute(RELEASE, ([node_id], [token], "no executor sim here")).fetchall() == [
+        (node_id, "READY", None)
+    ]
+    row = conn.execute(
+        "SELECT node_state::text, submit_attempts, not_before, lease_until, last_error"
+        " FROM movement_request_nodes WHERE id = %s",
+        (node_id,),
+    ).fetchone()
+    assert row == ("READY", 0, T0 + timedelta(seconds=45), None, "no executor sim here")
+    intent = conn.execute(
+        "SELECT intent_state FROM node_intents WHERE node_id = %s AND claim_token = %s",
+        (node_id, token),
+    ).fetchone()
+    assert intent == ("ABANDONED",)
+    audit = conn.execute(
+        "SELECT actor, action, from_state, to_state, detail->>'reason' FROM audit_outbox"
+        " WHERE entity = 'node' AND entity_id = %s ORDER BY id DESC LIMIT 1",
+        (str(node_id),),
+    ).fetchone()
+    assert audit == ("dispatcher-1", "released", "SUBMITTING", "READY", "no executor sim here")
+
+    # not claimable before the wait, claimable after it, as attempt 1 again
+    assert claim(conn, "dispatcher-2") == []
+    pin_clock(conn, (T0 + timedelta(seconds=45)).isoformat())
+    [again] = claim(conn, "dispatcher-2")
+    assert (again["node_id"], again["attempt"]) == (node_id, 1)
+
+
+def test_a_release_under_a_cancel_skips_the_node_and_settles_the_movement(conn: Conn) -> None:
+    movement, node_id, token = claimed(conn, "rel-2")
+    conn.execute("SELECT cancel_movement(%s, 'carol')", (movement,))
+
+    assert conn.execute(RELEASE, ([node_id], [token], "no executor")).fetchall() == [
+        (node_id, "SKIPPED", None)
+    ]
+    state = conn.execute(
+        "SELECT request_state::text, open_nodes FROM movement_requests WHERE id = %s", (movement,)
+    ).fetchone()
+    assert state == ("CANCELLED", 0)
+
+
+def test_a_node_that_cannot_be_released_is_refused_in_its_row_while_the_rest_is_released(
+    conn: Conn,
+) -> None:
+    _, prepared, prepared_token = claimed(conn, "rel-3")
+    _, stale, stale_token = claimed(conn, "rel-4")
+    _, free, free_token = claimed(conn, "rel-5")
+    conn.execute("SELECT record_intent_prepared(%s, %s, 7, '0xabc')", (prepared, prepared_token))
+    intents = "SELECT to_jsonb(i)::text FROM node_intents i WHERE node_id = ANY(%s) ORDER BY id"
+    before = conn.execute(intents, ([prepared, stale],)).fetchall()
+
+    rows = conn.execute(
+        RELEASE,
+        ([prepared, stale, free], [prepared_token, stale_token + 1, free_token], "no executor"),
+    ).fetchall()
+
+    assert rows == [(prepared, None, "QT021"), (stale, None, "QT030"), (free, "READY", None)]
+    states = conn.execute(
+        "SELECT id, node_state::text FROM movement_request_nodes WHERE id = ANY(%s) ORDER BY id",
+        ([prepared, stale],),
+    ).fetchall()
+    assert states == [(prepared, "SUBMITTING"), (stale, "SUBMITTING")]
+    assert conn.execute(intents, ([prepared, stale],)).fetchall() == before
+
+
+@pytest.mark.parametrize(
+    ("ids", "tokens", "reason"),
+    [
+        ("{1,2}", "{1}", "no executor"),  # one token per node
+        ("{1,1}", "{1,1}", "no executor"),  # a node twice
+        ("{NULL}", "{1}", "no executor"),  # no id
+        ("{1}", "{1}", " "),  # no reason
+    ],
+)
+def test_a_malformed_release_is_refused_whole(
+    conn: Conn, ids: str, tokens: str, reason: str
+) -> None:
+    claimed(conn, "rel-6")
+    assert_rejected(
+        conn,
+        "QT002",
+        "SELECT * FROM release_nodes(%s::bigint[], %s::bigint[], %s)",
+        (ids, tokens, reason),
+    )
+
+
+def test_a_runner_may_release_and_an_operator_may_not(db: TestDatabase, conn: Conn) -> None:
+    _, node_id, token = claimed(conn, "rel-7")
+    operator = bind(db.connect(db.operator_dsn("testnet")))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        operator.execute(RELEASE, ([node_id], [token], "no executor"))
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    assert runner.execute(RELEASE, ([node_id], [token], "no executor")).fetchall() == [
+        (node_id, "READY", None)
+    ]
