@@ -8,12 +8,13 @@ transaction, and is audited (intent_prepared) in its transaction
 the lease ran out, and (QT002) with nothing to record, changing nothing
 (``assert_rejected``).
 
-record_intent_prepared_batch: record_intent_prepared for many nodes in one call.
-The batch must be record_intent_prepared, node by node, in one transaction:
-the same intents and audit rows as the single calls on twin nodes, every hash
-ever signed kept once; a node it refuses (an expired lease above all: such a
-node must not be broadcast) reported in its own row and left as it was while
-the rest is recorded; a malformed call refused whole (QT002).
+record_intent_prepared_batch: record_intent_prepared for many nodes in one call
+and one transaction (record_intent_prepared is its one-node form): each
+executor's hand-over (a nonce and signed hash, a request id, a payload) on its
+node's intent with one intent_prepared event by the claimer, every hash ever
+signed kept once; a node it refuses (an expired lease above all: such a node
+must not be broadcast) reported in its own row and left as it was while the
+rest is recorded; a malformed call refused whole (QT002).
 """
 
 from __future__ import annotations
@@ -157,26 +158,46 @@ def _audit(conn: Conn, node_id: int) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in rows]
 
 
-def test_a_batch_records_exactly_what_the_single_calls_record(conn: Conn) -> None:
-    single = _claimed(conn, len(PREPARED), "single-")
-    batched = _claimed(conn, len(PREPARED), "batch-")
+def test_a_batch_records_what_each_executor_handed_over_and_audits_it(conn: Conn) -> None:
+    nodes = _claimed(conn, len(PREPARED), "batch-")
     pin_clock(conn, (T0 + timedelta(seconds=3)).isoformat())
 
-    for (node_id, token), (nonce, tx, ext, payload) in zip(single, PREPARED, strict=True):
-        conn.execute(
-            SINGLE, (node_id, token, nonce, tx, ext, json.dumps(payload) if payload else None)
-        )
-    rows = _record(conn, batched, PREPARED)
+    rows = _record(conn, nodes, PREPARED)
 
-    assert [(r[0], r[2], r[3]) for r in rows] == [(n, None, None) for n, _ in batched]
-    for (a, _), (b, _), row in zip(single, batched, rows, strict=True):
-        assert _intent(conn, b) == _intent(conn, a)
-        assert _audit(conn, b) == _audit(conn, a)
-        assert (
-            row[1]
-            == conn.execute("SELECT id FROM node_intents WHERE node_id = %s", (b,)).fetchone()[0]
-        )  # type: ignore[index]
-    assert _intent(conn, batched[0][0])[:4] == ("PREPARED", 7, "0xaaa", ["0xaaa"])
+    assert [(r[0], r[2], r[3]) for r in rows] == [(n, None, None) for n, _ in nodes]
+    prepared_at = T0 + timedelta(seconds=3)
+    expected = [
+        ("PREPARED", 7, "0xaaa", ["0xaaa"], None, None, prepared_at, "dispatcher-1"),
+        ("PREPARED", None, None, [], "withdrawal-1", None, prepared_at, "dispatcher-1"),
+        ("PREPARED", None, None, [], None, {"route": "bus"}, prepared_at, "dispatcher-1"),
+        ("PREPARED", 8, "0xbbb", ["0xbbb"], "req-2", {"gas": 21000}, prepared_at, "dispatcher-1"),
+    ]
+    for (node_id, _), row, want, (nonce, tx, ext, _) in zip(
+        nodes, rows, expected, PREPARED, strict=True
+    ):
+        assert _intent(conn, node_id) == want
+        intent_id = conn.execute(
+            "SELECT id FROM node_intents WHERE node_id = %s", (node_id,)
+        ).fetchone()
+        assert intent_id == (row[1],)
+        # one intent_prepared event, by the claimer, naming the intent and what it holds
+        assert _audit(conn, node_id) == [
+            (
+                "dispatcher-1",
+                "intent_prepared",
+                "SUBMITTING",
+                "SUBMITTING",
+                {"nonce": nonce, "signed_tx_hash": tx, "external_request_id": ext},
+                prepared_at,
+                True,
+            )
+        ]
+    # the nodes stay SUBMITTING: recording is not a transition
+    states = conn.execute(
+        "SELECT DISTINCT node_state::text FROM movement_request_nodes WHERE id = ANY(%s)",
+        ([n for n, _ in nodes],),
+    ).fetchall()
+    assert states == [("SUBMITTING",)]
 
 
 def test_a_replacement_transaction_keeps_every_signed_hash_once(conn: Conn) -> None:

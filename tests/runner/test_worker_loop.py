@@ -176,7 +176,11 @@ def test_a_bug_in_a_batch_escapes_run_worker(db: Any) -> None:
     assert calls == 1
     assert delays == [], "the loop went on after a bug"
     # it did tick (heartbeat) before the batch raised
-    row = bind(db.connect()).execute(
-        "SELECT ticks, consecutive_errors FROM worker_heartbeats WHERE worker_name = 'buggy'"
-    ).fetchone()
+    row = (
+        bind(db.connect())
+        .execute(
+            "SELECT ticks, consecutive_errors FROM worker_heartbeats WHERE worker_name = 'buggy'"
+        )
+        .fetchone()
+    )
     assert row == (1, 0)

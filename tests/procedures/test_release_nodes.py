@@ -10,7 +10,7 @@ is refused whole.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -25,21 +25,17 @@ from engine import (
     node_ids,
     pin_clock,
     plan,
-    register_sim,
 )
+from rows import T0, Conn
 
-Conn = psycopg.Connection[Any]
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 RELEASE = "SELECT node_id, node_state::text, error_code FROM release_nodes(%s, %s, %s)"
 
 
-@pytest.fixture
-def conn(db: TestDatabase) -> Conn:
-    c = bind(db.connect())
-    pin_clock(c, T0.isoformat())
-    register_sim(c)
-    c.execute("SELECT upsert_lane_baseline('bridge', 600, p_release_retry_seconds => 45)")
-    return c
+@pytest.fixture(autouse=True)
+def bridge_lane(conn: Conn) -> str:
+    """The lane of every node here: a claim given back on it waits 45 s."""
+    conn.execute("SELECT upsert_lane_baseline('bridge', 600, p_release_retry_seconds => 45)")
+    return "bridge"
 
 
 def claimed(conn: Conn, external_id: str, **kw: Any) -> tuple[int, int, int]:
