@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, Protocol
 
 logger = logging.getLogger("qtg")
 
@@ -29,6 +29,41 @@ def event(level: int, name: str, /, **fields: Any) -> None:
     logger.log(
         level, " ".join(parts), exc_info=level >= logging.ERROR and fields.get("exc") is not None
     )
+
+
+class NodeRef(Protocol):
+    """What a log line about one node names (executors.base.NodeWork has it)."""
+
+    @property
+    def network(self) -> str: ...
+    @property
+    def request_id(self) -> int: ...
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def executor_key(self) -> str: ...
+
+
+def node_event(level: int, name: str, worker: str, work: NodeRef, /, **fields: Any) -> None:
+    """``event`` about one node: its network, the worker, its movement, the node
+    and its executor, then ``fields``."""
+    event(
+        level,
+        name,
+        network=work.network,
+        worker=worker,
+        movement=work.request_id,
+        node=work.node_id,
+        executor=work.executor_key,
+        **fields,
+    )
+
+
+def missing_executor(worker: str, work: NodeRef) -> str:
+    """Logs that this runner does not carry the node's executor; returns the
+    error its worker reports to the database."""
+    node_event(logging.ERROR, "executor_missing", worker, work)
+    return f"no executor {work.executor_key!r} in this runner"
 
 
 def configure(level: int = logging.INFO) -> None:

@@ -25,8 +25,15 @@ QTG = str(Path(sys.executable).with_name("qtg"))
 T = TypeVar("T")
 
 # what the test process may carry that must not leak into a runner under test
-_SCRUBBED = ("QTG_FAILPOINTS", "PGOPTIONS", "QTG_RUNNER_DATABASE_URL", "QTG_DATABASE_URL",
-             "QTG_DATA_DIR", "MG_WORKERS_ENABLED", "QTG_NETWORK_MODE")
+_SCRUBBED = (
+    "QTG_FAILPOINTS",
+    "PGOPTIONS",
+    "QTG_RUNNER_DATABASE_URL",
+    "QTG_DATABASE_URL",
+    "QTG_DATA_DIR",
+    "MG_WORKERS_ENABLED",
+    "QTG_NETWORK_MODE",
+)
 
 
 def wait_until(

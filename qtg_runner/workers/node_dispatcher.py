@@ -31,7 +31,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
@@ -43,9 +43,10 @@ from qtg_runner.executors.base import (
     SubmitResult,
 )
 from qtg_runner.failpoints import failpoint
-from qtg_runner.log import event
+from qtg_runner.log import event, node_event
 from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
 
+WORKER = "node_dispatcher"
 BATCH_SIZE = 64
 """Nodes claimed per tick."""
 BATCH_SIZE_BATCHED = 256
@@ -66,16 +67,6 @@ class _Node:
 @dataclass(frozen=True)
 class _Prepared(_Node):
     prepared: Prepared
-
-
-def _fields(work: NodeWork) -> dict[str, Any]:
-    return dict(
-        network=work.network,
-        worker="node_dispatcher",
-        movement=work.request_id,
-        node=work.node_id,
-        executor=work.executor_key,
-    )
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
@@ -157,10 +148,11 @@ async def _guarded(
             await _fail_submits(ctx, works, step, refused)
     except OPERATIONAL_ERRORS as exc:
         for work in works:
-            event(
+            node_event(
                 logging.ERROR,
                 "dispatch_failed",
-                **_fields(work),
+                WORKER,
+                work,
                 step=step,
                 error=f"{type(exc).__name__}: {exc}",
             )
@@ -192,7 +184,7 @@ async def _release(ctx: WorkerContext, works: Sequence[NodeWork]) -> None:
         ).aall(conn)
     for work, row in zip(works, rows, strict=True):
         if _accepted(work, row, "release"):
-            event(logging.WARNING, "executor_missing", **_fields(work), to_state=row.node_state)
+            node_event(logging.WARNING, "executor_missing", WORKER, work, to_state=row.node_state)
 
 
 async def _prepare(node: _Node) -> _Prepared:
@@ -259,10 +251,11 @@ async def _complete_submits(
         ).aall(conn)
     for node, result, row in zip(group, results, rows, strict=True):
         if _accepted(node.work, row, "report"):
-            event(
+            node_event(
                 logging.INFO,
                 "node_submitted",
-                **_fields(node.work),
+                WORKER,
+                node.work,
                 to_state=row.node_state,
                 external_ref=result.external_ref,
             )
@@ -282,8 +275,8 @@ async def _fail_submits(
             )
             states.append(await fail.aone(conn))
     for work, state in zip(works, states, strict=True):
-        event(
-            logging.WARNING, f"{step}_failed", **_fields(work), to_state=state, error=str(refused)
+        node_event(
+            logging.WARNING, f"{step}_failed", WORKER, work, to_state=state, error=str(refused)
         )
 
 
@@ -303,10 +296,11 @@ def _accepted(work: NodeWork, row: _NodeRow, step: str) -> bool:
     assert row.node_id == work.node_id, "batch rows come back in input order"
     if row.error_code is None:
         return True
-    event(
+    node_event(
         logging.WARNING,
         "dispatch_refused",
-        **_fields(work),
+        WORKER,
+        work,
         step=step,
         code=row.error_code,
         error=row.error_message,

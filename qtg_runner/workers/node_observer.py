@@ -15,9 +15,10 @@ import logging
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, JsonObject, NodeWork
-from qtg_runner.log import event
+from qtg_runner.log import event, missing_executor, node_event
 from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
 
+WORKER = "node_observer"
 BATCH_SIZE = 64
 CALL_FAILED = "ERROR"
 """complete_observe's outcome when the observe call itself failed: OBSERVING again
@@ -42,7 +43,7 @@ async def batch(ctx: WorkerContext, worker_id: str, movement_id: int | None = No
                     logging.ERROR,
                     "observe_failed",
                     network=ctx.network,
-                    worker="node_observer",
+                    worker=WORKER,
                     node=node_id,
                     error=f"{type(exc).__name__}: {exc}",
                 )
@@ -69,13 +70,11 @@ async def observe_one(
             work.node_id, work.claim_token, outcome, evidence, retry_after
         ).aone(conn)
     if out.node_state != procs.NodeState.OBSERVING:
-        event(
+        node_event(
             logging.INFO,
             "node_observed",
-            network=ctx.network,
-            worker="node_observer",
-            movement=work.request_id,
-            node=work.node_id,
+            WORKER,
+            work,
             outcome=outcome,
             to_state=out.node_state,
             phase=out.observe_phase,
@@ -90,17 +89,7 @@ async def _observe(ctx: WorkerContext, work: NodeWork) -> tuple[str, JsonObject,
     lane's delay) and still escalates a node observed too long to UNKNOWN."""
     executor = ctx.executor_for(work)
     if executor is None:
-        error = f"no executor {work.executor_key!r} in this runner"
-        event(
-            logging.ERROR,
-            "executor_missing",
-            network=ctx.network,
-            worker="node_observer",
-            movement=work.request_id,
-            node=work.node_id,
-            executor=work.executor_key,
-        )
-        return CALL_FAILED, {"error": error}, None
+        return CALL_FAILED, {"error": missing_executor(WORKER, work)}, None
     try:
         result = await executor.observe(work)
     except ExecutorError as exc:

@@ -12,9 +12,10 @@ import logging
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, NodeWork, RecoveryOutcome, RecoveryResult
-from qtg_runner.log import event
+from qtg_runner.log import missing_executor, node_event
 from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
 
+WORKER = "node_recovery"
 BATCH_SIZE = 16
 
 
@@ -35,26 +36,22 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
                     result.external_ref,
                     result.retry_after,
                 ).aone(conn)
-            event(
+            node_event(
                 logging.INFO,
                 "node_recovered",
-                network=ctx.network,
-                worker="node_recovery",
-                movement=work.request_id,
-                node=work.node_id,
+                WORKER,
+                work,
                 from_state=claim.node_state,
                 outcome=result.outcome.value,
                 to_state=state,
             )
         except OPERATIONAL_ERRORS as exc:
             # the recovery lease runs out and the node is claimed again
-            event(
+            node_event(
                 logging.ERROR,
                 "recovery_failed",
-                network=ctx.network,
-                worker="node_recovery",
-                movement=work.request_id,
-                node=work.node_id,
+                WORKER,
+                work,
                 error=f"{type(exc).__name__}: {exc}",
             )
     return len(claims)
@@ -66,16 +63,7 @@ async def _recover(ctx: WorkerContext, work: NodeWork) -> RecoveryResult:
     executor's hint, else after the lane's recovery_retry_seconds."""
     executor = ctx.executor_for(work)
     if executor is None:
-        event(
-            logging.ERROR,
-            "executor_missing",
-            network=ctx.network,
-            worker="node_recovery",
-            movement=work.request_id,
-            node=work.node_id,
-            executor=work.executor_key,
-        )
-        error = f"no executor {work.executor_key!r} in this runner"
+        error = missing_executor(WORKER, work)
         return RecoveryResult(RecoveryOutcome.STILL_UNKNOWN, {"error": error})
     try:
         return await executor.recover(work)
