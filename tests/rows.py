@@ -17,12 +17,15 @@ Every helper takes a connection bound to one network (``engine.bind``), as the
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 from engine import create, create_started, node, node_ids, pin_clock, plan, request_state, submit
 from psycopg.rows import dict_row
+
+from qtg_runner.db import procs
 
 Conn = psycopg.Connection[Any]
 
@@ -99,36 +102,29 @@ def state_changes(written_audit: list[tuple[Any, ...]]) -> set[tuple[Any, ...]]:
 
 def claim_of(conn: Conn, node_id: int, lease: int = 300, max_nodes: int = 100) -> dict[str, Any]:
     """Claim up to ``max_nodes`` READY nodes and return the claim of ``node_id``."""
-    cur = conn.execute("SELECT * FROM claim_ready_nodes('w1', %s, %s)", (max_nodes, lease))
-    names = [c.name for c in cur.description or ()]
-    claims = {row[0]: dict(zip(names, row, strict=True)) for row in cur.fetchall()}
+    claims = {
+        c.node_id: asdict(c) for c in procs.claim_ready_nodes("w1", max_nodes, lease).all(conn)
+    }
     assert node_id in claims, f"node {node_id} was not claimed: {sorted(claims)}"
     return claims[node_id]
 
 
 def prepare(conn: Conn, claimed: dict[str, Any], tx_hash: str = "0xaa") -> None:
     """record_intent_prepared with nonce 7 and one signed hash."""
-    conn.execute(
-        "SELECT record_intent_prepared(%s, %s, p_nonce => 7, p_signed_tx_hash => %s)",
-        (claimed["node_id"], claimed["claim_token"], tx_hash),
-    )
+    procs.record_intent_prepared(
+        claimed["node_id"], claimed["claim_token"], nonce=7, signed_tx_hash=tx_hash
+    ).one(conn)
 
 
 def fail(conn: Conn, claimed: dict[str, Any], retryable: bool, after: float | None = None) -> str:
     """fail_submit; returns the node's new state."""
-    row = conn.execute(
-        "SELECT fail_submit(%s, %s, 'boom', %s, %s)::text",
-        (claimed["node_id"], claimed["claim_token"], retryable, after),
-    ).fetchone()
-    assert row is not None
-    return str(row[0])
+    call = procs.fail_submit(claimed["node_id"], claimed["claim_token"], "boom", retryable, after)
+    return str(call.one(conn))
 
 
 def recovery_claims(conn: Conn, lease: int = 120) -> dict[int, dict[str, Any]]:
     """claim_recovery_nodes as worker 'rec': node id -> its claim."""
-    cur = conn.execute("SELECT * FROM claim_recovery_nodes('rec', 100, %s)", (lease,))
-    names = [c.name for c in cur.description or ()]
-    return {row[0]: dict(zip(names, row, strict=True)) for row in cur.fetchall()}
+    return {c.node_id: asdict(c) for c in procs.claim_recovery_nodes("rec", 100, lease).all(conn)}
 
 
 def movement_in(conn: Conn, state: str, external_id: str = "m") -> int:
@@ -136,19 +132,19 @@ def movement_in(conn: Conn, state: str, external_id: str = "m") -> int:
     if state == "EXPIRED":
         movement_id = create(conn, ONE, external_id, expires_at=iso_at(60))
         pin_clock(conn, iso_at(60))
-        assert conn.execute("SELECT expire_movements()").fetchone() == (1,)
+        assert procs.expire_movements().one(conn) == 1
         return movement_id
     movement_id = create(conn, ONE, external_id)
     if state == "PENDING_APPROVAL":
         return movement_id
-    conn.execute("SELECT approve_movement(%s, 'bob')", (movement_id,))
+    procs.approve_movement(movement_id, "bob").one(conn)
     if state == "APPROVED":
         return movement_id
-    conn.execute("SELECT start_approved_movements()")
+    procs.start_approved_movements().one(conn)
     if state == "EXECUTING":
         return movement_id
     if state == "CANCELLED":
-        conn.execute("SELECT cancel_movement(%s, 'carol')", (movement_id,))
+        procs.cancel_movement(movement_id, "carol").one(conn)
     else:
         claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
         if state == "COMPLETED":
