@@ -4,7 +4,7 @@ claim_ready_nodes and observe_candidates (the observer's candidate query)
 timed with 0, 100,000 and 1,000,000 finished nodes in the tables. The live
 work is the same at every level (READY nodes to claim, SUBMITTED nodes due for
 observation); finished history is bulk-loaded set-based between levels (as
-tests/test_query_plans.py does), then VACUUM ANALYZE.
+tests/scenarios/test_query_plans.py does), then VACUUM ANALYZE.
 
 Each figure is the server-side execution time of one call (EXPLAIN ANALYZE of
 `SELECT * FROM <procedure>(...)`, which runs the procedure's statements), the
