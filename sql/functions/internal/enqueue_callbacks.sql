@@ -25,12 +25,13 @@ AS $$
                'to_state', r.request_state,
                'amount', r.amount,
                'asset', r.asset,
-               'occurred_at', clock(),
+               'occurred_at', now.at,
                'detail', coalesce(c.detail, '{}')),
            CASE WHEN r.callback_url IS NULL THEN 'NO_TARGET' ELSE 'PENDING' END,
-           clock(),
-           clock()
+           now.at,
+           now.at
       FROM unnest(p_movement_ids, p_from, p_details) WITH ORDINALITY AS c(id, from_state, detail, ord)
       JOIN movement_requests r ON r.id = c.id
+     CROSS JOIN (SELECT clock() AS at) now   -- once, not once a row
      ORDER BY c.ord;
 $$;

@@ -31,14 +31,16 @@ DECLARE
     v_skipped   bigint[] := '{}';   -- the movement of each node the DAG step skipped
     v_more      bigint[];
     v_readied   boolean := false;
+    v_ready     boolean;            -- a node given is back in READY
     v_settle    bigint[];
     v_settle_by text[];
     v_movement  bigint;
     v_actor     text;
 BEGIN
     SELECT array_agg(n.id ORDER BY n.id) FILTER (WHERE n.node_state = 'FAILED'),
-           array_agg(n.id ORDER BY n.id) FILTER (WHERE n.node_state = 'COMPLETED')
-      INTO v_failed, v_completed
+           array_agg(n.id ORDER BY n.id) FILTER (WHERE n.node_state = 'COMPLETED'),
+           coalesce(bool_or(n.node_state = 'READY'), false)
+      INTO v_failed, v_completed, v_ready
       FROM movement_request_nodes n
      WHERE n.id = ANY (p_node_ids);
 
@@ -111,21 +113,34 @@ BEGIN
     END IF;
 
     -- the counters: each node given that finished, and each node the DAG step
-    -- skipped, is one open node fewer; each failed one is one failed node more
-    WITH closed AS (
-        SELECT n.request_id, (n.node_state = 'FAILED')::integer AS failed
-          FROM movement_request_nodes n
-         WHERE n.id = ANY (p_node_ids)
-           AND n.node_state IN ('COMPLETED', 'FAILED', 'SKIPPED')
+    -- skipped, is one open node fewer; each failed one is one failed node more.
+    -- The movements left with nothing open settle below, each by the actor of
+    -- its last node given (by id).
+    WITH given AS (
+        SELECT n.request_id, n.id, a.actor, n.node_state
+          FROM unnest(p_node_ids, p_actors) AS a(node_id, actor)
+          JOIN movement_request_nodes n ON n.id = a.node_id
+         WHERE n.node_state IN ('COMPLETED', 'FAILED', 'SKIPPED')
+    ), closed AS (
+        SELECT g.request_id, (g.node_state = 'FAILED')::integer AS failed FROM given g
         UNION ALL
         SELECT s.request_id, 0 FROM unnest(v_skipped) AS s(request_id)
     ), per_movement AS (
-        SELECT request_id, count(*) AS closed, sum(failed) AS failed FROM closed GROUP BY request_id
+        SELECT c.request_id, count(*) AS closed, sum(c.failed) AS failed,
+               (SELECT g.actor FROM given g WHERE g.request_id = c.request_id ORDER BY g.id DESC LIMIT 1) AS actor
+          FROM closed c
+         GROUP BY c.request_id
+    ), counted AS (
+        UPDATE movement_requests r
+           SET open_nodes = r.open_nodes - p.closed, failed_nodes = r.failed_nodes + p.failed, updated_at = v_now
+          FROM per_movement p
+         WHERE r.id = p.request_id
+        RETURNING r.id, r.request_state, r.open_nodes, p.actor
     )
-    UPDATE movement_requests r
-       SET open_nodes = r.open_nodes - p.closed, failed_nodes = r.failed_nodes + p.failed, updated_at = v_now
-      FROM per_movement p
-     WHERE r.id = p.request_id;
+    SELECT array_agg(c.id ORDER BY c.id), array_agg(c.actor ORDER BY c.id)
+      INTO v_settle, v_settle_by
+      FROM counted c
+     WHERE c.request_state = 'EXECUTING' AND c.open_nodes = 0;
 
     -- a node back in READY: an expiry waived for a side effect that never
     -- happened no longer holds
@@ -133,7 +148,7 @@ BEGIN
         SELECT DISTINCT ON (n.request_id) n.request_id, a.actor
           FROM unnest(p_node_ids, p_actors) AS a(node_id, actor)
           JOIN movement_request_nodes n ON n.id = a.node_id
-         WHERE n.node_state = 'READY'
+         WHERE v_ready AND n.node_state = 'READY'
          ORDER BY n.request_id, a.node_id DESC
     LOOP
         IF NOT recheck_expiry(v_movement, v_actor) THEN
@@ -144,14 +159,6 @@ BEGIN
         PERFORM notify_work('ready');
     END IF;
 
-    -- the movements left with nothing open settle, each by its last node's actor
-    SELECT array_agg(s.request_id ORDER BY s.request_id), array_agg(s.actor ORDER BY s.request_id)
-      INTO v_settle, v_settle_by
-      FROM (SELECT DISTINCT ON (n.request_id) n.request_id, a.actor
-              FROM unnest(p_node_ids, p_actors) AS a(node_id, actor)
-              JOIN movement_request_nodes n ON n.id = a.node_id
-             WHERE n.node_state IN ('COMPLETED', 'FAILED', 'SKIPPED')
-             ORDER BY n.request_id, a.node_id DESC) s;
     IF v_settle IS NOT NULL THEN
         PERFORM settle_movements(v_settle, v_settle_by);
     END IF;

@@ -16,26 +16,31 @@ DECLARE
     v_now     timestamptz := clock();
     v_n       integer := cardinality(p_movement_ids);
     v_details jsonb[] := coalesce(p_details, array_fill(NULL::jsonb, ARRAY[v_n]));
+    v_moved   bigint[];
     v_stray   bigint;
 BEGIN
-    SELECT i.id INTO v_stray
-      FROM unnest(p_movement_ids) AS i(id)
-      LEFT JOIN movement_requests r ON r.id = i.id
-     WHERE r.request_state IS DISTINCT FROM p_from
-     LIMIT 1;
-    IF FOUND THEN
+    WITH moved AS (
+        UPDATE movement_requests r
+           SET request_state = i.to_state,
+               approved_at   = CASE WHEN i.to_state = 'APPROVED' THEN v_now ELSE r.approved_at END,
+               approved_by   = CASE WHEN i.to_state = 'APPROVED' THEN i.actor ELSE r.approved_by END,
+               started_at    = CASE WHEN i.to_state = 'EXECUTING' THEN v_now ELSE r.started_at END,
+               finished_at   = CASE WHEN i.to_state IN ('COMPLETED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN v_now END,
+               updated_at    = v_now
+          FROM unnest(p_movement_ids, p_to, p_actors) AS i(id, to_state, actor)
+         WHERE r.id = i.id
+           AND r.request_state = p_from
+        RETURNING r.id
+    )
+    SELECT array_agg(moved.id) INTO v_moved FROM moved;
+    IF coalesce(cardinality(v_moved), 0) <> v_n THEN
+        -- the raise undoes the update with the rest of the call
+        SELECT i.id INTO v_stray
+          FROM unnest(p_movement_ids) AS i(id)
+         WHERE i.id <> ALL (coalesce(v_moved, '{}'))
+         LIMIT 1;
         RAISE EXCEPTION 'movement % is not in state %', v_stray, p_from USING ERRCODE = 'QT020';
     END IF;
-
-    UPDATE movement_requests r
-       SET request_state = i.to_state,
-           approved_at   = CASE WHEN i.to_state = 'APPROVED' THEN v_now ELSE r.approved_at END,
-           approved_by   = CASE WHEN i.to_state = 'APPROVED' THEN i.actor ELSE r.approved_by END,
-           started_at    = CASE WHEN i.to_state = 'EXECUTING' THEN v_now ELSE r.started_at END,
-           finished_at   = CASE WHEN i.to_state IN ('COMPLETED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN v_now END,
-           updated_at    = v_now
-      FROM unnest(p_movement_ids, p_to, p_actors) AS i(id, to_state, actor)
-     WHERE r.id = i.id;
 
     PERFORM write_audit(array_agg((i.actor, 'request', i.id::text, i.id, 'state_changed', p_from::text,
                                    i.to_state::text, i.detail)::qtg.audit_event ORDER BY i.ord))

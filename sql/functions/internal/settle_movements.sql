@@ -26,12 +26,12 @@ BEGIN
       INTO v_ids, v_finals, v_actors, v_details
       FROM unnest(p_movement_ids, p_actors) AS s(id, actor)
       JOIN movement_requests r ON r.id = s.id
-     CROSS JOIN LATERAL (
-           SELECT jsonb_object_agg(c.node_state, c.total) AS nodes
-             FROM (SELECT n.node_state, count(*) AS total
-                     FROM movement_request_nodes n
-                    WHERE n.request_id = r.id
-                    GROUP BY n.node_state) c) counts
+      JOIN (SELECT c.request_id, jsonb_object_agg(c.node_state, c.total) AS nodes
+              FROM (SELECT n.request_id, n.node_state, count(*) AS total
+                      FROM movement_request_nodes n
+                     WHERE n.request_id = ANY (p_movement_ids)
+                     GROUP BY n.request_id, n.node_state) c
+             GROUP BY c.request_id) counts ON counts.request_id = r.id
      WHERE r.request_state = 'EXECUTING'
        AND r.open_nodes = 0;
 

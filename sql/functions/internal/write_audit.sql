@@ -8,10 +8,11 @@ LANGUAGE sql
 AS $$
     WITH written AS (
         INSERT INTO audit_outbox (occurred_at, actor, entity, entity_id, request_id, action, from_state, to_state, detail)
-        SELECT clock(), coalesce(e.actor, session_user), e.entity, e.entity_id, e.request_id, e.action,
+        SELECT now.at, coalesce(e.actor, session_user), e.entity, e.entity_id, e.request_id, e.action,
                e.from_state, e.to_state, coalesce(e.detail, '{}')
           FROM unnest(p_events) WITH ORDINALITY
                AS e(actor, entity, entity_id, request_id, action, from_state, to_state, detail, ord)
+         CROSS JOIN (SELECT clock() AS at) now   -- once, not once a row
          ORDER BY e.ord
         RETURNING 1
     )

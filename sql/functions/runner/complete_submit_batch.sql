@@ -57,13 +57,20 @@ BEGIN
 
     WITH taken AS (
         SELECT i.ord, i.external_ref, i.evidence, coalesce(i.settled, false) AS settled,
-               n.id AS node_id, n.request_id, n.claim_token, n.claimed_by, n.lane,
-               CASE WHEN i.settled THEN 'COMPLETED' ELSE 'SUBMITTED' END::qtg.node_state AS to_state
+               n.id AS node_id, n.request_id, n.claim_token, n.claimed_by,
+               CASE WHEN i.settled THEN 'COMPLETED' ELSE 'SUBMITTED' END::qtg.node_state AS to_state,
+               pacing.phase, pacing.next_observe_at
           FROM unnest(p_node_ids, p_external_refs,
                       coalesce(p_evidence, array_fill(NULL::jsonb, ARRAY[v_n])),
                       coalesce(p_settled, array_fill(false, ARRAY[v_n])), v_codes)
                WITH ORDINALITY AS i(node_id, external_ref, evidence, settled, error_code, ord)
           JOIN movement_request_nodes n ON n.id = i.node_id
+          -- the first observation; a settled node is not observed, and the
+          -- gate (kept by OFFSET 0) skips the call for it
+          LEFT JOIN LATERAL (SELECT p.phase, p.next_observe_at
+                               FROM observe_pacing(n.lane, v_now, v_now) p
+                              WHERE NOT coalesce(i.settled, false)
+                             OFFSET 0) pacing ON true
          WHERE i.error_code IS NULL
     ), moved AS (
         UPDATE movement_request_nodes n
@@ -72,14 +79,13 @@ BEGIN
                evidence           = coalesce(t.evidence, n.evidence),
                submitted_at       = v_now,
                observe_started_at = CASE WHEN t.settled THEN NULL ELSE v_now END,
-               next_observe_at    = CASE WHEN t.settled THEN NULL ELSE pacing.next_observe_at END,
-               observe_phase      = CASE WHEN t.settled THEN NULL ELSE pacing.phase END,
+               next_observe_at    = t.next_observe_at,
+               observe_phase      = t.phase,
                lease_until        = NULL,
                last_error         = NULL,
                finished_at        = CASE WHEN t.settled THEN v_now END,
                updated_at         = v_now
           FROM taken t
-         CROSS JOIN LATERAL observe_pacing(t.lane, v_now, v_now) pacing
          WHERE n.id = t.node_id
     ), intents AS (
         UPDATE node_intents i
