@@ -20,6 +20,7 @@ CREATE OR REPLACE FUNCTION lock_claimed_nodes(
     p_live_lease   boolean DEFAULT false
 ) RETURNS TABLE (error_codes text[], error_messages text[])
 LANGUAGE plpgsql
+ROWS 1
 AS $$
 #variable_conflict use_column
 DECLARE

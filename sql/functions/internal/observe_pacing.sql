@@ -16,6 +16,7 @@ CREATE OR REPLACE FUNCTION observe_pacing(
     p_hint_seconds numeric DEFAULT NULL
 ) RETURNS TABLE (phase qtg.observe_phase, next_observe_at timestamptz)
 LANGUAGE plpgsql STABLE
+ROWS 1
 AS $$
 DECLARE
     v_lane    lane_baselines;
