@@ -24,13 +24,7 @@ DECLARE
     v_ratio   numeric;
     v_delay   numeric;
 BEGIN
-    -- lane_of's fallback, inlined: this runs for every node a batch reports,
-    -- and a nested function call costs more than the query
-    SELECT * INTO v_lane
-      FROM lane_baselines
-     WHERE lane IN (p_lane, 'default')
-     ORDER BY lane = p_lane DESC
-     LIMIT 1;
+    v_lane := lane_of(p_lane);
 
     v_ratio := v_elapsed / v_lane.baseline_seconds;
     phase := CASE
