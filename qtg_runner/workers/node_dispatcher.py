@@ -138,9 +138,9 @@ async def _guarded(
     The one place each kind of failure is handled. The executor refused
     (ExecutorError: nothing went out): each node is reported through
     fail_submit, which decides in SQL between a retry, FAILED and recovery. An
-    operational error (the database, the network; the report of a refusal
-    included): each node stays SUBMITTING with its intent, for recovery once
-    the lease runs out. Anything else is a bug and propagates."""
+    operational error (the database, the network): each node stays SUBMITTING
+    with its intent, for recovery once the lease runs out. Anything else is a
+    bug and propagates."""
     try:
         try:
             return await action()
@@ -264,20 +264,28 @@ async def _complete_submits(
 async def _fail_submits(
     ctx: WorkerContext, works: Sequence[NodeWork], step: str, refused: ExecutorError
 ) -> None:
-    """fail_submit for each node of a refused step, in one transaction: all are
-    reported, or none (and all stay SUBMITTING for recovery)."""
+    """fail_submit for each node of a refused step, each in its own call: one the
+    database does not take (a stale claim, a lost connection) stays SUBMITTING
+    for recovery and does not hold back the others' reports."""
     error = str(refused)[:1000]
-    states: list[procs.NodeState] = []
-    async with ctx.pool.connection() as conn, conn.transaction():
+    async with ctx.pool.connection() as conn:
         for work in works:
             fail = procs.fail_submit(
                 work.node_id, work.claim_token, error, refused.retryable, refused.retry_after
             )
-            states.append(await fail.aone(conn))
-    for work, state in zip(works, states, strict=True):
-        node_event(
-            logging.WARNING, f"{step}_failed", WORKER, work, to_state=state, error=str(refused)
-        )
+            try:
+                state = await fail.aone(conn)
+            except OPERATIONAL_ERRORS as exc:
+                node_event(
+                    logging.ERROR,
+                    "dispatch_failed",
+                    WORKER,
+                    work,
+                    step=step,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                continue
+            node_event(logging.WARNING, f"{step}_failed", WORKER, work, to_state=state, error=error)
 
 
 class _NodeRow(Protocol):

@@ -93,8 +93,10 @@ def test_a_release_under_a_cancel_skips_the_node_and_settles_the_movement(conn: 
 
 
 def test_a_node_that_cannot_be_released_is_refused_in_its_row_while_the_rest_is_released(
-    conn: Conn,
+    db: TestDatabase, conn: Conn
 ) -> None:
+    """Played with the runner's own login: a runner cannot turn a prepared
+    intent (something may have been signed) back into a fresh claim."""
     _, prepared, prepared_token = claimed(conn, "rel-3")
     _, stale, stale_token = claimed(conn, "rel-4")
     _, free, free_token = claimed(conn, "rel-5")
@@ -102,7 +104,8 @@ def test_a_node_that_cannot_be_released_is_refused_in_its_row_while_the_rest_is_
     intents = "SELECT to_jsonb(i)::text FROM node_intents i WHERE node_id = ANY(%s) ORDER BY id"
     before = conn.execute(intents, ([prepared, stale],)).fetchall()
 
-    rows = conn.execute(
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    rows = runner.execute(
         RELEASE,
         ([prepared, stale, free], [prepared_token, stale_token + 1, free_token], "no executor"),
     ).fetchall()
