@@ -6,7 +6,7 @@ its arguments (the SQL names without ``p_``, in the SQL order), their
 PostgreSQL types (the ``Pg`` in each ``Annotated`` alias below), which have a
 default, and its result (a frozen dataclass per row type, or a scalar).
 ``@procedure`` turns the signature into a call; the function bodies are
-empty on purpose. tests/test_procs.py compares every signature with pg_proc,
+empty on purpose. tests/runner/test_procs.py compares every signature with pg_proc,
 so a change of a procedure fails that test instead of a runner.
 
 A wrapper returns a ``Call``: the SQL text in named-argument notation with an
@@ -257,7 +257,7 @@ class LaneBaseline:
 class ResultMismatch(RuntimeError):
     """A procedure answered without a column its wrapper declares, or with another
     number of rows than asked for (a bug: the SQL and this module disagree;
-    tests/test_procs.py should have said so)."""
+    tests/runner/test_procs.py should have said so)."""
 
 
 @dataclass(frozen=True)
@@ -369,7 +369,7 @@ class Column:
 
 @dataclass(frozen=True)
 class Procedure:
-    """What a wrapper declares about its procedure (tests/test_procs.py checks it)."""
+    """What a wrapper declares about its procedure (tests/runner/test_procs.py checks it)."""
 
     name: str
     access: Access
