@@ -148,15 +148,21 @@ async def _guarded(
             await _fail_submits(ctx, works, step, refused)
     except OPERATIONAL_ERRORS as exc:
         for work in works:
-            node_event(
-                logging.ERROR,
-                "dispatch_failed",
-                WORKER,
-                work,
-                step=step,
-                error=f"{type(exc).__name__}: {exc}",
-            )
+            _dispatch_failed(work, step, exc)
     return None
+
+
+def _dispatch_failed(work: NodeWork, step: str, exc: BaseException) -> None:
+    """The node stays SUBMITTING with its intent: recovery resolves it once the
+    lease runs out."""
+    node_event(
+        logging.ERROR,
+        "dispatch_failed",
+        WORKER,
+        work,
+        step=step,
+        error=f"{type(exc).__name__}: {exc}",
+    )
 
 
 async def _bounded(
@@ -276,14 +282,7 @@ async def _fail_submits(
             try:
                 state = await fail.aone(conn)
             except OPERATIONAL_ERRORS as exc:
-                node_event(
-                    logging.ERROR,
-                    "dispatch_failed",
-                    WORKER,
-                    work,
-                    step=step,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
+                _dispatch_failed(work, step, exc)
                 continue
             node_event(logging.WARNING, f"{step}_failed", WORKER, work, to_state=state, error=error)
 
