@@ -21,12 +21,13 @@ def bind(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 
 def make_template(cluster: Cluster) -> str:
     """A migrated database with the sim executor registered, to clone per case."""
-    from qtg_runner.db.migrate import migrate
+    from qtg_runner.db.migrate import mark_test_database, migrate
     from qtg_runner.executors.sim import SimExecutor
 
     logging.getLogger("yoyo").setLevel(logging.WARNING)
     dsn = cluster.create_db(TEMPLATE)
     migrate(dsn)
+    mark_test_database(dsn)  # cases 2-4 pin the clock
     with psycopg.connect(dsn, autocommit=True) as conn:
         bind(conn)
         procs.register_executor(

@@ -148,6 +148,26 @@ def rollback_cmd(
         out.print("nothing to roll back")
 
 
+@db_app.command("mark-test")
+def mark_test_cmd(
+    off: Annotated[
+        bool, typer.Option("--off", help="Remove the mark: the database is not a test database.")
+    ] = False,
+) -> None:
+    """Mark the database as a test database, where a session may pin the clock.
+
+    Only a marked database honours `SET qtg.now = '...'` (tests, drills: pacing,
+    leases and expiry without waiting); anywhere else a pinned clock is refused
+    with QT040, so that no caller can move the time leases, expiry, approvals
+    and audit timestamps read. Needs the admin login (the mark is the owner's);
+    never mark a database that holds real movements.
+    """
+    with _cli_errors():
+        dsn = _dsn()
+        migrations.mark_test_database(dsn, marked=not off)
+    out.print("test database: pinned clocks are honoured" if not off else "not a test database")
+
+
 from qtg_runner.commands import demo, movement, status  # noqa: E402
 from qtg_runner.commands import run as runners  # noqa: E402
 

@@ -35,7 +35,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from rows import T0
 
-from qtg_runner.db.migrate import migrate
+from qtg_runner.db.migrate import mark_test_database, migrate
 
 _names = itertools.count(1)
 
@@ -149,6 +149,8 @@ def template_db(pg_server: str) -> Iterator[str]:
     create_database(pg_server, name)
     try:
         migrate(dsn_for(pg_server, dbname=name))
+        # the tests pin the clock: only a test database honours that
+        mark_test_database(dsn_for(pg_server, dbname=name))
         disconnect_all(pg_server, name)
         yield name
     finally:

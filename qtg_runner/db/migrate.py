@@ -230,6 +230,20 @@ def _set_access(
         )
 
 
+def mark_test_database(dsn: str, *, marked: bool = True) -> None:
+    """Mark (or unmark) the database as a test database: only there does
+    qtg.clock() honour a session's pinned clock (SET qtg.now). The mark is a
+    row only the owner may write (qtg.test_database)."""
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        if conn.execute("SELECT to_regclass('qtg.test_database')").fetchone() == (None,):
+            raise MigrationError("schema not migrated (no qtg.test_database): run qtg db migrate")
+        conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(OWNER_ROLE)))
+        if marked:
+            conn.execute("INSERT INTO qtg.test_database DEFAULT VALUES ON CONFLICT DO NOTHING")
+        else:
+            conn.execute("DELETE FROM qtg.test_database")
+
+
 def drop_installed(dsn: str) -> None:
     """Drop the re-installable layer (functions, procedures, views) in one transaction."""
     with psycopg.connect(dsn) as conn, conn.transaction():

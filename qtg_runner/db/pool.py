@@ -54,7 +54,7 @@ def _bound_conninfo(
     if not explicit:
         params["user"] = role
         params.pop("password", None)
-    # PGOPTIONS (e.g. -c qtg.now=... to pin the database clock in a drill) is
+    # PGOPTIONS (e.g. -c qtg.now=... to pin the clock of a test database in a drill) is
     # kept: libpq would otherwise drop it in favour of these options
     params["options"] = " ".join(
         part
