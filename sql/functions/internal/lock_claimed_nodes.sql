@@ -59,8 +59,9 @@ BEGIN
                   CASE
                       WHEN n.id IS NULL THEN format('%s: node %s does not exist', p_call, i.node_id)
                       WHEN i.claim_token IS DISTINCT FROM n.claim_token THEN
-                          format('%s: stale claim on node %s: it holds token %s, the call presented %s',
-                                 p_call, i.node_id, n.claim_token, i.claim_token)
+                          -- never the current token: it would hand the claim to the caller
+                          format('%s: stale claim on node %s: the token presented is not its current claim',
+                                 p_call, i.node_id)
                       WHEN NOT n.node_state = ANY (p_states) THEN
                           format('%s: node %s is %s, expected one of %s', p_call, i.node_id, n.node_state, p_states)
                       WHEN p_live_lease AND n.lease_until <= v_now THEN

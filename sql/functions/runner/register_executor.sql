@@ -1,6 +1,7 @@
 -- register_executor: adds or updates an executor in the registry, so plans that
 -- name it can be validated against its node_config schema. Runners call it at
--- start-up for every executor they carry.
+-- start-up for every executor they carry. has_side_effect is never turned off
+-- for an executor that has nodes (QT041).
 CREATE OR REPLACE FUNCTION register_executor(
     p_executor_key       text,
     p_has_side_effect    boolean,
@@ -29,6 +30,15 @@ BEGIN
     END IF;
 
     SELECT * INTO v_previous FROM executors WHERE executor_key = p_executor_key FOR UPDATE;
+    -- a node copies has_side_effect at creation, and recovery, expiry and
+    -- retries trust it: saying an executor with nodes has none would let a
+    -- prepared side effect be retried blindly
+    IF v_previous.has_side_effect AND NOT p_has_side_effect
+       AND EXISTS (SELECT 1 FROM movement_request_nodes WHERE executor_key = p_executor_key) THEN
+        RAISE EXCEPTION 'executor % has nodes and a side effect; it cannot be registered without one', p_executor_key
+            USING ERRCODE = 'QT041',
+                  HINT = 'Register an executor under a new key for work without a side effect.';
+    END IF;
     INSERT INTO executors (executor_key, has_side_effect, node_config_schema, description, registered_at, updated_at)
     VALUES (p_executor_key, p_has_side_effect, p_node_config_schema, coalesce(p_description, ''), v_now, v_now)
     ON CONFLICT (executor_key) DO UPDATE

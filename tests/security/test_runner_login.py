@@ -1,0 +1,84 @@
+"""What a runner's own login cannot do, though it may call the procedures.
+
+- Turn off the side effect of an executor that has nodes (QT041): recovery,
+  expiry and retries trust that flag, and a node of an executor "without a
+  side effect" whose intent was prepared would be retried blindly.
+- Learn another claim's token from a refusal: a stale call is told its token
+  is not the current one, never what the current one is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import SIM_SCHEMA, bind, claim, create_started, node, node_ids, plan, snapshot
+
+Conn = psycopg.Connection[Any]
+
+
+@pytest.fixture
+def runner(db: TestDatabase) -> Conn:
+    return bind(db.connect(db.runner_dsn("testnet")))
+
+
+def test_a_runner_cannot_say_an_executor_with_nodes_has_no_side_effect(
+    conn: Conn, runner: Conn
+) -> None:
+    create_started(conn, plan(node("a")), "flip-1")
+    before = snapshot(conn)
+    with pytest.raises(psycopg.Error) as caught:
+        runner.execute(
+            "SELECT register_executor('sim', false, %s::jsonb)", (json.dumps(SIM_SCHEMA),)
+        )
+    assert caught.value.sqlstate == "QT041"
+    assert snapshot(conn) == before
+    # registering it again as it is changes nothing either and is allowed
+    runner.execute("SELECT register_executor('sim', true, %s::jsonb)", (json.dumps(SIM_SCHEMA),))
+    assert conn.execute(
+        "SELECT has_side_effect FROM executors WHERE executor_key = 'sim'"
+    ).fetchone() == (True,)
+
+
+def test_an_executor_without_nodes_may_still_be_registered_either_way(runner: Conn) -> None:
+    schema = json.dumps(SIM_SCHEMA)
+    runner.execute("SELECT register_executor('fresh', true, %s::jsonb)", (schema,))
+    runner.execute("SELECT register_executor('fresh', false, %s::jsonb)", (schema,))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "SELECT complete_submit(%s, %s, 'forged-ref')",
+        "SELECT * FROM complete_submit_batch(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], '{forged}')",
+        "SELECT fail_submit(%s, %s, 'x', true)",
+        "SELECT * FROM release_nodes(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], 'x')",
+    ],
+)
+def test_a_refused_stale_call_never_shows_the_current_token(
+    conn: Conn, runner: Conn, call: str
+) -> None:
+    movement = create_started(conn, plan(node("a")), "leak-1")
+    node_id = node_ids(conn, movement)["a"]
+    claim(conn, "owner")
+    token = 7_357_911  # the owner's token, made distinctive so a leak would show
+    conn.execute(
+        "UPDATE movement_request_nodes SET claim_token = %s WHERE id = %s", (token, node_id)
+    )
+    conn.execute("UPDATE node_intents SET claim_token = %s WHERE node_id = %s", (token, node_id))
+    before = snapshot(conn)
+
+    said = ""
+    try:
+        said = " ".join(
+            str(v) for row in runner.execute(call, (node_id, -1)).fetchall() for v in row
+        )
+    except psycopg.Error as exc:
+        assert exc.sqlstate == "QT030"
+        said = f"{exc} {exc.diag.message_hint or ''}"
+    assert "QT030" in said or "stale claim" in said
+    assert str(token) not in said
+    assert snapshot(conn) == before
