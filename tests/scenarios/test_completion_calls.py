@@ -71,7 +71,7 @@ def a_node_in_every_state(conn: Conn) -> dict[str, int]:
     )
     movement_id = create_started(conn, the_plan, "every-state")
     claims = {c["node_key"]: c for c in claim(conn)}
-    fail(conn, claims["ready"], retryable=True, after=86400)  # READY again, backing off
+    fail(conn, claims["ready"], retryable=True, after=3600)  # READY again, backing off
     submit(conn, claims["submitted"])
     submit(conn, claims["observing"])
     submit(conn, claims["completed"], settled=True)

@@ -44,9 +44,12 @@ OPERATOR = {
 INTERNAL = {
     "check_args",
     "check_claim_args",
+    "check_limits",
     "enqueue_callbacks",
     "finish_nodes",
     "lane_of",
+    "limit_problem",
+    "limit_refusals",
     "lock_claimed_node",
     "lock_claimed_nodes",
     "notify_work",

@@ -3,7 +3,7 @@
 -- what it takes:
 --   p_max, p_max_limit       a batch size: 1 to p_max_limit
 --   p_outcome, p_outcomes    an outcome: one of p_outcomes
---   p_retry_after            a wait, when given: not negative
+--   p_retry_after            a wait, when given: not negative, within engine_limits
 CREATE OR REPLACE FUNCTION check_args(
     p_call          text,
     p_max           integer DEFAULT NULL,
@@ -27,5 +27,6 @@ BEGIN
     IF p_retry_after < 0 THEN
         RAISE EXCEPTION '%: retry_after_seconds must not be negative', p_call USING ERRCODE = 'QT002';
     END IF;
+    PERFORM check_limits(p_call, p_wait => p_retry_after);
 END
 $$;

@@ -1,5 +1,5 @@
 -- check_claim_args: the argument checks every claim shares (QT002): a worker's
--- name, a batch size of 1 to 1000, a positive lease. Internal.
+-- name, a batch size of 1 to 1000, a positive lease within engine_limits. Internal.
 CREATE OR REPLACE FUNCTION check_claim_args(p_call text, p_worker text, p_max integer, p_lease_seconds numeric)
 RETURNS void
 LANGUAGE plpgsql
@@ -12,5 +12,6 @@ BEGIN
     IF p_lease_seconds IS NULL OR p_lease_seconds <= 0 THEN
         RAISE EXCEPTION '%: p_lease_seconds must be positive, got %', p_call, p_lease_seconds USING ERRCODE = 'QT002';
     END IF;
+    PERFORM check_limits(p_call, p_lease => p_lease_seconds, p_text => ARRAY[p_worker]);
 END
 $$;

@@ -96,9 +96,11 @@ BEGIN
         RAISE EXCEPTION 'plan must be an object with a "nodes" array' USING ERRCODE = 'QT001';
     END IF;
     v_node_count := jsonb_array_length(v_plan -> 'nodes');
-    IF v_node_count = 0 OR v_node_count > 500 THEN
-        RAISE EXCEPTION 'plan must have 1 to 500 nodes, has %', v_node_count USING ERRCODE = 'QT001';
+    IF v_node_count = 0 THEN
+        RAISE EXCEPTION 'plan must have at least one node' USING ERRCODE = 'QT001';
     END IF;
+    PERFORM check_limits('create_movement', p_json => ARRAY[v_plan, p_params], p_text => ARRAY[p_callback_url],
+                         p_nodes => v_node_count);
 
     FOR v_node IN SELECT value FROM jsonb_array_elements(v_plan -> 'nodes') LOOP
         v_key := v_node ->> 'key';

@@ -9,6 +9,7 @@ BEGIN
         RAISE EXCEPTION 'template name must be lower-case letters, digits, _ . or -, got %', coalesce(p_template_name, 'NULL')
             USING ERRCODE = 'QT002';
     END IF;
+    PERFORM check_limits('register_template', p_json => ARRAY[p_plan], p_text => ARRAY[p_description]);
     -- IS DISTINCT FROM: a plan without "nodes" gives NULL, which must not pass
     IF jsonb_typeof(p_plan) IS DISTINCT FROM 'object' OR jsonb_typeof(p_plan -> 'nodes') IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'template % must be an object with a "nodes" array', p_template_name USING ERRCODE = 'QT001';

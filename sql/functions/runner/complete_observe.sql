@@ -33,6 +33,7 @@ DECLARE
 BEGIN
     PERFORM check_args('complete_observe', p_outcome => p_outcome,
                        p_outcomes => '{PENDING,COMPLETED,FAILED,UNKNOWN,ERROR}', p_retry_after => p_retry_after_seconds);
+    PERFORM check_limits('complete_observe', p_json => ARRAY[p_evidence]);
     v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['SUBMITTED', 'OBSERVING']::qtg.node_state[],
                                 'complete_observe');
     IF p_outcome = 'ERROR' AND v_hint IS NULL THEN

@@ -34,6 +34,7 @@ BEGIN
     PERFORM check_args('complete_recovery', p_outcome => p_outcome,
                        p_outcomes => '{COMPLETED,FAILED,IN_FLIGHT,NOT_SUBMITTED,STILL_UNKNOWN}',
                        p_retry_after => p_retry_after_seconds);
+    PERFORM check_limits('complete_recovery', p_json => ARRAY[p_evidence], p_text => ARRAY[p_external_ref]);
     v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['UNKNOWN', 'SUBMITTING']::qtg.node_state[],
                                 'complete_recovery');
     SELECT stop_reason IS NOT NULL INTO STRICT v_stopping FROM movement_requests WHERE id = v_node.request_id;

@@ -10,7 +10,8 @@
 -- or element means false). A node the guard refuses (lock_claimed_nodes: QT011
 -- no such node, QT030 stale claim token: another worker holds it now, drop the
 -- result, recovery reconciles; QT021 not SUBMITTING) is left unchanged and
--- reported in its row instead of failing the batch. A report that arrives after
+-- reported in its row instead of failing the batch, as is a report beyond
+-- engine_limits (QT005: its node stays SUBMITTING, for recovery). A report that arrives after
 -- the claim's lease ran out is still accepted while the token is current (no
 -- recovery has claimed the node): the side effect has happened and its
 -- reference is the truth. Only record_intent_prepared refuses an expired lease,
@@ -54,6 +55,10 @@ BEGIN
     END IF;
     SELECT * INTO v_codes, v_messages
       FROM lock_claimed_nodes('complete_submit', p_node_ids, p_claim_tokens, '{SUBMITTING}');
+    -- a report beyond engine_limits is refused in its own row (QT005): the
+    -- side effects of the others went out, so their reports go on
+    SELECT * INTO v_codes, v_messages
+      FROM limit_refusals('complete_submit', p_node_ids, p_evidence, p_external_refs, NULL, v_codes, v_messages);
 
     WITH taken AS (
         SELECT i.ord, i.external_ref, i.evidence, coalesce(i.settled, false) AS settled,

@@ -33,6 +33,7 @@ BEGIN
         RAISE EXCEPTION 'fail_submit: say whether the failure is retryable' USING ERRCODE = 'QT002';
     END IF;
     PERFORM check_args('fail_submit', p_retry_after => p_retry_after_seconds);
+    PERFORM check_limits('fail_submit', p_text => ARRAY[p_error]);
     v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['SUBMITTING']::qtg.node_state[], 'fail_submit');
 
     SELECT intent_state = 'PREPARED' INTO v_prepared

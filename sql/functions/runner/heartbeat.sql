@@ -1,6 +1,9 @@
 -- heartbeat: upserts one worker instance's row (INSERT ... ON CONFLICT DO UPDATE
 -- on worker_name + instance_id): last_tick_at, expected interval, live, the
 -- last batch's size and the error counter. The stalled_workers view reads it.
+-- Instances silent for longer than engine_limits.heartbeat_retention_seconds
+-- (stopped, or dead long ago) are pruned here, so the table does not grow
+-- with every restart. Texts and the interval are bounded (QT005).
 CREATE OR REPLACE FUNCTION heartbeat(
     p_worker_name               text,
     p_instance_id               text,
@@ -26,6 +29,11 @@ BEGIN
     IF p_expected_interval_seconds IS NULL OR p_expected_interval_seconds <= 0 THEN
         RAISE EXCEPTION 'heartbeat: expected interval must be positive' USING ERRCODE = 'QT002';
     END IF;
+    PERFORM check_limits('heartbeat', p_wait => p_expected_interval_seconds,
+                         p_text => ARRAY[p_worker_name, p_instance_id, p_last_error, p_host]);
+
+    DELETE FROM worker_heartbeats
+     WHERE last_tick_at < v_now - make_interval(secs => (SELECT heartbeat_retention_seconds FROM engine_limits)::double precision);
 
     INSERT INTO worker_heartbeats AS hb (worker_name, instance_id, tier, expected_interval_seconds, live, host, pid,
                                          started_at, last_tick_at, ticks, last_processed, consecutive_errors, last_error)

@@ -9,7 +9,7 @@
 --   QT011 no such node; QT030 stale claim token, or the claim's lease ran out
 --   (do not broadcast: recovery may own it); QT021 not SUBMITTING, or no open
 --   intent for the token; QT002 neither a signed tx hash, an external request
---   id nor a payload.
+--   id nor a payload; QT005 a payload or a text beyond engine_limits.
 -- A recorded node gets one intent_prepared audit row (actor: the claimer),
 -- exactly as record_intent_prepared writes it; signed_tx_hashes keeps every
 -- hash ever signed.
@@ -51,6 +51,9 @@ BEGIN
     SELECT * INTO v_codes, v_messages
       FROM lock_claimed_nodes('record_intent_prepared', p_node_ids, p_claim_tokens, '{SUBMITTING}',
                               p_live_lease => true);
+    SELECT * INTO v_codes, v_messages
+      FROM limit_refusals('record_intent_prepared', p_node_ids, p_payloads, p_signed_tx_hashes,
+                          p_external_request_ids, v_codes, v_messages);
 
     RETURN QUERY
     WITH input AS (

@@ -31,6 +31,7 @@ BEGIN
     IF p_reason IS NULL OR btrim(p_reason) = '' THEN
         RAISE EXCEPTION 'release_nodes: say why the claims are given back' USING ERRCODE = 'QT002';
     END IF;
+    PERFORM check_limits('release_nodes', p_text => ARRAY[p_reason]);
     IF v_n = 0 THEN
         RETURN;
     END IF;

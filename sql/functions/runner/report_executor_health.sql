@@ -8,6 +8,7 @@ CREATE OR REPLACE FUNCTION report_executor_health(
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    PERFORM check_limits('report_executor_health', p_json => ARRAY[p_detail], p_text => ARRAY[p_reported_by]);
     IF p_status IS NULL OR p_status NOT IN ('HEALTHY', 'DEGRADED', 'DOWN') THEN
         RAISE EXCEPTION 'executor health must be HEALTHY, DEGRADED or DOWN, got %', coalesce(p_status, 'NULL')
             USING ERRCODE = 'QT002';
