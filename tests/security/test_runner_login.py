@@ -5,6 +5,8 @@
   side effect" whose intent was prepared would be retried blindly.
 - Learn another claim's token from a refusal: a stale call is told its token
   is not the current one, never what the current one is.
+- Act unseen: every audit row names the login of the session that wrote it
+  beside the worker it was written for.
 """
 
 from __future__ import annotations
@@ -82,3 +84,25 @@ def test_a_refused_stale_call_never_shows_the_current_token(
     assert "QT030" in said or "stale claim" in said
     assert str(token) not in said
     assert snapshot(conn) == before
+
+
+def test_every_audit_row_names_the_login_that_made_it_beside_the_actor(
+    conn: Conn, runner: Conn
+) -> None:
+    movement = create_started(conn, plan(node("a")), "login-1")
+    node_id = node_ids(conn, movement)["a"]
+    [(token,)] = runner.execute("SELECT claim_token FROM claim_ready_nodes('dispatcher-7', 1)")
+    runner.execute("SELECT complete_submit(%s, %s, 'ref')", (node_id, token))
+
+    rows = conn.execute(
+        "SELECT actor, login, from_state, to_state FROM audit_outbox"
+        " WHERE entity = 'node' AND entity_id = %s ORDER BY id",
+        (str(node_id),),
+    ).fetchall()
+    admin = conn.execute("SELECT session_user").fetchone()
+    assert admin is not None
+    assert rows == [
+        ("node_dispatcher", admin[0], "PENDING", "READY"),  # started by the admin's session
+        ("dispatcher-7", "qtg_testnet_runner", "READY", "SUBMITTING"),
+        ("dispatcher-7", "qtg_testnet_runner", "SUBMITTING", "SUBMITTED"),
+    ]
