@@ -166,6 +166,7 @@ def install_functions(dsn: str, *, sql_root: Path | None = None) -> MigrateResul
                 _run_file(conn, path, root, network=net)
             _set_access(conn, net, callers, "sql/functions")
             conn.execute("SELECT qtg_admin.grant_network_privileges(%s)", [net])
+            _grant_reader(conn, net)
         conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
         result = MigrateResult(
             common_routines=_count_routines(conn, COMMON_SCHEMA),
@@ -228,6 +229,17 @@ def _set_access(
                 routine, sql.Literal(None if caller is None else f"access: {caller}")
             )
         )
+
+
+def _grant_reader(conn: psycopg.Connection[Any], network: str) -> None:
+    """The network's read-only role (qtg_<network>_reader) may read every table
+    and view of its schema, and call the clock the views read."""
+    reader = sql.Identifier(f"qtg_{network}_reader")
+    schema = sql.Identifier(network)
+    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {}, qtg TO {}").format(schema, reader))
+    conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(schema, reader))
+    conn.execute(sql.SQL("GRANT EXECUTE ON FUNCTION qtg.clock() TO {}").format(reader))
+    conn.execute(sql.SQL("GRANT SELECT ON qtg.test_database TO {}").format(reader))
 
 
 def mark_test_database(dsn: str, *, marked: bool = True) -> None:

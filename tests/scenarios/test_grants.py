@@ -61,7 +61,11 @@ INTERNAL = {
     "stop_movement",
     "write_audit",
 }
-COMMON = {"clock": "runner operator", "substitute_params": "", "validate_node_config": ""}
+COMMON = {
+    "clock": "runner operator reader",
+    "substitute_params": "",
+    "validate_node_config": "",
+}
 
 GRANTS = """
     SELECT p.proname, p.prosecdef, coalesce(obj_description(p.oid, 'pg_proc'), ''),
@@ -106,7 +110,9 @@ def test_the_shared_routines_run_as_their_caller_and_only_the_clock_is_granted(
 ) -> None:
     rows = db.connect().execute(GRANTS, ("qtg",)).fetchall()
     every_role = sorted(
-        f"qtg_{net}_{kind}" for net in ("mainnet", "testnet") for kind in ("runner", "operator")
+        f"qtg_{net}_{kind}"
+        for net in ("mainnet", "testnet")
+        for kind in ("runner", "operator", "reader")
     )
-    roles = {"runner operator": " ".join(every_role), "": ""}
+    roles = {"runner operator reader": " ".join(every_role), "": ""}
     assert rows == [(name, False, "", roles[COMMON[name]]) for name in sorted(COMMON)]

@@ -1,0 +1,79 @@
+"""The read-only role of a network (qtg_<net>_reader) reads every table and
+view of its network and nothing else: nothing of the other network, no write,
+no procedure. Operators are members, so an operator reads what its procedures
+wrote; a runner is not."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase, dsn_for
+from engine import bind, create_started, node, plan
+
+Conn = psycopg.Connection[Any]
+DASHBOARD = "qtg_test_dashboard"
+
+
+@pytest.fixture
+def dashboard(db: TestDatabase) -> Iterator[Conn]:
+    """A login that is only a member of qtg_testnet_reader (roles are cluster-wide:
+    made for this test, dropped after it)."""
+    admin = db.connect()
+    admin.execute(f"DROP ROLE IF EXISTS {DASHBOARD}")
+    admin.execute(f"CREATE ROLE {DASHBOARD} LOGIN IN ROLE qtg_testnet_reader")
+    try:
+        yield bind(db.connect(dsn_for(db.dsn, user=DASHBOARD, password=None)))
+    finally:
+        db.close()
+        admin = psycopg.connect(db.dsn, autocommit=True)
+        admin.execute(f"DROP OWNED BY {DASHBOARD}")
+        admin.execute(f"DROP ROLE {DASHBOARD}")
+        admin.close()
+
+
+def test_a_reader_reads_every_table_and_view_of_its_network(conn: Conn, dashboard: Conn) -> None:
+    create_started(conn, plan(node("a")), "read-1")
+    relations = conn.execute(
+        """SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = 'testnet' AND c.relkind IN ('r', 'v') ORDER BY 1"""
+    ).fetchall()
+    assert len(relations) > 15
+    for (relation,) in relations:
+        dashboard.execute(f"SELECT * FROM testnet.{relation} LIMIT 1").fetchall()
+    assert dashboard.execute("SELECT count(*) FROM movement_requests").fetchone() == (1,)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT * FROM mainnet.movement_requests",
+        "SELECT * FROM mainnet.pipeline_counts",
+        "INSERT INTO testnet.lane_baselines (lane, baseline_seconds) VALUES ('x', 1)",
+        "UPDATE testnet.movement_requests SET priority = 9",
+        "DELETE FROM testnet.audit_outbox",
+        "SELECT * FROM testnet.create_movement('x', 1, '{\"nodes\": []}'::jsonb)",
+        "SELECT * FROM testnet.claim_ready_nodes('w', 1)",
+        "SELECT * FROM qtg_sim.side_effects",
+    ],
+)
+def test_a_reader_writes_nothing_calls_nothing_and_sees_nothing_of_the_other_network(
+    conn: Conn, dashboard: Conn, statement: str
+) -> None:
+    create_started(conn, plan(node("a")), "read-2")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        dashboard.execute(statement)
+
+
+def test_an_operator_reads_its_network_and_a_runner_does_not(db: TestDatabase, conn: Conn) -> None:
+    create_started(conn, plan(node("a")), "read-3")
+    operator = bind(db.connect(db.operator_dsn("testnet")))
+    assert operator.execute("SELECT count(*) FROM audit_outbox").fetchone() is not None
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        bind(db.connect(db.operator_dsn("mainnet")), "mainnet").execute(
+            "SELECT * FROM testnet.movement_requests"
+        )
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        bind(db.connect(db.runner_dsn("testnet"))).execute("SELECT * FROM movement_requests")
