@@ -19,7 +19,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from decimal import Decimal
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -109,8 +109,8 @@ def test_operational_errors_back_off_to_a_60s_ceiling_and_one_success_restores_t
     ]
     assert [row[3] for row in seen] == ["healthy", *["erroring"] * failures, "healthy", "healthy"]
     # the expected interval follows the backoff, so stalled_workers waits for it
-    assert seen[failures][2] == Decimal(60)
-    assert seen[-1][2] == Decimal(str(INTERVAL + JITTER))
+    assert seen[failures][2] == timedelta(seconds=60)
+    assert seen[-1][2] == timedelta(seconds=INTERVAL + JITTER)
 
 
 @pytest.mark.parametrize("how", ["pool closed", "heartbeat refused"])

@@ -1,7 +1,8 @@
 """The read-only role of a network (qtg_<net>_reader) reads every table and
 view of its network and nothing else: nothing of the other network, no write,
 no procedure. Operators are members, so an operator reads what its procedures
-wrote; a runner is not."""
+wrote; a runner is not. The seed document's stalled-worker query runs for it
+as printed there."""
 
 from __future__ import annotations
 
@@ -77,3 +78,23 @@ def test_an_operator_reads_its_network_and_a_runner_does_not(db: TestDatabase, c
         )
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         bind(db.connect(db.runner_dsn("testnet"))).execute("SELECT * FROM movement_requests")
+
+
+# the seed document's stalled-worker query, as printed there
+SEED_STALLED_WORKERS = """
+SELECT worker_name, last_tick_at, expected_interval_seconds
+FROM worker_heartbeats
+WHERE NOW() - last_tick_at > expected_interval_seconds * 2
+"""
+
+
+def test_the_seeds_stalled_worker_query_runs_as_printed_for_a_reader(
+    db: TestDatabase, dashboard: Conn
+) -> None:
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    runner.execute("SELECT heartbeat('node_dispatcher', 'alive', 'core', 60)")
+    # an instance that last ticked long ago (the test database's pinned clock)
+    runner.execute("SELECT set_config('qtg.now', '2026-01-01 00:00:00+00', false)")
+    runner.execute("SELECT heartbeat('node_observer', 'gone', 'core', 1)")
+    rows = dashboard.execute(SEED_STALLED_WORKERS).fetchall()
+    assert [r[0] for r in rows] == ["node_observer"]

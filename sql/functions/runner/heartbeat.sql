@@ -37,7 +37,8 @@ BEGIN
 
     INSERT INTO worker_heartbeats AS hb (worker_name, instance_id, tier, expected_interval_seconds, live, host, pid,
                                          started_at, last_tick_at, ticks, last_processed, consecutive_errors, last_error)
-    VALUES (p_worker_name, p_instance_id, p_tier, p_expected_interval_seconds, true, p_host, p_pid,
+    VALUES (p_worker_name, p_instance_id, p_tier, make_interval(secs => p_expected_interval_seconds::double precision),
+            true, p_host, p_pid,
             v_now, v_now, 1, coalesce(p_processed, 0), coalesce(p_consecutive_errors, 0), p_last_error)
     ON CONFLICT (worker_name, instance_id) DO UPDATE
        SET tier                      = excluded.tier,

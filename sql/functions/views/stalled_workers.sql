@@ -13,4 +13,4 @@ SELECT worker_name,
        last_error
   FROM worker_heartbeats
  WHERE live
-   AND clock() - last_tick_at > expected_interval_seconds * 2 * interval '1 second';
+   AND clock() - last_tick_at > expected_interval_seconds * 2;

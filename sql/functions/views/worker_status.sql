@@ -15,7 +15,7 @@ SELECT worker_name,
        last_error,
        CASE
            WHEN NOT live THEN 'stopped'
-           WHEN clock() - last_tick_at > expected_interval_seconds * 2 * interval '1 second' THEN 'stalled'
+           WHEN clock() - last_tick_at > expected_interval_seconds * 2 THEN 'stalled'
            WHEN consecutive_errors > 0 THEN 'erroring'
            ELSE 'healthy'
        END AS status
