@@ -1,9 +1,11 @@
 -- heartbeat: upserts one worker instance's row (INSERT ... ON CONFLICT DO UPDATE
 -- on worker_name + instance_id): last_tick_at, expected interval, live, the
 -- last batch's size and the error counter. The stalled_workers view reads it.
--- Instances silent for longer than engine_limits.heartbeat_retention_seconds
--- (stopped, or dead long ago) are pruned here, so the table does not grow
--- with every restart. Texts and the interval are bounded (QT005).
+-- When an instance beats for the first time (a worker started), instances
+-- silent for longer than engine_limits.heartbeat_retention_seconds (stopped,
+-- or dead long ago) are pruned, so the table does not grow with every
+-- restart; a tick of a running worker does no more than its upsert. Texts
+-- and the interval are bounded (QT005).
 CREATE OR REPLACE FUNCTION heartbeat(
     p_worker_name               text,
     p_instance_id               text,
@@ -18,7 +20,8 @@ CREATE OR REPLACE FUNCTION heartbeat(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_now timestamptz := clock();
+    v_now   timestamptz := clock();
+    v_first boolean;
 BEGIN
     IF p_worker_name IS NULL OR btrim(p_worker_name) = '' OR p_instance_id IS NULL OR btrim(p_instance_id) = '' THEN
         RAISE EXCEPTION 'heartbeat needs a worker name and an instance id' USING ERRCODE = 'QT002';
@@ -31,9 +34,6 @@ BEGIN
     END IF;
     PERFORM check_limits('heartbeat', p_wait => p_expected_interval_seconds,
                          p_text => ARRAY[p_worker_name, p_instance_id, p_last_error, p_host]);
-
-    DELETE FROM worker_heartbeats
-     WHERE last_tick_at < v_now - make_interval(secs => (SELECT heartbeat_retention_seconds FROM engine_limits)::double precision);
 
     INSERT INTO worker_heartbeats AS hb (worker_name, instance_id, tier, expected_interval_seconds, live, host, pid,
                                          started_at, last_tick_at, ticks, last_processed, consecutive_errors, last_error)
@@ -50,6 +50,13 @@ BEGIN
            ticks                     = hb.ticks + 1,
            last_processed            = excluded.last_processed,
            consecutive_errors        = excluded.consecutive_errors,
-           last_error                = excluded.last_error;
+           last_error                = excluded.last_error
+    RETURNING hb.ticks = 1 INTO v_first;
+
+    IF v_first THEN
+        DELETE FROM worker_heartbeats
+         WHERE last_tick_at < v_now - make_interval(secs => (SELECT heartbeat_retention_seconds
+                                                               FROM engine_limits)::double precision);
+    END IF;
 END
 $$;
