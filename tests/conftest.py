@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -166,6 +167,7 @@ class TestDatabase:
     name: str
     dsn: str  # superuser
     _conns: list[psycopg.Connection[Any]] = field(default_factory=list, repr=False)
+    logins: list[str] = field(default_factory=list, repr=False)
 
     def runner_dsn(self, network: str) -> str:
         """Same database, logged in as the network's runner role."""
@@ -174,6 +176,22 @@ class TestDatabase:
     def operator_dsn(self, network: str) -> str:
         """Same database, logged in as the network's operator role."""
         return dsn_for(self.dsn, user=f"qtg_{network}_operator", password=None)
+
+    def login(self, person: str, member_of: str) -> Login:
+        """A login of this test for ``person`` (e.g. "alice"), a member of the role
+        ``member_of`` (e.g. "qtg_testnet_operator"), with a password of its own.
+        Roles are cluster-wide, so the role is named after the person and this
+        database, and dropped with the database."""
+        role = f"{person}_{self.name}"[:63]
+        password = secrets.token_urlsafe(24)
+        with _admin(self.dsn) as admin:
+            admin.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE {}").format(
+                    sql.Identifier(role), sql.Literal(password), sql.Identifier(member_of)
+                )
+            )
+        self.logins.append(role)
+        return Login(role, dsn_for(self.dsn, user=role, password=password))
 
     def connect(self, dsn: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
         """A connection (autocommit unless told otherwise), closed after the test."""
@@ -186,6 +204,15 @@ class TestDatabase:
         for conn in self._conns:
             conn.close()
         self._conns.clear()
+
+
+@dataclass(frozen=True)
+class Login:
+    """A login role made by ``TestDatabase.login``: its name (what session_user
+    reads) and a DSN that logs in as it."""
+
+    name: str
+    dsn: str
 
 
 NewDatabase = Callable[..., TestDatabase]
@@ -208,6 +235,9 @@ def new_database(pg_server: str, template_db: str) -> Iterator[NewDatabase]:
     for database in made:
         database.close()
         drop_database(pg_server, database.name)
+        with _admin(pg_server) as admin:
+            for role in database.logins:
+                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
 @pytest.fixture

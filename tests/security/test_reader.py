@@ -6,33 +6,20 @@ as printed there."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from conftest import TestDatabase, dsn_for
+from conftest import TestDatabase
 from engine import bind, create_started, node, plan
 
 Conn = psycopg.Connection[Any]
-DASHBOARD = "qtg_test_dashboard"
 
 
 @pytest.fixture
-def dashboard(db: TestDatabase) -> Iterator[Conn]:
-    """A login that is only a member of qtg_testnet_reader (roles are cluster-wide:
-    made for this test, dropped after it)."""
-    admin = db.connect()
-    admin.execute(f"DROP ROLE IF EXISTS {DASHBOARD}")
-    admin.execute(f"CREATE ROLE {DASHBOARD} LOGIN IN ROLE qtg_testnet_reader")
-    try:
-        yield bind(db.connect(dsn_for(db.dsn, user=DASHBOARD, password=None)))
-    finally:
-        db.close()
-        admin = psycopg.connect(db.dsn, autocommit=True)
-        admin.execute(f"DROP OWNED BY {DASHBOARD}")
-        admin.execute(f"DROP ROLE {DASHBOARD}")
-        admin.close()
+def dashboard(db: TestDatabase) -> Conn:
+    """A login that is only a member of qtg_testnet_reader."""
+    return bind(db.connect(db.login("dashboard", "qtg_testnet_reader").dsn))
 
 
 def test_a_reader_reads_every_table_and_view_of_its_network(conn: Conn, dashboard: Conn) -> None:
