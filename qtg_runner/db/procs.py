@@ -1,5 +1,5 @@
 """The public procedures, typed: one Python function per procedure a runner or an
-operator may EXECUTE.
+operator may EXECUTE, and per deploy step the owner (the admin login) calls.
 
 Each wrapper's signature is the procedure's contract, written once: its name,
 its arguments (the SQL names without ``p_``, in the SQL order), their
@@ -55,7 +55,10 @@ from psycopg.types.json import Jsonb
 
 R = TypeVar("R")
 P = ParamSpec("P")
-Access = Literal["runner", "operator"]
+Access = Literal["runner", "operator", "owner"]
+"""Who may call a wrapped procedure: the network's runner or operator role
+(EXECUTE granted), or only the owner: an internal routine run as a deploy step
+on the admin connection (no network role may EXECUTE it)."""
 JsonObject = dict[str, Any]
 
 
@@ -126,10 +129,26 @@ class ObservePhase(enum.StrEnum):
     FATAL = "fatal"
 
 
+class ProposalKind(enum.StrEnum):
+    LANE_BASELINE = "lane_baseline"
+    TEMPLATE = "template"
+    EXECUTOR_CONFIG = "executor_config"
+
+
+class ProposalState(enum.StrEnum):
+    PROPOSED = "PROPOSED"
+    APPLIED = "APPLIED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"
+    SUPERSEDED = "SUPERSEDED"
+
+
 ENUM_TYPES: Final[dict[type[enum.StrEnum], str]] = {
     RequestState: "qtg.request_state",
     NodeState: "qtg.node_state",
     ObservePhase: "qtg.observe_phase",
+    ProposalKind: "qtg.proposal_kind",
+    ProposalState: "qtg.proposal_state",
 }
 """The shared enum types, with their PostgreSQL names (test_procs checks the labels)."""
 
@@ -229,6 +248,17 @@ class ObserveOutcome:
 class CreatedMovement:
     movement_id: BigInt
     created: Boolean
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A configuration proposal just made: PROPOSED until a second operator
+    approves it, with the open proposal of the same subject it superseded."""
+
+    proposal_id: BigInt
+    proposal_state: ProposalState
+    expires_at: Timestamp
+    supersedes: BigInt | None
 
 
 @dataclass(frozen=True)
@@ -639,6 +669,13 @@ def expire_movements(
 
 
 @procedure("runner")
+def expire_proposals(
+    max: Integer | Default = DEFAULT, actor: Text | Default = DEFAULT
+) -> Call[Integer]:
+    """Configuration proposals past expires_at -> EXPIRED; returns how many."""
+
+
+@procedure("runner")
 def heartbeat(
     worker_name: Text,
     instance_id: Text,
@@ -710,13 +747,60 @@ def cancel_movement(
 
 
 @procedure("operator")
-def register_template(
-    template_name: Text, plan: Json, description: Text | Default = DEFAULT
-) -> Call[None]:
-    """Adds or replaces a named plan template."""
+def propose_lane_baseline(
+    lane: Text,
+    baseline_seconds: Numeric,
+    min_poll_seconds: Numeric | Default | None = DEFAULT,
+    max_poll_seconds: Numeric | Default | None = DEFAULT,
+    first_poll_fraction: Numeric | Default | None = DEFAULT,
+    poll_fraction: Numeric | Default | None = DEFAULT,
+    over_factor: Numeric | Default | None = DEFAULT,
+    fatal_factor: Numeric | Default | None = DEFAULT,
+    observe_error_retry_seconds: Numeric | Default | None = DEFAULT,
+    recovery_retry_seconds: Numeric | Default | None = DEFAULT,
+    release_retry_seconds: Numeric | Default | None = DEFAULT,
+) -> Call[Proposal]:
+    """Proposes a lane's pacing and retry settings; NULL keeps the current value."""
 
 
 @procedure("operator")
+def propose_template(
+    template_name: Text, plan: Json | None, description: Text | Default = DEFAULT
+) -> Call[Proposal]:
+    """Proposes a named plan template, new or replacing one."""
+
+
+@procedure("operator")
+def propose_executor_config(
+    executor_key: Text,
+    node_config_schema: Json | None,
+    description: Text | Default | None = DEFAULT,
+) -> Call[Proposal]:
+    """Proposes a registered executor's node config schema and description."""
+
+
+@procedure("operator")
+def approve_proposal(proposal_id: BigInt) -> Call[ProposalState]:
+    """PROPOSED -> APPLIED, by another login than the proposer's (a self-approval
+    answers PROPOSED with a QT022 warning)."""
+
+
+@procedure("operator")
+def reject_proposal(proposal_id: BigInt, reason: Text) -> Call[ProposalState]:
+    """PROPOSED -> REJECTED, with a reason."""
+
+
+# -- deploy steps: the owner's (admin) connection only ----------------------------
+
+
+@procedure("owner")
+def register_template(
+    template_name: Text, plan: Json, description: Text | Default = DEFAULT
+) -> Call[None]:
+    """Adds or replaces a named plan template at once (operators propose_template)."""
+
+
+@procedure("owner")
 def upsert_lane_baseline(
     lane: Text,
     baseline_seconds: Numeric,
@@ -730,4 +814,13 @@ def upsert_lane_baseline(
     recovery_retry_seconds: Numeric | Default | None = DEFAULT,
     release_retry_seconds: Numeric | Default | None = DEFAULT,
 ) -> Call[LaneBaseline]:
-    """Sets a lane's pacing and retry parameters; NULL keeps the current value."""
+    """Sets a lane's pacing and retry parameters at once; NULL keeps the current
+    value (operators propose_lane_baseline)."""
+
+
+@procedure("owner")
+def set_executor_config(
+    executor_key: Text, node_config_schema: Json, description: Text | None
+) -> Call[None]:
+    """Sets a registered executor's node config schema and description at once
+    (operators propose_executor_config)."""
