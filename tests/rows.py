@@ -9,7 +9,10 @@
 - short paths through the procedures: claim one node (``claim_of``), record its
   intent (``prepare``), fail its submit (``fail``), claim recovery
   (``recovery_claims``), a movement brought to a given state (``movement_in``), a
-  submitted node (``submitted``).
+  submitted node (``submitted``);
+- configuration proposals: the tables a refused proposal call leaves as they
+  were (``CONFIG_TABLES``), a connection of a person's own login with the
+  clock pinned (``person``), a proposal's row, a lane's settings.
 
 Every helper takes a connection bound to one network (``engine.bind``), as the
 ``conn`` fixture of conftest.py gives.
@@ -22,7 +25,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from engine import create, create_started, node, node_ids, pin_clock, plan, request_state, submit
+from engine import (
+    bind,
+    create,
+    create_started,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+    request_state,
+    submit,
+)
 from psycopg.rows import dict_row
 
 from qtg_runner.db import procs
@@ -162,3 +175,45 @@ def submitted(conn: Conn, the_plan: dict[str, Any] = ONE, key: str = "a") -> tup
     claimed = claim_of(conn, node_ids(conn, movement_id)[key])
     assert submit(conn, claimed) == "SUBMITTED"
     return movement_id, claimed["node_id"]
+
+
+# --- configuration proposals --------------------------------------------------------------------
+
+# what a proposal may change, with its own rows and the audit log: a refused
+# call leaves them all as they were
+CONFIG_TABLES = (
+    "config_proposals",
+    "lane_baselines",
+    "movement_templates",
+    "executors",
+    "engine_limits",
+    "audit_outbox",
+)
+
+
+def person(
+    db: Any, name: str, role: str = "qtg_testnet_operator", network: str = "testnet"
+) -> Conn:
+    """A connection of ``name``'s own login (``db.login``), a member of ``role``,
+    bound to ``network``, its clock pinned at T0 like the ``conn`` fixture's."""
+    conn = bind(db.connect(db.login(name, role).dsn), network)
+    set_clock(conn, 0)
+    return conn
+
+
+def proposal_row(conn: Conn, proposal_id: int) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            "SELECT * FROM config_proposals WHERE id = %s", (proposal_id,)
+        ).fetchone()
+    assert row is not None
+    return row
+
+
+def lane_settings(conn: Conn, lane: str) -> dict[str, Any] | None:
+    """A lane's row of lane_baselines but its name and updated_at (None: no row)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute("SELECT * FROM lane_baselines WHERE lane = %s", (lane,)).fetchone()
+    if row is None:
+        return None
+    return {k: v for k, v in row.items() if k not in ("lane", "updated_at")}

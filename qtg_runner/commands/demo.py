@@ -133,6 +133,7 @@ def demo_entries(speed: float) -> list[WorkerEntry]:
         replace(BY_NAME["node_observer"], interval=0.25, jitter=0.05),
         replace(BY_NAME["node_recovery"], interval=1.0, jitter=0.2),
         replace(BY_NAME["expiration_checker"], interval=2.0, jitter=0.5),
+        replace(BY_NAME["template_proposal_expiration"], interval=2.0, jitter=0.5),
     ]
 
 
@@ -181,12 +182,17 @@ async def run_demo(dsn: str, network: NetworkMode, scale: float, timeout: float)
     ctx = runtime.context(16)
     run_tag = time.strftime("%Y%m%d-%H%M%S")
     ids: dict[int, DemoMovement] = {}
-    operator = operator_conninfo(dsn, network, "qtg-demo-operator")
-    async with await AsyncConnection.connect(operator, autocommit=True) as conn:
+    # the lanes' pacing is a deploy step on the owner's (admin) connection; an
+    # operator changes a lane only by a proposal that a second operator approves
+    async with await AsyncConnection.connect(
+        dsn, autocommit=True, options=f"-c search_path={network},qtg"
+    ) as owner:
         for lane, params in lane_baselines(scale).items():
             await procs.upsert_lane_baseline(
                 lane, params["baseline_seconds"], params["min_poll_seconds"]
-            ).aone(conn)
+            ).aone(owner)
+    operator = operator_conninfo(dsn, network, "qtg-demo-operator")
+    async with await AsyncConnection.connect(operator, autocommit=True) as conn:
         for i, movement in enumerate(demo_movements(scale)):
             created = await procs.create_movement(
                 f"demo-{run_tag}-{i}",

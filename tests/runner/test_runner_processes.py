@@ -60,7 +60,13 @@ from qtg_runner.db.embedded import stop_embedded
 # real processes, real waits: seconds each (`make test-quick` leaves them out)
 pytestmark = pytest.mark.slow
 
-ALL_WORKERS = {"node_dispatcher", "node_observer", "node_recovery", "expiration_checker"}
+ALL_WORKERS = {
+    "node_dispatcher",
+    "node_observer",
+    "node_recovery",
+    "expiration_checker",
+    "template_proposal_expiration",
+}
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}
 FUTURE = "2099-01-01T00:00:00Z"
