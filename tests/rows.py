@@ -12,7 +12,8 @@
   submitted node (``submitted``);
 - configuration proposals: the tables a refused proposal call leaves as they
   were (``CONFIG_TABLES``), a connection of a person's own login with the
-  clock pinned (``person``), a proposal's row, a lane's settings.
+  clock pinned (``person``), a proposal's row, a lane's settings, the
+  warnings a connection receives (``notices``).
 
 Every helper takes a connection bound to one network (``engine.bind``), as the
 ``conn`` fixture of conftest.py gives.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -203,9 +205,7 @@ def person(
 
 def proposal_row(conn: Conn, proposal_id: int) -> dict[str, Any]:
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(
-            "SELECT * FROM config_proposals WHERE id = %s", (proposal_id,)
-        ).fetchone()
+        row = cur.execute("SELECT * FROM config_proposals WHERE id = %s", (proposal_id,)).fetchone()
     assert row is not None
     return row
 
@@ -217,3 +217,18 @@ def lane_settings(conn: Conn, lane: str) -> dict[str, Any] | None:
     if row is None:
         return None
     return {k: v for k, v in row.items() if k not in ("lane", "updated_at")}
+
+
+def as_decimals(settings: dict[str, Any]) -> dict[str, Decimal]:
+    """A proposal's lane settings (JSON numbers) as Decimals, as ``lane_settings`` reads them."""
+    return {k: Decimal(str(v)) for k, v in settings.items()}
+
+
+def notices(conn: Conn) -> list[tuple[str | None, str | None, str]]:
+    """The notices and warnings ``conn`` receives from now on: SQLSTATE, severity, message."""
+    seen: list[tuple[str | None, str | None, str]] = []
+    conn.add_notice_handler(
+        # a Diagnostic is only valid during the callback: keep its fields
+        lambda d: seen.append((d.sqlstate, d.severity_nonlocalized, d.message_primary or ""))
+    )
+    return seen

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from engine import assert_rejected, in_one_transaction
-from rows import CONFIG_TABLES, Conn, lane_settings, proposal_row, time_at
+from rows import CONFIG_TABLES, Conn, as_decimals, lane_settings, proposal_row, time_at
 
 from qtg_runner.db import procs
 
@@ -28,11 +28,6 @@ def propose_sql(settings: dict[str, Any]) -> str:
     """A propose_lane_baseline call: the lane, the baseline, then ``settings`` by name."""
     named = "".join(f", p_{name} => %s::numeric" for name in settings)
     return f"SELECT * FROM propose_lane_baseline(%s, %s::numeric{named})"
-
-
-def decimals(value: dict[str, Any]) -> dict[str, Decimal]:
-    """A proposal's settings (JSON numbers) as Decimals, to compare with a lane's row."""
-    return {k: Decimal(str(v)) for k, v in value.items()}
 
 
 def test_a_proposal_holds_every_setting_and_changes_nothing_yet(conn: Conn) -> None:
@@ -54,9 +49,9 @@ def test_a_proposal_holds_every_setting_and_changes_nothing_yet(conn: Conn) -> N
         "postgres",
         time_at(0),
     )
-    assert decimals(row["before_value"]) == before
+    assert as_decimals(row["before_value"]) == before
     after = {**before, "baseline_seconds": Decimal(600), "poll_fraction": Decimal("0.2")}
-    assert decimals(row["proposed_value"]) == after
+    assert as_decimals(row["proposed_value"]) == after
 
 
 def test_a_new_lane_starts_from_the_default_lanes_settings(conn: Conn) -> None:
@@ -65,7 +60,7 @@ def test_a_new_lane_starts_from_the_default_lanes_settings(conn: Conn) -> None:
     proposal = procs.propose_lane_baseline("ccip", 1200).one(conn)
     row = proposal_row(conn, proposal.proposal_id)
     assert row["before_value"] is None
-    assert decimals(row["proposed_value"]) == {
+    assert as_decimals(row["proposed_value"]) == {
         **default,
         "baseline_seconds": Decimal(1200),
     }
