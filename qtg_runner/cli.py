@@ -168,12 +168,13 @@ def mark_test_cmd(
     out.print("test database: pinned clocks are honoured" if not off else "not a test database")
 
 
-from qtg_runner.commands import demo, movement, status  # noqa: E402
+from qtg_runner.commands import demo, movement, proposals, status  # noqa: E402
 from qtg_runner.commands import run as runners  # noqa: E402
 
 app.command("run")(runners.run_cmd)
 app.command("worker")(runners.worker_cmd)
 app.add_typer(movement.app, name="movement")
+app.add_typer(proposals.app, name="proposals")
 app.command("status")(status.status_cmd)
 app.command("demo")(demo.demo_cmd)
 

@@ -1,0 +1,97 @@
+"""`qtg proposals ...`: list, approve and reject configuration proposals.
+
+Lane pacing, templates and an executor's configuration change only through a
+proposal (propose_lane_baseline, propose_template, propose_executor_config,
+in psql) that a second operator approves. Every sub-command logs in as the
+operator, like `qtg movement` (QTG_OPERATOR_DATABASE_URL: the person's own
+login, since the approver must not be the proposer).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import psycopg
+import typer
+from rich.table import Table
+
+from qtg_runner.commands.movement import _fmt, connect, err, out
+from qtg_runner.commands.run import NetworkOption
+from qtg_runner.db import procs
+
+app = typer.Typer(
+    help="List, approve and reject configuration proposals (lane pacing, templates, executors).",
+    no_args_is_help=True,
+)
+
+
+def _compact(value: Any) -> str:
+    return "" if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@app.command("list")
+def list_cmd(network: NetworkOption = None) -> None:
+    """The open proposals (the open_proposals view): who proposed what, until
+    when, and each setting that changes, from its value now to the proposed one."""
+    with connect(network) as conn:
+        rows = conn.execute(
+            "SELECT proposal_id, kind, subject, changes, proposed_by, proposed_at, expires_in"
+            " FROM open_proposals ORDER BY proposal_id"
+        ).fetchall()
+    if not rows:
+        out.print("no open proposals")
+    for proposal_id, kind, subject, changes, by, at, expires_in in rows:
+        out.print(
+            f"[bold]proposal {proposal_id}[/bold]: {kind} {subject}, proposed by {by}"
+            f" at {_fmt(at)}, expires in {_fmt(expires_in)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        table = Table()
+        for col in ("setting", "from", "to"):
+            table.add_column(col, overflow="fold")
+        for key, change in sorted((changes or {}).items()):
+            table.add_row(key, _compact(change["from"]), _compact(change["to"]))
+        out.print(table)
+
+
+def _warnings(conn: psycopg.Connection[Any]) -> list[str]:
+    """The warnings the server sends ``conn`` from now on (a refused self-approval)."""
+    seen: list[str] = []
+
+    def keep(diag: psycopg.errors.Diagnostic) -> None:
+        if diag.severity_nonlocalized == "WARNING":
+            seen.append(f"({diag.sqlstate}) {diag.message_primary}")
+
+    conn.add_notice_handler(keep)
+    return seen
+
+
+@app.command("approve")
+def approve_cmd(
+    proposal_id: Annotated[int, typer.Argument(help="Proposal id.")],
+    network: NetworkOption = None,
+) -> None:
+    """Approve a proposal and apply its change (not one you proposed yourself)."""
+    with connect(network) as conn:
+        warnings = _warnings(conn)
+        state = procs.approve_proposal(proposal_id).one(conn)
+    if state != procs.ProposalState.APPLIED:
+        for warning in warnings:
+            err.print(f"[red]refused[/red] {warning}")
+        err.print(f"proposal {proposal_id} is still {state}: a second operator must approve")
+        raise typer.Exit(2)
+    out.print(f"proposal {proposal_id} {state}")
+
+
+@app.command("reject")
+def reject_cmd(
+    proposal_id: Annotated[int, typer.Argument(help="Proposal id.")],
+    reason: Annotated[str, typer.Option(help="Why (kept with the proposal and audited).")],
+    network: NetworkOption = None,
+) -> None:
+    """Reject (or, as its proposer, withdraw) an open proposal."""
+    with connect(network) as conn:
+        state = procs.reject_proposal(proposal_id, reason).one(conn)
+    out.print(f"proposal {proposal_id} {state}")
