@@ -194,7 +194,7 @@ def test_a_crashing_sidecar_is_logged_and_the_other_workers_keep_ticking(
     assert "worker=expiration_checker" in crash
     assert "FailpointCrash" in crash and "Traceback (most recent call last)" in crash
 
-    core = ALL_WORKERS - {"expiration_checker"}
+    core = {"node_dispatcher", "node_observer", "node_recovery"}
     wait_until(
         lambda: core <= set(heartbeats(real_clock_conn, runner.pid)),
         20,
