@@ -154,7 +154,7 @@ def test_the_bounds_the_admin_sets_in_engine_limits_hold(conn: Conn) -> None:
 
 
 def test_an_empty_lane_no_baseline_or_no_change_is_refused(conn: Conn) -> None:
-    for lane in ("", "  ", None):
+    for lane in ("", "  ", None, "x" * 201):
         assert_rejected(
             conn,
             "QT002",

@@ -2,7 +2,8 @@
 -- it is made (propose_*) and again when it is approved (approve_proposal), so
 -- that a bound tightened in between holds. Raises, and nothing changes.
 --
---   lane_baseline    every setting a finite number within its bound (QT005,
+--   lane_baseline    a lane name of 1 to 200 characters (QT002); every
+--                    setting a finite number within its bound (QT005,
 --                    the message states the bound; NaN and Infinity are
 --                    beyond every bound); engine_limits holds the tunable ones:
 --       setting                       bound
@@ -38,10 +39,11 @@ BEGIN
     SELECT * INTO STRICT v_limits FROM engine_limits;
     CASE p_kind
         WHEN 'lane_baseline' THEN
-            IF p_subject IS NULL OR btrim(p_subject) = '' THEN
-                RAISE EXCEPTION '%: lane name must not be empty', p_call USING ERRCODE = 'QT002';
+            IF p_subject IS NULL OR btrim(p_subject) = '' OR length(p_subject) > 200 THEN
+                RAISE EXCEPTION '%: a lane name must be 1 to 200 characters, got %', p_call,
+                                coalesce(quote_literal(left(p_subject, 40)), 'NULL')
+                    USING ERRCODE = 'QT002';
             END IF;
-            PERFORM check_limits(p_call, p_text => ARRAY[p_subject]);
             FOR v_bound IN
                 SELECT b.setting, b.low, b.low_open, b.high
                   FROM (VALUES ('baseline_seconds',            0::numeric,              true,  v_limits.max_baseline_seconds),

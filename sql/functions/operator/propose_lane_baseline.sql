@@ -24,11 +24,9 @@ CREATE OR REPLACE FUNCTION propose_lane_baseline(
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF p_lane IS NULL OR btrim(p_lane) = '' THEN
-        RAISE EXCEPTION 'propose_lane_baseline: lane name must not be empty' USING ERRCODE = 'QT002';
-    END IF;
     IF p_baseline_seconds IS NULL THEN
-        RAISE EXCEPTION 'propose_lane_baseline: lane % needs a baseline', p_lane USING ERRCODE = 'QT002';
+        RAISE EXCEPTION 'propose_lane_baseline: lane % needs a baseline', coalesce(p_lane, 'NULL')
+            USING ERRCODE = 'QT002';
     END IF;
     RETURN QUERY
     SELECT * FROM open_proposal(
