@@ -166,7 +166,7 @@ def test_recovery_still_unknown_looks_again_later(conn: Conn) -> None:
 
 def test_recovery_not_submitted_after_cancel_skips_the_node_and_settles(conn: Conn) -> None:
     movement_id, node_id, token = unknown_in_recovery(conn)
-    conn.execute("SELECT cancel_movement(%s, 'carol')", (movement_id,))
+    conn.execute("SELECT cancel_movement(%s)", (movement_id,))
     assert request_state(conn, movement_id) == "EXECUTING"
     written = recovered_logged(conn, node_id, token, "NOT_SUBMITTED")
     assert written.rows == [("SKIPPED",)]

@@ -33,6 +33,7 @@ from typing import Any
 import psycopg
 import pytest
 from engine import (
+    as_person,
     bind,
     create,
     node,
@@ -84,7 +85,7 @@ def real_clock_conn(db: Any) -> psycopg.Connection[Any]:
 
 
 def approve(conn: psycopg.Connection[Any], movement_id: int) -> None:
-    conn.execute("SELECT approve_movement(%s, 'bob')", (movement_id,))
+    conn.execute("SELECT approve_movement(%s)", (movement_id,))
 
 
 def one_node_movement(conn: psycopg.Connection[Any], external_id: str, **config: Any) -> int:
@@ -299,18 +300,19 @@ def test_two_dispatcher_processes_claim_each_of_1000_nodes_exactly_once(
     db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
     one_instant_node = json.dumps(plan(node("transfer", lane="instant")))
-    real_clock_conn.execute(
-        "SELECT count(*) FROM generate_series(1, 1000) AS g,"
-        " LATERAL create_movement('bulk-' || g, 100, %s::jsonb, p_actor => 'alice')",
-        (one_instant_node,),
-    )
+    with as_person(real_clock_conn, "alice"):
+        real_clock_conn.execute(
+            "SELECT count(*) FROM generate_series(1, 1000) AS g,"
+            " LATERAL create_movement('bulk-' || g, 100, %s::jsonb)",
+            (one_instant_node,),
+        )
     dispatchers = [
         procs.start("worker", "node_dispatcher", env=runner_env(db.dsn)) for _ in range(2)
     ]
     for d in dispatchers:
         wait_until(lambda d=d: heartbeats(real_clock_conn, d.pid), 20, "a heartbeat", alive=[d])
     # both are up and idle: approving now makes them race for the same work
-    real_clock_conn.execute("SELECT count(approve_movement(id, 'bob')) FROM movement_requests")
+    real_clock_conn.execute("SELECT count(approve_movement(id)) FROM movement_requests")
 
     wait_until(
         lambda: set(request_rows(real_clock_conn).values()) == {"COMPLETED"},

@@ -178,7 +178,7 @@ def expire(conn: Conn, seconds: float) -> int:
 def test_expiry_ends_a_movement_that_has_not_started(conn: Conn, state: str) -> None:
     mid = create_expiring(conn, plan(node("a"), node("b", ["a"])), "unstarted")
     if state == "APPROVED":
-        conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+        conn.execute("SELECT approve_movement(%s)", (mid,))
     assert request_state(conn, mid) == state
 
     before = snapshot(conn)
@@ -200,7 +200,7 @@ def test_expiry_ends_a_movement_that_has_not_started(conn: Conn, state: str) -> 
 
 def test_expiry_ends_an_executing_movement_with_nothing_claimed(conn: Conn) -> None:
     mid = create_expiring(conn, plan(node("a"), node("b", ["a"])), "ready-only")
-    conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+    conn.execute("SELECT approve_movement(%s)", (mid,))
     conn.execute("SELECT start_approved_movements(10)")
     assert node_states(conn, mid) == {"a": "READY", "b": "PENDING"}
 
@@ -261,7 +261,7 @@ def test_expiry_is_waived_once_a_side_effect_has_started(
     conn: Conn, state: str, drive: Callable[[Conn, dict[str, Any]], None]
 ) -> None:
     mid = create_expiring(conn, plan(node("a"), node("b", ["a"])), "started")
-    conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+    conn.execute("SELECT approve_movement(%s)", (mid,))
     conn.execute("SELECT start_approved_movements(10)")
     (claimed,) = claim(conn)
     drive(conn, claimed)
@@ -297,7 +297,7 @@ def test_expiry_is_waived_once_a_side_effect_has_started(
 def test_expiry_waits_for_an_in_flight_node_without_side_effect(conn: Conn) -> None:
     register_sim(conn, "check", has_side_effect=False)
     mid = create_expiring(conn, plan(node("check", executor="check"), node("pay", ["check"])), "m")
-    conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+    conn.execute("SELECT approve_movement(%s)", (mid,))
     conn.execute("SELECT start_approved_movements(10)")
     (claimed,) = claim(conn)
     assert claimed["node_key"] == "check" and claimed["has_side_effect"] is False
@@ -463,7 +463,7 @@ def test_cancel_waits_for_a_dispatcher_mid_claim_and_lets_its_side_effect_settle
             cancelling = pool.submit(
                 lambda: scalar(
                     operator,
-                    "SELECT cancel_movement(%s, 'carol', 'no longer needed')::text",
+                    "SELECT cancel_movement(%s, 'no longer needed')::text",
                     (mid,),
                 )
             )

@@ -23,6 +23,7 @@ import pytest
 from engine import (
     TERMINAL_NODE_STATES,
     TERMINAL_REQUEST_STATES,
+    as_person,
     node,
     observe,
     pin_clock,
@@ -103,18 +104,30 @@ class MovementMachine(RuleBasedStateMachine):
         return (T0 + timedelta(seconds=seconds)).isoformat()
 
     def call(
-        self, query: str, params: tuple[Any, ...] = ()
+        self, query: str, params: tuple[Any, ...] = (), person: str | None = None
     ) -> tuple[list[tuple[Any, ...]] | None, str | None]:
-        """(rows, None) on success, (None, sqlstate) when the engine refused the call."""
+        """(rows, None) on success, (None, sqlstate) when the engine refused the call
+        with an error, (rows, sqlstate) when it refused with a QT warning (a refusal
+        it records, such as the creator's approval). ``person``: see ``as_person``."""
+        warned: list[str] = []
+
+        def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+            if diag.severity_nonlocalized == "WARNING" and (diag.sqlstate or "").startswith("QT"):
+                warned.append(diag.sqlstate or "")
+
+        self.conn.add_notice_handler(on_notice)
         try:
-            cur = self.conn.execute(query, params)
-            return (cur.fetchall() if cur.description else []), None
+            with as_person(self.conn, person):
+                cur = self.conn.execute(query, params)
+                return (cur.fetchall() if cur.description else []), (warned or [None])[0]
         except psycopg.Error as exc:
             assert exc.sqlstate is not None and QT_ERROR.fullmatch(exc.sqlstate), (
                 f"{query} {params} raised {exc.sqlstate}: {exc}"
             )
             assert exc.sqlstate != "QT099", "the observer's internal miss signal leaked"
             return None, exc.sqlstate
+        finally:
+            self.conn.remove_notice_handler(on_notice)
 
     def node_row(self, node_id: int) -> dict[str, Any]:
         with self.conn.cursor(row_factory=dict_row) as cur:
@@ -218,14 +231,15 @@ class MovementMachine(RuleBasedStateMachine):
         self.created += 1
         rows, error = self.call(
             "SELECT movement_id, created FROM create_movement(%s, 10, %s,"
-            " p_expires_at => %s::timestamptz, p_actor => 'alice')",
+            " p_expires_at => %s::timestamptz)",
             (f"m{self.created}", Jsonb(plan(*nodes)), expires_at),
+            person="alice",
         )
         assert error is None and rows is not None and rows[0][1] is True
         movement_id = rows[0][0]
         self.plan_sizes[movement_id] = len(nodes)
         if then != "stay":
-            _, error = self.call("SELECT approve_movement(%s, 'bob')", (movement_id,))
+            _, error = self.call("SELECT approve_movement(%s)", (movement_id,))
             assert error is None, error
         if then == "start":
             self.start()
@@ -241,7 +255,7 @@ class MovementMachine(RuleBasedStateMachine):
         ).fetchone()
         assert row is not None
         state, expired = row
-        _, error = self.call("SELECT approve_movement(%s, %s)", (movement_id, approver))
+        _, error = self.call("SELECT approve_movement(%s)", (movement_id,), person=approver)
         if state != "PENDING_APPROVAL" or expired:
             assert error == "QT020", (state, expired, error)
         elif approver == "alice":
@@ -444,7 +458,7 @@ class MovementMachine(RuleBasedStateMachine):
         ).fetchone()
         assert row is not None
         state, stop = row
-        rows, error = self.call("SELECT cancel_movement(%s, 'carol')::text", (movement_id,))
+        rows, error = self.call("SELECT cancel_movement(%s)::text", (movement_id,))
         if stop == "CANCELLED" and state in ("EXECUTING", "CANCELLED"):
             assert error is None  # a second cancel changes nothing
         elif state in TERMINAL_REQUEST_STATES or stop is not None:
