@@ -233,6 +233,13 @@ class CreatedMovement:
 
 
 @dataclass(frozen=True)
+class Requeue:
+    requeue_id: BigInt
+    requeue_state: Text
+    node_state: NodeState
+
+
+@dataclass(frozen=True)
 class LaneBaseline:
     """A row of lane_baselines: one lane's pacing parameters."""
 
@@ -755,6 +762,13 @@ def cancel_movement(
     movement_id: BigInt, reason: Text | Default | None = DEFAULT
 ) -> Call[RequestState]:
     """-> CANCELLED at once, or once the nodes in flight settle."""
+
+
+@procedure("operator")
+def requeue_node(node_id: BigInt, reason: Text) -> Call[Requeue]:
+    """A fresh side effect for an UNKNOWN node with a PREPARED intent: the first
+    login's call requests it (REQUESTED), another login's call applies it
+    (APPLIED, node READY); the requester's own second call is Refused (QT022)."""
 
 
 @procedure("operator")

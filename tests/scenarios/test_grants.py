@@ -35,6 +35,7 @@ RUNNER = {
     "worker_stopped",
 }
 OPERATOR = {
+    "requeue_node",
     "approve_movement",
     "cancel_movement",
     "create_movement",

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 from conftest import TestDatabase
 from engine import (
+    as_person,
     bind,
     claim,
     create,
@@ -37,6 +38,8 @@ from engine import (
     wait_until_blocked_on_a_lock,
 )
 from rows import T0, Conn, callbacks, node_row, prepare, request_row, set_clock, time_at
+
+from qtg_runner.db import procs
 
 EXPIRES = 600  # seconds after T0, for the expiry tests
 
@@ -155,10 +158,23 @@ def test_unknown_side_effect_is_never_dispatched_again(
     assert complete_recovery(conn, node_id, rec["claim_token"], "STILL_UNKNOWN") == "UNKNOWN"
     assert all(c["node_id"] != node_id for c in claim(conn))
 
-    # only recovery's evidence that nothing went out makes it dispatchable again
+    # a side effect prepared or sent may be out: no runner verdict gives it a new one
     set_clock(conn, 600 + 24 * 30 * 3600 + 60)
     (rec,) = recovery_claim(conn)
-    assert complete_recovery(conn, node_id, rec["claim_token"], "NOT_SUBMITTED") == "READY"
+    raises(
+        "QT021",
+        conn,
+        "SELECT complete_recovery(%s, %s, 'NOT_SUBMITTED')",
+        (node_id, rec["claim_token"]),
+    )
+    assert all(c["node_id"] != node_id for c in claim(conn))
+
+    # only two operators, from the evidence, make it dispatchable again
+    with as_person(conn, "alice"):
+        assert procs.requeue_node(node_id, "dropped").one(conn).requeue_state == "REQUESTED"
+    assert all(c["node_id"] != node_id for c in claim(conn))
+    with as_person(conn, "bob"):
+        assert procs.requeue_node(node_id, "agreed").one(conn).node_state == "READY"
     assert [c["node_id"] for c in claim(conn)] == [node_id]
 
 

@@ -147,21 +147,38 @@ class MovementMachine(RuleBasedStateMachine):
         accepted: set[str],
         *args: Any,
         lease_checked: bool = False,
+        refused_once_prepared: bool = False,
     ) -> tuple[list[tuple[Any, ...]] | None, str | None]:
         """A completion call, checked against what the fencing guard must answer
         for the node as it was: a stale token QT030, a wrong state QT021, else success
-        (or QT030 for a call that also checks the lease, once it ran out)."""
+        (or QT030 for a call that also checks the lease, once it ran out; or QT021
+        for a call that must not follow a prepared or sent side effect)."""
         self.before = before = self.node_row(node_id)
+        prepared = refused_once_prepared and self.prepared_side_effect(node_id)
         rows, error = self.call(query, (node_id, token, *args))
         if token != before["claim_token"]:
             assert error == "QT030", f"stale token {token} on {before}: got {error}"
         elif before["node_state"] not in accepted:
             assert error == "QT021", f"{before['node_state']} not in {accepted}: got {error}"
+        elif prepared:
+            assert error == "QT021", f"a prepared side effect on {before}: got {error}"
         elif lease_checked and before["lease_until"] <= self.clock():
             assert error == "QT030", f"lease ran out on {before}: got {error}"
         else:
             assert error is None, f"{query} on {before} refused: {error}"
         return rows, error
+
+    def prepared_side_effect(self, node_id: int) -> bool:
+        """The node has a side effect and its latest intent is PREPARED or SUBMITTED."""
+        row = self.conn.execute(
+            """SELECT n.has_side_effect AND i.intent_state IN ('PREPARED', 'SUBMITTED')
+                 FROM movement_request_nodes n
+                 JOIN LATERAL (SELECT intent_state FROM node_intents WHERE node_id = n.id
+                                ORDER BY claim_token DESC LIMIT 1) i ON true
+                WHERE n.id = %s""",
+            (node_id,),
+        ).fetchone()
+        return bool(row and row[0])
 
     def clock(self) -> datetime:
         return T0 + timedelta(seconds=self.now)
@@ -361,6 +378,7 @@ class MovementMachine(RuleBasedStateMachine):
             {"UNKNOWN", "SUBMITTING"},
             outcome,
             hint,
+            refused_once_prepared=outcome == "NOT_SUBMITTED",
         )
         if error is None and outcome in ("COMPLETED", "FAILED"):
             assert rows == [(outcome,)]
