@@ -7,14 +7,15 @@ network (see ``bind``) and calls the procedures exactly as a runner would.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 
 from qtg_runner.db import procs
 
@@ -31,6 +32,41 @@ SIM_SCHEMA: dict[str, Any] = {
 
 TERMINAL_NODE_STATES = {"COMPLETED", "FAILED", "SKIPPED"}
 TERMINAL_REQUEST_STATES = {"COMPLETED", "FAILED", "CANCELLED", "EXPIRED"}
+
+
+PEOPLE = ("alice", "bob", "carol")
+"""Operators the tests act as on their superuser connection (``as_person``): roles
+without a login, members of every network's operator role, made once per server
+by conftest. Tests of logins themselves use ``db.login`` instead."""
+
+
+@contextmanager
+def as_person(conn: psycopg.Connection[Any], person: str | None) -> Iterator[None]:
+    """Run the block with ``session_user`` = ``person`` (one of PEOPLE), the identity
+    every operator procedure reads. Needs the test's superuser connection; None
+    leaves the connection's own login."""
+    if person is None:
+        yield
+        return
+    conn.execute(sql.SQL("SET SESSION AUTHORIZATION {}").format(sql.Identifier(person)))
+    try:
+        yield
+    finally:
+        # in a failed transaction the rollback undoes the SET anyway
+        if conn.info.transaction_status != pq.TransactionStatus.INERROR:
+            conn.execute("RESET SESSION AUTHORIZATION")
+
+
+def approve(conn: psycopg.Connection[Any], movement_id: int, person: str | None = "bob") -> str:
+    """approve_movement as ``person`` (see ``as_person``)."""
+    with as_person(conn, person):
+        return procs.approve_movement(movement_id).one(conn)
+
+
+def cancel(conn: psycopg.Connection[Any], movement_id: int, person: str | None = "carol") -> str:
+    """cancel_movement as ``person`` (see ``as_person``)."""
+    with as_person(conn, person):
+        return procs.cancel_movement(movement_id).one(conn)
 
 
 def bind(conn: psycopg.Connection[Any], network: str = "testnet") -> psycopg.Connection[Any]:
@@ -77,14 +113,16 @@ def create(
     the_plan: dict[str, Any],
     external_id: str,
     amount: str = "100",
-    actor: str = "alice",
+    actor: str | None = "alice",
     expires_at: str | datetime | None = None,
 ) -> int:
+    """create_movement as ``actor`` (see ``as_person``; None: the connection's login)."""
     if isinstance(expires_at, str):
         expires_at = datetime.fromisoformat(expires_at)
-    created = procs.create_movement(
-        external_id, Decimal(str(amount)), plan=the_plan, expires_at=expires_at, actor=actor
-    ).one(conn)
+    with as_person(conn, actor):
+        created = procs.create_movement(
+            external_id, Decimal(str(amount)), plan=the_plan, expires_at=expires_at
+        ).one(conn)
     return created.movement_id
 
 
@@ -93,7 +131,7 @@ def create_started(
 ) -> int:
     """Create, approve (as a second operator) and start one movement."""
     movement_id = create(conn, the_plan, external_id, **kw)
-    procs.approve_movement(movement_id, "bob").one(conn)
+    approve(conn, movement_id)
     procs.start_approved_movements(1000).one(conn)
     return movement_id
 

@@ -28,7 +28,9 @@ from typing import Any
 
 import psycopg
 from engine import (
+    approve,
     bind,
+    cancel,
     create,
     create_started,
     node,
@@ -99,6 +101,16 @@ def intent_row(conn: Conn, node_id: int, token: int) -> dict[str, Any]:
     return row
 
 
+def audit_rows(conn: Conn, movement_id: int) -> list[dict[str, Any]]:
+    """The movement's audit rows in order: actor, login, action, from and to state."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            """SELECT actor, login, action, from_state, to_state FROM audit_outbox
+                WHERE request_id = %s ORDER BY id""",
+            (movement_id,),
+        ).fetchall()
+
+
 def callbacks(conn: Conn, movement_id: int) -> list[str]:
     """The event types of a movement's callback_outbox rows, oldest first."""
     rows = conn.execute(
@@ -152,14 +164,14 @@ def movement_in(conn: Conn, state: str, external_id: str = "m") -> int:
     movement_id = create(conn, ONE, external_id)
     if state == "PENDING_APPROVAL":
         return movement_id
-    procs.approve_movement(movement_id, "bob").one(conn)
+    approve(conn, movement_id)
     if state == "APPROVED":
         return movement_id
     procs.start_approved_movements().one(conn)
     if state == "EXECUTING":
         return movement_id
     if state == "CANCELLED":
-        procs.cancel_movement(movement_id, "carol").one(conn)
+        cancel(conn, movement_id)
     else:
         claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
         if state == "COMPLETED":

@@ -198,13 +198,18 @@ async def run_demo(dsn: str, network: NetworkMode, scale: float, timeout: float)
                 f"demo-{run_tag}-{i}",
                 Decimal(movement.amount),
                 plan={"nodes": movement.nodes},
-                actor="alice",
             ).aone(conn)
             ids[created.movement_id] = movement
-            await procs.approve_movement(created.movement_id, "bob").aone(conn)
+    # a second login approves: the creator cannot
+    async with await AsyncConnection.connect(
+        dsn, autocommit=True, options=f"-c search_path={network},qtg"
+    ) as approver:
+        for movement_id in ids:
+            await procs.approve_movement(movement_id).aone(approver)
     out.print(
         f"created and approved {len(ids)} movements on [bold]{network}[/bold] "
-        f"(created by alice, approved by bob); lanes run {scale:g}x faster than real"
+        "(created by the operator login, approved by the admin login); "
+        f"lanes run {scale:g}x faster than real"
     )
 
     supervisor = asyncio.create_task(

@@ -54,6 +54,11 @@ def connect(network: str | None) -> Iterator[psycopg.Connection[Any]]:
                 err.print(f"hint: {diag.message_hint}")
             raise typer.Exit(2) from None
         raise
+    except procs.Refused as exc:
+        err.print(f"[red]refused[/red] ({exc.sqlstate}): {exc.message}")
+        if exc.hint:
+            err.print(f"hint: {exc.hint}")
+        raise typer.Exit(2) from None
 
 
 def parse_duration(text: str) -> timedelta:
@@ -112,12 +117,10 @@ def create_cmd(
     callback_url: Annotated[
         str | None, typer.Option("--callback-url", help="Where to deliver state changes.")
     ] = None,
-    actor: Annotated[
-        str, typer.Option(help="Who creates it (recorded; may not approve it).")
-    ] = "operator",
     network: NetworkOption = None,
 ) -> None:
-    """Create a movement from a plan file or a template. Prints its id."""
+    """Create a movement from a plan file or a template, as the login you connect
+    with (the creator, who cannot approve it). Prints its id."""
     if (plan is None) == (template is None):
         raise typer.BadParameter("give exactly one of --plan or --template")
     plan_doc: dict[str, Any] | None = None
@@ -138,7 +141,6 @@ def create_cmd(
             asset=asset,
             expires_at=expires_at,
             callback_url=callback_url,
-            actor=actor,
         ).one(conn)
     state = "created" if created.created else "already exists (same external id and plan)"
     out.print(f"movement [bold]{created.movement_id}[/bold] {state}")
@@ -147,25 +149,24 @@ def create_cmd(
 @app.command("approve")
 def approve_cmd(
     movement_id: Annotated[int, typer.Argument(help="Movement id.")],
-    actor: Annotated[str, typer.Option(help="Approver; must differ from the creator.")],
     network: NetworkOption = None,
 ) -> None:
-    """Approve a movement (PENDING_APPROVAL -> APPROVED)."""
+    """Approve a movement (PENDING_APPROVAL -> APPROVED) as the login you connect
+    with, which must not be the one that created it."""
     with connect(network) as conn:
-        state = procs.approve_movement(movement_id, actor).one(conn)
+        state = procs.approve_movement(movement_id).one(conn)
     out.print(f"movement {movement_id} {state}")
 
 
 @app.command("cancel")
 def cancel_cmd(
     movement_id: Annotated[int, typer.Argument(help="Movement id.")],
-    actor: Annotated[str, typer.Option(help="Who cancels it.")],
     reason: Annotated[str | None, typer.Option(help="Why (recorded in the audit log).")] = None,
     network: NetworkOption = None,
 ) -> None:
     """Cancel a movement. Side effects already out run until they settle."""
     with connect(network) as conn:
-        state = procs.cancel_movement(movement_id, actor, reason).one(conn)
+        state = procs.cancel_movement(movement_id, reason).one(conn)
     if state == procs.RequestState.CANCELLED:
         out.print(f"movement {movement_id} CANCELLED")
     else:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-import psycopg
 import typer
 from rich.table import Table
 
@@ -56,18 +55,6 @@ def list_cmd(network: NetworkOption = None) -> None:
         out.print(table)
 
 
-def _warnings(conn: psycopg.Connection[Any]) -> list[str]:
-    """The warnings the server sends ``conn`` from now on (a refused self-approval)."""
-    seen: list[str] = []
-
-    def keep(diag: psycopg.errors.Diagnostic) -> None:
-        if diag.severity_nonlocalized == "WARNING":
-            seen.append(f"({diag.sqlstate}) {diag.message_primary}")
-
-    conn.add_notice_handler(keep)
-    return seen
-
-
 @app.command("approve")
 def approve_cmd(
     proposal_id: Annotated[int, typer.Argument(help="Proposal id.")],
@@ -75,13 +62,14 @@ def approve_cmd(
 ) -> None:
     """Approve a proposal and apply its change (not one you proposed yourself)."""
     with connect(network) as conn:
-        warnings = _warnings(conn)
-        state = procs.approve_proposal(proposal_id).one(conn)
-    if state != procs.ProposalState.APPLIED:
-        for warning in warnings:
-            err.print(f"[red]refused[/red] {warning}")
-        err.print(f"proposal {proposal_id} is still {state}: a second operator must approve")
-        raise typer.Exit(2)
+        try:
+            state = procs.approve_proposal(proposal_id).one(conn)
+        except procs.Refused as refused:
+            err.print(f"[red]refused[/red] ({refused.sqlstate}): {refused.message}")
+            if refused.hint:
+                err.print(f"hint: {refused.hint}")
+            err.print(f"proposal {proposal_id} is still PROPOSED; the refusal is in the audit log")
+            raise typer.Exit(2) from None
     out.print(f"proposal {proposal_id} {state}")
 
 

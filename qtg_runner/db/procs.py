@@ -30,7 +30,8 @@ import enum
 import functools
 import inspect
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -251,6 +252,13 @@ class CreatedMovement:
 
 
 @dataclass(frozen=True)
+class Requeue:
+    requeue_id: BigInt
+    requeue_state: Text
+    node_state: NodeState
+
+
+@dataclass(frozen=True)
 class Proposal:
     """A configuration proposal just made: PROPOSED until a second operator
     approves it, with the open proposal of the same subject it superseded."""
@@ -288,6 +296,51 @@ class ResultMismatch(RuntimeError):
     """A procedure answered without a column its wrapper declares, or with another
     number of rows than asked for (a bug: the SQL and this module disagree;
     tests/runner/test_procs.py should have said so)."""
+
+
+class Refused(RuntimeError):
+    """A procedure refused the call with a WARNING that carries a QT SQLSTATE.
+
+    A procedure does this, instead of raising an error, when the refusal itself
+    must be kept (an error would roll back its audit row): e.g. approve_movement
+    by the movement's creator (QT022). Nothing else changed."""
+
+    def __init__(self, sqlstate: str, message: str, hint: str | None) -> None:
+        super().__init__(f"{sqlstate}: {message}")
+        self.sqlstate = sqlstate
+        self.message = message
+        self.hint = hint
+
+
+class _Refusals:
+    """Collects the QT warnings of one call (a notice handler; a notice's fields
+    are only readable inside the handler, so they are copied there)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Refused] = []
+
+    def __call__(self, diag: psycopg.errors.Diagnostic) -> None:
+        sqlstate = diag.sqlstate or ""
+        if diag.severity_nonlocalized == "WARNING" and sqlstate.startswith("QT"):
+            self.seen.append(Refused(sqlstate, diag.message_primary or "", diag.message_hint))
+
+    def raise_first(self) -> None:
+        if self.seen:
+            raise self.seen[0]
+
+
+@contextmanager
+def _refusals_raised(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+) -> Iterator[None]:
+    """Raise Refused after the block when a statement in it warned with a QT code."""
+    refusals = _Refusals()
+    conn.add_notice_handler(refusals)
+    try:
+        yield
+    finally:
+        conn.remove_notice_handler(refusals)
+    refusals.raise_first()
 
 
 @dataclass(frozen=True)
@@ -331,14 +384,15 @@ class Call(Generic[R]):
         return self.decode(rows[0]) if rows else None
 
     def _fetch(self, conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-        with conn.cursor(row_factory=tuple_row) as cur:
+        with _refusals_raised(conn), conn.cursor(row_factory=tuple_row) as cur:
             cur.execute(self.query, self.params)
             return self._rows(cur, cur.fetchall())
 
     async def _afetch(self, conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
-        async with conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(self.query, self.params)
-            return self._rows(cur, await cur.fetchall())
+        with _refusals_raised(conn):
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(self.query, self.params)
+                return self._rows(cur, await cur.fetchall())
 
     def all(self, conn: psycopg.Connection[Any]) -> list[R]:
         """Every row, decoded."""
@@ -371,7 +425,7 @@ def one_each(conn: psycopg.Connection[Any], calls: Sequence[Call[R]]) -> list[R]
     if any(call.query != query for call in calls):
         raise ValueError("one_each: every call must be the same procedure with the same arguments")
     results: list[R] = []
-    with conn.cursor(row_factory=tuple_row) as cur:
+    with _refusals_raised(conn), conn.cursor(row_factory=tuple_row) as cur:
         cur.executemany(query, [call.params for call in calls], returning=True)
         while True:
             results.append(calls[0]._one(calls[0]._rows(cur, cur.fetchall())))
@@ -729,21 +783,29 @@ def create_movement(
     expires_at: Timestamp | Default | None = DEFAULT,
     callback_url: Text | Default | None = DEFAULT,
     priority: Integer | Default = DEFAULT,
-    actor: Text | Default | None = DEFAULT,
 ) -> Call[CreatedMovement]:
-    """(none) -> PENDING_APPROVAL, from a plan or a template; idempotent on external_id."""
+    """(none) -> PENDING_APPROVAL, from a plan or a template; idempotent on external_id.
+    The creator is the calling login."""
 
 
 @procedure("operator")
-def approve_movement(movement_id: BigInt, actor: Text) -> Call[RequestState]:
-    """PENDING_APPROVAL -> APPROVED, by another login than the creator's."""
+def approve_movement(movement_id: BigInt) -> Call[RequestState]:
+    """PENDING_APPROVAL -> APPROVED, by the calling login, which must not be the
+    creator's (else Refused, QT022: the refusal is audited)."""
 
 
 @procedure("operator")
 def cancel_movement(
-    movement_id: BigInt, actor: Text, reason: Text | Default | None = DEFAULT
+    movement_id: BigInt, reason: Text | Default | None = DEFAULT
 ) -> Call[RequestState]:
     """-> CANCELLED at once, or once the nodes in flight settle."""
+
+
+@procedure("operator")
+def requeue_node(node_id: BigInt, reason: Text) -> Call[Requeue]:
+    """A fresh side effect for an UNKNOWN node with a PREPARED intent: the first
+    login's call requests it (REQUESTED), another login's call applies it
+    (APPLIED, node READY); the requester's own second call is Refused (QT022)."""
 
 
 @procedure("operator")

@@ -15,6 +15,11 @@ results. It never decides a node's state: the procedures do, from its answers.
                                or UNKNOWN with evidence.
     recover(work)              reconcile a node whose outcome is in doubt from
                                external evidence only (never a blind retry).
+                               Once the intent is PREPARED (work.prepared()),
+                               the side effect may only be resubmitted with
+                               that same payload (then IN_FLIGHT): the engine
+                               refuses NOT_SUBMITTED for it, and only
+                               requeue_node (two operators) allows a new one.
     health()                   is the external service usable?
 """
 
@@ -86,6 +91,19 @@ class Prepared:
     signed_tx_hash: str | None = None
     external_request_id: str | None = None
     payload: JsonObject | None = None
+
+    @classmethod
+    def from_intent(cls, intent: JsonObject | None) -> Prepared | None:
+        """The payload recorded on a PREPARED intent (a recovery claim's
+        ``intent``), or None when the intent was never prepared."""
+        if not intent or intent.get("intent_state") != "PREPARED":
+            return None
+        return cls(
+            nonce=intent.get("nonce"),
+            signed_tx_hash=intent.get("signed_tx_hash"),
+            external_request_id=intent.get("external_request_id"),
+            payload=intent.get("prepared_payload"),
+        )
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,12 @@ a template, an executor's schema and description, never its has_side_effect),
 recorded (decided_by, decided_at) and audited with the change in one
 transaction. A self-approval is refused without an error: a QT022 warning,
 PROPOSED returned, an 'approval_refused' audit row kept and nothing else
-changed. Refused with an error and nothing changed: an unknown proposal
-(QT013); one APPLIED, REJECTED, SUPERSEDED or EXPIRED, or past its expiry
-before the sidecar ran (QT023); a subject changed since the proposal
-(QT024); a value beyond the bounds as they are at approval, or a template
-plan that no longer validates (QT005, QT001).
+changed (the typed layer raises it as ``procs.Refused``). Refused with an
+error and nothing changed: an unknown proposal (QT013); one APPLIED,
+REJECTED, SUPERSEDED or EXPIRED, or past its expiry before the sidecar ran
+(QT023); a subject changed since the proposal (QT024); a value beyond the
+bounds as they are at approval, or a template plan that no longer validates
+(QT005, QT001).
 
 The proposer is the ``conn`` fixture's login (postgres); the approver is
 bob's own login, a member of qtg_testnet_operator.
@@ -113,18 +114,23 @@ def test_the_proposer_cannot_approve_and_the_refusal_is_audited(conn: Conn) -> N
     warnings = notices(conn)
     proposal = procs.propose_lane_baseline("cctp", 900).one(conn)
     before = snapshot(conn, [t for t in CONFIG_TABLES if t != "audit_outbox"])
-    state = procs.approve_proposal(proposal.proposal_id).one(conn)
-    assert state is procs.ProposalState.PROPOSED
+    state = conn.execute("SELECT approve_proposal(%s)::text", (proposal.proposal_id,)).fetchone()
+    assert state == ("PROPOSED",)
     [(sqlstate, severity, message)] = warnings
     assert (sqlstate, severity) == ("QT022", "WARNING")
     assert "who cannot also approve it" in message
     assert snapshot(conn, [t for t in CONFIG_TABLES if t != "audit_outbox"]) == before
+    # the typed layer raises the warning as a refusal
+    with pytest.raises(procs.Refused) as refused:
+        procs.approve_proposal(proposal.proposal_id).one(conn)
+    assert refused.value.sqlstate == "QT022"
     assert conn.execute(
         "SELECT actor, login, action, from_state, to_state FROM audit_outbox"
         " WHERE entity = 'proposal' AND entity_id = %s ORDER BY id",
         (str(proposal.proposal_id),),
     ).fetchall() == [
         ("postgres", "postgres", "proposed", None, "PROPOSED"),
+        ("postgres", "postgres", "approval_refused", "PROPOSED", "PROPOSED"),
         ("postgres", "postgres", "approval_refused", "PROPOSED", "PROPOSED"),
     ]
 

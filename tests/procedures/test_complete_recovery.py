@@ -4,7 +4,9 @@ Pins each outcome: COMPLETED completes the node (intent SUBMITTED) and readies
 its children; FAILED fails the node and the request (intent FAILED); IN_FLIGHT
 resumes the observation (SUBMITTED before any observation, OBSERVING after,
 each with a fresh window); NOT_SUBMITTED makes the node READY again (intent
-ABANDONED), or SKIPPED when the movement was cancelled, which then settles;
+ABANDONED), or SKIPPED when the movement was cancelled, which then settles, but
+only while the intent was never PREPARED: after that it is refused (QT021), as a
+prepared payload may be out (a fresh one needs requeue_node);
 STILL_UNKNOWN leases the node again for the hinted delay and dispatches nothing.
 Every verdict is audited (recovered); bad arguments are refused (QT002).
 
@@ -61,6 +63,16 @@ def unknown_in_recovery(conn: Conn, the_plan: dict[str, Any] = ONE) -> tuple[int
     movement_id = create_started(conn, the_plan, "m1")
     node_id = node_ids(conn, movement_id)["a"]
     claim_into_unknown(conn, node_id)
+    return movement_id, node_id, recovery_claims(conn)[node_id]["claim_token"]
+
+
+def lapsed_in_recovery(conn: Conn) -> tuple[int, int, int]:
+    """A movement whose node 'a' was claimed and never prepared, its lease run out,
+    claimed by recovery (SUBMITTING): (movement, node, token)."""
+    movement_id = create_started(conn, ONE, "m1")
+    node_id = node_ids(conn, movement_id)["a"]
+    claim_of(conn, node_id, lease=60)
+    pin_clock(conn, iso_at(60))
     return movement_id, node_id, recovery_claims(conn)[node_id]["claim_token"]
 
 
@@ -137,10 +149,10 @@ def test_recovery_in_flight_after_observation_resumes_as_observing(conn: Conn) -
 
 
 def test_recovery_not_submitted_makes_the_node_ready_again(conn: Conn) -> None:
-    _, node_id, token = unknown_in_recovery(conn)
+    _, node_id, token = lapsed_in_recovery(conn)
     written = recovered_logged(conn, node_id, token, "NOT_SUBMITTED")
     assert written.rows == [("READY",)]
-    assert written.audit == [("node", str(node_id), "recovered", "UNKNOWN", "READY")]
+    assert written.audit == [("node", str(node_id), "recovered", "SUBMITTING", "READY")]
     assert intent_row(conn, node_id, 1)["intent_state"] == "ABANDONED"
     again = claim_of(conn, node_id)
     assert (again["claim_token"], again["attempt"]) == (token + 1, 2)
@@ -164,9 +176,22 @@ def test_recovery_still_unknown_looks_again_later(conn: Conn) -> None:
     assert set(recovery_claims(conn)) == {node_id}
 
 
+def test_recovery_cannot_call_a_prepared_side_effect_not_submitted(conn: Conn) -> None:
+    # the intent holds a signed transaction: it may be out there, or be sent by
+    # anyone who has it, so no verdict may give the node a new one
+    _, node_id, token = unknown_in_recovery(conn)
+    assert_rejected(
+        conn,
+        "QT021",
+        "SELECT complete_recovery(%s, %s, 'NOT_SUBMITTED', %s::jsonb)",
+        (node_id, token, '{"receipt": null}'),
+    )
+    assert intent_row(conn, node_id, 1)["intent_state"] == "PREPARED"
+
+
 def test_recovery_not_submitted_after_cancel_skips_the_node_and_settles(conn: Conn) -> None:
-    movement_id, node_id, token = unknown_in_recovery(conn)
-    conn.execute("SELECT cancel_movement(%s, 'carol')", (movement_id,))
+    movement_id, node_id, token = lapsed_in_recovery(conn)
+    conn.execute("SELECT cancel_movement(%s)", (movement_id,))
     assert request_state(conn, movement_id) == "EXECUTING"
     written = recovered_logged(conn, node_id, token, "NOT_SUBMITTED")
     assert written.rows == [("SKIPPED",)]

@@ -283,7 +283,7 @@ def _started(conn: Conn) -> tuple[list[int], dict[int, int]]:
                 (movement,),
             )
         if name == "cancelled":
-            conn.execute("SELECT cancel_movement(%s, 'carol')", (movement,))
+            conn.execute("SELECT cancel_movement(%s)", (movement,))
         if name == "stopping":
             conn.execute(
                 "UPDATE movement_requests SET stop_reason = 'EXPIRED' WHERE id = %s", (movement,)

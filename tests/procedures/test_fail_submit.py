@@ -178,7 +178,7 @@ def test_a_failed_branch_lets_the_other_branch_finish_then_fails_the_request(con
 def test_a_retryable_failure_after_cancel_skips_the_node_and_settles(conn: Conn) -> None:
     movement_id = create_started(conn, ONE, "m1")
     claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
-    conn.execute("SELECT cancel_movement(%s, 'carol')", (movement_id,))
+    conn.execute("SELECT cancel_movement(%s)", (movement_id,))
     assert fail(conn, claimed, retryable=True) == "SKIPPED"
     assert request_state(conn, movement_id) == "CANCELLED"
     assert claim(conn) == []

@@ -81,7 +81,7 @@ def test_a_released_node_is_ready_again_after_the_lanes_wait_without_spending_an
 
 def test_a_release_under_a_cancel_skips_the_node_and_settles_the_movement(conn: Conn) -> None:
     movement, node_id, token = claimed(conn, "rel-2")
-    conn.execute("SELECT cancel_movement(%s, 'carol')", (movement,))
+    conn.execute("SELECT cancel_movement(%s)", (movement,))
 
     assert conn.execute(RELEASE, ([node_id], [token], "no executor")).fetchall() == [
         (node_id, "SKIPPED", None)

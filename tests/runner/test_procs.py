@@ -40,6 +40,7 @@ import psycopg
 import pytest
 from engine import (
     SIM_SCHEMA,
+    as_person,
     bind,
     claim,
     create_started,
@@ -253,11 +254,12 @@ def test_only_default_may_stand_for_a_default() -> None:
 def test_the_same_calls_run_on_a_sync_and_an_async_connection(db: Any) -> None:
     conn = bind(db.connect())
     register_sim(conn)
-    created = procs.create_movement(
-        "typed-1", Decimal("12.5"), plan=plan(node("a"), node("b", ["a"])), actor="alice"
-    ).one(conn)
+    with as_person(conn, "alice"):
+        created = procs.create_movement(
+            "typed-1", Decimal("12.5"), plan=plan(node("a"), node("b", ["a"]))
+        ).one(conn)
     assert created == procs.CreatedMovement(created.movement_id, True)
-    state = procs.approve_movement(created.movement_id, "bob").one(conn)
+    state = procs.approve_movement(created.movement_id).one(conn)
     assert state is procs.RequestState.APPROVED
     assert procs.start_approved_movements().one(conn) == 1
     create_started(conn, plan(node("c")), "typed-2")
@@ -296,15 +298,18 @@ def test_one_each_sends_many_calls_of_one_procedure_together(db: Any) -> None:
     conn = bind(db.connect())
     register_sim(conn)
     the_plan = plan(node("a"))
-    created = procs.one_each(
-        conn,
-        [procs.create_movement(f"bulk-{i}", 1, plan=the_plan, actor="alice") for i in range(5)],
-    )
-    assert [c.created for c in created] == [True] * 5
-    states = procs.one_each(conn, [procs.approve_movement(c.movement_id, "bob") for c in created])
-    assert states == [procs.RequestState.APPROVED] * 5
+    with as_person(conn, "alice"):
+        created = procs.one_each(
+            conn, [procs.create_movement(f"bulk-{i}", 1, plan=the_plan) for i in range(6)]
+        )
+        assert [c.created for c in created] == [True] * 6
+        # the creator's own approval, among many, is refused, not passed over
+        with pytest.raises(procs.Refused, match="QT022"):
+            procs.one_each(conn, [procs.approve_movement(created[5].movement_id)])
+    states = procs.one_each(conn, [procs.approve_movement(c.movement_id) for c in created])
+    assert states == [procs.RequestState.APPROVED] * 6
     with pytest.raises(ValueError, match="same procedure"):
-        procs.one_each(conn, [procs.approve_movement(1, "bob"), procs.cancel_movement(1, "bob")])
+        procs.one_each(conn, [procs.approve_movement(1), procs.cancel_movement(1)])
 
 
 # -- the workers' reports through the wrappers ------------------------------------

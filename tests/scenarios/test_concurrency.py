@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import bind, claim, node, node_ids, pin_clock, plan, submit
+from engine import as_person, bind, claim, node, node_ids, pin_clock, plan, submit
 from rows import T0
 
 LATER = (T0 + timedelta(hours=1)).isoformat()  # every submitted node is due for observation
@@ -64,14 +64,19 @@ def create_approved(
     conn: psycopg.Connection[Any], count: int, prefix: str = "m-", the_plan: str = ONE_NODE
 ) -> list[int]:
     """``count`` movements created by alice and approved by bob, in one statement."""
-    rows = conn.execute(
-        """SELECT m.movement_id
-             FROM generate_series(1, %s) g
-            CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb, p_actor => 'alice') m
-            WHERE approve_movement(m.movement_id, 'bob') = 'APPROVED'
-            ORDER BY 1""",
-        (count, prefix, the_plan),
-    ).fetchall()
+    with as_person(conn, "alice"):
+        conn.execute(
+            """SELECT count(*) FROM generate_series(1, %s) g
+                CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb)""",
+            (count, prefix, the_plan),
+        )
+    with as_person(conn, "bob"):
+        rows = conn.execute(
+            """SELECT id FROM movement_requests
+                WHERE external_id LIKE %s || '%%' AND approve_movement(id) = 'APPROVED'
+                ORDER BY 1""",
+            (prefix,),
+        ).fetchall()
     assert len(rows) == count
     return [int(r[0]) for r in rows]
 

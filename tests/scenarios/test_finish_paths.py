@@ -117,7 +117,7 @@ class Player:
     def step(self, key: str, outcome: str) -> None:
         self.tick()
         if key == "cancel":
-            self.conn.execute("SELECT cancel_movement(%s, 'carol')", (self.movement,))
+            self.conn.execute("SELECT cancel_movement(%s)", (self.movement,))
         elif key == "expire":
             self.conn.execute("SELECT expire_movements(100, 'expiration_checker')")
         else:
@@ -182,7 +182,7 @@ def play(new_database: NewDatabase, scenario: Scenario, path: str) -> dict[str, 
         else (T0 + timedelta(minutes=scenario.expires_in_minutes)).isoformat()
     )
     movement = create(conn, scenario.the_plan, "finish-paths", expires_at=expires)
-    conn.execute("SELECT approve_movement(%s, 'bob')", (movement,))
+    conn.execute("SELECT approve_movement(%s)", (movement,))
     conn.execute("SELECT start_approved_movements(10)")
     player = Player(conn, movement, path)
     player.claim_ready()

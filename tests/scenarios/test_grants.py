@@ -36,6 +36,7 @@ RUNNER = {
     "worker_stopped",
 }
 OPERATOR = {
+    "requeue_node",
     "approve_movement",
     "approve_proposal",
     "cancel_movement",

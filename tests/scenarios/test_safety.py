@@ -20,6 +20,7 @@ import psycopg
 import pytest
 from conftest import TestDatabase
 from engine import (
+    as_person,
     bind,
     claim,
     create,
@@ -37,6 +38,8 @@ from engine import (
     wait_until_blocked_on_a_lock,
 )
 from rows import T0, Conn, callbacks, node_row, prepare, request_row, set_clock, time_at
+
+from qtg_runner.db import procs
 
 EXPIRES = 600  # seconds after T0, for the expiry tests
 
@@ -155,10 +158,23 @@ def test_unknown_side_effect_is_never_dispatched_again(
     assert complete_recovery(conn, node_id, rec["claim_token"], "STILL_UNKNOWN") == "UNKNOWN"
     assert all(c["node_id"] != node_id for c in claim(conn))
 
-    # only recovery's evidence that nothing went out makes it dispatchable again
+    # a side effect prepared or sent may be out: no runner verdict gives it a new one
     set_clock(conn, 600 + 24 * 30 * 3600 + 60)
     (rec,) = recovery_claim(conn)
-    assert complete_recovery(conn, node_id, rec["claim_token"], "NOT_SUBMITTED") == "READY"
+    raises(
+        "QT021",
+        conn,
+        "SELECT complete_recovery(%s, %s, 'NOT_SUBMITTED')",
+        (node_id, rec["claim_token"]),
+    )
+    assert all(c["node_id"] != node_id for c in claim(conn))
+
+    # only two operators, from the evidence, make it dispatchable again
+    with as_person(conn, "alice"):
+        assert procs.requeue_node(node_id, "dropped").one(conn).requeue_state == "REQUESTED"
+    assert all(c["node_id"] != node_id for c in claim(conn))
+    with as_person(conn, "bob"):
+        assert procs.requeue_node(node_id, "agreed").one(conn).node_state == "READY"
     assert [c["node_id"] for c in claim(conn)] == [node_id]
 
 
@@ -178,7 +194,7 @@ def expire(conn: Conn, seconds: float) -> int:
 def test_expiry_ends_a_movement_that_has_not_started(conn: Conn, state: str) -> None:
     mid = create_expiring(conn, plan(node("a"), node("b", ["a"])), "unstarted")
     if state == "APPROVED":
-        conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+        conn.execute("SELECT approve_movement(%s)", (mid,))
     assert request_state(conn, mid) == state
 
     before = snapshot(conn)
@@ -200,7 +216,7 @@ def test_expiry_ends_a_movement_that_has_not_started(conn: Conn, state: str) -> 
 
 def test_expiry_ends_an_executing_movement_with_nothing_claimed(conn: Conn) -> None:
     mid = create_expiring(conn, plan(node("a"), node("b", ["a"])), "ready-only")
-    conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+    conn.execute("SELECT approve_movement(%s)", (mid,))
     conn.execute("SELECT start_approved_movements(10)")
     assert node_states(conn, mid) == {"a": "READY", "b": "PENDING"}
 
@@ -261,7 +277,7 @@ def test_expiry_is_waived_once_a_side_effect_has_started(
     conn: Conn, state: str, drive: Callable[[Conn, dict[str, Any]], None]
 ) -> None:
     mid = create_expiring(conn, plan(node("a"), node("b", ["a"])), "started")
-    conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+    conn.execute("SELECT approve_movement(%s)", (mid,))
     conn.execute("SELECT start_approved_movements(10)")
     (claimed,) = claim(conn)
     drive(conn, claimed)
@@ -297,7 +313,7 @@ def test_expiry_is_waived_once_a_side_effect_has_started(
 def test_expiry_waits_for_an_in_flight_node_without_side_effect(conn: Conn) -> None:
     register_sim(conn, "check", has_side_effect=False)
     mid = create_expiring(conn, plan(node("check", executor="check"), node("pay", ["check"])), "m")
-    conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+    conn.execute("SELECT approve_movement(%s)", (mid,))
     conn.execute("SELECT start_approved_movements(10)")
     (claimed,) = claim(conn)
     assert claimed["node_key"] == "check" and claimed["has_side_effect"] is False
@@ -463,7 +479,7 @@ def test_cancel_waits_for_a_dispatcher_mid_claim_and_lets_its_side_effect_settle
             cancelling = pool.submit(
                 lambda: scalar(
                     operator,
-                    "SELECT cancel_movement(%s, 'carol', 'no longer needed')::text",
+                    "SELECT cancel_movement(%s, 'no longer needed')::text",
                     (mid,),
                 )
             )

@@ -23,6 +23,7 @@ import pytest
 from engine import (
     TERMINAL_NODE_STATES,
     TERMINAL_REQUEST_STATES,
+    as_person,
     node,
     observe,
     pin_clock,
@@ -103,18 +104,30 @@ class MovementMachine(RuleBasedStateMachine):
         return (T0 + timedelta(seconds=seconds)).isoformat()
 
     def call(
-        self, query: str, params: tuple[Any, ...] = ()
+        self, query: str, params: tuple[Any, ...] = (), person: str | None = None
     ) -> tuple[list[tuple[Any, ...]] | None, str | None]:
-        """(rows, None) on success, (None, sqlstate) when the engine refused the call."""
+        """(rows, None) on success, (None, sqlstate) when the engine refused the call
+        with an error, (rows, sqlstate) when it refused with a QT warning (a refusal
+        it records, such as the creator's approval). ``person``: see ``as_person``."""
+        warned: list[str] = []
+
+        def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+            if diag.severity_nonlocalized == "WARNING" and (diag.sqlstate or "").startswith("QT"):
+                warned.append(diag.sqlstate or "")
+
+        self.conn.add_notice_handler(on_notice)
         try:
-            cur = self.conn.execute(query, params)
-            return (cur.fetchall() if cur.description else []), None
+            with as_person(self.conn, person):
+                cur = self.conn.execute(query, params)
+                return (cur.fetchall() if cur.description else []), (warned or [None])[0]
         except psycopg.Error as exc:
             assert exc.sqlstate is not None and QT_ERROR.fullmatch(exc.sqlstate), (
                 f"{query} {params} raised {exc.sqlstate}: {exc}"
             )
             assert exc.sqlstate != "QT099", "the observer's internal miss signal leaked"
             return None, exc.sqlstate
+        finally:
+            self.conn.remove_notice_handler(on_notice)
 
     def node_row(self, node_id: int) -> dict[str, Any]:
         with self.conn.cursor(row_factory=dict_row) as cur:
@@ -134,21 +147,38 @@ class MovementMachine(RuleBasedStateMachine):
         accepted: set[str],
         *args: Any,
         lease_checked: bool = False,
+        refused_once_prepared: bool = False,
     ) -> tuple[list[tuple[Any, ...]] | None, str | None]:
         """A completion call, checked against what the fencing guard must answer
         for the node as it was: a stale token QT030, a wrong state QT021, else success
-        (or QT030 for a call that also checks the lease, once it ran out)."""
+        (or QT030 for a call that also checks the lease, once it ran out; or QT021
+        for a call that must not follow a prepared or sent side effect)."""
         self.before = before = self.node_row(node_id)
+        prepared = refused_once_prepared and self.prepared_side_effect(node_id)
         rows, error = self.call(query, (node_id, token, *args))
         if token != before["claim_token"]:
             assert error == "QT030", f"stale token {token} on {before}: got {error}"
         elif before["node_state"] not in accepted:
             assert error == "QT021", f"{before['node_state']} not in {accepted}: got {error}"
+        elif prepared:
+            assert error == "QT021", f"a prepared side effect on {before}: got {error}"
         elif lease_checked and before["lease_until"] <= self.clock():
             assert error == "QT030", f"lease ran out on {before}: got {error}"
         else:
             assert error is None, f"{query} on {before} refused: {error}"
         return rows, error
+
+    def prepared_side_effect(self, node_id: int) -> bool:
+        """The node has a side effect and its latest intent is PREPARED or SUBMITTED."""
+        row = self.conn.execute(
+            """SELECT n.has_side_effect AND i.intent_state IN ('PREPARED', 'SUBMITTED')
+                 FROM movement_request_nodes n
+                 JOIN LATERAL (SELECT intent_state FROM node_intents WHERE node_id = n.id
+                                ORDER BY claim_token DESC LIMIT 1) i ON true
+                WHERE n.id = %s""",
+            (node_id,),
+        ).fetchone()
+        return bool(row and row[0])
 
     def clock(self) -> datetime:
         return T0 + timedelta(seconds=self.now)
@@ -218,14 +248,15 @@ class MovementMachine(RuleBasedStateMachine):
         self.created += 1
         rows, error = self.call(
             "SELECT movement_id, created FROM create_movement(%s, 10, %s,"
-            " p_expires_at => %s::timestamptz, p_actor => 'alice')",
+            " p_expires_at => %s::timestamptz)",
             (f"m{self.created}", Jsonb(plan(*nodes)), expires_at),
+            person="alice",
         )
         assert error is None and rows is not None and rows[0][1] is True
         movement_id = rows[0][0]
         self.plan_sizes[movement_id] = len(nodes)
         if then != "stay":
-            _, error = self.call("SELECT approve_movement(%s, 'bob')", (movement_id,))
+            _, error = self.call("SELECT approve_movement(%s)", (movement_id,))
             assert error is None, error
         if then == "start":
             self.start()
@@ -241,7 +272,7 @@ class MovementMachine(RuleBasedStateMachine):
         ).fetchone()
         assert row is not None
         state, expired = row
-        _, error = self.call("SELECT approve_movement(%s, %s)", (movement_id, approver))
+        _, error = self.call("SELECT approve_movement(%s)", (movement_id,), person=approver)
         if state != "PENDING_APPROVAL" or expired:
             assert error == "QT020", (state, expired, error)
         elif approver == "alice":
@@ -347,6 +378,7 @@ class MovementMachine(RuleBasedStateMachine):
             {"UNKNOWN", "SUBMITTING"},
             outcome,
             hint,
+            refused_once_prepared=outcome == "NOT_SUBMITTED",
         )
         if error is None and outcome in ("COMPLETED", "FAILED"):
             assert rows == [(outcome,)]
@@ -444,7 +476,7 @@ class MovementMachine(RuleBasedStateMachine):
         ).fetchone()
         assert row is not None
         state, stop = row
-        rows, error = self.call("SELECT cancel_movement(%s, 'carol')::text", (movement_id,))
+        rows, error = self.call("SELECT cancel_movement(%s)::text", (movement_id,))
         if stop == "CANCELLED" and state in ("EXECUTING", "CANCELLED"):
             assert error is None  # a second cancel changes nothing
         elif state in TERMINAL_REQUEST_STATES or stop is not None:

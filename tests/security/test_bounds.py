@@ -125,7 +125,7 @@ def test_an_operator_cannot_create_a_plan_beyond_the_node_limit(
     refused(
         conn,
         operator,
-        "SELECT * FROM create_movement('bound-7', 10, %s::jsonb, p_actor => 'alice')",
+        "SELECT * FROM create_movement('bound-7', 10, %s::jsonb)",
         (json.dumps(too_many),),
         "limit of 200 nodes",
     )

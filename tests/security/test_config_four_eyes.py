@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from conftest import TestDatabase
 from engine import SIM_SCHEMA, bind, node, plan, snapshot
-from rows import CONFIG_TABLES, Conn, iso_at, notices, person, proposal_row, set_clock
+from rows import CONFIG_TABLES, Conn, iso_at, person, proposal_row, set_clock
 
 from qtg_runner.db import procs
 from qtg_runner.db.pool import open_pool, runner_conninfo
@@ -77,9 +77,9 @@ def test_one_operator_alone_cannot_change_the_configuration(
     made = proposal.one(alice)
     assert config(conn) == before  # a proposal changes nothing
 
-    warnings = notices(alice)
-    assert procs.approve_proposal(made.proposal_id).one(alice) is procs.ProposalState.PROPOSED
-    assert [w[:2] for w in warnings] == [("QT022", "WARNING")]
+    with pytest.raises(procs.Refused) as refused:
+        procs.approve_proposal(made.proposal_id).one(alice)
+    assert refused.value.sqlstate == "QT022"
     assert config(conn) == before
     refused = conn.execute(
         "SELECT actor, login FROM audit_outbox"

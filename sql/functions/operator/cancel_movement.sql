@@ -6,14 +6,10 @@
 -- ends FAILED instead if one of those nodes fails). Cancelling a movement
 -- already being cancelled changes nothing. Terminal movements raise QT020.
 -- Locks: the request, then all its nodes (waits for a dispatcher mid-claim).
-CREATE OR REPLACE FUNCTION cancel_movement(p_movement_id bigint, p_actor text, p_reason text DEFAULT NULL)
+-- The canceller is the calling login (session_user).
+CREATE OR REPLACE FUNCTION cancel_movement(p_movement_id bigint, p_reason text DEFAULT NULL)
 RETURNS qtg.request_state
-LANGUAGE plpgsql
+LANGUAGE sql
 AS $$
-BEGIN
-    IF p_actor IS NULL OR btrim(p_actor) = '' THEN
-        RAISE EXCEPTION 'cancel_movement needs the operator''s name' USING ERRCODE = 'QT002';
-    END IF;
-    RETURN stop_movement(p_movement_id, 'CANCELLED', p_actor, p_reason);
-END
+    SELECT stop_movement(p_movement_id, 'CANCELLED', session_user, p_reason);
 $$;

@@ -20,14 +20,13 @@ CREATE OR REPLACE FUNCTION create_movement(
     p_asset        text DEFAULT 'USDC',
     p_expires_at   timestamptz DEFAULT NULL,
     p_callback_url text DEFAULT NULL,
-    p_priority     integer DEFAULT 0,
-    p_actor        text DEFAULT NULL
+    p_priority     integer DEFAULT 0
 ) RETURNS TABLE (movement_id bigint, created boolean)
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now        timestamptz := clock();
-    v_actor      text := coalesce(p_actor, session_user);
+    v_actor      text := session_user;  -- the login is the creator: no parameter names a person
     v_plan       jsonb;
     v_node_count integer;
     v_request_id bigint;
@@ -97,7 +96,7 @@ BEGIN
     IF v_request_id IS NULL THEN
         -- a concurrent call with the same external id committed first: answer as a repeat
         RETURN QUERY SELECT * FROM create_movement(p_external_id, p_amount, p_plan, p_template, p_params, p_asset,
-                                                   p_expires_at, p_callback_url, p_priority, p_actor);
+                                                   p_expires_at, p_callback_url, p_priority);
         RETURN;
     END IF;
 
