@@ -6,6 +6,7 @@ network (see ``bind``) and calls the procedures exactly as a runner would.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -159,16 +160,21 @@ def request_state(conn: psycopg.Connection[Any], movement_id: int) -> str:
     return str(row[0])
 
 
+def forged_secret() -> str:
+    """A well-formed claim secret (64 hex characters) that no claim handed out."""
+    return secrets.token_hex(32)
+
+
 def claim(
     conn: psycopg.Connection[Any], worker: str = "w1", max_nodes: int = 100
 ) -> list[dict[str, Any]]:
-    """claim_ready_nodes as a list of dicts (node_id, claim_token, node_key, ...)."""
+    """claim_ready_nodes as a list of dicts (node_id, claim_secret, node_key, ...)."""
     return [asdict(row) for row in procs.claim_ready_nodes(worker, max_nodes).all(conn)]
 
 
 def submit(conn: psycopg.Connection[Any], claimed: dict[str, Any], settled: bool = False) -> str:
-    node_id, token = claimed["node_id"], claimed["claim_token"]
-    state = procs.complete_submit(node_id, token, f"ref-{node_id}", settled=settled).one(conn)
+    node_id, secret = claimed["node_id"], claimed["claim_secret"]
+    state = procs.complete_submit(node_id, secret, f"ref-{node_id}", settled=settled).one(conn)
     return state.value
 
 
@@ -181,17 +187,30 @@ def observe(
 ) -> dict[str, Any] | None:
     """One observer round for one node in one transaction: claim_observe then
     complete_observe. Returns complete_observe's row, or None on a claim miss."""
+    return observe_claim(conn, node_id, outcome, retry_after, worker)[0]
+
+
+def observe_claim(
+    conn: psycopg.Connection[Any],
+    node_id: int,
+    outcome: str,
+    retry_after: float | None = None,
+    worker: str = "obs",
+) -> tuple[dict[str, Any] | None, str | None]:
+    """``observe``, and the secret of the observer's claim (None on a miss): the
+    node's current claim once the round is over."""
     with conn.transaction():
         claimed = procs.claim_observe(node_id, worker).one_or_none(conn)
         if claimed is None:
-            return None
-        complete = procs.complete_observe(node_id, claimed.claim_token, outcome, None, retry_after)
+            return None, None
+        complete = procs.complete_observe(node_id, claimed.claim_secret, outcome, None, retry_after)
         out = complete.one(conn)
-    return {
+    result = {
         "node_state": out.node_state.value,
         "observe_phase": out.observe_phase.value if out.observe_phase is not None else None,
         "next_observe_at": out.next_observe_at,
     }
+    return result, claimed.claim_secret
 
 
 def snapshot(

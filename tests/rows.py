@@ -92,10 +92,14 @@ def request_row(conn: Conn, movement_id: int) -> dict[str, Any]:
     return row
 
 
-def intent_row(conn: Conn, node_id: int, token: int) -> dict[str, Any]:
+def intent_row(conn: Conn, node_id: int, claim: int | None = None) -> dict[str, Any]:
+    """The intent of the node's ``claim``-th claim (its claim_token, the claim
+    counter), or of its latest claim."""
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(
-            "SELECT * FROM node_intents WHERE node_id = %s AND claim_token = %s", (node_id, token)
+            """SELECT * FROM node_intents WHERE node_id = %s AND claim_token = coalesce(%s,
+                   (SELECT max(claim_token) FROM node_intents WHERE node_id = %s))""",
+            (node_id, claim, node_id),
         ).fetchone()
     assert row is not None
     return row
@@ -139,13 +143,13 @@ def claim_of(conn: Conn, node_id: int, lease: int = 300, max_nodes: int = 100) -
 def prepare(conn: Conn, claimed: dict[str, Any], tx_hash: str = "0xaa") -> None:
     """record_intent_prepared with nonce 7 and one signed hash."""
     procs.record_intent_prepared(
-        claimed["node_id"], claimed["claim_token"], nonce=7, signed_tx_hash=tx_hash
+        claimed["node_id"], claimed["claim_secret"], nonce=7, signed_tx_hash=tx_hash
     ).one(conn)
 
 
 def fail(conn: Conn, claimed: dict[str, Any], retryable: bool, after: float | None = None) -> str:
     """fail_submit; returns the node's new state."""
-    call = procs.fail_submit(claimed["node_id"], claimed["claim_token"], "boom", retryable, after)
+    call = procs.fail_submit(claimed["node_id"], claimed["claim_secret"], "boom", retryable, after)
     return str(call.one(conn))
 
 

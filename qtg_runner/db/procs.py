@@ -16,7 +16,7 @@ server-side, never spliced into the text), and how to decode a row. The same
 async one (``aall``, ``aone``, ``aone_or_none``):
 
     claims = procs.claim_ready_nodes(worker_id, max=64).all(conn)
-    state = await procs.fail_submit(node_id, token, error, True).aone(aconn)
+    state = await procs.fail_submit(node_id, claim.claim_secret, error, True).aone(aconn)
 
 An argument left at ``DEFAULT`` is not sent, so the procedure's own default
 applies (the default is written once, in SQL). ``None`` is sent as NULL.
@@ -32,7 +32,7 @@ import inspect
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import (
@@ -99,6 +99,11 @@ BigIntArray = Annotated[Sequence[int | None], Pg("bigint[]")]
 TextArray = Annotated[Sequence[str | None], Pg("text[]")]
 BooleanArray = Annotated[Sequence[bool | None], Pg("boolean[]")]
 JsonArray = Annotated[Sequence[Mapping[str, Any] | list[Any] | None], Pg("jsonb[]")]
+ClaimSecret = Annotated[str, Pg("text")]
+"""A claim's secret: what a claim hands its claimer, the one proof every
+completion call presents. Never logged: the rows that carry one leave it out of
+their repr, and so does a ``Call``."""
+ClaimSecretArray = Annotated[Sequence[str | None], Pg("text[]")]
 
 
 class RequestState(enum.StrEnum):
@@ -163,7 +168,7 @@ class ClaimedNode:
 
     node_id: BigInt
     request_id: BigInt
-    claim_token: BigInt
+    claim_secret: ClaimSecret = field(repr=False)
     intent_id: BigInt
     idempotency_key: Text
     node_key: Text
@@ -182,7 +187,7 @@ class ObserveClaim:
 
     node_id: BigInt
     request_id: BigInt
-    claim_token: BigInt
+    claim_secret: ClaimSecret = field(repr=False)
     node_key: Text
     executor_key: Text
     node_config: JsonValue
@@ -201,7 +206,7 @@ class RecoveryClaim:
 
     node_id: BigInt
     request_id: BigInt
-    claim_token: BigInt
+    claim_secret: ClaimSecret = field(repr=False)
     node_state: NodeState
     node_key: Text
     executor_key: Text
@@ -349,7 +354,8 @@ class Call(Generic[R]):
 
     procedure: str
     query: str
-    params: tuple[Any, ...]
+    params: tuple[Any, ...] = field(repr=False)
+    """Sent server-side; left out of the repr (they may hold a claim secret)."""
     decode: Callable[[tuple[Any, ...]], R]
     columns: tuple[str, ...] | None
     """The result columns a row result must have (None for a scalar)."""
@@ -609,7 +615,7 @@ def claim_ready_nodes(
 @procedure("runner")
 def record_intent_prepared(
     node_id: BigInt,
-    claim_token: BigInt,
+    claim_secret: ClaimSecret,
     nonce: BigInt | Default | None = DEFAULT,
     signed_tx_hash: Text | Default | None = DEFAULT,
     external_request_id: Text | Default | None = DEFAULT,
@@ -621,7 +627,7 @@ def record_intent_prepared(
 @procedure("runner")
 def record_intent_prepared_batch(
     node_ids: BigIntArray,
-    claim_tokens: BigIntArray,
+    claim_secrets: ClaimSecretArray,
     nonces: BigIntArray | Default | None = DEFAULT,
     signed_tx_hashes: TextArray | Default | None = DEFAULT,
     external_request_ids: TextArray | Default | None = DEFAULT,
@@ -633,7 +639,7 @@ def record_intent_prepared_batch(
 @procedure("runner")
 def complete_submit(
     node_id: BigInt,
-    claim_token: BigInt,
+    claim_secret: ClaimSecret,
     external_ref: Text,
     evidence: Json | Default | None = DEFAULT,
     settled: Boolean | Default = DEFAULT,
@@ -644,7 +650,7 @@ def complete_submit(
 @procedure("runner")
 def complete_submit_batch(
     node_ids: BigIntArray,
-    claim_tokens: BigIntArray,
+    claim_secrets: ClaimSecretArray,
     external_refs: TextArray,
     evidence: JsonArray | Default | None = DEFAULT,
     settled: BooleanArray | Default | None = DEFAULT,
@@ -655,7 +661,7 @@ def complete_submit_batch(
 @procedure("runner")
 def fail_submit(
     node_id: BigInt,
-    claim_token: BigInt,
+    claim_secret: ClaimSecret,
     error: Text,
     retryable: Boolean,
     retry_after_seconds: Numeric | Default | None = DEFAULT,
@@ -665,7 +671,7 @@ def fail_submit(
 
 @procedure("runner")
 def release_nodes(
-    node_ids: BigIntArray, claim_tokens: BigIntArray, reason: Text
+    node_ids: BigIntArray, claim_secrets: ClaimSecretArray, reason: Text
 ) -> Call[NodeOutcome]:
     """SUBMITTING -> READY for claimed nodes whose intent was never PREPARED (this
     runner cannot run them); no submit attempt is consumed. One row per element."""
@@ -688,7 +694,7 @@ def claim_observe(
 @procedure("runner")
 def complete_observe(
     node_id: BigInt,
-    claim_token: BigInt,
+    claim_secret: ClaimSecret,
     outcome: Text,
     evidence: Json | Default | None = DEFAULT,
     retry_after_seconds: Numeric | Default | None = DEFAULT,
@@ -706,7 +712,7 @@ def claim_recovery_nodes(
 @procedure("runner")
 def complete_recovery(
     node_id: BigInt,
-    claim_token: BigInt,
+    claim_secret: ClaimSecret,
     outcome: Text,
     evidence: Json | Default | None = DEFAULT,
     external_ref: Text | Default | None = DEFAULT,

@@ -42,7 +42,8 @@ class NodeWork:
 
     node_id: int
     request_id: int
-    claim_token: int
+    claim_secret: str = field(repr=False)
+    """The claim's proof, presented by every completion call; never logged."""
     node_key: str
     executor_key: str
     node_config: JsonObject
@@ -69,7 +70,7 @@ class NodeWork:
         return cls(
             node_id=row.node_id,
             request_id=row.request_id,
-            claim_token=row.claim_token,
+            claim_secret=row.claim_secret,
             node_key=row.node_key,
             executor_key=row.executor_key,
             node_config=row.node_config,

@@ -49,7 +49,6 @@ from rows import (
     fail,
     iso_at,
     movement_in,
-    node_row,
     prepare,
     recovery_claims,
     request_row,
@@ -94,17 +93,18 @@ def test_cancel_while_executing_with_nothing_in_flight_cancels_at_once(conn: Con
     assert claim(conn) == []
 
 
-def recover(conn: Conn, node_id: int, token: int, outcome: str, after: float | None = None) -> str:
+def recover(conn: Conn, node_id: int, secret: str, outcome: str, after: float | None = None) -> str:
     row = conn.execute(
         "SELECT complete_recovery(%s, %s, %s, p_retry_after_seconds => %s)::text",
-        (node_id, token, outcome, after),
+        (node_id, secret, outcome, after),
     ).fetchone()
     assert row is not None
     return str(row[0])
 
 
 def put_in_flight(conn: Conn, node_id: int, state: str) -> dict[str, Any]:
-    """Drive ``node_id`` (READY, the lowest id) to the in-flight ``state`` alone."""
+    """Drive ``node_id`` (READY, the lowest id) to the in-flight ``state`` alone;
+    returns the dispatcher's claim."""
     claimed = claim_of(conn, node_id, max_nodes=1)
     if state == "SUBMITTING":
         return claimed
@@ -116,19 +116,24 @@ def put_in_flight(conn: Conn, node_id: int, state: str) -> dict[str, Any]:
     if state == "OBSERVING":
         pin_clock(conn, iso_at(42))
         observe(conn, node_id, "PENDING")
-    return {**claimed, "claim_token": node_row(conn, node_id)["claim_token"]}
+    return claimed
 
 
-def settle_in_flight(conn: Conn, node_id: int, state: str, outcome: str) -> None:
-    """Bring an in-flight node to ``outcome`` (COMPLETED or FAILED) by its proper path."""
-    token = node_row(conn, node_id)["claim_token"]
+def settle_in_flight(
+    conn: Conn, claimed: dict[str, Any], node_id: int, state: str, outcome: str
+) -> None:
+    """Bring an in-flight node to ``outcome`` (COMPLETED or FAILED) by its proper path
+    (``claimed``: its dispatcher's claim)."""
+    secret = claimed["claim_secret"]
     if state == "SUBMITTING":
         if outcome == "COMPLETED":
-            conn.execute("SELECT complete_submit(%s, %s, 'r', p_settled => true)", (node_id, token))
+            conn.execute(
+                "SELECT complete_submit(%s, %s, 'r', p_settled => true)", (node_id, secret)
+            )
         else:
-            conn.execute("SELECT fail_submit(%s, %s, 'no', false)", (node_id, token))
+            conn.execute("SELECT fail_submit(%s, %s, 'no', false)", (node_id, secret))
     elif state == "UNKNOWN":
-        recover(conn, node_id, recovery_claims(conn)[node_id]["claim_token"], outcome)
+        recover(conn, node_id, recovery_claims(conn)[node_id]["claim_secret"], outcome)
     else:
         pin_clock(conn, iso_at(100))
         assert observe(conn, node_id, outcome) is not None
@@ -148,7 +153,7 @@ def test_cancel_while_a_side_effect_is_in_flight_waits_for_it_to_settle(
 ) -> None:
     movement_id = create_started(conn, plan(node("a"), node("b"), node("c", ["a"])), "m1")
     ids = node_ids(conn, movement_id)
-    put_in_flight(conn, ids["a"], in_flight)
+    claimed = put_in_flight(conn, ids["a"], in_flight)
 
     written = in_one_transaction(conn, "SELECT cancel_movement(%s)::text", (movement_id,))
     assert written.rows == [("EXECUTING",)]
@@ -174,7 +179,7 @@ def test_cancel_while_a_side_effect_is_in_flight_waits_for_it_to_settle(
     assert again == [("EXECUTING",)]
     assert snapshot(conn) == before
 
-    settle_in_flight(conn, ids["a"], in_flight, outcome)
+    settle_in_flight(conn, claimed, ids["a"], in_flight, outcome)
     final = "CANCELLED" if outcome == "COMPLETED" else "FAILED"
     assert node_states(conn, movement_id) == {"a": outcome, "b": "SKIPPED", "c": "SKIPPED"}
     assert request_state(conn, movement_id) == final

@@ -97,14 +97,14 @@ def test_a_second_login_applies_it_and_the_next_claim_makes_a_new_intent(conn: C
     assert detail is not None and detail[0] == "bob"
     assert detail[1]["requested_by"] == "alice"
     assert detail[1]["evidence"]["intent"]["intent_state"] == "PREPARED"
-    assert intent_row(conn, node_id, claimed["claim_token"])["intent_state"] == "ABANDONED"
+    assert intent_row(conn, node_id, 1)["intent_state"] == "ABANDONED"
     assert conn.execute("SELECT count(*) FROM requeue_requests").fetchone() == (0,)
     # the recovery claim that was out is fenced
     assert_rejected(
         conn,
         "QT030",
         "SELECT complete_recovery(%s, %s, 'COMPLETED')",
-        (node_id, rec["claim_token"]),
+        (node_id, rec["claim_secret"]),
     )
     (again,) = claim(conn)
     assert again["node_id"] == node_id
@@ -133,7 +133,7 @@ def test_a_request_against_an_older_intent_goes_stale(conn: Conn) -> None:
 
 
 def test_a_request_made_against_an_older_intent_goes_stale(conn: Conn) -> None:
-    _, node_id, claimed = unknown_after_prepare(conn)
+    _, node_id, _ = unknown_after_prepare(conn)
     stale = requeue(conn, "alice", node_id)
     # no path gives an UNKNOWN node a newer intent today; the guard is for one that
     # would: written here by hand, a newer PREPARED intent of the same node
@@ -141,7 +141,7 @@ def test_a_request_made_against_an_older_intent_goes_stale(conn: Conn) -> None:
         """INSERT INTO node_intents (node_id, claim_token, idempotency_key, claimed_by,
                                      intent_state, created_at)
            VALUES (%s, %s, 'newer', 'w9', 'PREPARED', qtg.clock())""",
-        (node_id, claimed["claim_token"] + 5),
+        (node_id, node_row(conn, node_id)["claim_token"] + 5),
     )
     assert conn.execute("SELECT still_applies FROM requeue_requests").fetchone() == (False,)
     fresh = requeue(conn, "bob", node_id)  # bob's word starts a new request

@@ -225,19 +225,19 @@ def test_a_call_is_named_arguments_with_a_cast_each_and_server_side_parameters()
         "SELECT * FROM claim_ready_nodes(p_worker => %s::text)"
     )
     # None is sent, as NULL
-    fail = procs.fail_submit(1, 2, "boom", True, None)
+    fail = procs.fail_submit(1, "s" * 64, "boom", True, None)
     assert fail.query.endswith("p_retry_after_seconds => %s::numeric)")
     assert fail.params[-1] is None
 
     batch = procs.record_intent_prepared_batch(
-        (1, 2), [3, 4], payloads=[{"a": 1}, None], nonces=None
+        (1, 2), ("s3", "s4"), payloads=[{"a": 1}, None], nonces=None
     )
     assert batch.query == (
         "SELECT * FROM record_intent_prepared_batch(p_node_ids => %s::bigint[],"
-        " p_claim_tokens => %s::bigint[], p_nonces => %s::bigint[], p_payloads => %s::jsonb[])"
+        " p_claim_secrets => %s::text[], p_nonces => %s::bigint[], p_payloads => %s::jsonb[])"
     )
-    node_ids, tokens, nonces, payloads = batch.params
-    assert (node_ids, tokens, nonces) == ([1, 2], [3, 4], None)
+    node_ids, secrets, nonces, payloads = batch.params
+    assert (node_ids, secrets, nonces) == ([1, 2], ["s3", "s4"], None)
     assert isinstance(payloads[0], Jsonb) and payloads[0].obj == {"a": 1}
     assert payloads[1] is None
 
@@ -272,7 +272,7 @@ def test_the_same_calls_run_on_a_sync_and_an_async_connection(db: Any) -> None:
             claims = await procs.claim_ready_nodes("typed-w", max=10).aall(aconn)
             for claimed in claims:
                 outcome = await procs.complete_submit(
-                    claimed.node_id, claimed.claim_token, f"ref-{claimed.node_id}", settled=True
+                    claimed.node_id, claimed.claim_secret, f"ref-{claimed.node_id}", settled=True
                 ).aone(aconn)
                 assert outcome is procs.NodeState.COMPLETED
             await procs.heartbeat("typed", "i1", "core", 1.5, pid=None).aone(aconn)

@@ -54,6 +54,8 @@ INTERNAL = {
     "check_plan",
     "check_proposal",
     "check_template",
+    "claim_hash",
+    "claim_secret",
     "config_value",
     "enqueue_callbacks",
     "finish_nodes",

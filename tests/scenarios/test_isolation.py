@@ -212,7 +212,7 @@ def test_a_runner_runs_a_movement_to_completion_through_the_procedures(
     (claimed,) = claim(conn, "dispatcher")
     conn.execute(
         "SELECT record_intent_prepared(%s, %s, p_nonce => 7, p_signed_tx_hash => '0xabc')",
-        (claimed["node_id"], claimed["claim_token"]),
+        (claimed["node_id"], claimed["claim_secret"]),
     )
     assert submit(conn, claimed) == "SUBMITTED"
     pin_clock(conn, LATER)
@@ -283,7 +283,7 @@ def test_each_credential_holds_only_its_half_of_the_procedures(
     for statement in (
         "SELECT * FROM claim_ready_nodes('w', 1)",
         "SELECT start_approved_movements(1)",
-        "SELECT complete_submit(1, 1, 'x')",
+        "SELECT complete_submit(1, repeat('0', 64), 'x')",
         "SELECT * FROM claim_recovery_nodes('w', 1)",
         "SELECT register_executor('x', true, '{}'::jsonb)",
     ):

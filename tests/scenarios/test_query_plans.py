@@ -86,12 +86,13 @@ def _create_live(conn: psycopg.Connection[Any]) -> None:
 
     create_approved("live-", LIVE_MOVEMENTS)
     conn.execute("SELECT start_approved_movements(1000)")
-    conn.execute("SELECT count(*) FROM claim_ready_nodes('dispatcher', %s, 60)", (CLAIMED,))
+    claimed = conn.execute(
+        "SELECT node_id, claim_secret FROM claim_ready_nodes('dispatcher', %s, 60) ORDER BY 1",
+        (CLAIMED,),
+    ).fetchall()[:SUBMITTED]
     conn.execute(
-        """SELECT complete_submit(id, claim_token, 'tx-' || id)
-             FROM (SELECT id, claim_token FROM movement_request_nodes
-                    WHERE node_state = 'SUBMITTING' ORDER BY id LIMIT %s) claimed""",
-        (SUBMITTED,),
+        "SELECT count(*) FROM complete_submit_batch(%s::bigint[], %s::text[], %s::text[])",
+        ([n for n, _ in claimed], [s for _, s in claimed], [f"tx-{n}" for n, _ in claimed]),
     )
     create_approved("waiting-", APPROVED)
 

@@ -70,7 +70,7 @@ def claimed_and_sent(db: TestDatabase, runner: Conn) -> tuple[procs.ClaimedNode,
         prepared = await sim.prepare(work)
         procs.record_intent_prepared(
             claimed.node_id,
-            claimed.claim_token,
+            claimed.claim_secret,
             external_request_id=prepared.external_request_id,
             payload=prepared.payload,
         ).one(runner)
@@ -88,7 +88,7 @@ def recover_once(db: TestDatabase, runner: Conn) -> str:
     return str(
         procs.complete_recovery(
             rec.node_id,
-            rec.claim_token,
+            rec.claim_secret,
             result.outcome.value,
             evidence=result.evidence,
             external_ref=result.external_ref,
@@ -109,7 +109,7 @@ def test_a_retryable_failure_after_the_money_moved_is_sent_once(
     assert snapshot(conn) == before
 
     claimed, _ = claimed_and_sent(db, runner)
-    state = procs.fail_submit(claimed.node_id, claimed.claim_token, "timeout", True).one(runner)
+    state = procs.fail_submit(claimed.node_id, claimed.claim_secret, "timeout", True).one(runner)
     assert state == "UNKNOWN"
     assert procs.claim_ready_nodes("w2", 10).all(runner) == []
     assert recover_once(db, runner) == "COMPLETED"
@@ -125,7 +125,7 @@ def test_not_submitted_without_evidence_is_refused_and_the_node_sent_once(
     (rec,) = procs.claim_recovery_nodes("rec", 1, 60).all(runner)
     before = snapshot(conn)
     with pytest.raises(psycopg.Error) as refused:
-        procs.complete_recovery(rec.node_id, rec.claim_token, "NOT_SUBMITTED").one(runner)
+        procs.complete_recovery(rec.node_id, rec.claim_secret, "NOT_SUBMITTED").one(runner)
     assert refused.value.sqlstate == "QT021"
     assert snapshot(conn) == before
     assert procs.claim_ready_nodes("w2", 10).all(runner) == []
@@ -143,7 +143,7 @@ def test_a_prepared_payload_that_never_left_is_resubmitted_as_it_is(
     (claimed,) = procs.claim_ready_nodes("w1", 1, 60).all(runner)
     work = NodeWork.from_claim(claimed, "testnet")
     prepared = with_sim(db, lambda sim: sim.prepare(work))
-    procs.record_intent_prepared(claimed.node_id, claimed.claim_token, **_recorded(prepared)).one(
+    procs.record_intent_prepared(claimed.node_id, claimed.claim_secret, **_recorded(prepared)).one(
         runner
     )
     assert side_effects(conn) == {}
@@ -154,7 +154,7 @@ def test_a_prepared_payload_that_never_left_is_resubmitted_as_it_is(
     assert result.outcome is RecoveryOutcome.IN_FLIGHT
     assert result.external_ref == f"sim:testnet:{claimed.idempotency_key}"
     procs.complete_recovery(
-        rec.node_id, rec.claim_token, "IN_FLIGHT", external_ref=result.external_ref
+        rec.node_id, rec.claim_secret, "IN_FLIGHT", external_ref=result.external_ref
     ).one(runner)
     # a second recovery of the same payload lands nowhere new
     again = with_sim(db, lambda sim: sim.submit(work, prepared))

@@ -99,7 +99,8 @@ BEGIN
     UPDATE node_intents intent SET intent_state = 'ABANDONED', finished_at = v_now WHERE intent.id = v_intent.id;
     UPDATE movement_request_nodes node
        SET node_state  = 'READY',
-           claim_token = node.claim_token + 1,   -- a recovery claim still out is stale now
+           claim_token = node.claim_token + 1,   -- a recovery claim still out is stale now:
+           claim_hash  = NULL,                   -- no secret proves a claim on the node
            lease_until = NULL,
            not_before  = NULL,
            updated_at  = v_now

@@ -14,13 +14,13 @@
 --                  operators.
 --   STILL_UNKNOWN  no conclusion yet: UNKNOWN, looked at again after
 --                  p_retry_after_seconds, or the lane's recovery_retry_seconds.
--- Fenced by the claim token (QT030); accepted after the recovery lease ran out
+-- Fenced by the claim's secret (QT030); accepted after the recovery lease ran out
 -- while no other recovery claim has taken the node (evidence stays evidence).
 -- Locks: request, node, intent. The DAG step and the settle: finish_nodes.
 -- Returns the node's state afterwards (a READY node whose movement expired is SKIPPED).
 CREATE OR REPLACE FUNCTION complete_recovery(
     p_node_id             bigint,
-    p_claim_token         bigint,
+    p_claim_secret        text,
     p_outcome             text,
     p_evidence            jsonb DEFAULT NULL,
     p_external_ref        text DEFAULT NULL,
@@ -40,7 +40,7 @@ BEGIN
                        p_outcomes => '{COMPLETED,FAILED,IN_FLIGHT,NOT_SUBMITTED,STILL_UNKNOWN}',
                        p_retry_after => p_retry_after_seconds);
     PERFORM check_limits('complete_recovery', p_json => ARRAY[p_evidence], p_text => ARRAY[p_external_ref]);
-    v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['UNKNOWN', 'SUBMITTING']::qtg.node_state[],
+    v_node := lock_claimed_node(p_node_id, p_claim_secret, ARRAY['UNKNOWN', 'SUBMITTING']::qtg.node_state[],
                                 'complete_recovery');
     IF p_outcome = 'NOT_SUBMITTED' AND v_node.has_side_effect AND (
            SELECT intent.intent_state IN ('PREPARED', 'SUBMITTED') FROM node_intents intent
