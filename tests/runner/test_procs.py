@@ -22,13 +22,17 @@ through the wrappers when an executor is missing or fails:
     one at a time, and reports a refusal through fail_submit;
   * a failed observe() (or no executor) is complete_observe's ERROR, looked at
     again after the lane's observe_error_retry_seconds; a failed recover() (or
-    no executor) is STILL_UNKNOWN for the lane's recovery_retry_seconds.
+    no executor) is STILL_UNKNOWN for the lane's recovery_retry_seconds;
+  * the dispatcher carries each claim's secret from the claim to every report,
+    and no log line, and no repr of a claim, a NodeWork or a call, shows one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -68,6 +72,7 @@ from qtg_runner.executors.base import (
     RecoveryResult,
     SubmitResult,
 )
+from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
 from qtg_runner.workers import node_dispatcher, node_observer, node_recovery
 
@@ -514,3 +519,75 @@ def test_a_failed_recovery_leaves_the_node_unknown_for_the_lanes_delay(
     assert row["lease"] == timedelta(seconds=50)
     expected = "the service is down" if carried else "no executor 'flaky' in this runner"
     assert row["evidence"] == {"error": expected}
+
+
+class SecretSeeingExecutor(FakeExecutor):
+    """A FakeExecutor that records each node it submits as a log line would show
+    it (its repr), with the claim secret it carries."""
+
+    def __init__(self, key: str, refuse: set[str] = frozenset()) -> None:
+        super().__init__(key, refuse)
+        self.seen: list[tuple[str, str]] = []  # (repr of the work, its claim secret)
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        self.seen.append((repr(work), work.claim_secret))
+        return await super().submit(work, prepared)
+
+
+def test_the_dispatcher_carries_each_claims_secret_to_its_reports_and_logs_none(
+    db: Any, runner_env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    conn = bind(db.connect())
+    executor = SecretSeeingExecutor("plain", refuse={"refused"})
+    register_sim(conn, key="plain")
+    register_sim(conn, key="elsewhere")
+    movement_id = create_started(
+        conn,
+        plan(
+            node("sent", executor="plain"),
+            node("refused", executor="plain"),
+            node("away", executor="elsewhere"),
+        ),
+        "secret-logs",
+    )
+    qtg = logging.getLogger("qtg")
+    qtg.addHandler(caplog.handler)
+    caplog.set_level(logging.DEBUG, logger="qtg")
+    try:
+        assert run_batch(db, node_dispatcher.batch, executor) == 3
+    finally:
+        qtg.removeHandler(caplog.handler)
+
+    # each report was accepted: the secret went from the claim to every call
+    assert node_states(conn, movement_id) == {
+        "sent": "SUBMITTED",
+        "refused": "READY",
+        "away": "READY",
+    }
+    [(shown, secret)] = executor.seen
+    assert re.fullmatch("[0-9a-f]{64}", secret)
+    assert secret not in shown
+    lines = "\n".join(record.getMessage() for record in caplog.records)
+    for logged in ("node_submitted", "prepare_failed", "executor_missing"):
+        assert f"event={logged}" in lines
+    assert not re.search("[0-9a-f]{64}", lines), lines
+
+
+def test_no_log_line_or_repr_shows_a_claim_secret(caplog: pytest.LogCaptureFixture) -> None:
+    secret = "ab" * 32
+    qtg = logging.getLogger("qtg")
+    qtg.addHandler(caplog.handler)
+    caplog.set_level(logging.DEBUG, logger="qtg")
+    try:
+        event(logging.INFO, "claimed", node=7, claim_secret=secret, secret=secret)
+    finally:
+        qtg.removeHandler(caplog.handler)
+    assert {r.getMessage() for r in caplog.records} == {"event=claimed node=7"}
+
+    claimed = procs.ClaimedNode(
+        7, 3, secret, 9, "t7x1", "a", "sim", True, {}, "default", Decimal(1), "USDC", 1
+    )
+    work = NodeWork.from_claim(claimed, NETWORK)
+    assert work.claim_secret == secret
+    for shown in (claimed, work, procs.complete_submit(7, secret, "ref")):
+        assert secret not in repr(shown)
