@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 GRAPHILE := benchmarks/graphile
 
-.PHONY: install test test-quick run bench lint clean
+.PHONY: install test test-quick run bench chaos lint clean
 
 install: $(STAMP)
 
@@ -47,6 +47,13 @@ bench: $(BENCH_STAMP)
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,dev,bench]'
 	touch $(BENCH_STAMP)
+
+# the engine under faults: kill -9 of runners, server restarts, terminated
+# backends, poison nodes, a synchronous-standby failover, each on a fresh
+# embedded PostgreSQL database, with the invariants checked after each; exits 1
+# when one fails. QTG_CHAOS_SCALE=small for a CI-sized run (chaos/__main__.py)
+chaos: install
+	$(BIN)/python -m chaos
 
 lint: install
 	$(BIN)/ruff check .

@@ -237,7 +237,8 @@ class Clock:
         self.advanced = 0.0
         self.jumps = 0
         self._dsn = ""
-        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -245,6 +246,7 @@ class Clock:
         """Drive the clock through ``dsn`` (a superuser DSN; multi-host in a failover)."""
         with self._lock:
             self._dsn = dsn
+            self._close()
 
     def now(self) -> dt.datetime:
         return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self.offset)
@@ -255,7 +257,8 @@ class Clock:
             self.offset += seconds
             self.advanced += seconds
             self.jumps += 1
-        self._set(self.now())
+            with contextlib.suppress(psycopg.Error, OSError):
+                self._set(self.now())  # else the thread's next tick sets it
         if self._thread is None:
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="chaos-clock", daemon=True)
@@ -277,15 +280,26 @@ class Clock:
         while not self._stop.wait(self.TICK_SECONDS):
             with contextlib.suppress(psycopg.Error, OSError):
                 self._set(self.now())
+        self._close()
 
     def _set(self, at: dt.datetime) -> None:
         with self._lock:
-            dsn = self._dsn
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(
-                sql.SQL("ALTER SYSTEM SET qtg.now = {}").format(sql.Literal(at.isoformat()))
-            )
-            conn.execute("SELECT pg_reload_conf()")
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=3)
+                self._conn.execute(
+                    sql.SQL("ALTER SYSTEM SET qtg.now = {}").format(sql.Literal(at.isoformat()))
+                )
+                self._conn.execute("SELECT pg_reload_conf()")
+            except psycopg.Error:
+                self._close()
+                raise
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+        self._conn = None
 
     def _reset_server(self) -> None:
         deadline = time.monotonic() + 30

@@ -37,6 +37,7 @@ from chaos.fleet import Fleet, runner_env
 from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
 from qtg_runner.db.migrate import mark_test_database, migrate
+from qtg_runner.db.pool import operator_conninfo
 from qtg_runner.executors.sim import SimExecutor
 
 NETWORK: NetworkMode = "testnet"
@@ -228,7 +229,14 @@ def run_scenario(
     log_dir = run.out_dir / "logs" / name
     fleet = Fleet(dict(FLEET), runner_env(dsn, NETWORK), log_dir)
     feeder = workload.Feeder(
-        dsn, NETWORK, name, plan, ledger, random.Random(run.rng.random()), run.clock.now
+        operator_conninfo(dsn, NETWORK, "qtg-chaos-operator"),
+        dsn,
+        NETWORK,
+        name,
+        plan,
+        ledger,
+        random.Random(run.rng.random()),
+        run.clock.now,
     )
     notes: list[str] = []
     say(f"{name}: {len(plan)} movements over {feeder.duration:.0f}s, fleet of {len(FLEET)}")

@@ -35,7 +35,6 @@ from psycopg.conninfo import make_conninfo
 from chaos.checker import Ledger
 from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
-from qtg_runner.db.pool import operator_conninfo
 from qtg_runner.executors.sim import LANE_PRESETS
 
 BASELINE_SECONDS = 2.0
@@ -234,12 +233,19 @@ def burst(rng: random.Random, at: float, size: int, poison: Kind) -> list[Planne
     return good
 
 
+def _bound(dsn: str, network: NetworkMode, application_name: str) -> str:
+    return make_conninfo(
+        dsn, application_name=application_name, options=f"-c search_path={network},qtg"
+    )
+
+
 class Feeder:
     """Creates, approves and cancels the planned movements in a thread of its own."""
 
     def __init__(
         self,
-        admin_dsn: str,
+        operator_dsn: str,
+        approver_dsn: str,
         network: NetworkMode,
         prefix: str,
         plan: list[Planned],
@@ -247,14 +253,10 @@ class Feeder:
         rng: random.Random,
         now: Callable[[], dt.datetime],
     ) -> None:
-        self.operator = Session(operator_conninfo(admin_dsn, network, "qtg-chaos-operator"))
-        self.approver = Session(
-            make_conninfo(
-                admin_dsn,
-                application_name="qtg-chaos-approver",
-                options=f"-c search_path={network},qtg",
-            )
-        )
+        """``operator_dsn`` creates and cancels, ``approver_dsn`` (another login)
+        approves; both are bound to ``network`` here."""
+        self.operator = Session(_bound(operator_dsn, network, "qtg-chaos-operator"))
+        self.approver = Session(_bound(approver_dsn, network, "qtg-chaos-approver"))
         self.prefix = prefix
         self.plan = sorted(plan, key=lambda p: p.at)
         self.ledger = ledger

@@ -1,0 +1,322 @@
+"""The chaos harness's invariant checker (chaos/checker.py), on a real small run.
+
+One module database runs a small mixed workload (every kind of movement
+`make chaos` feeds: DAGs, failing and flaky lanes, lost receipts, refused
+submits, a cancel, an expiry) through a real `qtg run` process, fed by the
+harness's own feeder (one login creates, another approves) and settled by its
+own settle loop. The checker must find every invariant holding there; then
+each test plants one fault in a transaction of its own, checks, and rolls
+back: the checker must fail exactly the invariant the fault breaks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import create_database, drop_database, dsn_for
+from engine import as_person
+from psycopg import sql
+from runner_helpers import register_runner_sim, runner_env, runners
+
+from chaos import checker, workload
+from chaos.checker import Ledger, check
+from chaos.cluster import Clock
+from chaos.scenarios import settle
+from qtg_runner.db import procs
+
+pytestmark = pytest.mark.slow
+
+NETWORK = "testnet"
+
+
+class SmallRun:
+    def __init__(self, dsn: str, operator_dsn: str, ledger: Ledger, planned: int) -> None:
+        self.dsn = dsn
+        self.operator_dsn = operator_dsn
+        self.ledger = ledger
+        self.planned = planned
+
+
+@pytest.fixture(scope="module")
+def small_run(
+    pg_server: str, template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SmallRun]:
+    """Two of each kind of movement, run to the end by one `qtg run`."""
+    name = f"qtg_chaos_{os.getpid()}"
+    create_database(pg_server, name, template_db)
+    dsn = dsn_for(pg_server, dbname=name)
+    login = f"chaos_operator_{os.getpid()}"
+    password = secrets.token_urlsafe(24)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE {}").format(
+                sql.Identifier(login), sql.Literal(password), sql.Identifier("qtg_testnet_operator")
+            )
+        )
+    try:
+        with psycopg.connect(
+            dsn, autocommit=True, options=f"-c search_path={NETWORK},qtg"
+        ) as owner:
+            register_runner_sim(owner)
+            for lane, settings in workload.lane_settings().items():
+                procs.upsert_lane_baseline(lane, **settings).one(owner)
+        operator_dsn = dsn_for(dsn, user=login, password=password)
+        ledger = Ledger()
+        plan = [
+            workload.Planned(0.1 * i, kind)
+            for i, kind in enumerate([*workload.KINDS, *workload.KINDS])
+        ]
+        feeder = workload.Feeder(
+            operator_dsn,
+            dsn,
+            NETWORK,
+            "checker",
+            plan,
+            ledger,
+            random.Random(7),
+            lambda: dt.datetime.now(dt.UTC),
+        )
+        with runners(Path(tmp_path_factory.mktemp("chaos-runner"))) as procs_:
+            runner = procs_.start("run", env=runner_env(dsn))
+            feeder.start()
+            feeder.join(timeout=120)
+            assert feeder.done.is_set() and not feeder.errors, feeder.errors
+            clock = Clock()
+            clock.attach(dsn)
+            # no clock advance: nothing here waits for a lease (stall never reached)
+            settled = settle(dsn, clock, budget_seconds=90, stall_seconds=1e9)
+            assert settled.settled, f"{settled.open_left} movements open; {runner.describe()}"
+            assert clock.jumps == 0
+            assert runner.stop() == 0, runner.describe()
+        yield SmallRun(dsn, operator_dsn, ledger, len(plan))
+    finally:
+        drop_database(pg_server, name)
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(login)))
+
+
+@contextmanager
+def planted(run: SmallRun) -> Iterator[psycopg.Connection[Any]]:
+    """A superuser connection in a transaction that is rolled back afterwards."""
+    with psycopg.connect(run.dsn) as conn:
+        conn.execute(f"SET LOCAL search_path = {NETWORK}, qtg")
+        try:
+            yield conn
+        finally:
+            conn.rollback()
+
+
+def one(conn: psycopg.Connection[Any], query: str, *params: Any) -> Any:
+    row = conn.execute(query, params or None).fetchone()
+    assert row is not None, query
+    return row[0] if len(row) == 1 else row
+
+
+def completed_node(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """A COMPLETED node with its side effect, and its movement."""
+    return one(  # type: ignore[no-any-return]
+        conn,
+        "SELECT n.id, n.request_id FROM movement_request_nodes n"
+        " JOIN movement_requests r ON r.id = n.request_id AND r.request_state = 'COMPLETED'"
+        " WHERE n.node_state = 'COMPLETED' ORDER BY n.id LIMIT 1",
+    )
+
+
+def stuck_movement(conn: psycopg.Connection[Any]) -> int:
+    """A movement created (alice), approved (bob), started, and its node claimed
+    by a runner that never reports: SUBMITTING, as a killed dispatcher leaves it."""
+    with as_person(conn, "alice"):
+        created = procs.create_movement(
+            "planted-stuck", 10, plan={"nodes": [workload.node("transfer", "cctp_fast")]}
+        ).one(conn)
+    with as_person(conn, "bob"):
+        procs.approve_movement(created.movement_id).one(conn)
+    procs.start_approved_movements().one(conn)
+    [claim] = procs.claim_ready_nodes("planted-dead-dispatcher", 10).all(conn)
+    assert claim.request_id == created.movement_id
+    return created.movement_id
+
+
+# -- the run itself ------------------------------------------------------------------------
+
+
+def test_a_small_run_holds_every_invariant(small_run: SmallRun) -> None:
+    with psycopg.connect(small_run.dsn) as conn:
+        result = check(conn, small_run.ledger, NETWORK)
+    assert result.ok, result.describe()
+    assert result.tried == result.created == small_run.planned
+    assert result.terminal == result.created
+    assert (result.stuck, result.lost, result.duplicates, result.in_flight) == (0, 0, 0, 0)
+    # the mix reached every end a movement can have, and its side effects happened
+    assert set(result.by_state) == {"COMPLETED", "FAILED", "CANCELLED", "EXPIRED"}
+    assert result.side_effects > small_run.planned
+    assert set(result.violations) == set(checker.INVARIANTS)
+
+
+# -- the faults the brief names --------------------------------------------------------------
+
+
+def test_a_planted_duplicate_side_effect_fails_the_check(small_run: SmallRun) -> None:
+    with planted(small_run) as conn:
+        node_id, _ = completed_node(conn)
+        conn.execute(
+            "INSERT INTO qtg_sim.side_effects (network, idempotency_key, node_id, lane, amount,"
+            " outcome, completes_at)"
+            " SELECT network, idempotency_key || '-again', node_id, lane, amount, outcome,"
+            " completes_at FROM qtg_sim.side_effects WHERE node_id = %s",
+            (node_id,),
+        )
+        result = check(conn, small_run.ledger, NETWORK)
+    assert result.duplicates == 1
+    assert result.violations["duplicate_effect"] == 1
+    # its key is none of the node's intents, and the completed node has two effects
+    assert set(result.failed()) == {"duplicate_effect", "foreign_effect", "completed_effect"}
+    assert f"node {node_id}: 2 side effects" in result.describe()[0]
+
+
+def test_a_planted_stuck_node_fails_the_check(small_run: SmallRun) -> None:
+    with planted(small_run) as conn:
+        movement_id = stuck_movement(conn)
+        result = check(conn, small_run.ledger, NETWORK)
+    assert (result.stuck, result.stuck_nodes, result.in_flight) == (1, 1, 0)
+    assert result.created == result.terminal + 1
+    assert result.failed() == ["terminal"]
+    assert (
+        f"movement {movement_id} (planted-stuck) EXECUTING: transfer SUBMITTING"
+        in (result.describe()[0])
+    )
+
+
+def test_a_planted_missing_callback_fails_the_check(small_run: SmallRun) -> None:
+    with planted(small_run) as conn:
+        _, movement_id = completed_node(conn)
+        deleted = conn.execute(
+            "DELETE FROM callback_outbox"
+            " WHERE request_id = %s AND event_type = 'movement.completed'",
+            (movement_id,),
+        ).rowcount
+        assert deleted == 1
+        result = check(conn, small_run.ledger, NETWORK)
+    assert result.failed() == ["final_callback"]
+    assert result.violations["final_callback"] == 1
+
+
+# -- every other invariant, one planted fault each -------------------------------------------
+
+
+def _lost(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
+    ledger.ack("acknowledged-then-gone", 999_999)
+
+
+def _unstarted_effect(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
+    node_id = one(
+        conn, "SELECT id FROM movement_request_nodes WHERE node_state = 'SKIPPED' LIMIT 1"
+    )
+    intent_key = f"planted-{node_id}"
+    conn.execute(
+        "INSERT INTO node_intents (node_id, claim_token, idempotency_key, claimed_by,"
+        " intent_state, created_at, finished_at) VALUES (%s, 99, %s, 'planted', 'ABANDONED',"
+        " now(), now())",
+        (node_id, intent_key),
+    )
+    conn.execute(
+        "INSERT INTO qtg_sim.side_effects (network, idempotency_key, node_id, lane, amount,"
+        " outcome, completes_at) VALUES ('testnet', %s, %s, 'cctp_fast', 1, 'COMPLETED', now())",
+        (intent_key, node_id),
+    )
+
+
+def _wrong_amount(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
+    node_id, _ = completed_node(conn)
+    conn.execute(
+        "UPDATE qtg_sim.side_effects SET amount = amount + 1 WHERE node_id = %s", (node_id,)
+    )
+
+
+def _open_intent(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
+    node_id, _ = completed_node(conn)
+    conn.execute("UPDATE node_intents SET intent_state = 'PREPARED' WHERE node_id = %s", (node_id,))
+
+
+def _node_audit(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
+    node_id, _ = completed_node(conn)
+    conn.execute(
+        "UPDATE audit_outbox SET to_state = 'FAILED' WHERE id = (SELECT max(id) FROM audit_outbox"
+        " WHERE entity = 'node' AND entity_id = %s::text)",
+        (node_id,),
+    )
+
+
+def _movement_audit(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
+    _, movement_id = completed_node(conn)
+    conn.execute(
+        "UPDATE audit_outbox SET to_state = 'EXECUTING' WHERE id = (SELECT max(id) FROM"
+        " audit_outbox WHERE entity = 'request' AND entity_id = %s::text)",
+        (movement_id,),
+    )
+
+
+def _counters(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
+    _, movement_id = completed_node(conn)
+    conn.execute(
+        "UPDATE movement_requests SET failed_nodes = failed_nodes + 1 WHERE id = %s",
+        (movement_id,),
+    )
+
+
+@pytest.mark.parametrize(
+    ("plant", "broken"),
+    [
+        (_lost, {"lost"}),
+        (_unstarted_effect, {"unstarted_effect"}),
+        (_wrong_amount, {"completed_effect"}),
+        (_open_intent, {"open_intent"}),
+        (_node_audit, {"node_audit"}),
+        (_movement_audit, {"movement_audit"}),
+        (_counters, {"counters"}),
+    ],
+    ids=lambda p: p.__name__.strip("_") if callable(p) else "",
+)
+def test_each_planted_fault_fails_its_invariant(
+    small_run: SmallRun,
+    plant: Callable[[psycopg.Connection[Any], Ledger], None],
+    broken: set[str],
+) -> None:
+    ledger = Ledger()
+    tried, acknowledged, _, _ = small_run.ledger.snapshot()
+    for external_id, kind in tried.items():
+        ledger.try_(external_id, kind)
+    for external_id, movement_id in acknowledged.items():
+        ledger.ack(external_id, movement_id)
+    with planted(small_run) as conn:
+        plant(conn, ledger)
+        result = check(conn, ledger, NETWORK)
+    assert set(result.failed()) == broken, result.describe()
+    assert all(result.violations[name] == 1 for name in broken)
+
+
+# -- a quarantined node is legitimately in flight ------------------------------------------
+
+
+def test_a_quarantined_node_is_in_flight_not_stuck(small_run: SmallRun) -> None:
+    """When the engine parks a node for an operator (here a quarantined_at column,
+    added in the rolled-back transaction), its movement is legitimately in flight."""
+    with planted(small_run) as conn:
+        movement_id = stuck_movement(conn)
+        conn.execute("ALTER TABLE movement_request_nodes ADD COLUMN quarantined_at timestamptz")
+        conn.execute(
+            "UPDATE movement_request_nodes SET quarantined_at = now() WHERE request_id = %s",
+            (movement_id,),
+        )
+        result = check(conn, small_run.ledger, NETWORK)
+    assert (result.stuck, result.in_flight) == (0, 1)
+    assert result.ok, result.describe()
