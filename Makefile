@@ -57,7 +57,7 @@ chaos: install
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy --strict qtg_runner
+	$(BIN)/mypy --strict qtg_runner chaos
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -24,6 +24,7 @@ COLUMNS = (
     "lost",
     "violations",
     "time to settle",
+    "claims recovered",
     "runner exits",
     "invariants",
 )
@@ -34,7 +35,7 @@ def _settle(r: ScenarioResult) -> str:
     text = f"{s.engine_seconds:.0f} s"
     if s.advanced_seconds:
         text += f" ({s.advanced_seconds:.0f} s by clock)"
-    return text if s.settled else f"not settled, {s.open_left} open ({text})"
+    return text if s.settled else f"not settled: {s.open_left} open after {text}"
 
 
 def _exits(r: ScenarioResult) -> str:
@@ -60,6 +61,7 @@ def row(r: ScenarioResult) -> list[str]:
         str(c.lost),
         str(violations),
         _settle(r),
+        r.claims.recovered_text(),
         _exits(r),
         "ok" if c.ok else "FAILED: " + ", ".join(c.failed()),
     ]
@@ -125,6 +127,7 @@ def write(results: list[ScenarioResult], facts: dict[str, Any], out_dir: Path) -
                 "crashes": dict(r.crashes),
                 "notes": r.notes,
                 "feed_errors": r.feed_errors,
+                "claims": asdict(r.claims),
             }
             for r in results
         ],

@@ -20,9 +20,10 @@ from __future__ import annotations
 import contextlib
 import random
 import re
+import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from psycopg import sql
 from chaos import workload
 from chaos.checker import TERMINAL_MOVEMENT_STATES, CheckResult, Ledger, check, parked_condition
 from chaos.cluster import Clock, Server, admin_conninfo
+from chaos.figures import ClaimWaits, claim_waits
 from chaos.fleet import Fleet, runner_env
 from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
@@ -105,6 +107,8 @@ class Settled:
     advanced_seconds: float
     jumps: int
     open_left: int
+    others_seconds: float | None = None
+    """Engine seconds until every movement but the watched ones (the poison) settled."""
 
     @property
     def engine_seconds(self) -> float:
@@ -125,6 +129,7 @@ class ScenarioResult:
     """Core-worker crashes seen in the runners' logs, by error type."""
     notes: list[str] = field(default_factory=list)
     feed_errors: list[str] = field(default_factory=list)
+    claims: ClaimWaits = field(default_factory=ClaimWaits)
 
     @property
     def ok(self) -> bool:
@@ -250,16 +255,46 @@ def run_scenario(
         feeder.done.wait()
     chaos_seconds = time.monotonic() - started
     say(f"{name}: chaos over after {chaos_seconds:.0f}s ({faults}); settling")
+    poison_ids = ledger.snapshot()[3]
     settled = settle(
         run.admin(dbname),
         run.clock,
         settle_seconds or run.scale.settle_seconds,
         run.scale.stall_seconds,
+        watched=poison_ids,
     )
+    if poison_ids and settled.others_seconds is not None:
+        notes.append(
+            f"every movement but the poison ones settled in {settled.others_seconds:.0f} s"
+        )
     fleet.stop()
     with psycopg.connect(run.admin(dbname), autocommit=True) as conn:
         result = check(conn, ledger, NETWORK)
         notes.extend(poison_notes(conn, ledger))
+        poison_nodes = [
+            int(r[0])
+            for r in conn.execute(
+                sql.SQL(
+                    "SELECT n.id FROM {net}.movement_request_nodes n"
+                    " JOIN {net}.movement_requests r ON r.id = n.request_id"
+                    " WHERE r.external_id = ANY(%s) ORDER BY n.id"
+                ).format(net=sql.Identifier(NETWORK)),
+                (sorted(poison_ids),),
+            ).fetchall()
+        ]
+        claims = claim_waits(conn, NETWORK, poison_nodes)
+    for poison_node, others in claims.poison_batches:
+        done = [w for w in others if w is not None]
+        notes.append(
+            f"poison node {poison_node} was claimed with {len(others)} other node(s): "
+            + (
+                f"they left SUBMITTING after {statistics.median(done):.0f} s median, "
+                f"{max(done):.0f} s max"
+                if done
+                else "none left SUBMITTING"
+            )
+            + (f"; {len(others) - len(done)} never did" if len(done) < len(others) else "")
+        )
     crashes = crash_counts(fleet.log_text())
     outcome = ScenarioResult(
         name=name,
@@ -272,6 +307,7 @@ def run_scenario(
         crashes=crashes,
         notes=notes,
         feed_errors=feeder.errors,
+        claims=claims,
     )
     say(
         f"{name}: {'settled' if settled.settled else 'NOT settled'} in "
@@ -283,14 +319,21 @@ def run_scenario(
 
 
 def settle(
-    dsn: str, clock: Clock, budget_seconds: float, stall_seconds: float, network: str = NETWORK
+    dsn: str,
+    clock: Clock,
+    budget_seconds: float,
+    stall_seconds: float,
+    network: str = NETWORK,
+    watched: Collection[str] = (),
 ) -> Settled:
     """Wait until every movement is terminal or legitimately in flight; advance
-    the clock past the time rule every open node waits for when nothing moves."""
+    the clock past the time rule every open node waits for when nothing moves.
+    Also notes when every movement but the ``watched`` ones (external ids) settled."""
     started = time.monotonic()
     last_progress = started
     last_mark: Any = None
     open_left = -1
+    others: float | None = None
     while True:
         now = time.monotonic()
         try:
@@ -298,19 +341,23 @@ def settle(
                 dsn, autocommit=True, options=f"-c search_path={network},qtg", connect_timeout=5
             ) as conn:
                 parked = parked_condition(conn, network) or sql.SQL("false")
-                open_left, mark = conn.execute(
+                open_left, open_others, mark = conn.execute(
                     sql.SQL(
                         """
-                    SELECT (SELECT count(*) FROM movement_requests r
-                             WHERE r.request_state::text <> ALL({terminal})
-                               AND NOT EXISTS (SELECT 1 FROM movement_request_nodes node
-                                                WHERE node.request_id = r.id AND {parked})),
+                    SELECT count(*), count(*) FILTER (WHERE r.external_id <> ALL(%s)),
                            (SELECT max(id) FROM audit_outbox)
+                      FROM movement_requests r
+                     WHERE r.request_state::text <> ALL({terminal})
+                       AND NOT EXISTS (SELECT 1 FROM movement_request_nodes node
+                                        WHERE node.request_id = r.id AND {parked})
                     """
-                    ).format(terminal=sql.Literal(list(TERMINAL_MOVEMENT_STATES)), parked=parked)
-                ).fetchone() or (0, None)
+                    ).format(terminal=sql.Literal(list(TERMINAL_MOVEMENT_STATES)), parked=parked),
+                    (list(watched),),
+                ).fetchone() or (0, 0, None)
+                if open_others == 0 and others is None:
+                    others = now - started + clock.advanced
                 if open_left == 0:
-                    return Settled(True, now - started, clock.advanced, clock.jumps, 0)
+                    return Settled(True, now - started, clock.advanced, clock.jumps, 0, others)
                 if mark != last_mark:
                     last_mark, last_progress = mark, now
                 elif now - last_progress >= stall_seconds:
@@ -323,7 +370,7 @@ def settle(
         except psycopg.Error as exc:
             say(f"  settle: {type(exc).__name__}: {' '.join(str(exc).split())[:120]}")
         if now - started > budget_seconds:
-            return Settled(False, now - started, clock.advanced, clock.jumps, open_left)
+            return Settled(False, now - started, clock.advanced, clock.jumps, open_left, others)
         time.sleep(0.5)
 
 
@@ -521,8 +568,10 @@ def plan_for(name: str, scale: Scale, rng: random.Random) -> list[workload.Plann
     plan = workload.steady(rng, count, scale.rate)
     if name == "poison":
         duration = count / scale.rate
-        for fraction, kind in zip((0.3, 0.6), workload.POISON.values(), strict=True):
-            plan.extend(workload.burst(rng, duration * fraction, scale.burst, kind))
+        for group, (fraction, kind) in enumerate(
+            zip((0.3, 0.6), workload.POISON.values(), strict=True)
+        ):
+            plan.extend(workload.burst(rng, duration * fraction, scale.burst, kind, group))
     return plan
 
 

@@ -219,6 +219,9 @@ class Planned:
     at: float
     """Seconds after the feed starts."""
     kind: Kind
+    group: int | None = None
+    """Movements of one group are approved together, in one transaction: their
+    first nodes are READY at the same moment, and claimed in one batch."""
 
 
 def steady(rng: random.Random, count: int, rate: float) -> list[Planned]:
@@ -226,10 +229,10 @@ def steady(rng: random.Random, count: int, rate: float) -> list[Planned]:
     return [Planned(i / rate, pick(rng)) for i in range(count)]
 
 
-def burst(rng: random.Random, at: float, size: int, poison: Kind) -> list[Planned]:
-    """``size`` movements at once with ``poison`` in the middle: one busy batch."""
-    good = [Planned(at, pick(rng)) for _ in range(size)]
-    good.insert(size // 2, Planned(at, poison))
+def burst(rng: random.Random, at: float, size: int, poison: Kind, group: int) -> list[Planned]:
+    """``size`` movements approved at once with ``poison`` in the middle: one busy batch."""
+    good = [Planned(at, pick(rng), group) for _ in range(size)]
+    good.insert(size // 2, Planned(at, poison, group))
     return good
 
 
@@ -282,16 +285,19 @@ class Feeder:
     def _run(self) -> None:
         started = time.monotonic()
         try:
-            for i, planned in enumerate(self.plan):
+            for first, group in self._groups():
                 while not self.stop.is_set():
                     self._due_cancels()
-                    wait = started + planned.at - time.monotonic()
+                    wait = started + group[0].at - time.monotonic()
                     if wait <= 0:
                         break
                     time.sleep(min(wait, 0.05))
                 if self.stop.is_set():
                     return
-                self._one(f"{self.prefix}-{i:05d}-{planned.kind.name}", planned.kind)
+                try:
+                    self._feed(first, group)
+                except Exception as exc:  # a bug or an unexpected refusal: say it, go on
+                    self.errors.append(f"feed {first}: {type(exc).__name__}: {exc}"[:300])
             while self._cancels and not self.stop.is_set():
                 self._due_cancels()
                 time.sleep(0.05)
@@ -300,9 +306,43 @@ class Feeder:
             self.approver.drop()
             self.done.set()
 
-    def _one(self, external_id: str, kind: Kind) -> None:
+    def _groups(self) -> list[tuple[int, list[Planned]]]:
+        """The plan as runs of one group (a movement alone is a group of one),
+        each with the index of its first movement."""
+        runs: list[tuple[int, list[Planned]]] = []
+        for i, planned in enumerate(self.plan):
+            last = runs[-1][1] if runs else None
+            if last is not None and planned.group is not None and last[-1].group == planned.group:
+                last.append(planned)
+            else:
+                runs.append((i, [planned]))
+        return runs
+
+    def _feed(self, first: int, group: list[Planned]) -> None:
+        """Create the group's movements, then approve those that want it, together."""
+        created: list[tuple[str, Kind, int]] = []
+        for i, planned in enumerate(group, start=first):
+            external_id = f"{self.prefix}-{i:05d}-{planned.kind.name}"
+            movement_id = self._create(external_id, planned.kind)
+            if movement_id is not None and planned.kind.approve:
+                created.append((external_id, planned.kind, movement_id))
+        if not created:
+            return
+        ids = [movement_id for _, _, movement_id in created]
+        try:
+            self.approver.call(
+                lambda c: self._approve_all(c, ids), time.monotonic() + RETRY_SECONDS
+            )
+        except psycopg.Error as exc:
+            self._failed(",".join(e for e, _, _ in created), "approve", exc)
+            return
+        for _, kind, movement_id in created:
+            if kind.cancel_after is not None:
+                delay = self.rng.uniform(*kind.cancel_after)
+                heapq.heappush(self._cancels, (time.monotonic() + delay, movement_id))
+
+    def _create(self, external_id: str, kind: Kind) -> int | None:
         self.ledger.try_(external_id, kind.name, poison=kind.poison)
-        until = time.monotonic() + RETRY_SECONDS
         amount = Decimal(self.rng.randint(100, 10**8)) / 100
         expires_at = self.now() + dt.timedelta(seconds=kind.expires_in) if kind.expires_in else None
         create = procs.create_movement(
@@ -312,22 +352,18 @@ class Feeder:
             expires_at=expires_at if expires_at is not None else procs.DEFAULT,
         )
         try:
-            created = self.operator.call(create.one, until)
+            created = self.operator.call(create.one, time.monotonic() + RETRY_SECONDS)
         except psycopg.Error as exc:
             self._failed(external_id, "create", exc)
-            return
-        movement_id = created.movement_id
-        self.ledger.ack(external_id, movement_id)
-        if not kind.approve:
-            return
-        try:
-            self.approver.call(lambda c: self._approve(c, movement_id), until)
-        except psycopg.Error as exc:
-            self._failed(external_id, "approve", exc)
-            return
-        if kind.cancel_after is not None:
-            delay = self.rng.uniform(*kind.cancel_after)
-            heapq.heappush(self._cancels, (time.monotonic() + delay, movement_id))
+            return None
+        self.ledger.ack(external_id, created.movement_id)
+        return int(created.movement_id)
+
+    @classmethod
+    def _approve_all(cls, conn: psycopg.Connection[Any], movement_ids: list[int]) -> None:
+        with conn.transaction():
+            for movement_id in movement_ids:
+                cls._approve(conn, movement_id)
 
     @staticmethod
     def _approve(conn: psycopg.Connection[Any], movement_id: int) -> None:
