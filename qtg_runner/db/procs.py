@@ -1,5 +1,5 @@
 """The public procedures, typed: one Python function per procedure a runner or an
-operator may EXECUTE.
+operator may EXECUTE, and per admin deploy step (sql/functions/admin/).
 
 Each wrapper's signature is the procedure's contract, written once: its name,
 its arguments (the SQL names without ``p_``, in the SQL order), their
@@ -55,7 +55,9 @@ from psycopg.types.json import Jsonb
 
 R = TypeVar("R")
 P = ParamSpec("P")
-Access = Literal["runner", "operator"]
+Access = Literal["runner", "operator", "admin"]
+"""Who may call: the network's runner or operator role (EXECUTE granted), or only
+the admin (sql/functions/admin/: granted to nobody, run as the caller)."""
 JsonObject = dict[str, Any]
 
 
@@ -223,6 +225,15 @@ class ObserveOutcome:
     node_state: NodeState
     observe_phase: ObservePhase | None
     next_observe_at: Timestamp | None
+
+
+@dataclass(frozen=True)
+class RegisteredExecutor:
+    """A row of registered_executors."""
+
+    executor_key: Text
+    has_side_effect: Boolean
+    node_config_schema: JsonValue
 
 
 @dataclass(frozen=True)
@@ -458,7 +469,7 @@ def _scalar_decoder(hint: Any) -> Decoder:
 
 def procedure(access: Access) -> Callable[[Callable[P, Call[R]]], Callable[P, Call[R]]]:
     """Make the decorated signature a wrapper of the procedure of the same name,
-    EXECUTE-granted to ``access``'s role."""
+    EXECUTE-granted to ``access``'s role (to nobody for "admin")."""
 
     def wrap(signature: Callable[P, Call[R]]) -> Callable[P, Call[R]]:
         name = signature.__name__
@@ -659,13 +670,8 @@ def worker_stopped(worker_name: Text, instance_id: Text) -> Call[Boolean]:
 
 
 @procedure("runner")
-def register_executor(
-    executor_key: Text,
-    has_side_effect: Boolean,
-    node_config_schema: Json,
-    description: Text | Default = DEFAULT,
-) -> Call[None]:
-    """Adds or updates an executor the runner carries."""
+def registered_executors() -> Call[RegisteredExecutor]:
+    """The executor registry, as a runner checks it at start."""
 
 
 @procedure("runner")
@@ -698,13 +704,17 @@ def create_movement(
 
 
 @procedure("operator")
-def approve_movement(movement_id: BigInt, actor: Text) -> Call[RequestState]:
+def approve_movement(
+    movement_id: BigInt, actor: Text | Default | None = DEFAULT
+) -> Call[RequestState]:
     """PENDING_APPROVAL -> APPROVED, by another login than the creator's."""
 
 
 @procedure("operator")
 def cancel_movement(
-    movement_id: BigInt, actor: Text, reason: Text | Default | None = DEFAULT
+    movement_id: BigInt,
+    actor: Text | Default | None = DEFAULT,
+    reason: Text | Default | None = DEFAULT,
 ) -> Call[RequestState]:
     """-> CANCELLED at once, or once the nodes in flight settle."""
 
@@ -731,3 +741,17 @@ def upsert_lane_baseline(
     release_retry_seconds: Numeric | Default | None = DEFAULT,
 ) -> Call[LaneBaseline]:
     """Sets a lane's pacing and retry parameters; NULL keeps the current value."""
+
+
+# -- admin procedures -----------------------------------------------------------
+# Granted to nobody: the admin's own login (a member of qtg_owner) calls them.
+
+
+@procedure("admin")
+def register_executor(
+    executor_key: Text,
+    has_side_effect: Boolean,
+    node_config_schema: Json,
+    description: Text | Default = DEFAULT,
+) -> Call[None]:
+    """Adds or updates an executor (the deploy step `qtg executors register`)."""

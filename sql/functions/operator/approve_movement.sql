@@ -1,14 +1,16 @@
 -- approve_movement: PENDING_APPROVAL -> APPROVED.
 -- Four eyes: the approver must not be the creator (QT022). An expired movement
--- cannot be approved (QT020). Lock: the request.
-CREATE OR REPLACE FUNCTION approve_movement(p_movement_id bigint, p_actor text)
+-- cannot be approved (QT020). The approver is the session's login unless
+-- p_actor names one. Lock: the request.
+CREATE OR REPLACE FUNCTION approve_movement(p_movement_id bigint, p_actor text DEFAULT NULL)
 RETURNS qtg.request_state
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_request movement_requests;
+    v_actor   text := coalesce(p_actor, session_user);
 BEGIN
-    IF p_actor IS NULL OR btrim(p_actor) = '' THEN
+    IF btrim(v_actor) = '' THEN
         RAISE EXCEPTION 'approve_movement needs the approver''s name' USING ERRCODE = 'QT002';
     END IF;
     SELECT * INTO v_request FROM movement_requests WHERE id = p_movement_id FOR UPDATE;
@@ -24,13 +26,13 @@ BEGIN
         RAISE EXCEPTION 'movement % expired at %', p_movement_id, v_request.expires_at USING ERRCODE = 'QT020',
             HINT = 'Create a new movement with a later expiry.';
     END IF;
-    IF v_request.created_by = p_actor THEN
-        RAISE EXCEPTION 'movement % was created by %, who cannot also approve it', p_movement_id, p_actor
+    IF v_request.created_by = v_actor THEN
+        RAISE EXCEPTION 'movement % was created by %, who cannot also approve it', p_movement_id, v_actor
             USING ERRCODE = 'QT022', HINT = 'A second operator must approve.';
     END IF;
 
     PERFORM set_movement_states(ARRAY[p_movement_id], 'PENDING_APPROVAL', ARRAY['APPROVED'::qtg.request_state],
-                                ARRAY[p_actor]);
+                                ARRAY[v_actor]);
     PERFORM notify_work('approved');
     RETURN 'APPROVED';
 END

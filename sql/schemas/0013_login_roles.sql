@@ -1,0 +1,33 @@
+-- depends: 0010_heartbeat_interval
+--
+-- One login per person and per runner: the network roles become groups.
+--
+-- qtg_<net>_runner, qtg_<net>_operator   NOLOGIN from here on. A person or a
+--     runner logs in as a login role of their own, a member of one of them
+--     (`qtg operator add NAME`, `qtg runner add NAME`, with a generated
+--     scram-sha-256 password), so session_user names who called and one
+--     credential can be removed without touching the others.
+--
+-- The connection limit and the SET defaults (statement, lock and
+-- idle-transaction timeouts) that 0007 put on each group role stay there as
+-- the template of its logins: PostgreSQL applies neither through membership,
+-- so `add` copies them onto every login it makes. The admin changes them on
+-- the group role (ALTER ROLE) for the logins made afterwards, and on a login
+-- (ALTER ROLE NAME ...) for that one.
+--
+-- Roles are cluster-wide: another database of the same server whose clients
+-- still log in as a group role stops accepting them; give those clients
+-- logins of their own. The rollback gives the group roles their LOGIN back
+-- (without a password, so a server that authenticates with scram still lets
+-- nobody in as them).
+
+DO $$
+DECLARE
+    v_net qtg_admin.networks;
+BEGIN
+    FOR v_net IN SELECT * FROM qtg_admin.networks LOOP
+        EXECUTE format('ALTER ROLE %I NOLOGIN', v_net.runner_role);
+        EXECUTE format('ALTER ROLE %I NOLOGIN', v_net.operator_role);
+    END LOOP;
+END
+$$;
