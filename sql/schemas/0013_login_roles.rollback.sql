@@ -11,3 +11,7 @@ BEGIN
     END LOOP;
 END
 $$;
+
+ALTER POLICY side_effects_own_network ON qtg_sim.side_effects
+    USING (current_user = 'qtg_' || network || '_runner')
+    WITH CHECK (current_user = 'qtg_' || network || '_runner');

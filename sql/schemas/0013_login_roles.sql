@@ -31,3 +31,9 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The sim executor's outside world: a runner's writes are now made by its own
+-- login, a member of the network's runner role, not by the role itself.
+ALTER POLICY side_effects_own_network ON qtg_sim.side_effects
+    USING (pg_has_role(current_user, 'qtg_' || network || '_runner', 'MEMBER'))
+    WITH CHECK (pg_has_role(current_user, 'qtg_' || network || '_runner', 'MEMBER'));

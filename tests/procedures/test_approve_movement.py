@@ -71,5 +71,12 @@ def test_approve_is_only_from_pending_approval(conn: Conn) -> None:
 def test_approve_unknown_movement_or_without_approver(conn: Conn) -> None:
     assert_rejected(conn, "QT010", "SELECT approve_movement(424242, 'bob')")
     movement_id = create(conn, ONE, "m1")
-    for approver in ("", "  ", None):
+    for approver in ("", "  "):
         assert_rejected(conn, "QT002", "SELECT approve_movement(%s, %s)", (movement_id, approver))
+    # no approver named: the session's login approves
+    conn.execute("SELECT approve_movement(%s, NULL)", (movement_id,))
+    assert conn.execute(
+        "SELECT actor = session_user FROM audit_outbox"
+        " WHERE request_id = %s AND to_state = 'APPROVED'",
+        (movement_id,),
+    ).fetchone() == (True,)

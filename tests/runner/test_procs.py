@@ -53,7 +53,7 @@ from engine import (
 from psycopg.types.json import Jsonb
 
 from qtg_runner.db import procs
-from qtg_runner.db.pool import open_pool, runner_conninfo
+from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import (
     ExecutorError,
     HealthResult,
@@ -168,7 +168,8 @@ def mismatches(wrapper: procs.Procedure, routine: Routine) -> list[str]:
         out += differ(f"column of {routine.returns}", declared_columns, routine.composite_columns)
     else:
         out += differ("result column", declared_columns, routine.out_columns)
-    if routine.granted != {wrapper.access}:
+    expected = frozenset() if wrapper.access == "admin" else frozenset({wrapper.access})
+    if routine.granted != expected:
         out.append(f"granted to {sorted(routine.granted)}, the wrapper says {wrapper.access}")
     if routine.kind != "f":
         out.append(f"prokind {routine.kind!r}: the wrappers SELECT functions")
@@ -194,7 +195,8 @@ def test_every_routine_granted_to_a_runner_or_an_operator_has_a_wrapper(db: Any)
     granted = {r.name for r in routines(db.connect()) if r.granted}
     assert granted, "no routine is granted to the network's roles: the query is wrong"
     assert granted - set(procs.PROCEDURES) == set(), "granted routines without a wrapper"
-    assert set(procs.PROCEDURES) - granted == set(), "wrappers of routines nobody may EXECUTE"
+    public = {name for name, wrapper in procs.PROCEDURES.items() if wrapper.access != "admin"}
+    assert public - granted == set(), "wrappers of routines nobody may EXECUTE"
 
 
 def test_the_state_enums_hold_the_labels_of_the_qtg_enum_types(db: Any) -> None:
@@ -356,8 +358,7 @@ class FakeBatchExecutor(FakeExecutor):
 
 @pytest.fixture
 def runner_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runner's DSN is derived from the test database only."""
-    monkeypatch.delenv("QTG_RUNNER_DATABASE_URL", raising=False)
+    """The runner's connection options come from the test only."""
     monkeypatch.delenv("PGOPTIONS", raising=False)
 
 
@@ -367,7 +368,7 @@ def run_batch(
     """One batch of a worker, as a runner carrying ``executors`` runs it."""
 
     async def scenario() -> int:
-        conninfo = runner_conninfo(db.dsn, NETWORK, "procs-test")
+        conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "procs-test")
         async with open_pool(conninfo, name="procs-test") as pool:
             ctx = WorkerContext(NETWORK, pool, {e.key: e for e in executors}, "procs-test:1")
             return await batch(ctx, "worker@procs-test:1")
