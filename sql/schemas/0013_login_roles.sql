@@ -17,9 +17,8 @@
 --
 -- Roles are cluster-wide: another database of the same server whose clients
 -- still log in as a group role stops accepting them; give those clients
--- logins of their own. The rollback gives the group roles their LOGIN back
--- (without a password, so a server that authenticates with scram still lets
--- nobody in as them).
+-- logins of their own. For the same reason the rollback leaves the group
+-- roles NOLOGIN (as 0001 keeps the roles and 0007 their limits).
 
 DO $$
 DECLARE
