@@ -13,12 +13,14 @@ QTG_DATA_DIR          data directory of the embedded server (default:
                       $XDG_DATA_HOME/qtg/pg18, i.e. ~/.local/share/qtg/pg18; as root
                       /var/lib/qtg/pg18, since the server then runs as a system user
                       that must be able to reach it).
-QTG_CREDENTIALS_FILE  the credentials file: the generated passwords (the embedded
-                      superuser's, every login `add` made) in libpq's pgpass format,
-                      mode 0600. Default: beside the embedded server's data directory
-                      (<data dir>.pgpass, e.g. ~/.local/share/qtg/pg18.pgpass) when
-                      QTG_DATABASE_URL is unset, else $XDG_CONFIG_HOME/qtg/pgpass
-                      (~/.config/qtg/pgpass).
+QTG_CREDENTIALS_FILE  the credentials file: the generated passwords of the logins
+                      `qtg operator|runner add` made, in libpq's pgpass format, mode
+                      0600 (`--as NAME` and `qtg db url --login NAME` read it).
+                      Default: the embedded server's own credentials file, beside
+                      its data directory (<data dir>.pgpass, e.g.
+                      ~/.local/share/qtg/pg18.pgpass, which also holds its generated
+                      superuser password) when QTG_DATABASE_URL is unset, else
+                      $XDG_CONFIG_HOME/qtg/pgpass (~/.config/qtg/pgpass).
 QTG_NETWORK_MODE      mainnet | testnet (default testnet): the network a process is bound to.
 MG_WORKERS_ENABLED    true | false (default false): with false nothing advances.
 """

@@ -75,16 +75,19 @@ def server_of(dsn: str) -> tuple[str, str]:
 
 
 def login_dsn(dsn: str, user: str, passfile: Path) -> str:
-    """``dsn`` (same server and database) logging in as ``user``, its password in ``passfile``."""
-    return make_conninfo(dsn, user=user, password=None, passfile=str(passfile))
+    """``dsn`` (same server and database) logging in as ``user``, its password in
+    ``passfile`` (any password in ``dsn`` is left out)."""
+    params = conninfo_to_dict(dsn)
+    params.pop("password", None)
+    return make_conninfo(**{**params, "user": user, "passfile": str(passfile)})
 
 
 def without_password(dsn: str) -> tuple[str, bool]:
     """``dsn`` without a password parameter, and whether it had one."""
     params = conninfo_to_dict(dsn)
-    if params.get("password") is None:
+    if params.pop("password", None) is None:
         return dsn, False
-    return make_conninfo(dsn, password=None), True
+    return make_conninfo(**params), True
 
 
 def read(path: Path) -> list[Entry]:

