@@ -30,9 +30,9 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import TestDatabase, server_parent_dir
-from engine import bind, node, plan, register_sim
+from engine import bind, create, node, plan, register_sim, request_state
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from runner_helpers import QTG, register_runner_sim, runner_env
+from runner_helpers import QTG, register_runner_sim, runner_env, runners, wait_until
 
 from qtg_runner import credentials
 from qtg_runner.db.embedded import (
@@ -375,3 +375,44 @@ def test_qtg_run_refuses_to_start_while_its_executor_is_not_registered_as_it_car
     assert last.startswith("qtg: error: executor sim ")
     assert "qtg executors register --network testnet" in last
     assert admin.execute("SELECT count(*) FROM worker_heartbeats").fetchone() == (0,)
+
+
+@pytest.mark.slow
+def test_qtg_run_works_with_a_runner_logins_dsn_and_nothing_else_in_its_environment(
+    db: TestDatabase, tmp_path: Path
+) -> None:
+    passfile = tmp_path / "pgpass"
+    runner = add_login(db, "runner", "runner", passfile)
+    deploy = qtg("executors", "register", "--network", "testnet", env=cli_env(db, passfile))
+    assert deploy.returncode == 0, deploy.stderr
+    assert "registered" in deploy.stdout
+    admin = bind(db.connect())
+    movement = create(admin, plan(node("send", lane="instant")), "only-runner-1")
+    admin.execute("SELECT approve_movement(%s, 'bob')", (movement,))
+
+    runner_dsn = credentials.login_dsn(db.dsn, runner, passfile)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QTG_", "PG", "MG_"))}
+    env.update(QTG_DATABASE_URL=runner_dsn, MG_WORKERS_ENABLED="true", QTG_NETWORK_MODE="testnet")
+    [entry] = [e for e in credentials.read(passfile) if e.user == runner]
+    with runners(tmp_path) as started:
+        process = started.start("run", env=env)
+        wait_until(
+            lambda: request_state(admin, movement) == "COMPLETED",
+            30,
+            "the movement COMPLETED",
+            alive=[process],
+        )
+        seen = (
+            Path(f"/proc/{process.pid}/environ").read_bytes()
+            + Path(f"/proc/{process.pid}/cmdline").read_bytes()
+        )
+        assert process.stop() == 0, process.describe()
+    assert entry.password.encode() not in seen
+    assert entry.password not in process.stderr() + process.stdout()
+    logins = {
+        r[0]
+        for r in admin.execute(
+            "SELECT DISTINCT login FROM audit_outbox WHERE entity = 'node'"
+        ).fetchall()
+    }
+    assert logins == {runner}
