@@ -134,12 +134,13 @@ def drop_login(conn: psycopg.Connection[Any], name: str, group: str) -> None:
     superuser), then end its open sessions. In a transaction of its own."""
     _check_group(conn, group)
     row = conn.execute(
-        """SELECT r.rolsuper, r.rolcanlogin, pg_has_role(r.oid, %s, 'MEMBER')
+        """SELECT r.rolsuper, r.rolcanlogin, pg_has_role(r.oid, %s, 'MEMBER'), r.oid
              FROM pg_roles r WHERE r.rolname = %s""",
         [group, name],
     ).fetchone()
     if row is None or not row[1] or row[0] or not row[2]:
         raise LoginError(f"{name} is not a login of {group}: see the list command")
+    oid = row[3]
     try:
         with conn.transaction():
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
@@ -149,8 +150,9 @@ def drop_login(conn: psycopg.Connection[Any], name: str, group: str) -> None:
             f"({' '.join(str(exc).split())}); reassign or drop them first"
             " (REASSIGN OWNED BY / DROP OWNED BY)"
         ) from exc
+    # by oid: a dropped role's sessions no longer show its name; wait up to 5 s each
     conn.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [name]
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usesysid = %s", [oid]
     )
 
 
