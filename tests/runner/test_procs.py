@@ -6,7 +6,8 @@ call a procedure through its wrapper:
     schema: argument names and order, PostgreSQL types (arrays and the qtg
     enums included), which arguments have a default, the result columns' names
     and types (TABLE/OUT columns, a composite type's attributes) or the scalar
-    return type, and the role it is granted to;
+    return type, and the role it is granted to (none for the admin's deploy
+    steps, sql/functions/admin/);
   * every routine EXECUTE-granted to qtg_testnet_runner or qtg_testnet_operator
     has a wrapper, and every wrapper names a routine that exists;
   * the StrEnums hold the labels of the qtg enum types;
