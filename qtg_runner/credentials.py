@@ -79,7 +79,8 @@ def login_dsn(dsn: str, user: str, passfile: Path) -> str:
     ``passfile`` (any password in ``dsn`` is left out)."""
     params = conninfo_to_dict(dsn)
     params.pop("password", None)
-    return make_conninfo(**{**params, "user": user, "passfile": str(passfile)})
+    params.update(user=user, passfile=str(passfile))
+    return make_conninfo("", **params)
 
 
 def without_password(dsn: str) -> tuple[str, bool]:
@@ -87,7 +88,7 @@ def without_password(dsn: str) -> tuple[str, bool]:
     params = conninfo_to_dict(dsn)
     if params.pop("password", None) is None:
         return dsn, False
-    return make_conninfo(**params), True
+    return make_conninfo("", **params), True
 
 
 def read(path: Path) -> list[Entry]:
