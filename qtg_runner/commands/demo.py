@@ -313,7 +313,12 @@ def demo_cmd(
 ) -> None:
     """Run a batch of realistic movements end to end with the sim executor.
 
-    Needs MG_WORKERS_ENABLED=true (`make run` sets it), like every drill.
+    As the admin (QTG_DATABASE_URL, else the embedded server's superuser):
+    migrates, registers the executors, sets the lanes and makes the logins
+    alice, bob (operators) and runner1 (a runner) when missing, their passwords
+    in the credentials file. Then alice creates, bob approves and the workers
+    run as runner1, each over their own login. Needs MG_WORKERS_ENABLED=true
+    (`make run` sets it), like every drill.
     """
     settings = load_settings()
     if not settings.workers_enabled:
