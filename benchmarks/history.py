@@ -78,7 +78,7 @@ def _create_live(conn: psycopg.Connection[Any]) -> None:
     claimed = procs.claim_ready_nodes("bench-dispatcher", CLAIMED, 3600).all(conn)
     procs.complete_submit_batch(
         [c.node_id for c in claimed],
-        [c.claim_token for c in claimed],
+        [c.claim_secret for c in claimed],
         [f"tx-{c.node_id}" for c in claimed],
     ).all(conn)
 

@@ -76,7 +76,7 @@ def _complete_parent(conn: psycopg.Connection[Any], parent: int) -> None:
     claimed = procs.claim_observe(parent, "bench-observer").one_or_none(conn)
     if claimed is None:
         raise RuntimeError(f"parent {parent} could not be claimed for observation")
-    procs.complete_observe(parent, claimed.claim_token, "COMPLETED").one(conn)
+    procs.complete_observe(parent, claimed.claim_secret, "COMPLETED").one(conn)
 
 
 def _measure(conn: psycopg.Connection[Any], pairs: list[tuple[int, int]]) -> list[float]:

@@ -78,7 +78,7 @@ def run(cluster: Cluster) -> dict[str, Any]:
             _pin(conn, at)
             claimed = procs.claim_ready_nodes("bench-dispatcher", per_group, 3600).all(conn)
             for c in claimed:
-                procs.complete_submit(c.node_id, c.claim_token, f"tx-{c.node_id}").one(conn)
+                procs.complete_submit(c.node_id, c.claim_secret, f"tx-{c.node_id}").one(conn)
                 duration = BASELINE_S * math.exp(rng.gauss(0.0, SIGMA))
                 completes_at[c.node_id] = at + timedelta(seconds=duration)
         engine.vacuum_analyze(conn)
@@ -105,7 +105,7 @@ def run(cluster: Cluster) -> dict[str, Any]:
                         if claim is None:
                             continue
                         outcome = "COMPLETED" if now >= completes_at[node_id] else "PENDING"
-                        procs.complete_observe(node_id, claim.claim_token, outcome).one(conn)
+                        procs.complete_observe(node_id, claim.claim_secret, outcome).one(conn)
                         polls += 1
             if ticks > 100_000:
                 raise RuntimeError("pacing simulation does not converge")

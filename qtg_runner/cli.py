@@ -171,7 +171,7 @@ def mark_test_cmd(
     out.print("test database: pinned clocks are honoured" if not off else "not a test database")
 
 
-from qtg_runner.commands import demo, executors, logins, movement, status  # noqa: E402
+from qtg_runner.commands import demo, executors, logins, movement, proposals, status  # noqa: E402
 from qtg_runner.commands import run as runners  # noqa: E402
 
 app.command("run")(runners.run_cmd)
@@ -180,6 +180,7 @@ app.add_typer(logins.operator_app, name="operator")
 app.add_typer(logins.runner_app, name="runner")
 app.add_typer(executors.app, name="executors")
 app.add_typer(movement.app, name="movement")
+app.add_typer(proposals.app, name="proposals")
 app.command("status")(status.status_cmd)
 app.command("demo")(demo.demo_cmd)
 

@@ -1,7 +1,10 @@
 """Structured logs: one event per line, ``event=... key=value ...``.
 
 Every runner log line names its network and worker, and the movement and node
-when it is about one.
+when it is about one. No line carries a claim's secret: a field whose name
+says ``secret`` is left out whatever its value, and the rows and calls that
+hold one (procs.ClaimedNode and the other claims, procs.Call, NodeWork) leave
+it out of their repr.
 """
 
 from __future__ import annotations
@@ -20,12 +23,17 @@ def _format_value(value: Any) -> str:
     return text
 
 
+def _loggable(key: str, value: Any) -> bool:
+    return value is not None and "secret" not in key.lower()
+
+
 def event(level: int, name: str, /, **fields: Any) -> None:
-    """Log one event as ``event=<name> k=v ...`` (None values are left out)."""
+    """Log one event as ``event=<name> k=v ...`` (None values, and any field
+    named like a secret, are left out)."""
     if not logger.isEnabledFor(level):
         return
     parts = [f"event={name}"]
-    parts.extend(f"{k}={_format_value(v)}" for k, v in fields.items() if v is not None)
+    parts.extend(f"{k}={_format_value(v)}" for k, v in fields.items() if _loggable(k, v))
     logger.log(
         level, " ".join(parts), exc_info=level >= logging.ERROR and fields.get("exc") is not None
     )

@@ -11,9 +11,10 @@ asyncio.TaskGroup:
 
   core workers (node_dispatcher, node_observer, node_recovery) fail fast: a
   crash stops every other worker and the process exits 1;
-  sidecars (expiration_checker, ...) are isolated: a crash is logged with its
-  traceback and the others keep running. The crashed sidecar's heartbeat is
-  left live, so the stalled_workers view shows it within two intervals.
+  sidecars (expiration_checker, template_proposal_expiration) are isolated:
+  a crash is logged with its traceback and the others keep running. The
+  crashed sidecar's heartbeat is left live, so the stalled_workers view shows
+  it within two intervals.
 
 A stop (SIGTERM, SIGINT, or a core crash) sets the stop event: every loop
 finishes its current batch (a dispatcher finishes the submits it started, so

@@ -38,7 +38,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from engine import bind, pin_clock, register_sim
+from engine import PEOPLE, bind, pin_clock, register_sim
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from rows import T0
@@ -165,12 +165,31 @@ def template_db(pg_server: str) -> Iterator[str]:
     create_database(pg_server, name)
     try:
         migrate(dsn_for(pg_server, dbname=name))
+        _make_people(pg_server)
         # the tests pin the clock: only a test database honours that
         mark_test_database(dsn_for(pg_server, dbname=name))
         disconnect_all(pg_server, name)
         yield name
     finally:
         drop_database(pg_server, name)
+
+
+def _make_people(dsn: str) -> None:
+    """The operators tests act as (engine.PEOPLE): cluster-wide roles without a
+    login, members of every network's operator role; made if missing."""
+    with _admin(dsn) as conn:
+        for person in PEOPLE:
+            conn.execute(
+                sql.SQL(
+                    "DO $$ BEGIN CREATE ROLE {} NOLOGIN; "
+                    "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+                ).format(sql.Identifier(person))
+            )
+            conn.execute(
+                sql.SQL("GRANT qtg_mainnet_operator, qtg_testnet_operator TO {}").format(
+                    sql.Identifier(person)
+                )
+            )
 
 
 @dataclass

@@ -6,15 +6,17 @@ network (see ``bind``) and calls the procedures exactly as a runner would.
 
 from __future__ import annotations
 
+import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 
 from qtg_runner.db import procs
 
@@ -31,6 +33,41 @@ SIM_SCHEMA: dict[str, Any] = {
 
 TERMINAL_NODE_STATES = {"COMPLETED", "FAILED", "SKIPPED"}
 TERMINAL_REQUEST_STATES = {"COMPLETED", "FAILED", "CANCELLED", "EXPIRED"}
+
+
+PEOPLE = ("alice", "bob", "carol")
+"""Operators the tests act as on their superuser connection (``as_person``): roles
+without a login, members of every network's operator role, made once per server
+by conftest. Tests of logins themselves use ``db.login`` instead."""
+
+
+@contextmanager
+def as_person(conn: psycopg.Connection[Any], person: str | None) -> Iterator[None]:
+    """Run the block with ``session_user`` = ``person`` (one of PEOPLE), the identity
+    every operator procedure reads. Needs the test's superuser connection; None
+    leaves the connection's own login."""
+    if person is None:
+        yield
+        return
+    conn.execute(sql.SQL("SET SESSION AUTHORIZATION {}").format(sql.Identifier(person)))
+    try:
+        yield
+    finally:
+        # in a failed transaction the rollback undoes the SET anyway
+        if conn.info.transaction_status != pq.TransactionStatus.INERROR:
+            conn.execute("RESET SESSION AUTHORIZATION")
+
+
+def approve(conn: psycopg.Connection[Any], movement_id: int, person: str | None = "bob") -> str:
+    """approve_movement as ``person`` (see ``as_person``)."""
+    with as_person(conn, person):
+        return procs.approve_movement(movement_id).one(conn)
+
+
+def cancel(conn: psycopg.Connection[Any], movement_id: int, person: str | None = "carol") -> str:
+    """cancel_movement as ``person`` (see ``as_person``)."""
+    with as_person(conn, person):
+        return procs.cancel_movement(movement_id).one(conn)
 
 
 def bind(conn: psycopg.Connection[Any], network: str = "testnet") -> psycopg.Connection[Any]:
@@ -77,14 +114,16 @@ def create(
     the_plan: dict[str, Any],
     external_id: str,
     amount: str = "100",
-    actor: str = "alice",
+    actor: str | None = "alice",
     expires_at: str | datetime | None = None,
 ) -> int:
+    """create_movement as ``actor`` (see ``as_person``; None: the connection's login)."""
     if isinstance(expires_at, str):
         expires_at = datetime.fromisoformat(expires_at)
-    created = procs.create_movement(
-        external_id, Decimal(str(amount)), plan=the_plan, expires_at=expires_at, actor=actor
-    ).one(conn)
+    with as_person(conn, actor):
+        created = procs.create_movement(
+            external_id, Decimal(str(amount)), plan=the_plan, expires_at=expires_at
+        ).one(conn)
     return created.movement_id
 
 
@@ -93,7 +132,7 @@ def create_started(
 ) -> int:
     """Create, approve (as a second operator) and start one movement."""
     movement_id = create(conn, the_plan, external_id, **kw)
-    procs.approve_movement(movement_id, "bob").one(conn)
+    approve(conn, movement_id)
     procs.start_approved_movements(1000).one(conn)
     return movement_id
 
@@ -121,16 +160,21 @@ def request_state(conn: psycopg.Connection[Any], movement_id: int) -> str:
     return str(row[0])
 
 
+def forged_secret() -> str:
+    """A well-formed claim secret (64 hex characters) that no claim handed out."""
+    return secrets.token_hex(32)
+
+
 def claim(
     conn: psycopg.Connection[Any], worker: str = "w1", max_nodes: int = 100
 ) -> list[dict[str, Any]]:
-    """claim_ready_nodes as a list of dicts (node_id, claim_token, node_key, ...)."""
+    """claim_ready_nodes as a list of dicts (node_id, claim_secret, node_key, ...)."""
     return [asdict(row) for row in procs.claim_ready_nodes(worker, max_nodes).all(conn)]
 
 
 def submit(conn: psycopg.Connection[Any], claimed: dict[str, Any], settled: bool = False) -> str:
-    node_id, token = claimed["node_id"], claimed["claim_token"]
-    state = procs.complete_submit(node_id, token, f"ref-{node_id}", settled=settled).one(conn)
+    node_id, secret = claimed["node_id"], claimed["claim_secret"]
+    state = procs.complete_submit(node_id, secret, f"ref-{node_id}", settled=settled).one(conn)
     return state.value
 
 
@@ -143,17 +187,30 @@ def observe(
 ) -> dict[str, Any] | None:
     """One observer round for one node in one transaction: claim_observe then
     complete_observe. Returns complete_observe's row, or None on a claim miss."""
+    return observe_claim(conn, node_id, outcome, retry_after, worker)[0]
+
+
+def observe_claim(
+    conn: psycopg.Connection[Any],
+    node_id: int,
+    outcome: str,
+    retry_after: float | None = None,
+    worker: str = "obs",
+) -> tuple[dict[str, Any] | None, str | None]:
+    """``observe``, and the secret of the observer's claim (None on a miss): the
+    node's current claim once the round is over."""
     with conn.transaction():
         claimed = procs.claim_observe(node_id, worker).one_or_none(conn)
         if claimed is None:
-            return None
-        complete = procs.complete_observe(node_id, claimed.claim_token, outcome, None, retry_after)
+            return None, None
+        complete = procs.complete_observe(node_id, claimed.claim_secret, outcome, None, retry_after)
         out = complete.one(conn)
-    return {
+    result = {
         "node_state": out.node_state.value,
         "observe_phase": out.observe_phase.value if out.observe_phase is not None else None,
         "next_observe_at": out.next_observe_at,
     }
+    return result, claimed.claim_secret
 
 
 def snapshot(

@@ -9,7 +9,11 @@
 - short paths through the procedures: claim one node (``claim_of``), record its
   intent (``prepare``), fail its submit (``fail``), claim recovery
   (``recovery_claims``), a movement brought to a given state (``movement_in``), a
-  submitted node (``submitted``).
+  submitted node (``submitted``);
+- configuration proposals: the tables a refused proposal call leaves as they
+  were (``CONFIG_TABLES``), a connection of a person's own login with the
+  clock pinned (``person``), a proposal's row, a lane's settings, the
+  warnings a connection receives (``notices``).
 
 Every helper takes a connection bound to one network (``engine.bind``), as the
 ``conn`` fixture of conftest.py gives.
@@ -19,10 +23,23 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import psycopg
-from engine import create, create_started, node, node_ids, pin_clock, plan, request_state, submit
+from engine import (
+    approve,
+    bind,
+    cancel,
+    create,
+    create_started,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+    request_state,
+    submit,
+)
 from psycopg.rows import dict_row
 
 from qtg_runner.db import procs
@@ -75,13 +92,27 @@ def request_row(conn: Conn, movement_id: int) -> dict[str, Any]:
     return row
 
 
-def intent_row(conn: Conn, node_id: int, token: int) -> dict[str, Any]:
+def intent_row(conn: Conn, node_id: int, claim: int | None = None) -> dict[str, Any]:
+    """The intent of the node's ``claim``-th claim (its claim_token, the claim
+    counter), or of its latest claim."""
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(
-            "SELECT * FROM node_intents WHERE node_id = %s AND claim_token = %s", (node_id, token)
+            """SELECT * FROM node_intents WHERE node_id = %s AND claim_token = coalesce(%s,
+                   (SELECT max(claim_token) FROM node_intents WHERE node_id = %s))""",
+            (node_id, claim, node_id),
         ).fetchone()
     assert row is not None
     return row
+
+
+def audit_rows(conn: Conn, movement_id: int) -> list[dict[str, Any]]:
+    """The movement's audit rows in order: actor, login, action, from and to state."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            """SELECT actor, login, action, from_state, to_state FROM audit_outbox
+                WHERE request_id = %s ORDER BY id""",
+            (movement_id,),
+        ).fetchall()
 
 
 def callbacks(conn: Conn, movement_id: int) -> list[str]:
@@ -112,13 +143,13 @@ def claim_of(conn: Conn, node_id: int, lease: int = 300, max_nodes: int = 100) -
 def prepare(conn: Conn, claimed: dict[str, Any], tx_hash: str = "0xaa") -> None:
     """record_intent_prepared with nonce 7 and one signed hash."""
     procs.record_intent_prepared(
-        claimed["node_id"], claimed["claim_token"], nonce=7, signed_tx_hash=tx_hash
+        claimed["node_id"], claimed["claim_secret"], nonce=7, signed_tx_hash=tx_hash
     ).one(conn)
 
 
 def fail(conn: Conn, claimed: dict[str, Any], retryable: bool, after: float | None = None) -> str:
     """fail_submit; returns the node's new state."""
-    call = procs.fail_submit(claimed["node_id"], claimed["claim_token"], "boom", retryable, after)
+    call = procs.fail_submit(claimed["node_id"], claimed["claim_secret"], "boom", retryable, after)
     return str(call.one(conn))
 
 
@@ -137,14 +168,14 @@ def movement_in(conn: Conn, state: str, external_id: str = "m") -> int:
     movement_id = create(conn, ONE, external_id)
     if state == "PENDING_APPROVAL":
         return movement_id
-    procs.approve_movement(movement_id, "bob").one(conn)
+    approve(conn, movement_id)
     if state == "APPROVED":
         return movement_id
     procs.start_approved_movements().one(conn)
     if state == "EXECUTING":
         return movement_id
     if state == "CANCELLED":
-        procs.cancel_movement(movement_id, "carol").one(conn)
+        cancel(conn, movement_id)
     else:
         claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
         if state == "COMPLETED":
@@ -162,3 +193,58 @@ def submitted(conn: Conn, the_plan: dict[str, Any] = ONE, key: str = "a") -> tup
     claimed = claim_of(conn, node_ids(conn, movement_id)[key])
     assert submit(conn, claimed) == "SUBMITTED"
     return movement_id, claimed["node_id"]
+
+
+# --- configuration proposals --------------------------------------------------------------------
+
+# what a proposal may change, with its own rows and the audit log: a refused
+# call leaves them all as they were
+CONFIG_TABLES = (
+    "config_proposals",
+    "lane_baselines",
+    "movement_templates",
+    "executors",
+    "engine_limits",
+    "audit_outbox",
+)
+
+
+def person(
+    db: Any, name: str, role: str = "qtg_testnet_operator", network: str = "testnet"
+) -> Conn:
+    """A connection of ``name``'s own login (``db.login``), a member of ``role``,
+    bound to ``network``, its clock pinned at T0 like the ``conn`` fixture's."""
+    conn = bind(db.connect(db.login(name, role).dsn), network)
+    set_clock(conn, 0)
+    return conn
+
+
+def proposal_row(conn: Conn, proposal_id: int) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute("SELECT * FROM config_proposals WHERE id = %s", (proposal_id,)).fetchone()
+    assert row is not None
+    return row
+
+
+def lane_settings(conn: Conn, lane: str) -> dict[str, Any] | None:
+    """A lane's row of lane_baselines but its name and updated_at (None: no row)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute("SELECT * FROM lane_baselines WHERE lane = %s", (lane,)).fetchone()
+    if row is None:
+        return None
+    return {k: v for k, v in row.items() if k not in ("lane", "updated_at")}
+
+
+def as_decimals(settings: dict[str, Any]) -> dict[str, Decimal]:
+    """A proposal's lane settings (JSON numbers) as Decimals, as ``lane_settings`` reads them."""
+    return {k: Decimal(str(v)) for k, v in settings.items()}
+
+
+def notices(conn: Conn) -> list[tuple[str | None, str | None, str]]:
+    """The notices and warnings ``conn`` receives from now on: SQLSTATE, severity, message."""
+    seen: list[tuple[str | None, str | None, str]] = []
+    conn.add_notice_handler(
+        # a Diagnostic is only valid during the callback: keep its fields
+        lambda d: seen.append((d.sqlstate, d.severity_nonlocalized, d.message_primary or ""))
+    )
+    return seen

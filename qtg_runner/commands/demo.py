@@ -178,6 +178,7 @@ def demo_entries(speed: float) -> list[WorkerEntry]:
         replace(BY_NAME["node_observer"], interval=0.25, jitter=0.05),
         replace(BY_NAME["node_recovery"], interval=1.0, jitter=0.2),
         replace(BY_NAME["expiration_checker"], interval=2.0, jitter=0.5),
+        replace(BY_NAME["template_proposal_expiration"], interval=2.0, jitter=0.5),
     ]
 
 

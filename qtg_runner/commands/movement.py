@@ -65,6 +65,11 @@ def connect(
                 err.print(f"hint: {diag.message_hint}")
             raise typer.Exit(2) from None
         raise
+    except procs.Refused as exc:
+        err.print(f"[red]refused[/red] ({exc.sqlstate}): {exc.message}")
+        if exc.hint:
+            err.print(f"hint: {exc.hint}")
+        raise typer.Exit(2) from None
 
 
 def parse_duration(text: str) -> timedelta:

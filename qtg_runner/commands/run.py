@@ -115,9 +115,10 @@ def run_cmd(
     whose executors are not registered (the admin's `qtg executors register`).
 
     Core workers (node_dispatcher, node_observer, node_recovery) fail fast: a
-    crash stops the process with exit code 1. Sidecars (expiration_checker)
-    are isolated: a crash is logged and the rest keep running. SIGTERM/SIGINT
-    stop cleanly with exit code 0. Nothing starts unless MG_WORKERS_ENABLED=true.
+    crash stops the process with exit code 1. Sidecars (expiration_checker,
+    template_proposal_expiration) are isolated: a crash is logged and the rest
+    keep running. SIGTERM/SIGINT stop cleanly with exit code 0. Nothing starts
+    unless MG_WORKERS_ENABLED=true.
     """
     names = only or [entry.name for entry in REGISTRY]
     unknown = [n for n in names if n not in BY_NAME]

@@ -1,5 +1,5 @@
 """The public procedures, typed: one Python function per procedure a runner or an
-operator may EXECUTE, and per admin deploy step (sql/functions/admin/).
+operator may EXECUTE, and per deploy step the owner (the admin login) calls.
 
 Each wrapper's signature is the procedure's contract, written once: its name,
 its arguments (the SQL names without ``p_``, in the SQL order), their
@@ -16,7 +16,7 @@ server-side, never spliced into the text), and how to decode a row. The same
 async one (``aall``, ``aone``, ``aone_or_none``):
 
     claims = procs.claim_ready_nodes(worker_id, max=64).all(conn)
-    state = await procs.fail_submit(node_id, token, error, True).aone(aconn)
+    state = await procs.fail_submit(node_id, claim.claim_secret, error, True).aone(aconn)
 
 An argument left at ``DEFAULT`` is not sent, so the procedure's own default
 applies (the default is written once, in SQL). ``None`` is sent as NULL.
@@ -30,8 +30,9 @@ import enum
 import functools
 import inspect
 import types
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import (
@@ -55,9 +56,10 @@ from psycopg.types.json import Jsonb
 
 R = TypeVar("R")
 P = ParamSpec("P")
-Access = Literal["runner", "operator", "admin"]
-"""Who may call: the network's runner or operator role (EXECUTE granted), or only
-the admin (sql/functions/admin/: granted to nobody, run as the caller)."""
+Access = Literal["runner", "operator", "owner"]
+"""Who may call a wrapped procedure: the network's runner or operator role
+(EXECUTE granted), or only the owner: a deploy step (sql/functions/admin/, or an
+internal routine) run on the admin connection (no network role may EXECUTE it)."""
 JsonObject = dict[str, Any]
 
 
@@ -97,6 +99,11 @@ BigIntArray = Annotated[Sequence[int | None], Pg("bigint[]")]
 TextArray = Annotated[Sequence[str | None], Pg("text[]")]
 BooleanArray = Annotated[Sequence[bool | None], Pg("boolean[]")]
 JsonArray = Annotated[Sequence[Mapping[str, Any] | list[Any] | None], Pg("jsonb[]")]
+ClaimSecret = Annotated[str, Pg("text")]
+"""A claim's secret: what a claim hands its claimer, the one proof every
+completion call presents. Never logged: the rows that carry one leave it out of
+their repr, and so does a ``Call``."""
+ClaimSecretArray = Annotated[Sequence[str | None], Pg("text[]")]
 
 
 class RequestState(enum.StrEnum):
@@ -128,10 +135,26 @@ class ObservePhase(enum.StrEnum):
     FATAL = "fatal"
 
 
+class ProposalKind(enum.StrEnum):
+    LANE_BASELINE = "lane_baseline"
+    TEMPLATE = "template"
+    EXECUTOR_CONFIG = "executor_config"
+
+
+class ProposalState(enum.StrEnum):
+    PROPOSED = "PROPOSED"
+    APPLIED = "APPLIED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"
+    SUPERSEDED = "SUPERSEDED"
+
+
 ENUM_TYPES: Final[dict[type[enum.StrEnum], str]] = {
     RequestState: "qtg.request_state",
     NodeState: "qtg.node_state",
     ObservePhase: "qtg.observe_phase",
+    ProposalKind: "qtg.proposal_kind",
+    ProposalState: "qtg.proposal_state",
 }
 """The shared enum types, with their PostgreSQL names (test_procs checks the labels)."""
 
@@ -145,7 +168,7 @@ class ClaimedNode:
 
     node_id: BigInt
     request_id: BigInt
-    claim_token: BigInt
+    claim_secret: ClaimSecret = field(repr=False)
     intent_id: BigInt
     idempotency_key: Text
     node_key: Text
@@ -164,7 +187,7 @@ class ObserveClaim:
 
     node_id: BigInt
     request_id: BigInt
-    claim_token: BigInt
+    claim_secret: ClaimSecret = field(repr=False)
     node_key: Text
     executor_key: Text
     node_config: JsonValue
@@ -183,7 +206,7 @@ class RecoveryClaim:
 
     node_id: BigInt
     request_id: BigInt
-    claim_token: BigInt
+    claim_secret: ClaimSecret = field(repr=False)
     node_state: NodeState
     node_key: Text
     executor_key: Text
@@ -243,6 +266,24 @@ class CreatedMovement:
 
 
 @dataclass(frozen=True)
+class Requeue:
+    requeue_id: BigInt
+    requeue_state: Text
+    node_state: NodeState
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A configuration proposal just made: PROPOSED until a second operator
+    approves it, with the open proposal of the same subject it superseded."""
+
+    proposal_id: BigInt
+    proposal_state: ProposalState
+    expires_at: Timestamp
+    supersedes: BigInt | None
+
+
+@dataclass(frozen=True)
 class LaneBaseline:
     """A row of lane_baselines: one lane's pacing parameters."""
 
@@ -271,13 +312,59 @@ class ResultMismatch(RuntimeError):
     tests/runner/test_procs.py should have said so)."""
 
 
+class Refused(RuntimeError):
+    """A procedure refused the call with a WARNING that carries a QT SQLSTATE.
+
+    A procedure does this, instead of raising an error, when the refusal itself
+    must be kept (an error would roll back its audit row): e.g. approve_movement
+    by the movement's creator (QT022). Nothing else changed."""
+
+    def __init__(self, sqlstate: str, message: str, hint: str | None) -> None:
+        super().__init__(f"{sqlstate}: {message}")
+        self.sqlstate = sqlstate
+        self.message = message
+        self.hint = hint
+
+
+class _Refusals:
+    """Collects the QT warnings of one call (a notice handler; a notice's fields
+    are only readable inside the handler, so they are copied there)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Refused] = []
+
+    def __call__(self, diag: psycopg.errors.Diagnostic) -> None:
+        sqlstate = diag.sqlstate or ""
+        if diag.severity_nonlocalized == "WARNING" and sqlstate.startswith("QT"):
+            self.seen.append(Refused(sqlstate, diag.message_primary or "", diag.message_hint))
+
+    def raise_first(self) -> None:
+        if self.seen:
+            raise self.seen[0]
+
+
+@contextmanager
+def _refusals_raised(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+) -> Iterator[None]:
+    """Raise Refused after the block when a statement in it warned with a QT code."""
+    refusals = _Refusals()
+    conn.add_notice_handler(refusals)
+    try:
+        yield
+    finally:
+        conn.remove_notice_handler(refusals)
+    refusals.raise_first()
+
+
 @dataclass(frozen=True)
 class Call(Generic[R]):
     """One procedure call, ready to run on a sync or an async connection."""
 
     procedure: str
     query: str
-    params: tuple[Any, ...]
+    params: tuple[Any, ...] = field(repr=False)
+    """Sent server-side; left out of the repr (they may hold a claim secret)."""
     decode: Callable[[tuple[Any, ...]], R]
     columns: tuple[str, ...] | None
     """The result columns a row result must have (None for a scalar)."""
@@ -312,14 +399,15 @@ class Call(Generic[R]):
         return self.decode(rows[0]) if rows else None
 
     def _fetch(self, conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-        with conn.cursor(row_factory=tuple_row) as cur:
+        with _refusals_raised(conn), conn.cursor(row_factory=tuple_row) as cur:
             cur.execute(self.query, self.params)
             return self._rows(cur, cur.fetchall())
 
     async def _afetch(self, conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
-        async with conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(self.query, self.params)
-            return self._rows(cur, await cur.fetchall())
+        with _refusals_raised(conn):
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(self.query, self.params)
+                return self._rows(cur, await cur.fetchall())
 
     def all(self, conn: psycopg.Connection[Any]) -> list[R]:
         """Every row, decoded."""
@@ -352,7 +440,7 @@ def one_each(conn: psycopg.Connection[Any], calls: Sequence[Call[R]]) -> list[R]
     if any(call.query != query for call in calls):
         raise ValueError("one_each: every call must be the same procedure with the same arguments")
     results: list[R] = []
-    with conn.cursor(row_factory=tuple_row) as cur:
+    with _refusals_raised(conn), conn.cursor(row_factory=tuple_row) as cur:
         cur.executemany(query, [call.params for call in calls], returning=True)
         while True:
             results.append(calls[0]._one(calls[0]._rows(cur, cur.fetchall())))
@@ -469,7 +557,7 @@ def _scalar_decoder(hint: Any) -> Decoder:
 
 def procedure(access: Access) -> Callable[[Callable[P, Call[R]]], Callable[P, Call[R]]]:
     """Make the decorated signature a wrapper of the procedure of the same name,
-    EXECUTE-granted to ``access``'s role (to nobody for "admin")."""
+    EXECUTE-granted to ``access``'s role."""
 
     def wrap(signature: Callable[P, Call[R]]) -> Callable[P, Call[R]]:
         name = signature.__name__
@@ -536,7 +624,7 @@ def claim_ready_nodes(
 @procedure("runner")
 def record_intent_prepared(
     node_id: BigInt,
-    claim_token: BigInt,
+    claim_secret: ClaimSecret,
     nonce: BigInt | Default | None = DEFAULT,
     signed_tx_hash: Text | Default | None = DEFAULT,
     external_request_id: Text | Default | None = DEFAULT,
@@ -548,7 +636,7 @@ def record_intent_prepared(
 @procedure("runner")
 def record_intent_prepared_batch(
     node_ids: BigIntArray,
-    claim_tokens: BigIntArray,
+    claim_secrets: ClaimSecretArray,
     nonces: BigIntArray | Default | None = DEFAULT,
     signed_tx_hashes: TextArray | Default | None = DEFAULT,
     external_request_ids: TextArray | Default | None = DEFAULT,
@@ -560,7 +648,7 @@ def record_intent_prepared_batch(
 @procedure("runner")
 def complete_submit(
     node_id: BigInt,
-    claim_token: BigInt,
+    claim_secret: ClaimSecret,
     external_ref: Text,
     evidence: Json | Default | None = DEFAULT,
     settled: Boolean | Default = DEFAULT,
@@ -571,7 +659,7 @@ def complete_submit(
 @procedure("runner")
 def complete_submit_batch(
     node_ids: BigIntArray,
-    claim_tokens: BigIntArray,
+    claim_secrets: ClaimSecretArray,
     external_refs: TextArray,
     evidence: JsonArray | Default | None = DEFAULT,
     settled: BooleanArray | Default | None = DEFAULT,
@@ -582,7 +670,7 @@ def complete_submit_batch(
 @procedure("runner")
 def fail_submit(
     node_id: BigInt,
-    claim_token: BigInt,
+    claim_secret: ClaimSecret,
     error: Text,
     retryable: Boolean,
     retry_after_seconds: Numeric | Default | None = DEFAULT,
@@ -592,7 +680,7 @@ def fail_submit(
 
 @procedure("runner")
 def release_nodes(
-    node_ids: BigIntArray, claim_tokens: BigIntArray, reason: Text
+    node_ids: BigIntArray, claim_secrets: ClaimSecretArray, reason: Text
 ) -> Call[NodeOutcome]:
     """SUBMITTING -> READY for claimed nodes whose intent was never PREPARED (this
     runner cannot run them); no submit attempt is consumed. One row per element."""
@@ -615,7 +703,7 @@ def claim_observe(
 @procedure("runner")
 def complete_observe(
     node_id: BigInt,
-    claim_token: BigInt,
+    claim_secret: ClaimSecret,
     outcome: Text,
     evidence: Json | Default | None = DEFAULT,
     retry_after_seconds: Numeric | Default | None = DEFAULT,
@@ -633,7 +721,7 @@ def claim_recovery_nodes(
 @procedure("runner")
 def complete_recovery(
     node_id: BigInt,
-    claim_token: BigInt,
+    claim_secret: ClaimSecret,
     outcome: Text,
     evidence: Json | Default | None = DEFAULT,
     external_ref: Text | Default | None = DEFAULT,
@@ -647,6 +735,13 @@ def expire_movements(
     max: Integer | Default = DEFAULT, actor: Text | Default = DEFAULT
 ) -> Call[Integer]:
     """Movements past expires_at with no side effect started -> EXPIRED; returns how many."""
+
+
+@procedure("runner")
+def expire_proposals(
+    max: Integer | Default = DEFAULT, actor: Text | Default = DEFAULT
+) -> Call[Integer]:
+    """Configuration proposals past expires_at -> EXPIRED; returns how many."""
 
 
 @procedure("runner")
@@ -698,35 +793,96 @@ def create_movement(
     expires_at: Timestamp | Default | None = DEFAULT,
     callback_url: Text | Default | None = DEFAULT,
     priority: Integer | Default = DEFAULT,
-    actor: Text | Default | None = DEFAULT,
 ) -> Call[CreatedMovement]:
-    """(none) -> PENDING_APPROVAL, from a plan or a template; idempotent on external_id."""
+    """(none) -> PENDING_APPROVAL, from a plan or a template; idempotent on external_id.
+    The creator is the calling login."""
 
 
 @procedure("operator")
-def approve_movement(
-    movement_id: BigInt, actor: Text | Default | None = DEFAULT
-) -> Call[RequestState]:
-    """PENDING_APPROVAL -> APPROVED, by another login than the creator's."""
+def approve_movement(movement_id: BigInt) -> Call[RequestState]:
+    """PENDING_APPROVAL -> APPROVED, by the calling login, which must not be the
+    creator's (else Refused, QT022: the refusal is audited)."""
 
 
 @procedure("operator")
 def cancel_movement(
-    movement_id: BigInt,
-    actor: Text | Default | None = DEFAULT,
-    reason: Text | Default | None = DEFAULT,
+    movement_id: BigInt, reason: Text | Default | None = DEFAULT
 ) -> Call[RequestState]:
     """-> CANCELLED at once, or once the nodes in flight settle."""
 
 
 @procedure("operator")
-def register_template(
-    template_name: Text, plan: Json, description: Text | Default = DEFAULT
-) -> Call[None]:
-    """Adds or replaces a named plan template."""
+def requeue_node(node_id: BigInt, reason: Text) -> Call[Requeue]:
+    """A fresh side effect for an UNKNOWN node with a PREPARED intent: the first
+    login's call requests it (REQUESTED), another login's call applies it
+    (APPLIED, node READY); the requester's own second call is Refused (QT022)."""
 
 
 @procedure("operator")
+def propose_lane_baseline(
+    lane: Text,
+    baseline_seconds: Numeric,
+    min_poll_seconds: Numeric | Default | None = DEFAULT,
+    max_poll_seconds: Numeric | Default | None = DEFAULT,
+    first_poll_fraction: Numeric | Default | None = DEFAULT,
+    poll_fraction: Numeric | Default | None = DEFAULT,
+    over_factor: Numeric | Default | None = DEFAULT,
+    fatal_factor: Numeric | Default | None = DEFAULT,
+    observe_error_retry_seconds: Numeric | Default | None = DEFAULT,
+    recovery_retry_seconds: Numeric | Default | None = DEFAULT,
+    release_retry_seconds: Numeric | Default | None = DEFAULT,
+) -> Call[Proposal]:
+    """Proposes a lane's pacing and retry settings; NULL keeps the current value."""
+
+
+@procedure("operator")
+def propose_template(
+    template_name: Text, plan: Json | None, description: Text | Default = DEFAULT
+) -> Call[Proposal]:
+    """Proposes a named plan template, new or replacing one."""
+
+
+@procedure("operator")
+def propose_executor_config(
+    executor_key: Text,
+    node_config_schema: Json | None,
+    description: Text | Default | None = DEFAULT,
+) -> Call[Proposal]:
+    """Proposes a registered executor's node config schema and description."""
+
+
+@procedure("operator")
+def approve_proposal(proposal_id: BigInt) -> Call[ProposalState]:
+    """PROPOSED -> APPLIED, by another login than the proposer's (a self-approval
+    answers PROPOSED with a QT022 warning)."""
+
+
+@procedure("operator")
+def reject_proposal(proposal_id: BigInt, reason: Text) -> Call[ProposalState]:
+    """PROPOSED -> REJECTED, with a reason."""
+
+
+# -- deploy steps: the owner's (admin) connection only ----------------------------
+
+
+@procedure("owner")
+def register_executor(
+    executor_key: Text,
+    has_side_effect: Boolean,
+    node_config_schema: Json,
+    description: Text | Default = DEFAULT,
+) -> Call[None]:
+    """Adds or updates an executor (`qtg executors register`, sql/functions/admin/)."""
+
+
+@procedure("owner")
+def register_template(
+    template_name: Text, plan: Json, description: Text | Default = DEFAULT
+) -> Call[None]:
+    """Adds or replaces a named plan template at once (operators propose_template)."""
+
+
+@procedure("owner")
 def upsert_lane_baseline(
     lane: Text,
     baseline_seconds: Numeric,
@@ -740,18 +896,13 @@ def upsert_lane_baseline(
     recovery_retry_seconds: Numeric | Default | None = DEFAULT,
     release_retry_seconds: Numeric | Default | None = DEFAULT,
 ) -> Call[LaneBaseline]:
-    """Sets a lane's pacing and retry parameters; NULL keeps the current value."""
+    """Sets a lane's pacing and retry parameters at once; NULL keeps the current
+    value (operators propose_lane_baseline)."""
 
 
-# -- admin procedures -----------------------------------------------------------
-# Granted to nobody: the admin's own login (a member of qtg_owner) calls them.
-
-
-@procedure("admin")
-def register_executor(
-    executor_key: Text,
-    has_side_effect: Boolean,
-    node_config_schema: Json,
-    description: Text | Default = DEFAULT,
+@procedure("owner")
+def set_executor_config(
+    executor_key: Text, node_config_schema: Json, description: Text | None
 ) -> Call[None]:
-    """Adds or updates an executor (the deploy step `qtg executors register`)."""
+    """Sets a registered executor's node config schema and description at once
+    (operators propose_executor_config)."""

@@ -15,6 +15,11 @@ results. It never decides a node's state: the procedures do, from its answers.
                                or UNKNOWN with evidence.
     recover(work)              reconcile a node whose outcome is in doubt from
                                external evidence only (never a blind retry).
+                               Once the intent is PREPARED (work.prepared()),
+                               the side effect may only be resubmitted with
+                               that same payload (then IN_FLIGHT): the engine
+                               refuses NOT_SUBMITTED for it, and only
+                               requeue_node (two operators) allows a new one.
     health()                   is the external service usable?
 """
 
@@ -37,7 +42,8 @@ class NodeWork:
 
     node_id: int
     request_id: int
-    claim_token: int
+    claim_secret: str = field(repr=False)
+    """The claim's proof, presented by every completion call; never logged."""
     node_key: str
     executor_key: str
     node_config: JsonObject
@@ -64,7 +70,7 @@ class NodeWork:
         return cls(
             node_id=row.node_id,
             request_id=row.request_id,
-            claim_token=row.claim_token,
+            claim_secret=row.claim_secret,
             node_key=row.node_key,
             executor_key=row.executor_key,
             node_config=row.node_config,
@@ -86,6 +92,19 @@ class Prepared:
     signed_tx_hash: str | None = None
     external_request_id: str | None = None
     payload: JsonObject | None = None
+
+    @classmethod
+    def from_intent(cls, intent: JsonObject | None) -> Prepared | None:
+        """The payload recorded on a PREPARED intent (a recovery claim's
+        ``intent``), or None when the intent was never prepared."""
+        if not intent or intent.get("intent_state") != "PREPARED":
+            return None
+        return cls(
+            nonce=intent.get("nonce"),
+            signed_tx_hash=intent.get("signed_tx_hash"),
+            external_request_id=intent.get("external_request_id"),
+            payload=intent.get("prepared_payload"),
+        )
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -240,8 +240,19 @@ class SimExecutor:
     async def recover(self, work: NodeWork) -> RecoveryResult:
         row = await self._lookup(work)
         if row is None:
+            prepared = Prepared.from_intent(work.intent)
+            if prepared is None:
+                return RecoveryResult(
+                    RecoveryOutcome.NOT_SUBMITTED, {"reason": "no side effect recorded"}
+                )
+            # prepared but not seen: resubmit that same payload (its idempotency key
+            # makes a second arrival a no-op), never a new one
+            prepared_key = str((work.intent or {}).get("idempotency_key"))
+            result = await self.submit(replace(work, idempotency_key=prepared_key), prepared)
             return RecoveryResult(
-                RecoveryOutcome.NOT_SUBMITTED, {"reason": "no side effect recorded"}
+                RecoveryOutcome.IN_FLIGHT,
+                {"resubmitted": "the prepared payload", **result.evidence},
+                external_ref=result.external_ref,
             )
         outcome, done, _hidden, _remaining = row
         key = work.idempotency_key or (work.intent or {}).get("idempotency_key")

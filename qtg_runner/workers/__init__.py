@@ -5,7 +5,13 @@ its own module plus one line here."""
 from __future__ import annotations
 
 from qtg_runner.loop import WorkerEntry
-from qtg_runner.workers import expiration_checker, node_dispatcher, node_observer, node_recovery
+from qtg_runner.workers import (
+    expiration_checker,
+    node_dispatcher,
+    node_observer,
+    node_recovery,
+    template_proposal_expiration,
+)
 
 REGISTRY: tuple[WorkerEntry, ...] = (
     WorkerEntry(
@@ -20,6 +26,13 @@ REGISTRY: tuple[WorkerEntry, ...] = (
     WorkerEntry("node_recovery", node_recovery.batch, interval=5.0, jitter=1.0, tier="core"),
     WorkerEntry(
         "expiration_checker", expiration_checker.batch, interval=10.0, jitter=2.0, tier="sidecar"
+    ),
+    WorkerEntry(
+        "template_proposal_expiration",
+        template_proposal_expiration.batch,
+        interval=30.0,
+        jitter=5.0,
+        tier="sidecar",
     ),
 )
 

@@ -185,7 +185,7 @@ async def _release(ctx: WorkerContext, works: Sequence[NodeWork]) -> None:
     async with ctx.pool.connection() as conn:
         rows = await procs.release_nodes(
             [w.node_id for w in works],
-            [w.claim_token for w in works],
+            [w.claim_secret for w in works],
             "no executor for the node in this runner",
         ).aall(conn)
     for work, row in zip(works, rows, strict=True):
@@ -204,7 +204,7 @@ async def _record_intents(ctx: WorkerContext, nodes: Sequence[_Prepared]) -> lis
     async with ctx.pool.connection() as conn:
         rows = await procs.record_intent_prepared_batch(
             [n.work.node_id for n in nodes],
-            [n.work.claim_token for n in nodes],
+            [n.work.claim_secret for n in nodes],
             [p.nonce for p in preps],
             [p.signed_tx_hash for p in preps],
             [p.external_request_id for p in preps],
@@ -250,7 +250,7 @@ async def _complete_submits(
     async with ctx.pool.connection() as conn:
         rows = await procs.complete_submit_batch(
             [n.work.node_id for n in group],
-            [n.work.claim_token for n in group],
+            [n.work.claim_secret for n in group],
             [r.external_ref for r in results],
             [r.evidence for r in results],
             [r.settled for r in results],
@@ -277,7 +277,7 @@ async def _fail_submits(
     async with ctx.pool.connection() as conn:
         for work in works:
             fail = procs.fail_submit(
-                work.node_id, work.claim_token, error, refused.retryable, refused.retry_after
+                work.node_id, work.claim_secret, error, refused.retryable, refused.retry_after
             )
             try:
                 state = await fail.aone(conn)

@@ -67,7 +67,7 @@ async def observe_one(
         work = NodeWork.from_claim(claim, ctx.network)
         outcome, evidence, retry_after = await _observe(ctx, work)
         out = await procs.complete_observe(
-            work.node_id, work.claim_token, outcome, evidence, retry_after
+            work.node_id, work.claim_secret, outcome, evidence, retry_after
         ).aone(conn)
     if out.node_state != procs.NodeState.OBSERVING:
         node_event(

@@ -1,7 +1,7 @@
 """node_recovery (core): UNKNOWN | stale SUBMITTING -> whatever the evidence says.
 
 Reconcile only: claim_recovery_nodes commits a recovery lease (and a new claim
-token, fencing any stale dispatcher), the executor's recover() looks for
+secret, fencing any stale dispatcher), the executor's recover() looks for
 evidence outside any lock, and complete_recovery applies it. Never a blind
 retry: only NOT_SUBMITTED evidence sends a node back to READY.
 """
@@ -30,7 +30,7 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
             async with ctx.pool.connection() as conn:
                 state = await procs.complete_recovery(
                     work.node_id,
-                    work.claim_token,
+                    work.claim_secret,
                     result.outcome.value,
                     result.evidence,
                     result.external_ref,

@@ -2,9 +2,12 @@
 
 Pins: the approver and the time are recorded, the nodes stay PENDING, the
 transition is audited and announced (movement.approved) in its transaction;
-refused with QT022 for the creator, QT020 from any other state or once the
-expiry is reached (even before the expiration checker ran), QT010 for an
-unknown movement and QT002 without an approver.
+the approver is the calling login (session_user), never a parameter. The
+creator's own approval is refused with a QT022 WARNING that leaves the movement
+as it was and keeps the refusal in the audit log (an error would roll it back);
+QT020 from any other state or once the expiry is reached (even before the
+expiration checker ran), QT010 for an unknown movement. Logins of real people
+are played in tests/security/test_identity.py.
 
 A legal call runs in one transaction (``in_one_transaction``) and the test reads
 back the audit_outbox and callback_outbox rows that this same transaction wrote:
@@ -17,7 +20,9 @@ and to-state it checks.
 
 from __future__ import annotations
 
+import pytest
 from engine import (
+    as_person,
     assert_rejected,
     create,
     in_one_transaction,
@@ -25,12 +30,15 @@ from engine import (
     pin_clock,
     request_state,
 )
-from rows import ONE, Conn, iso_at, movement_in, request_row, time_at
+from rows import ONE, Conn, audit_rows, iso_at, movement_in, request_row, time_at
+
+from qtg_runner.db import procs
 
 
 def test_approve_moves_pending_approval_to_approved(conn: Conn) -> None:
     movement_id = create(conn, ONE, "m1", actor="alice")
-    written = in_one_transaction(conn, "SELECT approve_movement(%s, 'bob')::text", (movement_id,))
+    with as_person(conn, "bob"):
+        written = in_one_transaction(conn, "SELECT approve_movement(%s)::text", (movement_id,))
     assert written.rows == [("APPROVED",)]
     request = request_row(conn, movement_id)
     assert (request["request_state"], request["approved_by"], request["approved_at"]) == (
@@ -45,17 +53,34 @@ def test_approve_moves_pending_approval_to_approved(conn: Conn) -> None:
     assert written.callbacks == [(movement_id, "movement.approved")]
 
 
-def test_the_creator_cannot_approve(conn: Conn) -> None:
+def test_the_creators_approval_is_refused_and_the_refusal_audited(conn: Conn) -> None:
     movement_id = create(conn, ONE, "m1", actor="alice")
-    assert_rejected(conn, "QT022", "SELECT approve_movement(%s, 'alice')", (movement_id,))
+    before = request_row(conn, movement_id)
+    with as_person(conn, "alice"), pytest.raises(procs.Refused) as refused:
+        procs.approve_movement(movement_id).one(conn)
+    assert refused.value.sqlstate == "QT022"
+    assert "created by alice" in refused.value.message
+    assert request_row(conn, movement_id) == before
+    assert node_states(conn, movement_id) == {"a": "PENDING"}
+    assert audit_rows(conn, movement_id)[-1] == {
+        "actor": "alice",
+        "login": "alice",
+        "action": "approval_refused",
+        "from_state": "PENDING_APPROVAL",
+        "to_state": "PENDING_APPROVAL",
+    }
+    # no callback: nothing changed for the movement's subscribers
+    assert conn.execute(
+        "SELECT count(*) FROM callback_outbox WHERE request_id = %s", (movement_id,)
+    ).fetchone() == (1,)
 
 
 def test_an_expired_movement_cannot_be_approved(conn: Conn) -> None:
     movement_id = create(conn, ONE, "m1", expires_at=iso_at(3600))
     pin_clock(conn, iso_at(3600))  # expiry reached; the expiration checker has not run yet
-    assert_rejected(conn, "QT020", "SELECT approve_movement(%s, 'bob')", (movement_id,))
+    assert_rejected(conn, "QT020", "SELECT approve_movement(%s)", (movement_id,))
     pin_clock(conn, iso_at(3599))
-    conn.execute("SELECT approve_movement(%s, 'bob')", (movement_id,))
+    conn.execute("SELECT approve_movement(%s)", (movement_id,))
     assert request_state(conn, movement_id) == "APPROVED"
 
 
@@ -65,18 +90,8 @@ def test_approve_is_only_from_pending_approval(conn: Conn) -> None:
     states = ["COMPLETED", "FAILED", "CANCELLED", "EXECUTING", "APPROVED", "EXPIRED"]
     movements = {state: movement_in(conn, state, external_id=state) for state in states}
     for movement_id in movements.values():
-        assert_rejected(conn, "QT020", "SELECT approve_movement(%s, 'dave')", (movement_id,))
+        assert_rejected(conn, "QT020", "SELECT approve_movement(%s)", (movement_id,))
 
 
-def test_approve_unknown_movement_or_without_approver(conn: Conn) -> None:
-    assert_rejected(conn, "QT010", "SELECT approve_movement(424242, 'bob')")
-    movement_id = create(conn, ONE, "m1")
-    for approver in ("", "  "):
-        assert_rejected(conn, "QT002", "SELECT approve_movement(%s, %s)", (movement_id, approver))
-    # no approver named: the session's login approves
-    conn.execute("SELECT approve_movement(%s, NULL)", (movement_id,))
-    assert conn.execute(
-        "SELECT actor = session_user FROM audit_outbox"
-        " WHERE request_id = %s AND to_state = 'APPROVED'",
-        (movement_id,),
-    ).fetchone() == (True,)
+def test_approve_unknown_movement(conn: Conn) -> None:
+    assert_rejected(conn, "QT010", "SELECT approve_movement(424242)")

@@ -44,13 +44,11 @@ from engine import (
 from rows import (
     CHAIN,
     DIAMOND,
-    ONE,
     Conn,
     claim_of,
     fail,
     iso_at,
     movement_in,
-    node_row,
     prepare,
     recovery_claims,
     request_row,
@@ -62,11 +60,9 @@ from rows import (
 def test_cancel_before_execution_cancels_at_once(conn: Conn, state: str) -> None:
     movement_id = create(conn, DIAMOND, "m1")
     if state == "APPROVED":
-        conn.execute("SELECT approve_movement(%s, 'bob')", (movement_id,))
+        conn.execute("SELECT approve_movement(%s)", (movement_id,))
     ids = node_ids(conn, movement_id)
-    written = in_one_transaction(
-        conn, "SELECT cancel_movement(%s, 'carol', 'typo')::text", (movement_id,)
-    )
+    written = in_one_transaction(conn, "SELECT cancel_movement(%s, 'typo')::text", (movement_id,))
     assert written.rows == [("CANCELLED",)]
     request = request_row(conn, movement_id)
     assert (request["request_state"], request["stop_reason"], request["stop_detail"]) == (
@@ -87,7 +83,7 @@ def test_cancel_before_execution_cancels_at_once(conn: Conn, state: str) -> None
 
 def test_cancel_while_executing_with_nothing_in_flight_cancels_at_once(conn: Conn) -> None:
     movement_id = create_started(conn, CHAIN, "m1")
-    written = in_one_transaction(conn, "SELECT cancel_movement(%s, 'carol')::text", (movement_id,))
+    written = in_one_transaction(conn, "SELECT cancel_movement(%s)::text", (movement_id,))
     assert written.rows == [("CANCELLED",)]
     assert node_states(conn, movement_id) == {"a": "SKIPPED", "b": "SKIPPED"}
     ids = node_ids(conn, movement_id)
@@ -97,17 +93,18 @@ def test_cancel_while_executing_with_nothing_in_flight_cancels_at_once(conn: Con
     assert claim(conn) == []
 
 
-def recover(conn: Conn, node_id: int, token: int, outcome: str, after: float | None = None) -> str:
+def recover(conn: Conn, node_id: int, secret: str, outcome: str, after: float | None = None) -> str:
     row = conn.execute(
         "SELECT complete_recovery(%s, %s, %s, p_retry_after_seconds => %s)::text",
-        (node_id, token, outcome, after),
+        (node_id, secret, outcome, after),
     ).fetchone()
     assert row is not None
     return str(row[0])
 
 
 def put_in_flight(conn: Conn, node_id: int, state: str) -> dict[str, Any]:
-    """Drive ``node_id`` (READY, the lowest id) to the in-flight ``state`` alone."""
+    """Drive ``node_id`` (READY, the lowest id) to the in-flight ``state`` alone;
+    returns the dispatcher's claim."""
     claimed = claim_of(conn, node_id, max_nodes=1)
     if state == "SUBMITTING":
         return claimed
@@ -119,19 +116,24 @@ def put_in_flight(conn: Conn, node_id: int, state: str) -> dict[str, Any]:
     if state == "OBSERVING":
         pin_clock(conn, iso_at(42))
         observe(conn, node_id, "PENDING")
-    return {**claimed, "claim_token": node_row(conn, node_id)["claim_token"]}
+    return claimed
 
 
-def settle_in_flight(conn: Conn, node_id: int, state: str, outcome: str) -> None:
-    """Bring an in-flight node to ``outcome`` (COMPLETED or FAILED) by its proper path."""
-    token = node_row(conn, node_id)["claim_token"]
+def settle_in_flight(
+    conn: Conn, claimed: dict[str, Any], node_id: int, state: str, outcome: str
+) -> None:
+    """Bring an in-flight node to ``outcome`` (COMPLETED or FAILED) by its proper path
+    (``claimed``: its dispatcher's claim)."""
+    secret = claimed["claim_secret"]
     if state == "SUBMITTING":
         if outcome == "COMPLETED":
-            conn.execute("SELECT complete_submit(%s, %s, 'r', p_settled => true)", (node_id, token))
+            conn.execute(
+                "SELECT complete_submit(%s, %s, 'r', p_settled => true)", (node_id, secret)
+            )
         else:
-            conn.execute("SELECT fail_submit(%s, %s, 'no', false)", (node_id, token))
+            conn.execute("SELECT fail_submit(%s, %s, 'no', false)", (node_id, secret))
     elif state == "UNKNOWN":
-        recover(conn, node_id, recovery_claims(conn)[node_id]["claim_token"], outcome)
+        recover(conn, node_id, recovery_claims(conn)[node_id]["claim_secret"], outcome)
     else:
         pin_clock(conn, iso_at(100))
         assert observe(conn, node_id, outcome) is not None
@@ -151,9 +153,9 @@ def test_cancel_while_a_side_effect_is_in_flight_waits_for_it_to_settle(
 ) -> None:
     movement_id = create_started(conn, plan(node("a"), node("b"), node("c", ["a"])), "m1")
     ids = node_ids(conn, movement_id)
-    put_in_flight(conn, ids["a"], in_flight)
+    claimed = put_in_flight(conn, ids["a"], in_flight)
 
-    written = in_one_transaction(conn, "SELECT cancel_movement(%s, 'carol')::text", (movement_id,))
+    written = in_one_transaction(conn, "SELECT cancel_movement(%s)::text", (movement_id,))
     assert written.rows == [("EXECUTING",)]
     assert node_states(conn, movement_id) == {"a": in_flight, "b": "SKIPPED", "c": "SKIPPED"}
     request = request_row(conn, movement_id)
@@ -173,11 +175,11 @@ def test_cancel_while_a_side_effect_is_in_flight_waits_for_it_to_settle(
 
     # cancelling again changes nothing
     before = snapshot(conn)
-    again = conn.execute("SELECT cancel_movement(%s, 'dave')::text", (movement_id,)).fetchall()
+    again = conn.execute("SELECT cancel_movement(%s)::text", (movement_id,)).fetchall()
     assert again == [("EXECUTING",)]
     assert snapshot(conn) == before
 
-    settle_in_flight(conn, ids["a"], in_flight, outcome)
+    settle_in_flight(conn, claimed, ids["a"], in_flight, outcome)
     final = "CANCELLED" if outcome == "COMPLETED" else "FAILED"
     assert node_states(conn, movement_id) == {"a": outcome, "b": "SKIPPED", "c": "SKIPPED"}
     assert request_state(conn, movement_id) == final
@@ -194,16 +196,14 @@ def test_cancel_while_a_side_effect_is_in_flight_waits_for_it_to_settle(
 def test_cancel_of_a_finished_movement_is_refused(conn: Conn) -> None:
     for state in ("COMPLETED", "FAILED", "EXPIRED"):
         movement_id = movement_in(conn, state, external_id=state)
-        error = assert_rejected(
-            conn, "QT020", "SELECT cancel_movement(%s, 'carol')", (movement_id,)
-        )
+        error = assert_rejected(conn, "QT020", "SELECT cancel_movement(%s)", (movement_id,))
         assert state in str(error)
 
 
 def test_cancel_of_a_cancelled_movement_changes_nothing(conn: Conn) -> None:
     movement_id = movement_in(conn, "CANCELLED")
     before = snapshot(conn)
-    again = conn.execute("SELECT cancel_movement(%s, 'carol')::text", (movement_id,)).fetchall()
+    again = conn.execute("SELECT cancel_movement(%s)::text", (movement_id,)).fetchall()
     assert again == [("CANCELLED",)]
     assert snapshot(conn) == before
 
@@ -217,14 +217,8 @@ def test_cancel_of_an_expiring_movement_is_refused(conn: Conn) -> None:
     pin_clock(conn, iso_at(60))
     assert conn.execute("SELECT expire_movements()").fetchone() == (1,)
     assert request_row(conn, movement_id)["stop_reason"] == "EXPIRED"
-    assert_rejected(conn, "QT020", "SELECT cancel_movement(%s, 'carol')", (movement_id,))
+    assert_rejected(conn, "QT020", "SELECT cancel_movement(%s)", (movement_id,))
 
 
-def test_cancel_unknown_movement_or_without_operator(conn: Conn) -> None:
-    assert_rejected(conn, "QT010", "SELECT cancel_movement(424242, 'carol')")
-    movement_id = create(conn, ONE, "m1")
-    assert_rejected(conn, "QT002", "SELECT cancel_movement(%s, '')", (movement_id,))
-    # no operator named: the session's login cancels
-    assert conn.execute("SELECT cancel_movement(%s, NULL)", (movement_id,)).fetchone() == (
-        "CANCELLED",
-    )
+def test_cancel_unknown_movement(conn: Conn) -> None:
+    assert_rejected(conn, "QT010", "SELECT cancel_movement(424242)")

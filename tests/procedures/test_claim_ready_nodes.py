@@ -1,7 +1,9 @@
 """claim_ready_nodes: READY -> SUBMITTING, with an intent row and a lease.
 
-Pins: the claim token is bumped, the worker, claim time and lease are recorded,
-an intent (CLAIMED, idempotency key t<node>x<token>) is written before anything
+Pins: the claim hands out a secret (64 hex characters; the node keeps only its
+SHA-256) and bumps the claim counter (claim_token), the worker, claim time and
+lease are recorded, an intent (CLAIMED, idempotency key t<node>x<counter>) is
+written before anything
 is signed, the transition is audited with no callback, and a node whose parent
 has not completed is never claimed; bad arguments are refused (QT002).
 Concurrent claims are in scenarios/test_concurrency.py.
@@ -17,6 +19,8 @@ and to-state it checks.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from decimal import Decimal
 
 from engine import assert_rejected, claim, create_started, in_one_transaction, node_ids, node_states
@@ -28,13 +32,16 @@ def test_claim_moves_ready_to_submitting_with_an_intent_and_a_lease(conn: Conn) 
     a = node_ids(conn, movement_id)["a"]
     written = in_one_transaction(
         conn,
-        "SELECT node_id, claim_token, idempotency_key, node_key,"
+        "SELECT node_id, claim_secret, idempotency_key, node_key,"
         " has_side_effect, amount, asset, attempt"
         " FROM claim_ready_nodes('w1', 10, 60)",
     )
-    assert written.rows == [(a, 1, f"t{a}x1", "a", True, Decimal("12.5"), "USDC", 1)]
+    [(_, secret, *rest)] = written.rows
+    assert [a, *rest] == [a, f"t{a}x1", "a", True, Decimal("12.5"), "USDC", 1]
+    assert re.fullmatch("[0-9a-f]{64}", secret)
     row = node_row(conn, a)
     assert (row["node_state"], row["claim_token"], row["claimed_by"]) == ("SUBMITTING", 1, "w1")
+    assert row["claim_hash"] == hashlib.sha256(secret.encode()).digest()
     assert (row["claimed_at"], row["lease_until"], row["submit_attempts"]) == (
         time_at(0),
         time_at(60),

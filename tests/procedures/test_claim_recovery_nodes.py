@@ -1,7 +1,8 @@
 """claim_recovery_nodes: recovery takes UNKNOWN nodes and SUBMITTING nodes whose lease ran out.
 
-Pins: a node whose dispatcher still holds its lease is not taken; a claim bumps
-the claim token (so the dispatcher's late report is refused, QT030), leases the
+Pins: a node whose dispatcher still holds its lease is not taken; a claim hands
+out a new secret and bumps the claim counter (so the dispatcher's late report,
+with its old secret, is refused, QT030), leases the
 node to recovery, counts the recovery attempt, is audited (recovery_claimed)
 and hands over the dispatcher's intent; bad arguments are refused (QT002).
 
@@ -40,31 +41,36 @@ def test_recovery_claims_unknown_and_lease_expired_submitting_nodes(conn: Conn) 
 
     written = in_one_transaction(
         conn,
-        "SELECT node_id, claim_token, node_state::text FROM claim_recovery_nodes('rec', 10, 120)",
+        "SELECT node_id, node_state::text FROM claim_recovery_nodes('rec', 10, 120)",
     )
-    assert written.rows == [(ids["x"], 2, "UNKNOWN")]  # y's dispatcher still holds its lease
+    assert written.rows == [(ids["x"], "UNKNOWN")]  # y's dispatcher still holds its lease
     assert written.audit == [("node", str(ids["x"]), "recovery_claimed", "UNKNOWN", "UNKNOWN")]
     x = node_row(conn, ids["x"])
-    assert (x["node_state"], x["lease_until"], x["recovery_attempts"]) == (
+    assert (x["node_state"], x["lease_until"], x["recovery_attempts"], x["claim_token"]) == (
         "UNKNOWN",
         time_at(120),
         1,
+        2,
     )
     assert recovery_claims(conn) == {}  # x is leased to this recovery worker
 
     pin_clock(conn, iso_at(300))  # y's dispatcher lease ran out; x's recovery lease too
     taken = recovery_claims(conn)
-    assert {k: (v["node_state"], v["claim_token"]) for k, v in taken.items()} == {
-        ids["x"]: ("UNKNOWN", 3),
-        ids["y"]: ("SUBMITTING", 2),
+    assert {k: v["node_state"] for k, v in taken.items()} == {
+        ids["x"]: "UNKNOWN",
+        ids["y"]: "SUBMITTING",
     }
+    assert (node_row(conn, ids["x"])["claim_token"], node_row(conn, ids["y"])["claim_token"]) == (
+        3,
+        2,
+    )
     assert taken[ids["y"]]["intent"]["idempotency_key"] == claims["y"]["idempotency_key"]
     # the fenced dispatcher's late report changes nothing
     assert_rejected(
         conn,
         "QT030",
         "SELECT complete_submit(%s, %s, 'late')",
-        (ids["y"], claims["y"]["claim_token"]),
+        (ids["y"], claims["y"]["claim_secret"]),
     )
 
 

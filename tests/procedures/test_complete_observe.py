@@ -51,7 +51,7 @@ def observe_logged(conn: Conn, node_id: int, outcome: str, hint: float | None = 
         conn,
         "SELECT o.node_state::text, o.observe_phase::text, o.next_observe_at"
         " FROM claim_observe(%s, 'obs') c,"
-        " complete_observe(c.node_id, c.claim_token, %s, NULL, %s) o",
+        " complete_observe(c.node_id, c.claim_secret, %s, NULL, %s) o",
         (node_id, outcome, hint),
     )
 
@@ -146,6 +146,6 @@ def test_complete_observe_rejects_bad_arguments(conn: Conn) -> None:
         assert_rejected(
             conn,
             "QT002",
-            "SELECT * FROM complete_observe(%s, 1, %s, NULL, %s)",
+            "SELECT * FROM complete_observe(%s, repeat('0', 64), %s, NULL, %s)",
             (node_id, outcome, hint),
         )

@@ -4,7 +4,9 @@ Pins each outcome: COMPLETED completes the node (intent SUBMITTED) and readies
 its children; FAILED fails the node and the request (intent FAILED); IN_FLIGHT
 resumes the observation (SUBMITTED before any observation, OBSERVING after,
 each with a fresh window); NOT_SUBMITTED makes the node READY again (intent
-ABANDONED), or SKIPPED when the movement was cancelled, which then settles;
+ABANDONED), or SKIPPED when the movement was cancelled, which then settles, but
+only while the intent was never PREPARED: after that it is refused (QT021), as a
+prepared payload may be out (a fresh one needs requeue_node);
 STILL_UNKNOWN leases the node again for the hinted delay and dispatches nothing.
 Every verdict is audited (recovered); bad arguments are refused (QT002).
 
@@ -56,23 +58,35 @@ def claim_into_unknown(conn: Conn, node_id: int) -> dict[str, Any]:
     return claimed
 
 
-def unknown_in_recovery(conn: Conn, the_plan: dict[str, Any] = ONE) -> tuple[int, int, int]:
-    """A movement whose node 'a' is UNKNOWN and claimed by recovery: (movement, node, token)."""
+def unknown_in_recovery(conn: Conn, the_plan: dict[str, Any] = ONE) -> tuple[int, int, str]:
+    """A movement whose node 'a' is UNKNOWN and claimed by recovery: (movement, node, secret)."""
     movement_id = create_started(conn, the_plan, "m1")
     node_id = node_ids(conn, movement_id)["a"]
     claim_into_unknown(conn, node_id)
-    return movement_id, node_id, recovery_claims(conn)[node_id]["claim_token"]
+    return movement_id, node_id, recovery_claims(conn)[node_id]["claim_secret"]
 
 
-def recovered_logged(conn: Conn, node_id: int, token: int, outcome: str) -> Any:
+def lapsed_in_recovery(conn: Conn) -> tuple[int, int, str]:
+    """A movement whose node 'a' was claimed and never prepared, its lease run out,
+    claimed by recovery (SUBMITTING): (movement, node, secret)."""
+    movement_id = create_started(conn, ONE, "m1")
+    node_id = node_ids(conn, movement_id)["a"]
+    claim_of(conn, node_id, lease=60)
+    pin_clock(conn, iso_at(60))
+    return movement_id, node_id, recovery_claims(conn)[node_id]["claim_secret"]
+
+
+def recovered_logged(conn: Conn, node_id: int, secret: str, outcome: str) -> Any:
     return in_one_transaction(
-        conn, "SELECT complete_recovery(%s, %s, %s, NULL, 'ref-r')::text", (node_id, token, outcome)
+        conn,
+        "SELECT complete_recovery(%s, %s, %s, NULL, 'ref-r')::text",
+        (node_id, secret, outcome),
     )
 
 
 def test_recovery_completed_completes_the_node_and_readies_its_child(conn: Conn) -> None:
-    movement_id, node_id, token = unknown_in_recovery(conn, CHAIN)
-    written = recovered_logged(conn, node_id, token, "COMPLETED")
+    movement_id, node_id, secret = unknown_in_recovery(conn, CHAIN)
+    written = recovered_logged(conn, node_id, secret, "COMPLETED")
     assert written.rows == [("COMPLETED",)]
     b = node_ids(conn, movement_id)["b"]
     assert set(written.audit) == {
@@ -90,8 +104,8 @@ def test_recovery_completed_completes_the_node_and_readies_its_child(conn: Conn)
 
 
 def test_recovery_failed_fails_the_node_and_the_request(conn: Conn) -> None:
-    movement_id, node_id, token = unknown_in_recovery(conn, CHAIN)
-    written = recovered_logged(conn, node_id, token, "FAILED")
+    movement_id, node_id, secret = unknown_in_recovery(conn, CHAIN)
+    written = recovered_logged(conn, node_id, secret, "FAILED")
     assert written.rows == [("FAILED",)]
     assert node_states(conn, movement_id) == {"a": "FAILED", "b": "SKIPPED"}
     assert request_state(conn, movement_id) == "FAILED"
@@ -105,8 +119,8 @@ def test_recovery_in_flight_before_any_observation_resumes_as_submitted(conn: Co
     node_id = node_ids(conn, movement_id)["a"]
     claim_of(conn, node_id, lease=60)  # the dispatcher then dies
     pin_clock(conn, iso_at(60))
-    token = recovery_claims(conn)[node_id]["claim_token"]
-    written = recovered_logged(conn, node_id, token, "IN_FLIGHT")
+    secret = recovery_claims(conn)[node_id]["claim_secret"]
+    written = recovered_logged(conn, node_id, secret, "IN_FLIGHT")
     assert written.rows == [("SUBMITTED",)]
     assert written.audit == [("node", str(node_id), "recovered", "SUBMITTING", "SUBMITTED")]
     row = node_row(conn, node_id)
@@ -126,8 +140,8 @@ def test_recovery_in_flight_after_observation_resumes_as_observing(conn: Conn) -
         "observe_phase": "pre_baseline",
         "next_observe_at": None,
     }
-    token = recovery_claims(conn)[node_id]["claim_token"]
-    written = recovered_logged(conn, node_id, token, "IN_FLIGHT")
+    secret = recovery_claims(conn)[node_id]["claim_secret"]
+    written = recovered_logged(conn, node_id, secret, "IN_FLIGHT")
     assert written.rows == [("OBSERVING",)]
     row = node_row(conn, node_id)
     assert (row["observe_started_at"], row["next_observe_at"]) == (
@@ -137,21 +151,22 @@ def test_recovery_in_flight_after_observation_resumes_as_observing(conn: Conn) -
 
 
 def test_recovery_not_submitted_makes_the_node_ready_again(conn: Conn) -> None:
-    _, node_id, token = unknown_in_recovery(conn)
-    written = recovered_logged(conn, node_id, token, "NOT_SUBMITTED")
+    _, node_id, secret = lapsed_in_recovery(conn)
+    written = recovered_logged(conn, node_id, secret, "NOT_SUBMITTED")
     assert written.rows == [("READY",)]
-    assert written.audit == [("node", str(node_id), "recovered", "UNKNOWN", "READY")]
+    assert written.audit == [("node", str(node_id), "recovered", "SUBMITTING", "READY")]
     assert intent_row(conn, node_id, 1)["intent_state"] == "ABANDONED"
     again = claim_of(conn, node_id)
-    assert (again["claim_token"], again["attempt"]) == (token + 1, 2)
+    assert again["attempt"] == 2
+    assert node_row(conn, node_id)["claim_token"] == 3  # dispatcher, recovery, dispatcher
 
 
 def test_recovery_still_unknown_looks_again_later(conn: Conn) -> None:
-    _, node_id, token = unknown_in_recovery(conn)
+    _, node_id, secret = unknown_in_recovery(conn)
     written = in_one_transaction(
         conn,
         "SELECT complete_recovery(%s, %s, 'STILL_UNKNOWN', p_retry_after_seconds => 90)::text",
-        (node_id, token),
+        (node_id, secret),
     )
     assert written.rows == [("UNKNOWN",)]
     assert written.audit == [("node", str(node_id), "recovered", "UNKNOWN", "UNKNOWN")]
@@ -164,22 +179,35 @@ def test_recovery_still_unknown_looks_again_later(conn: Conn) -> None:
     assert set(recovery_claims(conn)) == {node_id}
 
 
+def test_recovery_cannot_call_a_prepared_side_effect_not_submitted(conn: Conn) -> None:
+    # the intent holds a signed transaction: it may be out there, or be sent by
+    # anyone who has it, so no verdict may give the node a new one
+    _, node_id, secret = unknown_in_recovery(conn)
+    assert_rejected(
+        conn,
+        "QT021",
+        "SELECT complete_recovery(%s, %s, 'NOT_SUBMITTED', %s::jsonb)",
+        (node_id, secret, '{"receipt": null}'),
+    )
+    assert intent_row(conn, node_id, 1)["intent_state"] == "PREPARED"
+
+
 def test_recovery_not_submitted_after_cancel_skips_the_node_and_settles(conn: Conn) -> None:
-    movement_id, node_id, token = unknown_in_recovery(conn)
-    conn.execute("SELECT cancel_movement(%s, 'carol')", (movement_id,))
+    movement_id, node_id, secret = lapsed_in_recovery(conn)
+    conn.execute("SELECT cancel_movement(%s)", (movement_id,))
     assert request_state(conn, movement_id) == "EXECUTING"
-    written = recovered_logged(conn, node_id, token, "NOT_SUBMITTED")
+    written = recovered_logged(conn, node_id, secret, "NOT_SUBMITTED")
     assert written.rows == [("SKIPPED",)]
     assert request_state(conn, movement_id) == "CANCELLED"
     assert written.callbacks == [(movement_id, "movement.cancelled")]
 
 
 def test_complete_recovery_rejects_bad_arguments(conn: Conn) -> None:
-    _, node_id, token = unknown_in_recovery(conn)
+    _, node_id, secret = unknown_in_recovery(conn)
     for outcome, hint in [("DONE", None), (None, None), ("COMPLETED", -5)]:
         assert_rejected(
             conn,
             "QT002",
             "SELECT complete_recovery(%s, %s, %s, p_retry_after_seconds => %s)",
-            (node_id, token, outcome, hint),
+            (node_id, secret, outcome, hint),
         )

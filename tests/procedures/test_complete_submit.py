@@ -6,8 +6,8 @@ lease and gets its first observation from its lane's pacing; a settled one
 completes, readies the children whose last parent it was, and completes the
 request with its last node; the intent becomes SUBMITTED. Each transition is
 audited, and a request state change announced, in the call's transaction
-(``in_one_transaction``). A stale or missing claim token is refused (QT030),
-changing nothing (``assert_rejected``).
+(``in_one_transaction``). A stale or forged claim secret is refused (QT030), a
+missing one as malformed (QT002), changing nothing (``assert_rejected``).
 
 complete_submit_batch: complete_submit for many nodes in one call and one
 transaction (complete_submit is its one-node form). One batch that reports
@@ -33,6 +33,7 @@ from engine import (
     bind,
     claim,
     create_started,
+    forged_secret,
     in_one_transaction,
     node,
     node_ids,
@@ -49,6 +50,7 @@ from rows import (
     T0,
     Conn,
     claim_of,
+    fail,
     intent_row,
     node_row,
     request_row,
@@ -64,7 +66,7 @@ def test_submit_moves_submitting_to_submitted_with_its_first_observation(conn: C
     claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
     node_id = claimed["node_id"]
     written = in_one_transaction(
-        conn, "SELECT complete_submit(%s, %s, '0xfeed')::text", (node_id, claimed["claim_token"])
+        conn, "SELECT complete_submit(%s, %s, '0xfeed')::text", (node_id, claimed["claim_secret"])
     )
     assert written.rows == [("SUBMITTED",)]
     row = node_row(conn, node_id)
@@ -76,7 +78,7 @@ def test_submit_moves_submitting_to_submitted_with_its_first_observation(conn: C
     # default lane: baseline 60 s, first poll at 0.7 of it
     assert (row["submitted_at"], row["observe_started_at"]) == (time_at(0), time_at(0))
     assert (row["next_observe_at"], row["observe_phase"]) == (time_at(42), "pre_baseline")
-    intent = intent_row(conn, node_id, claimed["claim_token"])
+    intent = intent_row(conn, node_id, 1)
     assert (intent["intent_state"], intent["external_ref"]) == ("SUBMITTED", "0xfeed")
     assert written.audit == [("node", str(node_id), "state_changed", "SUBMITTING", "SUBMITTED")]
     assert written.callbacks == []
@@ -86,10 +88,11 @@ def test_submit_moves_submitting_to_submitted_with_its_first_observation(conn: C
 def test_settled_submit_completes_the_node_and_readies_its_children(conn: Conn) -> None:
     movement_id = create_started(conn, DIAMOND, "m1")
     ids = node_ids(conn, movement_id)
+    a = claim_of(conn, ids["a"])
     written = in_one_transaction(
         conn,
-        "SELECT complete_submit(%s, 1, 'r', p_settled => true)::text",
-        (claim_of(conn, ids["a"])["node_id"],),
+        "SELECT complete_submit(%s, %s, 'r', p_settled => true)::text",
+        (a["node_id"], a["claim_secret"]),
     )
     assert written.rows == [("COMPLETED",)]
     assert state_changes(written.audit) == {
@@ -108,10 +111,11 @@ def test_settled_submit_completes_the_node_and_readies_its_children(conn: Conn) 
     assert node_states(conn, movement_id)["d"] == "READY"
     assert request_row(conn, movement_id)["open_nodes"] == 1
 
+    d = claim_of(conn, ids["d"])
     written = in_one_transaction(
         conn,
-        "SELECT complete_submit(%s, 1, 'r', p_settled => true)",
-        (claim_of(conn, ids["d"])["node_id"],),
+        "SELECT complete_submit(%s, %s, 'r', p_settled => true)",
+        (d["node_id"], d["claim_secret"]),
     )
     request = request_row(conn, movement_id)
     assert (request["request_state"], request["open_nodes"], request["finished_at"]) == (
@@ -123,23 +127,22 @@ def test_settled_submit_completes_the_node_and_readies_its_children(conn: Conn) 
     assert written.callbacks == [(movement_id, "movement.completed")]
 
 
-def test_a_stale_claim_token_changes_nothing(conn: Conn) -> None:
+def test_a_stale_or_forged_claim_secret_changes_nothing(conn: Conn) -> None:
     movement_id = create_started(conn, ONE, "m1")
-    claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
-    assert_rejected(
-        conn,
-        "QT030",
-        "SELECT complete_submit(%s, %s, 'r')",
-        (claimed["node_id"], claimed["claim_token"] - 1),
-    )
-    assert_rejected(conn, "QT030", "SELECT complete_submit(%s, NULL, 'r')", (claimed["node_id"],))
+    node_id = node_ids(conn, movement_id)["a"]
+    first = claim_of(conn, node_id)
+    assert fail(conn, first, retryable=True, after=0) == "READY"
+    claim_of(conn, node_id)  # the second claim: the first one's secret is stale
+    for secret in (first["claim_secret"], forged_secret()):
+        assert_rejected(conn, "QT030", "SELECT complete_submit(%s, %s, 'r')", (node_id, secret))
+    assert_rejected(conn, "QT002", "SELECT complete_submit(%s, NULL, 'r')", (node_id,))
 
 
 # --- complete_submit_batch -------------------------------------------------------------------
 
 BATCH = (
     "SELECT node_id, node_state::text, error_code, error_message FROM complete_submit_batch("
-    "%s::bigint[], %s::bigint[], %s::text[], %s::jsonb[], %s::boolean[])"
+    "%s::bigint[], %s::text[], %s::text[], %s::jsonb[], %s::boolean[])"
 )
 
 # every shape of a submit's report: a chain readies its child, a diamond two
@@ -171,9 +174,9 @@ def slow_lane(conn: Conn) -> str:
     return "slow"
 
 
-def _claimed(conn: Conn) -> dict[int, int]:
-    """Claim every READY node; node id -> claim token."""
-    return {c["node_id"]: c["claim_token"] for c in claim(conn, "dispatcher-1", 1000)}
+def _claimed(conn: Conn) -> dict[int, str]:
+    """Claim every READY node; node id -> claim secret."""
+    return {c["node_id"]: c["claim_secret"] for c in claim(conn, "dispatcher-1", 1000)}
 
 
 # what each scenario's batch report must leave: the nodes' states, the
@@ -269,10 +272,10 @@ EXPECTED: dict[str, dict[str, Any]] = {
 }
 
 
-def _started(conn: Conn) -> tuple[list[int], dict[int, int]]:
+def _started(conn: Conn) -> tuple[list[int], dict[int, str]]:
     """Each scenario started, every READY node claimed, stops and callback URLs set."""
     movements = [create_started(conn, p, f"batch-{name}") for name, p, _ in SCENARIOS]
-    tokens = _claimed(conn)
+    secrets = _claimed(conn)
     pin_clock(conn, (T0 + timedelta(seconds=5)).isoformat())
     for (name, _, _), movement in zip(SCENARIOS, movements, strict=True):
         # some report to a callback URL (a callback is then PENDING delivery)
@@ -283,18 +286,18 @@ def _started(conn: Conn) -> tuple[list[int], dict[int, int]]:
                 (movement,),
             )
         if name == "cancelled":
-            conn.execute("SELECT cancel_movement(%s, 'carol')", (movement,))
+            conn.execute("SELECT cancel_movement(%s)", (movement,))
         if name == "stopping":
             conn.execute(
                 "UPDATE movement_requests SET stop_reason = 'EXPIRED' WHERE id = %s", (movement,)
             )
     pin_clock(conn, (T0 + timedelta(seconds=10)).isoformat())
-    return movements, tokens
+    return movements, secrets
 
 
 @pytest.mark.usefixtures("slow_lane")
 def test_one_batch_reports_every_shape_of_submit_as_its_dag_says(conn: Conn) -> None:
-    movements, tokens = _started(conn)
+    movements, secrets = _started(conn)
     todo = [
         (node_ids(conn, movement)[key], key, settled)
         for (_, _, settle), movement in zip(SCENARIOS, movements, strict=True)
@@ -309,7 +312,7 @@ def test_one_batch_reports_every_shape_of_submit_as_its_dag_says(conn: Conn) -> 
         BATCH,
         (
             [n for n, _, _ in todo],
-            [tokens[n] for n, _, _ in todo],
+            [secrets[n] for n, _, _ in todo],
             [f"ref-{k}" for _, k, _ in todo],
             [json.dumps({"key": k}) for _, k, _ in todo],
             [s for _, _, s in todo],
@@ -355,9 +358,9 @@ def test_one_batch_reports_every_shape_of_submit_as_its_dag_says(conn: Conn) -> 
 
 def test_a_refused_node_is_reported_and_left_as_it_was_while_the_rest_completes(conn: Conn) -> None:
     movements = [create_started(conn, plan(node("a")), f"m{i}") for i in range(4)]
-    tokens = _claimed(conn)
+    secrets = _claimed(conn)
     ok, stale, done, also_ok = (node_ids(conn, m)["a"] for m in movements)
-    conn.execute("SELECT complete_submit(%s, %s, 'ref-done')", (done, tokens[done]))
+    conn.execute("SELECT complete_submit(%s, %s, 'ref-done')", (done, secrets[done]))
     missing = 10**9
     before = snapshot(conn, ["node_intents"])
 
@@ -365,7 +368,7 @@ def test_a_refused_node_is_reported_and_left_as_it_was_while_the_rest_completes(
         BATCH,
         (
             [ok, stale, done, missing, also_ok],
-            [tokens[ok], tokens[stale] + 7, tokens[done], 1, tokens[also_ok]],
+            [secrets[ok], forged_secret(), secrets[done], forged_secret(), secrets[also_ok]],
             ["r1", "r2", "r3", "r4", "r5"],
             None,
             [True, True, True, True, True],
@@ -394,7 +397,7 @@ def test_a_refused_node_is_reported_and_left_as_it_was_while_the_rest_completes(
 
 
 @pytest.mark.parametrize(
-    ("why", "ids", "tokens", "refs", "settled"),
+    ("why", "ids", "secrets", "refs", "settled"),
     [
         ("arrays of different lengths", [1, 2], [1], ["r", "r"], None),
         ("a settled flag too many", [1], [1], ["r"], [True, False]),
@@ -404,15 +407,14 @@ def test_a_refused_node_is_reported_and_left_as_it_was_while_the_rest_completes(
     ],
 )
 def test_a_malformed_batch_is_refused_whole(
-    conn: Conn, why: str, ids: list[Any], tokens: list[int], refs: list[str], settled: Any
+    conn: Conn, why: str, ids: list[Any], secrets: list[int], refs: list[str], settled: Any
 ) -> None:
     movement = create_started(conn, plan(node("a")), "m")
     node_id = node_ids(conn, movement)["a"]
-    token = _claimed(conn)[node_id]
+    secret = _claimed(conn)[node_id]
     ids = [node_id if i == 1 else i for i in ids]
-    tokens = [token if t == 1 else t for t in tokens]
 
-    assert_rejected(conn, "QT002", BATCH, (ids, tokens, refs, None, settled))
+    assert_rejected(conn, "QT002", BATCH, (ids, [secret for _ in secrets], refs, None, settled))
     assert node_states(conn, movement) == {"a": "SUBMITTING"}, why
 
 
@@ -423,12 +425,12 @@ def test_an_empty_batch_returns_nothing(conn: Conn) -> None:
 def test_a_runner_may_call_it_and_an_operator_may_not(db: TestDatabase, conn: Conn) -> None:
     movement = create_started(conn, plan(node("a")), "m")
     node_id = node_ids(conn, movement)["a"]
-    token = _claimed(conn)[node_id]
+    secret = _claimed(conn)[node_id]
 
     operator = bind(db.connect(db.operator_dsn("testnet")))
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        operator.execute(BATCH, ([node_id], [token], ["r"], None, [True]))
+        operator.execute(BATCH, ([node_id], [secret], ["r"], None, [True]))
     runner = bind(db.connect(db.runner_dsn("testnet")))
-    rows = runner.execute(BATCH, ([node_id], [token], ["r"], None, [True])).fetchall()
+    rows = runner.execute(BATCH, ([node_id], [secret], ["r"], None, [True])).fetchall()
     assert rows == [(node_id, "COMPLETED", None, None)]
     assert request_state(conn, movement) == "COMPLETED"

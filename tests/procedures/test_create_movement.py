@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from conftest import TestDatabase
 from engine import (
+    as_person,
     assert_rejected,
     bind,
     create,
@@ -35,7 +36,7 @@ from rows import DIAMOND, Conn, iso_at, request_row
 
 CREATE = (
     "SELECT movement_id, created FROM create_movement(%s, %s::numeric, %s::jsonb,"
-    " p_template => %s, p_params => %s::jsonb, p_expires_at => %s::timestamptz, p_actor => 'alice')"
+    " p_template => %s, p_params => %s::jsonb, p_expires_at => %s::timestamptz)"
 )
 TABLES = (
     "movement_requests",
@@ -86,12 +87,12 @@ def cfg(**config: Any) -> dict[str, Any]:
 
 
 def test_create_makes_a_pending_approval_request_with_its_dag(conn: Conn) -> None:
-    written = in_one_transaction(
-        conn,
-        "SELECT movement_id, created"
-        " FROM create_movement('m1', 100, %s::jsonb, p_actor => 'alice')",
-        (Jsonb(DIAMOND),),
-    )
+    with as_person(conn, "alice"):  # the creator is the login, read from session_user
+        written = in_one_transaction(
+            conn,
+            "SELECT movement_id, created FROM create_movement('m1', 100, %s::jsonb)",
+            (Jsonb(DIAMOND),),
+        )
     [(movement_id, created)] = written.rows
     assert created is True
     request = request_row(conn, movement_id)

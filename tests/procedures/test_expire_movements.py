@@ -36,7 +36,7 @@ def test_expiry_before_any_side_effect_expires_the_movement(conn: Conn) -> None:
     for state in ("EXECUTING", "APPROVED", "PENDING_APPROVAL"):
         movements[state] = movement_id = create(conn, CHAIN, state, expires_at=iso_at(60))
         if state != "PENDING_APPROVAL":
-            conn.execute("SELECT approve_movement(%s, 'bob')", (movement_id,))
+            conn.execute("SELECT approve_movement(%s)", (movement_id,))
         if state == "EXECUTING":
             conn.execute("SELECT start_approved_movements()")
     assert {m: request_state(conn, m) for m in movements.values()} == {

@@ -57,7 +57,7 @@ def test_retryable_failure_returns_the_node_to_ready_after_a_backoff(conn: Conn)
     written = in_one_transaction(
         conn,
         "SELECT fail_submit(%s, %s, 'rpc timeout', true)::text",
-        (node_id, claimed["claim_token"]),
+        (node_id, claimed["claim_secret"]),
     )
     assert written.rows == [("READY",)]
     row = node_row(conn, node_id)
@@ -73,7 +73,9 @@ def test_retryable_failure_returns_the_node_to_ready_after_a_backoff(conn: Conn)
     assert claim(conn) == []  # backing off: 2^1 s after the first attempt
     pin_clock(conn, iso_at(2))
     [again] = claim(conn)
-    assert (again["node_id"], again["claim_token"], again["attempt"]) == (node_id, 2, 2)
+    assert (again["node_id"], again["attempt"]) == (node_id, 2)
+    assert node_row(conn, node_id)["claim_token"] == 2
+    assert again["claim_secret"] != claimed["claim_secret"]
     assert again["idempotency_key"] != claimed["idempotency_key"]
     assert fail(conn, again, retryable=True) == "READY"
     assert node_row(conn, node_id)["not_before"] == time_at(2 + 4)  # 2^2 s after the second attempt
@@ -105,7 +107,7 @@ def test_retryable_failure_after_prepare_with_a_side_effect_is_unknown(conn: Con
     written = in_one_transaction(
         conn,
         "SELECT fail_submit(%s, %s, 'broadcast timeout', true)::text",
-        (node_id, claimed["claim_token"]),
+        (node_id, claimed["claim_secret"]),
     )
     assert written.rows == [("UNKNOWN",)]
     assert written.audit == [("node", str(node_id), "state_changed", "SUBMITTING", "UNKNOWN")]
@@ -115,7 +117,7 @@ def test_retryable_failure_after_prepare_with_a_side_effect_is_unknown(conn: Con
         None,
         time_at(0),
     )
-    assert intent_row(conn, node_id, claimed["claim_token"])["intent_state"] == "PREPARED"
+    assert intent_row(conn, node_id)["intent_state"] == "PREPARED"
     for later in (0, 3600, 86400):  # never dispatched again, however long we wait
         pin_clock(conn, iso_at(later))
         assert claim(conn) == []
@@ -141,7 +143,7 @@ def test_permanent_failure_fails_the_node_skips_its_descendants_and_fails_the_re
     written = in_one_transaction(
         conn,
         "SELECT fail_submit(%s, %s, 'insufficient funds', false)::text",
-        (ids["a"], claimed["claim_token"]),
+        (ids["a"], claimed["claim_secret"]),
     )
     assert written.rows == [("FAILED",)]
     assert node_states(conn, movement_id) == {
@@ -178,7 +180,7 @@ def test_a_failed_branch_lets_the_other_branch_finish_then_fails_the_request(con
 def test_a_retryable_failure_after_cancel_skips_the_node_and_settles(conn: Conn) -> None:
     movement_id = create_started(conn, ONE, "m1")
     claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
-    conn.execute("SELECT cancel_movement(%s, 'carol')", (movement_id,))
+    conn.execute("SELECT cancel_movement(%s)", (movement_id,))
     assert fail(conn, claimed, retryable=True) == "SKIPPED"
     assert request_state(conn, movement_id) == "CANCELLED"
     assert claim(conn) == []
@@ -192,5 +194,5 @@ def test_fail_submit_rejects_bad_arguments(conn: Conn) -> None:
             conn,
             "QT002",
             "SELECT fail_submit(%s, %s, 'x', %s, %s)",
-            (claimed["node_id"], claimed["claim_token"], retryable, after),
+            (claimed["node_id"], claimed["claim_secret"], retryable, after),
         )

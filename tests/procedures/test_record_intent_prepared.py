@@ -30,6 +30,7 @@ from engine import (
     assert_rejected,
     bind,
     create_started,
+    forged_secret,
     in_one_transaction,
     node,
     node_ids,
@@ -40,7 +41,7 @@ from rows import ONE, T0, Conn, claim_of, intent_row, iso_at, node_row
 
 BATCH = (
     "SELECT node_id, intent_id, error_code, error_message FROM record_intent_prepared_batch("
-    "%s::bigint[], %s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::jsonb[])"
+    "%s::bigint[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::jsonb[])"
 )
 SINGLE = "SELECT record_intent_prepared(%s, %s, %s, %s, %s, %s::jsonb)"
 
@@ -60,19 +61,19 @@ PREPARED = [
 def test_prepare_records_the_intent_and_every_signed_hash(conn: Conn) -> None:
     movement_id = create_started(conn, ONE, "m1")
     claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
-    node_id, token = claimed["node_id"], claimed["claim_token"]
+    node_id, secret = claimed["node_id"], claimed["claim_secret"]
     written = in_one_transaction(
         conn,
         "SELECT record_intent_prepared(%s, %s, p_nonce => 7, p_signed_tx_hash => '0xaa')",
-        (node_id, token),
+        (node_id, secret),
     )
     assert written.rows == [(claimed["intent_id"],)]
     assert written.audit == [("node", str(node_id), "intent_prepared", "SUBMITTING", "SUBMITTING")]
     # a replacement transaction (same nonce, new fee): both hashes are kept for recovery
     conn.execute(
-        "SELECT record_intent_prepared(%s, %s, p_signed_tx_hash => '0xbb')", (node_id, token)
+        "SELECT record_intent_prepared(%s, %s, p_signed_tx_hash => '0xbb')", (node_id, secret)
     )
-    intent = intent_row(conn, node_id, token)
+    intent = intent_row(conn, node_id, 1)
     assert (intent["intent_state"], intent["nonce"], intent["signed_tx_hash"]) == (
         "PREPARED",
         7,
@@ -90,7 +91,7 @@ def test_prepare_is_refused_once_the_lease_ran_out(conn: Conn) -> None:
         conn,
         "QT030",
         "SELECT record_intent_prepared(%s, %s, p_signed_tx_hash => '0xaa')",
-        (claimed["node_id"], claimed["claim_token"]),
+        (claimed["node_id"], claimed["claim_secret"]),
     )
 
 
@@ -101,25 +102,25 @@ def test_prepare_needs_something_to_record(conn: Conn) -> None:
         conn,
         "QT002",
         "SELECT record_intent_prepared(%s, %s)",
-        (claimed["node_id"], claimed["claim_token"]),
+        (claimed["node_id"], claimed["claim_secret"]),
     )
 
 
 # --- record_intent_prepared_batch ------------------------------------------------------------
 
 
-def _claimed(conn: Conn, count: int, prefix: str, lease: float = 300) -> list[tuple[int, int]]:
+def _claimed(conn: Conn, count: int, prefix: str, lease: float = 300) -> list[tuple[int, str]]:
     movements = [create_started(conn, plan(node("a")), f"{prefix}{i}") for i in range(count)]
     ids = [node_ids(conn, m)["a"] for m in movements]
     rows = conn.execute(
-        "SELECT node_id, claim_token FROM claim_ready_nodes('dispatcher-1', 1000, %s)", (lease,)
+        "SELECT node_id, claim_secret FROM claim_ready_nodes('dispatcher-1', 1000, %s)", (lease,)
     ).fetchall()
-    tokens = dict(rows)
-    return [(i, tokens[i]) for i in ids]
+    secrets = dict(rows)
+    return [(i, secrets[i]) for i in ids]
 
 
 def _record(
-    conn: Conn, nodes: list[tuple[int, int]], prepared: list[tuple[Any, ...]]
+    conn: Conn, nodes: list[tuple[int, str]], prepared: list[tuple[Any, ...]]
 ) -> list[tuple[Any, ...]]:
     return conn.execute(
         BATCH,
@@ -201,10 +202,10 @@ def test_a_batch_records_what_each_executor_handed_over_and_audits_it(conn: Conn
 
 
 def test_a_replacement_transaction_keeps_every_signed_hash_once(conn: Conn) -> None:
-    [(node_id, token)] = _claimed(conn, 1, "m")
+    [(node_id, secret)] = _claimed(conn, 1, "m")
 
     for tx in ("0x1", "0x2", "0x1"):
-        [row] = _record(conn, [(node_id, token)], [(5, tx, None, None)])
+        [row] = _record(conn, [(node_id, secret)], [(5, tx, None, None)])
         assert row[2] is None
 
     assert _intent(conn, node_id)[:4] == ("PREPARED", 5, "0x1", ["0x1", "0x2"])
@@ -215,18 +216,18 @@ def test_a_refused_node_is_reported_and_left_as_it_was_while_the_rest_is_recorde
     conn: Conn,
 ) -> None:
     nodes = _claimed(conn, 4, "m")
-    (ok, ok_token), (stale, stale_token), (empty, empty_token), (done, done_token) = nodes
-    conn.execute("SELECT complete_submit(%s, %s, 'ref')", (done, done_token))
+    (ok, ok_secret), (stale, _), (empty, empty_secret), (done, done_secret) = nodes
+    conn.execute("SELECT complete_submit(%s, %s, 'ref')", (done, done_secret))
     missing = 10**9
 
     rows = _record(
         conn,
         [
-            (ok, ok_token),
-            (stale, stale_token + 1),
-            (empty, empty_token),
-            (done, done_token),
-            (missing, 1),
+            (ok, ok_secret),
+            (stale, forged_secret()),
+            (empty, empty_secret),
+            (done, done_secret),
+            (missing, forged_secret()),
         ],
         [
             (1, "0x1", None, None),
@@ -264,7 +265,7 @@ def test_an_expired_lease_is_refused_so_the_node_is_never_broadcast(conn: Conn) 
 
 
 @pytest.mark.parametrize(
-    ("why", "ids", "tokens", "nonces"),
+    ("why", "ids", "secrets", "nonces"),
     [
         ("arrays of different lengths", [1, 2], [1], None),
         ("a nonce too many", [1], [1], [1, 2]),
@@ -274,13 +275,13 @@ def test_an_expired_lease_is_refused_so_the_node_is_never_broadcast(conn: Conn) 
     ],
 )
 def test_a_malformed_batch_is_refused_whole(
-    conn: Conn, why: str, ids: list[Any], tokens: list[int], nonces: Any
+    conn: Conn, why: str, ids: list[Any], secrets: list[int], nonces: Any
 ) -> None:
-    [(node_id, token)] = _claimed(conn, 1, "m")
+    [(node_id, secret)] = _claimed(conn, 1, "m")
     ids = [node_id if i == 1 else i for i in ids]
-    tokens = [token if t == 1 else t for t in tokens]
+    secrets = [secret for _ in secrets]  # as many well-formed secrets as the case has
 
-    assert_rejected(conn, "QT002", BATCH, (ids, tokens, nonces, ["0x1"] * len(ids), None, None))
+    assert_rejected(conn, "QT002", BATCH, (ids, secrets, nonces, ["0x1"] * len(ids), None, None))
     assert _intent(conn, node_id)[0] == "CLAIMED", why
 
 
@@ -289,8 +290,8 @@ def test_an_empty_batch_returns_nothing(conn: Conn) -> None:
 
 
 def test_a_runner_may_call_it_and_an_operator_may_not(db: TestDatabase, conn: Conn) -> None:
-    [(node_id, token)] = _claimed(conn, 1, "m")
-    args = ([node_id], [token], None, ["0x1"], None, None)
+    [(node_id, secret)] = _claimed(conn, 1, "m")
+    args = ([node_id], [secret], None, ["0x1"], None, None)
 
     operator = bind(db.connect(db.operator_dsn("testnet")))
     with pytest.raises(psycopg.errors.InsufficientPrivilege):

@@ -3,7 +3,7 @@
 A runner that does not carry a node's executor gives the claim back: the node
 is READY again after the lane's release_retry_seconds, the attempt is not
 counted, the intent is ABANDONED, and the release is audited. A node whose
-intent is PREPARED (something may have been signed), a stale token, or a node
+intent is PREPARED (something may have been signed), a wrong secret, or a node
 not SUBMITTING is refused in its own row and left as it was; a malformed call
 is refused whole.
 """
@@ -21,6 +21,7 @@ from engine import (
     bind,
     claim,
     create_started,
+    forged_secret,
     node,
     node_ids,
     pin_clock,
@@ -38,20 +39,20 @@ def bridge_lane(conn: Conn) -> str:
     return "bridge"
 
 
-def claimed(conn: Conn, external_id: str, **kw: Any) -> tuple[int, int, int]:
-    """A one-node movement on the 'bridge' lane, its node claimed: (movement, node, token)."""
+def claimed(conn: Conn, external_id: str, **kw: Any) -> tuple[int, int, str]:
+    """A one-node movement on the 'bridge' lane, its node claimed: (movement, node, secret)."""
     movement = create_started(conn, plan(node("a", lane="bridge")), external_id, **kw)
     node_id = node_ids(conn, movement)["a"]
     [row] = [c for c in claim(conn, "dispatcher-1") if c["node_id"] == node_id]
-    return movement, node_id, row["claim_token"]
+    return movement, node_id, row["claim_secret"]
 
 
 def test_a_released_node_is_ready_again_after_the_lanes_wait_without_spending_an_attempt(
     conn: Conn,
 ) -> None:
-    _, node_id, token = claimed(conn, "rel-1")
+    _, node_id, secret = claimed(conn, "rel-1")
 
-    assert conn.execute(RELEASE, ([node_id], [token], "no executor sim here")).fetchall() == [
+    assert conn.execute(RELEASE, ([node_id], [secret], "no executor sim here")).fetchall() == [
         (node_id, "READY", None)
     ]
     row = conn.execute(
@@ -61,8 +62,8 @@ def test_a_released_node_is_ready_again_after_the_lanes_wait_without_spending_an
     ).fetchone()
     assert row == ("READY", 0, T0 + timedelta(seconds=45), None, "no executor sim here")
     intent = conn.execute(
-        "SELECT intent_state FROM node_intents WHERE node_id = %s AND claim_token = %s",
-        (node_id, token),
+        "SELECT intent_state FROM node_intents WHERE node_id = %s AND claim_token = 1",
+        (node_id,),
     ).fetchone()
     assert intent == ("ABANDONED",)
     audit = conn.execute(
@@ -80,10 +81,10 @@ def test_a_released_node_is_ready_again_after_the_lanes_wait_without_spending_an
 
 
 def test_a_release_under_a_cancel_skips_the_node_and_settles_the_movement(conn: Conn) -> None:
-    movement, node_id, token = claimed(conn, "rel-2")
-    conn.execute("SELECT cancel_movement(%s, 'carol')", (movement,))
+    movement, node_id, secret = claimed(conn, "rel-2")
+    conn.execute("SELECT cancel_movement(%s)", (movement,))
 
-    assert conn.execute(RELEASE, ([node_id], [token], "no executor")).fetchall() == [
+    assert conn.execute(RELEASE, ([node_id], [secret], "no executor")).fetchall() == [
         (node_id, "SKIPPED", None)
     ]
     state = conn.execute(
@@ -97,17 +98,17 @@ def test_a_node_that_cannot_be_released_is_refused_in_its_row_while_the_rest_is_
 ) -> None:
     """Played with the runner's own login: a runner cannot turn a prepared
     intent (something may have been signed) back into a fresh claim."""
-    _, prepared, prepared_token = claimed(conn, "rel-3")
-    _, stale, stale_token = claimed(conn, "rel-4")
-    _, free, free_token = claimed(conn, "rel-5")
-    conn.execute("SELECT record_intent_prepared(%s, %s, 7, '0xabc')", (prepared, prepared_token))
+    _, prepared, prepared_secret = claimed(conn, "rel-3")
+    _, stale, _ = claimed(conn, "rel-4")
+    _, free, free_secret = claimed(conn, "rel-5")
+    conn.execute("SELECT record_intent_prepared(%s, %s, 7, '0xabc')", (prepared, prepared_secret))
     intents = "SELECT to_jsonb(i)::text FROM node_intents i WHERE node_id = ANY(%s) ORDER BY id"
     before = conn.execute(intents, ([prepared, stale],)).fetchall()
 
     runner = bind(db.connect(db.runner_dsn("testnet")))
     rows = runner.execute(
         RELEASE,
-        ([prepared, stale, free], [prepared_token, stale_token + 1, free_token], "no executor"),
+        ([prepared, stale, free], [prepared_secret, forged_secret(), free_secret], "no executor"),
     ).fetchall()
 
     assert rows == [(prepared, None, "QT021"), (stale, None, "QT030"), (free, "READY", None)]
@@ -120,32 +121,32 @@ def test_a_node_that_cannot_be_released_is_refused_in_its_row_while_the_rest_is_
 
 
 @pytest.mark.parametrize(
-    ("ids", "tokens", "reason"),
+    ("ids", "secrets", "reason"),
     [
-        ("{1,2}", "{1}", "no executor"),  # one token per node
-        ("{1,1}", "{1,1}", "no executor"),  # a node twice
-        ("{NULL}", "{1}", "no executor"),  # no id
-        ("{1}", "{1}", " "),  # no reason
+        ("{1,2}", "{s}", "no executor"),  # one secret per node
+        ("{1,1}", "{s,s}", "no executor"),  # a node twice
+        ("{NULL}", "{s}", "no executor"),  # no id
+        ("{1}", "{s}", " "),  # no reason
     ],
 )
 def test_a_malformed_release_is_refused_whole(
-    conn: Conn, ids: str, tokens: str, reason: str
+    conn: Conn, ids: str, secrets: str, reason: str
 ) -> None:
-    claimed(conn, "rel-6")
+    _, _, secret = claimed(conn, "rel-6")
     assert_rejected(
         conn,
         "QT002",
-        "SELECT * FROM release_nodes(%s::bigint[], %s::bigint[], %s)",
-        (ids, tokens, reason),
+        "SELECT * FROM release_nodes(%s::bigint[], %s::text[], %s)",
+        (ids, secrets.replace("s", secret), reason),
     )
 
 
 def test_a_runner_may_release_and_an_operator_may_not(db: TestDatabase, conn: Conn) -> None:
-    _, node_id, token = claimed(conn, "rel-7")
+    _, node_id, secret = claimed(conn, "rel-7")
     operator = bind(db.connect(db.operator_dsn("testnet")))
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        operator.execute(RELEASE, ([node_id], [token], "no executor"))
+        operator.execute(RELEASE, ([node_id], [secret], "no executor"))
     runner = bind(db.connect(db.runner_dsn("testnet")))
-    assert runner.execute(RELEASE, ([node_id], [token], "no executor")).fetchall() == [
+    assert runner.execute(RELEASE, ([node_id], [secret], "no executor")).fetchall() == [
         (node_id, "READY", None)
     ]

@@ -16,14 +16,22 @@ and to-state it checks.
 
 from __future__ import annotations
 
-from engine import assert_rejected, create, in_one_transaction, node_ids, node_states, request_state
+from engine import (
+    approve,
+    assert_rejected,
+    create,
+    in_one_transaction,
+    node_ids,
+    node_states,
+    request_state,
+)
 from psycopg.types.json import Jsonb
 from rows import DIAMOND, ONE, Conn, request_row, time_at
 
 
 def test_start_executes_approved_movements_and_readies_their_roots(conn: Conn) -> None:
     approved = create(conn, DIAMOND, "m1")
-    conn.execute("SELECT approve_movement(%s, 'bob')", (approved,))
+    conn.execute("SELECT approve_movement(%s)", (approved,))
     waiting = create(conn, DIAMOND, "m2")
     written = in_one_transaction(conn, "SELECT start_approved_movements(10)")
     assert written.rows == [(1,)]
@@ -54,7 +62,7 @@ def test_start_takes_at_most_p_max_highest_priority_first(conn: Conn) -> None:
         ).fetchone()
         assert row is not None
         ids.append(row[0])
-        conn.execute("SELECT approve_movement(%s, 'bob')", (row[0],))
+        approve(conn, row[0])
     low, high, mid = ids
     assert conn.execute("SELECT start_approved_movements(1)").fetchone() == (1,)
     assert [request_state(conn, m) for m in (low, high, mid)] == [
@@ -68,6 +76,6 @@ def test_start_takes_at_most_p_max_highest_priority_first(conn: Conn) -> None:
 
 def test_start_rejects_a_bad_batch_size(conn: Conn) -> None:
     movement_id = create(conn, ONE, "m1")
-    conn.execute("SELECT approve_movement(%s, 'bob')", (movement_id,))
+    conn.execute("SELECT approve_movement(%s)", (movement_id,))
     for p_max in (0, -1, 10001, None):
         assert_rejected(conn, "QT002", "SELECT start_approved_movements(%s)", (p_max,))

@@ -6,10 +6,10 @@ call a procedure through its wrapper:
     schema: argument names and order, PostgreSQL types (arrays and the qtg
     enums included), which arguments have a default, the result columns' names
     and types (TABLE/OUT columns, a composite type's attributes) or the scalar
-    return type, and the role it is granted to (none for the admin's deploy
-    steps, sql/functions/admin/);
+    return type, and the role it is granted to;
   * every routine EXECUTE-granted to qtg_testnet_runner or qtg_testnet_operator
-    has a wrapper, and every wrapper names a routine that exists;
+    has a wrapper, and every wrapper names a routine that exists; a deploy
+    step's wrapper (access "owner") names a routine no network role may call;
   * the StrEnums hold the labels of the qtg enum types;
   * a call is named-argument SQL with a cast per argument and server-side
     parameters, leaves DEFAULT arguments to the procedure, and runs the same on
@@ -22,13 +22,17 @@ through the wrappers when an executor is missing or fails:
     one at a time, and reports a refusal through fail_submit;
   * a failed observe() (or no executor) is complete_observe's ERROR, looked at
     again after the lane's observe_error_retry_seconds; a failed recover() (or
-    no executor) is STILL_UNKNOWN for the lane's recovery_retry_seconds.
+    no executor) is STILL_UNKNOWN for the lane's recovery_retry_seconds;
+  * the dispatcher carries each claim's secret from the claim to every report,
+    and no log line, and no repr of a claim, a NodeWork or a call, shows one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +44,7 @@ import psycopg
 import pytest
 from engine import (
     SIM_SCHEMA,
+    as_person,
     bind,
     claim,
     create_started,
@@ -67,6 +72,7 @@ from qtg_runner.executors.base import (
     RecoveryResult,
     SubmitResult,
 )
+from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
 from qtg_runner.workers import node_dispatcher, node_observer, node_recovery
 
@@ -169,7 +175,8 @@ def mismatches(wrapper: procs.Procedure, routine: Routine) -> list[str]:
         out += differ(f"column of {routine.returns}", declared_columns, routine.composite_columns)
     else:
         out += differ("result column", declared_columns, routine.out_columns)
-    expected = frozenset() if wrapper.access == "admin" else frozenset({wrapper.access})
+    # a deploy step ("owner") is an internal routine: no network role may call it
+    expected = frozenset() if wrapper.access == "owner" else frozenset({wrapper.access})
     if routine.granted != expected:
         out.append(f"granted to {sorted(routine.granted)}, the wrapper says {wrapper.access}")
     if routine.kind != "f":
@@ -196,8 +203,8 @@ def test_every_routine_granted_to_a_runner_or_an_operator_has_a_wrapper(db: Any)
     granted = {r.name for r in routines(db.connect()) if r.granted}
     assert granted, "no routine is granted to the network's roles: the query is wrong"
     assert granted - set(procs.PROCEDURES) == set(), "granted routines without a wrapper"
-    public = {name for name, wrapper in procs.PROCEDURES.items() if wrapper.access != "admin"}
-    assert public - granted == set(), "wrappers of routines nobody may EXECUTE"
+    granted_wrappers = {name for name, p in procs.PROCEDURES.items() if p.access != "owner"}
+    assert granted_wrappers - granted == set(), "wrappers of routines nobody may EXECUTE"
 
 
 def test_the_state_enums_hold_the_labels_of_the_qtg_enum_types(db: Any) -> None:
@@ -223,19 +230,19 @@ def test_a_call_is_named_arguments_with_a_cast_each_and_server_side_parameters()
         "SELECT * FROM claim_ready_nodes(p_worker => %s::text)"
     )
     # None is sent, as NULL
-    fail = procs.fail_submit(1, 2, "boom", True, None)
+    fail = procs.fail_submit(1, "s" * 64, "boom", True, None)
     assert fail.query.endswith("p_retry_after_seconds => %s::numeric)")
     assert fail.params[-1] is None
 
     batch = procs.record_intent_prepared_batch(
-        (1, 2), [3, 4], payloads=[{"a": 1}, None], nonces=None
+        (1, 2), ("s3", "s4"), payloads=[{"a": 1}, None], nonces=None
     )
     assert batch.query == (
         "SELECT * FROM record_intent_prepared_batch(p_node_ids => %s::bigint[],"
-        " p_claim_tokens => %s::bigint[], p_nonces => %s::bigint[], p_payloads => %s::jsonb[])"
+        " p_claim_secrets => %s::text[], p_nonces => %s::bigint[], p_payloads => %s::jsonb[])"
     )
-    node_ids, tokens, nonces, payloads = batch.params
-    assert (node_ids, tokens, nonces) == ([1, 2], [3, 4], None)
+    node_ids, secrets, nonces, payloads = batch.params
+    assert (node_ids, secrets, nonces) == ([1, 2], ["s3", "s4"], None)
     assert isinstance(payloads[0], Jsonb) and payloads[0].obj == {"a": 1}
     assert payloads[1] is None
 
@@ -252,11 +259,12 @@ def test_only_default_may_stand_for_a_default() -> None:
 def test_the_same_calls_run_on_a_sync_and_an_async_connection(db: Any) -> None:
     conn = bind(db.connect())
     register_sim(conn)
-    created = procs.create_movement(
-        "typed-1", Decimal("12.5"), plan=plan(node("a"), node("b", ["a"])), actor="alice"
-    ).one(conn)
+    with as_person(conn, "alice"):
+        created = procs.create_movement(
+            "typed-1", Decimal("12.5"), plan=plan(node("a"), node("b", ["a"]))
+        ).one(conn)
     assert created == procs.CreatedMovement(created.movement_id, True)
-    state = procs.approve_movement(created.movement_id, "bob").one(conn)
+    state = procs.approve_movement(created.movement_id).one(conn)
     assert state is procs.RequestState.APPROVED
     assert procs.start_approved_movements().one(conn) == 1
     create_started(conn, plan(node("c")), "typed-2")
@@ -269,7 +277,7 @@ def test_the_same_calls_run_on_a_sync_and_an_async_connection(db: Any) -> None:
             claims = await procs.claim_ready_nodes("typed-w", max=10).aall(aconn)
             for claimed in claims:
                 outcome = await procs.complete_submit(
-                    claimed.node_id, claimed.claim_token, f"ref-{claimed.node_id}", settled=True
+                    claimed.node_id, claimed.claim_secret, f"ref-{claimed.node_id}", settled=True
                 ).aone(aconn)
                 assert outcome is procs.NodeState.COMPLETED
             await procs.heartbeat("typed", "i1", "core", 1.5, pid=None).aone(aconn)
@@ -295,15 +303,18 @@ def test_one_each_sends_many_calls_of_one_procedure_together(db: Any) -> None:
     conn = bind(db.connect())
     register_sim(conn)
     the_plan = plan(node("a"))
-    created = procs.one_each(
-        conn,
-        [procs.create_movement(f"bulk-{i}", 1, plan=the_plan, actor="alice") for i in range(5)],
-    )
-    assert [c.created for c in created] == [True] * 5
-    states = procs.one_each(conn, [procs.approve_movement(c.movement_id, "bob") for c in created])
-    assert states == [procs.RequestState.APPROVED] * 5
+    with as_person(conn, "alice"):
+        created = procs.one_each(
+            conn, [procs.create_movement(f"bulk-{i}", 1, plan=the_plan) for i in range(6)]
+        )
+        assert [c.created for c in created] == [True] * 6
+        # the creator's own approval, among many, is refused, not passed over
+        with pytest.raises(procs.Refused, match="QT022"):
+            procs.one_each(conn, [procs.approve_movement(created[5].movement_id)])
+    states = procs.one_each(conn, [procs.approve_movement(c.movement_id) for c in created])
+    assert states == [procs.RequestState.APPROVED] * 6
     with pytest.raises(ValueError, match="same procedure"):
-        procs.one_each(conn, [procs.approve_movement(1, "bob"), procs.cancel_movement(1, "bob")])
+        procs.one_each(conn, [procs.approve_movement(1), procs.cancel_movement(1)])
 
 
 # -- the workers' reports through the wrappers ------------------------------------
@@ -507,3 +518,75 @@ def test_a_failed_recovery_leaves_the_node_unknown_for_the_lanes_delay(
     assert row["lease"] == timedelta(seconds=50)
     expected = "the service is down" if carried else "no executor 'flaky' in this runner"
     assert row["evidence"] == {"error": expected}
+
+
+class SecretSeeingExecutor(FakeExecutor):
+    """A FakeExecutor that records each node it submits as a log line would show
+    it (its repr), with the claim secret it carries."""
+
+    def __init__(self, key: str, refuse: set[str] = frozenset()) -> None:
+        super().__init__(key, refuse)
+        self.seen: list[tuple[str, str]] = []  # (repr of the work, its claim secret)
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        self.seen.append((repr(work), work.claim_secret))
+        return await super().submit(work, prepared)
+
+
+def test_the_dispatcher_carries_each_claims_secret_to_its_reports_and_logs_none(
+    db: Any, runner_env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    conn = bind(db.connect())
+    executor = SecretSeeingExecutor("plain", refuse={"refused"})
+    register_sim(conn, key="plain")
+    register_sim(conn, key="elsewhere")
+    movement_id = create_started(
+        conn,
+        plan(
+            node("sent", executor="plain"),
+            node("refused", executor="plain"),
+            node("away", executor="elsewhere"),
+        ),
+        "secret-logs",
+    )
+    qtg = logging.getLogger("qtg")
+    qtg.addHandler(caplog.handler)
+    caplog.set_level(logging.DEBUG, logger="qtg")
+    try:
+        assert run_batch(db, node_dispatcher.batch, executor) == 3
+    finally:
+        qtg.removeHandler(caplog.handler)
+
+    # each report was accepted: the secret went from the claim to every call
+    assert node_states(conn, movement_id) == {
+        "sent": "SUBMITTED",
+        "refused": "READY",
+        "away": "READY",
+    }
+    [(shown, secret)] = executor.seen
+    assert re.fullmatch("[0-9a-f]{64}", secret)
+    assert secret not in shown
+    lines = "\n".join(record.getMessage() for record in caplog.records)
+    for logged in ("node_submitted", "prepare_failed", "executor_missing"):
+        assert f"event={logged}" in lines
+    assert not re.search("[0-9a-f]{64}", lines), lines
+
+
+def test_no_log_line_or_repr_shows_a_claim_secret(caplog: pytest.LogCaptureFixture) -> None:
+    secret = "ab" * 32
+    qtg = logging.getLogger("qtg")
+    qtg.addHandler(caplog.handler)
+    caplog.set_level(logging.DEBUG, logger="qtg")
+    try:
+        event(logging.INFO, "claimed", node=7, claim_secret=secret, secret=secret)
+    finally:
+        qtg.removeHandler(caplog.handler)
+    assert {r.getMessage() for r in caplog.records} == {"event=claimed node=7"}
+
+    claimed = procs.ClaimedNode(
+        7, 3, secret, 9, "t7x1", "a", "sim", True, {}, "default", Decimal(1), "USDC", 1
+    )
+    work = NodeWork.from_claim(claimed, NETWORK)
+    assert work.claim_secret == secret
+    for shown in (claimed, work, procs.complete_submit(7, secret, "ref")):
+        assert secret not in repr(shown)

@@ -35,6 +35,7 @@ import psycopg
 import pytest
 from conftest import server_parent_dir
 from engine import (
+    as_person,
     bind,
     create,
     node,
@@ -62,7 +63,13 @@ from qtg_runner.db.embedded import stop_embedded
 # real processes, real waits: seconds each (`make test-quick` leaves them out)
 pytestmark = pytest.mark.slow
 
-ALL_WORKERS = {"node_dispatcher", "node_observer", "node_recovery", "expiration_checker"}
+ALL_WORKERS = {
+    "node_dispatcher",
+    "node_observer",
+    "node_recovery",
+    "expiration_checker",
+    "template_proposal_expiration",
+}
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}
 FUTURE = "2099-01-01T00:00:00Z"
@@ -86,7 +93,7 @@ def real_clock_conn(db: Any) -> psycopg.Connection[Any]:
 
 
 def approve(conn: psycopg.Connection[Any], movement_id: int) -> None:
-    conn.execute("SELECT approve_movement(%s, 'bob')", (movement_id,))
+    conn.execute("SELECT approve_movement(%s)", (movement_id,))
 
 
 def one_node_movement(conn: psycopg.Connection[Any], external_id: str, **config: Any) -> int:
@@ -194,7 +201,7 @@ def test_a_crashing_sidecar_is_logged_and_the_other_workers_keep_ticking(
     assert "worker=expiration_checker" in crash
     assert "FailpointCrash" in crash and "Traceback (most recent call last)" in crash
 
-    core = ALL_WORKERS - {"expiration_checker"}
+    core = {"node_dispatcher", "node_observer", "node_recovery"}
     wait_until(
         lambda: core <= set(heartbeats(real_clock_conn, runner.pid)),
         20,
@@ -305,11 +312,12 @@ def test_two_dispatcher_processes_claim_each_of_1000_nodes_exactly_once(
     db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
     one_instant_node = json.dumps(plan(node("transfer", lane="instant")))
-    real_clock_conn.execute(
-        "SELECT count(*) FROM generate_series(1, 1000) AS g,"
-        " LATERAL create_movement('bulk-' || g, 100, %s::jsonb, p_actor => 'alice')",
-        (one_instant_node,),
-    )
+    with as_person(real_clock_conn, "alice"):
+        real_clock_conn.execute(
+            "SELECT count(*) FROM generate_series(1, 1000) AS g,"
+            " LATERAL create_movement('bulk-' || g, 100, %s::jsonb)",
+            (one_instant_node,),
+        )
     dispatchers = [
         procs.start("worker", "node_dispatcher", env=runner_env(db.runner_dsn("testnet")))
         for _ in range(2)
@@ -317,7 +325,7 @@ def test_two_dispatcher_processes_claim_each_of_1000_nodes_exactly_once(
     for d in dispatchers:
         wait_until(lambda d=d: heartbeats(real_clock_conn, d.pid), 20, "a heartbeat", alive=[d])
     # both are up and idle: approving now makes them race for the same work
-    real_clock_conn.execute("SELECT count(approve_movement(id, 'bob')) FROM movement_requests")
+    real_clock_conn.execute("SELECT count(approve_movement(id)) FROM movement_requests")
 
     wait_until(
         lambda: set(request_rows(real_clock_conn).values()) == {"COMPLETED"},
@@ -351,7 +359,7 @@ def intent_rows(conn: psycopg.Connection[Any], node_id: int) -> list[str]:
     return [r[0] for r in rows]
 
 
-def test_a_dispatcher_killed_after_its_intent_is_recovered_as_not_submitted_and_sent_once(
+def test_a_dispatcher_killed_after_its_intent_is_resubmitted_with_the_prepared_payload_once(
     db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
     movement = one_node_movement(real_clock_conn, "gap-intent", lane="instant")
@@ -367,32 +375,32 @@ def test_a_dispatcher_killed_after_its_intent_is_recovered_as_not_submitted_and_
     assert intent_rows(real_clock_conn, node_id) == ["PREPARED"]
     assert side_effects(real_clock_conn) == {}
 
-    # the lease (300 s) has run out for a recovery worker that lives in 2099
-    recovery = procs.start(
-        "worker",
-        "node_recovery",
-        env=runner_env(db.runner_dsn("testnet"), PGOPTIONS=f"-c qtg.now={FUTURE}"),
-    )
+    # the lease (300 s) has run out for workers that live in 2099. The intent is
+    # PREPARED, so recovery may not call it NOT_SUBMITTED: it sends the prepared
+    # payload (same idempotency key) and reports it in flight
+    future = runner_env(db.runner_dsn("testnet"), PGOPTIONS=f"-c qtg.now={FUTURE}")
+    recovery = procs.start("worker", "node_recovery", env=future)
     wait_until(
-        lambda: node_states(real_clock_conn, movement) == {"transfer": "READY"},
+        lambda: node_states(real_clock_conn, movement) == {"transfer": "SUBMITTED"},
         20,
-        "READY",
+        "SUBMITTED",
         alive=[recovery],
     )
     assert recovery.stop() == 0, recovery.describe()
-    assert intent_rows(real_clock_conn, node_id) == ["ABANDONED"]
-    assert side_effects(real_clock_conn) == {}
+    assert intent_rows(real_clock_conn, node_id) == ["SUBMITTED"]
 
-    dispatcher = procs.start("worker", "node_dispatcher", env=runner_env(db.runner_dsn("testnet")))
+    # a pinned clock stands still: the observer lives an hour later, past the next look
+    later = runner_env(db.runner_dsn("testnet"), PGOPTIONS="-c qtg.now=2099-01-01T01:00:00Z")
+    observer = procs.start("worker", "node_observer", env=later)
     wait_until(
         lambda: request_state(real_clock_conn, movement) == "COMPLETED",
         20,
         "COMPLETED",
-        alive=[dispatcher],
+        alive=[observer],
     )
-    assert dispatcher.stop() == 0, dispatcher.describe()
+    assert observer.stop() == 0, observer.describe()
     assert node_states(real_clock_conn, movement) == {"transfer": "COMPLETED"}
-    assert intent_rows(real_clock_conn, node_id) == ["ABANDONED", "SUBMITTED"]
+    assert intent_rows(real_clock_conn, node_id) == ["SUBMITTED"]
     assert side_effects(real_clock_conn) == {node_id: [1]}
 
 

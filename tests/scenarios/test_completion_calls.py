@@ -2,10 +2,10 @@
 
 record_intent_prepared, complete_submit, fail_submit, complete_observe and
 complete_recovery each accept a node only in their from-states: presented with
-the node's current claim token, so that only the state is wrong, they raise
-QT021 naming the state the node is in, and for a node that does not exist
-QT011, changing nothing (``assert_rejected``). One movement holds a node in
-every node state.
+the secret of the node's current claim, so that only the state is wrong, they
+raise QT021 naming the state the node is in; a node never claimed has no claim
+to present (QT030); for a node that does not exist QT011, changing nothing
+(``assert_rejected``). One movement holds a node in every node state.
 """
 
 from __future__ import annotations
@@ -14,16 +14,18 @@ from engine import (
     assert_rejected,
     claim,
     create_started,
+    forged_secret,
     node,
     node_ids,
     node_states,
-    observe,
     pin_clock,
     plan,
     request_state,
     submit,
 )
-from rows import ONE, Conn, fail, iso_at, node_row, prepare
+from rows import ONE, Conn, fail, iso_at, prepare
+
+from qtg_runner.db import procs
 
 ALL_NODE_STATES = (
     "PENDING",
@@ -38,7 +40,7 @@ ALL_NODE_STATES = (
 )
 
 COMPLETION_CALLS: dict[str, tuple[str, set[str]]] = {
-    # call: (SQL taking node id and claim token, the from-states it accepts)
+    # call: (SQL taking node id and claim secret, the from-states it accepts)
     "record_intent_prepared": (
         "SELECT record_intent_prepared(%s, %s, p_signed_tx_hash => '0x1')",
         {"SUBMITTING"},
@@ -56,8 +58,9 @@ COMPLETION_CALLS: dict[str, tuple[str, set[str]]] = {
 }
 
 
-def a_node_in_every_state(conn: Conn) -> dict[str, int]:
-    """One movement with a node in each node state; returns state -> node id."""
+def a_node_in_every_state(conn: Conn) -> dict[str, tuple[int, str | None]]:
+    """One movement with a node in each node state; returns state -> (node id,
+    the secret of its current claim, None for a node never claimed)."""
     the_plan = plan(
         node("ready"),
         node("pending", ["ready"]),
@@ -79,11 +82,14 @@ def a_node_in_every_state(conn: Conn) -> dict[str, int]:
     fail(conn, claims["unknown"], retryable=True)
     fail(conn, claims["failed"], retryable=False)
     pin_clock(conn, iso_at(42))
-    assert observe(conn, claims["observing"]["node_id"], "PENDING") is not None
+    observer = procs.claim_observe(claims["observing"]["node_id"], "obs").one(conn)
+    procs.complete_observe(observer.node_id, observer.claim_secret, "PENDING").one(conn)
     ids = node_ids(conn, movement_id)
     assert node_states(conn, movement_id) == {s.lower(): s for s in ALL_NODE_STATES}
     assert request_state(conn, movement_id) == "EXECUTING"
-    return {state: ids[state.lower()] for state in ALL_NODE_STATES}
+    current = {key: c["claim_secret"] for key, c in claims.items()}
+    current["observing"] = observer.claim_secret
+    return {state: (ids[state.lower()], current.get(state.lower())) for state in ALL_NODE_STATES}
 
 
 def test_completion_calls_refuse_a_wrong_from_state(conn: Conn) -> None:
@@ -92,13 +98,16 @@ def test_completion_calls_refuse_a_wrong_from_state(conn: Conn) -> None:
         for state in ALL_NODE_STATES:
             if state in accepted:
                 continue
-            node_id = nodes[state]
-            token = node_row(conn, node_id)["claim_token"]  # current token: only the state is wrong
-            error = assert_rejected(conn, "QT021", query, (node_id, token))
+            node_id, secret = nodes[state]
+            if secret is None:  # never claimed: no secret proves a claim on it
+                assert_rejected(conn, "QT030", query, (node_id, forged_secret()))
+                continue
+            # the current claim's secret: only the state is wrong
+            error = assert_rejected(conn, "QT021", query, (node_id, secret))
             assert f"is {state}" in str(error), f"{call} from {state}: {error}"
 
 
 def test_completion_calls_refuse_an_unknown_node(conn: Conn) -> None:
     create_started(conn, ONE, "m1")
     for query, _ in COMPLETION_CALLS.values():
-        assert_rejected(conn, "QT011", query, (424242, 1))
+        assert_rejected(conn, "QT011", query, (424242, forged_secret()))

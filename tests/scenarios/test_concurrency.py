@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import bind, claim, node, node_ids, pin_clock, plan, submit
+from engine import as_person, bind, claim, node, node_ids, pin_clock, plan, submit
 from rows import T0
 
 LATER = (T0 + timedelta(hours=1)).isoformat()  # every submitted node is due for observation
@@ -64,14 +64,19 @@ def create_approved(
     conn: psycopg.Connection[Any], count: int, prefix: str = "m-", the_plan: str = ONE_NODE
 ) -> list[int]:
     """``count`` movements created by alice and approved by bob, in one statement."""
-    rows = conn.execute(
-        """SELECT m.movement_id
-             FROM generate_series(1, %s) g
-            CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb, p_actor => 'alice') m
-            WHERE approve_movement(m.movement_id, 'bob') = 'APPROVED'
-            ORDER BY 1""",
-        (count, prefix, the_plan),
-    ).fetchall()
+    with as_person(conn, "alice"):
+        conn.execute(
+            """SELECT count(*) FROM generate_series(1, %s) g
+                CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb)""",
+            (count, prefix, the_plan),
+        )
+    with as_person(conn, "bob"):
+        rows = conn.execute(
+            """SELECT id FROM movement_requests
+                WHERE external_id LIKE %s || '%%' AND approve_movement(id) = 'APPROVED'
+                ORDER BY 1""",
+            (prefix,),
+        ).fetchall()
     assert len(rows) == count
     return [int(r[0]) for r in rows]
 
@@ -117,12 +122,12 @@ def can_lock(conn: psycopg.Connection[Any], table: str, row_id: int) -> bool:
     return True
 
 
-def claim_observe(conn: psycopg.Connection[Any], node_id: int, worker: str) -> int | None:
-    """claim_observe for one ID: the new claim token, or None on a miss."""
+def claim_observe(conn: psycopg.Connection[Any], node_id: int, worker: str) -> str | None:
+    """claim_observe for one ID: the new claim's secret, or None on a miss."""
     row = conn.execute(
-        "SELECT claim_token FROM claim_observe(%s, %s)", (node_id, worker)
+        "SELECT claim_secret FROM claim_observe(%s, %s)", (node_id, worker)
     ).fetchone()
-    return None if row is None else int(row[0])
+    return None if row is None else str(row[0])
 
 
 def wait(barrier: threading.Barrier) -> None:
@@ -209,7 +214,10 @@ def test_a_terminated_claimers_rows_are_claimable_at_once(
     assert ids_in_state(conn, "READY") == ready
     reclaimed = claim(conn, "d2", 50)
     assert {c["node_id"] for c in reclaimed} == ready
-    assert {c["claim_token"] for c in reclaimed} == {1}  # the dead claim's bump rolled back
+    counters = conn.execute(
+        "SELECT DISTINCT claim_token FROM movement_request_nodes WHERE id = ANY(%s)", (list(ready),)
+    ).fetchall()
+    assert counters == [(1,)]  # the dead claim's bump rolled back
     intents = conn.execute("SELECT DISTINCT claimed_by FROM node_intents").fetchall()
     assert intents == [("d2",)]
     with pytest.raises(psycopg.OperationalError):
@@ -277,8 +285,8 @@ def test_an_observe_hit_holds_node_and_request_until_commit(
 
     with b.transaction():
         b.execute("SAVEPOINT observe_claim")
-        token = claim_observe(b, node_id, "obs-b")
-        assert token is not None
+        secret = claim_observe(b, node_id, "obs-b")
+        assert secret is not None
         b.execute("RELEASE SAVEPOINT observe_claim")
 
         # the provider call happens here: nobody can touch the node or its request
@@ -286,7 +294,7 @@ def test_an_observe_hit_holds_node_and_request_until_commit(
         assert not can_lock(c, "movement_requests", movement)
         assert claim_observe(c, node_id, "obs-c") is None
 
-        b.execute("SELECT * FROM complete_observe(%s, %s, 'PENDING')", (node_id, token))
+        b.execute("SELECT * FROM complete_observe(%s, %s, 'PENDING')", (node_id, secret))
         assert not can_lock(c, "movement_request_nodes", node_id)
         assert not can_lock(c, "movement_requests", movement)
 
@@ -314,18 +322,18 @@ def test_two_observers_racing_on_the_same_ids_claim_each_node_once(
                 barrier.wait(timeout=BARRIER_TIMEOUT)  # both go for this node at once
                 with worker.transaction():
                     worker.execute("SAVEPOINT observe_claim")
-                    token = claim_observe(worker, node_id, name)
-                    if token is None:
+                    secret = claim_observe(worker, node_id, name)
+                    if secret is None:
                         worker.execute("ROLLBACK TO SAVEPOINT observe_claim")
                     else:
                         worker.execute("RELEASE SAVEPOINT observe_claim")
                     # both have tried while the winner still holds its locks
                     barrier.wait(timeout=BARRIER_TIMEOUT)
-                    if token is None:
+                    if secret is None:
                         lost.append(node_id)
                     else:
                         worker.execute(
-                            "SELECT * FROM complete_observe(%s, %s, 'COMPLETED')", (node_id, token)
+                            "SELECT * FROM complete_observe(%s, %s, 'COMPLETED')", (node_id, secret)
                         )
                         won.append(node_id)
             return won, lost

@@ -16,7 +16,6 @@ from engine import (
     claim,
     create_started,
     node,
-    node_ids,
     node_states,
     observe,
     plan,
@@ -240,7 +239,7 @@ def test_root_failure_skips_its_whole_subtree_and_nothing_else(
     assert set(batch) == {"a", "other"}
     row = conn.execute(
         "SELECT fail_submit(%s, %s, 'rejected: insufficient funds', false)::text",
-        (batch["a"]["node_id"], batch["a"]["claim_token"]),
+        (batch["a"]["node_id"], batch["a"]["claim_secret"]),
     ).fetchone()
     assert row == ("FAILED",)
 
@@ -272,14 +271,10 @@ def test_completing_a_node_never_readies_another_movements_nodes(
     assert node_states(conn, m1) == {"a": "COMPLETED", "b": "READY"}
     assert node_states(conn, m2) == {"a": "SUBMITTING", "b": "PENDING"}
     assert pending_parents(conn, m2)["b"] == 1
-    assert [(c["request_id"], c["node_key"]) for c in claim(conn)] == [(m1, "b")]
+    [b] = claim(conn)
+    assert (b["request_id"], b["node_key"]) == (m1, "b")
 
-    ids_m1 = node_ids(conn, m1)
-    conn.execute(
-        "SELECT complete_submit(%s, claim_token, 'ref', p_settled => true)"
-        " FROM movement_request_nodes WHERE id = %s",
-        (ids_m1["b"], ids_m1["b"]),
-    )
+    settle(conn, b)
     assert counters(conn, m1) == ("COMPLETED", 0, 0)
     assert counters(conn, m2) == ("EXECUTING", 2, 0)
     assert node_states(conn, m2) == {"a": "SUBMITTING", "b": "PENDING"}

@@ -100,7 +100,7 @@ class Player:
         self.movement = movement
         self.path = path
         self.ids = node_ids(conn, movement)
-        self.tokens: dict[int, int] = {}
+        self.secrets: dict[int, str] = {}
         self.hour = 0
 
     def tick(self) -> None:
@@ -110,14 +110,14 @@ class Player:
 
     def claim_ready(self) -> None:
         rows = self.conn.execute(
-            "SELECT node_id, claim_token FROM claim_ready_nodes(%s, 100, 300)", (WORKER,)
+            "SELECT node_id, claim_secret FROM claim_ready_nodes(%s, 100, 300)", (WORKER,)
         ).fetchall()
-        self.tokens.update({node_id: token for node_id, token in rows})
+        self.secrets.update({node_id: secret for node_id, secret in rows})
 
     def step(self, key: str, outcome: str) -> None:
         self.tick()
         if key == "cancel":
-            self.conn.execute("SELECT cancel_movement(%s, 'carol')", (self.movement,))
+            self.conn.execute("SELECT cancel_movement(%s)", (self.movement,))
         elif key == "expire":
             self.conn.execute("SELECT expire_movements(100, 'expiration_checker')")
         else:
@@ -125,26 +125,26 @@ class Player:
         self.claim_ready()
 
     def via_submit(self, node_id: int, outcome: str) -> None:
-        token = self.tokens[node_id]
+        secret = self.secrets[node_id]
         if outcome == "COMPLETED":
             rows = self.conn.execute(
                 "SELECT error_code FROM complete_submit_batch(%s, %s, %s, NULL, %s)",
-                ([node_id], [token], [f"ref-{node_id}"], [True]),
+                ([node_id], [secret], [f"ref-{node_id}"], [True]),
             ).fetchall()
             assert rows == [(None,)]
         else:
             self.conn.execute(
-                "SELECT fail_submit(%s, %s, 'refused by the venue', false)", (node_id, token)
+                "SELECT fail_submit(%s, %s, 'refused by the venue', false)", (node_id, secret)
             )
 
     def via_observe(self, node_id: int, outcome: str) -> None:
         self.conn.execute(
-            "SELECT complete_submit(%s, %s, %s)", (node_id, self.tokens[node_id], f"ref-{node_id}")
+            "SELECT complete_submit(%s, %s, %s)", (node_id, self.secrets[node_id], f"ref-{node_id}")
         )
         self.tick()
         with self.conn.transaction():
             row = self.conn.execute(
-                "SELECT claim_token FROM claim_observe(%s, %s)", (node_id, WORKER)
+                "SELECT claim_secret FROM claim_observe(%s, %s)", (node_id, WORKER)
             ).fetchone()
             assert row is not None, f"node {node_id} was not observable"
             self.conn.execute(
@@ -154,13 +154,13 @@ class Player:
     def via_recovery(self, node_id: int, outcome: str) -> None:
         # the dispatcher died after its claim: the lease has run out an hour ago
         claims = self.conn.execute(
-            "SELECT node_id, claim_token FROM claim_recovery_nodes(%s, 100, 60)", (WORKER,)
+            "SELECT node_id, claim_secret FROM claim_recovery_nodes(%s, 100, 60)", (WORKER,)
         ).fetchall()
-        self.tokens.update({n: t for n, t in claims})
+        self.secrets.update({n: t for n, t in claims})
         assert node_id in dict(claims), f"node {node_id} was not recoverable"
         self.conn.execute(
             "SELECT complete_recovery(%s, %s, %s, p_external_ref => %s)",
-            (node_id, self.tokens[node_id], outcome, f"ref-{node_id}"),
+            (node_id, self.secrets[node_id], outcome, f"ref-{node_id}"),
         )
 
 
@@ -182,7 +182,7 @@ def play(new_database: NewDatabase, scenario: Scenario, path: str) -> dict[str, 
         else (T0 + timedelta(minutes=scenario.expires_in_minutes)).isoformat()
     )
     movement = create(conn, scenario.the_plan, "finish-paths", expires_at=expires)
-    conn.execute("SELECT approve_movement(%s, 'bob')", (movement,))
+    conn.execute("SELECT approve_movement(%s)", (movement,))
     conn.execute("SELECT start_approved_movements(10)")
     player = Player(conn, movement, path)
     player.claim_ready()

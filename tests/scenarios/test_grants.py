@@ -23,6 +23,7 @@ RUNNER = {
     "complete_submit",
     "complete_submit_batch",
     "expire_movements",
+    "expire_proposals",
     "fail_submit",
     "heartbeat",
     "observe_candidates",
@@ -35,11 +36,15 @@ RUNNER = {
     "worker_stopped",
 }
 OPERATOR = {
+    "requeue_node",
     "approve_movement",
+    "approve_proposal",
     "cancel_movement",
     "create_movement",
-    "register_template",
-    "upsert_lane_baseline",
+    "propose_executor_config",
+    "propose_lane_baseline",
+    "propose_template",
+    "reject_proposal",
 }
 ADMIN = {
     "register_executor",
@@ -48,7 +53,14 @@ ADMIN = {
 INTERNAL = {
     "check_args",
     "check_claim_args",
+    "check_executor_schema",
     "check_limits",
+    "check_plan",
+    "check_proposal",
+    "check_template",
+    "claim_hash",
+    "claim_secret",
+    "config_value",
     "enqueue_callbacks",
     "finish_nodes",
     "lane_of",
@@ -58,11 +70,16 @@ INTERNAL = {
     "lock_claimed_nodes",
     "notify_work",
     "observe_pacing",
+    "open_proposal",
     "raise_node_error",
     "recheck_expiry",
+    "register_template",
+    "set_executor_config",
     "set_movement_states",
+    "set_proposal_states",
     "settle_movements",
     "stop_movement",
+    "upsert_lane_baseline",
     "write_audit",
 }
 COMMON = {

@@ -166,7 +166,7 @@ def test_a_runner_cannot_execute_any_function_of_the_other_network(
     # and with real arguments, the calls a worker makes
     schema = sql.Identifier(other)
     assert_denied(conn, sql.SQL("SELECT * FROM {}.claim_ready_nodes('w1', 10)").format(schema))
-    assert_denied(conn, sql.SQL("SELECT {}.approve_movement(1, 'bob')").format(schema))
+    assert_denied(conn, sql.SQL("SELECT {}.approve_movement(1)").format(schema))
 
 
 # --- its own network ---------------------------------------------------------
@@ -210,15 +210,16 @@ def test_a_runner_runs_a_movement_to_completion_through_the_procedures(
     desk = operator(db, network)
 
     register_sim(admin(db, network))
-    movement = create(desk, plan(node("send")), "iso-1", actor="alice")
-    assert desk.execute("SELECT approve_movement(%s, 'bob')::text", (movement,)).fetchone() == (
+    movement = create(desk, plan(node("send")), "iso-1", actor=None)
+    second = bind(db.connect(db.login("bob", f"qtg_{network}_operator").dsn), network)
+    assert second.execute("SELECT approve_movement(%s)::text", (movement,)).fetchone() == (
         "APPROVED",
     )
     assert conn.execute("SELECT start_approved_movements(10)").fetchone() == (1,)
     (claimed,) = claim(conn, "dispatcher")
     conn.execute(
         "SELECT record_intent_prepared(%s, %s, p_nonce => 7, p_signed_tx_hash => '0xabc')",
-        (claimed["node_id"], claimed["claim_token"]),
+        (claimed["node_id"], claimed["claim_secret"]),
     )
     assert submit(conn, claimed) == "SUBMITTED"
     pin_clock(conn, LATER)
@@ -244,7 +245,7 @@ def test_a_runner_cannot_bypass_the_procedures_through_their_internal_helpers(
 ) -> None:
     conn = runner(db, network)
     register_sim(admin(db, network))
-    movement = create(operator(db, network), plan(node("send")), "iso-2", actor="alice")
+    movement = create(operator(db, network), plan(node("send")), "iso-2", actor=None)
 
     # skipping approval, forging an audit event: both write tables as the caller
     assert_denied(
@@ -273,14 +274,14 @@ def test_each_credential_holds_only_its_half_of_the_procedures(
     conn = runner(db, network)
     desk = operator(db, network)
     register_sim(admin(db, network))
-    movement = create(desk, plan(node("send")), "iso-3", actor="alice")
+    movement = create(desk, plan(node("send")), "iso-3", actor=None)
     before = catalog(db, f"SELECT to_jsonb(r)::text FROM {network}.movement_requests r", ())
 
     # a runner credential cannot create, approve or cancel a movement, nor re-pace a lane
     for statement in (
         "SELECT * FROM create_movement('iso-4', 1, '{\"nodes\": []}'::jsonb)",
-        f"SELECT approve_movement({movement}, 'bob')",
-        f"SELECT cancel_movement({movement}, 'bob')",
+        f"SELECT approve_movement({movement})",
+        f"SELECT cancel_movement({movement})",
         "SELECT register_template('t', '{\"nodes\": []}'::jsonb)",
         "SELECT upsert_lane_baseline('default', 1)",
         "SELECT register_executor('x', true, '{}'::jsonb)",
@@ -290,7 +291,7 @@ def test_each_credential_holds_only_its_half_of_the_procedures(
     for statement in (
         "SELECT * FROM claim_ready_nodes('w', 1)",
         "SELECT start_approved_movements(1)",
-        "SELECT complete_submit(1, 1, 'x')",
+        "SELECT complete_submit(1, repeat('0', 64), 'x')",
         "SELECT * FROM claim_recovery_nodes('w', 1)",
         "SELECT register_executor('x', true, '{}'::jsonb)",
     ):

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import create_database, drop_database, dsn_for
-from engine import bind, node, pin_clock, plan, register_sim
+from engine import as_person, bind, node, pin_clock, plan, register_sim
 
 HISTORY_MOVEMENTS = 250_000
 NODES_PER_MOVEMENT = 4
@@ -73,22 +73,26 @@ def _load_history(conn: psycopg.Connection[Any]) -> None:
 
 def _create_live(conn: psycopg.Connection[Any]) -> None:
     def create_approved(prefix: str, count: int) -> None:
+        with as_person(conn, "alice"):
+            conn.execute(
+                """SELECT count(*) FROM generate_series(1, %s) g
+                    CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb)""",
+                (count, prefix, ONE_NODE_PLAN),
+            )
         conn.execute(
-            """SELECT approve_movement(m.movement_id, 'bob')
-                 FROM generate_series(1, %s) g
-                CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb,
-                                                   p_actor => 'alice') m""",
-            (count, prefix, ONE_NODE_PLAN),
+            "SELECT count(approve_movement(id)) FROM movement_requests"
+            " WHERE request_state = 'PENDING_APPROVAL'"
         )
 
     create_approved("live-", LIVE_MOVEMENTS)
     conn.execute("SELECT start_approved_movements(1000)")
-    conn.execute("SELECT count(*) FROM claim_ready_nodes('dispatcher', %s, 60)", (CLAIMED,))
+    claimed = conn.execute(
+        "SELECT node_id, claim_secret FROM claim_ready_nodes('dispatcher', %s, 60) ORDER BY 1",
+        (CLAIMED,),
+    ).fetchall()[:SUBMITTED]
     conn.execute(
-        """SELECT complete_submit(id, claim_token, 'tx-' || id)
-             FROM (SELECT id, claim_token FROM movement_request_nodes
-                    WHERE node_state = 'SUBMITTING' ORDER BY id LIMIT %s) claimed""",
-        (SUBMITTED,),
+        "SELECT count(*) FROM complete_submit_batch(%s::bigint[], %s::text[], %s::text[])",
+        ([n for n, _ in claimed], [s for _, s in claimed], [f"tx-{n}" for n, _ in claimed]),
     )
     create_approved("waiting-", APPROVED)
 

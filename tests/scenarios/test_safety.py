@@ -20,14 +20,17 @@ import psycopg
 import pytest
 from conftest import TestDatabase
 from engine import (
+    as_person,
     bind,
     claim,
     create,
     create_started,
+    forged_secret,
     node,
     node_ids,
     node_states,
     observe,
+    observe_claim,
     pin_clock,
     plan,
     register_sim,
@@ -37,6 +40,8 @@ from engine import (
     wait_until_blocked_on_a_lock,
 )
 from rows import T0, Conn, callbacks, node_row, prepare, request_row, set_clock, time_at
+
+from qtg_runner.db import procs
 
 EXPIRES = 600  # seconds after T0, for the expiry tests
 
@@ -65,7 +70,7 @@ def fail_retryable(conn: Conn, claimed: dict[str, Any]) -> str:
         scalar(
             conn,
             "SELECT fail_submit(%s, %s, 'rpc timeout', true)::text",
-            (claimed["node_id"], claimed["claim_token"]),
+            (claimed["node_id"], claimed["claim_secret"]),
         )
     )
 
@@ -76,12 +81,12 @@ def recovery_claim(conn: Conn, worker: str = "rec") -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
-def complete_recovery(conn: Conn, node_id: int, token: int, outcome: str) -> str:
+def complete_recovery(conn: Conn, node_id: int, secret: str, outcome: str) -> str:
     return str(
         scalar(
             conn,
             "SELECT complete_recovery(%s, %s, %s, '{\"checked\": true}')::text",
-            (node_id, token, outcome),
+            (node_id, secret, outcome),
         )
     )
 
@@ -89,30 +94,37 @@ def complete_recovery(conn: Conn, node_id: int, token: int, outcome: str) -> str
 # ---------------------------------------------------------------- (a) UNKNOWN
 
 
-def unknown_by_fatal_observe(conn: Conn, claimed: dict[str, Any]) -> None:
+# each makes the dispatched node UNKNOWN and returns the secret of its current claim
+
+
+def unknown_by_fatal_observe(conn: Conn, claimed: dict[str, Any]) -> str:
     submit(conn, claimed)
     set_clock(conn, 42)
     observe(conn, claimed["node_id"], "PENDING")
     set_clock(conn, 600)  # 10 x the default lane's 60 s baseline
-    result = observe(conn, claimed["node_id"], "PENDING")
-    assert result is not None and result["observe_phase"] == "fatal"
+    result, secret = observe_claim(conn, claimed["node_id"], "PENDING")
+    assert result is not None and result["observe_phase"] == "fatal" and secret is not None
+    return secret
 
 
-def unknown_by_unknown_outcome(conn: Conn, claimed: dict[str, Any]) -> None:
+def unknown_by_unknown_outcome(conn: Conn, claimed: dict[str, Any]) -> str:
     submit(conn, claimed)
     set_clock(conn, 42)
-    observe(conn, claimed["node_id"], "UNKNOWN")
+    _, secret = observe_claim(conn, claimed["node_id"], "UNKNOWN")
+    assert secret is not None
+    return secret
 
 
-def unknown_by_failed_submit_after_prepare(conn: Conn, claimed: dict[str, Any]) -> None:
+def unknown_by_failed_submit_after_prepare(conn: Conn, claimed: dict[str, Any]) -> str:
     prepare(conn, claimed)
     assert fail_retryable(conn, claimed) == "UNKNOWN"
     intent = scalar(
         conn,
-        "SELECT intent_state FROM node_intents WHERE node_id = %s AND claim_token = %s",
-        (claimed["node_id"], claimed["claim_token"]),
+        "SELECT intent_state FROM node_intents WHERE node_id = %s AND claim_token = 1",
+        (claimed["node_id"],),
     )
     assert intent == "PREPARED"  # the signed transaction may be out
+    return str(claimed["claim_secret"])
 
 
 @pytest.mark.parametrize(
@@ -121,14 +133,13 @@ def unknown_by_failed_submit_after_prepare(conn: Conn, claimed: dict[str, Any]) 
     ids=["fatal-observe", "unknown-outcome", "retryable-failure-after-prepare"],
 )
 def test_unknown_side_effect_is_never_dispatched_again(
-    conn: Conn, make_unknown: Callable[[Conn, dict[str, Any]], None]
+    conn: Conn, make_unknown: Callable[[Conn, dict[str, Any]], str]
 ) -> None:
     mid = create_started(conn, plan(node("transfer")), "in-doubt")
     (claimed,) = claim(conn)
-    node_id, token = claimed["node_id"], claimed["claim_token"]
-    make_unknown(conn, claimed)
+    node_id = claimed["node_id"]
+    secret = make_unknown(conn, claimed)  # the current claim's: only the state is wrong
     assert node_states(conn, mid) == {"transfer": "UNKNOWN"}
-    token = node_row(conn, node_id)["claim_token"]
 
     # many dispatcher rounds, hours to a month later: never handed out
     for hours in (0, 1, 2, 24, 24 * 7, 24 * 30):
@@ -142,23 +153,36 @@ def test_unknown_side_effect_is_never_dispatched_again(
 
     # no dispatcher or observer call moves it either
     raises(
-        "QT021", conn, "SELECT complete_submit(%s, %s, 'ref', p_settled => true)", (node_id, token)
+        "QT021", conn, "SELECT complete_submit(%s, %s, 'ref', p_settled => true)", (node_id, secret)
     )
-    raises("QT021", conn, "SELECT fail_submit(%s, %s, 'x', true)", (node_id, token))
-    raises("QT021", conn, "SELECT complete_observe(%s, %s, 'COMPLETED')", (node_id, token))
+    raises("QT021", conn, "SELECT fail_submit(%s, %s, 'x', true)", (node_id, secret))
+    raises("QT021", conn, "SELECT complete_observe(%s, %s, 'COMPLETED')", (node_id, secret))
     assert conn.execute("SELECT * FROM claim_observe(%s, 'obs')", (node_id,)).fetchall() == []
     assert node_row(conn, node_id)["node_state"] == "UNKNOWN"
 
     # recovery without a conclusion keeps it UNKNOWN and undispatchable
     (rec,) = recovery_claim(conn)
     assert (rec["node_id"], rec["node_state"]) == (node_id, "UNKNOWN")
-    assert complete_recovery(conn, node_id, rec["claim_token"], "STILL_UNKNOWN") == "UNKNOWN"
+    assert complete_recovery(conn, node_id, rec["claim_secret"], "STILL_UNKNOWN") == "UNKNOWN"
     assert all(c["node_id"] != node_id for c in claim(conn))
 
-    # only recovery's evidence that nothing went out makes it dispatchable again
+    # a side effect prepared or sent may be out: no runner verdict gives it a new one
     set_clock(conn, 600 + 24 * 30 * 3600 + 60)
     (rec,) = recovery_claim(conn)
-    assert complete_recovery(conn, node_id, rec["claim_token"], "NOT_SUBMITTED") == "READY"
+    raises(
+        "QT021",
+        conn,
+        "SELECT complete_recovery(%s, %s, 'NOT_SUBMITTED')",
+        (node_id, rec["claim_secret"]),
+    )
+    assert all(c["node_id"] != node_id for c in claim(conn))
+
+    # only two operators, from the evidence, make it dispatchable again
+    with as_person(conn, "alice"):
+        assert procs.requeue_node(node_id, "dropped").one(conn).requeue_state == "REQUESTED"
+    assert all(c["node_id"] != node_id for c in claim(conn))
+    with as_person(conn, "bob"):
+        assert procs.requeue_node(node_id, "agreed").one(conn).node_state == "READY"
     assert [c["node_id"] for c in claim(conn)] == [node_id]
 
 
@@ -178,7 +202,7 @@ def expire(conn: Conn, seconds: float) -> int:
 def test_expiry_ends_a_movement_that_has_not_started(conn: Conn, state: str) -> None:
     mid = create_expiring(conn, plan(node("a"), node("b", ["a"])), "unstarted")
     if state == "APPROVED":
-        conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+        conn.execute("SELECT approve_movement(%s)", (mid,))
     assert request_state(conn, mid) == state
 
     before = snapshot(conn)
@@ -200,7 +224,7 @@ def test_expiry_ends_a_movement_that_has_not_started(conn: Conn, state: str) -> 
 
 def test_expiry_ends_an_executing_movement_with_nothing_claimed(conn: Conn) -> None:
     mid = create_expiring(conn, plan(node("a"), node("b", ["a"])), "ready-only")
-    conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+    conn.execute("SELECT approve_movement(%s)", (mid,))
     conn.execute("SELECT start_approved_movements(10)")
     assert node_states(conn, mid) == {"a": "READY", "b": "PENDING"}
 
@@ -244,7 +268,7 @@ def finish(conn: Conn, claimed: dict[str, Any], state: str) -> None:
         assert result is not None
     elif state == "UNKNOWN":
         (rec,) = recovery_claim(conn)
-        assert complete_recovery(conn, node_id, rec["claim_token"], "COMPLETED") == "COMPLETED"
+        assert complete_recovery(conn, node_id, rec["claim_secret"], "COMPLETED") == "COMPLETED"
 
 
 @pytest.mark.parametrize(
@@ -261,7 +285,7 @@ def test_expiry_is_waived_once_a_side_effect_has_started(
     conn: Conn, state: str, drive: Callable[[Conn, dict[str, Any]], None]
 ) -> None:
     mid = create_expiring(conn, plan(node("a"), node("b", ["a"])), "started")
-    conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+    conn.execute("SELECT approve_movement(%s)", (mid,))
     conn.execute("SELECT start_approved_movements(10)")
     (claimed,) = claim(conn)
     drive(conn, claimed)
@@ -297,7 +321,7 @@ def test_expiry_is_waived_once_a_side_effect_has_started(
 def test_expiry_waits_for_an_in_flight_node_without_side_effect(conn: Conn) -> None:
     register_sim(conn, "check", has_side_effect=False)
     mid = create_expiring(conn, plan(node("check", executor="check"), node("pay", ["check"])), "m")
-    conn.execute("SELECT approve_movement(%s, 'bob')", (mid,))
+    conn.execute("SELECT approve_movement(%s)", (mid,))
     conn.execute("SELECT start_approved_movements(10)")
     (claimed,) = claim(conn)
     assert claimed["node_key"] == "check" and claimed["has_side_effect"] is False
@@ -339,17 +363,15 @@ def test_recovery_takes_over_an_expired_dispatcher_claim_and_fences_it(db: TestD
     register_sim(dispatcher)
     create_started(dispatcher, plan(node("transfer")), "fenced")
     (claimed,) = claim(dispatcher)  # lease: 300 s
-    node_id, stale = claimed["node_id"], claimed["claim_token"]
+    node_id, stale = claimed["node_id"], claimed["claim_secret"]
 
     set_clock(recovery, 299)
     assert recovery_claim(recovery) == []  # the lease still holds
     set_clock(recovery, 301)
     (rec,) = recovery_claim(recovery)
-    assert (rec["node_id"], rec["node_state"], rec["claim_token"]) == (
-        node_id,
-        "SUBMITTING",
-        stale + 1,
-    )
+    assert (rec["node_id"], rec["node_state"]) == (node_id, "SUBMITTING")
+    assert rec["claim_secret"] != stale
+    assert node_row(recovery, node_id)["claim_token"] == 2
 
     set_clock(dispatcher, 302)
     before = snapshot(dispatcher)
@@ -370,14 +392,14 @@ def test_recovery_takes_over_an_expired_dispatcher_claim_and_fences_it(db: TestD
     raises("QT030", dispatcher, "SELECT fail_submit(%s, %s, 'boom', false)", (node_id, stale))
     assert snapshot(dispatcher) == before
 
-    # recovery, holding the current token, decides
-    assert complete_recovery(recovery, node_id, rec["claim_token"], "IN_FLIGHT") == "SUBMITTED"
+    # recovery, holding the current claim's secret, decides
+    assert complete_recovery(recovery, node_id, rec["claim_secret"], "IN_FLIGHT") == "SUBMITTED"
 
 
 def test_intent_cannot_be_recorded_once_the_lease_ran_out(conn: Conn) -> None:
     create_started(conn, plan(node("transfer")), "lease")
     (claimed,) = claim(conn)
-    node_id, token = claimed["node_id"], claimed["claim_token"]
+    node_id, secret = claimed["node_id"], claimed["claim_secret"]
     set_clock(conn, 299)
     prepare(conn, claimed, "0xfirst")  # within the lease
 
@@ -387,7 +409,7 @@ def test_intent_cannot_be_recorded_once_the_lease_ran_out(conn: Conn) -> None:
         "QT030",
         conn,
         "SELECT record_intent_prepared(%s, %s, p_signed_tx_hash => '0xreplacement')",
-        (node_id, token),
+        (node_id, secret),
     )
     assert snapshot(conn) == before
     hashes = scalar(
@@ -408,7 +430,8 @@ def test_a_superseded_recovery_worker_is_fenced(conn: Conn) -> None:
     assert recovery_claim(conn, "rec-2") == []
     set_clock(conn, 120)
     (second,) = recovery_claim(conn, "rec-2")
-    assert second["claim_token"] == first["claim_token"] + 1
+    assert second["claim_secret"] != first["claim_secret"]
+    assert node_row(conn, node_id)["claim_token"] == 3  # dispatcher, rec-1, rec-2
 
     before = snapshot(conn)
     for outcome in ("COMPLETED", "NOT_SUBMITTED", "STILL_UNKNOWN"):
@@ -416,21 +439,24 @@ def test_a_superseded_recovery_worker_is_fenced(conn: Conn) -> None:
             "QT030",
             conn,
             "SELECT complete_recovery(%s, %s, %s)",
-            (node_id, first["claim_token"], outcome),
+            (node_id, first["claim_secret"], outcome),
         )
     assert snapshot(conn) == before
-    assert complete_recovery(conn, node_id, second["claim_token"], "COMPLETED") == "COMPLETED"
+    assert complete_recovery(conn, node_id, second["claim_secret"], "COMPLETED") == "COMPLETED"
 
 
-def test_an_observer_with_a_wrong_token_changes_nothing(conn: Conn) -> None:
+def test_an_observer_with_a_wrong_secret_changes_nothing(conn: Conn) -> None:
     create_started(conn, plan(node("transfer")), "observe-fence")
     (claimed,) = claim(conn)
     submit(conn, claimed)
     set_clock(conn, 42)
-    token = scalar(conn, "SELECT claim_token FROM claim_observe(%s, 'obs')", (claimed["node_id"],))
+    secret = scalar(
+        conn, "SELECT claim_secret FROM claim_observe(%s, 'obs')", (claimed["node_id"],)
+    )
 
     before = snapshot(conn)
-    for wrong in (token - 1, token + 1):
+    # the dispatcher's secret (the claim before), and one no claim handed out
+    for wrong in (claimed["claim_secret"], forged_secret()):
         raises(
             "QT030",
             conn,
@@ -441,7 +467,7 @@ def test_an_observer_with_a_wrong_token_changes_nothing(conn: Conn) -> None:
     state = scalar(
         conn,
         "SELECT node_state::text FROM complete_observe(%s, %s, 'COMPLETED')",
-        (claimed["node_id"], token),
+        (claimed["node_id"], secret),
     )
     assert state == "COMPLETED"
 
@@ -463,7 +489,7 @@ def test_cancel_waits_for_a_dispatcher_mid_claim_and_lets_its_side_effect_settle
             cancelling = pool.submit(
                 lambda: scalar(
                     operator,
-                    "SELECT cancel_movement(%s, 'carol', 'no longer needed')::text",
+                    "SELECT cancel_movement(%s, 'no longer needed')::text",
                     (mid,),
                 )
             )
@@ -479,15 +505,11 @@ def test_cancel_waits_for_a_dispatcher_mid_claim_and_lets_its_side_effect_settle
         1,
     )
     a = node_row(dispatcher, a_id)
-    assert (a["node_state"], a["claim_token"], a["claimed_by"]) == (
-        "SUBMITTING",
-        claimed["claim_token"],
-        "w1",
-    )
+    assert (a["node_state"], a["claim_token"], a["claimed_by"]) == ("SUBMITTING", 1, "w1")
     assert node_states(dispatcher, mid) == {"a": "SUBMITTING", "b": "SKIPPED"}
     assert "movement.cancelled" not in callbacks(dispatcher, mid)
 
-    # the dispatcher's submit still lands (its token is current) and settles the
+    # the dispatcher's submit still lands (its secret is current) and settles the
     # movement; a side effect that completed under a cancel ends it CANCELLED
     assert submit(dispatcher, claimed, settled=True) == "COMPLETED"
     request = request_row(dispatcher, mid)

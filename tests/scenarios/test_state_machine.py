@@ -14,6 +14,7 @@ emptied (TRUNCATE ... RESTART IDENTITY), the executors stay.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 from engine import (
     TERMINAL_NODE_STATES,
     TERMINAL_REQUEST_STATES,
+    as_person,
     node,
     observe,
     pin_clock,
@@ -92,8 +94,8 @@ class MovementMachine(RuleBasedStateMachine):
         pin_clock(conn, self.at(0))
         self.plan_sizes: dict[int, int] = {}  # movement id -> nodes in its plan
         self.tokens: dict[int, int] = {}  # node id -> highest claim token seen
-        self.dispatch_claims: list[tuple[int, int]] = []  # (node id, token), stale ones too
-        self.recovery_claims: list[tuple[int, int]] = []
+        self.dispatch_claims: list[tuple[int, str]] = []  # (node id, secret), stale ones too
+        self.recovery_claims: list[tuple[int, str]] = []
         self.created = 0
         self.before: dict[str, Any] = {}  # the node a completion call was made on, as it was
 
@@ -103,18 +105,30 @@ class MovementMachine(RuleBasedStateMachine):
         return (T0 + timedelta(seconds=seconds)).isoformat()
 
     def call(
-        self, query: str, params: tuple[Any, ...] = ()
+        self, query: str, params: tuple[Any, ...] = (), person: str | None = None
     ) -> tuple[list[tuple[Any, ...]] | None, str | None]:
-        """(rows, None) on success, (None, sqlstate) when the engine refused the call."""
+        """(rows, None) on success, (None, sqlstate) when the engine refused the call
+        with an error, (rows, sqlstate) when it refused with a QT warning (a refusal
+        it records, such as the creator's approval). ``person``: see ``as_person``."""
+        warned: list[str] = []
+
+        def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+            if diag.severity_nonlocalized == "WARNING" and (diag.sqlstate or "").startswith("QT"):
+                warned.append(diag.sqlstate or "")
+
+        self.conn.add_notice_handler(on_notice)
         try:
-            cur = self.conn.execute(query, params)
-            return (cur.fetchall() if cur.description else []), None
+            with as_person(self.conn, person):
+                cur = self.conn.execute(query, params)
+                return (cur.fetchall() if cur.description else []), (warned or [None])[0]
         except psycopg.Error as exc:
             assert exc.sqlstate is not None and QT_ERROR.fullmatch(exc.sqlstate), (
                 f"{query} {params} raised {exc.sqlstate}: {exc}"
             )
             assert exc.sqlstate != "QT099", "the observer's internal miss signal leaked"
             return None, exc.sqlstate
+        finally:
+            self.conn.remove_notice_handler(on_notice)
 
     def node_row(self, node_id: int) -> dict[str, Any]:
         with self.conn.cursor(row_factory=dict_row) as cur:
@@ -130,25 +144,42 @@ class MovementMachine(RuleBasedStateMachine):
         self,
         query: str,
         node_id: int,
-        token: int,
+        secret: str,
         accepted: set[str],
         *args: Any,
         lease_checked: bool = False,
+        refused_once_prepared: bool = False,
     ) -> tuple[list[tuple[Any, ...]] | None, str | None]:
         """A completion call, checked against what the fencing guard must answer
-        for the node as it was: a stale token QT030, a wrong state QT021, else success
-        (or QT030 for a call that also checks the lease, once it ran out)."""
+        for the node as it was: a stale secret QT030, a wrong state QT021, else success
+        (or QT030 for a call that also checks the lease, once it ran out; or QT021
+        for a call that must not follow a prepared or sent side effect)."""
         self.before = before = self.node_row(node_id)
-        rows, error = self.call(query, (node_id, token, *args))
-        if token != before["claim_token"]:
-            assert error == "QT030", f"stale token {token} on {before}: got {error}"
+        prepared = refused_once_prepared and self.prepared_side_effect(node_id)
+        rows, error = self.call(query, (node_id, secret, *args))
+        if hashlib.sha256(secret.encode()).digest() != before["claim_hash"]:
+            assert error == "QT030", f"stale secret on {before}: got {error}"
         elif before["node_state"] not in accepted:
             assert error == "QT021", f"{before['node_state']} not in {accepted}: got {error}"
+        elif prepared:
+            assert error == "QT021", f"a prepared side effect on {before}: got {error}"
         elif lease_checked and before["lease_until"] <= self.clock():
             assert error == "QT030", f"lease ran out on {before}: got {error}"
         else:
             assert error is None, f"{query} on {before} refused: {error}"
         return rows, error
+
+    def prepared_side_effect(self, node_id: int) -> bool:
+        """The node has a side effect and its latest intent is PREPARED or SUBMITTED."""
+        row = self.conn.execute(
+            """SELECT n.has_side_effect AND i.intent_state IN ('PREPARED', 'SUBMITTED')
+                 FROM movement_request_nodes n
+                 JOIN LATERAL (SELECT intent_state FROM node_intents WHERE node_id = n.id
+                                ORDER BY claim_token DESC LIMIT 1) i ON true
+                WHERE n.id = %s""",
+            (node_id,),
+        ).fetchone()
+        return bool(row and row[0])
 
     def clock(self) -> datetime:
         return T0 + timedelta(seconds=self.now)
@@ -163,14 +194,14 @@ class MovementMachine(RuleBasedStateMachine):
         ).fetchall()
         return [r[0] for r in rows]
 
-    def live_claims(self, claims: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """The claims whose token is still the node's current one."""
+    def live_claims(self, claims: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        """The claims whose secret is still the node's current one."""
         current = set(
             self.conn.execute(
-                "SELECT id, claim_token FROM movement_request_nodes WHERE claim_token > 0"
+                "SELECT id, claim_hash FROM movement_request_nodes WHERE claim_hash IS NOT NULL"
             ).fetchall()
         )
-        return [c for c in claims if c in current]
+        return [c for c in claims if (c[0], hashlib.sha256(c[1].encode()).digest()) in current]
 
     @staticmethod
     def pick(likely: list[Any], anything: list[Any]) -> st.SearchStrategy[Any]:
@@ -218,14 +249,15 @@ class MovementMachine(RuleBasedStateMachine):
         self.created += 1
         rows, error = self.call(
             "SELECT movement_id, created FROM create_movement(%s, 10, %s,"
-            " p_expires_at => %s::timestamptz, p_actor => 'alice')",
+            " p_expires_at => %s::timestamptz)",
             (f"m{self.created}", Jsonb(plan(*nodes)), expires_at),
+            person="alice",
         )
         assert error is None and rows is not None and rows[0][1] is True
         movement_id = rows[0][0]
         self.plan_sizes[movement_id] = len(nodes)
         if then != "stay":
-            _, error = self.call("SELECT approve_movement(%s, 'bob')", (movement_id,))
+            _, error = self.call("SELECT approve_movement(%s)", (movement_id,))
             assert error is None, error
         if then == "start":
             self.start()
@@ -241,7 +273,7 @@ class MovementMachine(RuleBasedStateMachine):
         ).fetchone()
         assert row is not None
         state, expired = row
-        _, error = self.call("SELECT approve_movement(%s, %s)", (movement_id, approver))
+        _, error = self.call("SELECT approve_movement(%s)", (movement_id,), person=approver)
         if state != "PENDING_APPROVAL" or expired:
             assert error == "QT020", (state, expired, error)
         elif approver == "alice":
@@ -259,51 +291,53 @@ class MovementMachine(RuleBasedStateMachine):
 
     # --- the calls, each checked against what the engine must answer --------------------
 
-    def do_claim(self, max_nodes: int, lease: int) -> list[tuple[int, int]]:
+    def do_claim(self, max_nodes: int, lease: int) -> list[tuple[int, str]]:
         states = dict(
             self.conn.execute("SELECT id, node_state::text FROM movement_request_nodes").fetchall()
         )
         rows, error = self.call(
-            "SELECT node_id, claim_token FROM claim_ready_nodes('w', %s, %s)", (max_nodes, lease)
+            "SELECT node_id, claim_secret FROM claim_ready_nodes('w', %s, %s)", (max_nodes, lease)
         )
         assert error is None and rows is not None
         assert len(rows) <= max_nodes
-        for node_id, token in rows:
+        for node_id, secret in rows:
             # only READY work is handed out: never UNKNOWN, never anything in flight
             assert states[node_id] == "READY", (node_id, states[node_id])
-            self.dispatch_claims.append((node_id, token))
-        return [(node_id, token) for node_id, token in rows]
+            self.dispatch_claims.append((node_id, secret))
+        return [(node_id, secret) for node_id, secret in rows]
 
-    def do_prepare(self, node_id: int, token: int) -> None:
+    def do_prepare(self, node_id: int, secret: str) -> None:
         self.completion(
             "SELECT record_intent_prepared(%s, %s, p_signed_tx_hash => %s)",
             node_id,
-            token,
+            secret,
             {"SUBMITTING"},
-            f"0x{node_id:x}{token:x}",
+            f"0x{node_id:x}{secret[:8]}",
             lease_checked=True,
         )
 
-    def do_submit(self, node_id: int, token: int, settled: bool) -> None:
+    def do_submit(self, node_id: int, secret: str, settled: bool) -> None:
         rows, error = self.completion(
             "SELECT complete_submit(%s, %s, 'ref', NULL, %s)::text",
             node_id,
-            token,
+            secret,
             {"SUBMITTING"},
             settled,
         )
         if error is None:
             assert rows == [("COMPLETED" if settled else "SUBMITTED",)]
 
-    def do_fail(self, node_id: int, token: int, retryable: bool, hint: int | None) -> None:
+    def do_fail(self, node_id: int, secret: str, retryable: bool, hint: int | None) -> None:
+        # the intent of the node's latest dispatch: this claim's, when the call is accepted
         intent = self.conn.execute(
-            "SELECT intent_state FROM node_intents WHERE node_id = %s AND claim_token = %s",
-            (node_id, token),
+            "SELECT intent_state FROM node_intents WHERE node_id = %s"
+            " ORDER BY claim_token DESC LIMIT 1",
+            (node_id,),
         ).fetchone()
         rows, error = self.completion(
             "SELECT fail_submit(%s, %s, 'boom', %s, %s)::text",
             node_id,
-            token,
+            secret,
             {"SUBMITTING"},
             retryable,
             hint,
@@ -329,24 +363,25 @@ class MovementMachine(RuleBasedStateMachine):
         if result is not None and outcome in ("COMPLETED", "FAILED"):
             assert result["node_state"] == outcome
 
-    def do_recovery_claim(self) -> list[tuple[int, int]]:
+    def do_recovery_claim(self) -> list[tuple[int, str]]:
         rows, error = self.call(
-            "SELECT node_id, claim_token, node_state::text FROM claim_recovery_nodes('r', 10, 60)"
+            "SELECT node_id, claim_secret, node_state::text FROM claim_recovery_nodes('r', 10, 60)"
         )
         assert error is None and rows is not None
-        for node_id, token, state in rows:
+        for node_id, secret, state in rows:
             assert state in ("UNKNOWN", "SUBMITTING")
-            self.recovery_claims.append((node_id, token))
-        return [(node_id, token) for node_id, token, _ in rows]
+            self.recovery_claims.append((node_id, secret))
+        return [(node_id, secret) for node_id, secret, _ in rows]
 
-    def do_recover(self, node_id: int, token: int, outcome: str, hint: int | None) -> None:
+    def do_recover(self, node_id: int, secret: str, outcome: str, hint: int | None) -> None:
         rows, error = self.completion(
             "SELECT complete_recovery(%s, %s, %s, NULL, NULL, %s)::text",
             node_id,
-            token,
+            secret,
             {"UNKNOWN", "SUBMITTING"},
             outcome,
             hint,
+            refused_once_prepared=outcome == "NOT_SUBMITTED",
         )
         if error is None and outcome in ("COMPLETED", "FAILED"):
             assert rows == [(outcome,)]
@@ -357,8 +392,8 @@ class MovementMachine(RuleBasedStateMachine):
     def claim(self, max_nodes: int, lease: int) -> None:
         self.do_claim(max_nodes, lease)
 
-    def a_dispatch_claim(self, data: st.DataObject) -> tuple[int, int]:
-        claim: tuple[int, int] = data.draw(
+    def a_dispatch_claim(self, data: st.DataObject) -> tuple[int, str]:
+        claim: tuple[int, str] = data.draw(
             self.pick(self.live_claims(self.dispatch_claims), self.dispatch_claims)
         )
         return claim
@@ -392,27 +427,27 @@ class MovementMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.recovery_claims)
     @rule(data=st.data(), outcome=RECOVERED, hint=HINTS)
     def recover(self, data: st.DataObject, outcome: str, hint: int | None) -> None:
-        node_id, token = data.draw(
+        node_id, secret = data.draw(
             self.pick(self.live_claims(self.recovery_claims), self.recovery_claims)
         )
-        self.do_recover(node_id, token, outcome, hint)
+        self.do_recover(node_id, secret, outcome, hint)
 
     # --- rules: one worker round each, as the runners do it ------------------------------
 
     @rule(data=st.data(), max_nodes=st.integers(1, 4), lease=st.sampled_from([30, 300]))
     def dispatcher_round(self, data: st.DataObject, max_nodes: int, lease: int) -> None:
-        for node_id, token in self.do_claim(max_nodes, lease):
+        for node_id, secret in self.do_claim(max_nodes, lease):
             action = data.draw(st.sampled_from(DISPATCH_ACTIONS))
             if action.startswith("prepare"):
-                self.do_prepare(node_id, token)
+                self.do_prepare(node_id, secret)
             if action.endswith("submit"):
-                self.do_submit(node_id, token, settled=False)
+                self.do_submit(node_id, secret, settled=False)
             elif action.endswith("settle"):
-                self.do_submit(node_id, token, settled=True)
+                self.do_submit(node_id, secret, settled=True)
             elif action.endswith("retry"):
-                self.do_fail(node_id, token, retryable=True, hint=data.draw(HINTS))
+                self.do_fail(node_id, secret, retryable=True, hint=data.draw(HINTS))
             elif action.endswith("fail"):
-                self.do_fail(node_id, token, retryable=False, hint=None)
+                self.do_fail(node_id, secret, retryable=False, hint=None)
             # "hang": the dispatcher dies holding the claim; recovery takes it after the lease
 
     @rule(data=st.data(), wait=st.sampled_from([0, 45, 120]))
@@ -424,8 +459,8 @@ class MovementMachine(RuleBasedStateMachine):
     @rule(data=st.data(), wait=st.sampled_from([0, 60, 400]))
     def recovery_round(self, data: st.DataObject, wait: int) -> None:
         self.advance_clock(wait)
-        for node_id, token in self.do_recovery_claim():
-            self.do_recover(node_id, token, data.draw(RECOVERED), data.draw(HINTS))
+        for node_id, secret in self.do_recovery_claim():
+            self.do_recover(node_id, secret, data.draw(RECOVERED), data.draw(HINTS))
 
     @precondition(lambda self: self.plan_sizes)
     @rule(data=st.data())
@@ -444,7 +479,7 @@ class MovementMachine(RuleBasedStateMachine):
         ).fetchone()
         assert row is not None
         state, stop = row
-        rows, error = self.call("SELECT cancel_movement(%s, 'carol')::text", (movement_id,))
+        rows, error = self.call("SELECT cancel_movement(%s)::text", (movement_id,))
         if stop == "CANCELLED" and state in ("EXECUTING", "CANCELLED"):
             assert error is None  # a second cancel changes nothing
         elif state in TERMINAL_REQUEST_STATES or stop is not None:

@@ -39,11 +39,11 @@ def refused(conn: Conn, attacker: Conn, query: str, params: tuple[Any, ...], lim
     assert snapshot(conn) == before
 
 
-def claimed(conn: Conn, external_id: str) -> tuple[int, int]:
+def claimed(conn: Conn, external_id: str) -> tuple[int, str]:
     movement = create_started(conn, plan(node("a")), external_id)
     node_id = node_ids(conn, movement)["a"]
     [row] = [c for c in claim(conn, "owner") if c["node_id"] == node_id]
-    return node_id, row["claim_token"]
+    return node_id, row["claim_secret"]
 
 
 @pytest.mark.parametrize("lease", ["1e12", "NaN", "Infinity", "3601"])
@@ -60,29 +60,29 @@ def test_a_lease_beyond_the_limit_is_refused(conn: Conn, runner: Conn, lease: st
 
 @pytest.mark.parametrize("wait", ["1e9", "NaN", "Infinity"])
 def test_a_retry_hint_beyond_the_limit_is_refused(conn: Conn, runner: Conn, wait: str) -> None:
-    node_id, token = claimed(conn, "bound-2")
+    node_id, secret = claimed(conn, "bound-2")
     refused(
         conn,
         runner,
         "SELECT fail_submit(%s, %s, 'busy', true, %s::numeric)",
-        (node_id, token, wait),
+        (node_id, secret, wait),
         "at most 3600 seconds",
     )
 
 
 def test_evidence_beyond_the_limit_is_refused(conn: Conn, runner: Conn) -> None:
-    node_id, token = claimed(conn, "bound-3")
-    conn.execute("SELECT complete_submit(%s, %s, 'ref')", (node_id, token))
+    node_id, secret = claimed(conn, "bound-3")
+    conn.execute("SELECT complete_submit(%s, %s, 'ref')", (node_id, secret))
     conn.execute("SELECT set_config('qtg.now', %s, false)", (iso_at(60),))
     runner.execute("SELECT set_config('qtg.now', %s, false)", (iso_at(60),))
     with runner.transaction():
-        [(obs_token,)] = runner.execute(
-            "SELECT claim_token FROM claim_observe(%s, 'obs')", (node_id,)
+        [(obs_secret,)] = runner.execute(
+            "SELECT claim_secret FROM claim_observe(%s, 'obs')", (node_id,)
         )
         with pytest.raises(psycopg.Error) as caught, runner.transaction():
             runner.execute(
                 "SELECT * FROM complete_observe(%s, %s, 'PENDING', %s::jsonb)",
-                (node_id, obs_token, BIG),
+                (node_id, obs_secret, BIG),
             )
     assert caught.value.sqlstate == "QT005"
     assert "limit of 65536 bytes" in str(caught.value)
@@ -92,12 +92,12 @@ def test_evidence_beyond_the_limit_is_refused(conn: Conn, runner: Conn) -> None:
 
 
 def test_an_error_text_beyond_the_limit_is_refused(conn: Conn, runner: Conn) -> None:
-    node_id, token = claimed(conn, "bound-4")
+    node_id, secret = claimed(conn, "bound-4")
     refused(
         conn,
         runner,
         "SELECT fail_submit(%s, %s, %s, true)",
-        (node_id, token, "e" * 5000),
+        (node_id, secret, "e" * 5000),
         "limit of 4096 bytes",
     )
 
@@ -105,11 +105,11 @@ def test_an_error_text_beyond_the_limit_is_refused(conn: Conn, runner: Conn) -> 
 def test_one_oversized_report_is_refused_in_its_row_and_the_rest_of_the_batch_goes_on(
     conn: Conn, runner: Conn
 ) -> None:
-    (big, big_token), (ok, ok_token) = claimed(conn, "bound-5"), claimed(conn, "bound-6")
+    (big, big_secret), (ok, ok_secret) = claimed(conn, "bound-5"), claimed(conn, "bound-6")
     rows = runner.execute(
         "SELECT node_id, node_state::text, error_code FROM complete_submit_batch("
-        "%s::bigint[], %s::bigint[], %s::text[], %s::jsonb[], %s::boolean[])",
-        ([big, ok], [big_token, ok_token], ["ref-big", "ref-ok"], [BIG, "{}"], [True, True]),
+        "%s::bigint[], %s::text[], %s::text[], %s::jsonb[], %s::boolean[])",
+        ([big, ok], [big_secret, ok_secret], ["ref-big", "ref-ok"], [BIG, "{}"], [True, True]),
     ).fetchall()
     assert rows == [(big, None, "QT005"), (ok, "COMPLETED", None)]
     assert conn.execute(
@@ -125,7 +125,7 @@ def test_an_operator_cannot_create_a_plan_beyond_the_node_limit(
     refused(
         conn,
         operator,
-        "SELECT * FROM create_movement('bound-7', 10, %s::jsonb, p_actor => 'alice')",
+        "SELECT * FROM create_movement('bound-7', 10, %s::jsonb)",
         (json.dumps(too_many),),
         "limit of 200 nodes",
     )

@@ -101,7 +101,7 @@ def test_an_operator_cannot_approve_an_expired_movement_by_moving_the_clock_back
     admin.execute("RESET qtg.now")
     mark_test_database(production.dsn, marked=False)
     operator = pin(login(production, "operator"), "2025-12-31 00:00:00+00")
-    refused(admin, lambda: operator.execute("SELECT approve_movement(%s, 'bob')", (movement,)))
+    refused(admin, lambda: operator.execute("SELECT approve_movement(%s)", (movement,)))
 
 
 def test_an_operator_cannot_backdate_the_audit_trail(production: TestDatabase, admin: Conn) -> None:
@@ -109,7 +109,7 @@ def test_an_operator_cannot_backdate_the_audit_trail(production: TestDatabase, a
     refused(
         admin,
         lambda: operator.execute(
-            "SELECT * FROM create_movement('clock-5', 10, %s::jsonb, p_actor => 'alice')",
+            "SELECT * FROM create_movement('clock-5', 10, %s::jsonb)",
             ('{"nodes": [{"key": "a", "executor": "sim", "config": {"lane": "l"}}]}',),
         ),
     )

@@ -1,17 +1,23 @@
 """The read-only role of a network (qtg_<net>_reader) reads every table and
 view of its network and nothing else: nothing of the other network, no write,
 no procedure. Operators are members, so an operator reads what its procedures
-wrote; a runner is not. The seed document's stalled-worker query runs for it
-as printed there."""
+wrote; a runner is not. The SQL statements printed in the seed document run
+for it as printed there, through psql with search_path set to the network:
+the stalled-worker query and the observer's advisory ID list. The observer's
+locked claim (FOR UPDATE) is the one exception by design: a reader takes no
+row locks; the owner runs it as printed."""
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import bind, create_started, node, plan
+from engine import bind, claim, create_started, node, node_ids, plan, submit
+
+from qtg_runner.db.embedded import bin_dir
 
 Conn = psycopg.Connection[Any]
 
@@ -85,3 +91,63 @@ def test_the_seeds_stalled_worker_query_runs_as_printed_for_a_reader(
     runner.execute("SELECT heartbeat('node_observer', 'gone', 'core', 1)")
     rows = dashboard.execute(SEED_STALLED_WORKERS).fetchall()
     assert [r[0] for r in rows] == ["node_observer"]
+
+
+# the seed document's observer claim, both stages, as printed there (psql variables)
+SEED_OBSERVER_IDS = """
+-- advisory, unlocked ID list
+SELECT movement_request_nodes.id
+FROM movement_request_nodes
+JOIN movement_requests ON movement_requests.id = movement_request_nodes.request_id
+WHERE node_state IN ('SUBMITTED', 'OBSERVING')
+  AND movement_requests.request_state = 'EXECUTING'
+  AND (next_observe_at IS NULL OR next_observe_at <= NOW())
+ORDER BY movement_requests.created_at
+LIMIT :max_nodes;
+"""
+SEED_OBSERVER_CLAIM = """
+-- per-ID locked claim repeats the predicates
+SELECT ...
+FROM movement_request_nodes
+JOIN movement_requests ON movement_requests.id = movement_request_nodes.request_id
+WHERE movement_request_nodes.id = :node_id
+  AND node_state IN ('SUBMITTED', 'OBSERVING')
+  AND movement_requests.request_state = 'EXECUTING'
+  AND (next_observe_at IS NULL OR next_observe_at <= NOW())
+FOR UPDATE OF movement_request_nodes, movement_requests SKIP LOCKED;
+"""
+
+
+def psql(dsn: str, statement: str, **variables: object) -> subprocess.CompletedProcess[str]:
+    """``statement`` run by the psql client, as an operator would paste it, with
+    search_path set to the network and the psql variables given."""
+    args = [str(bin_dir() / "psql"), dsn, "-X", "-At", "-v", "ON_ERROR_STOP=1"]
+    for name, value in variables.items():
+        args += ["-v", f"{name}={value}"]
+    script = "SET search_path = testnet, qtg;\n" + statement
+    return subprocess.run(args, input=script, capture_output=True, text=True, timeout=30)
+
+
+def test_the_seeds_observer_statements_run_as_printed(
+    db: TestDatabase, conn: Conn, dashboard: Conn
+) -> None:
+    movement = create_started(conn, plan(node("a")), "seed-1")
+    (claimed,) = claim(conn)
+    submit(conn, claimed)  # SUBMITTED, due at once for a clock as late as NOW()
+    node_id = node_ids(conn, movement)["a"]
+    reader_dsn = dashboard.info.dsn + " password=" + (dashboard.info.password or "")
+
+    # the advisory list: verbatim, for the read-only role
+    listed = psql(reader_dsn, SEED_OBSERVER_IDS, max_nodes=10)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split() == ["SET", str(node_id)]
+
+    # the locked claim (its "SELECT ..." given a column): a reader takes no row
+    # locks, so a dashboard can never hold one a runner waits on ...
+    claim_sql = SEED_OBSERVER_CLAIM.replace("SELECT ...", "SELECT movement_request_nodes.id")
+    refused = psql(reader_dsn, claim_sql, node_id=node_id)
+    assert refused.returncode != 0 and "permission denied" in refused.stderr
+    # ... and the owner, whose claim_observe runs these predicates, gets the node
+    owned = psql(db.dsn, claim_sql, node_id=node_id)
+    assert owned.returncode == 0, owned.stderr
+    assert owned.stdout.split() == ["SET", str(node_id)]

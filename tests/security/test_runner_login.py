@@ -6,8 +6,9 @@
   blindly): registration is the admin's deploy step (register_executor is in
   sql/functions/admin/, granted to nobody); the QT041 rule that holds even
   for the admin is in tests/procedures/test_register_executor.py.
-- Learn another claim's token from a refusal: a stale call is told its token
-  is not the current one, never what the current one is.
+- Learn another claim's secret or counter from a refusal: a stale call is told
+  its secret is not the current claim's, never what the current claim is (the
+  whole attack on claim secrets is in test_claim_secret.py).
 - Act unseen: every audit row names the login of the session that wrote it
   beside the worker it was written for.
 """
@@ -20,7 +21,17 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import SIM_SCHEMA, bind, claim, create_started, node, node_ids, plan, snapshot
+from engine import (
+    SIM_SCHEMA,
+    bind,
+    claim,
+    create_started,
+    forged_secret,
+    node,
+    node_ids,
+    plan,
+    snapshot,
+)
 
 Conn = psycopg.Connection[Any]
 
@@ -55,18 +66,18 @@ def test_a_runner_reads_the_registry_it_checks_at_start(conn: Conn, runner: Conn
     "call",
     [
         "SELECT complete_submit(%s, %s, 'forged-ref')",
-        "SELECT * FROM complete_submit_batch(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], '{forged}')",
+        "SELECT * FROM complete_submit_batch(ARRAY[%s]::bigint[], ARRAY[%s]::text[], '{forged}')",
         "SELECT fail_submit(%s, %s, 'x', true)",
-        "SELECT * FROM release_nodes(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], 'x')",
+        "SELECT * FROM release_nodes(ARRAY[%s]::bigint[], ARRAY[%s]::text[], 'x')",
     ],
 )
-def test_a_refused_stale_call_never_shows_the_current_token(
+def test_a_refused_stale_call_never_shows_the_current_claim(
     conn: Conn, runner: Conn, call: str
 ) -> None:
     movement = create_started(conn, plan(node("a")), "leak-1")
     node_id = node_ids(conn, movement)["a"]
-    claim(conn, "owner")
-    token = 7_357_911  # the owner's token, made distinctive so a leak would show
+    [owner] = claim(conn, "owner")
+    token = 7_357_911  # the claim counter, made distinctive so a leak would show
     conn.execute(
         "UPDATE movement_request_nodes SET claim_token = %s WHERE id = %s", (token, node_id)
     )
@@ -76,13 +87,16 @@ def test_a_refused_stale_call_never_shows_the_current_token(
     said = ""
     try:
         said = " ".join(
-            str(v) for row in runner.execute(call, (node_id, -1)).fetchall() for v in row
+            str(v)
+            for row in runner.execute(call, (node_id, forged_secret())).fetchall()
+            for v in row
         )
     except psycopg.Error as exc:
         assert exc.sqlstate == "QT030"
-        said = f"{exc} {exc.diag.message_hint or ''}"
+        said = f"{exc} {exc.diag.message_hint or ''} {exc.diag.message_detail or ''}"
     assert "QT030" in said or "stale claim" in said
     assert str(token) not in said
+    assert owner["claim_secret"] not in said
     assert snapshot(conn) == before
 
 
@@ -91,8 +105,10 @@ def test_every_audit_row_names_the_login_that_made_it_beside_the_actor(
 ) -> None:
     movement = create_started(conn, plan(node("a")), "login-1")
     node_id = node_ids(conn, movement)["a"]
-    [(token,)] = runner.execute("SELECT claim_token FROM claim_ready_nodes('dispatcher-7', 1)")
-    runner.execute("SELECT complete_submit(%s, %s, 'ref')", (node_id, token))
+    [(secret,)] = runner.execute(
+        "SELECT claim_secret FROM claim_ready_nodes('dispatcher-7', 1)"
+    ).fetchall()
+    runner.execute("SELECT complete_submit(%s, %s, 'ref')", (node_id, secret))
 
     rows = conn.execute(
         "SELECT actor, login, from_state, to_state FROM audit_outbox"

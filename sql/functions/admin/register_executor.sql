@@ -24,14 +24,7 @@ BEGIN
     IF p_has_side_effect IS NULL THEN
         RAISE EXCEPTION 'register_executor: say whether % has a side effect', p_executor_key USING ERRCODE = 'QT002';
     END IF;
-    PERFORM check_limits('register_executor', p_json => ARRAY[p_node_config_schema], p_text => ARRAY[p_description]);
-    IF p_node_config_schema IS NULL OR jsonb_typeof(p_node_config_schema) <> 'object'
-       OR (p_node_config_schema ? 'properties' AND jsonb_typeof(p_node_config_schema -> 'properties') <> 'object')
-       OR (p_node_config_schema ? 'required' AND jsonb_typeof(p_node_config_schema -> 'required') <> 'array') THEN
-        RAISE EXCEPTION 'register_executor: node config schema for % must be an object with "properties" (object) and "required" (array)',
-                        p_executor_key
-            USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_executor_schema('register_executor', p_executor_key, p_node_config_schema, p_description);
 
     SELECT * INTO v_previous FROM executors WHERE executor_key = p_executor_key FOR UPDATE;
     -- a node copies has_side_effect at creation, and recovery, expiry and

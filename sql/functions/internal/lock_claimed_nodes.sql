@@ -1,66 +1,93 @@
 -- lock_claimed_nodes: the guard every completion call starts with. Internal.
--- Checks the node ids (at most 1000, each once, none NULL, one token each:
--- QT002, and nothing is locked), locks their movements, then the nodes, each
--- in id order (the documented lock order; id order keeps two callers from
--- waiting on each other in a cycle), then checks each element against the
--- node as it is once locked:
+-- Checks the node ids (at most 1000, each once, none NULL, one claim secret
+-- each: QT002, and nothing is locked), hashes each secret once (claim_hash),
+-- then locks the movements of the nodes whose claim_hash matches, then those
+-- nodes, each in id order (the documented lock order; id order keeps two
+-- callers from waiting on each other in a cycle). Rows are locked by id AND
+-- hash: a node presented with a wrong secret is never locked, so a forged
+-- call neither waits for the node's owner nor holds it up. Then each element
+-- is checked against the node as it is once locked:
+--   QT002  the secret is malformed (NULL, or not the 64 characters a claim
+--          hands out)
 --   QT011  no such node
---   QT030  the token is not the node's current claim token (fencing: another
---          worker, or recovery, holds it now), or p_live_lease and the claim's
---          lease has run out (a step that comes before a side effect)
+--   QT030  the secret is not the node's current claim (fencing: another
+--          worker, or recovery, holds it now, or it was never this caller's),
+--          or p_live_lease and the claim's lease has run out (a step that
+--          comes before a side effect)
 --   QT021  the node is in none of p_states
+-- No message names a secret, a hash or a claim token.
 -- Returns the errors as two arrays, element i for node i: NULL where the node
 -- may go on. Callers read the nodes again in a later statement, which
--- sees them as locked here.
+-- sees them as locked here; the intent of the claim is the one of the node's
+-- claim_token (the claim counter).
 CREATE OR REPLACE FUNCTION lock_claimed_nodes(
-    p_call         text,
-    p_node_ids     bigint[],
-    p_claim_tokens bigint[],
-    p_states       qtg.node_state[],
-    p_live_lease   boolean DEFAULT false
+    p_call          text,
+    p_node_ids      bigint[],
+    p_claim_secrets text[],
+    p_states        qtg.node_state[],
+    p_live_lease    boolean DEFAULT false
 ) RETURNS TABLE (error_codes text[], error_messages text[])
 LANGUAGE plpgsql
 ROWS 1
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := clock();
+    v_now    timestamptz := clock();
+    v_n      integer := coalesce(cardinality(p_node_ids), 0);
+    v_once   boolean;
+    v_hashes bytea[];
 BEGIN
-    IF cardinality(p_node_ids) > 1000 THEN
-        RAISE EXCEPTION '%: at most 1000 nodes a call, got %', p_call, cardinality(p_node_ids)
-            USING ERRCODE = 'QT002';
+    IF v_n > 1000 THEN
+        RAISE EXCEPTION '%: at most 1000 nodes a call, got %', p_call, v_n
+            USING ERRCODE = 'QT002', HINT = 'Split the call into batches of at most 1000 nodes.';
     END IF;
-    IF coalesce(cardinality(p_claim_tokens), 0) <> coalesce(cardinality(p_node_ids), 0) THEN
-        RAISE EXCEPTION '%: give one claim token per node', p_call USING ERRCODE = 'QT002';
+    IF coalesce(cardinality(p_claim_secrets), 0) <> v_n THEN
+        RAISE EXCEPTION '%: give one claim secret per node', p_call
+            USING ERRCODE = 'QT002', HINT = 'Pass the claim_secret each node''s claim returned, in the order of the node ids.';
     END IF;
-    IF array_position(p_node_ids, NULL) IS NOT NULL
-       OR (SELECT count(DISTINCT id) FROM unnest(p_node_ids) id) <> cardinality(p_node_ids) THEN
+    -- each secret hashed once, here; the statements below compare hashes
+    SELECT count(DISTINCT u.node_id) = v_n AND count(u.node_id) = v_n,
+           array_agg(claim_hash(u.secret) ORDER BY u.ord)
+      INTO v_once, v_hashes
+      FROM unnest(p_node_ids, p_claim_secrets) WITH ORDINALITY AS u(node_id, secret, ord);
+    IF NOT v_once THEN
         RAISE EXCEPTION '%: node ids must be given once each and not be NULL', p_call
-            USING ERRCODE = 'QT002';
+            USING ERRCODE = 'QT002', HINT = 'Name each node once, with its own claim secret.';
     END IF;
 
     PERFORM 1 FROM movement_requests r
-     WHERE r.id IN (SELECT n.request_id FROM movement_request_nodes n WHERE n.id = ANY (p_node_ids))
+     WHERE r.id IN (SELECT n.request_id
+                      FROM unnest(p_node_ids, v_hashes) AS u(node_id, claim_hash)
+                      JOIN movement_request_nodes n ON n.id = u.node_id AND n.claim_hash = u.claim_hash)
      ORDER BY r.id
        FOR UPDATE;
-    PERFORM 1 FROM movement_request_nodes n WHERE n.id = ANY (p_node_ids) ORDER BY n.id FOR UPDATE;
+    PERFORM 1 FROM movement_request_nodes n
+      JOIN unnest(p_node_ids, v_hashes) AS u(node_id, claim_hash)
+        ON n.id = u.node_id AND n.claim_hash = u.claim_hash
+     ORDER BY n.id
+       FOR UPDATE OF n;
 
+    -- a node locked above still has the hash it was locked by; any other was
+    -- not locked, and no claim can have given it that hash since
     RETURN QUERY
     SELECT array_agg(c.code ORDER BY i.ord), array_agg(c.message ORDER BY i.ord)
-      FROM unnest(p_node_ids, p_claim_tokens) WITH ORDINALITY AS i(node_id, claim_token, ord)
+      FROM unnest(p_node_ids, v_hashes) WITH ORDINALITY AS i(node_id, claim_hash, ord)
       LEFT JOIN movement_request_nodes n ON n.id = i.node_id
      CROSS JOIN LATERAL (
            SELECT CASE
+                      WHEN i.claim_hash IS NULL THEN 'QT002'
                       WHEN n.id IS NULL THEN 'QT011'
-                      WHEN i.claim_token IS DISTINCT FROM n.claim_token THEN 'QT030'
+                      WHEN n.claim_hash IS DISTINCT FROM i.claim_hash THEN 'QT030'
                       WHEN NOT n.node_state = ANY (p_states) THEN 'QT021'
                       WHEN p_live_lease AND n.lease_until <= v_now THEN 'QT030'
                   END AS code,
                   CASE
+                      WHEN i.claim_hash IS NULL THEN
+                          format('%s: the claim secret for node %s is malformed: a claim hands out 64 characters',
+                                 p_call, i.node_id)
                       WHEN n.id IS NULL THEN format('%s: node %s does not exist', p_call, i.node_id)
-                      WHEN i.claim_token IS DISTINCT FROM n.claim_token THEN
-                          -- never the current token: it would hand the claim to the caller
-                          format('%s: stale claim on node %s: the token presented is not its current claim',
+                      WHEN n.claim_hash IS DISTINCT FROM i.claim_hash THEN
+                          format('%s: stale claim on node %s: the secret presented is not its current claim',
                                  p_call, i.node_id)
                       WHEN NOT n.node_state = ANY (p_states) THEN
                           format('%s: node %s is %s, expected one of %s', p_call, i.node_id, n.node_state, p_states)

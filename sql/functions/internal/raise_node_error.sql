@@ -14,7 +14,12 @@ BEGIN
                 HINT = 'Check the node id and the network (schema) you are connected to.';
         WHEN 'QT030' THEN
             RAISE EXCEPTION '%', p_message USING ERRCODE = p_code,
-                HINT = 'Another worker (or recovery) owns the node now: do not broadcast, drop this result.';
+                HINT = 'Present the claim secret your claim returned. If you did, another worker (or recovery) '
+                       'owns the node now: do not broadcast, drop this result.';
+        WHEN 'QT002' THEN
+            RAISE EXCEPTION '%', p_message USING ERRCODE = p_code,
+                HINT = 'Correct the argument the message names and call again; a claim secret is the '
+                       'claim_secret the node''s claim returned.';
         ELSE
             RAISE EXCEPTION '%', p_message USING ERRCODE = p_code;
     END CASE;

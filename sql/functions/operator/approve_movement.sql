@@ -1,18 +1,23 @@
--- approve_movement: PENDING_APPROVAL -> APPROVED.
--- Four eyes: the approver must not be the creator (QT022). An expired movement
--- cannot be approved (QT020). The approver is the session's login unless
--- p_actor names one. Lock: the request.
-CREATE OR REPLACE FUNCTION approve_movement(p_movement_id bigint, p_actor text DEFAULT NULL)
+-- approve_movement: PENDING_APPROVAL -> APPROVED, by the login that calls it.
+--
+-- Four eyes: the approver is session_user, never a parameter, and must not be
+-- the login that created the movement. Such an approval is refused and the
+-- refusal is kept: an error would roll back its own audit row, so instead the
+-- call writes an `approval_refused` audit row, raises a WARNING with SQLSTATE
+-- QT022 and returns the unchanged state (PENDING_APPROVAL); the movement is
+-- not touched. Clients treat that warning as a refusal (qtg_runner's procs
+-- layer raises it as FourEyesRefused).
+--
+-- Other refusals are errors that change nothing: an unknown movement (QT010),
+-- one not PENDING_APPROVAL or already expired (QT020). Lock: the request.
+CREATE OR REPLACE FUNCTION approve_movement(p_movement_id bigint)
 RETURNS qtg.request_state
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_request movement_requests;
-    v_actor   text := coalesce(p_actor, session_user);
+    v_actor   text := session_user;
 BEGIN
-    IF btrim(v_actor) = '' THEN
-        RAISE EXCEPTION 'approve_movement needs the approver''s name' USING ERRCODE = 'QT002';
-    END IF;
     SELECT * INTO v_request FROM movement_requests WHERE id = p_movement_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'movement % does not exist', p_movement_id USING ERRCODE = 'QT010',
@@ -27,8 +32,13 @@ BEGIN
             HINT = 'Create a new movement with a later expiry.';
     END IF;
     IF v_request.created_by = v_actor THEN
-        RAISE EXCEPTION 'movement % was created by %, who cannot also approve it', p_movement_id, v_actor
-            USING ERRCODE = 'QT022', HINT = 'A second operator must approve.';
+        PERFORM write_audit(ARRAY[(v_actor, 'request', p_movement_id::text, p_movement_id, 'approval_refused',
+                                   'PENDING_APPROVAL', 'PENDING_APPROVAL',
+                                   jsonb_build_object('reason', 'the creator cannot approve'))::qtg.audit_event]);
+        RAISE WARNING 'movement % was created by %, who cannot also approve it; the refusal is recorded in the audit log',
+                      p_movement_id, v_actor
+            USING ERRCODE = 'QT022', HINT = 'A second operator, logged in as themselves, must approve.';
+        RETURN v_request.request_state;
     END IF;
 
     PERFORM set_movement_states(ARRAY[p_movement_id], 'PENDING_APPROVAL', ARRAY['APPROVED'::qtg.request_state],

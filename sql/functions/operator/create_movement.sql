@@ -5,7 +5,7 @@
 --   {"nodes": [{"key": "burn", "executor": "cctp", "config": {...}, "depends_on": []}, ...]}
 -- It is compiled here into nodes and edges; a plan with no nodes, a duplicate
 -- or unknown key, a cycle, an unknown executor, or a config that fails its
--- executor's schema is rejected (QT001). A non-positive amount, an expiry not
+-- executor's schema is rejected (QT001, check_plan). A non-positive amount, an expiry not
 -- in the future, or an unknown template raises QT002/QT003.
 --
 -- Idempotent on p_external_id: the same request again returns the existing
@@ -20,23 +20,14 @@ CREATE OR REPLACE FUNCTION create_movement(
     p_asset        text DEFAULT 'USDC',
     p_expires_at   timestamptz DEFAULT NULL,
     p_callback_url text DEFAULT NULL,
-    p_priority     integer DEFAULT 0,
-    p_actor        text DEFAULT NULL
+    p_priority     integer DEFAULT 0
 ) RETURNS TABLE (movement_id bigint, created boolean)
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now        timestamptz := clock();
-    v_actor      text := coalesce(p_actor, session_user);
+    v_actor      text := session_user;  -- the login is the creator: no parameter names a person
     v_plan       jsonb;
-    v_node       jsonb;
-    v_keys       text[] := '{}';
-    v_parents    text[] := '{}';
-    v_children   text[] := '{}';
-    v_key        text;
-    v_dep        text;
-    v_executor   executors;
-    v_problem    text;
     v_node_count integer;
     v_request_id bigint;
     v_existing   movement_requests;
@@ -90,74 +81,9 @@ BEGIN
             USING ERRCODE = 'QT004', HINT = 'Use a new external id for a different movement.';
     END IF;
 
-    -- validate the plan
-    -- IS DISTINCT FROM: a plan without "nodes" gives NULL, which must not pass
-    IF jsonb_typeof(v_plan) IS DISTINCT FROM 'object' OR jsonb_typeof(v_plan -> 'nodes') IS DISTINCT FROM 'array' THEN
-        RAISE EXCEPTION 'plan must be an object with a "nodes" array' USING ERRCODE = 'QT001';
-    END IF;
-    v_node_count := jsonb_array_length(v_plan -> 'nodes');
-    IF v_node_count = 0 THEN
-        RAISE EXCEPTION 'plan must have at least one node' USING ERRCODE = 'QT001';
-    END IF;
-    PERFORM check_limits('create_movement', p_json => ARRAY[v_plan, p_params], p_text => ARRAY[p_callback_url],
-                         p_nodes => v_node_count);
-
-    FOR v_node IN SELECT value FROM jsonb_array_elements(v_plan -> 'nodes') LOOP
-        v_key := v_node ->> 'key';
-        IF jsonb_typeof(v_node) <> 'object' OR v_key IS NULL OR v_key !~ '^[A-Za-z0-9_.-]{1,64}$' THEN
-            RAISE EXCEPTION 'every node needs a "key" of 1-64 letters, digits, _ . or -: %', v_node
-                USING ERRCODE = 'QT001';
-        END IF;
-        IF v_key = ANY (v_keys) THEN
-            RAISE EXCEPTION 'node key % appears twice', v_key USING ERRCODE = 'QT001';
-        END IF;
-        v_keys := v_keys || v_key;
-
-        SELECT * INTO v_executor FROM executors WHERE executor_key = v_node ->> 'executor';
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'node %: unknown executor %', v_key, coalesce(v_node ->> 'executor', 'NULL')
-                USING ERRCODE = 'QT001', HINT = 'SELECT executor_key FROM executors lists the registered executors.';
-        END IF;
-        v_problem := validate_node_config(v_executor.node_config_schema, coalesce(v_node -> 'config', '{}'));
-        IF v_problem IS NOT NULL THEN
-            RAISE EXCEPTION 'node %: config for executor %: %', v_key, v_executor.executor_key, v_problem
-                USING ERRCODE = 'QT001';
-        END IF;
-        IF v_node ? 'depends_on' AND jsonb_typeof(v_node -> 'depends_on') <> 'array' THEN
-            RAISE EXCEPTION 'node %: depends_on must be an array of node keys', v_key USING ERRCODE = 'QT001';
-        END IF;
-    END LOOP;
-
-    FOR v_key, v_dep IN
-        SELECT n.value ->> 'key', d.value
-          FROM jsonb_array_elements(v_plan -> 'nodes') n,
-               jsonb_array_elements_text(coalesce(n.value -> 'depends_on', '[]')) d
-    LOOP
-        IF NOT v_dep = ANY (v_keys) THEN
-            RAISE EXCEPTION 'node % depends on unknown node %', v_key, v_dep USING ERRCODE = 'QT001';
-        END IF;
-        IF v_dep = v_key THEN
-            RAISE EXCEPTION 'node % depends on itself', v_key USING ERRCODE = 'QT001';
-        END IF;
-        v_parents := v_parents || v_dep;
-        v_children := v_children || v_key;
-    END LOOP;
-
-    -- a cycle: some node reaches itself (over arrays, so the planner sizes the
-    -- walk by the plan's real edge count; a plan without edges has none)
-    IF cardinality(v_parents) > 0 THEN
-        WITH RECURSIVE edge(parent, child) AS (
-            SELECT DISTINCT parent, child FROM unnest(v_parents, v_children) AS e(parent, child)
-        ), reach(source, target) AS (
-            SELECT parent, child FROM edge
-            UNION
-            SELECT reach.source, edge.child FROM reach JOIN edge ON edge.parent = reach.target
-        )
-        SELECT source INTO v_key FROM reach WHERE source = target ORDER BY source LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'plan has a cycle through node %', v_key USING ERRCODE = 'QT001';
-        END IF;
-    END IF;
+    -- validate the plan (check_plan: the one validation of a plan)
+    v_node_count := check_plan('create_movement', v_plan);
+    PERFORM check_limits('create_movement', p_json => ARRAY[p_params], p_text => ARRAY[p_callback_url]);
 
     -- compile: request, nodes, edges
     INSERT INTO movement_requests (external_id, request_state, template_name, template_params, plan, amount,
@@ -170,7 +96,7 @@ BEGIN
     IF v_request_id IS NULL THEN
         -- a concurrent call with the same external id committed first: answer as a repeat
         RETURN QUERY SELECT * FROM create_movement(p_external_id, p_amount, p_plan, p_template, p_params, p_asset,
-                                                   p_expires_at, p_callback_url, p_priority, p_actor);
+                                                   p_expires_at, p_callback_url, p_priority);
         RETURN;
     END IF;
 

@@ -1,5 +1,7 @@
 -- claim_observe: stage two of the observer's claim, for one advisory ID.
--- SUBMITTED | OBSERVING stay as they are; the claim bumps the claim token.
+-- SUBMITTED | OBSERVING stay as they are; the claim hands the observer a new
+-- claim secret (complete_observe's proof; the node keeps its claim_hash) and
+-- bumps the claim counter (claim_token).
 --
 -- Repeats every candidate predicate (and the movement scope) under
 -- FOR UPDATE OF movement_request_nodes, movement_requests SKIP LOCKED, so a
@@ -14,7 +16,7 @@ CREATE OR REPLACE FUNCTION claim_observe(p_node_id bigint, p_worker text, p_move
 RETURNS TABLE (
     node_id            bigint,
     request_id         bigint,
-    claim_token        bigint,
+    claim_secret       text,
     node_key           text,
     executor_key       text,
     node_config        jsonb,
@@ -54,15 +56,19 @@ BEGIN
     END;
 
     RETURN QUERY
-    WITH claimed AS (
+    WITH fresh AS (
+        SELECT claim_secret() AS secret
+    ), claimed AS (
         UPDATE movement_request_nodes node
            SET claim_token = node.claim_token + 1,
+               claim_hash  = claim_hash(fresh.secret),
                claimed_by  = p_worker,
                claimed_at  = v_now
+          FROM fresh
          WHERE node.id = v_node
-        RETURNING node.*
+        RETURNING node.*, fresh.secret
     )
-    SELECT claimed.id, claimed.request_id, claimed.claim_token, claimed.node_key, claimed.executor_key,
+    SELECT claimed.id, claimed.request_id, claimed.secret, claimed.node_key, claimed.executor_key,
            claimed.node_config, claimed.lane, claimed.external_ref, claimed.observe_started_at,
            claimed.observe_count, request.amount, request.asset,
            (SELECT to_jsonb(i)

@@ -8,8 +8,10 @@
 -- The claim takes up to p_max READY rows whose not_before has passed, through
 -- the READY partial index, with FOR UPDATE SKIP LOCKED: concurrent dispatchers
 -- get disjoint rows, and a claimer that dies before commit leaves them READY.
--- Each claimed node gets a new claim_token (the fencing token every later call
--- must present), a lease of p_lease_seconds (after which recovery may take it),
+-- Each claimed node gets a new claim secret (claim_secret: returned to the
+-- claimer only, the one proof every later call must present; the node keeps
+-- its claim_hash), a new claim_token (the claim counter, which names the
+-- intent), a lease of p_lease_seconds (after which recovery may take it),
 -- and a node_intents row with the attempt's idempotency key, committed before
 -- any side effect. Locks: nodes only (requests are not needed: READY implies
 -- an EXECUTING request, and cancel/expiry wait on these node locks).
@@ -24,7 +26,7 @@ CREATE OR REPLACE FUNCTION claim_ready_nodes(
 ) RETURNS TABLE (
     node_id         bigint,
     request_id      bigint,
-    claim_token     bigint,
+    claim_secret    text,
     intent_id       bigint,
     idempotency_key text,
     node_key        text,
@@ -57,15 +59,16 @@ BEGIN
         UPDATE movement_request_nodes node
            SET node_state      = 'SUBMITTING',
                claim_token     = node.claim_token + 1,
+               claim_hash      = claim_hash(fresh.secret),
                claimed_by      = p_worker,
                claimed_at      = v_now,
                lease_until     = v_now + make_interval(secs => p_lease_seconds::double precision),
                submit_attempts = node.submit_attempts + 1,
                not_before      = NULL,
                updated_at      = v_now
-          FROM candidates
-         WHERE node.id = candidates.id
-        RETURNING node.*
+          FROM (SELECT candidates.id, claim_secret() AS secret FROM candidates) fresh
+         WHERE node.id = fresh.id
+        RETURNING node.*, fresh.secret
     ), intents AS (
         INSERT INTO node_intents (node_id, claim_token, idempotency_key, claimed_by, intent_state, created_at)
         SELECT claimed.id, claimed.claim_token,
@@ -79,7 +82,7 @@ BEGIN
                                      )::qtg.audit_event ORDER BY claimed.priority DESC, claimed.id))
           FROM claimed
     )
-    SELECT claimed.id, claimed.request_id, claimed.claim_token, intents.id, intents.idempotency_key,
+    SELECT claimed.id, claimed.request_id, claimed.secret, intents.id, intents.idempotency_key,
            claimed.node_key, claimed.executor_key, claimed.has_side_effect, claimed.node_config, claimed.lane,
            request.amount, request.asset, claimed.submit_attempts
       FROM claimed

@@ -12,12 +12,12 @@
 --   ERROR      the observe call itself failed (the service, the network, no
 --              executor in this runner): OBSERVING again after the hint or the
 --              lane's observe_error_retry_seconds; UNKNOWN once the phase is fatal.
--- Fenced by the claim token (QT030). Locks: request, node (already held by the
+-- Fenced by the claim's secret (QT030). Locks: request, node (already held by the
 -- observer's claim). The DAG step and the settle: finish_nodes. Returns the
 -- node's new state, phase and next observation.
 CREATE OR REPLACE FUNCTION complete_observe(
     p_node_id             bigint,
-    p_claim_token         bigint,
+    p_claim_secret        text,
     p_outcome             text,
     p_evidence            jsonb DEFAULT NULL,
     p_retry_after_seconds numeric DEFAULT NULL
@@ -34,7 +34,7 @@ BEGIN
     PERFORM check_args('complete_observe', p_outcome => p_outcome,
                        p_outcomes => '{PENDING,COMPLETED,FAILED,UNKNOWN,ERROR}', p_retry_after => p_retry_after_seconds);
     PERFORM check_limits('complete_observe', p_json => ARRAY[p_evidence]);
-    v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['SUBMITTED', 'OBSERVING']::qtg.node_state[],
+    v_node := lock_claimed_node(p_node_id, p_claim_secret, ARRAY['SUBMITTED', 'OBSERVING']::qtg.node_state[],
                                 'complete_observe');
     IF p_outcome = 'ERROR' AND v_hint IS NULL THEN
         v_hint := (lane_of(v_node.lane)).observe_error_retry_seconds;

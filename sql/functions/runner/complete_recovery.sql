@@ -6,16 +6,21 @@
 --   IN_FLIGHT      it is out and not finished: back to SUBMITTED (never
 --                  observed yet) or OBSERVING, with a fresh observation window.
 --   NOT_SUBMITTED  evidence proves nothing went out: READY for a new attempt
---                  (SKIPPED if a stop was requested).
+--                  (SKIPPED if a stop was requested). Refused (QT021) once the
+--                  node's intent is PREPARED or SUBMITTED on a side-effecting
+--                  executor: a prepared payload may be out there, so it is
+--                  resubmitted as it is (and reported IN_FLIGHT) or concluded
+--                  from evidence; a fresh payload needs requeue_node by two
+--                  operators.
 --   STILL_UNKNOWN  no conclusion yet: UNKNOWN, looked at again after
 --                  p_retry_after_seconds, or the lane's recovery_retry_seconds.
--- Fenced by the claim token (QT030); accepted after the recovery lease ran out
+-- Fenced by the claim's secret (QT030); accepted after the recovery lease ran out
 -- while no other recovery claim has taken the node (evidence stays evidence).
 -- Locks: request, node, intent. The DAG step and the settle: finish_nodes.
 -- Returns the node's state afterwards (a READY node whose movement expired is SKIPPED).
 CREATE OR REPLACE FUNCTION complete_recovery(
     p_node_id             bigint,
-    p_claim_token         bigint,
+    p_claim_secret        text,
     p_outcome             text,
     p_evidence            jsonb DEFAULT NULL,
     p_external_ref        text DEFAULT NULL,
@@ -35,8 +40,16 @@ BEGIN
                        p_outcomes => '{COMPLETED,FAILED,IN_FLIGHT,NOT_SUBMITTED,STILL_UNKNOWN}',
                        p_retry_after => p_retry_after_seconds);
     PERFORM check_limits('complete_recovery', p_json => ARRAY[p_evidence], p_text => ARRAY[p_external_ref]);
-    v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['UNKNOWN', 'SUBMITTING']::qtg.node_state[],
+    v_node := lock_claimed_node(p_node_id, p_claim_secret, ARRAY['UNKNOWN', 'SUBMITTING']::qtg.node_state[],
                                 'complete_recovery');
+    IF p_outcome = 'NOT_SUBMITTED' AND v_node.has_side_effect AND (
+           SELECT intent.intent_state IN ('PREPARED', 'SUBMITTED') FROM node_intents intent
+            WHERE intent.node_id = p_node_id ORDER BY intent.claim_token DESC LIMIT 1) THEN
+        RAISE EXCEPTION 'node %: its side effect was prepared, so recovery cannot report it NOT_SUBMITTED', p_node_id
+            USING ERRCODE = 'QT021',
+                  HINT = 'Resubmit the prepared payload and report IN_FLIGHT, conclude COMPLETED, FAILED or '
+                         'STILL_UNKNOWN from evidence, or have two operators call requeue_node.';
+    END IF;
     SELECT stop_reason IS NOT NULL INTO STRICT v_stopping FROM movement_requests WHERE id = v_node.request_id;
     SELECT * INTO STRICT v_pacing FROM observe_pacing(v_node.lane, v_now, v_now, p_retry_after_seconds);
     v_wait := coalesce(p_retry_after_seconds, (lane_of(v_node.lane)).recovery_retry_seconds);

@@ -2,8 +2,8 @@
 -- pacing), or SUBMITTING -> COMPLETED when p_settled says the submit itself
 -- finished the work (no observation needed). Records the external reference
 -- (tx hash, exchange withdrawal id) on the node and the intent.
--- Fenced by the claim token (QT030). A report that arrives after the claim's
--- lease ran out is still accepted while the token is current (no recovery has
+-- Fenced by the claim's secret (QT030). A report that arrives after the claim's
+-- lease ran out is still accepted while the secret is current (no recovery has
 -- claimed the node): the side effect has happened and its reference is the
 -- truth. Only record_intent_prepared refuses an expired lease, because it comes
 -- before the side effect. Locks: request, node, intent.
@@ -11,7 +11,7 @@
 -- raises here with the batch's SQLSTATE and message, and nothing changes.
 CREATE OR REPLACE FUNCTION complete_submit(
     p_node_id      bigint,
-    p_claim_token  bigint,
+    p_claim_secret text,
     p_external_ref text,
     p_evidence     jsonb DEFAULT NULL,
     p_settled      boolean DEFAULT false
@@ -22,7 +22,7 @@ DECLARE
     v_result record;
 BEGIN
     SELECT * INTO STRICT v_result
-      FROM complete_submit_batch(ARRAY[p_node_id], ARRAY[p_claim_token], ARRAY[p_external_ref],
+      FROM complete_submit_batch(ARRAY[p_node_id], ARRAY[p_claim_secret], ARRAY[p_external_ref],
                                  ARRAY[p_evidence], ARRAY[coalesce(p_settled, false)]);
     PERFORM raise_node_error(v_result.error_code, v_result.error_message);
     RETURN v_result.node_state;

@@ -7,12 +7,14 @@
 --
 -- Element i of every array describes one node (arrays of equal length, no node
 -- twice, at most 1000; QT002 otherwise, and nothing changes; a NULL p_settled
--- or element means false). A node the guard refuses (lock_claimed_nodes: QT011
--- no such node, QT030 stale claim token: another worker holds it now, drop the
--- result, recovery reconciles; QT021 not SUBMITTING) is left unchanged and
--- reported in its row instead of failing the batch, as is a report beyond
--- engine_limits (QT005: its node stays SUBMITTING, for recovery). A report that arrives after
--- the claim's lease ran out is still accepted while the token is current (no
+-- or element means false). Each node is proven by its claim's secret. A node
+-- the guard refuses (lock_claimed_nodes: QT002 malformed secret; QT011 no such
+-- node; QT030 not the node's current claim secret: another worker holds it
+-- now, drop the result, recovery reconciles; QT021 not SUBMITTING) is left
+-- unchanged, and unlocked when its secret is wrong, and reported in its row
+-- instead of failing the batch, as is a report beyond engine_limits (QT005:
+-- its node stays SUBMITTING, for recovery). A report that arrives after the
+-- claim's lease ran out is still accepted while the secret is current (no
 -- recovery has claimed the node): the side effect has happened and its
 -- reference is the truth. Only record_intent_prepared refuses an expired lease,
 -- because it comes before the side effect.
@@ -25,7 +27,7 @@
 -- Returns one row per element, in input order: the node's new state, or the error.
 CREATE OR REPLACE FUNCTION complete_submit_batch(
     p_node_ids      bigint[],
-    p_claim_tokens  bigint[],
+    p_claim_secrets text[],
     p_external_refs text[],
     p_evidence      jsonb[] DEFAULT NULL,
     p_settled       boolean[] DEFAULT NULL
@@ -43,7 +45,7 @@ DECLARE
     v_done     bigint[];   -- the nodes completed here,
     v_done_by  text[];     -- and their claimers
 BEGIN
-    IF coalesce(cardinality(p_claim_tokens), 0) <> v_n
+    IF coalesce(cardinality(p_claim_secrets), 0) <> v_n
        OR coalesce(cardinality(p_external_refs), 0) <> v_n
        OR (p_evidence IS NOT NULL AND cardinality(p_evidence) <> v_n)
        OR (p_settled IS NOT NULL AND cardinality(p_settled) <> v_n) THEN
@@ -54,7 +56,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO v_codes, v_messages
-      FROM lock_claimed_nodes('complete_submit', p_node_ids, p_claim_tokens, '{SUBMITTING}');
+      FROM lock_claimed_nodes('complete_submit', p_node_ids, p_claim_secrets, '{SUBMITTING}');
     -- a report beyond engine_limits is refused in its own row (QT005): the
     -- side effects of the others went out, so their reports go on
     SELECT * INTO v_codes, v_messages

@@ -9,11 +9,11 @@
 --   UNKNOWN, for recovery to decide from evidence; never a blind retry.
 --   permanent: FAILED (the executor asserts nothing went out), and the DAG
 --   skips what depended on it.
--- Fenced by the claim token (QT030). Locks: request, node, intent. The DAG
+-- Fenced by the claim's secret (QT030). Locks: request, node, intent. The DAG
 -- step and the settle: finish_nodes. Returns the node's state afterwards.
 CREATE OR REPLACE FUNCTION fail_submit(
     p_node_id             bigint,
-    p_claim_token         bigint,
+    p_claim_secret        text,
     p_error               text,
     p_retryable           boolean,
     p_retry_after_seconds numeric DEFAULT NULL
@@ -34,10 +34,10 @@ BEGIN
     END IF;
     PERFORM check_args('fail_submit', p_retry_after => p_retry_after_seconds);
     PERFORM check_limits('fail_submit', p_text => ARRAY[p_error]);
-    v_node := lock_claimed_node(p_node_id, p_claim_token, ARRAY['SUBMITTING']::qtg.node_state[], 'fail_submit');
+    v_node := lock_claimed_node(p_node_id, p_claim_secret, ARRAY['SUBMITTING']::qtg.node_state[], 'fail_submit');
 
     SELECT intent_state = 'PREPARED' INTO v_prepared
-      FROM node_intents WHERE node_id = p_node_id AND claim_token = p_claim_token FOR UPDATE;
+      FROM node_intents WHERE node_id = p_node_id AND claim_token = v_node.claim_token FOR UPDATE;
     SELECT stop_reason IS NOT NULL INTO STRICT v_stopping FROM movement_requests WHERE id = v_node.request_id;
 
     v_to := CASE
@@ -61,7 +61,7 @@ BEGIN
     UPDATE node_intents
        SET intent_state = CASE WHEN v_to = 'UNKNOWN' THEN 'PREPARED' ELSE 'FAILED' END,
            finished_at  = CASE WHEN v_to = 'UNKNOWN' THEN NULL ELSE v_now END
-     WHERE node_id = p_node_id AND claim_token = p_claim_token;
+     WHERE node_id = p_node_id AND claim_token = v_node.claim_token;
 
     PERFORM write_audit(ARRAY[(v_node.claimed_by, 'node', p_node_id::text, v_node.request_id, 'state_changed',
                                'SUBMITTING', v_to::text,

@@ -9,7 +9,7 @@
 -- node raises here with the batch's SQLSTATE and message, and nothing changes.
 CREATE OR REPLACE FUNCTION record_intent_prepared(
     p_node_id             bigint,
-    p_claim_token         bigint,
+    p_claim_secret        text,
     p_nonce               bigint DEFAULT NULL,
     p_signed_tx_hash      text DEFAULT NULL,
     p_external_request_id text DEFAULT NULL,
@@ -21,7 +21,7 @@ DECLARE
     v_result record;
 BEGIN
     SELECT * INTO STRICT v_result
-      FROM record_intent_prepared_batch(ARRAY[p_node_id], ARRAY[p_claim_token], ARRAY[p_nonce],
+      FROM record_intent_prepared_batch(ARRAY[p_node_id], ARRAY[p_claim_secret], ARRAY[p_nonce],
                                         ARRAY[p_signed_tx_hash], ARRAY[p_external_request_id],
                                         ARRAY[p_payload]);
     PERFORM raise_node_error(v_result.error_code, v_result.error_message);

@@ -6,10 +6,12 @@
 -- twice, at most 1000; QT002 otherwise, and nothing changes). Every rule of
 -- record_intent_prepared holds per node, and a node that breaks one is left
 -- unchanged and reported in its row instead of failing the batch:
---   QT011 no such node; QT030 stale claim token, or the claim's lease ran out
---   (do not broadcast: recovery may own it); QT021 not SUBMITTING, or no open
---   intent for the token; QT002 neither a signed tx hash, an external request
---   id nor a payload; QT005 a payload or a text beyond engine_limits.
+--   QT011 no such node; QT030 not the node's current claim secret, or the
+--   claim's lease ran out (do not broadcast: recovery may own it); QT021 not
+--   SUBMITTING, or no open intent for the current claim; QT002 a malformed
+--   secret, or neither a signed tx hash, an external request id nor a
+--   payload; QT005 a payload or a text beyond engine_limits.
+-- A node presented with a wrong secret is never locked.
 -- A recorded node gets one intent_prepared audit row (actor: the claimer),
 -- exactly as record_intent_prepared writes it; signed_tx_hashes keeps every
 -- hash ever signed.
@@ -21,7 +23,7 @@
 -- Returns one row per element, in input order: the intent id, or the error.
 CREATE OR REPLACE FUNCTION record_intent_prepared_batch(
     p_node_ids             bigint[],
-    p_claim_tokens         bigint[],
+    p_claim_secrets        text[],
     p_nonces               bigint[] DEFAULT NULL,
     p_signed_tx_hashes     text[] DEFAULT NULL,
     p_external_request_ids text[] DEFAULT NULL,
@@ -37,7 +39,7 @@ DECLARE
     v_codes    text[];
     v_messages text[];
 BEGIN
-    IF coalesce(cardinality(p_claim_tokens), 0) <> v_n
+    IF coalesce(cardinality(p_claim_secrets), 0) <> v_n
        OR (p_nonces IS NOT NULL AND cardinality(p_nonces) <> v_n)
        OR (p_signed_tx_hashes IS NOT NULL AND cardinality(p_signed_tx_hashes) <> v_n)
        OR (p_external_request_ids IS NOT NULL AND cardinality(p_external_request_ids) <> v_n)
@@ -49,7 +51,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO v_codes, v_messages
-      FROM lock_claimed_nodes('record_intent_prepared', p_node_ids, p_claim_tokens, '{SUBMITTING}',
+      FROM lock_claimed_nodes('record_intent_prepared', p_node_ids, p_claim_secrets, '{SUBMITTING}',
                               p_live_lease => true);
     SELECT * INTO v_codes, v_messages
       FROM limit_refusals('record_intent_prepared', p_node_ids, p_payloads, p_signed_tx_hashes,
@@ -61,13 +63,13 @@ BEGIN
                coalesce(u.error_code, CASE WHEN u.signed_tx_hash IS NULL AND u.external_request_id IS NULL
                                                AND u.payload IS NULL THEN 'QT002' END) AS refusal,
                coalesce(u.error_message, 'record_intent_prepared: give a signed tx hash, an external request id or a payload') AS reason
-          FROM unnest(p_node_ids, p_claim_tokens,
+          FROM unnest(p_node_ids,
                       coalesce(p_nonces, array_fill(NULL::bigint, ARRAY[v_n])),
                       coalesce(p_signed_tx_hashes, array_fill(NULL::text, ARRAY[v_n])),
                       coalesce(p_external_request_ids, array_fill(NULL::text, ARRAY[v_n])),
                       coalesce(p_payloads, array_fill(NULL::jsonb, ARRAY[v_n])),
                       v_codes, v_messages)
-               WITH ORDINALITY AS u(node_id, claim_token, nonce, signed_tx_hash, external_request_id, payload,
+               WITH ORDINALITY AS u(node_id, nonce, signed_tx_hash, external_request_id, payload,
                                     error_code, error_message, ord)
     ), prepared AS (
         UPDATE node_intents t
@@ -80,9 +82,10 @@ BEGIN
                prepared_payload    = coalesce(i.payload, t.prepared_payload),
                prepared_at         = v_now
           FROM input i
+          JOIN movement_request_nodes n ON n.id = i.node_id
          WHERE i.refusal IS NULL
            AND t.node_id = i.node_id
-           AND t.claim_token = i.claim_token
+           AND t.claim_token = n.claim_token
            AND t.intent_state IN ('CLAIMED', 'PREPARED')
         RETURNING t.id, t.node_id
     ), audited AS (
@@ -102,7 +105,7 @@ BEGIN
            CASE
                WHEN i.refusal IS NOT NULL THEN i.reason
                WHEN p.id IS NULL THEN
-                   format('record_intent_prepared: node %s has no open intent for token %s', i.node_id, i.claim_token)
+                   format('record_intent_prepared: node %s has no open intent for its current claim', i.node_id)
            END
       FROM input i
       LEFT JOIN prepared p ON p.node_id = i.node_id

@@ -9,12 +9,13 @@
 --
 -- Element i of each array is one node (equal lengths, each node once, at most
 -- 1000: QT002 otherwise, and nothing changes). A refused node is reported in
--- its row and left as it was: QT011 no such node, QT030 stale claim token,
--- QT021 not SUBMITTING or its intent PREPARED.
+-- its row and left as it was (and unlocked, when its secret is wrong): QT002
+-- malformed secret, QT011 no such node, QT030 not the node's current claim
+-- secret, QT021 not SUBMITTING or its intent PREPARED.
 -- Locks: the nodes' movements, then the nodes (id order), then their intents.
 -- The expiry recheck and the settle: finish_nodes.
 -- Returns one row per element, in input order: the node's new state, or the error.
-CREATE OR REPLACE FUNCTION release_nodes(p_node_ids bigint[], p_claim_tokens bigint[], p_reason text)
+CREATE OR REPLACE FUNCTION release_nodes(p_node_ids bigint[], p_claim_secrets text[], p_reason text)
 RETURNS TABLE (node_id bigint, node_state qtg.node_state, error_code text, error_message text)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
@@ -36,7 +37,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO v_codes, v_messages
-      FROM lock_claimed_nodes('release_nodes', p_node_ids, p_claim_tokens, '{SUBMITTING}');
+      FROM lock_claimed_nodes('release_nodes', p_node_ids, p_claim_secrets, '{SUBMITTING}');
 
     -- a prepared intent may have been signed: not a claim to give back
     SELECT array_agg(CASE WHEN i.intent_state = 'PREPARED' THEN 'QT021' ELSE u.code END ORDER BY u.ord),
@@ -44,8 +45,9 @@ BEGIN
                           THEN format('release_nodes: node %s has a PREPARED intent; recovery decides', u.node_id)
                           ELSE u.message END ORDER BY u.ord)
       INTO v_codes, v_messages
-      FROM unnest(p_node_ids, p_claim_tokens, v_codes, v_messages) WITH ORDINALITY AS u(node_id, token, code, message, ord)
-      LEFT JOIN node_intents i ON u.code IS NULL AND i.node_id = u.node_id AND i.claim_token = u.token;
+      FROM unnest(p_node_ids, v_codes, v_messages) WITH ORDINALITY AS u(node_id, code, message, ord)
+      LEFT JOIN movement_request_nodes n ON u.code IS NULL AND n.id = u.node_id
+      LEFT JOIN node_intents i ON i.node_id = n.id AND i.claim_token = n.claim_token;
 
     WITH released AS (
         UPDATE movement_request_nodes n

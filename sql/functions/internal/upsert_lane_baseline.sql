@@ -3,6 +3,12 @@
 -- observe call, recovery_retry_seconds after recover() found no conclusion,
 -- release_retry_seconds after a runner gave a claim back). Parameters left NULL
 -- keep their current value (a new lane: the table's defaults). Audited.
+-- Internal: the apply step of an approved lane proposal (approve_proposal,
+-- which passes every parameter), and a deploy step for the owner (the admin
+-- login: the demo sets its lanes so), who may call it directly. Operators
+-- change a lane through propose_lane_baseline and a second operator's
+-- approve_proposal, within the bounds check_proposal keeps; here only the
+-- table's own consistency is checked (QT002).
 CREATE OR REPLACE FUNCTION upsert_lane_baseline(
     p_lane                text,
     p_baseline_seconds    numeric,

@@ -1,0 +1,88 @@
+"""`qtg proposals ...`: list, approve and reject configuration proposals.
+
+Lane pacing, templates and an executor's configuration change only through a
+proposal (propose_lane_baseline, propose_template, propose_executor_config,
+in psql) that a second operator approves. Every sub-command logs in as the
+person, like `qtg movement` (their own DSN in QTG_DATABASE_URL, or --as NAME:
+the approver must not be the proposer); approve and reject refuse a login
+that is not an operator of the network.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from qtg_runner.commands.movement import _fmt, connect, err, out
+from qtg_runner.commands.run import AsOption, NetworkOption
+from qtg_runner.db import procs
+
+app = typer.Typer(
+    help="List, approve and reject configuration proposals (lane pacing, templates, executors).",
+    no_args_is_help=True,
+)
+
+
+def _compact(value: Any) -> str:
+    return "" if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@app.command("list")
+def list_cmd(network: NetworkOption = None, as_login: AsOption = None) -> None:
+    """The open proposals (the open_proposals view): who proposed what, until
+    when, and each setting that changes, from its value now to the proposed one."""
+    with connect(network, as_login) as conn:
+        rows = conn.execute(
+            "SELECT proposal_id, kind, subject, changes, proposed_by, proposed_at, expires_in"
+            " FROM open_proposals ORDER BY proposal_id"
+        ).fetchall()
+    if not rows:
+        out.print("no open proposals")
+    for proposal_id, kind, subject, changes, by, at, expires_in in rows:
+        out.print(
+            f"[bold]proposal {proposal_id}[/bold]: {kind} {subject}, proposed by {by}"
+            f" at {_fmt(at)}, expires in {_fmt(expires_in)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        table = Table()
+        for col in ("setting", "from", "to"):
+            table.add_column(col, overflow="fold")
+        for key, change in sorted((changes or {}).items()):
+            table.add_row(key, _compact(change["from"]), _compact(change["to"]))
+        out.print(table)
+
+
+@app.command("approve")
+def approve_cmd(
+    proposal_id: Annotated[int, typer.Argument(help="Proposal id.")],
+    network: NetworkOption = None,
+    as_login: AsOption = None,
+) -> None:
+    """Approve a proposal and apply its change (not one you proposed yourself)."""
+    with connect(network, as_login, operator=True) as conn:
+        try:
+            state = procs.approve_proposal(proposal_id).one(conn)
+        except procs.Refused as refused:
+            err.print(f"[red]refused[/red] ({refused.sqlstate}): {refused.message}")
+            if refused.hint:
+                err.print(f"hint: {refused.hint}")
+            err.print(f"proposal {proposal_id} is still PROPOSED; the refusal is in the audit log")
+            raise typer.Exit(2) from None
+    out.print(f"proposal {proposal_id} {state}")
+
+
+@app.command("reject")
+def reject_cmd(
+    proposal_id: Annotated[int, typer.Argument(help="Proposal id.")],
+    reason: Annotated[str, typer.Option(help="Why (kept with the proposal and audited).")],
+    network: NetworkOption = None,
+    as_login: AsOption = None,
+) -> None:
+    """Reject (or, as its proposer, withdraw) an open proposal."""
+    with connect(network, as_login, operator=True) as conn:
+        state = procs.reject_proposal(proposal_id, reason).one(conn)
+    out.print(f"proposal {proposal_id} {state}")

@@ -1,0 +1,23 @@
+-- requeue_requests: requeues waiting for a second operator, with what the
+-- requester saw. still_applies is false once the node moved on (a confirm
+-- would then record a new request instead).
+CREATE OR REPLACE VIEW requeue_requests AS
+SELECT r.id AS requeue_id,
+       r.node_id,
+       r.request_id AS movement_id,
+       node.node_key,
+       node.executor_key,
+       request.amount,
+       request.asset,
+       r.reason,
+       r.requested_by,
+       r.requested_at,
+       r.evidence,
+       node.node_state,
+       node.node_state = 'UNKNOWN'
+           AND r.intent_id = (SELECT i.id FROM node_intents i WHERE i.node_id = r.node_id
+                               ORDER BY i.claim_token DESC LIMIT 1) AS still_applies
+  FROM node_requeues r
+  JOIN movement_request_nodes node ON node.id = r.node_id
+  JOIN movement_requests request ON request.id = r.request_id
+ WHERE r.state = 'REQUESTED';

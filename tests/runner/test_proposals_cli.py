@@ -1,0 +1,69 @@
+"""`qtg proposals list|approve|reject`: the proposal procedures from the command
+line, logged in as the person (QTG_DATABASE_URL: their own DSN), like `qtg movement`.
+
+Pins: list shows an open proposal's changes and proposer; the proposer's own
+approve is refused (exit 2, the QT022 warning on stderr, still PROPOSED);
+another login's approve applies it; reject records the reason; a refusal
+with an error prints its SQLSTATE and hint and exits 2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import TestDatabase
+from rows import Conn, iso_at, lane_settings, person, proposal_row
+from typer.testing import CliRunner
+
+from qtg_runner.cli import app
+from qtg_runner.db import procs
+
+
+@pytest.fixture
+def cli(db: TestDatabase, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Runs `qtg` as a given login, on the test database's clock pinned at T0."""
+    monkeypatch.setenv("QTG_NETWORK_MODE", "testnet")
+    monkeypatch.setenv("PGOPTIONS", f"-c qtg.now={iso_at(0)}")
+
+    def run(login: Conn, *args: str) -> Any:
+        # the person's own DSN, as `qtg db url --login NAME` prints it
+        monkeypatch.setenv("QTG_DATABASE_URL", login.info.dsn + f" password={login.info.password}")
+        return CliRunner().invoke(app, ["proposals", *args])
+
+    return run
+
+
+def test_list_approve_and_reject_as_the_person(db: TestDatabase, conn: Conn, cli: Any) -> None:
+    alice, bob = person(db, "alice"), person(db, "bob")
+    made = procs.propose_lane_baseline("default", 120).one(alice)
+
+    listed = cli(bob, "list")
+    assert listed.exit_code == 0, listed.output
+    assert f"proposal {made.proposal_id}: lane_baseline default" in listed.stdout
+    assert alice.info.user in listed.stdout
+    assert [line.split() for line in listed.stdout.splitlines() if "baseline_seconds" in line] == [
+        ["│", "baseline_seconds", "│", "60", "│", "120", "│"]
+    ]
+
+    own = cli(alice, "approve", str(made.proposal_id))
+    assert own.exit_code == 2
+    assert "QT022" in own.stderr and "still PROPOSED" in own.stderr
+    assert proposal_row(conn, made.proposal_id)["proposal_state"] == "PROPOSED"
+
+    approved = cli(bob, "approve", str(made.proposal_id))
+    assert approved.exit_code == 0, approved.output
+    assert f"proposal {made.proposal_id} APPLIED" in approved.stdout
+    settings = lane_settings(conn, "default")
+    assert settings is not None and settings["baseline_seconds"] == 120
+
+    again = cli(bob, "approve", str(made.proposal_id))
+    assert again.exit_code == 2
+    assert "(QT023)" in again.stderr
+
+    other = procs.propose_template(
+        "t", {"nodes": [{"key": "a", "executor": "sim", "config": {"lane": "x"}}]}
+    ).one(alice)
+    rejected = cli(bob, "reject", str(other.proposal_id), "--reason", "not now")
+    assert rejected.exit_code == 0, rejected.output
+    assert proposal_row(conn, other.proposal_id)["reason"] == "not now"
