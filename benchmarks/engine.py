@@ -70,12 +70,17 @@ def create_movements(
         created = procs.one_each(
             conn,
             [
-                procs.create_movement(f"{prefix}{i}", 100, plan=plan, actor="alice")
+                procs.create_movement(f"{prefix}{i}", 100, plan=plan)
                 for i in range(done + 1, done + n + 1)
             ],
         )
         if approve:
-            procs.one_each(conn, [procs.approve_movement(c.movement_id, "bob") for c in created])
+            # four eyes: a second identity approves (the admin session becomes the owner)
+            conn.execute("SET SESSION AUTHORIZATION qtg_owner")
+            try:
+                procs.one_each(conn, [procs.approve_movement(c.movement_id) for c in created])
+            finally:
+                conn.execute("RESET SESSION AUTHORIZATION")
         done += n
     conn.execute("RESET work_mem")
 

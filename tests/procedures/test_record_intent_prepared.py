@@ -83,6 +83,34 @@ def test_prepare_records_the_intent_and_every_signed_hash(conn: Conn) -> None:
     assert node_row(conn, node_id)["node_state"] == "SUBMITTING"
 
 
+@pytest.mark.parametrize(
+    ("first", "again"),
+    [
+        # another nonce is another transaction
+        ("p_nonce => 7, p_signed_tx_hash => '0xaa'", "p_nonce => 8, p_signed_tx_hash => '0xcc'"),
+        # another exchange request is another withdrawal
+        ("p_external_request_id => 'wd-1'", "p_external_request_id => 'wd-2'"),
+        # without either, another hash or payload is another side effect
+        ('p_payload => \'{"to": "0x01"}\'', 'p_payload => \'{"to": "0x02"}\''),
+        ("p_signed_tx_hash => '0xaa'", "p_signed_tx_hash => '0xbb'"),
+    ],
+)
+def test_a_prepared_intent_is_recorded_again_only_as_the_same_side_effect(
+    conn: Conn, first: str, again: str
+) -> None:
+    movement_id = create_started(conn, ONE, "m1")
+    claimed = claim_of(conn, node_ids(conn, movement_id)["a"])
+    node_id, secret = claimed["node_id"], claimed["claim_secret"]
+    conn.execute(f"SELECT record_intent_prepared(%s, %s, {first})", (node_id, secret))
+    error = assert_rejected(
+        conn, "QT021", f"SELECT record_intent_prepared(%s, %s, {again})", (node_id, secret)
+    )
+    assert "already has a prepared side effect" in str(error)
+    # the same record again is accepted and changes nothing that matters
+    conn.execute(f"SELECT record_intent_prepared(%s, %s, {first})", (node_id, secret))
+    assert intent_row(conn, node_id, 1)["intent_state"] == "PREPARED"
+
+
 def test_prepare_is_refused_once_the_lease_ran_out(conn: Conn) -> None:
     movement_id = create_started(conn, ONE, "m1")
     claimed = claim_of(conn, node_ids(conn, movement_id)["a"], lease=60)

@@ -123,3 +123,25 @@ def test_every_audit_row_names_the_login_that_made_it_beside_the_actor(
         ("dispatcher-7", login[0], "READY", "SUBMITTING"),
         ("dispatcher-7", login[0], "SUBMITTING", "SUBMITTED"),
     ]
+
+
+def test_notifications_carry_nothing_another_network_could_use(
+    db: TestDatabase, conn: Conn
+) -> None:
+    # PostgreSQL lets any login LISTEN on any channel: a mainnet runner can hear
+    # testnet's wake-ups. What it hears is a kind of work, never an id or amount.
+    eavesdropper = psycopg.connect(db.runner_dsn("mainnet"), autocommit=True)
+    try:
+        eavesdropper.execute('LISTEN "qtg_testnet_work"')
+        movement = create_started(conn, plan(node("a"), node("b", ["a"])), "ears-1")
+        (claimed,) = claim(conn)
+        conn.execute(
+            "SELECT complete_submit(%s, %s, 'ref-1', p_settled => true)",
+            (claimed["node_id"], claimed["claim_secret"]),
+        )
+        heard = [n.payload for n in eavesdropper.notifies(timeout=1, stop_after=10)]
+    finally:
+        eavesdropper.close()
+    assert heard, "the test heard nothing: it proves nothing"
+    assert set(heard) <= {"ready", "approved"}
+    assert not any(str(movement) in p or "ref-1" in p for p in heard)

@@ -8,7 +8,9 @@
 -- unchanged and reported in its row instead of failing the batch:
 --   QT011 no such node; QT030 not the node's current claim secret, or the
 --   claim's lease ran out (do not broadcast: recovery may own it); QT021 not
---   SUBMITTING, or no open intent for the current claim; QT002 a malformed
+--   SUBMITTING, no open intent for the current claim, or an intent already
+--   PREPARED recorded again as another side effect (another nonce or external
+--   request id; without either, another hash or payload); QT002 a malformed
 --   secret, or neither a signed tx hash, an external request id nor a
 --   payload; QT005 a payload or a text beyond engine_limits.
 -- A node presented with a wrong secret is never locked.
@@ -71,6 +73,26 @@ BEGIN
                       v_codes, v_messages)
                WITH ORDINALITY AS u(node_id, nonce, signed_tx_hash, external_request_id, payload,
                                     error_code, error_message, ord)
+    ), checked AS (
+        -- a PREPARED intent is re-recorded only as the same side effect: the same
+        -- nonce (a replacement, e.g. a fee bump, may carry a new signed hash), the
+        -- same external request id, and without either the same hash and payload
+        SELECT i.node_id, i.nonce, i.signed_tx_hash, i.external_request_id, i.payload, i.ord,
+               coalesce(i.refusal, CASE WHEN t.intent_state = 'PREPARED' AND NOT (
+                        coalesce(i.nonce, t.nonce) IS NOT DISTINCT FROM t.nonce
+                    AND coalesce(i.external_request_id, t.external_request_id)
+                            IS NOT DISTINCT FROM t.external_request_id
+                    AND (t.nonce IS NOT NULL OR (
+                             coalesce(i.signed_tx_hash, t.signed_tx_hash) IS NOT DISTINCT FROM t.signed_tx_hash
+                         AND coalesce(i.payload, t.prepared_payload) IS NOT DISTINCT FROM t.prepared_payload)))
+                    THEN 'QT021' END) AS refusal,
+               CASE WHEN i.refusal IS NOT NULL THEN i.reason
+                    ELSE format('record_intent_prepared: node %s already has a prepared side effect; a new record must '
+                                'keep it (the same nonce, external request id, or hash and payload)', i.node_id)
+               END AS reason
+          FROM input i
+          LEFT JOIN movement_request_nodes n ON n.id = i.node_id
+          LEFT JOIN node_intents t ON t.node_id = i.node_id AND t.claim_token = n.claim_token
     ), prepared AS (
         UPDATE node_intents t
            SET intent_state        = 'PREPARED',
@@ -81,7 +103,7 @@ BEGIN
                external_request_id = coalesce(i.external_request_id, t.external_request_id),
                prepared_payload    = coalesce(i.payload, t.prepared_payload),
                prepared_at         = v_now
-          FROM input i
+          FROM checked i
           JOIN movement_request_nodes n ON n.id = i.node_id
          WHERE i.refusal IS NULL
            AND t.node_id = i.node_id
@@ -95,7 +117,7 @@ BEGIN
                                                          'signed_tx_hash', i.signed_tx_hash,
                                                          'external_request_id', i.external_request_id)
                                      )::qtg.audit_event ORDER BY i.ord)) AS written
-          FROM input i
+          FROM checked i
           JOIN prepared p ON p.node_id = i.node_id
           JOIN movement_request_nodes n ON n.id = i.node_id
     )
@@ -107,7 +129,7 @@ BEGIN
                WHEN p.id IS NULL THEN
                    format('record_intent_prepared: node %s has no open intent for its current claim', i.node_id)
            END
-      FROM input i
+      FROM checked i
       LEFT JOIN prepared p ON p.node_id = i.node_id
      CROSS JOIN audited
      ORDER BY i.ord;
