@@ -30,7 +30,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import TestDatabase, server_parent_dir
-from engine import bind, create, node, plan, register_sim, request_state
+from engine import approve, bind, create, node, plan, register_sim, request_state
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from runner_helpers import QTG, register_runner_sim, runner_env, runners, wait_until
 
@@ -388,7 +388,7 @@ def test_qtg_run_works_with_a_runner_logins_dsn_and_nothing_else_in_its_environm
     assert "registered" in deploy.stdout
     admin = bind(db.connect())
     movement = create(admin, plan(node("send", lane="instant")), "only-runner-1")
-    admin.execute("SELECT approve_movement(%s, 'bob')", (movement,))
+    assert approve(admin, movement) == "APPROVED"
 
     runner_dsn = credentials.login_dsn(db.dsn, runner, passfile)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QTG_", "PG", "MG_"))}
