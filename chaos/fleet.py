@@ -58,10 +58,11 @@ class Runner:
 
 @dataclass
 class Fleet:
-    """``specs``: label -> qtg arguments. ``start`` starts them all and the watcher."""
+    """``specs``: label -> qtg arguments; ``envs``: label -> its environment.
+    ``start`` starts them all and the watcher."""
 
     specs: dict[str, list[str]]
-    env: dict[str, str]
+    envs: dict[str, dict[str, str]]
     log_dir: Path
     runners: list[Runner] = field(default_factory=list)
     kills: int = 0
@@ -86,7 +87,7 @@ class Fleet:
         with stderr.open("wb") as err:
             runner.proc = subprocess.Popen(
                 [QTG, *runner.args],
-                env=self.env,
+                env=self.envs[runner.label],
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 start_new_session=True,

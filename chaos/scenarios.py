@@ -33,20 +33,18 @@ from psycopg import sql
 
 from chaos import workload
 from chaos.checker import TERMINAL_MOVEMENT_STATES, CheckResult, Ledger, check, parked_condition
-from chaos.cluster import Clock, Server, admin_conninfo
+from chaos.cluster import Clock, Server, add_login, admin_conninfo
 from chaos.figures import ClaimWaits, claim_waits
 from chaos.fleet import Fleet, runner_env
 from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
 from qtg_runner.db.migrate import mark_test_database, migrate
-from qtg_runner.db.pool import operator_conninfo
-from qtg_runner.executors.sim import SimExecutor
+from qtg_runner.executors.registry import register_shipped
 
 NETWORK: NetworkMode = "testnet"
 TEMPLATE = "chaos_template"
-RUNNER_CONNECTION_LIMIT = 250
-"""The runner role's connection limit on the run's server (30 by default):
-five runner processes with their pools, reconnecting after every fault."""
+OPERATORS = ("chaos_alice", "chaos_bob")
+"""The operator logins: the first creates and cancels, the second approves."""
 MAX_JUMP_SECONDS = 3600.0
 
 
@@ -94,6 +92,12 @@ FLEET: dict[str, list[str]] = {
     "observer": ["worker", "node_observer", "--concurrency", "4"],
     "recovery": ["worker", "node_recovery", "--concurrency", "4"],
 }
+"""The runner processes, each logged in as a runner login of its own (one per
+deployment): ``runner_login(label)``."""
+
+
+def runner_login(label: str) -> str:
+    return "chaos_runner_" + label.replace("-", "_")
 
 
 def say(msg: str) -> None:
@@ -156,25 +160,23 @@ class Run:
         return admin_conninfo(self.servers, dbname)
 
     def make_template(self) -> None:
+        """The migrated template of every scenario's database (marked as a test
+        database: the settle may drive its clock), the build's executors
+        registered and the sim lanes set, as the admin's deploy steps; and the
+        run's logins (roles are the server's, shared by every database)."""
         with psycopg.connect(self.primary.dsn(), autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
         dsn = self.primary.dsn(TEMPLATE)
         migrate(dsn)
-        mark_test_database(dsn)  # the settle may drive its clock
+        mark_test_database(dsn)
+        register_shipped(dsn, NETWORK)
         with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={NETWORK},qtg") as conn:
-            procs.register_executor(
-                SimExecutor.key,
-                SimExecutor.has_side_effect,
-                SimExecutor.node_config_schema,
-                SimExecutor.description,
-            ).one(conn)
             for lane, settings in workload.lane_settings().items():
                 procs.upsert_lane_baseline(lane, **settings).one(conn)
-            conn.execute(
-                sql.SQL("ALTER ROLE {} CONNECTION LIMIT {}").format(
-                    sql.Identifier(f"qtg_{NETWORK}_runner"), sql.Literal(RUNNER_CONNECTION_LIMIT)
-                )
-            )
+        for label in FLEET:
+            add_login(self.primary, runner_login(label), f"qtg_{NETWORK}_runner")
+        for operator in OPERATORS:
+            add_login(self.primary, operator, f"qtg_{NETWORK}_operator")
 
     def new_database(self, name: str) -> None:
         with psycopg.connect(self.primary.dsn(), autocommit=True) as conn:
@@ -230,12 +232,19 @@ def run_scenario(
         prepare(run, dbname)
     run.clock.attach(run.admin())
     ledger = Ledger()
-    dsn = run.admin(dbname)
     log_dir = run.out_dir / "logs" / name
-    fleet = Fleet(dict(FLEET), runner_env(dsn, NETWORK), log_dir)
+    fleet = Fleet(
+        dict(FLEET),
+        {
+            label: runner_env(admin_conninfo(run.servers, dbname, runner_login(label)), NETWORK)
+            for label in FLEET
+        },
+        log_dir,
+    )
+    creator, approver = (admin_conninfo(run.servers, dbname, login) for login in OPERATORS)
     feeder = workload.Feeder(
-        operator_conninfo(dsn, NETWORK, "qtg-chaos-operator"),
-        dsn,
+        creator,
+        approver,
         NETWORK,
         name,
         plan,

@@ -17,6 +17,7 @@ import random
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import pytest
 from conftest import create_database, drop_database, dsn_for
 from engine import as_person
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from runner_helpers import register_runner_sim, runner_env, runners
 
 from chaos import checker, workload
@@ -32,18 +34,18 @@ from chaos.checker import Ledger, check
 from chaos.cluster import Clock
 from chaos.scenarios import settle
 from qtg_runner.db import procs
+from qtg_runner.db.logins import create_login
 
 pytestmark = pytest.mark.slow
 
 NETWORK = "testnet"
 
 
+@dataclass(frozen=True)
 class SmallRun:
-    def __init__(self, dsn: str, operator_dsn: str, ledger: Ledger, planned: int) -> None:
-        self.dsn = dsn
-        self.operator_dsn = operator_dsn
-        self.ledger = ledger
-        self.planned = planned
+    dsn: str  # superuser
+    ledger: Ledger
+    planned: int
 
 
 @pytest.fixture(scope="module")
@@ -54,30 +56,32 @@ def small_run(
     name = f"qtg_chaos_{os.getpid()}"
     create_database(pg_server, name, template_db)
     dsn = dsn_for(pg_server, dbname=name)
-    login = f"chaos_operator_{os.getpid()}"
-    password = secrets.token_urlsafe(24)
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE {}").format(
-                sql.Identifier(login), sql.Literal(password), sql.Identifier("qtg_testnet_operator")
-            )
-        )
+    made: dict[str, str] = {}  # login -> its DSN
     try:
+        with psycopg.connect(dsn) as admin:
+            for login, group in (
+                ("chaos_creator", "qtg_testnet_operator"),
+                ("chaos_approver", "qtg_testnet_operator"),
+                ("chaos_runner", "qtg_testnet_runner"),
+            ):
+                role, password = f"{login}_{os.getpid()}", secrets.token_urlsafe(24)
+                create_login(admin, role, group, password)
+                made[login] = dsn_for(dsn, user=role, password=password)
+            admin.commit()
         with psycopg.connect(
             dsn, autocommit=True, options=f"-c search_path={NETWORK},qtg"
         ) as owner:
             register_runner_sim(owner)
             for lane, settings in workload.lane_settings().items():
                 procs.upsert_lane_baseline(lane, **settings).one(owner)
-        operator_dsn = dsn_for(dsn, user=login, password=password)
         ledger = Ledger()
         plan = [
             workload.Planned(0.1 * i, kind)
             for i, kind in enumerate([*workload.KINDS, *workload.KINDS])
         ]
         feeder = workload.Feeder(
-            operator_dsn,
-            dsn,
+            made["chaos_creator"],
+            made["chaos_approver"],
             NETWORK,
             "checker",
             plan,
@@ -86,7 +90,7 @@ def small_run(
             lambda: dt.datetime.now(dt.UTC),
         )
         with runners(Path(tmp_path_factory.mktemp("chaos-runner"))) as procs_:
-            runner = procs_.start("run", env=runner_env(dsn))
+            runner = procs_.start("run", env=runner_env(made["chaos_runner"]))
             feeder.start()
             feeder.join(timeout=120)
             assert feeder.done.is_set() and not feeder.errors, feeder.errors
@@ -97,11 +101,13 @@ def small_run(
             assert settled.settled, f"{settled.open_left} movements open; {runner.describe()}"
             assert clock.jumps == 0
             assert runner.stop() == 0, runner.describe()
-        yield SmallRun(dsn, operator_dsn, ledger, len(plan))
+        yield SmallRun(dsn, ledger, len(plan))
     finally:
         drop_database(pg_server, name)
         with psycopg.connect(pg_server, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(login)))
+            for login_dsn in made.values():
+                role = conninfo_to_dict(login_dsn)["user"]
+                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
 @contextmanager
