@@ -30,11 +30,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from rich.console import Console
 
 from chaos import report
 from chaos.cluster import fresh_primary
-from chaos.scenarios import SCALES, SCENARIOS, Run, ScenarioResult, run_one, say
+from chaos.scenarios import SCALES, SCENARIOS, Run, Scale, ScenarioResult, run_one, say
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,6 +59,34 @@ def _git_commit() -> str:
     return "unknown"
 
 
+def _run_all(
+    root: Path,
+    out_dir: Path,
+    scale: Scale,
+    seed: int,
+    names: list[str],
+    results: list[ScenarioResult],
+    broken: list[str],
+) -> str:
+    """Every scenario on a fresh server in ``root``; the server's version."""
+    with fresh_primary(root) as primary:
+        run = Run(primary, out_dir, scale, random.Random(seed))
+        say(f"server up in {root}; migrating the template database")
+        run.make_template()
+        with psycopg.connect(primary.dsn()) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+        for name in names:
+            try:
+                results.append(run_one(run, name))
+            except Exception as exc:
+                traceback.print_exc()
+                broken.append(f"{name}: the harness failed: {type(exc).__name__}: {exc}")
+                say(broken[-1])
+        with contextlib.suppress(Exception):
+            run.clock.reset()
+    return str(row[0]) if row else ""
+
+
 def main() -> int:
     logging.getLogger("yoyo").setLevel(logging.WARNING)
     scale_name = os.environ.get("QTG_CHAOS_SCALE", "full").strip() or "full"
@@ -78,23 +107,10 @@ def main() -> int:
     started = time.monotonic()
     server_version = ""
     try:
-        with fresh_primary(root) as primary:
-            run = Run(primary, out_dir, scale, random.Random(seed))
-            say(f"server up in {root}; migrating the template database")
-            run.make_template()
-            import psycopg
-
-            with psycopg.connect(primary.dsn()) as conn:
-                server_version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
-            for name in names:
-                try:
-                    results.append(run_one(run, name))
-                except Exception as exc:
-                    traceback.print_exc()
-                    broken.append(f"{name}: the harness failed: {type(exc).__name__}: {exc}")
-                    say(broken[-1])
-            with contextlib.suppress(Exception):
-                run.clock.reset()
+        server_version = _run_all(root, out_dir, scale, seed, names, results, broken)
+    except Exception as exc:  # the server or the template could not be made
+        traceback.print_exc()
+        broken.append(f"the harness failed before a scenario ran: {type(exc).__name__}: {exc}")
     finally:
         logs = out_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)

@@ -256,27 +256,32 @@ def run_scenario(
     say(f"{name}: {len(plan)} movements over {feeder.duration:.0f}s, fleet of {len(FLEET)}")
     fleet.start()
     started = time.monotonic()
-    feeder.start()
-    chaos = Chaos(run, name, dbname, fleet, feeder, notes, started)
     try:
-        faults = fault(chaos)
+        feeder.start()
+        chaos = Chaos(run, name, dbname, fleet, feeder, notes, started)
+        try:
+            faults = fault(chaos)
+        except BaseException:
+            feeder.stop.set()
+            raise
+        finally:
+            feeder.done.wait()
+        chaos_seconds = time.monotonic() - started
+        say(f"{name}: chaos over after {chaos_seconds:.0f}s ({faults}); settling")
+        poison_ids = ledger.snapshot()[3]
+        settled = settle(
+            run.admin(dbname),
+            run.clock,
+            settle_seconds or run.scale.settle_seconds,
+            run.scale.stall_seconds,
+            watched=poison_ids,
+        )
     finally:
-        feeder.done.wait()
-    chaos_seconds = time.monotonic() - started
-    say(f"{name}: chaos over after {chaos_seconds:.0f}s ({faults}); settling")
-    poison_ids = ledger.snapshot()[3]
-    settled = settle(
-        run.admin(dbname),
-        run.clock,
-        settle_seconds or run.scale.settle_seconds,
-        run.scale.stall_seconds,
-        watched=poison_ids,
-    )
+        fleet.stop()  # whatever happened, no runner is left behind
     if poison_ids and settled.others_seconds is not None:
         notes.append(
             f"every movement but the poison ones settled in {settled.others_seconds:.0f} s"
         )
-    fleet.stop()
     with psycopg.connect(run.admin(dbname), autocommit=True) as conn:
         result = check(conn, ledger, NETWORK)
         notes.extend(poison_notes(conn, ledger))
