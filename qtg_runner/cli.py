@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 import qtg_runner.db.migrate as migrations
+from qtg_runner.commands.common import QtgGroup
 from qtg_runner.config import ConfigError, load_settings
 from qtg_runner.db.embedded import EmbeddedServerError, database_url
 
@@ -24,6 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=QtgGroup,  # every error as one `qtg: error:` line (commands/common.py)
 )
 db_app = typer.Typer(
     help=(
@@ -127,7 +129,9 @@ def migrate_cmd() -> None:
 def rollback_cmd(
     count: Annotated[
         int,
-        typer.Option("--count", "-n", min=1, help="How many of the newest migrations to undo."),
+        typer.Option(
+            "--count", "-n", min=1, max=10000, help="How many of the newest migrations to undo."
+        ),
     ] = 1,
     all_: Annotated[
         bool, typer.Option("--all", help="Undo every applied migration (drops all QTG schemas).")
@@ -180,14 +184,11 @@ app.command("demo")(demo.demo_cmd)
 
 
 def run() -> None:
-    """The `qtg` console script: the app, with the errors an operator can fix
-    (a bad setting, an unreachable or unusable database) as one line on
-    stderr and exit code 1 instead of a traceback."""
-    try:
-        app()
-    except (ConfigError, EmbeddedServerError, migrations.MigrationError, psycopg.Error) as exc:
-        typer.echo(f"qtg: error: {_one_line(exc)}", err=True)
-        sys.exit(1)
+    """The `qtg` console script. Every error, whatever raised it, ends as one
+    `qtg: error: ...` line on stderr and a non-zero exit (QtgGroup: 2 for a
+    bad input or a procedure's refusal, 1 for the environment), never a
+    traceback."""
+    app()
 
 
 if __name__ == "__main__":
