@@ -90,6 +90,13 @@ def register_sim(
     procs.register_executor(key, has_side_effect, SIM_SCHEMA, "test executor").one(conn)
 
 
+def add_lanes(conn: psycopg.Connection[Any], *lanes: str, baseline: float = 60) -> None:
+    """Give each lane a row of lane_baselines (the default lane's pacing: a 60 s
+    baseline), as the owner's deploy step: a plan may only name a lane that has one."""
+    for lane in lanes:
+        procs.upsert_lane_baseline(lane, baseline).one(conn)
+
+
 def node(
     key: str,
     depends_on: Iterable[str] = (),

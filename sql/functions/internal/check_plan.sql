@@ -105,6 +105,15 @@ BEGIN
             RAISE EXCEPTION 'node %: config for executor %: %', v_key, v_executor.executor_key, v_problem
                 USING ERRCODE = 'QT001';
         END IF;
+        IF v_node ? 'depends_on' AND jsonb_typeof(v_node -> 'depends_on') <> 'array' THEN
+            RAISE EXCEPTION 'node %: depends_on must be an array of node keys', v_key USING ERRCODE = 'QT001';
+        END IF;
+        SELECT left(d::text, 100) INTO v_dep FROM jsonb_array_elements(v_node -> 'depends_on') d
+         WHERE jsonb_typeof(d) <> 'string' LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'node %: depends_on must be an array of node keys, got %', v_key, v_dep
+                USING ERRCODE = 'QT001', HINT = 'Name each parent by its "key", as a string.';
+        END IF;
         -- the engine paces a node by its config's lane: one without a row would
         -- silently pace as the default lane
         IF v_lane IS NOT NULL AND jsonb_typeof(v_lane) <> 'string' THEN
@@ -114,15 +123,6 @@ BEGIN
         IF v_lane IS NOT NULL AND NOT EXISTS (SELECT 1 FROM lane_baselines WHERE lane = v_lane #>> '{}') THEN
             RAISE EXCEPTION 'node %: unknown lane %', v_key, left(v_lane #>> '{}', 100) USING ERRCODE = 'QT001',
                 HINT = 'SELECT lane FROM lane_baselines lists the lanes; a new lane is proposed with propose_lane_baseline.';
-        END IF;
-        IF v_node ? 'depends_on' AND jsonb_typeof(v_node -> 'depends_on') <> 'array' THEN
-            RAISE EXCEPTION 'node %: depends_on must be an array of node keys', v_key USING ERRCODE = 'QT001';
-        END IF;
-        SELECT left(d::text, 100) INTO v_dep FROM jsonb_array_elements(v_node -> 'depends_on') d
-         WHERE jsonb_typeof(d) <> 'string' LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'node %: depends_on must be an array of node keys, got %', v_key, v_dep
-                USING ERRCODE = 'QT001', HINT = 'Name each parent by its "key", as a string.';
         END IF;
     END LOOP;
 
