@@ -244,6 +244,24 @@ def snapshot(
     return result
 
 
+def fingerprint(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, str]]:
+    """The row count and an md5 of the rows of every table in the database (every
+    schema: both networks, qtg, the sim world, the migration log): equal before
+    and after a refused call, it proves that the call wrote nothing."""
+    tables = conn.execute(
+        "SELECT schemaname, tablename FROM pg_tables"
+        " WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2"
+    ).fetchall()
+    query = sql.SQL(" UNION ALL ").join(
+        sql.SQL(
+            "SELECT {}, count(*), md5(coalesce(string_agg(t::text, ',' ORDER BY t::text), ''))"
+            " FROM {} t"
+        ).format(sql.Literal(f"{schema}.{table}"), sql.Identifier(schema, table))
+        for schema, table in tables
+    )
+    return {name: (count, digest) for name, count, digest in conn.execute(query)}
+
+
 def assert_rejected(
     conn: psycopg.Connection[Any],
     sqlstate: str,

@@ -233,17 +233,19 @@ def _finite_float(text: str) -> float:
 
 
 def _depth(value: Any) -> int:
+    """How many arrays and objects are nested in ``value`` (0 for a scalar),
+    counted level by level, without recursion."""
     depth, level = 0, [value]
-    while level:
+    while True:
+        containers = [item for item in level if isinstance(item, dict | list)]
+        if not containers:
+            return depth
         depth += 1
-        nxt: list[Any] = []
-        for item in level:
-            if isinstance(item, dict):
-                nxt.extend(item.values())
-            elif isinstance(item, list):
-                nxt.extend(item)
-        level = nxt
-    return depth - 1
+        level = [
+            child
+            for item in containers
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
 
 
 def loads(text: str, what: str, param: str | None = None) -> Any:

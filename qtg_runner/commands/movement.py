@@ -99,7 +99,7 @@ def create_cmd(
                 f'{plan} is not a plan: a JSON object {{"nodes": [...]}}', param_hint="--plan"
             )
     params = parse_params(param or []) if template else None
-    expires_at = datetime.now(UTC) + parse_duration(expires_in) if expires_in else None
+    expires_at = None if expires_in is None else datetime.now(UTC) + parse_duration(expires_in)
     with connect(network) as conn:
         created = procs.create_movement(
             external_id,

@@ -39,6 +39,7 @@ from engine import (
     bind,
     create,
     create_started,
+    fingerprint,
     forged_secret,
     node,
     node_ids,
@@ -551,22 +552,6 @@ def call_query(name: str, args: dict[str, Any]) -> tuple[sql.Composed, list[Any]
             params.append(args[arg.name])
     query = sql.SQL("SELECT * FROM {}({})").format(sql.Identifier(name), sql.SQL(", ").join(parts))
     return query, params
-
-
-def fingerprint(conn: Conn) -> dict[str, tuple[int, str]]:
-    """The row count and an md5 of the rows of every table in the database."""
-    tables = conn.execute(
-        "SELECT schemaname, tablename FROM pg_tables"
-        " WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2"
-    ).fetchall()
-    query = sql.SQL(" UNION ALL ").join(
-        sql.SQL(
-            "SELECT {}, count(*), md5(coalesce(string_agg(t::text, ',' ORDER BY t::text), ''))"
-            " FROM {} t"
-        ).format(sql.Literal(f"{schema}.{table}"), sql.Identifier(schema, table))
-        for schema, table in tables
-    )
-    return {name: (count, digest) for name, count, digest in conn.execute(query)}
 
 
 class Outcome:
