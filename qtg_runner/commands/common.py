@@ -38,9 +38,12 @@ from typer._click.exceptions import NoArgsIsHelpError  # typer vendors click
 from typer.core import TyperGroup
 
 from qtg_runner.config import ConfigError
+from qtg_runner.credentials import CredentialsError
 from qtg_runner.db import procs
 from qtg_runner.db.embedded import EmbeddedServerError
+from qtg_runner.db.logins import LoginError
 from qtg_runner.db.migrate import MigrationError
+from qtg_runner.runtime import DeployError
 
 log = logging.getLogger("qtg.cli")
 
@@ -56,7 +59,10 @@ MAX_JSON_DEPTH = 64
 
 FIXABLE: tuple[type[BaseException], ...] = (
     ConfigError,
+    CredentialsError,
+    DeployError,
     EmbeddedServerError,
+    LoginError,
     MigrationError,
     psycopg.Error,
 )

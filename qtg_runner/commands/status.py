@@ -13,7 +13,7 @@ from rich.table import Table
 
 from qtg_runner.commands.common import finite
 from qtg_runner.commands.movement import connect, out, rows_table
-from qtg_runner.commands.run import NetworkOption
+from qtg_runner.commands.run import AsOption, NetworkOption
 
 
 def pipeline_table(conn: psycopg.Connection[Any]) -> Table:
@@ -66,10 +66,11 @@ def status_cmd(
         float, typer.Option(min=0.2, max=3600, help="Seconds between refreshes with --watch.")
     ] = 1.0,
     network: NetworkOption = None,
+    as_login: AsOption = None,
 ) -> None:
     """Pipeline counts, in-flight nodes (phase, next observation), workers and stuck nodes."""
     finite(interval, "--interval", 0.2, 3600)
-    with connect(network) as conn:
+    with connect(network, as_login) as conn:
         if not watch:
             out.print(render(conn))
             return

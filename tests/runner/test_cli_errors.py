@@ -73,11 +73,10 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 
 def cli(database: TestDatabase, monkeypatch: pytest.MonkeyPatch) -> Run:
-    """Runs `qtg ...` in this process as alice's own operator login, on
-    ``database`` with its clock pinned at T0."""
+    """Runs `qtg ...` in this process as alice's own operator login (her DSN
+    in QTG_DATABASE_URL), on ``database`` with its clock pinned at T0."""
     alice = database.login("alice", "qtg_testnet_operator")
-    monkeypatch.setenv("QTG_DATABASE_URL", database.dsn)
-    monkeypatch.setenv("QTG_OPERATOR_DATABASE_URL", alice.dsn)
+    monkeypatch.setenv("QTG_DATABASE_URL", alice.dsn)  # the person's own DSN
     monkeypatch.setenv("QTG_NETWORK_MODE", "testnet")
     monkeypatch.setenv("MG_WORKERS_ENABLED", "false")
     monkeypatch.setenv("PGOPTIONS", f"-c qtg.now={iso_at(0)}")
@@ -243,6 +242,17 @@ BAD_COMMANDS: list[tuple[list[str], int, str]] = [
     (["db", "rollback", "-n", "x"], 2, "--count"),
     (["db", "url", "extra"], 2, "unexpected extra argument"),
     (["db", "mark-test", "--bogus"], 2, "No such option"),
+    # logins and the executor registry (the admin's)
+    (["operator", "add"], 2, "Missing argument"),
+    (["operator", "add", "Bad Name"], 1, ""),
+    (["operator", "remove", "nobody_here"], 1, "nobody_here"),
+    (["runner", "add", "r1", "--network", "bogus"], 2, "not a network"),
+    (["runner", "list", "--network", "bogus"], 2, "not a network"),
+    (["executors", "register", "--network", "bogus"], 2, "not a network"),
+    (["executors", "nope"], 2, "No such command"),
+    (["db", "url", "--login"], 2, "requires an argument"),
+    (["movement", "list", "--as"], 2, "requires an argument"),
+    (["movement", "list", "--as", "nobody_here"], 1, "nobody_here"),
     # no such command or option
     (["nope"], 2, "No such command"),
     (["movement", "nope"], 2, "No such command"),
