@@ -239,6 +239,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_pid": 42,
         },
         "worker_stopped": {"p_worker_name": "node_dispatcher", "p_instance_id": "i-1"},
+        "registered_executors": {},
         "register_executor": {
             "p_executor_key": "sim2",
             "p_has_side_effect": True,
@@ -623,9 +624,9 @@ def test_every_public_procedure_is_in_the_suite() -> None:
     """A procedure added to procs.py without bad inputs here fails this test."""
     placeholder = World(0, 0, "", 0, "", 0, "", 0)
     assert set(valid_calls(placeholder)) == set(WORLD_PROCEDURES)
-    no_bad_inputs = {
-        "worker_stopped"
-    }  # any name is a valid name: it stops nothing that is not there
+    # worker_stopped: any name is a valid name (it stops nothing that is not
+    # there); registered_executors takes no argument
+    no_bad_inputs = {"worker_stopped", "registered_executors"}
     assert set(bad_inputs(placeholder)) == set(WORLD_PROCEDURES) - no_bad_inputs
 
 
