@@ -163,7 +163,7 @@ def register_runner_sim(conn: psycopg.Connection[Any]) -> None:
     )
     for lane, pacing in lane_baselines().items():
         conn.execute(
-            "SELECT upsert_lane_baseline(%s, %s, %s)",
+            "SELECT upsert_lane_baseline(%s, %s::numeric, %s::numeric)",
             (lane, pacing["baseline_seconds"], pacing["min_poll_seconds"]),
         )
 
