@@ -4,9 +4,10 @@
 -- {"$param": name} placeholders are filled from p_params. A plan is
 --   {"nodes": [{"key": "burn", "executor": "cctp", "config": {...}, "depends_on": []}, ...]}
 -- It is compiled here into nodes and edges; a plan with no nodes, a duplicate
--- or unknown key, a cycle, an unknown executor, or a config that fails its
--- executor's schema, or a lane without a row in lane_baselines is rejected
--- (QT001, check_plan). A non-positive amount, an expiry not in the future,
+-- or unknown key, a depends_on that is not a list of node keys, a cycle, an
+-- unknown executor, a config that fails its executor's schema (its ranges
+-- included), or a lane without a row in lane_baselines is rejected (QT001,
+-- check_plan). A non-positive amount, an expiry not in the future,
 -- params that are not an object, or an unknown template raise QT002/QT003;
 -- an amount that is NaN, infinite or beyond engine_limits' max_amount, an
 -- infinite expiry, or a plan beyond its limits raise QT005.
