@@ -521,7 +521,7 @@ def poison(chaos: Chaos) -> str:
     """Nothing more than the poison nodes planted in the feed's bursts."""
     while chaos.sleep(1.0):
         pass
-    return f"{len(workload.POISON)} poison nodes in busy batches"
+    return f"{len(workload.poison_kinds())} poison nodes in busy batches"
 
 
 def with_standby(run: Run, dbname: str) -> None:
@@ -582,10 +582,10 @@ def plan_for(name: str, scale: Scale, rng: random.Random) -> list[workload.Plann
     plan = workload.steady(rng, count, scale.rate)
     if name == "poison":
         duration = count / scale.rate
-        for group, (fraction, kind) in enumerate(
-            zip((0.3, 0.6), workload.POISON.values(), strict=True)
-        ):
-            plan.extend(workload.burst(rng, duration * fraction, scale.burst, kind, group))
+        poisons = workload.poison_kinds()
+        for group, kind in enumerate(poisons):
+            at = duration * (group + 1) / (len(poisons) + 1)
+            plan.extend(workload.burst(rng, at, scale.burst, kind, group))
     return plan
 
 

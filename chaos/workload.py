@@ -35,7 +35,7 @@ from psycopg.conninfo import make_conninfo
 from chaos.checker import Ledger
 from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
-from qtg_runner.executors.sim import LANE_PRESETS
+from qtg_runner.executors.sim import LANE_PRESETS, SimExecutor
 
 BASELINE_SECONDS = 2.0
 RETRY_SECONDS = 90.0
@@ -171,6 +171,27 @@ POISON: dict[str, Kind] = {
         poison=True,
     ),
 }
+"""Node configs that pass the plan's validation today and make the sim raise. An
+engine that bounds them refuses them at creation instead (the run says so)."""
+
+
+def _crash_at(step: str) -> Kind:
+    return Kind(
+        f"poison_crash_{step}",
+        0,
+        lambda rng: [node("transfer", "cctp_fast", crash_at=step)],
+        poison=True,
+    )
+
+
+def poison_kinds() -> list[Kind]:
+    """POISON, and when the sim executor can crash on purpose (a ``crash_at``
+    step in its node config schema) a node that crashes at submit and one that
+    crashes at observe, after its side effect went out."""
+    kinds = list(POISON.values())
+    crash_at = SimExecutor.node_config_schema.get("properties", {}).get("crash_at", {})
+    kinds += [_crash_at(step) for step in ("submit", "observe") if step in crash_at.get("enum", ())]
+    return kinds
 
 
 def pick(rng: random.Random) -> Kind:
