@@ -158,7 +158,10 @@ class Fleet:
                     self.exits["stop timed out"] += 1
                     continue
                 code = runner.proc.returncode
-                if code != 0:
+                if code == -signal.SIGTERM:
+                    # restarted a moment ago: SIGTERM came before its handler was up
+                    self.exits["SIGTERM while starting"] += 1
+                elif code != 0:
                     self.exits[f"exit {code} at stop"] += 1
 
     def log_text(self) -> str:

@@ -435,6 +435,7 @@ def crash_counts(log_text: str) -> Counter[str]:
 def poison_notes(conn: psycopg.Connection[Any], ledger: Ledger) -> list[str]:
     """What became of each planted poison movement."""
     _tried, acknowledged, refused, poison = ledger.snapshot()
+    parked = parked_condition(conn, NETWORK) or sql.SQL("false")
     notes = []
     for external_id in sorted(poison):
         if external_id in refused:
@@ -443,20 +444,23 @@ def poison_notes(conn: psycopg.Connection[Any], ledger: Ledger) -> list[str]:
         movement_id = acknowledged.get(external_id)
         row = conn.execute(
             sql.SQL(
-                "SELECT r.request_state::text, n.node_state::text, n.submit_attempts,"
-                " n.recovery_attempts, left(coalesce(n.last_error, ''), 120)"
-                " FROM {net}.movement_requests r JOIN {net}.movement_request_nodes n"
-                " ON n.request_id = r.id WHERE r.id = %s ORDER BY n.id LIMIT 1"
-            ).format(net=sql.Identifier(NETWORK)),
+                "SELECT r.request_state::text, node.node_state::text, {parked},"
+                " node.submit_attempts, node.recovery_attempts,"
+                " left(coalesce(node.last_error, ''), 120)"
+                " FROM {net}.movement_requests r JOIN {net}.movement_request_nodes node"
+                " ON node.request_id = r.id WHERE r.id = %s ORDER BY node.id LIMIT 1"
+            ).format(net=sql.Identifier(NETWORK), parked=parked),
             (movement_id,),
         ).fetchone()
         if row is None:
             notes.append(f"{external_id}: not found")
             continue
-        state, node_state, submits, recoveries, error = row
+        state, node_state, is_parked, submits, recoveries, error = row
         notes.append(
-            f"{external_id}: movement {state}, node {node_state} after {submits} submit(s) and "
-            f"{recoveries} recovery claim(s)" + (f"; last error: {error}" if error else "")
+            f"{external_id}: movement {state}, node {node_state}"
+            + (" (quarantined)" if is_parked else "")
+            + f" after {submits} submit(s) and {recoveries} recovery claim(s)"
+            + (f"; last error: {error}" if error else "")
         )
     return notes
 
