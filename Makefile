@@ -37,7 +37,7 @@ contracts: $(NODE_STAMP)
 test: install
 	$(BIN)/pytest -q
 	scripts/test-on-postgres.sh /usr/lib/postgresql/15/bin -p no:cacheprovider \
-		--ignore=tests/runner
+		--ignore=tests/runner --ignore=tests/chains
 
 # the suite without the tests marked slow (runner processes, the query-plan
 # database, the state machine): the quick loop while working on a procedure

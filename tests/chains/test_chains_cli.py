@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import anvil_or_skip
+from chain_support import anvil_or_skip
 
 from qtg_runner.chains.local import free_port, pid_alive, read_state, rpc
 

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import SKIP_PREFIX, node_or_skip
+from chain_support import SKIP_PREFIX, node_or_skip
 
 from qtg_runner.chains.local import CONTRACTS_BUILD, REPO_ROOT
 

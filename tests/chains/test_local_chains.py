@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import TEST_CHAINS
+from chain_support import TEST_CHAINS
 from web3 import HTTPProvider, Web3
 from web3.exceptions import ContractLogicError
 

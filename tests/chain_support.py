@@ -1,11 +1,10 @@
-"""The local chains for the chain tests: started once per session by the same
-code as `qtg chains up` (qtg_runner.chains.local), on free loopback ports in a
-temporary state directory, and stopped at the end.
-
-Where anvil is not installed (no node/npm on the machine, so `make install`
-could not `npm ci`), every test that asks for them is skipped with one line, and
-the summary says how many were.
-"""
+"""What the chain tests share (tests/chains): the test chains' specs, the skips
+where anvil or node is missing (one prefix, which the summary line counts), and
+the session fixture `local_chains`, started once by the same code as
+`qtg chains up` (qtg_runner.chains.local) on free loopback ports in a temporary
+state directory and stopped at the end. tests/conftest.py imports the fixture
+and the summary hook (a conftest of tests/chains/ would shadow the bare
+`conftest` module the other folders import)."""
 
 from __future__ import annotations
 
