@@ -876,6 +876,40 @@ def register_executor(
 
 
 @procedure("owner")
+def upsert_chain(
+    chain_key: Text,
+    chain_id: BigInt,
+    rpc_url_env: Text,
+    finality_depth: Integer,
+    block_time_ms: Integer,
+) -> Call[None]:
+    """Registers or updates an EVM chain of the network; the RPC URL is named by an
+    environment variable, never stored (sql/functions/admin/)."""
+
+
+@procedure("owner")
+def upsert_chain_token(
+    chain_key: Text, symbol: Text, address: Text, decimals: Integer
+) -> Call[None]:
+    """Records a token contract on a registered chain (symbol, address, decimals)."""
+
+
+@procedure("owner")
+def upsert_treasury_account(chain_key: Text, address: Text, signer_id: Text) -> Call[None]:
+    """Records a treasury account on a registered chain with its signer's id (never a key)."""
+
+
+@procedure("owner")
+def allow_destination(chain_key: Text, address: Text, label: Text) -> Call[None]:
+    """Puts an address on a registered chain's allow-list of destinations."""
+
+
+@procedure("owner")
+def disallow_destination(chain_key: Text, address: Text) -> Call[Boolean]:
+    """Takes an address off a chain's allow-list; whether it was on it."""
+
+
+@procedure("owner")
 def register_template(
     template_name: Text, plan: Json, description: Text | Default = DEFAULT
 ) -> Call[None]:

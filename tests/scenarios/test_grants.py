@@ -47,7 +47,12 @@ OPERATOR = {
     "reject_proposal",
 }
 ADMIN = {
+    "allow_destination",
+    "disallow_destination",
     "register_executor",
+    "upsert_chain",
+    "upsert_chain_token",
+    "upsert_treasury_account",
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
@@ -62,6 +67,7 @@ INTERNAL = {
     "claim_secret",
     "config_value",
     "enqueue_callbacks",
+    "evm_address",
     "finish_nodes",
     "lane_of",
     "limit_problem",
@@ -72,6 +78,7 @@ INTERNAL = {
     "observe_pacing",
     "open_proposal",
     "raise_node_error",
+    "registered_chain",
     "recheck_expiry",
     "register_template",
     "set_executor_config",
