@@ -23,8 +23,11 @@ from qtg_runner.chains.local import (
     start_chains,
     stop_chains,
 )
+from qtg_runner.chains.registry import record_chains, rpc_url_env
 from qtg_runner.commands.common import cli_errors, fail
+from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import load_settings
+from qtg_runner.db.embedded import database_url
 
 app = typer.Typer(
     help=(
@@ -79,10 +82,19 @@ def up_cmd(
         min=1024,
         max=65000,
     ),
+    registry: bool = typer.Option(
+        True,
+        "--registry/--no-registry",
+        help="Record the chains, their USDC and treasury accounts in the network's chain "
+        "registry, as the admin (QTG_DATABASE_URL, or the embedded server's superuser).",
+    ),
+    network: NetworkOption = None,
 ) -> None:
     """Start the local chains (local-a: chain id 31337, 1s blocks; local-b: chain id
-    31338, 2s blocks), deploy MockUSDC on each and print their RPC URLs. Chains that
-    already run are left as they are."""
+    31338, 2s blocks), deploy MockUSDC on each, fund anvil's accounts 1 and 2 as
+    treasury accounts, record them in the network's chain registry and print the RPC
+    URLs as the environment variables the registry names. Chains that already run
+    are left as they are (and recorded again)."""
     specs = [
         ChainSpec(key=s.key, chain_id=s.chain_id, port=port_base + i, block_time=s.block_time)
         for i, s in enumerate(DEFAULT_CHAINS)
@@ -90,9 +102,14 @@ def up_cmd(
     with _errors():
         state_dir = _state_dir()
         chains = start_chains(state_dir, specs)
+        if registry:
+            net = resolve_network(network)
+            record_chains(database_url(load_settings()), net, chains)
     out.print(_table(chains, f"local chains ({state_dir / 'state.json'})"))
+    if registry:
+        typer.echo(f"recorded in the chain registry of {net}")
     for c in chains:
-        typer.echo(f"{c.key} {c.rpc_url}")
+        typer.echo(f"export {rpc_url_env(c.key)}={c.rpc_url}")
 
 
 @app.command("down")
