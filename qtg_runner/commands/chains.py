@@ -24,7 +24,7 @@ from qtg_runner.chains.local import (
     stop_chains,
 )
 from qtg_runner.chains.registry import record_chains, rpc_url_env
-from qtg_runner.commands.common import cli_errors, fail
+from qtg_runner.commands.common import ENVIRONMENT, CommandError, cli_errors
 from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import load_settings
 from qtg_runner.db.embedded import database_url
@@ -46,7 +46,9 @@ def _errors() -> Iterator[None]:
         try:
             yield
         except ChainError as exc:
-            raise fail(exc) from None
+            # anvil missing, a port taken, a chain that does not answer: the
+            # environment's fault, one `qtg: error:` line and exit 1
+            raise CommandError(str(exc), ENVIRONMENT) from None
 
 
 def _state_dir() -> Path:

@@ -1,4 +1,4 @@
--- depends: 0014_node_requeues
+-- depends: 0016_input_bounds
 --
 -- The chain registry of a network: which EVM chains it moves money on, the
 -- tokens and treasury accounts there, and where money may go. The admin

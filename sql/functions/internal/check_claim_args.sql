@@ -1,5 +1,6 @@
 -- check_claim_args: the argument checks every claim shares (QT002): a worker's
--- name, a batch size of 1 to 1000, a positive lease within engine_limits. Internal.
+-- name, a batch size of 1 to 1000, a positive lease within engine_limits
+-- (min_lease_seconds to max_lease_seconds: QT005). Internal.
 CREATE OR REPLACE FUNCTION check_claim_args(p_call text, p_worker text, p_max integer, p_lease_seconds numeric)
 RETURNS void
 LANGUAGE plpgsql
