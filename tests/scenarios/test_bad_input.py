@@ -99,6 +99,7 @@ def build_world(conn: Conn) -> World:
     pin_clock(conn, iso_at(0))
     register_sim(conn)
     procs.register_template("one", TEMPLATE_PLAN, "a lane as a parameter").one(conn)
+    procs.upsert_chain("world-a", 1, "QTG_RPC_WORLD_A", 2, 1000).one(conn)
     pending = create(conn, plan(node("a")), "pending")
     running = create_started(conn, plan(node("a"), node("b"), node("c")), "running")
     ids = node_ids(conn, running)
@@ -266,6 +267,31 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_node_config_schema": schema,
             "p_description": "d",
         },
+        # the chain registry's admin steps (the world has the chain world-a)
+        "upsert_chain": {
+            "p_chain_key": "world-b",
+            "p_chain_id": 2,
+            "p_rpc_url_env": "QTG_RPC_WORLD_B",
+            "p_finality_depth": 2,
+            "p_block_time_ms": 2000,
+        },
+        "upsert_chain_token": {
+            "p_chain_key": "world-a",
+            "p_symbol": "USDC",
+            "p_address": "0x" + "A" * 40,
+            "p_decimals": 6,
+        },
+        "upsert_treasury_account": {
+            "p_chain_key": "world-a",
+            "p_address": "0x" + "b" * 40,
+            "p_signer_id": "local:treasury-1",
+        },
+        "allow_destination": {
+            "p_chain_key": "world-a",
+            "p_address": "0x" + "c" * 40,
+            "p_label": "exchange deposit",
+        },
+        "disallow_destination": {"p_chain_key": "world-a", "p_address": "0x" + "c" * 40},
     }
 
 
@@ -294,6 +320,12 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each(arg, "QT030", forged_secret(), "g" * 64)  # of a secret's length: not the claim's
             + each(node_arg, "QT011", -1, 0, BIGINT_MAX)
         )
+
+    def chain_keys(arg: str) -> list[tuple[str, Any, str]]:
+        return each(arg, "QT014", None, "", "nowhere", BIG_TEXT)
+
+    def addresses(arg: str) -> list[tuple[str, Any, str]]:
+        return each(arg, "QT002", None, "", "0x12", "a" * 40, "0x" + "g" * 40, BIG_TEXT)
 
     def bad_schemas(arg: str, code: str = "QT002") -> list[tuple[str, Any, str]]:
         return each(
@@ -526,6 +558,30 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + bad_schemas("p_node_config_schema")
             + each("p_description", "QT005", BIG_TEXT)
         ),
+        "upsert_chain": (
+            each("p_chain_key", "QT002", None, "", "World-B", "b" * 64, BIG_TEXT)
+            + each("p_chain_id", "QT002", None, 0, -1, 1)  # 1 is world-a's
+            + each("p_rpc_url_env", "QT002", None, "", "qtg_rpc", "https://rpc.test/KEY", BIG_TEXT)
+            + each("p_finality_depth", "QT002", None, -1, 10001)
+            + each("p_block_time_ms", "QT002", None, 0, -1, 3600001)
+        ),
+        "upsert_chain_token": (
+            chain_keys("p_chain_key")
+            + each("p_symbol", "QT002", None, "", "US DC", BIG_TEXT)
+            + addresses("p_address")
+            + each("p_decimals", "QT002", None, -1, 37)
+        ),
+        "upsert_treasury_account": (
+            chain_keys("p_chain_key")
+            + addresses("p_address")
+            + each("p_signer_id", "QT002", None, "", "a b", "0x" + "ab" * 32, BIG_TEXT)
+        ),
+        "allow_destination": (
+            chain_keys("p_chain_key")
+            + addresses("p_address")
+            + each("p_label", "QT002", None, "", "  ", BIG_TEXT)
+        ),
+        "disallow_destination": chain_keys("p_chain_key") + addresses("p_address"),
     }
     return calls
 
