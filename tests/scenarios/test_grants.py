@@ -27,6 +27,7 @@ RUNNER = {
     "fail_submit",
     "heartbeat",
     "observe_candidates",
+    "quarantine_nodes",
     "record_intent_prepared",
     "record_intent_prepared_batch",
     "register_executor",
@@ -45,6 +46,7 @@ OPERATOR = {
     "propose_lane_baseline",
     "propose_template",
     "reject_proposal",
+    "release_quarantine",
 }
 INTERNAL = {
     "check_args",
@@ -73,8 +75,10 @@ INTERNAL = {
     "set_executor_config",
     "set_movement_states",
     "set_proposal_states",
+    "set_quarantine",
     "settle_movements",
     "stop_movement",
+    "transient_error",
     "upsert_lane_baseline",
     "write_audit",
 }
