@@ -1,8 +1,9 @@
 """Runner start-up and the supervisor.
 
 ``Runtime`` opens the network-bound pool, registers every executor the runner
-carries (so the database can validate plans that name it) and builds the
-worker context. ``supervise`` runs the chosen workers in one asyncio.TaskGroup:
+carries (so the database can validate plans that name it), reads the bounds
+its reports are cut to (report_limits) and builds the worker context.
+``supervise`` runs the chosen workers in one asyncio.TaskGroup:
 
   core workers (node_dispatcher, node_observer, node_recovery) fail fast: a
   crash stops every other worker and the process exits 1;
@@ -30,7 +31,7 @@ import socket
 import traceback
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -40,6 +41,7 @@ from qtg_runner.db import procs
 from qtg_runner.db.pool import open_pool, runner_conninfo
 from qtg_runner.executors.base import Executor
 from qtg_runner.executors.sim import SimExecutor
+from qtg_runner.limits import ReportLimits, read_report_limits
 from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext, WorkerEntry, run_worker
 from qtg_runner.wakeup import Wakeup
@@ -57,6 +59,7 @@ class Runtime:
     side_pool: AsyncConnectionPool[Any]
     executors: dict[str, Executor]
     instance_id: str
+    limits: ReportLimits = field(default_factory=ReportLimits)
 
     @classmethod
     async def open(
@@ -77,6 +80,8 @@ class Runtime:
         executors: dict[str, Executor] = {"sim": SimExecutor(side_pool, network)}
         runtime = cls(network, conninfo, pool, side_pool, executors, new_instance_id())
         await runtime.register_executors()
+        async with pool.connection() as conn:
+            runtime.limits = await read_report_limits(conn)
         return runtime
 
     async def register_executors(self) -> None:
@@ -96,6 +101,7 @@ class Runtime:
             self.executors,
             self.instance_id,
             max_concurrency=max_concurrency,
+            limits=self.limits,
         )
 
     async def close(self) -> None:
