@@ -338,8 +338,14 @@ def test_two_dispatcher_processes_claim_each_of_1000_nodes_exactly_once(
     assert Counter(node_id for node_id, _, _ in intents) == dict.fromkeys(nodes, 1)
     assert all(by_intent == by_node for _, by_intent, by_node in intents)
     assert side_effects(real_clock_conn) == {node_id: [1] for node_id in nodes}
-    claims_per_pid = Counter(int(by.split(":")[-2]) for _, by, _ in intents)
+    # each claim names its worker's heartbeat instance (host:pid:...)
+    instances = real_clock_conn.execute(
+        "SELECT detail->>'instance' FROM audit_outbox WHERE action = 'state_changed'"
+        " AND from_state = 'READY' AND to_state = 'SUBMITTING'"
+    ).fetchall()
+    claims_per_pid = Counter(int(instance.split(":")[-2]) for (instance,) in instances)
     assert set(claims_per_pid) == {d.pid for d in dispatchers}, claims_per_pid
+    assert sum(claims_per_pid.values()) == 1000
 
 
 # -- 7. crash gaps ---------------------------------------------------------------------
