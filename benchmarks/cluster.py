@@ -4,7 +4,9 @@ The embedded server lives in a temporary data directory, is configured once
 (pg_stat_statements preloaded, so it needs one restart) and is stopped and
 removed at the end. With QTG_DATABASE_URL (an admin login that can create
 databases and roles) nothing is configured: the server's settings are recorded
-as they are.
+as they are. The engine's runners log in as a runner login of the run's own
+(made once, its password in a private file of the run, dropped at the end),
+as `qtg run` requires.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Cluster:
     embedded: bool
     data_dir: Path | None = None
     made: list[str] = field(default_factory=list)
+    runner_login: str | None = None
+    passfile: Path | None = None
 
     def dsn(self, dbname: str) -> str:
         return make_conninfo(self.admin_dsn, dbname=dbname)
@@ -132,11 +136,37 @@ class Cluster:
             "settings": settings,
         }
 
+    def runner_dsn(self, dsn: str) -> str:
+        """``dsn`` (a migrated database of this cluster) as the run's runner login, a
+        member of qtg_testnet_runner, made on first use."""
+        from qtg_runner import credentials
+        from qtg_runner.db.logins import create_login
+
+        if self.runner_login is None or self.passfile is None:
+            name = f"bench_runner_{os.getpid()}"
+            password = credentials.generate_password()
+            passfile = Path(tempfile.mkdtemp(prefix="qtg-bench-login-")) / "pgpass"
+            host, port = credentials.server_of(self.admin_dsn)
+            credentials.put(passfile, credentials.Entry(host, port, "*", name, password))
+            with psycopg.connect(self.admin_dsn) as conn:
+                create_login(conn, name, "qtg_testnet_runner", password)
+            self.runner_login, self.passfile = name, passfile
+        return credentials.login_dsn(dsn, self.runner_login, self.passfile)
+
     def close(self) -> None:
         for name in reversed(self.made):
             with contextlib.suppress(psycopg.Error):
                 self.drop_db(name)
         self.made.clear()
+        if self.runner_login is not None:
+            with contextlib.suppress(psycopg.Error), self.connect() as conn:
+                conn.execute(
+                    sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(self.runner_login))
+                )
+            self.runner_login = None
+        if self.passfile is not None:
+            shutil.rmtree(self.passfile.parent, ignore_errors=True)
+            self.passfile = None
 
 
 def _configure_embedded(dsn: str) -> None:
@@ -188,6 +218,7 @@ def open_cluster() -> Iterator[Cluster]:
     from qtg_runner.db.embedded import start_embedded, stop_embedded
 
     tmp = Path(tempfile.mkdtemp(prefix="qtg-bench-pg-"))
+    tmp.chmod(0o711)  # ours: as root, the server's system user must traverse it
     data_dir = tmp / "pg18"
     try:
         server = start_embedded(data_dir)

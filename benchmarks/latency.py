@@ -112,8 +112,8 @@ def run(cluster: Cluster, steps: int, log_dir: Path) -> dict[str, Any]:
         for mode in ("on", "off"):
             child = spawn(
                 f"latency-dispatcher-{mode}",
-                [PYTHON, "-m", "benchmarks.dispatcher", dsn, mode],
-                runner_env(dsn),
+                [PYTHON, "-m", "benchmarks.dispatcher", cluster.runner_dsn(dsn), mode],
+                runner_env(cluster.runner_dsn(dsn)),
                 log_dir,
             )
             try:

@@ -111,7 +111,7 @@ def run_engine(
         profiled = _stats_reset(conn)
         writes_before = row_writes(dsn, ENGINE_SCHEMAS)
         before = conn.execute("SELECT coalesce(max(id), 0) FROM audit_outbox").fetchone()[0]  # type: ignore[index]
-        env = runner_env(dsn)
+        env = runner_env(cluster.runner_dsn(dsn))
         # the database clock at launch: the wall clock ends at the last movement's finished_at
         t0_db = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         t0 = time.monotonic()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated
 
 import psycopg
@@ -15,8 +13,11 @@ from rich.console import Console
 from rich.table import Table
 
 import qtg_runner.db.migrate as migrations
+from qtg_runner.commands.common import FIXABLE, cli_errors, fail
 from qtg_runner.config import ConfigError, load_settings
-from qtg_runner.db.embedded import EmbeddedServerError, database_url
+from qtg_runner.credentials import without_password
+from qtg_runner.db.embedded import database_url
+from qtg_runner.db.pool import login_dsn
 
 app = typer.Typer(
     name="qtg",
@@ -27,9 +28,11 @@ app = typer.Typer(
 )
 db_app = typer.Typer(
     help=(
-        "Database lifecycle. Uses QTG_DATABASE_URL when set; otherwise an embedded "
-        "PostgreSQL 18 with its data in QTG_DATA_DIR (default ~/.local/share/qtg/pg18), "
-        "started on first use and left running."
+        "Database lifecycle, as the admin. Uses QTG_DATABASE_URL when set; otherwise an "
+        "embedded PostgreSQL 18 with its data in QTG_DATA_DIR (default "
+        "~/.local/share/qtg/pg18; as root /var/lib/qtg/pg18), started on first use and "
+        "left running, every connection authenticated with scram-sha-256 (the generated "
+        "superuser password is in the credentials file beside the data directory)."
     ),
     no_args_is_help=True,
 )
@@ -55,29 +58,6 @@ def main(
     logging.getLogger("yoyo").setLevel(logging.INFO if verbose else logging.WARNING)
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-@contextmanager
-def _cli_errors() -> Iterator[None]:
-    """Turn the errors an operator can fix into one line on stderr and exit 1."""
-    try:
-        yield
-    except migrations.MigrationError as exc:
-        typer.echo(f"qtg: error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    except (ConfigError, EmbeddedServerError, psycopg.Error) as exc:
-        typer.echo(f"qtg: error: {_one_line(exc)}", err=True)
-        raise typer.Exit(1) from None
-    except Exception as exc:
-        # yoyo's LockTimeout and friends do not share a base class with psycopg's
-        if type(exc).__module__.startswith("yoyo"):
-            typer.echo(f"qtg: error: {_one_line(exc)}", err=True)
-            raise typer.Exit(1) from None
-        raise
-
-
 def _dsn() -> str:
     dsn = database_url(load_settings())
     try:
@@ -88,13 +68,36 @@ def _dsn() -> str:
 
 
 @db_app.command("url")
-def url_cmd() -> None:
-    """Print the database DSN and nothing else, e.g. psql "$(qtg db url)".
+def url_cmd(
+    login: Annotated[
+        str | None,
+        typer.Option(
+            "--login",
+            "-l",
+            help="The DSN of this login (a person or a runner) on the same server instead.",
+        ),
+    ] = None,
+) -> None:
+    """Print a DSN and nothing else, e.g. psql "$(qtg db url)". It never holds a password.
 
-    Starts the embedded server first when QTG_DATABASE_URL is unset.
+    Without --login: the admin's (QTG_DATABASE_URL, else the embedded server's
+    superuser; the embedded server is started first). With --login NAME: the
+    login NAME on the same server (`qtg operator add` / `qtg runner add` made it).
+    The password stays in the credentials file, which the DSN names (passfile=);
+    a password in QTG_DATABASE_URL is left out (and said so on stderr).
     """
-    with _cli_errors():
+    with cli_errors():
+        settings = load_settings()
         dsn = _dsn()
+        if login is not None:
+            dsn = login_dsn(dsn, login, settings)
+        dsn, had_password = without_password(dsn)
+    if had_password:
+        typer.echo(
+            "qtg: note: the password in QTG_DATABASE_URL is left out; give it to libpq "
+            "another way (a pgpass file, passfile=...)",
+            err=True,
+        )
     sys.stdout.write(dsn + "\n")
 
 
@@ -106,7 +109,7 @@ def migrate_cmd() -> None:
     view in sql/functions is then dropped and installed again into each network
     schema, in one transaction. Prints what was applied and what is installed.
     """
-    with _cli_errors():
+    with cli_errors():
         dsn = _dsn()
         result = migrations.migrate(dsn)
     if result.applied:
@@ -138,7 +141,7 @@ def rollback_cmd(
     Drops the installed functions and views first; run `qtg db migrate` to
     apply the migrations and install them again.
     """
-    with _cli_errors():
+    with cli_errors():
         dsn = _dsn()
         done = migrations.rollback_all(dsn) if all_ else migrations.rollback(dsn, count)
     if done:
@@ -162,17 +165,20 @@ def mark_test_cmd(
     and audit timestamps read. Needs the admin login (the mark is the owner's);
     never mark a database that holds real movements.
     """
-    with _cli_errors():
+    with cli_errors():
         dsn = _dsn()
         migrations.mark_test_database(dsn, marked=not off)
     out.print("test database: pinned clocks are honoured" if not off else "not a test database")
 
 
-from qtg_runner.commands import demo, movement, proposals, status  # noqa: E402
+from qtg_runner.commands import demo, executors, logins, movement, proposals, status  # noqa: E402
 from qtg_runner.commands import run as runners  # noqa: E402
 
 app.command("run")(runners.run_cmd)
 app.command("worker")(runners.worker_cmd)
+app.add_typer(logins.operator_app, name="operator")
+app.add_typer(logins.runner_app, name="runner")
+app.add_typer(executors.app, name="executors")
 app.add_typer(movement.app, name="movement")
 app.add_typer(proposals.app, name="proposals")
 app.command("status")(status.status_cmd)
@@ -181,13 +187,12 @@ app.command("demo")(demo.demo_cmd)
 
 def run() -> None:
     """The `qtg` console script: the app, with the errors an operator can fix
-    (a bad setting, an unreachable or unusable database) as one line on
-    stderr and exit code 1 instead of a traceback."""
+    (a bad setting, an unreachable or unusable database, a missing login or
+    registration) as one line on stderr and exit code 1 instead of a traceback."""
     try:
         app()
-    except (ConfigError, EmbeddedServerError, migrations.MigrationError, psycopg.Error) as exc:
-        typer.echo(f"qtg: error: {_one_line(exc)}", err=True)
-        sys.exit(1)
+    except FIXABLE as exc:
+        raise SystemExit(fail(exc).exit_code) from None
 
 
 if __name__ == "__main__":

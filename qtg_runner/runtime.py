@@ -1,9 +1,14 @@
 """Runner start-up and the supervisor.
 
-``Runtime`` opens the network-bound pool, registers every executor the runner
-carries (so the database can validate plans that name it), reads the bounds
-its reports are cut to (report_limits) and builds the worker context.
-``supervise`` runs the chosen workers in one asyncio.TaskGroup:
+``Runtime`` opens the network-bound pool as the runner's own login, after
+check_deployment made sure that login is a member of qtg_<network>_runner
+(never a superuser) and that every executor the runner carries is registered
+as it is (same has_side_effect, same node config schema; registering is the
+admin's deploy step, `qtg executors register`); either check failing is a
+DeployError, which `qtg run` reports as one line and exit 1. Then it reads
+the bounds its reports are cut to (report_limits) and builds the worker
+context. ``supervise`` runs the chosen workers in one
+asyncio.TaskGroup:
 
   core workers (node_dispatcher, node_observer, node_recovery) fail fast: a
   crash stops every other worker and the process exits 1;
@@ -34,17 +39,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
-from qtg_runner.db.pool import open_pool, runner_conninfo
+from qtg_runner.db.logins import MEMBER_QUERY, group_role, member_problem
+from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import Executor
-from qtg_runner.executors.sim import SimExecutor
+from qtg_runner.executors.registry import SHIPPED, build, registration_problems
 from qtg_runner.limits import ReportLimits, read_report_limits
 from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext, WorkerEntry, run_worker
 from qtg_runner.wakeup import Wakeup
+
+
+class DeployError(RuntimeError):
+    """The runner cannot start as deployed: not a runner login, or an executor it
+    carries is not registered as it is. The message names what the admin runs."""
 
 
 def new_instance_id() -> str:
@@ -64,35 +76,33 @@ class Runtime:
     @classmethod
     async def open(
         cls,
-        admin_dsn: str,
+        dsn: str,
         network: NetworkMode,
         *,
         name: str = "qtg-runner",
         max_concurrency: int = 8,
     ) -> Runtime:
-        conninfo = runner_conninfo(admin_dsn, network, name)
+        """Open the runtime over ``dsn``, a runner login's DSN (used as given).
+
+        The login and the registrations are checked on a connection of their
+        own first, so a wrong credential or deployment fails at once instead of
+        after a pool's connect timeout."""
+        conninfo = bound_conninfo(dsn, network, name)
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            await check_deployment(conn, network, SHIPPED)
+            limits = await read_report_limits(conn)
         pool = open_pool(conninfo, name=f"{name}-engine", min_size=1, max_size=max_concurrency + 4)
         side_pool = open_pool(
             conninfo, name=f"{name}-executors", min_size=1, max_size=max_concurrency + 2
         )
         await pool.open(wait=True, timeout=30)
-        await side_pool.open(wait=True, timeout=30)
-        executors: dict[str, Executor] = {"sim": SimExecutor(side_pool, network)}
-        runtime = cls(network, conninfo, pool, side_pool, executors, new_instance_id())
-        await runtime.register_executors()
-        async with pool.connection() as conn:
-            runtime.limits = await read_report_limits(conn)
-        return runtime
-
-    async def register_executors(self) -> None:
-        async with self.pool.connection() as conn:
-            for executor in self.executors.values():
-                await procs.register_executor(
-                    executor.key,
-                    executor.has_side_effect,
-                    executor.node_config_schema,
-                    executor.description,
-                ).aone(conn)
+        try:
+            await side_pool.open(wait=True, timeout=30)
+        except BaseException:
+            await pool.close()
+            raise
+        executors = build(side_pool, network)
+        return cls(network, conninfo, pool, side_pool, executors, new_instance_id(), limits)
 
     def context(self, max_concurrency: int = 8) -> WorkerContext:
         return WorkerContext(
@@ -107,6 +117,25 @@ class Runtime:
     async def close(self) -> None:
         await self.pool.close()
         await self.side_pool.close()
+
+
+async def check_deployment(
+    conn: psycopg.AsyncConnection[Any], network: NetworkMode, carried: Sequence[type[Executor]]
+) -> None:
+    """Refuse (DeployError) to run as anything but a runner login of ``network``, or
+    with an executor that is not registered exactly as this runner carries it."""
+    cur = await conn.execute(MEMBER_QUERY, [group_role("runner", network)])
+    row = await cur.fetchone()
+    assert row is not None
+    problem = member_problem(row, "runner", network)
+    if problem is not None:
+        raise DeployError(problem)
+    problems = registration_problems(carried, await procs.registered_executors().aall(conn))
+    if problems:
+        raise DeployError(
+            f"{'; '.join(problems)} on {network}: the admin registers this build's "
+            f"executors with `qtg executors register --network {network}`"
+        )
 
 
 STOP_GRACE_SECONDS = 30.0

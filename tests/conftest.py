@@ -1,10 +1,17 @@
 """A real PostgreSQL for the tests, and a fresh database per test.
 
 The server, once per session, is the first of:
-  1. QTG_TEST_DSN, a superuser DSN to a server of yours (15+). The runner roles
-     (qtg_<net>_runner, no password) must be able to log in, e.g. trust auth;
-  2. a testcontainers PostgreSQL, when a Docker daemon answers and the container starts;
-  3. the embedded PostgreSQL 18 in a temporary data directory, removed at the end.
+  1. QTG_TEST_DSN, a superuser DSN to a server of yours (15+) that lets logins in
+     with a password (scram-sha-256, md5 or trust);
+  2. a testcontainers PostgreSQL, when a Docker daemon answers and the container
+     starts (the image's default: password authentication);
+  3. the embedded PostgreSQL 18 in a temporary data directory, removed at the end:
+     scram-sha-256 for every connection, as `qtg` runs it, its superuser's
+     password in a credentials file beside the data directory.
+
+The network roles are groups (NOLOGIN): a test that needs a person or a runner
+logs in as a login of its own, a member of one (`db.login`, or `db.runner_dsn`
+/ `db.operator_dsn`, which make one per network and test database).
 
 A template database `qtg_template_<pid>` is migrated once per session; each test
 that asks for `db` gets `qtg_t_<pid>_<n>` cloned from it (STRATEGY FILE_COPY) and
@@ -36,6 +43,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from rows import T0
 
+from qtg_runner.db.logins import create_login
 from qtg_runner.db.migrate import mark_test_database, migrate
 
 _names = itertools.count(1)
@@ -61,8 +69,6 @@ def _docker_dsn(stack: contextlib.ExitStack) -> str | None:
             from testcontainers.postgres import PostgresContainer
 
         container = PostgresContainer(os.environ.get("QTG_TEST_PG_IMAGE", "postgres:17"))
-        # the runner roles log in without a password
-        container.with_env("POSTGRES_HOST_AUTH_METHOD", "trust")
         container.with_command("postgres -c fsync=off -c full_page_writes=off")
     except Exception:
         return None
@@ -82,10 +88,19 @@ def _docker_dsn(stack: contextlib.ExitStack) -> str | None:
     )
 
 
+def server_parent_dir() -> Path:
+    """A new temporary directory to hold an embedded server's data directory. As
+    root the server runs as a system user that must traverse it: this directory is
+    ours, so it may be made traversable (never listable)."""
+    tmp = Path(tempfile.mkdtemp(prefix="qtg-test-pg-"))
+    tmp.chmod(0o711)
+    return tmp
+
+
 def _embedded_dsn(stack: contextlib.ExitStack) -> str:
     from qtg_runner.db.embedded import start_embedded, stop_embedded
 
-    tmp = Path(tempfile.mkdtemp(prefix="qtg-test-pg-"))
+    tmp = server_parent_dir()
     stack.callback(shutil.rmtree, tmp, ignore_errors=True)
     data_dir = tmp / "pg18"
     server = start_embedded(data_dir)
@@ -187,28 +202,34 @@ class TestDatabase:
     dsn: str  # superuser
     _conns: list[psycopg.Connection[Any]] = field(default_factory=list, repr=False)
     logins: list[str] = field(default_factory=list, repr=False)
+    _members: dict[str, str] = field(default_factory=dict, repr=False)
 
     def runner_dsn(self, network: str) -> str:
-        """Same database, logged in as the network's runner role."""
-        return dsn_for(self.dsn, user=f"qtg_{network}_runner", password=None)
+        """Same database, logged in as a runner login of the network (one per
+        network and test database, made on first use)."""
+        return self._member_dsn(f"qtg_{network}_runner")
 
     def operator_dsn(self, network: str) -> str:
-        """Same database, logged in as the network's operator role."""
-        return dsn_for(self.dsn, user=f"qtg_{network}_operator", password=None)
+        """Same database, logged in as an operator login of the network (one per
+        network and test database, made on first use)."""
+        return self._member_dsn(f"qtg_{network}_operator")
+
+    def _member_dsn(self, group: str) -> str:
+        if group not in self._members:
+            # the group role's name without its qtg_ prefix: mainnet_runner, ...
+            self._members[group] = self.login(group.removeprefix("qtg_"), group).dsn
+        return self._members[group]
 
     def login(self, person: str, member_of: str) -> Login:
         """A login of this test for ``person`` (e.g. "alice"), a member of the role
-        ``member_of`` (e.g. "qtg_testnet_operator"), with a password of its own.
-        Roles are cluster-wide, so the role is named after the person and this
-        database, and dropped with the database."""
+        ``member_of`` (e.g. "qtg_testnet_operator"), with a password of its own,
+        made as `qtg operator|runner add` makes one (the group role's connection
+        limit and timeouts copied onto it). Roles are cluster-wide, so the role is
+        named after the person and this database, and dropped with the database."""
         role = f"{person}_{self.name}"[:63]
         password = secrets.token_urlsafe(24)
-        with _admin(self.dsn) as admin:
-            admin.execute(
-                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE {}").format(
-                    sql.Identifier(role), sql.Literal(password), sql.Identifier(member_of)
-                )
-            )
+        with _admin(self.dsn) as admin, admin.transaction():
+            create_login(admin, role, member_of, password)
         self.logins.append(role)
         return Login(role, dsn_for(self.dsn, user=role, password=password))
 

@@ -28,8 +28,8 @@ T = TypeVar("T")
 _SCRUBBED = (
     "QTG_FAILPOINTS",
     "PGOPTIONS",
-    "QTG_RUNNER_DATABASE_URL",
     "QTG_DATABASE_URL",
+    "QTG_CREDENTIALS_FILE",
     "QTG_DATA_DIR",
     "MG_WORKERS_ENABLED",
     "QTG_NETWORK_MODE",
@@ -148,8 +148,8 @@ def runners(log_dir: Path) -> Iterator[Runners]:
 
 
 def register_runner_sim(conn: psycopg.Connection[Any]) -> None:
-    """Register the runner's own sim executor (its real config schema), as
-    `qtg run` does at start, so movements can be created before a runner runs."""
+    """Register the runner's own sim executor (its real config schema), as the
+    admin's `qtg executors register` does: a runner refuses to start without it."""
     conn.execute(
         "SELECT register_executor(%s, %s, %s::jsonb, %s)",
         (

@@ -1,9 +1,13 @@
 """`qtg demo`: the whole system on the embedded default, in about a minute.
 
-Migrates the database, registers the sim executor with lane presets scaled
-down 60x, creates a batch of realistic movements (created by one operator,
-approved by another), runs every worker in this process with a live progress
-view, and ends with a summary checked against each movement's expected end.
+As the admin it migrates the database, registers the executors this build
+ships (the deploy step), sets lane presets scaled down 60x and makes two
+operator logins (alice, bob) and a runner login (runner1) when they are
+missing (on another network than testnet, named alice_<network>, ...). Then,
+over those logins and no other, alice creates a batch of realistic movements,
+bob approves them, and every worker runs in this process as runner1 with a
+live progress view; it ends with a summary checked against each movement's
+expected end.
 """
 
 from __future__ import annotations
@@ -13,20 +17,25 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from pathlib import Path
 from typing import Annotated, Any
 
+import psycopg
 import typer
 from psycopg import AsyncConnection
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from qtg_runner import credentials
+from qtg_runner.commands.common import cli_errors
 from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import NetworkMode, load_settings
-from qtg_runner.db import procs
+from qtg_runner.db import logins, procs
 from qtg_runner.db.embedded import database_url
 from qtg_runner.db.migrate import migrate
-from qtg_runner.db.pool import operator_conninfo
+from qtg_runner.db.pool import bound_conninfo
+from qtg_runner.executors.registry import register_shipped
 from qtg_runner.executors.sim import lane_baselines
 from qtg_runner.log import configure
 from qtg_runner.loop import WorkerEntry
@@ -35,6 +44,42 @@ from qtg_runner.wakeup import Wakeup
 from qtg_runner.workers import BY_NAME
 
 out = Console()
+
+
+@dataclass(frozen=True)
+class DemoLogin:
+    name: str
+    dsn: str  # names the credentials file, never a password
+
+
+@dataclass(frozen=True)
+class DemoLogins:
+    creator: DemoLogin
+    approver: DemoLogin
+    runner: DemoLogin
+
+
+def demo_login_name(person: str, network: NetworkMode) -> str:
+    """alice on testnet, alice_mainnet on mainnet: logins are shared by the server's databases."""
+    return person if network == "testnet" else f"{person}_{network}"
+
+
+def ensure_login(
+    admin_dsn: str, kind: logins.Kind, network: NetworkMode, person: str, passfile: Path
+) -> DemoLogin:
+    """The demo's login ``person``: made now, or the one an earlier demo made (its
+    password still in the credentials file)."""
+    name = demo_login_name(person, network)
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        existing = {row.name for row in logins.list_logins(conn, logins.group_role(kind, network))}
+    if name not in existing:
+        return DemoLogin(name, logins.add(admin_dsn, kind, network, name, passfile))
+    if credentials.password_for(passfile, admin_dsn, name) is None:
+        raise logins.LoginError(
+            f"the demo's {kind} login {name} exists but {passfile} holds no password for it: "
+            f"remove it (`qtg {kind} remove {name} --network {network}`) and run the demo again"
+        )
+    return DemoLogin(name, credentials.login_dsn(admin_dsn, name, passfile))
 
 
 @dataclass(frozen=True)
@@ -177,38 +222,36 @@ async def _progress(conn: AsyncConnection[Any], ids: dict[int, DemoMovement]) ->
     return table, done
 
 
-async def run_demo(dsn: str, network: NetworkMode, scale: float, timeout: float) -> int:
-    runtime = await Runtime.open(dsn, network, name="qtg-demo", max_concurrency=16)
-    ctx = runtime.context(16)
-    run_tag = time.strftime("%Y%m%d-%H%M%S")
-    ids: dict[int, DemoMovement] = {}
-    # the lanes' pacing is a deploy step on the owner's (admin) connection; an
-    # operator changes a lane only by a proposal that a second operator approves
-    async with await AsyncConnection.connect(
-        dsn, autocommit=True, options=f"-c search_path={network},qtg"
-    ) as owner:
+async def run_demo(
+    admin_dsn: str, people: DemoLogins, network: NetworkMode, scale: float, timeout: float
+) -> int:
+    # lane pacing is configuration: set here by the admin, as a deploy step
+    admin = bound_conninfo(admin_dsn, network, "qtg-demo-admin")
+    async with await AsyncConnection.connect(admin, autocommit=True) as conn:
         for lane, params in lane_baselines(scale).items():
             await procs.upsert_lane_baseline(
                 lane, params["baseline_seconds"], params["min_poll_seconds"]
-            ).aone(owner)
-    operator = operator_conninfo(dsn, network, "qtg-demo-operator")
-    async with await AsyncConnection.connect(operator, autocommit=True) as conn:
+            ).aone(conn)
+    runtime = await Runtime.open(people.runner.dsn, network, name="qtg-demo", max_concurrency=16)
+    ctx = runtime.context(16)
+    run_tag = time.strftime("%Y%m%d-%H%M%S")
+    ids: dict[int, DemoMovement] = {}
+    creator = bound_conninfo(people.creator.dsn, network, "qtg-demo-creator")
+    approver = bound_conninfo(people.approver.dsn, network, "qtg-demo-approver")
+    async with (
+        await AsyncConnection.connect(creator, autocommit=True) as alice,
+        await AsyncConnection.connect(approver, autocommit=True) as bob,
+    ):
         for i, movement in enumerate(demo_movements(scale)):
             created = await procs.create_movement(
-                f"demo-{run_tag}-{i}",
-                Decimal(movement.amount),
-                plan={"nodes": movement.nodes},
-            ).aone(conn)
+                f"demo-{run_tag}-{i}", Decimal(movement.amount), plan={"nodes": movement.nodes}
+            ).aone(alice)
             ids[created.movement_id] = movement
-    # a second login approves: the creator cannot
-    async with await AsyncConnection.connect(
-        dsn, autocommit=True, options=f"-c search_path={network},qtg"
-    ) as approver:
-        for movement_id in ids:
-            await procs.approve_movement(movement_id).aone(approver)
+            await procs.approve_movement(created.movement_id).aone(bob)
     out.print(
         f"created and approved {len(ids)} movements on [bold]{network}[/bold] "
-        "(created by the operator login, approved by the admin login); "
+        f"(created by {people.creator.name}, approved by {people.approver.name}, each over "
+        f"their own login); the workers run as the runner login {people.runner.name}; "
         f"lanes run {scale:g}x faster than real"
     )
 
@@ -251,8 +294,9 @@ async def run_demo(dsn: str, network: NetworkMode, scale: float, timeout: float)
         return 1
     out.print(f"[green]all {len(ids)} movements ended as expected in {elapsed:.0f}s[/green]")
     out.print(
-        "inspect the rows with:\n"
-        f"  psql \"$(qtg db url)\" -c 'SET search_path = {network}, qtg' "
+        "inspect the rows with (as alice, an operator, who may read them):\n"
+        f'  psql "$(qtg db url --login {people.creator.name})"'
+        f" -c 'SET search_path = {network}, qtg' "
         "-c 'SELECT * FROM movement_progress ORDER BY movement_id DESC' "
         "-c 'SELECT * FROM movement_nodes ORDER BY node_id DESC LIMIT 20'"
     )
@@ -270,7 +314,12 @@ def demo_cmd(
 ) -> None:
     """Run a batch of realistic movements end to end with the sim executor.
 
-    Needs MG_WORKERS_ENABLED=true (`make run` sets it), like every drill.
+    As the admin (QTG_DATABASE_URL, else the embedded server's superuser):
+    migrates, registers the executors, sets the lanes and makes the logins
+    alice, bob (operators) and runner1 (a runner) when missing, their passwords
+    in the credentials file. Then alice creates, bob approves and the workers
+    run as runner1, each over their own login. Needs MG_WORKERS_ENABLED=true
+    (`make run` sets it), like every drill.
     """
     settings = load_settings()
     if not settings.workers_enabled:
@@ -282,7 +331,22 @@ def demo_cmd(
         raise typer.Exit(2)
     configure(logging.WARNING)
     net = resolve_network(network)
-    dsn = database_url(settings)
-    migrate(dsn)
-    out.print(f"database migrated; network {net}")
-    raise typer.Exit(asyncio.run(run_demo(dsn, net, scale, timeout)))
+    with cli_errors():
+        dsn = database_url(settings)
+        migrate(dsn)
+        register_shipped(dsn, net)
+        passfile = settings.credentials_file
+        people = DemoLogins(
+            creator=ensure_login(dsn, "operator", net, "alice", passfile),
+            approver=ensure_login(dsn, "operator", net, "bob", passfile),
+            runner=ensure_login(dsn, "runner", net, "runner1", passfile),
+        )
+    out.print(
+        f"database migrated, executors registered; network {net}; logins "
+        f"{people.creator.name}, {people.approver.name} (operators) and {people.runner.name} "
+        f"(runner), their passwords in {passfile}",
+        highlight=False,
+    )
+    with cli_errors():
+        code = asyncio.run(run_demo(dsn, people, net, scale, timeout))
+    raise typer.Exit(code)

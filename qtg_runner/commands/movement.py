@@ -1,8 +1,11 @@
 """`qtg movement ...`: create, approve, cancel and inspect movements.
 
-Every sub-command calls the network's procedures or reads its views, logged
-in as the network's operator role (qtg_<network>_operator), exactly as an
-operator would in psql.
+Every sub-command calls the network's procedures or reads its views as the
+person: their own login (QTG_DATABASE_URL is their DSN, or --as NAME picks a
+login from the credentials file), exactly as they would in psql. The
+procedures take the actor from the login; nothing here names one. create,
+approve and cancel refuse a login that is not an operator of the network
+(a superuser included: the admin is not a person).
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from qtg_runner.commands.run import NetworkOption, resolve_network
+from qtg_runner.commands.run import AsOption, NetworkOption, resolve_network
 from qtg_runner.config import load_settings
 from qtg_runner.db import procs
 from qtg_runner.db.embedded import database_url
-from qtg_runner.db.pool import operator_conninfo
+from qtg_runner.db.logins import check_member
+from qtg_runner.db.pool import bound_conninfo, login_dsn
 
 app = typer.Typer(help="Create, approve, cancel and inspect movements.", no_args_is_help=True)
 out = Console()
@@ -40,11 +44,18 @@ class ProcedureError(Exception):
 
 
 @contextmanager
-def connect(network: str | None) -> Iterator[psycopg.Connection[Any]]:
+def connect(
+    network: str | None, as_login: str | None = None, *, operator: bool = False
+) -> Iterator[psycopg.Connection[Any]]:
+    """A connection bound to the network, as the person (``as_login``, or whoever
+    QTG_DATABASE_URL names); with ``operator`` only an operator login of the network."""
     net = resolve_network(network)
-    conninfo = operator_conninfo(database_url(load_settings()), net, "qtg-cli")
+    settings = load_settings()
+    conninfo = bound_conninfo(login_dsn(database_url(settings), as_login, settings), net, "qtg-cli")
     try:
         with psycopg.connect(conninfo, autocommit=True) as conn:
+            if operator:
+                check_member(conn, "operator", net)
             yield conn
     except psycopg.errors.Error as exc:
         diag = exc.diag
@@ -118,9 +129,10 @@ def create_cmd(
         str | None, typer.Option("--callback-url", help="Where to deliver state changes.")
     ] = None,
     network: NetworkOption = None,
+    as_login: AsOption = None,
 ) -> None:
-    """Create a movement from a plan file or a template, as the login you connect
-    with (the creator, who cannot approve it). Prints its id."""
+    """Create a movement from a plan file or a template, as your login (the creator,
+    who may not approve it). Prints its id."""
     if (plan is None) == (template is None):
         raise typer.BadParameter("give exactly one of --plan or --template")
     plan_doc: dict[str, Any] | None = None
@@ -131,7 +143,7 @@ def create_cmd(
         except json.JSONDecodeError as exc:
             raise typer.BadParameter(f"{plan} is not JSON: {exc}", param_hint="--plan") from None
     expires_at = datetime.now(UTC) + parse_duration(expires_in) if expires_in else None
-    with connect(network) as conn:
+    with connect(network, as_login, operator=True) as conn:
         created = procs.create_movement(
             external_id,
             parse_amount(amount),
@@ -150,10 +162,11 @@ def create_cmd(
 def approve_cmd(
     movement_id: Annotated[int, typer.Argument(help="Movement id.")],
     network: NetworkOption = None,
+    as_login: AsOption = None,
 ) -> None:
-    """Approve a movement (PENDING_APPROVAL -> APPROVED) as the login you connect
-    with, which must not be the one that created it."""
-    with connect(network) as conn:
+    """Approve a movement (PENDING_APPROVAL -> APPROVED) as your login, which must
+    not be the one that created it (QT022)."""
+    with connect(network, as_login, operator=True) as conn:
         state = procs.approve_movement(movement_id).one(conn)
     out.print(f"movement {movement_id} {state}")
 
@@ -163,10 +176,11 @@ def cancel_cmd(
     movement_id: Annotated[int, typer.Argument(help="Movement id.")],
     reason: Annotated[str | None, typer.Option(help="Why (recorded in the audit log).")] = None,
     network: NetworkOption = None,
+    as_login: AsOption = None,
 ) -> None:
-    """Cancel a movement. Side effects already out run until they settle."""
-    with connect(network) as conn:
-        state = procs.cancel_movement(movement_id, reason).one(conn)
+    """Cancel a movement as your login. Side effects already out run until they settle."""
+    with connect(network, as_login, operator=True) as conn:
+        state = procs.cancel_movement(movement_id, reason=reason).one(conn)
     if state == procs.RequestState.CANCELLED:
         out.print(f"movement {movement_id} CANCELLED")
     else:
@@ -203,9 +217,10 @@ def rows_table(cur: psycopg.Cursor[Any], title: str, columns: list[str] | None =
 def show_cmd(
     movement_id: Annotated[int, typer.Argument(help="Movement id.")],
     network: NetworkOption = None,
+    as_login: AsOption = None,
 ) -> None:
     """Show one movement and its nodes."""
-    with connect(network) as conn:
+    with connect(network, as_login) as conn:
         cur = conn.execute("SELECT * FROM movement_progress WHERE movement_id = %s", (movement_id,))
         row = cur.fetchone()
         if row is None:
@@ -236,6 +251,7 @@ def list_cmd(
         int, typer.Option(min=1, max=10000, help="At most this many, newest first.")
     ] = 20,
     network: NetworkOption = None,
+    as_login: AsOption = None,
 ) -> None:
     """List movements, newest first."""
     states = (
@@ -251,7 +267,7 @@ def list_cmd(
         raise typer.BadParameter(
             f"{state!r} is not a state (one of: {', '.join(states)})", param_hint="--state"
         )
-    with connect(network) as conn:
+    with connect(network, as_login) as conn:
         cur = conn.execute(
             "SELECT movement_id AS id, external_id,"
             " request_state || CASE WHEN request_state = 'EXECUTING' AND stop_reason IS NOT NULL"

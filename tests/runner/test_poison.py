@@ -35,7 +35,7 @@ from rows import T0, Conn, fail, node_row, plant_rule, prepare
 from runner_helpers import register_runner_sim
 
 from qtg_runner.db import procs
-from qtg_runner.db.pool import open_pool, runner_conninfo
+from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import (
     ExecutorError,
     HealthResult,
@@ -88,7 +88,7 @@ def run_batch(
     """One batch of a worker, as a runner carrying ``executors`` runs it."""
 
     async def scenario() -> int:
-        conninfo = runner_conninfo(db.dsn, NETWORK, "poison-test")
+        conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "poison-test")
         async with (
             open_pool(conninfo, name="poison-engine") as pool,
             open_pool(conninfo, name="poison-executors") as side,
@@ -345,7 +345,7 @@ def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_before_use
     admin = db.connect()
 
     async def scenario() -> tuple[int, int]:
-        conninfo = runner_conninfo(db.dsn, NETWORK, "pool-check")
+        conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "pool-check")
         async with open_pool(conninfo, name="pool-check", min_size=1, max_size=1) as pool:
             async with pool.connection() as c:
                 first = (await (await c.execute("SELECT pg_backend_pid()")).fetchone() or [0])[0]
@@ -389,7 +389,7 @@ def test_a_batch_longer_than_the_interval_keeps_the_heartbeat_beating(
         stop.set()
 
     async def scenario() -> None:
-        conninfo = runner_conninfo(db.dsn, NETWORK, "beat-test")
+        conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "beat-test")
         async with open_pool(conninfo, name="beat-test") as pool:
             ctx = WorkerContext(NETWORK, pool, {}, "beat-test:1")
             entry = WorkerEntry("slow", batch, interval=interval, jitter=0.0, tier="core")

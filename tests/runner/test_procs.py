@@ -59,7 +59,7 @@ from engine import (
 from psycopg.types.json import Jsonb
 
 from qtg_runner.db import procs
-from qtg_runner.db.pool import open_pool, runner_conninfo
+from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import (
     ExecutorError,
     HealthResult,
@@ -370,8 +370,7 @@ class FakeBatchExecutor(FakeExecutor):
 
 @pytest.fixture
 def runner_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runner's DSN is derived from the test database only."""
-    monkeypatch.delenv("QTG_RUNNER_DATABASE_URL", raising=False)
+    """The runner's connection options come from the test only."""
     monkeypatch.delenv("PGOPTIONS", raising=False)
 
 
@@ -381,7 +380,7 @@ def run_batch(
     """One batch of a worker, as a runner carrying ``executors`` runs it."""
 
     async def scenario() -> int:
-        conninfo = runner_conninfo(db.dsn, NETWORK, "procs-test")
+        conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "procs-test")
         async with open_pool(conninfo, name="procs-test") as pool:
             ctx = WorkerContext(NETWORK, pool, {e.key: e for e in executors}, "procs-test:1")
             return await batch(ctx, "worker@procs-test:1")

@@ -1,5 +1,5 @@
 """`qtg proposals list|approve|reject`: the proposal procedures from the command
-line, logged in as the person (QTG_OPERATOR_DATABASE_URL), like `qtg movement`.
+line, logged in as the person (QTG_DATABASE_URL: their own DSN), like `qtg movement`.
 
 Pins: list shows an open proposal's changes and proposer; the proposer's own
 approve is refused (exit 2, the QT022 warning on stderr, still PROPOSED);
@@ -23,14 +23,12 @@ from qtg_runner.db import procs
 @pytest.fixture
 def cli(db: TestDatabase, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Runs `qtg` as a given login, on the test database's clock pinned at T0."""
-    monkeypatch.setenv("QTG_DATABASE_URL", db.dsn)
     monkeypatch.setenv("QTG_NETWORK_MODE", "testnet")
     monkeypatch.setenv("PGOPTIONS", f"-c qtg.now={iso_at(0)}")
 
     def run(login: Conn, *args: str) -> Any:
-        monkeypatch.setenv(
-            "QTG_OPERATOR_DATABASE_URL", login.info.dsn + f" password={login.info.password}"
-        )
+        # the person's own DSN, as `qtg db url --login NAME` prints it
+        monkeypatch.setenv("QTG_DATABASE_URL", login.info.dsn + f" password={login.info.password}")
         return CliRunner().invoke(app, ["proposals", *args])
 
     return run

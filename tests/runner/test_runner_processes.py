@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import time
 from collections import Counter
@@ -32,6 +33,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from conftest import server_parent_dir
 from engine import (
     as_person,
     bind,
@@ -116,7 +118,7 @@ def test_sigterm_exits_0_leaves_nothing_lost_and_a_restart_finishes_every_moveme
         movements.append(create(real_clock_conn, the_plan, f"sigterm-{i}"))
         approve(real_clock_conn, movements[-1])
 
-    first = procs.start("run", env=runner_env(db.dsn))
+    first = procs.start("run", env=runner_env(db.runner_dsn("testnet")))
     wait_until(
         lambda: set(heartbeats(real_clock_conn, first.pid)) == ALL_WORKERS,
         20,
@@ -142,7 +144,7 @@ def test_sigterm_exits_0_leaves_nothing_lost_and_a_restart_finishes_every_moveme
         "nothing was in flight at SIGTERM"
     )
 
-    second = procs.start("run", env=runner_env(db.dsn))
+    second = procs.start("run", env=runner_env(db.runner_dsn("testnet")))
     wait_until(
         lambda: set(request_rows(real_clock_conn).values()) == {"COMPLETED"},
         30,
@@ -166,7 +168,9 @@ def log_events(stderr: str, name: str) -> list[str]:
 def test_a_crashing_core_worker_stops_the_whole_process_with_exit_1(
     db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
-    runner = procs.start("run", env=runner_env(db.dsn, QTG_FAILPOINTS="crash:node_observer"))
+    runner = procs.start(
+        "run", env=runner_env(db.runner_dsn("testnet"), QTG_FAILPOINTS="crash:node_observer")
+    )
 
     assert runner.wait(timeout=20) == 1, runner.describe()
     stderr = runner.stderr()
@@ -187,7 +191,9 @@ def test_a_crashing_core_worker_stops_the_whole_process_with_exit_1(
 def test_a_crashing_sidecar_is_logged_and_the_other_workers_keep_ticking(
     db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
-    runner = procs.start("run", env=runner_env(db.dsn, QTG_FAILPOINTS="crash:expiration_checker"))
+    runner = procs.start(
+        "run", env=runner_env(db.runner_dsn("testnet"), QTG_FAILPOINTS="crash:expiration_checker")
+    )
     wait_until(
         lambda: log_events(runner.stderr(), "sidecar_crashed"), 20, "the crash", alive=[runner]
     )
@@ -239,8 +245,8 @@ def stalled_at(conn: psycopg.Connection[Any], at: datetime) -> set[str]:
 def test_stalled_workers_lists_a_killed_worker_but_not_one_stopped_by_sigterm(
     db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
-    killed = procs.start("worker", "node_observer", env=runner_env(db.dsn))
-    stopped = procs.start("worker", "node_observer", env=runner_env(db.dsn))
+    killed = procs.start("worker", "node_observer", env=runner_env(db.runner_dsn("testnet")))
+    stopped = procs.start("worker", "node_observer", env=runner_env(db.runner_dsn("testnet")))
     for process in (killed, stopped):
         wait_until(
             lambda p=process: heartbeats(real_clock_conn, p.pid), 20, "a heartbeat", alive=[process]
@@ -282,7 +288,7 @@ def holds_for(seconds: float, check: Callable[[], None], every: float = 0.05) ->
 def test_with_the_gate_off_qtg_run_starts_no_worker_and_an_approved_movement_stays_approved(
     db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
-    runner = procs.start("run", env=runner_env(db.dsn, workers=False))
+    runner = procs.start("run", env=runner_env(db.runner_dsn("testnet"), workers=False))
     wait_until(lambda: "no worker started" in runner.stderr(), 20, "the message", alive=[runner])
     movement = one_node_movement(real_clock_conn, "gated", lane="instant")
     before = snapshot(real_clock_conn)
@@ -313,7 +319,8 @@ def test_two_dispatcher_processes_claim_each_of_1000_nodes_exactly_once(
             (one_instant_node,),
         )
     dispatchers = [
-        procs.start("worker", "node_dispatcher", env=runner_env(db.dsn)) for _ in range(2)
+        procs.start("worker", "node_dispatcher", env=runner_env(db.runner_dsn("testnet")))
+        for _ in range(2)
     ]
     for d in dispatchers:
         wait_until(lambda d=d: heartbeats(real_clock_conn, d.pid), 20, "a heartbeat", alive=[d])
@@ -365,7 +372,9 @@ def test_a_dispatcher_killed_after_its_intent_is_resubmitted_with_the_prepared_p
     [node_id] = node_ids(real_clock_conn, movement).values()
 
     crashing = procs.start(
-        "worker", "node_dispatcher", env=runner_env(db.dsn, QTG_FAILPOINTS="after_intent")
+        "worker",
+        "node_dispatcher",
+        env=runner_env(db.runner_dsn("testnet"), QTG_FAILPOINTS="after_intent"),
     )
     assert crashing.wait(timeout=20) == -signal.SIGKILL, crashing.describe()
     assert node_states(real_clock_conn, movement) == {"transfer": "SUBMITTING"}
@@ -375,7 +384,7 @@ def test_a_dispatcher_killed_after_its_intent_is_resubmitted_with_the_prepared_p
     # the lease (300 s) has run out for workers that live in 2099. The intent is
     # PREPARED, so recovery may not call it NOT_SUBMITTED: it sends the prepared
     # payload (same idempotency key) and reports it in flight
-    future = runner_env(db.dsn, PGOPTIONS=f"-c qtg.now={FUTURE}")
+    future = runner_env(db.runner_dsn("testnet"), PGOPTIONS=f"-c qtg.now={FUTURE}")
     recovery = procs.start("worker", "node_recovery", env=future)
     wait_until(
         lambda: node_states(real_clock_conn, movement) == {"transfer": "SUBMITTED"},
@@ -387,7 +396,7 @@ def test_a_dispatcher_killed_after_its_intent_is_resubmitted_with_the_prepared_p
     assert intent_rows(real_clock_conn, node_id) == ["SUBMITTED"]
 
     # a pinned clock stands still: the observer lives an hour later, past the next look
-    later = runner_env(db.dsn, PGOPTIONS="-c qtg.now=2099-01-01T01:00:00Z")
+    later = runner_env(db.runner_dsn("testnet"), PGOPTIONS="-c qtg.now=2099-01-01T01:00:00Z")
     observer = procs.start("worker", "node_observer", env=later)
     wait_until(
         lambda: request_state(real_clock_conn, movement) == "COMPLETED",
@@ -408,7 +417,9 @@ def test_a_dispatcher_killed_after_its_submit_is_recovered_from_evidence_without
     [node_id] = node_ids(real_clock_conn, movement).values()
 
     crashing = procs.start(
-        "worker", "node_dispatcher", env=runner_env(db.dsn, QTG_FAILPOINTS="after_submit")
+        "worker",
+        "node_dispatcher",
+        env=runner_env(db.runner_dsn("testnet"), QTG_FAILPOINTS="after_submit"),
     )
     assert crashing.wait(timeout=20) == -signal.SIGKILL, crashing.describe()
     assert node_states(real_clock_conn, movement) == {"transfer": "SUBMITTING"}
@@ -416,7 +427,9 @@ def test_a_dispatcher_killed_after_its_submit_is_recovered_from_evidence_without
     assert side_effects(real_clock_conn) == {node_id: [1]}
 
     recovery = procs.start(
-        "worker", "node_recovery", env=runner_env(db.dsn, PGOPTIONS=f"-c qtg.now={FUTURE}")
+        "worker",
+        "node_recovery",
+        env=runner_env(db.runner_dsn("testnet"), PGOPTIONS=f"-c qtg.now={FUTURE}"),
     )
     wait_until(
         lambda: request_state(real_clock_conn, movement) == "COMPLETED",
@@ -433,26 +446,30 @@ def test_a_dispatcher_killed_after_its_submit_is_recovered_from_evidence_without
 # -- 8. the demo -----------------------------------------------------------------------
 
 
-def test_qtg_demo_completes_on_a_fresh_embedded_server(tmp_path: Path, procs: Runners) -> None:
-    data_dir = tmp_path / "pg18"
+def test_qtg_demo_completes_on_a_fresh_embedded_server(procs: Runners) -> None:
+    data_dir = server_parent_dir() / "pg18"
     try:
         demo = procs.start("demo", env=runner_env(None, QTG_DATA_DIR=str(data_dir), COLUMNS="200"))
         assert demo.wait(timeout=150) == 0, demo.describe() + "\nstdout:\n" + demo.stdout()
     finally:
         stop_embedded(data_dir)
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
     assert re.search(r"all \d+ movements ended as expected", demo.stdout()), demo.stdout()
+    assert "created by alice, approved by bob" in demo.stdout()
 
 
-def test_qtg_demo_refuses_to_start_with_the_gate_off(tmp_path: Path, procs: Runners) -> None:
-    data_dir = tmp_path / "pg18"
+def test_qtg_demo_refuses_to_start_with_the_gate_off(procs: Runners) -> None:
+    data_dir = server_parent_dir() / "pg18"
     try:
         demo = procs.start("demo", env=runner_env(None, workers=False, QTG_DATA_DIR=str(data_dir)))
         assert demo.wait(timeout=30) == 2
     finally:
         stop_embedded(data_dir)
+        exists = data_dir.exists()
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
     assert "MG_WORKERS_ENABLED is false" in demo.stderr()
     assert "MG_WORKERS_ENABLED=true" in demo.stderr()
-    assert not data_dir.exists(), "the demo started a database although it refused to run"
+    assert not exists, "the demo started a database although it refused to run"
 
 
 # -- 9. a dead claimer's nodes in seconds; a poison node in a busy batch --------------
@@ -466,7 +483,12 @@ def test_a_killed_dispatchers_claims_settle_within_two_heartbeats_and_the_observ
     lane = {"lane": "cctp_fast", "min_latency_s": 0.2, "max_latency_s": 0.5}
     movements = [one_node_movement(real_clock_conn, f"killed-{i}", **lane) for i in range(20)]
     rest = procs.start(
-        "run", "--only", "node_recovery", "--only", "node_observer", env=runner_env(db.dsn)
+        "run",
+        "--only",
+        "node_recovery",
+        "--only",
+        "node_observer",
+        env=runner_env(db.runner_dsn("testnet")),
     )
     wait_until(
         lambda: {"node_recovery", "node_observer"} <= set(heartbeats(real_clock_conn, rest.pid)),
@@ -478,7 +500,9 @@ def test_a_killed_dispatchers_claims_settle_within_two_heartbeats_and_the_observ
     # the dispatcher claims every node, records their intents and is killed
     # before any side effect: its claims' lease would hold them for 300 s
     dispatcher = procs.start(
-        "worker", "node_dispatcher", env=runner_env(db.dsn, QTG_FAILPOINTS="after_intent")
+        "worker",
+        "node_dispatcher",
+        env=runner_env(db.runner_dsn("testnet"), QTG_FAILPOINTS="after_intent"),
     )
     assert dispatcher.wait(timeout=30) == -signal.SIGKILL, dispatcher.describe()
     killed_at = time.monotonic()
@@ -517,7 +541,7 @@ def test_qtg_run_quarantines_a_poison_node_in_a_busy_batch_and_keeps_running(
     poison = one_node_movement(real_clock_conn, "poison", lane="instant", crash_at="submit")
     [poison_node] = node_ids(real_clock_conn, poison).values()
 
-    runner = procs.start("run", env=runner_env(db.dsn))
+    runner = procs.start("run", env=runner_env(db.runner_dsn("testnet")))
     wait_until(
         lambda: all(request_state(real_clock_conn, m) == "COMPLETED" for m in good),
         30,

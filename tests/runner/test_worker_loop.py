@@ -27,7 +27,7 @@ import pytest
 from engine import bind
 from psycopg_pool import AsyncConnectionPool
 
-from qtg_runner.db.pool import open_pool, runner_conninfo
+from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.loop import WorkerContext, WorkerEntry, run_worker
 
 INTERVAL, JITTER = 1.0, 0.2
@@ -35,14 +35,14 @@ INTERVAL, JITTER = 1.0, 0.2
 
 @pytest.fixture(autouse=True)
 def _plain_runner_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pool's DSN is derived from the test database only."""
-    monkeypatch.delenv("QTG_RUNNER_DATABASE_URL", raising=False)
+    """The pool's connection options come from the test only."""
     monkeypatch.delenv("PGOPTIONS", raising=False)
 
 
 def runner_pool(db: Any) -> AsyncConnectionPool[Any]:
-    """A pool as a runner opens it: logged in as qtg_testnet_runner, bound to testnet."""
-    return open_pool(runner_conninfo(db.dsn, "testnet", "loop-test"), name="loop-test")
+    """A pool as a runner opens it: a runner login of testnet, bound to testnet."""
+    conninfo = bound_conninfo(db.runner_dsn("testnet"), "testnet", "loop-test")
+    return open_pool(conninfo, name="loop-test")
 
 
 def stop_after(

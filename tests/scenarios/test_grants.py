@@ -1,7 +1,7 @@
 """Who may call what: every routine's grantees, listed.
 
-The folder of a routine's file (sql/functions/runner/, operator/, internal/,
-common/) is the one source of truth for who may call it; the installer turns
+The folder of a routine's file (sql/functions/runner/, operator/, admin/,
+internal/, common/) is the one source of truth for who may call it; the installer turns
 it into SECURITY DEFINER, the 'access: ...' comment and the EXECUTE grant.
 This test lists the whole surface by hand, so a routine that changes hands,
 appears or disappears shows in the diff of a test, not only in a folder.
@@ -30,7 +30,7 @@ RUNNER = {
     "quarantine_nodes",
     "record_intent_prepared",
     "record_intent_prepared_batch",
-    "register_executor",
+    "registered_executors",
     "release_nodes",
     "report_executor_health",
     "start_approved_movements",
@@ -48,6 +48,10 @@ OPERATOR = {
     "reject_proposal",
     "release_quarantine",
 }
+ADMIN = {
+    "register_executor",
+}
+"""Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
     "check_args",
     "check_claim_args",
@@ -103,11 +107,12 @@ GRANTS = """
 def test_the_folders_are_the_surface_listed_here() -> None:
     folders = {
         folder: {p.stem for p in (sql_dir() / "functions" / folder).glob("*.sql")}
-        for folder in ("runner", "operator", "internal", "common")
+        for folder in ("runner", "operator", "admin", "internal", "common")
     }
     assert folders == {
         "runner": RUNNER,
         "operator": OPERATOR,
+        "admin": ADMIN,
         "internal": INTERNAL,
         "common": set(COMMON),
     }
@@ -121,6 +126,7 @@ def test_every_routine_of_a_network_has_exactly_its_folders_grantees(
     expected = sorted(
         [(name, True, "access: runner", f"qtg_{network}_runner") for name in RUNNER]
         + [(name, True, "access: operator", f"qtg_{network}_operator") for name in OPERATOR]
+        + [(name, False, "access: admin", "") for name in ADMIN]
         + [(name, False, "", "") for name in INTERNAL]
     )
     assert sorted(rows) == expected

@@ -1,14 +1,15 @@
 """Networks are schemas, and schemas are a security boundary.
 
-Logged in as a network's runner role (qtg_<net>_runner):
+Logged in as a runner login of a network (a member of qtg_<net>_runner):
   * the other network does not exist for it: no USAGE on its schema, every
     table, view and function there refused with insufficient_privilege (42501);
   * in its own network it cannot read or write a table directly; it reads the
-    views and changes state only through the worker procedures; with the
-    operator role (qtg_<net>_operator) creating and approving, they run a
-    movement from registration to COMPLETED;
+    views and changes state only through the worker procedures; with an
+    operator login (qtg_<net>_operator) creating and approving, they run a
+    movement registered by the admin to COMPLETED;
   * it cannot create, approve or cancel a movement, and the operator cannot
-    claim or complete nodes: each credential holds its half only;
+    claim or complete nodes: each credential holds its half only; neither
+    may register an executor (the admin's deploy step);
   * bound at connection level, it stays bound after a rolled-back transaction.
 No function is executable by PUBLIC, and the installer's functions (qtg_admin)
 by no runner. The sim executor's outside world is split by network too.
@@ -34,6 +35,7 @@ from engine import (
     submit,
 )
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 NETWORKS = ("mainnet", "testnet")
 OTHER = {"mainnet": "testnet", "testnet": "mainnet"}
@@ -47,6 +49,11 @@ def runner(db: TestDatabase, network: str) -> psycopg.Connection[Any]:
     conn = bind(db.connect(db.runner_dsn(network)), network)
     pin_clock(conn, T0)
     return conn
+
+
+def admin(db: TestDatabase, network: str) -> psycopg.Connection[Any]:
+    """The superuser, bound to the network: it registers the executors."""
+    return bind(db.connect(), network)
 
 
 def operator(db: TestDatabase, network: str) -> psycopg.Connection[Any]:
@@ -202,7 +209,7 @@ def test_a_runner_runs_a_movement_to_completion_through_the_procedures(
     conn = runner(db, network)
     desk = operator(db, network)
 
-    register_sim(conn)
+    register_sim(admin(db, network))
     movement = create(desk, plan(node("send")), "iso-1", actor=None)
     second = bind(db.connect(db.login("bob", f"qtg_{network}_operator").dsn), network)
     assert second.execute("SELECT approve_movement(%s)::text", (movement,)).fetchone() == (
@@ -237,7 +244,7 @@ def test_a_runner_cannot_bypass_the_procedures_through_their_internal_helpers(
     db: TestDatabase, network: str
 ) -> None:
     conn = runner(db, network)
-    register_sim(conn)
+    register_sim(admin(db, network))
     movement = create(operator(db, network), plan(node("send")), "iso-2", actor=None)
 
     # skipping approval, forging an audit event: both write tables as the caller
@@ -266,7 +273,7 @@ def test_each_credential_holds_only_its_half_of_the_procedures(
 ) -> None:
     conn = runner(db, network)
     desk = operator(db, network)
-    register_sim(conn)
+    register_sim(admin(db, network))
     movement = create(desk, plan(node("send")), "iso-3", actor=None)
     before = catalog(db, f"SELECT to_jsonb(r)::text FROM {network}.movement_requests r", ())
 
@@ -277,6 +284,7 @@ def test_each_credential_holds_only_its_half_of_the_procedures(
         f"SELECT cancel_movement({movement})",
         "SELECT register_template('t', '{\"nodes\": []}'::jsonb)",
         "SELECT upsert_lane_baseline('default', 1)",
+        "SELECT register_executor('x', true, '{}'::jsonb)",
     ):
         assert_denied(conn, statement)
     # an operator credential cannot claim or complete work
@@ -333,14 +341,16 @@ def roll_back_explicitly(conn: psycopg.Connection[Any]) -> None:
 def test_a_connection_bound_at_login_stays_bound_after_a_rollback(
     db: TestDatabase, roll_back: RollBack
 ) -> None:
-    conn = db.connect(db.runner_dsn("testnet"), options="-c search_path=testnet,qtg")
+    dsn = db.runner_dsn("testnet")
+    conn = db.connect(dsn, options="-c search_path=testnet,qtg")
 
     def binding() -> tuple[Any, ...] | None:
         return conn.execute(
             "SELECT current_user, session_user, current_setting('search_path'), current_schema()"
         ).fetchone()
 
-    bound = ("qtg_testnet_runner", "qtg_testnet_runner", "testnet,qtg", "testnet")
+    login = conninfo_to_dict(dsn)["user"]
+    bound = (login, login, "testnet,qtg", "testnet")
     assert binding() == bound
 
     roll_back(conn)

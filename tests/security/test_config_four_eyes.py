@@ -26,10 +26,11 @@ import psycopg
 import pytest
 from conftest import TestDatabase
 from engine import SIM_SCHEMA, bind, node, plan, snapshot
+from psycopg.conninfo import conninfo_to_dict
 from rows import CONFIG_TABLES, Conn, iso_at, person, proposal_row, set_clock
 
 from qtg_runner.db import procs
-from qtg_runner.db.pool import open_pool, runner_conninfo
+from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.loop import WorkerContext
 from qtg_runner.workers import template_proposal_expiration
 
@@ -208,11 +209,11 @@ def test_the_sidecar_expires_proposals_on_a_pinned_clock(
     set_clock(alice, 3600)
     later = procs.propose_template("bridge", plan(node("a"))).one(alice)
     # the runner's sessions read the test database's clock one day after T0
-    monkeypatch.delenv("QTG_RUNNER_DATABASE_URL", raising=False)
     monkeypatch.setenv("PGOPTIONS", f"-c qtg.now={iso_at(86400)}")
+    conninfo = bound_conninfo(db.runner_dsn("testnet"), "testnet", "sweep")
 
     async def sweep() -> int:
-        async with open_pool(runner_conninfo(db.dsn, "testnet", "sweep"), name="sweep") as pool:
+        async with open_pool(conninfo, name="sweep") as pool:
             ctx = WorkerContext("testnet", pool, {}, "sweep:1")
             worker_id = ctx.worker_id("template_proposal_expiration")
             return await template_proposal_expiration.batch(ctx, worker_id)
@@ -222,7 +223,8 @@ def test_the_sidecar_expires_proposals_on_a_pinned_clock(
     assert row["proposal_state"] == "EXPIRED"
     assert row["decided_by"] == "template_proposal_expiration@sweep:1"
     assert proposal_row(conn, later.proposal_id)["proposal_state"] == "PROPOSED"
+    runner_login = conninfo_to_dict(db.runner_dsn("testnet"))["user"]
     assert conn.execute(
         "SELECT login FROM audit_outbox WHERE action = 'expired' AND entity_id = %s",
         (str(due.proposal_id),),
-    ).fetchone() == ("qtg_testnet_runner",)
+    ).fetchone() == (runner_login,)

@@ -1,14 +1,26 @@
-"""No credential takes the server from the others: each network's runner and
-operator roles have a connection limit the server enforces, and default
-statement, lock and idle-transaction timeouts."""
+"""No credential takes the server from the others: every runner and operator
+login has a connection limit the server enforces, and default statement, lock
+and idle-transaction timeouts.
+
+PostgreSQL applies neither through membership in a group role, so each
+network's group role (qtg_<network>_runner | _operator, NOLOGIN) holds them as
+the template the admin configures once, and `qtg operator|runner add` copies
+them onto every login it makes: a login made by add starts with the timeouts
+and is held to the limit, and one network's logins at their limit hold back
+no other's."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from conftest import TestDatabase
+from typer.testing import CliRunner
+
+from qtg_runner.cli import app
+from qtg_runner.credentials import login_dsn
 
 LIMITS = {"runner": 30, "operator": 10}
 TIMEOUTS = {
@@ -18,38 +30,92 @@ TIMEOUTS = {
 }
 
 
+def role_settings(conn: psycopg.Connection[Any], role: str) -> tuple[int, set[str]]:
+    row = conn.execute(
+        """SELECT r.rolconnlimit, coalesce(s.setconfig, '{}')
+             FROM pg_roles r
+             LEFT JOIN pg_db_role_setting s ON s.setrole = r.oid AND s.setdatabase = 0
+            WHERE r.rolname = %s""",
+        (role,),
+    ).fetchone()
+    assert row is not None, role
+    return int(row[0]), set(row[1])
+
+
+def add(db: TestDatabase, kind: str, person: str, network: str, passfile: Path) -> str:
+    """`qtg <kind> add` as the admin; the new login's DSN."""
+    name = f"{person}_{db.name}"
+    db.logins.append(name)  # dropped with the database
+    result = CliRunner().invoke(
+        app,
+        [kind, "add", name, "--network", network],
+        env={"QTG_DATABASE_URL": db.dsn, "QTG_CREDENTIALS_FILE": str(passfile)},
+    )
+    assert result.exit_code == 0, result.output
+    return login_dsn(db.dsn, name, passfile)
+
+
 @pytest.mark.parametrize("network", ["mainnet", "testnet"])
 @pytest.mark.parametrize("kind", ["runner", "operator"])
-def test_every_network_role_has_a_connection_limit_and_timeouts(
+def test_every_group_role_holds_a_connection_limit_and_timeouts_and_cannot_log_in(
     db: TestDatabase, network: str, kind: str
 ) -> None:
     role = f"qtg_{network}_{kind}"
     conn = db.connect()
-    limit = conn.execute("SELECT rolconnlimit FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
-    assert limit == (LIMITS[kind],)
-    settings = conn.execute(
-        """SELECT s.setconfig FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole
-            WHERE r.rolname = %s AND s.setdatabase = 0""",
-        (role,),
-    ).fetchone()
-    assert settings is not None and set(settings[0]) == TIMEOUTS
-    # and a login of the role starts with them
-    login = db.connect(db.runner_dsn(network) if kind == "runner" else db.operator_dsn(network))
-    assert login.execute("SHOW lock_timeout").fetchone() == ("30s",)
+    assert role_settings(conn, role) == (LIMITS[kind], TIMEOUTS)
+    assert conn.execute(
+        "SELECT rolcanlogin FROM pg_roles WHERE rolname = %s", (role,)
+    ).fetchone() == (False,)
 
 
-def test_a_runner_beyond_its_connection_limit_is_refused(db: TestDatabase) -> None:
-    admin = db.connect()
-    admin.execute("ALTER ROLE qtg_testnet_runner CONNECTION LIMIT 2")
+@pytest.mark.parametrize("kind", ["runner", "operator"])
+def test_a_login_made_by_add_starts_with_its_groups_limit_and_timeouts(
+    db: TestDatabase, tmp_path: Path, kind: str
+) -> None:
+    dsn = add(db, kind, "carol", "testnet", tmp_path / "pgpass")
+    name = f"carol_{db.name}"
+    assert role_settings(db.connect(), name) == (LIMITS[kind], TIMEOUTS)
+    login = db.connect(dsn)
+    assert login.execute("SELECT session_user").fetchone() == (name,)
+    assert login.execute(
+        "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'),"
+        " current_setting('idle_in_transaction_session_timeout')"
+    ).fetchone() == ("1min", "30s", "5min")
+
+
+def test_an_operator_made_by_add_beyond_its_connection_limit_is_refused(
+    db: TestDatabase, tmp_path: Path
+) -> None:
+    passfile = tmp_path / "pgpass"
+    testnet = add(db, "operator", "dave", "testnet", passfile)
+    mainnet = add(db, "operator", "erin", "mainnet", passfile)
     opened: list[psycopg.Connection[Any]] = []
     try:
-        opened += [psycopg.connect(db.runner_dsn("testnet")) for _ in range(2)]
+        opened += [psycopg.connect(testnet) for _ in range(LIMITS["operator"])]
         with pytest.raises(psycopg.OperationalError) as caught:
-            opened.append(psycopg.connect(db.runner_dsn("testnet")))
+            opened.append(psycopg.connect(testnet))
         assert "too many connections for role" in str(caught.value)
-        # the other network's runner is not held back by it
-        opened.append(psycopg.connect(db.runner_dsn("mainnet")))
+        # another login, here of the other network, is not held back by it
+        opened.append(psycopg.connect(mainnet))
     finally:
         for conn in opened:
             conn.close()
-        admin.execute(f"ALTER ROLE qtg_testnet_runner CONNECTION LIMIT {LIMITS['runner']}")
+
+
+def test_a_limit_the_admin_sets_on_the_group_role_holds_for_the_logins_made_after(
+    db: TestDatabase, tmp_path: Path
+) -> None:
+    admin = db.connect()
+    admin.execute("ALTER ROLE qtg_mainnet_runner CONNECTION LIMIT 2")
+    try:
+        dsn = add(db, "runner", "frank", "mainnet", tmp_path / "pgpass")
+    finally:
+        admin.execute(f"ALTER ROLE qtg_mainnet_runner CONNECTION LIMIT {LIMITS['runner']}")
+    opened: list[psycopg.Connection[Any]] = []
+    try:
+        opened += [psycopg.connect(dsn) for _ in range(2)]
+        with pytest.raises(psycopg.OperationalError, match="too many connections for role"):
+            opened.append(psycopg.connect(dsn))
+    finally:
+        for conn in opened:
+            conn.close()

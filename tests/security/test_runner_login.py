@@ -1,8 +1,11 @@
 """What a runner's own login cannot do, though it may call the procedures.
 
-- Turn off the side effect of an executor that has nodes (QT041): recovery,
-  expiry and retries trust that flag, and a node of an executor "without a
-  side effect" whose intent was prepared would be retried blindly.
+- Register an executor at all, and so turn off the side effect of one that
+  has nodes (recovery, expiry and retries trust that flag, and a node of an
+  executor "without a side effect" whose intent was prepared would be retried
+  blindly): registration is the admin's deploy step (register_executor is in
+  sql/functions/admin/, granted to nobody); the QT041 rule that holds even
+  for the admin is in tests/procedures/test_register_executor.py.
 - Learn another claim's secret or counter from a refusal: a stale call is told
   its secret is not the current claim's, never what the current claim is (the
   whole attack on claim secrets is in test_claim_secret.py).
@@ -38,28 +41,25 @@ def runner(db: TestDatabase) -> Conn:
     return bind(db.connect(db.runner_dsn("testnet")))
 
 
-def test_a_runner_cannot_say_an_executor_with_nodes_has_no_side_effect(
-    conn: Conn, runner: Conn
+@pytest.mark.parametrize("has_side_effect", [False, True])
+def test_a_runner_cannot_register_an_executor_at_all(
+    conn: Conn, runner: Conn, has_side_effect: bool
 ) -> None:
     create_started(conn, plan(node("a")), "flip-1")
     before = snapshot(conn)
-    with pytest.raises(psycopg.Error) as caught:
-        runner.execute(
-            "SELECT register_executor('sim', false, %s::jsonb)", (json.dumps(SIM_SCHEMA),)
-        )
-    assert caught.value.sqlstate == "QT041"
+    for key in ("sim", "fresh"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            runner.execute(
+                "SELECT register_executor(%s, %s, %s::jsonb)",
+                (key, has_side_effect, json.dumps(SIM_SCHEMA)),
+            )
     assert snapshot(conn) == before
-    # registering it again as it is changes nothing either and is allowed
-    runner.execute("SELECT register_executor('sim', true, %s::jsonb)", (json.dumps(SIM_SCHEMA),))
-    assert conn.execute(
-        "SELECT has_side_effect FROM executors WHERE executor_key = 'sim'"
-    ).fetchone() == (True,)
 
 
-def test_an_executor_without_nodes_may_still_be_registered_either_way(runner: Conn) -> None:
-    schema = json.dumps(SIM_SCHEMA)
-    runner.execute("SELECT register_executor('fresh', true, %s::jsonb)", (schema,))
-    runner.execute("SELECT register_executor('fresh', false, %s::jsonb)", (schema,))
+def test_a_runner_reads_the_registry_it_checks_at_start(conn: Conn, runner: Conn) -> None:
+    assert runner.execute("SELECT * FROM registered_executors()").fetchall() == [
+        ("sim", True, SIM_SCHEMA)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -116,9 +116,32 @@ def test_every_audit_row_names_the_login_that_made_it_beside_the_actor(
         (str(node_id),),
     ).fetchall()
     admin = conn.execute("SELECT session_user").fetchone()
-    assert admin is not None
+    login = runner.execute("SELECT session_user").fetchone()  # the runner's own login
+    assert admin is not None and login is not None
     assert rows == [
         ("node_dispatcher", admin[0], "PENDING", "READY"),  # started by the admin's session
-        ("dispatcher-7", "qtg_testnet_runner", "READY", "SUBMITTING"),
-        ("dispatcher-7", "qtg_testnet_runner", "SUBMITTING", "SUBMITTED"),
+        ("dispatcher-7", login[0], "READY", "SUBMITTING"),
+        ("dispatcher-7", login[0], "SUBMITTING", "SUBMITTED"),
     ]
+
+
+def test_notifications_carry_nothing_another_network_could_use(
+    db: TestDatabase, conn: Conn
+) -> None:
+    # PostgreSQL lets any login LISTEN on any channel: a mainnet runner can hear
+    # testnet's wake-ups. What it hears is a kind of work, never an id or amount.
+    eavesdropper = psycopg.connect(db.runner_dsn("mainnet"), autocommit=True)
+    try:
+        eavesdropper.execute('LISTEN "qtg_testnet_work"')
+        movement = create_started(conn, plan(node("a"), node("b", ["a"])), "ears-1")
+        (claimed,) = claim(conn)
+        conn.execute(
+            "SELECT complete_submit(%s, %s, 'ref-1', p_settled => true)",
+            (claimed["node_id"], claimed["claim_secret"]),
+        )
+        heard = [n.payload for n in eavesdropper.notifies(timeout=1, stop_after=10)]
+    finally:
+        eavesdropper.close()
+    assert heard, "the test heard nothing: it proves nothing"
+    assert set(heard) <= {"ready", "approved"}
+    assert not any(str(movement) in p or "ref-1" in p for p in heard)

@@ -1,7 +1,10 @@
 -- register_executor: adds or updates an executor in the registry, so plans that
--- name it can be validated against its node_config schema. Runners call it at
--- start-up for every executor they carry. has_side_effect is never turned off
--- for an executor that has nodes (QT041).
+-- name it can be validated against its node_config schema. An admin deploy
+-- step (`qtg executors register`, for the executors a build ships): the
+-- folder admin/ leaves it SECURITY INVOKER with no grant, so neither a runner
+-- nor an operator may call it; a runner checks at start that what it carries
+-- is registered as it is (registered_executors). has_side_effect is never
+-- turned off for an executor that has nodes (QT041).
 CREATE OR REPLACE FUNCTION register_executor(
     p_executor_key       text,
     p_has_side_effect    boolean,

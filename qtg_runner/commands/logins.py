@@ -1,0 +1,150 @@
+"""`qtg operator add|list|remove` and `qtg runner add|list|remove`: one database
+login per person and per runner, made by the admin (QTG_DATABASE_URL or the
+embedded server's superuser)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from qtg_runner.commands.common import cli_errors
+from qtg_runner.commands.run import NetworkOption, resolve_network
+from qtg_runner.config import load_settings
+from qtg_runner.db import logins
+from qtg_runner.db.embedded import database_url
+
+out = Console()
+
+CredentialsFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--credentials-file",
+        help=(
+            "Write the password to this file (pgpass format, created 0600) instead of the "
+            "credentials file (QTG_CREDENTIALS_FILE, else beside the embedded server's data "
+            "directory, else ~/.config/qtg/pgpass): e.g. a file to hand to that person alone."
+        ),
+    ),
+]
+
+ONE_PER: dict[logins.Kind, str] = {"operator": "person", "runner": "runner deployment"}
+WHAT: dict[logins.Kind, str] = {
+    "operator": (
+        "a person: creates, approves and cancels movements in their own name "
+        "(four eyes: the creator's login cannot approve)"
+    ),
+    "runner": "a runner deployment: `qtg run` and `qtg worker` log in as it, never as the admin",
+}
+
+
+def _make_app(kind: logins.Kind) -> typer.Typer:
+    group = f"qtg_<network>_{kind}"
+    app = typer.Typer(
+        help=(
+            f"{kind.capitalize()} logins, one per {ONE_PER[kind]}: login roles that "
+            f"are members of {group}, made by the admin (QTG_DATABASE_URL, or the embedded "
+            "server's superuser)."
+        ),
+        no_args_is_help=True,
+    )
+
+    @app.command(
+        "add",
+        help=(
+            f"Create the {kind} login NAME for {WHAT[kind]}.\n\n"
+            f"A login role that is a member of {group}, with a generated password (256 "
+            "bits, scram-sha-256: only its verifier reaches the server) written once to the "
+            "credentials file (pgpass format, 0600), and the connection limit and the "
+            f"statement, lock and idle-transaction timeouts configured on {group} (ALTER "
+            "ROLE on it changes them for the logins made afterwards). Refused when a role "
+            "of that name exists."
+        ),
+    )
+    def add_cmd(
+        name: Annotated[
+            str,
+            typer.Argument(
+                help="Login name: lower-case letters, digits and _, starting with a letter; "
+                "unique on the server (roles are shared by all its databases)."
+            ),
+        ],
+        network: NetworkOption = None,
+        credentials_file: CredentialsFileOption = None,
+    ) -> None:
+        with cli_errors():
+            settings = load_settings()
+            net = resolve_network(network)
+            passfile = (credentials_file or settings.credentials_file).absolute()
+            dsn = logins.add(database_url(settings), kind, net, name, passfile)
+        out.print(
+            f"{kind} login [bold]{name}[/bold] created on {net} (member of "
+            f"{logins.group_role(kind, net)}); its password is in {passfile}",
+            highlight=False,
+        )
+        use = "qtg run --as" if kind == "runner" else "qtg movement ... --as"
+        out.print(
+            f'connect with: psql "$(qtg db url --login {name})"  or  {use} {name}',
+            highlight=False,
+        )
+        if not logins.can_connect(dsn):
+            out.print(
+                f"[yellow]note[/yellow]: connecting as {name} from here failed; check the "
+                "server's pg_hba.conf for this login",
+                highlight=False,
+            )
+
+    @app.command("list")
+    def list_cmd(network: NetworkOption = None) -> None:
+        """List the logins of the network with their limits and open sessions."""
+        with cli_errors():
+            settings = load_settings()
+            net = resolve_network(network)
+            dsn = database_url(settings)
+            rows = logins.listed(dsn, kind, net, settings.credentials_file)
+        table = Table(title=f"{kind} logins of {net}", title_justify="left")
+        for column in ("login", "connection limit", "defaults", "sessions", "in credentials file"):
+            table.add_column(column)
+        for row, in_file in rows:
+            table.add_row(
+                row.name,
+                str(row.connection_limit),
+                ", ".join(row.settings),
+                str(row.sessions),
+                "yes" if in_file else "no",
+            )
+        out.print(table)
+
+    @app.command(
+        "remove",
+        help=(
+            f"Remove the {kind} login NAME: drop the role, end its open sessions and take "
+            "its password out of the credentials file. Refused for a name that is not a "
+            f"login of {group} (a superuser, another network's login, an unknown name). "
+            "Audit rows keep the name."
+        ),
+    )
+    def remove_cmd(
+        name: Annotated[str, typer.Argument(help="The login to remove.")],
+        network: NetworkOption = None,
+        credentials_file: CredentialsFileOption = None,
+    ) -> None:
+        with cli_errors():
+            settings = load_settings()
+            net = resolve_network(network)
+            passfile = (credentials_file or settings.credentials_file).absolute()
+            had = logins.remove(database_url(settings), kind, net, name, passfile)
+        out.print(
+            f"{kind} login {name} removed from {net}"
+            + (f"; its password removed from {passfile}" if had else ""),
+            highlight=False,
+        )
+
+    return app
+
+
+operator_app = _make_app("operator")
+runner_app = _make_app("runner")

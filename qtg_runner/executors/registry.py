@@ -1,0 +1,80 @@
+"""The executors this build ships, and how their registration is checked.
+
+Registering an executor (its key, whether it has a side effect, its node config
+schema) is the admin's deploy step: `qtg executors register` calls the
+admin-only register_executor for each of SHIPPED. A runner does not register
+anything: at start it reads the registry (registered_executors, a runner
+procedure) and refuses to run when an executor it carries is missing or
+registered otherwise (registration_problems), since the database validates
+plans and decides retries and recovery from what is registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.db import procs
+from qtg_runner.db.procs import RegisteredExecutor
+from qtg_runner.executors.base import Executor
+from qtg_runner.executors.sim import SimExecutor
+
+SHIPPED: tuple[type[Executor], ...] = (SimExecutor,)
+"""Every executor a runner of this build carries."""
+
+
+def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
+    """One instance of each shipped executor, by key, for a runner of ``network``."""
+    return {SimExecutor.key: SimExecutor(pool, network)}
+
+
+def registration_problems(
+    carried: Iterable[type[Executor] | Executor], registered: Iterable[RegisteredExecutor]
+) -> list[str]:
+    """One phrase per carried executor that is not registered exactly as it is carried."""
+    by_key = {row.executor_key: row for row in registered}
+    problems: list[str] = []
+    for executor in carried:
+        row = by_key.get(executor.key)
+        if row is None:
+            problems.append(f"executor {executor.key} is not registered")
+        elif row.has_side_effect != executor.has_side_effect:
+            problems.append(
+                f"executor {executor.key} is registered with has_side_effect="
+                f"{str(row.has_side_effect).lower()}, this runner's has "
+                f"{str(executor.has_side_effect).lower()}"
+            )
+        elif row.node_config_schema != executor.node_config_schema:
+            problems.append(
+                f"executor {executor.key} is registered with another node config schema"
+                " than this runner's"
+            )
+    return problems
+
+
+def register_shipped(admin_dsn: str, network: str) -> list[str]:
+    """Register every shipped executor in ``network``, in one transaction, as the
+    admin; one word per executor, in SHIPPED's order: registered, updated or
+    unchanged."""
+    conninfo = make_conninfo(admin_dsn, options=f"-c search_path={network},qtg")
+    results: list[str] = []
+    with psycopg.connect(conninfo) as conn:
+        before = {row.executor_key: row for row in procs.registered_executors().all(conn)}
+        for executor in SHIPPED:
+            procs.register_executor(
+                executor.key,
+                executor.has_side_effect,
+                executor.node_config_schema,
+                executor.description,
+            ).one(conn)
+            if executor.key not in before:
+                results.append("registered")
+            elif registration_problems([executor], [before[executor.key]]):
+                results.append("updated")
+            else:
+                results.append("unchanged")
+    return results
