@@ -7,7 +7,8 @@ One tick, for the process's network:
   2. run the worker's batch, which returns how many rows it processed; a batch
      that runs longer than the interval beats again every interval while it
      runs, since recovery takes the claims of a worker whose heartbeat stops
-     (two expected ticks) as the claims of a dead one;
+     (two expected ticks) as the claims of a dead one (a batch running for ten
+     intervals says so in the heartbeat's last_error);
   3. on success reset the consecutive-error counter; on an operational error
      (database, network, executor) count it and back off exponentially, to a
      60 s ceiling;
@@ -148,19 +149,42 @@ async def heartbeat(
         )
 
 
+LONG_BATCH_INTERVALS = 10
+"""A batch running longer than this many intervals says so in its heartbeat's
+last_error (worker_status shows it), while it keeps the worker alive."""
+
+
 async def _beating(
-    batch: Awaitable[int], interval: float, beat: Callable[[], Awaitable[None]]
+    batch: Awaitable[int], interval: float, beat: Callable[[str | None], Awaitable[None]]
 ) -> int:
-    """``batch``'s result; while it runs, ``beat`` every ``interval`` seconds."""
+    """``batch``'s result; while it runs, ``beat`` every ``interval`` seconds, with
+    a note once the batch has run for LONG_BATCH_INTERVALS intervals."""
+    clock = asyncio.get_running_loop().time
+    started = clock()
     task = asyncio.ensure_future(batch)
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=max(interval, 0.1))
             if done:
                 return task.result()
-            await beat()
+            running = clock() - started
+            long = running >= LONG_BATCH_INTERVALS * interval
+            await beat(f"batch running for {running:.0f} s" if long else None)
     finally:
         task.cancel()  # only ever pending when this wait itself was cancelled
+
+
+async def _beat_in_batch(
+    ctx: WorkerContext,
+    entry: WorkerEntry,
+    processed: int,
+    errors: int,
+    last_error: str | None,
+    note: str | None,
+) -> None:
+    """A heartbeat while a batch runs (see _beating)."""
+    expected = entry.interval + entry.jitter
+    await heartbeat(ctx, entry, expected, processed, errors, note or last_error)
 
 
 async def run_worker(
@@ -206,11 +230,11 @@ async def run_worker(
                 )
             try:
                 crash_point(entry.name)
-                expected = entry.interval + entry.jitter
-                beat = functools.partial(
-                    heartbeat, ctx, entry, expected, processed, errors, last_error
+                processed = await _beating(
+                    entry.batch(ctx, worker_id),
+                    entry.interval,
+                    functools.partial(_beat_in_batch, ctx, entry, processed, errors, last_error),
                 )
-                processed = await _beating(entry.batch(ctx, worker_id), entry.interval, beat)
             except OPERATIONAL_ERRORS as exc:
                 errors += 1
                 processed = 0

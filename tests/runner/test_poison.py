@@ -367,6 +367,7 @@ def test_a_batch_longer_than_the_interval_keeps_the_heartbeat_beating(
 ) -> None:
     interval = 0.1
     ticks: list[int] = []
+    notes: list[str | None] = []
     reader = bind(db.connect())
 
     def beats() -> int:
@@ -375,14 +376,23 @@ def test_a_batch_longer_than_the_interval_keeps_the_heartbeat_beating(
         ).fetchone()
         return int(row[0]) if row else 0
 
+    def note() -> str | None:
+        row = reader.execute(
+            "SELECT last_error FROM worker_heartbeats WHERE worker_name = 'slow'"
+        ).fetchone()
+        return row[0] if row else None
+
     async def batch(ctx: WorkerContext, worker_id: str) -> int:
         ticks.append(beats())
         # a long batch: its end is a condition, the heartbeat row beating on
-        for _ in range(200):
-            if beats() >= ticks[0] + 3:
+        for _ in range(400):
+            if beats() >= ticks[0] + 12:
                 break
+            if beats() == ticks[0] + 3:
+                notes.append(note())
             await asyncio.sleep(interval / 2)
         ticks.append(beats())
+        notes.append(note())
         return 0
 
     async def stop_after_one(delay: float, stop: asyncio.Event, wake: asyncio.Event) -> None:
@@ -397,4 +407,7 @@ def test_a_batch_longer_than_the_interval_keeps_the_heartbeat_beating(
 
     asyncio.run(scenario())
     assert ticks[0] == 1  # the tick before the batch
-    assert ticks[1] >= 4, ticks  # three more while it ran
+    assert ticks[1] >= 13, ticks  # and one an interval while it ran
+    # after ten intervals, the heartbeat says the batch runs long
+    assert notes[0] is None
+    assert notes[-1] is not None and notes[-1].startswith("batch running for "), notes
