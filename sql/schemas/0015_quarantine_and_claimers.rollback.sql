@@ -2,6 +2,7 @@ SET LOCAL ROLE qtg_owner;
 
 SELECT qtg_admin.apply_per_network($ddl$
 DROP INDEX movement_request_nodes_quarantined_idx;
+DROP INDEX movement_request_nodes_claimer_idx;
 DROP INDEX movement_request_nodes_ready_idx;
 CREATE INDEX movement_request_nodes_ready_idx ON movement_request_nodes (priority DESC, id)
     WHERE node_state = 'READY';

@@ -28,8 +28,9 @@
 --                       ticks), instead of waiting for the lease.
 -- engine_limits gains quarantine_after_lost_claims (3: one kill is chance,
 -- three in a row on the same node are not).
--- The partial indexes the claims read leave quarantined nodes out, and a new
--- one serves the quarantined_nodes view.
+-- The partial indexes the claims read leave quarantined nodes out; new ones
+-- serve recovery's look for a dead worker's open claims and the
+-- quarantined_nodes view.
 
 SET LOCAL ROLE qtg_owner;
 
@@ -56,6 +57,9 @@ CREATE INDEX movement_request_nodes_observable_idx ON movement_request_nodes (ne
 DROP INDEX movement_request_nodes_recoverable_idx;
 CREATE INDEX movement_request_nodes_recoverable_idx ON movement_request_nodes (lease_until)
     WHERE node_state IN ('UNKNOWN', 'SUBMITTING') AND quarantined_at IS NULL;
+-- recovery's look for the open claims of a dead worker
+CREATE INDEX movement_request_nodes_claimer_idx ON movement_request_nodes (claimer_instance, claimer_worker)
+    WHERE claimer_instance IS NOT NULL AND node_state IN ('UNKNOWN', 'SUBMITTING') AND quarantined_at IS NULL;
 CREATE INDEX movement_request_nodes_quarantined_idx ON movement_request_nodes (quarantined_at)
     WHERE quarantined_at IS NOT NULL AND finished_at IS NULL;
 $ddl$);

@@ -10,7 +10,13 @@
 --                 it missed two expected ticks (killed, or its host is gone).
 --                 Taken at once, whatever the lease says. A claimer that is
 --                 alive but silent (a hung call) is bounded by the lease only.
--- Up to p_max rows, oldest lease first, FOR UPDATE SKIP LOCKED.
+-- Up to p_max rows, oldest lease first, FOR UPDATE SKIP LOCKED. Each kind is
+-- found through its partial index (recoverable: the lease; claimer: a dead
+-- worker's open claims, once the dead workers are known), so the claim costs
+-- what is due, not what is in flight. Planned per call (force_custom_plan),
+-- with the clock and the dead instances as values: a plan that could not see
+-- how few they are scanned every node in flight instead (1.7 ms a call with
+-- 8,192 in flight).
 -- A node taken from a lost claim (every SUBMITTING one, and an UNKNOWN one
 -- still under a recovery claim that named its worker's instance) counts one
 -- more lost claim; one whose lost
@@ -48,6 +54,7 @@ CREATE OR REPLACE FUNCTION claim_recovery_nodes(
     intent             jsonb
 )
 LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     v_now        timestamptz := clock();
@@ -55,9 +62,18 @@ DECLARE
     v_take       bigint[];   -- the candidates handed out,
     v_doomed     bigint[];   -- and those quarantined instead,
     v_doomed_for integer[];  -- with their lost claims in a row
+    v_dead_workers   text[]; -- the heartbeats that say their worker is dead
+    v_dead_instances text[];
 BEGIN
     PERFORM check_claim_args('claim_recovery_nodes', p_worker, p_max, p_lease_seconds, p_instance_id);
     SELECT quarantine_after_lost_claims INTO STRICT v_limit FROM engine_limits;
+
+    -- the workers known dead, first: their open claims are then found through
+    -- the claimer index, as the run-out leases are through the recoverable one
+    SELECT coalesce(array_agg(hb.worker_name), '{}'), coalesce(array_agg(hb.instance_id), '{}')
+      INTO v_dead_workers, v_dead_instances
+      FROM worker_heartbeats hb
+     WHERE NOT hb.live OR v_now - hb.last_tick_at > hb.expected_interval_seconds * 2;
 
     WITH candidates AS (
         SELECT node.id, node.lease_until,
@@ -66,12 +82,10 @@ BEGIN
          WHERE node.node_state IN ('UNKNOWN', 'SUBMITTING')
            AND node.quarantined_at IS NULL
            AND (node.lease_until <= v_now
-                OR (node.claimer_instance IS NOT NULL AND EXISTS (
-                        SELECT 1
-                          FROM worker_heartbeats hb
-                         WHERE hb.worker_name = node.claimer_worker
-                           AND hb.instance_id = node.claimer_instance
-                           AND (NOT hb.live OR v_now - hb.last_tick_at > hb.expected_interval_seconds * 2))))
+                OR (node.claimer_instance = ANY (v_dead_instances)
+                    AND (node.claimer_worker, node.claimer_instance) IN (
+                            SELECT d.worker, d.instance
+                              FROM unnest(v_dead_workers, v_dead_instances) AS d(worker, instance))))
          ORDER BY node.lease_until, node.id
          LIMIT p_max
            FOR UPDATE OF node SKIP LOCKED
