@@ -47,7 +47,12 @@ from qtg_runner.db import procs
 from qtg_runner.db.logins import MEMBER_QUERY, group_role, member_problem
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import Executor
-from qtg_runner.executors.registry import SHIPPED, build, registration_problems
+from qtg_runner.executors.registry import (
+    SHIPPED,
+    build,
+    registration_problems,
+    schema_differences,
+)
 from qtg_runner.limits import ReportLimits, read_report_limits
 from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext, WorkerEntry, run_worker
@@ -130,7 +135,16 @@ async def check_deployment(
     problem = member_problem(row, "runner", network)
     if problem is not None:
         raise DeployError(problem)
-    problems = registration_problems(carried, await procs.registered_executors().aall(conn))
+    registered = await procs.registered_executors().aall(conn)
+    for key in schema_differences(carried, registered):
+        event(
+            logging.WARNING,
+            "executor_schema_differs",
+            executor=key,
+            network=network,
+            detail="the registered node config schema is not this build's (an approved proposal?)",
+        )
+    problems = registration_problems(carried, registered)
     if problems:
         raise DeployError(
             f"{'; '.join(problems)} on {network}: the admin registers this build's "

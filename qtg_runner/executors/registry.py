@@ -5,8 +5,11 @@ schema) is the admin's deploy step: `qtg executors register` calls the
 admin-only register_executor for each of SHIPPED. A runner does not register
 anything: at start it reads the registry (registered_executors, a runner
 procedure) and refuses to run when an executor it carries is missing or
-registered otherwise (registration_problems), since the database validates
-plans and decides retries and recovery from what is registered.
+registered with another has_side_effect (registration_problems), since the
+database decides retries and recovery from it. A registered node config schema
+other than the build's is allowed and reported (schema_differences): operators
+change it through an approved executor-config proposal, e.g. to tighten a
+range; the next `qtg executors register` puts the build's schema back.
 """
 
 from __future__ import annotations
@@ -48,12 +51,20 @@ def registration_problems(
                 f"{str(row.has_side_effect).lower()}, this runner's has "
                 f"{str(executor.has_side_effect).lower()}"
             )
-        elif row.node_config_schema != executor.node_config_schema:
-            problems.append(
-                f"executor {executor.key} is registered with another node config schema"
-                " than this runner's"
-            )
     return problems
+
+
+def schema_differences(
+    carried: Iterable[type[Executor] | Executor], registered: Iterable[RegisteredExecutor]
+) -> list[str]:
+    """The keys of carried executors registered with another node config schema."""
+    by_key = {row.executor_key: row for row in registered}
+    return [
+        executor.key
+        for executor in carried
+        if executor.key in by_key
+        and by_key[executor.key].node_config_schema != executor.node_config_schema
+    ]
 
 
 def register_shipped(admin_dsn: str, network: str) -> list[str]:
@@ -73,7 +84,9 @@ def register_shipped(admin_dsn: str, network: str) -> list[str]:
             ).one(conn)
             if executor.key not in before:
                 results.append("registered")
-            elif registration_problems([executor], [before[executor.key]]):
+            elif registration_problems([executor], [before[executor.key]]) or schema_differences(
+                [executor], [before[executor.key]]
+            ):
                 results.append("updated")
             else:
                 results.append("unchanged")
