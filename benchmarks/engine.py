@@ -20,9 +20,10 @@ def bind(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 
 
 def make_template(cluster: Cluster) -> str:
-    """A migrated database with the sim executor registered, to clone per case."""
+    """A migrated database with the sim executor registered and its lane presets
+    given their rows (a plan names only lanes that have one), to clone per case."""
     from qtg_runner.db.migrate import mark_test_database, migrate
-    from qtg_runner.executors.sim import SimExecutor
+    from qtg_runner.executors.sim import SimExecutor, lane_baselines
 
     logging.getLogger("yoyo").setLevel(logging.WARNING)
     dsn = cluster.create_db(TEMPLATE)
@@ -36,6 +37,10 @@ def make_template(cluster: Cluster) -> str:
             SimExecutor.node_config_schema,
             SimExecutor.description,
         ).one(conn)
+        for lane, pacing in lane_baselines().items():
+            procs.upsert_lane_baseline(
+                lane, pacing["baseline_seconds"], pacing["min_poll_seconds"]
+            ).one(conn)
     cluster.disconnect_all(TEMPLATE)
     return TEMPLATE
 
@@ -56,12 +61,11 @@ def create_movements(
     """``count`` movements through create_movement (and approve_movement), sent
     ``chunk`` calls at a time in a pipeline.
 
-    Set-up only, never measured. create_movement's cycle check (a recursive
-    CTE over the plan's edges) is estimated at millions of rows, and PostgreSQL
-    sizes the recursive UNION's hash table from that estimate, bounded by
-    work_mem: about 9 ms a call at the default 4MB, almost all of it
-    allocating that table. A small work_mem for this session keeps set-up fast
-    without touching the procedure (reported as a finding, see README).
+    Set-up only, never measured. create_movement's cycle check was once a
+    recursive CTE whose hash table PostgreSQL sized from an estimate of
+    millions of rows, bounded by work_mem (about 9 ms a call at the default
+    4MB); check_plan now walks the plan's edges once (Kahn's), and the small
+    work_mem kept here no longer matters.
     """
     conn.execute("SET work_mem = '64kB'")
     done = 0

@@ -99,6 +99,9 @@ def run(cluster: Cluster, steps: int, log_dir: Path) -> dict[str, Any]:
         procs.upsert_lane_baseline(
             "bench_parent", Decimal("0.05"), min_poll_seconds=0, max_poll_seconds=1
         ).one(conn)
+        procs.upsert_lane_baseline("bench_child", 60).one(
+            conn
+        )  # a plan names only lanes with a row
         engine.create_movements(conn, 2 * steps, two_step_plan(), "lat-")
         engine.vacuum_analyze(conn)
         pairs = conn.execute(

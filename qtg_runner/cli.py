@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 import qtg_runner.db.migrate as migrations
-from qtg_runner.commands.common import FIXABLE, cli_errors, fail
+from qtg_runner.commands.common import QtgGroup, cli_errors
 from qtg_runner.config import ConfigError, load_settings
 from qtg_runner.credentials import without_password
 from qtg_runner.db.embedded import database_url
@@ -25,6 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=QtgGroup,  # every error as one `qtg: error:` line (commands/common.py)
 )
 db_app = typer.Typer(
     help=(
@@ -130,7 +131,9 @@ def migrate_cmd() -> None:
 def rollback_cmd(
     count: Annotated[
         int,
-        typer.Option("--count", "-n", min=1, help="How many of the newest migrations to undo."),
+        typer.Option(
+            "--count", "-n", min=1, max=10000, help="How many of the newest migrations to undo."
+        ),
     ] = 1,
     all_: Annotated[
         bool, typer.Option("--all", help="Undo every applied migration (drops all QTG schemas).")
@@ -186,13 +189,11 @@ app.command("demo")(demo.demo_cmd)
 
 
 def run() -> None:
-    """The `qtg` console script: the app, with the errors an operator can fix
-    (a bad setting, an unreachable or unusable database, a missing login or
-    registration) as one line on stderr and exit code 1 instead of a traceback."""
-    try:
-        app()
-    except FIXABLE as exc:
-        raise SystemExit(fail(exc).exit_code) from None
+    """The `qtg` console script. Every error, whatever raised it, ends as one
+    `qtg: error: ...` line on stderr and a non-zero exit (QtgGroup: 2 for a
+    bad input or a procedure's refusal, 1 for the environment), never a
+    traceback."""
+    app()
 
 
 if __name__ == "__main__":

@@ -90,6 +90,13 @@ def register_sim(
     procs.register_executor(key, has_side_effect, SIM_SCHEMA, "test executor").one(conn)
 
 
+def add_lanes(conn: psycopg.Connection[Any], *lanes: str, baseline: float = 60) -> None:
+    """Give each lane a row of lane_baselines (the default lane's pacing: a 60 s
+    baseline), as the owner's deploy step: a plan may only name a lane that has one."""
+    for lane in lanes:
+        procs.upsert_lane_baseline(lane, baseline).one(conn)
+
+
 def node(
     key: str,
     depends_on: Iterable[str] = (),
@@ -235,6 +242,24 @@ def snapshot(
         ).fetchall()
         result[table] = [r[0] for r in rows]
     return result
+
+
+def fingerprint(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, str]]:
+    """The row count and an md5 of the rows of every table in the database (every
+    schema: both networks, qtg, the sim world, the migration log): equal before
+    and after a refused call, it proves that the call wrote nothing."""
+    tables = conn.execute(
+        "SELECT schemaname, tablename FROM pg_tables"
+        " WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2"
+    ).fetchall()
+    query = sql.SQL(" UNION ALL ").join(
+        sql.SQL(
+            "SELECT {}, count(*), md5(coalesce(string_agg(t::text, ',' ORDER BY t::text), ''))"
+            " FROM {} t"
+        ).format(sql.Literal(f"{schema}.{table}"), sql.Identifier(schema, table))
+        for schema, table in tables
+    )
+    return {name: (count, digest) for name, count, digest in conn.execute(query)}
 
 
 def assert_rejected(

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from qtg_runner.executors.sim import SimExecutor
+from qtg_runner.executors.sim import SimExecutor, lane_baselines
 
 QTG = str(Path(sys.executable).with_name("qtg"))
 T = TypeVar("T")
@@ -149,7 +149,9 @@ def runners(log_dir: Path) -> Iterator[Runners]:
 
 def register_runner_sim(conn: psycopg.Connection[Any]) -> None:
     """Register the runner's own sim executor (its real config schema), as the
-    admin's `qtg executors register` does: a runner refuses to start without it."""
+    admin's `qtg executors register` does: a runner refuses to start without it;
+    and give its lane presets their rows (the owner's deploy step, as the demo
+    takes it): a plan names only lanes that have one."""
     conn.execute(
         "SELECT register_executor(%s, %s, %s::jsonb, %s)",
         (
@@ -159,6 +161,11 @@ def register_runner_sim(conn: psycopg.Connection[Any]) -> None:
             SimExecutor.description,
         ),
     )
+    for lane, pacing in lane_baselines().items():
+        conn.execute(
+            "SELECT upsert_lane_baseline(%s, %s::numeric, %s::numeric)",
+            (lane, pacing["baseline_seconds"], pacing["min_poll_seconds"]),
+        )
 
 
 def heartbeats(conn: psycopg.Connection[Any], pid: int) -> dict[str, dict[str, Any]]:

@@ -1,19 +1,61 @@
-"""What the sub-commands share: the errors an operator can fix, as one line."""
+"""What the sub-commands share: their inputs parsed strictly, and every error as
+one line.
+
+The error contract of `qtg`: whatever goes wrong (a bad argument, file, id,
+amount or duration, a procedure's refusal, an unreachable database, a bug)
+ends in exactly one line on stderr, `qtg: error: ...`, and a non-zero exit:
+
+    2   the command line or an input is wrong (usage), or a procedure refused
+        the call with its QT SQLSTATE (the line carries the code and its hint)
+    1   the environment is: a setting, the database, a migration; or a bug
+        (the traceback is logged only with --verbose)
+    130 interrupted (Ctrl-C)
+
+``QtgGroup`` is the root command's class: it runs the command without click's
+own error display and turns every exception into that line. The parsers below
+(``parse_amount``, ``parse_duration``, ``read_json_file``, ...) refuse what
+PostgreSQL or Python would otherwise fail on later: NaN and Infinity, numbers
+a double cannot hold, JSON nested too deep, a file that is not UTF-8.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import logging
+import math
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, NoReturn
 
 import psycopg
 import typer
+from typer._click.exceptions import NoArgsIsHelpError  # typer vendors click
+from typer.core import TyperGroup
 
 from qtg_runner.config import ConfigError
 from qtg_runner.credentials import CredentialsError
+from qtg_runner.db import procs
 from qtg_runner.db.embedded import EmbeddedServerError
 from qtg_runner.db.logins import LoginError
 from qtg_runner.db.migrate import MigrationError
 from qtg_runner.runtime import DeployError
+
+log = logging.getLogger("qtg.cli")
+
+BIGINT_MAX = 2**63 - 1
+"""The largest id a movement, node or proposal can have (bigint)."""
+
+MAX_JSON_FILE_BYTES = 4 * 1024 * 1024
+"""A plan file larger than this is refused before it is read (the engine's own
+bound, engine_limits.max_plan_bytes, is 1 MiB)."""
+
+MAX_JSON_DEPTH = 64
+"""JSON nested deeper than this is refused (a plan is four levels deep)."""
 
 FIXABLE: tuple[type[BaseException], ...] = (
     ConfigError,
@@ -24,17 +66,31 @@ FIXABLE: tuple[type[BaseException], ...] = (
     MigrationError,
     psycopg.Error,
 )
-"""Errors that say what to fix: `qtg` prints them as one `qtg: error:` line, exit 1."""
+"""Errors of the environment that say what to fix: one `qtg: error:` line, exit 1."""
+
+USAGE = 2
+ENVIRONMENT = 1
+INTERRUPTED = 130
 
 
-def one_line(exc: BaseException) -> str:
+class CommandError(Exception):
+    """A command's own refusal: printed as the one error line, with its exit code."""
+
+    def __init__(self, message: str, exit_code: int = USAGE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+def one_line(exc: BaseException | str) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def fail(exc: BaseException) -> typer.Exit:
-    """Print ``exc`` as the one error line; the caller raises the returned Exit(1)."""
-    typer.echo(f"qtg: error: {one_line(exc)}", err=True)
-    return typer.Exit(1)
+    """Print ``exc`` as the one error line; the caller raises the returned Exit."""
+    message, code = describe(exc)
+    typer.echo(f"qtg: error: {message}", err=True)
+    return typer.Exit(code)
 
 
 @contextmanager
@@ -49,3 +105,212 @@ def cli_errors() -> Iterator[None]:
         if type(exc).__module__.startswith("yoyo"):
             raise fail(exc) from None
         raise
+
+
+def describe(exc: BaseException) -> tuple[str, int]:
+    """The one line (without ``qtg: error:``) and the exit code for ``exc``."""
+    if isinstance(exc, CommandError):
+        return one_line(exc.message), exc.exit_code
+    if isinstance(exc, procs.Refused):
+        hint = f" hint: {exc.hint}" if exc.hint else ""
+        return one_line(f"refused ({exc.sqlstate}): {exc.message}.{hint}"), USAGE
+    if isinstance(exc, psycopg.Error):
+        sqlstate = exc.sqlstate or ""
+        if sqlstate.startswith("QT"):
+            diag = exc.diag
+            hint = f" hint: {diag.message_hint}" if diag.message_hint else ""
+            return one_line(f"({sqlstate}) {diag.message_primary}.{hint}"), USAGE
+        return one_line(exc), ENVIRONMENT
+    if isinstance(exc, typer.TyperException):  # click's usage errors and friends
+        return one_line(exc.format_message()), exc.exit_code
+    if isinstance(exc, FIXABLE) or type(exc).__module__.startswith("yoyo"):
+        return one_line(exc), ENVIRONMENT
+    return (
+        one_line(f"unexpected {type(exc).__name__}: {exc} (run with --verbose for the traceback)"),
+        ENVIRONMENT,
+    )
+
+
+class QtgGroup(TyperGroup):
+    """The root command: every error ends as one `qtg: error:` line (see the
+    module's contract), never click's error box nor a traceback."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as exc:
+            # `qtg` or `qtg movement` alone: the help, as click shows it
+            typer.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+            sys.exit(USAGE)
+        except (KeyboardInterrupt, typer.Abort):
+            typer.echo("qtg: error: interrupted", err=True)
+            sys.exit(INTERRUPTED)
+        except Exception as exc:  # the contract: one line for anything
+            if not isinstance(exc, (typer.TyperException, CommandError, procs.Refused, *FIXABLE)):
+                log.debug("unexpected error", exc_info=exc)
+            try:
+                message, status = describe(exc)
+            except Exception:  # the description itself failed: still one line
+                message, status = f"unexpected {type(exc).__name__}", ENVIRONMENT
+            typer.echo(f"qtg: error: {message}", err=True)
+            sys.exit(status)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+# -- parsing the inputs strictly -------------------------------------------------
+
+_AMOUNT = re.compile(r"^[0-9]{1,32}(\.[0-9]{1,6})?$")
+_DURATION = re.compile(r"^([0-9]{1,9}(?:\.[0-9]{1,6})?)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION = timedelta(days=3650)
+
+
+def bad(message: str, param: str | None = None) -> NoReturn:
+    """Refuse an input: the one error line, exit 2."""
+    raise typer.BadParameter(message, param_hint=param)
+
+
+def parse_amount(text: str, param: str = "--amount") -> Decimal:
+    """A positive decimal amount written plainly (digits, at most 6 decimals):
+    no exponent, sign, NaN or Infinity. The engine's own bound
+    (engine_limits.max_amount) is checked by create_movement."""
+    value = text.strip()
+    if not _AMOUNT.match(value):
+        bad(
+            f"{text!r} is not an amount: write it as digits with at most 6 decimals, e.g. 250000.5",
+            param,
+        )
+    try:
+        amount = Decimal(value)
+    except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
+        bad(f"{text!r} is not a number", param)
+    if amount <= 0:
+        bad(f"{text!r} is not positive", param)
+    return amount
+
+
+def parse_duration(text: str, param: str = "--expires-in") -> timedelta:
+    """A positive duration such as 90s, 30m, 2h or 1d, at most ten years."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        bad(f"{text!r} is not a duration like 90s, 30m, 2h or 1d", param)
+    seconds = Decimal(match.group(1)) * _UNITS[match.group(2)]
+    if seconds <= 0:
+        bad(f"{text!r} is not a positive duration", param)
+    if seconds > Decimal(MAX_DURATION.total_seconds()):
+        bad(f"{text!r} is longer than {MAX_DURATION.days} days", param)
+    return timedelta(seconds=float(seconds))
+
+
+def finite(value: float, param: str, low: float | None = None, high: float | None = None) -> float:
+    """``value`` when it is a finite number within [low, high] (click's own
+    ranges let NaN through: it compares false with every bound)."""
+    if (
+        not math.isfinite(value)
+        or (low is not None and value < low)
+        or (high is not None and value > high)
+    ):
+        bounds = f" in [{low:g}, {high:g}]" if low is not None and high is not None else ""
+        bad(f"{value!r} is not a finite number{bounds}", param)
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float, refused when a double cannot hold it: beyond
+    1.8e308 (it would read as Infinity) or so small it reads as 0."""
+    value = float(text)
+    mantissa = re.split("[eE]", text, maxsplit=1)[0]
+    if not math.isfinite(value) or (value == 0 and any(c in "123456789" for c in mantissa)):
+        raise ValueError(f"the number {text[:30]} is beyond what a double holds")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How many arrays and objects are nested in ``value`` (0 for a scalar),
+    counted level by level, without recursion."""
+    depth, level = 0, [value]
+    while True:
+        containers = [item for item in level if isinstance(item, dict | list)]
+        if not containers:
+            return depth
+        depth += 1
+        level = [
+            child
+            for item in containers
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+
+
+def loads(text: str, what: str, param: str | None = None) -> Any:
+    """Parse JSON strictly: no NaN or Infinity, no number beyond a double, at
+    most MAX_JSON_DEPTH levels."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError:
+        bad(f"{what} is nested too deeply (at most {MAX_JSON_DEPTH} levels)", param)
+    except ValueError as exc:  # JSONDecodeError included, and an integer of thousands of digits
+        bad(f"{what} is not valid JSON: {one_line(exc)}", param)
+    if _depth(value) > MAX_JSON_DEPTH:
+        bad(f"{what} is nested too deeply (at most {MAX_JSON_DEPTH} levels)", param)
+    return value
+
+
+def read_json_file(
+    path: Path, what: str, param: str, stdin: Callable[[], str] | None = None
+) -> Any:
+    """The JSON document in ``path`` ('-' for stdin), with every way a file can
+    be wrong refused as one line: missing, a directory, unreadable, too large,
+    not UTF-8, not JSON."""
+    if str(path) == "-":
+        text = (stdin or sys.stdin.read)()
+        return loads(text, what, param)
+    try:
+        if path.is_dir():
+            bad(f"{path} is a directory, not a {what} file", param)
+        with path.open("rb") as fh:
+            data = fh.read(MAX_JSON_FILE_BYTES + 1)
+    except FileNotFoundError:
+        bad(f"{path}: no such file", param)
+    except PermissionError:
+        bad(f"{path}: permission denied", param)
+    except OSError as exc:
+        bad(f"{path}: cannot be read: {exc.strerror or exc}", param)
+    if len(data) > MAX_JSON_FILE_BYTES:
+        bad(f"{path} is larger than {MAX_JSON_FILE_BYTES // (1024 * 1024)} MiB", param)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad(f"{path} is not UTF-8 text (byte {exc.start})", param)
+    return loads(text, f"{path}", param)
+
+
+def parse_params(items: Sequence[str], param: str = "--param") -> dict[str, Any]:
+    """``key=value`` pairs; a value that parses as JSON is taken as JSON
+    (strictly, see ``loads``), anything else as a string."""
+    params: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            bad(f"{item!r} is not key=value", param)
+        key, raw = item.split("=", 1)
+        if not key:
+            bad(f"{item!r} has no key", param)
+        try:
+            json.loads(raw, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            params[key] = raw
+            continue
+        params[key] = loads(raw, f"the value of {key}", param)
+    return params

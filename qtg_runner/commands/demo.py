@@ -28,7 +28,7 @@ from rich.live import Live
 from rich.table import Table
 
 from qtg_runner import credentials
-from qtg_runner.commands.common import cli_errors
+from qtg_runner.commands.common import CommandError, cli_errors, finite
 from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import NetworkMode, load_settings
 from qtg_runner.db import logins, procs
@@ -306,10 +306,10 @@ async def run_demo(
 def demo_cmd(
     network: NetworkOption = None,
     scale: Annotated[
-        float, typer.Option(min=1, help="How many times faster than real lanes.")
+        float, typer.Option(min=1, max=10000, help="How many times faster than real lanes.")
     ] = 60.0,
     timeout: Annotated[
-        float, typer.Option(min=10, help="Give up after this many seconds.")
+        float, typer.Option(min=10, max=86400, help="Give up after this many seconds.")
     ] = 240.0,
 ) -> None:
     """Run a batch of realistic movements end to end with the sim executor.
@@ -321,14 +321,14 @@ def demo_cmd(
     run as runner1, each over their own login. Needs MG_WORKERS_ENABLED=true
     (`make run` sets it), like every drill.
     """
+    finite(scale, "--scale", 1, 10000)
+    finite(timeout, "--timeout", 10, 86400)
     settings = load_settings()
     if not settings.workers_enabled:
-        typer.echo(
+        raise CommandError(
             "MG_WORKERS_ENABLED is false: the demo runs workers and refuses to start. "
-            "Run it with MG_WORKERS_ENABLED=true qtg demo (or make run).",
-            err=True,
+            "Run it with MG_WORKERS_ENABLED=true qtg demo (or make run)."
         )
-        raise typer.Exit(2)
     configure(logging.WARNING)
     net = resolve_network(network)
     with cli_errors():

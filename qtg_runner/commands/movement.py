@@ -5,18 +5,16 @@ person: their own login (QTG_DATABASE_URL is their DSN, or --as NAME picks a
 login from the credentials file), exactly as they would in psql. The
 procedures take the actor from the login; nothing here names one. create,
 approve and cancel refuse a login that is not an operator of the network
-(a superuser included: the admin is not a person).
+(a superuser included: the admin is not a person). Inputs are parsed
+strictly (commands/common.py), and every error, a procedure's refusal
+included, is one `qtg: error:` line.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +23,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from qtg_runner.commands.common import (
+    BIGINT_MAX,
+    CommandError,
+    parse_amount,
+    parse_duration,
+    parse_params,
+    read_json_file,
+)
 from qtg_runner.commands.run import AsOption, NetworkOption, resolve_network
 from qtg_runner.config import load_settings
 from qtg_runner.db import procs
@@ -36,7 +42,7 @@ app = typer.Typer(help="Create, approve, cancel and inspect movements.", no_args
 out = Console()
 err = Console(stderr=True)
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+MovementId = Annotated[int, typer.Argument(min=1, max=BIGINT_MAX, help="Movement id.")]
 
 
 class ProcedureError(Exception):
@@ -48,57 +54,16 @@ def connect(
     network: str | None, as_login: str | None = None, *, operator: bool = False
 ) -> Iterator[psycopg.Connection[Any]]:
     """A connection bound to the network, as the person (``as_login``, or whoever
-    QTG_DATABASE_URL names); with ``operator`` only an operator login of the network."""
+    QTG_DATABASE_URL names); with ``operator`` only an operator login of the network.
+    An error in the block, a procedure's refusal included, reaches QtgGroup,
+    which prints it as the one error line (exit 2 for a QT SQLSTATE)."""
     net = resolve_network(network)
     settings = load_settings()
     conninfo = bound_conninfo(login_dsn(database_url(settings), as_login, settings), net, "qtg-cli")
-    try:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            if operator:
-                check_member(conn, "operator", net)
-            yield conn
-    except psycopg.errors.Error as exc:
-        diag = exc.diag
-        if exc.sqlstate and exc.sqlstate.startswith("QT"):
-            err.print(f"[red]error[/red] ({exc.sqlstate}): {diag.message_primary}")
-            if diag.message_hint:
-                err.print(f"hint: {diag.message_hint}")
-            raise typer.Exit(2) from None
-        raise
-    except procs.Refused as exc:
-        err.print(f"[red]refused[/red] ({exc.sqlstate}): {exc.message}")
-        if exc.hint:
-            err.print(f"hint: {exc.hint}")
-        raise typer.Exit(2) from None
-
-
-def parse_duration(text: str) -> timedelta:
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise typer.BadParameter(f"{text!r} is not a duration like 90s, 30m, 2h or 1d")
-    value, unit = float(match.group(1)), match.group(2)
-    return timedelta(seconds=value * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit])
-
-
-def parse_amount(text: str) -> Decimal:
-    try:
-        amount = Decimal(text)
-    except InvalidOperation:
-        raise typer.BadParameter(f"{text!r} is not a number") from None
-    return amount
-
-
-def parse_params(items: list[str]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise typer.BadParameter(f"{item!r} is not key=value", param_hint="--param")
-        key, raw = item.split("=", 1)
-        try:
-            params[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            params[key] = raw
-    return params
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        if operator:
+            check_member(conn, "operator", net)
+        yield conn
 
 
 @app.command("create")
@@ -135,21 +100,25 @@ def create_cmd(
     who may not approve it). Prints its id."""
     if (plan is None) == (template is None):
         raise typer.BadParameter("give exactly one of --plan or --template")
-    plan_doc: dict[str, Any] | None = None
+    if param and template is None:
+        raise typer.BadParameter("--param goes with --template", param_hint="--param")
+    value = parse_amount(amount)
+    plan_doc: Any = None
     if plan is not None:
-        text = sys.stdin.read() if str(plan) == "-" else plan.read_text()
-        try:
-            plan_doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise typer.BadParameter(f"{plan} is not JSON: {exc}", param_hint="--plan") from None
-    expires_at = datetime.now(UTC) + parse_duration(expires_in) if expires_in else None
+        plan_doc = read_json_file(plan, "plan", "--plan")
+        if not isinstance(plan_doc, dict):
+            raise typer.BadParameter(
+                f'{plan} is not a plan: a JSON object {{"nodes": [...]}}', param_hint="--plan"
+            )
+    params = parse_params(param or []) if template else None
+    expires_at = None if expires_in is None else datetime.now(UTC) + parse_duration(expires_in)
     with connect(network, as_login, operator=True) as conn:
         created = procs.create_movement(
             external_id,
-            parse_amount(amount),
+            value,
             plan=plan_doc,
             template=template,
-            params=parse_params(param or []) if template else None,
+            params=params,
             asset=asset,
             expires_at=expires_at,
             callback_url=callback_url,
@@ -160,7 +129,7 @@ def create_cmd(
 
 @app.command("approve")
 def approve_cmd(
-    movement_id: Annotated[int, typer.Argument(help="Movement id.")],
+    movement_id: MovementId,
     network: NetworkOption = None,
     as_login: AsOption = None,
 ) -> None:
@@ -173,7 +142,7 @@ def approve_cmd(
 
 @app.command("cancel")
 def cancel_cmd(
-    movement_id: Annotated[int, typer.Argument(help="Movement id.")],
+    movement_id: MovementId,
     reason: Annotated[str | None, typer.Option(help="Why (recorded in the audit log).")] = None,
     network: NetworkOption = None,
     as_login: AsOption = None,
@@ -215,7 +184,7 @@ def rows_table(cur: psycopg.Cursor[Any], title: str, columns: list[str] | None =
 
 @app.command("show")
 def show_cmd(
-    movement_id: Annotated[int, typer.Argument(help="Movement id.")],
+    movement_id: MovementId,
     network: NetworkOption = None,
     as_login: AsOption = None,
 ) -> None:
@@ -224,8 +193,7 @@ def show_cmd(
         cur = conn.execute("SELECT * FROM movement_progress WHERE movement_id = %s", (movement_id,))
         row = cur.fetchone()
         if row is None:
-            err.print(f"[red]error[/red]: movement {movement_id} does not exist on this network")
-            raise typer.Exit(2)
+            raise CommandError(f"movement {movement_id} does not exist on this network")
         names = [c.name for c in cur.description or ()]
         summary = Table(show_header=False, title=f"movement {movement_id}", title_justify="left")
         summary.add_column("field")

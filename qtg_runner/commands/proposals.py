@@ -16,7 +16,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from qtg_runner.commands.movement import _fmt, connect, err, out
+from qtg_runner.commands.common import BIGINT_MAX, CommandError
+from qtg_runner.commands.movement import _fmt, connect, out
 from qtg_runner.commands.run import AsOption, NetworkOption
 from qtg_runner.db import procs
 
@@ -24,6 +25,9 @@ app = typer.Typer(
     help="List, approve and reject configuration proposals (lane pacing, templates, executors).",
     no_args_is_help=True,
 )
+
+
+ProposalId = Annotated[int, typer.Argument(min=1, max=BIGINT_MAX, help="Proposal id.")]
 
 
 def _compact(value: Any) -> str:
@@ -58,7 +62,7 @@ def list_cmd(network: NetworkOption = None, as_login: AsOption = None) -> None:
 
 @app.command("approve")
 def approve_cmd(
-    proposal_id: Annotated[int, typer.Argument(help="Proposal id.")],
+    proposal_id: ProposalId,
     network: NetworkOption = None,
     as_login: AsOption = None,
 ) -> None:
@@ -67,17 +71,17 @@ def approve_cmd(
         try:
             state = procs.approve_proposal(proposal_id).one(conn)
         except procs.Refused as refused:
-            err.print(f"[red]refused[/red] ({refused.sqlstate}): {refused.message}")
-            if refused.hint:
-                err.print(f"hint: {refused.hint}")
-            err.print(f"proposal {proposal_id} is still PROPOSED; the refusal is in the audit log")
-            raise typer.Exit(2) from None
+            hint = f" hint: {refused.hint}" if refused.hint else ""
+            raise CommandError(
+                f"refused ({refused.sqlstate}): {refused.message}; proposal {proposal_id} is still"
+                f" PROPOSED and the refusal is in the audit log.{hint}"
+            ) from None
     out.print(f"proposal {proposal_id} {state}")
 
 
 @app.command("reject")
 def reject_cmd(
-    proposal_id: Annotated[int, typer.Argument(help="Proposal id.")],
+    proposal_id: ProposalId,
     reason: Annotated[str, typer.Option(help="Why (kept with the proposal and audited).")],
     network: NetworkOption = None,
     as_login: AsOption = None,

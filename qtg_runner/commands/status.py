@@ -11,6 +11,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
+from qtg_runner.commands.common import finite
 from qtg_runner.commands.movement import connect, out, rows_table
 from qtg_runner.commands.run import AsOption, NetworkOption
 
@@ -62,12 +63,13 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
 def status_cmd(
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")] = False,
     interval: Annotated[
-        float, typer.Option(min=0.2, help="Seconds between refreshes with --watch.")
+        float, typer.Option(min=0.2, max=3600, help="Seconds between refreshes with --watch.")
     ] = 1.0,
     network: NetworkOption = None,
     as_login: AsOption = None,
 ) -> None:
     """Pipeline counts, in-flight nodes (phase, next observation), workers and stuck nodes."""
+    finite(interval, "--interval", 0.2, 3600)
     with connect(network, as_login) as conn:
         if not watch:
             out.print(render(conn))

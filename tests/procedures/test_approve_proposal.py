@@ -24,7 +24,15 @@ from decimal import Decimal
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import SIM_SCHEMA, assert_rejected, in_one_transaction, node, plan, snapshot
+from engine import (
+    SIM_SCHEMA,
+    add_lanes,
+    assert_rejected,
+    in_one_transaction,
+    node,
+    plan,
+    snapshot,
+)
 from rows import (
     CONFIG_TABLES,
     Conn,
@@ -214,6 +222,7 @@ def test_the_bounds_are_checked_again_at_approval(conn: Conn, bob: Conn) -> None
 
 def test_a_new_template_proposal_approved_with_a_placeholder(conn: Conn, bob: Conn) -> None:
     the_plan = {"nodes": [{"key": "a", "executor": "sim", "config": {"lane": {"$param": "lane"}}}]}
+    add_lanes(conn, "fast")
     proposal = procs.propose_template("one", the_plan).one(conn)
     procs.approve_proposal(proposal.proposal_id).one(bob)
     created = procs.create_movement("m", 1, template="one", params={"lane": "fast"}).one(conn)

@@ -3,7 +3,8 @@
 complete_observe sets each observation's phase and next_observe_at from the
 node's lane (observe_pacing's rule: pre_baseline, at_baseline, over_baseline,
 fatal), an executor's retry hint replaces the computed delay, a lane's row is
-set by upsert_lane_baseline (a lane without one paces as the default lane),
+set by upsert_lane_baseline (a node whose lane lost its row paces as the
+default lane; a plan naming a lane without one is refused),
 and observe_candidates lists a node only once its next_observe_at is reached.
 
 Every expected time is computed from the pinned timestamps and the lane's
@@ -234,12 +235,19 @@ def test_first_observation_is_clamped(conn: psycopg.Connection[Any]) -> None:
     assert pacing_of(conn, fast) == ("SUBMITTED", "pre_baseline", time_at(3))  # 0.7 s floored
 
 
-def test_a_lane_without_a_row_uses_the_default_lane(conn: psycopg.Connection[Any]) -> None:
+def test_a_node_whose_lane_lost_its_row_paces_as_the_default_lane(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """A plan names only lanes that have a row (create_movement refuses another,
+    test_bad_input); a node whose lane's row the admin deleted since paces as
+    the default lane."""
     conn.execute("UPDATE lane_baselines SET baseline_seconds = 100 WHERE lane = 'default'")
-    node_id = submitted_node(conn, "no_such_lane")["node_id"]
-    assert conn.execute(
-        "SELECT count(*) FROM lane_baselines WHERE lane = 'no_such_lane'"
-    ).fetchone() == (0,)
+    upsert_lane(conn, "retired", 30)
+    create_started(conn, plan(node("transfer", lane="retired")), "m")
+    conn.execute("DELETE FROM lane_baselines WHERE lane = 'retired'")
+    (claimed,) = claim(conn)
+    assert submit(conn, claimed) == "SUBMITTED"
+    node_id = claimed["node_id"]
     assert pacing_of(conn, node_id)[2] == time_at(70)  # 0.7 x 100
     assert step(conn, node_id, 101)["next_observe_at"] == time_at(111)  # at_baseline, 0.1 x 100
 

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from conftest import TestDatabase
 from engine import (
+    add_lanes,
     as_person,
     assert_rejected,
     bind,
@@ -201,6 +202,7 @@ def test_the_boundaries_of_the_rules_are_accepted(conn: Conn) -> None:
 
 
 def test_node_lane_comes_from_its_config(conn: Conn) -> None:
+    add_lanes(conn, "cctp-eth-base")
     movement_id = create(conn, plan(node("a", lane="cctp-eth-base")), "m1")
     lanes = conn.execute(
         "SELECT lane FROM movement_request_nodes WHERE request_id = %s", (movement_id,)
@@ -230,6 +232,7 @@ BRIDGE = {
 
 def test_a_template_is_compiled_with_its_params(conn: Conn) -> None:
     conn.execute("SELECT register_template('bridge', %s, 'burn then mint')", (Jsonb(BRIDGE),))
+    add_lanes(conn, "eth-base")
     params = {"lane": "eth-base", "amount": 25}
     row = conn.execute(CREATE, create_args(template="bridge", params=params)).fetchone()
     assert row is not None and row[1] is True

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import TestDatabase
+from engine import add_lanes
 from rows import Conn, iso_at, lane_settings, person, proposal_row
 from typer.testing import CliRunner
 
@@ -61,6 +62,7 @@ def test_list_approve_and_reject_as_the_person(db: TestDatabase, conn: Conn, cli
     assert again.exit_code == 2
     assert "(QT023)" in again.stderr
 
+    add_lanes(conn, "x")
     other = procs.propose_template(
         "t", {"nodes": [{"key": "a", "executor": "sim", "config": {"lane": "x"}}]}
     ).one(alice)

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import NewDatabase, TestDatabase
-from engine import bind
+from engine import add_lanes, bind
 from psycopg import sql
 
 from qtg_runner import credentials
@@ -98,6 +98,10 @@ def test_each_network_runs_in_its_own_database_with_its_own_runner_login(
         migrate(database.dsn)
         dedicate(database, network)
         assert register_shipped(database.dsn, network) == ["registered"]
+        with psycopg.connect(
+            bound_conninfo(database.dsn, network, "admin"), autocommit=True
+        ) as conn:
+            add_lanes(conn, "instant")  # the admin's deploy step: a plan names lanes with a row
         runner_dsn[network] = add(database, "runner", network, "runner", passfile)
         alice = add(database, "operator", network, "alice", passfile)
         bob = add(database, "operator", network, "bob", passfile)

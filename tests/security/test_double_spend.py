@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import SIM_SCHEMA, bind, create_started, node, pin_clock, plan, snapshot
+from engine import SIM_SCHEMA, add_lanes, bind, create_started, node, pin_clock, plan, snapshot
 from rows import T0, iso_at
 from runner_helpers import side_effects
 
@@ -99,6 +99,7 @@ def recover_once(db: TestDatabase, runner: Conn) -> str:
 def test_a_retryable_failure_after_the_money_moved_is_sent_once(
     db: TestDatabase, conn: Conn, runner: Conn
 ) -> None:
+    add_lanes(conn, "instant")
     create_started(conn, plan(node("a", lane="instant")), "twice-a")
     before = snapshot(conn)
     with pytest.raises(psycopg.Error) as flip:
@@ -119,6 +120,7 @@ def test_a_retryable_failure_after_the_money_moved_is_sent_once(
 def test_not_submitted_without_evidence_is_refused_and_the_node_sent_once(
     db: TestDatabase, conn: Conn, runner: Conn
 ) -> None:
+    add_lanes(conn, "instant")
     create_started(conn, plan(node("a", lane="instant")), "twice-b")
     claimed, _ = claimed_and_sent(db, runner)
     pin_clock(runner, iso_at(60))  # the dispatcher's lease ran out
@@ -139,6 +141,7 @@ def test_a_prepared_payload_that_never_left_is_resubmitted_as_it_is(
     db: TestDatabase, conn: Conn, runner: Conn
 ) -> None:
     # the dispatcher died between recording the intent and sending it
+    add_lanes(conn, "instant")
     create_started(conn, plan(node("a", lane="instant")), "twice-c")
     (claimed,) = procs.claim_ready_nodes("w1", 1, 60).all(runner)
     work = NodeWork.from_claim(claimed, "testnet")

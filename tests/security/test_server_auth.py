@@ -30,7 +30,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import TestDatabase, server_parent_dir
-from engine import approve, bind, create, node, plan, register_sim, request_state
+from engine import add_lanes, approve, bind, create, node, plan, register_sim, request_state
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from runner_helpers import QTG, register_runner_sim, runner_env, runners, wait_until
 
@@ -385,6 +385,7 @@ def test_qtg_run_works_with_a_runner_logins_dsn_and_nothing_else_in_its_environm
     assert deploy.returncode == 0, deploy.stderr
     assert "registered" in deploy.stdout
     admin = bind(db.connect())
+    add_lanes(admin, "instant")  # the admin's deploy step: a plan names lanes with a row
     movement = create(admin, plan(node("send", lane="instant")), "only-runner-1")
     assert approve(admin, movement) == "APPROVED"
 

@@ -4,10 +4,17 @@
 -- The schema is the JSON Schema subset an executor registers:
 --   {"type": "object",
 --    "required": ["lane", "amount"],
---    "properties": {"lane": {"type": "string", "enum": [...], "pattern": "...", "minLength": 1},
---                   "amount": {"type": "number", "exclusiveMinimum": 0, "minimum": 0, "maximum": 10}},
+--    "properties": {"lane": {"type": "string", "enum": [...], "pattern": "...", "minLength": 1, "maxLength": 64},
+--                   "amount": {"type": "number", "exclusiveMinimum": 0, "minimum": 0, "maximum": 10,
+--                              "exclusiveMaximum": 11}},
 --    "additionalProperties": false}
 -- Types: string, number, integer, boolean, object, array (a list of types is accepted).
+-- Every number in the config, at any depth, must be one an executor can hold
+-- as a double: at most 1.7976931348623157e308 in magnitude, and not so close
+-- to zero that it reads as 0 (under 2.2250738585072014e-308 in magnitude,
+-- and not 0). JSON has no NaN or Infinity; a number beyond a double is what
+-- becomes one in the runner. (check_executor_schema checks the schema's own
+-- keywords when it is registered.)
 CREATE OR REPLACE FUNCTION validate_node_config(p_schema jsonb, p_config jsonb) RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 AS $$
@@ -21,6 +28,16 @@ DECLARE
 BEGIN
     IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
         RETURN 'node config must be a JSON object';
+    END IF;
+    SELECT n::text INTO v_actual
+      FROM jsonb_path_query(p_config, 'strict $.**') AS n
+     WHERE jsonb_typeof(n) = 'number'
+       AND (abs(n::text::numeric) > 1.7976931348623157e308
+            OR (n::text::numeric <> 0 AND abs(n::text::numeric) < 2.2250738585072014e-308))
+     LIMIT 1;
+    IF FOUND THEN
+        RETURN format('the number %s is not a finite double (beyond 1.8e308 in magnitude, or too close to zero)',
+                      left(v_actual, 30));
     END IF;
 
     FOR v_key IN SELECT jsonb_array_elements_text(coalesce(p_schema -> 'required', '[]')) LOOP
@@ -61,8 +78,11 @@ BEGIN
             IF v_prop ? 'pattern' AND NOT (v_value #>> '{}') ~ (v_prop ->> 'pattern') THEN
                 RETURN format('key "%s" does not match pattern %s', v_key, v_prop ->> 'pattern');
             END IF;
-            IF v_prop ? 'minLength' AND length(v_value #>> '{}') < (v_prop ->> 'minLength')::int THEN
+            IF v_prop ? 'minLength' AND length(v_value #>> '{}') < (v_prop ->> 'minLength')::numeric THEN
                 RETURN format('key "%s" is shorter than %s characters', v_key, v_prop ->> 'minLength');
+            END IF;
+            IF v_prop ? 'maxLength' AND length(v_value #>> '{}') > (v_prop ->> 'maxLength')::numeric THEN
+                RETURN format('key "%s" is longer than %s characters', v_key, v_prop ->> 'maxLength');
             END IF;
         END IF;
 
@@ -76,6 +96,9 @@ BEGIN
             END IF;
             IF v_prop ? 'maximum' AND v_number > (v_prop ->> 'maximum')::numeric THEN
                 RETURN format('key "%s" must be at most %s', v_key, v_prop ->> 'maximum');
+            END IF;
+            IF v_prop ? 'exclusiveMaximum' AND v_number >= (v_prop ->> 'exclusiveMaximum')::numeric THEN
+                RETURN format('key "%s" must be less than %s', v_key, v_prop ->> 'exclusiveMaximum');
             END IF;
         END IF;
     END LOOP;

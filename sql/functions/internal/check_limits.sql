@@ -8,12 +8,13 @@ CREATE OR REPLACE FUNCTION check_limits(
     p_wait  numeric DEFAULT NULL,
     p_json  jsonb[] DEFAULT NULL,
     p_text  text[] DEFAULT NULL,
-    p_nodes integer DEFAULT NULL
+    p_nodes integer DEFAULT NULL,
+    p_plan  jsonb DEFAULT NULL
 ) RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_problem text := limit_problem(p_lease, p_wait, p_json, p_text, p_nodes);
+    v_problem text := limit_problem(p_lease, p_wait, p_json, p_text, p_nodes, p_plan);
 BEGIN
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION '%: %', p_call, v_problem USING ERRCODE = 'QT005',

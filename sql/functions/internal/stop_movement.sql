@@ -1,6 +1,7 @@
 -- stop_movement: the shared body of cancel and expiry. Internal.
 -- PENDING_APPROVAL | APPROVED -> p_reason at once; EXECUTING -> stop requested,
 -- PENDING/READY nodes SKIPPED, the request settles when nothing is in flight.
+-- A reason (p_detail) beyond engine_limits is refused (QT005).
 -- Locks: the request, then its nodes.
 CREATE OR REPLACE FUNCTION stop_movement(
     p_movement_id bigint,
@@ -15,6 +16,8 @@ DECLARE
     v_request movement_requests;
     v_skipped bigint[];
 BEGIN
+    PERFORM check_limits(CASE p_reason WHEN 'CANCELLED' THEN 'cancel_movement' ELSE 'expire_movements' END,
+                         p_text => ARRAY[p_detail]);
     SELECT * INTO v_request FROM movement_requests WHERE id = p_movement_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'movement % does not exist', p_movement_id USING ERRCODE = 'QT010',

@@ -7,8 +7,11 @@
 -- which passes every parameter), and a deploy step for the owner (the admin
 -- login: the demo sets its lanes so), who may call it directly. Operators
 -- change a lane through propose_lane_baseline and a second operator's
--- approve_proposal, within the bounds check_proposal keeps; here only the
--- table's own consistency is checked (QT002).
+-- approve_proposal, within the bounds check_proposal keeps; here each
+-- setting given is checked by check_lane_settings with a floor of 0 (finite,
+-- within engine_limits: QT005; the demo paces lanes faster than a second),
+-- and the row as a whole by the table (QT002: e.g. a max_poll_seconds under
+-- the lane's min_poll_seconds).
 CREATE OR REPLACE FUNCTION upsert_lane_baseline(
     p_lane                text,
     p_baseline_seconds    numeric,
@@ -33,6 +36,18 @@ BEGIN
     IF p_baseline_seconds IS NULL OR p_baseline_seconds <= 0 THEN
         RAISE EXCEPTION 'baseline for lane % must be positive, got %', p_lane, p_baseline_seconds USING ERRCODE = 'QT002';
     END IF;
+    -- each setting given: finite and within its bound (QT005), below a second allowed
+    PERFORM check_lane_settings('upsert_lane_baseline', p_lane, jsonb_strip_nulls(jsonb_build_object(
+               'baseline_seconds', p_baseline_seconds,
+               'min_poll_seconds', p_min_poll_seconds,
+               'max_poll_seconds', p_max_poll_seconds,
+               'first_poll_fraction', p_first_poll_fraction,
+               'poll_fraction', p_poll_fraction,
+               'over_factor', p_over_factor,
+               'fatal_factor', p_fatal_factor,
+               'observe_error_retry_seconds', p_observe_error_retry_seconds,
+               'recovery_retry_seconds', p_recovery_retry_seconds,
+               'release_retry_seconds', p_release_retry_seconds)), 0, p_partial => true);
     BEGIN
         INSERT INTO lane_baselines (lane, baseline_seconds, updated_at)
         VALUES (p_lane, p_baseline_seconds, clock())

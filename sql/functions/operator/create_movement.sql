@@ -4,9 +4,13 @@
 -- {"$param": name} placeholders are filled from p_params. A plan is
 --   {"nodes": [{"key": "burn", "executor": "cctp", "config": {...}, "depends_on": []}, ...]}
 -- It is compiled here into nodes and edges; a plan with no nodes, a duplicate
--- or unknown key, a cycle, an unknown executor, or a config that fails its
--- executor's schema is rejected (QT001, check_plan). A non-positive amount, an expiry not
--- in the future, or an unknown template raises QT002/QT003.
+-- or unknown key, a depends_on that is not a list of node keys, a cycle, an
+-- unknown executor, a config that fails its executor's schema (its ranges
+-- included), or a lane without a row in lane_baselines is rejected (QT001,
+-- check_plan). A non-positive amount, an expiry not in the future,
+-- params that are not an object, or an unknown template raise QT002/QT003;
+-- an amount that is NaN, infinite or beyond engine_limits' max_amount, an
+-- infinite expiry, or a plan beyond its limits raise QT005.
 --
 -- Idempotent on p_external_id: the same request again returns the existing
 -- movement with created = false; a different request under the same id raises
@@ -38,20 +42,32 @@ BEGIN
             HINT = 'Pass the caller''s own id for this movement; it makes creation idempotent.';
     END IF;
     IF p_amount IS NULL OR p_amount <= 0 THEN
-        RAISE EXCEPTION 'amount must be positive, got %', coalesce(p_amount::text, 'NULL') USING ERRCODE = 'QT002';
+        RAISE EXCEPTION 'amount must be positive, got %', coalesce(p_amount::text, 'NULL') USING ERRCODE = 'QT002',
+            HINT = 'Pass the amount to move in units of the asset, e.g. 250000.5.';
     END IF;
+    -- NaN passes "<= 0"; NaN, Infinity and an amount beyond max_amount are QT005
+    PERFORM check_number('create_movement', 'amount', p_amount, 0, (SELECT max_amount FROM engine_limits), true);
     IF p_amount <> round(p_amount, 6) THEN
-        RAISE EXCEPTION 'amount % has more than 6 decimal places', p_amount USING ERRCODE = 'QT002';
+        RAISE EXCEPTION 'amount % has more than 6 decimal places', p_amount USING ERRCODE = 'QT002',
+            HINT = 'Round the amount to at most 6 decimal places (USDC''s precision).';
     END IF;
     IF p_asset IS NULL OR p_asset !~ '^[A-Z0-9]{2,16}$' THEN
         RAISE EXCEPTION 'asset must be an upper-case symbol such as USDC, got %', coalesce(p_asset, 'NULL')
             USING ERRCODE = 'QT002';
+    END IF;
+    IF NOT isfinite(p_expires_at) THEN
+        RAISE EXCEPTION 'expiry must be a finite time, got %', p_expires_at USING ERRCODE = 'QT005',
+            HINT = 'Pass a time in the future, or no expiry at all.';
     END IF;
     IF p_expires_at IS NOT NULL AND p_expires_at <= v_now THEN
         RAISE EXCEPTION 'expiry % is not in the future (now %)', p_expires_at, v_now USING ERRCODE = 'QT002';
     END IF;
     IF (p_plan IS NULL) = (p_template IS NULL) THEN
         RAISE EXCEPTION 'give exactly one of an inline plan or a template name' USING ERRCODE = 'QT002';
+    END IF;
+    IF p_params IS NOT NULL AND jsonb_typeof(p_params) <> 'object' THEN
+        RAISE EXCEPTION 'template params must be a JSON object, got %', jsonb_typeof(p_params) USING ERRCODE = 'QT002',
+            HINT = 'Pass the parameters by name, e.g. {"lane": "cctp_fast"}.';
     END IF;
 
     -- resolve the plan

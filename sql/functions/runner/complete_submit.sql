@@ -1,7 +1,8 @@
 -- complete_submit: SUBMITTING -> SUBMITTED (first next_observe_at from the lane's
 -- pacing), or SUBMITTING -> COMPLETED when p_settled says the submit itself
 -- finished the work (no observation needed). Records the external reference
--- (tx hash, exchange withdrawal id) on the node and the intent.
+-- (tx hash, exchange withdrawal id) on the node and the intent; a report
+-- without one (NULL or blank) is refused (QT002).
 -- Fenced by the claim's secret (QT030). A report that arrives after the claim's
 -- lease ran out is still accepted while the secret is current (no recovery has
 -- claimed the node): the side effect has happened and its reference is the

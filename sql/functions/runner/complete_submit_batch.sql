@@ -12,14 +12,15 @@
 -- node; QT030 not the node's current claim secret: another worker holds it
 -- now, drop the result, recovery reconciles; QT021 not SUBMITTING) is left
 -- unchanged, and unlocked when its secret is wrong, and reported in its row
--- instead of failing the batch, as is a report beyond engine_limits (QT005:
--- its node stays SUBMITTING, for recovery) and a report the engine cannot
--- apply to its node (QT050: it breaks a constraint or a range inside the
--- engine, e.g. its lane's pacing; the node stays SUBMITTING, and the runner
--- quarantines it): one node's report never takes back another's, whose side
--- effect went out too. An error that says nothing about the nodes (a lock or
--- statement timeout, a deadlock, a lost connection: transient_error) fails
--- the call as a whole, to be made again. A report that arrives after the
+-- instead of failing the batch, as is a report beyond engine_limits (QT005)
+-- or without its external reference (QT002: NULL or blank): its node stays
+-- SUBMITTING, for recovery. So is a report the engine cannot apply to its
+-- node (QT050: it breaks a constraint or a range inside the engine, e.g. its
+-- lane's pacing; the runner quarantines the node): one node's report never
+-- takes back another's, whose side effect went out too. An error that says
+-- nothing about the nodes (a lock or statement timeout, a deadlock, a lost
+-- connection: transient_error) fails the call as a whole, to be made again.
+-- A report that arrives after the
 -- claim's lease ran out is still accepted while the secret is current (no
 -- recovery has claimed the node): the side effect has happened and its
 -- reference is the truth. Only record_intent_prepared refuses an expired lease,
@@ -70,6 +71,14 @@ BEGIN
     -- side effects of the others went out, so their reports go on
     SELECT * INTO v_codes, v_messages
       FROM limit_refusals('complete_submit', p_node_ids, p_evidence, p_external_refs, NULL, v_codes, v_messages);
+    -- so is a report without the side effect's reference (QT002): the node
+    -- stays SUBMITTING, for recovery to find it by its intent
+    SELECT array_agg(coalesce(u.code, CASE WHEN u.ref IS NULL OR btrim(u.ref) = '' THEN 'QT002' END) ORDER BY u.ord),
+           array_agg(coalesce(u.message, CASE WHEN u.ref IS NULL OR btrim(u.ref) = '' THEN
+                         format('complete_submit: node %s: no external reference (the tx hash or withdrawal id)', u.node_id)
+                     END) ORDER BY u.ord)
+      INTO v_codes, v_messages
+      FROM unnest(p_node_ids, p_external_refs, v_codes, v_messages) WITH ORDINALITY AS u(node_id, ref, code, message, ord);
 
     -- each node's report on its own (apply_each): the statement runs for the
     -- whole batch in a subtransaction; should one node break a rule inside the

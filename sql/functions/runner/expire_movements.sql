@@ -9,7 +9,9 @@
 -- node settles. Up to p_max requests, FOR UPDATE SKIP LOCKED; locks: request,
 -- then its nodes (waiting for a dispatcher mid-claim, so its claim is seen).
 -- The decision itself is recheck_expiry, which also runs when a node goes
--- back to READY in a movement whose expiry was waived. Returns the number of
+-- back to READY in a movement whose expiry was waived. p_actor, the worker's
+-- name, is the audit rows' actor (given, within engine_limits: QT002/QT005).
+-- Returns the number of
 -- movements expired or set to expire.
 CREATE OR REPLACE FUNCTION expire_movements(p_max integer DEFAULT 100, p_actor text DEFAULT 'expiration_checker')
 RETURNS integer
@@ -21,6 +23,11 @@ DECLARE
     v_expired  integer := 0;
 BEGIN
     PERFORM check_args('expire_movements', p_max => p_max, p_max_limit => 10000);
+    IF p_actor IS NULL OR btrim(p_actor) = '' THEN
+        RAISE EXCEPTION 'expire_movements needs the worker''s name' USING ERRCODE = 'QT002',
+            HINT = 'Name the worker that calls it: it is the actor of the audit rows.';
+    END IF;
+    PERFORM check_limits('expire_movements', p_text => ARRAY[p_actor]);
 
     FOR v_request IN
         SELECT * FROM movement_requests

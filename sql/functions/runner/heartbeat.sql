@@ -5,7 +5,9 @@
 -- silent for longer than engine_limits.heartbeat_retention_seconds (stopped,
 -- or dead long ago) are pruned, so the table does not grow with every
 -- restart; a tick of a running worker does no more than its upsert. Texts
--- and the interval are bounded (QT005).
+-- are bounded, and the interval is a finite number of seconds from 0.01 to
+-- engine_limits.max_wait_seconds (QT005); counts are not negative and a pid
+-- is positive (QT002).
 CREATE OR REPLACE FUNCTION heartbeat(
     p_worker_name               text,
     p_instance_id               text,
@@ -32,8 +34,15 @@ BEGIN
     IF p_expected_interval_seconds IS NULL OR p_expected_interval_seconds <= 0 THEN
         RAISE EXCEPTION 'heartbeat: expected interval must be positive' USING ERRCODE = 'QT002';
     END IF;
-    PERFORM check_limits('heartbeat', p_wait => p_expected_interval_seconds,
-                         p_text => ARRAY[p_worker_name, p_instance_id, p_last_error, p_host]);
+    IF p_processed < 0 OR p_consecutive_errors < 0 OR p_pid <= 0 THEN
+        RAISE EXCEPTION 'heartbeat: counts must not be negative and a pid must be positive (processed %, errors %, pid %)',
+                        p_processed, p_consecutive_errors, p_pid
+            USING ERRCODE = 'QT002', HINT = 'Report the last batch''s size, the errors in a row and the process id.';
+    END IF;
+    -- stalled_workers doubles the interval: a finite one of a centisecond to max_wait_seconds
+    PERFORM check_number('heartbeat', 'the expected interval (seconds)', p_expected_interval_seconds,
+                         0.01, (SELECT max_wait_seconds FROM engine_limits));
+    PERFORM check_limits('heartbeat', p_text => ARRAY[p_worker_name, p_instance_id, p_last_error, p_host]);
 
     INSERT INTO worker_heartbeats AS hb (worker_name, instance_id, tier, expected_interval_seconds, live, host, pid,
                                          started_at, last_tick_at, ticks, last_processed, consecutive_errors, last_error)

@@ -79,9 +79,13 @@ BEGIN
         BEGIN
             WITH input AS (
                 SELECT u.*,
-                       CASE WHEN u.signed_tx_hash IS NULL AND u.external_request_id IS NULL
+                       CASE WHEN u.nonce < 0 THEN 'QT002'
+                            WHEN u.signed_tx_hash IS NULL AND u.external_request_id IS NULL
                                  AND u.payload IS NULL THEN 'QT002' END AS refusal,
-                       'record_intent_prepared: give a signed tx hash, an external request id or a payload' AS reason
+                       CASE WHEN u.nonce < 0 THEN format('record_intent_prepared: node %s: a nonce is not negative, got %s',
+                                                         u.node_id, u.nonce)
+                            ELSE 'record_intent_prepared: give a signed tx hash, an external request id or a payload'
+                       END AS reason
                   FROM unnest(p_node_ids,
                               coalesce(p_nonces, array_fill(NULL::bigint, ARRAY[v_n])),
                               coalesce(p_signed_tx_hashes, array_fill(NULL::text, ARRAY[v_n])),

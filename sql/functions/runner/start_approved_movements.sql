@@ -3,7 +3,9 @@
 -- dispatchers may call it at once), highest priority first, and starts them
 -- set-based: the movements through set_movement_states (an audit row and a
 -- callback each), then their root nodes, audited. Locks: the requests, then
--- their root nodes. Returns the number of movements started.
+-- their root nodes. p_actor, the worker's name, is the audit rows' actor
+-- (given, within engine_limits: QT002/QT005). Returns the number of movements
+-- started.
 CREATE OR REPLACE FUNCTION start_approved_movements(p_max integer DEFAULT 100, p_actor text DEFAULT 'node_dispatcher')
 RETURNS integer
 LANGUAGE plpgsql
@@ -14,6 +16,11 @@ DECLARE
     v_n   integer;
 BEGIN
     PERFORM check_args('start_approved_movements', p_max => p_max, p_max_limit => 10000);
+    IF p_actor IS NULL OR btrim(p_actor) = '' THEN
+        RAISE EXCEPTION 'start_approved_movements needs the worker''s name' USING ERRCODE = 'QT002',
+            HINT = 'Name the worker that calls it: it is the actor of the audit rows.';
+    END IF;
+    PERFORM check_limits('start_approved_movements', p_text => ARRAY[p_actor]);
 
     SELECT array_agg(picked.id ORDER BY picked.priority DESC, picked.id) INTO v_ids
       FROM (SELECT id, priority
