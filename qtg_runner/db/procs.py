@@ -232,7 +232,8 @@ class RecordedIntent:
 
 @dataclass(frozen=True)
 class NodeOutcome:
-    """One element of a batch call on nodes (complete_submit_batch, release_nodes):
+    """One element of a batch call on nodes (complete_submit_batch, release_nodes,
+    quarantine_nodes):
     the node's new state, or the refusal."""
 
     node_id: BigInt
@@ -616,9 +617,14 @@ def start_approved_movements(
 
 @procedure("runner")
 def claim_ready_nodes(
-    worker: Text, max: Integer | Default = DEFAULT, lease_seconds: Numeric | Default = DEFAULT
+    worker: Text,
+    max: Integer | Default = DEFAULT,
+    lease_seconds: Numeric | Default = DEFAULT,
+    instance_id: Text | Default | None = DEFAULT,
 ) -> Call[ClaimedNode]:
-    """READY -> SUBMITTING for up to ``max`` nodes, each with a new intent."""
+    """READY -> SUBMITTING for up to ``max`` nodes, each with a new intent. With
+    ``instance_id`` (``worker`` and it as the worker's heartbeat names them), the
+    claims are recovered at once once that heartbeat says the worker is dead."""
 
 
 @procedure("runner")
@@ -713,9 +719,22 @@ def complete_observe(
 
 @procedure("runner")
 def claim_recovery_nodes(
-    worker: Text, max: Integer | Default = DEFAULT, lease_seconds: Numeric | Default = DEFAULT
+    worker: Text,
+    max: Integer | Default = DEFAULT,
+    lease_seconds: Numeric | Default = DEFAULT,
+    instance_id: Text | Default | None = DEFAULT,
 ) -> Call[RecoveryClaim]:
-    """Leases UNKNOWN and stale SUBMITTING nodes for reconciliation."""
+    """Leases UNKNOWN and stale SUBMITTING nodes for reconciliation: those whose
+    lease ran out and those whose claimer's heartbeat says it is dead; quarantines
+    a node whose claims keep dying instead."""
+
+
+@procedure("runner")
+def quarantine_nodes(
+    node_ids: BigIntArray, claim_secrets: ClaimSecretArray, errors: TextArray
+) -> Call[NodeOutcome]:
+    """Sets claimed nodes aside, in their state, with why: no claim hands them out
+    until an operator releases them. One row per element."""
 
 
 @procedure("runner")
@@ -849,6 +868,11 @@ def propose_executor_config(
     description: Text | Default | None = DEFAULT,
 ) -> Call[Proposal]:
     """Proposes a registered executor's node config schema and description."""
+
+
+@procedure("operator")
+def release_quarantine(node_id: BigInt, reason: Text) -> Call[NodeState]:
+    """A quarantined node back into circulation in its state, on one operator's word."""
 
 
 @procedure("operator")

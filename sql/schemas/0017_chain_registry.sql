@@ -1,4 +1,4 @@
--- depends: 0016_input_bounds
+-- depends: 0015_quarantine_and_claimers 0016_input_bounds
 --
 -- The chain registry of a network: which EVM chains it moves money on, the
 -- tokens and treasury accounts there, and where money may go. The admin

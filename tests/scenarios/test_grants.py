@@ -27,6 +27,7 @@ RUNNER = {
     "fail_submit",
     "heartbeat",
     "observe_candidates",
+    "quarantine_nodes",
     "record_intent_prepared",
     "record_intent_prepared_batch",
     "registered_executors",
@@ -45,6 +46,7 @@ OPERATOR = {
     "propose_lane_baseline",
     "propose_template",
     "reject_proposal",
+    "release_quarantine",
 }
 ADMIN = {
     "allow_destination",
@@ -87,8 +89,10 @@ INTERNAL = {
     "set_executor_config",
     "set_movement_states",
     "set_proposal_states",
+    "set_quarantine",
     "settle_movements",
     "stop_movement",
+    "transient_error",
     "upsert_lane_baseline",
     "write_audit",
 }
