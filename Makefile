@@ -7,9 +7,14 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 GRAPHILE := benchmarks/graphile
 
-.PHONY: install test test-quick run bench chaos lint clean
+NODE_STAMP := node_modules/.installed
 
-install: $(STAMP)
+.PHONY: install test test-quick run bench chaos lint clean contracts
+
+# Python into .venv; anvil and solc-js into node_modules (npm ci from the committed
+# package-lock.json) when node and npm are on the machine: without them the chain
+# tests are skipped, each with its reason
+install: $(STAMP) $(NODE_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,12 +22,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
+$(NODE_STAMP): package.json package-lock.json
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		npm ci --no-audit --no-fund --loglevel=error && touch $(NODE_STAMP); \
+	else echo "node/npm not found: anvil and solc-js are not installed, the chain tests will be skipped"; fi
+
+# the Solidity sources in contracts/ compiled by solc-js (pinned in package.json)
+# into the committed ABI and bytecode in contracts/build/
+contracts: $(NODE_STAMP)
+	node contracts/compile.mjs
+
 # the whole suite on the embedded PostgreSQL 18, then the database-level tests
 # again on the system's PostgreSQL 15 when it is installed (skipped otherwise)
 test: install
 	$(BIN)/pytest -q
 	scripts/test-on-postgres.sh /usr/lib/postgresql/15/bin -p no:cacheprovider \
-		--ignore=tests/runner
+		--ignore=tests/runner --ignore=tests/chains
 
 # the suite without the tests marked slow (runner processes, the query-plan
 # database, the state machine): the quick loop while working on a procedure
@@ -60,4 +75,4 @@ lint: install
 	$(BIN)/mypy --strict qtg_runner chaos
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache node_modules

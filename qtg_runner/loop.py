@@ -4,7 +4,11 @@ One tick, for the process's network:
   1. upsert this instance's heartbeat and commit it (best effort: a failing
      heartbeat is logged and never breaks the worker); while batches run back
      to back on a backlog, once per interval;
-  2. run the worker's batch, which returns how many rows it processed;
+  2. run the worker's batch, which returns how many rows it processed; a batch
+     that runs longer than the interval beats again every interval while it
+     runs, since recovery takes the claims of a worker whose heartbeat stops
+     (two expected ticks) as the claims of a dead one (a batch running for ten
+     intervals says so in the heartbeat's last_error);
   3. on success reset the consecutive-error counter; on an operational error
      (database, network, executor) count it and back off exponentially, to a
      60 s ceiling;
@@ -19,6 +23,7 @@ log and keep the rest running).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
@@ -34,6 +39,7 @@ from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
 from qtg_runner.executors.base import Executor, ExecutorError, NodeWork
 from qtg_runner.failpoints import crash_point
+from qtg_runner.limits import ReportLimits
 from qtg_runner.log import event
 
 Tier = Literal["core", "sidecar"]
@@ -57,6 +63,8 @@ class WorkerContext:
     instance_id: str
     max_concurrency: int = 8
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    limits: ReportLimits = field(default_factory=ReportLimits)
+    """The bounds the workers cut their reports to (the network's report_limits)."""
 
     def worker_id(self, worker_name: str) -> str:
         return f"{worker_name}@{self.instance_id}"
@@ -141,6 +149,44 @@ async def heartbeat(
         )
 
 
+LONG_BATCH_INTERVALS = 10
+"""A batch running longer than this many intervals says so in its heartbeat's
+last_error (worker_status shows it), while it keeps the worker alive."""
+
+
+async def _beating(
+    batch: Awaitable[int], interval: float, beat: Callable[[str | None], Awaitable[None]]
+) -> int:
+    """``batch``'s result; while it runs, ``beat`` every ``interval`` seconds, with
+    a note once the batch has run for LONG_BATCH_INTERVALS intervals."""
+    clock = asyncio.get_running_loop().time
+    started = clock()
+    task = asyncio.ensure_future(batch)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=max(interval, 0.1))
+            if done:
+                return task.result()
+            running = clock() - started
+            long = running >= LONG_BATCH_INTERVALS * interval
+            await beat(f"batch running for {running:.0f} s" if long else None)
+    finally:
+        task.cancel()  # only ever pending when this wait itself was cancelled
+
+
+async def _beat_in_batch(
+    ctx: WorkerContext,
+    entry: WorkerEntry,
+    processed: int,
+    errors: int,
+    last_error: str | None,
+    note: str | None,
+) -> None:
+    """A heartbeat while a batch runs (see _beating)."""
+    expected = entry.interval + entry.jitter
+    await heartbeat(ctx, entry, expected, processed, errors, note or last_error)
+
+
 async def run_worker(
     entry: WorkerEntry,
     ctx: WorkerContext,
@@ -184,7 +230,11 @@ async def run_worker(
                 )
             try:
                 crash_point(entry.name)
-                processed = await entry.batch(ctx, worker_id)
+                processed = await _beating(
+                    entry.batch(ctx, worker_id),
+                    entry.interval,
+                    functools.partial(_beat_in_batch, ctx, entry, processed, errors, last_error),
+                )
             except OPERATIONAL_ERRORS as exc:
                 errors += 1
                 processed = 0

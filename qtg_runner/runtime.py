@@ -5,8 +5,9 @@ check_deployment made sure that login is a member of qtg_<network>_runner
 (never a superuser) and that every executor the runner carries is registered
 as it is (same has_side_effect, same node config schema; registering is the
 admin's deploy step, `qtg executors register`); either check failing is a
-DeployError, which `qtg run` reports as one line and exit 1. Then it builds
-the worker context. ``supervise`` runs the chosen workers in one
+DeployError, which `qtg run` reports as one line and exit 1. Then it reads
+the bounds its reports are cut to (report_limits) and builds the worker
+context. ``supervise`` runs the chosen workers in one
 asyncio.TaskGroup:
 
   core workers (node_dispatcher, node_observer, node_recovery) fail fast: a
@@ -35,7 +36,7 @@ import socket
 import traceback
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -52,6 +53,7 @@ from qtg_runner.executors.registry import (
     registration_problems,
     schema_differences,
 )
+from qtg_runner.limits import ReportLimits, read_report_limits
 from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext, WorkerEntry, run_worker
 from qtg_runner.wakeup import Wakeup
@@ -74,6 +76,7 @@ class Runtime:
     side_pool: AsyncConnectionPool[Any]
     executors: dict[str, Executor]
     instance_id: str
+    limits: ReportLimits = field(default_factory=ReportLimits)
 
     @classmethod
     async def open(
@@ -92,6 +95,7 @@ class Runtime:
         conninfo = bound_conninfo(dsn, network, name)
         async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
             await check_deployment(conn, network, SHIPPED)
+            limits = await read_report_limits(conn)
         pool = open_pool(conninfo, name=f"{name}-engine", min_size=1, max_size=max_concurrency + 4)
         side_pool = open_pool(
             conninfo, name=f"{name}-executors", min_size=1, max_size=max_concurrency + 2
@@ -102,7 +106,8 @@ class Runtime:
         except BaseException:
             await pool.close()
             raise
-        return cls(network, conninfo, pool, side_pool, build(side_pool, network), new_instance_id())
+        executors = build(side_pool, network)
+        return cls(network, conninfo, pool, side_pool, executors, new_instance_id(), limits)
 
     def context(self, max_concurrency: int = 8) -> WorkerContext:
         return WorkerContext(
@@ -111,6 +116,7 @@ class Runtime:
             self.executors,
             self.instance_id,
             max_concurrency=max_concurrency,
+            limits=self.limits,
         )
 
     async def close(self) -> None:

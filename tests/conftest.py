@@ -38,6 +38,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from chain_support import local_chains, pytest_terminal_summary  # noqa: F401 (tests/chains)
 from engine import PEOPLE, bind, pin_clock, register_sim
 from psycopg import sql
 from psycopg.conninfo import make_conninfo

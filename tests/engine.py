@@ -297,17 +297,26 @@ def in_one_transaction(
     conn: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()
 ) -> Written:
     """Run ``query`` in its own transaction and return its rows with the audit_outbox
-    and callback_outbox rows that this same transaction wrote (xmin = its xid)."""
+    and callback_outbox rows that this same transaction wrote: those beyond the
+    last ids it saw before the query (a procedure may write them in a
+    subtransaction, whose xmin is not the transaction's own xid; the tests run
+    one connection at a time, so no other transaction writes meanwhile)."""
     with conn.transaction():
+        last = conn.execute(
+            "SELECT (SELECT coalesce(max(id), 0) FROM audit_outbox),"
+            " (SELECT coalesce(max(id), 0) FROM callback_outbox)"
+        ).fetchone()
+        assert last is not None
         cur = conn.execute(query, params)
         rows = cur.fetchall() if cur.description else []
         audit = conn.execute(
             "SELECT entity, entity_id, action, from_state, to_state FROM audit_outbox"
-            " WHERE xmin = pg_current_xact_id()::xid ORDER BY id"
+            " WHERE id > %s ORDER BY id",
+            (last[0],),
         ).fetchall()
         callbacks = conn.execute(
-            "SELECT request_id, event_type FROM callback_outbox"
-            " WHERE xmin = pg_current_xact_id()::xid ORDER BY id"
+            "SELECT request_id, event_type FROM callback_outbox WHERE id > %s ORDER BY id",
+            (last[1],),
         ).fetchall()
     return Written(rows, audit, callbacks)
 

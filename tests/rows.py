@@ -10,6 +10,8 @@
   intent (``prepare``), fail its submit (``fail``), claim recovery
   (``recovery_claims``), a movement brought to a given state (``movement_in``), a
   submitted node (``submitted``);
+- a rule inside the engine that only some rows break (``plant_rule``), for
+  the batch calls that apply each node on its own;
 - configuration proposals: the tables a refused proposal call leaves as they
   were (``CONFIG_TABLES``), a connection of a person's own login with the
   clock pinned (``person``), a proposal's row, a lane's settings, the
@@ -40,6 +42,7 @@ from engine import (
     request_state,
     submit,
 )
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from qtg_runner.db import procs
@@ -193,6 +196,28 @@ def submitted(conn: Conn, the_plan: dict[str, Any] = ONE, key: str = "a") -> tup
     claimed = claim_of(conn, node_ids(conn, movement_id)[key])
     assert submit(conn, claimed) == "SUBMITTED"
     return movement_id, claimed["node_id"]
+
+
+def plant_rule(conn: Conn, table: str, broken_when: str, sqlstate: str = "23514") -> None:
+    """A rule inside the engine that only some rows break: a trigger on the
+    network's ``table`` raising ``sqlstate`` (a check violation by default) for
+    a row written with ``broken_when`` (an SQL condition on NEW) true. As a NaN
+    lane baseline once made one node of a batch break the SUBMITTED check after
+    the side effects of 31 nodes had gone out."""
+    function = sql.Identifier("public", f"planted_rule_{table}")
+    conn.execute(
+        sql.SQL(
+            "CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF {} THEN RAISE EXCEPTION 'a planted rule on {} is broken by row %', NEW.id"
+            " USING ERRCODE = {}; END IF; RETURN NEW; END $$"
+        ).format(function, sql.SQL(broken_when), sql.SQL(table), sql.Literal(sqlstate))
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE TRIGGER planted_rule BEFORE INSERT OR UPDATE ON {} FOR EACH ROW"
+            " EXECUTE FUNCTION {}()"
+        ).format(sql.Identifier(table), function)
+    )
 
 
 # --- configuration proposals --------------------------------------------------------------------

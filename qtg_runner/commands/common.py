@@ -254,11 +254,28 @@ def _depth(value: Any) -> int:
         ]
 
 
+JSON_RECURSION_LIMIT = 1000
+"""The recursion limit while JSON is parsed: deep nesting then ends in a
+RecursionError, not in a C stack overflow, even where an imported library
+raised the process's limit (web3's py_ecc sets it to 100000)."""
+
+
+@contextmanager
+def _recursion_limit(limit: int) -> Iterator[None]:
+    saved = sys.getrecursionlimit()
+    sys.setrecursionlimit(min(saved, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(saved)
+
+
 def loads(text: str, what: str, param: str | None = None) -> Any:
     """Parse JSON strictly: no NaN or Infinity, no number beyond a double, at
     most MAX_JSON_DEPTH levels."""
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        with _recursion_limit(JSON_RECURSION_LIMIT):
+            value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except RecursionError:
         bad(f"{what} is nested too deeply (at most {MAX_JSON_DEPTH} levels)", param)
     except ValueError as exc:  # JSONDecodeError included, and an integer of thousands of digits

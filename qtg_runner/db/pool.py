@@ -60,12 +60,18 @@ def login_dsn(dsn: str, name: str | None, settings: Settings) -> str:
 def open_pool(
     conninfo: str, *, name: str, min_size: int = 1, max_size: int = 8
 ) -> AsyncConnectionPool[Any]:
-    """An autocommit pool; transactions are opened explicitly where a claim needs one."""
+    """An autocommit pool; transactions are opened explicitly where a claim needs one.
+
+    Every connection is checked before it is handed out (an empty round trip:
+    one whose backend was terminated, or whose server restarted, is replaced
+    instead of failing its first statement), and one returned broken after an
+    error is discarded; the pool reconnects in the background."""
     return AsyncConnectionPool(
         conninfo,
         min_size=min_size,
         max_size=max_size,
         name=name,
         kwargs={"autocommit": True},
+        check=AsyncConnectionPool.check_connection,
         open=False,
     )

@@ -232,7 +232,8 @@ class RecordedIntent:
 
 @dataclass(frozen=True)
 class NodeOutcome:
-    """One element of a batch call on nodes (complete_submit_batch, release_nodes):
+    """One element of a batch call on nodes (complete_submit_batch, release_nodes,
+    quarantine_nodes):
     the node's new state, or the refusal."""
 
     node_id: BigInt
@@ -616,9 +617,14 @@ def start_approved_movements(
 
 @procedure("runner")
 def claim_ready_nodes(
-    worker: Text, max: Integer | Default = DEFAULT, lease_seconds: Numeric | Default = DEFAULT
+    worker: Text,
+    max: Integer | Default = DEFAULT,
+    lease_seconds: Numeric | Default = DEFAULT,
+    instance_id: Text | Default | None = DEFAULT,
 ) -> Call[ClaimedNode]:
-    """READY -> SUBMITTING for up to ``max`` nodes, each with a new intent."""
+    """READY -> SUBMITTING for up to ``max`` nodes, each with a new intent. With
+    ``instance_id`` (``worker`` and it as the worker's heartbeat names them), the
+    claims are recovered at once once that heartbeat says the worker is dead."""
 
 
 @procedure("runner")
@@ -713,9 +719,22 @@ def complete_observe(
 
 @procedure("runner")
 def claim_recovery_nodes(
-    worker: Text, max: Integer | Default = DEFAULT, lease_seconds: Numeric | Default = DEFAULT
+    worker: Text,
+    max: Integer | Default = DEFAULT,
+    lease_seconds: Numeric | Default = DEFAULT,
+    instance_id: Text | Default | None = DEFAULT,
 ) -> Call[RecoveryClaim]:
-    """Leases UNKNOWN and stale SUBMITTING nodes for reconciliation."""
+    """Leases UNKNOWN and stale SUBMITTING nodes for reconciliation: those whose
+    lease ran out and those whose claimer's heartbeat says it is dead; quarantines
+    a node whose claims keep dying instead."""
+
+
+@procedure("runner")
+def quarantine_nodes(
+    node_ids: BigIntArray, claim_secrets: ClaimSecretArray, errors: TextArray
+) -> Call[NodeOutcome]:
+    """Sets claimed nodes aside, in their state, with why: no claim hands them out
+    until an operator releases them. One row per element."""
 
 
 @procedure("runner")
@@ -852,6 +871,11 @@ def propose_executor_config(
 
 
 @procedure("operator")
+def release_quarantine(node_id: BigInt, reason: Text) -> Call[NodeState]:
+    """A quarantined node back into circulation in its state, on one operator's word."""
+
+
+@procedure("operator")
 def approve_proposal(proposal_id: BigInt) -> Call[ProposalState]:
     """PROPOSED -> APPLIED, by another login than the proposer's (a self-approval
     answers PROPOSED with a QT022 warning)."""
@@ -873,6 +897,40 @@ def register_executor(
     description: Text | Default = DEFAULT,
 ) -> Call[None]:
     """Adds or updates an executor (`qtg executors register`, sql/functions/admin/)."""
+
+
+@procedure("owner")
+def upsert_chain(
+    chain_key: Text,
+    chain_id: BigInt,
+    rpc_url_env: Text,
+    finality_depth: Integer,
+    block_time_ms: Integer,
+) -> Call[None]:
+    """Registers or updates an EVM chain of the network; the RPC URL is named by an
+    environment variable, never stored (sql/functions/admin/)."""
+
+
+@procedure("owner")
+def upsert_chain_token(
+    chain_key: Text, symbol: Text, address: Text, decimals: Integer
+) -> Call[None]:
+    """Records a token contract on a registered chain (symbol, address, decimals)."""
+
+
+@procedure("owner")
+def upsert_treasury_account(chain_key: Text, address: Text, signer_id: Text) -> Call[None]:
+    """Records a treasury account on a registered chain with its signer's id (never a key)."""
+
+
+@procedure("owner")
+def allow_destination(chain_key: Text, address: Text, label: Text) -> Call[None]:
+    """Puts an address on a registered chain's allow-list of destinations."""
+
+
+@procedure("owner")
+def disallow_destination(chain_key: Text, address: Text) -> Call[Boolean]:
+    """Takes an address off a chain's allow-list; whether it was on it."""
 
 
 @procedure("owner")

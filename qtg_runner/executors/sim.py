@@ -9,11 +9,20 @@ chain RPC would read a receipt; recover() finds real evidence there.
 Outcomes are drawn from a random generator seeded by the idempotency key, so a
 run is reproducible. ``time_scale`` divides every latency, so the demo runs
 real lane shapes in seconds.
+
+Its schema bounds every number (a time scale of 0.001 to a million, latencies
+of at most a week, probabilities of 0 to 1), so the engine refuses an absurd
+config when the movement is created; and the executor clamps what it reads all
+the same (a node created under an older schema, a NaN), so no config makes it
+raise. For fault tests, ``crash_at`` makes it raise on purpose (SimCrash, not
+an ExecutorError: what a bug would raise) at one step for that node: nothing
+goes out, and the runner must quarantine that node alone.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -59,6 +68,29 @@ LANE_PRESETS: dict[str, LanePreset] = {
 }
 
 
+MIN_TIME_SCALE = 0.001
+MAX_TIME_SCALE = 1_000_000.0
+MAX_LATENCY_SECONDS = 7 * 24 * 3600.0
+"""A week: the longest latency a sim lane takes (configs beyond it are refused)."""
+
+
+class SimCrash(RuntimeError):
+    """Raised by a node whose config asks for it (crash_at): what a bug in an
+    executor would raise, not an ExecutorError."""
+
+
+def _bounded(value: Any, low: float, high: float, default: float) -> float:
+    """``value`` as a float within [low, high]; ``default`` when it is not a
+    finite number."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+    if not math.isfinite(number):
+        return default
+    return min(max(number, low), high)
+
+
 class SimExecutor:
     key: ClassVar[str] = "sim"
     has_side_effect: ClassVar[bool] = True
@@ -68,12 +100,13 @@ class SimExecutor:
         "required": ["lane"],
         "properties": {
             "lane": {"type": "string", "minLength": 1},
-            "time_scale": {"type": "number", "exclusiveMinimum": 0},
-            "min_latency_s": {"type": "number", "minimum": 0},
-            "max_latency_s": {"type": "number", "minimum": 0},
+            "time_scale": {"type": "number", "minimum": MIN_TIME_SCALE, "maximum": MAX_TIME_SCALE},
+            "min_latency_s": {"type": "number", "minimum": 0, "maximum": MAX_LATENCY_SECONDS},
+            "max_latency_s": {"type": "number", "minimum": 0, "maximum": MAX_LATENCY_SECONDS},
             "fail_p": {"type": "number", "minimum": 0, "maximum": 1},
             "unknown_p": {"type": "number", "minimum": 0, "maximum": 1},
             "submit_error": {"type": "string", "enum": ["retryable", "permanent"]},
+            "crash_at": {"type": "string", "enum": ["prepare", "submit", "observe", "recover"]},
             "amount": {"type": "number", "exclusiveMinimum": 0},
         },
         "additionalProperties": False,
@@ -92,18 +125,40 @@ class SimExecutor:
 
     @staticmethod
     def _latency(work: NodeWork, rng: random.Random) -> float:
+        """Seconds until the side effect settles, from the lane preset scaled by
+        time_scale or the config's own range, each clamped to [0, a week]."""
         config = work.node_config
-        preset = LANE_PRESETS.get(str(config["lane"]), LANE_PRESETS["cctp_fast"])
-        scale = float(config.get("time_scale", 1))
-        low = float(config.get("min_latency_s", preset.min_latency_seconds / scale))
-        high = float(config.get("max_latency_s", preset.max_latency_seconds / scale))
+        preset = LANE_PRESETS.get(str(config.get("lane")), LANE_PRESETS["cctp_fast"])
+        scale = _bounded(config.get("time_scale", 1), MIN_TIME_SCALE, MAX_TIME_SCALE, 1.0)
+        low = _bounded(
+            config.get("min_latency_s", preset.min_latency_seconds / scale),
+            0.0,
+            MAX_LATENCY_SECONDS,
+            preset.min_latency_seconds,
+        )
+        high = _bounded(
+            config.get("max_latency_s", preset.max_latency_seconds / scale),
+            0.0,
+            MAX_LATENCY_SECONDS,
+            preset.max_latency_seconds,
+        )
         return rng.uniform(min(low, high), max(low, high))
+
+    @staticmethod
+    def _chance(work: NodeWork, key: str) -> float:
+        return _bounded(work.node_config.get(key, 0), 0.0, 1.0, 0.0)
+
+    @staticmethod
+    def _crash_point(work: NodeWork, step: str) -> None:
+        if work.node_config.get("crash_at") == step:
+            raise SimCrash(f"sim node {work.node_id} crashes at {step}, as its config asks")
 
     # -- the protocol ------------------------------------------------------
 
     async def preflight(self, work: NodeWork) -> None:
         from qtg_runner.executors.base import ExecutorError
 
+        self._crash_point(work, "prepare")
         error = work.node_config.get("submit_error")
         if error is not None:
             raise ExecutorError(
@@ -119,10 +174,11 @@ class SimExecutor:
         )
 
     async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        self._crash_point(work, "submit")
         rng = self._rng(work)
         latency = self._latency(work, rng)
-        failed = rng.random() < float(work.node_config.get("fail_p", 0))
-        hidden = rng.random() < float(work.node_config.get("unknown_p", 0))
+        failed = rng.random() < self._chance(work, "fail_p")
+        hidden = rng.random() < self._chance(work, "unknown_p")
         async with self._pool.connection() as conn:
             row = await (
                 await conn.execute(
@@ -163,10 +219,11 @@ class SimExecutor:
             return []
         drawn = []
         for work, _prepared in items:
+            self._crash_point(work, "submit")
             rng = self._rng(work)
             latency = self._latency(work, rng)
-            failed = rng.random() < float(work.node_config.get("fail_p", 0))
-            hidden = rng.random() < float(work.node_config.get("unknown_p", 0))
+            failed = rng.random() < self._chance(work, "fail_p")
+            hidden = rng.random() < self._chance(work, "unknown_p")
             drawn.append((work, latency, failed, hidden))
         async with self._pool.connection() as conn:
             rows = await (
@@ -227,6 +284,7 @@ class SimExecutor:
         return row
 
     async def observe(self, work: NodeWork) -> ObserveResult:
+        self._crash_point(work, "observe")
         row = await self._lookup(work)
         if row is None:
             return ObserveResult(ObserveStatus.UNKNOWN, {"reason": "no such side effect"})
@@ -238,6 +296,7 @@ class SimExecutor:
         return ObserveResult(ObserveStatus(outcome), {"outcome": outcome})
 
     async def recover(self, work: NodeWork) -> RecoveryResult:
+        self._crash_point(work, "recover")
         row = await self._lookup(work)
         if row is None:
             prepared = Prepared.from_intent(work.intent)

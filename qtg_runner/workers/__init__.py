@@ -23,7 +23,9 @@ REGISTRY: tuple[WorkerEntry, ...] = (
         wake_on=frozenset({"ready", "approved"}),
     ),
     WorkerEntry("node_observer", node_observer.batch, interval=1.0, jitter=0.2, tier="core"),
-    WorkerEntry("node_recovery", node_recovery.batch, interval=5.0, jitter=1.0, tier="core"),
+    # every second: a dead claimer's nodes are recoverable as soon as its
+    # heartbeat is two ticks late, and the claim reads a partial index only
+    WorkerEntry("node_recovery", node_recovery.batch, interval=1.0, jitter=0.2, tier="core"),
     WorkerEntry(
         "expiration_checker", expiration_checker.batch, interval=10.0, jitter=2.0, tier="sidecar"
     ),

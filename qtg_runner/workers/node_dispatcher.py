@@ -1,8 +1,9 @@
 """node_dispatcher (core): APPROVED movements start; READY -> SUBMITTING -> SUBMITTED.
 
 One batch: start approved movements, claim READY nodes (the claim commits
-the nodes as SUBMITTING with their intents before any side effect), then, for
-the claimed nodes together:
+the nodes as SUBMITTING with their intents before any side effect, and names
+this worker's heartbeat, so recovery takes them at once if this process dies),
+then, for the claimed nodes together:
 
   0. give back, in one call (release_nodes), the nodes whose executor this
      runner does not carry: READY again for a runner that does, without
@@ -12,17 +13,23 @@ the claimed nodes together:
      one transaction): a node whose intent is not recorded is not submitted;
   3. submit the recorded nodes a group at a time (bounded concurrency): an
      executor that implements BatchSubmitter submits all its nodes in one call,
-     any other submits each node as a group of one;
+     any other submits each node as a group of one; a group call that fails
+     is made again for each node alone, so that one node's failure is its own;
   4. report each group's submits right after them, in one call
      (complete_submit_batch).
 
 Every rule of the single-node procedures holds per node in the batch calls
 (fencing, lease, audit, DAG step, settle); a node the database refuses is
-reported in its own row and the rest of the batch goes on. Each kind of
-failure is handled in one place (``_guarded``): the executor's refusal is
-reported through fail_submit, which decides (in SQL) between a retry, FAILED
-and recovery; an operational error leaves the node SUBMITTING, and recovery
-resolves it from its intent. Anything else is a bug and reaches the supervisor.
+reported in its own row and the rest of the batch goes on. One node's failure
+never stops the others nor the worker; each kind is handled in one place
+(``_failed``): the executor's refusal (ExecutorError, or a transient error
+before anything was signed) is reported through fail_submit, which decides
+(in SQL) between a retry, FAILED and recovery; a transient error once the
+intent is recorded leaves the node SUBMITTING for recovery; a refusal because
+the node is someone else's now is dropped; anything else (an executor raising
+what it never should, the engine refusing the node's own data) quarantines
+the node (qtg_runner.faults). A batch call the database fails as a whole is
+made again for each node alone, so that such a failure lands on its node.
 """
 
 from __future__ import annotations
@@ -43,8 +50,9 @@ from qtg_runner.executors.base import (
     SubmitResult,
 )
 from qtg_runner.failpoints import failpoint
+from qtg_runner.faults import Failure, classify, classify_code, describe, quarantine
 from qtg_runner.log import event, node_event
-from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
+from qtg_runner.loop import WorkerContext
 
 WORKER = "node_dispatcher"
 BATCH_SIZE = 64
@@ -69,10 +77,17 @@ class _Prepared(_Node):
     prepared: Prepared
 
 
+@dataclass(frozen=True)
+class _Submitted(_Prepared):
+    result: SubmitResult
+
+
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
     async with ctx.pool.connection() as conn:
         started = await procs.start_approved_movements(START_BATCH).aone(conn)
-        claims = await procs.claim_ready_nodes(worker_id, _claim_size(ctx)).aall(conn)
+        claims = await procs.claim_ready_nodes(
+            WORKER, _claim_size(ctx), instance_id=ctx.instance_id
+        ).aall(conn)
     if started:
         event(logging.INFO, "movements_started", network=ctx.network, count=started)
     if claims:
@@ -99,7 +114,7 @@ async def dispatch_claims(ctx: WorkerContext, works: Sequence[NodeWork]) -> None
 
     # 0. what this runner cannot run goes back, untouched, for one that can
     if missing:
-        await _guarded(ctx, missing, "release", lambda: _release(ctx, missing))
+        await _each_alone(ctx, missing, "release", lambda ws: _release(ctx, ws), key=_same)
 
     # 1. preflight and prepare: nothing is signed for a node the executor refuses
     async def prepare(node: _Node) -> _Prepared | None:
@@ -110,8 +125,8 @@ async def dispatch_claims(ctx: WorkerContext, works: Sequence[NodeWork]) -> None
         return
 
     # 2. the intents, in one transaction: only a recorded node may be submitted
-    recorded = await _guarded(
-        ctx, [n.work for n in prepared], "record_intents", lambda: _record_intents(ctx, prepared)
+    recorded = await _each_alone(
+        ctx, prepared, "record_intents", lambda ns: _record_intents(ctx, ns), key=_work
     )
     if not recorded:
         return
@@ -120,49 +135,101 @@ async def dispatch_claims(ctx: WorkerContext, works: Sequence[NodeWork]) -> None
 
     # 3. the side effects, a group at a time, and 4. each group's report after it
     async def submit_and_report(group: Sequence[_Prepared]) -> None:
-        works = [n.work for n in group]
-        results = await _guarded(ctx, works, "submit", lambda: _submit(group))
-        if results is None:
+        submitted = await _submit(ctx, group)
+        if not submitted:
             return
         failpoint("after_submit")
-        await _guarded(ctx, works, "report", lambda: _complete_submits(ctx, group, results))
+        await _each_alone(
+            ctx, submitted, "report", lambda ns: _complete_submits(ctx, ns), key=_work
+        )
 
     await _bounded(ctx, _groups(recorded), submit_and_report)
+
+
+def _work(node: _Node) -> NodeWork:
+    return node.work
+
+
+def _same(work: NodeWork) -> NodeWork:
+    return work
+
+
+async def _failed(
+    ctx: WorkerContext, works: Sequence[NodeWork], step: str, exc: BaseException
+) -> None:
+    """The one place a failed step of ``works`` is settled, by its kind (see the
+    module's docstring and qtg_runner.faults). Never raises."""
+    if isinstance(exc, ExecutorError):
+        await _fail_submits(ctx, works, step, exc)
+        return
+    kind = classify(exc)
+    if kind is Failure.TRANSIENT and step == "prepare":
+        # the executor's service is out of reach before anything was signed: a
+        # retry later, as fail_submit decides, not a claim left to its lease
+        await _fail_submits(ctx, works, step, ExecutorError(describe(exc), retryable=True))
+        return
+    for work in works:
+        node_event(
+            logging.ERROR if kind is Failure.TRANSIENT else logging.WARNING,
+            "dispatch_failed" if kind is Failure.TRANSIENT else "dispatch_refused",
+            WORKER,
+            work,
+            step=step,
+            kind=kind.value,
+            error=ctx.limits.text(describe(exc)),
+        )
+    if kind is Failure.POISON:
+        await quarantine(ctx, WORKER, works, step, describe(exc))
 
 
 async def _guarded(
     ctx: WorkerContext, works: Sequence[NodeWork], step: str, action: Callable[[], Awaitable[T]]
 ) -> T | None:
-    """One step of the dispatch for ``works``: its result, or None when it failed.
-
-    The one place each kind of failure is handled. The executor refused
-    (ExecutorError: nothing went out): each node is reported through
-    fail_submit, which decides in SQL between a retry, FAILED and recovery. An
-    operational error (the database, the network): each node stays SUBMITTING
-    with its intent, for recovery once the lease runs out. Anything else is a
-    bug and propagates."""
+    """One step of the dispatch for ``works``: its result, or None when it failed
+    (and the failure was settled by ``_failed``)."""
     try:
-        try:
-            return await action()
-        except ExecutorError as refused:
-            await _fail_submits(ctx, works, step, refused)
-    except OPERATIONAL_ERRORS as exc:
-        for work in works:
-            _dispatch_failed(work, step, exc)
+        return await action()
+    except Exception as exc:
+        await _failed(ctx, works, step, exc)
     return None
 
 
-def _dispatch_failed(work: NodeWork, step: str, exc: BaseException) -> None:
-    """The node stays SUBMITTING with its intent: recovery resolves it once the
-    lease runs out."""
-    node_event(
-        logging.ERROR,
-        "dispatch_failed",
-        WORKER,
-        work,
-        step=step,
-        error=f"{type(exc).__name__}: {exc}",
-    )
+N = TypeVar("N")
+
+
+async def _each_alone(
+    ctx: WorkerContext,
+    items: Sequence[N],
+    step: str,
+    call: Callable[[Sequence[N]], Awaitable[list[N]]],
+    key: Callable[[N], NodeWork],
+) -> list[N]:
+    """``call`` (a batch procedure call) for ``items``: the items it accepted. If
+    the call fails as a whole with anything but a transient error, it is made
+    again for each item alone, so that the failure lands on its own node and the
+    others go on."""
+    try:
+        return await call(items)
+    except Exception as exc:
+        if len(items) == 1 or classify(exc) is not Failure.POISON:
+            await _failed(ctx, [key(i) for i in items], step, exc)
+            return []
+        event(
+            logging.WARNING,
+            "batch_call_failed",
+            network=ctx.network,
+            worker=WORKER,
+            step=step,
+            nodes=len(items),
+            error=ctx.limits.text(describe(exc)),
+        )
+    accepted: list[N] = []
+    for item in items:
+        try:
+            accepted.extend(await call([item]))
+        except Exception as exc:
+            await _failed(ctx, [key(item)], step, exc)
+    return accepted
 
 
 async def _bounded(
@@ -181,16 +248,19 @@ async def _bounded(
     return [task.result() for task in tasks]
 
 
-async def _release(ctx: WorkerContext, works: Sequence[NodeWork]) -> None:
+async def _release(ctx: WorkerContext, works: Sequence[NodeWork]) -> list[NodeWork]:
     async with ctx.pool.connection() as conn:
         rows = await procs.release_nodes(
             [w.node_id for w in works],
             [w.claim_secret for w in works],
             "no executor for the node in this runner",
         ).aall(conn)
+    released = []
     for work, row in zip(works, rows, strict=True):
-        if _accepted(work, row, "release"):
+        if await _accepted(ctx, work, row, "release"):
+            released.append(work)
             node_event(logging.WARNING, "executor_missing", WORKER, work, to_state=row.node_state)
+    return released
 
 
 async def _prepare(node: _Node) -> _Prepared:
@@ -210,17 +280,11 @@ async def _record_intents(ctx: WorkerContext, nodes: Sequence[_Prepared]) -> lis
             [p.external_request_id for p in preps],
             [p.payload or None for p in preps],
         ).aall(conn)
-    return [n for n, row in zip(nodes, rows, strict=True) if _accepted(n.work, row, "record")]
-
-
-class _OneAtATime:
-    """The BatchSubmitter of an executor without one: it submits a group of one."""
-
-    def __init__(self, executor: Executor) -> None:
-        self._executor = executor
-
-    async def submit_many(self, items: Sequence[tuple[NodeWork, Prepared]]) -> list[SubmitResult]:
-        return [await self._executor.submit(work, prepared) for work, prepared in items]
+    recorded = []
+    for node, row in zip(nodes, rows, strict=True):
+        if await _accepted(ctx, node.work, row, "record"):
+            recorded.append(node)
+    return recorded
 
 
 def _groups(nodes: Sequence[_Prepared]) -> list[list[_Prepared]]:
@@ -236,55 +300,98 @@ def _groups(nodes: Sequence[_Prepared]) -> list[list[_Prepared]]:
     return [*batched.values(), *alone]
 
 
-async def _submit(group: Sequence[_Prepared]) -> list[SubmitResult]:
-    """The side effects of one group, in one call. Raising ExecutorError means
-    none of them happened."""
+async def _submit(ctx: WorkerContext, group: Sequence[_Prepared]) -> list[_Submitted]:
+    """The side effects of one group: the nodes submitted, with their results.
+
+    A BatchSubmitter's group goes in one call (submit_many). If that call fails
+    for more than one node (with anything but a transient error, after which a
+    side effect may be out and recovery reconciles each node from its intent),
+    each node is submitted alone (submit): the prepared payloads are the same,
+    the executor said none went out, and a node that fails alone fails on its
+    own. Any other executor's group is one node."""
     executor = group[0].executor
-    submitter = executor if isinstance(executor, BatchSubmitter) else _OneAtATime(executor)
-    return await submitter.submit_many([(n.work, n.prepared) for n in group])
+    if isinstance(executor, BatchSubmitter):
+        try:
+            results = await executor.submit_many([(n.work, n.prepared) for n in group])
+            if len(results) != len(group):
+                raise RuntimeError(
+                    f"submit_many answered {len(results)} results for {len(group)} nodes"
+                )
+            return [
+                _Submitted(n.work, n.executor, n.prepared, r)
+                for n, r in zip(group, results, strict=True)
+            ]
+        except Exception as exc:
+            transient = classify(exc) is Failure.TRANSIENT and not isinstance(exc, ExecutorError)
+            if transient or len(group) == 1:
+                await _failed(ctx, [n.work for n in group], "submit", exc)
+                return []
+            event(
+                logging.WARNING,
+                "submit_many_failed",
+                network=ctx.network,
+                worker=WORKER,
+                executor=executor.key,
+                nodes=len(group),
+                error=ctx.limits.text(describe(exc)),
+            )
+
+    async def one(node: _Prepared) -> _Submitted | None:
+        result = await _guarded(
+            ctx, [node.work], "submit", lambda: node.executor.submit(node.work, node.prepared)
+        )
+        if result is None:
+            return None
+        return _Submitted(node.work, node.executor, node.prepared, result)
+
+    return [s for s in await _bounded(ctx, group, one) if s is not None]
 
 
-async def _complete_submits(
-    ctx: WorkerContext, group: Sequence[_Prepared], results: Sequence[SubmitResult]
-) -> None:
+async def _complete_submits(ctx: WorkerContext, nodes: Sequence[_Submitted]) -> list[_Submitted]:
+    """complete_submit_batch; returns the nodes whose report was accepted."""
+    results = [n.result for n in nodes]
     async with ctx.pool.connection() as conn:
         rows = await procs.complete_submit_batch(
-            [n.work.node_id for n in group],
-            [n.work.claim_secret for n in group],
+            [n.work.node_id for n in nodes],
+            [n.work.claim_secret for n in nodes],
             [r.external_ref for r in results],
-            [r.evidence for r in results],
+            [ctx.limits.document(r.evidence) for r in results],
             [r.settled for r in results],
         ).aall(conn)
-    for node, result, row in zip(group, results, rows, strict=True):
-        if _accepted(node.work, row, "report"):
+    reported = []
+    for node, row in zip(nodes, rows, strict=True):
+        if await _accepted(ctx, node.work, row, "report"):
+            reported.append(node)
             node_event(
                 logging.INFO,
                 "node_submitted",
                 WORKER,
                 node.work,
                 to_state=row.node_state,
-                external_ref=result.external_ref,
+                external_ref=node.result.external_ref,
             )
+    return reported
 
 
 async def _fail_submits(
     ctx: WorkerContext, works: Sequence[NodeWork], step: str, refused: ExecutorError
 ) -> None:
     """fail_submit for each node of a refused step, each in its own call: one the
-    database does not take (a stale claim, a lost connection) stays SUBMITTING
-    for recovery and does not hold back the others' reports."""
-    error = str(refused)[:1000]
-    async with ctx.pool.connection() as conn:
-        for work in works:
-            fail = procs.fail_submit(
-                work.node_id, work.claim_secret, error, refused.retryable, refused.retry_after
-            )
-            try:
+    database does not take stays SUBMITTING for recovery (a transient error, a
+    stale claim), or is quarantined (it refused the node's own data), and does
+    not hold back the others' reports."""
+    error = ctx.limits.text(str(refused))
+    for work in works:
+        fail = procs.fail_submit(
+            work.node_id, work.claim_secret, error, refused.retryable, refused.retry_after
+        )
+        try:
+            async with ctx.pool.connection() as conn:
                 state = await fail.aone(conn)
-            except OPERATIONAL_ERRORS as exc:
-                _dispatch_failed(work, step, exc)
-                continue
-            node_event(logging.WARNING, f"{step}_failed", WORKER, work, to_state=state, error=error)
+        except Exception as exc:
+            await _failed(ctx, [work], "fail_submit", exc)
+            continue
+        node_event(logging.WARNING, f"{step}_failed", WORKER, work, to_state=state, error=error)
 
 
 class _NodeRow(Protocol):
@@ -296,10 +403,11 @@ class _NodeRow(Protocol):
     def error_message(self) -> str | None: ...
 
 
-def _accepted(work: NodeWork, row: _NodeRow, step: str) -> bool:
-    """Whether the database accepted ``work`` in a batch call. A refused node (a
-    stale claim, an expired lease: another worker owns it now) is logged and
-    left to its owner."""
+async def _accepted(ctx: WorkerContext, work: NodeWork, row: _NodeRow, step: str) -> bool:
+    """Whether the database accepted ``work`` in a batch call. A node refused
+    because it is someone else's now (a stale claim, an expired lease, moved on)
+    is logged and left to its owner; one refused for its own data (beyond the
+    limits, or not applicable inside the engine: QT005, QT050) is quarantined."""
     assert row.node_id == work.node_id, "batch rows come back in input order"
     if row.error_code is None:
         return True
@@ -312,4 +420,6 @@ def _accepted(work: NodeWork, row: _NodeRow, step: str) -> bool:
         code=row.error_code,
         error=row.error_message,
     )
+    if classify_code(row.error_code) is Failure.POISON:
+        await quarantine(ctx, WORKER, [work], step, f"{row.error_code}: {row.error_message}")
     return False

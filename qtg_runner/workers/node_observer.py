@@ -6,15 +6,25 @@ savepoint (claim_observe repeats every predicate with FOR UPDATE OF node,
 request SKIP LOCKED). A miss rolls back only the savepoint, so no partial
 tuple lock survives into the next candidate. A hit keeps the node and request
 locks through the executor's observe() and complete_observe()'s commit.
+
+One node never stops the others (qtg_runner.faults): an observe() that fails
+(ExecutorError, or a transient error reaching the service) is the ERROR
+outcome; an observe() that raises anything else, or a complete_observe() the
+engine refuses for the node's own data (in a savepoint), quarantines the node
+in the same transaction; the evidence is cut to the network's bounds first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
+
+import psycopg
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, JsonObject, NodeWork
+from qtg_runner.faults import Failure, classify, describe, quarantine
 from qtg_runner.log import event, missing_executor, node_event
 from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
 
@@ -45,7 +55,7 @@ async def batch(ctx: WorkerContext, worker_id: str, movement_id: int | None = No
                     network=ctx.network,
                     worker=WORKER,
                     node=node_id,
-                    error=f"{type(exc).__name__}: {exc}",
+                    error=ctx.limits.text(describe(exc)),
                 )
 
     async with asyncio.TaskGroup() as group:
@@ -65,10 +75,21 @@ async def observe_one(
         if claim is None:
             return False
         work = NodeWork.from_claim(claim, ctx.network)
-        outcome, evidence, retry_after = await _observe(ctx, work)
-        out = await procs.complete_observe(
-            work.node_id, work.claim_secret, outcome, evidence, retry_after
-        ).aone(conn)
+        try:
+            outcome, evidence, retry_after = await _observe(ctx, work)
+        except Exception as exc:  # observe() raised what it never should
+            await _poisoned(ctx, conn, work, "observe", exc)
+            return True
+        try:
+            async with conn.transaction():  # a refusal here is this node's alone
+                out = await procs.complete_observe(
+                    work.node_id, work.claim_secret, outcome, evidence, retry_after
+                ).aone(conn)
+        except Exception as exc:
+            if classify(exc) is not Failure.POISON:
+                raise
+            await _poisoned(ctx, conn, work, "complete_observe", exc)
+            return True
     if out.node_state != procs.NodeState.OBSERVING:
         node_event(
             logging.INFO,
@@ -82,16 +103,41 @@ async def observe_one(
     return True
 
 
+async def _poisoned(
+    ctx: WorkerContext,
+    conn: psycopg.AsyncConnection[Any],
+    work: NodeWork,
+    step: str,
+    exc: BaseException,
+) -> None:
+    """Quarantine the node, on the claim's own transaction (which holds its locks)."""
+    node_event(
+        logging.ERROR,
+        "observe_refused",
+        WORKER,
+        work,
+        step=step,
+        error=ctx.limits.text(describe(exc)),
+    )
+    await quarantine(ctx, WORKER, [work], step, describe(exc), conn=conn)
+
+
 async def _observe(ctx: WorkerContext, work: NodeWork) -> tuple[str, JsonObject, float | None]:
-    """The executor's answer as complete_observe's outcome, evidence and retry hint.
-    A failed call (or no executor for the node in this runner) is the ERROR
-    outcome: the database decides when to look again (the hint, if any, else the
-    lane's delay) and still escalates a node observed too long to UNKNOWN."""
+    """The executor's answer as complete_observe's outcome, evidence (cut to the
+    network's bounds) and retry hint. A failed call (ExecutorError, or a
+    transient error on the way to the service; or no executor for the node in
+    this runner) is the ERROR outcome: the database decides when to look again
+    (the hint, if any, else the lane's delay) and still escalates a node
+    observed too long to UNKNOWN. Anything else the executor raises is raised."""
     executor = ctx.executor_for(work)
     if executor is None:
         return CALL_FAILED, {"error": missing_executor(WORKER, work)}, None
     try:
         result = await executor.observe(work)
     except ExecutorError as exc:
-        return CALL_FAILED, {"error": str(exc)}, exc.retry_after
-    return result.status.value, result.evidence, result.retry_after
+        return CALL_FAILED, {"error": ctx.limits.text(str(exc))}, exc.retry_after
+    except Exception as exc:
+        if classify(exc) is not Failure.TRANSIENT:
+            raise
+        return CALL_FAILED, {"error": ctx.limits.text(describe(exc))}, None
+    return result.status.value, ctx.limits.document(result.evidence), result.retry_after

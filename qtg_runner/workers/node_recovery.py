@@ -1,9 +1,16 @@
 """node_recovery (core): UNKNOWN | stale SUBMITTING -> whatever the evidence says.
 
 Reconcile only: claim_recovery_nodes commits a recovery lease (and a new claim
-secret, fencing any stale dispatcher), the executor's recover() looks for
-evidence outside any lock, and complete_recovery applies it. Never a blind
-retry: only NOT_SUBMITTED evidence sends a node back to READY.
+secret, fencing any stale dispatcher) on the nodes whose lease ran out or whose
+claimer is known dead, the executor's recover() looks for evidence outside
+any lock, and complete_recovery applies it. Never a blind retry: only
+NOT_SUBMITTED evidence sends a node back to READY.
+
+One node never stops the others (qtg_runner.faults): a recover() that fails
+(ExecutorError, or a transient error reaching the service) concludes nothing
+(STILL_UNKNOWN); a recover() that raises anything else, or a
+complete_recovery() the engine refuses for the node's own data, quarantines
+the node; the evidence is cut to the network's bounds first.
 """
 
 from __future__ import annotations
@@ -12,8 +19,9 @@ import logging
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, NodeWork, RecoveryOutcome, RecoveryResult
+from qtg_runner.faults import Failure, classify, describe, quarantine
 from qtg_runner.log import missing_executor, node_event
-from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
+from qtg_runner.loop import WorkerContext
 
 WORKER = "node_recovery"
 BATCH_SIZE = 16
@@ -21,46 +29,62 @@ BATCH_SIZE = 16
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
     async with ctx.pool.connection() as conn:
-        claims = await procs.claim_recovery_nodes(worker_id, BATCH_SIZE).aall(conn)
+        claims = await procs.claim_recovery_nodes(
+            WORKER, BATCH_SIZE, instance_id=ctx.instance_id
+        ).aall(conn)
 
     for claim in claims:
-        work = NodeWork.from_claim(claim, ctx.network)
-        try:
-            result = await _recover(ctx, work)
-            async with ctx.pool.connection() as conn:
-                state = await procs.complete_recovery(
-                    work.node_id,
-                    work.claim_secret,
-                    result.outcome.value,
-                    result.evidence,
-                    result.external_ref,
-                    result.retry_after,
-                ).aone(conn)
-            node_event(
-                logging.INFO,
-                "node_recovered",
-                WORKER,
-                work,
-                from_state=claim.node_state,
-                outcome=result.outcome.value,
-                to_state=state,
-            )
-        except OPERATIONAL_ERRORS as exc:
-            # the recovery lease runs out and the node is claimed again
-            node_event(
-                logging.ERROR,
-                "recovery_failed",
-                WORKER,
-                work,
-                error=f"{type(exc).__name__}: {exc}",
-            )
+        await recover_one(ctx, NodeWork.from_claim(claim, ctx.network), claim.node_state)
     return len(claims)
 
 
+async def recover_one(ctx: WorkerContext, work: NodeWork, from_state: str) -> None:
+    """recover() and complete_recovery for one claimed node. Never raises for the node."""
+    step = "recover"
+    try:
+        result = await _recover(ctx, work)
+        step = "complete_recovery"
+        async with ctx.pool.connection() as conn:
+            state = await procs.complete_recovery(
+                work.node_id,
+                work.claim_secret,
+                result.outcome.value,
+                ctx.limits.document(result.evidence),
+                result.external_ref,
+                result.retry_after,
+            ).aone(conn)
+    except Exception as exc:
+        kind = classify(exc)
+        # transient: the recovery lease runs out and the node is claimed again;
+        # stale: another recovery worker holds it now
+        node_event(
+            logging.ERROR,
+            "recovery_failed",
+            WORKER,
+            work,
+            step=step,
+            kind=kind.value,
+            error=ctx.limits.text(describe(exc)),
+        )
+        if kind is Failure.POISON:
+            await quarantine(ctx, WORKER, [work], step, describe(exc))
+        return
+    node_event(
+        logging.INFO,
+        "node_recovered",
+        WORKER,
+        work,
+        from_state=from_state,
+        outcome=result.outcome.value,
+        to_state=state,
+    )
+
+
 async def _recover(ctx: WorkerContext, work: NodeWork) -> RecoveryResult:
-    """recover()'s evidence. A failed call (or no executor for the node in this
-    runner) concludes nothing: STILL_UNKNOWN, looked at again after the
-    executor's hint, else after the lane's recovery_retry_seconds."""
+    """recover()'s evidence. A failed call (ExecutorError, or a transient error on
+    the way to the service; or no executor for the node in this runner)
+    concludes nothing: STILL_UNKNOWN, looked at again after the executor's hint,
+    else after the lane's recovery_retry_seconds. Anything else is raised."""
     executor = ctx.executor_for(work)
     if executor is None:
         error = missing_executor(WORKER, work)
@@ -69,5 +93,13 @@ async def _recover(ctx: WorkerContext, work: NodeWork) -> RecoveryResult:
         return await executor.recover(work)
     except ExecutorError as exc:
         return RecoveryResult(
-            RecoveryOutcome.STILL_UNKNOWN, {"error": str(exc)}, retry_after=exc.retry_after or None
+            RecoveryOutcome.STILL_UNKNOWN,
+            {"error": ctx.limits.text(str(exc))},
+            retry_after=exc.retry_after or None,
+        )
+    except Exception as exc:
+        if classify(exc) is not Failure.TRANSIENT:
+            raise
+        return RecoveryResult(
+            RecoveryOutcome.STILL_UNKNOWN, {"error": ctx.limits.text(describe(exc))}
         )

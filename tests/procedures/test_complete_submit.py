@@ -15,8 +15,11 @@ every shape of submit (a chain, a lone node, one left to observe, a diamond,
 two roots, a join completed by both its parents in the same call, a stop, a
 cancel) leaves each movement as its DAG says, with the audit events and
 callbacks each step means, all the claimer's; a node it refuses is reported in
-its own row and left as it was while the rest of the batch goes on; a
-malformed call is refused whole (QT002) without changing anything.
+its own row and left as it was while the rest of the batch goes on, and so is
+a node whose report breaks a rule inside the engine (QT050: 30 nodes applied
+beside it), while an error that says nothing about the nodes (a serialization
+failure) fails the call whole; a malformed call is refused whole (QT002)
+without changing anything.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from rows import (
     fail,
     intent_row,
     node_row,
+    plant_rule,
     request_row,
     state_changes,
     time_at,
@@ -394,6 +398,61 @@ def test_a_refused_node_is_reported_and_left_as_it_was_while_the_rest_completes(
     intents = dict(conn.execute("SELECT node_id, intent_state FROM node_intents").fetchall())
     assert intents[stale] == "CLAIMED" and intents[done] == "SUBMITTED"
     assert before != snapshot(conn, ["node_intents"])  # the good ones moved
+
+
+def test_a_node_the_engine_cannot_apply_is_refused_alone_while_the_other_30_are_applied(
+    conn: Conn,
+) -> None:
+    # the side effects of all 31 went out; only the poison node breaks a rule
+    plant_rule(
+        conn, "movement_request_nodes", "NEW.node_key = 'poison' AND NEW.node_state = 'SUBMITTED'"
+    )
+    keys = [f"n{i:02d}" for i in range(30)] + ["poison"]
+    movement = create_started(conn, plan(*(node(k) for k in keys)), "busy")
+    ids = node_ids(conn, movement)
+    secrets = _claimed(conn)
+    order = [ids[k] for k in keys]
+
+    written = in_one_transaction(
+        conn, BATCH, (order, [secrets[n] for n in order], [f"ref-{n}" for n in order], None, None)
+    )
+
+    assert [(r[0], r[1], r[2]) for r in written.rows] == [
+        *((ids[k], "SUBMITTED", None) for k in keys[:30]),
+        (ids["poison"], None, "QT050"),
+    ]
+    message = written.rows[-1][3]
+    assert f"node {ids['poison']}" in message and "planted rule" in message and "23514" in message
+    assert len(state_changes(written.audit)) == 30
+    states = node_states(conn, movement)
+    assert states.pop("poison") == "SUBMITTING"
+    assert set(states.values()) == {"SUBMITTED"}
+    assert intent_row(conn, ids["poison"])["intent_state"] == "CLAIMED"
+    # the one-node call refuses it with the same code, and nothing changes
+    error = assert_rejected(
+        conn,
+        "QT050",
+        "SELECT complete_submit(%s, %s, 'ref')",
+        (ids["poison"], secrets[ids["poison"]]),
+    )
+    assert "planted rule" in str(error)
+
+
+def test_an_error_that_says_nothing_about_the_nodes_fails_the_whole_batch(conn: Conn) -> None:
+    plant_rule(
+        conn,
+        "movement_request_nodes",
+        "NEW.node_key = 'b' AND NEW.node_state = 'SUBMITTED'",
+        sqlstate="40001",  # a serialization failure: the call is made again, as it was
+    )
+    movement = create_started(conn, plan(node("a"), node("b")), "transient")
+    ids = node_ids(conn, movement)
+    secrets = _claimed(conn)
+    order = [ids["a"], ids["b"]]
+
+    assert_rejected(
+        conn, "40001", BATCH, (order, [secrets[n] for n in order], ["r1", "r2"], None, None)
+    )
 
 
 @pytest.mark.parametrize(

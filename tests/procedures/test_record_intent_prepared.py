@@ -37,7 +37,7 @@ from engine import (
     pin_clock,
     plan,
 )
-from rows import ONE, T0, Conn, claim_of, intent_row, iso_at, node_row
+from rows import ONE, T0, Conn, claim_of, intent_row, iso_at, node_row, plant_rule
 
 BATCH = (
     "SELECT node_id, intent_id, error_code, error_message FROM record_intent_prepared_batch("
@@ -277,6 +277,29 @@ def test_a_refused_node_is_reported_and_left_as_it_was_while_the_rest_is_recorde
     assert _intent(conn, stale)[0] == _intent(conn, empty)[0] == "CLAIMED"
     assert _intent(conn, done)[0] == "SUBMITTED"
     assert [len(_audit(conn, n)) for n, _ in nodes] == [1, 0, 0, 0]
+
+
+def test_a_record_the_engine_cannot_apply_is_refused_alone_and_the_others_are_recorded(
+    conn: Conn,
+) -> None:
+    plant_rule(conn, "node_intents", "NEW.external_request_id = 'poison'")
+    nodes = _claimed(conn, 3, "m")
+    (ok, _), (poison, _), (also_ok, _) = nodes
+
+    rows = _record(
+        conn,
+        nodes,
+        [(None, None, "req-1", None), (None, None, "poison", None), (None, None, "req-3", None)],
+    )
+
+    assert [(r[0], r[1] is not None, r[2]) for r in rows] == [
+        (ok, True, None),
+        (poison, False, "QT050"),
+        (also_ok, True, None),
+    ]
+    assert "planted rule" in rows[1][3]
+    assert [_intent(conn, n)[0] for n, _ in nodes] == ["PREPARED", "CLAIMED", "PREPARED"]
+    assert [len(_audit(conn, n)) for n, _ in nodes] == [1, 0, 1]
 
 
 def test_an_expired_lease_is_refused_so_the_node_is_never_broadcast(conn: Conn) -> None:

@@ -27,7 +27,7 @@ from engine import (
     pin_clock,
     plan,
 )
-from rows import T0, Conn
+from rows import T0, Conn, plant_rule
 
 RELEASE = "SELECT node_id, node_state::text, error_code FROM release_nodes(%s, %s, %s)"
 
@@ -150,3 +150,28 @@ def test_a_runner_may_release_and_an_operator_may_not(db: TestDatabase, conn: Co
     assert runner.execute(RELEASE, ([node_id], [secret], "no executor")).fetchall() == [
         (node_id, "READY", None)
     ]
+
+
+def test_a_node_the_engine_cannot_release_is_refused_alone_and_the_others_are_released(
+    conn: Conn,
+) -> None:
+    movement = create_started(
+        conn, plan(node("a", lane="bridge"), node("poison", lane="bridge")), "rel-poison"
+    )
+    ids = node_ids(conn, movement)
+    secrets = {c["node_id"]: c["claim_secret"] for c in claim(conn, "dispatcher-1")}
+    plant_rule(
+        conn, "movement_request_nodes", "NEW.node_key = 'poison' AND NEW.node_state = 'READY'"
+    )
+    order = [ids["a"], ids["poison"]]
+
+    rows = conn.execute(RELEASE, (order, [secrets[n] for n in order], "no executor")).fetchall()
+
+    assert rows == [(ids["a"], "READY", None), (ids["poison"], None, "QT050")]
+    states = dict(
+        conn.execute(
+            "SELECT node_key, node_state::text FROM movement_request_nodes WHERE request_id = %s",
+            (movement,),
+        ).fetchall()
+    )
+    assert states == {"a": "READY", "poison": "SUBMITTING"}

@@ -345,8 +345,14 @@ def test_two_dispatcher_processes_claim_each_of_1000_nodes_exactly_once(
     assert Counter(node_id for node_id, _, _ in intents) == dict.fromkeys(nodes, 1)
     assert all(by_intent == by_node for _, by_intent, by_node in intents)
     assert side_effects(real_clock_conn) == {node_id: [1] for node_id in nodes}
-    claims_per_pid = Counter(int(by.split(":")[-2]) for _, by, _ in intents)
+    # each claim names its worker's heartbeat instance (host:pid:...)
+    instances = real_clock_conn.execute(
+        "SELECT detail->>'instance' FROM audit_outbox WHERE action = 'state_changed'"
+        " AND from_state = 'READY' AND to_state = 'SUBMITTING'"
+    ).fetchall()
+    claims_per_pid = Counter(int(instance.split(":")[-2]) for (instance,) in instances)
     assert set(claims_per_pid) == {d.pid for d in dispatchers}, claims_per_pid
+    assert sum(claims_per_pid.values()) == 1000
 
 
 # -- 7. crash gaps ---------------------------------------------------------------------
@@ -464,3 +470,118 @@ def test_qtg_demo_refuses_to_start_with_the_gate_off(procs: Runners) -> None:
     assert "MG_WORKERS_ENABLED is false" in demo.stderr()
     assert "MG_WORKERS_ENABLED=true" in demo.stderr()
     assert not exists, "the demo started a database although it refused to run"
+
+
+# -- 9. a dead claimer's nodes in seconds; a poison node in a busy batch --------------
+
+
+def test_a_killed_dispatchers_claims_settle_within_two_heartbeats_and_the_observation(
+    db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
+) -> None:
+    # each node's side effect takes 0.2-0.5 s; the first look comes 0.7 s after the submit
+    real_clock_conn.execute("SELECT upsert_lane_baseline('cctp_fast', 1, 0.1)")
+    lane = {"lane": "cctp_fast", "min_latency_s": 0.2, "max_latency_s": 0.5}
+    movements = [one_node_movement(real_clock_conn, f"killed-{i}", **lane) for i in range(20)]
+    rest = procs.start(
+        "run",
+        "--only",
+        "node_recovery",
+        "--only",
+        "node_observer",
+        env=runner_env(db.runner_dsn("testnet")),
+    )
+    wait_until(
+        lambda: {"node_recovery", "node_observer"} <= set(heartbeats(real_clock_conn, rest.pid)),
+        20,
+        "recovery and the observer up",
+        alive=[rest],
+    )
+
+    # the dispatcher claims every node, records their intents and is killed
+    # before any side effect: its claims' lease would hold them for 300 s
+    dispatcher = procs.start(
+        "worker",
+        "node_dispatcher",
+        env=runner_env(db.runner_dsn("testnet"), QTG_FAILPOINTS="after_intent"),
+    )
+    assert dispatcher.wait(timeout=30) == -signal.SIGKILL, dispatcher.describe()
+    killed_at = time.monotonic()
+    assert Counter(node_rows(real_clock_conn).values()) == {"SUBMITTING": 20}
+    beat = heartbeats(real_clock_conn, dispatcher.pid)["node_dispatcher"]
+    interval = beat["expected_interval_seconds"].total_seconds()
+
+    wait_until(
+        lambda: set(request_rows(real_clock_conn).values()) == {"COMPLETED"},
+        60,
+        "every movement COMPLETED",
+        alive=[rest],
+    )
+    settled_in = time.monotonic() - killed_at
+    # two missed ticks make the dispatcher known dead; then a recovery tick
+    # (1 s), the first look (0.7 s) and an observer tick (1 s); the rest is a
+    # margin for a busy two-core machine, far below the 300 s lease
+    bound = 2 * interval + 1.2 + 0.7 + 1.2 + 4.0
+    print(f"claims of a killed dispatcher settled in {settled_in:.1f} s (bound {bound:.1f} s)")
+    assert settled_in < bound, f"settled in {settled_in:.1f} s, over {bound:.1f} s"
+    assert rest.stop() == 0, rest.describe()
+    assert len(movements) == 20
+    assert side_effects(real_clock_conn) == {n: [1] for n in node_rows(real_clock_conn)}
+    taken = real_clock_conn.execute(
+        "SELECT count(*) FROM audit_outbox WHERE action = 'recovery_claimed'"
+        " AND (detail->>'lost_claims')::int = 1"
+    ).fetchone()
+    assert taken == (20,)
+
+
+def test_qtg_run_quarantines_a_poison_node_in_a_busy_batch_and_keeps_running(
+    db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
+) -> None:
+    real_clock_conn.execute("SELECT upsert_lane_baseline('instant', 1)")
+    good = [one_node_movement(real_clock_conn, f"good-{i}", lane="instant") for i in range(30)]
+    poison = one_node_movement(real_clock_conn, "poison", lane="instant", crash_at="submit")
+    [poison_node] = node_ids(real_clock_conn, poison).values()
+
+    runner = procs.start("run", env=runner_env(db.runner_dsn("testnet")))
+    wait_until(
+        lambda: all(request_state(real_clock_conn, m) == "COMPLETED" for m in good),
+        30,
+        "the 30 good movements COMPLETED",
+        alive=[runner],
+    )
+    wait_until(
+        lambda: real_clock_conn.execute(
+            "SELECT node_id, node_state::text, reason FROM quarantined_nodes"
+        ).fetchall(),
+        10,
+        "the poison node quarantined",
+        alive=[runner],
+    )
+    [(node_id, state, reason)] = real_clock_conn.execute(
+        "SELECT node_id, node_state::text, reason FROM quarantined_nodes"
+    ).fetchall()
+    assert (node_id, state) == (poison_node, "SUBMITTING")
+    assert "SimCrash" in reason
+
+    # the core workers keep ticking, and the poison node is not handed out again
+    ticks = {n: r["ticks"] for n, r in heartbeats(real_clock_conn, runner.pid).items()}
+    wait_until(
+        lambda: all(
+            heartbeats(real_clock_conn, runner.pid)[n]["ticks"] >= ticks[n] + 2
+            for n in ("node_dispatcher", "node_observer", "node_recovery")
+        ),
+        15,
+        "the core workers to keep ticking",
+        alive=[runner],
+    )
+    assert runner.stop() == 0, runner.describe()
+    stderr = runner.stderr()
+    assert log_events(stderr, "node_quarantined")
+    assert not log_events(stderr, "core_worker_crashed")
+    assert request_state(real_clock_conn, poison) == "EXECUTING"
+    effects = side_effects(real_clock_conn)
+    assert poison_node not in effects
+    assert sorted(effects.values()) == [[1]] * 30
+    claims = real_clock_conn.execute(
+        "SELECT count(*) FROM node_intents WHERE node_id = %s", (poison_node,)
+    ).fetchone()
+    assert claims == (1,)

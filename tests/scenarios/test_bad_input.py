@@ -92,6 +92,7 @@ class World:
     recovering: int  # a node UNKNOWN with a PREPARED intent, claimed by recovery
     recovering_secret: str
     proposal: int  # a lane proposal PROPOSED by alice
+    quarantined: int  # a node SUBMITTING, quarantined by its dispatcher w1
 
 
 def build_world(conn: Conn) -> World:
@@ -99,11 +100,13 @@ def build_world(conn: Conn) -> World:
     pin_clock(conn, iso_at(0))
     register_sim(conn)
     procs.register_template("one", TEMPLATE_PLAN, "a lane as a parameter").one(conn)
+    procs.upsert_chain("world-a", 1, "QTG_RPC_WORLD_A", 2, 1000).one(conn)
     pending = create(conn, plan(node("a")), "pending")
-    running = create_started(conn, plan(node("a"), node("b"), node("c")), "running")
+    running = create_started(conn, plan(node("a"), node("b"), node("c"), node("d")), "running")
     ids = node_ids(conn, running)
     claimed = {c.node_id: c for c in procs.claim_ready_nodes("w1", 10, 3600).all(conn)}
-    claims = {key: {"claim_secret": claimed[ids[key]].claim_secret} for key in ("a", "b", "c")}
+    claims = {key: {"claim_secret": claimed[ids[key]].claim_secret} for key in ("a", "b", "c", "d")}
+    procs.quarantine_nodes([ids["d"]], [claims["d"]["claim_secret"]], ["poison"]).all(conn)
     procs.complete_submit(ids["b"], claims["b"]["claim_secret"], "ref-b").one(conn)
     procs.record_intent_prepared(
         ids["c"], claims["c"]["claim_secret"], nonce=3, signed_tx_hash="0xcc"
@@ -124,6 +127,7 @@ def build_world(conn: Conn) -> World:
         recovering=ids["c"],
         recovering_secret=recovering.claim_secret,
         proposal=proposal,
+        quarantined=ids["d"],
     )
 
 
@@ -164,9 +168,15 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         },
         "approve_proposal": {"p_proposal_id": w.proposal},
         "reject_proposal": {"p_proposal_id": w.proposal, "p_reason": "not now"},
+        "release_quarantine": {"p_node_id": w.quarantined, "p_reason": "the executor was fixed"},
         # runner
         "start_approved_movements": {"p_max": 10, "p_actor": "dispatcher"},
-        "claim_ready_nodes": {"p_worker": "w2", "p_max": 10, "p_lease_seconds": 60},
+        "claim_ready_nodes": {
+            "p_worker": "w2",
+            "p_max": 10,
+            "p_lease_seconds": 60,
+            "p_instance_id": "host:1:a",
+        },
         "record_intent_prepared": {
             "p_node_id": w.claimed,
             "p_claim_secret": w.claimed_secret,
@@ -218,7 +228,17 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_evidence": "{}",
             "p_retry_after_seconds": 5,
         },
-        "claim_recovery_nodes": {"p_worker": "rec2", "p_max": 10, "p_lease_seconds": 60},
+        "claim_recovery_nodes": {
+            "p_worker": "rec2",
+            "p_max": 10,
+            "p_lease_seconds": 60,
+            "p_instance_id": "host:2:b",
+        },
+        "quarantine_nodes": {
+            "p_node_ids": [w.claimed],
+            "p_claim_secrets": [w.claimed_secret],
+            "p_errors": ["prepare: SimCrash"],
+        },
         "complete_recovery": {
             "p_node_id": w.recovering,
             "p_claim_secret": w.recovering_secret,
@@ -266,6 +286,31 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_node_config_schema": schema,
             "p_description": "d",
         },
+        # the chain registry's admin steps (the world has the chain world-a)
+        "upsert_chain": {
+            "p_chain_key": "world-b",
+            "p_chain_id": 2,
+            "p_rpc_url_env": "QTG_RPC_WORLD_B",
+            "p_finality_depth": 2,
+            "p_block_time_ms": 2000,
+        },
+        "upsert_chain_token": {
+            "p_chain_key": "world-a",
+            "p_symbol": "USDC",
+            "p_address": "0x" + "A" * 40,
+            "p_decimals": 6,
+        },
+        "upsert_treasury_account": {
+            "p_chain_key": "world-a",
+            "p_address": "0x" + "b" * 40,
+            "p_signer_id": "local:treasury-1",
+        },
+        "allow_destination": {
+            "p_chain_key": "world-a",
+            "p_address": "0x" + "c" * 40,
+            "p_label": "exchange deposit",
+        },
+        "disallow_destination": {"p_chain_key": "world-a", "p_address": "0x" + "c" * 40},
     }
 
 
@@ -288,12 +333,21 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
     def worker(arg: str) -> list[tuple[str, Any, str]]:
         return each(arg, "QT002", None, "", "   ") + each(arg, "QT005", BIG_TEXT)
 
+    def instance(arg: str) -> list[tuple[str, Any, str]]:  # NULL: the claim names none
+        return each(arg, "QT002", "", "   ") + each(arg, "QT005", BIG_TEXT)
+
     def secret(arg: str, node_arg: str) -> list[tuple[str, Any, str]]:
         return (
             each(arg, "QT002", None, "", "zz", "f" * 65)
             + each(arg, "QT030", forged_secret(), "g" * 64)  # of a secret's length: not the claim's
             + each(node_arg, "QT011", -1, 0, BIGINT_MAX)
         )
+
+    def chain_keys(arg: str) -> list[tuple[str, Any, str]]:
+        return each(arg, "QT014", None, "", "nowhere", BIG_TEXT)
+
+    def addresses(arg: str) -> list[tuple[str, Any, str]]:
+        return each(arg, "QT002", None, "", "0x12", "a" * 40, "0x" + "g" * 40, BIG_TEXT)
 
     def bad_schemas(arg: str, code: str = "QT002") -> list[tuple[str, Any, str]]:
         return each(
@@ -424,9 +478,24 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             worker("p_worker")
             + each("p_max", "QT002", None, 0, -5, 1001)
             + lease("p_lease_seconds")
+            + instance("p_instance_id")
         ),
         "claim_recovery_nodes": (
-            worker("p_worker") + each("p_max", "QT002", None, 0, 1001) + lease("p_lease_seconds")
+            worker("p_worker")
+            + each("p_max", "QT002", None, 0, 1001)
+            + lease("p_lease_seconds")
+            + instance("p_instance_id")
+        ),
+        "quarantine_nodes": (
+            secret("p_claim_secrets", "p_node_ids")
+            + each("p_errors", "QT002", None, [None], [""], [" "], ["a", "b"])
+            + each("p_errors", "QT005", [BIG_TEXT])
+        ),
+        "release_quarantine": (
+            each("p_node_id", "QT011", None, -1, BIGINT_MAX)
+            + each("p_node_id", "QT021", w.claimed, w.recovering)  # not quarantined
+            + each("p_reason", "QT002", None, "", "  ")
+            + each("p_reason", "QT005", BIG_TEXT)
         ),
         "record_intent_prepared": (
             secret("p_claim_secret", "p_node_id")
@@ -526,6 +595,30 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + bad_schemas("p_node_config_schema")
             + each("p_description", "QT005", BIG_TEXT)
         ),
+        "upsert_chain": (
+            each("p_chain_key", "QT002", None, "", "World-B", "b" * 64, BIG_TEXT)
+            + each("p_chain_id", "QT002", None, 0, -1, 1)  # 1 is world-a's
+            + each("p_rpc_url_env", "QT002", None, "", "qtg_rpc", "https://rpc.test/KEY", BIG_TEXT)
+            + each("p_finality_depth", "QT002", None, -1, 10001)
+            + each("p_block_time_ms", "QT002", None, 0, -1, 3600001)
+        ),
+        "upsert_chain_token": (
+            chain_keys("p_chain_key")
+            + each("p_symbol", "QT002", None, "", "US DC", BIG_TEXT)
+            + addresses("p_address")
+            + each("p_decimals", "QT002", None, -1, 37)
+        ),
+        "upsert_treasury_account": (
+            chain_keys("p_chain_key")
+            + addresses("p_address")
+            + each("p_signer_id", "QT002", None, "", "a b", "0x" + "ab" * 32, BIG_TEXT)
+        ),
+        "allow_destination": (
+            chain_keys("p_chain_key")
+            + addresses("p_address")
+            + each("p_label", "QT002", None, "", "  ", BIG_TEXT)
+        ),
+        "disallow_destination": chain_keys("p_chain_key") + addresses("p_address"),
     }
     return calls
 
@@ -624,7 +717,7 @@ WORLD_PROCEDURES = sorted(p.name for p in procs.PROCEDURES.values())
 
 def test_every_public_procedure_is_in_the_suite() -> None:
     """A procedure added to procs.py without bad inputs here fails this test."""
-    placeholder = World(0, 0, "", 0, "", 0, "", 0)
+    placeholder = World(0, 0, "", 0, "", 0, "", 0, 0)
     assert set(valid_calls(placeholder)) == set(WORLD_PROCEDURES)
     # worker_stopped: any name is a valid name (it stops nothing that is not
     # there); registered_executors takes no argument
@@ -676,6 +769,7 @@ def test_the_batch_calls_refuse_a_bad_batch_whole(
         "record_intent_prepared_batch": ("p_signed_tx_hashes", ["0xab"]),
         "complete_submit_batch": ("p_external_refs", ["0xref"]),
         "release_nodes": (None, None),
+        "quarantine_nodes": ("p_errors", ["poison"]),
     }
     for name, (extra_arg, extra) in batches.items():
         base = valid_calls(w)[name]

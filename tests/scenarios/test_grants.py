@@ -27,6 +27,7 @@ RUNNER = {
     "fail_submit",
     "heartbeat",
     "observe_candidates",
+    "quarantine_nodes",
     "record_intent_prepared",
     "record_intent_prepared_batch",
     "registered_executors",
@@ -45,9 +46,15 @@ OPERATOR = {
     "propose_lane_baseline",
     "propose_template",
     "reject_proposal",
+    "release_quarantine",
 }
 ADMIN = {
+    "allow_destination",
+    "disallow_destination",
     "register_executor",
+    "upsert_chain",
+    "upsert_chain_token",
+    "upsert_treasury_account",
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
@@ -64,6 +71,7 @@ INTERNAL = {
     "claim_secret",
     "config_value",
     "enqueue_callbacks",
+    "evm_address",
     "finish_nodes",
     "lane_of",
     "limit_problem",
@@ -75,13 +83,16 @@ INTERNAL = {
     "observe_pacing",
     "open_proposal",
     "raise_node_error",
+    "registered_chain",
     "recheck_expiry",
     "register_template",
     "set_executor_config",
     "set_movement_states",
     "set_proposal_states",
+    "set_quarantine",
     "settle_movements",
     "stop_movement",
+    "transient_error",
     "upsert_lane_baseline",
     "write_audit",
 }

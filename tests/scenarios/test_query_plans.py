@@ -8,8 +8,9 @@ procedures as they are written rather than a copy of their queries.
 
 One database is built for the whole module: 250,000 COMPLETED movements with 4
 COMPLETED nodes each (one INSERT ... SELECT per table), plus a few hundred live
-movements made through the procedures: READY, SUBMITTED (due), SUBMITTING with
-an expired lease, and APPROVED not yet started.
+movements made through the procedures: READY, SUBMITTED (due), SUBMITTING under
+a live lease but claimed by a dispatcher whose heartbeat stopped (one of them
+quarantined), and APPROVED not yet started.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ SUBMITTED = 100  # ... and of those, submitted (observable)
 APPROVED = 50  # approved, not started
 
 SETUP_AT = "2026-01-01 00:00:00+00"
-LATER = "2026-01-01 01:00:00+00"  # observations due, dispatcher leases expired
+LATER = "2026-01-01 00:30:00+00"  # observations due, the dispatcher's heartbeat long stopped
 
 ONE_NODE_PLAN = json.dumps(plan(node("a")))
 
@@ -86,10 +87,18 @@ def _create_live(conn: psycopg.Connection[Any]) -> None:
 
     create_approved("live-", LIVE_MOVEMENTS)
     conn.execute("SELECT start_approved_movements(1000)")
-    claimed = conn.execute(
-        "SELECT node_id, claim_secret FROM claim_ready_nodes('dispatcher', %s, 60) ORDER BY 1",
+    # a dispatcher that beat once and died holding its claims (their lease, an hour, lives on)
+    conn.execute("SELECT heartbeat('dispatcher', 'gone', 'core', 1.2)")
+    every = conn.execute(
+        "SELECT node_id, claim_secret FROM claim_ready_nodes('dispatcher', %s, 3600, 'gone')"
+        " ORDER BY 1",
         (CLAIMED,),
-    ).fetchall()[:SUBMITTED]
+    ).fetchall()
+    claimed = every[:SUBMITTED]
+    conn.execute(
+        "SELECT * FROM quarantine_nodes(%s::bigint[], %s::text[], '{poison}')",
+        ([every[-1][0]], [every[-1][1]]),
+    )
     conn.execute(
         "SELECT count(*) FROM complete_submit_batch(%s::bigint[], %s::text[], %s::text[])",
         ([n for n, _ in claimed], [s for _, s in claimed], [f"tx-{n}" for n, _ in claimed]),
@@ -193,7 +202,18 @@ def test_observe_candidates_reads_the_observable_index(history_dsn: str) -> None
 def test_claim_recovery_nodes_reads_the_recoverable_index(history_dsn: str) -> None:
     nodes = explained(history_dsn, "SELECT * FROM claim_recovery_nodes('r1', 10)")
 
-    assert "movement_request_nodes_recoverable_idx" in index_scans(nodes)
+    # the leases that ran out, and the open claims of the dispatcher that died
+    assert {
+        "movement_request_nodes_recoverable_idx",
+        "movement_request_nodes_claimer_idx",
+    } <= index_scans(nodes)
+    assert "movement_request_nodes" not in seq_scanned(nodes)
+
+
+def test_quarantined_nodes_reads_the_quarantined_index(history_dsn: str) -> None:
+    nodes = explained(history_dsn, "SELECT * FROM quarantined_nodes")
+
+    assert "movement_request_nodes_quarantined_idx" in index_scans(nodes)
     assert "movement_request_nodes" not in seq_scanned(nodes)
 
 

@@ -98,12 +98,14 @@ BEGIN
     UPDATE node_requeues r SET state = 'APPLIED', confirmed_by = v_actor, decided_at = v_now WHERE r.id = v_open.id;
     UPDATE node_intents intent SET intent_state = 'ABANDONED', finished_at = v_now WHERE intent.id = v_intent.id;
     UPDATE movement_request_nodes node
-       SET node_state  = 'READY',
-           claim_token = node.claim_token + 1,   -- a recovery claim still out is stale now:
-           claim_hash  = NULL,                   -- no secret proves a claim on the node
-           lease_until = NULL,
-           not_before  = NULL,
-           updated_at  = v_now
+       SET node_state       = 'READY',
+           claim_token      = node.claim_token + 1,   -- a recovery claim still out is stale now:
+           claim_hash       = NULL,                   -- no secret proves a claim on the node
+           claimer_worker   = NULL,
+           claimer_instance = NULL,
+           lease_until      = NULL,
+           not_before       = NULL,
+           updated_at       = v_now
      WHERE node.id = p_node_id;
     PERFORM write_audit(ARRAY[(v_actor, 'node', p_node_id::text, v_request_id, 'requeued', 'UNKNOWN', 'READY',
                                jsonb_build_object('requeue_id', v_open.id, 'requested_by', v_open.requested_by,

@@ -3,7 +3,8 @@
 -- claim secret (complete_observe's proof; the node keeps its claim_hash) and
 -- bumps the claim counter (claim_token).
 --
--- Repeats every candidate predicate (and the movement scope) under
+-- Repeats every candidate predicate (and the movement scope; a quarantined node
+-- is never claimed) under
 -- FOR UPDATE OF movement_request_nodes, movement_requests SKIP LOCKED, so a
 -- node that another observer holds, or whose request is locked (a cancel in
 -- progress), or that no longer qualifies, returns no row. PostgreSQL may lock
@@ -45,6 +46,7 @@ BEGIN
           JOIN movement_requests ON movement_requests.id = movement_request_nodes.request_id
          WHERE movement_request_nodes.id = p_node_id
            AND node_state IN ('SUBMITTED', 'OBSERVING')
+           AND quarantined_at IS NULL
            AND movement_requests.request_state = 'EXECUTING'
            AND (next_observe_at IS NULL OR next_observe_at <= v_now)
            AND (p_movement_id IS NULL OR movement_requests.id = p_movement_id)

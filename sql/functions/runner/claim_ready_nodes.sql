@@ -4,7 +4,8 @@
 -- request is EXECUTING with no stop requested. The claim does not re-check the
 -- request: that is an invariant every path keeps (cancel and expiry lock the
 -- nodes and skip READY ones; nothing makes a node READY under a stop). An
--- UNKNOWN node is never READY, so a side effect in doubt is never handed out.
+-- UNKNOWN node is never READY, so a side effect in doubt is never handed out,
+-- and a quarantined node is never claimed (the READY index leaves it out).
 -- The claim takes up to p_max READY rows whose not_before has passed, through
 -- the READY partial index, with FOR UPDATE SKIP LOCKED: concurrent dispatchers
 -- get disjoint rows, and a claimer that dies before commit leaves them READY.
@@ -13,7 +14,12 @@
 -- its claim_hash), a new claim_token (the claim counter, which names the
 -- intent), a lease of p_lease_seconds (after which recovery may take it),
 -- and a node_intents row with the attempt's idempotency key, committed before
--- any side effect. Locks: nodes only (requests are not needed: READY implies
+-- any side effect. p_worker and p_instance_id name the claiming worker as its
+-- heartbeat does (worker_heartbeats' worker_name and instance_id): the node
+-- records them (claimer_worker, claimer_instance), and recovery takes the claim
+-- at once once that heartbeat says the worker is dead, instead of after the
+-- lease. Without p_instance_id, only the lease bounds the claim.
+-- Locks: nodes only (requests are not needed: READY implies
 -- an EXECUTING request, and cancel/expiry wait on these node locks).
 -- The claim's one plan is the same whatever the arguments (the READY index, in
 -- order, up to p_max), so the generic plan is pinned: with a large history the
@@ -22,7 +28,8 @@
 CREATE OR REPLACE FUNCTION claim_ready_nodes(
     p_worker        text,
     p_max           integer DEFAULT 10,
-    p_lease_seconds numeric DEFAULT 300
+    p_lease_seconds numeric DEFAULT 300,
+    p_instance_id   text DEFAULT NULL
 ) RETURNS TABLE (
     node_id         bigint,
     request_id      bigint,
@@ -44,28 +51,31 @@ AS $$
 DECLARE
     v_now timestamptz := clock();
 BEGIN
-    PERFORM check_claim_args('claim_ready_nodes', p_worker, p_max, p_lease_seconds);
+    PERFORM check_claim_args('claim_ready_nodes', p_worker, p_max, p_lease_seconds, p_instance_id);
 
     RETURN QUERY
     WITH candidates AS (
         SELECT node.id
           FROM movement_request_nodes node
          WHERE node.node_state = 'READY'
+           AND node.quarantined_at IS NULL
            AND (node.not_before IS NULL OR node.not_before <= v_now)
          ORDER BY node.priority DESC, node.id
          LIMIT p_max
            FOR UPDATE SKIP LOCKED
     ), claimed AS (
         UPDATE movement_request_nodes node
-           SET node_state      = 'SUBMITTING',
-               claim_token     = node.claim_token + 1,
-               claim_hash      = claim_hash(fresh.secret),
-               claimed_by      = p_worker,
-               claimed_at      = v_now,
-               lease_until     = v_now + make_interval(secs => p_lease_seconds::double precision),
-               submit_attempts = node.submit_attempts + 1,
-               not_before      = NULL,
-               updated_at      = v_now
+           SET node_state       = 'SUBMITTING',
+               claim_token      = node.claim_token + 1,
+               claim_hash       = claim_hash(fresh.secret),
+               claimed_by       = p_worker,
+               claimer_worker   = CASE WHEN p_instance_id IS NOT NULL THEN p_worker END,
+               claimer_instance = p_instance_id,
+               claimed_at       = v_now,
+               lease_until      = v_now + make_interval(secs => p_lease_seconds::double precision),
+               submit_attempts  = node.submit_attempts + 1,
+               not_before       = NULL,
+               updated_at       = v_now
           FROM (SELECT candidates.id, claim_secret() AS secret FROM candidates) fresh
          WHERE node.id = fresh.id
         RETURNING node.*, fresh.secret
@@ -78,7 +88,8 @@ BEGIN
         RETURNING node_intents.id, node_intents.node_id, node_intents.idempotency_key
     ), audited AS (
         SELECT write_audit(array_agg((p_worker, 'node', claimed.id::text, claimed.request_id, 'state_changed',
-                                      'READY', 'SUBMITTING', jsonb_build_object('claim_token', claimed.claim_token)
+                                      'READY', 'SUBMITTING', jsonb_strip_nulls(jsonb_build_object(
+                                          'claim_token', claimed.claim_token, 'instance', p_instance_id))
                                      )::qtg.audit_event ORDER BY claimed.priority DESC, claimed.id))
           FROM claimed
     )

@@ -57,6 +57,7 @@ BEGIN
            evidence         = coalesce(p_evidence, node.evidence),
            lease_until      = CASE WHEN v_to = 'UNKNOWN' THEN v_now END,
            finished_at      = CASE WHEN v_to IN ('COMPLETED', 'FAILED') THEN v_now END,
+           lost_claims      = 0,   -- the node got as far as an observation
            updated_at       = v_now
      WHERE node.id = p_node_id;
 

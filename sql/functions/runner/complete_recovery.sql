@@ -78,6 +78,8 @@ BEGIN
                                      THEN v_now + make_interval(secs => p_retry_after_seconds::double precision)
                                 END,
            finished_at        = CASE WHEN v_to IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN v_now END,
+           claimer_worker     = NULL,   -- the recovery claim ends
+           claimer_instance   = NULL,
            updated_at         = v_now
      WHERE node.id = p_node_id;
 

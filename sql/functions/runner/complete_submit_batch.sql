@@ -14,7 +14,13 @@
 -- unchanged, and unlocked when its secret is wrong, and reported in its row
 -- instead of failing the batch, as is a report beyond engine_limits (QT005)
 -- or without its external reference (QT002: NULL or blank): its node stays
--- SUBMITTING, for recovery. A report that arrives after the
+-- SUBMITTING, for recovery. So is a report the engine cannot apply to its
+-- node (QT050: it breaks a constraint or a range inside the engine, e.g. its
+-- lane's pacing; the runner quarantines the node): one node's report never
+-- takes back another's, whose side effect went out too. An error that says
+-- nothing about the nodes (a lock or statement timeout, a deadlock, a lost
+-- connection: transient_error) fails the call as a whole, to be made again.
+-- A report that arrives after the
 -- claim's lease ran out is still accepted while the secret is current (no
 -- recovery has claimed the node): the side effect has happened and its
 -- reference is the truth. Only record_intent_prepared refuses an expired lease,
@@ -22,7 +28,8 @@
 --
 -- The nodes are moved and audited (actor: the claimer) in one statement; the
 -- completed ones then take the DAG step and settle their movements through
--- finish_nodes, like every other path that finishes a node.
+-- finish_nodes, like every other path that finishes a node. The report ends
+-- the claim (no claimer is recorded any more) and the node's lost claims.
 -- Locks: the nodes' movements in id order, then the nodes in id order, then
 -- their intents and children.
 -- Returns one row per element, in input order: the node's new state, or the error.
@@ -45,6 +52,8 @@ DECLARE
     v_states   qtg.node_state[];
     v_done     bigint[];   -- the nodes completed here,
     v_done_by  text[];     -- and their claimers
+    v_mask     text[];     -- NULL for each node this round applies
+    v_round    integer;
 BEGIN
     IF coalesce(cardinality(p_claim_secrets), 0) <> v_n
        OR coalesce(cardinality(p_external_refs), 0) <> v_n
@@ -71,67 +80,96 @@ BEGIN
       INTO v_codes, v_messages
       FROM unnest(p_node_ids, p_external_refs, v_codes, v_messages) WITH ORDINALITY AS u(node_id, ref, code, message, ord);
 
-    WITH taken AS (
-        SELECT i.ord, i.external_ref, i.evidence, coalesce(i.settled, false) AS settled,
-               n.id AS node_id, n.request_id, n.claim_token, n.claimed_by,
-               CASE WHEN i.settled THEN 'COMPLETED' ELSE 'SUBMITTED' END::qtg.node_state AS to_state,
-               pacing.phase, pacing.next_observe_at
-          FROM unnest(p_node_ids, p_external_refs,
-                      coalesce(p_evidence, array_fill(NULL::jsonb, ARRAY[v_n])),
-                      coalesce(p_settled, array_fill(false, ARRAY[v_n])), v_codes)
-               WITH ORDINALITY AS i(node_id, external_ref, evidence, settled, error_code, ord)
-          JOIN movement_request_nodes n ON n.id = i.node_id
-          -- the first observation; a settled node is not observed, and the
-          -- gate (kept by OFFSET 0) skips the call for it
-          LEFT JOIN LATERAL (SELECT p.phase, p.next_observe_at
-                               FROM observe_pacing(n.lane, v_now, v_now) p
-                              WHERE NOT coalesce(i.settled, false)
-                             OFFSET 0) pacing ON true
-         WHERE i.error_code IS NULL
-    ), moved AS (
-        UPDATE movement_request_nodes n
-           SET node_state         = t.to_state,
-               external_ref       = t.external_ref,
-               evidence           = coalesce(t.evidence, n.evidence),
-               submitted_at       = v_now,
-               observe_started_at = CASE WHEN t.settled THEN NULL ELSE v_now END,
-               next_observe_at    = t.next_observe_at,
-               observe_phase      = t.phase,
-               lease_until        = NULL,
-               last_error         = NULL,
-               finished_at        = CASE WHEN t.settled THEN v_now END,
-               updated_at         = v_now
-          FROM taken t
-         WHERE n.id = t.node_id
-    ), intents AS (
-        UPDATE node_intents i
-           SET intent_state = 'SUBMITTED', external_ref = t.external_ref, finished_at = v_now
-          FROM taken t
-         WHERE i.node_id = t.node_id
-           AND i.claim_token = t.claim_token
-    ), audited AS (
-        SELECT write_audit(array_agg((t.claimed_by, 'node', t.node_id::text, t.request_id, 'state_changed',
-                                      'SUBMITTING', t.to_state::text,
-                                      jsonb_build_object('external_ref', t.external_ref, 'evidence', t.evidence)
-                                     )::qtg.audit_event ORDER BY t.ord))
-          FROM taken t
-    )
-    SELECT array_agg(t.node_id ORDER BY t.request_id, t.node_id) FILTER (WHERE t.settled),
-           array_agg(t.claimed_by ORDER BY t.request_id, t.node_id) FILTER (WHERE t.settled),
-           (SELECT array_agg(s.to_state ORDER BY s.ord)
-              FROM (SELECT o.ord, x.to_state
+    -- each node's report on its own (apply_each): the statement runs for the
+    -- whole batch in a subtransaction; should one node break a rule inside the
+    -- engine (a constraint, a value out of range: its lane's pacing, say), it
+    -- runs again for one node at a time, and a node whose own run fails is
+    -- refused in its row (QT050) and left SUBMITTING while the others'
+    -- reports, whose side effects went out too, are applied
+    v_states := array_fill(NULL::qtg.node_state, ARRAY[v_n]);
+    v_mask := v_codes;
+    <<apply_each>>
+    FOR v_round IN 0 .. v_n LOOP
+        IF v_round > 0 THEN
+            CONTINUE apply_each WHEN v_codes[v_round] IS NOT NULL;
+            v_mask := array_fill('-'::text, ARRAY[v_n]);
+            v_mask[v_round] := NULL;
+        END IF;
+        BEGIN
+            WITH taken AS (
+                SELECT i.ord, i.external_ref, i.evidence, coalesce(i.settled, false) AS settled,
+                       n.id AS node_id, n.request_id, n.claim_token, n.claimed_by,
+                       CASE WHEN i.settled THEN 'COMPLETED' ELSE 'SUBMITTED' END::qtg.node_state AS to_state,
+                       pacing.phase, pacing.next_observe_at
+                  FROM unnest(p_node_ids, p_external_refs,
+                              coalesce(p_evidence, array_fill(NULL::jsonb, ARRAY[v_n])),
+                              coalesce(p_settled, array_fill(false, ARRAY[v_n])), v_mask)
+                       WITH ORDINALITY AS i(node_id, external_ref, evidence, settled, skip, ord)
+                  JOIN movement_request_nodes n ON n.id = i.node_id
+                  -- the first observation; a settled node is not observed, and the
+                  -- gate (kept by OFFSET 0) skips the call for it
+                  LEFT JOIN LATERAL (SELECT p.phase, p.next_observe_at
+                                       FROM observe_pacing(n.lane, v_now, v_now) p
+                                      WHERE NOT coalesce(i.settled, false)
+                                     OFFSET 0) pacing ON true
+                 WHERE i.skip IS NULL
+            ), moved AS (
+                UPDATE movement_request_nodes n
+                   SET node_state         = t.to_state,
+                       external_ref       = t.external_ref,
+                       evidence           = coalesce(t.evidence, n.evidence),
+                       submitted_at       = v_now,
+                       observe_started_at = CASE WHEN t.settled THEN NULL ELSE v_now END,
+                       next_observe_at    = t.next_observe_at,
+                       observe_phase      = t.phase,
+                       lease_until        = NULL,
+                       claimer_worker     = NULL,
+                       claimer_instance   = NULL,
+                       lost_claims        = 0,
+                       last_error         = NULL,
+                       finished_at        = CASE WHEN t.settled THEN v_now END,
+                       updated_at         = v_now
+                  FROM taken t
+                 WHERE n.id = t.node_id
+            ), intents AS (
+                UPDATE node_intents i
+                   SET intent_state = 'SUBMITTED', external_ref = t.external_ref, finished_at = v_now
+                  FROM taken t
+                 WHERE i.node_id = t.node_id
+                   AND i.claim_token = t.claim_token
+            ), audited AS (
+                SELECT write_audit(array_agg((t.claimed_by, 'node', t.node_id::text, t.request_id, 'state_changed',
+                                              'SUBMITTING', t.to_state::text,
+                                              jsonb_build_object('external_ref', t.external_ref, 'evidence', t.evidence)
+                                             )::qtg.audit_event ORDER BY t.ord))
+                  FROM taken t
+            )
+            SELECT array_agg(t.node_id ORDER BY t.request_id, t.node_id) FILTER (WHERE t.settled),
+                   array_agg(t.claimed_by ORDER BY t.request_id, t.node_id) FILTER (WHERE t.settled),
+                   (SELECT array_agg(coalesce(x.to_state, v_states[o.ord]) ORDER BY o.ord)
                       FROM generate_series(1, v_n) AS o(ord)
-                      LEFT JOIN taken x ON x.ord = o.ord) s)
-      INTO v_done, v_done_by, v_states
-      FROM taken t, audited;
+                      LEFT JOIN taken x ON x.ord = o.ord)
+              INTO v_done, v_done_by, v_states
+              FROM taken t, audited;
 
-    IF v_done IS NOT NULL THEN
-        PERFORM finish_nodes(v_done, v_done_by);
-    END IF;
+            IF v_done IS NOT NULL THEN
+                PERFORM finish_nodes(v_done, v_done_by);
+            END IF;
+            EXIT apply_each WHEN v_round = 0;
+        EXCEPTION WHEN OTHERS THEN
+            IF transient_error(SQLSTATE) THEN
+                RAISE;
+            END IF;
+            IF v_round > 0 THEN
+                v_codes[v_round] := 'QT050';
+                v_messages[v_round] := format('complete_submit: node %s: its report could not be applied: %s (%s)',
+                                              p_node_ids[v_round], SQLERRM, SQLSTATE);
+            END IF;
+        END;
+    END LOOP;
 
     RETURN QUERY
     SELECT u.node_id, u.node_state, u.error_code, u.error_message
-      FROM unnest(p_node_ids, coalesce(v_states, array_fill(NULL::qtg.node_state, ARRAY[v_n])), v_codes, v_messages)
-           AS u(node_id, node_state, error_code, error_message);
+      FROM unnest(p_node_ids, v_states, v_codes, v_messages) AS u(node_id, node_state, error_code, error_message);
 END
 $$;

@@ -50,12 +50,15 @@ BEGIN
     v_backoff := coalesce(p_retry_after_seconds, least(300, power(2, v_node.submit_attempts)));
 
     UPDATE movement_request_nodes
-       SET node_state  = v_to,
-           last_error  = p_error,
-           not_before  = CASE WHEN v_to = 'READY' THEN v_now + make_interval(secs => v_backoff::double precision) END,
-           lease_until = CASE WHEN v_to = 'UNKNOWN' THEN v_now END,
-           finished_at = CASE WHEN v_to IN ('FAILED', 'SKIPPED') THEN v_now END,
-           updated_at  = v_now
+       SET node_state       = v_to,
+           last_error       = p_error,
+           not_before       = CASE WHEN v_to = 'READY' THEN v_now + make_interval(secs => v_backoff::double precision) END,
+           lease_until      = CASE WHEN v_to = 'UNKNOWN' THEN v_now END,
+           finished_at      = CASE WHEN v_to IN ('FAILED', 'SKIPPED') THEN v_now END,
+           claimer_worker   = NULL,   -- the claim ends, and its worker lived to report
+           claimer_instance = NULL,
+           lost_claims      = 0,
+           updated_at       = v_now
      WHERE id = p_node_id;
 
     UPDATE node_intents

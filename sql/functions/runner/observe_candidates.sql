@@ -1,7 +1,7 @@
 -- observe_candidates: the observer's advisory, unlocked ID list (stage one of
 -- the seed's two-stage claim). Nodes SUBMITTED or OBSERVING whose
--- next_observe_at has come, in EXECUTING requests, oldest request first;
--- optionally scoped to one movement. Nothing is locked: every ID must still
+-- next_observe_at has come (none quarantined), in EXECUTING requests, oldest
+-- request first; optionally scoped to one movement. Nothing is locked: every ID must still
 -- pass claim_observe, which repeats each predicate under lock.
 CREATE OR REPLACE FUNCTION observe_candidates(p_max integer DEFAULT 50, p_movement_id bigint DEFAULT NULL)
 RETURNS SETOF bigint
@@ -17,6 +17,7 @@ BEGIN
       FROM movement_request_nodes
       JOIN movement_requests ON movement_requests.id = movement_request_nodes.request_id
      WHERE node_state IN ('SUBMITTED', 'OBSERVING')
+       AND quarantined_at IS NULL
        AND movement_requests.request_state = 'EXECUTING'
        AND (next_observe_at IS NULL OR next_observe_at <= v_now)
        AND (p_movement_id IS NULL OR movement_requests.id = p_movement_id)

@@ -11,7 +11,9 @@
 -- 1000: QT002 otherwise, and nothing changes). A refused node is reported in
 -- its row and left as it was (and unlocked, when its secret is wrong): QT002
 -- malformed secret, QT011 no such node, QT030 not the node's current claim
--- secret, QT021 not SUBMITTING or its intent PREPARED.
+-- secret, QT021 not SUBMITTING or its intent PREPARED, QT050 a node the engine
+-- cannot release (it breaks a constraint inside the engine; the others are
+-- released all the same).
 -- Locks: the nodes' movements, then the nodes (id order), then their intents.
 -- The expiry recheck and the settle: finish_nodes.
 -- Returns one row per element, in input order: the node's new state, or the error.
@@ -28,6 +30,8 @@ DECLARE
     v_messages text[];
     v_released bigint[];
     v_actors   text[];
+    v_mask     text[];     -- NULL for each node this round applies
+    v_round    integer;
 BEGIN
     IF p_reason IS NULL OR btrim(p_reason) = '' THEN
         RAISE EXCEPTION 'release_nodes: say why the claims are given back' USING ERRCODE = 'QT002';
@@ -49,42 +53,68 @@ BEGIN
       LEFT JOIN movement_request_nodes n ON u.code IS NULL AND n.id = u.node_id
       LEFT JOIN node_intents i ON i.node_id = n.id AND i.claim_token = n.claim_token;
 
-    WITH released AS (
-        UPDATE movement_request_nodes n
-           SET node_state      = CASE WHEN r.stop_reason IS NULL THEN 'READY' ELSE 'SKIPPED' END::qtg.node_state,
-               submit_attempts = n.submit_attempts - 1,
-               not_before      = CASE WHEN r.stop_reason IS NULL
-                                      THEN v_now + make_interval(secs => (lane_of(n.lane)).release_retry_seconds::double precision)
-                                 END,
-               lease_until     = NULL,
-               finished_at     = CASE WHEN r.stop_reason IS NOT NULL THEN v_now END,
-               last_error      = p_reason,
-               updated_at      = v_now
-          FROM unnest(p_node_ids, v_codes) WITH ORDINALITY AS u(node_id, code, ord),
-               movement_requests r
-         WHERE u.code IS NULL
-           AND n.id = u.node_id
-           AND r.id = n.request_id
-        RETURNING n.id, n.request_id, n.claim_token, n.claimed_by, n.node_state, n.not_before, u.ord
-    ), intents AS (
-        UPDATE node_intents i
-           SET intent_state = 'ABANDONED', finished_at = v_now
-          FROM released x
-         WHERE i.node_id = x.id AND i.claim_token = x.claim_token
-    ), audited AS (
-        SELECT write_audit(array_agg((x.claimed_by, 'node', x.id::text, x.request_id, 'released', 'SUBMITTING',
-                                      x.node_state::text,
-                                      jsonb_build_object('reason', p_reason, 'not_before', x.not_before)
-                                     )::qtg.audit_event ORDER BY x.ord))
-          FROM released x
-    )
-    SELECT array_agg(x.id ORDER BY x.id), array_agg(x.claimed_by ORDER BY x.id)
-      INTO v_released, v_actors
-      FROM released x, audited;
+    -- each node on its own (apply_each, as complete_submit_batch does): a node
+    -- the engine cannot release (say its lane's wait is out of range) is
+    -- refused alone (QT050) and the others are released
+    v_mask := v_codes;
+    <<apply_each>>
+    FOR v_round IN 0 .. v_n LOOP
+        IF v_round > 0 THEN
+            CONTINUE apply_each WHEN v_codes[v_round] IS NOT NULL;
+            v_mask := array_fill('-'::text, ARRAY[v_n]);
+            v_mask[v_round] := NULL;
+        END IF;
+        BEGIN
+            WITH released AS (
+                UPDATE movement_request_nodes n
+                   SET node_state       = CASE WHEN r.stop_reason IS NULL THEN 'READY' ELSE 'SKIPPED' END::qtg.node_state,
+                       submit_attempts  = n.submit_attempts - 1,
+                       not_before       = CASE WHEN r.stop_reason IS NULL
+                                               THEN v_now + make_interval(secs => (lane_of(n.lane)).release_retry_seconds::double precision)
+                                          END,
+                       lease_until      = NULL,
+                       claimer_worker   = NULL,
+                       claimer_instance = NULL,
+                       finished_at      = CASE WHEN r.stop_reason IS NOT NULL THEN v_now END,
+                       last_error       = p_reason,
+                       updated_at       = v_now
+                  FROM unnest(p_node_ids, v_mask) WITH ORDINALITY AS u(node_id, skip, ord),
+                       movement_requests r
+                 WHERE u.skip IS NULL
+                   AND n.id = u.node_id
+                   AND r.id = n.request_id
+                RETURNING n.id, n.request_id, n.claim_token, n.claimed_by, n.node_state, n.not_before, u.ord
+            ), intents AS (
+                UPDATE node_intents i
+                   SET intent_state = 'ABANDONED', finished_at = v_now
+                  FROM released x
+                 WHERE i.node_id = x.id AND i.claim_token = x.claim_token
+            ), audited AS (
+                SELECT write_audit(array_agg((x.claimed_by, 'node', x.id::text, x.request_id, 'released', 'SUBMITTING',
+                                              x.node_state::text,
+                                              jsonb_build_object('reason', p_reason, 'not_before', x.not_before)
+                                             )::qtg.audit_event ORDER BY x.ord))
+                  FROM released x
+            )
+            SELECT array_agg(x.id ORDER BY x.id), array_agg(x.claimed_by ORDER BY x.id)
+              INTO v_released, v_actors
+              FROM released x, audited;
 
-    IF v_released IS NOT NULL THEN
-        PERFORM finish_nodes(v_released, v_actors);
-    END IF;
+            IF v_released IS NOT NULL THEN
+                PERFORM finish_nodes(v_released, v_actors);
+            END IF;
+            EXIT apply_each WHEN v_round = 0;
+        EXCEPTION WHEN OTHERS THEN
+            IF transient_error(SQLSTATE) THEN
+                RAISE;
+            END IF;
+            IF v_round > 0 THEN
+                v_codes[v_round] := 'QT050';
+                v_messages[v_round] := format('release_nodes: node %s could not be released: %s (%s)',
+                                              p_node_ids[v_round], SQLERRM, SQLSTATE);
+            END IF;
+        END;
+    END LOOP;
 
     RETURN QUERY
     SELECT u.node_id, CASE WHEN u.code IS NULL THEN n.node_state END, u.code, u.message

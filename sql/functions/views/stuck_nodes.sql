@@ -1,4 +1,6 @@
 -- stuck_nodes: nodes an operator should look at, with the reason:
+--   quarantined                set aside until an operator releases it (the
+--                              reason is in quarantined_nodes)
 --   UNKNOWN                    outcome in doubt, waiting for recovery
 --   SUBMITTING past its lease  the dispatcher died or hung mid-submit
 --   observing over baseline    slower than its lane's baseline (or fatal)
@@ -13,6 +15,7 @@ SELECT node.id AS node_id,
        node.node_state,
        node.observe_phase,
        CASE
+           WHEN node.quarantined_at IS NOT NULL THEN 'quarantined: see quarantined_nodes'
            WHEN node.node_state = 'UNKNOWN' THEN 'outcome unknown: waiting for recovery'
            WHEN node.node_state = 'SUBMITTING' THEN 'dispatcher lease expired mid-submit'
            WHEN node.node_state IN ('SUBMITTED', 'OBSERVING') THEN 'observing past the lane baseline'
@@ -25,6 +28,7 @@ SELECT node.id AS node_id,
   FROM movement_request_nodes node
   JOIN movement_requests request ON request.id = node.request_id
  WHERE node.node_state = 'UNKNOWN'
+    OR (node.quarantined_at IS NOT NULL AND node.finished_at IS NULL)
     OR (node.node_state = 'SUBMITTING' AND node.lease_until <= clock())
     OR (node.node_state IN ('SUBMITTED', 'OBSERVING') AND node.observe_phase IN ('over_baseline', 'fatal'))
     OR (node.node_state = 'READY' AND node.updated_at <= clock() - interval '5 minutes'

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: UNLICENSED
+pragma solidity 0.8.37;
+
+/// @title MockUSDC
+/// @notice A USDC-like ERC-20 for the local test chains: 6 decimals, standard
+/// transfer / approve / transferFrom semantics with Transfer and Approval events,
+/// and a `mint` that only the deployer (the owner) may call.
+contract MockUSDC {
+    string public constant name = "Mock USD Coin";
+    string public constant symbol = "USDC";
+    uint8 public constant decimals = 6;
+
+    address public immutable owner;
+    uint256 public totalSupply;
+
+    mapping(address => uint256) public balanceOf;
+    mapping(address => mapping(address => uint256)) public allowance;
+
+    event Transfer(address indexed from, address indexed to, uint256 value);
+    event Approval(address indexed owner, address indexed spender, uint256 value);
+
+    error NotOwner(address caller);
+    error InsufficientBalance(address account, uint256 balance, uint256 needed);
+    error InsufficientAllowance(address spender, uint256 allowance, uint256 needed);
+    error ZeroAddress();
+
+    constructor() {
+        owner = msg.sender;
+    }
+
+    /// @notice Create `value` tokens for `to`; the owner only.
+    function mint(address to, uint256 value) external returns (bool) {
+        if (msg.sender != owner) revert NotOwner(msg.sender);
+        if (to == address(0)) revert ZeroAddress();
+        totalSupply += value;
+        balanceOf[to] += value;
+        emit Transfer(address(0), to, value);
+        return true;
+    }
+
+    function transfer(address to, uint256 value) external returns (bool) {
+        _move(msg.sender, to, value);
+        return true;
+    }
+
+    function approve(address spender, uint256 value) external returns (bool) {
+        if (spender == address(0)) revert ZeroAddress();
+        allowance[msg.sender][spender] = value;
+        emit Approval(msg.sender, spender, value);
+        return true;
+    }
+
+    function transferFrom(address from, address to, uint256 value) external returns (bool) {
+        uint256 allowed = allowance[from][msg.sender];
+        if (allowed != type(uint256).max) {
+            if (allowed < value) revert InsufficientAllowance(msg.sender, allowed, value);
+            unchecked {
+                allowance[from][msg.sender] = allowed - value;
+            }
+        }
+        _move(from, to, value);
+        return true;
+    }
+
+    function _move(address from, address to, uint256 value) private {
+        if (to == address(0)) revert ZeroAddress();
+        uint256 balance = balanceOf[from];
+        if (balance < value) revert InsufficientBalance(from, balance, value);
+        unchecked {
+            balanceOf[from] = balance - value;
+        }
+        balanceOf[to] += value;
+        emit Transfer(from, to, value);
+    }
+}

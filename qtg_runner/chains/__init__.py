@@ -1,0 +1,1 @@
+"""EVM chains: the local anvil chains the tests and `qtg chains` run."""

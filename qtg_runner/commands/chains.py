@@ -1,0 +1,139 @@
+"""`qtg chains up|down|status`: local EVM chains (anvil) on loopback ports, each
+with its own chain id and block time, the committed contracts deployed on each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from qtg_runner.chains.local import (
+    DEFAULT_CHAINS,
+    ChainError,
+    ChainSpec,
+    RunningChain,
+    chains_dir,
+    head_block,
+    is_running,
+    read_state,
+    start_chains,
+    stop_chains,
+)
+from qtg_runner.chains.registry import record_chains, rpc_url_env
+from qtg_runner.commands.common import ENVIRONMENT, CommandError, cli_errors
+from qtg_runner.commands.run import NetworkOption, resolve_network
+from qtg_runner.config import load_settings
+from qtg_runner.db.embedded import database_url
+
+app = typer.Typer(
+    help=(
+        "Local EVM chains for development and tests: anvil (from npm, installed by "
+        "`make install`) on loopback ports, their state (pids, ports, contract "
+        "addresses) in chains/state.json beside the embedded server's data directory."
+    ),
+    no_args_is_help=True,
+)
+out = Console()
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    with cli_errors():
+        try:
+            yield
+        except ChainError as exc:
+            # anvil missing, a port taken, a chain that does not answer: the
+            # environment's fault, one `qtg: error:` line and exit 1
+            raise CommandError(str(exc), ENVIRONMENT) from None
+
+
+def _state_dir() -> Path:
+    return chains_dir(load_settings().data_dir)
+
+
+def _table(chains: list[RunningChain], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("chain", "chain id", "block time", "rpc url", "pid", "state", "head", "USDC"):
+        table.add_column(column)
+    for c in chains:
+        running = is_running(c)
+        head = head_block(c) if running else None
+        table.add_row(
+            c.key,
+            str(c.chain_id),
+            f"{c.block_time}s",
+            c.rpc_url,
+            str(c.pid),
+            "running" if running else "stopped",
+            "-" if head is None else str(head),
+            c.contracts.get("MockUSDC", "-"),
+        )
+    return table
+
+
+@app.command("up")
+def up_cmd(
+    port_base: int = typer.Option(
+        DEFAULT_CHAINS[0].port,
+        "--port-base",
+        help="The first chain's port; each next chain takes the next port.",
+        min=1024,
+        max=65000,
+    ),
+    registry: bool = typer.Option(
+        True,
+        "--registry/--no-registry",
+        help="Record the chains, their USDC and treasury accounts in the network's chain "
+        "registry, as the admin (QTG_DATABASE_URL, or the embedded server's superuser).",
+    ),
+    network: NetworkOption = None,
+) -> None:
+    """Start the local chains (local-a: chain id 31337, 1s blocks; local-b: chain id
+    31338, 2s blocks), deploy MockUSDC on each, fund anvil's accounts 1 and 2 as
+    treasury accounts, record them in the network's chain registry and print the RPC
+    URLs as the environment variables the registry names. Chains that already run
+    are left as they are (and recorded again)."""
+    specs = [
+        ChainSpec(key=s.key, chain_id=s.chain_id, port=port_base + i, block_time=s.block_time)
+        for i, s in enumerate(DEFAULT_CHAINS)
+    ]
+    with _errors():
+        state_dir = _state_dir()
+        chains = start_chains(state_dir, specs)
+        if registry:
+            net = resolve_network(network)
+            record_chains(database_url(load_settings()), net, chains)
+    out.print(_table(chains, f"local chains ({state_dir / 'state.json'})"))
+    if registry:
+        typer.echo(f"recorded in the chain registry of {net}")
+    for c in chains:
+        typer.echo(f"export {rpc_url_env(c.key)}={c.rpc_url}")
+
+
+@app.command("down")
+def down_cmd() -> None:
+    """Stop the local chains recorded in the state file (their state goes with them)."""
+    with _errors():
+        chains = stop_chains(_state_dir())
+    if not chains:
+        typer.echo("no local chains were recorded")
+    for c in chains:
+        typer.echo(f"{c.key} stopped (pid {c.pid})")
+
+
+@app.command("status")
+def status_cmd() -> None:
+    """Say which local chains run: pid, RPC URL, head block, contract address."""
+    with _errors():
+        state_dir = _state_dir()
+        chains = read_state(state_dir)
+    if not chains:
+        typer.echo("no local chains: `qtg chains up` starts them")
+        return
+    out.print(_table(chains, f"local chains ({state_dir / 'state.json'})"))
+    if not all(is_running(c) for c in chains):
+        raise typer.Exit(1)

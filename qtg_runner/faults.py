@@ -1,0 +1,119 @@
+"""What a core worker does when one node fails it: the node alone pays.
+
+Whatever step fails for a node (an executor call, or the procedure that
+reports it), the failure is one of three kinds:
+
+  transient   the database or the network said nothing about the node: a lost
+              connection, a timeout, a lock wait, an exhausted pool
+              (psycopg.OperationalError and InterfaceError, PoolTimeout,
+              OSError, TimeoutError). The node stays as it is, claimed, for
+              recovery: at once once its claimer is known dead, else after the
+              claim's lease;
+  stale       a procedure refused the node because it is someone else's now:
+              not this claim's (QT030), moved on (QT021), gone (QT011). The
+              result is dropped; its owner carries on;
+  poison      anything else: an executor raised what it never should (any
+              type but ExecutorError, whose verdict each worker reports through
+              its procedure), or the engine refused the node's own data
+              (QT002, QT005, QT050, a constraint, a value out of range).
+              Retrying would fail the same way, so the node is quarantined
+              (quarantine_nodes): no claim hands it out until an operator
+              releases it.
+
+The other nodes of the batch go on in every case, and the worker stays up.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from qtg_runner.db import procs
+from qtg_runner.executors.base import NodeWork
+from qtg_runner.log import node_event
+from qtg_runner.loop import WorkerContext
+
+
+class Failure(enum.Enum):
+    TRANSIENT = "transient"
+    STALE = "stale"
+    POISON = "poison"
+
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    PoolTimeout,
+    OSError,
+    TimeoutError,
+)
+STALE_CODES = frozenset({"QT011", "QT021", "QT030"})
+
+
+def classify(exc: BaseException) -> Failure:
+    """The kind of a failure raised for a node (not an ExecutorError)."""
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return Failure.TRANSIENT
+    if isinstance(exc, psycopg.Error) and exc.sqlstate in STALE_CODES:
+        return Failure.STALE
+    return Failure.POISON
+
+
+def classify_code(code: str) -> Failure:
+    """The kind of a batch call's refusal of one node (its row's error_code)."""
+    return Failure.STALE if code in STALE_CODES else Failure.POISON
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def quarantine(
+    ctx: WorkerContext,
+    worker: str,
+    works: Sequence[NodeWork],
+    step: str,
+    error: str,
+    conn: psycopg.AsyncConnection[Any] | None = None,
+) -> None:
+    """quarantine_nodes for ``works``, each proven by its claim, with why; on
+    ``conn`` when the caller's transaction holds the nodes' locks (the
+    observer's), in a savepoint. Never raises: a node the call does not take
+    stays claimed, and recovery finds it (and counts its lost claim)."""
+    if not works:
+        return
+    reason = ctx.limits.text(f"{worker} {step}: {error}")
+    call = procs.quarantine_nodes(
+        [w.node_id for w in works], [w.claim_secret for w in works], [reason] * len(works)
+    )
+    try:
+        if conn is None:
+            async with ctx.pool.connection() as own:
+                rows = await call.aall(own)
+        else:
+            async with conn.transaction():
+                rows = await call.aall(conn)
+    except Exception as exc:  # the last resort must not break the worker
+        for work in works:
+            node_event(
+                logging.ERROR, "quarantine_failed", worker, work, step=step, error=describe(exc)
+            )
+        return
+    for work, row in zip(works, rows, strict=True):
+        if row.error_code is None:
+            node_event(logging.ERROR, "node_quarantined", worker, work, step=step, error=error)
+        else:
+            node_event(
+                logging.ERROR,
+                "quarantine_refused",
+                worker,
+                work,
+                step=step,
+                code=row.error_code,
+                error=row.error_message,
+            )

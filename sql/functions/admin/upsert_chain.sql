@@ -1,0 +1,73 @@
+-- upsert_chain: registers an EVM chain on this network, or updates one. The
+-- RPC URL itself never enters the database: p_rpc_url_env is the NAME of the
+-- environment variable that holds it where runners run (upper-case letters,
+-- digits and _). The chain id of a registered chain cannot change (a different
+-- chain is a different key). An admin step (`qtg chains up` records the local
+-- chains through it): the folder admin/ leaves it SECURITY INVOKER with no grant.
+-- Audited as entity 'chain' when something changed.
+CREATE OR REPLACE FUNCTION upsert_chain(
+    p_chain_key      text,
+    p_chain_id       bigint,
+    p_rpc_url_env    text,
+    p_finality_depth integer,
+    p_block_time_ms  integer
+) RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now      timestamptz := clock();
+    v_previous chains;
+BEGIN
+    IF p_chain_key IS NULL OR p_chain_key !~ '^[a-z][a-z0-9-]{0,62}$' THEN
+        RAISE EXCEPTION 'upsert_chain: chain key must be lower-case letters, digits and -, got %',
+                        coalesce(quote_literal(left(p_chain_key, 80)), 'NULL')
+            USING ERRCODE = 'QT002', HINT = 'Use a key like base, arbitrum or local-a.';
+    END IF;
+    IF p_chain_id IS NULL OR p_chain_id <= 0 THEN
+        RAISE EXCEPTION 'upsert_chain: chain id of % must be positive, got %', p_chain_key, coalesce(p_chain_id::text, 'NULL')
+            USING ERRCODE = 'QT002', HINT = 'Give the chain''s EIP-155 chain id (eth_chainId).';
+    END IF;
+    IF p_rpc_url_env IS NULL OR p_rpc_url_env !~ '^[A-Z][A-Z0-9_]{0,127}$' THEN
+        -- the value is not echoed: it may be the URL (and its API key) itself
+        RAISE EXCEPTION 'upsert_chain: the RPC URL of % must be named by an environment variable (upper-case letters, digits and _)', p_chain_key
+            USING ERRCODE = 'QT002',
+                  HINT = 'Give the variable''s name, e.g. QTG_RPC_BASE, and set the URL in the runners'' environment.';
+    END IF;
+    IF p_finality_depth IS NULL OR p_finality_depth NOT BETWEEN 0 AND 10000 THEN
+        RAISE EXCEPTION 'upsert_chain: finality depth of % must be 0 to 10000 blocks, got %', p_chain_key, coalesce(p_finality_depth::text, 'NULL')
+            USING ERRCODE = 'QT002', HINT = 'Give the confirmations after which a receipt is final.';
+    END IF;
+    IF p_block_time_ms IS NULL OR p_block_time_ms NOT BETWEEN 1 AND 3600000 THEN
+        RAISE EXCEPTION 'upsert_chain: block time of % must be 1 ms to 1 hour, got %', p_chain_key, coalesce(p_block_time_ms::text, 'NULL')
+            USING ERRCODE = 'QT002', HINT = 'Give the chain''s block time in milliseconds.';
+    END IF;
+
+    SELECT * INTO v_previous FROM chains WHERE chain_key = p_chain_key FOR UPDATE;
+    IF v_previous.chain_key IS NOT NULL AND v_previous.chain_id <> p_chain_id THEN
+        RAISE EXCEPTION 'upsert_chain: % is registered with chain id %, not %', p_chain_key, v_previous.chain_id, p_chain_id
+            USING ERRCODE = 'QT002', HINT = 'A different chain is registered under a new key.';
+    END IF;
+    IF EXISTS (SELECT 1 FROM chains WHERE chain_id = p_chain_id AND chain_key <> p_chain_key) THEN
+        RAISE EXCEPTION 'upsert_chain: chain id % is registered under another key', p_chain_id
+            USING ERRCODE = 'QT002', HINT = 'Update that chain under its own key.';
+    END IF;
+    IF v_previous.chain_key IS NOT NULL AND (v_previous.rpc_url_env, v_previous.finality_depth, v_previous.block_time_ms)
+                 = (p_rpc_url_env, p_finality_depth, p_block_time_ms) THEN
+        RETURN;
+    END IF;
+
+    INSERT INTO chains (chain_key, chain_id, rpc_url_env, finality_depth, block_time_ms, created_at, updated_at)
+    VALUES (p_chain_key, p_chain_id, p_rpc_url_env, p_finality_depth, p_block_time_ms, v_now, v_now)
+    ON CONFLICT (chain_key) DO UPDATE
+       SET rpc_url_env    = excluded.rpc_url_env,
+           finality_depth = excluded.finality_depth,
+           block_time_ms  = excluded.block_time_ms,
+           updated_at     = excluded.updated_at;
+    PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL,
+                               CASE WHEN v_previous.chain_key IS NULL THEN 'chain_registered' ELSE 'chain_updated' END,
+                               NULL, NULL,
+                               jsonb_build_object('chain_id', p_chain_id, 'rpc_url_env', p_rpc_url_env,
+                                                  'finality_depth', p_finality_depth,
+                                                  'block_time_ms', p_block_time_ms))::qtg.audit_event]);
+END
+$$;

@@ -1,0 +1,112 @@
+"""`qtg chains up|status|down` as real processes: the chains outlive `up`, the
+state file records them and the network's chain registry too (chains, USDC,
+funded treasury accounts), `status` says what runs, `down` stops them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from chain_support import anvil_or_skip
+from conftest import TestDatabase
+from rows import Conn
+from web3 import HTTPProvider, Web3
+
+from qtg_runner.chains.local import free_port, load_artifact, pid_alive, read_state, rpc
+from qtg_runner.chains.registry import TREASURY_FUNDING
+
+pytestmark = [pytest.mark.chain, pytest.mark.slow]
+
+QTG = str(Path(sys.executable).with_name("qtg"))
+
+
+def _qtg(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [QTG, "chains", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
+    anvil_or_skip()
+    env = {
+        **os.environ,
+        "QTG_DATA_DIR": str(tmp_path / "pg18"),
+        "QTG_DATABASE_URL": db.dsn,
+        "QTG_NETWORK_MODE": "testnet",
+        "COLUMNS": "200",
+    }
+    state_dir = tmp_path / "chains"
+    base = free_port()
+    up = _qtg(env, "up", "--port-base", str(base))
+    try:
+        assert up.returncode == 0, up.stderr
+        chains = read_state(state_dir)
+        assert [(c.key, c.chain_id, c.port) for c in chains] == [
+            ("local-a", 31337, base),
+            ("local-b", 31338, base + 1),
+        ]
+        assert chains[0].block_time != chains[1].block_time
+        assert "export QTG_RPC_LOCAL_A=http://127.0.0.1:" in up.stdout
+        for c in chains:
+            env_name = "QTG_RPC_" + c.key.upper().replace("-", "_")
+            assert f"export {env_name}=http://127.0.0.1:{c.port}" in up.stdout
+            assert int(rpc(c.rpc_url, "eth_chainId"), 16) == c.chain_id
+            code = rpc(c.rpc_url, "eth_getCode", [c.contracts["MockUSDC"], "latest"])
+            assert len(code) > 2
+        # the registry of testnet holds the chains, their USDC, the funded treasury
+        assert conn.execute(
+            "SELECT chain_key, chain_id, rpc_url_env, block_time_ms FROM chains ORDER BY 1"
+        ).fetchall() == [
+            ("local-a", 31337, "QTG_RPC_LOCAL_A", 1000),
+            ("local-b", 31338, "QTG_RPC_LOCAL_B", 2000),
+        ]
+        for c in chains:
+            assert conn.execute(
+                "SELECT symbol, address, decimals FROM chain_tokens WHERE chain_key = %s",
+                (c.key,),
+            ).fetchall() == [("USDC", c.contracts["MockUSDC"].lower(), 6)]
+            treasury = conn.execute(
+                "SELECT address, signer_id FROM treasury_accounts WHERE chain_key = %s ORDER BY 2",
+                (c.key,),
+            ).fetchall()
+            assert [signer for _, signer in treasury] == ["anvil:1", "anvil:2"]
+            w3 = Web3(HTTPProvider(c.rpc_url))
+            usdc = w3.eth.contract(
+                address=Web3.to_checksum_address(c.contracts["MockUSDC"]),
+                abi=load_artifact("MockUSDC")["abi"],
+            )
+            for address, _ in treasury:
+                balance = usdc.functions.balanceOf(Web3.to_checksum_address(address)).call()
+                assert balance == TREASURY_FUNDING
+        audited = conn.execute(
+            "SELECT count(*) FROM audit_outbox WHERE entity = 'chain'"
+        ).fetchone()
+        assert audited is not None and audited[0] >= 2 * 4  # chain, token, two accounts each
+        raw = json.loads((state_dir / "state.json").read_text())
+        assert {"pid", "port", "rpc_url", "contracts"} <= set(raw["chains"][0])
+
+        # up again leaves the running chains as they are
+        again = _qtg(env, "up", "--port-base", str(base))
+        assert again.returncode == 0, again.stderr
+        assert [c.pid for c in read_state(state_dir)] == [c.pid for c in chains]
+        # ... and recording them again changes nothing (no mint, no audit row)
+        assert (
+            conn.execute("SELECT count(*) FROM audit_outbox WHERE entity = 'chain'").fetchone()
+            == audited
+        )
+
+        status = _qtg(env, "status")
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.count("running") == 2
+    finally:
+        down = _qtg(env, "down")
+    assert down.returncode == 0, down.stderr
+    assert "local-a stopped" in down.stdout and "local-b stopped" in down.stdout
+    assert not any(pid_alive(c.pid) for c in chains)
+    assert not (state_dir / "state.json").exists()
+    after = _qtg(env, "status")
+    assert after.returncode == 0 and "no local chains" in after.stdout
