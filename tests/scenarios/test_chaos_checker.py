@@ -137,7 +137,7 @@ def completed_node(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     )
 
 
-def stuck_movement(conn: psycopg.Connection[Any]) -> int:
+def stuck_claim(conn: psycopg.Connection[Any]) -> procs.ClaimedNode:
     """A movement created (alice), approved (bob), started, and its node claimed
     by a runner that never reports: SUBMITTING, as a killed dispatcher leaves it."""
     with as_person(conn, "alice"):
@@ -149,7 +149,7 @@ def stuck_movement(conn: psycopg.Connection[Any]) -> int:
     procs.start_approved_movements().one(conn)
     [claim] = procs.claim_ready_nodes("planted-dead-dispatcher", 10).all(conn)
     assert claim.request_id == created.movement_id
-    return created.movement_id
+    return claim
 
 
 # -- the run itself ------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def test_a_planted_duplicate_side_effect_fails_the_check(small_run: SmallRun) ->
 
 def test_a_planted_stuck_node_fails_the_check(small_run: SmallRun) -> None:
     with planted(small_run) as conn:
-        movement_id = stuck_movement(conn)
+        movement_id = stuck_claim(conn).request_id
         result = check(conn, small_run.ledger, NETWORK)
     assert (result.stuck, result.stuck_nodes, result.in_flight) == (1, 1, 0)
     assert result.created == result.terminal + 1
@@ -314,15 +314,15 @@ def test_each_planted_fault_fails_its_invariant(
 
 
 def test_a_quarantined_node_is_in_flight_not_stuck(small_run: SmallRun) -> None:
-    """When the engine parks a node for an operator (here a quarantined_at column,
-    added in the rolled-back transaction), its movement is legitimately in flight."""
+    """A node the engine set aside for an operator (quarantine_nodes, as a runner
+    whose executor crashed on it calls it) leaves its movement legitimately in
+    flight: it is not stuck, and the operator's release is what moves it."""
     with planted(small_run) as conn:
-        movement_id = stuck_movement(conn)
-        conn.execute("ALTER TABLE movement_request_nodes ADD COLUMN quarantined_at timestamptz")
-        conn.execute(
-            "UPDATE movement_request_nodes SET quarantined_at = now() WHERE request_id = %s",
-            (movement_id,),
-        )
+        claim = stuck_claim(conn)
+        [row] = procs.quarantine_nodes(
+            [claim.node_id], [claim.claim_secret], ["planted: the executor crashed on it"]
+        ).all(conn)
+        assert row.error_code is None, row
         result = check(conn, small_run.ledger, NETWORK)
     assert (result.stuck, result.in_flight) == (0, 1)
     assert result.ok, result.describe()
