@@ -7,8 +7,9 @@ DAGs (chains, fan-out and fan-in), steps that settle at submit, failing lanes
 (the dependants are skipped), lost receipts (UNKNOWN, recovered from
 evidence), flaky lanes, refused submits (permanent, and retryable until the
 attempts run out), movements cancelled while they run, and movements left
-unapproved until they expire. Poison kinds have a node config that passes the
-plan's validation today and makes the executor raise.
+unapproved until they expire. The poison kinds make the executor raise: two
+absurd configs (refused at creation by an engine that bounds them, which the
+run reports) and, when the sim offers it, a node that crashes on purpose.
 
 One login creates (the network's operator) and another approves (the
 admin's), as four-eyes wants. Creation is idempotent on the external id, so a
@@ -171,8 +172,9 @@ POISON: dict[str, Kind] = {
         poison=True,
     ),
 }
-"""Node configs that pass the plan's validation today and make the sim raise. An
-engine that bounds them refuses them at creation instead (the run says so)."""
+"""Node configs that make the sim raise, if they get in: the sim's schema now
+bounds them, so the engine refuses them at creation (the run says so, with the
+SQLSTATE)."""
 
 
 def _crash_at(step: str) -> Kind:
