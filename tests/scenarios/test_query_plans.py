@@ -202,11 +202,12 @@ def test_observe_candidates_reads_the_observable_index(history_dsn: str) -> None
 def test_claim_recovery_nodes_reads_the_recoverable_index(history_dsn: str) -> None:
     nodes = explained(history_dsn, "SELECT * FROM claim_recovery_nodes('r1', 10)")
 
-    # the leases that ran out, and the open claims of the dispatcher that died
-    assert {
-        "movement_request_nodes_recoverable_idx",
-        "movement_request_nodes_claimer_idx",
-    } <= index_scans(nodes)
+    # the leases that ran out, and the open claims of the dispatcher that died:
+    # both live in the recoverable index (nodes in flight only, never history).
+    # PostgreSQL 18 also reads the claimer index for the dead dispatcher's claims;
+    # 15 filters them from the recoverable index, which costs the same bound
+    scanned = index_scans(nodes)
+    assert "movement_request_nodes_recoverable_idx" in scanned
     assert "movement_request_nodes" not in seq_scanned(nodes)
 
 
