@@ -1,0 +1,267 @@
+"""The local signer: a private key held in this process's memory, from the
+environment (``env:NAME``) or an encrypted keystore file (``keystore:NAME``), and
+signing with eth-account.
+
+What stays secret, and how:
+
+- The key lives in one private attribute of a LocalSigner; ``repr`` and ``str``
+  show the signer id and the address only, and a signer is never pickled or
+  copied (its key would leave with it).
+- No SignerError carries the key, the password or the text of the exception
+  that failed inside (eth-account's and eth-keyfile's messages are not ours to
+  vouch for): each is raised outside the ``except`` block, so nothing is chained
+  to it, with a message that names the signer id and what to do.
+- Nothing here logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+from eth_account import Account
+
+from qtg_runner.signers import SignedTransaction, SignerError, describe_id
+
+ENV_PREFIX = "env:"
+KEYSTORE_PREFIX = "keystore:"
+
+KEYSTORE_DIR_ENV = "QTG_KEYSTORE_DIR"
+KEYSTORE_PASSWORD_ENV = "QTG_KEYSTORE_PASSWORD"
+KEYSTORE_PASSWORD_FILE_ENV = "QTG_KEYSTORE_PASSWORD_FILE"
+
+ACCEPTED_FORMS = (
+    "env:NAME (the private key, 0x and 64 hex digits, in the environment variable NAME) "
+    f"or keystore:NAME (the encrypted keystore file NAME.json in ${KEYSTORE_DIR_ENV}, its "
+    f"password in ${KEYSTORE_PASSWORD_ENV} or in the file ${KEYSTORE_PASSWORD_FILE_ENV})"
+)
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,123}$")
+_KEYSTORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,117}$")
+"""A file name in the keystore directory: no '/', so no path leaves it."""
+_PRIVATE_KEY = re.compile(r"^0x[0-9a-fA-F]{64}$")
+_SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+
+
+class LocalSigner:
+    """One account's key in this process's memory; signs with eth-account."""
+
+    __slots__ = ("__key", "_address", "_signer_id")
+
+    def __init__(self, signer_id: str, key: bytes) -> None:
+        if len(key) != 32 or not 0 < int.from_bytes(key, "big") < _SECP256K1_N:
+            _refuse(signer_id, "the key is not a secp256k1 private key (32 bytes, in range)")
+        self._signer_id = signer_id
+        self.__key = bytes(key)
+        self._address = str(Account.from_key(self.__key).address).lower()
+
+    @property
+    def signer_id(self) -> str:
+        return self._signer_id
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    def __repr__(self) -> str:
+        return f"LocalSigner(signer_id={self._signer_id!r}, address={self._address!r})"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(f"{self!r} is not pickled or copied: its key stays in this process")
+
+    async def sign_transaction(self, tx: dict[str, Any]) -> SignedTransaction:
+        """Sign ``tx`` inline (a few milliseconds of CPU); never broadcasts. A
+        transaction eth-account refuses raises SignerError naming the signer and
+        the transaction's fields (never the key)."""
+        return self.sign_transaction_sync(tx)
+
+    def sign_transaction_sync(self, tx: dict[str, Any]) -> SignedTransaction:
+        signed: Any = None
+        with contextlib.suppress(Exception):
+            signed = Account.sign_transaction(tx, self.__key)
+        if signed is None:
+            fields = ", ".join(sorted(str(k) for k in tx))
+            _refuse(
+                self._signer_id,
+                f"eth-account refused to sign the transaction (fields: {fields}): give an "
+                "EIP-1559 transaction (chainId, nonce, to, value, data, gas, maxFeePerGas, "
+                "maxPriorityFeePerGas, type 2) with valid values",
+            )
+        return SignedTransaction(
+            raw=bytes(signed.raw_transaction), tx_hash="0x" + bytes(signed.hash).hex()
+        )
+
+
+def _refuse(signer_id: object, what: str) -> NoReturn:
+    raise SignerError(f"signer {describe_id(signer_id)}: {what}")
+
+
+def _reason(exc: Exception) -> str:
+    return str(getattr(exc, "strerror", None) or type(exc).__name__)
+
+
+def load_local(signer_id: str, env: Mapping[str, str]) -> LocalSigner:
+    """qtg_runner.signers.load for the local forms (env:NAME, keystore:NAME)."""
+    if not isinstance(signer_id, str) or describe_id(signer_id) != signer_id:
+        _refuse(signer_id, f"not a signer id; the accepted forms are {ACCEPTED_FORMS}")
+    if signer_id.startswith(ENV_PREFIX):
+        return _from_env(signer_id, signer_id.removeprefix(ENV_PREFIX), env)
+    if signer_id.startswith(KEYSTORE_PREFIX):
+        return _from_keystore(signer_id, signer_id.removeprefix(KEYSTORE_PREFIX), env)
+    _refuse(signer_id, f"unknown signer id form; the accepted forms are {ACCEPTED_FORMS}")
+
+
+def _parse_key(text: str) -> bytes | None:
+    """The 32 bytes of ``0x`` + 64 hex digits (surrounding whitespace ignored), or None."""
+    text = text.strip()
+    if not _PRIVATE_KEY.match(text):
+        return None
+    key = bytes.fromhex(text[2:])
+    return key if 0 < int.from_bytes(key, "big") < _SECP256K1_N else None
+
+
+def _from_env(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSigner:
+    if not _ENV_NAME.match(name):
+        _refuse(signer_id, f"{name!r} is not an environment variable name (letters, digits, _)")
+    value = env.get(name)
+    if value is None or not value.strip():
+        _refuse(
+            signer_id,
+            f"the environment variable {name} is not set: set it to the account's private key "
+            "(0x and 64 hex digits) in the runner's environment",
+        )
+    key = _parse_key(value)
+    if key is None:
+        _refuse(
+            signer_id,
+            f"the environment variable {name} does not hold a private key: it must be 0x and "
+            "64 hex digits (a secp256k1 key); its value is not shown",
+        )
+    return LocalSigner(signer_id, key)
+
+
+def _from_keystore(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSigner:
+    if not _KEYSTORE_NAME.match(name):
+        _refuse(
+            signer_id,
+            f"{name!r} is not a keystore name (letters, digits and _.-, starting with a "
+            "letter or digit; the file is NAME.json in the keystore directory)",
+        )
+    directory = env.get(KEYSTORE_DIR_ENV, "").strip()
+    if not directory:
+        _refuse(
+            signer_id,
+            f"{KEYSTORE_DIR_ENV} is not set: set it to the directory that holds {name}.json",
+        )
+    path = Path(directory) / f"{name}.json"
+    keystore = _read_keystore(signer_id, path)
+    password = _keystore_password(signer_id, env)
+    key: bytes | None = None
+    with contextlib.suppress(Exception):
+        key = bytes(Account.decrypt(keystore, password))
+    if key is None:
+        _refuse(
+            signer_id,
+            f"the password does not open {path} (a wrong password, or a damaged file): check "
+            f"${KEYSTORE_PASSWORD_ENV} / ${KEYSTORE_PASSWORD_FILE_ENV}",
+        )
+    signer = LocalSigner(signer_id, key)
+    recorded = str(keystore.get("address", "")).lower().removeprefix("0x")
+    if recorded and recorded != signer.address[2:]:
+        _refuse(
+            signer_id,
+            f"{path} says it holds the key of 0x{recorded} but its key is {signer.address}'s: "
+            "the file was altered; restore it from a backup",
+        )
+    return signer
+
+
+def _read_keystore(signer_id: str, path: Path) -> dict[str, Any]:
+    raw, problem = "", ""
+    try:
+        raw = path.read_text()
+    except FileNotFoundError:
+        problem = f"no keystore file {path}: put the account's keystore there"
+    except (OSError, UnicodeDecodeError) as exc:
+        problem = f"the keystore file {path} is unreadable ({_reason(exc)})"
+    if problem:
+        _refuse(signer_id, problem)
+    parsed: Any = None
+    with contextlib.suppress(ValueError):
+        parsed = json.loads(raw)
+    if not isinstance(parsed, dict) or not isinstance(
+        parsed.get("crypto", parsed.get("Crypto")), dict
+    ):
+        _refuse(
+            signer_id,
+            f"{path} is not an encrypted keystore (the JSON of eth-account's Account.encrypt)",
+        )
+    return parsed
+
+
+def _keystore_password(signer_id: str, env: Mapping[str, str]) -> str:
+    password = env.get(KEYSTORE_PASSWORD_ENV, "")
+    if password:
+        return password
+    file_name = env.get(KEYSTORE_PASSWORD_FILE_ENV, "").strip()
+    if not file_name:
+        _refuse(
+            signer_id,
+            f"no keystore password: set {KEYSTORE_PASSWORD_ENV}, or "
+            f"{KEYSTORE_PASSWORD_FILE_ENV} to a file (mode 0600) that holds it",
+        )
+    path = Path(file_name)
+    data, problem = b"", ""
+    try:
+        with path.open("rb") as f:
+            # the mode of the file opened, not of a path that may be swapped after
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                problem = f"the keystore password file {path} is not a regular file"
+            elif st.st_mode & 0o077:
+                problem = (
+                    f"the keystore password file {path} is open to others (mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}): `chmod 600 {path}`, and treat the "
+                    "password as exposed"
+                )
+            else:
+                data = f.read()
+    except FileNotFoundError:
+        problem = f"no keystore password file {path} (${KEYSTORE_PASSWORD_FILE_ENV})"
+    except OSError as exc:
+        problem = f"the keystore password file {path} is unreadable ({_reason(exc)})"
+    if problem:
+        _refuse(signer_id, problem)
+    text: str | None = None
+    with contextlib.suppress(UnicodeDecodeError):
+        text = data.decode("utf-8").rstrip("\r\n")
+    if not text:
+        _refuse(signer_id, f"the keystore password file {path} is empty or not UTF-8 text")
+    return text
+
+
+def write_keystore(
+    path: Path,
+    key: bytes,
+    password: str,
+    kdf: Literal["scrypt", "pbkdf2"] = "scrypt",
+    iterations: int | None = None,
+) -> str:
+    """Encrypt ``key`` with ``password`` into a new keystore file ``path`` (mode
+    0600; an existing file is never overwritten: FileExistsError); ``iterations``
+    None is eth-account's default work factor (scrypt n=2^18), the one real keys
+    get. The account's address is returned."""
+    keystore = Account.encrypt(key, password, kdf=kdf, iterations=iterations)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(keystore, f)
+        f.write("\n")
+    return "0x" + str(keystore["address"]).lower().removeprefix("0x")
