@@ -1,34 +1,57 @@
 """What the chain tests share (tests/chains): the test chains' specs, the skips
 where anvil or node is missing (one prefix, which the summary line counts), and
-the session fixture `local_chains`, started once by the same code as
-`qtg chains up` (qtg_runner.chains.local) on free loopback ports in a temporary
-state directory and stopped at the end. tests/conftest.py imports the fixture
-and the summary hook (a conftest of tests/chains/ would shadow the bare
-`conftest` module the other folders import)."""
+the session fixtures: `local_chain_set`, the chains started once by the same code
+as `qtg chains up` (qtg_runner.chains) on free loopback ports in a temporary
+state directory, with its treasury keys in an encrypted keystore there (scrypt
+n=2^10 instead of 2^18, so loading a signer takes milliseconds) and funded on
+each chain, stopped at the end; `local_chains`, its chains alone.
+tests/conftest.py imports the fixtures and the summary hook (a conftest of
+tests/chains/ would shadow the bare `conftest` module the other folders
+import)."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from qtg_runner.chains.keys import LocalKey
 from qtg_runner.chains.local import (
     AnvilNotFound,
     ChainSpec,
     RunningChain,
     find_anvil,
     free_port,
+    runner_env,
     start_chains,
     stop_chains,
 )
+from qtg_runner.chains.registry import prepare_treasury
 
 TEST_CHAINS = (("test-a", 31401, 1), ("test-b", 31402, 2))
 """(key, chain id, block time in seconds): two chains, each its own id and pace."""
 
 SKIP_PREFIX = "chain tests need anvil"
+
+TEST_KDF_ITERATIONS = 2**10
+"""scrypt's n for the test keystore (eth-account's default, 2^18, takes 0.7 s a key)."""
+
+
+@dataclass(frozen=True)
+class LocalChainSet:
+    """The session's chains, their state directory and funded treasury accounts."""
+
+    state_dir: Path
+    chains: list[RunningChain]
+    treasury: list[LocalKey]
+
+    def runner_env(self) -> dict[str, str]:
+        """RPC URLs and the keystore's directory and password file, as a runner reads them."""
+        return runner_env(self.state_dir)
 
 
 def anvil_or_skip() -> Path:
@@ -46,15 +69,22 @@ def node_or_skip() -> str:
 
 
 @pytest.fixture(scope="session")
-def local_chains() -> Iterator[list[RunningChain]]:
+def local_chain_set() -> Iterator[LocalChainSet]:
     anvil = anvil_or_skip()
     state_dir = Path(tempfile.mkdtemp(prefix="qtg-chains-"))
     specs = [ChainSpec(key, chain_id, free_port(), bt) for key, chain_id, bt in TEST_CHAINS]
     try:
-        yield start_chains(state_dir, specs, anvil=anvil)
+        chains = start_chains(state_dir, specs, anvil=anvil)
+        treasury = prepare_treasury(state_dir, chains, kdf_iterations=TEST_KDF_ITERATIONS)
+        yield LocalChainSet(state_dir, chains, treasury)
     finally:
         stop_chains(state_dir)
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def local_chains(local_chain_set: LocalChainSet) -> list[RunningChain]:
+    return local_chain_set.chains
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

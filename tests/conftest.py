@@ -38,7 +38,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from chain_support import local_chains, pytest_terminal_summary  # noqa: F401 (tests/chains)
+from chain_support import (  # noqa: F401 (tests/chains)
+    local_chain_set,
+    local_chains,
+    pytest_terminal_summary,
+)
 from engine import PEOPLE, bind, pin_clock, register_sim
 from psycopg import sql
 from psycopg.conninfo import make_conninfo

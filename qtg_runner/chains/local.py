@@ -10,6 +10,9 @@ anvil comes from the npm package ``@foundry-rs/anvil`` that `make install`
 installs into the repository's node_modules (``npm ci``); ``QTG_ANVIL`` names
 another binary. Nothing here holds a private key: anvil's own accounts are
 unlocked, so the deployer is anvil's first account and the RPC signs for it.
+The treasury accounts are keys of our own in an encrypted keystore beside the
+state file (qtg_runner.chains.keys); ``runner_env`` gives a runner what it needs
+to reach the chains and load those signers.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -97,6 +101,35 @@ class RunningChain:
 def chains_dir(data_dir: Path) -> Path:
     """Where the chains' state and logs live: ``chains/`` beside the server's data directory."""
     return data_dir.with_name("chains")
+
+
+def keystore_dir(state_dir: Path) -> Path:
+    """The local treasury's encrypted keystore files (qtg_runner.chains.keys)."""
+    return state_dir / "keystore"
+
+
+def password_file(state_dir: Path) -> Path:
+    """The local keystore's password (mode 0600)."""
+    return keystore_dir(state_dir) / "password"
+
+
+def rpc_url_env(chain_key: str) -> str:
+    """The environment variable that holds a chain's RPC URL: QTG_RPC_<KEY>."""
+    return "QTG_RPC_" + re.sub(r"[^A-Z0-9]", "_", chain_key.upper())
+
+
+def runner_env(state_dir: Path) -> dict[str, str]:
+    """The environment a runner needs for the local chains of ``state_dir``: each
+    chain's RPC URL under the variable the registry names, and where the treasury's
+    keystore and its password file are (QTG_KEYSTORE_DIR,
+    QTG_KEYSTORE_PASSWORD_FILE). Names of files, never a key or a password."""
+    # the signers' own names for these variables
+    from qtg_runner.signers.local import KEYSTORE_DIR_ENV, KEYSTORE_PASSWORD_FILE_ENV
+
+    env = {rpc_url_env(c.key): c.rpc_url for c in read_state(state_dir)}
+    env[KEYSTORE_DIR_ENV] = str(keystore_dir(state_dir).resolve())
+    env[KEYSTORE_PASSWORD_FILE_ENV] = str(password_file(state_dir).resolve())
+    return env
 
 
 def find_anvil(env: Mapping[str, str] | None = None) -> Path:

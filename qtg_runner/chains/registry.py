@@ -3,83 +3,82 @@
 
 Each chain is registered with the NAME of the environment variable that holds
 its RPC URL (QTG_RPC_<KEY>), never the URL; its MockUSDC as the token USDC (6
-decimals); and anvil's accounts 1 and 2 as treasury accounts, each funded with
-mocked USDC by the deployer (anvil's account 0, the token's owner), with the
-signer ids ``anvil:1`` / ``anvil:2`` (anvil's well-known development accounts:
-no key is stored or logged here)."""
+decimals); and the local treasury accounts (qtg_runner.chains.keys: keys of
+our own in an encrypted keystore, the same on every chain) with their signer
+ids ``keystore:local-treasury-1`` / ``keystore:local-treasury-2``, each funded
+first (``fund_treasury``) with ETH for gas and with mocked USDC by the deployer
+(anvil's account 0, the token's owner). No key is read, stored or logged here."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from qtg_runner.chains.local import ChainError, RunningChain, load_artifact
+from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
+from qtg_runner.chains.local import ChainError, RunningChain, load_artifact, rpc, rpc_url_env
 from qtg_runner.db import procs
 
-TREASURY_ACCOUNTS = (1, 2)
-"""Indexes of the anvil accounts recorded as treasury accounts."""
+__all__ = ["fund_treasury", "prepare_treasury", "record_chains", "rpc_url_env"]
 
 TREASURY_FUNDING = 1_000_000 * 10**6
 """Mocked USDC (6 decimals) minted to each treasury account when below it."""
+
+TREASURY_GAS = 1_000 * 10**18
+"""ETH (wei) each treasury account is set to (anvil_setBalance) when below it."""
 
 LOCAL_FINALITY_DEPTH = 2
 """Confirmations before a local chain's receipt counts as final."""
 
 
-def rpc_url_env(chain_key: str) -> str:
-    """The environment variable that holds a chain's RPC URL: QTG_RPC_<KEY>."""
-    return "QTG_RPC_" + re.sub(r"[^A-Z0-9]", "_", chain_key.upper())
-
-
-@dataclass(frozen=True)
-class TreasuryAccount:
-    chain_key: str
-    address: str
-    signer_id: str
-
-
-def fund_treasury(chain: RunningChain) -> list[TreasuryAccount]:
-    """Mint mocked USDC to anvil's treasury accounts of ``chain`` (those below
-    TREASURY_FUNDING), from the token's owner; the accounts, with their signer ids."""
+def fund_treasury(chain: RunningChain, treasury: Sequence[LocalKey]) -> None:
+    """Give each treasury account of ``chain`` ETH for gas (anvil_setBalance) and
+    mocked USDC (minted by the token's owner), each up to its funding where below."""
     from web3 import HTTPProvider, Web3
 
     w3 = Web3(HTTPProvider(chain.rpc_url, request_kwargs={"timeout": 10}))
-    accounts = w3.eth.accounts
     usdc = w3.eth.contract(
         address=Web3.to_checksum_address(chain.contracts["MockUSDC"]),
         abi=load_artifact("MockUSDC")["abi"],
     )
-    owner = chain.deployer or accounts[0]
+    owner = chain.deployer or w3.eth.accounts[0]
     pending: list[Any] = []
-    treasury: list[TreasuryAccount] = []
-    for index in TREASURY_ACCOUNTS:
-        address = accounts[index]
+    for account in treasury:
+        address = Web3.to_checksum_address(account.address)
+        if int(w3.eth.get_balance(address)) < TREASURY_GAS:
+            rpc(chain.rpc_url, "anvil_setBalance", [address, hex(TREASURY_GAS)])
         balance = int(usdc.functions.balanceOf(address).call())
         if balance < TREASURY_FUNDING:
             mint = usdc.functions.mint(address, TREASURY_FUNDING - balance)
             pending.append(mint.transact({"from": owner}))
-        treasury.append(TreasuryAccount(chain.key, str(address), f"anvil:{index}"))
     for tx_hash in pending:
         receipt = w3.eth.wait_for_transaction_receipt(
             tx_hash, timeout=max(10.0, chain.block_time * 5.0), poll_latency=0.1
         )
         if receipt["status"] != 1:
             raise ChainError(f"minting mocked USDC on {chain.key} failed: {receipt}")
+
+
+def prepare_treasury(
+    state_dir: Path, chains: Sequence[RunningChain], kdf_iterations: int | None = None
+) -> list[LocalKey]:
+    """The local treasury accounts of ``state_dir`` (their keystore made where
+    missing, qtg_runner.chains.keys.ensure_treasury_keys), funded on each chain."""
+    treasury = ensure_treasury_keys(state_dir, kdf_iterations=kdf_iterations)
+    for chain in chains:
+        fund_treasury(chain, treasury)
     return treasury
 
 
 def record_chains(
-    admin_dsn: str, network: str, chains: Sequence[RunningChain], fund: bool = True
+    admin_dsn: str, network: str, chains: Sequence[RunningChain], treasury: Sequence[LocalKey]
 ) -> None:
     """Register ``chains`` in ``network``'s chain registry in one transaction, as
-    the admin: the chain, its USDC and (funded first when ``fund``) its treasury
-    accounts. Registering the same again changes nothing."""
-    treasury = {c.key: fund_treasury(c) if fund else [] for c in chains}
+    the admin: the chain, its USDC and the ``treasury`` accounts on each (funded
+    by ``fund_treasury`` beforehand). Registering the same again changes nothing."""
     conninfo = make_conninfo(admin_dsn, options=f"-c search_path={network},qtg")
     with psycopg.connect(conninfo) as conn, conn.transaction():
         for c in chains:
@@ -88,5 +87,5 @@ def record_chains(
             ).one(conn)
             if "MockUSDC" in c.contracts:
                 procs.upsert_chain_token(c.key, "USDC", c.contracts["MockUSDC"], 6).one(conn)
-            for account in treasury[c.key]:
+            for account in treasury:
                 procs.upsert_treasury_account(c.key, account.address, account.signer_id).one(conn)

@@ -3,6 +3,7 @@ with its own chain id and block time, the committed contracts deployed on each."
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,10 +21,11 @@ from qtg_runner.chains.local import (
     head_block,
     is_running,
     read_state,
+    runner_env,
     start_chains,
     stop_chains,
 )
-from qtg_runner.chains.registry import record_chains, rpc_url_env
+from qtg_runner.chains.registry import prepare_treasury, record_chains
 from qtg_runner.commands.common import ENVIRONMENT, CommandError, cli_errors
 from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import load_settings
@@ -93,10 +95,13 @@ def up_cmd(
     network: NetworkOption = None,
 ) -> None:
     """Start the local chains (local-a: chain id 31337, 1s blocks; local-b: chain id
-    31338, 2s blocks), deploy MockUSDC on each, fund anvil's accounts 1 and 2 as
-    treasury accounts, record them in the network's chain registry and print the RPC
-    URLs as the environment variables the registry names. Chains that already run
-    are left as they are (and recorded again)."""
+    31338, 2s blocks), deploy MockUSDC on each, make two treasury keys in an
+    encrypted keystore beside the state file (reused when there), fund them with ETH
+    and mocked USDC on each chain, record them in the network's chain registry as
+    keystore:local-treasury-1 and -2, and print the environment a runner needs: the
+    RPC URLs under the variables the registry names, the keystore directory and its
+    password file (never a key or a password). Chains that already run are left as
+    they are (and recorded again)."""
     specs = [
         ChainSpec(key=s.key, chain_id=s.chain_id, port=port_base + i, block_time=s.block_time)
         for i, s in enumerate(DEFAULT_CHAINS)
@@ -104,14 +109,17 @@ def up_cmd(
     with _errors():
         state_dir = _state_dir()
         chains = start_chains(state_dir, specs)
+        treasury = prepare_treasury(state_dir, chains)
         if registry:
             net = resolve_network(network)
-            record_chains(database_url(load_settings()), net, chains)
+            record_chains(database_url(load_settings()), net, chains, treasury)
     out.print(_table(chains, f"local chains ({state_dir / 'state.json'})"))
+    for account in treasury:
+        typer.echo(f"treasury account {account.address} (signer {account.signer_id})")
     if registry:
         typer.echo(f"recorded in the chain registry of {net}")
-    for c in chains:
-        typer.echo(f"export {rpc_url_env(c.key)}={c.rpc_url}")
+    for name, value in runner_env(state_dir).items():
+        typer.echo(f"export {name}={shlex.quote(value)}")
 
 
 @app.command("down")

@@ -1,11 +1,15 @@
 """`qtg chains up|status|down` as real processes: the chains outlive `up`, the
 state file records them and the network's chain registry too (chains, USDC,
-funded treasury accounts), `status` says what runs, `down` stops them."""
+funded treasury accounts whose keys are in the encrypted keystore beside the
+state file), `up` prints the environment a runner loads the signers from,
+`status` says what runs, `down` stops them."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +20,16 @@ from conftest import TestDatabase
 from rows import Conn
 from web3 import HTTPProvider, Web3
 
-from qtg_runner.chains.local import free_port, load_artifact, pid_alive, read_state, rpc
-from qtg_runner.chains.registry import TREASURY_FUNDING
+from qtg_runner.chains.local import (
+    free_port,
+    load_artifact,
+    pid_alive,
+    read_state,
+    rpc,
+    runner_env,
+)
+from qtg_runner.chains.registry import TREASURY_FUNDING, TREASURY_GAS
+from qtg_runner.signers import SignerSet
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -28,6 +40,19 @@ def _qtg(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [QTG, "chains", *args], env=env, capture_output=True, text=True, timeout=120
     )
+
+
+def _exports(stdout: str) -> dict[str, str]:
+    pairs = (line.removeprefix("export ").split("=", 1) for line in stdout.splitlines())
+    return {
+        name: shlex.split(value)[0]
+        for name, value in (p for p in pairs if len(p) == 2)
+        if name.startswith("QTG_")
+    }
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
 
 
 def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
@@ -51,6 +76,27 @@ def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
         ]
         assert chains[0].block_time != chains[1].block_time
         assert "export QTG_RPC_LOCAL_A=http://127.0.0.1:" in up.stdout
+        # the keystore: a directory of its own (0700), a password and two keys (0600)
+        keystore = state_dir / "keystore"
+        files = sorted(p.name for p in keystore.iterdir())
+        assert files == ["local-treasury-1.json", "local-treasury-2.json", "password"]
+        assert _mode(keystore) == 0o700
+        assert all(_mode(keystore / f) == 0o600 for f in files)
+        addresses = [
+            "0x" + json.loads((keystore / f).read_text())["address"].lower().removeprefix("0x")
+            for f in files[:2]
+        ]
+        # the runner's environment, printed as exports and given by runner_env alike
+        exports = _exports(up.stdout)
+        assert exports == runner_env(state_dir)
+        assert exports["QTG_KEYSTORE_DIR"] == str(keystore.resolve())
+        assert exports["QTG_KEYSTORE_PASSWORD_FILE"] == str((keystore / "password").resolve())
+        assert "QTG_KEYSTORE_PASSWORD" not in exports
+        # ... from which a runner loads both signers (eth-account's default scrypt)
+        signers = SignerSet.load(
+            ["keystore:local-treasury-1", "keystore:local-treasury-2"], env=exports
+        )
+        assert [s.address for s in signers] == addresses
         for c in chains:
             env_name = "QTG_RPC_" + c.key.upper().replace("-", "_")
             assert f"export {env_name}=http://127.0.0.1:{c.port}" in up.stdout
@@ -73,7 +119,12 @@ def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
                 "SELECT address, signer_id FROM treasury_accounts WHERE chain_key = %s ORDER BY 2",
                 (c.key,),
             ).fetchall()
-            assert [signer for _, signer in treasury] == ["anvil:1", "anvil:2"]
+            assert [signer for _, signer in treasury] == [
+                "keystore:local-treasury-1",
+                "keystore:local-treasury-2",
+            ]
+            # the same accounts on every chain: the keystore's
+            assert [address for address, _ in treasury] == addresses
             w3 = Web3(HTTPProvider(c.rpc_url))
             usdc = w3.eth.contract(
                 address=Web3.to_checksum_address(c.contracts["MockUSDC"]),
@@ -82,6 +133,7 @@ def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
             for address, _ in treasury:
                 balance = usdc.functions.balanceOf(Web3.to_checksum_address(address)).call()
                 assert balance == TREASURY_FUNDING
+                assert w3.eth.get_balance(Web3.to_checksum_address(address)) >= TREASURY_GAS
         audited = conn.execute(
             "SELECT count(*) FROM audit_outbox WHERE entity = 'chain'"
         ).fetchone()
@@ -89,10 +141,13 @@ def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
         raw = json.loads((state_dir / "state.json").read_text())
         assert {"pid", "port", "rpc_url", "contracts"} <= set(raw["chains"][0])
 
-        # up again leaves the running chains as they are
+        # up again leaves the running chains as they are, and the keystore too
+        saved = {f: (keystore / f).read_bytes() for f in files}
         again = _qtg(env, "up", "--port-base", str(base))
         assert again.returncode == 0, again.stderr
         assert [c.pid for c in read_state(state_dir)] == [c.pid for c in chains]
+        assert {f: (keystore / f).read_bytes() for f in files} == saved
+        assert _exports(again.stdout) == exports
         # ... and recording them again changes nothing (no mint, no audit row)
         assert (
             conn.execute("SELECT count(*) FROM audit_outbox WHERE entity = 'chain'").fetchone()

@@ -1,0 +1,92 @@
+"""The local chains' treasury keys: fresh keys (eth-account ``Account.create()``)
+kept as encrypted keystore files in the chains' state directory, the signers
+``keystore:local-treasury-1`` and ``keystore:local-treasury-2`` (the same key on
+every local chain).
+
+    <chains dir>/keystore/                     mode 0700
+    <chains dir>/keystore/password             0600, a random password
+    <chains dir>/keystore/local-treasury-N.json  0600, eth-account's keystore JSON
+
+A runner finds them through QTG_KEYSTORE_DIR and QTG_KEYSTORE_PASSWORD_FILE
+(qtg_runner.chains.local.runner_env). Files that exist are reused as they are:
+`qtg chains up` run again keeps the accounts, and their funds. Nothing here reads
+a key back: the address comes from the keystore's ``address`` field, the key is
+decrypted only by the signer that uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from eth_account import Account
+
+from qtg_runner.chains.local import ChainError, keystore_dir, password_file
+from qtg_runner.signers.local import KEYSTORE_PREFIX, write_keystore
+
+TREASURY_KEYS = ("local-treasury-1", "local-treasury-2")
+"""The keystore names of the local chains' treasury accounts."""
+
+
+@dataclass(frozen=True)
+class LocalKey:
+    """A local treasury account: its signer id and address (never its key)."""
+
+    signer_id: str
+    address: str
+
+
+def _private_file(path: Path, content: str) -> None:
+    """Write a new file of mode 0600 (an existing one is never overwritten)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(content)
+
+
+def _password(state_dir: Path) -> str:
+    path = password_file(state_dir)
+    if not path.exists():
+        _private_file(path, secrets.token_urlsafe(32) + "\n")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise ChainError(
+            f"the local keystore's password file {path} is open to others (mode {mode:04o}): "
+            f"`chmod 600 {path}`"
+        )
+    return path.read_text().rstrip("\r\n")
+
+
+def ensure_treasury_keys(
+    state_dir: Path, names: Sequence[str] = TREASURY_KEYS, kdf_iterations: int | None = None
+) -> list[LocalKey]:
+    """The local treasury accounts of ``state_dir``, their keystore files and the
+    password made first where missing. ``kdf_iterations`` is scrypt's n for new
+    files (None: eth-account's default, 2^18; the tests pass a small n to stay
+    fast)."""
+    directory = keystore_dir(state_dir)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    password = _password(state_dir)
+    keys: list[LocalKey] = []
+    for name in names:
+        path = directory / f"{name}.json"
+        if path.exists():
+            try:
+                address = str(json.loads(path.read_text())["address"]).lower()
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ChainError(
+                    f"the local keystore file {path} is unreadable ({type(exc).__name__}): "
+                    "remove it (its account is then replaced by a new one) or restore it"
+                ) from None
+            address = "0x" + address.removeprefix("0x")
+        else:
+            account = Account.create()
+            address = write_keystore(path, account.key, password, iterations=kdf_iterations)
+            del account
+        keys.append(LocalKey(KEYSTORE_PREFIX + name, address))
+    return keys
