@@ -53,7 +53,7 @@ class Signer(Protocol):
 SIGNER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
 """What treasury_accounts.signer_id accepts."""
 
-_KEY_LIKE = re.compile(r"^(0x)?[0-9a-fA-F]{64}$")
+_KEY_LIKE = re.compile(r"[0-9a-fA-F]{64}")
 
 
 class SignerError(Exception):
@@ -67,8 +67,8 @@ def describe_id(signer_id: object) -> str:
     well-formed id, else only its type and length (a key pasted where an id
     belongs is never echoed)."""
     if isinstance(signer_id, str) and SIGNER_ID_PATTERN.match(signer_id):
-        if _KEY_LIKE.match(signer_id):
-            return f"<an id that looks like a private key, {len(signer_id)} characters>"
+        if _KEY_LIKE.search(signer_id):
+            return f"<an id that holds what looks like a private key, {len(signer_id)} characters>"
         return signer_id
     if isinstance(signer_id, str):
         return f"<a malformed signer id, {len(signer_id)} characters>"

@@ -36,6 +36,9 @@ def test_a_private_key_for_a_signer_id_is_refused_and_not_echoed(conn: Conn) -> 
     key = "0x" + "ab" * 32
     err = assert_rejected(conn, "QT002", SQL, ("local-a", ACCOUNT, key), tables=REGISTRY)
     assert "ab" * 32 not in str(err) and "ab" * 32 not in (err.diag.message_hint or "")
+    for inside in ("env:" + "ab" * 32, "keystore:" + "AB" * 32 + ".json"):
+        err = assert_rejected(conn, "QT002", SQL, ("local-a", ACCOUNT, inside), tables=REGISTRY)
+        assert "ab" * 32 not in str(err).lower()
     err = assert_rejected(conn, "QT002", SQL, ("local-a", ACCOUNT, "a key with spaces"), REGISTRY)
     assert "spaces" not in str(err)
     assert_rejected(conn, "QT014", SQL, ("nowhere", ACCOUNT, "local:t"), tables=REGISTRY)

@@ -22,8 +22,9 @@ BEGIN
             USING ERRCODE = 'QT002',
                   HINT = 'Give the name of the signer that holds the key (e.g. local:treasury-1), never the key.';
     END IF;
-    IF p_signer_id ~ '^(0x)?[0-9a-fA-F]{64}$' THEN
-        RAISE EXCEPTION 'upsert_treasury_account: the signer id of % looks like a private key', v_address
+    -- anywhere in the id: env:<key> is as much a key as the key
+    IF p_signer_id ~ '[0-9a-fA-F]{64}' THEN
+        RAISE EXCEPTION 'upsert_treasury_account: the signer id of % holds what looks like a private key', v_address
             USING ERRCODE = 'QT002',
                   HINT = 'Give the name of the signer that holds the key, never the key; treat this key as exposed.';
     END IF;
