@@ -35,7 +35,8 @@ app = typer.Typer(
     help=(
         "Local EVM chains for development and tests: anvil (from npm, installed by "
         "`make install`) on loopback ports, their state (pids, ports, contract "
-        "addresses) in chains/state.json beside the embedded server's data directory."
+        "addresses) in chains/state.json beside the embedded server's data directory, "
+        "the treasury's encrypted keystore in chains/keystore/."
     ),
     no_args_is_help=True,
 )
