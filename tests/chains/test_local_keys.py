@@ -1,0 +1,61 @@
+"""The local chains' treasury keystore (qtg_runner.chains.keys), without a chain:
+made private (directory 0700, files 0600), reused as it is, and loadable by a
+runner from exactly the environment `runner_env` gives."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from chain_support import TEST_KDF_ITERATIONS
+
+from qtg_runner.chains.keys import TREASURY_KEYS, ensure_treasury_keys
+from qtg_runner.chains.local import ChainError, runner_env
+from qtg_runner.signers import SignerSet
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_keystore_is_private_reused_and_loadable_from_runner_env(tmp_path: Path) -> None:
+    keys = ensure_treasury_keys(tmp_path, kdf_iterations=TEST_KDF_ITERATIONS)
+    assert [k.signer_id for k in keys] == [
+        "keystore:local-treasury-1",
+        "keystore:local-treasury-2",
+    ]
+    assert len({k.address for k in keys}) == 2
+    keystore = tmp_path / "keystore"
+    assert _mode(keystore) == 0o700
+    files = sorted(keystore.iterdir())
+    assert [f.name for f in files] == [*(f"{n}.json" for n in TREASURY_KEYS), "password"]
+    assert all(_mode(f) == 0o600 for f in files)
+    saved = {f: f.read_bytes() for f in files}
+
+    assert ensure_treasury_keys(tmp_path, kdf_iterations=TEST_KDF_ITERATIONS) == keys
+    assert {f: f.read_bytes() for f in files} == saved
+
+    env = runner_env(tmp_path)  # no chain runs: the keystore's variables only
+    assert env == {
+        "QTG_KEYSTORE_DIR": str(keystore.resolve()),
+        "QTG_KEYSTORE_PASSWORD_FILE": str((keystore / "password").resolve()),
+    }
+    signers = SignerSet.load([k.signer_id for k in keys], env)
+    assert [signers.for_account(k.address, k.signer_id).address for k in keys] == [
+        k.address for k in keys
+    ]
+
+
+def test_a_password_file_opened_to_others_is_refused(tmp_path: Path) -> None:
+    ensure_treasury_keys(tmp_path, kdf_iterations=TEST_KDF_ITERATIONS)
+    (tmp_path / "keystore" / "password").chmod(0o644)
+    with pytest.raises(ChainError, match=r"open to others \(mode 0644\)"):
+        ensure_treasury_keys(tmp_path)
+
+
+def test_a_removed_key_is_replaced_by_a_new_account(tmp_path: Path) -> None:
+    first = ensure_treasury_keys(tmp_path, kdf_iterations=TEST_KDF_ITERATIONS)
+    (tmp_path / "keystore" / "local-treasury-2.json").unlink()
+    again = ensure_treasury_keys(tmp_path, kdf_iterations=TEST_KDF_ITERATIONS)
+    assert again[0] == first[0] and again[1].address != first[1].address
