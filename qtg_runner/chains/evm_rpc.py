@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import itertools
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,13 @@ before the C decoder sees them (web3's py_ecc raises the recursion limit to
 
 BlockTag = Literal["latest", "safe", "finalized", "pending", "earliest"]
 NonceTag = Literal["latest", "pending"]
+
+# httpx logs each request's full URL at INFO ("HTTP Request: POST <url>") and
+# httpcore its connection steps at DEBUG: an API key in the URL would be in the
+# log of whoever turns the root logger up. They speak from WARNING on.
+for _name in ("httpx", "httpcore"):
+    if logging.getLogger(_name).level == logging.NOTSET:
+        logging.getLogger(_name).setLevel(logging.WARNING)
 
 _ADDRESS = re.compile(r"0x[0-9a-f]{40}")
 _HASH = re.compile(r"0x[0-9a-f]{64}")
