@@ -635,8 +635,13 @@ def record_intent_prepared(
     signed_tx_hash: Text | Default | None = DEFAULT,
     external_request_id: Text | Default | None = DEFAULT,
     payload: Json | Default | None = DEFAULT,
+    chain_key: Text | Default | None = DEFAULT,
+    sender: Text | Default | None = DEFAULT,
+    raw_tx: Text | Default | None = DEFAULT,
 ) -> Call[BigInt]:
-    """Intent CLAIMED | PREPARED -> PREPARED, before the side effect; returns the intent id."""
+    """Intent CLAIMED | PREPARED -> PREPARED, before the side effect; returns the
+    intent id. With ``chain_key`` and ``sender`` the nonce is allocated from the
+    account's evm_nonces row (QT031 when it is not the next one)."""
 
 
 @procedure("runner")
@@ -647,8 +652,16 @@ def record_intent_prepared_batch(
     signed_tx_hashes: TextArray | Default | None = DEFAULT,
     external_request_ids: TextArray | Default | None = DEFAULT,
     payloads: JsonArray | Default | None = DEFAULT,
+    chain_keys: TextArray | Default | None = DEFAULT,
+    senders: TextArray | Default | None = DEFAULT,
+    raw_txs: TextArray | Default | None = DEFAULT,
 ) -> Call[RecordedIntent]:
     """record_intent_prepared for many nodes in one transaction; one row per element."""
+
+
+@procedure("runner")
+def evm_next_nonce(chain_key: Text, sender: Text) -> Call[BigInt | None]:
+    """The nonce the engine hands out next for a treasury account (None before its first)."""
 
 
 @procedure("runner")

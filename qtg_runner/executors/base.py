@@ -86,12 +86,19 @@ class NodeWork:
 
 @dataclass(frozen=True)
 class Prepared:
-    """What the side effect will be, recorded before it happens."""
+    """What the side effect will be, recorded before it happens.
+
+    An EVM transaction names the account whose nonce it uses (``chain_key``,
+    ``sender``) and carries its signed bytes (``raw_tx``, 0x hex): the engine
+    allocates the nonce when it records them, before the broadcast."""
 
     nonce: int | None = None
     signed_tx_hash: str | None = None
     external_request_id: str | None = None
     payload: JsonObject | None = None
+    chain_key: str | None = None
+    sender: str | None = None
+    raw_tx: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_intent(cls, intent: JsonObject | None) -> Prepared | None:
@@ -99,11 +106,15 @@ class Prepared:
         ``intent``), or None when the intent was never prepared."""
         if not intent or intent.get("intent_state") != "PREPARED":
             return None
+        transactions = intent.get("transactions") or []
         return cls(
             nonce=intent.get("nonce"),
             signed_tx_hash=intent.get("signed_tx_hash"),
             external_request_id=intent.get("external_request_id"),
             payload=intent.get("prepared_payload"),
+            chain_key=intent.get("chain_key"),
+            sender=intent.get("sender"),
+            raw_tx=transactions[-1]["raw_tx"] if transactions else None,
         )
 
 
@@ -186,6 +197,17 @@ class Executor(Protocol):
     async def recover(self, work: NodeWork) -> RecoveryResult: ...
 
     async def health(self) -> HealthResult: ...
+
+
+@runtime_checkable
+class NonceSigner(Protocol):
+    """Optional, beside Executor: an executor whose prepare() signs at an account
+    nonce (EVM). The engine allocates the nonce when it records the intent
+    (compare and set); when another dispatcher took that nonce first, the
+    dispatcher asks for the same transaction signed again at ``nonce``, the
+    account's next one, and records it again."""
+
+    async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared: ...
 
 
 @runtime_checkable

@@ -10,7 +10,10 @@ then, for the claimed nodes together:
      consuming a submit attempt;
   1. preflight and prepare each node (bounded concurrency);
   2. record every prepared intent in one call (record_intent_prepared_batch,
-     one transaction): a node whose intent is not recorded is not submitted;
+     one transaction): a node whose intent is not recorded is not submitted.
+     An EVM transaction's nonce is allocated by that call; one refused because
+     another dispatcher took the nonce first (QT031) is signed again at the
+     account's next nonces (NonceSigner.resign) and recorded again;
   3. submit the recorded nodes a group at a time (bounded concurrency): an
      executor that implements BatchSubmitter submits all its nodes in one call,
      any other submits each node as a group of one; a group call that fails
@@ -46,6 +49,7 @@ from qtg_runner.executors.base import (
     Executor,
     ExecutorError,
     NodeWork,
+    NonceSigner,
     Prepared,
     SubmitResult,
 )
@@ -61,6 +65,10 @@ BATCH_SIZE_BATCHED = 256
 """Nodes claimed per tick when every executor of the runner submits in batches
 (BatchSubmitter): a tick then costs a handful of calls whatever its size."""
 START_BATCH = 100
+NONCE_ATTEMPTS = 5
+"""Times an EVM intent is recorded, signed again at the account's next nonce
+after each refusal because another dispatcher took its nonce (QT031)."""
+NONCE_TAKEN = "QT031"
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -269,22 +277,72 @@ async def _prepare(node: _Node) -> _Prepared:
 
 
 async def _record_intents(ctx: WorkerContext, nodes: Sequence[_Prepared]) -> list[_Prepared]:
-    """record_intent_prepared_batch; returns the nodes whose intent was recorded."""
-    preps = [n.prepared for n in nodes]
-    async with ctx.pool.connection() as conn:
-        rows = await procs.record_intent_prepared_batch(
-            [n.work.node_id for n in nodes],
-            [n.work.claim_secret for n in nodes],
-            [p.nonce for p in preps],
-            [p.signed_tx_hash for p in preps],
-            [p.external_request_id for p in preps],
-            [p.payload or None for p in preps],
-        ).aall(conn)
-    recorded = []
-    for node, row in zip(nodes, rows, strict=True):
-        if await _accepted(ctx, node.work, row, "record"):
-            recorded.append(node)
+    """record_intent_prepared_batch; returns the nodes whose intent was recorded.
+    Nodes refused because their nonce was taken are signed again at the
+    account's next nonces and recorded again, up to NONCE_ATTEMPTS times; then
+    they are given back for a later try (nothing was broadcast)."""
+    recorded: list[_Prepared] = []
+    pending = list(nodes)
+    for attempt in range(1, NONCE_ATTEMPTS + 1):
+        preps = [n.prepared for n in pending]
+        async with ctx.pool.connection() as conn:
+            rows = await procs.record_intent_prepared_batch(
+                [n.work.node_id for n in pending],
+                [n.work.claim_secret for n in pending],
+                [p.nonce for p in preps],
+                [p.signed_tx_hash for p in preps],
+                [p.external_request_id for p in preps],
+                [p.payload or None for p in preps],
+                [p.chain_key for p in preps],
+                [p.sender for p in preps],
+                [p.raw_tx for p in preps],
+            ).aall(conn)
+        taken: list[_Prepared] = []
+        for node, row in zip(pending, rows, strict=True):
+            if row.error_code == NONCE_TAKEN and isinstance(node.executor, NonceSigner):
+                taken.append(node)
+            elif await _accepted(ctx, node.work, row, "record"):
+                recorded.append(node)
+        if not taken:
+            break
+        if attempt == NONCE_ATTEMPTS:
+            refused = ExecutorError(
+                f"the account's nonce was taken {NONCE_ATTEMPTS} times in a row", retryable=True
+            )
+            await _fail_submits(ctx, [n.work for n in taken], "record", refused)
+            break
+        pending = await _resign(ctx, taken)
+        if not pending:
+            break
     return recorded
+
+
+async def _resign(ctx: WorkerContext, nodes: Sequence[_Prepared]) -> list[_Prepared]:
+    """``nodes`` signed again, each account's at consecutive nonces from its
+    next one (as the engine has it now; from the lowest the executor chose
+    when the engine has none yet)."""
+    accounts: dict[tuple[str, str], list[_Prepared]] = {}
+    for node in nodes:
+        p = node.prepared
+        assert p.chain_key is not None and p.sender is not None and p.nonce is not None
+        accounts.setdefault((p.chain_key, p.sender), []).append(node)
+    assigned: list[tuple[_Prepared, int]] = []
+    async with ctx.pool.connection() as conn:
+        for (chain_key, sender), group in accounts.items():
+            nxt = await procs.evm_next_nonce(chain_key, sender).aone(conn)
+            first = nxt if nxt is not None else min(n.prepared.nonce or 0 for n in group)
+            assigned.extend((node, first + i) for i, node in enumerate(group))
+
+    async def resign(item: tuple[_Prepared, int]) -> _Prepared | None:
+        node, nonce = item
+        executor = node.executor
+        assert isinstance(executor, NonceSigner)
+        prepared = await _guarded(
+            ctx, [node.work], "prepare", lambda: executor.resign(node.work, node.prepared, nonce)
+        )
+        return None if prepared is None else _Prepared(node.work, node.executor, prepared)
+
+    return [n for n in await _bounded(ctx, assigned, resign) if n is not None]
 
 
 def _groups(nodes: Sequence[_Prepared]) -> list[list[_Prepared]]:

@@ -101,6 +101,7 @@ def build_world(conn: Conn) -> World:
     register_sim(conn)
     procs.register_template("one", TEMPLATE_PLAN, "a lane as a parameter").one(conn)
     procs.upsert_chain("world-a", 1, "QTG_RPC_WORLD_A", 2, 1000).one(conn)
+    procs.upsert_treasury_account("world-a", "0x" + "d" * 40, "env:WORLD_KEY").one(conn)
     pending = create(conn, plan(node("a")), "pending")
     running = create_started(conn, plan(node("a"), node("b"), node("c"), node("d")), "running")
     ids = node_ids(conn, running)
@@ -262,6 +263,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         },
         "worker_stopped": {"p_worker_name": "node_dispatcher", "p_instance_id": "i-1"},
         "registered_executors": {},
+        "evm_next_nonce": {"p_chain_key": "world-a", "p_sender": "0x" + "d" * 40},
         "register_executor": {
             "p_executor_key": "sim2",
             "p_has_side_effect": True,
@@ -619,6 +621,11 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_label", "QT002", None, "", "  ", BIG_TEXT)
         ),
         "disallow_destination": chain_keys("p_chain_key") + addresses("p_address"),
+        "evm_next_nonce": (
+            chain_keys("p_chain_key")
+            + addresses("p_sender")
+            + each("p_sender", "QT014", "0x" + "e" * 40)  # not a treasury account
+        ),
     }
     return calls
 

@@ -74,8 +74,7 @@ BEGIN
     SELECT claimed.id, claimed.request_id, claimed.secret, claimed.node_key, claimed.executor_key,
            claimed.node_config, claimed.lane, claimed.external_ref, claimed.observe_started_at,
            claimed.observe_count, request.amount, request.asset,
-           (SELECT to_jsonb(i)
-              FROM node_intents i WHERE i.node_id = claimed.id ORDER BY i.claim_token DESC LIMIT 1)
+           intent_document(claimed.id)
       FROM claimed
       JOIN movement_requests request ON request.id = claimed.request_id;
 END

@@ -143,7 +143,7 @@ BEGIN
     SELECT claimed.id, claimed.request_id, claimed.secret, claimed.node_state, claimed.node_key,
            claimed.executor_key, claimed.has_side_effect, claimed.node_config, claimed.lane, claimed.external_ref,
            request.amount, request.asset, claimed.recovery_attempts,
-           (SELECT to_jsonb(i) FROM node_intents i WHERE i.node_id = claimed.id ORDER BY i.claim_token DESC LIMIT 1)
+           intent_document(claimed.id)
       FROM claimed
       JOIN movement_requests request ON request.id = claimed.request_id
      CROSS JOIN audited

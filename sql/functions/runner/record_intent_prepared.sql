@@ -1,7 +1,9 @@
 -- record_intent_prepared: intent CLAIMED | PREPARED -> PREPARED; node stays SUBMITTING.
 -- Records what the side effect will be before it happens: the EVM nonce and the
 -- signed transaction's hash, or the external request id, plus any payload the
--- executor needs for recovery. Called again for a replacement transaction, it
+-- executor needs for recovery. For an EVM transaction also the account
+-- (p_chain_key, p_sender) whose nonce is allocated here, and the signed raw
+-- transaction (p_raw_tx), recorded before it is broadcast. Called again for a replacement transaction, it
 -- keeps every hash ever signed in signed_tx_hashes so recovery checks exact
 -- hashes. Refused once the claim's lease ran out (QT030): a dispatcher that
 -- cannot record its intent must not broadcast. Locks: request, node, intent.
@@ -13,7 +15,10 @@ CREATE OR REPLACE FUNCTION record_intent_prepared(
     p_nonce               bigint DEFAULT NULL,
     p_signed_tx_hash      text DEFAULT NULL,
     p_external_request_id text DEFAULT NULL,
-    p_payload             jsonb DEFAULT NULL
+    p_payload             jsonb DEFAULT NULL,
+    p_chain_key           text DEFAULT NULL,
+    p_sender              text DEFAULT NULL,
+    p_raw_tx              text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 AS $$
@@ -23,7 +28,8 @@ BEGIN
     SELECT * INTO STRICT v_result
       FROM record_intent_prepared_batch(ARRAY[p_node_id], ARRAY[p_claim_secret], ARRAY[p_nonce],
                                         ARRAY[p_signed_tx_hash], ARRAY[p_external_request_id],
-                                        ARRAY[p_payload]);
+                                        ARRAY[p_payload], ARRAY[p_chain_key], ARRAY[p_sender],
+                                        ARRAY[p_raw_tx]);
     PERFORM raise_node_error(v_result.error_code, v_result.error_message);
     RETURN v_result.intent_id;
 END

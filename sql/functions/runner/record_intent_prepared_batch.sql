@@ -15,13 +15,27 @@
 --   payload; QT005 a payload or a text beyond engine_limits; QT050 a record the
 --   engine cannot apply to its node (it breaks a constraint inside the engine:
 --   the others are recorded all the same).
+-- EVM: a node that names the account its nonce belongs to (p_chain_keys and
+-- p_senders, a treasury account, with its nonce and signed hash) gets the
+-- nonce allocated here, in this transaction, from evm_nonces: the records of
+-- one account in a call must hold consecutive nonces from the account's next
+-- one on (or above it, when the chain's own count is ahead: the skip is in the
+-- audit row); a record below it, or a call the nonces of which are not
+-- consecutive, is refused for that account's nodes with QT031 (the message says
+-- the next nonce: sign again at it). Compare and set on the account's row, so
+-- concurrent dispatchers never share a nonce, and a crash before the commit
+-- allocates nothing. A PREPARED intent recorded again at its own nonce (a
+-- replacement) allocates nothing. The signed raw transaction (p_raw_txs, 0x
+-- hex, at most 128 KiB) goes into evm_transactions with its hash before
+-- anything is broadcast; a raw transaction needs its hash, nonce and account
+-- (QT002). QT014: the account is not a treasury account of a registered chain.
 -- A node presented with a wrong secret is never locked.
 -- A recorded node gets one intent_prepared audit row (actor: the claimer),
 -- exactly as record_intent_prepared writes it; signed_tx_hashes keeps every
 -- hash ever signed.
 -- Locks: the nodes' requests in id order, then the nodes in id order, then
--- their intents (the documented order; two batches never wait on each other
--- in a cycle). Statements are planned per call (force_custom_plan): a batch
+-- their intents, then the accounts' evm_nonces rows (the documented order; two
+-- batches never wait on each other in a cycle). Statements are planned per call (force_custom_plan): a batch
 -- runs a handful of statements, and node_intents grows from empty, so a plan
 -- cached while it was small would scan it whole.
 -- Returns one row per element, in input order: the intent id, or the error.
@@ -31,7 +45,10 @@ CREATE OR REPLACE FUNCTION record_intent_prepared_batch(
     p_nonces               bigint[] DEFAULT NULL,
     p_signed_tx_hashes     text[] DEFAULT NULL,
     p_external_request_ids text[] DEFAULT NULL,
-    p_payloads             jsonb[] DEFAULT NULL
+    p_payloads             jsonb[] DEFAULT NULL,
+    p_chain_keys           text[] DEFAULT NULL,
+    p_senders              text[] DEFAULT NULL,
+    p_raw_txs              text[] DEFAULT NULL
 ) RETURNS TABLE (node_id bigint, intent_id bigint, error_code text, error_message text)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
@@ -50,7 +67,10 @@ BEGIN
        OR (p_nonces IS NOT NULL AND cardinality(p_nonces) <> v_n)
        OR (p_signed_tx_hashes IS NOT NULL AND cardinality(p_signed_tx_hashes) <> v_n)
        OR (p_external_request_ids IS NOT NULL AND cardinality(p_external_request_ids) <> v_n)
-       OR (p_payloads IS NOT NULL AND cardinality(p_payloads) <> v_n) THEN
+       OR (p_payloads IS NOT NULL AND cardinality(p_payloads) <> v_n)
+       OR (p_chain_keys IS NOT NULL AND cardinality(p_chain_keys) <> v_n)
+       OR (p_senders IS NOT NULL AND cardinality(p_senders) <> v_n)
+       OR (p_raw_txs IS NOT NULL AND cardinality(p_raw_txs) <> v_n) THEN
         RAISE EXCEPTION 'record_intent_prepared_batch: every array must have one element per node (% nodes)', v_n
             USING ERRCODE = 'QT002';
     END IF;
@@ -77,30 +97,67 @@ BEGIN
             v_mask[v_round] := NULL;
         END IF;
         BEGIN
-            WITH input AS (
-                SELECT u.*,
-                       CASE WHEN u.nonce < 0 THEN 'QT002'
-                            WHEN u.signed_tx_hash IS NULL AND u.external_request_id IS NULL
-                                 AND u.payload IS NULL THEN 'QT002' END AS refusal,
-                       CASE WHEN u.nonce < 0 THEN format('record_intent_prepared: node %s: a nonce is not negative, got %s',
-                                                         u.node_id, u.nonce)
-                            ELSE 'record_intent_prepared: give a signed tx hash, an external request id or a payload'
-                       END AS reason
+            WITH given AS (
+                SELECT u.*
                   FROM unnest(p_node_ids,
                               coalesce(p_nonces, array_fill(NULL::bigint, ARRAY[v_n])),
                               coalesce(p_signed_tx_hashes, array_fill(NULL::text, ARRAY[v_n])),
                               coalesce(p_external_request_ids, array_fill(NULL::text, ARRAY[v_n])),
                               coalesce(p_payloads, array_fill(NULL::jsonb, ARRAY[v_n])),
+                              coalesce(p_chain_keys, array_fill(NULL::text, ARRAY[v_n])),
+                              coalesce(p_senders, array_fill(NULL::text, ARRAY[v_n])),
+                              coalesce(p_raw_txs, array_fill(NULL::text, ARRAY[v_n])),
                               v_mask)
-                       WITH ORDINALITY AS u(node_id, nonce, signed_tx_hash, external_request_id, payload, skip, ord)
+                       WITH ORDINALITY AS u(node_id, nonce, signed_tx_hash, external_request_id, payload,
+                                            chain_key, sender, raw_tx, skip, ord)
                  WHERE u.skip IS NULL
+            ), judged AS (
+                SELECT g.*,
+                       CASE
+                           WHEN g.nonce < 0 THEN
+                               format('QT002 record_intent_prepared: node %s: a nonce is not negative, got %s',
+                                      g.node_id, g.nonce)
+                           WHEN g.signed_tx_hash IS NULL AND g.external_request_id IS NULL AND g.payload IS NULL THEN
+                               'QT002 record_intent_prepared: give a signed tx hash, an external request id or a payload'
+                           WHEN (g.chain_key IS NULL) <> (g.sender IS NULL)
+                                OR (g.chain_key IS NOT NULL AND (g.nonce IS NULL OR g.signed_tx_hash IS NULL))
+                                OR (g.raw_tx IS NOT NULL AND g.chain_key IS NULL) THEN
+                               format('QT002 record_intent_prepared: node %s: a signed transaction is recorded with '
+                                      'its chain, sender, nonce and hash together', g.node_id)
+                           WHEN g.chain_key IS NOT NULL AND g.signed_tx_hash !~ '^0x[0-9a-f]{64}$' THEN
+                               format('QT002 record_intent_prepared: node %s: a transaction hash is 0x and 64 '
+                                      'lower-case hex digits', g.node_id)
+                           WHEN g.raw_tx IS NOT NULL AND length(g.raw_tx) > 2 + 2 * 131072 THEN
+                               format('QT005 record_intent_prepared: node %s: a raw transaction is at most 128 KiB, '
+                                      'got %s bytes', g.node_id, (length(g.raw_tx) - 2) / 2)
+                           WHEN g.raw_tx IS NOT NULL AND g.raw_tx !~ '^0x([0-9a-f]{2})+$' THEN
+                               format('QT002 record_intent_prepared: node %s: a raw transaction is 0x and lower-case '
+                                      'hex bytes', g.node_id)
+                           WHEN g.chain_key IS NOT NULL AND NOT EXISTS (
+                                    SELECT 1 FROM treasury_accounts a
+                                     WHERE a.chain_key = g.chain_key AND a.address = g.sender) THEN
+                               format('QT014 record_intent_prepared: node %s: %s is not a treasury account of chain %s '
+                                      'on this network', g.node_id, g.sender, g.chain_key)
+                       END AS refused
+                  FROM given g
+            ), input AS (
+                SELECT j.node_id, j.nonce, j.signed_tx_hash, j.external_request_id, j.payload,
+                       j.chain_key, j.sender, j.raw_tx, j.ord,
+                       left(j.refused, 5) AS refusal, substr(j.refused, 7) AS reason
+                  FROM judged j
             ), checked AS (
                 -- a PREPARED intent is re-recorded only as the same side effect: the same
-                -- nonce (a replacement, e.g. a fee bump, may carry a new signed hash), the
-                -- same external request id, and without either the same hash and payload
+                -- nonce of the same account (a replacement, e.g. a fee bump, may carry a new
+                -- signed hash), the same external request id, and without either the same
+                -- hash and payload
                 SELECT i.node_id, i.nonce, i.signed_tx_hash, i.external_request_id, i.payload, i.ord,
+                       i.chain_key, i.sender, i.raw_tx,
+                       i.chain_key IS NOT NULL
+                           AND NOT (t.intent_state = 'PREPARED' AND t.nonce IS NOT DISTINCT FROM i.nonce) AS allocates,
                        coalesce(i.refusal, CASE WHEN t.intent_state = 'PREPARED' AND NOT (
                                 coalesce(i.nonce, t.nonce) IS NOT DISTINCT FROM t.nonce
+                            AND coalesce(i.chain_key, t.chain_key) IS NOT DISTINCT FROM t.chain_key
+                            AND coalesce(i.sender, t.sender) IS NOT DISTINCT FROM t.sender
                             AND coalesce(i.external_request_id, t.external_request_id)
                                     IS NOT DISTINCT FROM t.external_request_id
                             AND (t.nonce IS NOT NULL OR (
@@ -109,47 +166,101 @@ BEGIN
                             THEN 'QT021' END) AS refusal,
                        CASE WHEN i.refusal IS NOT NULL THEN i.reason
                             ELSE format('record_intent_prepared: node %s already has a prepared side effect; a new record must '
-                                        'keep it (the same nonce, external request id, or hash and payload)', i.node_id)
+                                        'keep it (the same nonce of the same account, external request id, or hash and '
+                                        'payload)', i.node_id)
                        END AS reason
                   FROM input i
                   LEFT JOIN movement_request_nodes n ON n.id = i.node_id
                   LEFT JOIN node_intents t ON t.node_id = i.node_id AND t.claim_token = n.claim_token
+            ), accounts AS (
+                -- the nonces each account allocates in this call: consecutive, or none
+                SELECT c.chain_key, c.sender, min(c.nonce) AS lo, max(c.nonce) AS hi,
+                       count(*) = count(DISTINCT c.nonce) AND max(c.nonce) - min(c.nonce) + 1 = count(*) AS consecutive
+                  FROM checked c
+                 WHERE c.refusal IS NULL AND c.allocates
+                 GROUP BY c.chain_key, c.sender
+            ), allocated AS (
+                -- compare and set on the account's row: the row lock orders concurrent
+                -- dispatchers, and the later one sees the next nonce the first committed
+                INSERT INTO evm_nonces AS e (chain_key, address, next_nonce, updated_at)
+                SELECT a.chain_key, a.sender, a.hi + 1, v_now
+                  FROM accounts a
+                 WHERE a.consecutive
+                 ORDER BY a.chain_key, a.sender
+                ON CONFLICT (chain_key, address) DO UPDATE
+                   SET next_nonce = excluded.next_nonce, updated_at = excluded.updated_at
+                 WHERE e.next_nonce <= (SELECT a.lo FROM accounts a
+                                         WHERE a.chain_key = e.chain_key AND a.sender = e.address)
+                RETURNING e.chain_key, e.address
+            ), applied AS (
+                SELECT c.*
+                  FROM checked c
+                 WHERE c.refusal IS NULL
+                   AND (NOT c.allocates
+                        OR EXISTS (SELECT 1 FROM allocated a WHERE a.chain_key = c.chain_key AND a.address = c.sender))
             ), prepared AS (
                 UPDATE node_intents t
                    SET intent_state        = 'PREPARED',
                        nonce               = coalesce(i.nonce, t.nonce),
+                       chain_key           = coalesce(i.chain_key, t.chain_key),
+                       sender              = coalesce(i.sender, t.sender),
                        signed_tx_hash      = coalesce(i.signed_tx_hash, t.signed_tx_hash),
                        signed_tx_hashes    = CASE WHEN i.signed_tx_hash IS NULL OR i.signed_tx_hash = ANY (t.signed_tx_hashes)
                                                   THEN t.signed_tx_hashes ELSE t.signed_tx_hashes || i.signed_tx_hash END,
                        external_request_id = coalesce(i.external_request_id, t.external_request_id),
                        prepared_payload    = coalesce(i.payload, t.prepared_payload),
                        prepared_at         = v_now
-                  FROM checked i
+                  FROM applied i
                   JOIN movement_request_nodes n ON n.id = i.node_id
-                 WHERE i.refusal IS NULL
-                   AND t.node_id = i.node_id
+                 WHERE t.node_id = i.node_id
                    AND t.claim_token = n.claim_token
                    AND t.intent_state IN ('CLAIMED', 'PREPARED')
                 RETURNING t.id, t.node_id
+            ), transactions AS (
+                -- the signed bytes, committed before they are broadcast
+                INSERT INTO evm_transactions (tx_hash, chain_key, sender, nonce, intent_id, purpose, raw_tx,
+                                              recorded_by, recorded_at)
+                SELECT i.signed_tx_hash, i.chain_key, i.sender, i.nonce, p.id,
+                       CASE WHEN i.allocates THEN 'intent' ELSE 'replacement' END, i.raw_tx, n.claimed_by, v_now
+                  FROM applied i
+                  JOIN prepared p ON p.node_id = i.node_id
+                  JOIN movement_request_nodes n ON n.id = i.node_id
+                 WHERE i.raw_tx IS NOT NULL
+                 ORDER BY i.ord
+                ON CONFLICT (tx_hash) DO NOTHING
+                RETURNING tx_hash
             ), audited AS (
                 SELECT write_audit(array_agg((n.claimed_by, 'node', i.node_id::text, n.request_id, 'intent_prepared',
                                               'SUBMITTING', 'SUBMITTING',
                                               jsonb_build_object('intent_id', p.id, 'nonce', i.nonce,
                                                                  'signed_tx_hash', i.signed_tx_hash,
                                                                  'external_request_id', i.external_request_id)
+                                              || CASE WHEN i.chain_key IS NULL THEN '{}'::jsonb
+                                                      ELSE jsonb_build_object('chain_key', i.chain_key, 'sender', i.sender)
+                                                 END
                                              )::qtg.audit_event ORDER BY i.ord)) AS written
-                  FROM checked i
+                  FROM applied i
                   JOIN prepared p ON p.node_id = i.node_id
                   JOIN movement_request_nodes n ON n.id = i.node_id
             ), answered AS (
                 SELECT i.ord, p.id AS intent_id,
-                       coalesce(i.refusal, CASE WHEN p.id IS NULL THEN 'QT021' END) AS code,
+                       coalesce(i.refusal,
+                                CASE WHEN p.id IS NULL AND i.allocates AND a.node_id IS NULL THEN 'QT031'
+                                     WHEN p.id IS NULL THEN 'QT021' END) AS code,
                        CASE
                            WHEN i.refusal IS NOT NULL THEN i.reason
+                           WHEN p.id IS NULL AND i.allocates AND a.node_id IS NULL THEN
+                               format('record_intent_prepared: node %s: nonce %s of %s on %s is not the account''s '
+                                      'next one (%s, or the nonces of one account in a call are not consecutive): '
+                                      'sign again at the next nonce (evm_next_nonce)',
+                                      i.node_id, i.nonce, i.sender, i.chain_key,
+                                      coalesce((SELECT e.next_nonce FROM evm_nonces e
+                                                 WHERE e.chain_key = i.chain_key AND e.address = i.sender)::text, 'none yet'))
                            WHEN p.id IS NULL THEN
                                format('record_intent_prepared: node %s has no open intent for its current claim', i.node_id)
                        END AS message
                   FROM checked i
+                  LEFT JOIN applied a ON a.node_id = i.node_id
                   LEFT JOIN prepared p ON p.node_id = i.node_id
                  CROSS JOIN audited
             )

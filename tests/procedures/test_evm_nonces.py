@@ -1,0 +1,271 @@
+"""EVM nonces allocated in SQL (migration 0018_evm_nonces): record_intent_prepared
+allocates a treasury account's nonce in the transaction that records the signed
+transaction, by compare and set on the account's evm_nonces row.
+
+What a treasury relies on: two intents never hold the same nonce of an account,
+whatever the interleaving of dispatchers (the later one is refused with QT031
+and nothing of its record is kept); a record that never commits allocates
+nothing (no gap from a dispatcher that dies while signing); every signed
+transaction, replacements included, is in evm_transactions with its raw bytes
+before it can be broadcast, and the claims hand them back to the runner; a
+record outside the treasury, or malformed, is refused and changes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import (
+    assert_rejected,
+    bind,
+    create_started,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+    wait_until_blocked_on_a_lock,
+)
+from rows import T0, Conn, intent_row
+
+from qtg_runner.db import procs
+
+CHAIN = "test-a"
+ALICE_ACCOUNT = "0x" + "a1" * 20
+OTHER = "0x" + "b2" * 20
+TWO = plan(node("a"), node("b"))
+FOUR = plan(node("a"), node("b"), node("c"), node("d"))
+
+
+def tx_hash(n: int) -> str:
+    return "0x" + f"{n:064x}"
+
+
+def raw(n: int) -> str:
+    return "0x02f8" + f"{n:08x}"
+
+
+@pytest.fixture
+def treasury(conn: Conn) -> str:
+    procs.upsert_chain(CHAIN, 31401, "QTG_RPC_TEST_A", 2, 1000).one(conn)
+    procs.upsert_treasury_account(CHAIN, ALICE_ACCOUNT, "env:TEST_KEY").one(conn)
+    return ALICE_ACCOUNT
+
+
+def claims(conn: Conn, the_plan: dict[str, Any], external_id: str) -> dict[str, dict[str, Any]]:
+    movement = create_started(conn, the_plan, external_id)
+    ids = node_ids(conn, movement)
+    claimed = {c.node_id: asdict(c) for c in procs.claim_ready_nodes("w1", 100, 300).all(conn)}
+    return {key: claimed[node_id] for key, node_id in ids.items()}
+
+
+def record(
+    conn: Conn, claimed: dict[str, Any], nonce: int, n: int, sender: str = ALICE_ACCOUNT
+) -> Any:
+    return procs.record_intent_prepared(
+        claimed["node_id"],
+        claimed["claim_secret"],
+        nonce=nonce,
+        signed_tx_hash=tx_hash(n),
+        chain_key=CHAIN,
+        sender=sender,
+        raw_tx=raw(n),
+    ).one(conn)
+
+
+def batch(conn: Conn, items: list[tuple[dict[str, Any], int, int]]) -> list[Any]:
+    return procs.record_intent_prepared_batch(
+        [c["node_id"] for c, _, _ in items],
+        [c["claim_secret"] for c, _, _ in items],
+        [nonce for _, nonce, _ in items],
+        [tx_hash(n) for _, _, n in items],
+        None,
+        None,
+        [CHAIN] * len(items),
+        [ALICE_ACCOUNT] * len(items),
+        [raw(n) for _, _, n in items],
+    ).all(conn)
+
+
+def next_nonce(conn: Conn) -> int | None:
+    return procs.evm_next_nonce(CHAIN, ALICE_ACCOUNT).one(conn)
+
+
+def transactions(conn: Conn) -> list[tuple[str, int, str, int | None]]:
+    rows = conn.execute(
+        "SELECT tx_hash, nonce, purpose, intent_id FROM evm_transactions ORDER BY id"
+    ).fetchall()
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def test_the_first_record_allocates_from_its_nonce_and_the_next_must_follow(
+    conn: Conn, treasury: str
+) -> None:
+    c = claims(conn, TWO, "m1")
+    assert next_nonce(conn) is None
+    intent_a = record(conn, c["a"], 5, 1)
+    assert next_nonce(conn) == 6
+    row = intent_row(conn, c["a"]["node_id"])
+    assert (row["intent_state"], row["nonce"], row["chain_key"], row["sender"]) == (
+        "PREPARED", 5, CHAIN, ALICE_ACCOUNT,
+    )
+    assert transactions(conn) == [(tx_hash(1), 5, "intent", intent_a)]
+
+    # b signed at the nonce a holds: refused, nothing of it kept
+    error = assert_rejected(
+        conn,
+        "QT031",
+        "SELECT record_intent_prepared(%s, %s, p_nonce => 5, p_signed_tx_hash => %s,"
+        " p_chain_key => %s, p_sender => %s, p_raw_tx => %s)",
+        (c["b"]["node_id"], c["b"]["claim_secret"], tx_hash(2), CHAIN, ALICE_ACCOUNT, raw(2)),
+    )
+    assert "next one (6" in str(error)
+    assert intent_row(conn, c["b"]["node_id"])["intent_state"] == "CLAIMED"
+    # signed again at the next nonce, it is taken
+    record(conn, c["b"], 6, 3)
+    assert next_nonce(conn) == 7
+    assert [t[1] for t in transactions(conn)] == [5, 6]
+
+
+def test_a_replacement_at_its_own_nonce_allocates_nothing_and_keeps_every_transaction(
+    conn: Conn, treasury: str
+) -> None:
+    c = claims(conn, TWO, "m1")
+    intent_id = record(conn, c["a"], 0, 1)
+    record(conn, c["a"], 0, 2)  # a fee bump: same nonce, new bytes
+    assert next_nonce(conn) == 1
+    assert transactions(conn) == [
+        (tx_hash(1), 0, "intent", intent_id),
+        (tx_hash(2), 0, "replacement", intent_id),
+    ]
+    assert intent_row(conn, c["a"]["node_id"])["signed_tx_hashes"] == [tx_hash(1), tx_hash(2)]
+    # the claim hands the transactions back in the order they were recorded
+    document = conn.execute("SELECT intent_document(%s)", (c["a"]["node_id"],)).fetchone()
+    assert document is not None
+    assert [(t["tx_hash"], t["raw_tx"], t["purpose"]) for t in document[0]["transactions"]] == [
+        (tx_hash(1), raw(1), "intent"),
+        (tx_hash(2), raw(2), "replacement"),
+    ]
+    # the same bytes recorded again change nothing
+    record(conn, c["a"], 0, 2)
+    assert len(transactions(conn)) == 2
+    # but another nonce, or another sender, is another side effect
+    assert_rejected(
+        conn,
+        "QT021",
+        "SELECT record_intent_prepared(%s, %s, p_nonce => 1, p_signed_tx_hash => %s,"
+        " p_chain_key => %s, p_sender => %s)",
+        (c["a"]["node_id"], c["a"]["claim_secret"], tx_hash(3), CHAIN, ALICE_ACCOUNT),
+    )
+    procs.upsert_treasury_account(CHAIN, OTHER, "env:OTHER_KEY").one(conn)
+    assert_rejected(
+        conn,
+        "QT021",
+        "SELECT record_intent_prepared(%s, %s, p_nonce => 0, p_signed_tx_hash => %s,"
+        " p_chain_key => %s, p_sender => %s)",
+        (c["a"]["node_id"], c["a"]["claim_secret"], tx_hash(3), CHAIN, OTHER),
+    )
+
+
+def test_a_batch_allocates_consecutive_nonces_of_an_account_or_none(
+    conn: Conn, treasury: str
+) -> None:
+    c = claims(conn, FOUR, "m1")
+    rows = batch(conn, [(c["a"], 0, 1), (c["b"], 2, 2)])  # a hole at 1
+    assert [r.error_code for r in rows] == ["QT031", "QT031"]
+    rows = batch(conn, [(c["a"], 0, 1), (c["b"], 0, 2)])  # one nonce twice
+    assert [r.error_code for r in rows] == ["QT031", "QT031"]
+    assert next_nonce(conn) is None and transactions(conn) == []
+
+    rows = batch(conn, [(c["b"], 1, 2), (c["a"], 0, 1)])
+    assert [r.error_code for r in rows] == [None, None]
+    assert next_nonce(conn) == 2
+    # the chain's own count ahead of the engine (the account was used elsewhere):
+    # the engine follows it
+    rows = batch(conn, [(c["c"], 9, 3), (c["d"], 10, 4)])
+    assert [r.error_code for r in rows] == [None, None]
+    assert next_nonce(conn) == 11
+    assert sorted(t[1] for t in transactions(conn)) == [0, 1, 9, 10]
+
+
+def test_a_record_that_never_commits_allocates_nothing(conn: Conn, treasury: str) -> None:
+    c = claims(conn, TWO, "m1")
+    with pytest.raises(RuntimeError), conn.transaction():
+        record(conn, c["a"], 3, 1)
+        raise RuntimeError("the dispatcher dies before the commit")
+    assert next_nonce(conn) is None and transactions(conn) == []
+    record(conn, c["b"], 3, 2)
+    assert next_nonce(conn) == 4
+
+
+@pytest.mark.parametrize(
+    ("why", "args", "sqlstate"),
+    [
+        ("not a treasury account", {"p_sender": OTHER}, "QT014"),
+        ("an unregistered chain", {"p_chain_key": "nowhere"}, "QT014"),
+        ("a chain without a sender", {"p_sender": None}, "QT002"),
+        ("an account without a nonce", {"p_nonce": None}, "QT002"),
+        ("an account without a hash", {"p_signed_tx_hash": None}, "QT002"),
+        ("raw bytes without an account", {"p_chain_key": None, "p_sender": None}, "QT002"),
+        ("an upper-case hash", {"p_signed_tx_hash": "0x" + "AB" * 32}, "QT002"),
+        ("raw bytes that are not hex", {"p_raw_tx": "0xzz"}, "QT002"),
+        ("raw bytes over 128 KiB", {"p_raw_tx": "0x" + "00" * (128 * 1024 + 1)}, "QT005"),
+    ],
+)
+def test_a_malformed_or_foreign_record_is_refused_and_changes_nothing(
+    conn: Conn, treasury: str, why: str, args: dict[str, Any], sqlstate: str
+) -> None:
+    c = claims(conn, TWO, "m1")
+    given = {
+        "p_nonce": 0,
+        "p_signed_tx_hash": tx_hash(1),
+        "p_chain_key": CHAIN,
+        "p_sender": ALICE_ACCOUNT,
+        "p_raw_tx": raw(1),
+    } | args
+    named = ", ".join(f"{k} => %s" for k in given)
+    assert_rejected(
+        conn,
+        sqlstate,
+        f"SELECT record_intent_prepared(%s, %s, {named})",
+        (c["a"]["node_id"], c["a"]["claim_secret"], *given.values()),
+    )
+
+
+def test_two_dispatchers_at_one_nonce_never_share_it(
+    db: TestDatabase, conn: Conn, treasury: str
+) -> None:
+    """The second dispatcher waits on the account's row while the first holds
+    it, then sees the nonce taken: exactly one allocation, whatever the order."""
+    c = claims(conn, TWO, "m1")
+    first = bind(db.connect(db.runner_dsn("testnet")))
+    second = bind(db.connect(db.runner_dsn("testnet")))
+    for other in (first, second):
+        pin_clock(other, T0.isoformat())
+    first.autocommit = False
+    record(first, c["a"], 0, 1)  # holds the account's row, uncommitted
+
+    outcome: dict[str, Any] = {}
+
+    def second_dispatcher() -> None:
+        try:
+            record(second, c["b"], 0, 2)
+            outcome["ok"] = True
+        except psycopg.Error as exc:
+            outcome["sqlstate"] = exc.sqlstate
+
+    thread = threading.Thread(target=second_dispatcher)
+    thread.start()
+    wait_until_blocked_on_a_lock(conn, second.info.backend_pid)
+    first.commit()
+    thread.join(timeout=10)
+    assert outcome == {"sqlstate": "QT031"}
+    assert next_nonce(conn) == 1
+    assert [(t[0], t[1]) for t in transactions(conn)] == [(tx_hash(1), 0)]
+    assert intent_row(conn, c["b"]["node_id"])["intent_state"] == "CLAIMED"
+    first.close()
+    second.close()
