@@ -7,7 +7,8 @@ the transactions it signs.
                + priority, cap); FeeCapExceeded when the base fee alone passes
                the cap: nothing is signed then), bump (a replacement's fees)
     txs        build_transfer, self_transfer (closes a nonce), estimate_gas,
-               sign (through the Signer interface only), decode_raw, tx_hash_of
+               sign (through the Signer interface only), decode_raw (and
+               DecodedTransaction.to_tx: sign again at another nonce or fee), tx_hash_of
 
 Addresses in our types are 0x + 40 lower-case hex digits; the dicts handed to a
 Signer carry the checksummed form eth-account requires. Nothing here holds a key.
@@ -330,6 +331,21 @@ class DecodedTransaction:
     data: bytes
     gas: int
     fees: Fees
+
+    def to_tx(self, *, nonce: int | None = None, fees: Fees | None = None) -> dict[str, Any]:
+        """The same transaction as a dict to sign again: at another ``nonce``
+        (another dispatcher took this one) or with other ``fees`` (a replacement)."""
+        if self.to is None:
+            raise ValueError("a contract creation is not re-signed here")
+        return _eip1559(
+            self.chain_id,
+            self.nonce if nonce is None else nonce,
+            self.to,
+            self.value,
+            self.data,
+            self.gas,
+            self.fees if fees is None else fees,
+        )
 
 
 def decode_raw(raw: bytes) -> DecodedTransaction:

@@ -335,6 +335,32 @@ def test_built_transactions_sign_and_read_back() -> None:
     )
 
 
+def test_a_recorded_transaction_signs_again_at_another_nonce_or_with_other_fees() -> None:
+    account = Account.create()
+    first = evm.decode_raw(
+        bytes(
+            account.sign_transaction(
+                evm.build_transfer(10, TOKEN, BOB, 7, 4, Fees(30, 2), 60_000)
+            ).raw_transaction
+        )
+    )
+    again = evm.decode_raw(
+        bytes(account.sign_transaction(first.to_tx(nonce=5, fees=Fees(40, 3))).raw_transaction)
+    )
+    assert (again.nonce, again.fees) == (5, Fees(40, 3))
+    assert (again.chain_id, again.sender, again.to, again.data, again.gas, again.value) == (
+        first.chain_id,
+        first.sender,
+        first.to,
+        first.data,
+        first.gas,
+        first.value,
+    )
+    assert again.tx_hash != first.tx_hash
+    same = evm.decode_raw(bytes(account.sign_transaction(first.to_tx()).raw_transaction))
+    assert same == first  # RFC 6979: the same transaction signs to the same bytes
+
+
 @pytest.mark.parametrize("raw", [b"", b"\x02", b"\x02\xc0", b"\xf8\x00", bytes(100)])
 def test_decode_raw_refuses_what_is_not_a_signed_eip1559_transaction(raw: bytes) -> None:
     with pytest.raises(ValueError):
