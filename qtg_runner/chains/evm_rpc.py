@@ -22,6 +22,7 @@ Addresses in every answer are 0x + 40 lower-case hex, hashes 0x + 64.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import itertools
 import json
@@ -432,9 +433,14 @@ class EvmRpc:
         payload = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": list(params)}
         where = f"{method} on {self.display_url}"
         try:
-            async with self._client.stream(
-                "POST", self._url, json=payload, timeout=self._timeout
-            ) as response:
+            # httpx's timeout bounds each read; asyncio's the whole exchange (a
+            # node that drips its answer byte by byte)
+            async with (
+                asyncio.timeout(self._timeout * 2),
+                self._client.stream(
+                    "POST", self._url, json=payload, timeout=self._timeout
+                ) as response,
+            ):
                 declared = response.headers.get("content-length")
                 if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:
                     raise RpcBadResponse(
@@ -451,7 +457,7 @@ class EvmRpc:
                         )
                     chunks.append(chunk)
                 status = response.status_code
-        except httpx.TimeoutException as exc:
+        except (httpx.TimeoutException, TimeoutError) as exc:
             raise RpcUnavailable(
                 f"{where}: no answer within {self._timeout}s ({type(exc).__name__})"
             ) from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import traceback
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -100,6 +101,20 @@ def test_a_timeout_is_unavailable() -> None:
     with pytest.raises(RpcUnavailable, match="no answer within") as caught:
         call(handler)
     assert_no_secret(caught.value)
+
+
+def test_a_node_that_drips_its_answer_is_cut_off_by_the_total_timeout() -> None:
+    async def drip() -> AsyncIterator[bytes]:
+        yield b'{"jsonrpc":"2.0","id":1,'
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            yield b" "
+        yield b'"result":"0x1"}'
+
+    started = time.monotonic()
+    with pytest.raises(RpcUnavailable, match=r"no answer within 0\.2s"):
+        call(lambda r: httpx.Response(200, content=drip()), timeout=0.2)
+    assert time.monotonic() - started < 2
 
 
 @pytest.mark.parametrize(
