@@ -86,6 +86,7 @@ Text = Annotated[str, Pg("text")]
 Integer = Annotated[int, Pg("integer")]
 BigInt = Annotated[int, Pg("bigint")]
 Boolean = Annotated[bool, Pg("boolean")]
+SmallInt = Annotated[int, Pg("smallint")]
 Numeric = Annotated[Decimal | float, Pg("numeric")]
 """A numeric argument: a Decimal, a float or an int."""
 NumericValue = Annotated[Decimal, Pg("numeric")]
@@ -249,6 +250,38 @@ class ObserveOutcome:
     node_state: NodeState
     observe_phase: ObservePhase | None
     next_observe_at: Timestamp | None
+
+
+@dataclass(frozen=True)
+class TransferRoute:
+    """evm_transfer_route: what an ERC-20 transfer node may sign, from the registry."""
+
+    chain_key: Text
+    chain_id: BigInt
+    rpc_url_env: Text
+    finality_depth: Integer
+    block_time_ms: Integer
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    token: Text
+    token_address: Text
+    decimals: SmallInt
+    sender: Text
+    signer_id: Text
+    recipient: Text
+    recipient_kind: Text
+    amount_units: NumericValue
+
+
+@dataclass(frozen=True)
+class EvmChain:
+    """A row of evm_chains."""
+
+    chain_key: Text
+    chain_id: BigInt
+    rpc_url_env: Text
+    finality_depth: Integer
+    block_time_ms: Integer
 
 
 @dataclass(frozen=True)
@@ -660,6 +693,16 @@ def record_intent_prepared_batch(
 
 
 @procedure("runner")
+def evm_transfer_route(node_id: BigInt) -> Call[TransferRoute]:
+    """What an ERC-20 transfer node may sign, as the chain registry says now."""
+
+
+@procedure("runner")
+def evm_chains() -> Call[EvmChain]:
+    """The network's registered EVM chains (key, id, RPC URL's variable, finality, block time)."""
+
+
+@procedure("runner")
 def evm_next_nonce(chain_key: Text, sender: Text) -> Call[BigInt | None]:
     """The nonce the engine hands out next for a treasury account (None before its first)."""
 
@@ -919,6 +962,8 @@ def upsert_chain(
     rpc_url_env: Text,
     finality_depth: Integer,
     block_time_ms: Integer,
+    max_fee_per_gas: Numeric | Default | None = DEFAULT,
+    max_priority_fee_per_gas: Numeric | Default | None = DEFAULT,
 ) -> Call[None]:
     """Registers or updates an EVM chain of the network; the RPC URL is named by an
     environment variable, never stored (sql/functions/admin/)."""

@@ -8,4 +8,8 @@ ALTER TABLE node_intents
     DROP COLUMN sender,
     DROP COLUMN chain_key;
 DROP TABLE evm_nonces;
+ALTER TABLE chains
+    DROP CONSTRAINT chains_fee_caps_check,
+    DROP COLUMN max_priority_fee_per_gas,
+    DROP COLUMN max_fee_per_gas;
 $ddl$);

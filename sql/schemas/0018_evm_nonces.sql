@@ -19,12 +19,24 @@
 --                   committed before its transaction is broadcast, so recovery
 --                   checks exact hashes and can rebroadcast the identical bytes.
 --
+-- chains gain the fee caps an EVM executor signs under (wei per gas):
+-- max_fee_per_gas caps what a transaction may pay per gas in all, and
+-- max_priority_fee_per_gas the tip; no transaction is signed above them, fee
+-- bumps included (upsert_chain sets them; defaults 200 gwei and 5 gwei).
+--
 -- node_intents gains chain_key and sender: the account whose nonce the intent
 -- holds (both or neither; with them, a nonce).
 
 SET LOCAL ROLE qtg_owner;
 
 SELECT qtg_admin.apply_per_network($ddl$
+ALTER TABLE chains
+    ADD COLUMN max_fee_per_gas          numeric NOT NULL DEFAULT 200000000000
+        CHECK (max_fee_per_gas > 0 AND max_fee_per_gas <= 1e16 AND max_fee_per_gas = trunc(max_fee_per_gas)),
+    ADD COLUMN max_priority_fee_per_gas numeric NOT NULL DEFAULT 5000000000
+        CHECK (max_priority_fee_per_gas > 0 AND max_priority_fee_per_gas = trunc(max_priority_fee_per_gas)),
+    ADD CONSTRAINT chains_fee_caps_check CHECK (max_priority_fee_per_gas <= max_fee_per_gas);
+
 CREATE TABLE evm_nonces (
     chain_key  text NOT NULL,
     address    text NOT NULL,

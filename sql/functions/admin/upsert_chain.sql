@@ -4,19 +4,25 @@
 -- digits and _). The chain id of a registered chain cannot change (a different
 -- chain is a different key). An admin step (`qtg chains up` records the local
 -- chains through it): the folder admin/ leaves it SECURITY INVOKER with no grant.
+-- The fee caps (wei per gas) bound every transaction an executor signs on the
+-- chain; NULL keeps what is registered (the defaults for a new chain).
 -- Audited as entity 'chain' when something changed.
 CREATE OR REPLACE FUNCTION upsert_chain(
     p_chain_key      text,
     p_chain_id       bigint,
     p_rpc_url_env    text,
     p_finality_depth integer,
-    p_block_time_ms  integer
+    p_block_time_ms  integer,
+    p_max_fee_per_gas          numeric DEFAULT NULL,
+    p_max_priority_fee_per_gas numeric DEFAULT NULL
 ) RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now      timestamptz := clock();
     v_previous chains;
+    v_max_fee  numeric;
+    v_tip      numeric;
 BEGIN
     IF p_chain_key IS NULL OR p_chain_key !~ '^[a-z][a-z0-9-]{0,62}$' THEN
         RAISE EXCEPTION 'upsert_chain: chain key must be lower-case letters, digits and -, got %',
@@ -42,7 +48,20 @@ BEGIN
             USING ERRCODE = 'QT002', HINT = 'Give the chain''s block time in milliseconds.';
     END IF;
 
+    PERFORM check_number('upsert_chain', 'max_fee_per_gas (wei)', p_max_fee_per_gas, 1, 1e16);
+    PERFORM check_number('upsert_chain', 'max_priority_fee_per_gas (wei)', p_max_priority_fee_per_gas, 1, 1e16);
+    IF p_max_fee_per_gas <> trunc(p_max_fee_per_gas) OR p_max_priority_fee_per_gas <> trunc(p_max_priority_fee_per_gas) THEN
+        RAISE EXCEPTION 'upsert_chain: fee caps of % are whole numbers of wei', p_chain_key
+            USING ERRCODE = 'QT002', HINT = 'Give the caps in wei per gas, e.g. 200000000000 for 200 gwei.';
+    END IF;
+
     SELECT * INTO v_previous FROM chains WHERE chain_key = p_chain_key FOR UPDATE;
+    v_max_fee := coalesce(p_max_fee_per_gas, v_previous.max_fee_per_gas, 200000000000);
+    v_tip := coalesce(p_max_priority_fee_per_gas, v_previous.max_priority_fee_per_gas, 5000000000);
+    IF v_tip > v_max_fee THEN
+        RAISE EXCEPTION 'upsert_chain: the tip cap of % (% wei) is above its fee cap (% wei)', p_chain_key, v_tip, v_max_fee
+            USING ERRCODE = 'QT002', HINT = 'max_priority_fee_per_gas is part of max_fee_per_gas: give a tip cap at most the fee cap.';
+    END IF;
     IF v_previous.chain_key IS NOT NULL AND v_previous.chain_id <> p_chain_id THEN
         RAISE EXCEPTION 'upsert_chain: % is registered with chain id %, not %', p_chain_key, v_previous.chain_id, p_chain_id
             USING ERRCODE = 'QT002', HINT = 'A different chain is registered under a new key.';
@@ -51,23 +70,29 @@ BEGIN
         RAISE EXCEPTION 'upsert_chain: chain id % is registered under another key', p_chain_id
             USING ERRCODE = 'QT002', HINT = 'Update that chain under its own key.';
     END IF;
-    IF v_previous.chain_key IS NOT NULL AND (v_previous.rpc_url_env, v_previous.finality_depth, v_previous.block_time_ms)
-                 = (p_rpc_url_env, p_finality_depth, p_block_time_ms) THEN
+    IF v_previous.chain_key IS NOT NULL
+       AND (v_previous.rpc_url_env, v_previous.finality_depth, v_previous.block_time_ms,
+            v_previous.max_fee_per_gas, v_previous.max_priority_fee_per_gas)
+         = (p_rpc_url_env, p_finality_depth, p_block_time_ms, v_max_fee, v_tip) THEN
         RETURN;
     END IF;
 
-    INSERT INTO chains (chain_key, chain_id, rpc_url_env, finality_depth, block_time_ms, created_at, updated_at)
-    VALUES (p_chain_key, p_chain_id, p_rpc_url_env, p_finality_depth, p_block_time_ms, v_now, v_now)
+    INSERT INTO chains (chain_key, chain_id, rpc_url_env, finality_depth, block_time_ms, max_fee_per_gas,
+                        max_priority_fee_per_gas, created_at, updated_at)
+    VALUES (p_chain_key, p_chain_id, p_rpc_url_env, p_finality_depth, p_block_time_ms, v_max_fee, v_tip, v_now, v_now)
     ON CONFLICT (chain_key) DO UPDATE
-       SET rpc_url_env    = excluded.rpc_url_env,
-           finality_depth = excluded.finality_depth,
-           block_time_ms  = excluded.block_time_ms,
-           updated_at     = excluded.updated_at;
+       SET rpc_url_env              = excluded.rpc_url_env,
+           finality_depth           = excluded.finality_depth,
+           block_time_ms            = excluded.block_time_ms,
+           max_fee_per_gas          = excluded.max_fee_per_gas,
+           max_priority_fee_per_gas = excluded.max_priority_fee_per_gas,
+           updated_at               = excluded.updated_at;
     PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL,
                                CASE WHEN v_previous.chain_key IS NULL THEN 'chain_registered' ELSE 'chain_updated' END,
                                NULL, NULL,
                                jsonb_build_object('chain_id', p_chain_id, 'rpc_url_env', p_rpc_url_env,
                                                   'finality_depth', p_finality_depth,
-                                                  'block_time_ms', p_block_time_ms))::qtg.audit_event]);
+                                                  'block_time_ms', p_block_time_ms, 'max_fee_per_gas', v_max_fee,
+                                                  'max_priority_fee_per_gas', v_tip))::qtg.audit_event]);
 END
 $$;

@@ -1,0 +1,607 @@
+"""An EVM node's JSON-RPC, as the executors read and write a chain: async, over
+one ``httpx.AsyncClient``, typed answers, and three kinds of failure:
+
+    RpcError        the node answered with a JSON-RPC error; ``kind`` classifies
+                    its message (ALREADY_KNOWN, NONCE_TOO_LOW, UNDERPRICED,
+                    INSUFFICIENT_FUNDS, REVERTED, OTHER), since the codes are
+                    not standard (anvil and geth answer -32003 or -32000 alike).
+    RpcUnavailable  nothing usable came back: connection refused, a timeout, an
+                    HTTP 5xx or 429. Retryable; after a send it says nothing
+                    about whether the transaction reached the node.
+    RpcBadResponse  an answer that is not a JSON-RPC answer: not JSON, nested
+                    too deeply, larger than the bound, another id, HTTP 4xx
+                    without a JSON-RPC error (a wrong URL or API key).
+
+An RPC URL may carry an API key (``?apikey=``, ``user:pass@``, or a path
+segment as Infura and Alchemy do): no message, repr or log line of this module
+holds more than ``redact_url(url)``, and httpx's own exceptions, which quote
+the URL, are never chained.
+
+Addresses in every answer are 0x + 40 lower-case hex, hashes 0x + 64.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import httpx
+
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+"""A body larger than this is refused (RpcBadResponse) before it is parsed."""
+
+MAX_JSON_DEPTH = 32
+"""JSON-RPC answers are shallow (a receipt is 4 levels): deeper ones are refused
+before the C decoder sees them (web3's py_ecc raises the recursion limit to
+100000, where a hostile answer could overflow the C stack)."""
+
+BlockTag = Literal["latest", "safe", "finalized", "pending", "earliest"]
+NonceTag = Literal["latest", "pending"]
+
+# httpx logs each request's full URL at INFO ("HTTP Request: POST <url>") and
+# httpcore its connection steps at DEBUG: an API key in the URL would be in the
+# log of whoever turns the root logger up. They speak from WARNING on.
+for _name in ("httpx", "httpcore"):
+    if logging.getLogger(_name).level == logging.NOTSET:
+        logging.getLogger(_name).setLevel(logging.WARNING)
+
+_ADDRESS = re.compile(r"0x[0-9a-f]{40}")
+_HASH = re.compile(r"0x[0-9a-f]{64}")
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+class EvmRpcError(Exception):
+    """Any failure of an RPC call; the message never holds a secret of the URL."""
+
+
+class RpcErrorKind(enum.Enum):
+    """What a node's error message means for a transaction we sent."""
+
+    ALREADY_KNOWN = "already_known"
+    """The same transaction is already in the node's pool (or imported)."""
+    NONCE_TOO_LOW = "nonce_too_low"
+    """The nonce is consumed: by this transaction (mined) or another one."""
+    UNDERPRICED = "underpriced"
+    """A replacement whose fees are not raised enough, or a fee under the pool's floor."""
+    INSUFFICIENT_FUNDS = "insufficient_funds"
+    """The sender cannot pay gas * max fee + value."""
+    REVERTED = "reverted"
+    """eth_call / eth_estimateGas: the call reverts."""
+    OTHER = "other"
+
+
+# (kind, lower-case fragments): the first kind with a fragment in the message wins.
+# anvil 1.x (checked in tests/chains/test_evm_client.py): "transaction already
+# imported", "nonce too low", "replacement transaction underpriced", "Insufficient
+# funds for gas * price + value"; geth/erigon/nethermind/besu: the others.
+_KINDS: tuple[tuple[RpcErrorKind, tuple[str, ...]], ...] = (
+    (
+        RpcErrorKind.ALREADY_KNOWN,
+        ("already known", "known transaction", "already imported", "alreadyknown",
+         "already in mempool"),
+    ),
+    (RpcErrorKind.NONCE_TOO_LOW, ("nonce too low", "nonce is too low", "oldnonce",
+                                  "nonce has already been used")),
+    (RpcErrorKind.UNDERPRICED, ("underpriced", "fee too low", "feetoolow")),
+    (RpcErrorKind.INSUFFICIENT_FUNDS, ("insufficient funds", "insufficientfunds",
+                                       "insufficient balance for transfer")),
+    (RpcErrorKind.REVERTED, ("execution reverted", "revert")),
+)  # fmt: skip
+
+
+def classify(message: str) -> RpcErrorKind:
+    """The kind of a node's error message (case-insensitive)."""
+    text = message.lower()
+    for kind, fragments in _KINDS:
+        if any(f in text for f in fragments):
+            return kind
+    return RpcErrorKind.OTHER
+
+
+class RpcError(EvmRpcError):
+    """The node answered ``method`` with a JSON-RPC error."""
+
+    def __init__(
+        self, code: int, message: str, kind: RpcErrorKind, *, method: str = "", data: Any = None
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.kind = kind
+        self.method = method
+        self.data = data
+        super().__init__(f"{method or 'rpc'}: the node answered {code} {message!r} ({kind.value})")
+
+
+class RpcUnavailable(EvmRpcError):
+    """No usable answer (connection refused, timeout, HTTP 5xx or 429): retry later."""
+
+
+class RpcBadResponse(EvmRpcError):
+    """An answer that is not a well-formed JSON-RPC answer to our request."""
+
+
+# -- URL redaction ---------------------------------------------------------------------
+
+_KEYLIKE_SEGMENT = re.compile(r"[A-Za-z0-9_\-]{20,}")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without what may hold an API key: scheme://host:port/path, with no
+    userinfo, query or fragment, and each path segment of 20 or more key-like
+    characters (Infura's ``/v3/<key>``, Alchemy's ``/v2/<key>``) as ``***``."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<unparsable url>"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if port is None else f"{host}:{port}"
+    path = "/".join(
+        "***" if _KEYLIKE_SEGMENT.fullmatch(seg) else seg for seg in parts.path.split("/")
+    )
+    return f"{parts.scheme}://{netloc}{path}"
+
+
+# -- typed answers ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Log:
+    address: str
+    topics: tuple[str, ...]
+    data: bytes
+    log_index: int
+    block_number: int | None
+    tx_hash: str
+    removed: bool = False
+
+
+@dataclass(frozen=True)
+class Receipt:
+    tx_hash: str
+    status: int
+    """1 success, 0 reverted."""
+    block_number: int
+    block_hash: str
+    sender: str
+    """The receipt's ``from``."""
+    to: str | None
+    logs: tuple[Log, ...]
+    gas_used: int
+    effective_gas_price: int
+    contract_address: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == 1
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """A transaction as the node knows it (pending when ``block_number`` is None)."""
+
+    tx_hash: str
+    nonce: int
+    sender: str
+    to: str | None
+    value: int
+    data: bytes
+    gas: int
+    type: int
+    max_fee_per_gas: int | None
+    max_priority_fee_per_gas: int | None
+    block_number: int | None
+    block_hash: str | None
+
+
+@dataclass(frozen=True)
+class Block:
+    number: int
+    hash: str
+    parent_hash: str
+    timestamp: int
+    base_fee_per_gas: int | None
+    tx_hashes: tuple[str, ...] = field(default=(), repr=False)
+
+
+# -- decoding helpers -------------------------------------------------------------------
+
+
+def _qty(value: Any, what: str) -> int:
+    if isinstance(value, str) and value[:2] in ("0x", "0X") and len(value) <= 66:
+        try:
+            return int(value, 16)
+        except ValueError:
+            pass
+    raise RpcBadResponse(f"{what} is not a hex quantity: {str(value)[:80]!r}")
+
+
+def _opt_qty(value: Any, what: str) -> int | None:
+    return None if value is None else _qty(value, what)
+
+
+def _address(value: Any, what: str) -> str:
+    text = str(value).lower() if isinstance(value, str) else ""
+    if not _ADDRESS.fullmatch(text):
+        raise RpcBadResponse(f"{what} is not an address: {str(value)[:80]!r}")
+    return text
+
+
+def _opt_address(value: Any, what: str) -> str | None:
+    return None if value is None else _address(value, what)
+
+
+def _hash(value: Any, what: str) -> str:
+    text = value.lower() if isinstance(value, str) else ""
+    if not _HASH.fullmatch(text):
+        raise RpcBadResponse(f"{what} is not a 32-byte hash: {str(value)[:80]!r}")
+    return text
+
+
+def _bytes(value: Any, what: str) -> bytes:
+    if isinstance(value, str) and value[:2] in ("0x", "0X"):
+        try:
+            return bytes.fromhex(value[2:])
+        except ValueError:
+            pass
+    raise RpcBadResponse(f"{what} is not hex data: {str(value)[:80]!r}")
+
+
+def _object(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise RpcBadResponse(f"{what} is not an object")
+    return value
+
+
+def parse_log(raw: Any) -> Log:
+    obj = _object(raw, "log")
+    topics = obj.get("topics")
+    if not isinstance(topics, list):
+        raise RpcBadResponse("log.topics is not a list")
+    return Log(
+        address=_address(obj.get("address"), "log.address"),
+        topics=tuple(_hash(t, "log topic") for t in topics),
+        data=_bytes(obj.get("data"), "log.data"),
+        log_index=_qty(obj.get("logIndex"), "log.logIndex"),
+        block_number=_opt_qty(obj.get("blockNumber"), "log.blockNumber"),
+        tx_hash=_hash(obj.get("transactionHash"), "log.transactionHash"),
+        removed=bool(obj.get("removed", False)),
+    )
+
+
+def parse_receipt(raw: Any) -> Receipt:
+    obj = _object(raw, "receipt")
+    logs = obj.get("logs")
+    if not isinstance(logs, list):
+        raise RpcBadResponse("receipt.logs is not a list")
+    return Receipt(
+        tx_hash=_hash(obj.get("transactionHash"), "receipt.transactionHash"),
+        status=_qty(obj.get("status"), "receipt.status"),
+        block_number=_qty(obj.get("blockNumber"), "receipt.blockNumber"),
+        block_hash=_hash(obj.get("blockHash"), "receipt.blockHash"),
+        sender=_address(obj.get("from"), "receipt.from"),
+        to=_opt_address(obj.get("to"), "receipt.to"),
+        logs=tuple(parse_log(log) for log in logs),
+        gas_used=_qty(obj.get("gasUsed"), "receipt.gasUsed"),
+        effective_gas_price=_qty(obj.get("effectiveGasPrice"), "receipt.effectiveGasPrice"),
+        contract_address=_opt_address(obj.get("contractAddress"), "receipt.contractAddress"),
+    )
+
+
+def parse_transaction(raw: Any) -> Transaction:
+    obj = _object(raw, "transaction")
+    block_hash = obj.get("blockHash")
+    return Transaction(
+        tx_hash=_hash(obj.get("hash"), "transaction.hash"),
+        nonce=_qty(obj.get("nonce"), "transaction.nonce"),
+        sender=_address(obj.get("from"), "transaction.from"),
+        to=_opt_address(obj.get("to"), "transaction.to"),
+        value=_qty(obj.get("value"), "transaction.value"),
+        data=_bytes(obj.get("input", "0x"), "transaction.input"),
+        gas=_qty(obj.get("gas"), "transaction.gas"),
+        type=_qty(obj.get("type", "0x0"), "transaction.type"),
+        max_fee_per_gas=_opt_qty(obj.get("maxFeePerGas"), "transaction.maxFeePerGas"),
+        max_priority_fee_per_gas=_opt_qty(
+            obj.get("maxPriorityFeePerGas"), "transaction.maxPriorityFeePerGas"
+        ),
+        block_number=_opt_qty(obj.get("blockNumber"), "transaction.blockNumber"),
+        block_hash=None if block_hash is None else _hash(block_hash, "transaction.blockHash"),
+    )
+
+
+def parse_block(raw: Any) -> Block:
+    obj = _object(raw, "block")
+    txs = obj.get("transactions", [])
+    if not isinstance(txs, list):
+        raise RpcBadResponse("block.transactions is not a list")
+    return Block(
+        number=_qty(obj.get("number"), "block.number"),
+        hash=_hash(obj.get("hash"), "block.hash"),
+        parent_hash=_hash(obj.get("parentHash"), "block.parentHash"),
+        timestamp=_qty(obj.get("timestamp"), "block.timestamp"),
+        base_fee_per_gas=_opt_qty(obj.get("baseFeePerGas"), "block.baseFeePerGas"),
+        tx_hashes=tuple(_hash(t, "block transaction") for t in txs if isinstance(t, str)),
+    )
+
+
+def _json_depth_ok(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``body`` nests at most ``limit`` arrays/objects (brackets inside
+    strings are skipped). A body with at most 512 brackets in all cannot nest
+    deep enough to hurt and is not scanned (a receipt); the scan costs about
+    0.3 s for an 8 MB eth_getLogs answer."""
+    if body.count(b"[") + body.count(b"{") <= 512:
+        return True
+    depth = 0
+    for match in re.finditer(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', body):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return False
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return True
+
+
+def _block_param(tag_or_number: int | str) -> str:
+    if isinstance(tag_or_number, int):
+        if tag_or_number < 0:
+            raise ValueError(f"a block number is not negative: {tag_or_number}")
+        return hex(tag_or_number)
+    if tag_or_number not in ("latest", "safe", "finalized", "pending", "earliest"):
+        raise ValueError(f"unknown block tag {tag_or_number!r}")
+    return tag_or_number
+
+
+def _checked_address(address: str) -> str:
+    text = address.lower()
+    if not _ADDRESS.fullmatch(text):
+        raise ValueError(f"not an address (0x + 40 hex digits): {address[:60]!r}")
+    return text
+
+
+def _checked_hash(tx_hash: str) -> str:
+    text = tx_hash.lower()
+    if not _HASH.fullmatch(text):
+        raise ValueError(f"not a transaction hash (0x + 64 hex digits): {tx_hash[:80]!r}")
+    return text
+
+
+# -- the client ------------------------------------------------------------------------
+
+
+class EvmRpc:
+    """One node's JSON-RPC. ``client``: a shared httpx.AsyncClient (then the caller
+    closes it); without one, this object owns a client of its own (``aclose``)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        client: httpx.AsyncClient | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"an RPC URL is http(s)://host[:port]/...: {redact_url(url)}")
+        self._url = url
+        self.display_url = redact_url(url)
+        self._timeout = timeout
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient(timeout=timeout)
+        self._max_bytes = max_response_bytes
+        self._ids = itertools.count(1)
+
+    def __repr__(self) -> str:
+        return f"EvmRpc({self.display_url!r})"
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> EvmRpc:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- transport -------------------------------------------------------------
+
+    def _scrub(self, text: str) -> str:
+        """``text`` (an httpx message) with the URL and its secret parts replaced."""
+        parts = urlsplit(self._url)
+        secrets = [self._url, parts.query, parts.fragment, parts.username, parts.password]
+        secrets += [seg for seg in parts.path.split("/") if _KEYLIKE_SEGMENT.fullmatch(seg)]
+        for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text[:300]
+
+    async def request(self, method: str, params: Sequence[Any] = ()) -> Any:
+        """One JSON-RPC call: its ``result`` (None when the node answers null)."""
+        request_id = next(self._ids)
+        payload = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": list(params)}
+        where = f"{method} on {self.display_url}"
+        try:
+            # httpx's timeout bounds each read; asyncio's the whole exchange (a
+            # node that drips its answer byte by byte)
+            async with (
+                asyncio.timeout(self._timeout * 2),
+                self._client.stream(
+                    "POST", self._url, json=payload, timeout=self._timeout
+                ) as response,
+            ):
+                declared = response.headers.get("content-length")
+                if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:
+                    raise RpcBadResponse(
+                        f"{where}: the answer ({declared} bytes) is larger than "
+                        f"{self._max_bytes} bytes"
+                    )
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > self._max_bytes:
+                        raise RpcBadResponse(
+                            f"{where}: the answer is larger than {self._max_bytes} bytes"
+                        )
+                    chunks.append(chunk)
+                status = response.status_code
+        except (httpx.TimeoutException, TimeoutError) as exc:
+            raise RpcUnavailable(
+                f"{where}: no answer within {self._timeout}s ({type(exc).__name__})"
+            ) from None
+        except httpx.TransportError as exc:
+            raise RpcUnavailable(
+                f"{where}: {type(exc).__name__}: {self._scrub(str(exc)) or 'transport error'}"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise RpcUnavailable(f"{where}: {type(exc).__name__}") from None
+        body = b"".join(chunks)
+        if status >= 500 or status == 429:
+            raise RpcUnavailable(f"{where}: HTTP {status}")
+        answer = self._decode(body, where, status)
+        if "error" in answer and answer["error"] is not None:
+            error = answer["error"]
+            if not isinstance(error, dict):
+                raise RpcBadResponse(f"{where}: HTTP {status}, an error that is not an object")
+            code = error.get("code")
+            message = str(error.get("message", ""))[:500]
+            raise RpcError(
+                code if isinstance(code, int) else 0,
+                message,
+                classify(message),
+                method=method,
+                data=error.get("data"),
+            )
+        if status >= 400:
+            raise RpcBadResponse(f"{where}: HTTP {status} without a JSON-RPC error")
+        if answer.get("id") != request_id:
+            raise RpcBadResponse(f"{where}: the answer is for another request id")
+        if "result" not in answer:
+            raise RpcBadResponse(f"{where}: the answer has neither result nor error")
+        return answer["result"]
+
+    def _decode(self, body: bytes, where: str, status: int) -> dict[str, Any]:
+        if not _json_depth_ok(body):
+            raise RpcBadResponse(f"{where}: HTTP {status}, JSON nested too deeply")
+        try:
+            answer = json.loads(body)
+        except (ValueError, RecursionError):
+            if status >= 400:
+                raise RpcBadResponse(f"{where}: HTTP {status}") from None
+            raise RpcBadResponse(f"{where}: HTTP {status}, the answer is not JSON") from None
+        if not isinstance(answer, dict):
+            raise RpcBadResponse(f"{where}: HTTP {status}, the answer is not a JSON object")
+        return answer
+
+    # -- reads -----------------------------------------------------------------
+
+    async def chain_id(self) -> int:
+        return _qty(await self.request("eth_chainId"), "eth_chainId")
+
+    async def block_number(self) -> int:
+        return _qty(await self.request("eth_blockNumber"), "eth_blockNumber")
+
+    async def block(self, tag_or_number: int | BlockTag = "latest") -> Block | None:
+        """The block (transaction hashes only), or None when the node has none
+        such (a number beyond the head; ``safe``/``finalized`` before any)."""
+        raw = await self.request("eth_getBlockByNumber", [_block_param(tag_or_number), False])
+        return None if raw is None else parse_block(raw)
+
+    async def transaction_count(self, address: str, tag: NonceTag | BlockTag = "latest") -> int:
+        """The account's next nonce: ``latest`` counts mined transactions only,
+        ``pending`` also the node's pool."""
+        raw = await self.request(
+            "eth_getTransactionCount", [_checked_address(address), _block_param(tag)]
+        )
+        return _qty(raw, "eth_getTransactionCount")
+
+    async def balance(self, address: str, tag: BlockTag = "latest") -> int:
+        """The account's ether balance in wei."""
+        raw = await self.request("eth_getBalance", [_checked_address(address), _block_param(tag)])
+        return _qty(raw, "eth_getBalance")
+
+    async def call(
+        self, to: str, data: bytes, *, sender: str | None = None, tag: BlockTag = "latest"
+    ) -> bytes:
+        """eth_call: what ``to`` returns for ``data`` (RpcError REVERTED on a revert)."""
+        call: dict[str, str] = {"to": _checked_address(to), "data": "0x" + data.hex()}
+        if sender is not None:
+            call["from"] = _checked_address(sender)
+        return _bytes(await self.request("eth_call", [call, _block_param(tag)]), "eth_call")
+
+    async def estimate_gas(self, sender: str, to: str, data: bytes = b"", value: int = 0) -> int:
+        """eth_estimateGas for the call (RpcError REVERTED when it would revert)."""
+        call = {
+            "from": _checked_address(sender),
+            "to": _checked_address(to),
+            "data": "0x" + data.hex(),
+            "value": hex(value),
+        }
+        return _qty(await self.request("eth_estimateGas", [call]), "eth_estimateGas")
+
+    async def receipt(self, tx_hash: str) -> Receipt | None:
+        """The receipt, or None: pending, unknown and dropped alike."""
+        raw = await self.request("eth_getTransactionReceipt", [_checked_hash(tx_hash)])
+        return None if raw is None else parse_receipt(raw)
+
+    async def transaction(self, tx_hash: str) -> Transaction | None:
+        """The transaction (mined or in the node's pool), or None when unknown."""
+        raw = await self.request("eth_getTransactionByHash", [_checked_hash(tx_hash)])
+        return None if raw is None else parse_transaction(raw)
+
+    async def max_priority_fee(self) -> int:
+        """The node's suggested priority fee (tip) per gas, in wei."""
+        return _qty(await self.request("eth_maxPriorityFeePerGas"), "eth_maxPriorityFeePerGas")
+
+    async def base_fee(self) -> int:
+        """The latest block's base fee per gas (RpcBadResponse on a chain without EIP-1559)."""
+        block = await self.block("latest")
+        if block is None or block.base_fee_per_gas is None:
+            raise RpcBadResponse(
+                f"the latest block on {self.display_url} has no baseFeePerGas "
+                "(a chain without EIP-1559?)"
+            )
+        return block.base_fee_per_gas
+
+    async def get_logs(
+        self,
+        *,
+        address: str,
+        topics: Sequence[str | None],
+        from_block: int | BlockTag,
+        to_block: int | BlockTag = "latest",
+    ) -> list[Log]:
+        """eth_getLogs of one contract (a second source of evidence beside receipts)."""
+        query = {
+            "address": _checked_address(address),
+            "topics": [None if t is None else _checked_hash(t) for t in topics],
+            "fromBlock": _block_param(from_block),
+            "toBlock": _block_param(to_block),
+        }
+        raw = await self.request("eth_getLogs", [query])
+        if not isinstance(raw, list):
+            raise RpcBadResponse("eth_getLogs did not answer a list")
+        return [parse_log(entry) for entry in raw]
+
+    # -- write -----------------------------------------------------------------
+
+    async def send_raw_transaction(self, raw: bytes) -> str:
+        """Broadcast a signed transaction; its hash as the node answers it."""
+        if not raw:
+            raise ValueError("an empty raw transaction")
+        answer = await self.request("eth_sendRawTransaction", ["0x" + raw.hex()])
+        return _hash(answer, "eth_sendRawTransaction")

@@ -1,0 +1,102 @@
+-- evm_transfer_route: what an ERC-20 transfer node may sign, as the chain
+-- registry says now. From the node's config (chain, token, from, to) and its
+-- movement's amount: the chain (id, the NAME of its RPC URL's environment
+-- variable, finality depth, block time, fee caps), the token contract and its
+-- decimals, the sender (a treasury account, with the id of the signer holding
+-- its key), the recipient and why it may receive (another treasury account of
+-- the chain, or an allow-listed destination), and the amount in the token's
+-- base units. The allow-list rule lives here: an executor signs only what this
+-- returns, read again before every signature.
+-- QT011 no such node; QT014 the chain, the token or the sender is not
+-- registered (the sender: not a treasury account of the chain); QT032 the
+-- recipient is neither a treasury account nor allow-listed on the chain;
+-- QT002 a config without these keys, or an amount finer than the token's
+-- decimals. Reads only; takes no lock.
+CREATE OR REPLACE FUNCTION evm_transfer_route(p_node_id bigint)
+RETURNS TABLE (
+    chain_key                text,
+    chain_id                 bigint,
+    rpc_url_env              text,
+    finality_depth           integer,
+    block_time_ms            integer,
+    max_fee_per_gas          numeric,
+    max_priority_fee_per_gas numeric,
+    token                    text,
+    token_address            text,
+    decimals                 smallint,
+    sender                   text,
+    signer_id                text,
+    recipient                text,
+    recipient_kind           text,
+    amount_units             numeric
+)
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_config    jsonb;
+    v_amount    numeric;
+    v_chain     chains;
+    v_token     chain_tokens;
+    v_sender    text;
+    v_recipient text;
+    v_signer    text;
+    v_kind      text;
+BEGIN
+    SELECT n.node_config, r.amount INTO v_config, v_amount
+      FROM movement_request_nodes n
+      JOIN movement_requests r ON r.id = n.request_id
+     WHERE n.id = p_node_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'evm_transfer_route: node % does not exist', coalesce(p_node_id::text, 'NULL')
+            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of an evm_transfer step.';
+    END IF;
+    IF NOT (v_config ?& ARRAY['chain', 'from', 'to']) THEN
+        RAISE EXCEPTION 'evm_transfer_route: node % has no chain, from and to in its config', p_node_id
+            USING ERRCODE = 'QT002', HINT = 'An evm_transfer step names its chain, from and to.';
+    END IF;
+    v_sender := evm_address(format('evm_transfer_route: node %s: from', p_node_id), v_config ->> 'from');
+    v_recipient := evm_address(format('evm_transfer_route: node %s: to', p_node_id), v_config ->> 'to');
+
+    SELECT * INTO v_chain FROM chains c WHERE c.chain_key = v_config ->> 'chain';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'evm_transfer_route: node %: chain % is not registered on this network', p_node_id,
+                        quote_literal(v_config ->> 'chain')
+            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
+    END IF;
+    SELECT * INTO v_token FROM chain_tokens t
+     WHERE t.chain_key = v_chain.chain_key AND t.symbol = coalesce(v_config ->> 'token', 'USDC');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'evm_transfer_route: node %: token % is not registered on chain %', p_node_id,
+                        quote_literal(coalesce(v_config ->> 'token', 'USDC')), v_chain.chain_key
+            USING ERRCODE = 'QT014', HINT = 'The chain_tokens table lists the tokens of each chain.';
+    END IF;
+    SELECT a.signer_id INTO v_signer FROM treasury_accounts a
+     WHERE a.chain_key = v_chain.chain_key AND a.address = v_sender;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'evm_transfer_route: node %: % is not a treasury account of chain %', p_node_id, v_sender,
+                        v_chain.chain_key
+            USING ERRCODE = 'QT014', HINT = 'Money leaves only from a treasury account (treasury_accounts).';
+    END IF;
+    IF EXISTS (SELECT 1 FROM treasury_accounts a WHERE a.chain_key = v_chain.chain_key AND a.address = v_recipient) THEN
+        v_kind := 'treasury';
+    ELSIF EXISTS (SELECT 1 FROM allowed_destinations d
+                   WHERE d.chain_key = v_chain.chain_key AND d.address = v_recipient) THEN
+        v_kind := 'allowed';
+    ELSE
+        RAISE EXCEPTION 'evm_transfer_route: node %: % is neither a treasury account nor an allowed destination on chain %',
+                        p_node_id, v_recipient, v_chain.chain_key
+            USING ERRCODE = 'QT032',
+                  HINT = 'The admin adds a destination with allow_destination; until then nothing is signed for it.';
+    END IF;
+    IF v_amount * power(10::numeric, v_token.decimals) <> trunc(v_amount * power(10::numeric, v_token.decimals)) THEN
+        RAISE EXCEPTION 'evm_transfer_route: node %: amount % is finer than % has decimals (%)', p_node_id, v_amount,
+                        v_token.symbol, v_token.decimals
+            USING ERRCODE = 'QT002', HINT = 'Round the movement''s amount to the token''s decimals.';
+    END IF;
+    RETURN QUERY SELECT v_chain.chain_key, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
+                        v_chain.block_time_ms, v_chain.max_fee_per_gas, v_chain.max_priority_fee_per_gas,
+                        v_token.symbol, v_token.address, v_token.decimals, v_sender, v_signer, v_recipient, v_kind,
+                        trunc(v_amount * power(10::numeric, v_token.decimals));
+END
+$$;
