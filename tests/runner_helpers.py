@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from qtg_runner.executors.sim import SimExecutor, lane_baselines
+from qtg_runner.executors.registry import SHIPPED
+from qtg_runner.executors.sim import lane_baselines
 
 QTG = str(Path(sys.executable).with_name("qtg"))
 T = TypeVar("T")
@@ -148,19 +149,21 @@ def runners(log_dir: Path) -> Iterator[Runners]:
 
 
 def register_runner_sim(conn: psycopg.Connection[Any]) -> None:
-    """Register the runner's own sim executor (its real config schema), as the
-    admin's `qtg executors register` does: a runner refuses to start without it;
-    and give its lane presets their rows (the owner's deploy step, as the demo
-    takes it): a plan names only lanes that have one."""
-    conn.execute(
-        "SELECT register_executor(%s, %s, %s::jsonb, %s)",
-        (
-            SimExecutor.key,
-            SimExecutor.has_side_effect,
-            json.dumps(SimExecutor.node_config_schema),
-            SimExecutor.description,
-        ),
-    )
+    """Register the runner's own executors (the sim and every other it ships,
+    with their real config schemas), as the admin's `qtg executors register`
+    does: a runner refuses to start without them; and give the sim's lane
+    presets their rows (the owner's deploy step, as the demo takes it): a plan
+    names only lanes that have one."""
+    for executor in SHIPPED:
+        conn.execute(
+            "SELECT register_executor(%s, %s, %s::jsonb, %s)",
+            (
+                executor.key,
+                executor.has_side_effect,
+                json.dumps(executor.node_config_schema),
+                executor.description,
+            ),
+        )
     for lane, pacing in lane_baselines().items():
         conn.execute(
             "SELECT upsert_lane_baseline(%s, %s::numeric, %s::numeric)",

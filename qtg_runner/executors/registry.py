@@ -24,15 +24,19 @@ from psycopg_pool import AsyncConnectionPool
 from qtg_runner.db import procs
 from qtg_runner.db.procs import RegisteredExecutor
 from qtg_runner.executors.base import Executor
+from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 from qtg_runner.executors.sim import SimExecutor
 
-SHIPPED: tuple[type[Executor], ...] = (SimExecutor,)
+SHIPPED: tuple[type[Executor], ...] = (SimExecutor, EvmTransferExecutor)
 """Every executor a runner of this build carries."""
 
 
 def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
     """One instance of each shipped executor, by key, for a runner of ``network``."""
-    return {SimExecutor.key: SimExecutor(pool, network)}
+    return {
+        SimExecutor.key: SimExecutor(pool, network),
+        EvmTransferExecutor.key: EvmTransferExecutor(pool, network),
+    }
 
 
 def registration_problems(
