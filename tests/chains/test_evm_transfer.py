@@ -1,0 +1,305 @@
+"""The evm_transfer executor end to end: the real dispatcher, observer and
+recovery batches, as a runner login, against the real local chains.
+
+What a treasury relies on: a transfer between treasury accounts moves exactly
+its amount once and completes only at the chain's finality depth with the
+Transfer log it promised; a destination off the allow-list is never signed for;
+a transfer reorganised away is broadcast again from the recorded bytes and
+happens exactly once; a prepared transfer whose dispatcher died is recovered by
+rebroadcasting the identical recorded bytes; a nonce taken by a transaction the
+engine never recorded is left UNKNOWN for an operator, with the evidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from chain_support import LocalChainSet
+from engine import pin_clock
+from evm_support import (
+    head,
+    make_due,
+    mine,
+    node_state,
+    register_world,
+    run_batch,
+    start_transfer,
+    superuser,
+    transfers_from,
+    usdc_balance,
+)
+
+from qtg_runner.chains.evm import Fees, build_transfer
+from qtg_runner.chains.local import rpc
+from qtg_runner.db import procs
+from qtg_runner.executors.base import NodeWork
+from qtg_runner.signers import load
+from qtg_runner.workers import node_dispatcher, node_observer, node_recovery
+
+pytestmark = [pytest.mark.chain]
+
+
+@pytest.fixture
+def world(db: Any, local_chain_set: LocalChainSet) -> Any:
+    conn = superuser(db)
+    register_world(conn, local_chain_set)
+    return conn
+
+
+def manual_mining(chain: Any) -> Any:
+    """Stop the chain's interval mining for the test (blocks only by anvil_mine);
+    returns a function that starts it again."""
+    rpc(chain.rpc_url, "evm_setIntervalMining", [0])
+    return lambda: rpc(chain.rpc_url, "evm_setIntervalMining", [chain.block_time])
+
+
+FINISHED = {"COMPLETED", "FAILED", "UNKNOWN"}
+
+
+def observe_until(
+    db: Any, conn: Any, chain_set: LocalChainSet, chain: Any, node_id: int, rounds: int = 20
+) -> str:
+    """Observer batches (the node made due each time, a block of ``chain``
+    mined between) until the node is finished."""
+    for _ in range(rounds):
+        make_due(conn, node_id)
+        run_batch(db, node_observer.batch, chain_set)
+        state = node_state(conn, node_id)
+        if state in FINISHED:
+            return state
+        mine(chain)
+    raise AssertionError(f"node {node_id} stayed {node_state(conn, node_id)}")
+
+
+def intent_of(conn: Any, node_id: int) -> dict[str, Any]:
+    row = conn.execute("SELECT intent_document(%s)", (node_id,)).fetchone()
+    assert row is not None and row[0] is not None
+    return dict(row[0])
+
+
+def test_a_transfer_between_treasury_accounts_moves_its_amount_once_and_completes_when_final(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    start_block = head(chain)
+    before = usdc_balance(chain, sender), usdc_balance(chain, recipient)
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("12.345678"), "t1")
+        assert run_batch(db, node_dispatcher.batch, local_chain_set) == 1
+        assert node_state(world, node_id) == "SUBMITTED"
+        intent = intent_of(world, node_id)
+        # the signed bytes and the nonce were recorded before the broadcast
+        assert intent["chain_key"] == chain.key and intent["sender"] == sender
+        (tx,) = intent["transactions"]
+        assert tx["tx_hash"] == intent["signed_tx_hash"] and tx["nonce"] == intent["nonce"]
+        next_nonce = procs.evm_next_nonce(chain.key, sender).one(world)
+        assert next_nonce == intent["nonce"] + 1
+
+        mine(chain)  # mined, one confirmation: not final
+        make_due(world, node_id)
+        run_batch(db, node_observer.batch, local_chain_set)
+        assert node_state(world, node_id) == "OBSERVING"
+        state = observe_until(db, world, local_chain_set, chain, node_id)
+    finally:
+        resume()
+    assert state == "COMPLETED"
+    evidence = world.execute(
+        "SELECT evidence FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()[0]
+    assert evidence["transfer"] == {
+        "token": chain.contracts["MockUSDC"].lower(),
+        "from": sender,
+        "to": recipient,
+        "value": "12345678",
+        "log_index": evidence["transfer"]["log_index"],
+    }
+    assert evidence["confirmations"] >= 3
+    assert usdc_balance(chain, sender) == before[0] - 12_345_678
+    assert usdc_balance(chain, recipient) == before[1] + 12_345_678
+    assert transfers_from(chain, sender, start_block) == [(recipient, 12_345_678)]
+
+
+def test_a_destination_off_the_allow_list_is_never_signed_for(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    chain = local_chain_set.chains[1]
+    sender = local_chain_set.treasury[0].address
+    outsider = "0x" + "5e" * 20
+    _, node_id = start_transfer(world, chain.key, sender, outsider, Decimal("1"), "out-1")
+    run_batch(db, node_dispatcher.batch, local_chain_set)
+    row = world.execute(
+        "SELECT node_state::text, last_error FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    assert row[0] == "FAILED"
+    assert "QT032" in row[1] and "allowed destination" in row[1]
+    assert world.execute("SELECT count(*) FROM evm_transactions").fetchone()[0] == 0
+
+    # allow-listed by the admin, the same destination is paid
+    procs.allow_destination(chain.key, outsider, "a counterparty").one(world)
+    start_block = head(chain)
+    _, paid = start_transfer(world, chain.key, sender, outsider, Decimal("2.5"), "out-2")
+    run_batch(db, node_dispatcher.batch, local_chain_set)
+    assert node_state(world, paid) == "SUBMITTED"
+    state = observe_until(db, world, local_chain_set, chain, paid)
+    assert state == "COMPLETED"
+    assert (outsider, 2_500_000) in transfers_from(chain, sender, start_block)
+
+
+def test_a_transfer_reorganised_away_is_broadcast_again_and_happens_once(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    start_block = head(chain)
+    before = usdc_balance(chain, recipient)
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("3.21"), "reorg")
+        run_batch(db, node_dispatcher.batch, local_chain_set)
+        tx_hash = intent_of(world, node_id)["signed_tx_hash"]
+        mine(chain)
+        receipt = rpc(chain.rpc_url, "eth_getTransactionReceipt", [tx_hash])
+        assert receipt is not None
+        # seen mined, below the finality depth: not final
+        make_due(world, node_id)
+        run_batch(db, node_observer.batch, local_chain_set)
+        assert node_state(world, node_id) == "OBSERVING"
+
+        # the block that holds it is replaced by an empty one
+        depth = head(chain) - int(receipt["blockNumber"], 16) + 1
+        rpc(chain.rpc_url, "anvil_reorg", [depth, []])
+        assert rpc(chain.rpc_url, "eth_getTransactionReceipt", [tx_hash]) is None
+        assert transfers_from(chain, sender, start_block) == []
+
+        # the observer finds it gone and broadcasts the recorded bytes again
+        make_due(world, node_id)
+        run_batch(db, node_observer.batch, local_chain_set)
+        assert node_state(world, node_id) == "OBSERVING"
+        assert rpc(chain.rpc_url, "eth_getTransactionByHash", [tx_hash]) is not None
+        state = observe_until(db, world, local_chain_set, chain, node_id)
+    finally:
+        resume()
+    assert state == "COMPLETED"
+    assert transfers_from(chain, sender, start_block) == [(recipient, 3_210_000)]
+    assert usdc_balance(chain, recipient) == before + 3_210_000
+    assert [t["tx_hash"] for t in intent_of(world, node_id)["transactions"]] == [tx_hash]
+
+
+def crash_after_record(db: Any, conn: Any, chain_set: LocalChainSet, node_id: int) -> None:
+    """What a dispatcher killed right after recording its intent leaves: the
+    node SUBMITTING with a PREPARED intent (signed bytes recorded, never
+    broadcast), its claim lapsed."""
+    from qtg_runner.workers import node_dispatcher as dispatcher
+
+    def no_broadcast(executor: Any) -> None:
+        async def refuse(*_: Any) -> Any:
+            raise asyncio.CancelledError  # the process dies here
+
+        executor.submit = refuse
+
+    with pytest.raises(BaseException):  # noqa: B017 - the "process" dies in submit
+        run_batch(db, dispatcher.batch, chain_set, executor_hook=no_broadcast)
+    assert node_state(conn, node_id) == "SUBMITTING"
+    assert intent_of(conn, node_id)["intent_state"] == "PREPARED"
+
+
+def recover(db: Any, conn: Any, chain_set: LocalChainSet) -> None:
+    """One recovery batch once the claims' leases ran out (the clock of the
+    recovery claim moved past them)."""
+    pin_clock(conn, "2099-01-01T00:00:00+00:00")
+    try:
+        claims = procs.claim_recovery_nodes("node_recovery", 16, 120).all(conn)
+    finally:
+        pin_clock(conn, None)
+    assert claims, "nothing to recover"
+
+    async def scenario() -> None:
+        from qtg_runner.db.pool import bound_conninfo, open_pool
+        from qtg_runner.executors.evm_transfer import EvmTransferExecutor
+        from qtg_runner.loop import WorkerContext
+
+        conninfo = bound_conninfo(db.runner_dsn("testnet"), "testnet", "evm-test")
+        async with open_pool(conninfo, name="evm-test") as pool:
+            executor = EvmTransferExecutor(pool, "testnet", env=chain_set.runner_env())
+            ctx = WorkerContext("testnet", pool, {executor.key: executor}, "evm-test:1")
+            try:
+                for claim in claims:
+                    work = NodeWork.from_claim(claim, "testnet")
+                    await node_recovery.recover_one(ctx, work, claim.node_state)
+            finally:
+                await executor.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_prepared_transfer_whose_dispatcher_died_is_rebroadcast_from_its_recorded_bytes(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    start_block = head(chain)
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, recipient, sender, Decimal("0.42"), "crash")
+        crash_after_record(db, world, local_chain_set, node_id)
+        tx_hash = intent_of(world, node_id)["signed_tx_hash"]
+        assert rpc(chain.rpc_url, "eth_getTransactionByHash", [tx_hash]) is None
+
+        recover(db, world, local_chain_set)
+        assert node_state(world, node_id) in ("SUBMITTED", "OBSERVING")
+        assert rpc(chain.rpc_url, "eth_getTransactionByHash", [tx_hash]) is not None
+        mine(chain)
+        state = observe_until(db, world, local_chain_set, chain, node_id)
+    finally:
+        resume()
+    assert state == "COMPLETED"
+    assert transfers_from(chain, recipient, start_block) == [(sender, 420_000)]
+
+
+def test_a_nonce_taken_by_a_transaction_never_recorded_is_left_unknown_for_an_operator(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    chain = local_chain_set.chains[1]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    start_block = head(chain)
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("7"), "foreign")
+        crash_after_record(db, world, local_chain_set, node_id)
+        intent = intent_of(world, node_id)
+
+        # the same key signs something else at that nonce, outside the engine
+        signer = load(local_chain_set.treasury[0].signer_id, local_chain_set.runner_env())
+        base = int(
+            rpc(chain.rpc_url, "eth_getBlockByNumber", ["latest", False])["baseFeePerGas"], 16
+        )
+        fees = Fees(3 * base + 10**9, 10**9)
+        other = build_transfer(
+            chain.chain_id,
+            chain.contracts["MockUSDC"],
+            recipient,
+            1,
+            intent["nonce"],
+            fees,
+            100_000,
+        )
+        signed = asyncio.run(signer.sign_transaction(other))
+        rpc(chain.rpc_url, "eth_sendRawTransaction", [signed.raw_hex])
+        mine(chain)
+
+        recover(db, world, local_chain_set)
+    finally:
+        resume()
+    row = world.execute(
+        "SELECT node_state::text, evidence FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    assert row[0] == "UNKNOWN"
+    assert row[1]["problem"].startswith("the nonce is taken by a transaction the engine never")
+    assert row[1]["recorded_hashes"] == [intent["signed_tx_hash"]]
+    # only the foreign transaction moved money; ours never went out
+    assert transfers_from(chain, sender, start_block) == [(recipient, 1)]
