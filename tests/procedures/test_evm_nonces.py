@@ -111,7 +111,10 @@ def test_the_first_record_allocates_from_its_nonce_and_the_next_must_follow(
     assert next_nonce(conn) == 6
     row = intent_row(conn, c["a"]["node_id"])
     assert (row["intent_state"], row["nonce"], row["chain_key"], row["sender"]) == (
-        "PREPARED", 5, CHAIN, ALICE_ACCOUNT,
+        "PREPARED",
+        5,
+        CHAIN,
+        ALICE_ACCOUNT,
     )
     assert transactions(conn) == [(tx_hash(1), 5, "intent", intent_a)]
 

@@ -55,6 +55,7 @@ from psycopg import sql
 from rows import iso_at
 
 from qtg_runner.db import procs
+from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 
 Conn = psycopg.Connection[Any]
 
@@ -93,6 +94,7 @@ class World:
     recovering_secret: str
     proposal: int  # a lane proposal PROPOSED by alice
     quarantined: int  # a node SUBMITTING, quarantined by its dispatcher w1
+    transfer: int = 0  # an evm_transfer node between the treasury accounts of world-a
 
 
 def build_world(conn: Conn) -> World:
@@ -102,7 +104,27 @@ def build_world(conn: Conn) -> World:
     procs.register_template("one", TEMPLATE_PLAN, "a lane as a parameter").one(conn)
     procs.upsert_chain("world-a", 1, "QTG_RPC_WORLD_A", 2, 1000).one(conn)
     procs.upsert_treasury_account("world-a", "0x" + "d" * 40, "env:WORLD_KEY").one(conn)
+    procs.upsert_treasury_account("world-a", "0x" + "f" * 40, "env:WORLD_KEY_2").one(conn)
+    procs.upsert_chain_token("world-a", "USDC", "0x" + "1" * 40, 6).one(conn)
+    evm = EvmTransferExecutor
+    procs.register_executor(evm.key, True, evm.node_config_schema, evm.description).one(conn)
     pending = create(conn, plan(node("a")), "pending")
+    transfer = node_ids(
+        conn,
+        create(
+            conn,
+            plan(
+                node(
+                    "t",
+                    [],
+                    evm.key,
+                    chain="world-a",
+                    **{"from": "0x" + "d" * 40, "to": "0x" + "f" * 40},
+                )
+            ),
+            "transfer",
+        ),
+    )["t"]
     running = create_started(conn, plan(node("a"), node("b"), node("c"), node("d")), "running")
     ids = node_ids(conn, running)
     claimed = {c.node_id: c for c in procs.claim_ready_nodes("w1", 10, 3600).all(conn)}
@@ -129,6 +151,7 @@ def build_world(conn: Conn) -> World:
         recovering_secret=recovering.claim_secret,
         proposal=proposal,
         quarantined=ids["d"],
+        transfer=transfer,
     )
 
 
@@ -264,6 +287,8 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "worker_stopped": {"p_worker_name": "node_dispatcher", "p_instance_id": "i-1"},
         "registered_executors": {},
         "evm_next_nonce": {"p_chain_key": "world-a", "p_sender": "0x" + "d" * 40},
+        "evm_chains": {},
+        "evm_transfer_route": {"p_node_id": w.transfer},
         "register_executor": {
             "p_executor_key": "sim2",
             "p_has_side_effect": True,
@@ -603,6 +628,11 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_rpc_url_env", "QT002", None, "", "qtg_rpc", "https://rpc.test/KEY", BIG_TEXT)
             + each("p_finality_depth", "QT002", None, -1, 10001)
             + each("p_block_time_ms", "QT002", None, 0, -1, 3600001)
+            + each("p_max_fee_per_gas", "QT005", 0, -1, 10**17, "NaN")
+            + each("p_max_fee_per_gas", "QT002", 1.5)
+            + each("p_max_priority_fee_per_gas", "QT005", 0, "Infinity")
+            # a tip above the fee cap (200 gwei unless given)
+            + each("p_max_priority_fee_per_gas", "QT002", 10**15)
         ),
         "upsert_chain_token": (
             chain_keys("p_chain_key")
@@ -621,6 +651,10 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_label", "QT002", None, "", "  ", BIG_TEXT)
         ),
         "disallow_destination": chain_keys("p_chain_key") + addresses("p_address"),
+        "evm_transfer_route": (
+            # a node that is not a transfer step: its config names no chain
+            each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
         "evm_next_nonce": (
             chain_keys("p_chain_key")
             + addresses("p_sender")
@@ -728,7 +762,7 @@ def test_every_public_procedure_is_in_the_suite() -> None:
     assert set(valid_calls(placeholder)) == set(WORLD_PROCEDURES)
     # worker_stopped: any name is a valid name (it stops nothing that is not
     # there); registered_executors takes no argument
-    no_bad_inputs = {"worker_stopped", "registered_executors"}
+    no_bad_inputs = {"worker_stopped", "registered_executors", "evm_chains"}
     assert set(bad_inputs(placeholder)) == set(WORLD_PROCEDURES) - no_bad_inputs
 
 

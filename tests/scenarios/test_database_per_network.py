@@ -28,7 +28,7 @@ from qtg_runner.config import NetworkMode
 from qtg_runner.db import logins, procs
 from qtg_runner.db.migrate import migrate
 from qtg_runner.db.pool import bound_conninfo
-from qtg_runner.executors.registry import register_shipped
+from qtg_runner.executors.registry import SHIPPED, register_shipped
 from qtg_runner.runtime import Runtime, supervise
 from qtg_runner.workers import BY_NAME
 
@@ -97,7 +97,7 @@ def test_each_network_runs_in_its_own_database_with_its_own_runner_login(
     for network, database in databases.items():
         migrate(database.dsn)
         dedicate(database, network)
-        assert register_shipped(database.dsn, network) == ["registered"]
+        assert register_shipped(database.dsn, network) == ["registered"] * len(SHIPPED)
         with psycopg.connect(
             bound_conninfo(database.dsn, network, "admin"), autocommit=True
         ) as conn:

@@ -23,7 +23,7 @@ from typer.testing import CliRunner, Result
 
 from qtg_runner import credentials
 from qtg_runner.cli import app
-from qtg_runner.executors.sim import SimExecutor
+from qtg_runner.executors.registry import SHIPPED
 
 
 def invoke(db: TestDatabase, passfile: Path, *args: str) -> Result:
@@ -174,13 +174,14 @@ def test_executors_register_is_the_deploy_step_and_is_idempotent(
     conn = db.connect()
     rows = conn.execute(
         "SELECT executor_key, has_side_effect, node_config_schema FROM mainnet.executors"
+        " ORDER BY executor_key"
     ).fetchall()
-    assert rows == [("sim", True, SimExecutor.node_config_schema)]
+    assert rows == sorted((e.key, e.has_side_effect, e.node_config_schema) for e in SHIPPED)
     assert conn.execute("SELECT count(*) FROM testnet.executors").fetchone() == (0,)
     audited = conn.execute(
         "SELECT action FROM mainnet.audit_outbox WHERE entity = 'executor'"
     ).fetchall()
-    assert audited == [("registered",)]
+    assert audited == [("registered",)] * len(SHIPPED)
 
 
 def test_every_login_command_explains_itself(db: TestDatabase, passfile: Path) -> None:
