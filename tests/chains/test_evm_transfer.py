@@ -13,6 +13,7 @@ engine never recorded is left UNKNOWN for an operator, with the evidence.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
@@ -303,3 +304,41 @@ def test_a_nonce_taken_by_a_transaction_never_recorded_is_left_unknown_for_an_op
     assert row[1]["recorded_hashes"] == [intent["signed_tx_hash"]]
     # only the foreign transaction moved money; ours never went out
     assert transfers_from(chain, sender, start_block) == [(recipient, 1)]
+
+
+def test_concurrent_dispatchers_of_one_account_share_no_nonce_and_leave_no_gap(
+    db: Any, world: Any, local_chain_set: LocalChainSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two dispatcher processes' worth of batches at once, each claiming three
+    transfers from the same treasury account: every nonce is allocated once,
+    they follow each other without a gap, and the six transfers all land."""
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    start_block = head(chain)
+    amounts = [Decimal(f"0.00{i}1") for i in range(1, 7)]
+    nodes = [
+        start_transfer(world, chain.key, sender, recipient, amount, f"race-{i}")[1]
+        for i, amount in enumerate(amounts)
+    ]
+    monkeypatch.setattr(node_dispatcher, "BATCH_SIZE", 3)
+    db.runner_dsn("testnet")  # the runner login, made once before the two dispatchers
+    first_nonce = int(rpc(chain.rpc_url, "eth_getTransactionCount", [sender, "pending"]), 16)
+    resume = manual_mining(chain)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            claimed = list(
+                pool.map(lambda _: run_batch(db, node_dispatcher.batch, local_chain_set), [1, 2])
+            )
+        assert sorted(claimed) == [3, 3]
+        assert {node_state(world, n) for n in nodes} == {"SUBMITTED"}
+        nonces = sorted(intent_of(world, n)["nonce"] for n in nodes)
+        assert nonces == list(range(first_nonce, first_nonce + 6))
+        assert procs.evm_next_nonce(chain.key, sender).one(world) == first_nonce + 6
+        mine(chain)
+        for n in nodes:
+            assert observe_until(db, world, local_chain_set, chain, n) == "COMPLETED"
+    finally:
+        resume()
+    assert sorted(v for _, v in transfers_from(chain, sender, start_block)) == sorted(
+        int(a * 10**6) for a in amounts
+    )
