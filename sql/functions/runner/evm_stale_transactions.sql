@@ -60,11 +60,12 @@ BEGIN
          WHERE i.intent_state = 'SUBMITTED' AND i.chain_key IS NOT NULL
            AND n.node_state IN ('SUBMITTED', 'OBSERVING') AND n.quarantined_at IS NULL
         UNION ALL
-        SELECT DISTINCT ON (f.chain_key, f.sender, f.nonce)
-               'fill', NULL::bigint, NULL::bigint, f.chain_key, f.sender, f.nonce, f.tx_hash, f.raw_tx, f.recorded_at
-          FROM evm_transactions f
-         WHERE f.purpose = 'fill' AND NOT evm_nonce_closed(f.chain_key, f.sender, f.nonce)
-         ORDER BY f.chain_key, f.sender, f.nonce, f.id DESC
+        SELECT * FROM (
+            SELECT DISTINCT ON (f.chain_key, f.sender, f.nonce)
+                   'fill', NULL::bigint, NULL::bigint, f.chain_key, f.sender, f.nonce, f.tx_hash, f.raw_tx, f.recorded_at
+              FROM evm_transactions f
+             WHERE f.purpose = 'fill' AND NOT evm_nonce_closed(f.chain_key, f.sender, f.nonce)
+             ORDER BY f.chain_key, f.sender, f.nonce, f.id DESC) fills
     )
     SELECT w.kind, w.intent_id, w.node_id, w.chain_key, w.sender, w.nonce, w.tx_hash, w.raw_tx, w.recorded_at,
            ARRAY(SELECT y.tx_hash FROM evm_transactions y

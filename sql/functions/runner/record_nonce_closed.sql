@@ -7,7 +7,7 @@
 --   consumed     nonce_consumed: the chain's count is past the nonce and
 --                none of the hashes recorded at it is mined (a transaction the
 --                engine never recorded took it);
---   found_mined  nonce_found_mined, a WARNING: a transaction of a FAILED or
+--   found_mined  nonce_found_mined: a transaction of a FAILED or
 --                ABANDONED intent is mined (p_evidence names its tx_hash):
 --                money moved for a node the engine holds failed; an operator
 --                looks at it.
@@ -80,11 +80,6 @@ BEGIN
                                jsonb_build_object('sender', v_sender, 'nonce', p_nonce) || p_evidence
                                    || jsonb_build_object('sender', v_sender, 'nonce', p_nonce)
                               )::qtg.audit_event]);
-    IF p_how = 'found_mined' THEN
-        RAISE WARNING 'record_nonce_closed: % of a failed or abandoned intent is mined at nonce % of % on %: money moved '
-                      'for a node the engine holds failed', v_hash, p_nonce, v_sender, p_chain_key
-            USING ERRCODE = 'QT034', HINT = 'An operator compares the chain with the movement (audit nonce_found_mined).';
-    END IF;
     RETURN true;
 END
 $$;
