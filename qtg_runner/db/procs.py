@@ -313,6 +313,7 @@ class StaleTransaction:
     raw_tx: Text
     recorded_at: Timestamp
     tx_hashes: Annotated[list[str], Pg("text[]")]
+    tx_purposes: Annotated[list[str], Pg("text[]")]
     signer_id: Text
     rpc_url_env: Text
     max_fee_per_gas: NumericValue
@@ -745,7 +746,7 @@ def evm_next_nonce(chain_key: Text, sender: Text) -> Call[BigInt | None]:
 
 @procedure("runner")
 def evm_nonce_gaps(max: Integer | Default = DEFAULT) -> Call[NonceGap]:
-    """Nonces allocated to intents that will never broadcast (FAILED, ABANDONED, skipped), unfilled."""
+    """Nonces allocated to intents that will never broadcast (FAILED, ABANDONED, skipped)."""
 
 
 @procedure("runner")

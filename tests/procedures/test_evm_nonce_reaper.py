@@ -18,8 +18,18 @@ from typing import Any
 
 import pytest
 from conftest import TestDatabase
-from engine import assert_rejected, bind, create_started, fingerprint, node, node_ids, pin_clock, plan
+from engine import (
+    assert_rejected,
+    bind,
+    create_started,
+    fingerprint,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+)
 from eth_account import Account
+from psycopg.types.json import Jsonb
 from rows import T0, Conn, intent_row
 
 from qtg_runner.chains.evm import Fees, build_transfer, self_transfer, tx_hash_of
@@ -69,9 +79,13 @@ def world(conn: Conn) -> dict[str, dict[str, Any]]:
             sender=SENDER,
             raw_tx=raw,
         ).one(conn)
-    procs.fail_submit(c["a"]["node_id"], c["a"]["claim_secret"], "insufficient funds", False).one(conn)
+    procs.fail_submit(c["a"]["node_id"], c["a"]["claim_secret"], "insufficient funds", False).one(
+        conn
+    )
     for key in ("c", "d"):
-        procs.complete_submit(c[key]["node_id"], c[key]["claim_secret"], c[key]["tx_hash"]).one(conn)
+        procs.complete_submit(c[key]["node_id"], c[key]["claim_secret"], c[key]["tx_hash"]).one(
+            conn
+        )
     return c
 
 
@@ -127,13 +141,23 @@ def test_a_fill_over_a_live_intents_nonce_is_refused_and_changes_nothing(
     before = fingerprint(conn)
     for nonce in (6, 7, 10):  # PREPARED, SUBMITTED, PREPARED
         tx_hash, raw = fill(nonce)
-        error = refused(r, conn, "QT033", "SELECT record_nonce_fill(%s, %s, %s, %s, %s)", (CHAIN, SENDER, nonce, tx_hash, raw)
+        error = refused(
+            r,
+            conn,
+            "QT033",
+            "SELECT record_nonce_fill(%s, %s, %s, %s, %s)",
+            (CHAIN, SENDER, nonce, tx_hash, raw),
         )
         assert "is not a gap" in str(error)
     # not allocated at all (at or past the next nonce), or below the first one
     for nonce in (11, 4):
         tx_hash, raw = fill(nonce)
-        refused(r, conn, "QT033", "SELECT record_nonce_fill(%s, %s, %s, %s, %s)", (CHAIN, SENDER, nonce, tx_hash, raw)
+        refused(
+            r,
+            conn,
+            "QT033",
+            "SELECT record_nonce_fill(%s, %s, %s, %s, %s)",
+            (CHAIN, SENDER, nonce, tx_hash, raw),
         )
     # a "fill" that moves money, or sits at another nonce than it claims
     for tx_hash, raw, nonce in (
@@ -141,7 +165,12 @@ def test_a_fill_over_a_live_intents_nonce_is_refused_and_changes_nothing(
         (*fill(6), 5),
         (*fill(5, Fees(300 * 10**9, 10**9)), 5),  # above the chain's fee cap
     ):
-        refused(r, conn, "QT002", "SELECT record_nonce_fill(%s, %s, %s, %s, %s)", (CHAIN, SENDER, nonce, tx_hash, raw)
+        refused(
+            r,
+            conn,
+            "QT002",
+            "SELECT record_nonce_fill(%s, %s, %s, %s, %s)",
+            (CHAIN, SENDER, nonce, tx_hash, raw),
         )
     assert fingerprint(conn) == before
     assert gaps(conn)[0][0] == 5
@@ -154,9 +183,16 @@ def test_a_second_fill_at_a_nonce_only_replaces_the_newest(
     first, first_raw = fill(5)
     procs.record_nonce_fill(CHAIN, SENDER, 5, first, first_raw).one(r)
     bumped, bumped_raw = fill(5, Fees(3 * 10**9, 2 * 10**9))
-    refused(r, conn, "QT033", "SELECT record_nonce_fill(%s, %s, %s, %s, %s)", (CHAIN, SENDER, 5, bumped, bumped_raw)
+    refused(
+        r,
+        conn,
+        "QT033",
+        "SELECT record_nonce_fill(%s, %s, %s, %s, %s)",
+        (CHAIN, SENDER, 5, bumped, bumped_raw),
     )
-    refused(r, conn,
+    refused(
+        r,
+        conn,
         "QT033",
         "SELECT record_nonce_fill(%s, %s, %s, %s, %s, p_replaces => %s)",
         (CHAIN, SENDER, 9, *fill(9), first),
@@ -164,13 +200,17 @@ def test_a_second_fill_at_a_nonce_only_replaces_the_newest(
     assert procs.record_nonce_fill(CHAIN, SENDER, 5, bumped, bumped_raw, replaces=first).one(r)
     # the fills wait in evm_stale_transactions until reported mined
     pin_clock(conn, "2026-01-01T01:00:00+00:00")
-    stale = [(s.kind, s.nonce, s.tx_hash) for s in procs.evm_stale_transactions().all(conn) if s.kind == "fill"]
+    stale = [
+        (s.kind, s.nonce, s.tx_hash)
+        for s in procs.evm_stale_transactions().all(conn)
+        if s.kind == "fill"
+    ]
     assert stale == [("fill", 5, bumped)]
     assert_rejected(
         conn,
         "QT033",
         "SELECT record_nonce_closed(%s, %s, 5, 'fill_mined', %s)",
-        (CHAIN, SENDER, '{"tx_hash": "%s"}' % world["b"]["tx_hash"]),
+        (CHAIN, SENDER, Jsonb({"tx_hash": world["b"]["tx_hash"]})),
     )
     procs.record_nonce_closed(CHAIN, SENDER, 5, "fill_mined", {"tx_hash": bumped}).one(conn)
     assert not [s for s in procs.evm_stale_transactions().all(conn) if s.kind == "fill"]
@@ -184,7 +224,7 @@ def test_a_failed_intents_transaction_found_mined_is_recorded_for_an_operator(
         conn,
         "QT033",
         "SELECT record_nonce_closed(%s, %s, 6, 'found_mined', %s)",
-        (CHAIN, SENDER, '{"tx_hash": "%s"}' % world["b"]["tx_hash"]),
+        (CHAIN, SENDER, Jsonb({"tx_hash": world["b"]["tx_hash"]})),
     )
     evidence = {"tx_hash": world["a"]["tx_hash"], "block_number": 12}
     assert procs.record_nonce_closed(CHAIN, SENDER, 5, "found_mined", evidence).one(conn)
@@ -196,7 +236,9 @@ def test_a_failed_intents_transaction_found_mined_is_recorded_for_an_operator(
     assert [n for n, _ in gaps(conn)] == [9]
 
 
-def test_stale_transactions_are_sent_intents_past_their_age(conn: Conn, world: dict[str, Any]) -> None:
+def test_stale_transactions_are_sent_intents_past_their_age(
+    conn: Conn, world: dict[str, Any]
+) -> None:
     assert procs.evm_stale_transactions().all(conn) == []
     # 20 blocks of a second: 20 s, but at least 60 s
     pin_clock(conn, "2026-01-01T00:00:59+00:00")
@@ -230,5 +272,7 @@ def test_a_replacement_is_appended_at_its_intents_nonce_while_its_node_is_at_wor
     # another transfer (amount) at the same nonce
     refused(r, conn, "QT002", call, (c["intent_id"], *transfer(7, Fees(4 * 10**9, 2 * 10**9), 999)))
     # a finished node (a FAILED), and no such intent
-    refused(r, conn, "QT021", call, (world["a"]["intent_id"], *transfer(5, Fees(3 * 10**9, 2 * 10**9))))
+    refused(
+        r, conn, "QT021", call, (world["a"]["intent_id"], *transfer(5, Fees(3 * 10**9, 2 * 10**9)))
+    )
     refused(r, conn, "QT011", call, (10**12, *transfer(5)))

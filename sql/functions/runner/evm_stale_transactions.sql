@@ -9,7 +9,8 @@
 -- bump (record_evm_replacement / record_nonce_fill with p_replaces, recorded
 -- before it is broadcast), or the recorded bytes again when they were dropped.
 -- kind: 'intent' (intent_id and node_id set) or 'fill'. tx_hashes: every hash
--- recorded at that nonce of the account, oldest first.
+-- recorded at that nonce of the account, oldest first, and tx_purposes what
+-- each is (intent, replacement, fill).
 -- p_blocks 1..100000, p_min_seconds 0..86400, p_max 1..1000 (QT002).
 -- Oldest first. Reads only; takes no lock.
 CREATE OR REPLACE FUNCTION evm_stale_transactions(
@@ -28,6 +29,7 @@ RETURNS TABLE (
     raw_tx                   text,
     recorded_at              timestamptz,
     tx_hashes                text[],
+    tx_purposes              text[],
     signer_id                text,
     rpc_url_env              text,
     max_fee_per_gas          numeric,
@@ -69,6 +71,8 @@ BEGIN
     )
     SELECT w.kind, w.intent_id, w.node_id, w.chain_key, w.sender, w.nonce, w.tx_hash, w.raw_tx, w.recorded_at,
            ARRAY(SELECT y.tx_hash FROM evm_transactions y
+                  WHERE y.chain_key = w.chain_key AND y.sender = w.sender AND y.nonce = w.nonce ORDER BY y.id),
+           ARRAY(SELECT y.purpose FROM evm_transactions y
                   WHERE y.chain_key = w.chain_key AND y.sender = w.sender AND y.nonce = w.nonce ORDER BY y.id),
            t.signer_id, c.rpc_url_env, c.max_fee_per_gas, c.max_priority_fee_per_gas, c.chain_id
       FROM newest w
