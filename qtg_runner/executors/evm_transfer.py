@@ -443,6 +443,8 @@ class EvmTransferExecutor:
             url = self._env.get(chain.rpc_url_env)
             if not url:
                 detail[chain.chain_key] = f"{chain.rpc_url_env} is not set in this runner"
+                if worst is HealthStatus.HEALTHY:
+                    worst = HealthStatus.DEGRADED
                 continue
             rpc = self._rpc(chain.chain_key, chain.rpc_url_env)
             try:

@@ -342,3 +342,36 @@ def test_concurrent_dispatchers_of_one_account_share_no_nonce_and_leave_no_gap(
     assert sorted(v for _, v in transfers_from(chain, sender, start_block)) == sorted(
         int(a * 10**6) for a in amounts
     )
+
+
+def test_health_says_which_chain_is_down_or_out_of_reach(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    from qtg_runner.chains.local import free_port, rpc_url_env
+    from qtg_runner.db.pool import bound_conninfo, open_pool
+    from qtg_runner.executors.base import HealthStatus
+    from qtg_runner.executors.evm_transfer import EvmTransferExecutor
+
+    a, b = local_chain_set.chains
+    healthy = local_chain_set.runner_env()
+    down = healthy | {rpc_url_env(b.key): f"http://127.0.0.1:{free_port()}/?apikey=SECRET"}
+    partial = {k: v for k, v in healthy.items() if k != rpc_url_env(b.key)}
+
+    async def health(env: dict[str, str]) -> Any:
+        conninfo = bound_conninfo(db.runner_dsn("testnet"), "testnet", "evm-test")
+        async with open_pool(conninfo, name="evm-test") as pool:
+            executor = EvmTransferExecutor(pool, "testnet", env=env, rpc_timeout=2)
+            try:
+                return await executor.health()
+            finally:
+                await executor.aclose()
+
+    result = asyncio.run(health(healthy))
+    assert result.status is HealthStatus.HEALTHY, result.detail
+    assert set(result.detail) == {a.key, b.key}
+    result = asyncio.run(health(down))
+    assert result.status is HealthStatus.DOWN
+    assert result.detail[b.key].startswith("down:") and "SECRET" not in result.detail[b.key]
+    result = asyncio.run(health(partial))
+    assert result.status is HealthStatus.DEGRADED
+    assert result.detail[b.key] == f"{rpc_url_env(b.key)} is not set in this runner"
