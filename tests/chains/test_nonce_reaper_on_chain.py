@@ -31,7 +31,7 @@ from evm_support import (
 )
 from psycopg import sql
 
-from qtg_runner.chains.evm import EvmRpc, decode_raw
+from qtg_runner.chains.evm import EvmRpc, decode_raw, tx_hash_of
 from qtg_runner.chains.local import rpc
 from qtg_runner.executors.base import ExecutorError
 from qtg_runner.workers import evm_nonce_reaper, node_dispatcher, node_observer
@@ -88,6 +88,25 @@ def mined_within(chain: Any, tx_hashes: list[str], seconds: float = 20.0) -> Non
         mine(chain)
 
 
+def recorded_first(monkeypatch: pytest.MonkeyPatch, conn: Any) -> list[str]:
+    """Every broadcast from now on checks that the engine holds its bytes first;
+    the hashes sent, in order."""
+    sent: list[str] = []
+    real_send = EvmRpc.send_raw_transaction
+
+    async def send_checked(self: EvmRpc, raw: bytes) -> str:
+        tx_hash = tx_hash_of(raw)
+        row = conn.execute(
+            "SELECT raw_tx FROM evm_transactions WHERE tx_hash = %s", (tx_hash,)
+        ).fetchone()
+        assert row is not None and row[0] == "0x" + raw.hex(), "broadcast before it was recorded"
+        sent.append(tx_hash)
+        return await real_send(self, raw)
+
+    monkeypatch.setattr(EvmRpc, "send_raw_transaction", send_checked)
+    return sent
+
+
 def reaper(chain_set: LocalChainSet) -> Any:
     return functools.partial(evm_nonce_reaper.run_round, env=chain_set.runner_env())
 
@@ -102,7 +121,7 @@ def refuse_submit(executor: Any) -> None:
 
 
 def test_a_nonce_left_by_a_failed_transfer_is_filled_and_the_next_transfer_lands(
-    db: Any, world: Any, local_chain_set: LocalChainSet
+    db: Any, world: Any, local_chain_set: LocalChainSet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     chain = local_chain_set.chains[0]
     sender, recipient = (k.address for k in local_chain_set.treasury)
@@ -125,7 +144,9 @@ def test_a_nonce_left_by_a_failed_transfer_is_filled_and_the_next_transfer_lands
         # behind the gap it is never mined
         assert receipt(chain, after["signed_tx_hash"]) is None
 
-        assert run_batch(db, reaper(local_chain_set), local_chain_set) == 1
+        with monkeypatch.context() as patch:
+            sent = recorded_first(patch, world)
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 1
         fill = world.execute(
             "SELECT tx_hash, intent_id, raw_tx FROM evm_transactions"
             " WHERE purpose = 'fill' AND chain_key = %s AND sender = %s AND nonce = %s",
@@ -133,6 +154,7 @@ def test_a_nonce_left_by_a_failed_transfer_is_filled_and_the_next_transfer_lands
         ).fetchall()
         assert len(fill) == 1 and fill[0][1] is None
         fill_hash = fill[0][0]
+        assert sent == [fill_hash]
         mined_within(chain, [fill_hash, after["signed_tx_hash"]])
         filled = rpc(chain.rpc_url, "eth_getTransactionByHash", [fill_hash])
         assert (filled["from"], filled["to"], int(filled["value"], 16), filled["input"]) == (
@@ -181,8 +203,6 @@ def test_a_transfer_waiting_too_long_is_bumped_recorded_first_and_settled_by_its
         real_send = EvmRpc.send_raw_transaction
 
         async def send_checked(self: EvmRpc, raw: bytes) -> str:
-            from qtg_runner.chains.evm import tx_hash_of
-
             tx_hash = tx_hash_of(raw)
             row = world.execute(
                 "SELECT purpose, intent_id FROM evm_transactions WHERE tx_hash = %s", (tx_hash,)
@@ -227,3 +247,49 @@ def test_a_transfer_waiting_too_long_is_bumped_recorded_first_and_settled_by_its
         "SELECT evidence FROM movement_request_nodes WHERE id = %s", (node_id,)
     ).fetchone()[0]
     assert evidence["tx_hash"] == replacement
+
+
+def test_a_failed_transfer_found_mined_is_never_filled_and_is_recorded_for_an_operator(
+    db: Any, world: Any, local_chain_set: LocalChainSet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bytes went out although the node was failed (the submit reported a
+    permanent error after the broadcast): the reaper must not fill over them
+    while they wait in the pool, and once they are mined it records the
+    evidence (money moved for a failed node) instead of a fill."""
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+
+    def send_then_fail(executor: Any) -> None:
+        real_submit = executor.submit
+
+        async def submit(work: Any, prepared: Any) -> Any:
+            await real_submit(work, prepared)
+            raise ExecutorError("a permanent error, reported after the broadcast", retryable=False)
+
+        executor.submit = submit
+
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("0.7"), "out")
+        run_batch(db, node_dispatcher.batch, local_chain_set, executor_hook=send_then_fail)
+        assert node_state(world, node_id) == "FAILED"
+        tx_hash = intent_of(world, node_id)["signed_tx_hash"]
+        nonce = intent_of(world, node_id)["nonce"]
+
+        # in the pool: never replaced by a fill
+        assert run_batch(db, reaper(local_chain_set), local_chain_set) == 0
+        fills = "SELECT count(*) FROM evm_transactions WHERE purpose = 'fill'"
+        assert world.execute(fills).fetchone()[0] == 0
+
+        mined_within(chain, [tx_hash])
+        with caplog.at_level("ERROR"):
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 1
+    finally:
+        resume()
+    assert world.execute(fills).fetchone()[0] == 0
+    detail = world.execute(
+        "SELECT detail FROM audit_outbox WHERE action = 'nonce_found_mined'"
+    ).fetchone()[0]
+    assert (detail["nonce"], detail["tx_hash"], detail["sender"]) == (nonce, tx_hash, sender)
+    assert any("event=nonce_found_mined" in r.getMessage() for r in caplog.records)
+    assert world.execute("SELECT count(*) FROM evm_nonce_gaps(100)").fetchone()[0] == 0
