@@ -132,6 +132,10 @@ def test_gaps_are_the_failed_and_skipped_nonces_until_filled_or_found_consumed(
     assert procs.record_nonce_closed(CHAIN, SENDER, 9, "consumed", {"latest": 11}).one(conn)
     assert gaps(conn) == []
     assert not procs.record_nonce_closed(CHAIN, SENDER, 9, "consumed", {"latest": 11}).one(conn)
+    assert conn.execute(
+        "SELECT nonce, how, evidence FROM evm_closed_nonces WHERE chain_key = %s AND address = %s",
+        (CHAIN, SENDER),
+    ).fetchall() == [(9, "consumed", {"latest": 11})]
 
 
 def test_a_fill_over_a_live_intents_nonce_is_refused_and_changes_nothing(

@@ -1,7 +1,7 @@
 -- record_nonce_closed: the evm_nonce_reaper's report that a nonce of a
 -- treasury account is consumed on its chain, so evm_nonce_gaps and
--- evm_stale_transactions stop listing it. The report is an audit row (entity
--- chain, the chain key; detail: sender, nonce, the evidence), nothing else:
+-- evm_stale_transactions stop listing it: a row of evm_closed_nonces, and an
+-- audit row (entity chain, the chain key; detail: sender, nonce, the evidence):
 --   fill_mined   nonce_closed: a fill recorded at that nonce is mined
 --                (p_evidence names its tx_hash);
 --   consumed     nonce_consumed: the chain's count is past the nonce and
@@ -71,14 +71,16 @@ BEGIN
                         v_sender, p_chain_key, p_how
             USING ERRCODE = 'QT033', HINT = 'Name the recorded hash whose receipt the chain shows.';
     END IF;
-    IF evm_nonce_closed(p_chain_key, v_sender, p_nonce) THEN
+    INSERT INTO evm_closed_nonces (chain_key, address, nonce, how, tx_hash, evidence, closed_by, closed_at)
+    VALUES (p_chain_key, v_sender, p_nonce, p_how, v_hash, p_evidence, session_user, clock())
+    ON CONFLICT (chain_key, address, nonce) DO NOTHING;
+    IF NOT FOUND THEN
         RETURN false;
     END IF;
     PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL,
                                CASE p_how WHEN 'fill_mined' THEN 'nonce_closed' WHEN 'consumed' THEN 'nonce_consumed'
                                           ELSE 'nonce_found_mined' END, NULL, NULL,
-                               jsonb_build_object('sender', v_sender, 'nonce', p_nonce) || p_evidence
-                                   || jsonb_build_object('sender', v_sender, 'nonce', p_nonce)
+                               p_evidence || jsonb_build_object('sender', v_sender, 'nonce', p_nonce)
                               )::qtg.audit_event]);
     RETURN true;
 END
