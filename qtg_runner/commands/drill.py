@@ -367,12 +367,6 @@ def evm_transfer_cmd(
     COMPLETED, 1 otherwise. Needs MG_WORKERS_ENABLED=true, like every drill.
     """
     finite(timeout, "--timeout", 5, 3600)
-    settings = load_settings()
-    if not settings.workers_enabled:
-        raise CommandError(
-            "MG_WORKERS_ENABLED is false: the drill runs workers and refuses to start. "
-            "Run it with MG_WORKERS_ENABLED=true qtg drill evm-transfer."
-        )
     with cli_errors():
         try:
             value = Decimal(amount)
@@ -380,6 +374,12 @@ def evm_transfer_cmd(
             raise CommandError(f"--amount {amount!r} is not a number") from None
         if not value.is_finite() or value <= 0:
             raise CommandError(f"--amount must be a positive number, not {amount!r}")
+    settings = load_settings()
+    if not settings.workers_enabled:
+        raise CommandError(
+            "MG_WORKERS_ENABLED is false: the drill runs workers and refuses to start. "
+            "Run it with MG_WORKERS_ENABLED=true qtg drill evm-transfer."
+        )
     configure(logging.WARNING)
     net = resolve_network(network)
     with cli_errors():
