@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from eth_account import Account
-from eth_keys import keys as eth_keys
+from eth_keys.datatypes import PrivateKey
 
 from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
 from qtg_runner.chains.local import (
@@ -96,7 +96,7 @@ class Attester:
     __slots__ = ("__key", "_address")
 
     def __init__(self, key: bytes) -> None:
-        self.__key = eth_keys.PrivateKey(bytes(key))
+        self.__key = PrivateKey(bytes(key))
         self._address = str(self.__key.public_key.to_checksum_address())
 
     @property
@@ -108,7 +108,8 @@ class Attester:
         if len(digest) != 32:
             raise ValueError("a digest is 32 bytes")
         sig = self.__key.sign_msg_hash(digest)
-        return sig.r.to_bytes(32, "big") + sig.s.to_bytes(32, "big") + bytes([sig.v + 27])
+        r, s, v = int(sig.r), int(sig.s), int(sig.v)
+        return r.to_bytes(32, "big") + s.to_bytes(32, "big") + bytes([v + 27])
 
     def __repr__(self) -> str:
         return f"Attester(address={self._address!r})"
@@ -233,7 +234,7 @@ class BurnBody:
 def attest(message: bytes, attesters: Sequence[Attester]) -> bytes:
     """The attestation of ``message``: each attester's signature over
     keccak256(message), concatenated in ascending signer address order."""
-    from eth_utils import keccak
+    from eth_utils.crypto import keccak
 
     digest = keccak(message)
     ordered = sorted(attesters, key=lambda a: int(a.address, 16))
@@ -329,7 +330,7 @@ def deploy_cctp(
     pending: list[tuple[Any, RunningChain, Any]] = []
     for chain, w3, owner in zip(chains, w3s, owners, strict=True):
         # a set gas: estimating would run each call before the ones it follows are mined
-        tx = {"from": owner, "gas": 500_000}
+        tx: Any = {"from": owner, "gas": 500_000}
         mt = w3.eth.contract(
             address=Web3.to_checksum_address(chain.contracts["MessageTransmitterV2"]),
             abi=mt_art["abi"],
