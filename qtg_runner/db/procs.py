@@ -285,6 +285,43 @@ class EvmChain:
 
 
 @dataclass(frozen=True)
+class NonceGap:
+    """A row of evm_nonce_gaps: a nonce that will never be broadcast unless filled."""
+
+    chain_key: Text
+    sender: Text
+    nonce: BigInt
+    signer_id: Text
+    rpc_url_env: Text
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    chain_id: BigInt
+    tx_hashes: Annotated[list[str], Pg("text[]")]
+
+
+@dataclass(frozen=True)
+class StaleTransaction:
+    """A row of evm_stale_transactions: an intent's or a fill's newest transaction, waiting long."""
+
+    kind: Text
+    intent_id: BigInt | None
+    node_id: BigInt | None
+    chain_key: Text
+    sender: Text
+    nonce: BigInt
+    tx_hash: Text
+    raw_tx: Text
+    recorded_at: Timestamp
+    tx_hashes: Annotated[list[str], Pg("text[]")]
+    tx_purposes: Annotated[list[str], Pg("text[]")]
+    signer_id: Text
+    rpc_url_env: Text
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    chain_id: BigInt
+
+
+@dataclass(frozen=True)
 class RegisteredExecutor:
     """A row of registered_executors."""
 
@@ -705,6 +742,48 @@ def evm_chains() -> Call[EvmChain]:
 @procedure("runner")
 def evm_next_nonce(chain_key: Text, sender: Text) -> Call[BigInt | None]:
     """The nonce the engine hands out next for a treasury account (None before its first)."""
+
+
+@procedure("runner")
+def evm_nonce_gaps(max: Integer | Default = DEFAULT) -> Call[NonceGap]:
+    """Nonces allocated to intents that will never broadcast (FAILED, ABANDONED, skipped)."""
+
+
+@procedure("runner")
+def record_nonce_fill(
+    chain_key: Text,
+    sender: Text,
+    nonce: BigInt,
+    tx_hash: Text,
+    raw_tx: Text,
+    replaces: Text | Default | None = DEFAULT,
+) -> Call[Boolean]:
+    """Records a fill (a zero-value self-transfer closing a gap) before it is broadcast."""
+
+
+@procedure("runner")
+def evm_stale_transactions(
+    blocks: Integer | Default = DEFAULT,
+    min_seconds: Integer | Default = DEFAULT,
+    max: Integer | Default = DEFAULT,
+) -> Call[StaleTransaction]:
+    """Sent intents' and open fills' newest transactions recorded long ago (fee bump candidates)."""
+
+
+@procedure("runner")
+def record_evm_replacement(intent_id: BigInt, tx_hash: Text, raw_tx: Text) -> Call[Boolean]:
+    """Records a fee bump of an intent's transaction (same nonce) before it is broadcast."""
+
+
+@procedure("runner")
+def record_nonce_closed(
+    chain_key: Text,
+    sender: Text,
+    nonce: BigInt,
+    how: Text,
+    evidence: Json | Default = DEFAULT,
+) -> Call[Boolean]:
+    """Reports a nonce consumed on its chain (fill_mined, consumed, found_mined): an audit row."""
 
 
 @procedure("runner")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from qtg_runner.loop import WorkerEntry
 from qtg_runner.workers import (
+    evm_nonce_reaper,
     expiration_checker,
     node_dispatcher,
     node_observer,
@@ -35,6 +36,11 @@ REGISTRY: tuple[WorkerEntry, ...] = (
         interval=30.0,
         jitter=5.0,
         tier="sidecar",
+    ),
+    # fills of nonces that will never broadcast, fee bumps of transactions
+    # waiting more than 20 block times (at least a minute)
+    WorkerEntry(
+        "evm_nonce_reaper", evm_nonce_reaper.batch, interval=15.0, jitter=3.0, tier="sidecar"
     ),
 )
 

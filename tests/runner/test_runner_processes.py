@@ -69,6 +69,7 @@ ALL_WORKERS = {
     "node_recovery",
     "expiration_checker",
     "template_proposal_expiration",
+    "evm_nonce_reaper",
 }
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}

@@ -49,11 +49,13 @@ from engine import (
     plan,
     register_sim,
 )
+from eth_account import Account
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 from rows import iso_at
 
+from qtg_runner.chains.evm import Fees, build_transfer, self_transfer, tx_hash_of
 from qtg_runner.db import procs
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 
@@ -95,6 +97,29 @@ class World:
     proposal: int  # a lane proposal PROPOSED by alice
     quarantined: int  # a node SUBMITTING, quarantined by its dispatcher w1
     transfer: int = 0  # an evm_transfer node between the treasury accounts of world-a
+    replaced: int = 0  # a PREPARED intent at nonce 6 of world-a's 0xdd..; nonce 5 FAILED (a gap)
+
+
+WORLD_SENDER = "0x" + "d" * 40
+WORLD_KEY = Account.from_key(
+    "0x" + "4f" * 32
+)  # signs the world's bytes (SQL reads, never recovers, the sender)
+
+
+def world_tx(tx: dict[str, Any]) -> tuple[str, str]:
+    raw = bytes(WORLD_KEY.sign_transaction(tx).raw_transaction)
+    return tx_hash_of(raw), "0x" + raw.hex()
+
+
+def world_transfer(nonce: int, max_fee: int = 2 * 10**9, amount: int = 1) -> tuple[str, str]:
+    fees = Fees(max_fee, 10**9)
+    return world_tx(
+        build_transfer(1, "0x" + "1" * 40, "0x" + "f" * 40, amount, nonce, fees, 60_000)
+    )
+
+
+def world_fill(nonce: int) -> tuple[str, str]:
+    return world_tx(self_transfer(1, WORLD_SENDER, nonce, Fees(2 * 10**9, 10**9)))
 
 
 def build_world(conn: Conn) -> World:
@@ -135,6 +160,24 @@ def build_world(conn: Conn) -> World:
         ids["c"], claims["c"]["claim_secret"], nonce=3, signed_tx_hash="0xcc"
     ).one(conn)
     procs.fail_submit(ids["c"], claims["c"]["claim_secret"], "timeout", True).one(conn)
+    # EVM nonces of world-a's 0xdd..: 5 held by a FAILED intent (a gap), 6 by a PREPARED one
+    evm_nodes = node_ids(conn, create_started(conn, plan(node("e"), node("f")), "nonces"))
+    evm_claims = {
+        c.node_id: c.claim_secret for c in procs.claim_ready_nodes("w2", 10, 3600).all(conn)
+    }
+    intents = {}
+    for key, nonce in (("e", 5), ("f", 6)):
+        tx_hash, raw = world_transfer(nonce)
+        intents[key] = procs.record_intent_prepared(
+            evm_nodes[key],
+            evm_claims[evm_nodes[key]],
+            nonce=nonce,
+            signed_tx_hash=tx_hash,
+            chain_key="world-a",
+            sender=WORLD_SENDER,
+            raw_tx=raw,
+        ).one(conn)
+    procs.fail_submit(evm_nodes["e"], evm_claims[evm_nodes["e"]], "refused", False).one(conn)
     with as_person(conn, "alice"):
         proposal = procs.propose_lane_baseline("default", 120).one(conn).proposal_id
     pin_clock(conn, iso_at(NOW))
@@ -152,6 +195,7 @@ def build_world(conn: Conn) -> World:
         proposal=proposal,
         quarantined=ids["d"],
         transfer=transfer,
+        replaced=intents["f"],
     )
 
 
@@ -289,6 +333,29 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "evm_next_nonce": {"p_chain_key": "world-a", "p_sender": "0x" + "d" * 40},
         "evm_chains": {},
         "evm_transfer_route": {"p_node_id": w.transfer},
+        "evm_nonce_gaps": {"p_max": 10},
+        "evm_stale_transactions": {"p_blocks": 20, "p_min_seconds": 60, "p_max": 10},
+        "record_nonce_fill": dict(
+            zip(
+                ("p_chain_key", "p_sender", "p_nonce", "p_tx_hash", "p_raw_tx"),
+                ("world-a", WORLD_SENDER, 5, *world_fill(5)),
+                strict=True,
+            )
+        ),
+        "record_evm_replacement": dict(
+            zip(
+                ("p_intent_id", "p_tx_hash", "p_raw_tx"),
+                (w.replaced, *world_transfer(6, max_fee=3 * 10**9)),
+                strict=True,
+            )
+        ),
+        "record_nonce_closed": {
+            "p_chain_key": "world-a",
+            "p_sender": WORLD_SENDER,
+            "p_nonce": 5,
+            "p_how": "consumed",
+            "p_evidence": '{"latest_count": 9}',
+        },
         "register_executor": {
             "p_executor_key": "sim2",
             "p_has_side_effect": True,
@@ -659,6 +726,52 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             chain_keys("p_chain_key")
             + addresses("p_sender")
             + each("p_sender", "QT014", "0x" + "e" * 40)  # not a treasury account
+        ),
+        "evm_nonce_gaps": each("p_max", "QT002", None, 0, -1, 1001),
+        "evm_stale_transactions": (
+            each("p_blocks", "QT002", None, 0, -1, 100001)
+            + each("p_min_seconds", "QT002", None, -1, 86401)
+            + each("p_max", "QT002", None, 0, 1001)
+        ),
+        "record_nonce_fill": (
+            chain_keys("p_chain_key")
+            + addresses("p_sender")
+            + each("p_sender", "QT014", "0x" + "e" * 40)
+            + each("p_nonce", "QT002", None, -1)
+            # the valid bytes are at nonce 5: another nonce does not match them
+            # (a fill at a live intent's nonce: tests/procedures/test_evm_nonce_reaper.py)
+            + each("p_nonce", "QT002", 6, 7, 4)
+            + each("p_tx_hash", "QT002", None, "", "0xcc", "0x" + "AB" * 32)
+            + each(
+                "p_raw_tx",
+                "QT002",
+                None,
+                "",
+                "0x02",
+                "0x02c0",
+                world_transfer(5)[1],
+                world_fill(6)[1],
+            )
+            + each("p_raw_tx", "QT005", "0x" + "00" * 131073)
+            + each("p_replaces", "QT002", "0xcc")
+            + each("p_replaces", "QT033", "0x" + "ab" * 32)  # no fill there to replace
+        ),
+        "record_evm_replacement": (
+            each("p_intent_id", "QT011", None, -1, 2**62)
+            + each("p_tx_hash", "QT002", None, "", "0xcc")
+            + each("p_raw_tx", "QT002", None, "0x02", world_transfer(6, 3 * 10**9, amount=2)[1])
+            + each("p_raw_tx", "QT033", world_transfer(7, 3 * 10**9)[1])
+            + each("p_raw_tx", "QT005", "0x" + "00" * 131073)
+        ),
+        "record_nonce_closed": (
+            chain_keys("p_chain_key")
+            + addresses("p_sender")
+            + each("p_sender", "QT014", "0x" + "e" * 40)
+            + each("p_nonce", "QT002", None, -1)
+            + each("p_nonce", "QT033", 7)
+            + each("p_how", "QT002", None, "", "mined", "found")
+            + each("p_evidence", "QT002", None, "[]", "5")
+            + each("p_evidence", "QT005", BIG_JSON)
         ),
     }
     return calls

@@ -1,0 +1,6 @@
+SET LOCAL ROLE qtg_owner;
+
+SELECT qtg_admin.apply_per_network($ddl$
+DROP INDEX node_intents_account_nonce;
+DROP TABLE evm_closed_nonces;
+$ddl$);

@@ -1,0 +1,295 @@
+"""The evm_nonce_reaper against the real local chains, as a runner login.
+
+What a treasury relies on: a transfer whose nonce follows one that failed
+without a broadcast is not stuck forever behind the gap (the reaper closes the
+gap with a recorded zero-value self-transfer and both are mined); a transfer
+sitting unmined past its age is replaced by a fee bump that is recorded in the
+engine before the node ever sees it, and the observer then settles the node by
+the replacement's receipt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from chain_support import LocalChainSet
+from evm_support import (
+    make_due,
+    mine,
+    node_state,
+    register_world,
+    run_batch,
+    start_transfer,
+    superuser,
+    usdc_balance,
+)
+from psycopg import sql
+
+from qtg_runner.chains.evm import EvmRpc, decode_raw, tx_hash_of
+from qtg_runner.chains.local import rpc
+from qtg_runner.executors.base import ExecutorError
+from qtg_runner.workers import evm_nonce_reaper, node_dispatcher, node_observer
+
+pytestmark = [pytest.mark.chain]
+
+
+@pytest.fixture
+def world(db: Any, local_chain_set: LocalChainSet) -> Any:
+    conn = superuser(db)
+    register_world(conn, local_chain_set)
+    return conn
+
+
+def manual_mining(chain: Any) -> Any:
+    rpc(chain.rpc_url, "evm_setIntervalMining", [0])
+    return lambda: rpc(chain.rpc_url, "evm_setIntervalMining", [chain.block_time])
+
+
+def intent_of(conn: Any, node_id: int) -> dict[str, Any]:
+    row = conn.execute("SELECT intent_document(%s)", (node_id,)).fetchone()
+    assert row is not None and row[0] is not None
+    return dict(row[0])
+
+
+@contextlib.contextmanager
+def runner_clock(db: Any, conn: Any, minutes: int) -> Iterator[None]:
+    """The database clock of the runner's login (new sessions: the pool of one
+    batch) pinned ``minutes`` ahead of now, for the block of the with."""
+    login = db.connect(db.runner_dsn("testnet")).execute("SELECT session_user").fetchone()[0]
+    dbname = conn.execute("SELECT current_database()").fetchone()[0]
+    at = conn.execute("SELECT (now() + make_interval(mins => %s))::text", (minutes,)).fetchone()[0]
+    role = sql.SQL("ALTER ROLE {} IN DATABASE {}").format(
+        sql.Identifier(login), sql.Identifier(dbname)
+    )
+    conn.execute(role + sql.SQL(" SET qtg.now = {}").format(sql.Literal(at)))
+    try:
+        yield
+    finally:
+        conn.execute(role + sql.SQL(" RESET qtg.now"))
+
+
+def receipt(chain: Any, tx_hash: str) -> Any:
+    return rpc(chain.rpc_url, "eth_getTransactionReceipt", [tx_hash])
+
+
+def mined_within(chain: Any, tx_hashes: list[str], seconds: float = 20.0) -> None:
+    """Mine blocks until every hash has a receipt, or fail at the deadline."""
+    deadline = time.monotonic() + seconds
+    while not all(receipt(chain, h) for h in tx_hashes):
+        assert time.monotonic() < deadline, (
+            f"not mined: {[h for h in tx_hashes if not receipt(chain, h)]}"
+        )
+        mine(chain)
+
+
+def recorded_first(monkeypatch: pytest.MonkeyPatch, conn: Any) -> list[str]:
+    """Every broadcast from now on checks that the engine holds its bytes first;
+    the hashes sent, in order."""
+    sent: list[str] = []
+    real_send = EvmRpc.send_raw_transaction
+
+    async def send_checked(self: EvmRpc, raw: bytes) -> str:
+        tx_hash = tx_hash_of(raw)
+        row = conn.execute(
+            "SELECT raw_tx FROM evm_transactions WHERE tx_hash = %s", (tx_hash,)
+        ).fetchone()
+        assert row is not None and row[0] == "0x" + raw.hex(), "broadcast before it was recorded"
+        sent.append(tx_hash)
+        return await real_send(self, raw)
+
+    monkeypatch.setattr(EvmRpc, "send_raw_transaction", send_checked)
+    return sent
+
+
+def reaper(chain_set: LocalChainSet) -> Any:
+    return functools.partial(evm_nonce_reaper.run_round, env=chain_set.runner_env())
+
+
+def refuse_submit(executor: Any) -> None:
+    """The node refuses the signed bytes (as for insufficient funds): nothing went out."""
+
+    async def refuse(*_: Any) -> Any:
+        raise ExecutorError("test-a refused the transfer: insufficient funds", retryable=False)
+
+    executor.submit = refuse
+
+
+def test_a_nonce_left_by_a_failed_transfer_is_filled_and_the_next_transfer_lands(
+    db: Any, world: Any, local_chain_set: LocalChainSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    before = usdc_balance(chain, recipient)
+    resume = manual_mining(chain)
+    try:
+        _, failed = start_transfer(world, chain.key, sender, recipient, Decimal("1.5"), "gap-1")
+        run_batch(db, node_dispatcher.batch, local_chain_set, executor_hook=refuse_submit)
+        assert node_state(world, failed) == "FAILED"
+        gap = intent_of(world, failed)
+        assert gap["intent_state"] == "FAILED"
+        n = gap["nonce"]
+
+        _, stuck = start_transfer(world, chain.key, sender, recipient, Decimal("2.5"), "gap-2")
+        run_batch(db, node_dispatcher.batch, local_chain_set)
+        assert node_state(world, stuck) == "SUBMITTED"
+        after = intent_of(world, stuck)
+        assert after["nonce"] == n + 1
+        mine(chain, 2)
+        # behind the gap it is never mined
+        assert receipt(chain, after["signed_tx_hash"]) is None
+
+        with monkeypatch.context() as patch:
+            sent = recorded_first(patch, world)
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 1
+        fill = world.execute(
+            "SELECT tx_hash, intent_id, raw_tx FROM evm_transactions"
+            " WHERE purpose = 'fill' AND chain_key = %s AND sender = %s AND nonce = %s",
+            (chain.key, sender, n),
+        ).fetchall()
+        assert len(fill) == 1 and fill[0][1] is None
+        fill_hash = fill[0][0]
+        assert sent == [fill_hash]
+        mined_within(chain, [fill_hash, after["signed_tx_hash"]])
+        filled = rpc(chain.rpc_url, "eth_getTransactionByHash", [fill_hash])
+        assert (filled["from"], filled["to"], int(filled["value"], 16), filled["input"]) == (
+            sender,
+            sender,
+            0,
+            "0x",
+        )
+        assert int(filled["nonce"], 16) == n
+        assert (
+            receipt(chain, fill_hash)["blockNumber"]
+            <= receipt(chain, after["signed_tx_hash"])["blockNumber"]
+        )
+        assert world.execute("SELECT count(*) FROM evm_nonce_gaps(100)").fetchone()[0] == 0
+        # past the fill's age the reaper sees it mined and reports the nonce closed
+        with runner_clock(db, world, minutes=10):
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 1
+        closed = world.execute(
+            "SELECT detail FROM audit_outbox WHERE action = 'nonce_closed'"
+        ).fetchone()[0]
+        assert (closed["nonce"], closed["tx_hash"]) == (n, fill_hash)
+        with runner_clock(db, world, minutes=20):
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 0
+    finally:
+        resume()
+    assert usdc_balance(chain, recipient) == before + 2_500_000
+
+
+def test_a_transfer_waiting_too_long_is_bumped_recorded_first_and_settled_by_its_replacement(
+    db: Any, world: Any, local_chain_set: LocalChainSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chain = local_chain_set.chains[1]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("4.2"), "bump")
+        run_batch(db, node_dispatcher.batch, local_chain_set)
+        original = intent_of(world, node_id)["signed_tx_hash"]
+        assert rpc(chain.rpc_url, "eth_getTransactionByHash", [original]) is not None
+
+        # not old enough yet: nothing to do
+        assert run_batch(db, reaper(local_chain_set), local_chain_set) == 0
+
+        # every broadcast checks that the engine holds the bytes first
+        sent: list[str] = []
+        real_send = EvmRpc.send_raw_transaction
+
+        async def send_checked(self: EvmRpc, raw: bytes) -> str:
+            tx_hash = tx_hash_of(raw)
+            row = world.execute(
+                "SELECT purpose, intent_id FROM evm_transactions WHERE tx_hash = %s", (tx_hash,)
+            ).fetchone()
+            hashes = world.execute(
+                "SELECT signed_tx_hashes FROM node_intents WHERE node_id = %s", (node_id,)
+            ).fetchone()[0]
+            assert row is not None and row[0] == "replacement", "broadcast before it was recorded"
+            assert tx_hash in hashes
+            sent.append(tx_hash)
+            return await real_send(self, raw)
+
+        monkeypatch.setattr(EvmRpc, "send_raw_transaction", send_checked)
+        # the database's clock past 20 block times (and the minute) since it was recorded
+        with runner_clock(db, world, minutes=2):
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 1
+        monkeypatch.undo()
+        (replacement,) = sent
+        intent = intent_of(world, node_id)
+        assert [t["tx_hash"] for t in intent["transactions"]] == [original, replacement]
+        assert [t["purpose"] for t in intent["transactions"]] == ["intent", "replacement"]
+        old = decode_raw(bytes.fromhex(intent["transactions"][0]["raw_tx"][2:]))
+        new = decode_raw(bytes.fromhex(intent["transactions"][1]["raw_tx"][2:]))
+        assert new.nonce == old.nonce == intent["nonce"]
+        assert (new.to, new.data, new.gas) == (old.to, old.data, old.gas)
+        assert new.fees.max_fee_per_gas > old.fees.max_fee_per_gas
+        # the node holds the replacement now, not the original
+        assert rpc(chain.rpc_url, "eth_getTransactionByHash", [replacement]) is not None
+
+        mined_within(chain, [replacement])
+        assert receipt(chain, original) is None
+        for _ in range(10):
+            make_due(world, node_id)
+            run_batch(db, node_observer.batch, local_chain_set)
+            if node_state(world, node_id) == "COMPLETED":
+                break
+            mine(chain)
+    finally:
+        resume()
+    assert node_state(world, node_id) == "COMPLETED"
+    evidence = world.execute(
+        "SELECT evidence FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()[0]
+    assert evidence["tx_hash"] == replacement
+
+
+def test_a_failed_transfer_found_mined_is_never_filled_and_is_recorded_for_an_operator(
+    db: Any, world: Any, local_chain_set: LocalChainSet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bytes went out although the node was failed (the submit reported a
+    permanent error after the broadcast): the reaper must not fill over them
+    while they wait in the pool, and once they are mined it records the
+    evidence (money moved for a failed node) instead of a fill."""
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+
+    def send_then_fail(executor: Any) -> None:
+        real_submit = executor.submit
+
+        async def submit(work: Any, prepared: Any) -> Any:
+            await real_submit(work, prepared)
+            raise ExecutorError("a permanent error, reported after the broadcast", retryable=False)
+
+        executor.submit = submit
+
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("0.7"), "out")
+        run_batch(db, node_dispatcher.batch, local_chain_set, executor_hook=send_then_fail)
+        assert node_state(world, node_id) == "FAILED"
+        tx_hash = intent_of(world, node_id)["signed_tx_hash"]
+        nonce = intent_of(world, node_id)["nonce"]
+
+        # in the pool: never replaced by a fill
+        assert run_batch(db, reaper(local_chain_set), local_chain_set) == 0
+        fills = "SELECT count(*) FROM evm_transactions WHERE purpose = 'fill'"
+        assert world.execute(fills).fetchone()[0] == 0
+
+        mined_within(chain, [tx_hash])
+        with caplog.at_level("ERROR"):
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 1
+    finally:
+        resume()
+    assert world.execute(fills).fetchone()[0] == 0
+    detail = world.execute(
+        "SELECT detail FROM audit_outbox WHERE action = 'nonce_found_mined'"
+    ).fetchone()[0]
+    assert (detail["nonce"], detail["tx_hash"], detail["sender"]) == (nonce, tx_hash, sender)
+    assert any("event=nonce_found_mined" in r.getMessage() for r in caplog.records)
+    assert world.execute("SELECT count(*) FROM evm_nonce_gaps(100)").fetchone()[0] == 0

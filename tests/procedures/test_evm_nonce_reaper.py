@@ -1,0 +1,282 @@
+"""The evm_nonce_reaper's procedures (SQL only): which nonces are gaps, who may
+record a fill, a fee bump recorded before it is broadcast.
+
+What a treasury relies on: a nonce allocated to an intent that failed or was
+abandoned, or skipped, is listed until a fill closes it or the chain is found
+to have consumed it, and a live intent's nonce is never listed; a runner's
+login cannot record a "fill" over the nonce a prepared intent holds, nor one
+that is not a zero-value self-transfer (it would move money outside any
+movement); a replacement is appended to its intent's hashes before anything is
+broadcast, only at the intent's own nonce, doing what the intent does, while
+its node is still at work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import pytest
+from conftest import TestDatabase
+from engine import (
+    assert_rejected,
+    bind,
+    create_started,
+    fingerprint,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+)
+from eth_account import Account
+from psycopg.types.json import Jsonb
+from rows import T0, Conn, intent_row
+
+from qtg_runner.chains.evm import Fees, build_transfer, self_transfer, tx_hash_of
+from qtg_runner.db import procs
+
+CHAIN = "test-a"
+CHAIN_ID = 31401
+KEY = Account.from_key("0x" + "4f" * 32)
+SENDER = KEY.address.lower()
+TOKEN = "0x" + "70" * 20
+FEES = Fees(2 * 10**9, 10**9)
+FIVE = plan(node("a"), node("b"), node("c"), node("d"), node("e"))
+
+
+def signed(tx: dict[str, Any]) -> tuple[str, str]:
+    raw = bytes(KEY.sign_transaction(tx).raw_transaction)
+    return tx_hash_of(raw), "0x" + raw.hex()
+
+
+def transfer(nonce: int, fees: Fees = FEES, amount: int = 1) -> tuple[str, str]:
+    return signed(build_transfer(CHAIN_ID, TOKEN, "0x" + "b2" * 20, amount, nonce, fees, 60_000))
+
+
+def fill(nonce: int, fees: Fees = FEES) -> tuple[str, str]:
+    return signed(self_transfer(CHAIN_ID, SENDER, nonce, fees))
+
+
+@pytest.fixture
+def world(conn: Conn) -> dict[str, dict[str, Any]]:
+    """Five nodes with intents at nonces 5..8 and 10 (9 skipped): a FAILED
+    without a broadcast, b PREPARED, c SUBMITTED, d SUBMITTED, e PREPARED."""
+    procs.upsert_chain(CHAIN, CHAIN_ID, "QTG_RPC_TEST_A", 2, 1000).one(conn)
+    procs.upsert_treasury_account(CHAIN, SENDER, "env:TEST_KEY").one(conn)
+    movement = create_started(conn, FIVE, "m1")
+    ids = node_ids(conn, movement)
+    claimed = {c.node_id: asdict(c) for c in procs.claim_ready_nodes("w1", 100, 300).all(conn)}
+    c = {key: claimed[node_id] for key, node_id in ids.items()}
+    for key, nonce in (("a", 5), ("b", 6), ("c", 7), ("d", 8), ("e", 10)):
+        tx_hash, raw = transfer(nonce)
+        c[key]["tx_hash"], c[key]["nonce"] = tx_hash, nonce
+        c[key]["intent_id"] = procs.record_intent_prepared(
+            c[key]["node_id"],
+            c[key]["claim_secret"],
+            nonce=nonce,
+            signed_tx_hash=tx_hash,
+            chain_key=CHAIN,
+            sender=SENDER,
+            raw_tx=raw,
+        ).one(conn)
+    procs.fail_submit(c["a"]["node_id"], c["a"]["claim_secret"], "insufficient funds", False).one(
+        conn
+    )
+    for key in ("c", "d"):
+        procs.complete_submit(c[key]["node_id"], c[key]["claim_secret"], c[key]["tx_hash"]).one(
+            conn
+        )
+    return c
+
+
+def gaps(conn: Conn) -> list[tuple[int, list[str]]]:
+    return [(g.nonce, g.tx_hashes) for g in procs.evm_nonce_gaps().all(conn)]
+
+
+def refused(r: Conn, conn: Conn, sqlstate: str, query: str, params: tuple[Any, ...]) -> Any:
+    """assert_rejected for a runner's login (which reads no table): every table of
+    the database, read on the superuser's ``conn``, is as it was."""
+    before = fingerprint(conn)
+    error = assert_rejected(r, sqlstate, query, params, tables=())
+    assert fingerprint(conn) == before
+    return error
+
+
+def runner(db: TestDatabase) -> Conn:
+    r = bind(db.connect(db.runner_dsn("testnet")))
+    pin_clock(r, T0.isoformat())
+    return r
+
+
+def test_gaps_are_the_failed_and_skipped_nonces_until_filled_or_found_consumed(
+    conn: Conn, world: dict[str, Any]
+) -> None:
+    assert intent_row(conn, world["a"]["node_id"])["intent_state"] == "FAILED"
+    # 5: a FAILED intent's; 9: skipped by the allocation; 6, 7, 8, 10 are live
+    assert gaps(conn) == [(5, [world["a"]["tx_hash"]]), (9, [])]
+    row = procs.evm_nonce_gaps(1).one(conn)
+    assert (row.chain_key, row.sender, row.signer_id, row.chain_id) == (
+        CHAIN,
+        SENDER,
+        "env:TEST_KEY",
+        CHAIN_ID,
+    )
+    tx_hash, raw = fill(5)
+    assert procs.record_nonce_fill(CHAIN, SENDER, 5, tx_hash, raw).one(conn) is True
+    assert procs.record_nonce_fill(CHAIN, SENDER, 5, tx_hash, raw).one(conn) is False
+    assert gaps(conn) == [(9, [])]
+    assert conn.execute(
+        "SELECT purpose, intent_id, nonce FROM evm_transactions WHERE tx_hash = %s", (tx_hash,)
+    ).fetchone() == ("fill", None, 5)
+    # the chain is past 9 with nothing of ours there: reported, no longer listed
+    assert procs.record_nonce_closed(CHAIN, SENDER, 9, "consumed", {"latest": 11}).one(conn)
+    assert gaps(conn) == []
+    assert not procs.record_nonce_closed(CHAIN, SENDER, 9, "consumed", {"latest": 11}).one(conn)
+    assert conn.execute(
+        "SELECT nonce, how, evidence FROM evm_closed_nonces WHERE chain_key = %s AND address = %s",
+        (CHAIN, SENDER),
+    ).fetchall() == [(9, "consumed", {"latest": 11})]
+
+
+def test_a_fill_over_a_live_intents_nonce_is_refused_and_changes_nothing(
+    db: TestDatabase, conn: Conn, world: dict[str, Any]
+) -> None:
+    r = runner(db)
+    before = fingerprint(conn)
+    for nonce in (6, 7, 10):  # PREPARED, SUBMITTED, PREPARED
+        tx_hash, raw = fill(nonce)
+        error = refused(
+            r,
+            conn,
+            "QT033",
+            "SELECT record_nonce_fill(%s, %s, %s, %s, %s)",
+            (CHAIN, SENDER, nonce, tx_hash, raw),
+        )
+        assert "is not a gap" in str(error)
+    # not allocated at all (at or past the next nonce), or below the first one
+    for nonce in (11, 4):
+        tx_hash, raw = fill(nonce)
+        refused(
+            r,
+            conn,
+            "QT033",
+            "SELECT record_nonce_fill(%s, %s, %s, %s, %s)",
+            (CHAIN, SENDER, nonce, tx_hash, raw),
+        )
+    # a "fill" that moves money, or sits at another nonce than it claims
+    for tx_hash, raw, nonce in (
+        (*transfer(5), 5),
+        (*fill(6), 5),
+        (*fill(5, Fees(300 * 10**9, 10**9)), 5),  # above the chain's fee cap
+    ):
+        refused(
+            r,
+            conn,
+            "QT002",
+            "SELECT record_nonce_fill(%s, %s, %s, %s, %s)",
+            (CHAIN, SENDER, nonce, tx_hash, raw),
+        )
+    assert fingerprint(conn) == before
+    assert gaps(conn)[0][0] == 5
+
+
+def test_a_second_fill_at_a_nonce_only_replaces_the_newest(
+    db: TestDatabase, conn: Conn, world: dict[str, Any]
+) -> None:
+    r = runner(db)
+    first, first_raw = fill(5)
+    procs.record_nonce_fill(CHAIN, SENDER, 5, first, first_raw).one(r)
+    bumped, bumped_raw = fill(5, Fees(3 * 10**9, 2 * 10**9))
+    refused(
+        r,
+        conn,
+        "QT033",
+        "SELECT record_nonce_fill(%s, %s, %s, %s, %s)",
+        (CHAIN, SENDER, 5, bumped, bumped_raw),
+    )
+    refused(
+        r,
+        conn,
+        "QT033",
+        "SELECT record_nonce_fill(%s, %s, %s, %s, %s, p_replaces => %s)",
+        (CHAIN, SENDER, 9, *fill(9), first),
+    )
+    assert procs.record_nonce_fill(CHAIN, SENDER, 5, bumped, bumped_raw, replaces=first).one(r)
+    # the fills wait in evm_stale_transactions until reported mined
+    pin_clock(conn, "2026-01-01T01:00:00+00:00")
+    stale = [
+        (s.kind, s.nonce, s.tx_hash)
+        for s in procs.evm_stale_transactions().all(conn)
+        if s.kind == "fill"
+    ]
+    assert stale == [("fill", 5, bumped)]
+    assert_rejected(
+        conn,
+        "QT033",
+        "SELECT record_nonce_closed(%s, %s, 5, 'fill_mined', %s)",
+        (CHAIN, SENDER, Jsonb({"tx_hash": world["b"]["tx_hash"]})),
+    )
+    procs.record_nonce_closed(CHAIN, SENDER, 5, "fill_mined", {"tx_hash": bumped}).one(conn)
+    assert not [s for s in procs.evm_stale_transactions().all(conn) if s.kind == "fill"]
+
+
+def test_a_failed_intents_transaction_found_mined_is_recorded_for_an_operator(
+    conn: Conn, world: dict[str, Any]
+) -> None:
+    # only a failed or abandoned intent's recorded hash counts as found mined
+    assert_rejected(
+        conn,
+        "QT033",
+        "SELECT record_nonce_closed(%s, %s, 6, 'found_mined', %s)",
+        (CHAIN, SENDER, Jsonb({"tx_hash": world["b"]["tx_hash"]})),
+    )
+    evidence = {"tx_hash": world["a"]["tx_hash"], "block_number": 12}
+    assert procs.record_nonce_closed(CHAIN, SENDER, 5, "found_mined", evidence).one(conn)
+    row = conn.execute(
+        "SELECT entity, entity_id, detail FROM audit_outbox WHERE action = 'nonce_found_mined'"
+    ).fetchone()
+    assert row[:2] == ("chain", CHAIN)
+    assert row[2] | {} == {"sender": SENDER, "nonce": 5, **evidence}
+    assert [n for n, _ in gaps(conn)] == [9]
+
+
+def test_stale_transactions_are_sent_intents_past_their_age(
+    conn: Conn, world: dict[str, Any]
+) -> None:
+    assert procs.evm_stale_transactions().all(conn) == []
+    # 20 blocks of a second: 20 s, but at least 60 s
+    pin_clock(conn, "2026-01-01T00:00:59+00:00")
+    assert procs.evm_stale_transactions().all(conn) == []
+    pin_clock(conn, "2026-01-01T00:01:00+00:00")
+    rows = procs.evm_stale_transactions().all(conn)
+    assert sorted((s.kind, s.nonce, s.intent_id) for s in rows) == [
+        ("intent", 7, world["c"]["intent_id"]),
+        ("intent", 8, world["d"]["intent_id"]),
+    ]
+    assert procs.evm_stale_transactions(blocks=100, min_seconds=0).all(conn) == []
+
+
+def test_a_replacement_is_appended_at_its_intents_nonce_while_its_node_is_at_work(
+    db: TestDatabase, conn: Conn, world: dict[str, Any]
+) -> None:
+    r = runner(db)
+    c = world["c"]
+    bumped, raw = transfer(7, Fees(3 * 10**9, 2 * 10**9))
+    assert procs.record_evm_replacement(c["intent_id"], bumped, raw).one(r) is True
+    assert procs.record_evm_replacement(c["intent_id"], bumped, raw).one(r) is False
+    row = intent_row(conn, c["node_id"])
+    assert row["signed_tx_hashes"] == [c["tx_hash"], bumped]
+    assert conn.execute(
+        "SELECT purpose, intent_id, nonce FROM evm_transactions WHERE tx_hash = %s", (bumped,)
+    ).fetchone() == ("replacement", c["intent_id"], 7)
+
+    call = "SELECT record_evm_replacement(%s, %s, %s)"
+    # another nonce
+    refused(r, conn, "QT033", call, (c["intent_id"], *transfer(8, Fees(3 * 10**9, 2 * 10**9))))
+    # another transfer (amount) at the same nonce
+    refused(r, conn, "QT002", call, (c["intent_id"], *transfer(7, Fees(4 * 10**9, 2 * 10**9), 999)))
+    # a finished node (a FAILED), and no such intent
+    refused(
+        r, conn, "QT021", call, (world["a"]["intent_id"], *transfer(5, Fees(3 * 10**9, 2 * 10**9)))
+    )
+    refused(r, conn, "QT011", call, (10**12, *transfer(5)))
