@@ -419,10 +419,16 @@ def test_chains_up_shows_no_key_or_password_in_output_files_argv_or_database(
         assert up.returncode == 0, up.stderr
         keystore_dir = state_dir / "keystore"
         keys = _keys_of(keystore_dir)
-        assert sorted(keys) == ["local-treasury-1", "local-treasury-2"]
+        # the treasury's keys and the CCTP double's attester keys: every one a secret
+        assert sorted(keys) == [
+            "cctp-attester-1",
+            "cctp-attester-2",
+            "local-treasury-1",
+            "local-treasury-2",
+        ]
         password = (keystore_dir / "password").read_text().rstrip("\n")
         key_hexes = [key for _, key in keys.values()]
-        addresses = [address for address, _ in keys.values()]
+        addresses = [keys[name][0] for name in ("local-treasury-1", "local-treasury-2")]
 
         # what up printed names the addresses and the files, never a key or the password
         assert all(a in up.stdout.lower() for a in addresses)
