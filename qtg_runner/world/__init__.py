@@ -1,0 +1,1 @@
+"""The local outside world: doubles of the services the executors talk to."""
