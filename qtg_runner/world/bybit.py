@@ -642,7 +642,9 @@ class _BackOffice:
         try:
             while not stop.is_set():
                 await self.tick()
-                await asyncio.sleep(self.ex.config.tick_s)
+                wake = time.monotonic() + self.ex.config.tick_s
+                while not stop.is_set() and time.monotonic() < wake:
+                    await asyncio.sleep(min(0.05, self.ex.config.tick_s))
         finally:
             for rpc in self.rpcs.values():
                 await rpc.aclose()
@@ -913,7 +915,9 @@ def serve(
     server.daemon_threads = True
     stop_event = threading.Event()
     office = _BackOffice(ex)
-    http_thread = threading.Thread(target=server.serve_forever, name="bybit-http", daemon=True)
+    http_thread = threading.Thread(
+        target=server.serve_forever, args=(0.05,), name="bybit-http", daemon=True
+    )
     office_thread = threading.Thread(
         target=lambda: asyncio.run(office.run(stop_event)), name="bybit-office", daemon=True
     )
