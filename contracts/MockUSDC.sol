@@ -4,7 +4,8 @@ pragma solidity 0.8.37;
 /// @title MockUSDC
 /// @notice A USDC-like ERC-20 for the local test chains: 6 decimals, standard
 /// transfer / approve / transferFrom semantics with Transfer and Approval events,
-/// and a `mint` that only the deployer (the owner) may call.
+/// a `mint` for the owner (the deployer) and the minters it configures, and a
+/// `burn` of a minter's own balance: what a CCTP token minter needs of the token.
 contract MockUSDC {
     string public constant name = "Mock USD Coin";
     string public constant symbol = "USDC";
@@ -15,27 +16,50 @@ contract MockUSDC {
 
     mapping(address => uint256) public balanceOf;
     mapping(address => mapping(address => uint256)) public allowance;
+    mapping(address => bool) public isMinter;
 
     event Transfer(address indexed from, address indexed to, uint256 value);
     event Approval(address indexed owner, address indexed spender, uint256 value);
+    event MinterConfigured(address indexed minter, bool allowed);
 
     error NotOwner(address caller);
     error InsufficientBalance(address account, uint256 balance, uint256 needed);
     error InsufficientAllowance(address spender, uint256 allowance, uint256 needed);
     error ZeroAddress();
+    error NotMinter(address caller);
 
     constructor() {
         owner = msg.sender;
     }
 
-    /// @notice Create `value` tokens for `to`; the owner only.
-    function mint(address to, uint256 value) external returns (bool) {
+    /// @notice Allow or forbid `minter` to mint and burn; the owner only.
+    function setMinter(address minter, bool allowed) external {
         if (msg.sender != owner) revert NotOwner(msg.sender);
+        if (minter == address(0)) revert ZeroAddress();
+        isMinter[minter] = allowed;
+        emit MinterConfigured(minter, allowed);
+    }
+
+    /// @notice Create `value` tokens for `to`; the owner or a minter.
+    function mint(address to, uint256 value) external returns (bool) {
+        if (msg.sender != owner && !isMinter[msg.sender]) revert NotOwner(msg.sender);
         if (to == address(0)) revert ZeroAddress();
         totalSupply += value;
         balanceOf[to] += value;
         emit Transfer(address(0), to, value);
         return true;
+    }
+
+    /// @notice Destroy `value` of the caller's own tokens; a minter only.
+    function burn(uint256 value) external {
+        if (!isMinter[msg.sender]) revert NotMinter(msg.sender);
+        uint256 balance = balanceOf[msg.sender];
+        if (balance < value) revert InsufficientBalance(msg.sender, balance, value);
+        unchecked {
+            balanceOf[msg.sender] = balance - value;
+            totalSupply -= value;
+        }
+        emit Transfer(msg.sender, address(0), value);
     }
 
     function transfer(address to, uint256 value) external returns (bool) {

@@ -74,7 +74,7 @@ def local_chain_set() -> Iterator[LocalChainSet]:
     state_dir = Path(tempfile.mkdtemp(prefix="qtg-chains-"))
     specs = [ChainSpec(key, chain_id, free_port(), bt) for key, chain_id, bt in TEST_CHAINS]
     try:
-        chains = start_chains(state_dir, specs, anvil=anvil)
+        chains = start_chains(state_dir, specs, anvil=anvil, kdf_iterations=TEST_KDF_ITERATIONS)
         treasury = prepare_treasury(state_dir, chains, kdf_iterations=TEST_KDF_ITERATIONS)
         yield LocalChainSet(state_dir, chains, treasury)
     finally:

@@ -327,11 +327,18 @@ def write_state(state_dir: Path, chains: Sequence[RunningChain]) -> Path:
 
 
 def start_chains(
-    state_dir: Path, specs: Sequence[ChainSpec] = DEFAULT_CHAINS, anvil: Path | None = None
+    state_dir: Path,
+    specs: Sequence[ChainSpec] = DEFAULT_CHAINS,
+    anvil: Path | None = None,
+    kdf_iterations: int | None = None,
 ) -> list[RunningChain]:
     """Start ``specs`` (unless the state file says they already run), deploy the
-    contracts on each and record them. A chain that fails stops every chain this
-    call started, and the state file is left as it was."""
+    contracts on each (MockUSDC, then the CCTP double wired across the chains:
+    qtg_runner.chains.cctp, its attester keys in the keystore beside the state,
+    scrypt n ``kdf_iterations`` when new) and record them. A chain that fails
+    stops every chain this call started, and the state file is left as it was."""
+    from qtg_runner.chains.cctp import deploy_cctp
+
     existing = [c for c in read_state(state_dir) if is_running(c)]
     if existing:
         wanted = {s.key for s in specs}
@@ -349,6 +356,7 @@ def start_chains(
             started.append(_start_anvil(binary, spec, state_dir))
         for chain in started:
             deploy_contracts(chain)
+        deploy_cctp(state_dir, started, kdf_iterations=kdf_iterations)
     except BaseException:
         for chain in started:
             _terminate(chain.pid)

@@ -96,7 +96,8 @@ def up_cmd(
     network: NetworkOption = None,
 ) -> None:
     """Start the local chains (local-a: chain id 31337, 1s blocks; local-b: chain id
-    31338, 2s blocks), deploy MockUSDC on each, make two treasury keys in an
+    31338, 2s blocks), deploy MockUSDC and the CCTP v2 double (CCTP domains 100 and
+    101, two attester keys in the keystore) on each, make two treasury keys in an
     encrypted keystore beside the state file (reused when there), fund them with ETH
     and mocked USDC on each chain, record them in the network's chain registry as
     keystore:local-treasury-1 and -2, and print the environment a runner needs: the

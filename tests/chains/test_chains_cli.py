@@ -76,15 +76,26 @@ def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
         ]
         assert chains[0].block_time != chains[1].block_time
         assert "export QTG_RPC_LOCAL_A=http://127.0.0.1:" in up.stdout
-        # the keystore: a directory of its own (0700), a password and two keys (0600)
+        # the keystore: a directory of its own (0700), a password, two treasury keys
+        # and the CCTP double's two attester keys (0600)
         keystore = state_dir / "keystore"
         files = sorted(p.name for p in keystore.iterdir())
-        assert files == ["local-treasury-1.json", "local-treasury-2.json", "password"]
+        assert files == [
+            "cctp-attester-1.json",
+            "cctp-attester-2.json",
+            "local-treasury-1.json",
+            "local-treasury-2.json",
+            "password",
+        ]
+        assert all(
+            {"MockUSDC", "MessageTransmitterV2", "TokenMessengerV2"} <= set(c.contracts)
+            for c in chains
+        )
         assert _mode(keystore) == 0o700
         assert all(_mode(keystore / f) == 0o600 for f in files)
         addresses = [
             "0x" + json.loads((keystore / f).read_text())["address"].lower().removeprefix("0x")
-            for f in files[:2]
+            for f in ("local-treasury-1.json", "local-treasury-2.json")
         ]
         # the runner's environment, printed as exports and given by runner_env alike
         exports = _exports(up.stdout)
