@@ -9,7 +9,7 @@ GRAPHILE := benchmarks/graphile
 
 NODE_STAMP := node_modules/.installed
 
-.PHONY: install test test-quick run bench chaos lint clean contracts
+.PHONY: install test test-quick run drill-evm bench chaos lint clean contracts
 
 # Python into .venv; anvil and solc-js into node_modules (npm ci from the committed
 # package-lock.json) when node and npm are on the machine: without them the chain
@@ -48,6 +48,11 @@ test-quick: install
 # run a batch of realistic movements end to end with every worker
 run: install
 	MG_WORKERS_ENABLED=true $(BIN)/qtg demo
+
+# one USDC transfer between the local treasury accounts through the whole
+# engine (the local chains started when none run; `qtg chains down` stops them)
+drill-evm: install
+	MG_WORKERS_ENABLED=true $(BIN)/qtg drill evm-transfer
 
 # the benchmarks: the engine beside Procrastinate, PgQueuer and (when Node.js is
 # present) Graphile Worker, on an embedded PostgreSQL of their own (or

@@ -179,6 +179,7 @@ def mark_test_cmd(
 from qtg_runner.commands import (  # noqa: E402
     chains,
     demo,
+    drill,
     executors,
     logins,
     movement,
@@ -197,6 +198,7 @@ app.add_typer(proposals.app, name="proposals")
 app.add_typer(chains.app, name="chains")
 app.command("status")(status.status_cmd)
 app.command("demo")(demo.demo_cmd)
+app.add_typer(drill.app, name="drill")
 
 
 def run() -> None:

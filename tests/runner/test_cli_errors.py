@@ -236,6 +236,11 @@ BAD_COMMANDS: list[tuple[list[str], int, str]] = [
     (["demo", "--scale", "0"], 2, "--scale"),
     (["demo", "--timeout", "inf"], 2, "--timeout"),
     (["demo"], 2, "MG_WORKERS_ENABLED is false"),
+    (["drill", "evm-transfer", "--timeout", "inf"], 2, "--timeout"),
+    (["drill", "evm-transfer", "--amount", "abc"], 2, "--amount"),
+    (["drill", "evm-transfer", "--amount", "-1"], 2, "--amount"),
+    (["drill", "evm-transfer", "--port-base", "80"], 2, "--port-base"),
+    (["drill", "evm-transfer"], 2, "MG_WORKERS_ENABLED is false"),
     # the database commands
     (["db", "rollback", "-n", "0"], 2, "--count"),
     (["db", "rollback", "-n", BIG], 2, "--count"),
