@@ -1,0 +1,1 @@
+"""Clients of the exchanges the executors move money through."""

@@ -1,0 +1,470 @@
+"""A Bybit v5 asset API client (withdrawals, deposits, the FUND balance), async
+over httpx.
+
+Each request is signed over the exact bytes it carries: a GET's query string as
+httpx encodes it into the request line, a POST's JSON body as sent. The signature
+is the lower-case hex HMAC-SHA256 with the API secret over timestamp + key +
+recvWindow + that payload (``sign``). An answer with a retCode other than 0
+raises BybitError(ret_code, message, retry_after): for 10006 ``retry_after`` is
+the seconds until ``X-Bapi-Limit-Reset-Timestamp``. ``classify`` tells an
+executor what a failure means: retry (the same requestId again is safe), stop
+(permanent), or "already requested" (131082: a withdrawal with this requestId
+exists, find it by query-record).
+
+The API secret lives in an object whose repr is ``***``; it never enters a log
+line, a repr or an exception message. ``request_id_for`` derives the requestId
+(1-32 alphanumerics) from an intent's idempotency key.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import httpx
+
+from qtg_runner.log import event
+
+__all__ = [
+    "ALREADY_REQUESTED",
+    "PERMANENT_CODES",
+    "RETRYABLE_CODES",
+    "WITHDRAWAL_TERMINAL",
+    "BybitClient",
+    "BybitError",
+    "BybitUnavailable",
+    "DepositAddress",
+    "DepositPage",
+    "DepositRecord",
+    "Disposition",
+    "WithdrawalPage",
+    "WithdrawalRecord",
+    "classify",
+    "request_id_for",
+    "sign",
+]
+
+DEFAULT_RECV_WINDOW = 5000
+
+RETRYABLE_CODES = frozenset({10000, 10002, 10006, 10016, 10429})
+"""Server timeout, outside the recv window (the next request has a fresh
+timestamp), too many visits, server error, system-level frequency protection."""
+
+ALREADY_REQUESTED = 131082
+"""'Do not repeat the request': a withdrawal with this requestId exists."""
+
+PERMANENT_CODES = frozenset({10001, 10003, 10004, 10005, 10010, 131093, 131212})
+"""Params, invalid key, bad signature, permission, unmatched IP, address not
+whitelisted, insufficient balance: retrying the same request cannot succeed."""
+
+WITHDRAWAL_TERMINAL = frozenset({"success", "Fail", "Reject", "CancelByUser"})
+
+DEPOSIT_CREDITED = 3
+DEPOSIT_FAILED = 4
+
+
+class _Secret:
+    """The API secret: used to sign, never shown."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if not value:
+            raise ValueError("the API secret is empty")
+        self._value = value.encode()
+
+    def __repr__(self) -> str:
+        return "***"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("the API secret is not pickled")
+
+    def mac(self, payload: bytes) -> str:
+        return hmac.new(self._value, payload, hashlib.sha256).hexdigest()
+
+
+class BybitError(Exception):
+    """A v5 answer with a retCode other than 0. ``retry_after``: seconds to wait
+    before trying again, where the exchange said (10006's reset timestamp)."""
+
+    def __init__(self, ret_code: int, message: str, retry_after: float | None = None) -> None:
+        super().__init__(ret_code, message, retry_after)
+        self.ret_code = ret_code
+        self.message = message
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        hint = f" (retry after {self.retry_after:.3f}s)" if self.retry_after is not None else ""
+        return f"Bybit retCode {self.ret_code}: {self.message}{hint}"
+
+
+class BybitUnavailable(Exception):
+    """No v5 answer: a transport error, an HTTP status other than 200, or a body
+    that is not the v5 envelope. The request may or may not have been applied."""
+
+
+class Disposition(enum.Enum):
+    RETRYABLE = "retryable"
+    PERMANENT = "permanent"
+    ALREADY_REQUESTED = "already_requested"
+
+
+def classify(exc: BaseException) -> Disposition:
+    """What a failed call means for the executor. Transport failures and the
+    codes of RETRYABLE_CODES are retryable (a withdrawal retried with the same
+    requestId cannot pay twice); 131082 is ALREADY_REQUESTED; anything else,
+    including codes this client does not know, is PERMANENT (an operator looks)."""
+    if isinstance(exc, BybitUnavailable | httpx.TransportError):
+        return Disposition.RETRYABLE
+    if isinstance(exc, BybitError):
+        if exc.ret_code == ALREADY_REQUESTED:
+            return Disposition.ALREADY_REQUESTED
+        if exc.ret_code in RETRYABLE_CODES:
+            return Disposition.RETRYABLE
+    return Disposition.PERMANENT
+
+
+def request_id_for(idempotency_key: str) -> str:
+    """The withdrawal requestId for an intent's idempotency key: the first 32 hex
+    digits of its SHA-256 (alphanumeric, stable across processes and releases)."""
+    if not idempotency_key:
+        raise ValueError("an idempotency key is not empty")
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
+
+
+def sign(secret: str, timestamp: str, api_key: str, recv_window: str, payload: bytes) -> str:
+    """The v5 signature (for tests and the double; the client signs with its own)."""
+    return _Secret(secret).mac(
+        timestamp.encode() + api_key.encode() + recv_window.encode() + payload
+    )
+
+
+def _decimal(value: Any, what: str) -> Decimal:
+    try:
+        return Decimal(str(value))
+    except InvalidOperation:
+        raise BybitUnavailable(f"{what} is not a number: {str(value)[:40]!r}") from None
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+@dataclass(frozen=True)
+class WithdrawalRecord:
+    withdraw_id: str
+    tx_id: str
+    coin: str
+    chain: str
+    amount: Decimal
+    fee: Decimal
+    status: str
+    to_address: str
+    create_time_ms: int
+    update_time_ms: int
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in WITHDRAWAL_TERMINAL
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> WithdrawalRecord:
+        return cls(
+            withdraw_id=str(row.get("withdrawId", "")),
+            tx_id=str(row.get("txID") or ""),
+            coin=str(row.get("coin", "")),
+            chain=str(row.get("chain", "")),
+            amount=_decimal(row.get("amount", "0"), "amount"),
+            fee=_decimal(row.get("withdrawFee") or "0", "withdrawFee"),
+            status=str(row.get("status", "")),
+            to_address=str(row.get("toAddress", "")),
+            create_time_ms=_int(row.get("createTime")),
+            update_time_ms=_int(row.get("updateTime")),
+        )
+
+
+@dataclass(frozen=True)
+class WithdrawalPage:
+    rows: list[WithdrawalRecord]
+    next_cursor: str
+
+
+@dataclass(frozen=True)
+class DepositRecord:
+    coin: str
+    chain: str
+    amount: Decimal
+    tx_id: str
+    to_address: str
+    status: int
+    """0 unknown, 1 to be confirmed, 2 processing, 3 success (credited), 4 failed."""
+    confirmations: int
+    success_at_ms: int
+    log_index: int
+
+    @property
+    def credited(self) -> bool:
+        return self.status == DEPOSIT_CREDITED
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> DepositRecord:
+        return cls(
+            coin=str(row.get("coin", "")),
+            chain=str(row.get("chain", "")),
+            amount=_decimal(row.get("amount", "0"), "amount"),
+            tx_id=str(row.get("txID") or ""),
+            to_address=str(row.get("toAddress", "")),
+            status=_int(row.get("status")),
+            confirmations=_int(row.get("confirmations")),
+            success_at_ms=_int(row.get("successAt")),
+            log_index=_int(row.get("txIndex"), -1),
+        )
+
+
+@dataclass(frozen=True)
+class DepositPage:
+    rows: list[DepositRecord]
+    next_cursor: str
+
+
+@dataclass(frozen=True)
+class DepositAddress:
+    chain: str
+    chain_type: str
+    address: str
+    tag: str
+
+
+def _amount_text(amount: Decimal) -> str:
+    if not amount.is_finite() or amount <= 0:
+        raise ValueError(f"a withdrawal amount is positive: {amount}")
+    return format(amount.normalize(), "f")
+
+
+class BybitClient:
+    """One API key's client. ``client``: a shared httpx.AsyncClient (the caller
+    closes it); without one this object owns its own (``aclose``). ``clock``
+    returns the time in seconds (time.time): the X-BAPI-TIMESTAMP source."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        api_secret: str,
+        *,
+        recv_window: int = DEFAULT_RECV_WINDOW,
+        timeout: float = 10.0,
+        client: httpx.AsyncClient | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not api_key:
+            raise ValueError("the API key is empty")
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self._secret = _Secret(api_secret)
+        self.recv_window = recv_window
+        self._clock = clock
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient(timeout=timeout)
+
+    def __repr__(self) -> str:
+        return f"BybitClient({self.base_url!r}, key={self.api_key!r})"
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> BybitClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- transport -------------------------------------------------------------
+
+    def _signed(self, request: httpx.Request, payload: bytes) -> httpx.Request:
+        timestamp = str(int(self._clock() * 1000))
+        window = str(self.recv_window)
+        request.headers["X-BAPI-API-KEY"] = self.api_key
+        request.headers["X-BAPI-TIMESTAMP"] = timestamp
+        request.headers["X-BAPI-RECV-WINDOW"] = window
+        request.headers["X-BAPI-SIGN"] = self._secret.mac(
+            timestamp.encode() + self.api_key.encode() + window.encode() + payload
+        )
+        return request
+
+    async def _call(self, request: httpx.Request, path: str) -> dict[str, Any]:
+        try:
+            response = await self._client.send(request)
+        except httpx.HTTPError as exc:
+            raise BybitUnavailable(f"{request.method} {path}: {type(exc).__name__}") from None
+        if response.status_code != 200:
+            raise BybitUnavailable(f"{request.method} {path}: HTTP {response.status_code}")
+        try:
+            body = response.json()
+            code = int(body["retCode"])
+            message = str(body.get("retMsg", ""))[:200]
+        except (ValueError, KeyError, TypeError):
+            raise BybitUnavailable(f"{request.method} {path}: not a v5 envelope") from None
+        if code != 0:
+            retry_after = None
+            if code == 10006:
+                reset = _int(response.headers.get("X-Bapi-Limit-Reset-Timestamp"), 0)
+                server_ms = _int(body.get("time"), int(self._clock() * 1000))
+                retry_after = max(0.0, (reset - server_ms) / 1000) if reset else 1.0
+            event(logging.INFO, "bybit_refused", path=path, ret_code=code, message=message)
+            raise BybitError(code, message, retry_after)
+        result = body.get("result")
+        if not isinstance(result, dict):
+            raise BybitUnavailable(f"{request.method} {path}: the result is not an object")
+        return result
+
+    async def _get(self, path: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        query = {k: str(v) for k, v in params.items() if v is not None}
+        request = self._client.build_request("GET", self.base_url + path, params=query)
+        # what goes on the request line, byte for byte
+        return await self._call(self._signed(request, request.url.query), path)
+
+    async def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        request = self._client.build_request(
+            "POST",
+            self.base_url + path,
+            content=raw,
+            headers={"Content-Type": "application/json"},
+        )
+        return await self._call(self._signed(request, raw), path)
+
+    # -- calls -----------------------------------------------------------------
+
+    async def withdraw(
+        self,
+        *,
+        coin: str,
+        chain: str,
+        address: str,
+        amount: Decimal,
+        request_id: str,
+        account_type: str = "FUND",
+        force_chain: int = 1,
+    ) -> str:
+        """POST /v5/asset/withdraw/create: the withdrawal's id. ``force_chain`` 1:
+        always on chain (never an internal transfer to another Bybit user)."""
+        result = await self._post(
+            "/v5/asset/withdraw/create",
+            {
+                "coin": coin,
+                "chain": chain,
+                "address": address,
+                "amount": _amount_text(amount),
+                "timestamp": int(self._clock() * 1000),
+                "forceChain": force_chain,
+                "accountType": account_type,
+                "requestId": request_id,
+            },
+        )
+        if not result.get("id"):
+            raise BybitUnavailable("withdraw/create answered no id")
+        return str(result["id"])
+
+    async def withdrawals(
+        self,
+        *,
+        withdraw_id: str | None = None,
+        tx_id: str | None = None,
+        coin: str | None = None,
+        start_time_ms: int | None = None,
+        end_time_ms: int | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> WithdrawalPage:
+        """GET /v5/asset/withdraw/query-record (on-chain withdrawals, newest first)."""
+        result = await self._get(
+            "/v5/asset/withdraw/query-record",
+            {
+                "withdrawID": withdraw_id,
+                "txID": tx_id,
+                "coin": coin,
+                "startTime": start_time_ms,
+                "endTime": end_time_ms,
+                "limit": limit,
+                "cursor": cursor or None,
+            },
+        )
+        rows = result.get("rows") or []
+        return WithdrawalPage(
+            [WithdrawalRecord.from_row(r) for r in rows], str(result.get("nextPageCursor") or "")
+        )
+
+    async def withdrawal(self, withdraw_id: str) -> WithdrawalRecord | None:
+        """One withdrawal by its id (None when the exchange has none)."""
+        page = await self.withdrawals(withdraw_id=withdraw_id)
+        return next((r for r in page.rows if r.withdraw_id == withdraw_id), None)
+
+    async def deposits(
+        self,
+        *,
+        coin: str | None = None,
+        start_time_ms: int | None = None,
+        end_time_ms: int | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> DepositPage:
+        """GET /v5/asset/deposit/query-record."""
+        result = await self._get(
+            "/v5/asset/deposit/query-record",
+            {
+                "coin": coin,
+                "startTime": start_time_ms,
+                "endTime": end_time_ms,
+                "limit": limit,
+                "cursor": cursor or None,
+            },
+        )
+        rows = result.get("rows") or []
+        return DepositPage(
+            [DepositRecord.from_row(r) for r in rows], str(result.get("nextPageCursor") or "")
+        )
+
+    async def deposit_addresses(
+        self, coin: str, chain_type: str | None = None
+    ) -> list[DepositAddress]:
+        """GET /v5/asset/deposit/query-address."""
+        result = await self._get(
+            "/v5/asset/deposit/query-address", {"coin": coin, "chainType": chain_type}
+        )
+        chains = result.get("chains") or []
+        return [
+            DepositAddress(
+                chain=str(c.get("chain", "")),
+                chain_type=str(c.get("chainType", "")),
+                address=str(c.get("addressDeposit", "")),
+                tag=str(c.get("tagDeposit") or ""),
+            )
+            for c in chains
+        ]
+
+    async def fund_balance(self, coin: str) -> Decimal:
+        """The FUND account's wallet balance of ``coin``
+        (GET /v5/asset/transfer/query-account-coins-balance)."""
+        result = await self._get(
+            "/v5/asset/transfer/query-account-coins-balance",
+            {"accountType": "FUND", "coin": coin},
+        )
+        for row in result.get("balance") or []:
+            if row.get("coin") == coin:
+                return _decimal(row.get("walletBalance") or "0", "walletBalance")
+        return Decimal(0)
