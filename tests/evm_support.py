@@ -153,6 +153,13 @@ def mine(chain: RunningChain, blocks: int = 1) -> None:
     rpc(chain.rpc_url, "anvil_mine", [hex(blocks)])
 
 
+def manual_mining(chain: RunningChain) -> Callable[[], None]:
+    """Stop the chain's interval mining for the test (blocks only by anvil_mine);
+    returns a function that starts it again."""
+    rpc(chain.rpc_url, "evm_setIntervalMining", [0])
+    return lambda: rpc(chain.rpc_url, "evm_setIntervalMining", [chain.block_time])
+
+
 def transfers_from(chain: RunningChain, sender: str, from_block: int) -> list[tuple[str, int]]:
     """The USDC Transfer logs from ``sender`` since ``from_block`` on the
     canonical chain now: (recipient, value) each."""

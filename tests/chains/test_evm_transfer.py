@@ -23,6 +23,7 @@ from engine import pin_clock
 from evm_support import (
     head,
     make_due,
+    manual_mining,
     mine,
     node_state,
     register_world,
@@ -48,13 +49,6 @@ def world(db: Any, local_chain_set: LocalChainSet) -> Any:
     conn = superuser(db)
     register_world(conn, local_chain_set)
     return conn
-
-
-def manual_mining(chain: Any) -> Any:
-    """Stop the chain's interval mining for the test (blocks only by anvil_mine);
-    returns a function that starts it again."""
-    rpc(chain.rpc_url, "evm_setIntervalMining", [0])
-    return lambda: rpc(chain.rpc_url, "evm_setIntervalMining", [chain.block_time])
 
 
 FINISHED = {"COMPLETED", "FAILED", "UNKNOWN"}

@@ -21,6 +21,7 @@ import pytest
 from chain_support import LocalChainSet
 from evm_support import (
     make_due,
+    manual_mining,
     mine,
     node_state,
     register_world,
@@ -44,11 +45,6 @@ def world(db: Any, local_chain_set: LocalChainSet) -> Any:
     conn = superuser(db)
     register_world(conn, local_chain_set)
     return conn
-
-
-def manual_mining(chain: Any) -> Any:
-    rpc(chain.rpc_url, "evm_setIntervalMining", [0])
-    return lambda: rpc(chain.rpc_url, "evm_setIntervalMining", [chain.block_time])
 
 
 def intent_of(conn: Any, node_id: int) -> dict[str, Any]:
