@@ -185,6 +185,7 @@ from qtg_runner.commands import (  # noqa: E402
     movement,
     proposals,
     status,
+    world,
 )
 from qtg_runner.commands import run as runners  # noqa: E402
 
@@ -196,6 +197,7 @@ app.add_typer(executors.app, name="executors")
 app.add_typer(movement.app, name="movement")
 app.add_typer(proposals.app, name="proposals")
 app.add_typer(chains.app, name="chains")
+app.add_typer(world.app, name="world")
 app.command("status")(status.status_cmd)
 app.command("demo")(demo.demo_cmd)
 app.add_typer(drill.app, name="drill")

@@ -4,14 +4,16 @@ with its own chain id and block time, the committed contracts deployed on each."
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from qtg_runner.chains.keys import LocalKey
 from qtg_runner.chains.local import (
     DEFAULT_CHAINS,
     ChainError,
@@ -44,7 +46,7 @@ out = Console()
 
 
 @contextmanager
-def _errors() -> Iterator[None]:
+def chain_errors() -> Iterator[None]:
     with cli_errors():
         try:
             yield
@@ -54,7 +56,7 @@ def _errors() -> Iterator[None]:
             raise CommandError(str(exc), ENVIRONMENT) from None
 
 
-def _state_dir() -> Path:
+def local_state_dir() -> Path:
     return chains_dir(load_settings().data_dir)
 
 
@@ -104,31 +106,62 @@ def up_cmd(
     RPC URLs under the variables the registry names, the keystore directory and its
     password file (never a key or a password). Chains that already run are left as
     they are (and recorded again)."""
+    with chain_errors():
+        started = bring_up(port_base, registry, network)
+    print_up(started)
+
+
+@dataclass(frozen=True)
+class ChainsUp:
+    """What `qtg chains up` did: where the state is, the chains, the treasury
+    accounts, and the network whose registry recorded them (None: not recorded)."""
+
+    state_dir: Path
+    chains: list[RunningChain]
+    treasury: list[LocalKey]
+    network: str | None
+
+
+def bring_up(port_base: int, registry: bool, network: str | None) -> ChainsUp:
+    """`qtg chains up`'s work, for it and `qtg world up`: the chains started unless
+    they run, the treasury made and funded, the chains recorded in the network's
+    registry when ``registry``. Raises ChainError (and the database's errors)."""
     specs = [
         ChainSpec(key=s.key, chain_id=s.chain_id, port=port_base + i, block_time=s.block_time)
         for i, s in enumerate(DEFAULT_CHAINS)
     ]
-    with _errors():
-        state_dir = _state_dir()
-        chains = start_chains(state_dir, specs)
-        treasury = prepare_treasury(state_dir, chains)
-        if registry:
-            net = resolve_network(network)
-            record_chains(database_url(load_settings()), net, chains, treasury)
-    out.print(_table(chains, f"local chains ({state_dir / 'state.json'})"))
-    for account in treasury:
-        typer.echo(f"treasury account {account.address} (signer {account.signer_id})")
+    state_dir = local_state_dir()
+    chains = start_chains(state_dir, specs)
+    treasury = prepare_treasury(state_dir, chains)
+    net: str | None = None
     if registry:
-        typer.echo(f"recorded in the chain registry of {net}")
-    for name, value in runner_env(state_dir).items():
+        net = resolve_network(network)
+        record_chains(database_url(load_settings()), net, chains, treasury)
+    return ChainsUp(state_dir, chains, treasury, net)
+
+
+def print_up(started: ChainsUp, env: bool = True) -> None:
+    """What `qtg chains up` prints: the chains, the treasury accounts, the registry
+    and (``env``) the runner's environment as exports (never a key or a password)."""
+    out.print(_table(started.chains, f"local chains ({started.state_dir / 'state.json'})"))
+    for account in started.treasury:
+        typer.echo(f"treasury account {account.address} (signer {account.signer_id})")
+    if started.network is not None:
+        typer.echo(f"recorded in the chain registry of {started.network}")
+    if env:
+        print_env(runner_env(started.state_dir))
+
+
+def print_env(env: Mapping[str, str]) -> None:
+    for name, value in env.items():
         typer.echo(f"export {name}={shlex.quote(value)}")
 
 
 @app.command("down")
 def down_cmd() -> None:
     """Stop the local chains recorded in the state file (their state goes with them)."""
-    with _errors():
-        chains = stop_chains(_state_dir())
+    with chain_errors():
+        chains = stop_chains(local_state_dir())
     if not chains:
         typer.echo("no local chains were recorded")
     for c in chains:
@@ -138,8 +171,8 @@ def down_cmd() -> None:
 @app.command("status")
 def status_cmd() -> None:
     """Say which local chains run: pid, RPC URL, head block, contract address."""
-    with _errors():
-        state_dir = _state_dir()
+    with chain_errors():
+        state_dir = local_state_dir()
         chains = read_state(state_dir)
     if not chains:
         typer.echo("no local chains: `qtg chains up` starts them")

@@ -1,0 +1,210 @@
+"""`qtg world up|down|status`: the local outside world in one command: the local
+chains (as `qtg chains up` makes them) and one background process serving the
+fake Iris and the fake Bybit over them (qtg_runner/world/local.py)."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import typer
+
+from qtg_runner.chains.local import (
+    DEFAULT_CHAINS,
+    head_block,
+    is_running,
+    read_state,
+    stop_chains,
+)
+from qtg_runner.chains.registry import fund_treasury
+from qtg_runner.commands.chains import (
+    bring_up,
+    chain_errors,
+    local_state_dir,
+    print_env,
+    print_up,
+)
+from qtg_runner.commands.common import USAGE, CommandError
+from qtg_runner.commands.run import NetworkOption
+from qtg_runner.world.bybit import ensure_exchange_keys
+from qtg_runner.world.local import (
+    DEFAULT_FUND_BALANCE,
+    DEFAULT_TIME_SCALE,
+    probe_bybit,
+    probe_iris,
+    read_world,
+    runner_env,
+    serve_running,
+    start_world,
+    stop_world,
+)
+
+app = typer.Typer(
+    help=(
+        "The local outside world: the local chains (as `qtg chains up`) and one "
+        "background process serving the fake Iris (CCTP attestations) and the fake "
+        "Bybit (v5 asset API) on loopback, its state in chains/world/state.json, the "
+        "engine's Bybit API key in chains/world/bybit-api-key.json (0600)."
+    ),
+    no_args_is_help=True,
+)
+
+SERVICE_PORTS = len(DEFAULT_CHAINS)
+"""Iris and Bybit take the ports after the chains': base + 2 and base + 3."""
+
+
+def _fund(text: str) -> Decimal:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise CommandError(f"--fund is a USDC amount: {text!r}", USAGE) from None
+    if not value.is_finite() or value < 0:
+        raise CommandError(f"--fund is a finite amount, zero or more: {text!r}", USAGE)
+    return value
+
+
+@app.command("up")
+def up_cmd(
+    port_base: int = typer.Option(
+        DEFAULT_CHAINS[0].port,
+        "--port-base",
+        help="The first chain's port; the next chain, the fake Iris and the fake Bybit "
+        "take the next ports (default 8545: 8546, 8547, 8548).",
+        min=1024,
+        max=65000,
+    ),
+    iris_port: int | None = typer.Option(
+        None, "--iris-port", help="The fake Iris's port instead (0: a free one).", min=0, max=65535
+    ),
+    bybit_port: int | None = typer.Option(
+        None, "--bybit-port", help="The fake Bybit's port instead (0: a free one).", min=0,
+        max=65535,
+    ),  # fmt: skip
+    time_scale: float = typer.Option(
+        DEFAULT_TIME_SCALE,
+        "--time-scale",
+        help="Protocol seconds per real second for both doubles (60: a 15-minute standard "
+        "CCTP attestation takes 15 s; 1: real time).",
+        min=0.001,
+        max=100_000,
+    ),
+    fund: str = typer.Option(
+        str(DEFAULT_FUND_BALANCE),
+        "--fund",
+        help="USDC credited to the exchange's FUND account when the serve process starts.",
+    ),
+    registry: bool = typer.Option(
+        True,
+        "--registry/--no-registry",
+        help="Record the chains in the network's chain registry, as `qtg chains up` does.",
+    ),
+    network: NetworkOption = None,
+) -> None:
+    """Start the local outside world: the local chains as `qtg chains up` makes them
+    (and records them), the exchange's hot wallet (keystore:local-bybit-hot) funded
+    with ETH and USDC on each chain, an API key pair for the engine in a 0600 file,
+    and one background process serving the fake Iris and the fake Bybit (the local
+    treasury accounts on the exchange's address book, its deposit address on every
+    chain, its FUND account credited). Prints the environment a runner needs, never a
+    key, secret or password. What already runs is left as it is and reported; only
+    what is missing starts."""
+    with chain_errors():
+        amount = _fund(fund)
+        started = bring_up(port_base, registry, network)
+        state_dir = started.state_dir
+        keys = ensure_exchange_keys(state_dir)
+        for chain in started.chains:
+            fund_treasury(chain, [keys.hot])
+        state, new = start_world(
+            state_dir,
+            iris_port=port_base + SERVICE_PORTS if iris_port is None else iris_port,
+            bybit_port=port_base + SERVICE_PORTS + 1 if bybit_port is None else bybit_port,
+            time_scale=time_scale,
+            fund=amount,
+        )
+        env = runner_env(state_dir)
+    print_up(started, env=False)
+    chain_keys = ", ".join(c.key for c in started.chains)
+    typer.echo(f"exchange hot wallet {keys.hot.address} (signer {keys.hot.signer_id}) "
+               f"funded on {chain_keys}")  # fmt: skip
+    typer.echo(f"exchange deposit address {keys.deposit.address} on {chain_keys}")
+    verb = "started" if new else "already running"
+    typer.echo(
+        f"world serve {verb} (pid {state.pid}, time scale {state.time_scale:g}x, "
+        f"log {state.log_file})"
+    )
+    typer.echo(f"fake iris {state.iris_url}")
+    typer.echo(f"fake bybit {state.bybit_url}")
+    typer.echo(f"bybit API key file {state.key_file} (the engine's key and secret, mode 0600)")
+    print_env(env)
+
+
+def _status_lines(state_dir: Path) -> tuple[list[str], bool]:
+    """One line per thing recorded, and whether all of it runs."""
+    lines: list[str] = []
+    ok = True
+    for c in read_state(state_dir):
+        running = is_running(c)
+        head = head_block(c) if running else None
+        up = running and head is not None
+        ok = ok and up
+        state = "running" if up else ("not answering" if running else "stopped")
+        lines.append(
+            f"{c.key:<8} {state:<10} pid {c.pid}  {c.rpc_url}  "
+            f"head {'-' if head is None else head}"
+        )
+    world = read_world(state_dir)
+    if world is None:
+        lines.append("serve    not started (`qtg world up` starts it)")
+        return lines, ok
+    alive = serve_running(world)
+    ok = ok and alive
+    lines.append(
+        f"serve    {'running' if alive else 'stopped':<10} pid {world.pid}  "
+        f"time scale {world.time_scale:g}x  log {world.log_file}"
+    )
+    for name, url, probe in (
+        ("iris", world.iris_url, probe_iris),
+        ("bybit", world.bybit_url, probe_bybit),
+    ):
+        answer = probe(world) if alive else None
+        answering = answer is not None and answer.ok
+        ok = ok and answering
+        detail = "" if answer is None else f"  ({answer.detail})"
+        lines.append(f"{name:<8} {'answering' if answering else 'down':<10} {url}{detail}")
+    return lines, ok
+
+
+@app.command("status")
+def status_cmd() -> None:
+    """Say what runs, one line each: the chains (pid, RPC URL, head block), the serve
+    process (pid), the fake Iris (an unknown burn answers 404 or an empty list) and
+    the fake Bybit (/v5/market/time). Exit 1 when something recorded does not run."""
+    with chain_errors():
+        state_dir = local_state_dir()
+        if not read_state(state_dir) and read_world(state_dir) is None:
+            typer.echo("nothing runs: `qtg world up` starts the local outside world")
+            return
+        lines, ok = _status_lines(state_dir)
+    for line in lines:
+        typer.echo(line)
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command("down")
+def down_cmd() -> None:
+    """Stop the serve process (SIGTERM, then SIGKILL after 10 s) and the local chains
+    (their state goes with them; the keystore and the API key file stay)."""
+    with chain_errors():
+        state_dir = local_state_dir()
+        world = stop_world(state_dir)
+        chains = stop_chains(state_dir)
+    if world is None:
+        typer.echo("no world serve process was recorded")
+    else:
+        typer.echo(f"serve stopped (pid {world.pid})")
+    if not chains:
+        typer.echo("no local chains were recorded")
+    for c in chains:
+        typer.echo(f"{c.key} stopped (pid {c.pid})")
