@@ -77,9 +77,12 @@ def up_cmd(
         None, "--iris-port", help="The fake Iris's port instead (0: a free one).", min=0, max=65535
     ),
     bybit_port: int | None = typer.Option(
-        None, "--bybit-port", help="The fake Bybit's port instead (0: a free one).", min=0,
+        None,
+        "--bybit-port",
+        help="The fake Bybit's port instead (0: a free one).",
+        min=0,
         max=65535,
-    ),  # fmt: skip
+    ),
     time_scale: float = typer.Option(
         DEFAULT_TIME_SCALE,
         "--time-scale",
@@ -150,8 +153,7 @@ def _status_lines(state_dir: Path) -> tuple[list[str], bool]:
         ok = ok and up
         state = "running" if up else ("not answering" if running else "stopped")
         lines.append(
-            f"{c.key:<8} {state:<10} pid {c.pid}  {c.rpc_url}  "
-            f"head {'-' if head is None else head}"
+            f"{c.key:<8} {state:<10} pid {c.pid}  {c.rpc_url}  head {'-' if head is None else head}"
         )
     world = read_world(state_dir)
     if world is None:

@@ -305,7 +305,7 @@ def start_world(
             return current, False
         _stop_pid(current.pid)
     (world_dir(state_dir) / STATE_FILE_NAME).unlink(missing_ok=True)
-    key_file = ensure_api_key(state_dir)
+    ensure_api_key(state_dir)
     log_file = world_dir(state_dir) / LOG_FILE_NAME
     args = [
         sys.executable, "-m", MODULE,
