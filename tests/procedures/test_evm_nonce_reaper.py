@@ -113,7 +113,8 @@ def open_nonces(db: TestDatabase) -> tuple[Any, ...]:
     nonces it left open (held only by failed or abandoned intents)."""
     with bind(db.connect(db.operator_dsn("testnet"))) as operator:
         row = operator.execute(
-            "SELECT next_nonce, open_nonces FROM evm_accounts WHERE chain_key = %s AND address = %s",
+            "SELECT next_nonce, open_nonces FROM evm_accounts"
+            " WHERE chain_key = %s AND address = %s",
             (CHAIN, SENDER),
         ).fetchone()
     assert row is not None
