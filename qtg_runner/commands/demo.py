@@ -30,7 +30,7 @@ from rich.table import Table
 from qtg_runner import credentials
 from qtg_runner.commands.common import CommandError, cli_errors, finite
 from qtg_runner.commands.run import NetworkOption, resolve_network
-from qtg_runner.config import NetworkMode, load_settings
+from qtg_runner.config import NetworkMode, Settings, load_settings
 from qtg_runner.db import logins, procs
 from qtg_runner.db.embedded import database_url
 from qtg_runner.db.migrate import migrate
@@ -62,6 +62,28 @@ class DemoLogins:
 def demo_login_name(person: str, network: NetworkMode) -> str:
     """alice on testnet, alice_mainnet on mainnet: logins are shared by the server's databases."""
     return person if network == "testnet" else f"{person}_{network}"
+
+
+def require_workers(what: str, how: str) -> Settings:
+    """The settings, once MG_WORKERS_ENABLED is true: ``what`` (the demo, a
+    drill) runs workers and refuses to start without it (exit 2), saying ``how``
+    to run it."""
+    settings = load_settings()
+    if not settings.workers_enabled:
+        raise CommandError(
+            f"MG_WORKERS_ENABLED is false: {what} runs workers and refuses to start. "
+            f"Run it with MG_WORKERS_ENABLED=true {how}."
+        )
+    return settings
+
+
+def demo_logins(admin_dsn: str, network: NetworkMode, passfile: Path) -> DemoLogins:
+    """alice and bob (operators) and runner1 (a runner), made when missing."""
+    return DemoLogins(
+        creator=ensure_login(admin_dsn, "operator", network, "alice", passfile),
+        approver=ensure_login(admin_dsn, "operator", network, "bob", passfile),
+        runner=ensure_login(admin_dsn, "runner", network, "runner1", passfile),
+    )
 
 
 def ensure_login(
@@ -323,12 +345,7 @@ def demo_cmd(
     """
     finite(scale, "--scale", 1, 10000)
     finite(timeout, "--timeout", 10, 86400)
-    settings = load_settings()
-    if not settings.workers_enabled:
-        raise CommandError(
-            "MG_WORKERS_ENABLED is false: the demo runs workers and refuses to start. "
-            "Run it with MG_WORKERS_ENABLED=true qtg demo (or make run)."
-        )
+    settings = require_workers("the demo", "qtg demo (or make run)")
     configure(logging.WARNING)
     net = resolve_network(network)
     with cli_errors():
@@ -336,11 +353,7 @@ def demo_cmd(
         migrate(dsn)
         register_shipped(dsn, net)
         passfile = settings.credentials_file
-        people = DemoLogins(
-            creator=ensure_login(dsn, "operator", net, "alice", passfile),
-            approver=ensure_login(dsn, "operator", net, "bob", passfile),
-            runner=ensure_login(dsn, "runner", net, "runner1", passfile),
-        )
+        people = demo_logins(dsn, net, passfile)
     out.print(
         f"database migrated, executors registered; network {net}; logins "
         f"{people.creator.name}, {people.approver.name} (operators) and {people.runner.name} "

@@ -46,7 +46,7 @@ from qtg_runner.chains.local import (
 )
 from qtg_runner.chains.registry import prepare_treasury, record_chains
 from qtg_runner.commands.common import ENVIRONMENT, CommandError, cli_errors, finite
-from qtg_runner.commands.demo import DemoLogins, ensure_login
+from qtg_runner.commands.demo import DemoLogins, demo_logins, require_workers
 from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import NetworkMode, load_settings
 from qtg_runner.db import procs
@@ -374,12 +374,7 @@ def evm_transfer_cmd(
             raise CommandError(f"--amount {amount!r} is not a number") from None
         if not value.is_finite() or value <= 0:
             raise CommandError(f"--amount must be a positive number, not {amount!r}")
-    settings = load_settings()
-    if not settings.workers_enabled:
-        raise CommandError(
-            "MG_WORKERS_ENABLED is false: the drill runs workers and refuses to start. "
-            "Run it with MG_WORKERS_ENABLED=true qtg drill evm-transfer."
-        )
+    settings = require_workers("the drill", "qtg drill evm-transfer")
     configure(logging.WARNING)
     net = resolve_network(network)
     with cli_errors():
@@ -411,11 +406,7 @@ def evm_transfer_cmd(
         src = (sender or target.treasury[0]).lower()
         dst = (recipient or target.treasury[1]).lower()
         passfile = settings.credentials_file
-        people = DemoLogins(
-            creator=ensure_login(dsn, "operator", net, "alice", passfile),
-            approver=ensure_login(dsn, "operator", net, "bob", passfile),
-            runner=ensure_login(dsn, "runner", net, "runner1", passfile),
-        )
+        people = demo_logins(dsn, net, passfile)
     out.print(
         f"database migrated, executors registered; network {net}; chain {key}; logins "
         f"{people.creator.name}, {people.approver.name} (operators) and {people.runner.name} "

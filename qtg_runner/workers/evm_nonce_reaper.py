@@ -207,7 +207,13 @@ async def _report_consumed(
     latest: int,
     fills: frozenset[str] = frozenset(),
 ) -> None:
-    """The account's count is past ``nonce``: which recorded hash took it, if any."""
+    """The account's count is past ``nonce``: which recorded hash took it, if any
+    (a fill of ours, or a failed or abandoned intent's own transaction: money
+    moved for a node the engine holds failed), or none (a transaction the
+    engine never recorded); reported once, by record_nonce_closed."""
+    how, level, name = "consumed", logging.WARNING, "nonce_consumed"
+    evidence: dict[str, object] = {"latest_count": latest, "recorded_hashes": tx_hashes}
+    detail: dict[str, object] = {"latest_count": latest}
     for tx_hash in tx_hashes:
         receipt = await rpc.receipt(tx_hash)
         if receipt is None:
@@ -219,53 +225,27 @@ async def _report_consumed(
             "status": receipt.status,
             "latest_count": latest,
         }
-        async with state.ctx.pool.connection() as conn:
-            if tx_hash in fills:
-                await procs.record_nonce_closed(
-                    chain_key, sender, nonce, "fill_mined", evidence
-                ).aone(conn)
-                event(
-                    logging.INFO,
-                    "nonce_fill_mined",
-                    network=state.ctx.network,
-                    chain=chain_key,
-                    sender=sender,
-                    nonce=nonce,
-                    tx_hash=tx_hash,
-                )
-                return
-            await procs.record_nonce_closed(chain_key, sender, nonce, "found_mined", evidence).aone(
-                conn
-            )
-        event(
-            logging.ERROR,
-            "nonce_found_mined",
-            network=state.ctx.network,
-            chain=chain_key,
-            sender=sender,
-            nonce=nonce,
-            tx_hash=tx_hash,
-            block_number=receipt.block_number,
-            problem="a transaction of a failed or abandoned intent is mined: money moved for a "
-            "node the engine holds failed",
-        )
-        return
+        detail = {"tx_hash": tx_hash}
+        if tx_hash in fills:
+            how, level, name = "fill_mined", logging.INFO, "nonce_fill_mined"
+        else:
+            how, level, name = "found_mined", logging.ERROR, "nonce_found_mined"
+            detail |= {
+                "block_number": receipt.block_number,
+                "problem": "a transaction of a failed or abandoned intent is mined: money moved "
+                "for a node the engine holds failed",
+            }
+        break
     async with state.ctx.pool.connection() as conn:
-        await procs.record_nonce_closed(
-            chain_key,
-            sender,
-            nonce,
-            "consumed",
-            {"latest_count": latest, "recorded_hashes": tx_hashes},
-        ).aone(conn)
+        await procs.record_nonce_closed(chain_key, sender, nonce, how, evidence).aone(conn)
     event(
-        logging.WARNING,
-        "nonce_consumed",
+        level,
+        name,
         network=state.ctx.network,
         chain=chain_key,
         sender=sender,
         nonce=nonce,
-        latest_count=latest,
+        **detail,
     )
 
 

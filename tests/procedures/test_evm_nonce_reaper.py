@@ -108,10 +108,24 @@ def runner(db: TestDatabase) -> Conn:
     return r
 
 
+def open_nonces(db: TestDatabase) -> tuple[Any, ...]:
+    """evm_accounts as an operator reads it: the account's next nonce and the
+    nonces it left open (held only by failed or abandoned intents)."""
+    with bind(db.connect(db.operator_dsn("testnet"))) as operator:
+        row = operator.execute(
+            "SELECT next_nonce, open_nonces FROM evm_accounts"
+            " WHERE chain_key = %s AND address = %s",
+            (CHAIN, SENDER),
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
 def test_gaps_are_the_failed_and_skipped_nonces_until_filled_or_found_consumed(
-    conn: Conn, world: dict[str, Any]
+    db: TestDatabase, conn: Conn, world: dict[str, Any]
 ) -> None:
     assert intent_row(conn, world["a"]["node_id"])["intent_state"] == "FAILED"
+    assert open_nonces(db) == (11, 1)
     # 5: a FAILED intent's; 9: skipped by the allocation; 6, 7, 8, 10 are live
     assert gaps(conn) == [(5, [world["a"]["tx_hash"]]), (9, [])]
     row = procs.evm_nonce_gaps(1).one(conn)
@@ -125,6 +139,7 @@ def test_gaps_are_the_failed_and_skipped_nonces_until_filled_or_found_consumed(
     assert procs.record_nonce_fill(CHAIN, SENDER, 5, tx_hash, raw).one(conn) is True
     assert procs.record_nonce_fill(CHAIN, SENDER, 5, tx_hash, raw).one(conn) is False
     assert gaps(conn) == [(9, [])]
+    assert open_nonces(db) == (11, 0)
     assert conn.execute(
         "SELECT purpose, intent_id, nonce FROM evm_transactions WHERE tx_hash = %s", (tx_hash,)
     ).fetchone() == ("fill", None, 5)
