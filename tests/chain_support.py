@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from qtg_runner.chains.keys import LocalKey
+from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
 from qtg_runner.chains.local import (
     AnvilNotFound,
     ChainSpec,
@@ -100,3 +100,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             "`make install` installs them from npm when node and npm are on the machine)",
             yellow=True,
         )
+
+
+def light_keystore(state_dir: Path) -> None:
+    """Every local keystore (treasury, CCTP attesters, the exchange's) made in
+    ``state_dir`` with the test's light scrypt before a CLI command runs: the
+    command reuses existing files, so a test that is not about the KDF does not
+    pay the default strength (most of a second a key, to make and to read)."""
+    from qtg_runner.chains.cctp import ensure_attester_keys
+    from qtg_runner.world.bybit import ensure_exchange_keys
+
+    ensure_treasury_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
+    ensure_attester_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
+    ensure_exchange_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chain_support import anvil_or_skip
+from chain_support import anvil_or_skip, light_keystore
 from conftest import server_parent_dir
 from runner_helpers import Runners, runner_env, runners
 
@@ -61,6 +61,7 @@ def test_the_drill_moves_usdc_once_and_prints_the_hash_the_path_and_the_balances
     anvil_or_skip()
     data_dir = server_parent_dir() / "pg18"
     env = runner_env(None, QTG_DATA_DIR=str(data_dir), COLUMNS="200")
+    light_keystore(chains_dir(data_dir))
     try:
         drill = processes.start(
             "drill", "evm-transfer", "--port-base", str(free_port()), "--timeout", "90", env=env

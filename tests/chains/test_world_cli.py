@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from chain_support import anvil_or_skip
+from chain_support import anvil_or_skip, light_keystore
 from conftest import TestDatabase
 from evm_support import usdc_balance
 
@@ -117,6 +117,7 @@ def test_world_up_status_down(tmp_path: Path, db: TestDatabase) -> None:
         "COLUMNS": "200",
     }
     state_dir = tmp_path / "chains"
+    light_keystore(state_dir)
     base = free_port()
     up_args = ("up", "--port-base", str(base), "--iris-port", "0", "--bybit-port", "0")
     pids: list[int] = []
