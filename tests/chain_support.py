@@ -11,6 +11,7 @@ import)."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -113,3 +114,13 @@ def light_keystore(state_dir: Path) -> None:
     ensure_treasury_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
     ensure_attester_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
     ensure_exchange_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
+
+
+def exports_of(stdout: str) -> dict[str, str]:
+    """The QTG_ variables a command printed as `export NAME=value` lines."""
+    pairs = (line.removeprefix("export ").split("=", 1) for line in stdout.splitlines())
+    return {
+        name: shlex.split(value)[0]
+        for name, value in (p for p in pairs if len(p) == 2)
+        if name.startswith("QTG_")
+    }

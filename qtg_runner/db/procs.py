@@ -271,6 +271,7 @@ class TransferRoute:
     recipient: Text
     recipient_kind: Text
     amount_units: NumericValue
+    next_nonce: BigInt | None
 
 
 @dataclass(frozen=True)

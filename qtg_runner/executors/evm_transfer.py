@@ -112,6 +112,9 @@ class _Route:
     amount_units: int
     max_fee_cap: int
     priority_fee_cap: int
+    engine_next_nonce: int | None = None
+    """The sender's next nonce as the engine had it when the route was read
+    (not recorded in the payload: a nonce is allocated when it is recorded)."""
 
     @classmethod
     def from_row(cls, row: procs.TransferRoute) -> _Route:
@@ -129,6 +132,7 @@ class _Route:
             amount_units=int(row.amount_units),
             max_fee_cap=int(row.max_fee_per_gas),
             priority_fee_cap=int(row.max_priority_fee_per_gas),
+            engine_next_nonce=row.next_nonce,
         )
 
     @classmethod
@@ -281,8 +285,6 @@ class EvmTransferExecutor:
         route = await self._route(work)
         rpc = self._rpc(route.chain_key, route.rpc_url_env)
         signer = await self._signer(route)
-        async with self._pool.connection() as conn:
-            engine_next = await procs.evm_next_nonce(route.chain_key, route.sender).aone(conn)
         async with _chain_errors(route):
             chain_next = await rpc.transaction_count(route.sender, "pending")
             fees = await suggest_fees(
@@ -302,7 +304,7 @@ class EvmTransferExecutor:
                 retryable=True,
                 retry_after=RETRY_LATER_S,
             )
-        nonce = max(chain_next, engine_next or 0)
+        nonce = max(chain_next, route.engine_next_nonce or 0)
         return await self._sign(route, signer, nonce, gas, fees)
 
     async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from chain_support import anvil_or_skip
+from chain_support import anvil_or_skip, exports_of
 from conftest import TestDatabase
 from rows import Conn
 from web3 import HTTPProvider, Web3
@@ -40,15 +39,6 @@ def _qtg(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [QTG, "chains", *args], env=env, capture_output=True, text=True, timeout=120
     )
-
-
-def _exports(stdout: str) -> dict[str, str]:
-    pairs = (line.removeprefix("export ").split("=", 1) for line in stdout.splitlines())
-    return {
-        name: shlex.split(value)[0]
-        for name, value in (p for p in pairs if len(p) == 2)
-        if name.startswith("QTG_")
-    }
 
 
 def _mode(path: Path) -> int:
@@ -98,7 +88,7 @@ def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
             for f in ("local-treasury-1.json", "local-treasury-2.json")
         ]
         # the runner's environment, printed as exports and given by runner_env alike
-        exports = _exports(up.stdout)
+        exports = exports_of(up.stdout)
         assert exports == runner_env(state_dir)
         assert exports["QTG_KEYSTORE_DIR"] == str(keystore.resolve())
         assert exports["QTG_KEYSTORE_PASSWORD_FILE"] == str((keystore / "password").resolve())
@@ -158,7 +148,7 @@ def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
         assert again.returncode == 0, again.stderr
         assert [c.pid for c in read_state(state_dir)] == [c.pid for c in chains]
         assert {f: (keystore / f).read_bytes() for f in files} == saved
-        assert _exports(again.stdout) == exports
+        assert exports_of(again.stdout) == exports
         # ... and recording them again changes nothing (no mint, no audit row)
         assert (
             conn.execute("SELECT count(*) FROM audit_outbox WHERE entity = 'chain'").fetchone()

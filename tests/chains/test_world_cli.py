@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
 import signal
 import stat
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from chain_support import anvil_or_skip, light_keystore
+from chain_support import anvil_or_skip, exports_of, light_keystore
 from conftest import TestDatabase
 from evm_support import usdc_balance
 
@@ -46,15 +45,6 @@ def _qtg(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [QTG, "world", *args], env=env, capture_output=True, text=True, timeout=240
     )
-
-
-def _exports(stdout: str) -> dict[str, str]:
-    pairs = (line.removeprefix("export ").split("=", 1) for line in stdout.splitlines())
-    return {
-        name: shlex.split(value)[0]
-        for name, value in (p for p in pairs if len(p) == 2)
-        if name.startswith("QTG_")
-    }
 
 
 def _no_secret(state_dir: Path, *runs: subprocess.CompletedProcess[str]) -> None:
@@ -132,7 +122,7 @@ def test_world_up_status_down(tmp_path: Path, db: TestDatabase) -> None:
         assert all(pid_alive(p) for p in pids)
         assert "world serve started" in up.stdout
         # the environment: the chains' lines as `qtg chains up` prints them, and the world's
-        exports = _exports(up.stdout)
+        exports = exports_of(up.stdout)
         assert exports == runner_env(state_dir)
         assert exports["QTG_RPC_LOCAL_A"] == f"http://127.0.0.1:{base}"
         assert exports["QTG_IRIS_URL"] == world.iris_url
@@ -173,7 +163,7 @@ def test_world_up_status_down(tmp_path: Path, db: TestDatabase) -> None:
         assert "world serve already running" in again.stdout
         assert [c.pid for c in read_state(state_dir)] == pids[:2]
         assert read_world(state_dir) == world
-        assert _exports(again.stdout) == exports
+        assert exports_of(again.stdout) == exports
         assert key_file.read_bytes() == saved_key
         _no_secret(state_dir, again, status)
 

@@ -24,6 +24,7 @@ from engine import (
     assert_rejected,
     bind,
     create_started,
+    fingerprint,
     node,
     node_ids,
     pin_clock,
@@ -272,3 +273,36 @@ def test_two_dispatchers_at_one_nonce_never_share_it(
     assert intent_row(conn, c["b"]["node_id"])["intent_state"] == "CLAIMED"
     first.close()
     second.close()
+
+
+def test_a_runner_login_cannot_sign_from_outside_the_treasury_nor_move_nonces_or_caps_itself(
+    db: TestDatabase, conn: Conn, treasury: str
+) -> None:
+    """The attacks a runner's own credentials could try: a record from an
+    account that is not the treasury's, a nonce below the account's next one,
+    writing the nonce table or the recorded transactions directly, and raising
+    a chain's fee caps. Each is refused and nothing changes."""
+    c = claims(conn, TWO, "m1")
+    record(conn, c["a"], 4, 1)
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    pin_clock(runner, T0.isoformat())
+    before = fingerprint(conn)
+    attacks = [
+        ("QT014", lambda: record(runner, c["b"], 5, 2, sender="0x" + "c3" * 20)),
+        ("QT031", lambda: record(runner, c["b"], 3, 2)),
+        ("42501", lambda: runner.execute("UPDATE evm_nonces SET next_nonce = 0")),
+        ("42501", lambda: runner.execute("DELETE FROM evm_transactions")),
+        (
+            "42501",
+            lambda: procs.upsert_chain(
+                CHAIN, 31401, "QTG_RPC_TEST_A", 2, 1000, max_fee_per_gas=10**16
+            ).one(runner),
+        ),
+    ]
+    for sqlstate, attack in attacks:
+        with pytest.raises(psycopg.Error) as refused:
+            attack()
+        assert refused.value.sqlstate == sqlstate, refused.value
+    assert fingerprint(conn) == before
+    assert next_nonce(conn) == 5
+    runner.close()

@@ -69,6 +69,7 @@ INTERNAL = {
     "check_args",
     "check_claim_args",
     "check_executor_schema",
+    "check_fee_caps",
     "check_lane_settings",
     "check_limits",
     "check_number",

@@ -4,8 +4,9 @@
 -- variable, finality depth, block time, fee caps), the token contract and its
 -- decimals, the sender (a treasury account, with the id of the signer holding
 -- its key), the recipient and why it may receive (another treasury account of
--- the chain, or an allow-listed destination), and the amount in the token's
--- base units. The allow-list rule lives here: an executor signs only what this
+-- the chain, or an allow-listed destination), the amount in the token's
+-- base units, and the sender's next nonce as the engine has it (evm_next_nonce;
+-- NULL before its first), so that signing needs no second query. The allow-list rule lives here: an executor signs only what this
 -- returns, read again before every signature.
 -- QT011 no such node; QT014 the chain, the token or the sender is not
 -- registered (the sender: not a treasury account of the chain); QT032 the
@@ -28,7 +29,8 @@ RETURNS TABLE (
     signer_id                text,
     recipient                text,
     recipient_kind           text,
-    amount_units             numeric
+    amount_units             numeric,
+    next_nonce               bigint
 )
 LANGUAGE plpgsql STABLE
 AS $$
@@ -97,6 +99,8 @@ BEGIN
     RETURN QUERY SELECT v_chain.chain_key, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
                         v_chain.block_time_ms, v_chain.max_fee_per_gas, v_chain.max_priority_fee_per_gas,
                         v_token.symbol, v_token.address, v_token.decimals, v_sender, v_signer, v_recipient, v_kind,
-                        trunc(v_amount * power(10::numeric, v_token.decimals));
+                        trunc(v_amount * power(10::numeric, v_token.decimals)),
+                        (SELECT e.next_nonce FROM evm_nonces e
+                          WHERE e.chain_key = v_chain.chain_key AND e.address = v_sender);
 END
 $$;

@@ -77,12 +77,7 @@ BEGIN
                         '(the same chain id, recipient, value and data)', p_intent_id
             USING ERRCODE = 'QT002', HINT = 'A fee bump changes the fees only.';
     END IF;
-    IF v_tx.max_fee_per_gas > v_chain.max_fee_per_gas OR v_tx.max_priority_fee_per_gas > v_chain.max_priority_fee_per_gas THEN
-        RAISE EXCEPTION 'record_evm_replacement: the replacement''s fees (% / % wei per gas) pass the chain''s caps (% / %)',
-                        v_tx.max_fee_per_gas, v_tx.max_priority_fee_per_gas, v_chain.max_fee_per_gas,
-                        v_chain.max_priority_fee_per_gas
-            USING ERRCODE = 'QT002', HINT = 'Sign under the caps of the chains table.';
-    END IF;
+    PERFORM check_fee_caps('record_evm_replacement', 'replacement', v_tx.max_fee_per_gas, v_tx.max_priority_fee_per_gas, v_chain);
     IF EXISTS (SELECT 1 FROM evm_transactions x WHERE x.tx_hash = p_tx_hash) THEN
         RAISE EXCEPTION 'record_evm_replacement: % is recorded already for something else', p_tx_hash
             USING ERRCODE = 'QT002', HINT = 'A replacement is a transaction of its own.';

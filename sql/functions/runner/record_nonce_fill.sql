@@ -63,12 +63,7 @@ BEGIN
                         coalesce(v_tx.to_address, 'nobody'), v_tx.value, length(v_tx.data), v_tx.nonce, v_tx.chain_id
             USING ERRCODE = 'QT002', HINT = 'A fill sends nothing to nobody else: evm.self_transfer signs one.';
     END IF;
-    IF v_tx.max_fee_per_gas > v_chain.max_fee_per_gas OR v_tx.max_priority_fee_per_gas > v_chain.max_priority_fee_per_gas THEN
-        RAISE EXCEPTION 'record_nonce_fill: the fill''s fees (% / % wei per gas) pass the chain''s caps (% / %)',
-                        v_tx.max_fee_per_gas, v_tx.max_priority_fee_per_gas, v_chain.max_fee_per_gas,
-                        v_chain.max_priority_fee_per_gas
-            USING ERRCODE = 'QT002', HINT = 'Sign under the caps of the chains table.';
-    END IF;
+    PERFORM check_fee_caps('record_nonce_fill', 'fill', v_tx.max_fee_per_gas, v_tx.max_priority_fee_per_gas, v_chain);
 
     SELECT e.next_nonce INTO v_next FROM evm_nonces e
      WHERE e.chain_key = p_chain_key AND e.address = v_sender FOR UPDATE;
