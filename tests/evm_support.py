@@ -20,7 +20,8 @@ from engine import approve, as_person, bind
 from web3 import HTTPProvider, Web3
 
 from qtg_runner.chains.evm import TRANSFER_TOPIC
-from qtg_runner.chains.local import RunningChain, load_artifact, rpc, rpc_url_env
+from qtg_runner.chains.local import RunningChain, load_artifact, rpc
+from qtg_runner.chains.registry import register_chain
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
@@ -33,19 +34,11 @@ FINALITY_DEPTH = 2
 
 def register_world(conn: psycopg.Connection[Any], chain_set: LocalChainSet) -> None:
     """The admin's deploy steps for the local chains on ``conn`` (a superuser
-    connection bound to testnet): each chain, its USDC and the treasury
-    accounts; the evm_transfer executor; the lane its movements run on."""
+    connection bound to testnet): each chain, its USDC, the treasury accounts
+    and its bridge doubles (register_chain); the evm_transfer executor; the
+    lane its movements run on."""
     for chain in chain_set.chains:
-        procs.upsert_chain(
-            chain.key,
-            chain.chain_id,
-            rpc_url_env(chain.key),
-            FINALITY_DEPTH,
-            chain.block_time * 1000,
-        ).one(conn)
-        procs.upsert_chain_token(chain.key, "USDC", chain.contracts["MockUSDC"], 6).one(conn)
-        for account in chain_set.treasury:
-            procs.upsert_treasury_account(chain.key, account.address, account.signer_id).one(conn)
+        register_chain(conn, chain, chain_set.treasury, FINALITY_DEPTH)
     procs.register_executor(
         EvmTransferExecutor.key,
         EvmTransferExecutor.has_side_effect,

@@ -7,7 +7,9 @@ decimals); and the local treasury accounts (qtg_runner.chains.keys: keys of
 our own in an encrypted keystore, the same on every chain) with their signer
 ids ``keystore:local-treasury-1`` / ``keystore:local-treasury-2``, each funded
 first (``fund_treasury``) with ETH for gas and with mocked USDC by the deployer
-(anvil's account 0, the token's owner). No key is read, stored or logged here."""
+(anvil's account 0, the token's owner); and the bridge doubles deployed on it
+(chain_protocols: the CCTP domain and contracts). No key is read, stored or
+logged here."""
 
 from __future__ import annotations
 
@@ -18,11 +20,19 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from qtg_runner.chains.cctp import CCTP_CONTRACTS, cctp_domain
 from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
 from qtg_runner.chains.local import ChainError, RunningChain, load_artifact, rpc, rpc_url_env
 from qtg_runner.db import procs
 
-__all__ = ["fund_treasury", "prepare_treasury", "record_chains", "rpc_url_env"]
+__all__ = [
+    "fund_treasury",
+    "local_protocols",
+    "prepare_treasury",
+    "record_chains",
+    "register_chain",
+    "rpc_url_env",
+]
 
 TREASURY_FUNDING = 1_000_000 * 10**6
 """Mocked USDC (6 decimals) minted to each treasury account when below it."""
@@ -73,19 +83,43 @@ def prepare_treasury(
     return treasury
 
 
+def local_protocols(chain: RunningChain) -> list[tuple[str, int, dict[str, str]]]:
+    """The bridge protocols deployed on a local chain, as chain_protocols rows
+    (protocol, the chain's id in it, its contracts by name): those whose
+    contracts are all in the chain's state."""
+    rows: list[tuple[str, int, dict[str, str]]] = []
+    if all(name in chain.contracts for name in CCTP_CONTRACTS):
+        rows.append(("cctp", cctp_domain(chain), {n: chain.contracts[n] for n in CCTP_CONTRACTS}))
+    return rows
+
+
+def register_chain(
+    conn: psycopg.Connection[Any],
+    chain: RunningChain,
+    treasury: Sequence[LocalKey],
+    finality_depth: int = LOCAL_FINALITY_DEPTH,
+) -> None:
+    """The admin's registry steps for one local chain on ``conn`` (bound to a
+    network): the chain, its USDC, the ``treasury`` accounts on it and the
+    bridge protocols deployed there (``local_protocols``)."""
+    procs.upsert_chain(
+        chain.key, chain.chain_id, rpc_url_env(chain.key), finality_depth, chain.block_time * 1000
+    ).one(conn)
+    if "MockUSDC" in chain.contracts:
+        procs.upsert_chain_token(chain.key, "USDC", chain.contracts["MockUSDC"], 6).one(conn)
+    for account in treasury:
+        procs.upsert_treasury_account(chain.key, account.address, account.signer_id).one(conn)
+    for protocol, remote_id, contracts in local_protocols(chain):
+        procs.upsert_chain_protocol(chain.key, protocol, remote_id, contracts).one(conn)
+
+
 def record_chains(
     admin_dsn: str, network: str, chains: Sequence[RunningChain], treasury: Sequence[LocalKey]
 ) -> None:
     """Register ``chains`` in ``network``'s chain registry in one transaction, as
-    the admin: the chain, its USDC and the ``treasury`` accounts on each (funded
-    by ``fund_treasury`` beforehand). Registering the same again changes nothing."""
+    the admin (``register_chain`` for each; the treasury funded by
+    ``fund_treasury`` beforehand). Registering the same again changes nothing."""
     conninfo = make_conninfo(admin_dsn, options=f"-c search_path={network},qtg")
     with psycopg.connect(conninfo) as conn, conn.transaction():
-        for c in chains:
-            procs.upsert_chain(
-                c.key, c.chain_id, rpc_url_env(c.key), LOCAL_FINALITY_DEPTH, c.block_time * 1000
-            ).one(conn)
-            if "MockUSDC" in c.contracts:
-                procs.upsert_chain_token(c.key, "USDC", c.contracts["MockUSDC"], 6).one(conn)
-            for account in treasury:
-                procs.upsert_treasury_account(c.key, account.address, account.signer_id).one(conn)
+        for chain in chains:
+            register_chain(conn, chain, treasury)

@@ -180,6 +180,9 @@ class ClaimedNode:
     amount: NumericValue
     asset: Text
     attempt: Integer
+    inputs: JsonValue | None
+    """For a node with parents, what they left: {parent node_key: {executor_key,
+    external_ref, evidence}}; None for a root node."""
 
 
 @dataclass(frozen=True)
@@ -1054,6 +1057,14 @@ def upsert_chain_token(
     chain_key: Text, symbol: Text, address: Text, decimals: Integer
 ) -> Call[None]:
     """Records a token contract on a registered chain (symbol, address, decimals)."""
+
+
+@procedure("owner")
+def upsert_chain_protocol(
+    chain_key: Text, protocol: Text, remote_id: Numeric, contracts: Json
+) -> Call[None]:
+    """Records a bridge protocol on a registered chain: its id in the protocol
+    (CCTP domain, CCIP chain selector, LayerZero endpoint id) and its contracts."""
 
 
 @procedure("owner")

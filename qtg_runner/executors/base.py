@@ -54,6 +54,11 @@ class NodeWork:
     external_ref: str | None = None
     intent: JsonObject | None = None
     network: str = "testnet"
+    inputs: JsonObject | None = None
+    """What the node's parents left, by parent node key ({executor_key,
+    external_ref, evidence}); handed with a READY claim only (preflight,
+    prepare, submit), None for a root node. An executor that needs it later
+    keeps what it needs in its prepared payload or its external reference."""
 
     @classmethod
     def from_claim(cls, row: ClaimedNode | ObserveClaim | RecoveryClaim, network: str) -> NodeWork:
@@ -61,8 +66,10 @@ class NodeWork:
         intent: JsonObject | None = None
         key: str | None = None
         external_ref: str | None = None
+        inputs: JsonObject | None = None
         if isinstance(row, ClaimedNode):
             key = row.idempotency_key
+            inputs = row.inputs or None
         else:
             intent = row.intent or None
             key = (intent or {}).get("idempotency_key")
@@ -81,6 +88,7 @@ class NodeWork:
             external_ref=external_ref,
             intent=intent,
             network=network,
+            inputs=inputs,
         )
 
 

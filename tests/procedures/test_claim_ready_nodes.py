@@ -23,8 +23,17 @@ import hashlib
 import re
 from decimal import Decimal
 
-from engine import assert_rejected, claim, create_started, in_one_transaction, node_ids, node_states
-from rows import CHAIN, ONE, Conn, intent_row, node_row, time_at
+from engine import (
+    assert_rejected,
+    claim,
+    create_started,
+    in_one_transaction,
+    node_ids,
+    node_states,
+)
+from rows import CHAIN, DIAMOND, ONE, Conn, intent_row, node_row, time_at
+
+from qtg_runner.db import procs
 
 
 def test_claim_moves_ready_to_submitting_with_an_intent_and_a_lease(conn: Conn) -> None:
@@ -72,3 +81,33 @@ def test_claim_rejects_bad_arguments(conn: Conn) -> None:
         assert_rejected(
             conn, "QT002", "SELECT * FROM claim_ready_nodes(%s, %s, %s)", (worker, p_max, lease)
         )
+
+
+def test_a_child_is_handed_what_its_parents_left(conn: Conn) -> None:
+    """READY -> SUBMITTING for a node with parents: the claim carries each
+    parent's executor, external reference and evidence by parent key (a mint
+    takes its burn's attested message from there); a root node gets None."""
+    movement_id = create_started(conn, DIAMOND, "m1")
+    ids = node_ids(conn, movement_id)
+    [root] = claim(conn)
+    assert root["inputs"] is None
+    procs.complete_submit(ids["a"], root["claim_secret"], "0xburn", {"message": "0x01"}, True).one(
+        conn
+    )
+    middle = {row["node_key"]: row for row in claim(conn)}
+    assert set(middle) == {"b", "c"}
+    for row in middle.values():
+        assert row["inputs"] == {
+            "a": {"executor_key": "sim", "external_ref": "0xburn", "evidence": {"message": "0x01"}}
+        }
+    procs.complete_submit(ids["b"], middle["b"]["claim_secret"], "ref-b", {"minted": 1}, True).one(
+        conn
+    )
+    # no evidence: the parent is listed all the same
+    procs.complete_submit(ids["c"], middle["c"]["claim_secret"], "ref-c", None, True).one(conn)
+    [last] = claim(conn)
+    assert last["node_key"] == "d"
+    assert last["inputs"] == {
+        "b": {"executor_key": "sim", "external_ref": "ref-b", "evidence": {"minted": 1}},
+        "c": {"executor_key": "sim", "external_ref": "ref-c", "evidence": None},
+    }

@@ -57,14 +57,14 @@ def test_a_proposal_holds_every_setting_and_changes_nothing_yet(conn: Conn) -> N
 def test_a_new_lane_starts_from_the_default_lanes_settings(conn: Conn) -> None:
     default = lane_settings(conn, "default")
     assert default is not None
-    proposal = procs.propose_lane_baseline("ccip", 1200).one(conn)
+    proposal = procs.propose_lane_baseline("hop", 1200).one(conn)
     row = proposal_row(conn, proposal.proposal_id)
     assert row["before_value"] is None
     assert as_decimals(row["proposed_value"]) == {
         **default,
         "baseline_seconds": Decimal(1200),
     }
-    assert lane_settings(conn, "ccip") is None
+    assert lane_settings(conn, "hop") is None
 
 
 def test_a_newer_proposal_supersedes_the_open_one(conn: Conn) -> None:

@@ -584,7 +584,7 @@ def test_no_log_line_or_repr_shows_a_claim_secret(caplog: pytest.LogCaptureFixtu
     assert {r.getMessage() for r in caplog.records} == {"event=claimed node=7"}
 
     claimed = procs.ClaimedNode(
-        7, 3, secret, 9, "t7x1", "a", "sim", True, {}, "default", Decimal(1), "USDC", 1
+        7, 3, secret, 9, "t7x1", "a", "sim", True, {}, "default", Decimal(1), "USDC", 1, None
     )
     work = NodeWork.from_claim(claimed, NETWORK)
     assert work.claim_secret == secret

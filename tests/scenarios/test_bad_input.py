@@ -394,6 +394,12 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_address": "0x" + "A" * 40,
             "p_decimals": 6,
         },
+        "upsert_chain_protocol": {
+            "p_chain_key": "world-a",
+            "p_protocol": "cctp",
+            "p_remote_id": 7,
+            "p_contracts": json.dumps({"TokenMessengerV2": "0x" + "A" * 40}),
+        },
         "upsert_treasury_account": {
             "p_chain_key": "world-a",
             "p_address": "0x" + "b" * 40,
@@ -706,6 +712,29 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_symbol", "QT002", None, "", "US DC", BIG_TEXT)
             + addresses("p_address")
             + each("p_decimals", "QT002", None, -1, 37)
+        ),
+        "upsert_chain_protocol": (
+            chain_keys("p_chain_key")
+            + each("p_protocol", "QT002", None, "", "wormhole", BIG_TEXT)
+            + each("p_remote_id", "QT002", None, -1, 1.5, "NaN", 2**32, "1e300")
+            + each("p_contracts", "QT002", None)
+            + each(
+                "p_contracts",
+                "QT002",
+                *map(
+                    json.dumps,
+                    [
+                        {},
+                        [],
+                        "x",
+                        {"TokenMessengerV2": "0x12"},
+                        {"TokenMessengerV2": 5},
+                        {"Token Messenger": "0x" + "a" * 40},
+                        {f"C{i}": "0x" + "a" * 40 for i in range(17)},
+                        {"TokenMessengerV2": BIG_TEXT},
+                    ],
+                ),
+            )
         ),
         "upsert_treasury_account": (
             chain_keys("p_chain_key")

@@ -61,6 +61,7 @@ ADMIN = {
     "disallow_destination",
     "register_executor",
     "upsert_chain",
+    "upsert_chain_protocol",
     "upsert_chain_token",
     "upsert_treasury_account",
 }
@@ -76,6 +77,7 @@ INTERNAL = {
     "check_plan",
     "check_proposal",
     "check_template",
+    "chain_protocol",
     "claim_hash",
     "claim_secret",
     "config_value",

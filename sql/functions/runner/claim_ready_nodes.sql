@@ -19,6 +19,10 @@
 -- records them (claimer_worker, claimer_instance), and recovery takes the claim
 -- at once once that heartbeat says the worker is dead, instead of after the
 -- lease. Without p_instance_id, only the lease bounds the claim.
+-- A node with parents gets what they left as its inputs ({parent node_key:
+-- {executor_key, external_ref, evidence}}; all of them are COMPLETED, or the
+-- node would not be READY): a mint takes its burn's attested message from
+-- there, a deposit confirmation its transfer's hash. A root node gets NULL.
 -- Locks: nodes only (requests are not needed: READY implies
 -- an EXECUTING request, and cancel/expiry wait on these node locks).
 -- The claim's one plan is the same whatever the arguments (the READY index, in
@@ -43,7 +47,8 @@ CREATE OR REPLACE FUNCTION claim_ready_nodes(
     lane            text,
     amount          numeric,
     asset           text,
-    attempt         integer
+    attempt         integer,
+    inputs          jsonb
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -95,10 +100,18 @@ BEGIN
     )
     SELECT claimed.id, claimed.request_id, claimed.secret, intents.id, intents.idempotency_key,
            claimed.node_key, claimed.executor_key, claimed.has_side_effect, claimed.node_config, claimed.lane,
-           request.amount, request.asset, claimed.submit_attempts
+           request.amount, request.asset, claimed.submit_attempts, parents.inputs
       FROM claimed
       JOIN intents ON intents.node_id = claimed.id
       JOIN movement_requests request ON request.id = claimed.request_id
+      LEFT JOIN LATERAL (
+          SELECT jsonb_object_agg(parent.node_key, jsonb_build_object(
+                     'executor_key', parent.executor_key, 'external_ref', parent.external_ref,
+                     'evidence', parent.evidence)) AS inputs
+            FROM movement_plan_edges edge
+            JOIN movement_request_nodes parent ON parent.id = edge.parent_node_id
+           WHERE edge.child_node_id = claimed.id
+      ) parents ON true
      CROSS JOIN audited
      ORDER BY claimed.priority DESC, claimed.id;
 END
