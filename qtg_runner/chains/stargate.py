@@ -27,10 +27,10 @@ from qtg_runner.chains.local import ChainError, RunningChain, load_artifact, rpc
 
 __all__ = [
     "BUS_OFT_CMD",
+    "LOCAL_STARGATE_EIDS",
     "POOL_LIQUIDITY",
     "RELAYER_ACCOUNT_INDEX",
     "STARGATE_CONTRACTS",
-    "LOCAL_STARGATE_EIDS",
     "approve_pool",
     "deploy_stargate",
     "relayer_address",

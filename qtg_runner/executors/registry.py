@@ -26,8 +26,9 @@ from qtg_runner.db.procs import RegisteredExecutor
 from qtg_runner.executors.base import Executor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 from qtg_runner.executors.sim import SimExecutor
+from qtg_runner.executors.stargate import StargateExecutor
 
-SHIPPED: tuple[type[Executor], ...] = (SimExecutor, EvmTransferExecutor)
+SHIPPED: tuple[type[Executor], ...] = (SimExecutor, EvmTransferExecutor, StargateExecutor)
 """Every executor a runner of this build carries."""
 
 
@@ -36,6 +37,7 @@ def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
     return {
         SimExecutor.key: SimExecutor(pool, network),
         EvmTransferExecutor.key: EvmTransferExecutor(pool, network),
+        StargateExecutor.key: StargateExecutor(pool, network),
     }
 
 

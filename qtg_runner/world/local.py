@@ -128,9 +128,7 @@ class WorldState:
             chain_pids={str(k): int(v) for k, v in dict(raw.get("chain_pids", {})).items()},
             deposit_address=str(raw.get("deposit_address", "")),
             hot_wallet=str(raw.get("hot_wallet", "")),
-            stargate_eids={
-                str(k): int(v) for k, v in dict(raw.get("stargate_eids", {})).items()
-            },
+            stargate_eids={str(k): int(v) for k, v in dict(raw.get("stargate_eids", {})).items()},
         )
 
 

@@ -94,6 +94,8 @@ class _Cached:
     dst: RunningChain
     args: tuple[Any, ...]
     next_try: float
+    sent: Any = None
+    """The retry sent and not yet mined (no second one meanwhile)."""
 
 
 @dataclass
@@ -199,12 +201,17 @@ def _deliver(state: _State, d: _Delivery) -> None:
     else:
         start, count = d.bus
         dst_eid = stargate_eid(d.dst)
-        tickets = [src_pool.functions.tickets(dst_eid, t).call() for t in range(start, start + count)]
+        tickets = [
+            src_pool.functions.tickets(dst_eid, t).call() for t in range(start, start + count)
+        ]
         dst_pool.functions.deliverBus(
             d.guid, src_eid, [t[0] for t in tickets], [int(t[1]) for t in tickets]
         ).transact(sender)
         log.info(
-            "stargate: bus %s (%d passengers) delivered on %s", "0x" + d.guid.hex(), count, d.dst.key
+            "stargate: bus %s (%d passengers) delivered on %s",
+            "0x" + d.guid.hex(),
+            count,
+            d.dst.key,
         )
     state.delivered += 1
 
@@ -230,7 +237,9 @@ def _drive_buses(state: _State, chain: RunningChain) -> None:
         pool.functions.driveBus(eid).transact({"from": state.relayer[chain.key], "value": fee})
         state.driving[(chain.key, eid)] = first_waiting
         state.driven += 1
-        log.info("stargate: bus %s -> %s driven from ticket %d", chain.key, other.key, first_waiting)
+        log.info(
+            "stargate: bus %s -> %s driven from ticket %d", chain.key, other.key, first_waiting
+        )
 
 
 def _retry_cached(state: _State, now: float) -> None:
@@ -241,17 +250,25 @@ def _retry_cached(state: _State, now: float) -> None:
             continue
         pool = state.pools[entry.dst.key]
         guid, index = entry.args[0], entry.args[1]
+        entry.next_try = now + state.scaled(state.config.retry_every_s)
+        if entry.sent is not None:
+            from web3.exceptions import TransactionNotFound
+
+            try:
+                state.w3[entry.dst.key].eth.get_transaction_receipt(entry.sent)
+            except TransactionNotFound:
+                continue  # not mined yet: never a second retry meanwhile
+            entry.sent = None
         if pool.functions.unreceivedTokens(guid, index).call() == ZERO_GUID:
             del state.cached[key]
             continue
-        entry.next_try = now + state.scaled(state.config.retry_every_s)
         call = pool.functions.retryReceiveToken(*entry.args)
         sender = {"from": state.relayer[entry.dst.key]}
         try:
             call.call(sender)
-        except Exception:  # noqa: BLE001 - the pool still cannot pay: try later
+        except Exception:  # the pool still cannot pay: try later
             continue
-        call.transact(sender)
+        entry.sent = call.transact(sender)
         state.retried += 1
         log.info("stargate: cached payout %s/%d retried on %s", "0x" + guid.hex(), index, key[0])
 
@@ -296,7 +313,7 @@ def serve(chains: Sequence[RunningChain], config: RelayerConfig) -> RelayerHandl
         while not stop.is_set():
             try:
                 _tick(state)
-            except Exception:  # noqa: BLE001 - a chain's hiccup: read again next time
+            except Exception:  # a chain's hiccup: read again next time
                 log.exception("stargate relayer: a round failed, trying again")
             stop.wait(config.poll_s)
 

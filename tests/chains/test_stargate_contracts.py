@@ -111,9 +111,9 @@ def test_a_bus_carries_an_empty_guid_until_driven(sides: tuple[Side, Side]) -> N
     (bus,) = a.events(driven, "BusDriven")
     guid = bytes(bus["guid"])
     assert guid != ZERO_GUID and bus["dstEid"] == b.eid
-    assert bus["startTicketId"] <= rides[0] and rides[1] < bus["startTicketId"] + bus[
-        "numPassengers"
-    ]
+    assert (
+        bus["startTicketId"] <= rides[0] and rides[1] < bus["startTicketId"] + bus["numPassengers"]
+    )
     # an empty bus is not driven
     assert revert_name(a.pool.functions.driveBus(b.eid), {"from": a.owner, "value": fee}) == (
         "BusEmpty"

@@ -149,8 +149,8 @@ BEGIN
             USING ERRCODE = 'QT002', HINT = 'Round the movement''s amount to the token''s decimals.';
     END IF;
     IF v_config ? 'min_amount' THEN
-        IF CASE WHEN coalesce(v_config ->> 'min_amount', '') !~ '^[0-9]{1,30}(\.[0-9]{1,30})?$' THEN true
-                ELSE (v_config ->> 'min_amount')::numeric > v_amount END THEN
+        IF (CASE WHEN coalesce(v_config ->> 'min_amount', '') !~ '^[0-9]{1,30}(\.[0-9]{1,30})?$' THEN true
+                ELSE (v_config ->> 'min_amount')::numeric > v_amount END) THEN
             RAISE EXCEPTION 'stargate_send_route: node %: min_amount % is not an amount between 0 and the movement''s %',
                             p_node_id, coalesce(quote_literal(left(v_config ->> 'min_amount', 40)), 'NULL'), v_amount
                 USING ERRCODE = 'QT002', HINT = 'Give min_amount as a decimal string no greater than the amount.';
@@ -162,8 +162,8 @@ BEGIN
                 USING ERRCODE = 'QT002', HINT = 'Round min_amount to the token''s decimals.';
         END IF;
     ELSE
-        IF CASE WHEN coalesce(v_config ->> 'max_slippage_bps', '50') !~ '^[0-9]{1,5}$' THEN true
-                ELSE (v_config ->> 'max_slippage_bps')::integer > 10000 END THEN
+        IF (CASE WHEN coalesce(v_config ->> 'max_slippage_bps', '50') !~ '^[0-9]{1,5}$' THEN true
+                ELSE (v_config ->> 'max_slippage_bps')::integer > 10000 END) THEN
             RAISE EXCEPTION 'stargate_send_route: node %: max_slippage_bps % is not a whole number from 0 to 10000',
                             p_node_id, quote_literal(left(v_config ->> 'max_slippage_bps', 40))
                 USING ERRCODE = 'QT002', HINT = 'Give max_slippage_bps in basis points (50 is 0.5 %), or min_amount.';
