@@ -58,6 +58,7 @@ from rows import iso_at
 from qtg_runner.chains.evm import Fees, build_transfer, self_transfer, tx_hash_of
 from qtg_runner.db import procs
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
+from qtg_runner.executors.stargate import StargateExecutor
 
 Conn = psycopg.Connection[Any]
 
@@ -98,6 +99,7 @@ class World:
     quarantined: int  # a node SUBMITTING, quarantined by its dispatcher w1
     transfer: int = 0  # an evm_transfer node between the treasury accounts of world-a
     replaced: int = 0  # a PREPARED intent at nonce 6 of world-a's 0xdd..; nonce 5 FAILED (a gap)
+    stargate: int = 0  # a stargate node from world-a's 0xdd.. to world-b's treasury 0xee..
 
 
 WORLD_SENDER = "0x" + "d" * 40
@@ -136,6 +138,33 @@ def build_world(conn: Conn) -> World:
     procs.upsert_chain_token("world-a", "USDC", "0x" + "1" * 40, 6).one(conn)
     evm = EvmTransferExecutor
     procs.register_executor(evm.key, True, evm.node_config_schema, evm.description).one(conn)
+    # a second chain and a Stargate pool on each, for a stargate node
+    procs.upsert_chain("world-b", 2, "QTG_RPC_WORLD_B", 2, 1000).one(conn)
+    procs.upsert_chain_token("world-b", "USDC", "0x" + "2" * 40, 6).one(conn)
+    procs.upsert_treasury_account("world-b", "0x" + "e" * 40, "env:WORLD_KEY_3").one(conn)
+    for chain_key, eid, pool in (("world-a", 50901, "5"), ("world-b", 50902, "6")):
+        procs.upsert_chain_protocol(
+            chain_key, "stargate", eid, {"StargatePool": "0x" + pool * 40}
+        ).one(conn)
+    sg = StargateExecutor
+    procs.register_executor(sg.key, True, sg.node_config_schema, sg.description).one(conn)
+    stargate = node_ids(
+        conn,
+        create(
+            conn,
+            plan(
+                node(
+                    "s",
+                    [],
+                    sg.key,
+                    source="world-a",
+                    destination="world-b",
+                    **{"from": "0x" + "d" * 40, "to": "0x" + "e" * 40},
+                )
+            ),
+            "stargate",
+        ),
+    )["s"]
     pending = create(conn, plan(node("a")), "pending")
     transfer = node_ids(
         conn,
@@ -209,6 +238,7 @@ def build_world(conn: Conn) -> World:
         proposal=proposal,
         quarantined=ids["d"],
         transfer=transfer,
+        stargate=stargate,
         replaced=intents["f"],
     )
 
@@ -347,6 +377,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "evm_next_nonce": {"p_chain_key": "world-a", "p_sender": "0x" + "d" * 40},
         "evm_chains": {},
         "evm_transfer_route": {"p_node_id": w.transfer},
+        "stargate_send_route": {"p_node_id": w.stargate},
         "evm_nonce_gaps": {"p_max": 10},
         "evm_stale_transactions": {"p_blocks": 20, "p_min_seconds": 60, "p_max": 10},
         "record_nonce_fill": dict(
@@ -763,6 +794,10 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "disallow_destination": chain_keys("p_chain_key") + addresses("p_address"),
         "evm_transfer_route": (
             # a node that is not a transfer step: its config names no chain
+            each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
+        "stargate_send_route": (
+            # a node that is not a stargate step: its config names no source
             each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
         ),
         "evm_next_nonce": (
