@@ -7,6 +7,7 @@ relies on (slippage, fee, path, lzToken, delivery by another key, replay)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -196,3 +197,53 @@ def test_sends_the_pool_refuses(sides: tuple[Side, Side], local_chain_set: Local
     assert revert_name(a.pool.functions.quoteSend(odd, False), {"from": sender}) == (
         "InvalidOftCmd"
     )
+
+
+def test_the_worlds_serve_process_relays_a_taxi_and_drives_a_bus(
+    sides: tuple[Side, Side], local_chain_set: LocalChainSet
+) -> None:
+    """`qtg world up`'s serve process hosts the relayer: a taxi is delivered and a
+    bus driven (after its scaled wait) and delivered without anyone else."""
+    from chain_support import TEST_KDF_ITERATIONS, light_keystore
+
+    from qtg_runner.chains.registry import fund_treasury
+    from qtg_runner.world.bybit import ensure_exchange_keys
+    from qtg_runner.world.local import start_world, stop_world
+
+    a, b = sides
+    state_dir = local_chain_set.state_dir
+    light_keystore(state_dir)
+    keys = ensure_exchange_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
+    for chain in local_chain_set.chains:
+        fund_treasury(chain, [keys.hot])
+    state, _ = start_world(state_dir, time_scale=100.0, stargate_bus_wait=200.0)
+    try:
+        assert state.stargate_eids == {a.chain.key: a.eid, b.chain.key: b.eid}
+        amount = 3_000_000
+        sender, receiver = _sender(a, 2 * amount), b.w3.eth.accounts[7]
+        start = b.w3.eth.block_number
+        taxi = _send(a, sender, send_param(b.eid, receiver, amount, 0))
+        bus = _send(a, sender, send_param(b.eid, receiver, amount, 0, bus=True))
+        taxi_guid = bytes(a.events(taxi, "OFTSent")[0]["guid"])
+        ticket = a.events(bus, "BusRode")[0]["ticketId"]
+        deadline = time.monotonic() + 60
+        while True:
+            got = b.pool.events.OFTReceived().get_logs(
+                from_block=start, argument_filters={"toAddress": receiver}
+            )
+            guids = {bytes(e["args"]["guid"]) for e in got}
+            if taxi_guid in guids and len(guids) >= 2:
+                break
+            assert time.monotonic() < deadline, f"delivered so far: {guids}"
+            time.sleep(0.5)
+        driven = a.pool.events.BusDriven().get_logs(from_block=bus["blockNumber"])
+        covering = [
+            e["args"]
+            for e in driven
+            if e["args"]["startTicketId"]
+            <= ticket
+            < e["args"]["startTicketId"] + e["args"]["numPassengers"]
+        ]
+        assert len(covering) == 1 and bytes(covering[0]["guid"]) in guids
+    finally:
+        stop_world(state_dir)
