@@ -84,9 +84,8 @@ def test_the_log_is_append_only_even_for_its_owner(db: TestDatabase, conn: Conn)
     ):
         with conn.transaction():
             conn.execute("SET LOCAL ROLE qtg_owner")
-            with pytest.raises(psycopg.Error) as refused:
-                with conn.transaction():
-                    conn.execute(statement)
+            with pytest.raises(psycopg.Error) as refused, conn.transaction():
+                conn.execute(statement)
             assert refused.value.sqlstate == "QT060", statement
     runner = bind(db.connect(db.runner_dsn("testnet")))
     for statement in (
