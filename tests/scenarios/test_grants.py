@@ -29,6 +29,7 @@ RUNNER = {
     "evm_transfer_route",
     "expire_movements",
     "expire_proposals",
+    "promote_audit",
     "fail_submit",
     "heartbeat",
     "observe_candidates",
@@ -48,6 +49,8 @@ RUNNER = {
 OPERATOR = {
     "requeue_node",
     "approve_movement",
+    "audit_export",
+    "verify_audit_chain",
     "approve_proposal",
     "cancel_movement",
     "create_movement",
@@ -68,6 +71,8 @@ ADMIN = {
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
+    "audit_canonical",
+    "audit_row_hash",
     "check_args",
     "check_claim_args",
     "check_executor_schema",
