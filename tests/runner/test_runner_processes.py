@@ -71,6 +71,7 @@ ALL_WORKERS = {
     "template_proposal_expiration",
     "evm_nonce_reaper",
     "audit_outbox_promoter",
+    "executor_health",
 }
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}
