@@ -347,6 +347,18 @@ class AuditChainCheck:
 
 
 @dataclass(frozen=True)
+class HeldNode:
+    """A READY node a value limit or a tripped breaker holds, and why."""
+
+    node_id: BigInt
+    movement_id: BigInt
+    node_key: Text
+    lane: Text
+    executor_key: Text
+    reason: Text
+
+
+@dataclass(frozen=True)
 class AuditExportRow:
     """One audit_log row as an export carries it: the hashed text and both hashes (hex)."""
 
@@ -993,6 +1005,17 @@ def verify_audit_chain(
 
 
 @procedure("operator")
+def reset_breaker(scope: Text, name: Text) -> Call[Text]:
+    """A tripped breaker closes when two different operators ask: the first gets
+    RESET_REQUESTED, the second CLOSED; the same login twice is Refused (QT022)."""
+
+
+@procedure("operator")
+def limit_held_nodes() -> Call[HeldNode]:
+    """The READY nodes a value limit or a tripped breaker holds now, and why."""
+
+
+@procedure("operator")
 def audit_export(
     after_seq: BigInt | Default = DEFAULT, max: Integer | Default = DEFAULT
 ) -> Call[AuditExportRow]:
@@ -1100,6 +1123,20 @@ def upsert_chain_token(
     chain_key: Text, symbol: Text, address: Text, decimals: Integer
 ) -> Call[None]:
     """Records a token contract on a registered chain (symbol, address, decimals)."""
+
+
+@procedure("owner")
+def set_value_limit(
+    scope: Text,
+    name: Text,
+    max_in_flight: Numeric | None,
+    max_per_day: Numeric | None,
+    max_per_movement: Numeric | None,
+    trip_after_failures: Integer | Default | None = DEFAULT,
+    trip_window_seconds: Numeric | Default = DEFAULT,
+) -> Call[None]:
+    """A scope's value limits (USDC in flight, per UTC day, per movement) and when
+    its breaker trips; None: no such limit, all None removes the scope's row."""
 
 
 @procedure("owner")
