@@ -15,6 +15,8 @@ from conftest import TestDatabase
 from qtg_runner.db.migrate import sql_dir
 
 RUNNER = {
+    "cctp_burn_route",
+    "cctp_mint_route",
     "claim_observe",
     "claim_ready_nodes",
     "claim_recovery_nodes",
