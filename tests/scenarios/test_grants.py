@@ -69,6 +69,7 @@ ADMIN = {
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
+    "treasury_signer",
     "check_args",
     "check_claim_args",
     "check_executor_schema",
@@ -81,6 +82,7 @@ INTERNAL = {
     "check_template",
     "chain_protocol",
     "claim_hash",
+    "destination_kind",
     "claim_secret",
     "config_value",
     "enqueue_callbacks",
