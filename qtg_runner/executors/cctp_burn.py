@@ -289,7 +289,7 @@ class CctpBurnExecutor:
                 f"{route.leg.sender} allows TokenMessengerV2 {route.token_messenger} on "
                 f"{route.leg.chain_key} {allowed} base units of USDC, the burn needs "
                 f"{route.amount_units}: an operator raises the bounded allowance "
-                "(`qtg cctp allowance`)",
+                "(the CCTP setup step: README, CCTP executors)",
                 retryable=True,
                 retry_after=RETRY_LATER_S,
             )
