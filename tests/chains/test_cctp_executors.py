@@ -151,6 +151,11 @@ def recover(db: Any, conn: Any, chain_set: LocalChainSet, iris: IrisHandle) -> l
     return [str(c.node_state) for c in claims]
 
 
+class ProcessDied(BaseException):
+    """The runner process dies here: nothing in it catches this (a
+    CancelledError would be swallowed by the observer's TaskGroup)."""
+
+
 def dies_in(step: str, after: bool) -> Callable[[dict[str, Executor]], None]:
     """A hook: the process dies in each executor's ``step`` (before it runs,
     or right after it ran)."""
@@ -162,7 +167,7 @@ def dies_in(step: str, after: bool) -> Callable[[dict[str, Executor]], None]:
             async def dying(*args: Any, _real: Any = real) -> Any:
                 if after:
                     await _real(*args)
-                raise asyncio.CancelledError  # the process dies here
+                raise ProcessDied(step)
 
             setattr(executor, step, dying)
 
@@ -301,7 +306,7 @@ def burns_from(chain: RunningChain, sender: str, from_block: int) -> int:
         [
             {
                 "address": chain.contracts["TokenMessengerV2"],
-                "fromBlock": hex(from_block),
+                "fromBlock": hex(min(from_block, head(chain))),
                 "toBlock": "latest",
                 "topics": [DEPOSIT_FOR_BURN_TOPIC, None, "0x" + "00" * 12 + sender[2:].lower()],
             }
@@ -393,7 +398,9 @@ def test_a_burn_then_mint_moves_the_amount_once_less_the_fee(
     assert burn["message"].startswith("0x") and len(burn["attestation"]) == 2 + 2 * 65 * 2
     if finality == "standard":
         # Iris's standard delay, scaled, lies between the burn and its completion
-        assert attested_after >= 15 * 60 * TIME_SCALE
+        # (counted by Iris from the burn block's timestamp, which blocks mined on
+        # demand push ahead of the wall clock by up to a second or two)
+        assert attested_after >= 15 * 60 * TIME_SCALE - 2
 
     run_batch(db, node_dispatcher.batch, local_chain_set, iris)
     observe_until(db, world, local_chain_set, iris, mint_id, {"COMPLETED"})
@@ -535,8 +542,9 @@ def crash_dispatch(
 ) -> None:
     """A dispatcher that dies in submit: before the broadcast (``after`` False:
     the intent PREPARED, nothing sent) or right after it (never reported)."""
-    with pytest.raises(BaseException):  # noqa: B017 - the "process" dies in submit
+    with pytest.raises(BaseExceptionGroup) as died:
         run_batch(db, node_dispatcher.batch, chain_set, iris, dies_in("submit", after))
+    assert died.group_contains(ProcessDied, match="submit")
     assert node_state(conn, node_id) == "SUBMITTING"
     assert signed_for(conn, node_id) == 1
 
@@ -577,7 +585,7 @@ def test_a_runner_killed_at_any_step_finishes_with_one_burn_and_one_mint(
             assert evidence_of(world, burn_id).get("iris") == "rate_limited"
             # the observer dies in the middle of an observation
             make_due(world, burn_id)
-            with pytest.raises(BaseException):  # noqa: B017 - the "process" dies in observe
+            with pytest.raises(BaseExceptionGroup) as died:
                 run_batch(db, node_observer.batch, local_chain_set, iris, dies_in("observe", True))
             # recovery's reading meanwhile: final on chain, not attested: in flight
             assert recover_reading(db, world, local_chain_set, iris, burn_id) is (
