@@ -587,6 +587,7 @@ def test_a_runner_killed_at_any_step_finishes_with_one_burn_and_one_mint(
             make_due(world, burn_id)
             with pytest.raises(BaseExceptionGroup) as died:
                 run_batch(db, node_observer.batch, local_chain_set, iris, dies_in("observe", True))
+            assert died.group_contains(ProcessDied, match="observe")
             # recovery's reading meanwhile: final on chain, not attested: in flight
             assert recover_reading(db, world, local_chain_set, iris, burn_id) is (
                 RecoveryOutcome.IN_FLIGHT
