@@ -25,9 +25,10 @@ transaction, is COMPLETED with that transaction as evidence.
                The payload keeps the message nonce: observe and recover have
                no inputs.
     submit     the recorded bytes broadcast (evm_tx.broadcast).
-    observe    final with the MessageReceived of the nonce -> COMPLETED (the
-               mint transaction, the nonce, the USDC minted to the
-               recipient); final and reverted, or the nonce taken by an
+    observe    final with the MessageReceived of the nonce and the amount less
+               the fee executed minted to the recipient -> COMPLETED (the
+               mint transaction, the nonce, the USDC minted); another amount
+               -> UNKNOWN with the evidence; final and reverted, or the nonce taken by an
                unrecorded transaction, with usedNonces(nonce) = 1 and a
                MessageReceived for it -> COMPLETED with that transaction;
                reverted with the nonce unused -> FAILED; not mined: the
@@ -448,21 +449,22 @@ class CctpMintExecutor:
             )
         route = _Route.from_payload(payload)
         nonce = str(payload["message_nonce"])
+        expected = route.amount_units - int(payload["fee_executed"])
         rpc = self._evm.leg_rpc(route.leg)
         tx = await read_recorded(rpc, route.leg, work)
         async with chain_errors(route.leg.chain_key):
             if tx.status == "final" and tx.receipt is not None:
-                minted = _minted(route, nonce, tx.receipt)
+                minted = _minted(route, nonce, tx.receipt, expected)
                 if minted is not None:
-                    return _Reading("minted", tx.evidence | minted, tx.tx_hash)
+                    return _Reading(_verdict(minted), tx.evidence | minted, tx.tx_hash)
             if tx.status in ("final", "reverted", "foreign", "refused"):
                 # not minted by our transaction: by another one?
                 elsewhere = await _minted_elsewhere(
-                    rpc, route, nonce, int(payload.get("search_from_block", 0))
+                    rpc, route, nonce, int(payload.get("search_from_block", 0)), expected
                 )
                 if elsewhere is not None:
                     return _Reading(
-                        "refused" if "problem" in elsewhere else "minted",
+                        _verdict(elsewhere),
                         elsewhere | {"our_transaction": tx.evidence},
                         tx.tx_hash,
                     )
@@ -482,10 +484,17 @@ class CctpMintExecutor:
         await self._evm.aclose()
 
 
-def _minted(route: _Route, nonce: str, receipt: Receipt) -> JsonObject | None:
+def _verdict(minted: JsonObject) -> str:
+    """``minted``, or ``refused`` (UNKNOWN, for an operator) when the evidence
+    names a problem."""
+    return "refused" if "problem" in minted else "minted"
+
+
+def _minted(route: _Route, nonce: str, receipt: Receipt, expected: int) -> JsonObject | None:
     """The mint's evidence from a receipt with the MessageReceived of ``nonce``
     (None without one): the transaction, the nonce, the USDC minted to the
-    recipient (Transfer logs from the zero address)."""
+    recipient (Transfer logs from the zero address), with a problem when that
+    is not the amount less the fee executed (``expected``)."""
     received = [
         event
         for log in receipt.logs
@@ -502,7 +511,7 @@ def _minted(route: _Route, nonce: str, receipt: Receipt) -> JsonObject | None:
         and t.sender == ZERO_ADDRESS
         and t.recipient == route.mint_recipient
     )
-    return {
+    evidence: JsonObject = {
         "mint_tx_hash": receipt.tx_hash,
         "minted_by": receipt.sender,
         "nonce": nonce,
@@ -511,10 +520,13 @@ def _minted(route: _Route, nonce: str, receipt: Receipt) -> JsonObject | None:
         "amount_minted": str(minted),
         "finality_threshold_executed": received[0].finality_threshold_executed,
     }
+    if minted != expected:
+        evidence["problem"] = f"{minted} base units minted to the recipient, not {expected}"
+    return evidence
 
 
 async def _minted_elsewhere(
-    rpc: EvmRpc, route: _Route, nonce: str, from_block: int
+    rpc: EvmRpc, route: _Route, nonce: str, from_block: int, expected: int
 ) -> JsonObject | None:
     """usedNonces(nonce) = 1 with a MessageReceived for it: the evidence of the
     transaction that minted it (None when the nonce is unused)."""
@@ -528,7 +540,7 @@ async def _minted_elsewhere(
     for log in logs:
         receipt = await rpc.receipt(log.tx_hash)
         if receipt is not None and receipt.succeeded:
-            minted = _minted(route, nonce, receipt)
+            minted = _minted(route, nonce, receipt, expected)
             if minted is not None:
                 return minted | {"minted_elsewhere": True}
     return {
