@@ -85,6 +85,8 @@ def prepare_treasury(
     for chain in chains:
         fund_treasury(chain, treasury)
     allow_local_burns(state_dir, chains, treasury)
+    for chain in chains:  # the approvals' gas topped up again
+        fund_treasury(chain, treasury)
     return treasury
 
 
