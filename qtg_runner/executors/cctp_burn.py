@@ -39,7 +39,9 @@ the allowance is short, so nothing is signed that would revert.
     recover    the same reading: attested -> COMPLETED; final but not yet
                attested, mined, pending or rebroadcast -> IN_FLIGHT; reverted
                -> FAILED; never prepared -> NOT_SUBMITTED.
-    health     the chains (as evm_transfer's) and Iris answering.
+    health     the chains (as evm_transfer's) and Iris answering (DOWN when it
+               does not: no new burn starts while attestations cannot be
+               fetched; DEGRADED while it rate-limits).
 """
 
 from __future__ import annotations
@@ -504,7 +506,9 @@ def _burn_problem(route: _Route, tx: TxReading) -> JsonObject | None:
 
 
 async def iris_health(chains: HealthResult, env: Mapping[str, str]) -> HealthResult:
-    """The chains' health, and Iris answering."""
+    """The chains' health, and Iris answering: unreachable or failing is DOWN
+    (no new burn starts while its attestation cannot be fetched; the burns in
+    flight keep being observed), rate limited (429) is DEGRADED."""
     detail = dict(chains.detail)
     url = env.get(IRIS_URL_ENV)
     if not url:
@@ -516,6 +520,9 @@ async def iris_health(chains: HealthResult, env: Mapping[str, str]) -> HealthRes
     finally:
         await client.aclose()
     detail["iris"] = problem or "answering"
+    if problem is None:
+        return HealthResult(chains.status, detail)
+    limited = problem == "HTTP 429"
     return HealthResult(
-        worse(chains.status, HealthStatus.DOWN) if problem else chains.status, detail
+        worse(chains.status, HealthStatus.DEGRADED if limited else HealthStatus.DOWN), detail
     )

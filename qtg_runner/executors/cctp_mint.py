@@ -34,7 +34,8 @@ transaction, is COMPLETED with that transaction as evidence.
                reverted with the nonce unused -> FAILED; not mined: the
                recorded bytes rebroadcast.
     recover    the same reading, from usedNonces and MessageReceived.
-    health     the chains and Iris (as cctp_burn's).
+    health     the chains (as evm_transfer's). Not Iris: the attested message
+               is in hand, and a DOWN report would stop mints that can be done.
 """
 
 from __future__ import annotations
@@ -81,7 +82,6 @@ from qtg_runner.executors.cctp_burn import (
     CHAIN_PATTERN,
     ROUTE_REFUSALS,
     CctpBurnExecutor,
-    iris_health,
     route_error,
 )
 from qtg_runner.executors.evm_tx import (
@@ -478,7 +478,7 @@ class CctpMintExecutor:
         return _Reading(tx.status, tx.evidence, tx.tx_hash, tx.wait_s)
 
     async def health(self) -> HealthResult:
-        return await iris_health(await self._evm.chains_health(self._pool), self._env)
+        return await self._evm.chains_health(self._pool)
 
     async def aclose(self) -> None:
         await self._evm.aclose()

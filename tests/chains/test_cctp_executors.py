@@ -653,22 +653,34 @@ def recover_reading(
 def test_health_names_the_chains_and_iris(
     db: Any, world: Any, local_chain_set: LocalChainSet, iris: IrisHandle
 ) -> None:
+    """The burn's health is the chains' and Iris's (DOWN when Iris does not
+    answer: no new burn starts; DEGRADED while it rate-limits); the mint's is
+    the chains' alone (its message is in hand)."""
     from qtg_runner.chains.local import free_port
     from qtg_runner.executors.base import HealthStatus
 
-    async def health(env: dict[str, str]) -> Any:
+    async def health(executor_class: Any, env: dict[str, str]) -> Any:
         conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "cctp-test")
         async with open_pool(conninfo, name="cctp-test") as pool:
-            executor = CctpMintExecutor(pool, NETWORK, env=env, rpc_timeout=2)
+            executor = executor_class(pool, NETWORK, env=env, rpc_timeout=2)
             try:
                 return await executor.health()
             finally:
                 await executor.aclose()
 
     env = runner_env(local_chain_set, iris)
-    result = asyncio.run(health(env))
+    result = asyncio.run(health(CctpBurnExecutor, env))
     assert result.status is HealthStatus.HEALTHY, result.detail
     assert result.detail["iris"] == "answering"
-    result = asyncio.run(health(env | {IRIS_URL_ENV: f"http://127.0.0.1:{free_port()}"}))
+    nowhere = env | {IRIS_URL_ENV: f"http://127.0.0.1:{free_port()}"}
+    result = asyncio.run(health(CctpBurnExecutor, nowhere))
     assert result.status is HealthStatus.DOWN
     assert result.detail["iris"].startswith("unreachable")
+    iris.block(3600)
+    try:
+        result = asyncio.run(health(CctpBurnExecutor, env))
+    finally:
+        iris.unblock()
+    assert result.status is HealthStatus.DEGRADED and result.detail["iris"] == "HTTP 429"
+    result = asyncio.run(health(CctpMintExecutor, nowhere))
+    assert result.status is HealthStatus.HEALTHY and "iris" not in result.detail
