@@ -278,6 +278,62 @@ class TransferRoute:
 
 
 @dataclass(frozen=True)
+class CctpBurnRoute:
+    """cctp_burn_route: what a CCTP v2 burn node may sign, from the registry."""
+
+    chain_key: Text
+    chain_id: BigInt
+    rpc_url_env: Text
+    finality_depth: Integer
+    block_time_ms: Integer
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    token_address: Text
+    source_domain: BigInt
+    token_messenger: Text
+    message_transmitter: Text
+    sender: Text
+    signer_id: Text
+    destination_chain: Text
+    destination_domain: BigInt
+    destination_token_messenger: Text
+    mint_recipient: Text
+    recipient_kind: Text
+    amount_units: NumericValue
+    max_fee_units: NumericValue
+    min_finality_threshold: Integer
+    next_nonce: BigInt | None
+
+
+@dataclass(frozen=True)
+class CctpMintRoute:
+    """cctp_mint_route: what a CCTP v2 mint node may sign and what its burn must show."""
+
+    chain_key: Text
+    chain_id: BigInt
+    rpc_url_env: Text
+    finality_depth: Integer
+    block_time_ms: Integer
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    token_address: Text
+    destination_domain: BigInt
+    message_transmitter: Text
+    token_messenger: Text
+    sender: Text
+    signer_id: Text
+    source_chain: Text
+    source_domain: BigInt
+    source_token_messenger: Text
+    source_token: Text
+    mint_recipient: Text
+    recipient_kind: Text
+    amount_units: NumericValue
+    max_fee_units: NumericValue
+    next_nonce: BigInt | None
+
+
+@dataclass(frozen=True)
 class EvmChain:
     """A row of evm_chains."""
 
@@ -770,6 +826,16 @@ def record_intent_prepared_batch(
 @procedure("runner")
 def evm_transfer_route(node_id: BigInt) -> Call[TransferRoute]:
     """What an ERC-20 transfer node may sign, as the chain registry says now."""
+
+
+@procedure("runner")
+def cctp_burn_route(node_id: BigInt) -> Call[CctpBurnRoute]:
+    """What a CCTP v2 burn node may sign, as the registry says now."""
+
+
+@procedure("runner")
+def cctp_mint_route(node_id: BigInt) -> Call[CctpMintRoute]:
+    """What a CCTP v2 mint node may sign, and what its burn's message must show."""
 
 
 @procedure("runner")

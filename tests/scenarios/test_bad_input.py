@@ -56,6 +56,8 @@ from rows import iso_at
 
 from qtg_runner.chains.evm import Fees, build_transfer, self_transfer, tx_hash_of
 from qtg_runner.db import procs
+from qtg_runner.executors.cctp_burn import CctpBurnExecutor
+from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 
 Conn = psycopg.Connection[Any]
@@ -97,6 +99,8 @@ class World:
     quarantined: int  # a node SUBMITTING, quarantined by its dispatcher w1
     transfer: int = 0  # an evm_transfer node between the treasury accounts of world-a
     replaced: int = 0  # a PREPARED intent at nonce 6 of world-a's 0xdd..; nonce 5 FAILED (a gap)
+    cctp_burn: int = 0  # a cctp_burn node world-a -> world-b, treasury 0xdd.. -> 0xff..
+    cctp_mint: int = 0  # its cctp_mint child on world-b
 
 
 WORLD_SENDER = "0x" + "d" * 40
@@ -135,6 +139,46 @@ def build_world(conn: Conn) -> World:
     procs.upsert_chain_token("world-a", "USDC", "0x" + "1" * 40, 6).one(conn)
     evm = EvmTransferExecutor
     procs.register_executor(evm.key, True, evm.node_config_schema, evm.description).one(conn)
+    # CCTP between world-a and world-b (domains 100 / 101), the same treasury on both
+    procs.upsert_chain("world-b", 2, "QTG_RPC_WORLD_B", 2, 1000).one(conn)
+    procs.upsert_treasury_account("world-b", "0x" + "d" * 40, "env:WORLD_KEY").one(conn)
+    procs.upsert_treasury_account("world-b", "0x" + "f" * 40, "env:WORLD_KEY_2").one(conn)
+    procs.upsert_chain_token("world-b", "USDC", "0x" + "2" * 40, 6).one(conn)
+    for chain, domain, digit in (("world-a", 100, "3"), ("world-b", 101, "5")):
+        contracts = {
+            "MessageTransmitterV2": "0x" + digit * 40,
+            "TokenMessengerV2": "0x" + "4" * 39 + digit,
+        }
+        procs.upsert_chain_protocol(chain, "cctp", domain, contracts).one(conn)
+    for cctp in (CctpBurnExecutor, CctpMintExecutor):
+        procs.register_executor(cctp.key, True, cctp.node_config_schema, cctp.description).one(conn)
+    cctp_ends = {"from": "0x" + "d" * 40, "to": "0x" + "f" * 40}
+    cctp_nodes = node_ids(
+        conn,
+        create(
+            conn,
+            plan(
+                node(
+                    "burn",
+                    [],
+                    CctpBurnExecutor.key,
+                    chain="world-a",
+                    destination_chain="world-b",
+                    finality="fast",
+                    **cctp_ends,
+                ),
+                node(
+                    "mint",
+                    ["burn"],
+                    CctpMintExecutor.key,
+                    chain="world-b",
+                    source_chain="world-a",
+                    **cctp_ends,
+                ),
+            ),
+            "cctp",
+        ),
+    )
     pending = create(conn, plan(node("a")), "pending")
     transfer = node_ids(
         conn,
@@ -214,6 +258,8 @@ def build_world(conn: Conn) -> World:
         quarantined=ids["d"],
         transfer=transfer,
         replaced=intents["f"],
+        cctp_burn=cctp_nodes["burn"],
+        cctp_mint=cctp_nodes["mint"],
     )
 
 
@@ -351,6 +397,8 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "evm_next_nonce": {"p_chain_key": "world-a", "p_sender": "0x" + "d" * 40},
         "evm_chains": {},
         "evm_transfer_route": {"p_node_id": w.transfer},
+        "cctp_burn_route": {"p_node_id": w.cctp_burn},
+        "cctp_mint_route": {"p_node_id": w.cctp_mint},
         "evm_nonce_gaps": {"p_max": 10},
         "evm_stale_transactions": {"p_blocks": 20, "p_min_seconds": 60, "p_max": 10},
         "record_nonce_fill": dict(
@@ -797,6 +845,13 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "disallow_destination": chain_keys("p_chain_key") + addresses("p_address"),
         "evm_transfer_route": (
             # a node that is not a transfer step: its config names no chain
+            each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
+        "cctp_burn_route": (
+            # a node that is not a burn step: its config names no chains
+            each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
+        "cctp_mint_route": (
             each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
         ),
         "evm_next_nonce": (

@@ -15,6 +15,8 @@ from conftest import TestDatabase
 from qtg_runner.db.migrate import sql_dir
 
 RUNNER = {
+    "cctp_burn_route",
+    "cctp_mint_route",
     "claim_observe",
     "claim_ready_nodes",
     "claim_recovery_nodes",
@@ -75,6 +77,7 @@ ADMIN = {
 INTERNAL = {
     "audit_canonical",
     "audit_row_hash",
+    "treasury_signer",
     "check_args",
     "check_claim_args",
     "check_executor_schema",
@@ -87,6 +90,7 @@ INTERNAL = {
     "check_template",
     "chain_protocol",
     "claim_hash",
+    "destination_kind",
     "claim_secret",
     "config_value",
     "enqueue_callbacks",
