@@ -26,7 +26,7 @@ the allowance is short, so nothing is signed that would revert.
                greater of the chain's pending count and the engine's next
                nonce. The payload keeps the quote and the destination's head
                block (where its logs are read from).
-    submit     evm_transfer's: the recorded bytes broadcast, "already known"
+    submit     evm_tx.broadcast: the recorded bytes, "already known"
                and a mined "nonce too low" are the same transaction.
     observe    the source receipt, final, with exactly one OFTSent from the
                sender for the amount; the guid from it (taxi) or from the
@@ -37,30 +37,34 @@ the allowance is short, so nothing is signed that would revert.
                payout is cached, PENDING (retryReceiveToken is permissionless:
                the world's relayer retries it; the node completes on the
                OFTReceived that follows). Source reverted and final: FAILED.
-               Not mined: as evm_transfer (rebroadcast of the identical bytes,
+               Not mined: evm_tx.read_recorded (rebroadcast of the identical bytes,
                or UNKNOWN when a foreign transaction took the nonce).
     recover    the same reading from the recorded hashes and the guid
                evidence on both chains: delivered -> COMPLETED, reverted ->
                FAILED, sent or in flight -> IN_FLIGHT, never prepared ->
                NOT_SUBMITTED, a foreign nonce -> STILL_UNKNOWN.
-    health     evm_transfer's, per registered chain.
+    health     evm_tx.EvmAccess.chains_health, per registered chain.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import psycopg
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
+from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.chains.evm import Fees, _eip1559, balance_of, normalize_address, suggest_fees
 from qtg_runner.chains.evm_rpc import EvmRpc, Log, Receipt
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
     ExecutorError,
+    HealthResult,
     JsonObject,
     NodeWork,
     ObserveResult,
@@ -68,17 +72,17 @@ from qtg_runner.executors.base import (
     Prepared,
     RecoveryOutcome,
     RecoveryResult,
+    SubmitResult,
 )
-from qtg_runner.executors.evm_transfer import (
-    ADDRESS_PATTERN,
+from qtg_runner.executors.evm_transfer import ADDRESS_PATTERN, ROUTE_REFUSALS
+from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
-    ROUTE_REFUSALS,
-    EvmTransferExecutor,
-    _chain_errors,
-    _Reading,
-    _receipt_of,
-    _Route,
-    _unmined,
+    ChainLeg,
+    EvmAccess,
+    TxReading,
+    broadcast,
+    chain_errors,
+    read_recorded,
 )
 from qtg_runner.signers import Signer
 
@@ -134,7 +138,7 @@ class _Quote:
     native_fee: int
 
 
-class StargateExecutor(EvmTransferExecutor):
+class StargateExecutor:
     key: ClassVar[str] = "stargate"
     has_side_effect: ClassVar[bool] = True
     description: ClassVar[str] = (
@@ -159,6 +163,17 @@ class StargateExecutor(EvmTransferExecutor):
         "additionalProperties": False,
     }
 
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        network: str,
+        env: Mapping[str, str] | None = None,
+        rpc_timeout: float = 10.0,
+    ) -> None:
+        self._pool = pool
+        self._network = network
+        self._evm = EvmAccess(os.environ if env is None else env, rpc_timeout)
+
     # -- the registry's word ----------------------------------------------------------
 
     async def _sg_route(self, work: NodeWork) -> procs.StargateRoute:
@@ -172,24 +187,18 @@ class StargateExecutor(EvmTransferExecutor):
             raise
 
     @staticmethod
-    def _source(row: procs.StargateRoute) -> _Route:
-        """The source leg as evm_transfer reads a transaction (the sender's
-        account, its chain, its signer)."""
-        return _Route(
+    def _source(row: procs.StargateRoute) -> ChainLeg:
+        """The source leg: the sender's account, its chain, its signer."""
+        return ChainLeg(
             chain_key=row.chain_key,
             chain_id=row.chain_id,
             rpc_url_env=row.rpc_url_env,
             finality_depth=row.finality_depth,
             block_time_s=row.block_time_ms / 1000,
-            token=row.token,
-            token_address=row.token_address,
             sender=row.sender,
             signer_id=row.signer_id,
-            recipient=row.recipient,
-            amount_units=int(row.amount_units),
             max_fee_cap=int(row.max_fee_per_gas),
             priority_fee_cap=int(row.max_priority_fee_per_gas),
-            engine_next_nonce=row.next_nonce,
         )
 
     async def _quote(self, rpc: EvmRpc, row: procs.StargateRoute) -> _Quote:
@@ -223,8 +232,8 @@ class StargateExecutor(EvmTransferExecutor):
     async def preflight(self, work: NodeWork) -> None:
         row = await self._sg_route(work)
         source = self._source(row)
-        rpc = self._rpc(row.chain_key, row.rpc_url_env)
-        async with _chain_errors(source):
+        rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
+        async with chain_errors(source.chain_key):
             held = await balance_of(rpc, row.token_address, row.sender)
             if held < int(row.amount_units):
                 raise ExecutorError(
@@ -251,10 +260,10 @@ class StargateExecutor(EvmTransferExecutor):
     async def prepare(self, work: NodeWork) -> Prepared:
         row = await self._sg_route(work)
         source = self._source(row)
-        rpc = self._rpc(row.chain_key, row.rpc_url_env)
-        dst_rpc = self._rpc(row.dst_chain_key, row.dst_rpc_url_env)
-        signer = await self._signer(source)
-        async with _chain_errors(source):
+        rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
+        dst_rpc = self._evm.rpc(row.dst_chain_key, row.dst_rpc_url_env)
+        signer = await self._evm.signer(source)
+        async with chain_errors(source.chain_key):
             quote = await self._quote(rpc, row)
             data = SEND + encode(
                 [SEND_PARAM, "(uint256,uint256)", "address"],
@@ -275,8 +284,16 @@ class StargateExecutor(EvmTransferExecutor):
                 retryable=True,
                 retry_after=RETRY_LATER_S,
             )
-        payload = source.payload(gas, fees) | {
+        payload = source.payload() | {
             "protocol": "stargate",
+            "token": row.token,
+            "token_address": row.token_address,
+            "recipient": row.recipient,
+            # strings: a uint256 is beyond what a JSON number holds exactly
+            "amount_units": str(row.amount_units),
+            "gas": gas,
+            "max_fee_per_gas": str(fees.max_fee_per_gas),
+            "max_priority_fee_per_gas": str(fees.max_priority_fee_per_gas),
             "mode": row.mode,
             "pool": row.src_pool,
             "src_eid": row.src_eid,
@@ -297,15 +314,15 @@ class StargateExecutor(EvmTransferExecutor):
 
     async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
         assert prepared.payload is not None
-        source = _Route.from_payload(prepared.payload)
-        rpc = self._rpc(source.chain_key, source.rpc_url_env)
-        async with _chain_errors(source):
+        source = ChainLeg.from_payload(prepared.payload)
+        rpc = self._evm.leg_rpc(source)
+        async with chain_errors(source.chain_key):
             chain_next = await rpc.transaction_count(source.sender, "pending")
-        signer = await self._signer(source)
+        signer = await self._evm.signer(source)
         return await self._sign_send(source, signer, max(nonce, chain_next), prepared.payload)
 
     async def _sign_send(
-        self, source: _Route, signer: Signer, nonce: int, payload: JsonObject
+        self, source: ChainLeg, signer: Signer, nonce: int, payload: JsonObject
     ) -> Prepared:
         fees = Fees(int(payload["max_fee_per_gas"]), int(payload["max_priority_fee_per_gas"]))
         tx = _eip1559(
@@ -326,6 +343,11 @@ class StargateExecutor(EvmTransferExecutor):
             sender=source.sender,
             raw_tx=signed.raw_hex,
         )
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        assert prepared.payload is not None
+        source = ChainLeg.from_payload(prepared.payload)
+        return await broadcast(self._evm.leg_rpc(source), source, prepared, "Stargate send")
 
     async def observe(self, work: NodeWork) -> ObserveResult:
         reading = await self._read_send(work)
@@ -356,63 +378,39 @@ class StargateExecutor(EvmTransferExecutor):
 
     # -- reading both chains ----------------------------------------------------------
 
-    async def _read_send(self, work: NodeWork) -> _Reading:
+    async def health(self) -> HealthResult:
+        return await self._evm.chains_health(self._pool)
+
+    async def aclose(self) -> None:
+        await self._evm.aclose()
+
+    async def _read_send(self, work: NodeWork) -> TxReading:
         """The chains' word on the node's send: the source transaction from its
         recorded hashes, then the message on the destination by its guid."""
-        intent = work.intent or {}
-        payload = intent.get("prepared_payload")
-        transactions = intent.get("transactions") or []
-        nonce = intent.get("nonce")
-        if not payload or not transactions or nonce is None:
+        payload = (work.intent or {}).get("prepared_payload")
+        if not payload:
             raise ExecutorError(
-                f"node {work.node_id} has no recorded transaction to read", retryable=False
+                f"node {work.node_id} has no prepared send to read", retryable=False
             )
-        source = _Route.from_payload(payload)
-        rpc = self._rpc(source.chain_key, source.rpc_url_env)
-        hashes = [str(t["tx_hash"]) for t in transactions]
-        async with _chain_errors(source):
-            found = await _receipt_of(rpc, hashes)
-            if found is None:
-                account_nonce = await rpc.transaction_count(source.sender, "latest")
-                if account_nonce <= nonce:
-                    return await _unmined(rpc, source, transactions, nonce)
-                found = await _receipt_of(rpc, hashes)
-                if found is None:
-                    return _Reading(
-                        "foreign",
-                        {
-                            "problem": "the nonce is taken by a transaction the engine never "
-                            "recorded",
-                            "nonce": nonce,
-                            "account_nonce": account_nonce,
-                            "sender": source.sender,
-                            "recorded_hashes": hashes,
-                        },
-                    )
-            return await self._sent(rpc, source, payload, found)
+        source = ChainLeg.from_payload(payload)
+        rpc = self._evm.leg_rpc(source)
+        reading = await read_recorded(rpc, source, work)
+        if reading.status != "final":
+            return reading
+        assert reading.receipt is not None
+        async with chain_errors(source.chain_key):
+            return await self._sent(rpc, source, payload, reading, reading.receipt)
 
     async def _sent(
-        self, rpc: EvmRpc, source: _Route, payload: JsonObject, receipt: Receipt
-    ) -> _Reading:
-        head = await rpc.block_number()
-        canonical = await rpc.block(receipt.block_number)
-        depth = head - receipt.block_number
-        evidence: JsonObject = {
-            "tx_hash": receipt.tx_hash,
-            "block_number": receipt.block_number,
-            "block_hash": receipt.block_hash,
-            "confirmations": depth + 1,
-            "mode": payload["mode"],
-        }
-        if canonical is None or canonical.hash != receipt.block_hash:
-            return _Reading(
-                "mined", evidence | {"reorg": True}, receipt.tx_hash, source.block_time_s
-            )
-        if depth < source.finality_depth:
-            wait = source.block_time_s * (source.finality_depth - depth)
-            return _Reading("mined", evidence, receipt.tx_hash, wait)
-        if not receipt.succeeded:
-            return _Reading("reverted", evidence | {"status": receipt.status}, receipt.tx_hash)
+        self,
+        rpc: EvmRpc,
+        source: ChainLeg,
+        payload: JsonObject,
+        reading: TxReading,
+        receipt: Receipt,
+    ) -> TxReading:
+        evidence: JsonObject = reading.evidence | {"mode": payload["mode"]}
+        amount_units = int(payload["amount_units"])
         pool = normalize_address(str(payload["pool"]))
         sent = [
             log
@@ -423,8 +421,8 @@ class StargateExecutor(EvmTransferExecutor):
             and log.topics[2] == _word(source.sender)
         ]
         amounts = [decode(["uint32", "uint256", "uint256"], log.data) for log in sent]
-        if len(sent) != 1 or int(amounts[0][1]) != source.amount_units:
-            return _Reading(
+        if len(sent) != 1 or int(amounts[0][1]) != amount_units:
+            return TxReading(
                 "refused",
                 evidence
                 | {
@@ -442,7 +440,7 @@ class StargateExecutor(EvmTransferExecutor):
         if payload["mode"] == "bus":
             ticket = _ticket(receipt, pool)
             if ticket is None:
-                return _Reading(
+                return TxReading(
                     "refused",
                     evidence | {"problem": "a bus send without a BusRode ticket"},
                     receipt.tx_hash,
@@ -451,7 +449,7 @@ class StargateExecutor(EvmTransferExecutor):
             driven = await _bus_driven(rpc, pool, int(payload["dst_eid"]), ticket, receipt)
             if driven is None:
                 wait = max(source.block_time_s * 5, 5.0)
-                return _Reading(
+                return TxReading(
                     "sent", evidence | {"waiting_for": "the bus"}, receipt.tx_hash, wait
                 )
             guid, evidence["bus"] = driven
@@ -460,9 +458,9 @@ class StargateExecutor(EvmTransferExecutor):
 
     async def _destination(
         self, payload: JsonObject, evidence: JsonObject, guid: str, amount: int, tx_hash: str
-    ) -> _Reading:
+    ) -> TxReading:
         dst_key = str(payload["dst_chain_key"])
-        rpc = self._rpc(dst_key, str(payload["dst_rpc_url_env"]))
+        rpc = self._evm.rpc(dst_key, str(payload["dst_rpc_url_env"]))
         pool = normalize_address(str(payload["dst_pool"]))
         recipient = str(payload["recipient"])
         wait = float(payload["dst_block_time_s"]) * 2
@@ -488,8 +486,8 @@ class StargateExecutor(EvmTransferExecutor):
                 "confirmations": depth + 1,
             }
             if depth < int(payload["dst_finality_depth"]):
-                return _Reading("sent", evidence | {"oft_received": received}, tx_hash, wait)
-            return _Reading("delivered", evidence | {"oft_received": received}, tx_hash)
+                return TxReading("sent", evidence | {"oft_received": received}, tx_hash, wait)
+            return TxReading("delivered", evidence | {"oft_received": received}, tx_hash)
         cached = [
             _unreceived(log)
             for log in await rpc.get_logs(
@@ -498,13 +496,13 @@ class StargateExecutor(EvmTransferExecutor):
         ]
         mine = [c for c in cached if c["guid"] == guid and c["receiver"] == recipient]
         if mine:
-            return _Reading(
+            return TxReading(
                 "cached",
                 evidence | {"payout_cached": mine[0]},
                 tx_hash,
                 max(CACHED_RETRY_S, wait),
             )
-        return _Reading("sent", evidence | {"waiting_for": "delivery"}, tx_hash, wait)
+        return TxReading("sent", evidence | {"waiting_for": "delivery"}, tx_hash, wait)
 
 
 def _ticket(receipt: Receipt, pool: str) -> int | None:
