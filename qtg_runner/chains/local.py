@@ -326,6 +326,11 @@ def write_state(state_dir: Path, chains: Sequence[RunningChain]) -> Path:
     return path
 
 
+DEPLOYED = ("MockUSDC", "MessageTransmitterV2", "TokenMessengerV2", "StargatePool")
+"""The contracts start_chains deploys on every chain: chains running without
+one of them were started by an older build."""
+
+
 def start_chains(
     state_dir: Path,
     specs: Sequence[ChainSpec] = DEFAULT_CHAINS,
@@ -345,6 +350,13 @@ def start_chains(
     if existing:
         wanted = {s.key for s in specs}
         if wanted <= {c.key for c in existing}:
+            stale = sorted({n for c in existing for n in DEPLOYED if n not in c.contracts})
+            if stale:
+                raise ChainError(
+                    f"the chains running from {state_dir} were deployed by an older build "
+                    f"(no {', '.join(stale)}): `qtg world down` (or `qtg chains down`), "
+                    "then up again"
+                )
             return existing
         raise ChainError(
             f"chains already run from {state_dir} ({', '.join(c.key for c in existing)}): "

@@ -66,6 +66,9 @@ the demo sets each to its timing divided by the world's time scale."""
 CCTP_MAX_FEE_BPS = 10
 """The most a demo burn may pay for a fast attestation (0.1%)."""
 
+STARGATE_FEE_BPS = 1
+"""The local Stargate pools' fee (1 basis point)."""
+
 CRASH_DEADLINE_S = 60.0
 """How long the crashing dispatcher may take to claim, broadcast and die."""
 
@@ -146,6 +149,25 @@ def cctp(
     ]
 
 
+def stargate(
+    key: str, source: str, destination: str, sender: str, recipient: str, mode: str, *after: str
+) -> dict[str, Any]:
+    """A Stargate v2 send: a taxi goes at once, a bus when it is driven."""
+    return {
+        "key": key,
+        "executor": "stargate",
+        "depends_on": list(after),
+        "config": {
+            "lane": f"stargate-{mode}",
+            "source": source,
+            "destination": destination,
+            "from": sender,
+            "to": recipient,
+            "mode": mode,
+        },
+    }
+
+
 def bridged(
     source: str, destination: str, sender: str, recipient: str, amount: Decimal, fee_bps: int
 ) -> list[Change]:
@@ -187,6 +209,13 @@ def world_movements(w: WorldView) -> list[WorldMovement]:
             cctp("usdc", b, a, t2, t1, "standard"),
             "COMPLETED",
             bridged(b, a, t2, t1, Decimal("1000"), CCTP_MAX_FEE_BPS),
+        ),
+        WorldMovement(
+            "Stargate bus: a ticket, the bus driven, delivered on the other chain",
+            Decimal("75"),
+            [stargate("bus", a, b, t1, t2, "bus")],
+            "COMPLETED",
+            bridged(a, b, t1, t2, Decimal("75"), STARGATE_FEE_BPS),
         ),
         WorldMovement(
             "Fan-out over both chains, then a settlement",
@@ -444,6 +473,15 @@ def drill_movements(w: WorldView) -> dict[str, list[WorldMovement]]:
     t1, t2 = w.treasury[0], w.treasury[1]
     a, b = sorted(w.chains)[:2]
     return {
+        "stargate": [
+            WorldMovement(
+                "Stargate taxi: sent and delivered at once",
+                Decimal("20"),
+                [stargate("taxi", a, b, t1, t2, "taxi")],
+                "COMPLETED",
+                bridged(a, b, t1, t2, Decimal("20"), STARGATE_FEE_BPS),
+            )
+        ],
         "cctp": [
             WorldMovement(
                 "CCTP fast: burn, attestation, mint",

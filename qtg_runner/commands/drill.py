@@ -483,3 +483,7 @@ _world_drill(
     "cctp",
     "A CCTP v2 fast transfer between the local chains: burn, Iris's attestation, mint.",
 )
+_world_drill(
+    "stargate",
+    "A Stargate v2 taxi between the local chains: send, relayed, OFTReceived on the other.",
+)
