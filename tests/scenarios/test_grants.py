@@ -15,9 +15,11 @@ from conftest import TestDatabase
 from qtg_runner.db.migrate import sql_dir
 
 RUNNER = {
+    "claim_callbacks",
     "claim_observe",
     "claim_ready_nodes",
     "claim_recovery_nodes",
+    "complete_callback",
     "complete_observe",
     "complete_recovery",
     "complete_submit",
@@ -58,11 +60,13 @@ OPERATOR = {
     "propose_template",
     "reject_proposal",
     "release_quarantine",
+    "replay_callback",
 }
 ADMIN = {
     "allow_destination",
     "disallow_destination",
     "register_executor",
+    "upsert_callback_target",
     "upsert_chain",
     "upsert_chain_protocol",
     "upsert_chain_token",

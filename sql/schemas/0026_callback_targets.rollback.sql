@@ -1,0 +1,18 @@
+SET LOCAL ROLE qtg_owner;
+
+SELECT qtg_admin.apply_per_network($ddl$
+DROP INDEX callback_outbox_dead_idx;
+UPDATE callback_outbox SET delivery_state = 'DEAD' WHERE delivery_state = 'REFUSED';
+ALTER TABLE callback_outbox DROP CONSTRAINT callback_outbox_delivery_state_check;
+ALTER TABLE callback_outbox
+    ADD CONSTRAINT callback_outbox_delivery_state_check
+        CHECK (delivery_state IN ('PENDING', 'SENT', 'DEAD', 'NO_TARGET')),
+    DROP COLUMN claim_hash,
+    DROP COLUMN claimed_by,
+    DROP COLUMN target_name,
+    DROP COLUMN last_attempt_at,
+    DROP COLUMN last_status,
+    DROP COLUMN dead_at;
+DROP TABLE callback_settings;
+DROP TABLE callback_targets;
+$ddl$);
