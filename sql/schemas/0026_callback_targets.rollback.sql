@@ -1,6 +1,18 @@
+-- The audit log is append-only: audit rows about callbacks stay. The old entity
+-- check is put back NOT VALID, and validated when there are none.
 SET LOCAL ROLE qtg_owner;
 
 SELECT qtg_admin.apply_per_network($ddl$
+ALTER TABLE audit_outbox DROP CONSTRAINT audit_outbox_entity_check;
+ALTER TABLE audit_outbox ADD CONSTRAINT audit_outbox_entity_check
+    CHECK (entity IN ('request', 'node', 'executor', 'template', 'lane', 'proposal', 'chain')) NOT VALID;
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM audit_outbox WHERE entity IN ('callback', 'callback_target')) THEN
+        ALTER TABLE audit_outbox VALIDATE CONSTRAINT audit_outbox_entity_check;
+    END IF;
+END
+$do$;
 DROP INDEX callback_outbox_dead_idx;
 UPDATE callback_outbox SET delivery_state = 'DEAD' WHERE delivery_state = 'REFUSED';
 ALTER TABLE callback_outbox DROP CONSTRAINT callback_outbox_delivery_state_check;

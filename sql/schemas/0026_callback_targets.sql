@@ -24,6 +24,8 @@
 --                     said (last_attempt_at, last_status), the target that
 --                     received it (target_name), dead_at, and the state
 --                     REFUSED (no registered target: never sent).
+-- audit_outbox        entities 'callback' (dead, refused, replayed) and
+--                     'callback_target' (registered or changed).
 
 SET LOCAL ROLE qtg_owner;
 
@@ -61,5 +63,9 @@ ALTER TABLE callback_outbox
     ADD COLUMN last_attempt_at timestamptz,
     ADD COLUMN last_status     integer,
     ADD COLUMN dead_at         timestamptz;
+ALTER TABLE audit_outbox DROP CONSTRAINT audit_outbox_entity_check;
+ALTER TABLE audit_outbox ADD CONSTRAINT audit_outbox_entity_check
+    CHECK (entity IN ('request', 'node', 'executor', 'template', 'lane', 'proposal', 'chain',
+                      'callback', 'callback_target'));
 CREATE INDEX callback_outbox_dead_idx ON callback_outbox (id) WHERE delivery_state IN ('DEAD', 'REFUSED');
 $ddl$);
