@@ -160,10 +160,8 @@ def test_replay_by_an_operator_sends_a_dead_callback_again(conn: Conn, db: TestD
     )
     unregistered = movement(conn, "m2", url="https://not-yet.test/cb")
     procs.claim_callbacks("d1", 10).all(conn)
-    [refused_id] = (
-        conn.execute("SELECT id FROM callback_outbox WHERE request_id = %s", (unregistered,)).fetchone()
-        or ()
-    )
+    query = "SELECT id FROM callback_outbox WHERE request_id = %s"
+    [refused_id] = conn.execute(query, (unregistered,)).fetchone() or ()
     assert conn.execute("SELECT count(*) FROM dead_callbacks").fetchone() == (2,)
 
     operator = bind(db.connect(db.login("carol", "qtg_testnet_operator").dsn))
