@@ -71,6 +71,8 @@ METADATA_ADDRESSES = frozenset(
     )
 )
 
+NOT_ALLOWED = " and the target is not allow_private"
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
@@ -96,14 +98,15 @@ def address_problem(address: Address, allow_private: bool) -> str | None:
         return f"{address} is a cloud metadata address"
     if address.is_link_local:
         return f"{address} is link-local"
-    if address.is_multicast or address.is_unspecified or address.is_reserved:
+    if address.is_multicast or address.is_unspecified:
         return f"{address} is not a unicast address"
-    if address.is_global:
+    if address.is_loopback:
+        return None if allow_private else f"{address} is a loopback address{NOT_ALLOWED}"
+    if address.is_reserved:
+        return f"{address} is a reserved address"
+    if address.is_global or allow_private:
         return None
-    if allow_private:
-        return None
-    kind = "loopback" if address.is_loopback else "private"
-    return f"{address} is a {kind} address and the target is not allow_private"
+    return f"{address} is a private address{NOT_ALLOWED}"
 
 
 async def system_resolve(host: str, port: int) -> Sequence[str]:
