@@ -337,3 +337,24 @@ def test_a_missing_secret_sends_nothing(db: TestDatabase, conn: Conn, receiver: 
 def test_address_checks(address: str, allow_private: bool, refused: str | None) -> None:
     problem = address_problem(ipaddress.ip_address(address), allow_private)
     assert (problem is None) if refused is None else (refused in (problem or "")), problem
+
+
+def test_a_file_secret_must_be_private(tmp_path: Any) -> None:
+    load = callback_dispatcher.load_secret
+    secret = tmp_path / "ops.secret"
+    secret.write_text(SECRET + "\n")
+    secret.chmod(0o644)
+    env = {"QTG_CALLBACK_SECRETS_DIR": str(tmp_path)}
+    with pytest.raises(callback_dispatcher.CallbackRefused, match="readable by others") as err:
+        load("file:ops.secret", env)
+    assert SECRET not in str(err.value)
+    secret.chmod(0o600)
+    assert load("file:ops.secret", env) == SECRET
+    with pytest.raises(callback_dispatcher.CallbackRefused, match="cannot be read"):
+        load("file:missing", env)
+    with pytest.raises(callback_dispatcher.CallbackRefused, match="QTG_CALLBACK_SECRETS_DIR"):
+        load("file:ops.secret", {})
+    assert load("env:X", {"X": SECRET}) == SECRET
+    bad = callback_dispatcher.signer_for
+    with pytest.raises(callback_dispatcher.CallbackRefused, match="not a Standard Webhooks"):
+        bad("whsec_", "env:X")
