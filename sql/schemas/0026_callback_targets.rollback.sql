@@ -5,7 +5,8 @@ SET LOCAL ROLE qtg_owner;
 SELECT qtg_admin.apply_per_network($ddl$
 ALTER TABLE audit_outbox DROP CONSTRAINT audit_outbox_entity_check;
 ALTER TABLE audit_outbox ADD CONSTRAINT audit_outbox_entity_check
-    CHECK (entity IN ('request', 'node', 'executor', 'template', 'lane', 'proposal', 'chain')) NOT VALID;
+    CHECK (entity IN ('request', 'node', 'executor', 'template', 'lane', 'proposal', 'chain',
+                      'limit', 'breaker')) NOT VALID;
 DO $do$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM audit_outbox WHERE entity IN ('callback', 'callback_target')) THEN

@@ -25,7 +25,10 @@
 --                     received it (target_name), dead_at, and the state
 --                     REFUSED (no registered target: never sent).
 -- audit_outbox        entities 'callback' (dead, refused, replayed) and
---                     'callback_target' (registered or changed).
+--                     'callback_target' (registered or changed). The list also
+--                     names 0027_value_limits' 'limit' and 'breaker' (both
+--                     migrations follow 0025 and set this one check: in either
+--                     order it ends the same).
 
 SET LOCAL ROLE qtg_owner;
 
@@ -66,6 +69,6 @@ ALTER TABLE callback_outbox
 ALTER TABLE audit_outbox DROP CONSTRAINT audit_outbox_entity_check;
 ALTER TABLE audit_outbox ADD CONSTRAINT audit_outbox_entity_check
     CHECK (entity IN ('request', 'node', 'executor', 'template', 'lane', 'proposal', 'chain',
-                      'callback', 'callback_target'));
+                      'callback', 'callback_target', 'limit', 'breaker'));
 CREATE INDEX callback_outbox_dead_idx ON callback_outbox (id) WHERE delivery_state IN ('DEAD', 'REFUSED');
 $ddl$);
