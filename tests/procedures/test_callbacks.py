@@ -80,6 +80,10 @@ def test_a_claim_leases_due_rows_of_registered_targets(conn: Conn) -> None:
         "SELECT delivery_state, last_error FROM callback_outbox WHERE request_id = %s", (stranger,)
     ).fetchone()
     assert stray is not None and stray[0] == "REFUSED"
+    backlog = conn.execute(
+        "SELECT target_name, pending, due_now, attempted, refused FROM callback_backlog ORDER BY 1"
+    ).fetchall()
+    assert backlog == [("(unregistered)", 0, 0, 0, 1), ("ops", 1, 0, 1, 0)]
     assert "https://elsewhere.test/cb is not the url of an enabled callback target" in stray[1]
     # leased: not claimed again until the lease (60 s) runs out, then again, same key
     assert procs.claim_callbacks("d2", 10).all(conn) == []
@@ -130,6 +134,10 @@ def test_a_failure_backs_off_exponentially_with_jitter_then_dies(conn: Conn) -> 
         "SELECT action, to_state FROM audit_outbox WHERE entity = 'callback' ORDER BY id"
     ).fetchall()
     assert audit == [("callback_dead", "DEAD")]
+    backlog = conn.execute(
+        "SELECT target_name, pending, dead, refused FROM callback_backlog"
+    ).fetchall()
+    assert backlog == [("ops", 0, 1, 0)]
 
 
 def test_a_row_past_its_attempts_or_its_age_dies_at_the_claim(conn: Conn) -> None:
