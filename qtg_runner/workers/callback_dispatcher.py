@@ -256,8 +256,19 @@ async def post(
     return Attempt(response.status_code, f"HTTP {response.status_code}{redirect}: {said}")
 
 
+MAX_ROUNDS = 10
+"""A tick runs rounds back to back while they come back full, at most this many
+(a backlog drains at up to 200 callbacks a tick, the heartbeat kept)."""
+
+
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    return await run_round(ctx, worker_id)
+    handled = 0
+    for _ in range(MAX_ROUNDS):
+        count = await run_round(ctx, worker_id)
+        handled += count
+        if count < BATCH_SIZE or ctx.stopping.is_set():
+            break
+    return handled
 
 
 async def run_round(

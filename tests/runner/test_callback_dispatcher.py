@@ -358,3 +358,22 @@ def test_a_file_secret_must_be_private(tmp_path: Any) -> None:
     bad = callback_dispatcher.signer_for
     with pytest.raises(callback_dispatcher.CallbackRefused, match="not a Standard Webhooks"):
         bad("whsec_", "env:X")
+
+
+def test_one_tick_drains_a_backlog_beyond_a_batch(
+    db: TestDatabase, conn: Conn, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(conn, receiver.url)
+    movements(conn, receiver.url, 15)  # 30 callbacks: two claims of 20
+    monkeypatch.setenv("QTG_CB_RECEIVER", SECRET)
+    monkeypatch.setenv("PGOPTIONS", f"-c qtg.now={iso_at(0)}")
+
+    async def tick() -> int:
+        conninfo = bound_conninfo(db.runner_dsn("testnet"), "testnet", "callbacks-test")
+        async with open_pool(conninfo, name="callbacks-test") as pool:
+            ctx = WorkerContext("testnet", pool, {}, "callbacks-test:1")
+            return await callback_dispatcher.batch(ctx, "callback_dispatcher@callbacks-test:1")
+
+    assert asyncio.run(tick()) == 30
+    assert {r[2] for r in rows(conn)} == {"SENT"}
+    assert len({wid for wid, _, ok in receiver.received if ok}) == 30
