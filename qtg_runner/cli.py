@@ -178,6 +178,7 @@ def mark_test_cmd(
 
 from qtg_runner.commands import (  # noqa: E402
     audit,
+    callbacks,
     chains,
     demo,
     drill,
@@ -203,6 +204,7 @@ app.command("status")(status.status_cmd)
 app.command("demo")(demo.demo_cmd)
 app.add_typer(drill.app, name="drill")
 app.add_typer(audit.app, name="audit")
+app.add_typer(callbacks.app, name="callbacks")
 
 
 def run() -> None:

@@ -79,7 +79,16 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
         ),
         "lane latency, last day (seconds from submit to completion)",
     )
-    return Group(pipeline_table(conn), in_flight, workers, executors, limits, stuck, latency)
+    callbacks = rows_table(
+        conn.execute(
+            "SELECT target_name, pending, due_now, attempted, oldest_pending_for, dead, refused"
+            " FROM callback_backlog ORDER BY target_name"
+        ),
+        "callbacks not delivered (dead_callbacks lists the dead; qtg callbacks replay ID)",
+    )
+    return Group(
+        pipeline_table(conn), in_flight, workers, executors, limits, stuck, latency, callbacks
+    )
 
 
 def status_cmd(

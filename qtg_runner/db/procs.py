@@ -459,6 +459,25 @@ class AuditExportRow:
 
 
 @dataclass(frozen=True)
+class ClaimedCallback:
+    """A callback claim_callbacks handed out: what the POST needs, and the claim's
+    secret for complete_callback. Where the target's signing secret is
+    (secret_ref), never the secret: that is not in the database."""
+
+    callback_id: BigInt
+    movement_id: BigInt
+    event_type: Text
+    idempotency_key: Text
+    payload: JsonValue
+    target_name: Text
+    url: Text
+    allow_private: Boolean
+    secret_ref: Text
+    attempt: Integer
+    claim_secret: ClaimSecret = field(repr=False)
+
+
+@dataclass(frozen=True)
 class CreatedMovement:
     movement_id: BigInt
     created: Boolean
@@ -1040,6 +1059,23 @@ def promote_audit(worker: Text, max: Integer | Default = DEFAULT) -> Call[Intege
 
 
 @procedure("runner")
+def claim_callbacks(worker: Text, max: Integer | Default = DEFAULT) -> Call[ClaimedCallback]:
+    """Due PENDING callbacks leased to this dispatcher (SKIP LOCKED); rows without
+    a registered target REFUSED, rows past their attempts or age DEAD."""
+
+
+@procedure("runner")
+def complete_callback(
+    callback_id: BigInt,
+    claim_secret: ClaimSecret,
+    status_code: Integer | None,
+    error: Text | Default | None = DEFAULT,
+) -> Call[Text]:
+    """One POST's result: 2xx SENT; otherwise PENDING after a backoff with jitter,
+    or DEAD past the attempts or the age. Returns the new delivery_state."""
+
+
+@procedure("runner")
 def expire_proposals(
     max: Integer | Default = DEFAULT, actor: Text | Default = DEFAULT
 ) -> Call[Integer]:
@@ -1125,6 +1161,11 @@ def audit_export(
     after_seq: BigInt | Default = DEFAULT, max: Integer | Default = DEFAULT
 ) -> Call[AuditExportRow]:
     """The audit log's rows after ``after_seq``, in order, as an export carries them."""
+
+
+@procedure("operator")
+def replay_callback(callback_id: BigInt, reason: Text) -> Call[Text]:
+    """DEAD | REFUSED -> PENDING, due at once, the same webhook-id; audited."""
 
 
 @procedure("operator")
@@ -1255,6 +1296,19 @@ def upsert_chain_protocol(
 @procedure("owner")
 def upsert_treasury_account(chain_key: Text, address: Text, signer_id: Text) -> Call[None]:
     """Records a treasury account on a registered chain with its signer's id (never a key)."""
+
+
+@procedure("owner")
+def upsert_callback_target(
+    target_name: Text,
+    url: Text,
+    secret_ref: Text,
+    allow_private: Boolean | Default = DEFAULT,
+    enabled: Boolean | Default = DEFAULT,
+) -> Call[None]:
+    """Registers or changes a receiver of signed callbacks: its url, where its
+    signing secret is (env:NAME or file:NAME, never the secret), whether it may be
+    private, whether it is enabled."""
 
 
 @procedure("owner")

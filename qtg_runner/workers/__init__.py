@@ -7,6 +7,7 @@ from __future__ import annotations
 from qtg_runner.loop import WorkerEntry
 from qtg_runner.workers import (
     audit_outbox_promoter,
+    callback_dispatcher,
     evm_nonce_reaper,
     executor_health,
     expiration_checker,
@@ -55,6 +56,10 @@ REGISTRY: tuple[WorkerEntry, ...] = (
         interval=2.0,
         jitter=0.5,
         tier="sidecar",
+    ),
+    # signed callbacks to the registered targets, a second after the state change
+    WorkerEntry(
+        "callback_dispatcher", callback_dispatcher.batch, interval=1.0, jitter=0.2, tier="sidecar"
     ),
 )
 

@@ -72,6 +72,7 @@ ALL_WORKERS = {
     "evm_nonce_reaper",
     "audit_outbox_promoter",
     "executor_health",
+    "callback_dispatcher",
 }
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}

@@ -100,12 +100,16 @@ class World:
     quarantined: int  # a node SUBMITTING, quarantined by its dispatcher w1
     transfer: int = 0  # an evm_transfer node between the treasury accounts of world-a
     replaced: int = 0  # a PREPARED intent at nonce 6 of world-a's 0xdd..; nonce 5 FAILED (a gap)
+    callback: int = 0  # a callback claimed by the dispatcher cb1
+    callback_secret: str = ""
+    dead_callback: int = 0  # a callback DEAD after its one attempt
     cctp_burn: int = 0  # a cctp_burn node world-a -> world-b, treasury 0xdd.. -> 0xff..
     cctp_mint: int = 0  # its cctp_mint child on world-b
     stargate: int = 0  # a stargate node world-a -> world-b, treasury 0xdd.. -> 0xff..
 
 
 WORLD_SENDER = "0x" + "d" * 40
+WORLD_HOOK = "https://hooks.world.test/cb"
 WORLD_KEY = Account.from_key(
     "0x" + "4f" * 32
 )  # signs the world's bytes (SQL reads, never recovers, the sender)
@@ -197,6 +201,16 @@ def build_world(conn: Conn) -> World:
         ),
     )["s"]
     pending = create(conn, plan(node("a")), "pending")
+    procs.upsert_callback_target("world", WORLD_HOOK, "env:WORLD_CB").one(conn)
+    for external_id in ("called", "dead-call"):
+        with as_person(conn, "alice"):
+            procs.create_movement(
+                external_id, Decimal(1), plan=plan(node("a")), callback_url=WORLD_HOOK
+            ).one(conn)
+    conn.execute("UPDATE callback_settings SET max_attempts = 1")
+    callback, dying = procs.claim_callbacks("cb1", 10).all(conn)
+    procs.complete_callback(dying.callback_id, dying.claim_secret, 500).one(conn)
+    conn.execute("UPDATE callback_settings SET max_attempts = DEFAULT")
     transfer = node_ids(
         conn,
         create(
@@ -276,6 +290,9 @@ def build_world(conn: Conn) -> World:
         transfer=transfer,
         stargate=stargate,
         replaced=intents["f"],
+        callback=callback.callback_id,
+        callback_secret=callback.claim_secret,
+        dead_callback=dying.callback_id,
         cctp_burn=cctp_nodes["burn"],
         cctp_mint=cctp_nodes["mint"],
     )
@@ -489,6 +506,21 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "reset_breaker": {"p_scope": "venue", "p_name": "unused"},
         "limit_held_nodes": {},
         "promote_audit": {"p_worker": "promoter", "p_max": 10},
+        "claim_callbacks": {"p_worker": "cb2", "p_max": 10},
+        "complete_callback": {
+            "p_callback_id": w.callback,
+            "p_claim_secret": w.callback_secret,
+            "p_status_code": 200,
+            "p_error": None,
+        },
+        "replay_callback": {"p_callback_id": w.dead_callback, "p_reason": "the receiver is back"},
+        "upsert_callback_target": {
+            "p_target_name": "other",
+            "p_url": "https://other.test/cb",
+            "p_secret_ref": "env:OTHER_CB",
+            "p_allow_private": False,
+            "p_enabled": True,
+        },
         "verify_audit_chain": {"p_expected_seq": None, "p_expected_hash": None},
         "audit_export": {"p_after_seq": 0, "p_max": 10},
         "upsert_chain_protocol": {
@@ -822,6 +854,29 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "reset_breaker": each("p_scope", "QT061", None, "nowhere")
         + each("p_name", "QT005", BIG_TEXT),
         "promote_audit": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
+        "claim_callbacks": worker("p_worker") + each("p_max", "QT002", None, 0, -1, 1001),
+        "complete_callback": (
+            each("p_claim_secret", "QT002", None, "", "zz", "f" * 65)
+            + each("p_claim_secret", "QT030", forged_secret(), "g" * 64)
+            + each("p_callback_id", "QT070", None, -1, 0, BIGINT_MAX)
+            + each("p_callback_id", "QT030", w.dead_callback)
+            + each("p_status_code", "QT002", None, -1, 0, 99, 600)
+            + each("p_error", "QT005", BIG_TEXT)
+        ),
+        "replay_callback": (
+            each("p_callback_id", "QT070", None, -1, 0, BIGINT_MAX)
+            + each("p_callback_id", "QT071", w.callback)
+            + each("p_reason", "QT002", None, "", "  ")
+            + each("p_reason", "QT005", BIG_TEXT)
+        ),
+        "upsert_callback_target": (
+            each("p_target_name", "QT002", None, "", "Other", "a" * 64, BIG_TEXT)
+            + each("p_url", "QT002", None, "", "ftp://other.test/", "https://u:p@other.test/")
+            + each("p_url", "QT002", "other.test", WORLD_HOOK, "https://o.test/" + BIG_TEXT)
+            + each("p_secret_ref", "QT002", None, "", "whsec_c2VjcmV0", "env:", "vault:x", BIG_TEXT)
+            + each("p_allow_private", "QT002", None)
+            + each("p_enabled", "QT002", None)
+        ),
         "verify_audit_chain": (
             each("p_expected_seq", "QT002", 1) + each("p_expected_hash", "QT002", "0x" + "a" * 64)
         ),

@@ -15,11 +15,13 @@ from conftest import TestDatabase
 from qtg_runner.db.migrate import sql_dir
 
 RUNNER = {
+    "claim_callbacks",
     "cctp_burn_route",
     "cctp_mint_route",
     "claim_observe",
     "claim_ready_nodes",
     "claim_recovery_nodes",
+    "complete_callback",
     "complete_observe",
     "complete_recovery",
     "complete_submit",
@@ -63,11 +65,13 @@ OPERATOR = {
     "propose_template",
     "reject_proposal",
     "release_quarantine",
+    "replay_callback",
 }
 ADMIN = {
     "allow_destination",
     "disallow_destination",
     "register_executor",
+    "upsert_callback_target",
     "upsert_chain",
     "set_value_limit",
     "upsert_chain_protocol",

@@ -1,0 +1,325 @@
+"""callback_dispatcher (sidecar, the seed's name): delivers the callback_outbox.
+
+Each round claims due callbacks (claim_callbacks: SKIP LOCKED, a lease; a row
+whose url is not a registered target is REFUSED there and never reaches this
+module) and POSTs each one's payload to its target, signed per the Standard
+Webhooks convention with the `standardwebhooks` package:
+
+    webhook-id         the row's idempotency key (a repeat carries the same id)
+    webhook-timestamp  the time of this POST, in seconds
+    webhook-signature  v1,base64(HMAC-SHA256(secret, "id.timestamp.body"))
+
+then reports it (complete_callback): 2xx is SENT; any other status, a
+timeout, no connection, a refused address is a failure the database retries
+with backoff and jitter and dead-letters after its attempts or its age.
+
+The target's secret is not in the database: its `secret_ref` says where this
+runner finds it, `env:NAME` (a variable of its environment) or `file:NAME`
+(a file in QTG_CALLBACK_SECRETS_DIR, refused unless 0600 or stricter).
+
+Before connecting, the target's host is resolved now (not only read from the
+url: a name may resolve elsewhere since it was registered) and every address
+it resolves to is checked: link-local (169.254/16, fe80::/10), cloud metadata
+addresses, multicast, unspecified and reserved ones are always refused;
+loopback, private and other non-global ones unless the target is
+`allow_private`. The POST then goes to the address that was checked (the url's
+host in the Host header and TLS SNI), so a second lookup cannot swap it.
+Redirects are not followed, proxies from the environment are not used, the
+response is read to at most 64 KiB, and every step has a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import os
+import socket
+import stat
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psycopg
+from standardwebhooks.webhooks import Webhook
+
+from qtg_runner.db import procs
+from qtg_runner.log import event
+from qtg_runner.loop import WorkerContext
+
+WORKER = "callback_dispatcher"
+BATCH_SIZE = 20
+MAX_RESPONSE_BYTES = 64 * 1024
+"""The most of a receiver's answer that is read (the rest is dropped)."""
+TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+RESOLVE_TIMEOUT = 5.0
+SECRETS_DIR_ENV = "QTG_CALLBACK_SECRETS_DIR"
+
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean...
+        "169.254.170.2",  # AWS ECS task metadata
+        "100.100.100.200",  # Alibaba Cloud
+        "192.0.0.192",  # Oracle Cloud
+        "fd00:ec2::254",  # AWS over IPv6
+    )
+)
+
+NOT_ALLOWED = " and the target is not allow_private"
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+
+
+class CallbackRefused(Exception):
+    """The target may not be connected to (an address refused, a secret missing):
+    the callback is reported failed, with this message, and nothing was sent."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one POST came to: the status (None without a response) and why not 2xx."""
+
+    status: int | None
+    error: str | None
+
+
+def address_problem(address: Address, allow_private: bool) -> str | None:
+    """Why a callback may not connect to ``address``, or None when it may."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address in METADATA_ADDRESSES:
+        return f"{address} is a cloud metadata address"
+    if address.is_link_local:
+        return f"{address} is link-local"
+    if address.is_multicast or address.is_unspecified:
+        return f"{address} is not a unicast address"
+    if address.is_loopback:
+        return None if allow_private else f"{address} is a loopback address{NOT_ALLOWED}"
+    if address.is_reserved:
+        return f"{address} is a reserved address"
+    if address.is_global or allow_private:
+        return None
+    return f"{address} is a private address{NOT_ALLOWED}"
+
+
+async def system_resolve(host: str, port: int) -> Sequence[str]:
+    """The addresses ``host`` resolves to now (getaddrinfo, as a connect would)."""
+    loop = asyncio.get_running_loop()
+    infos = await asyncio.wait_for(
+        loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT
+    )
+    return [str(info[4][0]) for info in infos]
+
+
+async def checked_address(url: str, allow_private: bool, resolve: Resolver) -> tuple[Address, str]:
+    """The address to connect to for ``url``, after checking every address its
+    host resolves to, and the url's host[:port] (for Host and SNI)."""
+    parts = urlsplit(url)
+    host = parts.hostname
+    if parts.scheme not in ("http", "https") or not host or parts.username or parts.password:
+        raise CallbackRefused(f"refused: {parts.scheme}://{host or ''} is not an http(s) url")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        literal: Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        literal = None
+    if literal is not None:
+        addresses: list[Address] = [literal]
+    else:
+        try:
+            found = await resolve(host, port)
+        except (OSError, TimeoutError) as exc:
+            raise CallbackRefused(f"{host} does not resolve: {exc}") from None
+        addresses = []
+        for text in found:
+            try:
+                addresses.append(ipaddress.ip_address(text.split("%", 1)[0]))
+            except ValueError:
+                raise CallbackRefused(f"{host} resolves to {text!r}, not an address") from None
+        if not addresses:
+            raise CallbackRefused(f"{host} resolves to no address")
+    for address in addresses:
+        problem = address_problem(address, allow_private)
+        if problem is not None:
+            raise CallbackRefused(f"refused, nothing sent: {host} resolves to {problem}")
+    return addresses[0], parts.netloc
+
+
+def pinned_url(url: str, address: Address) -> str:
+    """``url`` with its host replaced by ``address`` (the port and path kept)."""
+    parts = urlsplit(url)
+    host = f"[{address}]" if address.version == 6 else str(address)
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+
+
+def load_secret(secret_ref: str, env: Mapping[str, str]) -> str:
+    """The signing secret ``secret_ref`` names (env:NAME or file:NAME). Errors name
+    the reference, never a value."""
+    kind, _, name = secret_ref.partition(":")
+    if kind == "env":
+        value = env.get(name, "").strip()
+        if not value:
+            raise CallbackRefused(f"the secret {secret_ref} is not set where this runner runs")
+        return value
+    if kind == "file":
+        folder = env.get(SECRETS_DIR_ENV)
+        if not folder:
+            raise CallbackRefused(f"the secret {secret_ref} needs {SECRETS_DIR_ENV} set")
+        path = Path(folder) / name
+        try:
+            mode = path.stat().st_mode
+            if stat.S_IMODE(mode) & 0o077:
+                raise CallbackRefused(
+                    f"the secret {secret_ref} is readable by others ({path}): chmod 600"
+                )
+            value = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            problem = exc.strerror or type(exc).__name__
+            raise CallbackRefused(f"the secret {secret_ref} cannot be read: {problem}") from None
+        if not value:
+            raise CallbackRefused(f"the secret {secret_ref} is empty")
+        return value
+    raise CallbackRefused(f"the secret reference {secret_ref!r} is neither env: nor file:")
+
+
+def signer_for(secret: str, secret_ref: str) -> Webhook:
+    try:
+        return Webhook(secret)
+    except Exception:  # the package raises several kinds for a malformed secret
+        raise CallbackRefused(
+            f"the secret {secret_ref} is not a Standard Webhooks secret (whsec_ and base64)"
+        ) from None
+
+
+def body_of(payload: Mapping[str, Any]) -> str:
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True)
+
+
+async def post(
+    client: httpx.AsyncClient,
+    claim: procs.ClaimedCallback,
+    env: Mapping[str, str],
+    resolve: Resolver,
+) -> Attempt:
+    """Check, sign and POST one callback; never raises for the receiver's faults."""
+    try:
+        signer = signer_for(load_secret(claim.secret_ref, env), claim.secret_ref)
+        address, netloc = await checked_address(claim.url, claim.allow_private, resolve)
+    except CallbackRefused as exc:
+        return Attempt(None, str(exc))
+    body = body_of(claim.payload)
+    sent_at = datetime.now(UTC)
+    headers = {
+        "host": netloc,
+        "content-type": "application/json",
+        "user-agent": "qtg-callbacks/1",
+        "webhook-id": claim.idempotency_key,
+        "webhook-timestamp": str(int(sent_at.timestamp())),
+        "webhook-signature": signer.sign(claim.idempotency_key, sent_at, body),
+    }
+    extensions = {}
+    if urlsplit(claim.url).scheme == "https":
+        extensions["sni_hostname"] = urlsplit(claim.url).hostname or ""
+    try:
+        request = client.build_request(
+            "POST",
+            pinned_url(claim.url, address),
+            content=body.encode(),
+            headers=headers,
+            extensions=extensions,
+        )
+        response = await client.send(request, stream=True, follow_redirects=False)
+        try:
+            answer = bytearray()
+            async for chunk in response.aiter_raw():
+                answer += chunk[: MAX_RESPONSE_BYTES - len(answer)]
+                if len(answer) >= MAX_RESPONSE_BYTES:
+                    break
+        finally:
+            await response.aclose()
+    except httpx.TimeoutException as exc:
+        return Attempt(None, f"timeout: {type(exc).__name__}")
+    except (httpx.HTTPError, OSError) as exc:
+        return Attempt(None, f"no response: {type(exc).__name__}: {str(exc)[:300]}")
+    if 200 <= response.status_code < 300:
+        return Attempt(response.status_code, None)
+    said = bytes(answer[:300]).decode("utf-8", "replace")
+    redirect = " (redirects are not followed)" if 300 <= response.status_code < 400 else ""
+    return Attempt(response.status_code, f"HTTP {response.status_code}{redirect}: {said}")
+
+
+MAX_ROUNDS = 10
+"""A tick runs rounds back to back while they come back full, at most this many
+(a backlog drains at up to 200 callbacks a tick, the heartbeat kept)."""
+
+
+async def batch(ctx: WorkerContext, worker_id: str) -> int:
+    handled = 0
+    for _ in range(MAX_ROUNDS):
+        count = await run_round(ctx, worker_id)
+        handled += count
+        if count < BATCH_SIZE or ctx.stopping.is_set():
+            break
+    return handled
+
+
+async def run_round(
+    ctx: WorkerContext,
+    worker_id: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    resolve: Resolver = system_resolve,
+    transport: httpx.AsyncBaseTransport | None = None,
+    max_rows: int = BATCH_SIZE,
+) -> int:
+    """Claim, POST and report one batch; returns how many callbacks were handled."""
+    async with ctx.pool.connection() as conn:
+        claims = await procs.claim_callbacks(worker_id, max_rows).aall(conn)
+    if not claims:
+        return 0
+    environment = os.environ if env is None else env
+    limit = asyncio.Semaphore(max(1, ctx.max_concurrency))
+    async with httpx.AsyncClient(
+        timeout=TIMEOUT, follow_redirects=False, trust_env=False, transport=transport
+    ) as client:
+
+        async def deliver(claim: procs.ClaimedCallback) -> None:
+            async with limit:
+                attempt = await post(client, claim, environment, resolve)
+            await report(ctx, claim, attempt)
+
+        await asyncio.gather(*(deliver(claim) for claim in claims))
+    return len(claims)
+
+
+async def report(ctx: WorkerContext, claim: procs.ClaimedCallback, attempt: Attempt) -> None:
+    try:
+        async with ctx.pool.connection() as conn:
+            state = await procs.complete_callback(
+                claim.callback_id, claim.claim_secret, attempt.status, attempt.error
+            ).aone(conn)
+    except psycopg.Error as exc:
+        if exc.sqlstate != "QT030":
+            raise
+        state = "lost (claimed again)"
+    event(
+        logging.INFO if attempt.error is None else logging.WARNING,
+        "callback_sent" if attempt.error is None else "callback_failed",
+        network=ctx.network,
+        worker=WORKER,
+        movement=claim.movement_id,
+        callback=claim.callback_id,
+        target=claim.target_name,
+        attempt=claim.attempt,
+        status=attempt.status,
+        state=state,
+        error=attempt.error,
+    )
