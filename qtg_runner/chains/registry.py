@@ -8,7 +8,8 @@ our own in an encrypted keystore, the same on every chain) with their signer
 ids ``keystore:local-treasury-1`` / ``keystore:local-treasury-2``, each funded
 first (``fund_treasury``) with ETH for gas and with mocked USDC by the deployer
 (anvil's account 0, the token's owner); and the bridge doubles deployed on it
-(chain_protocols: the CCTP domain and contracts). No key is read, stored or
+(chain_protocols: the CCTP domain and contracts, the CCIP selector and
+Router/OnRamp/OffRamp). No key is read, stored or
 logged here."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from qtg_runner.chains.ccip import CCIP_CONTRACTS, approve_router, ccip_selector
 from qtg_runner.chains.cctp import CCTP_CONTRACTS, cctp_domain
 from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
 from qtg_runner.chains.local import ChainError, RunningChain, load_artifact, rpc, rpc_url_env
@@ -76,10 +78,12 @@ def prepare_treasury(
     state_dir: Path, chains: Sequence[RunningChain], kdf_iterations: int | None = None
 ) -> list[LocalKey]:
     """The local treasury accounts of ``state_dir`` (their keystore made where
-    missing, qtg_runner.chains.keys.ensure_treasury_keys), funded on each chain."""
+    missing, qtg_runner.chains.keys.ensure_treasury_keys), funded on each chain,
+    and the CCIP Router's bounded allowance of their USDC set (approve_router)."""
     treasury = ensure_treasury_keys(state_dir, kdf_iterations=kdf_iterations)
     for chain in chains:
         fund_treasury(chain, treasury)
+        approve_router(chain, treasury)
     return treasury
 
 
@@ -90,6 +94,10 @@ def local_protocols(chain: RunningChain) -> list[tuple[str, int, dict[str, str]]
     rows: list[tuple[str, int, dict[str, str]]] = []
     if all(name in chain.contracts for name in CCTP_CONTRACTS):
         rows.append(("cctp", cctp_domain(chain), {n: chain.contracts[n] for n in CCTP_CONTRACTS}))
+    if all(name in chain.contracts for name in CCIP_CONTRACTS):
+        rows.append(
+            ("ccip", ccip_selector(chain), {n: chain.contracts[n] for n in CCIP_CONTRACTS})
+        )
     return rows
 
 
