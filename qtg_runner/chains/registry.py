@@ -95,9 +95,7 @@ def local_protocols(chain: RunningChain) -> list[tuple[str, int, dict[str, str]]
     if all(name in chain.contracts for name in CCTP_CONTRACTS):
         rows.append(("cctp", cctp_domain(chain), {n: chain.contracts[n] for n in CCTP_CONTRACTS}))
     if all(name in chain.contracts for name in CCIP_CONTRACTS):
-        rows.append(
-            ("ccip", ccip_selector(chain), {n: chain.contracts[n] for n in CCIP_CONTRACTS})
-        )
+        rows.append(("ccip", ccip_selector(chain), {n: chain.contracts[n] for n in CCIP_CONTRACTS}))
     return rows
 
 

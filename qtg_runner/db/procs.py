@@ -278,6 +278,38 @@ class TransferRoute:
 
 
 @dataclass(frozen=True)
+class CcipSendRoute:
+    """ccip_send_route: what a CCIP send node may sign, from the registry (both chains)."""
+
+    chain_key: Text
+    chain_id: BigInt
+    rpc_url_env: Text
+    finality_depth: Integer
+    block_time_ms: Integer
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    token: Text
+    token_address: Text
+    source_selector: NumericValue
+    router: Text
+    onramp: Text
+    sender: Text
+    signer_id: Text
+    dest_chain_key: Text
+    dest_chain_id: BigInt
+    dest_rpc_url_env: Text
+    dest_finality_depth: Integer
+    dest_block_time_ms: Integer
+    dest_selector: NumericValue
+    dest_offramp: Text
+    dest_token_address: Text
+    recipient: Text
+    recipient_kind: Text
+    amount_units: NumericValue
+    next_nonce: BigInt | None
+
+
+@dataclass(frozen=True)
 class EvmChain:
     """A row of evm_chains."""
 
@@ -736,6 +768,12 @@ def record_intent_prepared_batch(
 @procedure("runner")
 def evm_transfer_route(node_id: BigInt) -> Call[TransferRoute]:
     """What an ERC-20 transfer node may sign, as the chain registry says now."""
+
+
+@procedure("runner")
+def ccip_send_route(node_id: BigInt) -> Call[CcipSendRoute]:
+    """What a CCIP send node may sign: source chain, Router, sender, destination
+    chain and OffRamp, a receiver allowed there, the amount in base units."""
 
 
 @procedure("runner")

@@ -15,6 +15,7 @@ from conftest import TestDatabase
 from qtg_runner.db.migrate import sql_dir
 
 RUNNER = {
+    "ccip_send_route",
     "claim_observe",
     "claim_ready_nodes",
     "claim_recovery_nodes",
