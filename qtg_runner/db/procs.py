@@ -321,6 +321,25 @@ class EvmChain:
 
 
 @dataclass(frozen=True)
+class StrandedCcipSend:
+    """A row of ccip_stranded_sends: a CCIP send whose destination execution FAILED."""
+
+    node_id: BigInt
+    message_id: Text
+    source_chain_key: Text
+    source_rpc_url_env: Text
+    source_tx: Text
+    source_onramp: Text
+    dest_chain_key: Text
+    dest_chain_id: BigInt
+    dest_rpc_url_env: Text
+    dest_offramp: Text
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    attempts: Annotated[list[Any], Pg("jsonb")]
+
+
+@dataclass(frozen=True)
 class NonceGap:
     """A row of evm_nonce_gaps: a nonce that will never be broadcast unless filled."""
 
@@ -801,6 +820,24 @@ def record_nonce_fill(
     replaces: Text | Default | None = DEFAULT,
 ) -> Call[Boolean]:
     """Records a fill (a zero-value self-transfer closing a gap) before it is broadcast."""
+
+
+@procedure("runner")
+def ccip_stranded_sends(max: Integer | Default = DEFAULT) -> Call[StrandedCcipSend]:
+    """CCIP sends whose destination execution FAILED, waiting for a manual execution."""
+
+
+@procedure("runner")
+def record_ccip_manual_execution(
+    node_id: BigInt,
+    message_id: Text,
+    executor: Text,
+    nonce: BigInt,
+    tx_hash: Text,
+    raw_tx: Text,
+    replaces: Text | Default | None = DEFAULT,
+) -> Call[Boolean]:
+    """Records a manual execution of a stranded CCIP message before it is broadcast."""
 
 
 @procedure("runner")

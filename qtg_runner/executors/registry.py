@@ -24,10 +24,11 @@ from psycopg_pool import AsyncConnectionPool
 from qtg_runner.db import procs
 from qtg_runner.db.procs import RegisteredExecutor
 from qtg_runner.executors.base import Executor
+from qtg_runner.executors.ccip import CcipExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 from qtg_runner.executors.sim import SimExecutor
 
-SHIPPED: tuple[type[Executor], ...] = (SimExecutor, EvmTransferExecutor)
+SHIPPED: tuple[type[Executor], ...] = (SimExecutor, EvmTransferExecutor, CcipExecutor)
 """Every executor a runner of this build carries."""
 
 
@@ -36,6 +37,7 @@ def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
     return {
         SimExecutor.key: SimExecutor(pool, network),
         EvmTransferExecutor.key: EvmTransferExecutor(pool, network),
+        CcipExecutor.key: CcipExecutor(pool, network),
     }
 
 

@@ -16,6 +16,7 @@ from qtg_runner.db.migrate import sql_dir
 
 RUNNER = {
     "ccip_send_route",
+    "ccip_stranded_sends",
     "claim_observe",
     "claim_ready_nodes",
     "claim_recovery_nodes",
@@ -34,6 +35,7 @@ RUNNER = {
     "heartbeat",
     "observe_candidates",
     "quarantine_nodes",
+    "record_ccip_manual_execution",
     "record_intent_prepared",
     "record_intent_prepared_batch",
     "record_evm_replacement",
