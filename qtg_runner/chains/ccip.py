@@ -12,9 +12,10 @@ transmitter), both ramps minters of the chain's MockUSDC. The addresses go into
 the chain's ``contracts`` in state.json (``CcipRouter``, ``CcipOnRamp``,
 ``CcipOffRamp``); ``ccip_selector`` is the chain's selector.
 
-The executing network's key ("DON") is a key of our own in the chains'
-encrypted keystore (``keystore/ccip-don.json``), funded with ETH for gas on
-every chain. ``approve_router`` gives the Router a bounded standing allowance
+The executing network's key ("DON") and the ccip_stranded_reaper's keeper
+account are keys of our own in the chains' encrypted keystore
+(``keystore/ccip-don.json``, ``keystore/ccip-keeper.json``), funded with ETH
+for gas on every chain. ``approve_router`` gives the Router a bounded standing allowance
 of the treasury accounts' USDC (``ROUTER_ALLOWANCE``), as a treasury's setup
 step: the `ccip` executor signs the send alone (see its module).
 """
@@ -40,6 +41,8 @@ __all__ = [
     "EXECUTION_STATE_CHANGED_TOPIC",
     "EXTRA_ARGS_V2_TAG",
     "FAILURE",
+    "KEEPER_KEY",
+    "KEEPER_SIGNER_ENV",
     "LOCAL_SELECTOR_BASE",
     "ROUTER_ALLOWANCE",
     "SUCCESS",
@@ -61,6 +64,14 @@ CCIP_CONTRACTS = ("CcipRouter", "CcipOnRamp", "CcipOffRamp")
 
 DON_KEY = "ccip-don"
 """The keystore name of the local executing network's transmitter key."""
+
+KEEPER_KEY = "ccip-keeper"
+"""The keystore name of the ccip_stranded_reaper's account on the local chains:
+it signs manual executions (gas only, it holds no tokens), never a treasury
+account, so the engine's nonces of treasury accounts are not touched."""
+
+KEEPER_SIGNER_ENV = "QTG_CCIP_KEEPER_SIGNER"
+"""The signer id of the reaper's keeper account (default ``keystore:ccip-keeper``)."""
 
 LOCAL_SELECTOR_BASE = 7_700_000_000_000_000_000
 """A local chain's CCIP selector is this plus its chain id: distinct per chain
@@ -380,6 +391,7 @@ def deploy_ccip(
     from web3 import HTTPProvider, Web3
 
     don = ensure_don_key(state_dir, kdf_iterations=kdf_iterations)
+    keeper = ensure_treasury_keys(state_dir, (KEEPER_KEY,), kdf_iterations=kdf_iterations)[0]
     w3s = [Web3(HTTPProvider(c.rpc_url, request_kwargs={"timeout": 10})) for c in chains]
     owners = [c.deployer or w3.eth.accounts[0] for c, w3 in zip(chains, w3s, strict=True)]
     arts = {name: load_artifact(name) for name in (*CCIP_CONTRACTS, "MockUSDC")}
@@ -426,7 +438,8 @@ def deploy_ccip(
                 offramp.functions.setSourceChain(selector, cs(other.contracts["CcipOnRamp"]))
             )
         pending.extend((w3, chain, call.transact(tx)) for call in calls)
-        rpc(chain.rpc_url, "anvil_setBalance", [cs(don.address), hex(DON_GAS)])
+        for funded in (don, keeper):
+            rpc(chain.rpc_url, "anvil_setBalance", [cs(funded.address), hex(DON_GAS)])
     _wait_all(
         [p[0] for p in pending], [p[1] for p in pending], [p[2] for p in pending], "wiring CCIP"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from qtg_runner.loop import WorkerEntry
 from qtg_runner.workers import (
+    ccip_stranded_reaper,
     evm_nonce_reaper,
     expiration_checker,
     node_dispatcher,
@@ -41,6 +42,14 @@ REGISTRY: tuple[WorkerEntry, ...] = (
     # waiting more than 20 block times (at least a minute)
     WorkerEntry(
         "evm_nonce_reaper", evm_nonce_reaper.batch, interval=15.0, jitter=3.0, tier="sidecar"
+    ),
+    # manual executions of CCIP messages whose destination execution FAILED
+    WorkerEntry(
+        "ccip_stranded_reaper",
+        ccip_stranded_reaper.batch,
+        interval=15.0,
+        jitter=3.0,
+        tier="sidecar",
     ),
 )
 
