@@ -12,7 +12,7 @@ BEGIN
     END IF;
     WHILE v_n > 0 LOOP
         v_hex := substr('0123456789abcdef', (v_n % 16)::integer + 1, 1) || v_hex;
-        v_n := trunc(v_n / 16);
+        v_n := div(v_n, 16);  -- not v_n / 16: numeric division rounds a 19-digit quotient
     END LOOP;
     RETURN decode(lpad(v_hex, 64, '0'), 'hex');
 END
