@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
+import httpx
 import pytest
 from chain_support import LocalChainSet
 from engine import approve, as_person, pin_clock
@@ -404,7 +405,9 @@ def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_an
     sender, recipient = (k.address for k in local_chain_set.treasury)
     start = head(source)
     received = usdc_balance(dest, recipient)
-    network.fail_next(1)
+    # the failure injected over the network's control endpoint, as an operator would
+    injected = httpx.post(f"{network.url}/control/failures", json={"next": 1})
+    assert injected.status_code == 200 and injected.json()["next"] == 1
     node_id = start_send(world, source.key, dest.key, sender, recipient, Decimal("2.5"), "c-f")
     dispatch(db, local_chain_set)
     observe_until(
@@ -418,6 +421,8 @@ def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_an
     assert usdc_balance(dest, recipient) == received
     (stranded,) = procs.ccip_stranded_sends(10).all(world)
     assert stranded.node_id == node_id and stranded.message_id == evidence["message_id"]
+    status = httpx.get(f"{network.url}/v2/messages/{evidence['message_id']}").json()
+    assert status["status"] == "FAILED" and status["sendTransactionHash"] == evidence["source_tx"]
 
     # the reaper dies between its record and its broadcast: recorded, not sent
     def dies() -> None:
@@ -448,6 +453,12 @@ def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_an
     assert evidence["dest_tx"] == recorded[0]
     assert usdc_balance(dest, recipient) == received + 2_500_000
     assert len(sends_from(source, sender, start)) == 1
+    deadline = time.monotonic() + DEADLINE_S
+    while httpx.get(f"{network.url}/v2/messages/{evidence['message_id']}").json()["status"] != (
+        "SUCCESS"
+    ):
+        assert time.monotonic() < deadline, "the network never saw the manual execution"
+        time.sleep(0.2)
 
     # nothing stranded any more; and the OffRamp refuses a second execution anyway
     assert procs.ccip_stranded_sends(10).all(world) == []

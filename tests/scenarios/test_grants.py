@@ -70,6 +70,8 @@ ADMIN = {
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
+    "ccip_send_tx_problem",
+    "ccip_word",
     "check_args",
     "check_claim_args",
     "check_executor_schema",
