@@ -57,7 +57,21 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
         ),
         "stuck nodes",
     )
-    return Group(pipeline_table(conn), in_flight, workers, stuck)
+    executors = rows_table(
+        conn.execute(
+            "SELECT executor_key, status, holding_claims, ready_nodes, checked_at,"
+            " left(detail::text, 120) AS detail FROM executor_status ORDER BY executor_key"
+        ),
+        "executors (a DOWN one's nodes stay READY)",
+    )
+    latency = rows_table(
+        conn.execute(
+            "SELECT lane, completed, p50_seconds, p95_seconds, p99_seconds, max_seconds,"
+            " baseline_seconds FROM lane_latency ORDER BY lane"
+        ),
+        "lane latency, last day (seconds from submit to completion)",
+    )
+    return Group(pipeline_table(conn), in_flight, workers, executors, stuck, latency)
 
 
 def status_cmd(

@@ -41,8 +41,9 @@ two. preflight refuses (retry later) while the allowance is short.
                and waiting for the reaper), NOT_SUBMITTED when nothing was
                ever recorded, STILL_UNKNOWN where observe says UNKNOWN.
                Never a new send.
-    health     each chain with a CCIP row whose RPC URL this runner has: it
-               answers with the registered chain id, and its head is fresh.
+    health     every registered chain: it answers with the registered chain id
+               and its head is fresh; DOWN only when no chain answers, one
+               chain down is DEGRADED (as evm_transfer).
 """
 
 from __future__ import annotations
@@ -491,6 +492,7 @@ class CcipExecutor:
             chains = await procs.evm_chains().aall(conn)
         detail: JsonObject = {}
         worst = HealthStatus.HEALTHY
+        down = 0
         for chain in chains:
             if not self._env.get(chain.rpc_url_env):
                 detail[chain.chain_key] = f"{chain.rpc_url_env} is not set in this runner"
@@ -503,13 +505,13 @@ class CcipExecutor:
                 head = await rpc.block("latest")
             except EvmRpcError as exc:
                 detail[chain.chain_key] = f"down: {exc}"
-                worst = HealthStatus.DOWN
+                down += 1
                 continue
             if chain_id != chain.chain_id:
                 detail[chain.chain_key] = (
                     f"the RPC answers chain id {chain_id}, not {chain.chain_id}"
                 )
-                worst = HealthStatus.DOWN
+                down += 1
                 continue
             age = time.time() - head.timestamp if head is not None else math.inf
             if age > max(60.0, STALE_HEAD_BLOCKS * chain.block_time_ms / 1000):
@@ -518,6 +520,12 @@ class CcipExecutor:
                     worst = HealthStatus.DEGRADED
             else:
                 detail[chain.chain_key] = f"head {head.number if head else '?'}, {age:.0f} s old"
+        # as evm_transfer: DOWN (every claim of the executor held back) only when
+        # no chain answers; one chain down is DEGRADED (its sends wait, not the others)
+        if chains and down == len(chains):
+            worst = HealthStatus.DOWN
+        elif down:
+            worst = HealthStatus.DEGRADED
         return HealthResult(worst, detail)
 
     async def aclose(self) -> None:

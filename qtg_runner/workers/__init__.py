@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from qtg_runner.loop import WorkerEntry
 from qtg_runner.workers import (
+    audit_outbox_promoter,
     ccip_stranded_reaper,
     evm_nonce_reaper,
+    executor_health,
     expiration_checker,
     node_dispatcher,
     node_observer,
@@ -42,6 +44,18 @@ REGISTRY: tuple[WorkerEntry, ...] = (
     # waiting more than 20 block times (at least a minute)
     WorkerEntry(
         "evm_nonce_reaper", evm_nonce_reaper.batch, interval=15.0, jitter=3.0, tier="sidecar"
+    ),
+    # every executor's health(); a DOWN one's nodes stay READY until it is up
+    WorkerEntry(
+        "executor_health", executor_health.batch, interval=30.0, jitter=5.0, tier="sidecar"
+    ),
+    # the audit log's hash chain: a few seconds behind the outbox
+    WorkerEntry(
+        "audit_outbox_promoter",
+        audit_outbox_promoter.batch,
+        interval=2.0,
+        jitter=0.5,
+        tier="sidecar",
     ),
     # manual executions of CCIP messages whose destination execution FAILED
     WorkerEntry(

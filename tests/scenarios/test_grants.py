@@ -31,6 +31,7 @@ RUNNER = {
     "evm_transfer_route",
     "expire_movements",
     "expire_proposals",
+    "promote_audit",
     "fail_submit",
     "heartbeat",
     "observe_candidates",
@@ -50,6 +51,8 @@ RUNNER = {
 OPERATOR = {
     "requeue_node",
     "approve_movement",
+    "audit_export",
+    "verify_audit_chain",
     "approve_proposal",
     "cancel_movement",
     "create_movement",
@@ -70,6 +73,8 @@ ADMIN = {
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
+    "audit_canonical",
+    "audit_row_hash",
     "ccip_send_tx_problem",
     "ccip_word",
     "check_args",
