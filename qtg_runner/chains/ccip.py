@@ -449,8 +449,9 @@ def approve_router(chain: RunningChain, treasury: Sequence[LocalKey]) -> None:
     """Each treasury account's standing allowance of USDC to ``chain``'s Router,
     set to ROUTER_ALLOWANCE where below half of it: bounded, never unlimited.
     Sent as the account through anvil's impersonation (a local chain's setup
-    step, before the engine signs for the account; on a real chain the
-    treasury signs this approval once through its own change process)."""
+    step, before the engine signs for the account, its gas given back so the
+    account's ETH is as it was; on a real chain the treasury signs this
+    approval once through its own change process)."""
     from web3 import HTTPProvider, Web3
 
     if "CcipRouter" not in chain.contracts:
@@ -462,10 +463,14 @@ def approve_router(chain: RunningChain, treasury: Sequence[LocalKey]) -> None:
     )
     router = Web3.to_checksum_address(chain.contracts["CcipRouter"])
     pending = []
+    balances: dict[str, int] = {}
     for account in treasury:
         address = Web3.to_checksum_address(account.address)
         if int(usdc.functions.allowance(address, router).call()) >= ROUTER_ALLOWANCE // 2:
             continue
+        balances[address] = int(w3.eth.get_balance(address))
+        if balances[address] < DON_GAS // 1000:
+            rpc(chain.rpc_url, "anvil_setBalance", [address, hex(DON_GAS // 1000)])
         rpc(chain.rpc_url, "anvil_impersonateAccount", [address])
         try:
             pending.append(
@@ -481,6 +486,9 @@ def approve_router(chain: RunningChain, treasury: Sequence[LocalKey]) -> None:
         )
         if receipt["status"] != 1:
             raise ChainError(f"approving the CCIP Router on {chain.key} failed: {receipt}")
+    # the approvals' gas given back: each account's ETH as it was before
+    for account_address, balance in balances.items():
+        rpc(chain.rpc_url, "anvil_setBalance", [account_address, hex(balance)])
 
 
 def ccip_transaction(
