@@ -25,10 +25,18 @@ from qtg_runner.db import procs
 from qtg_runner.db.procs import RegisteredExecutor
 from qtg_runner.executors.base import Executor
 from qtg_runner.executors.ccip import CcipExecutor
+from qtg_runner.executors.cctp_burn import CctpBurnExecutor
+from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 from qtg_runner.executors.sim import SimExecutor
 
-SHIPPED: tuple[type[Executor], ...] = (SimExecutor, EvmTransferExecutor, CcipExecutor)
+SHIPPED: tuple[type[Executor], ...] = (
+    SimExecutor,
+    EvmTransferExecutor,
+    CctpBurnExecutor,
+    CctpMintExecutor,
+    CcipExecutor,
+)
 """Every executor a runner of this build carries."""
 
 
@@ -37,6 +45,8 @@ def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
     return {
         SimExecutor.key: SimExecutor(pool, network),
         EvmTransferExecutor.key: EvmTransferExecutor(pool, network),
+        CctpBurnExecutor.key: CctpBurnExecutor(pool, network),
+        CctpMintExecutor.key: CctpMintExecutor(pool, network),
         CcipExecutor.key: CcipExecutor(pool, network),
     }
 
