@@ -104,15 +104,18 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def light_keystore(state_dir: Path) -> None:
-    """Every local keystore (treasury, CCTP attesters, the exchange's) made in
-    ``state_dir`` with the test's light scrypt before a CLI command runs: the
+    """Every local keystore (treasury, CCTP attesters, CCIP DON and keeper, the
+    exchange's) made in ``state_dir`` with the test's light scrypt before a CLI
+    command runs: the
     command reuses existing files, so a test that is not about the KDF does not
     pay the default strength (most of a second a key, to make and to read)."""
+    from qtg_runner.chains.ccip import DON_KEY, KEEPER_KEY
     from qtg_runner.chains.cctp import ensure_attester_keys
     from qtg_runner.world.bybit import ensure_exchange_keys
 
     ensure_treasury_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
     ensure_attester_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
+    ensure_treasury_keys(state_dir, (DON_KEY, KEEPER_KEY), kdf_iterations=TEST_KDF_ITERATIONS)
     ensure_exchange_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
 
 

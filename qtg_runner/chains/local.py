@@ -326,7 +326,15 @@ def write_state(state_dir: Path, chains: Sequence[RunningChain]) -> Path:
     return path
 
 
-DEPLOYED = ("MockUSDC", "MessageTransmitterV2", "TokenMessengerV2", "StargatePool")
+DEPLOYED = (
+    "MockUSDC",
+    "MessageTransmitterV2",
+    "TokenMessengerV2",
+    "StargatePool",
+    "CcipRouter",
+    "CcipOnRamp",
+    "CcipOffRamp",
+)
 """The contracts start_chains deploys on every chain: chains running without
 one of them were started by an older build."""
 
@@ -341,8 +349,10 @@ def start_chains(
     contracts on each (MockUSDC, then the CCTP double wired across the chains:
     qtg_runner.chains.cctp, its attester keys in the keystore beside the state,
     scrypt n ``kdf_iterations`` when new; then the Stargate pools:
-    qtg_runner.chains.stargate) and record them. A chain that fails
+    qtg_runner.chains.stargate; then the CCIP double, qtg_runner.chains.ccip, its
+    transmitter key there too) and record them. A chain that fails
     stops every chain this call started, and the state file is left as it was."""
+    from qtg_runner.chains.ccip import deploy_ccip
     from qtg_runner.chains.cctp import deploy_cctp
     from qtg_runner.chains.stargate import deploy_stargate
 
@@ -372,6 +382,7 @@ def start_chains(
             deploy_contracts(chain)
         deploy_cctp(state_dir, started, kdf_iterations=kdf_iterations)
         deploy_stargate(started)
+        deploy_ccip(state_dir, started, kdf_iterations=kdf_iterations)
     except BaseException:
         for chain in started:
             _terminate(chain.pid)

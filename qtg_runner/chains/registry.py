@@ -9,7 +9,7 @@ ids ``keystore:local-treasury-1`` / ``keystore:local-treasury-2``, each funded
 first (``fund_treasury``) with ETH for gas and with mocked USDC by the deployer
 (anvil's account 0, the token's owner); and the bridge doubles deployed on it
 (chain_protocols: the CCTP domain and contracts, the Stargate endpoint id and
-pool). No key is read, stored or
+pool, the CCIP selector and Router/OnRamp/OffRamp). No key is read, stored or
 logged here."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from qtg_runner.chains.ccip import CCIP_CONTRACTS, approve_router, ccip_selector
 from qtg_runner.chains.cctp import CCTP_CONTRACTS, cctp_domain
 from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
 from qtg_runner.chains.local import ChainError, RunningChain, load_artifact, rpc, rpc_url_env
@@ -83,13 +84,15 @@ def prepare_treasury(
     """The local treasury accounts of ``state_dir`` (their keystore made where
     missing, qtg_runner.chains.keys.ensure_treasury_keys), funded on each chain,
     each with its bounded allowance to the chain's CCTP TokenMessengerV2
-    (qtg_runner.chains.cctp_allowance)."""
+    (qtg_runner.chains.cctp_allowance) and to its CCIP Router (approve_router)."""
     from qtg_runner.chains.cctp_allowance import allow_local_burns
 
     treasury = ensure_treasury_keys(state_dir, kdf_iterations=kdf_iterations)
     for chain in chains:
         fund_treasury(chain, treasury)
     allow_local_burns(state_dir, chains, treasury)
+    for chain in chains:
+        approve_router(chain, treasury)
     for chain in chains:  # the approvals' gas topped up again
         fund_treasury(chain, treasury)
     return treasury
@@ -110,6 +113,8 @@ def local_protocols(chain: RunningChain) -> list[tuple[str, int, dict[str, str]]
                 {n: chain.contracts[n] for n in STARGATE_CONTRACTS},
             )
         )
+    if all(name in chain.contracts for name in CCIP_CONTRACTS):
+        rows.append(("ccip", ccip_selector(chain), {n: chain.contracts[n] for n in CCIP_CONTRACTS}))
     return rows
 
 

@@ -34,6 +34,7 @@ from qtg_runner.world.local import (
     DEFAULT_TIME_SCALE,
     WorldState,
     probe_bybit,
+    probe_ccip,
     probe_iris,
     read_world,
     runner_env,
@@ -86,10 +87,17 @@ def up_cmd(
         min=0,
         max=65535,
     ),
+    ccip_port: int = typer.Option(
+        0,
+        "--ccip-port",
+        help="The CCIP executing network's status and control port (0: a free one).",
+        min=0,
+        max=65535,
+    ),
     time_scale: float = typer.Option(
         DEFAULT_TIME_SCALE,
         "--time-scale",
-        help="Protocol seconds per real second for both doubles (60: a 15-minute standard "
+        help="Protocol seconds per real second for the doubles (60: a 15-minute standard "
         "CCTP attestation takes 15 s; 1: real time).",
         min=0.001,
         max=100_000,
@@ -109,7 +117,8 @@ def up_cmd(
     """Start the local outside world: the local chains as `qtg chains up` makes them
     (and records them), the exchange's hot wallet (keystore:local-bybit-hot) funded
     with ETH and USDC on each chain, an API key pair for the engine in a 0600 file,
-    and one background process serving the fake Iris and the fake Bybit (the local
+    and one background process serving the fake Iris, the fake Bybit and the CCIP
+    executing network (the local
     treasury accounts on the exchange's address book, its deposit address on every
     chain, its FUND account credited). Prints the environment a runner needs, never a
     key, secret or password. What already runs is left as it is and reported; only
@@ -121,6 +130,7 @@ def up_cmd(
             network,
             iris_port=iris_port,
             bybit_port=bybit_port,
+            ccip_port=ccip_port,
             time_scale=time_scale,
             fund=_fund(fund),
         )
@@ -137,6 +147,7 @@ def up_cmd(
     )
     typer.echo(f"fake iris {state.iris_url}")
     typer.echo(f"fake bybit {state.bybit_url}")
+    typer.echo(f"ccip executing network {state.ccip_url}")
     typer.echo(f"bybit API key file {state.key_file} (the engine's key and secret, mode 0600)")
     print_env(env)
 
@@ -161,6 +172,7 @@ def bring_up_world(
     *,
     iris_port: int | None = None,
     bybit_port: int | None = None,
+    ccip_port: int = 0,
     time_scale: float = DEFAULT_TIME_SCALE,
     fund: Decimal = DEFAULT_FUND_BALANCE,
 ) -> WorldUp:
@@ -177,6 +189,7 @@ def bring_up_world(
         state_dir,
         iris_port=port_base + SERVICE_PORTS if iris_port is None else iris_port,
         bybit_port=port_base + SERVICE_PORTS + 1 if bybit_port is None else bybit_port,
+        ccip_port=ccip_port,
         time_scale=time_scale,
         fund=fund,
     )
@@ -209,6 +222,7 @@ def _status_lines(state_dir: Path) -> tuple[list[str], bool]:
     for name, url, probe in (
         ("iris", world.iris_url, probe_iris),
         ("bybit", world.bybit_url, probe_bybit),
+        ("ccip", world.ccip_url, probe_ccip),
     ):
         answer = probe(world) if alive else None
         answering = answer is not None and answer.ok

@@ -278,6 +278,38 @@ class TransferRoute:
 
 
 @dataclass(frozen=True)
+class CcipSendRoute:
+    """ccip_send_route: what a CCIP send node may sign, from the registry (both chains)."""
+
+    chain_key: Text
+    chain_id: BigInt
+    rpc_url_env: Text
+    finality_depth: Integer
+    block_time_ms: Integer
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    token: Text
+    token_address: Text
+    source_selector: NumericValue
+    router: Text
+    onramp: Text
+    sender: Text
+    signer_id: Text
+    dest_chain_key: Text
+    dest_chain_id: BigInt
+    dest_rpc_url_env: Text
+    dest_finality_depth: Integer
+    dest_block_time_ms: Integer
+    dest_selector: NumericValue
+    dest_offramp: Text
+    dest_token_address: Text
+    recipient: Text
+    recipient_kind: Text
+    amount_units: NumericValue
+    next_nonce: BigInt | None
+
+
+@dataclass(frozen=True)
 class CctpBurnRoute:
     """cctp_burn_route: what a CCTP v2 burn node may sign, from the registry."""
 
@@ -376,6 +408,25 @@ class EvmChain:
     rpc_url_env: Text
     finality_depth: Integer
     block_time_ms: Integer
+
+
+@dataclass(frozen=True)
+class StrandedCcipSend:
+    """A row of ccip_stranded_sends: a CCIP send whose destination execution FAILED."""
+
+    node_id: BigInt
+    message_id: Text
+    source_chain_key: Text
+    source_rpc_url_env: Text
+    source_tx: Text
+    source_onramp: Text
+    dest_chain_key: Text
+    dest_chain_id: BigInt
+    dest_rpc_url_env: Text
+    dest_offramp: Text
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    attempts: Annotated[list[Any], Pg("jsonb")]
 
 
 @dataclass(frozen=True)
@@ -882,6 +933,12 @@ def evm_transfer_route(node_id: BigInt) -> Call[TransferRoute]:
 
 
 @procedure("runner")
+def ccip_send_route(node_id: BigInt) -> Call[CcipSendRoute]:
+    """What a CCIP send node may sign: source chain, Router, sender, destination
+    chain and OffRamp, a receiver allowed there, the amount in base units."""
+
+
+@procedure("runner")
 def cctp_burn_route(node_id: BigInt) -> Call[CctpBurnRoute]:
     """What a CCTP v2 burn node may sign, as the registry says now."""
 
@@ -921,6 +978,24 @@ def record_nonce_fill(
     replaces: Text | Default | None = DEFAULT,
 ) -> Call[Boolean]:
     """Records a fill (a zero-value self-transfer closing a gap) before it is broadcast."""
+
+
+@procedure("runner")
+def ccip_stranded_sends(max: Integer | Default = DEFAULT) -> Call[StrandedCcipSend]:
+    """CCIP sends whose destination execution FAILED, waiting for a manual execution."""
+
+
+@procedure("runner")
+def record_ccip_manual_execution(
+    node_id: BigInt,
+    message_id: Text,
+    executor: Text,
+    nonce: BigInt,
+    tx_hash: Text,
+    raw_tx: Text,
+    replaces: Text | Default | None = DEFAULT,
+) -> Call[Boolean]:
+    """Records a manual execution of a stranded CCIP message before it is broadcast."""
 
 
 @procedure("runner")

@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from qtg_runner.db import procs
 from qtg_runner.db.procs import RegisteredExecutor
 from qtg_runner.executors.base import Executor
+from qtg_runner.executors.ccip import CcipExecutor
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
@@ -36,6 +37,7 @@ SHIPPED: tuple[type[Executor], ...] = (
     CctpBurnExecutor,
     CctpMintExecutor,
     StargateExecutor,
+    CcipExecutor,
 )
 """Every executor a runner of this build carries."""
 
@@ -48,6 +50,7 @@ def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
         CctpBurnExecutor.key: CctpBurnExecutor(pool, network),
         CctpMintExecutor.key: CctpMintExecutor(pool, network),
         StargateExecutor.key: StargateExecutor(pool, network),
+        CcipExecutor.key: CcipExecutor(pool, network),
     }
 
 

@@ -8,6 +8,7 @@ from qtg_runner.loop import WorkerEntry
 from qtg_runner.workers import (
     audit_outbox_promoter,
     callback_dispatcher,
+    ccip_stranded_reaper,
     evm_nonce_reaper,
     executor_health,
     expiration_checker,
@@ -60,6 +61,14 @@ REGISTRY: tuple[WorkerEntry, ...] = (
     # signed callbacks to the registered targets, a second after the state change
     WorkerEntry(
         "callback_dispatcher", callback_dispatcher.batch, interval=1.0, jitter=0.2, tier="sidecar"
+    ),
+    # manual executions of CCIP messages whose destination execution FAILED
+    WorkerEntry(
+        "ccip_stranded_reaper",
+        ccip_stranded_reaper.batch,
+        interval=15.0,
+        jitter=3.0,
+        tier="sidecar",
     ),
 )
 

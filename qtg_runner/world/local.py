@@ -1,7 +1,7 @@
-"""The local outside world as one background process: the fake Iris and the fake
-Bybit served side by side on loopback, and the Stargate relayer
-(qtg_runner.world.stargate), over the local chains of a state directory
-(qtg_runner.chains.local).
+"""The local outside world as one background process: the fake Iris, the fake
+Bybit and the CCIP executing network served side by side on loopback, and the
+Stargate relayer (qtg_runner.world.stargate), over the local chains of a state
+directory (qtg_runner.chains.local).
 
 `qtg world up|down|status` (qtg_runner/commands/world.py) and the tests use
 this module alike. Beside the chains' state (``chains/state.json``) it keeps:
@@ -51,6 +51,7 @@ from qtg_runner.chains.local import runner_env as chains_runner_env
 __all__ = [
     "BYBIT_KEY_FILE_ENV",
     "BYBIT_URL_ENV",
+    "CCIP_URL_ENV",
     "DEFAULT_FUND_BALANCE",
     "DEFAULT_TIME_SCALE",
     "IRIS_URL_ENV",
@@ -60,6 +61,7 @@ __all__ = [
     "ensure_api_key",
     "load_api_key",
     "probe_bybit",
+    "probe_ccip",
     "probe_iris",
     "read_world",
     "runner_env",
@@ -70,6 +72,7 @@ __all__ = [
 ]
 
 IRIS_URL_ENV = "QTG_IRIS_URL"
+CCIP_URL_ENV = "QTG_CCIP_URL"
 BYBIT_URL_ENV = "QTG_BYBIT_URL"
 BYBIT_KEY_FILE_ENV = "QTG_BYBIT_KEY_FILE"
 
@@ -114,6 +117,8 @@ class WorldState:
     hot_wallet: str = ""
     stargate_eids: dict[str, int] = field(default_factory=dict)
     """Each chain's LayerZero endpoint id, as the Stargate relayer serves it."""
+    ccip_url: str = ""
+    """The CCIP executing network's status and control endpoint (qtg_runner.world.ccip)."""
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> WorldState:
@@ -129,6 +134,7 @@ class WorldState:
             deposit_address=str(raw.get("deposit_address", "")),
             hot_wallet=str(raw.get("hot_wallet", "")),
             stargate_eids={str(k): int(v) for k, v in dict(raw.get("stargate_eids", {})).items()},
+            ccip_url=str(raw.get("ccip_url", "")),
         )
 
 
@@ -235,6 +241,8 @@ def runner_env(state_dir: Path) -> dict[str, str]:
     env[IRIS_URL_ENV] = state.iris_url
     env[BYBIT_URL_ENV] = state.bybit_url
     env[BYBIT_KEY_FILE_ENV] = state.key_file
+    if state.ccip_url:
+        env[CCIP_URL_ENV] = state.ccip_url
     return env
 
 
@@ -283,6 +291,20 @@ def probe_bybit(state: WorldState, timeout: float = 3.0) -> Probe:
     return Probe(False, f"unexpected answer {response.status_code} {body.get('retCode')}")
 
 
+def probe_ccip(state: WorldState, timeout: float = 3.0) -> Probe:
+    """The CCIP executing network answers its control endpoint with the failures set."""
+    if not state.ccip_url:
+        return Probe(False, "not recorded (a world started before the CCIP network)")
+    try:
+        response = httpx.get(f"{state.ccip_url}/control/failures", timeout=timeout)
+        body = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        return Probe(False, f"no answer ({type(exc).__name__})")
+    if response.status_code == 200 and isinstance(body, dict):
+        return Probe(True, f"failures injected: next {body.get('next')}")
+    return Probe(False, f"unexpected answer {response.status_code}")
+
+
 # -- start and stop --------------------------------------------------------------
 
 
@@ -295,6 +317,7 @@ def start_world(
     *,
     iris_port: int = 0,
     bybit_port: int = 0,
+    ccip_port: int = 0,
     time_scale: float = DEFAULT_TIME_SCALE,
     fund: Decimal = DEFAULT_FUND_BALANCE,
     timeout: float = START_TIMEOUT_S,
@@ -322,6 +345,7 @@ def start_world(
         "--state-dir", str(state_dir.resolve()),
         "--iris-port", str(iris_port),
         "--bybit-port", str(bybit_port),
+        "--ccip-port", str(ccip_port),
         "--time-scale", repr(time_scale),
         "--fund", str(fund),
         "--stargate-bus-wait", "-1" if stargate_bus_wait is None else repr(stargate_bus_wait),
@@ -402,15 +426,17 @@ def stop_world(state_dir: Path, timeout: float = STOP_TIMEOUT_S) -> WorldState |
 def serve_main(argv: Sequence[str] | None = None) -> int:
     """``python -m qtg_runner.world``: both doubles in this process until SIGTERM."""
     from qtg_runner import signers
+    from qtg_runner.chains.ccip import ensure_don_key
     from qtg_runner.chains.cctp import load_attesters, read_domain
     from qtg_runner.chains.keys import ensure_treasury_keys
     from qtg_runner.chains.stargate import stargate_eid
-    from qtg_runner.world import bybit, iris, stargate
+    from qtg_runner.world import bybit, ccip, iris, stargate
 
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--iris-port", type=int, default=0)
     parser.add_argument("--bybit-port", type=int, default=0)
+    parser.add_argument("--ccip-port", type=int, default=0)
     parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE)
     parser.add_argument("--fund", type=Decimal, default=DEFAULT_FUND_BALANCE)
     parser.add_argument("--stargate-bus-wait", type=float, default=STARGATE_BUS_WAIT_S)
@@ -437,6 +463,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     keys = bybit.ensure_exchange_keys(state_dir)
     hot = signers.load(keys.hot.signer_id, env=chain_env)
     attesters = load_attesters(state_dir)
+    don = signers.load(ensure_don_key(state_dir).signer_id, env=chain_env)
     scale = 1.0 / args.time_scale  # the doubles' time scale: real seconds per protocol second
 
     handles: list[Any] = []
@@ -457,6 +484,8 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         handles.append(
             stargate.serve(chains, stargate.RelayerConfig(bus_wait_s=bus_wait, time_scale=scale))
         )
+        network = ccip.serve(chains, don, ccip.CcipConfig(time_scale=scale), port=args.ccip_port)
+        handles.append(network)
         # the local treasury accounts are on the address book, on every chain
         for account in ensure_treasury_keys(state_dir):
             exchange.whitelist(account.address)
@@ -474,11 +503,12 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             deposit_address=keys.deposit.address,
             hot_wallet=keys.hot.address,
             stargate_eids={c.key: stargate_eid(c) for c in chains if "StargatePool" in c.contracts},
+            ccip_url=network.url,
         )
         _write_world(state_dir, state)
         log.info(
-            "local outside world serving: iris %s, bybit %s, time scale %sx (pid %d)",
-            state.iris_url, state.bybit_url, args.time_scale, state.pid,
+            "local outside world serving: iris %s, bybit %s, ccip %s, time scale %sx (pid %d)",
+            state.iris_url, state.bybit_url, state.ccip_url, args.time_scale, state.pid,
         )  # fmt: skip
         while not stop.wait(1.0):
             if not any(is_running(c) for c in chains):
@@ -487,6 +517,6 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     finally:
         for handle in reversed(handles):
             handle.stop()
-        del hot, attesters, api_secret
+        del hot, attesters, api_secret, don
     log.info("local outside world stopped")
     return 0

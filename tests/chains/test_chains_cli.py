@@ -66,11 +66,13 @@ def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
         ]
         assert chains[0].block_time != chains[1].block_time
         assert "export QTG_RPC_LOCAL_A=http://127.0.0.1:" in up.stdout
-        # the keystore: a directory of its own (0700), a password, two treasury keys
-        # and the CCTP double's two attester keys (0600)
+        # the keystore: a directory of its own (0700), a password, two treasury keys,
+        # the CCTP double's two attester keys and the CCIP double's DON and keeper (0600)
         keystore = state_dir / "keystore"
         files = sorted(p.name for p in keystore.iterdir())
         assert files == [
+            "ccip-don.json",
+            "ccip-keeper.json",
             "cctp-attester-1.json",
             "cctp-attester-2.json",
             "local-treasury-1.json",

@@ -127,6 +127,7 @@ def test_world_up_status_down(tmp_path: Path, db: TestDatabase) -> None:
         assert exports["QTG_RPC_LOCAL_A"] == f"http://127.0.0.1:{base}"
         assert exports["QTG_IRIS_URL"] == world.iris_url
         assert exports["QTG_BYBIT_URL"] == world.bybit_url
+        assert exports["QTG_CCIP_URL"] == world.ccip_url
         key_file = Path(exports["QTG_BYBIT_KEY_FILE"])
         assert key_file == api_key_file(state_dir).resolve()
         assert f"bybit API key file {key_file}" in up.stdout
@@ -143,6 +144,7 @@ def test_world_up_status_down(tmp_path: Path, db: TestDatabase) -> None:
             ["serve", "running"],
             ["iris", "answering"],
             ["bybit", "answering"],
+            ["ccip", "answering"],
         ]
 
         # the fake Iris over HTTP: an unknown burn is 404, the fee table answers

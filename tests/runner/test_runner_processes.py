@@ -70,6 +70,7 @@ ALL_WORKERS = {
     "expiration_checker",
     "template_proposal_expiration",
     "evm_nonce_reaper",
+    "ccip_stranded_reaper",
     "audit_outbox_promoter",
     "executor_health",
     "callback_dispatcher",

@@ -54,8 +54,16 @@ from hypothesis import strategies as st
 from psycopg import sql
 from rows import iso_at
 
+from qtg_runner.chains.ccip import (
+    SentMessage,
+    TokenTransfer,
+    ccip_send_calldata,
+    ccip_transaction,
+    manually_execute_calldata,
+)
 from qtg_runner.chains.evm import Fees, build_transfer, self_transfer, tx_hash_of
 from qtg_runner.db import procs
+from qtg_runner.executors.ccip import CcipExecutor
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
@@ -103,6 +111,10 @@ class World:
     callback: int = 0  # a callback claimed by the dispatcher cb1
     callback_secret: str = ""
     dead_callback: int = 0  # a callback DEAD after its one attempt
+    ccip_send: int = 0  # a ccip node world-a -> world-c, treasury 0xff.. -> 0xdd.., not started
+    ccip_stranded: int = (
+        0  # a ccip node 0xff.. -> 0xdd.. OBSERVING, evidence: FAILED (CCIP_MESSAGE)
+    )
     cctp_burn: int = 0  # a cctp_burn node world-a -> world-b, treasury 0xdd.. -> 0xff..
     cctp_mint: int = 0  # its cctp_mint child on world-b
     stargate: int = 0  # a stargate node world-a -> world-b, treasury 0xdd.. -> 0xff..
@@ -118,6 +130,37 @@ WORLD_KEY = Account.from_key(
 def world_tx(tx: dict[str, Any]) -> tuple[str, str]:
     raw = bytes(WORLD_KEY.sign_transaction(tx).raw_transaction)
     return tx_hash_of(raw), "0x" + raw.hex()
+
+
+CCIP_SELECTORS = {"world-a": 7_700_000_000_000_000_001, "world-c": 7_700_000_000_000_000_003}
+CCIP_OFFRAMP_C = "0x" + "9" * 39 + "7"
+CCIP_MESSAGE = "0x" + "ab" * 32
+
+
+def ccip_manual_execution(nonce: int = 0) -> tuple[str, str]:
+    """A keeper's manuallyExecute of CCIP_MESSAGE on world-c's OffRamp."""
+    message = SentMessage(
+        message_id=bytes.fromhex(CCIP_MESSAGE[2:]),
+        source_selector=CCIP_SELECTORS["world-a"],
+        dest_selector=CCIP_SELECTORS["world-c"],
+        sequence_number=1,
+        nonce=0,
+        sender="0x" + "f" * 40,
+        data=b"",
+        receiver=WORLD_SENDER,
+        extra_args=b"",
+        fee_token="0x" + "0" * 40,
+        fee_amount=1,
+        tokens=(TokenTransfer("0x" + "8" * 39 + "6", "0x" + "2" * 40, 10**8, b""),),
+        onramp="0x" + "8" * 39 + "6",
+        tx_hash="0x" + "12" * 32,
+        block_number=1,
+        log_index=0,
+    )
+    data = manually_execute_calldata(message)
+    return world_tx(
+        ccip_transaction(3, CCIP_OFFRAMP_C, data, 0, nonce, Fees(2 * 10**9, 10**9), 500_000)
+    )
 
 
 def world_transfer(
@@ -266,6 +309,49 @@ def build_world(conn: Conn) -> World:
             raw_tx=raw,
         ).one(conn)
     procs.fail_submit(evm_nodes["e"], evm_claims[evm_nodes["e"]], "refused", False).one(conn)
+    # CCIP between world-a and world-c, the same treasury on both
+    procs.upsert_chain("world-c", 3, "QTG_RPC_WORLD_C", 2, 1000).one(conn)
+    procs.upsert_treasury_account("world-c", WORLD_SENDER, "env:WORLD_KEY").one(conn)
+    procs.upsert_treasury_account("world-c", "0x" + "f" * 40, "env:WORLD_KEY_2").one(conn)
+    procs.upsert_chain_token("world-c", "USDC", "0x" + "2" * 40, 6).one(conn)
+    for chain, digit in (("world-a", "6"), ("world-c", "7")):
+        contracts = {
+            "CcipRouter": "0x" + digit * 40,
+            "CcipOnRamp": "0x" + "8" * 39 + digit,
+            "CcipOffRamp": "0x" + "9" * 39 + digit,
+        }
+        procs.upsert_chain_protocol(chain, "ccip", CCIP_SELECTORS[chain], contracts).one(conn)
+    ccip = CcipExecutor
+    procs.register_executor(ccip.key, True, ccip.node_config_schema, ccip.description).one(conn)
+    # from world-a's 0xff.. (0xdd..'s nonces are the nonce procedures' world), to 0xdd..
+    ccip_ends = {"destination_chain": "world-c", "from": "0x" + "f" * 40, "to": WORLD_SENDER}
+    ccip_send = node_ids(
+        conn,
+        create(conn, plan(node("s", [], ccip.key, "ccip", chain="world-a", **ccip_ends)), "ccip"),
+    )["s"]
+    ccip_stranded = node_ids(
+        conn,
+        create_started(
+            conn, plan(node("s", [], ccip.key, "ccip", chain="world-a", **ccip_ends)), "ccip-f"
+        ),
+    )["s"]
+    (ccip_claim,) = procs.claim_ready_nodes("w3", 10, 3600).all(conn)
+    send_hash, send_raw = world_tx(
+        ccip_transaction(
+            1,
+            "0x" + "6" * 40,
+            ccip_send_calldata(CCIP_SELECTORS["world-c"], WORLD_SENDER, "0x" + "1" * 40, 10**8),
+            10**15,
+            0,
+            Fees(2 * 10**9, 10**9),
+            500_000,
+        )
+    )
+    procs.record_intent_prepared(
+        ccip_stranded, ccip_claim.claim_secret, nonce=0, signed_tx_hash=send_hash,
+        chain_key="world-a", sender="0x" + "f" * 40, raw_tx=send_raw,
+    ).one(conn)  # fmt: skip
+    procs.complete_submit(ccip_stranded, ccip_claim.claim_secret, send_hash).one(conn)
     with as_person(conn, "alice"):
         proposal = procs.propose_lane_baseline("default", 120).one(conn).proposal_id
     # a tripped breaker for reset_breaker, of a venue no node of the world uses
@@ -275,6 +361,10 @@ def build_world(conn: Conn) -> World:
     )
     pin_clock(conn, iso_at(NOW))
     observed = procs.claim_observe(ids["b"], "obs").one(conn)
+    ccip_observed = procs.claim_observe(ccip_stranded, "obs").one(conn)
+    failed = {"ccip_state": "FAILURE", "message_id": CCIP_MESSAGE, "source_chain": "world-a",
+              "dest_chain": "world-c", "source_tx": send_hash}  # fmt: skip
+    procs.complete_observe(ccip_stranded, ccip_observed.claim_secret, "PENDING", failed).one(conn)
     [recovering] = procs.claim_recovery_nodes("rec", 10).all(conn)
     assert recovering.node_id == ids["c"]
     return World(
@@ -293,6 +383,8 @@ def build_world(conn: Conn) -> World:
         callback=callback.callback_id,
         callback_secret=callback.claim_secret,
         dead_callback=dying.callback_id,
+        ccip_send=ccip_send,
+        ccip_stranded=ccip_stranded,
         cctp_burn=cctp_nodes["burn"],
         cctp_mint=cctp_nodes["mint"],
     )
@@ -432,6 +524,15 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "evm_next_nonce": {"p_chain_key": "world-a", "p_sender": "0x" + "d" * 40},
         "evm_chains": {},
         "evm_transfer_route": {"p_node_id": w.transfer},
+        "ccip_send_route": {"p_node_id": w.ccip_send},
+        "ccip_stranded_sends": {"p_max": 10},
+        "record_ccip_manual_execution": dict(
+            zip(
+                ("p_node_id", "p_message_id", "p_executor", "p_nonce", "p_tx_hash", "p_raw_tx"),
+                (w.ccip_stranded, CCIP_MESSAGE, "0x" + "e" * 40, 0, *ccip_manual_execution(0)),
+                strict=True,
+            )
+        ),
         "cctp_burn_route": {"p_node_id": w.cctp_burn},
         "cctp_mint_route": {"p_node_id": w.cctp_mint},
         "stargate_send_route": {"p_node_id": w.stargate},
@@ -920,6 +1021,25 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "evm_transfer_route": (
             # a node that is not a transfer step: its config names no chain
             each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
+        "ccip_send_route": (
+            # a transfer step names no destination chain
+            each("p_node_id", "QT011", None, 0, -1, 2**62)
+            + each("p_node_id", "QT002", w.claimed, w.transfer)
+        ),
+        "ccip_stranded_sends": each("p_max", "QT002", None, 0, -1, 1001),
+        "record_ccip_manual_execution": (
+            each("p_node_id", "QT011", None, 0, 2**62)
+            # not stranded: a transfer, a ccip node not observed
+            + each("p_node_id", "QT021", w.transfer, w.ccip_send)
+            + each("p_message_id", "QT021", "0x" + "cd" * 32)
+            + each("p_message_id", "QT002", None, "", "0xAB", "0x" + "AB" * 32)
+            + each("p_executor", "QT002", None, "", "0x12", "0x" + "g" * 40)
+            + each("p_nonce", "QT002", None, -1, 1)  # 1: the bytes are signed at 0
+            + each("p_tx_hash", "QT002", None, "", "0x" + "AB" * 32)
+            + each("p_raw_tx", "QT002", None, "", "0x00", world_transfer(0)[1])
+            + each("p_raw_tx", "QT005", "0x" + "ab" * 140_000)
+            + each("p_replaces", "QT021", "0x" + "ef" * 32)
         ),
         "cctp_burn_route": (
             # a node that is not a burn step: its config names no chains

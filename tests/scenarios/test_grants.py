@@ -15,6 +15,8 @@ from conftest import TestDatabase
 from qtg_runner.db.migrate import sql_dir
 
 RUNNER = {
+    "ccip_send_route",
+    "ccip_stranded_sends",
     "claim_callbacks",
     "cctp_burn_route",
     "cctp_mint_route",
@@ -38,6 +40,7 @@ RUNNER = {
     "heartbeat",
     "observe_candidates",
     "quarantine_nodes",
+    "record_ccip_manual_execution",
     "record_intent_prepared",
     "record_intent_prepared_batch",
     "record_evm_replacement",
@@ -82,6 +85,8 @@ ADMIN = {
 INTERNAL = {
     "audit_canonical",
     "audit_row_hash",
+    "ccip_send_tx_problem",
+    "ccip_word",
     "treasury_signer",
     "check_args",
     "check_claim_args",

@@ -12,7 +12,7 @@
 --         other node may only approve() a bridge contract of the chain for at
 --         most the movement's amount; an evm_transfer node calls nothing else.
 --         What a bridge call carries beyond its contract is its executor's
---         route's to decide.
+--         route's to decide (a ccip node: ccip_send_tx_problem).
 -- The answer is 'QTnnn message' (the batch reports it in the node's row).
 -- Reads only. Internal: record_intent_prepared_batch asks it for every raw
 -- transaction it records.
@@ -80,6 +80,9 @@ BEGIN
         END IF;
         RETURN format('QT032 %s: an evm_transfer node signs transfer(%s, %s) on %s''s %s and nothing else',
                       v_what, v_route.recipient, v_route.amount_units, v_route.chain_key, v_route.token);
+    END IF;
+    IF v_executor = 'ccip' THEN
+        RETURN ccip_send_tx_problem(p_node_id, p_chain_key, v_tx.to_address, v_tx.value, v_tx.data);
     END IF;
     IF v_token.address IS NOT NULL THEN
         IF v_selector = '095ea7b3' AND v_arg1 IS NOT NULL AND v_tx.value = 0

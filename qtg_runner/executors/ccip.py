@@ -1,0 +1,705 @@
+"""The `ccip` executor: a Chainlink CCIP token transfer (Router.ccipSend) from a
+treasury account on one chain to a treasury account or an allow-listed
+address on another, the fee paid in the native coin.
+
+What it may sign is the registry's word, read again before every signature
+(ccip_send_route, in SQL): both chains, the token on each, the source Router
+and OnRamp, the destination OffRamp, the sender (a treasury account and its
+signer's id), a receiver that is a treasury account or allow-listed on the
+DESTINATION chain (QT032 otherwise: nothing is signed), the amount in base
+units. One transaction per node, at a nonce the engine allocates, like
+evm_transfer: the Router's allowance of the sender's token is a standing,
+bounded approval set up beforehand (qtg_runner.chains.ccip.approve_router; a
+treasury's setup step), not a second transaction of the node: a second
+transaction would be a second nonce per node with a crash window between the
+two. preflight refuses (retry later) while the allowance is short.
+
+    preflight  the route; the sender holds the amount, the Router's allowance
+               covers it, the Router quotes a fee for the destination.
+    prepare    the fee (Router.getFee), the gas (estimated with the fee as the
+               value), EIP-1559 fees under the chain's caps, the nonce at the
+               greater of the chain's pending count and the engine's next one,
+               signed; the destination's head is recorded, where the search for
+               the execution starts.
+    submit     eth_sendRawTransaction of the recorded bytes ("already known"
+               and a mined "nonce too low" are the same transaction).
+    observe    the source receipt of a recorded hash, final at the chain's
+               depth, with exactly one CCIPMessageSent of the route's OnRamp
+               for this sender, receiver, destination and amount: its message
+               id. Then the destination OffRamp's ExecutionStateChanged for
+               that id: SUCCESS -> COMPLETED with the evidence (message id,
+               source and destination transactions, amount); FAILURE -> still
+               PENDING, the evidence saying ``ccip_state: FAILURE`` (the money
+               is not lost: a manual execution completes it, and the
+               ccip_stranded_reaper makes one); nothing yet -> PENDING. A
+               source transaction reverted and final -> FAILED (nothing left
+               the account); not mined and dropped -> the identical recorded
+               bytes again; a nonce taken by a transaction never recorded, or
+               a receipt that does not show the promised message -> UNKNOWN.
+    recover    the same reading: COMPLETED on SUCCESS, FAILED on a reverted
+               source, IN_FLIGHT while sent and not yet executed (or FAILED
+               and waiting for the reaper), NOT_SUBMITTED when nothing was
+               ever recorded, STILL_UNKNOWN where observe says UNKNOWN.
+               Never a new send.
+    health     every registered chain: it answers with the registered chain id
+               and its head is fresh; DOWN only when no chain answers, one
+               chain down is DEGRADED (as evm_transfer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.chains.ccip import (
+    CCIP_MESSAGE_SENT_TOPIC,
+    EXECUTION_STATE_CHANGED_TOPIC,
+    SUCCESS,
+    ExecutionStateChanged,
+    SentMessage,
+    ccip_send_calldata,
+    ccip_transaction,
+    get_fee_calldata,
+)
+from qtg_runner.chains.evm import FeeCapExceeded, Fees, balance_of, suggest_fees
+from qtg_runner.chains.evm_rpc import EvmRpc, EvmRpcError, Receipt, RpcError, RpcErrorKind
+from qtg_runner.db import procs
+from qtg_runner.executors.base import (
+    ExecutorError,
+    HealthResult,
+    HealthStatus,
+    JsonObject,
+    NodeWork,
+    ObserveResult,
+    ObserveStatus,
+    Prepared,
+    RecoveryOutcome,
+    RecoveryResult,
+    SubmitResult,
+)
+from qtg_runner.signers import Signer, SignerError, load_async
+
+ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
+CHAIN_PATTERN = "^[a-z][a-z0-9-]{0,62}$"
+ROUTE_REFUSALS = frozenset({"QT002", "QT014", "QT032"})
+RETRY_LATER_S = 30.0
+STRANDED_RETRY_S = 60.0
+"""How often a send whose execution FAILED is looked at again (the reaper acts)."""
+STALE_HEAD_BLOCKS = 30
+GAS_HEADROOM = 1.25
+_ALLOWANCE = bytes.fromhex("dd62ed3e")  # allowance(address,address)
+
+
+@dataclass(frozen=True)
+class _Route:
+    """ccip_send_route's word on one node, kept in the intent's payload at
+    prepare: observation never depends on a registry changed since."""
+
+    chain_key: str
+    chain_id: int
+    rpc_url_env: str
+    finality_depth: int
+    block_time_s: float
+    token_address: str
+    source_selector: int
+    router: str
+    onramp: str
+    sender: str
+    signer_id: str
+    dest_chain_key: str
+    dest_chain_id: int
+    dest_rpc_url_env: str
+    dest_finality_depth: int
+    dest_block_time_s: float
+    dest_selector: int
+    dest_offramp: str
+    dest_token_address: str
+    recipient: str
+    amount_units: int
+    max_fee_cap: int
+    priority_fee_cap: int
+    engine_next_nonce: int | None = None
+
+    @classmethod
+    def from_row(cls, row: procs.CcipSendRoute) -> _Route:
+        return cls(
+            chain_key=row.chain_key,
+            chain_id=row.chain_id,
+            rpc_url_env=row.rpc_url_env,
+            finality_depth=row.finality_depth,
+            block_time_s=row.block_time_ms / 1000,
+            token_address=row.token_address,
+            source_selector=int(row.source_selector),
+            router=row.router,
+            onramp=row.onramp,
+            sender=row.sender,
+            signer_id=row.signer_id,
+            dest_chain_key=row.dest_chain_key,
+            dest_chain_id=row.dest_chain_id,
+            dest_rpc_url_env=row.dest_rpc_url_env,
+            dest_finality_depth=row.dest_finality_depth,
+            dest_block_time_s=row.dest_block_time_ms / 1000,
+            dest_selector=int(row.dest_selector),
+            dest_offramp=row.dest_offramp,
+            dest_token_address=row.dest_token_address,
+            recipient=row.recipient,
+            amount_units=int(row.amount_units),
+            max_fee_cap=int(row.max_fee_per_gas),
+            priority_fee_cap=int(row.max_priority_fee_per_gas),
+            engine_next_nonce=row.next_nonce,
+        )
+
+    _INTS = ("chain_id", "finality_depth", "dest_chain_id", "dest_finality_depth")
+    _BIG = ("source_selector", "dest_selector", "amount_units", "max_fee_cap", "priority_fee_cap")
+    _FLOATS = ("block_time_s", "dest_block_time_s")
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> _Route:
+        fields: dict[str, Any] = {}
+        for name in cls.__dataclass_fields__:
+            if name == "engine_next_nonce":
+                continue
+            value = payload[name]
+            if name in cls._INTS or name in cls._BIG:
+                fields[name] = int(value)
+            elif name in cls._FLOATS:
+                fields[name] = float(value)
+            else:
+                fields[name] = str(value)
+        return cls(**fields)
+
+    def payload(self, gas: int, fees: Fees, fee: int, dest_from_block: int) -> JsonObject:
+        out: JsonObject = {}
+        for name in self.__dataclass_fields__:
+            if name == "engine_next_nonce":
+                continue
+            value = getattr(self, name)
+            # a uint64 selector or a uint256 amount is beyond what a JSON number holds exactly
+            out[name] = str(value) if name in self._BIG else value
+        out.update(
+            gas=gas,
+            max_fee_per_gas=str(fees.max_fee_per_gas),
+            max_priority_fee_per_gas=str(fees.max_priority_fee_per_gas),
+            ccip_fee=str(fee),
+            dest_from_block=dest_from_block,
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class _Reading:
+    status: str
+    """executed, stranded, sent, mined, pending, rebroadcast, reverted, foreign, refused."""
+    evidence: JsonObject
+    tx_hash: str | None = None
+    wait_s: float | None = None
+
+
+class CcipExecutor:
+    key: ClassVar[str] = "ccip"
+    has_side_effect: ClassVar[bool] = True
+    description: ClassVar[str] = (
+        "Chainlink CCIP token transfer (Router.ccipSend, native fee) from a treasury account "
+        "to a treasury account or an allow-listed address on another chain; complete when the "
+        "destination OffRamp executed it with SUCCESS"
+    )
+    node_config_schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "required": ["lane", "chain", "destination_chain", "from", "to"],
+        "properties": {
+            "lane": {"type": "string", "minLength": 1},
+            "chain": {"type": "string", "pattern": CHAIN_PATTERN},
+            "destination_chain": {"type": "string", "pattern": CHAIN_PATTERN},
+            "token": {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"},
+            "from": {"type": "string", "pattern": ADDRESS_PATTERN},
+            "to": {"type": "string", "pattern": ADDRESS_PATTERN},
+        },
+        "additionalProperties": False,
+    }
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        network: str,
+        env: Mapping[str, str] | None = None,
+        rpc_timeout: float = 10.0,
+    ) -> None:
+        self._pool = pool
+        self._network = network
+        self._env = os.environ if env is None else env
+        self._rpc_timeout = rpc_timeout
+        self._rpcs: dict[str, EvmRpc] = {}
+        self._signers: dict[str, Signer] = {}
+
+    async def _route(self, work: NodeWork) -> _Route:
+        try:
+            async with self._pool.connection() as conn:
+                row = await procs.ccip_send_route(work.node_id).aone(conn)
+        except psycopg.Error as exc:
+            if exc.sqlstate in ROUTE_REFUSALS:
+                message = exc.diag.message_primary or str(exc)
+                raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
+            raise
+        return _Route.from_row(row)
+
+    def _rpc(self, chain_key: str, rpc_url_env: str) -> EvmRpc:
+        url = self._env.get(rpc_url_env)
+        if not url:
+            raise ExecutorError(
+                f"chain {chain_key}: the environment variable {rpc_url_env} (its RPC URL) is not "
+                "set in this runner",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+        rpc = self._rpcs.get(url)
+        if rpc is None:
+            rpc = self._rpcs[url] = EvmRpc(url, timeout=self._rpc_timeout)
+        return rpc
+
+    async def _signer(self, route: _Route) -> Signer:
+        signer = self._signers.get(route.signer_id)
+        if signer is None:
+            try:
+                signer = await load_async(route.signer_id, self._env)
+            except SignerError as exc:
+                raise ExecutorError(str(exc), retryable=True, retry_after=RETRY_LATER_S) from None
+            self._signers[route.signer_id] = signer
+        if signer.address != route.sender:
+            raise ExecutorError(
+                f"signer {route.signer_id} holds the key of {signer.address}, not of the treasury "
+                f"account {route.sender} on {route.chain_key}: fix the registry or the signer",
+                retryable=False,
+            )
+        return signer
+
+    # -- the protocol ------------------------------------------------------------
+
+    async def preflight(self, work: NodeWork) -> None:
+        route = await self._route(work)
+        rpc = self._rpc(route.chain_key, route.rpc_url_env)
+        async with _chain_errors(route.chain_key):
+            held = await balance_of(rpc, route.token_address, route.sender)
+            allowance = int.from_bytes(
+                await rpc.call(
+                    route.token_address,
+                    _ALLOWANCE + _word(route.sender) + _word(route.router),
+                ),
+                "big",
+            )
+            await self._fee(rpc, route)
+        if held < route.amount_units:
+            raise ExecutorError(
+                f"{route.sender} holds {held} base units on {route.chain_key}, the CCIP send "
+                f"needs {route.amount_units}",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+        if allowance < route.amount_units:
+            raise ExecutorError(
+                f"the CCIP Router {route.router} on {route.chain_key} may take {allowance} base "
+                f"units of {route.sender}'s token, the send needs {route.amount_units}: the "
+                "treasury's standing approval of the Router is short (`qtg chains up` sets it on "
+                "the local chains)",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+
+    async def _fee(self, rpc: EvmRpc, route: _Route) -> int:
+        try:
+            answer = await rpc.call(
+                route.router,
+                get_fee_calldata(
+                    route.dest_selector, route.recipient, route.token_address, route.amount_units
+                ),
+                sender=route.sender,
+            )
+        except RpcError as exc:
+            if exc.kind is RpcErrorKind.REVERTED:
+                raise ExecutorError(
+                    f"the CCIP Router on {route.chain_key} refuses a message to "
+                    f"{route.dest_chain_key} (selector {route.dest_selector}): {exc.message}",
+                    retryable=False,
+                ) from None
+            raise
+        return int.from_bytes(answer[:32], "big")
+
+    async def prepare(self, work: NodeWork) -> Prepared:
+        route = await self._route(work)
+        rpc = self._rpc(route.chain_key, route.rpc_url_env)
+        dest = self._rpc(route.dest_chain_key, route.dest_rpc_url_env)
+        signer = await self._signer(route)
+        data = ccip_send_calldata(
+            route.dest_selector, route.recipient, route.token_address, route.amount_units
+        )
+        async with _chain_errors(route.chain_key):
+            fee = await self._fee(rpc, route)
+            chain_next = await rpc.transaction_count(route.sender, "pending")
+            fees = await suggest_fees(
+                rpc, max_fee_cap=route.max_fee_cap, priority_fee_cap=route.priority_fee_cap
+            )
+            estimate = await rpc.estimate_gas(route.sender, route.router, data, fee)
+            funds = await rpc.balance(route.sender)
+        async with _chain_errors(route.dest_chain_key):
+            dest_from_block = await dest.block_number()
+        gas = math.ceil(estimate * GAS_HEADROOM)
+        if funds < gas * fees.max_fee_per_gas + fee:
+            raise ExecutorError(
+                f"{route.sender} holds {funds} wei on {route.chain_key}, the gas and the CCIP "
+                f"fee need up to {gas * fees.max_fee_per_gas + fee}",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+        nonce = max(chain_next, route.engine_next_nonce or 0)
+        payload = route.payload(gas, fees, fee, dest_from_block)
+        return await self._sign(route, signer, nonce, payload)
+
+    async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
+        assert prepared.payload is not None
+        route = _Route.from_payload(prepared.payload)
+        rpc = self._rpc(route.chain_key, route.rpc_url_env)
+        async with _chain_errors(route.chain_key):
+            chain_next = await rpc.transaction_count(route.sender, "pending")
+        signer = await self._signer(route)
+        return await self._sign(route, signer, max(nonce, chain_next), prepared.payload)
+
+    async def _sign(
+        self, route: _Route, signer: Signer, nonce: int, payload: JsonObject
+    ) -> Prepared:
+        fees = Fees(int(payload["max_fee_per_gas"]), int(payload["max_priority_fee_per_gas"]))
+        tx = ccip_transaction(
+            route.chain_id,
+            route.router,
+            ccip_send_calldata(
+                route.dest_selector, route.recipient, route.token_address, route.amount_units
+            ),
+            int(payload["ccip_fee"]),
+            nonce,
+            fees,
+            int(payload["gas"]),
+        )
+        signed = await signer.sign_transaction(tx)
+        return Prepared(
+            nonce=nonce,
+            signed_tx_hash=signed.tx_hash,
+            payload=payload,
+            chain_key=route.chain_key,
+            sender=route.sender,
+            raw_tx=signed.raw_hex,
+        )
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        assert prepared.payload is not None and prepared.raw_tx is not None
+        assert prepared.signed_tx_hash is not None
+        route = _Route.from_payload(prepared.payload)
+        rpc = self._rpc(route.chain_key, route.rpc_url_env)
+        tx_hash = prepared.signed_tx_hash
+        async with _chain_errors(route.chain_key):
+            try:
+                await rpc.send_raw_transaction(bytes.fromhex(prepared.raw_tx[2:]))
+            except RpcError as exc:
+                if exc.kind is RpcErrorKind.ALREADY_KNOWN:
+                    return SubmitResult(tx_hash, {"tx_hash": tx_hash, "already_known": True})
+                if exc.kind is RpcErrorKind.NONCE_TOO_LOW:
+                    if await rpc.receipt(tx_hash) is not None:
+                        return SubmitResult(tx_hash, {"tx_hash": tx_hash, "already_mined": True})
+                    raise ExecutorError(
+                        f"nonce {prepared.nonce} of {route.sender} on {route.chain_key} is taken "
+                        f"and {tx_hash} is not mined: recovery reads the chain",
+                        retryable=True,
+                    ) from None
+                if exc.kind is RpcErrorKind.INSUFFICIENT_FUNDS:
+                    raise ExecutorError(
+                        f"{route.chain_key} refused the CCIP send: {exc.message}", retryable=False
+                    ) from None
+                raise
+        return SubmitResult(tx_hash, {"tx_hash": tx_hash, "nonce": prepared.nonce})
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        reading = await self._read(work)
+        if reading.status == "executed":
+            return ObserveResult(ObserveStatus.COMPLETED, reading.evidence)
+        if reading.status == "reverted":
+            return ObserveResult(ObserveStatus.FAILED, reading.evidence)
+        if reading.status in ("foreign", "refused"):
+            return ObserveResult(ObserveStatus.UNKNOWN, reading.evidence)
+        return ObserveResult(ObserveStatus.PENDING, reading.evidence, retry_after=reading.wait_s)
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        intent = work.intent or {}
+        if not intent.get("transactions"):
+            return RecoveryResult(
+                RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
+            )
+        reading = await self._read(work)
+        outcome = {
+            "executed": RecoveryOutcome.COMPLETED,
+            "reverted": RecoveryOutcome.FAILED,
+            "foreign": RecoveryOutcome.STILL_UNKNOWN,
+            "refused": RecoveryOutcome.STILL_UNKNOWN,
+        }.get(reading.status, RecoveryOutcome.IN_FLIGHT)
+        return RecoveryResult(outcome, reading.evidence, reading.tx_hash, reading.wait_s)
+
+    async def _read(self, work: NodeWork) -> _Reading:
+        """The chains' word on the node's send, from its recorded hashes only."""
+        intent = work.intent or {}
+        payload = intent.get("prepared_payload")
+        transactions = intent.get("transactions") or []
+        nonce = intent.get("nonce")
+        if not payload or not transactions or nonce is None:
+            raise ExecutorError(
+                f"node {work.node_id} has no recorded transaction to read", retryable=False
+            )
+        route = _Route.from_payload(payload)
+        rpc = self._rpc(route.chain_key, route.rpc_url_env)
+        hashes = [str(t["tx_hash"]) for t in transactions]
+        async with _chain_errors(route.chain_key):
+            receipt = await _receipt_of(rpc, hashes)
+            if receipt is None:
+                account_nonce = await rpc.transaction_count(route.sender, "latest")
+                if account_nonce > nonce:
+                    receipt = await _receipt_of(rpc, hashes)
+                    if receipt is None:
+                        return _Reading(
+                            "foreign",
+                            {
+                                "problem": "the nonce is taken by a transaction the engine never "
+                                "recorded",
+                                "nonce": nonce,
+                                "account_nonce": account_nonce,
+                                "sender": route.sender,
+                                "recorded_hashes": hashes,
+                            },
+                        )
+                else:
+                    return await _unmined(rpc, route, transactions, nonce)
+            reading, sent = await _source(rpc, route, receipt)
+        if sent is None:
+            return reading
+        dest = self._rpc(route.dest_chain_key, route.dest_rpc_url_env)
+        async with _chain_errors(route.dest_chain_key):
+            return await _destination(dest, route, int(payload["dest_from_block"]), sent, reading)
+
+    async def health(self) -> HealthResult:
+        async with self._pool.connection() as conn:
+            chains = await procs.evm_chains().aall(conn)
+        detail: JsonObject = {}
+        worst = HealthStatus.HEALTHY
+        down = 0
+        for chain in chains:
+            if not self._env.get(chain.rpc_url_env):
+                detail[chain.chain_key] = f"{chain.rpc_url_env} is not set in this runner"
+                if worst is HealthStatus.HEALTHY:
+                    worst = HealthStatus.DEGRADED
+                continue
+            rpc = self._rpc(chain.chain_key, chain.rpc_url_env)
+            try:
+                chain_id = await rpc.chain_id()
+                head = await rpc.block("latest")
+            except EvmRpcError as exc:
+                detail[chain.chain_key] = f"down: {exc}"
+                down += 1
+                continue
+            if chain_id != chain.chain_id:
+                detail[chain.chain_key] = (
+                    f"the RPC answers chain id {chain_id}, not {chain.chain_id}"
+                )
+                down += 1
+                continue
+            age = time.time() - head.timestamp if head is not None else math.inf
+            if age > max(60.0, STALE_HEAD_BLOCKS * chain.block_time_ms / 1000):
+                detail[chain.chain_key] = f"head block is {age:.0f} s old"
+                if worst is HealthStatus.HEALTHY:
+                    worst = HealthStatus.DEGRADED
+            else:
+                detail[chain.chain_key] = f"head {head.number if head else '?'}, {age:.0f} s old"
+        # as evm_transfer: DOWN (every claim of the executor held back) only when
+        # no chain answers; one chain down is DEGRADED (its sends wait, not the others)
+        if chains and down == len(chains):
+            worst = HealthStatus.DOWN
+        elif down:
+            worst = HealthStatus.DEGRADED
+        return HealthResult(worst, detail)
+
+    async def aclose(self) -> None:
+        for rpc in self._rpcs.values():
+            await rpc.aclose()
+        self._rpcs.clear()
+
+
+def _word(address: str) -> bytes:
+    return bytes(12) + bytes.fromhex(address.removeprefix("0x"))
+
+
+async def _receipt_of(rpc: EvmRpc, hashes: list[str]) -> Receipt | None:
+    for tx_hash in reversed(hashes):
+        receipt = await rpc.receipt(tx_hash)
+        if receipt is not None:
+            return receipt
+    return None
+
+
+async def _unmined(rpc: EvmRpc, route: _Route, transactions: list[Any], nonce: int) -> _Reading:
+    """Not mined, the nonce free: pending in the pool, or dropped and then the
+    identical recorded bytes of the newest recorded transaction again."""
+    for t in reversed(transactions):
+        if await rpc.transaction(str(t["tx_hash"])) is not None:
+            return _Reading(
+                "pending",
+                {"source_tx": t["tx_hash"], "nonce": nonce},
+                str(t["tx_hash"]),
+                route.block_time_s,
+            )
+    newest = transactions[-1]
+    tx_hash, raw = str(newest["tx_hash"]), str(newest["raw_tx"])
+    try:
+        await rpc.send_raw_transaction(bytes.fromhex(raw[2:]))
+    except RpcError as exc:
+        if exc.kind in (RpcErrorKind.ALREADY_KNOWN, RpcErrorKind.NONCE_TOO_LOW):
+            return _Reading(
+                "pending", {"source_tx": tx_hash, "nonce": nonce}, tx_hash, route.block_time_s
+            )
+        return _Reading(
+            "refused",
+            {
+                "problem": "the recorded send is not mined and the node refuses it again",
+                "source_tx": tx_hash,
+                "nonce": nonce,
+                "answer": exc.message,
+            },
+            tx_hash,
+        )
+    return _Reading(
+        "rebroadcast",
+        {"source_tx": tx_hash, "nonce": nonce, "rebroadcast": True},
+        tx_hash,
+        route.block_time_s,
+    )
+
+
+async def _source(
+    rpc: EvmRpc, route: _Route, receipt: Receipt
+) -> tuple[_Reading, SentMessage | None]:
+    """The source receipt's reading, and its message once final and as promised."""
+    head = await rpc.block_number()
+    canonical = await rpc.block(receipt.block_number)
+    depth = head - receipt.block_number
+    evidence: JsonObject = {
+        "source_tx": receipt.tx_hash,
+        "source_block": receipt.block_number,
+        "source_confirmations": depth + 1,
+    }
+    if canonical is None or canonical.hash != receipt.block_hash:
+        return _Reading(
+            "mined", evidence | {"reorg": True}, receipt.tx_hash, route.block_time_s
+        ), None
+    if depth < route.finality_depth:
+        wait = route.block_time_s * (route.finality_depth - depth)
+        return _Reading("mined", evidence, receipt.tx_hash, wait), None
+    if not receipt.succeeded:
+        return _Reading("reverted", evidence | {"status": receipt.status}, receipt.tx_hash), None
+    sent = [
+        SentMessage.from_log(
+            log.address, log.topics, log.data, log.tx_hash, log.block_number, log.log_index
+        )
+        for log in receipt.logs
+        if log.address == route.onramp and log.topics and log.topics[0] == CCIP_MESSAGE_SENT_TOPIC
+    ]
+    expected = [
+        m
+        for m in sent
+        if m.sender == route.sender
+        and m.receiver == route.recipient
+        and m.dest_selector == route.dest_selector
+        and m.source_selector == route.source_selector
+        and m.amount == route.amount_units
+        and len(m.tokens) == 1
+        and m.tokens[0].dest_token == route.dest_token_address
+    ]
+    if len(sent) != 1 or len(expected) != 1:
+        return (
+            _Reading(
+                "refused",
+                evidence
+                | {
+                    "problem": "the receipt does not show exactly the CCIP message the intent "
+                    "recorded",
+                    "messages": [m.evidence() for m in sent],
+                },
+                receipt.tx_hash,
+            ),
+            None,
+        )
+    return _Reading("sent", evidence, receipt.tx_hash), expected[0]
+
+
+async def _destination(
+    rpc: EvmRpc, route: _Route, from_block: int, sent: SentMessage, source: _Reading
+) -> _Reading:
+    """The destination OffRamp's ExecutionStateChanged for the message: SUCCESS
+    final at the destination's depth is the end; FAILURE waits for a manual
+    execution; none yet waits for the executing network."""
+    topics = [
+        EXECUTION_STATE_CHANGED_TOPIC,
+        "0x" + sent.source_selector.to_bytes(32, "big").hex(),
+        "0x" + sent.sequence_number.to_bytes(32, "big").hex(),
+        sent.message_id_hex,
+    ]
+    logs = await rpc.get_logs(
+        address=route.dest_offramp, topics=topics, from_block=from_block, to_block="latest"
+    )
+    changes = [
+        ExecutionStateChanged.from_log(
+            log.topics, log.data, log.tx_hash, log.block_number, log.log_index
+        )
+        for log in logs
+        if not log.removed
+    ]
+    evidence = (
+        source.evidence
+        | sent.evidence()
+        | {
+            "source_chain": route.chain_key,
+            "dest_chain": route.dest_chain_key,
+            "executions": [c.evidence() for c in changes],
+        }
+    )
+    success = [c for c in changes if c.state == SUCCESS]
+    if success:
+        done = success[0]
+        head = await rpc.block_number()
+        depth = head - (done.block_number or head)
+        if depth < route.dest_finality_depth:
+            wait = route.dest_block_time_s * (route.dest_finality_depth - depth)
+            return _Reading("mined", evidence | {"ccip_state": "SUCCESS"}, source.tx_hash, wait)
+        return _Reading(
+            "executed",
+            evidence | {"ccip_state": "SUCCESS", "dest_tx": done.tx_hash},
+            source.tx_hash,
+        )
+    if changes:
+        return _Reading(
+            "stranded",
+            evidence | {"ccip_state": "FAILURE", "dest_tx": changes[-1].tx_hash},
+            source.tx_hash,
+            STRANDED_RETRY_S,
+        )
+    return _Reading("sent", evidence | {"ccip_state": "SENT"}, source.tx_hash, None)
+
+
+@contextlib.asynccontextmanager
+async def _chain_errors(chain_key: str) -> AsyncIterator[None]:
+    try:
+        yield
+    except (EvmRpcError, FeeCapExceeded) as exc:
+        retryable = not (isinstance(exc, RpcError) and exc.kind is RpcErrorKind.REVERTED)
+        raise ExecutorError(
+            f"chain {chain_key}: {exc}", retryable=retryable, retry_after=RETRY_LATER_S
+        ) from None

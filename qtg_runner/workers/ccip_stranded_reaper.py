@@ -1,0 +1,250 @@
+"""ccip_stranded_reaper (sidecar, the seed's name): finishes CCIP sends whose
+destination execution FAILED. The `ccip` executor leaves such a node
+OBSERVING with the evidence ``ccip_state: FAILURE`` (the tokens are not lost:
+the OffRamp lets anyone execute a failed message again); each round this
+worker takes them (ccip_stranded_sends) and, for each:
+
+1. asks the destination OffRamp (getExecutionStateById): SUCCESS already ->
+   nothing to do, the observer completes the node; not FAILURE -> left.
+2. looks at the manual executions recorded for the message: the newest one
+   pending in the node's pool -> wait; not known to the node and the keeper's
+   nonce still free (a reaper died between its record and its broadcast, or
+   the bytes were dropped) -> the RECORDED bytes broadcast again, nothing new
+   signed; mined (executed and FAILED again) or its nonce taken -> a new
+   attempt, at most MAX_ATTEMPTS per message (then an error for an operator).
+3. a new attempt: the message read again from the source transaction's
+   receipt (the OnRamp's CCIPMessageSent with that id, on the registry's
+   OnRamp), OffRamp.manuallyExecute of it signed by the keeper account
+   (``QTG_CCIP_KEEPER_SIGNER``, default ``keystore:ccip-keeper``: never a
+   treasury account), recorded with record_ccip_manual_execution FIRST, then
+   broadcast (the failpoint ``ccip_after_manual_record`` kills the runner in
+   between).
+
+A crash anywhere leaves at most a recorded attempt that the next round sends
+as it was recorded; and the OffRamp lets a message succeed once whatever
+happens (a second manual execution of a SUCCESS reverts: AlreadyExecuted).
+The node is never moved here: the observer completes it on the SUCCESS.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import psycopg
+
+from qtg_runner.chains.ccip import (
+    CCIP_MESSAGE_SENT_TOPIC,
+    FAILURE,
+    KEEPER_KEY,
+    KEEPER_SIGNER_ENV,
+    SUCCESS,
+    SentMessage,
+    ccip_transaction,
+    manually_execute_calldata,
+    state_by_id_calldata,
+)
+from qtg_runner.chains.evm import (
+    EvmRpc,
+    EvmRpcError,
+    FeeCapExceeded,
+    RpcError,
+    RpcErrorKind,
+    sign,
+    suggest_fees,
+)
+from qtg_runner.db import procs
+from qtg_runner.failpoints import failpoint
+from qtg_runner.log import event
+from qtg_runner.loop import WorkerContext
+from qtg_runner.signers import Signer, SignerError, load_async
+from qtg_runner.signers.local import KEYSTORE_PREFIX
+
+WORKER = "ccip_stranded_reaper"
+BATCH_SIZE = 50
+MAX_ATTEMPTS = 3
+"""Manual executions per message before the reaper leaves it to an operator."""
+GAS_HEADROOM = 1.25
+REFUSALS = frozenset({"QT002", "QT005", "QT011", "QT014", "QT021"})
+DEFAULT_KEEPER = KEYSTORE_PREFIX + KEEPER_KEY
+
+
+async def batch(ctx: WorkerContext, worker_id: str) -> int:
+    return await run_round(ctx, worker_id)
+
+
+async def run_round(
+    ctx: WorkerContext,
+    worker_id: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    before_broadcast: Callable[[], None] | None = None,
+) -> int:
+    """One round; returns how many manual executions it broadcast (new or
+    recorded ones again). ``before_broadcast`` runs between the record and the
+    broadcast (a test's crash)."""
+    environ = os.environ if env is None else env
+    async with ctx.pool.connection() as conn:
+        rows = await procs.ccip_stranded_sends(BATCH_SIZE).aall(conn)
+    if not rows:
+        return 0
+    rpcs: dict[str, EvmRpc] = {}
+    keeper: list[Signer] = []
+    acted = 0
+    try:
+        for row in rows:
+            try:
+                acted += await _reap(ctx, row, environ, rpcs, keeper, before_broadcast)
+            except (EvmRpcError, FeeCapExceeded, SignerError, ValueError) as exc:
+                event(
+                    logging.WARNING,
+                    "ccip_reaper_left",
+                    network=ctx.network,
+                    worker=worker_id,
+                    node=row.node_id,
+                    message_id=row.message_id,
+                    error=f"{type(exc).__name__}: {exc}"[:300],
+                )
+            except psycopg.Error as exc:
+                if exc.sqlstate not in REFUSALS:
+                    raise
+                event(
+                    logging.WARNING,
+                    "ccip_reaper_refused",
+                    network=ctx.network,
+                    worker=worker_id,
+                    node=row.node_id,
+                    sqlstate=exc.sqlstate,
+                    error=(exc.diag.message_primary or str(exc))[:300],
+                )
+    finally:
+        for rpc in rpcs.values():
+            await rpc.aclose()
+    return acted
+
+
+def _rpc(rpcs: dict[str, EvmRpc], env: Mapping[str, str], chain_key: str, variable: str) -> EvmRpc:
+    url = env.get(variable)
+    if not url:
+        raise ValueError(f"chain {chain_key}: {variable} (its RPC URL) is not set in this runner")
+    if url not in rpcs:
+        rpcs[url] = EvmRpc(url)
+    return rpcs[url]
+
+
+async def _reap(
+    ctx: WorkerContext,
+    row: procs.StrandedCcipSend,
+    env: Mapping[str, str],
+    rpcs: dict[str, EvmRpc],
+    keeper: list[Signer],
+    before_broadcast: Callable[[], None] | None,
+) -> int:
+    dest = _rpc(rpcs, env, row.dest_chain_key, row.dest_rpc_url_env)
+    message_id = bytes.fromhex(row.message_id[2:])
+    answer = await dest.call(row.dest_offramp, state_by_id_calldata(message_id))
+    state = int.from_bytes(answer[-32:], "big") if answer else 0
+    if state == SUCCESS:
+        return 0  # executed since: the observer completes the node
+    if state != FAILURE:
+        event(
+            logging.WARNING,
+            "ccip_reaper_not_failed",
+            network=ctx.network,
+            node=row.node_id,
+            message_id=row.message_id,
+            state=state,
+        )
+        return 0
+    attempts: list[dict[str, Any]] = list(row.attempts)
+    replaces: str | None = None
+    if attempts:
+        newest = attempts[-1]
+        replaces = str(newest["tx_hash"])
+        receipt = await dest.receipt(replaces)
+        if receipt is None:
+            if await dest.transaction(replaces) is not None:
+                return 0  # in the pool: wait for it
+            next_nonce = await dest.transaction_count(str(newest["executor"]), "latest")
+            if next_nonce <= int(newest["nonce"]):
+                # recorded and never sent (or dropped): the same bytes again
+                try:
+                    await dest.send_raw_transaction(bytes.fromhex(str(newest["raw_tx"])[2:]))
+                except RpcError as exc:
+                    if exc.kind not in (RpcErrorKind.ALREADY_KNOWN, RpcErrorKind.NONCE_TOO_LOW):
+                        raise
+                event(
+                    logging.INFO,
+                    "ccip_manual_execution_rebroadcast",
+                    network=ctx.network,
+                    node=row.node_id,
+                    message_id=row.message_id,
+                    tx=replaces,
+                )
+                return 1
+        if len(attempts) >= MAX_ATTEMPTS:
+            event(
+                logging.ERROR,
+                "ccip_reaper_gave_up",
+                network=ctx.network,
+                node=row.node_id,
+                message_id=row.message_id,
+                attempts=len(attempts),
+            )
+            return 0
+
+    sent = await _message(rpcs, env, row)
+    if not keeper:
+        signer_id = env.get(KEEPER_SIGNER_ENV) or DEFAULT_KEEPER
+        keeper.append(await load_async(signer_id, env))
+    signer = keeper[0]
+    data = manually_execute_calldata(sent)
+    nonce = await dest.transaction_count(signer.address, "pending")
+    fees = await suggest_fees(
+        dest,
+        max_fee_cap=int(row.max_fee_per_gas),
+        priority_fee_cap=int(row.max_priority_fee_per_gas),
+    )
+    gas = math.ceil(await dest.estimate_gas(signer.address, row.dest_offramp, data) * GAS_HEADROOM)
+    tx = ccip_transaction(row.dest_chain_id, row.dest_offramp, data, 0, nonce, fees, gas)
+    signed = await sign(signer, tx)
+    async with ctx.pool.connection() as conn:
+        await procs.record_ccip_manual_execution(
+            row.node_id, row.message_id, signer.address, nonce, signed.tx_hash, signed.raw_hex,
+            replaces,
+        ).aone(conn)  # fmt: skip
+    failpoint("ccip_after_manual_record")
+    if before_broadcast is not None:
+        before_broadcast()
+    await dest.send_raw_transaction(signed.raw)
+    event(
+        logging.INFO,
+        "ccip_manual_execution_sent",
+        network=ctx.network,
+        node=row.node_id,
+        message_id=row.message_id,
+        tx=signed.tx_hash,
+        nonce=nonce,
+    )
+    return 1
+
+
+async def _message(
+    rpcs: dict[str, EvmRpc], env: Mapping[str, str], row: procs.StrandedCcipSend
+) -> SentMessage:
+    """The message as the source OnRamp emitted it, from the source receipt."""
+    source = _rpc(rpcs, env, row.source_chain_key, row.source_rpc_url_env)
+    receipt = await source.receipt(row.source_tx)
+    if receipt is None:
+        raise ValueError(f"the source transaction {row.source_tx} has no receipt")
+    for log in receipt.logs:
+        if log.address == row.source_onramp and log.topics[:1] == (CCIP_MESSAGE_SENT_TOPIC,):
+            sent = SentMessage.from_log(
+                log.address, log.topics, log.data, log.tx_hash, log.block_number, log.log_index
+            )
+            if sent.message_id_hex == row.message_id:
+                return sent
+    raise ValueError(f"{row.source_tx} emitted no CCIPMessageSent {row.message_id}")

@@ -1,0 +1,140 @@
+-- ccip_send_route: what a CCIP send node may sign, as the registry says now.
+-- From the node's config (chain, destination_chain, from, to, token) and its
+-- movement's amount: the source chain (id, the NAME of its RPC URL's
+-- environment variable, finality depth, block time, fee caps), the token and
+-- its contract there, its CCIP row (selector, Router, OnRamp), the sender (a
+-- treasury account of the source chain, with its signer's id), the
+-- destination chain (id, RPC URL's variable, finality depth, block time), its
+-- CCIP row (selector, OffRamp) and its token's contract, the receiver (a
+-- treasury account or allow-listed on the DESTINATION chain, the chain the
+-- money lands on), the amount in base units, and the sender's next nonce as
+-- the engine has it. The send signs only what this returns, read again before
+-- every signature.
+-- QT011 no such node; QT014 a chain, the token on either chain, a CCIP row or
+-- the sender not registered; QT032 the receiver neither a treasury account nor
+-- allow-listed on the destination chain; QT002 a config without these keys,
+-- the same chain on both sides, or an amount finer than the token's decimals
+-- or not above zero. Reads only; takes no lock.
+CREATE OR REPLACE FUNCTION ccip_send_route(p_node_id bigint)
+RETURNS TABLE (
+    chain_key                text,
+    chain_id                 bigint,
+    rpc_url_env              text,
+    finality_depth           integer,
+    block_time_ms            integer,
+    max_fee_per_gas          numeric,
+    max_priority_fee_per_gas numeric,
+    token                    text,
+    token_address            text,
+    source_selector          numeric,
+    router                   text,
+    onramp                   text,
+    sender                   text,
+    signer_id                text,
+    dest_chain_key           text,
+    dest_chain_id            bigint,
+    dest_rpc_url_env         text,
+    dest_finality_depth      integer,
+    dest_block_time_ms       integer,
+    dest_selector            numeric,
+    dest_offramp             text,
+    dest_token_address       text,
+    recipient                text,
+    recipient_kind           text,
+    amount_units             numeric,
+    next_nonce               bigint
+)
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_what       text := format('ccip_send_route: node %s', coalesce(p_node_id::text, 'NULL'));
+    v_config     jsonb;
+    v_amount     numeric;
+    v_symbol     text;
+    v_chain      chains;
+    v_dest_chain chains;
+    v_token      chain_tokens;
+    v_dest_token chain_tokens;
+    v_source     chain_protocols;
+    v_dest       chain_protocols;
+    v_sender     text;
+    v_signer     text;
+    v_recipient  text;
+    v_kind       text;
+    v_units      numeric;
+BEGIN
+    SELECT n.node_config, r.amount INTO v_config, v_amount
+      FROM movement_request_nodes n
+      JOIN movement_requests r ON r.id = n.request_id
+     WHERE n.id = p_node_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '%: no such node', v_what
+            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of a ccip step.';
+    END IF;
+    IF NOT (v_config ?& ARRAY['chain', 'destination_chain', 'from', 'to']) THEN
+        RAISE EXCEPTION '%: its config needs chain, destination_chain, from and to', v_what
+            USING ERRCODE = 'QT002', HINT = 'A ccip step names both chains, the sender and the receiver.';
+    END IF;
+    IF v_config ->> 'chain' = v_config ->> 'destination_chain' THEN
+        RAISE EXCEPTION '%: chain and destination_chain are both %', v_what, v_config ->> 'chain'
+            USING ERRCODE = 'QT002', HINT = 'A CCIP send moves tokens to another chain; on one chain use evm_transfer.';
+    END IF;
+    v_sender := evm_address(v_what || ': from', v_config ->> 'from');
+    v_recipient := evm_address(v_what || ': to', v_config ->> 'to');
+    v_symbol := coalesce(v_config ->> 'token', 'USDC');
+
+    SELECT * INTO v_chain FROM chains c WHERE c.chain_key = v_config ->> 'chain';
+    SELECT * INTO v_dest_chain FROM chains c WHERE c.chain_key = v_config ->> 'destination_chain';
+    IF v_chain.chain_key IS NULL OR v_dest_chain.chain_key IS NULL THEN
+        RAISE EXCEPTION '%: chain % is not registered on this network', v_what,
+                        quote_literal(CASE WHEN v_chain.chain_key IS NULL THEN v_config ->> 'chain'
+                                           ELSE v_config ->> 'destination_chain' END)
+            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
+    END IF;
+    SELECT * INTO v_token FROM chain_tokens t WHERE t.chain_key = v_chain.chain_key AND t.symbol = v_symbol;
+    SELECT * INTO v_dest_token FROM chain_tokens t WHERE t.chain_key = v_dest_chain.chain_key AND t.symbol = v_symbol;
+    IF v_token.chain_key IS NULL OR v_dest_token.chain_key IS NULL THEN
+        RAISE EXCEPTION '%: token % is not registered on chain %', v_what, quote_literal(v_symbol),
+                        CASE WHEN v_token.chain_key IS NULL THEN v_chain.chain_key ELSE v_dest_chain.chain_key END
+            USING ERRCODE = 'QT014', HINT = 'The chain_tokens table lists the tokens of each chain: a send needs it on both.';
+    END IF;
+    v_source := chain_protocol(v_chain.chain_key, 'ccip');
+    v_dest := chain_protocol(v_dest_chain.chain_key, 'ccip');
+    SELECT a.signer_id INTO v_signer FROM treasury_accounts a
+     WHERE a.chain_key = v_chain.chain_key AND a.address = v_sender;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '%: % is not a treasury account of chain %', v_what, v_sender, v_chain.chain_key
+            USING ERRCODE = 'QT014', HINT = 'Money leaves only from a treasury account (treasury_accounts).';
+    END IF;
+    IF EXISTS (SELECT 1 FROM treasury_accounts a WHERE a.chain_key = v_dest_chain.chain_key AND a.address = v_recipient) THEN
+        v_kind := 'treasury';
+    ELSIF EXISTS (SELECT 1 FROM allowed_destinations d
+                   WHERE d.chain_key = v_dest_chain.chain_key AND d.address = v_recipient) THEN
+        v_kind := 'allowed';
+    ELSE
+        RAISE EXCEPTION '%: % is neither a treasury account nor an allowed destination on the destination chain %',
+                        v_what, v_recipient, v_dest_chain.chain_key
+            USING ERRCODE = 'QT032',
+                  HINT = 'The admin adds a destination with allow_destination on the chain the money lands on; until then nothing is signed for it.';
+    END IF;
+    v_units := v_amount * power(10::numeric, v_token.decimals);
+    IF v_units <> trunc(v_units) OR v_units <= 0 THEN
+        RAISE EXCEPTION '%: amount % is finer than % has decimals (%) or not above zero', v_what, v_amount,
+                        v_token.symbol, v_token.decimals
+            USING ERRCODE = 'QT002', HINT = 'Round the movement''s amount to the token''s decimals.';
+    END IF;
+
+    RETURN QUERY SELECT v_chain.chain_key, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
+                        v_chain.block_time_ms, v_chain.max_fee_per_gas, v_chain.max_priority_fee_per_gas,
+                        v_token.symbol, v_token.address, v_source.remote_id,
+                        v_source.contracts ->> 'CcipRouter', v_source.contracts ->> 'CcipOnRamp',
+                        v_sender, v_signer,
+                        v_dest_chain.chain_key, v_dest_chain.chain_id, v_dest_chain.rpc_url_env,
+                        v_dest_chain.finality_depth, v_dest_chain.block_time_ms, v_dest.remote_id,
+                        v_dest.contracts ->> 'CcipOffRamp', v_dest_token.address,
+                        v_recipient, v_kind, v_units,
+                        (SELECT e.next_nonce FROM evm_nonces e
+                          WHERE e.chain_key = v_chain.chain_key AND e.address = v_sender);
+END
+$$;

@@ -1,0 +1,54 @@
+-- ccip_stranded_sends: the CCIP sends whose destination execution FAILED and
+-- that wait for a manual execution, for the ccip_stranded_reaper: ccip nodes
+-- still OBSERVING whose last evidence says ccip_state FAILURE (the executor
+-- writes it from the OffRamp's ExecutionStateChanged). Each with what the
+-- reaper needs from the registry (never from the evidence): the source chain's
+-- RPC URL's variable and OnRamp, to read the message again from the source
+-- transaction; the destination chain (id, RPC URL's variable, fee caps) and
+-- its OffRamp; and the manual executions recorded for the message so far,
+-- oldest first ({tx_hash, nonce, executor, raw_tx}), so a reaper that died
+-- before its broadcast sends the recorded bytes instead of new ones.
+-- QT002 p_max outside 1..1000. Reads only (the partial index
+-- movement_request_nodes_ccip_stranded); takes no lock.
+CREATE OR REPLACE FUNCTION ccip_stranded_sends(p_max integer DEFAULT 50)
+RETURNS TABLE (
+    node_id                  bigint,
+    message_id               text,
+    source_chain_key         text,
+    source_rpc_url_env       text,
+    source_tx                text,
+    source_onramp            text,
+    dest_chain_key           text,
+    dest_chain_id            bigint,
+    dest_rpc_url_env         text,
+    dest_offramp             text,
+    max_fee_per_gas          numeric,
+    max_priority_fee_per_gas numeric,
+    attempts                 jsonb
+)
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_max IS NULL OR p_max < 1 OR p_max > 1000 THEN
+        RAISE EXCEPTION 'ccip_stranded_sends: p_max must be from 1 to 1000, got %', coalesce(p_max::text, 'NULL')
+            USING ERRCODE = 'QT002', HINT = 'Ask for a batch of at most 1000 sends.';
+    END IF;
+    RETURN QUERY
+    SELECT n.id, n.evidence ->> 'message_id', s.chain_key, s.rpc_url_env, n.evidence ->> 'source_tx',
+           sp.contracts ->> 'CcipOnRamp', d.chain_key, d.chain_id, d.rpc_url_env, dp.contracts ->> 'CcipOffRamp',
+           d.max_fee_per_gas, d.max_priority_fee_per_gas,
+           coalesce((SELECT jsonb_agg(jsonb_build_object('tx_hash', m.tx_hash, 'nonce', m.nonce,
+                                                         'executor', m.executor, 'raw_tx', m.raw_tx) ORDER BY m.id)
+                       FROM ccip_manual_executions m
+                      WHERE m.message_id = n.evidence ->> 'message_id'), '[]'::jsonb)
+      FROM movement_request_nodes n
+      JOIN chains s ON s.chain_key = n.evidence ->> 'source_chain'
+      JOIN chains d ON d.chain_key = n.evidence ->> 'dest_chain'
+      JOIN chain_protocols sp ON sp.chain_key = s.chain_key AND sp.protocol = 'ccip'
+      JOIN chain_protocols dp ON dp.chain_key = d.chain_key AND dp.protocol = 'ccip'
+     WHERE n.executor_key = 'ccip' AND n.node_state = 'OBSERVING' AND n.evidence ->> 'ccip_state' = 'FAILURE'
+     ORDER BY n.id
+     LIMIT p_max;
+END
+$$;

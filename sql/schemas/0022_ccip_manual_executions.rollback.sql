@@ -1,0 +1,6 @@
+SET LOCAL ROLE qtg_owner;
+
+SELECT qtg_admin.apply_per_network($ddl$
+DROP INDEX movement_request_nodes_ccip_stranded;
+DROP TABLE ccip_manual_executions;
+$ddl$);

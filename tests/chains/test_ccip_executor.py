@@ -1,0 +1,480 @@
+"""The `ccip` executor and the `ccip_stranded_reaper` end to end: the real
+dispatcher, observer, recovery and reaper batches as a runner login, the CCIP
+double on the session's local chains and its executing network running in
+this process (qtg_runner.world.ccip, one per module, on a time scale that
+makes CCIP's 17 minutes 2 seconds).
+
+What a treasury relies on: a send completes only when the destination
+executed it with SUCCESS, with the message id, both transactions and the
+amount as evidence; a receiver that is not allowed on the DESTINATION chain is
+never signed for; a runner dying after the prepare, after the broadcast or
+while observing is recovered from the recorded hashes and the chains' events
+with exactly one send each; a FAILED execution is executed manually by the
+reaper, recorded first, and a reaper dying between its record and its
+broadcast sends the recorded bytes, once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+from chain_support import LocalChainSet
+from engine import approve, as_person, pin_clock
+from eth_utils.crypto import keccak
+from evm_support import make_due, node_state, register_world, superuser, usdc_balance
+
+from qtg_runner import signers
+from qtg_runner.chains.ccip import (
+    CCIP_MESSAGE_SENT_TOPIC,
+    SentMessage,
+    ensure_don_key,
+    manually_execute_calldata,
+)
+from qtg_runner.chains.local import ChainError, RunningChain, rpc
+from qtg_runner.db import procs
+from qtg_runner.db.pool import bound_conninfo, open_pool
+from qtg_runner.executors.base import NodeWork, RecoveryOutcome
+from qtg_runner.executors.ccip import CcipExecutor
+from qtg_runner.loop import WorkerContext
+from qtg_runner.workers import ccip_stranded_reaper, node_dispatcher, node_observer, node_recovery
+from qtg_runner.world import ccip as ccip_world
+
+pytestmark = [pytest.mark.chain, pytest.mark.slow]
+
+NETWORK = "testnet"
+LANE = "ccip"
+SCALE = 0.002
+"""Real seconds per protocol second: the network's 17 minutes take about 2 s."""
+DEADLINE_S = 60.0
+FINISHED = {"COMPLETED", "FAILED", "UNKNOWN"}
+
+
+class Died(BaseException):
+    """The runner's process ends here (nothing after it runs, nothing is reported)."""
+
+
+@pytest.fixture(scope="module")
+def network(local_chain_set: LocalChainSet) -> Iterator[ccip_world.CcipHandle]:
+    env = local_chain_set.runner_env()
+    don = signers.load(ensure_don_key(local_chain_set.state_dir).signer_id, env=env)
+    handle = ccip_world.serve(
+        local_chain_set.chains, don, ccip_world.CcipConfig(time_scale=SCALE, tick_s=0.1)
+    )
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture
+def world(db: Any, local_chain_set: LocalChainSet, network: ccip_world.CcipHandle) -> Any:
+    conn = superuser(db)
+    register_world(conn, local_chain_set)
+    procs.register_executor(
+        CcipExecutor.key,
+        CcipExecutor.has_side_effect,
+        CcipExecutor.node_config_schema,
+        CcipExecutor.description,
+    ).one(conn)
+    # CCIP's 1200 s baseline on the network's time scale
+    procs.upsert_lane_baseline(LANE, 1200 * SCALE * 10, min_poll_seconds=1).one(conn)
+    network.clear_failures()
+    return conn
+
+
+def start_send(
+    conn: Any, source: str, dest: str, sender: str, recipient: str, amount: Decimal, key: str
+) -> int:
+    """alice creates a one-send movement, bob approves it, it starts: its node's id."""
+    plan = {
+        "nodes": [
+            {
+                "key": "send",
+                "executor": CcipExecutor.key,
+                "config": {
+                    "lane": LANE,
+                    "chain": source,
+                    "destination_chain": dest,
+                    "from": sender,
+                    "to": recipient,
+                },
+                "depends_on": [],
+            }
+        ]
+    }
+    with as_person(conn, "alice"):
+        created = procs.create_movement(key, amount, plan=plan).one(conn)
+    approve(conn, created.movement_id)
+    procs.start_approved_movements(1000).one(conn)
+    row = conn.execute(
+        "SELECT id FROM movement_request_nodes WHERE request_id = %s", (created.movement_id,)
+    ).fetchone()
+    return int(row[0])
+
+
+def run_ccip(
+    db: Any,
+    chain_set: LocalChainSet,
+    body: Callable[[WorkerContext, CcipExecutor], Any],
+) -> Any:
+    """``body`` as a runner login carrying the real ccip executor (the local
+    chains' environment: RPC URLs, keystore)."""
+
+    async def scenario() -> Any:
+        conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "ccip-test")
+        async with open_pool(conninfo, name="ccip-test") as pool:
+            executor = CcipExecutor(pool, NETWORK, env=chain_set.runner_env())
+            ctx = WorkerContext(NETWORK, pool, {executor.key: executor}, "ccip-test:1")
+            try:
+                return await body(ctx, executor)
+            finally:
+                await executor.aclose()
+
+    return asyncio.run(scenario())
+
+
+def dispatch(
+    db: Any, chain_set: LocalChainSet, hook: Callable[[CcipExecutor], None] | None = None
+) -> int:
+    async def body(ctx: WorkerContext, executor: CcipExecutor) -> int:
+        if hook is not None:
+            hook(executor)
+        return await node_dispatcher.batch(ctx, "worker@ccip-test:1")
+
+    return int(run_ccip(db, chain_set, body))
+
+
+def observe(
+    db: Any, chain_set: LocalChainSet, hook: Callable[[CcipExecutor], None] | None = None
+) -> int:
+    async def body(ctx: WorkerContext, executor: CcipExecutor) -> int:
+        if hook is not None:
+            hook(executor)
+        return await node_observer.batch(ctx, "worker@ccip-test:1")
+
+    return int(run_ccip(db, chain_set, body))
+
+
+def reap(
+    db: Any, chain_set: LocalChainSet, before_broadcast: Callable[[], None] | None = None
+) -> int:
+    async def body(ctx: WorkerContext, executor: CcipExecutor) -> int:
+        return await ccip_stranded_reaper.run_round(
+            ctx, "worker@ccip-test:1", env=chain_set.runner_env(), before_broadcast=before_broadcast
+        )
+
+    return int(run_ccip(db, chain_set, body))
+
+
+def evidence_of(conn: Any, node_id: int) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT evidence FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    return dict(row[0] or {})
+
+
+def observe_until(
+    db: Any,
+    conn: Any,
+    chain_set: LocalChainSet,
+    node_ids: list[int],
+    done: Callable[[int], bool] | None = None,
+) -> None:
+    """Observer batches (the nodes made due each time) until ``done`` holds for
+    every node (default: finished), within the deadline: the executing network
+    and the chains run on their own clocks meanwhile."""
+    check = done or (lambda n: node_state(conn, n) in FINISHED)
+    deadline = time.monotonic() + DEADLINE_S
+    while not all(check(n) for n in node_ids):
+        if time.monotonic() > deadline:
+            states = {
+                n: (node_state(conn, n), evidence_of(conn, n).get("ccip_state")) for n in node_ids
+            }
+            raise AssertionError(f"not done within {DEADLINE_S} s: {states}")
+        for n in node_ids:
+            make_due(conn, n)
+        observe(db, chain_set)
+        time.sleep(0.3)
+
+
+def sends_from(chain: RunningChain, sender: str, from_block: int) -> list[SentMessage]:
+    """The CCIPMessageSent of ``sender`` on the chain's OnRamp since ``from_block``."""
+    logs = rpc(
+        chain.rpc_url,
+        "eth_getLogs",
+        [
+            {
+                "address": chain.contracts["CcipOnRamp"],
+                "fromBlock": hex(from_block),
+                "toBlock": "latest",
+                "topics": [CCIP_MESSAGE_SENT_TOPIC],
+            }
+        ],
+    )
+    sent = [
+        SentMessage.from_log(
+            log["address"], log["topics"], bytes.fromhex(log["data"][2:]), log["transactionHash"],
+            int(log["blockNumber"], 16), int(log["logIndex"], 16),
+        )
+        for log in logs
+    ]  # fmt: skip
+    return [m for m in sent if m.sender == sender.lower()]
+
+
+def head(chain: RunningChain) -> int:
+    return int(rpc(chain.rpc_url, "eth_blockNumber"), 16)
+
+
+def test_a_send_completes_on_the_destinations_success_with_its_evidence(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    source, dest = local_chain_set.chains
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    start = head(source)
+    held, received = usdc_balance(source, sender), usdc_balance(dest, recipient)
+    node_id = start_send(world, source.key, dest.key, sender, recipient, Decimal("3.25"), "c1")
+    assert dispatch(db, local_chain_set) == 1
+    assert node_state(world, node_id) == "SUBMITTED"
+    intent = world.execute("SELECT intent_document(%s)", (node_id,)).fetchone()[0]
+    (tx,) = intent["transactions"]
+    assert intent["chain_key"] == source.key and intent["sender"] == sender
+    assert intent["prepared_payload"]["router"] == source.contracts["CcipRouter"].lower()
+    assert int(intent["prepared_payload"]["ccip_fee"]) > 0
+
+    observe_until(db, world, local_chain_set, [node_id])
+    assert node_state(world, node_id) == "COMPLETED"
+    evidence = evidence_of(world, node_id)
+    (sent,) = sends_from(source, sender, start)
+    assert evidence["ccip_state"] == "SUCCESS"
+    assert evidence["message_id"] == sent.message_id_hex
+    assert evidence["source_tx"] == tx["tx_hash"] == sent.tx_hash
+    assert evidence["amount_units"] == "3250000" and evidence["receiver"] == recipient
+    assert [e["state"] for e in evidence["executions"]] == ["SUCCESS"]
+    assert evidence["dest_tx"] == evidence["executions"][0]["dest_tx"]
+    assert usdc_balance(source, sender) == held - 3_250_000
+    assert usdc_balance(dest, recipient) == received + 3_250_000
+
+
+def test_a_receiver_not_allowed_on_the_destination_is_never_signed_for(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    source, dest = local_chain_set.chains
+    sender = local_chain_set.treasury[0].address
+    outsider = "0x" + "5c" * 20
+    # allowed on the SOURCE chain only: the money would land on the destination
+    procs.allow_destination(source.key, outsider, "a counterparty on the source").one(world)
+    node_id = start_send(world, source.key, dest.key, sender, outsider, Decimal("1"), "c-out")
+    dispatch(db, local_chain_set)
+    row = world.execute(
+        "SELECT node_state::text, last_error FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    assert row[0] == "FAILED"
+    assert "QT032" in row[1] and "destination chain" in row[1]
+    assert world.execute("SELECT count(*) FROM evm_transactions").fetchone()[0] == 0
+    assert (
+        world.execute("SELECT count(*) FROM node_intents WHERE nonce IS NOT NULL").fetchone()[0]
+        == 0
+    )
+
+
+def recover_all(db: Any, conn: Any, chain_set: LocalChainSet) -> dict[int, str]:
+    """One recovery pass once every claim's lease ran out (the recovery claim's
+    clock moved past them): node id -> the outcome its executor read."""
+    pin_clock(conn, "2099-01-01T00:00:00+00:00")
+    try:
+        claims = procs.claim_recovery_nodes("node_recovery", 16, 120).all(conn)
+    finally:
+        pin_clock(conn, None)
+    outcomes: dict[int, str] = {}
+
+    async def body(ctx: WorkerContext, executor: CcipExecutor) -> None:
+        for claim in claims:
+            work = NodeWork.from_claim(claim, NETWORK)
+            outcomes[work.node_id] = (await executor.recover(work)).outcome.value
+            await node_recovery.recover_one(ctx, work, claim.node_state)
+
+    run_ccip(db, chain_set, body)
+    return outcomes
+
+
+def test_a_runner_dying_after_prepare_after_broadcast_or_while_observing_sends_once_each(
+    db: Any, world: Any, local_chain_set: LocalChainSet, network: ccip_world.CcipHandle
+) -> None:
+    source, dest = local_chain_set.chains
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    start = head(source)
+    received = usdc_balance(dest, recipient)
+    amounts = {"observing": Decimal("1.000003"), "prepare": Decimal("1.000001"),
+               "broadcast": Decimal("1.000002")}  # fmt: skip
+
+    # dies while observing: the send executed, the observer read it, nothing reported
+    observing = start_send(
+        world, source.key, dest.key, sender, recipient, amounts["observing"], "c-o"
+    )
+    dispatch(db, local_chain_set)
+    message = None
+    deadline = time.monotonic() + DEADLINE_S
+    while message is None or (network.message(message) or {}).get("status") != "SUCCESS":
+        assert time.monotonic() < deadline, "the network did not execute the send"
+        sent = sends_from(source, sender, start)
+        message = sent[0].message_id_hex if sent else None
+        time.sleep(0.2)
+
+    def dies_after_observing(executor: CcipExecutor) -> None:
+        real = executor.observe
+
+        async def observe_then_die(work: NodeWork) -> Any:
+            await real(work)
+            raise Died("observe")
+
+        executor.observe = observe_then_die  # type: ignore[method-assign]
+
+    make_due(world, observing)
+    with pytest.raises(BaseException) as died:
+        observe(db, local_chain_set, dies_after_observing)
+    assert (
+        died.group_contains(Died)
+        if isinstance(died.value, BaseExceptionGroup)
+        else isinstance(died.value, Died)
+    )
+
+    # dies after its intent is recorded, before the broadcast
+    prepared = start_send(world, source.key, dest.key, sender, recipient, amounts["prepare"], "c-p")
+
+    def no_broadcast(executor: CcipExecutor) -> None:
+        async def submit(work: NodeWork, prep: Any) -> Any:
+            raise Died("submit")
+
+        executor.submit = submit  # type: ignore[method-assign]
+
+    with pytest.raises(BaseException):  # noqa: B017 - the "process" dies in submit
+        dispatch(db, local_chain_set, no_broadcast)
+    assert node_state(world, prepared) == "SUBMITTING"
+
+    # dies after the broadcast, before the report
+    broadcast = start_send(
+        world, source.key, dest.key, sender, recipient, amounts["broadcast"], "c-b"
+    )
+
+    def broadcast_then_die(executor: CcipExecutor) -> None:
+        real = executor.submit
+
+        async def submit(work: NodeWork, prep: Any) -> Any:
+            await real(work, prep)
+            raise Died("after submit")
+
+        executor.submit = submit  # type: ignore[method-assign]
+
+    with pytest.raises(BaseException):  # noqa: B017
+        dispatch(db, local_chain_set, broadcast_then_die)
+    assert node_state(world, broadcast) == "SUBMITTING"
+    hashes = {
+        n: world.execute("SELECT intent_document(%s)", (n,)).fetchone()[0]["signed_tx_hash"]
+        for n in (prepared, broadcast)
+    }
+    assert rpc(source.rpc_url, "eth_getTransactionByHash", [hashes[prepared]]) is None
+
+    # the observer's death rolled its claim back: observed again, nothing to recover
+    assert node_state(world, observing) in ("SUBMITTED", "OBSERVING")
+    outcomes = recover_all(db, world, local_chain_set)
+    assert observing not in outcomes
+    assert outcomes[prepared] == RecoveryOutcome.IN_FLIGHT.value  # the recorded bytes again
+    assert outcomes[broadcast] == RecoveryOutcome.IN_FLIGHT.value
+    assert rpc(source.rpc_url, "eth_getTransactionByHash", [hashes[prepared]]) is not None
+
+    observe_until(db, world, local_chain_set, [observing, prepared, broadcast])
+    assert {node_state(world, n) for n in (observing, prepared, broadcast)} == {"COMPLETED"}
+    sent = sends_from(source, sender, start)
+    # exactly one send per node, by amount, and each credited once
+    assert sorted(m.amount for m in sent) == sorted(int(a * 10**6) for a in amounts.values())
+    assert {evidence_of(world, n)["source_tx"] for n in (prepared, broadcast)} == set(
+        hashes.values()
+    )
+    assert usdc_balance(dest, recipient) == received + sum(int(a * 10**6) for a in amounts.values())
+
+
+def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_and_once(
+    db: Any, world: Any, local_chain_set: LocalChainSet, network: ccip_world.CcipHandle
+) -> None:
+    source, dest = local_chain_set.chains
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    start = head(source)
+    received = usdc_balance(dest, recipient)
+    # the failure injected over the network's control endpoint, as an operator would
+    injected = httpx.post(f"{network.url}/control/failures", json={"next": 1})
+    assert injected.status_code == 200 and injected.json()["next"] == 1
+    node_id = start_send(world, source.key, dest.key, sender, recipient, Decimal("2.5"), "c-f")
+    dispatch(db, local_chain_set)
+    observe_until(
+        db, world, local_chain_set, [node_id],
+        lambda n: evidence_of(world, n).get("ccip_state") == "FAILURE",
+    )  # fmt: skip
+    # stranded, not lost: still observed, the failure in its evidence, nothing credited
+    assert node_state(world, node_id) == "OBSERVING"
+    evidence = evidence_of(world, node_id)
+    assert [e["state"] for e in evidence["executions"]] == ["FAILURE"]
+    assert usdc_balance(dest, recipient) == received
+    (stranded,) = procs.ccip_stranded_sends(10).all(world)
+    assert stranded.node_id == node_id and stranded.message_id == evidence["message_id"]
+    status = httpx.get(f"{network.url}/v2/messages/{evidence['message_id']}").json()
+    assert status["status"] == "FAILED" and status["sendTransactionHash"] == evidence["source_tx"]
+
+    # the reaper dies between its record and its broadcast: recorded, not sent
+    def dies() -> None:
+        raise Died("before the broadcast")
+
+    with pytest.raises(Died):
+        reap(db, local_chain_set, dies)
+    (recorded,) = world.execute(
+        "SELECT tx_hash, executor FROM ccip_manual_executions WHERE node_id = %s", (node_id,)
+    ).fetchall()
+    assert recorded[1] not in {k.address for k in local_chain_set.treasury}
+    assert rpc(dest.rpc_url, "eth_getTransactionByHash", [recorded[0]]) is None
+
+    # its next round sends the recorded bytes: the same hash, nothing new signed
+    assert reap(db, local_chain_set) == 1
+    assert rpc(dest.rpc_url, "eth_getTransactionByHash", [recorded[0]]) is not None
+    assert (
+        world.execute(
+            "SELECT count(*) FROM ccip_manual_executions WHERE node_id = %s", (node_id,)
+        ).fetchone()[0]
+        == 1
+    )
+
+    observe_until(db, world, local_chain_set, [node_id])
+    assert node_state(world, node_id) == "COMPLETED"
+    evidence = evidence_of(world, node_id)
+    assert [e["state"] for e in evidence["executions"]] == ["FAILURE", "SUCCESS"]
+    assert evidence["dest_tx"] == recorded[0]
+    assert usdc_balance(dest, recipient) == received + 2_500_000
+    assert len(sends_from(source, sender, start)) == 1
+    deadline = time.monotonic() + DEADLINE_S
+    while httpx.get(f"{network.url}/v2/messages/{evidence['message_id']}").json()["status"] != (
+        "SUCCESS"
+    ):
+        assert time.monotonic() < deadline, "the network never saw the manual execution"
+        time.sleep(0.2)
+
+    # nothing stranded any more; and the OffRamp refuses a second execution anyway
+    assert procs.ccip_stranded_sends(10).all(world) == []
+    assert reap(db, local_chain_set) == 0
+    (sent,) = sends_from(source, sender, start)
+    with pytest.raises(ChainError) as refused:
+        rpc(
+            dest.rpc_url,
+            "eth_call",
+            [
+                {
+                    "to": dest.contracts["CcipOffRamp"],
+                    "data": "0x" + manually_execute_calldata(sent).hex(),
+                },
+                "latest",
+            ],
+        )
+    assert keccak(text="AlreadyExecuted(uint64,uint64)")[:4].hex() in str(refused.value)
+    assert usdc_balance(dest, recipient) == received + 2_500_000
