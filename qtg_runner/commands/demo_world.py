@@ -168,6 +168,23 @@ def stargate(
     }
 
 
+def ccip(key: str, source: str, destination: str, sender: str, recipient: str) -> dict[str, Any]:
+    """A CCIP token transfer: ccipSend on the source, executed on the destination
+    by the executing network (a failed execution is the reaper's)."""
+    return {
+        "key": key,
+        "executor": "ccip",
+        "depends_on": [],
+        "config": {
+            "lane": "ccip",
+            "chain": source,
+            "destination_chain": destination,
+            "from": sender,
+            "to": recipient,
+        },
+    }
+
+
 def bridged(
     source: str, destination: str, sender: str, recipient: str, amount: Decimal, fee_bps: int
 ) -> list[Change]:
@@ -209,6 +226,13 @@ def world_movements(w: WorldView) -> list[WorldMovement]:
             cctp("usdc", b, a, t2, t1, "standard"),
             "COMPLETED",
             bridged(b, a, t2, t1, Decimal("1000"), CCTP_MAX_FEE_BPS),
+        ),
+        WorldMovement(
+            "CCIP: ccipSend, executed on the other chain's OffRamp",
+            Decimal("500"),
+            [ccip("send", b, a, t2, t1)],
+            "COMPLETED",
+            bridged(b, a, t2, t1, Decimal("500"), 0),
         ),
         WorldMovement(
             "Stargate bus: a ticket, the bus driven, delivered on the other chain",
@@ -473,6 +497,15 @@ def drill_movements(w: WorldView) -> dict[str, list[WorldMovement]]:
     t1, t2 = w.treasury[0], w.treasury[1]
     a, b = sorted(w.chains)[:2]
     return {
+        "ccip": [
+            WorldMovement(
+                "CCIP: ccipSend, executed on the other chain's OffRamp",
+                Decimal("30"),
+                [ccip("send", a, b, t1, t2)],
+                "COMPLETED",
+                bridged(a, b, t1, t2, Decimal("30"), 0),
+            )
+        ],
         "stargate": [
             WorldMovement(
                 "Stargate taxi: sent and delivered at once",

@@ -487,3 +487,7 @@ _world_drill(
     "stargate",
     "A Stargate v2 taxi between the local chains: send, relayed, OFTReceived on the other.",
 )
+_world_drill(
+    "ccip",
+    "A CCIP token transfer between the local chains: ccipSend, executed on the OffRamp.",
+)
