@@ -1189,7 +1189,7 @@ def disallow_destination(chain_key: Text, address: Text) -> Call[Boolean]:
 def upsert_exchange_venue(
     venue_key: Text, kind: Text, base_url_env: Text, key_file_env: Text
 ) -> Call[None]:
-    """Registers an exchange venue: its kind and the NAMES of the variables of its URL and key file."""
+    """An exchange venue: its kind, the NAMES of the variables of its URL and key file."""
 
 
 @procedure("owner")

@@ -24,10 +24,17 @@ from psycopg_pool import AsyncConnectionPool
 from qtg_runner.db import procs
 from qtg_runner.db.procs import RegisteredExecutor
 from qtg_runner.executors.base import Executor
+from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
+from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 from qtg_runner.executors.sim import SimExecutor
 
-SHIPPED: tuple[type[Executor], ...] = (SimExecutor, EvmTransferExecutor)
+SHIPPED: tuple[type[Executor], ...] = (
+    SimExecutor,
+    EvmTransferExecutor,
+    BybitWithdrawExecutor,
+    BybitDepositExecutor,
+)
 """Every executor a runner of this build carries."""
 
 
@@ -36,6 +43,8 @@ def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
     return {
         SimExecutor.key: SimExecutor(pool, network),
         EvmTransferExecutor.key: EvmTransferExecutor(pool, network),
+        BybitWithdrawExecutor.key: BybitWithdrawExecutor(pool, network),
+        BybitDepositExecutor.key: BybitDepositExecutor(pool, network),
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from qtg_runner.loop import WorkerEntry
 from qtg_runner.workers import (
+    capital_transfer_followup,
     evm_nonce_reaper,
     expiration_checker,
     node_dispatcher,
@@ -41,6 +42,14 @@ REGISTRY: tuple[WorkerEntry, ...] = (
     # waiting more than 20 block times (at least a minute)
     WorkerEntry(
         "evm_nonce_reaper", evm_nonce_reaper.batch, interval=15.0, jitter=3.0, tier="sidecar"
+    ),
+    # transfers into an exchange's deposit address, followed until credited
+    WorkerEntry(
+        "capital_transfer_followup",
+        capital_transfer_followup.batch,
+        interval=15.0,
+        jitter=3.0,
+        tier="sidecar",
     ),
 )
 

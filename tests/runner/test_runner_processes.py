@@ -70,6 +70,7 @@ ALL_WORKERS = {
     "expiration_checker",
     "template_proposal_expiration",
     "evm_nonce_reaper",
+    "capital_transfer_followup",
 }
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}
