@@ -16,7 +16,7 @@ from qtg_runner.chains.local import (
     read_state,
     stop_chains,
 )
-from qtg_runner.chains.registry import fund_treasury
+from qtg_runner.chains.registry import fund_treasury, record_venue
 from qtg_runner.commands.chains import (
     bring_up,
     chain_errors,
@@ -26,6 +26,8 @@ from qtg_runner.commands.chains import (
 )
 from qtg_runner.commands.common import USAGE, CommandError
 from qtg_runner.commands.run import NetworkOption
+from qtg_runner.config import load_settings
+from qtg_runner.db.embedded import database_url
 from qtg_runner.world.bybit import ensure_exchange_keys
 from qtg_runner.world.local import (
     DEFAULT_FUND_BALANCE,
@@ -118,6 +120,12 @@ def up_cmd(
         keys = ensure_exchange_keys(state_dir)
         for chain in started.chains:
             fund_treasury(chain, [keys.hot])
+        if started.network is not None:
+            # the local exchange, its chain names and deposit address (allow-listed)
+            record_venue(
+                database_url(load_settings()), started.network, started.chains,
+                keys.deposit.address,
+            )  # fmt: skip
         state, new = start_world(
             state_dir,
             iris_port=port_base + SERVICE_PORTS if iris_port is None else iris_port,
@@ -131,6 +139,8 @@ def up_cmd(
     typer.echo(f"exchange hot wallet {keys.hot.address} (signer {keys.hot.signer_id}) "
                f"funded on {chain_keys}")  # fmt: skip
     typer.echo(f"exchange deposit address {keys.deposit.address} on {chain_keys}")
+    if started.network is not None:
+        typer.echo(f"recorded as venue bybit in the registry of {started.network}")
     verb = "started" if new else "already running"
     typer.echo(
         f"world serve {verb} (pid {state.pid}, time scale {state.time_scale:g}x, "
