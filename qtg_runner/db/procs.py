@@ -285,6 +285,7 @@ class WithdrawRoute:
     kind: Text
     base_url_env: Text
     key_file_env: Text
+    request_salt: Text
     chain_key: Text
     venue_chain: Text
     chain_id: BigInt

@@ -10,9 +10,11 @@ allow-listed on the chain (QT032 otherwise: nothing is requested, the node
 fails), and the amount as the exchange's decimal string.
 
     preflight  the route.
-    prepare    the requestId, request_id_for(the intent's idempotency key),
-               and the route, as the prepared payload: the dispatcher records
-               both on the intent (external_request_id) BEFORE the request.
+    prepare    the requestId, request_id_for(the venue's request salt and the
+               intent's idempotency key: the key is unique in one database, the
+               salt is made when the venue is registered in it), and the route
+               as the prepared payload: the dispatcher records both on the
+               intent (external_request_id) BEFORE the request.
     submit     withdraw/create with the recorded requestId. A repeated
                requestId answers the original withdrawal's id, or 131082
                ("already requested"), after which the withdrawal is found by
@@ -31,13 +33,15 @@ fails), and the amount as the exchange's decimal string.
                amount, fee, block, confirmations, the Transfer); Fail, Reject,
                CancelByUser -> FAILED. 10006 while reading: the observation's
                retry hint (the node's next_observe_at).
-    recover    the withdrawal by its recorded withdrawId, else by coin,
-               address, amount and the intent's time window. Found: read as
-               observe does (IN_FLIGHT while it walks). Not found: the request
-               never reached the venue, so it is made again with the recorded
-               requestId (idempotent at the venue: a repeat cannot pay twice)
-               and reported IN_FLIGHT; never a request with a new requestId.
-               Several candidates and no id: STILL_UNKNOWN, for an operator.
+    recover    the withdrawal by its recorded withdrawId; else by the recorded
+               requestId: the request repeated with it (the venue's documented
+               idempotency key) answers the original id, or 131082 and the
+               withdrawal is found by coin, chain, address, amount and the
+               intent's time window, or creates it if the first request never
+               reached the venue. Then read as observe does (IN_FLIGHT while it
+               walks). An intent older than REPEAT_WINDOW_S is only searched
+               for; none or several found: STILL_UNKNOWN, for an operator.
+               Never a request with a new requestId.
     health     every registered venue this runner has settings for answers
                its server time and a signed balance read.
 """
@@ -88,6 +92,10 @@ WINDOW_BEFORE_MS = 5 * 60 * 1000
 SEARCH_PAGES = 10
 """Pages of query-record (50 rows each) read when looking for a withdrawal."""
 FAILED_STATUSES = frozenset({"Fail", "Reject", "CancelByUser"})
+REPEAT_WINDOW_S = 3600.0
+"""Recovery repeats a request with its recorded requestId (the venue's documented
+idempotency key) only this long after it was prepared; later it only searches,
+so that a venue forgetting old requestIds can never be asked to pay twice."""
 
 
 @dataclass(frozen=True)
@@ -206,7 +214,9 @@ class BybitWithdrawExecutor:
         row = await self._route_row(work)
         if not work.idempotency_key:
             raise ExecutorError(f"node {work.node_id} has no idempotency key", retryable=False)
-        request_id = request_id_for(work.idempotency_key)
+        # the intent's key, unique in this database, with the venue's salt made
+        # in this database: unique at the venue across databases too
+        request_id = request_id_for(f"{row.request_salt}:{work.idempotency_key}")
         route = _Route(
             venue_key=row.venue_key,
             kind=row.kind,
@@ -343,6 +353,22 @@ class BybitWithdrawExecutor:
             "to": route.recipient,
         }
         evidence = {k: v for k, v in evidence.items() if v is not None}
+        if (
+            record.to_address.lower() != route.recipient
+            or record.amount != Decimal(route.amount)
+            or record.chain != route.venue_chain
+            or record.coin != route.coin
+        ):
+            return "refused", evidence | {
+                "problem": f"withdrawal {record.withdraw_id} is not the one requested",
+                "expected": {
+                    "to": route.recipient,
+                    "amount": route.amount,
+                    "chain": route.venue_chain,
+                    "coin": route.coin,
+                },
+                "found": {"to": record.to_address, "chain": record.chain, "coin": record.coin},
+            }
         if record.status in FAILED_STATUSES:
             return "failed", evidence
         if record.status != "success" or not record.tx_id:
@@ -411,6 +437,21 @@ class BybitWithdrawExecutor:
             )
         route = self._recorded(work)
         withdraw_id = work.external_ref or intent.get("external_ref")
+        evidence: JsonObject = {"request_id": route.request_id}
+        if not withdraw_id and self._age_s(work, route) <= REPEAT_WINDOW_S:
+            # by the recorded requestId: the venue answers a repeat with the
+            # original withdrawal (or 131082, then it is searched for), and
+            # creates it only if the first request never reached it
+            try:
+                withdraw_id = await self._request(work, route)
+            except ExecutorError as exc:
+                if exc.retryable:
+                    raise
+                # refused outright: no withdrawal exists for the requestId
+                return RecoveryResult(
+                    RecoveryOutcome.FAILED, evidence | {"problem": str(exc), "found": False}
+                )
+            evidence["requested_again"] = True
         record: WithdrawalRecord | None = None
         if withdraw_id:
             try:
@@ -418,43 +459,37 @@ class BybitWithdrawExecutor:
             except (BybitError, BybitUnavailable) as exc:
                 raise venue_error(route.venue_key, exc) from None
         else:
+            # too old to repeat the request: only what the venue shows counts
             found = await self._search(work, route)
-            if len(found) > 1:
+            if len(found) == 1:
+                record = found[0]
+            else:
                 return RecoveryResult(
                     RecoveryOutcome.STILL_UNKNOWN,
-                    {
-                        "problem": "several withdrawals match the recorded one and none is known "
-                        "by its id: an operator decides",
-                        "request_id": route.request_id,
+                    evidence
+                    | {
+                        "problem": f"{len(found)} withdrawals match the recorded one and the "
+                        "intent is too old to repeat its request: an operator decides",
                         "candidates": [r.withdraw_id for r in found],
                     },
                 )
-            record = found[0] if found else None
         if record is None:
-            # the request never reached the venue: made again with the
-            # recorded requestId, which the venue will not pay twice
-            try:
-                new_id = await self._request(work, route)
-            except ExecutorError as exc:
-                if exc.retryable:
-                    raise
-                # refused outright: no withdrawal exists for the requestId
-                return RecoveryResult(
-                    RecoveryOutcome.FAILED,
-                    {"problem": str(exc), "request_id": route.request_id, "found": False},
-                )
             return RecoveryResult(
-                RecoveryOutcome.IN_FLIGHT,
-                {"withdraw_id": new_id, "request_id": route.request_id, "requested_again": True},
-                external_ref=new_id,
+                RecoveryOutcome.STILL_UNKNOWN,
+                evidence | {"problem": f"venue {route.venue_key} has no withdrawal {withdraw_id}"},
             )
-        status, evidence = await self._read(route, record)
+        status, read = await self._read(route, record)
         outcome = {
             "final": RecoveryOutcome.COMPLETED,
             "failed": RecoveryOutcome.FAILED,
             "refused": RecoveryOutcome.STILL_UNKNOWN,
         }.get(status, RecoveryOutcome.IN_FLIGHT)
-        return RecoveryResult(outcome, evidence, external_ref=record.withdraw_id)
+        return RecoveryResult(outcome, evidence | read, external_ref=record.withdraw_id)
+
+    @staticmethod
+    def _age_s(work: NodeWork, route: _Route) -> float:
+        """Seconds since the request was prepared (the runner's clock)."""
+        return time.time() - route.prepared_at_ms / 1000
 
     async def health(self) -> HealthResult:
         return await venue_health(self._pool, self._venues)

@@ -14,6 +14,12 @@
 --                          key_file_env  the NAME of the environment variable holding
 --                                        the path of its API key file: neither a URL
 --                                        nor a key ever enters a table
+--                          request_salt  random, made when the venue is registered in
+--                                        this database: mixed into the withdrawal
+--                                        requestIds, so that two databases (another
+--                                        deployment, a rebuilt one) sharing an exchange
+--                                        account never send the same requestId for
+--                                        different withdrawals (node ids repeat)
 -- venue_chains             the venue's name for each of our chains (local-a -> the
 --                          exchange's "chain" parameter), one name per chain
 -- venue_deposit_addresses  the venue's deposit address per chain and coin; registering
@@ -37,6 +43,7 @@ CREATE TABLE exchange_venues (
     kind         text NOT NULL CHECK (kind IN ('bybit')),
     base_url_env text NOT NULL CHECK (base_url_env ~ '^[A-Z][A-Z0-9_]{0,127}$'),
     key_file_env text NOT NULL CHECK (key_file_env ~ '^[A-Z][A-Z0-9_]{0,127}$'),
+    request_salt text NOT NULL DEFAULT md5(gen_random_uuid()::text),
     created_at   timestamptz NOT NULL,
     updated_at   timestamptz NOT NULL
 );

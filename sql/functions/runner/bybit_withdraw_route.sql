@@ -1,7 +1,8 @@
 -- bybit_withdraw_route: what a bybit_withdraw node may request, as the
 -- registry says now. From the node's config (venue, coin, chain, to) and its
 -- movement's amount: the venue (its kind and the NAMES of the environment
--- variables of its base URL and API key file), the venue's name for the chain,
+-- variables of its base URL and API key file, and the salt of its requestIds),
+-- the venue's name for the chain,
 -- the chain (id, RPC URL's variable, finality depth, block time) and the
 -- coin's token contract on it (to check the Transfer that lands), the
 -- recipient and why it may receive (a treasury account of the chain, or
@@ -19,6 +20,7 @@ RETURNS TABLE (
     kind           text,
     base_url_env   text,
     key_file_env   text,
+    request_salt   text,
     chain_key      text,
     venue_chain    text,
     chain_id       bigint,
@@ -103,7 +105,7 @@ BEGIN
             USING ERRCODE = 'QT002', HINT = 'Round the movement''s amount to the token''s decimals.';
     END IF;
     RETURN QUERY SELECT v_venue.venue_key, v_venue.kind, v_venue.base_url_env, v_venue.key_file_env,
-                        v_chain.chain_key, v_name, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
+                        v_venue.request_salt, v_chain.chain_key, v_name, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
                         v_chain.block_time_ms, v_token.symbol, v_token.address, v_token.decimals,
                         v_recipient, v_kind,
                         -- the exchange's decimal string: no exponent, no trailing zeros
