@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+import evm_rows
 import pytest
 from conftest import TestDatabase
 from engine import (
@@ -23,34 +24,26 @@ from engine import (
     bind,
     create_started,
     fingerprint,
-    node,
     node_ids,
     pin_clock,
-    plan,
 )
-from eth_account import Account
+from evm_rows import AMOUNT_UNITS, FEES, KEY, register_transfers, signed, transfer_plan
 from psycopg.types.json import Jsonb
 from rows import T0, Conn, intent_row
 
-from qtg_runner.chains.evm import Fees, build_transfer, self_transfer, tx_hash_of
+from qtg_runner.chains.evm import Fees, self_transfer
 from qtg_runner.db import procs
 
 CHAIN = "test-a"
 CHAIN_ID = 31401
-KEY = Account.from_key("0x" + "4f" * 32)
 SENDER = KEY.address.lower()
 TOKEN = "0x" + "70" * 20
-FEES = Fees(2 * 10**9, 10**9)
-FIVE = plan(node("a"), node("b"), node("c"), node("d"), node("e"))
+RECIPIENT = "0x" + "b2" * 20
+FIVE = transfer_plan(CHAIN, SENDER, RECIPIENT, "a", "b", "c", "d", "e")
 
 
-def signed(tx: dict[str, Any]) -> tuple[str, str]:
-    raw = bytes(KEY.sign_transaction(tx).raw_transaction)
-    return tx_hash_of(raw), "0x" + raw.hex()
-
-
-def transfer(nonce: int, fees: Fees = FEES, amount: int = 1) -> tuple[str, str]:
-    return signed(build_transfer(CHAIN_ID, TOKEN, "0x" + "b2" * 20, amount, nonce, fees, 60_000))
+def transfer(nonce: int, fees: Fees = FEES, amount: int = AMOUNT_UNITS) -> tuple[str, str]:
+    return evm_rows.transfer(CHAIN_ID, TOKEN, RECIPIENT, nonce, fees, amount)
 
 
 def fill(nonce: int, fees: Fees = FEES) -> tuple[str, str]:
@@ -61,8 +54,7 @@ def fill(nonce: int, fees: Fees = FEES) -> tuple[str, str]:
 def world(conn: Conn) -> dict[str, dict[str, Any]]:
     """Five nodes with intents at nonces 5..8 and 10 (9 skipped): a FAILED
     without a broadcast, b PREPARED, c SUBMITTED, d SUBMITTED, e PREPARED."""
-    procs.upsert_chain(CHAIN, CHAIN_ID, "QTG_RPC_TEST_A", 2, 1000).one(conn)
-    procs.upsert_treasury_account(CHAIN, SENDER, "env:TEST_KEY").one(conn)
+    register_transfers(conn, CHAIN, CHAIN_ID, SENDER, TOKEN, RECIPIENT)
     movement = create_started(conn, FIVE, "m1")
     ids = node_ids(conn, movement)
     claimed = {c.node_id: asdict(c) for c in procs.claim_ready_nodes("w1", 100, 300).all(conn)}

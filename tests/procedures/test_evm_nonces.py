@@ -31,29 +31,42 @@ from engine import (
     plan,
     wait_until_blocked_on_a_lock,
 )
+from evm_rows import (
+    AMOUNT_UNITS,
+    approve_calldata,
+    call,
+    register_transfers,
+    transfer,
+    transfer_plan,
+)
 from rows import T0, Conn, intent_row
 
+from qtg_runner.chains.evm import Fees, transfer_calldata
 from qtg_runner.db import procs
 
 CHAIN = "test-a"
+CHAIN_ID = 31401
 ALICE_ACCOUNT = "0x" + "a1" * 20
 OTHER = "0x" + "b2" * 20
-TWO = plan(node("a"), node("b"))
-FOUR = plan(node("a"), node("b"), node("c"), node("d"))
+TOKEN = "0x" + "70" * 20
+RECIPIENT = "0x" + "d4" * 20
+TWO = transfer_plan(CHAIN, ALICE_ACCOUNT, RECIPIENT, "a", "b")
+FOUR = transfer_plan(CHAIN, ALICE_ACCOUNT, RECIPIENT, "a", "b", "c", "d")
 
 
 def tx_hash(n: int) -> str:
     return "0x" + f"{n:064x}"
 
 
-def raw(n: int) -> str:
-    return "0x02f8" + f"{n:08x}"
+def raw(nonce: int, n: int) -> str:
+    """The node's transfer signed at ``nonce``; ``n`` makes the bytes distinct
+    (a fee bump of n wei)."""
+    return transfer(CHAIN_ID, TOKEN, RECIPIENT, nonce, Fees(2 * 10**9 + n, 10**9))[1]
 
 
 @pytest.fixture
 def treasury(conn: Conn) -> str:
-    procs.upsert_chain(CHAIN, 31401, "QTG_RPC_TEST_A", 2, 1000).one(conn)
-    procs.upsert_treasury_account(CHAIN, ALICE_ACCOUNT, "env:TEST_KEY").one(conn)
+    register_transfers(conn, CHAIN, CHAIN_ID, ALICE_ACCOUNT, TOKEN, RECIPIENT)
     return ALICE_ACCOUNT
 
 
@@ -74,7 +87,7 @@ def record(
         signed_tx_hash=tx_hash(n),
         chain_key=CHAIN,
         sender=sender,
-        raw_tx=raw(n),
+        raw_tx=raw(nonce, n),
     ).one(conn)
 
 
@@ -88,7 +101,7 @@ def batch(conn: Conn, items: list[tuple[dict[str, Any], int, int]]) -> list[Any]
         None,
         [CHAIN] * len(items),
         [ALICE_ACCOUNT] * len(items),
-        [raw(n) for _, _, n in items],
+        [raw(nonce, n) for _, nonce, n in items],
     ).all(conn)
 
 
@@ -125,7 +138,7 @@ def test_the_first_record_allocates_from_its_nonce_and_the_next_must_follow(
         "QT031",
         "SELECT record_intent_prepared(%s, %s, p_nonce => 5, p_signed_tx_hash => %s,"
         " p_chain_key => %s, p_sender => %s, p_raw_tx => %s)",
-        (c["b"]["node_id"], c["b"]["claim_secret"], tx_hash(2), CHAIN, ALICE_ACCOUNT, raw(2)),
+        (c["b"]["node_id"], c["b"]["claim_secret"], tx_hash(2), CHAIN, ALICE_ACCOUNT, raw(5, 2)),
     )
     assert "next one (6" in str(error)
     assert intent_row(conn, c["b"]["node_id"])["intent_state"] == "CLAIMED"
@@ -151,8 +164,8 @@ def test_a_replacement_at_its_own_nonce_allocates_nothing_and_keeps_every_transa
     document = conn.execute("SELECT intent_document(%s)", (c["a"]["node_id"],)).fetchone()
     assert document is not None
     assert [(t["tx_hash"], t["raw_tx"], t["purpose"]) for t in document[0]["transactions"]] == [
-        (tx_hash(1), raw(1), "intent"),
-        (tx_hash(2), raw(2), "replacement"),
+        (tx_hash(1), raw(0, 1), "intent"),
+        (tx_hash(2), raw(0, 2), "replacement"),
     ]
     # the same bytes recorded again change nothing
     record(conn, c["a"], 0, 2)
@@ -229,7 +242,7 @@ def test_a_malformed_or_foreign_record_is_refused_and_changes_nothing(
         "p_signed_tx_hash": tx_hash(1),
         "p_chain_key": CHAIN,
         "p_sender": ALICE_ACCOUNT,
-        "p_raw_tx": raw(1),
+        "p_raw_tx": raw(0, 1),
     } | args
     named = ", ".join(f"{k} => %s" for k in given)
     assert_rejected(
@@ -306,3 +319,111 @@ def test_a_runner_login_cannot_sign_from_outside_the_treasury_nor_move_nonces_or
     assert fingerprint(conn) == before
     assert next_nonce(conn) == 5
     runner.close()
+
+
+BRIDGE = "0x" + "b7" * 20
+UNKNOWN = "0x" + "99" * 20
+RECORD = (
+    "SELECT record_intent_prepared(%s, %s, p_nonce => %s, p_signed_tx_hash => %s,"
+    " p_chain_key => %s, p_sender => %s, p_raw_tx => %s)"
+)
+
+
+@pytest.mark.parametrize(
+    ("why", "bytes_", "sqlstate"),
+    [
+        ("another nonce than recorded", lambda: raw(1, 1), "QT002"),
+        ("another chain's id", lambda: transfer(1, TOKEN, RECIPIENT, 0)[1], "QT002"),
+        (
+            "fees above the chain's caps",
+            lambda: transfer(CHAIN_ID, TOKEN, RECIPIENT, 0, Fees(300 * 10**9, 10**9))[1],
+            "QT002",
+        ),
+        ("not a transaction", lambda: "0x02c0", "QT002"),
+        ("another recipient", lambda: transfer(CHAIN_ID, TOKEN, OTHER, 0)[1], "QT032"),
+        (
+            "another amount",
+            lambda: transfer(CHAIN_ID, TOKEN, RECIPIENT, 0, amount=AMOUNT_UNITS + 1)[1],
+            "QT032",
+        ),
+        (
+            "the transfer on another contract",
+            lambda: call(CHAIN_ID, 0, UNKNOWN, transfer_calldata(RECIPIENT, AMOUNT_UNITS))[1],
+            "QT032",
+        ),
+        (
+            "ether along with the transfer",
+            lambda: call(CHAIN_ID, 0, TOKEN, transfer_calldata(RECIPIENT, AMOUNT_UNITS), 1)[1],
+            "QT032",
+        ),
+        (
+            "an approval instead",
+            lambda: call(CHAIN_ID, 0, TOKEN, approve_calldata(BRIDGE, 1))[1],
+            "QT032",
+        ),
+        ("a contract creation", lambda: call(CHAIN_ID, 0, None, b"\x60\x00")[1], "QT032"),
+    ],
+)
+def test_a_transfer_node_records_only_its_own_transfer(
+    db: TestDatabase, conn: Conn, treasury: str, why: str, bytes_: Any, sqlstate: str
+) -> None:
+    """The raw bytes are read in SQL, not taken on the runner's word: with a
+    runner's own login, bytes for another chain or nonce, above the fee caps,
+    or doing anything but the node's transfer are refused and nothing is
+    recorded or allocated."""
+    procs.upsert_chain_protocol(CHAIN, "cctp", 7, {"TokenMessengerV2": BRIDGE}).one(conn)
+    c = claims(conn, TWO, "m1")
+    runner = bind(db.connect(db.runner_dsn("testnet"), autocommit=True))
+    pin_clock(runner, T0.isoformat())
+    before = fingerprint(conn)
+    with pytest.raises(psycopg.Error) as refused:
+        runner.execute(
+            RECORD,
+            (
+                c["a"]["node_id"],
+                c["a"]["claim_secret"],
+                0,
+                tx_hash(1),
+                CHAIN,
+                ALICE_ACCOUNT,
+                bytes_(),
+            ),
+        )
+    assert refused.value.sqlstate == sqlstate, refused.value
+    assert fingerprint(conn) == before
+    runner.close()
+
+
+def test_a_bridge_node_calls_a_registered_bridge_or_approves_it_for_its_amount(
+    conn: Conn, treasury: str
+) -> None:
+    """A node of another executor (a bridge step) may call a contract of a
+    protocol registered on the chain, or approve one for at most the
+    movement's amount; every other call is refused (QT032) and nothing kept."""
+    procs.upsert_chain_protocol(CHAIN, "cctp", 7, {"TokenMessengerV2": BRIDGE}).one(conn)
+    c = claims(conn, plan(*(node(k) for k in "abcdefg")), "m1")
+
+    def attempt(key: str, nonce: int, raw_tx: str) -> None:
+        conn.execute(
+            RECORD,
+            (c[key]["node_id"], c[key]["claim_secret"], nonce, tx_hash(nonce + 1), CHAIN,
+             ALICE_ACCOUNT, raw_tx),
+        )  # fmt: skip
+
+    attempt("a", 0, call(CHAIN_ID, 0, TOKEN, approve_calldata(BRIDGE, AMOUNT_UNITS))[1])
+    attempt("b", 1, call(CHAIN_ID, 1, BRIDGE, bytes.fromhex("8e0250ee") + bytes(64), 10**15)[1])
+    refused = [
+        (approve_calldata(BRIDGE, AMOUNT_UNITS + 1), TOKEN),  # above the amount
+        (approve_calldata(UNKNOWN, 1), TOKEN),  # a stranger
+        (transfer_calldata(RECIPIENT, 1), TOKEN),  # a node that is no transfer
+        (b"", UNKNOWN),  # an unregistered contract
+    ]
+    for key, (data, to) in zip("cdef", refused, strict=True):
+        assert_rejected(
+            conn,
+            "QT032",
+            RECORD,
+            (c[key]["node_id"], c[key]["claim_secret"], 2, tx_hash(9), CHAIN, ALICE_ACCOUNT,
+             call(CHAIN_ID, 2, to, data)[1]),
+        )  # fmt: skip
+    assert next_nonce(conn) == 2

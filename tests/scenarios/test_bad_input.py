@@ -111,7 +111,10 @@ def world_tx(tx: dict[str, Any]) -> tuple[str, str]:
     return tx_hash_of(raw), "0x" + raw.hex()
 
 
-def world_transfer(nonce: int, max_fee: int = 2 * 10**9, amount: int = 1) -> tuple[str, str]:
+def world_transfer(
+    nonce: int, max_fee: int = 2 * 10**9, amount: int = 100 * 10**6
+) -> tuple[str, str]:
+    """world-a's 0xdd.. pays 0xff.. a movement's default amount (100 USDC)."""
     fees = Fees(max_fee, 10**9)
     return world_tx(
         build_transfer(1, "0x" + "1" * 40, "0x" + "f" * 40, amount, nonce, fees, 60_000)
@@ -161,7 +164,18 @@ def build_world(conn: Conn) -> World:
     ).one(conn)
     procs.fail_submit(ids["c"], claims["c"]["claim_secret"], "timeout", True).one(conn)
     # EVM nonces of world-a's 0xdd..: 5 held by a FAILED intent (a gap), 6 by a PREPARED one
-    evm_nodes = node_ids(conn, create_started(conn, plan(node("e"), node("f")), "nonces"))
+    between_treasury = {"chain": "world-a", "from": WORLD_SENDER, "to": "0x" + "f" * 40}
+    evm_nodes = node_ids(
+        conn,
+        create_started(
+            conn,
+            plan(
+                node("e", [], evm.key, **between_treasury),
+                node("f", [], evm.key, **between_treasury),
+            ),
+            "nonces",
+        ),
+    )
     evm_claims = {
         c.node_id: c.claim_secret for c in procs.claim_ready_nodes("w2", 10, 3600).all(conn)
     }

@@ -95,6 +95,7 @@ INTERNAL = {
     "evm_nonce_closed",
     "finish_nodes",
     "intent_document",
+    "intent_tx_problem",
     "lane_of",
     "limit_problem",
     "limit_refusals",

@@ -29,6 +29,12 @@
 -- hex, at most 128 KiB) goes into evm_transactions with its hash before
 -- anything is broadcast; a raw transaction needs its hash, nonce and account
 -- (QT002). QT014: the account is not a treasury account of a registered chain.
+-- The raw transaction is read here, not taken on the runner's word
+-- (intent_tx_problem): signed for the chain's id, at the nonce recorded with
+-- it, under the chain's fee caps (QT002), and calling only what the registry
+-- allows the node (QT032: an evm_transfer node exactly its route's transfer;
+-- another node a bridge contract of the chain, or approve() of one for at
+-- most the movement's amount).
 -- A node presented with a wrong secret is never locked.
 -- A recorded node gets one intent_prepared audit row (actor: the claimer),
 -- exactly as record_intent_prepared writes it; signed_tx_hashes keeps every
@@ -138,8 +144,14 @@ BEGIN
                                      WHERE a.chain_key = g.chain_key AND a.address = g.sender) THEN
                                format('QT014 record_intent_prepared: node %s: %s is not a treasury account of chain %s '
                                       'on this network', g.node_id, g.sender, g.chain_key)
+                           ELSE tx.problem
                        END AS refused
                   FROM given g
+                  -- what the signed bytes do, read from them: their chain, nonce, fees and call
+                  LEFT JOIN LATERAL (
+                      SELECT intent_tx_problem(g.node_id, g.chain_key, g.nonce, g.raw_tx) AS problem
+                       WHERE g.raw_tx IS NOT NULL AND length(g.raw_tx) <= 2 + 2 * 131072
+                  ) tx ON true
             ), input AS (
                 SELECT j.node_id, j.nonce, j.signed_tx_hash, j.external_request_id, j.payload,
                        j.chain_key, j.sender, j.raw_tx, j.ord,
