@@ -124,7 +124,10 @@ def withdrawal(conn: Conn, to: str, amount: str = "12.5", **config: str) -> int:
     ).one(conn)
     cfg = {"venue": "bybit", "coin": "USDC", "chain": "local-a", "to": to} | config
     movement = create_started(
-        conn, plan(node("out", executor="bybit_withdraw", **cfg)), f"w-{to}-{amount}-{sorted(config.items())}", amount=amount
+        conn,
+        plan(node("out", executor="bybit_withdraw", **cfg)),
+        f"w-{to}-{amount}-{sorted(config.items())}",
+        amount=amount,
     )
     return node_ids(conn, movement)["out"]
 
