@@ -57,6 +57,8 @@ from rows import iso_at
 
 from qtg_runner.chains.evm import Fees, build_transfer, self_transfer, tx_hash_of
 from qtg_runner.db import procs
+from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
+from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 
 Conn = psycopg.Connection[Any]
@@ -98,9 +100,13 @@ class World:
     quarantined: int  # a node SUBMITTING, quarantined by its dispatcher w1
     transfer: int = 0  # an evm_transfer node between the treasury accounts of world-a
     replaced: int = 0  # a PREPARED intent at nonce 6 of world-a's 0xdd..; nonce 5 FAILED (a gap)
+    withdraw: int = 0  # a bybit_withdraw node from the venue bybit to world-a's 0xff..
+    deposit: int = 0  # a bybit_deposit node at the venue bybit on world-a
+    landed: int = 0  # an evm_transfer COMPLETED into bybit's deposit address, followed
 
 
 WORLD_SENDER = "0x" + "d" * 40
+WORLD_DEPOSIT = "0x" + "de" * 20
 WORLD_KEY = Account.from_key(
     "0x" + "4f" * 32
 )  # signs the world's bytes (SQL reads, never recovers, the sender)
@@ -192,6 +198,39 @@ def build_world(conn: Conn) -> World:
             raw_tx=raw,
         ).one(conn)
     procs.fail_submit(evm_nodes["e"], evm_claims[evm_nodes["e"]], "refused", False).one(conn)
+    # the exchange venue bybit on world-a: a withdrawal, a deposit step, a followed transfer
+    procs.upsert_exchange_venue("bybit", "bybit", "QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE").one(conn)
+    procs.upsert_venue_chain("bybit", "world-a", "ETH").one(conn)
+    procs.upsert_venue_deposit_address("bybit", "world-a", "USDC", WORLD_DEPOSIT).one(conn)
+    for e in (BybitWithdrawExecutor, BybitDepositExecutor):
+        procs.register_executor(e.key, e.has_side_effect, e.node_config_schema, "x").one(conn)
+    venue_nodes = node_ids(
+        conn,
+        create(
+            conn,
+            plan(
+                node("w", [], BybitWithdrawExecutor.key, venue="bybit", coin="USDC",
+                     chain="world-a", to="0x" + "f" * 40),
+                node("d", [], BybitDepositExecutor.key, venue="bybit", chain="world-a"),
+            ),
+            "venue",
+        ),
+    )  # fmt: skip
+    landed = node_ids(
+        conn,
+        create_started(
+            conn,
+            plan(
+                node(
+                    "p", [], evm.key, chain="world-a", **{"from": WORLD_SENDER, "to": WORLD_DEPOSIT}
+                )
+            ),
+            "landed",
+        ),
+    )["p"]
+    [landing] = procs.claim_ready_nodes("w3", 10, 3600).all(conn)
+    procs.complete_submit(landed, landing.claim_secret, "0x" + "ab" * 32, settled=True).one(conn)
+    procs.claim_capital_transfers(10, 60).all(conn)
     with as_person(conn, "alice"):
         proposal = procs.propose_lane_baseline("default", 120).one(conn).proposal_id
     pin_clock(conn, iso_at(NOW))
@@ -210,6 +249,9 @@ def build_world(conn: Conn) -> World:
         quarantined=ids["d"],
         transfer=transfer,
         replaced=intents["f"],
+        withdraw=venue_nodes["w"],
+        deposit=venue_nodes["d"],
+        landed=landed,
     )
 
 
@@ -347,6 +389,18 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "evm_next_nonce": {"p_chain_key": "world-a", "p_sender": "0x" + "d" * 40},
         "evm_chains": {},
         "evm_transfer_route": {"p_node_id": w.transfer},
+        "bybit_withdraw_route": {"p_node_id": w.withdraw},
+        "bybit_deposit_route": {"p_node_id": w.deposit},
+        "exchange_venue_list": {},
+        "claim_capital_transfers": {"p_max": 10, "p_lease_seconds": 60},
+        "record_capital_transfer_check": {
+            "p_node_id": w.landed,
+            "p_status": "CREDITED",
+            "p_credited_amount": "100",
+            "p_record": '{"deposits": []}',
+            "p_error": None,
+            "p_retry_after_seconds": 5,
+        },
         "evm_nonce_gaps": {"p_max": 10},
         "evm_stale_transactions": {"p_blocks": 20, "p_min_seconds": 60, "p_max": 10},
         "record_nonce_fill": dict(
@@ -425,6 +479,23 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_label": "exchange deposit",
         },
         "disallow_destination": {"p_chain_key": "world-a", "p_address": "0x" + "c" * 40},
+        "upsert_exchange_venue": {
+            "p_venue_key": "bybit2",
+            "p_kind": "bybit",
+            "p_base_url_env": "QTG_BYBIT2_URL",
+            "p_key_file_env": "QTG_BYBIT2_KEY_FILE",
+        },
+        "upsert_venue_chain": {
+            "p_venue_key": "bybit",
+            "p_chain_key": "world-a",
+            "p_venue_chain": "ETH2",
+        },
+        "upsert_venue_deposit_address": {
+            "p_venue_key": "bybit",
+            "p_chain_key": "world-a",
+            "p_coin": "USDT",
+            "p_address": "0x" + "e" * 40,
+        },
     }
 
 
@@ -761,6 +832,43 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_label", "QT002", None, "", "  ", BIG_TEXT)
         ),
         "disallow_destination": chain_keys("p_chain_key") + addresses("p_address"),
+        "bybit_withdraw_route": (
+            each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
+        "bybit_deposit_route": (
+            each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
+        "claim_capital_transfers": (
+            each("p_max", "QT002", None, 0, -1, 1001)
+            + each("p_lease_seconds", "QT002", None)
+            + each("p_lease_seconds", "QT005", "NaN", "Infinity", "1e300", "0.5", 3601)
+        ),
+        "record_capital_transfer_check": (
+            each("p_node_id", "QT011", None, -1, 2**62, w.claimed)
+            + each("p_status", "QT002", None, "", "credited", BIG_TEXT)
+            + each("p_credited_amount", "QT005", "NaN", "Infinity", -1, "1e300")
+            + each("p_record", "QT005", BIG_JSON)
+            + each("p_error", "QT005", BIG_TEXT)
+            + each("p_retry_after_seconds", "QT002", -1)
+            + each("p_retry_after_seconds", "QT005", "NaN", "1e300")
+        ),
+        "upsert_exchange_venue": (
+            each("p_venue_key", "QT002", None, "", "By bit", "b" * 64, BIG_TEXT)
+            + each("p_kind", "QT002", None, "", "okx", BIG_TEXT)
+            + each("p_base_url_env", "QT002", None, "", "https://api.bybit.com/KEY", BIG_TEXT)
+            + each("p_key_file_env", "QT002", None, "", "/etc/qtg/key.json", BIG_TEXT)
+        ),
+        "upsert_venue_chain": (
+            each("p_venue_key", "QT014", None, "", "nope", BIG_TEXT)
+            + chain_keys("p_chain_key")
+            + each("p_venue_chain", "QT002", None, "", "E T H", "x" * 65, BIG_TEXT)
+        ),
+        "upsert_venue_deposit_address": (
+            each("p_venue_key", "QT014", None, "", "nope", BIG_TEXT)
+            + chain_keys("p_chain_key")
+            + each("p_coin", "QT002", None, "", "US DT", BIG_TEXT)
+            + addresses("p_address")
+        ),
         "evm_transfer_route": (
             # a node that is not a transfer step: its config names no chain
             each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
@@ -918,7 +1026,7 @@ def test_every_public_procedure_is_in_the_suite() -> None:
     assert set(valid_calls(placeholder)) == set(WORLD_PROCEDURES)
     # worker_stopped: any name is a valid name (it stops nothing that is not
     # there); registered_executors takes no argument
-    no_bad_inputs = {"worker_stopped", "registered_executors", "evm_chains"}
+    no_bad_inputs = {"worker_stopped", "registered_executors", "evm_chains", "exchange_venue_list"}
     assert set(bad_inputs(placeholder)) == set(WORLD_PROCEDURES) - no_bad_inputs
 
 
