@@ -569,3 +569,28 @@ def test_the_followup_sees_a_bare_transfer_into_the_exchange_credited(
         state, amount = followup_round()
     assert (state, amount) == ("CREDITED", Decimal("1.25"))
     assert world.execute("SELECT count(*) FROM capital_transfer_mismatches").fetchone()[0] == 0
+
+
+def test_health_says_whether_the_venue_answers(db: Any, world: Any, exchange: Exchange) -> None:
+    from qtg_runner.chains.local import free_port
+    from qtg_runner.executors.base import HealthStatus
+
+    def health(env: dict[str, str]) -> Any:
+        async def job(ctx: WorkerContext) -> Any:
+            executor = BybitWithdrawExecutor(ctx.pool, NETWORK, env=env, timeout=2)
+            try:
+                return await executor.health()
+            finally:
+                await executor.aclose()
+
+        return run(db, exchange, job)
+
+    result = health(exchange.env)
+    assert result.status is HealthStatus.HEALTHY and "answers" in result.detail["bybit"]
+    unset = {k: v for k, v in exchange.env.items() if k != BYBIT_URL_ENV}
+    result = health(unset)
+    assert result.status is HealthStatus.DEGRADED and BYBIT_URL_ENV in result.detail["bybit"]
+    down = exchange.env | {BYBIT_URL_ENV: f"http://127.0.0.1:{free_port()}"}
+    result = health(down)
+    assert result.status is HealthStatus.DOWN and result.detail["bybit"].startswith("down:")
+    assert SECRET not in str(result.detail)
