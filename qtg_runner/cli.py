@@ -177,6 +177,7 @@ def mark_test_cmd(
 
 
 from qtg_runner.commands import (  # noqa: E402
+    audit,
     chains,
     demo,
     drill,
@@ -201,6 +202,7 @@ app.add_typer(world.app, name="world")
 app.command("status")(status.status_cmd)
 app.command("demo")(demo.demo_cmd)
 app.add_typer(drill.app, name="drill")
+app.add_typer(audit.app, name="audit")
 
 
 def run() -> None:

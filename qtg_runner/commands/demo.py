@@ -1,19 +1,21 @@
 """`qtg demo`: the whole system on the embedded default, in about a minute.
 
 As the admin it migrates the database, registers the executors this build
-ships (the deploy step), sets lane presets scaled down 60x and makes two
-operator logins (alice, bob) and a runner login (runner1) when they are
-missing (on another network than testnet, named alice_<network>, ...). Then,
-over those logins and no other, alice creates a batch of realistic movements,
-bob approves them, and every worker runs in this process as runner1 with a
-live progress view; it ends with a summary checked against each movement's
-expected end.
+ships (the deploy step) and makes two operator logins (alice, bob) and a
+runner login (runner1) when they are missing (on another network than testnet,
+named alice_<network>, ...). Then, over those logins and no other, alice
+creates a batch of realistic movements, bob approves them, and every worker
+runs in this process as runner1; it ends with a summary checked against each
+movement's expected end. By default the movements are real transactions on the
+local outside world (qtg_runner/commands/demo_world.py); `--sim` runs the sim
+executor's lanes, scaled down 60x, with a live progress view.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -28,8 +30,13 @@ from rich.live import Live
 from rich.table import Table
 
 from qtg_runner import credentials
+from qtg_runner.chains.local import DEFAULT_CHAINS, AnvilNotFound, find_anvil
+from qtg_runner.chains.registry import LOCAL_FINALITY_DEPTH
+from qtg_runner.commands.chains import chain_errors
 from qtg_runner.commands.common import CommandError, cli_errors, finite
+from qtg_runner.commands.demo_world import WorldView, run_world_demo, scaled_lanes, world_movements
 from qtg_runner.commands.run import NetworkOption, resolve_network
+from qtg_runner.commands.world import bring_up_world
 from qtg_runner.config import NetworkMode, Settings, load_settings
 from qtg_runner.db import logins, procs
 from qtg_runner.db.embedded import database_url
@@ -325,23 +332,64 @@ async def run_demo(
     return 0
 
 
+def world_entries() -> list[WorkerEntry]:
+    """Every worker of the registry, the core ones ticking fast: the demo
+    watches a few movements closely."""
+    fast = {
+        "node_dispatcher": (0.5, 0.1),
+        "node_observer": (0.25, 0.05),
+        "node_recovery": (1.0, 0.2),
+    }
+    return [
+        replace(entry, interval=fast[name][0], jitter=fast[name][1]) if name in fast else entry
+        for name, entry in BY_NAME.items()
+    ]
+
+
 def demo_cmd(
     network: NetworkOption = None,
+    sim: Annotated[
+        bool,
+        typer.Option(
+            "--sim/--world",
+            help="--world (the default): real transactions on the local outside world "
+            "(`qtg world up`'s, started when it does not run). --sim: the sim executor's "
+            "lanes only, no chain.",
+        ),
+    ] = False,
     scale: Annotated[
-        float, typer.Option(min=1, max=10000, help="How many times faster than real lanes.")
+        float,
+        typer.Option(
+            min=1,
+            max=10000,
+            help="How many times faster than real: the sim's lanes, or the time scale a "
+            "world started here runs at (a running world keeps its own).",
+        ),
     ] = 60.0,
     timeout: Annotated[
         float, typer.Option(min=10, max=86400, help="Give up after this many seconds.")
     ] = 240.0,
+    port_base: Annotated[
+        int,
+        typer.Option(
+            "--port-base",
+            min=1024,
+            max=65000,
+            help="Where a world started here listens: the first chain's port, then the "
+            "next chain, the attestation service and the exchange (as `qtg world up`).",
+        ),
+    ] = DEFAULT_CHAINS[0].port,
 ) -> None:
-    """Run a batch of realistic movements end to end with the sim executor.
+    """Run a batch of realistic movements end to end, checked at the end.
 
     As the admin (QTG_DATABASE_URL, else the embedded server's superuser):
     migrates, registers the executors, sets the lanes and makes the logins
     alice, bob (operators) and runner1 (a runner) when missing, their passwords
     in the credentials file. Then alice creates, bob approves and the workers
-    run as runner1, each over their own login. Needs MG_WORKERS_ENABLED=true
-    (`make run` sets it), like every drill.
+    run as runner1, each over their own login. On the local outside world
+    (the default) the movements are real transactions: their hashes are
+    printed, and the balances on every chain are checked against what they
+    moved. Needs MG_WORKERS_ENABLED=true (`make run` sets it), like every drill.
     """
     finite(scale, "--scale", 1, 10000)
     finite(timeout, "--timeout", 10, 86400)
@@ -360,6 +408,41 @@ def demo_cmd(
         f"(runner), their passwords in {passfile}",
         highlight=False,
     )
+    if not sim:
+        try:
+            find_anvil()
+        except AnvilNotFound as exc:
+            out.print(f"[yellow]{exc}: the demo runs the sim executor's lanes instead[/yellow]")
+            sim = True
+    if sim:
+        with cli_errors():
+            code = asyncio.run(run_demo(dsn, people, net, scale, timeout))
+        raise typer.Exit(code)
+
+    with chain_errors():
+        up = bring_up_world(port_base, True, net, time_scale=scale)
+    os.environ.update(up.env)
+    chains = {c.key: c for c in up.chains.chains}
+    out.print(
+        f"local outside world: chains {', '.join(chains)}, services {up.state.iris_url} "
+        f"(attestations), {up.state.bybit_url} (exchange), time scale "
+        f"{up.state.time_scale:g}x; `qtg world down` stops it",
+        highlight=False,
+    )
+    view = WorldView(chains, [a.address for a in up.chains.treasury])
+    finality_s = max(c.block_time for c in chains.values()) * (LOCAL_FINALITY_DEPTH + 1)
     with cli_errors():
-        code = asyncio.run(run_demo(dsn, people, net, scale, timeout))
+        code = asyncio.run(
+            run_world_demo(
+                dsn,
+                people,
+                net,
+                view,
+                world_movements(view),
+                world_entries(),
+                scaled_lanes(up.state.time_scale, finality_s),
+                timeout,
+                up.chains.state_dir,
+            )
+        )
     raise typer.Exit(code)

@@ -4,6 +4,7 @@ fake Iris and the fake Bybit over them (qtg_runner/world/local.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from qtg_runner.chains.local import (
 )
 from qtg_runner.chains.registry import fund_treasury, record_venue
 from qtg_runner.commands.chains import (
+    ChainsUp,
     bring_up,
     chain_errors,
     local_state_dir,
@@ -28,10 +30,11 @@ from qtg_runner.commands.common import USAGE, CommandError
 from qtg_runner.commands.run import NetworkOption
 from qtg_runner.config import load_settings
 from qtg_runner.db.embedded import database_url
-from qtg_runner.world.bybit import ensure_exchange_keys
+from qtg_runner.world.bybit import ExchangeKeys, ensure_exchange_keys
 from qtg_runner.world.local import (
     DEFAULT_FUND_BALANCE,
     DEFAULT_TIME_SCALE,
+    WorldState,
     probe_bybit,
     probe_iris,
     read_world,
@@ -114,26 +117,16 @@ def up_cmd(
     key, secret or password. What already runs is left as it is and reported; only
     what is missing starts."""
     with chain_errors():
-        amount = _fund(fund)
-        started = bring_up(port_base, registry, network)
-        state_dir = started.state_dir
-        keys = ensure_exchange_keys(state_dir)
-        for chain in started.chains:
-            fund_treasury(chain, [keys.hot])
-        if started.network is not None:
-            # the local exchange, its chain names and deposit address (allow-listed)
-            record_venue(
-                database_url(load_settings()), started.network, started.chains,
-                keys.deposit.address,
-            )  # fmt: skip
-        state, new = start_world(
-            state_dir,
-            iris_port=port_base + SERVICE_PORTS if iris_port is None else iris_port,
-            bybit_port=port_base + SERVICE_PORTS + 1 if bybit_port is None else bybit_port,
+        up = bring_up_world(
+            port_base,
+            registry,
+            network,
+            iris_port=iris_port,
+            bybit_port=bybit_port,
             time_scale=time_scale,
-            fund=amount,
+            fund=_fund(fund),
         )
-        env = runner_env(state_dir)
+    started, keys, state, new, env = up.chains, up.keys, up.state, up.started, up.env
     print_up(started, env=False)
     chain_keys = ", ".join(c.key for c in started.chains)
     typer.echo(f"exchange hot wallet {keys.hot.address} (signer {keys.hot.signer_id}) "
@@ -150,6 +143,54 @@ def up_cmd(
     typer.echo(f"fake bybit {state.bybit_url}")
     typer.echo(f"bybit API key file {state.key_file} (the engine's key and secret, mode 0600)")
     print_env(env)
+
+
+@dataclass(frozen=True)
+class WorldUp:
+    """What `qtg world up` did: the chains (as `qtg chains up`), the exchange's
+    keys, the serve process's state, whether it started now, and the runner's
+    environment (names of files and URLs, never a key)."""
+
+    chains: ChainsUp
+    keys: ExchangeKeys
+    state: WorldState
+    started: bool
+    env: dict[str, str]
+
+
+def bring_up_world(
+    port_base: int,
+    registry: bool,
+    network: str | None,
+    *,
+    iris_port: int | None = None,
+    bybit_port: int | None = None,
+    time_scale: float = DEFAULT_TIME_SCALE,
+    fund: Decimal = DEFAULT_FUND_BALANCE,
+) -> WorldUp:
+    """`qtg world up`'s work, for it, the demo and the drills: the chains as
+    `qtg chains up` brings them up, the exchange's hot wallet funded on each,
+    and the serve process over them (left as it is when it runs over these
+    chains), recorded as the venue bybit in the network's registry when the
+    chains are. Raises ChainError (and the database's errors)."""
+    started = bring_up(port_base, registry, network)
+    state_dir = started.state_dir
+    keys = ensure_exchange_keys(state_dir)
+    for chain in started.chains:
+        fund_treasury(chain, [keys.hot])
+    if started.network is not None:
+        # the local exchange, its chain names and deposit address (allow-listed)
+        record_venue(
+            database_url(load_settings()), started.network, started.chains, keys.deposit.address
+        )
+    state, new = start_world(
+        state_dir,
+        iris_port=port_base + SERVICE_PORTS if iris_port is None else iris_port,
+        bybit_port=port_base + SERVICE_PORTS + 1 if bybit_port is None else bybit_port,
+        time_scale=time_scale,
+        fund=fund,
+    )
+    return WorldUp(started, keys, state, new, runner_env(state_dir))
 
 
 def _status_lines(state_dir: Path) -> tuple[list[str], bool]:

@@ -405,6 +405,28 @@ class RegisteredExecutor:
 
 
 @dataclass(frozen=True)
+class AuditChainCheck:
+    """verify_audit_chain's answer: where the audit log's hash chain first breaks."""
+
+    ok: Boolean
+    checked: BigInt
+    first_bad_seq: BigInt | None
+    problem: Text | None
+    head_seq: BigInt
+    head_hash: Text
+
+
+@dataclass(frozen=True)
+class AuditExportRow:
+    """One audit_log row as an export carries it: the hashed text and both hashes (hex)."""
+
+    seq: BigInt
+    canonical: Text
+    prev_hash: Text
+    row_hash: Text
+
+
+@dataclass(frozen=True)
 class CreatedMovement:
     movement_id: BigInt
     created: Boolean
@@ -1000,6 +1022,11 @@ def expire_movements(
 
 
 @procedure("runner")
+def promote_audit(worker: Text, max: Integer | Default = DEFAULT) -> Call[Integer]:
+    """audit_outbox -> the hash-chained audit_log, oldest first; returns how many."""
+
+
+@procedure("runner")
 def expire_proposals(
     max: Integer | Default = DEFAULT, actor: Text | Default = DEFAULT
 ) -> Call[Integer]:
@@ -1058,6 +1085,22 @@ def create_movement(
 ) -> Call[CreatedMovement]:
     """(none) -> PENDING_APPROVAL, from a plan or a template; idempotent on external_id.
     The creator is the calling login."""
+
+
+@procedure("operator")
+def verify_audit_chain(
+    expected_seq: BigInt | Default | None = DEFAULT,
+    expected_hash: Text | Default | None = DEFAULT,
+) -> Call[AuditChainCheck]:
+    """Recomputes the audit log's hash chain: the first broken row, or ok; with an
+    exported head (seq and hash), that row must still carry that hash."""
+
+
+@procedure("operator")
+def audit_export(
+    after_seq: BigInt | Default = DEFAULT, max: Integer | Default = DEFAULT
+) -> Call[AuditExportRow]:
+    """The audit log's rows after ``after_seq``, in order, as an export carries them."""
 
 
 @procedure("operator")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from qtg_runner.loop import WorkerEntry
 from qtg_runner.workers import (
+    audit_outbox_promoter,
     capital_transfer_followup,
     evm_nonce_reaper,
     expiration_checker,
@@ -49,6 +50,14 @@ REGISTRY: tuple[WorkerEntry, ...] = (
         capital_transfer_followup.batch,
         interval=15.0,
         jitter=3.0,
+        tier="sidecar",
+    ),
+    # the audit log's hash chain: a few seconds behind the outbox
+    WorkerEntry(
+        "audit_outbox_promoter",
+        audit_outbox_promoter.batch,
+        interval=2.0,
+        jitter=0.5,
         tier="sidecar",
     ),
 )

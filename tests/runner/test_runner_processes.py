@@ -71,6 +71,7 @@ ALL_WORKERS = {
     "template_proposal_expiration",
     "evm_nonce_reaper",
     "capital_transfer_followup",
+    "audit_outbox_promoter",
 }
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}
@@ -449,9 +450,13 @@ def test_a_dispatcher_killed_after_its_submit_is_recovered_from_evidence_without
 
 
 def test_qtg_demo_completes_on_a_fresh_embedded_server(procs: Runners) -> None:
+    """The sim executor's demo (`--sim`); on the local outside world it is in
+    tests/chains/test_demo_world.py."""
     data_dir = server_parent_dir() / "pg18"
     try:
-        demo = procs.start("demo", env=runner_env(None, QTG_DATA_DIR=str(data_dir), COLUMNS="200"))
+        demo = procs.start(
+            "demo", "--sim", env=runner_env(None, QTG_DATA_DIR=str(data_dir), COLUMNS="200")
+        )
         assert demo.wait(timeout=150) == 0, demo.describe() + "\nstdout:\n" + demo.stdout()
     finally:
         stop_embedded(data_dir)

@@ -462,6 +462,9 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_address": "0x" + "A" * 40,
             "p_decimals": 6,
         },
+        "promote_audit": {"p_worker": "promoter", "p_max": 10},
+        "verify_audit_chain": {"p_expected_seq": None, "p_expected_hash": None},
+        "audit_export": {"p_after_seq": 0, "p_max": 10},
         "upsert_chain_protocol": {
             "p_chain_key": "world-a",
             "p_protocol": "cctp",
@@ -797,6 +800,13 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_symbol", "QT002", None, "", "US DC", BIG_TEXT)
             + addresses("p_address")
             + each("p_decimals", "QT002", None, -1, 37)
+        ),
+        "promote_audit": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
+        "verify_audit_chain": (
+            each("p_expected_seq", "QT002", 1) + each("p_expected_hash", "QT002", "0x" + "a" * 64)
+        ),
+        "audit_export": (
+            each("p_after_seq", "QT002", None, -1) + each("p_max", "QT002", None, 0, 10001)
         ),
         "upsert_chain_protocol": (
             chain_keys("p_chain_key")

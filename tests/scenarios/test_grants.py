@@ -34,6 +34,7 @@ RUNNER = {
     "record_capital_transfer_check",
     "expire_movements",
     "expire_proposals",
+    "promote_audit",
     "fail_submit",
     "heartbeat",
     "observe_candidates",
@@ -52,6 +53,8 @@ RUNNER = {
 OPERATOR = {
     "requeue_node",
     "approve_movement",
+    "audit_export",
+    "verify_audit_chain",
     "approve_proposal",
     "cancel_movement",
     "create_movement",
@@ -75,6 +78,8 @@ ADMIN = {
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
+    "audit_canonical",
+    "audit_row_hash",
     "check_args",
     "check_claim_args",
     "check_executor_schema",

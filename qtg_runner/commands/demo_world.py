@@ -1,0 +1,375 @@
+"""`qtg demo` on the local outside world: real transactions on the local chains
+and real HTTP to the local services, through the whole engine.
+
+As the admin it brings the local outside world up (`qtg world up`'s work: the
+chains, the doubles' serve process, the chain registry) unless it runs, sets
+the protocol lanes' baselines to the real timings divided by the world's time
+scale (a deploy step), and runs a set of movements over the demo's logins
+(alice creates, bob approves, the workers run as runner1). One movement is
+first handed to a dispatcher process that kills itself right after its
+broadcast (the `after_submit` failpoint): the lost receipt is found again from
+chain evidence by the recovery of the runtime that follows. At the end every
+movement's state is checked against what it should be, every node's
+transactions are printed, and the treasury's balances on each chain are
+checked against what the movements moved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from psycopg import AsyncConnection
+from rich.console import Console
+
+from qtg_runner.chains.local import RunningChain, load_artifact
+from qtg_runner.config import NetworkMode
+from qtg_runner.db import procs
+from qtg_runner.db.pool import bound_conninfo
+from qtg_runner.loop import WorkerEntry
+from qtg_runner.runtime import Runtime, supervise
+from qtg_runner.wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from qtg_runner.commands.demo import DemoLogins
+
+out = Console(highlight=False)
+
+USDC_UNITS = Decimal(10) ** 6
+
+TRANSFER_LANE = "evm"
+"""The lane of plain transfers: a transfer is final after the chain's finality
+depth, so its baseline is a few blocks."""
+
+REAL_TIMINGS: dict[str, float] = {
+    "cctp-fast": 14,
+    "cctp-standard": 960,
+    "ccip": 1200,
+    "stargate-taxi": 60,
+    "stargate-bus": 600,
+    "bybit-withdraw": 300,
+    "bybit-deposit": 600,
+}
+"""The protocol lanes' baselines in real seconds (migration 0020 seeds the same):
+the demo sets each to its timing divided by the world's time scale."""
+
+CRASH_DEADLINE_S = 60.0
+"""How long the crashing dispatcher may take to claim, broadcast and die."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A balance change a movement makes, in USDC: at least ``low``, at most ``high``."""
+
+    chain: str
+    address: str
+    low: Decimal
+    high: Decimal
+
+
+@dataclass(frozen=True)
+class WorldMovement:
+    name: str
+    amount: Decimal
+    nodes: list[dict[str, Any]]
+    expected: str
+    changes: list[Change] = field(default_factory=list)
+    crash_after_submit: bool = False
+    """Handed first to a dispatcher process that dies right after its broadcast."""
+
+
+@dataclass(frozen=True)
+class WorldView:
+    """What the movements are built from: the running chains by key, the
+    treasury accounts (the same on every chain) and an address on no
+    allow-list."""
+
+    chains: dict[str, RunningChain]
+    treasury: list[str]
+    outsider: str = "0x" + "0bad" * 10
+
+
+def transfer(key: str, chain: str, sender: str, recipient: str, *after: str) -> dict[str, Any]:
+    return {
+        "key": key,
+        "executor": "evm_transfer",
+        "depends_on": list(after),
+        "config": {"lane": TRANSFER_LANE, "chain": chain, "from": sender, "to": recipient},
+    }
+
+
+def moved(chain: str, sender: str, recipient: str, amount: Decimal) -> list[Change]:
+    return [Change(chain, sender, -amount, -amount), Change(chain, recipient, amount, amount)]
+
+
+def world_movements(w: WorldView) -> list[WorldMovement]:
+    t1, t2 = w.treasury[0], w.treasury[1]
+    a, b = sorted(w.chains)[:2]
+    return [
+        WorldMovement(
+            "Lost receipt: the dispatcher dies after its broadcast, recovered from chain evidence",
+            Decimal("125"),
+            [transfer("pay", a, t1, t2)],
+            "COMPLETED",
+            moved(a, t1, t2, Decimal("125")),
+            crash_after_submit=True,
+        ),
+        WorldMovement(
+            "Fan-out over both chains, then a settlement",
+            Decimal("40"),
+            [
+                transfer("fund", a, t1, t2),
+                transfer("left", b, t1, t2, "fund"),
+                transfer("right", a, t2, t1, "fund"),
+                transfer("settle", b, t2, t1, "left", "right"),
+            ],
+            "COMPLETED",
+            [
+                *moved(a, t1, t2, Decimal("40")),
+                *moved(b, t1, t2, Decimal("40")),
+                *moved(a, t2, t1, Decimal("40")),
+                *moved(b, t2, t1, Decimal("40")),
+            ],
+        ),
+        WorldMovement(
+            "Refused path: a recipient on no allow-list (nothing signed)",
+            Decimal("10"),
+            [transfer("pay", b, t1, w.outsider)],
+            "FAILED",
+        ),
+    ]
+
+
+def scaled_lanes(time_scale: float, finality_s: float) -> dict[str, float]:
+    """Every lane the world movements use, with its baseline on the world's clock."""
+    lanes = {lane: max(1.0, seconds / time_scale) for lane, seconds in REAL_TIMINGS.items()}
+    lanes[TRANSFER_LANE] = max(2.0, finality_s)
+    return lanes
+
+
+def usdc_balance(chain: RunningChain, address: str) -> Decimal:
+    from web3 import HTTPProvider, Web3
+
+    w3 = Web3(HTTPProvider(chain.rpc_url, request_kwargs={"timeout": 10}))
+    usdc = w3.eth.contract(
+        address=Web3.to_checksum_address(chain.contracts["MockUSDC"]),
+        abi=load_artifact("MockUSDC")["abi"],
+    )
+    units = int(usdc.functions.balanceOf(Web3.to_checksum_address(address)).call())
+    return Decimal(units) / USDC_UNITS
+
+
+def balances(chains: dict[str, RunningChain], accounts: set[tuple[str, str]]) -> dict[Any, Decimal]:
+    return {(c, addr): usdc_balance(chains[c], addr) for c, addr in sorted(accounts)}
+
+
+def balance_problems(
+    movements: Sequence[WorldMovement],
+    before: dict[Any, Decimal],
+    after: dict[Any, Decimal],
+) -> list[str]:
+    """One line per account whose change is outside the sum of what the
+    movements should have moved."""
+    low: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    high: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for movement in movements:
+        for change in movement.changes:
+            low[change.chain, change.address] += change.low
+            high[change.chain, change.address] += change.high
+    problems = []
+    for account in sorted(before):
+        delta = after[account] - before[account]
+        if not low[account] <= delta <= high[account]:
+            problems.append(
+                f"{account[1]} on {account[0]} moved {delta:+} USDC, expected "
+                + (f"{low[account]:+}" if low[account] == high[account]
+                   else f"{low[account]:+} to {high[account]:+}")
+            )  # fmt: skip
+    return problems
+
+
+async def _create(
+    alice: AsyncConnection[Any], bob: AsyncConnection[Any], tag: str, i: int, m: WorldMovement
+) -> int:
+    created = await procs.create_movement(
+        f"demo-world-{tag}-{i}", m.amount, plan={"nodes": m.nodes}
+    ).aone(alice)
+    await procs.approve_movement(created.movement_id).aone(bob)
+    return created.movement_id
+
+
+def crash_dispatcher(network: str, runner_login: str, log: Path) -> subprocess.Popen[bytes]:
+    """A dispatcher process as the runner login with the after_submit failpoint
+    armed: it claims what is READY, broadcasts, and SIGKILLs itself."""
+    env = dict(os.environ, QTG_FAILPOINTS="after_submit", MG_WORKERS_ENABLED="true")
+    qtg = str(Path(sys.executable).with_name("qtg"))
+    args = [qtg, "worker", "node_dispatcher", "--network", network, "--as", runner_login]
+    with log.open("ab") as sink:
+        return subprocess.Popen(args, env=env, stdout=sink, stderr=subprocess.STDOUT)
+
+
+async def wait_for_crash(proc: subprocess.Popen[bytes], deadline_s: float) -> bool:
+    """True once the process died by SIGKILL within the deadline; a process still
+    running at the deadline is stopped and False returned."""
+    deadline = time.monotonic() + deadline_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(10)
+        return False
+    return proc.returncode == -signal.SIGKILL
+
+
+async def _states(conn: AsyncConnection[Any], ids: Sequence[int]) -> dict[int, str]:
+    rows = await (
+        await conn.execute(
+            "SELECT movement_id, request_state::text FROM movement_progress"
+            " WHERE movement_id = ANY(%s)",
+            (list(ids),),
+        )
+    ).fetchall()
+    return {int(r[0]): str(r[1]) for r in rows}
+
+
+async def node_report(conn: AsyncConnection[Any], ids: Sequence[int]) -> list[str]:
+    """One line per node of the movements: its state and path through the
+    states (from its audit rows; a recovery shows as such), then its recorded
+    transactions (chain and full hash) or external reference, or why it failed."""
+    rows = await (
+        await conn.execute(
+            "SELECT n.request_id, n.node_key, n.executor_key, n.node_state::text, n.external_ref,"
+            "       n.last_error,"
+            "       (SELECT array_agg(t.chain_key || ' ' || t.tx_hash ORDER BY t.id)"
+            "          FROM node_intents i JOIN evm_transactions t ON t.intent_id = i.id"
+            "         WHERE i.node_id = n.id),"
+            "       (SELECT string_agg(a.to_state || CASE WHEN a.actor LIKE 'node_recovery%%'"
+            "                                             THEN ' (recovery)' ELSE '' END,"
+            "                          ' -> ' ORDER BY a.id)"
+            "          FROM audit_outbox a"
+            "         WHERE a.entity = 'node' AND a.entity_id = n.id::text"
+            "           AND a.to_state IS NOT NULL AND a.to_state IS DISTINCT FROM a.from_state)"
+            "  FROM movement_request_nodes n WHERE n.request_id = ANY(%s)"
+            " ORDER BY n.request_id, n.id",
+            (list(ids),),
+        )
+    ).fetchall()
+    lines = []
+    for request_id, key, executor, state, ref, error, txs, path in rows:
+        lines.append(f"movement {request_id} {key} ({executor}): {path or state}")
+        lines.extend(f"    tx {tx}" for tx in txs or [])
+        if not txs and ref:
+            lines.append(f"    ref {ref}")
+        if state == "FAILED" and error:
+            lines.append(f"    {error[:300]}")
+    return lines
+
+
+async def run_world_demo(
+    admin_dsn: str,
+    people: DemoLogins,
+    network: NetworkMode,
+    view: WorldView,
+    movements: Sequence[WorldMovement],
+    entries: Sequence[WorkerEntry],
+    lanes: dict[str, float],
+    timeout: float,
+    log_dir: Path,
+) -> int:
+    admin = bound_conninfo(admin_dsn, network, "qtg-demo-admin")
+    async with await AsyncConnection.connect(admin, autocommit=True) as conn:
+        for lane, baseline in lanes.items():
+            await procs.upsert_lane_baseline(lane, baseline, min_poll_seconds=0.5).aone(conn)
+    accounts = {(c.chain, c.address) for m in movements for c in m.changes}
+    before = balances(view.chains, accounts)
+
+    tag = time.strftime("%Y%m%d-%H%M%S")
+    creator = bound_conninfo(people.creator.dsn, network, "qtg-demo-creator")
+    approver = bound_conninfo(people.approver.dsn, network, "qtg-demo-approver")
+    ids: dict[int, WorldMovement] = {}
+    started = time.monotonic()
+    async with (
+        await AsyncConnection.connect(creator, autocommit=True) as alice,
+        await AsyncConnection.connect(approver, autocommit=True) as bob,
+    ):
+        for i, m in enumerate(movements):
+            if m.crash_after_submit:
+                ids[await _create(alice, bob, tag, i, m)] = m
+        if ids:
+            proc = crash_dispatcher(network, people.runner.name, log_dir / "demo-crash.log")
+            died = await wait_for_crash(proc, CRASH_DEADLINE_S)
+            out.print(
+                "a dispatcher process broadcast the first movement's transaction and was "
+                "killed before reporting it (SIGKILL after the side effect)"
+                if died
+                else "[yellow]the crashing dispatcher did not die as planned; the runtime "
+                "takes the movement as it is[/yellow]"
+            )
+        for i, m in enumerate(movements):
+            if not m.crash_after_submit:
+                ids[await _create(alice, bob, tag, i, m)] = m
+    out.print(
+        f"{len(ids)} movements created by {people.creator.name} and approved by "
+        f"{people.approver.name}; the workers run as {people.runner.name}"
+    )
+
+    runtime = await Runtime.open(people.runner.dsn, network, name="qtg-demo", max_concurrency=16)
+    ctx = runtime.context(16)
+    supervisor = asyncio.create_task(supervise(ctx, entries, Wakeup(runtime.conninfo, network)))
+    finished = False
+    async with await AsyncConnection.connect(admin, autocommit=True) as conn:
+        shown: dict[int, str] = {}
+        while not supervisor.done() and time.monotonic() - started < timeout:
+            states = await _states(conn, list(ids))
+            for movement_id, state in states.items():
+                if shown.get(movement_id) != state:
+                    shown[movement_id] = state
+                    out.print(f"  movement {movement_id} {state}: {ids[movement_id].name}")
+            finished = all(
+                s in ("COMPLETED", "FAILED", "CANCELLED", "EXPIRED") for s in states.values()
+            )
+            if finished:
+                break
+            await asyncio.sleep(0.5)
+        ctx.stopping.set()
+        code = await supervisor
+        await runtime.close()
+        states = await _states(conn, list(ids))
+        for line in await node_report(conn, list(ids)):
+            out.print(line, soft_wrap=True)
+    after = balances(view.chains, accounts)
+
+    elapsed = time.monotonic() - started
+    wrong = [
+        f"movement {mid} ({ids[mid].name}) is {state}, expected {ids[mid].expected}"
+        for mid, state in states.items()
+        if state != ids[mid].expected
+    ]
+    problems = balance_problems(list(ids.values()), before, after)
+    for (chain, address), value in sorted(after.items()):
+        delta = value - before[chain, address]
+        out.print(
+            f"{address} on {chain}: {before[chain, address]:,} -> {value:,} USDC ({delta:+,})"
+        )
+    if code != 0:
+        out.print(f"[red]a core worker crashed (exit {code})[/red]")
+        return code
+    if not finished or wrong or problems:
+        for line in wrong + problems or ["movements still running at the timeout"]:
+            out.print(f"[red]{line}[/red]")
+        return 1
+    out.print(
+        f"[green]all {len(ids)} movements ended as expected in {elapsed:.0f}s, and every "
+        "balance moved by exactly what they moved[/green]"
+    )
+    return 0

@@ -1,0 +1,37 @@
+"""audit_outbox_promoter (sidecar, the seed's name): moves the audit rows every
+procedure writes into audit_outbox into the network's append-only audit_log,
+each chained to the one before by SHA-256 (promote_audit), so that an edited,
+removed or inserted row is found by verify_audit_chain (`qtg audit verify`).
+It runs until the outbox is empty, a batch a transaction."""
+
+from __future__ import annotations
+
+import logging
+
+from qtg_runner.db import procs
+from qtg_runner.log import event
+from qtg_runner.loop import WorkerContext
+
+BATCH_SIZE = 1000
+MAX_BATCHES = 20
+"""A tick promotes at most this many batches, so a large backlog never holds
+the worker past its heartbeat for long."""
+
+
+async def batch(ctx: WorkerContext, worker_id: str) -> int:
+    promoted = 0
+    for _ in range(MAX_BATCHES):
+        async with ctx.pool.connection() as conn:
+            count = await procs.promote_audit(worker_id, BATCH_SIZE).aone(conn)
+        promoted += count
+        if count < BATCH_SIZE:
+            break
+    if promoted:
+        event(
+            logging.DEBUG,
+            "audit_promoted",
+            network=ctx.network,
+            worker="audit_outbox_promoter",
+            count=promoted,
+        )
+    return promoted

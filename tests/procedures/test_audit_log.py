@@ -1,0 +1,210 @@
+"""The hash-chained audit log (migration 0025_audit_log): promote_audit moves
+audit_outbox rows into audit_log in order, each row's hash taken over the row
+before's hash and its own canonical text; verify_audit_chain recomputes it.
+
+What an auditor relies on: nothing but the promoter writes the log (a runner
+login has no grant on it, and even the owner's UPDATE, DELETE or TRUNCATE is
+refused with QT060); an owner who disables that trigger and edits, removes or
+inserts a row is found at that row; one who then rewrites every hash after
+it is found by the head exported earlier; the check does not depend on the
+session's time zone; an export is checked with SHA-256 alone.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import assert_rejected, bind, claim, create_started, pin_clock, submit
+from rows import ONE, T0, Conn
+
+from qtg_runner.commands.audit import verify_lines
+from qtg_runner.db import procs
+
+
+def movements(conn: Conn, n: int = 3) -> None:
+    for i in range(n):
+        create_started(conn, ONE, f"m{i}")
+    for claimed in claim(conn):
+        submit(conn, claimed)
+
+
+def outbox_left(conn: Conn) -> int:
+    row = conn.execute("SELECT count(*) FROM audit_outbox WHERE promoted_at IS NULL").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def check(conn: Conn, seq: int | None = None, digest: str | None = None) -> procs.AuditChainCheck:
+    return procs.verify_audit_chain(seq, digest).one(conn)
+
+
+def as_owner_without_the_guard(conn: Conn, statement: str, args: tuple[Any, ...] = ()) -> None:
+    """What a database owner could do: switch the append-only trigger off, write."""
+    with conn.transaction():
+        conn.execute("SET LOCAL ROLE qtg_owner")
+        conn.execute("ALTER TABLE audit_log DISABLE TRIGGER audit_log_append_only")
+        conn.execute(statement, args)
+        conn.execute("ALTER TABLE audit_log ENABLE TRIGGER audit_log_append_only")
+
+
+def test_promotion_chains_every_outbox_row_in_order(conn: Conn) -> None:
+    movements(conn)
+    waiting = outbox_left(conn)
+    assert waiting > 0
+    assert procs.promote_audit("promoter", 5).one(conn) == 5
+    assert procs.promote_audit("promoter", 1000).one(conn) == waiting - 5
+    assert procs.promote_audit("promoter").one(conn) == 0
+    assert outbox_left(conn) == 0
+    rows = conn.execute(
+        "SELECT l.seq, l.outbox_id, l.prev_hash, l.row_hash, l.action, o.action, o.promoted_at"
+        " FROM audit_log l JOIN audit_outbox o ON o.id = l.outbox_id ORDER BY l.seq"
+    ).fetchall()
+    assert [r[0] for r in rows] == list(range(1, waiting + 1))
+    assert [r[1] for r in rows] == sorted(r[1] for r in rows)  # the outbox's order
+    assert rows[0][2] == bytes(32)
+    assert all(rows[i][2] == rows[i - 1][3] for i in range(1, len(rows)))
+    assert all(r[4] == r[5] and r[6] is not None for r in rows)
+    result = check(conn)
+    assert (result.ok, result.checked, result.head_seq) == (True, waiting, waiting)
+    assert result.head_hash == rows[-1][3].hex()
+
+
+def test_the_log_is_append_only_even_for_its_owner(db: TestDatabase, conn: Conn) -> None:
+    movements(conn, 1)
+    procs.promote_audit("promoter").one(conn)
+    for statement in (
+        "UPDATE audit_log SET actor = 'mallory'",
+        "DELETE FROM audit_log",
+        "TRUNCATE audit_log",
+    ):
+        with conn.transaction():
+            conn.execute("SET LOCAL ROLE qtg_owner")
+            with pytest.raises(psycopg.Error) as refused, conn.transaction():
+                conn.execute(statement)
+            assert refused.value.sqlstate == "QT060", statement
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    for statement in (
+        "INSERT INTO audit_log SELECT * FROM audit_log",
+        "UPDATE audit_log SET actor = 'mallory'",
+        "UPDATE audit_chain_head SET seq = 0",
+        "UPDATE audit_outbox SET promoted_at = NULL",
+    ):
+        with pytest.raises(psycopg.Error) as refused:
+            runner.execute(statement)
+        assert refused.value.sqlstate == "42501", statement
+    assert check(conn).ok
+
+
+def test_an_edited_row_is_found_where_it_was_edited(conn: Conn) -> None:
+    movements(conn)
+    procs.promote_audit("promoter").one(conn)
+    as_owner_without_the_guard(
+        conn, 'UPDATE audit_log SET detail = detail || \'{"amount": "1"}\' WHERE seq = 3'
+    )
+    result = check(conn)
+    assert (result.ok, result.first_bad_seq) == (False, 3)
+    assert "do not hash" in (result.problem or "")
+
+
+def test_a_removed_or_inserted_row_breaks_the_chain_there(conn: Conn) -> None:
+    movements(conn)
+    procs.promote_audit("promoter").one(conn)
+    as_owner_without_the_guard(conn, "DELETE FROM audit_log WHERE seq = 4")
+    result = check(conn)
+    assert (result.ok, result.first_bad_seq) == (False, 5)
+    assert "rows 4 to 4 are missing" in (result.problem or "")
+
+
+def test_rows_removed_from_the_end_are_found_by_the_head(conn: Conn) -> None:
+    movements(conn)
+    procs.promote_audit("promoter").one(conn)
+    last = check(conn).head_seq
+    as_owner_without_the_guard(conn, "DELETE FROM audit_log WHERE seq = %s", (last,))
+    result = check(conn)
+    assert (result.ok, result.first_bad_seq) == (False, last)
+    assert "head" in (result.problem or "")
+
+
+def test_a_rewritten_chain_is_found_by_the_head_exported_before(conn: Conn) -> None:
+    """The owner edits row 2 and recomputes every hash after it (and the head):
+    the chain is consistent again, but not with the hash exported earlier."""
+    movements(conn)
+    procs.promote_audit("promoter").one(conn)
+    kept = check(conn)
+    with conn.transaction():
+        conn.execute("SET LOCAL ROLE qtg_owner")
+        conn.execute("ALTER TABLE audit_log DISABLE TRIGGER audit_log_append_only")
+        conn.execute("UPDATE audit_log SET actor = 'mallory' WHERE seq = 2")
+        conn.execute(
+            """DO $$
+               DECLARE r audit_log; prev bytea;
+               BEGIN
+                   SELECT row_hash INTO prev FROM audit_log WHERE seq = 1;
+                   FOR r IN SELECT * FROM audit_log WHERE seq >= 2 ORDER BY seq LOOP
+                       r.prev_hash := prev;
+                       r.row_hash := sha256(prev || convert_to(audit_canonical(r), 'UTF8'));
+                       UPDATE audit_log SET prev_hash = r.prev_hash, row_hash = r.row_hash
+                        WHERE seq = r.seq;
+                       prev := r.row_hash;
+                   END LOOP;
+                   UPDATE audit_chain_head SET row_hash = prev;
+               END $$"""
+        )
+        conn.execute("ALTER TABLE audit_log ENABLE TRIGGER audit_log_append_only")
+    assert check(conn).ok  # consistent in itself
+    result = check(conn, kept.head_seq, kept.head_hash)
+    assert (result.ok, result.first_bad_seq) == (False, kept.head_seq)
+    assert "exported earlier" in (result.problem or "")
+    assert check(conn, 1, procs.audit_export(0, 1).one(conn).row_hash).ok  # row 1 is untouched
+
+
+def test_the_check_does_not_depend_on_the_time_zone(conn: Conn) -> None:
+    movements(conn, 1)
+    procs.promote_audit("promoter").one(conn)
+    conn.execute("SET TimeZone = 'Pacific/Kiritimati'")
+    assert check(conn).ok
+    conn.execute("SET TimeZone = 'UTC'")
+
+
+def test_an_export_is_checked_with_sha256_alone(conn: Conn) -> None:
+    movements(conn)
+    procs.promote_audit("promoter").one(conn)
+    rows = procs.audit_export(0, 1000).all(conn)
+    lines = [json.dumps(r.__dict__) for r in rows]
+    checked, bad, head = verify_lines(io.StringIO("\n".join(lines)))
+    assert (checked, bad, head) == (len(rows), None, check(conn).head_hash)
+    # the page after a seq continues where the last one ended
+    assert [r.seq for r in procs.audit_export(2, 2).all(conn)] == [3, 4]
+    tampered = json.loads(lines[2])
+    tampered["canonical"] = tampered["canonical"].replace('"actor"', '"actor" ', 1)
+    lines[2] = json.dumps(tampered)
+    assert verify_lines(io.StringIO("\n".join(lines)))[1] == 3
+
+
+def test_bad_arguments_are_refused(conn: Conn) -> None:
+    for query, args in (
+        ("SELECT promote_audit('', 10)", ()),
+        ("SELECT promote_audit('p', 0)", ()),
+        ("SELECT * FROM verify_audit_chain(1, NULL)", ()),
+        ("SELECT * FROM verify_audit_chain(1, 'zz')", ()),
+        ("SELECT * FROM audit_export(-1, 10)", ()),
+    ):
+        assert_rejected(conn, "QT002", query, args)
+
+
+def test_a_runner_login_promotes_and_an_operator_verifies(db: TestDatabase, conn: Conn) -> None:
+    movements(conn, 1)
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    operator = bind(db.connect(db.operator_dsn("testnet")))
+    for other in (runner, operator):
+        pin_clock(other, T0.isoformat())
+    assert procs.promote_audit("promoter").one(runner) > 0
+    assert procs.verify_audit_chain().one(operator).ok
+    with pytest.raises(psycopg.Error) as refused:
+        procs.verify_audit_chain().one(runner)
+    assert refused.value.sqlstate == "42501"
