@@ -59,8 +59,11 @@ from qtg_runner.executors.bybit_withdraw import venue_health
 from qtg_runner.executors.venues import VenueClients, deposit_evidence, deposits_for, venue_error
 
 ROUTE_REFUSALS = frozenset({"QT002", "QT014"})
-WINDOW_BEFORE_MS = 10 * 60 * 1000
-"""How far before the prepare the venue's deposit records are read (clocks differ)."""
+WINDOW_BEFORE_MS = 24 * 3600 * 1000
+"""How far before the prepare the venue's deposit records are read: the venue
+records a deposit when it sees it mined, which may be long before this step is
+prepared (the parent waited for its finality, the dispatcher may have been
+down)."""
 
 
 @dataclass(frozen=True)

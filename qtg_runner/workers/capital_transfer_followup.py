@@ -44,8 +44,9 @@ WORKER = "capital_transfer_followup"
 BATCH_SIZE = 50
 RECHECK_S = 30.0
 """When a deposit not credited yet is looked at again."""
-LOOK_BEFORE = timedelta(minutes=10)
-"""How far before the transfer landed the venue's records are read (clocks differ)."""
+LOOK_BEFORE = timedelta(days=1)
+"""How far before the transfer's node completed the venue's records are read:
+the venue records a deposit when it sees it mined, before our finality depth."""
 REFUSALS = frozenset({"QT002", "QT005", "QT011"})
 
 
