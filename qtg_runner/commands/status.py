@@ -57,7 +57,14 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
         ),
         "stuck nodes",
     )
-    return Group(pipeline_table(conn), in_flight, workers, stuck)
+    latency = rows_table(
+        conn.execute(
+            "SELECT lane, completed, p50_seconds, p95_seconds, p99_seconds, max_seconds,"
+            " baseline_seconds FROM lane_latency ORDER BY lane"
+        ),
+        "lane latency, last day (seconds from submit to completion)",
+    )
+    return Group(pipeline_table(conn), in_flight, workers, stuck, latency)
 
 
 def status_cmd(
