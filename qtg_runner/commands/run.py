@@ -14,7 +14,7 @@ from qtg_runner.config import NETWORK_MODES, NetworkMode, load_settings
 from qtg_runner.db.embedded import database_url
 from qtg_runner.db.pool import login_dsn
 from qtg_runner.log import configure, event
-from qtg_runner.loop import WorkerEntry
+from qtg_runner.loop import WorkerContext, WorkerEntry
 from qtg_runner.runtime import Runtime, supervise
 from qtg_runner.wakeup import Wakeup
 from qtg_runner.workers import BY_NAME, REGISTRY
@@ -64,24 +64,69 @@ async def _gate_closed() -> int:
 async def run_workers(
     dsn: str, network: NetworkMode, entries: Sequence[WorkerEntry], max_concurrency: int, name: str
 ) -> int:
-    runtime = await Runtime.open(dsn, network, name=name, max_concurrency=max_concurrency)
+    return await run_networks([(network, dsn)], entries, max_concurrency, name)
+
+
+async def run_networks(
+    targets: Sequence[tuple[NetworkMode, str]],
+    entries: Sequence[WorkerEntry],
+    max_concurrency: int,
+    name: str,
+) -> int:
+    """Every worker once per (network, runner login DSN): each network its own
+    runtime (pools bound to it, its login, its instance id and heartbeat rows),
+    all in one process. A core worker's crash in any network stops them all
+    (exit 1); SIGTERM/SIGINT stop them all cleanly (0)."""
+    runtimes: list[Runtime] = []
     try:
-        ctx = runtime.context(max_concurrency)
-        return await supervise(ctx, entries, Wakeup(runtime.conninfo, network))
+        for network, dsn in targets:
+            runtimes.append(
+                await Runtime.open(dsn, network, name=name, max_concurrency=max_concurrency)
+            )
+        contexts = [runtime.context(max_concurrency) for runtime in runtimes]
+        if len(contexts) == 1:
+            runtime = runtimes[0]
+            return await supervise(contexts[0], entries, Wakeup(runtime.conninfo, runtime.network))
+        loop = asyncio.get_running_loop()
+
+        def stop_all() -> None:
+            for ctx in contexts:
+                ctx.stopping.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop_all)
+
+        async def one(runtime: Runtime, ctx: WorkerContext) -> int:
+            wakeup = Wakeup(runtime.conninfo, runtime.network)
+            code = await supervise(ctx, entries, wakeup, install_signal_handlers=False)
+            if code != 0:
+                stop_all()  # fail fast: one network's core crash stops the process
+            return code
+
+        try:
+            codes = await asyncio.gather(
+                *(one(r, c) for r, c in zip(runtimes, contexts, strict=True))
+            )
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        return max(codes)
     finally:
-        await runtime.close()
+        for runtime in runtimes:
+            await runtime.close()
 
 
 def start(
     entries: Sequence[WorkerEntry],
-    network: str | None,
+    network: str | Sequence[str] | None,
     max_concurrency: int,
     name: str,
-    as_login: str | None = None,
+    as_login: str | Sequence[str] | None = None,
 ) -> None:
     configure()
     settings = load_settings()
-    net = resolve_network(network)
+    networks = resolve_networks(network)
+    logins = _logins_for(networks, as_login)
     if not settings.workers_enabled:
         typer.echo(
             "MG_WORKERS_ENABLED is false: no worker started. Movements can be created and approved "
@@ -90,13 +135,75 @@ def start(
             err=True,
         )
         raise typer.Exit(asyncio.run(_gate_closed()))
-    dsn = login_dsn(database_url(settings), as_login, settings)
-    event(logging.INFO, "runner_starting", network=net, workers=",".join(e.name for e in entries))
-    raise typer.Exit(asyncio.run(run_workers(dsn, net, entries, max_concurrency, name)))
+    targets = [
+        (net, login_dsn(database_url(settings), login, settings))
+        for net, login in zip(networks, logins, strict=True)
+    ]
+    for net in networks:
+        event(
+            logging.INFO, "runner_starting", network=net, workers=",".join(e.name for e in entries)
+        )
+    raise typer.Exit(asyncio.run(run_networks(targets, entries, max_concurrency, name)))
+
+
+def resolve_networks(network: str | Sequence[str] | None) -> list[NetworkMode]:
+    """The networks a runner serves: each --network given (no repeats), else the
+    process's network."""
+    if network is None or isinstance(network, str):
+        return [resolve_network(network)]
+    if not network:
+        return [resolve_network(None)]
+    networks = [resolve_network(n) for n in network]
+    if len(set(networks)) != len(networks):
+        raise typer.BadParameter("a network is named twice", param_hint="--network")
+    return networks
+
+
+def _logins_for(
+    networks: Sequence[NetworkMode], as_login: str | Sequence[str] | None
+) -> list[str | None]:
+    """The login of each network: one --as for all, or one --as per --network in
+    the same order; none: whoever QTG_DATABASE_URL names, for every network."""
+    if as_login is None or isinstance(as_login, str):
+        return [as_login] * len(networks)
+    given: list[str | None] = list(as_login)
+    if not given:
+        return [None] * len(networks)
+    if len(given) == 1:
+        return given * len(networks)
+    if len(given) != len(networks):
+        raise typer.BadParameter(
+            f"give one --as for every network, or one --as per --network in the same order "
+            f"({len(networks)} networks, {len(given)} logins)",
+            param_hint="--as",
+        )
+    return given
+
+
+NetworksOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--network",
+        "-n",
+        help="mainnet or testnet (default: QTG_NETWORK_MODE, else testnet). Repeat it to "
+        "serve several networks from one process: every worker runs once per network, "
+        "each with its own connections, login and heartbeat rows.",
+    ),
+]
+
+AsLoginsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--as",
+        help="Log in as this runner login (its password from the credentials file); "
+        "repeat it once per --network, in the same order, to use a login per network. "
+        "Default: whoever QTG_DATABASE_URL names.",
+    ),
+]
 
 
 def run_cmd(
-    network: NetworkOption = None,
+    network: NetworksOption = None,
     only: Annotated[
         list[str] | None,
         typer.Option("--only", help="Run only this worker (repeatable). Default: every worker."),
@@ -104,9 +211,10 @@ def run_cmd(
     concurrency: Annotated[
         int, typer.Option(min=1, max=256, help="External calls in flight at once per worker.")
     ] = 8,
-    as_login: AsOption = None,
+    as_login: AsLoginsOption = None,
 ) -> None:
-    """Run the supervisor: every worker (or --only some) for one network.
+    """Run the supervisor: every worker (or --only some) for one network, or for
+    each --network given.
 
     Runs as a runner login and nothing else: QTG_DATABASE_URL is that login's
     DSN (`qtg db url --login NAME` prints it; the password stays in the
@@ -115,10 +223,10 @@ def run_cmd(
     whose executors are not registered (the admin's `qtg executors register`).
 
     Core workers (node_dispatcher, node_observer, node_recovery) fail fast: a
-    crash stops the process with exit code 1. Sidecars (expiration_checker,
-    template_proposal_expiration) are isolated: a crash is logged and the rest
-    keep running. SIGTERM/SIGINT stop cleanly with exit code 0. Nothing starts
-    unless MG_WORKERS_ENABLED=true.
+    crash stops the process with exit code 1 (every network's workers). Sidecars
+    (the rest) are isolated: a crash is logged and the rest keep running.
+    SIGTERM/SIGINT stop cleanly with exit code 0. Nothing starts unless
+    MG_WORKERS_ENABLED=true.
     """
     names = only or [entry.name for entry in REGISTRY]
     unknown = [n for n in names if n not in BY_NAME]

@@ -57,6 +57,13 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
         ),
         "stuck nodes",
     )
+    executors = rows_table(
+        conn.execute(
+            "SELECT executor_key, status, holding_claims, ready_nodes, checked_at,"
+            " left(detail::text, 120) AS detail FROM executor_status ORDER BY executor_key"
+        ),
+        "executors (a DOWN one's nodes stay READY)",
+    )
     latency = rows_table(
         conn.execute(
             "SELECT lane, completed, p50_seconds, p95_seconds, p99_seconds, max_seconds,"
@@ -64,7 +71,7 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
         ),
         "lane latency, last day (seconds from submit to completion)",
     )
-    return Group(pipeline_table(conn), in_flight, workers, stuck, latency)
+    return Group(pipeline_table(conn), in_flight, workers, executors, stuck, latency)
 
 
 def status_cmd(

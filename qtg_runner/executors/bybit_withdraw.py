@@ -503,27 +503,32 @@ class BybitWithdrawExecutor:
 
 async def venue_health(pool: AsyncConnectionPool[Any], venues: VenueClients) -> HealthResult:
     """Every registered venue: its server time (unsigned) and a signed balance
-    read answer. A venue this runner has no settings for is DEGRADED; one that
-    does not answer, or refuses the signed read, DOWN."""
+    read answer. A venue this runner has no settings for, or one of several
+    that does not answer (or refuses the signed read), is DEGRADED; DOWN, which
+    keeps the executor's nodes READY, only when no venue answers."""
     async with pool.connection() as conn:
         rows = await procs.exchange_venue_list().aall(conn)
     detail: JsonObject = {}
     worst = HealthStatus.HEALTHY
+    down = 0
     for row in rows:
         try:
             client = venues.client(row.venue_key, row.kind, row.base_url_env, row.key_file_env)
         except ExecutorError as exc:
             detail[row.venue_key] = str(exc)
-            if worst is HealthStatus.HEALTHY:
-                worst = HealthStatus.DEGRADED
+            worst = HealthStatus.DEGRADED
             continue
         try:
             server_ms = await client.server_time()
             await client.fund_balance("USDC")
         except (BybitError, BybitUnavailable) as exc:
             detail[row.venue_key] = f"down: {exc}"
-            worst = HealthStatus.DOWN
+            down += 1
             continue
         skew = server_ms / 1000 - time.time()
         detail[row.venue_key] = f"answers, clock skew {skew:+.1f} s"
+    if rows and down == len(rows):
+        worst = HealthStatus.DOWN
+    elif down:
+        worst = HealthStatus.DEGRADED
     return HealthResult(worst, detail)

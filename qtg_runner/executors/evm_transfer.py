@@ -441,6 +441,7 @@ class EvmTransferExecutor:
             chains = await procs.evm_chains().aall(conn)
         detail: JsonObject = {}
         worst = HealthStatus.HEALTHY
+        down = 0
         for chain in chains:
             url = self._env.get(chain.rpc_url_env)
             if not url:
@@ -454,13 +455,13 @@ class EvmTransferExecutor:
                 head = await rpc.block("latest")
             except EvmRpcError as exc:
                 detail[chain.chain_key] = f"down: {exc}"
-                worst = HealthStatus.DOWN
+                down += 1
                 continue
             if chain_id != chain.chain_id:
                 detail[chain.chain_key] = (
                     f"the RPC answers chain id {chain_id}, not {chain.chain_id}"
                 )
-                worst = HealthStatus.DOWN
+                down += 1
                 continue
             age = time.time() - head.timestamp if head is not None else math.inf
             stale_after = max(60.0, STALE_HEAD_BLOCKS * chain.block_time_ms / 1000)
@@ -470,6 +471,13 @@ class EvmTransferExecutor:
                     worst = HealthStatus.DEGRADED
             else:
                 detail[chain.chain_key] = f"head {head.number if head else '?'}, {age:.0f} s old"
+        # DOWN stops every claim of the executor (the dispatcher leaves its nodes
+        # READY): only when no chain can be reached; one chain down is DEGRADED
+        # (its nodes fail at preflight and are retried, the others go on)
+        if chains and down == len(chains):
+            worst = HealthStatus.DOWN
+        elif down:
+            worst = HealthStatus.DEGRADED
         return HealthResult(worst, detail)
 
     async def aclose(self) -> None:

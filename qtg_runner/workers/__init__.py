@@ -9,6 +9,7 @@ from qtg_runner.workers import (
     audit_outbox_promoter,
     capital_transfer_followup,
     evm_nonce_reaper,
+    executor_health,
     expiration_checker,
     node_dispatcher,
     node_observer,
@@ -51,6 +52,10 @@ REGISTRY: tuple[WorkerEntry, ...] = (
         interval=15.0,
         jitter=3.0,
         tier="sidecar",
+    ),
+    # every executor's health(); a DOWN one's nodes stay READY until it is up
+    WorkerEntry(
+        "executor_health", executor_health.batch, interval=30.0, jitter=5.0, tier="sidecar"
     ),
     # the audit log's hash chain: a few seconds behind the outbox
     WorkerEntry(

@@ -349,6 +349,7 @@ def test_health_says_which_chain_is_down_or_out_of_reach(
     a, b = local_chain_set.chains
     healthy = local_chain_set.runner_env()
     down = healthy | {rpc_url_env(b.key): f"http://127.0.0.1:{free_port()}/?apikey=SECRET"}
+    all_down = down | {rpc_url_env(a.key): f"http://127.0.0.1:{free_port()}"}
     partial = {k: v for k, v in healthy.items() if k != rpc_url_env(b.key)}
 
     async def health(env: dict[str, str]) -> Any:
@@ -363,9 +364,12 @@ def test_health_says_which_chain_is_down_or_out_of_reach(
     result = asyncio.run(health(healthy))
     assert result.status is HealthStatus.HEALTHY, result.detail
     assert set(result.detail) == {a.key, b.key}
-    result = asyncio.run(health(down))
-    assert result.status is HealthStatus.DOWN
+    result = asyncio.run(health(down))  # one chain of two: the other's transfers go on
+    assert result.status is HealthStatus.DEGRADED
     assert result.detail[b.key].startswith("down:") and "SECRET" not in result.detail[b.key]
+    result = asyncio.run(health(all_down))
+    assert result.status is HealthStatus.DOWN
+    assert set(result.detail) == {a.key, b.key}
     result = asyncio.run(health(partial))
     assert result.status is HealthStatus.DEGRADED
     assert result.detail[b.key] == f"{rpc_url_env(b.key)} is not set in this runner"

@@ -31,7 +31,7 @@ from engine import (
     node_ids,
     node_states,
 )
-from rows import CHAIN, DIAMOND, ONE, Conn, intent_row, node_row, time_at
+from rows import CHAIN, DIAMOND, ONE, Conn, intent_row, node_row, set_clock, time_at
 
 from qtg_runner.db import procs
 
@@ -111,3 +111,34 @@ def test_a_child_is_handed_what_its_parents_left(conn: Conn) -> None:
         "b": {"executor_key": "sim", "external_ref": "ref-b", "evidence": {"minted": 1}},
         "c": {"executor_key": "sim", "external_ref": "ref-c", "evidence": None},
     }
+
+
+def test_a_down_executors_nodes_stay_ready_with_their_attempts(conn: Conn) -> None:
+    """READY stays READY while the executor's latest report (within five minutes)
+    is DOWN: no claim, no attempt used, the reason in stuck_nodes and
+    executor_status. DEGRADED claims; a stale DOWN no longer holds."""
+    movement_id = create_started(conn, ONE, "m1")
+    a = node_ids(conn, movement_id)["a"]
+    procs.report_executor_health("sim", "DOWN", {"reason": "rpc unreachable"}, "health").one(conn)
+    assert claim(conn) == []
+    row = node_row(conn, a)
+    assert (row["node_state"], row["submit_attempts"], row["claim_token"]) == ("READY", 0, 0)
+    [(reason,)] = conn.execute("SELECT reason FROM stuck_nodes WHERE node_id = %s", (a,)).fetchall()
+    assert reason.startswith("executor sim is DOWN") and "rpc unreachable" in reason
+    status = conn.execute(
+        "SELECT status, holding_claims, ready_nodes FROM executor_status WHERE executor_key = 'sim'"
+    ).fetchone()
+    assert status == ("DOWN", True, 1)
+
+    procs.report_executor_health("sim", "DEGRADED", {}, "health").one(conn)
+    [claimed] = claim(conn)
+    assert claimed["node_id"] == a
+
+    create_started(conn, ONE, "m2")
+    procs.report_executor_health("sim", "DOWN", {}, "health").one(conn)
+    assert claim(conn) == []
+    set_clock(conn, 301)  # the DOWN report is stale: its reporter is gone
+    assert [c["node_key"] for c in claim(conn)] == ["a"]
+    assert conn.execute(
+        "SELECT status, holding_claims FROM executor_status WHERE executor_key = 'sim'"
+    ).fetchone() == ("stale", False)

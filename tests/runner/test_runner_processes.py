@@ -72,6 +72,7 @@ ALL_WORKERS = {
     "evm_nonce_reaper",
     "capital_transfer_followup",
     "audit_outbox_promoter",
+    "executor_health",
 }
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}
@@ -444,6 +445,51 @@ def test_a_dispatcher_killed_after_its_submit_is_recovered_from_evidence_without
     assert node_states(real_clock_conn, movement) == {"transfer": "COMPLETED"}
     assert intent_rows(real_clock_conn, node_id) == ["SUBMITTED"]
     assert side_effects(real_clock_conn) == {node_id: [1]}
+
+
+# -- 7b. one process, both networks ---------------------------------------------------
+
+
+def test_one_process_runs_every_worker_once_per_network_each_with_its_own_heartbeats(
+    db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
+) -> None:
+    """`qtg run --network mainnet --network testnet` as a login that is a runner
+    of both: each network's movement completes, each network's heartbeat rows
+    name every worker once under an instance of their own."""
+    login = db.login("both", "qtg_testnet_runner")
+    real_clock_conn.execute(f'GRANT qtg_mainnet_runner TO "{login.name}"')
+    mainnet = bind(db.connect(), "mainnet")
+    register_runner_sim(mainnet)
+    lane = {"lane": "cctp_fast", "min_latency_s": 0.1, "max_latency_s": 0.3}
+    movements = {}
+    for network, conn in (("testnet", real_clock_conn), ("mainnet", mainnet)):
+        conn.execute("SELECT upsert_lane_baseline('cctp_fast', 1, 0.1)")
+        movements[network] = (conn, one_node_movement(conn, f"both-{network}", **lane))
+    runner = procs.start(
+        "run", "--network", "mainnet", "--network", "testnet", env=runner_env(login.dsn)
+    )
+    for network, (conn, movement) in movements.items():
+        wait_until(
+            lambda c=conn, m=movement: request_state(c, m) == "COMPLETED",
+            30,
+            f"the {network} movement",
+            alive=[runner],
+        )
+    instances = {}
+    for network, (conn, _) in movements.items():
+        beats = heartbeats(conn, runner.pid)
+        assert set(beats) == ALL_WORKERS, network
+        instances[network] = {row["instance_id"] for row in beats.values()}
+        assert len(instances[network]) == 1, network
+    assert instances["testnet"] != instances["mainnet"]
+    assert runner.stop() == 0, runner.describe()
+
+    mismatched = procs.start(
+        "run", "--network", "mainnet", "--network", "testnet", "--as", "a", "--as", "b", "--as",
+        "c", env=runner_env(login.dsn),
+    )  # fmt: skip
+    assert mismatched.wait(timeout=30) == 2
+    assert "one --as per --network" in mismatched.stderr()
 
 
 # -- 8. the demo -----------------------------------------------------------------------

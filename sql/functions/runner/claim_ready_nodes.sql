@@ -19,6 +19,10 @@
 -- records them (claimer_worker, claimer_instance), and recovery takes the claim
 -- at once once that heartbeat says the worker is dead, instead of after the
 -- lease. Without p_instance_id, only the lease bounds the claim.
+-- A node whose executor was last reported DOWN (executor_health, within five
+-- minutes: a report older than that is stale, the sidecar that made it gone)
+-- stays READY, its attempts untouched, until the executor is up again; the
+-- reason shows in executor_status and stuck_nodes.
 -- A node with parents gets what they left as its inputs ({parent node_key:
 -- {executor_key, external_ref, evidence}}; all of them are COMPLETED, or the
 -- node would not be READY): a mint takes its burn's attested message from
@@ -65,6 +69,10 @@ BEGIN
          WHERE node.node_state = 'READY'
            AND node.quarantined_at IS NULL
            AND (node.not_before IS NULL OR node.not_before <= v_now)
+           AND NOT EXISTS (SELECT 1 FROM executor_health health
+                            WHERE health.executor_key = node.executor_key
+                              AND health.status = 'DOWN'
+                              AND health.checked_at > v_now - interval '5 minutes')
          ORDER BY node.priority DESC, node.id
          LIMIT p_max
            FOR UPDATE SKIP LOCKED

@@ -4,6 +4,8 @@
 --   UNKNOWN                    outcome in doubt, waiting for recovery
 --   SUBMITTING past its lease  the dispatcher died or hung mid-submit
 --   observing over baseline    slower than its lane's baseline (or fatal)
+--   executor DOWN              READY, held back while its executor's latest
+--                              health report (within 5 minutes) says DOWN
 --   READY for over 5 minutes   no dispatcher is taking work
 CREATE OR REPLACE VIEW stuck_nodes AS
 SELECT node.id AS node_id,
@@ -19,6 +21,9 @@ SELECT node.id AS node_id,
            WHEN node.node_state = 'UNKNOWN' THEN 'outcome unknown: waiting for recovery'
            WHEN node.node_state = 'SUBMITTING' THEN 'dispatcher lease expired mid-submit'
            WHEN node.node_state IN ('SUBMITTED', 'OBSERVING') THEN 'observing past the lane baseline'
+           WHEN health.executor_key IS NOT NULL THEN
+               format('executor %s is DOWN since %s: %s', health.executor_key, health.checked_at,
+                      left(health.detail::text, 300))
            ELSE 'ready but not dispatched'
        END AS reason,
        node.updated_at AS since,
@@ -27,7 +32,11 @@ SELECT node.id AS node_id,
        node.claimed_by
   FROM movement_request_nodes node
   JOIN movement_requests request ON request.id = node.request_id
+  LEFT JOIN executor_health health
+         ON health.executor_key = node.executor_key AND health.status = 'DOWN'
+        AND health.checked_at > clock() - interval '5 minutes' AND node.node_state = 'READY'
  WHERE node.node_state = 'UNKNOWN'
+    OR health.executor_key IS NOT NULL
     OR (node.quarantined_at IS NOT NULL AND node.finished_at IS NULL)
     OR (node.node_state = 'SUBMITTING' AND node.lease_until <= clock())
     OR (node.node_state IN ('SUBMITTED', 'OBSERVING') AND node.observe_phase IN ('over_baseline', 'fatal'))
