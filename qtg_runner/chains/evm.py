@@ -67,6 +67,7 @@ __all__ = [
     "Transaction",
     "Transfer",
     "balance_of",
+    "build_call",
     "build_transfer",
     "bump",
     "classify",
@@ -292,6 +293,13 @@ def build_transfer(
     """An EIP-1559 transaction calling ``token.transfer(to, amount)``, as
     eth-account (Signer.sign_transaction) takes it."""
     return _eip1559(chain_id, nonce, token, 0, transfer_calldata(to, amount), gas, fees)
+
+
+def build_call(
+    chain_id: int, to: str, data: bytes, nonce: int, fees: Fees, gas: int
+) -> dict[str, Any]:
+    """An EIP-1559 transaction calling contract ``to`` with ``data`` (no value)."""
+    return _eip1559(chain_id, nonce, to, 0, data, gas, fees)
 
 
 def self_transfer(chain_id: int, address: str, nonce: int, fees: Fees) -> dict[str, Any]:

@@ -81,9 +81,16 @@ def prepare_treasury(
     state_dir: Path, chains: Sequence[RunningChain], kdf_iterations: int | None = None
 ) -> list[LocalKey]:
     """The local treasury accounts of ``state_dir`` (their keystore made where
-    missing, qtg_runner.chains.keys.ensure_treasury_keys), funded on each chain."""
+    missing, qtg_runner.chains.keys.ensure_treasury_keys), funded on each chain,
+    each with its bounded allowance to the chain's CCTP TokenMessengerV2
+    (qtg_runner.chains.cctp_allowance)."""
+    from qtg_runner.chains.cctp_allowance import allow_local_burns
+
     treasury = ensure_treasury_keys(state_dir, kdf_iterations=kdf_iterations)
     for chain in chains:
+        fund_treasury(chain, treasury)
+    allow_local_burns(state_dir, chains, treasury)
+    for chain in chains:  # the approvals' gas topped up again
         fund_treasury(chain, treasury)
     return treasury
 

@@ -63,6 +63,9 @@ REAL_TIMINGS: dict[str, float] = {
 """The protocol lanes' baselines in real seconds (migration 0020 seeds the same):
 the demo sets each to its timing divided by the world's time scale."""
 
+CCTP_MAX_FEE_BPS = 10
+"""The most a demo burn may pay for a fast attestation (0.1%)."""
+
 CRASH_DEADLINE_S = 60.0
 """How long the crashing dispatcher may take to claim, broadcast and die."""
 
@@ -108,6 +111,53 @@ def transfer(key: str, chain: str, sender: str, recipient: str, *after: str) -> 
     }
 
 
+def cctp(
+    key: str, source: str, destination: str, sender: str, recipient: str, finality: str, *after: str
+) -> list[dict[str, Any]]:
+    """A CCTP v2 transfer: the burn on ``source`` (its lane waits for the
+    attestation), then the mint on ``destination`` with the attested message."""
+    return [
+        {
+            "key": f"{key}-burn",
+            "executor": "cctp_burn",
+            "depends_on": list(after),
+            "config": {
+                "lane": f"cctp-{finality}",
+                "chain": source,
+                "destination_chain": destination,
+                "from": sender,
+                "to": recipient,
+                "finality": finality,
+                "max_fee_bps": CCTP_MAX_FEE_BPS,
+            },
+        },
+        {
+            "key": f"{key}-mint",
+            "executor": "cctp_mint",
+            "depends_on": [f"{key}-burn"],
+            "config": {
+                "lane": TRANSFER_LANE,
+                "chain": destination,
+                "source_chain": source,
+                "from": sender,
+                "to": recipient,
+            },
+        },
+    ]
+
+
+def bridged(
+    source: str, destination: str, sender: str, recipient: str, amount: Decimal, fee_bps: int
+) -> list[Change]:
+    """What a bridge moves: the amount leaves the sender, the amount less at most
+    its fee arrives."""
+    fee = amount * fee_bps / 10_000
+    return [
+        Change(source, sender, -amount, -amount),
+        Change(destination, recipient, amount - fee, amount),
+    ]
+
+
 def moved(chain: str, sender: str, recipient: str, amount: Decimal) -> list[Change]:
     return [Change(chain, sender, -amount, -amount), Change(chain, recipient, amount, amount)]
 
@@ -123,6 +173,20 @@ def world_movements(w: WorldView) -> list[WorldMovement]:
             "COMPLETED",
             moved(a, t1, t2, Decimal("125")),
             crash_after_submit=True,
+        ),
+        WorldMovement(
+            "CCTP fast: burn on one chain, attested, minted on the other",
+            Decimal("250"),
+            cctp("usdc", a, b, t1, t2, "fast"),
+            "COMPLETED",
+            bridged(a, b, t1, t2, Decimal("250"), CCTP_MAX_FEE_BPS),
+        ),
+        WorldMovement(
+            "CCTP standard: burn, attested after finality, minted",
+            Decimal("1000"),
+            cctp("usdc", b, a, t2, t1, "standard"),
+            "COMPLETED",
+            bridged(b, a, t2, t1, Decimal("1000"), CCTP_MAX_FEE_BPS),
         ),
         WorldMovement(
             "Fan-out over both chains, then a settlement",

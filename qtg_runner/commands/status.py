@@ -64,6 +64,14 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
         ),
         "executors (a DOWN one's nodes stay READY)",
     )
+    limits = rows_table(
+        conn.execute(
+            "SELECT scope, name, in_flight, max_in_flight, started_today, max_per_day,"
+            " max_per_movement, breaker, tripped_because, reset_requested_by"
+            " FROM value_limit_status ORDER BY scope, name"
+        ),
+        "value limits and breakers (limit_held_nodes() lists the nodes they hold)",
+    )
     latency = rows_table(
         conn.execute(
             "SELECT lane, completed, p50_seconds, p95_seconds, p99_seconds, max_seconds,"
@@ -71,7 +79,7 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
         ),
         "lane latency, last day (seconds from submit to completion)",
     )
-    return Group(pipeline_table(conn), in_flight, workers, executors, stuck, latency)
+    return Group(pipeline_table(conn), in_flight, workers, executors, limits, stuck, latency)
 
 
 def status_cmd(

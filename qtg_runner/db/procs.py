@@ -278,6 +278,62 @@ class TransferRoute:
 
 
 @dataclass(frozen=True)
+class CctpBurnRoute:
+    """cctp_burn_route: what a CCTP v2 burn node may sign, from the registry."""
+
+    chain_key: Text
+    chain_id: BigInt
+    rpc_url_env: Text
+    finality_depth: Integer
+    block_time_ms: Integer
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    token_address: Text
+    source_domain: BigInt
+    token_messenger: Text
+    message_transmitter: Text
+    sender: Text
+    signer_id: Text
+    destination_chain: Text
+    destination_domain: BigInt
+    destination_token_messenger: Text
+    mint_recipient: Text
+    recipient_kind: Text
+    amount_units: NumericValue
+    max_fee_units: NumericValue
+    min_finality_threshold: Integer
+    next_nonce: BigInt | None
+
+
+@dataclass(frozen=True)
+class CctpMintRoute:
+    """cctp_mint_route: what a CCTP v2 mint node may sign and what its burn must show."""
+
+    chain_key: Text
+    chain_id: BigInt
+    rpc_url_env: Text
+    finality_depth: Integer
+    block_time_ms: Integer
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    token_address: Text
+    destination_domain: BigInt
+    message_transmitter: Text
+    token_messenger: Text
+    sender: Text
+    signer_id: Text
+    source_chain: Text
+    source_domain: BigInt
+    source_token_messenger: Text
+    source_token: Text
+    mint_recipient: Text
+    recipient_kind: Text
+    amount_units: NumericValue
+    max_fee_units: NumericValue
+    next_nonce: BigInt | None
+
+
+@dataclass(frozen=True)
 class WithdrawRoute:
     """bybit_withdraw_route: what an exchange withdrawal node may request, from the registry."""
 
@@ -414,6 +470,18 @@ class AuditChainCheck:
     problem: Text | None
     head_seq: BigInt
     head_hash: Text
+
+
+@dataclass(frozen=True)
+class HeldNode:
+    """A READY node a value limit or a tripped breaker holds, and why."""
+
+    node_id: BigInt
+    movement_id: BigInt
+    node_key: Text
+    lane: Text
+    executor_key: Text
+    reason: Text
 
 
 @dataclass(frozen=True)
@@ -831,6 +899,16 @@ def evm_transfer_route(node_id: BigInt) -> Call[TransferRoute]:
 
 
 @procedure("runner")
+def cctp_burn_route(node_id: BigInt) -> Call[CctpBurnRoute]:
+    """What a CCTP v2 burn node may sign, as the registry says now."""
+
+
+@procedure("runner")
+def cctp_mint_route(node_id: BigInt) -> Call[CctpMintRoute]:
+    """What a CCTP v2 mint node may sign, and what its burn's message must show."""
+
+
+@procedure("runner")
 def bybit_withdraw_route(node_id: BigInt) -> Call[WithdrawRoute]:
     """What an exchange withdrawal node may request, as the venue and chain registry say now."""
 
@@ -1097,6 +1175,17 @@ def verify_audit_chain(
 
 
 @procedure("operator")
+def reset_breaker(scope: Text, name: Text) -> Call[Text]:
+    """A tripped breaker closes when two different operators ask: the first gets
+    RESET_REQUESTED, the second CLOSED; the same login twice is Refused (QT022)."""
+
+
+@procedure("operator")
+def limit_held_nodes() -> Call[HeldNode]:
+    """The READY nodes a value limit or a tripped breaker holds now, and why."""
+
+
+@procedure("operator")
 def audit_export(
     after_seq: BigInt | Default = DEFAULT, max: Integer | Default = DEFAULT
 ) -> Call[AuditExportRow]:
@@ -1204,6 +1293,20 @@ def upsert_chain_token(
     chain_key: Text, symbol: Text, address: Text, decimals: Integer
 ) -> Call[None]:
     """Records a token contract on a registered chain (symbol, address, decimals)."""
+
+
+@procedure("owner")
+def set_value_limit(
+    scope: Text,
+    name: Text,
+    max_in_flight: Numeric | None,
+    max_per_day: Numeric | None,
+    max_per_movement: Numeric | None,
+    trip_after_failures: Integer | Default | None = DEFAULT,
+    trip_window_seconds: Numeric | Default = DEFAULT,
+) -> Call[None]:
+    """A scope's value limits (USDC in flight, per UTC day, per movement) and when
+    its breaker trips; None: no such limit, all None removes the scope's row."""
 
 
 @procedure("owner")

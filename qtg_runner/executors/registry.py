@@ -26,6 +26,8 @@ from qtg_runner.db.procs import RegisteredExecutor
 from qtg_runner.executors.base import Executor
 from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
 from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
+from qtg_runner.executors.cctp_burn import CctpBurnExecutor
+from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 from qtg_runner.executors.sim import SimExecutor
 
@@ -34,6 +36,8 @@ SHIPPED: tuple[type[Executor], ...] = (
     EvmTransferExecutor,
     BybitWithdrawExecutor,
     BybitDepositExecutor,
+    CctpBurnExecutor,
+    CctpMintExecutor,
 )
 """Every executor a runner of this build carries."""
 
@@ -45,6 +49,8 @@ def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
         EvmTransferExecutor.key: EvmTransferExecutor(pool, network),
         BybitWithdrawExecutor.key: BybitWithdrawExecutor(pool, network),
         BybitDepositExecutor.key: BybitDepositExecutor(pool, network),
+        CctpBurnExecutor.key: CctpBurnExecutor(pool, network),
+        CctpMintExecutor.key: CctpMintExecutor(pool, network),
     }
 
 

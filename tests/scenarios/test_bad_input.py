@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,6 +58,8 @@ from qtg_runner.chains.evm import Fees, build_transfer, self_transfer, tx_hash_o
 from qtg_runner.db import procs
 from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
 from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
+from qtg_runner.executors.cctp_burn import CctpBurnExecutor
+from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 
 Conn = psycopg.Connection[Any]
@@ -103,6 +104,8 @@ class World:
     withdraw: int = 0  # a bybit_withdraw node from the venue bybit to world-a's 0xff..
     deposit: int = 0  # a bybit_deposit node at the venue bybit on world-a
     landed: int = 0  # an evm_transfer COMPLETED into bybit's deposit address, followed
+    cctp_burn: int = 0  # a cctp_burn node world-a -> world-b, treasury 0xdd.. -> 0xff..
+    cctp_mint: int = 0  # its cctp_mint child on world-b
 
 
 WORLD_SENDER = "0x" + "d" * 40
@@ -142,6 +145,46 @@ def build_world(conn: Conn) -> World:
     procs.upsert_chain_token("world-a", "USDC", "0x" + "1" * 40, 6).one(conn)
     evm = EvmTransferExecutor
     procs.register_executor(evm.key, True, evm.node_config_schema, evm.description).one(conn)
+    # CCTP between world-a and world-b (domains 100 / 101), the same treasury on both
+    procs.upsert_chain("world-b", 2, "QTG_RPC_WORLD_B", 2, 1000).one(conn)
+    procs.upsert_treasury_account("world-b", "0x" + "d" * 40, "env:WORLD_KEY").one(conn)
+    procs.upsert_treasury_account("world-b", "0x" + "f" * 40, "env:WORLD_KEY_2").one(conn)
+    procs.upsert_chain_token("world-b", "USDC", "0x" + "2" * 40, 6).one(conn)
+    for chain, domain, digit in (("world-a", 100, "3"), ("world-b", 101, "5")):
+        contracts = {
+            "MessageTransmitterV2": "0x" + digit * 40,
+            "TokenMessengerV2": "0x" + "4" * 39 + digit,
+        }
+        procs.upsert_chain_protocol(chain, "cctp", domain, contracts).one(conn)
+    for cctp in (CctpBurnExecutor, CctpMintExecutor):
+        procs.register_executor(cctp.key, True, cctp.node_config_schema, cctp.description).one(conn)
+    cctp_ends = {"from": "0x" + "d" * 40, "to": "0x" + "f" * 40}
+    cctp_nodes = node_ids(
+        conn,
+        create(
+            conn,
+            plan(
+                node(
+                    "burn",
+                    [],
+                    CctpBurnExecutor.key,
+                    chain="world-a",
+                    destination_chain="world-b",
+                    finality="fast",
+                    **cctp_ends,
+                ),
+                node(
+                    "mint",
+                    ["burn"],
+                    CctpMintExecutor.key,
+                    chain="world-b",
+                    source_chain="world-a",
+                    **cctp_ends,
+                ),
+            ),
+            "cctp",
+        ),
+    )
     pending = create(conn, plan(node("a")), "pending")
     transfer = node_ids(
         conn,
@@ -233,6 +276,11 @@ def build_world(conn: Conn) -> World:
     procs.claim_capital_transfers(10, 60).all(conn)
     with as_person(conn, "alice"):
         proposal = procs.propose_lane_baseline("default", 120).one(conn).proposal_id
+    # a tripped breaker for reset_breaker, of a venue no node of the world uses
+    conn.execute(
+        "INSERT INTO breakers (scope, name, tripped_at, tripped_by, reason)"
+        " VALUES ('venue', 'unused', clock(), 'test', 'tripped for the test')"
+    )
     pin_clock(conn, iso_at(NOW))
     observed = procs.claim_observe(ids["b"], "obs").one(conn)
     [recovering] = procs.claim_recovery_nodes("rec", 10).all(conn)
@@ -252,6 +300,8 @@ def build_world(conn: Conn) -> World:
         withdraw=venue_nodes["w"],
         deposit=venue_nodes["d"],
         landed=landed,
+        cctp_burn=cctp_nodes["burn"],
+        cctp_mint=cctp_nodes["mint"],
     )
 
 
@@ -401,6 +451,8 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_error": None,
             "p_retry_after_seconds": 5,
         },
+        "cctp_burn_route": {"p_node_id": w.cctp_burn},
+        "cctp_mint_route": {"p_node_id": w.cctp_mint},
         "evm_nonce_gaps": {"p_max": 10},
         "evm_stale_transactions": {"p_blocks": 20, "p_min_seconds": 60, "p_max": 10},
         "record_nonce_fill": dict(
@@ -462,6 +514,15 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_address": "0x" + "A" * 40,
             "p_decimals": 6,
         },
+        "set_value_limit": {
+            "p_scope": "lane",
+            "p_name": "default",
+            "p_max_in_flight": 1000,
+            "p_max_per_day": None,
+            "p_max_per_movement": None,
+        },
+        "reset_breaker": {"p_scope": "venue", "p_name": "unused"},
+        "limit_held_nodes": {},
         "promote_audit": {"p_worker": "promoter", "p_max": 10},
         "verify_audit_chain": {"p_expected_seq": None, "p_expected_hash": None},
         "audit_export": {"p_after_seq": 0, "p_max": 10},
@@ -801,6 +862,17 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + addresses("p_address")
             + each("p_decimals", "QT002", None, -1, 37)
         ),
+        "set_value_limit": (
+            each("p_scope", "QT002", None, "", "planet", BIG_TEXT)
+            + each("p_name", "QT002", None, "", "*", "a b", BIG_TEXT)
+            + each("p_max_in_flight", "QT005", 0, -1, "NaN", "Infinity", "1e15")
+            + each("p_max_per_day", "QT005", 0, "NaN")
+            + each("p_max_per_movement", "QT005", -5, "Infinity")
+            + each("p_trip_after_failures", "QT005", 0, 100001)
+            + each("p_trip_window_seconds", "QT005", 0, "NaN", 2592001)
+        ),
+        "reset_breaker": each("p_scope", "QT061", None, "nowhere")
+        + each("p_name", "QT005", BIG_TEXT),
         "promote_audit": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
         "verify_audit_chain": (
             each("p_expected_seq", "QT002", 1) + each("p_expected_hash", "QT002", "0x" + "a" * 64)
@@ -881,6 +953,13 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         ),
         "evm_transfer_route": (
             # a node that is not a transfer step: its config names no chain
+            each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
+        "cctp_burn_route": (
+            # a node that is not a burn step: its config names no chains
+            each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
+        "cctp_mint_route": (
             each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
         ),
         "evm_next_nonce": (
@@ -1036,7 +1115,13 @@ def test_every_public_procedure_is_in_the_suite() -> None:
     assert set(valid_calls(placeholder)) == set(WORLD_PROCEDURES)
     # worker_stopped: any name is a valid name (it stops nothing that is not
     # there); registered_executors takes no argument
-    no_bad_inputs = {"worker_stopped", "registered_executors", "evm_chains", "exchange_venue_list"}
+    no_bad_inputs = {
+        "worker_stopped",
+        "registered_executors",
+        "evm_chains",
+        "limit_held_nodes",
+        "exchange_venue_list",
+    }
     assert set(bad_inputs(placeholder)) == set(WORLD_PROCEDURES) - no_bad_inputs
 
 
@@ -1104,27 +1189,23 @@ def test_the_batch_calls_refuse_a_bad_batch_whole(
             )
 
 
-def test_a_dense_and_a_chain_plan_of_200_nodes_are_created_in_under_a_second(
-    world_conn: Conn,
-) -> None:
-    """The plan limit is 200 nodes; the densest plan names 19,900 parents."""
+def test_a_dense_and_a_chain_plan_of_200_nodes_are_created_whole(world_conn: Conn) -> None:
+    """The plan limit is 200 nodes; the densest plan names 19,900 parents, and
+    every edge is there. How long it takes is the bench's to say, not a test's."""
     dense = plan(*(node(f"n{i}", [f"n{j}" for j in range(i)]) for i in range(200)))
     chain = plan(*(node(f"n{i}", [f"n{i - 1}"] if i else []) for i in range(200)))
     for label, the_plan in (("dense", dense), ("chain", chain)):
-        took = []
-        for attempt in range(2):  # the better of two: the machine may be busy
-            with world_conn.transaction(force_rollback=True):
-                started = time.perf_counter()
-                created = procs.create_movement(
-                    f"{label}-{attempt}", Decimal(10), plan=the_plan
-                ).one(world_conn)
-                took.append(time.perf_counter() - started)
-                edges = world_conn.execute(
-                    "SELECT count(*) FROM movement_plan_edges WHERE request_id = %s",
-                    (created.movement_id,),
-                ).fetchone()
-            assert edges == ((19_900 if label == "dense" else 199),)
-        assert min(took) < 1.0, f"a {label} plan of 200 nodes took {min(took):.3f} s"
+        with world_conn.transaction(force_rollback=True):
+            created = procs.create_movement(label, Decimal(10), plan=the_plan).one(world_conn)
+            edges = world_conn.execute(
+                "SELECT count(*) FROM movement_plan_edges WHERE request_id = %s",
+                (created.movement_id,),
+            ).fetchone()
+            nodes = world_conn.execute(
+                "SELECT count(*) FROM movement_request_nodes WHERE request_id = %s",
+                (created.movement_id,),
+            ).fetchone()
+        assert (edges, nodes) == (((19_900 if label == "dense" else 199),), (200,))
 
 
 # --- hypothesis: any value of the argument's type ---------------------------------------------

@@ -15,6 +15,8 @@ from conftest import TestDatabase
 from qtg_runner.db.migrate import sql_dir
 
 RUNNER = {
+    "cctp_burn_route",
+    "cctp_mint_route",
     "claim_observe",
     "claim_ready_nodes",
     "claim_recovery_nodes",
@@ -54,6 +56,8 @@ OPERATOR = {
     "requeue_node",
     "approve_movement",
     "audit_export",
+    "limit_held_nodes",
+    "reset_breaker",
     "verify_audit_chain",
     "approve_proposal",
     "cancel_movement",
@@ -69,6 +73,7 @@ ADMIN = {
     "disallow_destination",
     "register_executor",
     "upsert_chain",
+    "set_value_limit",
     "upsert_chain_protocol",
     "upsert_exchange_venue",
     "upsert_venue_chain",
@@ -80,6 +85,7 @@ ADMIN = {
 INTERNAL = {
     "audit_canonical",
     "audit_row_hash",
+    "treasury_signer",
     "check_args",
     "check_claim_args",
     "check_executor_schema",
@@ -92,6 +98,7 @@ INTERNAL = {
     "check_template",
     "chain_protocol",
     "claim_hash",
+    "destination_kind",
     "claim_secret",
     "config_value",
     "enqueue_callbacks",
@@ -102,6 +109,7 @@ INTERNAL = {
     "intent_document",
     "intent_tx_problem",
     "lane_of",
+    "limit_holds",
     "limit_problem",
     "limit_refusals",
     "lock_claimed_node",
@@ -119,6 +127,8 @@ INTERNAL = {
     "set_movement_states",
     "set_proposal_states",
     "set_quarantine",
+    "trip_breaker",
+    "trip_breakers",
     "settle_movements",
     "stop_movement",
     "transient_error",

@@ -9,7 +9,8 @@
 --              parent; at 0 it becomes READY, or SKIPPED when its movement has
 --              a stop requested. Only these nodes' edges are read: no scan of
 --              history.
---   FAILED     every PENDING descendant is SKIPPED: it can never run.
+--   FAILED     every PENDING descendant is SKIPPED: it can never run; and
+--              repeated failures trip a breaker (trip_breakers).
 --   SKIPPED    nothing more (a stop skips every waiting node itself).
 --   READY      back in the dispatch queue: runners are woken, unless a due
 --              expiry now applies (recheck_expiry), which skips it.
@@ -43,6 +44,11 @@ BEGIN
       INTO v_failed, v_completed, v_ready
       FROM movement_request_nodes n
      WHERE n.id = ANY (p_node_ids);
+
+    -- repeated failures trip their lane's or venue's breaker (value_limits)
+    IF v_failed IS NOT NULL THEN
+        PERFORM trip_breakers(v_failed, p_actors[array_position(p_node_ids, v_failed[1])]);
+    END IF;
 
     -- every PENDING descendant of a failed node: SKIPPED
     IF v_failed IS NOT NULL THEN

@@ -19,6 +19,9 @@
 -- records them (claimer_worker, claimer_instance), and recovery takes the claim
 -- at once once that heartbeat says the worker is dead, instead of after the
 -- lease. Without p_instance_id, only the lease bounds the claim.
+-- A node that a value limit or a tripped breaker holds (limit_holds: per
+-- lane, venue and network, USDC in flight, started today, per movement) stays
+-- READY, its attempts untouched; limit_held_nodes says why.
 -- A node whose executor was last reported DOWN (executor_health, within five
 -- minutes: a report older than that is stale, the sidecar that made it gone)
 -- stays READY, its attempts untouched, until the executor is up again; the
@@ -58,24 +61,40 @@ LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_now timestamptz := clock();
+    v_now     timestamptz := clock();
+    v_limited boolean;
+    v_ids     bigint[];
 BEGIN
     PERFORM check_claim_args('claim_ready_nodes', p_worker, p_max, p_lease_seconds, p_instance_id);
 
+    -- value limits: every limit row locked first, so two claims never spend
+    -- the same room (the statements below see what a claim that held them
+    -- before committed); no limit and no breaker, nothing is locked
+    PERFORM 1 FROM value_limits ORDER BY scope, name FOR UPDATE;
+    v_limited := FOUND OR EXISTS (SELECT 1 FROM breakers);
+
+    SELECT array_agg(c.id ORDER BY c.priority DESC, c.id) INTO v_ids
+      FROM (SELECT node.id, node.priority
+              FROM movement_request_nodes node
+             WHERE node.node_state = 'READY'
+               AND node.quarantined_at IS NULL
+               AND (node.not_before IS NULL OR node.not_before <= v_now)
+               AND NOT EXISTS (SELECT 1 FROM executor_health health
+                                WHERE health.executor_key = node.executor_key
+                                  AND health.status = 'DOWN'
+                                  AND health.checked_at > v_now - interval '5 minutes')
+             ORDER BY node.priority DESC, node.id
+             LIMIT p_max
+               FOR UPDATE SKIP LOCKED) c;
+    IF v_limited AND v_ids IS NOT NULL THEN
+        v_ids := ARRAY(SELECT u.id FROM unnest(v_ids) WITH ORDINALITY AS u(id, ord)
+                        WHERE u.id NOT IN (SELECT h.node_id FROM limit_holds(v_ids, v_now) h)
+                        ORDER BY u.ord);
+    END IF;
+
     RETURN QUERY
     WITH candidates AS (
-        SELECT node.id
-          FROM movement_request_nodes node
-         WHERE node.node_state = 'READY'
-           AND node.quarantined_at IS NULL
-           AND (node.not_before IS NULL OR node.not_before <= v_now)
-           AND NOT EXISTS (SELECT 1 FROM executor_health health
-                            WHERE health.executor_key = node.executor_key
-                              AND health.status = 'DOWN'
-                              AND health.checked_at > v_now - interval '5 minutes')
-         ORDER BY node.priority DESC, node.id
-         LIMIT p_max
-           FOR UPDATE SKIP LOCKED
+        SELECT u.id FROM unnest(v_ids) AS u(id)
     ), claimed AS (
         UPDATE movement_request_nodes node
            SET node_state       = 'SUBMITTING',
@@ -99,6 +118,19 @@ BEGIN
                p_worker, 'CLAIMED', v_now
           FROM claimed
         RETURNING node_intents.id, node_intents.node_id, node_intents.idempotency_key
+    ), counted AS (
+        -- the day's usage of the scopes with a daily cap
+        INSERT INTO value_usage AS v (scope, name, day, started)
+        SELECT l.scope, l.name, (v_now AT TIME ZONE 'UTC')::date, sum(request.amount)
+          FROM claimed
+          JOIN movement_requests request ON request.id = claimed.request_id
+          JOIN value_limits l ON l.max_per_day IS NOT NULL
+                             AND ((l.scope = 'lane' AND l.name = claimed.lane)
+                               OR (l.scope = 'venue' AND l.name = claimed.executor_key)
+                               OR l.scope = 'network')
+         WHERE v_limited AND claimed.has_side_effect
+         GROUP BY l.scope, l.name
+        ON CONFLICT (scope, name, day) DO UPDATE SET started = v.started + excluded.started
     ), audited AS (
         SELECT write_audit(array_agg((p_worker, 'node', claimed.id::text, claimed.request_id, 'state_changed',
                                       'READY', 'SUBMITTING', jsonb_strip_nulls(jsonb_build_object(

@@ -1,0 +1,259 @@
+"""What the CCTP v2 executors say to the chains and to Circle's attestation
+service (Iris): the calldata of ``depositForBurn``, ``receiveMessage``,
+``usedNonces`` and ERC-20 ``allowance``; the ``DepositForBurn`` and
+``MessageReceived`` events decoded from logs; and an Iris client.
+
+The same code talks to the real contracts and Iris and to the local doubles
+(qtg_runner.chains.cctp, qtg_runner.world.iris): only addresses and the URL
+differ. Layouts and event signatures: protocols.md, "Circle CCTP".
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from eth_abi.abi import decode as abi_decode
+from eth_abi.abi import encode as abi_encode
+from eth_utils.crypto import keccak
+
+from qtg_runner.chains.cctp import BurnBody, CctpMessage, address_to_bytes32
+from qtg_runner.chains.evm import normalize_address
+from qtg_runner.chains.evm_rpc import EvmRpc, Log
+
+__all__ = [
+    "DEPOSIT_FOR_BURN",
+    "DEPOSIT_FOR_BURN_TOPIC",
+    "MESSAGE_RECEIVED_TOPIC",
+    "MESSAGE_SENT_TOPIC",
+    "RATE_LIMITED_MIN_WAIT_S",
+    "DepositForBurn",
+    "IrisAnswer",
+    "IrisClient",
+    "IrisStatus",
+    "MessageReceived",
+    "allowance",
+    "decode_deposit_for_burn",
+    "decode_message_received",
+    "deposit_for_burn_calldata",
+    "parse_message",
+    "receive_message_calldata",
+    "used_nonce",
+]
+
+DEPOSIT_FOR_BURN = bytes.fromhex("8e0250ee")
+"""depositForBurn(uint256,uint32,bytes32,address,bytes32,uint256,uint32)."""
+_RECEIVE_MESSAGE = keccak(text="receiveMessage(bytes,bytes)")[:4]
+_USED_NONCES = keccak(text="usedNonces(bytes32)")[:4]
+_ALLOWANCE = keccak(text="allowance(address,address)")[:4]
+
+DEPOSIT_FOR_BURN_TOPIC = (
+    "0x"
+    + keccak(
+        text="DepositForBurn(address,uint256,address,bytes32,uint32,bytes32,bytes32,uint256,uint32,bytes)"
+    ).hex()
+)
+MESSAGE_SENT_TOPIC = "0x" + keccak(text="MessageSent(bytes)").hex()
+MESSAGE_RECEIVED_TOPIC = (
+    "0x" + keccak(text="MessageReceived(address,uint32,bytes32,bytes32,uint32,bytes)").hex()
+)
+
+RATE_LIMITED_MIN_WAIT_S = 5.0
+"""Iris allows 35 requests a second and blocks for 5 minutes beyond: after a 429
+no poll comes sooner than this (or than its Retry-After)."""
+
+
+def deposit_for_burn_calldata(
+    amount: int,
+    destination_domain: int,
+    mint_recipient: str,
+    burn_token: str,
+    max_fee: int,
+    min_finality_threshold: int,
+    destination_caller: bytes = bytes(32),
+) -> bytes:
+    return DEPOSIT_FOR_BURN + abi_encode(
+        ["uint256", "uint32", "bytes32", "address", "bytes32", "uint256", "uint32"],
+        [
+            amount,
+            destination_domain,
+            address_to_bytes32(mint_recipient),
+            normalize_address(burn_token),
+            destination_caller,
+            max_fee,
+            min_finality_threshold,
+        ],
+    )
+
+
+def receive_message_calldata(message: bytes, attestation: bytes) -> bytes:
+    return _RECEIVE_MESSAGE + abi_encode(["bytes", "bytes"], [message, attestation])
+
+
+async def used_nonce(rpc: EvmRpc, transmitter: str, nonce: bytes) -> bool:
+    """``MessageTransmitterV2.usedNonces(nonce) == 1``: the message was minted."""
+    out = await rpc.call(normalize_address(transmitter), _USED_NONCES + nonce)
+    return int.from_bytes(out[-32:], "big") != 0 if out else False
+
+
+async def allowance(rpc: EvmRpc, token: str, owner: str, spender: str) -> int:
+    out = await rpc.call(
+        normalize_address(token),
+        _ALLOWANCE + abi_encode(["address", "address"], [owner, spender]),
+    )
+    return int.from_bytes(out[-32:], "big") if out else 0
+
+
+def _topic_address(topic: str) -> str:
+    return "0x" + topic[-40:].lower()
+
+
+@dataclass(frozen=True)
+class DepositForBurn:
+    burn_token: str
+    amount: int
+    depositor: str
+    mint_recipient: bytes
+    destination_domain: int
+    destination_token_messenger: bytes
+    destination_caller: bytes
+    max_fee: int
+    min_finality_threshold: int
+    log_index: int
+
+
+def decode_deposit_for_burn(log: Log) -> DepositForBurn | None:
+    """The event, when ``log`` is a DepositForBurn (else None)."""
+    if len(log.topics) != 4 or log.topics[0] != DEPOSIT_FOR_BURN_TOPIC:
+        return None
+    amount, recipient, domain, messenger, caller, max_fee, _hook = abi_decode(
+        ["uint256", "bytes32", "uint32", "bytes32", "bytes32", "uint256", "bytes"], log.data
+    )
+    return DepositForBurn(
+        burn_token=_topic_address(log.topics[1]),
+        amount=int(amount),
+        depositor=_topic_address(log.topics[2]),
+        mint_recipient=bytes(recipient),
+        destination_domain=int(domain),
+        destination_token_messenger=bytes(messenger),
+        destination_caller=bytes(caller),
+        max_fee=int(max_fee),
+        min_finality_threshold=int(log.topics[3], 16),
+        log_index=log.log_index,
+    )
+
+
+@dataclass(frozen=True)
+class MessageReceived:
+    caller: str
+    source_domain: int
+    nonce: str
+    sender: bytes
+    finality_threshold_executed: int
+    message_body: bytes
+    tx_hash: str
+    block_number: int | None
+
+
+def decode_message_received(log: Log) -> MessageReceived | None:
+    if len(log.topics) != 4 or log.topics[0] != MESSAGE_RECEIVED_TOPIC:
+        return None
+    source_domain, sender, body = abi_decode(["uint32", "bytes32", "bytes"], log.data)
+    return MessageReceived(
+        caller=_topic_address(log.topics[1]),
+        source_domain=int(source_domain),
+        nonce=log.topics[2].lower(),
+        sender=bytes(sender),
+        finality_threshold_executed=int(log.topics[3], 16),
+        message_body=bytes(body),
+        tx_hash=log.tx_hash,
+        block_number=log.block_number,
+    )
+
+
+class IrisStatus(enum.StrEnum):
+    NOT_FOUND = "not_found"
+    """404 or an empty list: not indexed yet (normal at first)."""
+    PENDING = "pending"
+    COMPLETE = "complete"
+    RATE_LIMITED = "rate_limited"
+    UNAVAILABLE = "unavailable"
+    """Unreachable, or an answer that is not Iris's."""
+
+
+@dataclass(frozen=True)
+class IrisAnswer:
+    status: IrisStatus
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    retry_after: float | None = None
+    detail: str = ""
+
+
+class IrisClient:
+    """``GET /v2/messages/{sourceDomain}?transactionHash=``, read as the
+    executors need it."""
+
+    def __init__(self, base_url: str, timeout: float = 10.0) -> None:
+        self._base = base_url.rstrip("/")
+        self._client = httpx.AsyncClient(timeout=timeout)
+
+    async def messages(self, source_domain: int, tx_hash: str) -> IrisAnswer:
+        url = f"{self._base}/v2/messages/{source_domain}"
+        try:
+            response = await self._client.get(url, params={"transactionHash": tx_hash})
+        except httpx.HTTPError as exc:
+            return IrisAnswer(IrisStatus.UNAVAILABLE, detail=f"{type(exc).__name__}")
+        if response.status_code == 429:
+            try:
+                hinted = float(response.headers.get("Retry-After", "0"))
+            except ValueError:
+                hinted = 0.0
+            wait = max(RATE_LIMITED_MIN_WAIT_S, hinted if math.isfinite(hinted) else 0.0)
+            return IrisAnswer(IrisStatus.RATE_LIMITED, retry_after=wait, detail="HTTP 429")
+        if response.status_code == 404:
+            return IrisAnswer(IrisStatus.NOT_FOUND, detail="HTTP 404")
+        if response.status_code != 200:
+            return IrisAnswer(IrisStatus.UNAVAILABLE, detail=f"HTTP {response.status_code}")
+        try:
+            body = response.json()
+        except ValueError:
+            return IrisAnswer(IrisStatus.UNAVAILABLE, detail="an answer that is not JSON")
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            return IrisAnswer(IrisStatus.UNAVAILABLE, detail="no messages list in the answer")
+        if not messages:
+            return IrisAnswer(IrisStatus.NOT_FOUND, detail="an empty list")
+        if all(m.get("status") == "complete" for m in messages):
+            return IrisAnswer(IrisStatus.COMPLETE, messages)
+        return IrisAnswer(
+            IrisStatus.PENDING, messages, detail=str(messages[0].get("status", "?"))[:64]
+        )
+
+    async def reachable(self) -> str | None:
+        """None when Iris answers a lookup (of a hash nobody burnt in, on
+        domain 0: 404, an empty list or a 400 for a domain it does not serve
+        are all answers), else what is wrong: unreachable, 5xx, or 429."""
+        try:
+            response = await self._client.get(
+                f"{self._base}/v2/messages/0", params={"transactionHash": "0x" + "00" * 32}
+            )
+        except httpx.HTTPError as exc:
+            return f"unreachable: {type(exc).__name__}"
+        if response.status_code == 429 or response.status_code >= 500:
+            return f"HTTP {response.status_code}"
+        return None
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def parse_message(hex_text: Any) -> tuple[CctpMessage, BurnBody, bytes]:
+    """An attested message's hex, decoded (ValueError when it is not a v2 burn message)."""
+    if not isinstance(hex_text, str) or not hex_text.startswith("0x"):
+        raise ValueError("the message is not 0x-prefixed hex")
+    raw = bytes.fromhex(hex_text[2:])
+    message = CctpMessage.decode(raw)
+    return message, BurnBody.decode(message.body), raw

@@ -1,0 +1,528 @@
+"""The `cctp_burn` executor: the first half of a CCTP v2 transfer, a
+``depositForBurn`` of USDC from a treasury account on the source chain, done
+only when the burn is final there AND Circle's attestation service (Iris)
+attests it. Its evidence carries everything the `cctp_mint` child needs (the
+attested message and attestation, the domains, the source transaction, the
+message nonce, amount, recipient and fee), so the mint is READY only when it
+can be done, and the attestation wait is this node's lane latency
+(`cctp-fast`, `cctp-standard`).
+
+What it may sign is the registry's word, read again before every signature
+(cctp_burn_route, in SQL): the source chain, its USDC and TokenMessengerV2
+(chain_protocols), the sender (a treasury account), the destination's CCTP
+domain, the mint recipient (a treasury account or allow-listed on the
+DESTINATION chain), the amount, maxFee (a basis-point cap of the amount) and
+minFinalityThreshold (fast 1000, standard 2000). The Iris URL comes from
+``QTG_IRIS_URL``.
+
+The burn spends an allowance of the sender to TokenMessengerV2: a bounded
+standing allowance that an operator sets per treasury account
+(``qtg_runner.chains.cctp_allowance``), never one per burn: an intent is one
+transaction at one nonce, and a second transaction per node would need a second
+recorded side effect and its own recovery. preflight refuses (retryable) while
+the allowance is short, so nothing is signed that would revert.
+
+    preflight  the route; the sender holds the amount and the allowance covers it.
+    prepare    EIP-1559 fees under the chain's caps, gas from the node's
+               estimate, the nonce at the greater of the chain's pending count
+               and the engine's next one, signed (resign: the same call at
+               another nonce).
+    submit     the recorded bytes broadcast (evm_tx.broadcast).
+    observe    the receipt final with exactly one DepositForBurn of the
+               TokenMessengerV2 matching the intent, then Iris: 404 / empty /
+               pending -> PENDING (after a 429, not sooner than its
+               Retry-After, at least 5 s); complete with a message that
+               matches the burn -> COMPLETED with the mint's evidence.
+               Reverted and final: FAILED. Not mined: the recorded bytes
+               rebroadcast (evm_tx.read_recorded). A receipt or an attested
+               message that does not match: UNKNOWN with the evidence.
+    recover    the same reading: attested -> COMPLETED; final but not yet
+               attested, mined, pending or rebroadcast -> IN_FLIGHT; reverted
+               -> FAILED; never prepared -> NOT_SUBMITTED.
+    health     the chains (as evm_transfer's) and Iris answering (DOWN when it
+               does not: no new burn starts while attestations cannot be
+               fetched; DEGRADED while it rate-limits).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.chains.cctp import address_to_bytes32
+from qtg_runner.chains.cctp_client import (
+    IrisClient,
+    IrisStatus,
+    allowance,
+    decode_deposit_for_burn,
+    deposit_for_burn_calldata,
+    parse_message,
+)
+from qtg_runner.chains.evm import Fees, balance_of, build_call, estimate_gas, suggest_fees
+from qtg_runner.db import procs
+from qtg_runner.executors.base import (
+    ExecutorError,
+    HealthResult,
+    HealthStatus,
+    JsonObject,
+    NodeWork,
+    ObserveResult,
+    ObserveStatus,
+    Prepared,
+    RecoveryOutcome,
+    RecoveryResult,
+    SubmitResult,
+)
+from qtg_runner.executors.evm_tx import (
+    RETRY_LATER_S,
+    ChainLeg,
+    EvmAccess,
+    TxReading,
+    broadcast,
+    chain_errors,
+    read_recorded,
+    worse,
+)
+from qtg_runner.signers import Signer
+
+IRIS_URL_ENV = "QTG_IRIS_URL"
+ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
+CHAIN_PATTERN = "^[a-z][a-z0-9-]{0,62}$"
+ROUTE_REFUSALS = frozenset({"QT002", "QT014", "QT032"})
+"""The route functions' refusals of a node's own route (see their headers)."""
+
+
+def route_error(exc: psycopg.Error) -> ExecutorError:
+    """A route function's refusal as the executor's: a node whose route the
+    registry refuses fails before anything is signed."""
+    message = exc.diag.message_primary or str(exc)
+    return ExecutorError(f"{exc.sqlstate}: {message}", retryable=False)
+
+
+def iris_client(env: Mapping[str, str]) -> IrisClient:
+    url = env.get(IRIS_URL_ENV)
+    if not url:
+        raise ExecutorError(
+            f"{IRIS_URL_ENV} (the attestation service's URL) is not set in this runner",
+            retryable=True,
+            retry_after=RETRY_LATER_S,
+        )
+    return IrisClient(url)
+
+
+@dataclass(frozen=True)
+class _Route:
+    """cctp_burn_route's word on one node, as recorded in the prepared payload."""
+
+    leg: ChainLeg
+    token_address: str
+    source_domain: int
+    token_messenger: str
+    message_transmitter: str
+    destination_chain: str
+    destination_domain: int
+    destination_token_messenger: str
+    mint_recipient: str
+    amount_units: int
+    max_fee_units: int
+    min_finality_threshold: int
+    engine_next_nonce: int | None = None
+
+    @classmethod
+    def from_row(cls, row: procs.CctpBurnRoute) -> _Route:
+        return cls(
+            leg=ChainLeg(
+                chain_key=row.chain_key,
+                chain_id=row.chain_id,
+                rpc_url_env=row.rpc_url_env,
+                finality_depth=row.finality_depth,
+                block_time_s=row.block_time_ms / 1000,
+                sender=row.sender,
+                signer_id=row.signer_id,
+                max_fee_cap=int(row.max_fee_per_gas),
+                priority_fee_cap=int(row.max_priority_fee_per_gas),
+            ),
+            token_address=row.token_address,
+            source_domain=int(row.source_domain),
+            token_messenger=row.token_messenger,
+            message_transmitter=row.message_transmitter,
+            destination_chain=row.destination_chain,
+            destination_domain=int(row.destination_domain),
+            destination_token_messenger=row.destination_token_messenger,
+            mint_recipient=row.mint_recipient,
+            amount_units=int(row.amount_units),
+            max_fee_units=int(row.max_fee_units),
+            min_finality_threshold=row.min_finality_threshold,
+            engine_next_nonce=row.next_nonce,
+        )
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> _Route:
+        return cls(
+            leg=ChainLeg.from_payload(payload),
+            token_address=str(payload["token_address"]),
+            source_domain=int(payload["source_domain"]),
+            token_messenger=str(payload["token_messenger"]),
+            message_transmitter=str(payload["message_transmitter"]),
+            destination_chain=str(payload["destination_chain"]),
+            destination_domain=int(payload["destination_domain"]),
+            destination_token_messenger=str(payload["destination_token_messenger"]),
+            mint_recipient=str(payload["mint_recipient"]),
+            amount_units=int(payload["amount_units"]),
+            max_fee_units=int(payload["max_fee_units"]),
+            min_finality_threshold=int(payload["min_finality_threshold"]),
+        )
+
+    def payload(self, gas: int, fees: Fees) -> JsonObject:
+        return self.leg.payload() | {
+            "token_address": self.token_address,
+            "source_domain": self.source_domain,
+            "token_messenger": self.token_messenger,
+            "message_transmitter": self.message_transmitter,
+            "destination_chain": self.destination_chain,
+            "destination_domain": self.destination_domain,
+            "destination_token_messenger": self.destination_token_messenger,
+            "mint_recipient": self.mint_recipient,
+            "amount_units": str(self.amount_units),
+            "max_fee_units": str(self.max_fee_units),
+            "min_finality_threshold": self.min_finality_threshold,
+            "gas": gas,
+            "max_fee_per_gas": str(fees.max_fee_per_gas),
+            "max_priority_fee_per_gas": str(fees.max_priority_fee_per_gas),
+        }
+
+    def calldata(self) -> bytes:
+        return deposit_for_burn_calldata(
+            self.amount_units,
+            self.destination_domain,
+            self.mint_recipient,
+            self.token_address,
+            self.max_fee_units,
+            self.min_finality_threshold,
+        )
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """The burn now: ``status`` is evm_tx's, or ``attested`` (final and Iris
+    complete, ``evidence`` the mint's), ``unattested`` (final, Iris not yet)
+    or ``mismatch`` (a receipt or a message that is not the intent's)."""
+
+    status: str
+    evidence: JsonObject
+    tx_hash: str | None = None
+    wait_s: float | None = None
+
+
+class CctpBurnExecutor:
+    key: ClassVar[str] = "cctp_burn"
+    has_side_effect: ClassVar[bool] = True
+    description: ClassVar[str] = (
+        "CCTP v2 depositForBurn of USDC from a treasury account, done when final on the "
+        "source chain and attested by Iris; its evidence is what the cctp_mint child needs"
+    )
+    node_config_schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "required": ["lane", "chain", "destination_chain", "from", "to", "finality"],
+        "properties": {
+            "lane": {"type": "string", "minLength": 1},
+            "chain": {"type": "string", "pattern": CHAIN_PATTERN},
+            "destination_chain": {"type": "string", "pattern": CHAIN_PATTERN},
+            "from": {"type": "string", "pattern": ADDRESS_PATTERN},
+            "to": {"type": "string", "pattern": ADDRESS_PATTERN},
+            "finality": {"type": "string", "enum": ["fast", "standard"]},
+            "max_fee_bps": {"type": "integer", "minimum": 0, "maximum": 100},
+        },
+        "additionalProperties": False,
+    }
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        network: str,
+        env: Mapping[str, str] | None = None,
+        rpc_timeout: float = 10.0,
+    ) -> None:
+        self._pool = pool
+        self._network = network
+        self._env = os.environ if env is None else env
+        self._evm = EvmAccess(self._env, rpc_timeout)
+        self._iris: IrisClient | None = None
+
+    def _iris_client(self) -> IrisClient:
+        if self._iris is None:
+            self._iris = iris_client(self._env)
+        return self._iris
+
+    async def _route(self, work: NodeWork) -> _Route:
+        try:
+            async with self._pool.connection() as conn:
+                row = await procs.cctp_burn_route(work.node_id).aone(conn)
+        except psycopg.Error as exc:
+            if exc.sqlstate in ROUTE_REFUSALS:
+                raise route_error(exc) from None
+            raise
+        return _Route.from_row(row)
+
+    # -- the protocol ------------------------------------------------------------
+
+    async def preflight(self, work: NodeWork) -> None:
+        route = await self._route(work)
+        rpc = self._evm.leg_rpc(route.leg)
+        async with chain_errors(route.leg.chain_key):
+            held = await balance_of(rpc, route.token_address, route.leg.sender)
+            allowed = await allowance(
+                rpc, route.token_address, route.leg.sender, route.token_messenger
+            )
+        if held < route.amount_units:
+            raise ExecutorError(
+                f"{route.leg.sender} holds {held} base units of USDC on {route.leg.chain_key}, "
+                f"the burn needs {route.amount_units}",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+        if allowed < route.amount_units:
+            raise ExecutorError(
+                f"{route.leg.sender} allows TokenMessengerV2 {route.token_messenger} on "
+                f"{route.leg.chain_key} {allowed} base units of USDC, the burn needs "
+                f"{route.amount_units}: an operator raises the bounded allowance "
+                "(the CCTP setup step: README, CCTP executors)",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+
+    async def prepare(self, work: NodeWork) -> Prepared:
+        route = await self._route(work)
+        rpc = self._evm.leg_rpc(route.leg)
+        signer = await self._evm.signer(route.leg)
+        async with chain_errors(route.leg.chain_key):
+            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
+            fees = await suggest_fees(
+                rpc, max_fee_cap=route.leg.max_fee_cap, priority_fee_cap=route.leg.priority_fee_cap
+            )
+            gas = await estimate_gas(rpc, route.leg.sender, route.token_messenger, route.calldata())
+            funds = await rpc.balance(route.leg.sender)
+        if funds < gas * fees.max_fee_per_gas:
+            raise ExecutorError(
+                f"{route.leg.sender} holds {funds} wei on {route.leg.chain_key}, the gas needs "
+                f"up to {gas * fees.max_fee_per_gas}",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+        nonce = max(chain_next, route.engine_next_nonce or 0)
+        return await self._sign(route, signer, nonce, gas, fees)
+
+    async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
+        assert prepared.payload is not None
+        route = _Route.from_payload(prepared.payload)
+        rpc = self._evm.leg_rpc(route.leg)
+        async with chain_errors(route.leg.chain_key):
+            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
+        fees = Fees(
+            int(prepared.payload["max_fee_per_gas"]),
+            int(prepared.payload["max_priority_fee_per_gas"]),
+        )
+        signer = await self._evm.signer(route.leg)
+        return await self._sign(
+            route, signer, max(nonce, chain_next), int(prepared.payload["gas"]), fees
+        )
+
+    async def _sign(
+        self, route: _Route, signer: Signer, nonce: int, gas: int, fees: Fees
+    ) -> Prepared:
+        tx = build_call(
+            route.leg.chain_id, route.token_messenger, route.calldata(), nonce, fees, gas
+        )
+        signed = await signer.sign_transaction(tx)
+        return Prepared(
+            nonce=nonce,
+            signed_tx_hash=signed.tx_hash,
+            payload=route.payload(gas, fees),
+            chain_key=route.leg.chain_key,
+            sender=route.leg.sender,
+            raw_tx=signed.raw_hex,
+        )
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        assert prepared.payload is not None
+        route = _Route.from_payload(prepared.payload)
+        return await broadcast(self._evm.leg_rpc(route.leg), route.leg, prepared, "burn")
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        reading = await self._read(work)
+        if reading.status == "attested":
+            return ObserveResult(ObserveStatus.COMPLETED, reading.evidence)
+        if reading.status == "reverted":
+            return ObserveResult(ObserveStatus.FAILED, reading.evidence)
+        if reading.status in ("foreign", "refused", "mismatch"):
+            return ObserveResult(ObserveStatus.UNKNOWN, reading.evidence)
+        return ObserveResult(ObserveStatus.PENDING, reading.evidence, retry_after=reading.wait_s)
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        intent = work.intent or {}
+        if not intent.get("transactions"):
+            return RecoveryResult(
+                RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
+            )
+        reading = await self._read(work)
+        outcome = {
+            "attested": RecoveryOutcome.COMPLETED,
+            "reverted": RecoveryOutcome.FAILED,
+            "foreign": RecoveryOutcome.STILL_UNKNOWN,
+            "refused": RecoveryOutcome.STILL_UNKNOWN,
+            "mismatch": RecoveryOutcome.STILL_UNKNOWN,
+        }.get(reading.status, RecoveryOutcome.IN_FLIGHT)
+        return RecoveryResult(outcome, reading.evidence, reading.tx_hash, reading.wait_s)
+
+    async def _read(self, work: NodeWork) -> _Reading:
+        payload = (work.intent or {}).get("prepared_payload")
+        if not payload:
+            raise ExecutorError(
+                f"node {work.node_id} has no recorded transaction to read", retryable=False
+            )
+        route = _Route.from_payload(payload)
+        tx = await read_recorded(self._evm.leg_rpc(route.leg), route.leg, work)
+        if tx.status != "final":
+            return _Reading(tx.status, tx.evidence, tx.tx_hash, tx.wait_s)
+        problem = _burn_problem(route, tx)
+        if problem is not None:
+            return _Reading("mismatch", tx.evidence | problem, tx.tx_hash)
+        assert tx.tx_hash is not None
+        return await self._attestation(route, tx.tx_hash, tx.evidence)
+
+    async def _attestation(self, route: _Route, tx_hash: str, burn: JsonObject) -> _Reading:
+        """Iris's word on the final burn ``tx_hash``."""
+        answer = await self._iris_client().messages(route.source_domain, tx_hash)
+        evidence: JsonObject = {"burn": burn, "iris": answer.status.value}
+        if answer.status is IrisStatus.RATE_LIMITED:
+            return _Reading("unattested", evidence, tx_hash, answer.retry_after)
+        if answer.status is IrisStatus.UNAVAILABLE:
+            return _Reading(
+                "unattested", evidence | {"detail": answer.detail}, tx_hash, RETRY_LATER_S
+            )
+        if answer.status is not IrisStatus.COMPLETE:
+            return _Reading("unattested", evidence | {"detail": answer.detail}, tx_hash)
+        if len(answer.messages) != 1:
+            return _Reading(
+                "mismatch",
+                evidence | {"problem": f"Iris answers {len(answer.messages)} messages, not one"},
+                tx_hash,
+            )
+        entry = answer.messages[0]
+        try:
+            message, body, raw = parse_message(entry.get("message"))
+            attestation = bytes.fromhex(str(entry.get("attestation", ""))[2:])
+        except ValueError as exc:
+            return _Reading("mismatch", evidence | {"problem": f"Iris's message: {exc}"}, tx_hash)
+        expected = {
+            "source domain": (message.source_domain, route.source_domain),
+            "destination domain": (message.destination_domain, route.destination_domain),
+            "sender": (message.sender, address_to_bytes32(route.token_messenger)),
+            "recipient": (message.recipient, address_to_bytes32(route.destination_token_messenger)),
+            "burn token": (body.burn_token, address_to_bytes32(route.token_address)),
+            "mint recipient": (body.mint_recipient, address_to_bytes32(route.mint_recipient)),
+            "amount": (body.amount, route.amount_units),
+            "message sender": (body.message_sender, address_to_bytes32(route.leg.sender)),
+            "max fee": (body.max_fee, route.max_fee_units),
+        }
+        wrong = [name for name, (got, want) in expected.items() if got != want]
+        if body.fee_executed > body.max_fee:
+            wrong.append("fee executed above max fee")
+        if message.nonce == bytes(32):
+            wrong.append("nonce not filled")
+        if not attestation or len(attestation) % 65:
+            wrong.append("attestation length")
+        if wrong:
+            return _Reading(
+                "mismatch",
+                evidence
+                | {"problem": "Iris attests a message that is not this burn's", "fields": wrong},
+                tx_hash,
+            )
+        return _Reading(
+            "attested",
+            {
+                "message": "0x" + raw.hex(),
+                "attestation": "0x" + attestation.hex(),
+                "source_domain": route.source_domain,
+                "source_chain": route.leg.chain_key,
+                "source_tx_hash": tx_hash,
+                "nonce": "0x" + message.nonce.hex(),
+                "amount": str(body.amount),
+                "mint_recipient": route.mint_recipient,
+                "destination_domain": route.destination_domain,
+                "destination_chain": route.destination_chain,
+                "fee_executed": str(body.fee_executed),
+                "finality_threshold_executed": message.finality_threshold_executed,
+                "burn": burn,
+            },
+            tx_hash,
+        )
+
+    async def health(self) -> HealthResult:
+        chains = await self._evm.chains_health(self._pool)
+        return await iris_health(chains, self._env)
+
+    async def aclose(self) -> None:
+        await self._evm.aclose()
+        if self._iris is not None:
+            await self._iris.aclose()
+            self._iris = None
+
+
+def _burn_problem(route: _Route, tx: TxReading) -> JsonObject | None:
+    """None when the final receipt holds exactly one DepositForBurn of the
+    TokenMessengerV2, and it is the intent's; else what is wrong."""
+    assert tx.receipt is not None
+    burns = [
+        event
+        for log in tx.receipt.logs
+        if log.address == route.token_messenger
+        and (event := decode_deposit_for_burn(log)) is not None
+    ]
+    expected = [
+        b
+        for b in burns
+        if b.burn_token == route.token_address
+        and b.depositor == route.leg.sender
+        and b.amount == route.amount_units
+        and b.mint_recipient == address_to_bytes32(route.mint_recipient)
+        and b.destination_domain == route.destination_domain
+        and b.max_fee == route.max_fee_units
+        and b.min_finality_threshold == route.min_finality_threshold
+    ]
+    if len(burns) == 1 and len(expected) == 1:
+        return None
+    return {
+        "problem": "the receipt does not show exactly the burn the intent recorded",
+        "deposit_for_burn_logs": len(burns),
+        "matching": len(expected),
+    }
+
+
+async def iris_health(chains: HealthResult, env: Mapping[str, str]) -> HealthResult:
+    """The chains' health, and Iris answering: unreachable or failing is DOWN
+    (no new burn starts while its attestation cannot be fetched; the burns in
+    flight keep being observed), rate limited (429) is DEGRADED."""
+    detail = dict(chains.detail)
+    url = env.get(IRIS_URL_ENV)
+    if not url:
+        detail["iris"] = f"{IRIS_URL_ENV} is not set in this runner"
+        return HealthResult(worse(chains.status, HealthStatus.DEGRADED), detail)
+    client = IrisClient(url, timeout=5.0)
+    try:
+        problem = await client.reachable()
+    finally:
+        await client.aclose()
+    detail["iris"] = problem or "answering"
+    if problem is None:
+        return HealthResult(chains.status, detail)
+    limited = problem == "HTTP 429"
+    return HealthResult(
+        worse(chains.status, HealthStatus.DEGRADED if limited else HealthStatus.DOWN), detail
+    )

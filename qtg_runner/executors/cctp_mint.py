@@ -1,0 +1,551 @@
+"""The `cctp_mint` executor: the second half of a CCTP v2 transfer,
+``MessageTransmitterV2.receiveMessage(message, attestation)`` on the
+destination chain with the message its `cctp_burn` parent had attested.
+
+The burn's evidence comes from ``work.inputs`` (the parent whose executor is
+cctp_burn) and is checked against the mint's own route before anything is
+signed (cctp_mint_route, in SQL): the message's source and destination domains,
+its sender and recipient (the two chains' TokenMessengerV2), the burn token
+(the source chain's USDC), the mint recipient (the one the movement asked, a
+treasury account or allow-listed on this chain), the amount (the movement's)
+and the fee executed (at most the route's basis-point cap). A mismatch fails
+the node with nothing signed. The attestation itself is checked by the
+transmitter (gas estimation runs it before signing).
+
+Minting is idempotent and open to anyone (destinationCaller 0): the message's
+nonce is spent once (``usedNonces``). So a mint that reverts "Nonce already
+used", or finds the nonce used with a ``MessageReceived`` by another
+transaction, is COMPLETED with that transaction as evidence.
+
+    preflight  the route and the burn's evidence, checked.
+    prepare    the same, then fees, gas (the transmitter's estimate; a fixed
+               limit when the nonce is already used, so the mint still goes
+               out and its revert is the evidence), the nonce at the greater of
+               the chain's pending count and the engine's next one, signed.
+               The payload keeps the message nonce: observe and recover have
+               no inputs.
+    submit     the recorded bytes broadcast (evm_tx.broadcast).
+    observe    final with the MessageReceived of the nonce and the amount less
+               the fee executed minted to the recipient -> COMPLETED (the
+               mint transaction, the nonce, the USDC minted); another amount
+               -> UNKNOWN with the evidence; final and reverted, or the nonce taken by an
+               unrecorded transaction, with usedNonces(nonce) = 1 and a
+               MessageReceived for it -> COMPLETED with that transaction;
+               reverted with the nonce unused -> FAILED; not mined: the
+               recorded bytes rebroadcast.
+    recover    the same reading, from usedNonces and MessageReceived.
+    health     the chains (as evm_transfer's). Not Iris: the attested message
+               is in hand, and a DOWN report would stop mints that can be done.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.chains.cctp import address_to_bytes32
+from qtg_runner.chains.cctp_client import (
+    MESSAGE_RECEIVED_TOPIC,
+    decode_message_received,
+    parse_message,
+    receive_message_calldata,
+    used_nonce,
+)
+from qtg_runner.chains.evm import (
+    Fees,
+    build_call,
+    decode_transfers,
+    estimate_gas,
+    suggest_fees,
+)
+from qtg_runner.chains.evm_rpc import EvmRpc, Receipt, RpcError, RpcErrorKind
+from qtg_runner.db import procs
+from qtg_runner.executors.base import (
+    ExecutorError,
+    HealthResult,
+    JsonObject,
+    NodeWork,
+    ObserveResult,
+    ObserveStatus,
+    Prepared,
+    RecoveryOutcome,
+    RecoveryResult,
+    SubmitResult,
+)
+from qtg_runner.executors.cctp_burn import (
+    ADDRESS_PATTERN,
+    CHAIN_PATTERN,
+    ROUTE_REFUSALS,
+    CctpBurnExecutor,
+    route_error,
+)
+from qtg_runner.executors.evm_tx import (
+    RETRY_LATER_S,
+    ChainLeg,
+    EvmAccess,
+    broadcast,
+    chain_errors,
+    read_recorded,
+)
+from qtg_runner.signers import Signer
+
+USED_NONCE_GAS = 200_000
+"""The gas limit of a mint whose nonce is already used (the estimate reverts):
+enough for the transmitter to check the attestation and revert."""
+LOG_LOOKBACK_BLOCKS = 50_000
+"""How far before the mint's prepare MessageReceived is looked for (another
+minter's transaction comes after the attestation, which comes before it)."""
+ZERO_ADDRESS = "0x" + "00" * 20
+
+
+@dataclass(frozen=True)
+class _Route:
+    """cctp_mint_route's word on one node, as recorded in the prepared payload
+    (with the message's nonce and what it mints)."""
+
+    leg: ChainLeg
+    token_address: str
+    destination_domain: int
+    message_transmitter: str
+    token_messenger: str
+    source_chain: str
+    source_domain: int
+    source_token_messenger: str
+    source_token: str
+    mint_recipient: str
+    amount_units: int
+    max_fee_units: int
+    engine_next_nonce: int | None = None
+
+    @classmethod
+    def from_row(cls, row: procs.CctpMintRoute) -> _Route:
+        return cls(
+            leg=ChainLeg(
+                chain_key=row.chain_key,
+                chain_id=row.chain_id,
+                rpc_url_env=row.rpc_url_env,
+                finality_depth=row.finality_depth,
+                block_time_s=row.block_time_ms / 1000,
+                sender=row.sender,
+                signer_id=row.signer_id,
+                max_fee_cap=int(row.max_fee_per_gas),
+                priority_fee_cap=int(row.max_priority_fee_per_gas),
+            ),
+            token_address=row.token_address,
+            destination_domain=int(row.destination_domain),
+            message_transmitter=row.message_transmitter,
+            token_messenger=row.token_messenger,
+            source_chain=row.source_chain,
+            source_domain=int(row.source_domain),
+            source_token_messenger=row.source_token_messenger,
+            source_token=row.source_token,
+            mint_recipient=row.mint_recipient,
+            amount_units=int(row.amount_units),
+            max_fee_units=int(row.max_fee_units),
+            engine_next_nonce=row.next_nonce,
+        )
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> _Route:
+        return cls(
+            leg=ChainLeg.from_payload(payload),
+            token_address=str(payload["token_address"]),
+            destination_domain=int(payload["destination_domain"]),
+            message_transmitter=str(payload["message_transmitter"]),
+            token_messenger=str(payload["token_messenger"]),
+            source_chain=str(payload["source_chain"]),
+            source_domain=int(payload["source_domain"]),
+            source_token_messenger=str(payload["source_token_messenger"]),
+            source_token=str(payload["source_token"]),
+            mint_recipient=str(payload["mint_recipient"]),
+            amount_units=int(payload["amount_units"]),
+            max_fee_units=int(payload["max_fee_units"]),
+        )
+
+    def payload(self) -> JsonObject:
+        return self.leg.payload() | {
+            "token_address": self.token_address,
+            "destination_domain": self.destination_domain,
+            "message_transmitter": self.message_transmitter,
+            "token_messenger": self.token_messenger,
+            "source_chain": self.source_chain,
+            "source_domain": self.source_domain,
+            "source_token_messenger": self.source_token_messenger,
+            "source_token": self.source_token,
+            "mint_recipient": self.mint_recipient,
+            "amount_units": str(self.amount_units),
+            "max_fee_units": str(self.max_fee_units),
+        }
+
+
+@dataclass(frozen=True)
+class _Burn:
+    """The burn's attested message, checked against the mint's route."""
+
+    message: bytes
+    attestation: bytes
+    nonce: str
+    fee_executed: int
+    source_tx_hash: str | None
+
+    def calldata(self) -> bytes:
+        return receive_message_calldata(self.message, self.attestation)
+
+
+def burn_evidence(work: NodeWork) -> JsonObject:
+    """The evidence of the node's one cctp_burn parent (from ``work.inputs``)."""
+    burns = [
+        parent
+        for parent in (work.inputs or {}).values()
+        if isinstance(parent, dict) and parent.get("executor_key") == CctpBurnExecutor.key
+    ]
+    if len(burns) != 1 or not isinstance(burns[0].get("evidence"), dict):
+        raise ExecutorError(
+            f"node {work.node_id}: a cctp_mint step follows exactly one cctp_burn step, whose "
+            f"evidence it mints; it has {len(burns)}",
+            retryable=False,
+        )
+    evidence: JsonObject = burns[0]["evidence"]
+    return evidence
+
+
+def checked_burn(route: _Route, evidence: JsonObject) -> _Burn:
+    """The burn's message and attestation when they are what the mint's route
+    asks, else a non-retryable ExecutorError naming every field that is not:
+    nothing is signed for it."""
+    try:
+        message, body, raw = parse_message(evidence.get("message"))
+        attestation_hex = evidence.get("attestation")
+        if not isinstance(attestation_hex, str) or not attestation_hex.startswith("0x"):
+            raise ValueError("the attestation is not 0x-prefixed hex")
+        attestation = bytes.fromhex(attestation_hex[2:])
+    except ValueError as exc:
+        raise ExecutorError(
+            f"the burn's evidence holds no CCTP v2 burn message: {exc}", retryable=False
+        ) from None
+    expected = {
+        "source domain": (message.source_domain, route.source_domain),
+        "destination domain": (message.destination_domain, route.destination_domain),
+        "sender (the source TokenMessengerV2)": (
+            message.sender,
+            address_to_bytes32(route.source_token_messenger),
+        ),
+        "recipient (this chain's TokenMessengerV2)": (
+            message.recipient,
+            address_to_bytes32(route.token_messenger),
+        ),
+        "burn token (the source chain's USDC)": (
+            body.burn_token,
+            address_to_bytes32(route.source_token),
+        ),
+        "mint recipient": (body.mint_recipient, address_to_bytes32(route.mint_recipient)),
+        "amount": (body.amount, route.amount_units),
+    }
+    wrong = [f"{name}" for name, (got, want) in expected.items() if got != want]
+    if message.destination_caller not in (bytes(32), address_to_bytes32(route.leg.sender)):
+        wrong.append("destination caller (neither anyone nor this sender)")
+    if body.fee_executed > min(body.max_fee, route.max_fee_units):
+        wrong.append(f"fee executed {body.fee_executed} over the cap {route.max_fee_units}")
+    if message.nonce == bytes(32):
+        wrong.append("nonce not filled (the source log's message, not the attested one)")
+    if not attestation or len(attestation) % 65:
+        wrong.append("attestation length")
+    if wrong:
+        raise ExecutorError(
+            "the burn's attested message does not match the mint's route: " + "; ".join(wrong),
+            retryable=False,
+        )
+    source_tx = evidence.get("source_tx_hash")
+    return _Burn(
+        raw,
+        attestation,
+        "0x" + message.nonce.hex(),
+        body.fee_executed,
+        str(source_tx) if source_tx else None,
+    )
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """The mint now: ``minted`` (the nonce spent, evidence of the minting
+    transaction), ``reverted`` with the nonce unused, or evm_tx's status."""
+
+    status: str
+    evidence: JsonObject
+    tx_hash: str | None = None
+    wait_s: float | None = None
+
+
+class CctpMintExecutor:
+    key: ClassVar[str] = "cctp_mint"
+    has_side_effect: ClassVar[bool] = True
+    description: ClassVar[str] = (
+        "CCTP v2 receiveMessage on the destination chain with its cctp_burn parent's attested "
+        "message, checked against the movement first; idempotent (usedNonces, MessageReceived)"
+    )
+    node_config_schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "required": ["lane", "chain", "source_chain", "from", "to"],
+        "properties": {
+            "lane": {"type": "string", "minLength": 1},
+            "chain": {"type": "string", "pattern": CHAIN_PATTERN},
+            "source_chain": {"type": "string", "pattern": CHAIN_PATTERN},
+            "from": {"type": "string", "pattern": ADDRESS_PATTERN},
+            "to": {"type": "string", "pattern": ADDRESS_PATTERN},
+            "max_fee_bps": {"type": "integer", "minimum": 0, "maximum": 100},
+        },
+        "additionalProperties": False,
+    }
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        network: str,
+        env: Mapping[str, str] | None = None,
+        rpc_timeout: float = 10.0,
+    ) -> None:
+        self._pool = pool
+        self._network = network
+        self._env = os.environ if env is None else env
+        self._evm = EvmAccess(self._env, rpc_timeout)
+
+    async def _route(self, work: NodeWork) -> _Route:
+        try:
+            async with self._pool.connection() as conn:
+                row = await procs.cctp_mint_route(work.node_id).aone(conn)
+        except psycopg.Error as exc:
+            if exc.sqlstate in ROUTE_REFUSALS:
+                raise route_error(exc) from None
+            raise
+        return _Route.from_row(row)
+
+    # -- the protocol ------------------------------------------------------------
+
+    async def preflight(self, work: NodeWork) -> None:
+        checked_burn(await self._route(work), burn_evidence(work))
+
+    async def prepare(self, work: NodeWork) -> Prepared:
+        route = await self._route(work)
+        burn = checked_burn(route, burn_evidence(work))
+        rpc = self._evm.leg_rpc(route.leg)
+        signer = await self._evm.signer(route.leg)
+        async with chain_errors(route.leg.chain_key):
+            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
+            fees = await suggest_fees(
+                rpc, max_fee_cap=route.leg.max_fee_cap, priority_fee_cap=route.leg.priority_fee_cap
+            )
+            head = await rpc.block_number()
+            try:
+                gas = await estimate_gas(
+                    rpc, route.leg.sender, route.message_transmitter, burn.calldata()
+                )
+            except RpcError as exc:
+                if (
+                    exc.kind is not RpcErrorKind.REVERTED
+                    or "nonce already used" not in str(exc).lower()
+                ):
+                    raise
+                # minted already (anyone may): the mint still goes out, and its
+                # revert with the nonce used is the evidence observe reads
+                gas = USED_NONCE_GAS
+            funds = await rpc.balance(route.leg.sender)
+        if funds < gas * fees.max_fee_per_gas:
+            raise ExecutorError(
+                f"{route.leg.sender} holds {funds} wei on {route.leg.chain_key}, the gas needs "
+                f"up to {gas * fees.max_fee_per_gas}",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+        payload = route.payload() | {
+            "message_nonce": burn.nonce,
+            "fee_executed": str(burn.fee_executed),
+            "source_tx_hash": burn.source_tx_hash,
+            "search_from_block": max(0, head - LOG_LOOKBACK_BLOCKS),
+            "gas": gas,
+            "max_fee_per_gas": str(fees.max_fee_per_gas),
+            "max_priority_fee_per_gas": str(fees.max_priority_fee_per_gas),
+        }
+        nonce = max(chain_next, route.engine_next_nonce or 0)
+        return await self._sign(route, signer, burn.calldata(), payload, nonce, gas, fees)
+
+    async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
+        assert prepared.payload is not None and prepared.raw_tx is not None
+        route = _Route.from_payload(prepared.payload)
+        burn = checked_burn(route, burn_evidence(work))
+        rpc = self._evm.leg_rpc(route.leg)
+        async with chain_errors(route.leg.chain_key):
+            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
+        fees = Fees(
+            int(prepared.payload["max_fee_per_gas"]),
+            int(prepared.payload["max_priority_fee_per_gas"]),
+        )
+        signer = await self._evm.signer(route.leg)
+        gas = int(prepared.payload["gas"])
+        return await self._sign(
+            route, signer, burn.calldata(), prepared.payload, max(nonce, chain_next), gas, fees
+        )
+
+    async def _sign(
+        self,
+        route: _Route,
+        signer: Signer,
+        calldata: bytes,
+        payload: JsonObject,
+        nonce: int,
+        gas: int,
+        fees: Fees,
+    ) -> Prepared:
+        tx = build_call(route.leg.chain_id, route.message_transmitter, calldata, nonce, fees, gas)
+        signed = await signer.sign_transaction(tx)
+        return Prepared(
+            nonce=nonce,
+            signed_tx_hash=signed.tx_hash,
+            payload=payload,
+            chain_key=route.leg.chain_key,
+            sender=route.leg.sender,
+            raw_tx=signed.raw_hex,
+        )
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        assert prepared.payload is not None
+        route = _Route.from_payload(prepared.payload)
+        return await broadcast(self._evm.leg_rpc(route.leg), route.leg, prepared, "mint")
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        reading = await self._read(work)
+        if reading.status == "minted":
+            return ObserveResult(ObserveStatus.COMPLETED, reading.evidence)
+        if reading.status == "reverted":
+            return ObserveResult(ObserveStatus.FAILED, reading.evidence)
+        if reading.status in ("foreign", "refused"):
+            return ObserveResult(ObserveStatus.UNKNOWN, reading.evidence)
+        return ObserveResult(ObserveStatus.PENDING, reading.evidence, retry_after=reading.wait_s)
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        intent = work.intent or {}
+        if not intent.get("transactions"):
+            return RecoveryResult(
+                RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
+            )
+        reading = await self._read(work)
+        outcome = {
+            "minted": RecoveryOutcome.COMPLETED,
+            "reverted": RecoveryOutcome.FAILED,
+            "foreign": RecoveryOutcome.STILL_UNKNOWN,
+            "refused": RecoveryOutcome.STILL_UNKNOWN,
+        }.get(reading.status, RecoveryOutcome.IN_FLIGHT)
+        return RecoveryResult(outcome, reading.evidence, reading.tx_hash, reading.wait_s)
+
+    async def _read(self, work: NodeWork) -> _Reading:
+        payload = (work.intent or {}).get("prepared_payload")
+        if not payload:
+            raise ExecutorError(
+                f"node {work.node_id} has no recorded transaction to read", retryable=False
+            )
+        route = _Route.from_payload(payload)
+        nonce = str(payload["message_nonce"])
+        expected = route.amount_units - int(payload["fee_executed"])
+        rpc = self._evm.leg_rpc(route.leg)
+        tx = await read_recorded(rpc, route.leg, work)
+        async with chain_errors(route.leg.chain_key):
+            if tx.status == "final" and tx.receipt is not None:
+                minted = _minted(route, nonce, tx.receipt, expected)
+                if minted is not None:
+                    return _Reading(_verdict(minted), tx.evidence | minted, tx.tx_hash)
+            if tx.status in ("final", "reverted", "foreign", "refused"):
+                # not minted by our transaction: by another one?
+                elsewhere = await _minted_elsewhere(
+                    rpc, route, nonce, int(payload.get("search_from_block", 0)), expected
+                )
+                if elsewhere is not None:
+                    return _Reading(
+                        _verdict(elsewhere),
+                        elsewhere | {"our_transaction": tx.evidence},
+                        tx.tx_hash,
+                    )
+                if tx.status == "final":
+                    return _Reading(
+                        "refused",
+                        tx.evidence
+                        | {"problem": "the mint succeeded without a MessageReceived for its nonce"},
+                        tx.tx_hash,
+                    )
+        return _Reading(tx.status, tx.evidence, tx.tx_hash, tx.wait_s)
+
+    async def health(self) -> HealthResult:
+        return await self._evm.chains_health(self._pool)
+
+    async def aclose(self) -> None:
+        await self._evm.aclose()
+
+
+def _verdict(minted: JsonObject) -> str:
+    """``minted``, or ``refused`` (UNKNOWN, for an operator) when the evidence
+    names a problem."""
+    return "refused" if "problem" in minted else "minted"
+
+
+def _minted(route: _Route, nonce: str, receipt: Receipt, expected: int) -> JsonObject | None:
+    """The mint's evidence from a receipt with the MessageReceived of ``nonce``
+    (None without one): the transaction, the nonce, the USDC minted to the
+    recipient (Transfer logs from the zero address), with a problem when that
+    is not the amount less the fee executed (``expected``)."""
+    received = [
+        event
+        for log in receipt.logs
+        if log.address == route.message_transmitter
+        and (event := decode_message_received(log)) is not None
+        and event.nonce == nonce
+    ]
+    if len(received) != 1:
+        return None
+    minted = sum(
+        t.value
+        for t in decode_transfers(receipt)
+        if t.token == route.token_address
+        and t.sender == ZERO_ADDRESS
+        and t.recipient == route.mint_recipient
+    )
+    evidence: JsonObject = {
+        "mint_tx_hash": receipt.tx_hash,
+        "minted_by": receipt.sender,
+        "nonce": nonce,
+        "source_domain": received[0].source_domain,
+        "mint_recipient": route.mint_recipient,
+        "amount_minted": str(minted),
+        "finality_threshold_executed": received[0].finality_threshold_executed,
+    }
+    if minted != expected:
+        evidence["problem"] = f"{minted} base units minted to the recipient, not {expected}"
+    return evidence
+
+
+async def _minted_elsewhere(
+    rpc: EvmRpc, route: _Route, nonce: str, from_block: int, expected: int
+) -> JsonObject | None:
+    """usedNonces(nonce) = 1 with a MessageReceived for it: the evidence of the
+    transaction that minted it (None when the nonce is unused)."""
+    if not await used_nonce(rpc, route.message_transmitter, bytes.fromhex(nonce[2:])):
+        return None
+    logs = await rpc.get_logs(
+        address=route.message_transmitter,
+        topics=[MESSAGE_RECEIVED_TOPIC, None, nonce],
+        from_block=from_block,
+    )
+    for log in logs:
+        receipt = await rpc.receipt(log.tx_hash)
+        if receipt is not None and receipt.succeeded:
+            minted = _minted(route, nonce, receipt, expected)
+            if minted is not None:
+                return minted | {"minted_elsewhere": True}
+    return {
+        "nonce": nonce,
+        "used_nonce": True,
+        "minted_elsewhere": True,
+        "problem": f"usedNonces is 1 but no MessageReceived since block {from_block}",
+    }

@@ -1,0 +1,358 @@
+"""What the EVM executors share (evm_transfer, cctp_burn, cctp_mint): the
+chains and signers a runner reaches, broadcasting a recorded transaction, and
+reading it back from the chain.
+
+A node's transaction is one account's nonce on one chain (``ChainLeg``, as the
+executor's route function returned it and its prepared payload recorded it).
+``read_recorded`` answers what the chain says about the node's recorded hashes
+(replacements included), leaving to each executor what its receipt must show:
+
+    final        mined in the canonical chain, at least ``finality_depth``
+                 blocks deep, succeeded (``receipt`` set: the caller checks
+                 its logs)
+    reverted     the same, but the transaction reverted
+    mined        mined, not yet final (or its block reorganised away meanwhile)
+    pending      not mined, in the node's pool
+    rebroadcast  not mined, nonce free, not in the pool (dropped, or
+                 reorganised away): the identical recorded raw transaction was
+                 broadcast again
+    foreign      the nonce is taken by a transaction the engine never recorded
+    refused      the node refuses the recorded bytes again
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.chains.evm import FeeCapExceeded
+from qtg_runner.chains.evm_rpc import EvmRpc, EvmRpcError, Receipt, RpcError, RpcErrorKind
+from qtg_runner.db import procs
+from qtg_runner.executors.base import (
+    ExecutorError,
+    HealthResult,
+    HealthStatus,
+    JsonObject,
+    NodeWork,
+    Prepared,
+    SubmitResult,
+)
+from qtg_runner.signers import Signer, SignerError, load_async
+
+STALE_HEAD_BLOCKS = 30
+"""A head block older than this many block times (at least a minute) is stale."""
+RETRY_LATER_S = 30.0
+"""The retry hint when the chain cannot be read or the fees are above the cap."""
+
+
+@dataclass(frozen=True)
+class ChainLeg:
+    """The chain and the account a node's transaction is signed for."""
+
+    chain_key: str
+    chain_id: int
+    rpc_url_env: str
+    finality_depth: int
+    block_time_s: float
+    sender: str
+    signer_id: str
+    max_fee_cap: int
+    priority_fee_cap: int
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> ChainLeg:
+        return cls(
+            chain_key=str(payload["chain_key"]),
+            chain_id=int(payload["chain_id"]),
+            rpc_url_env=str(payload["rpc_url_env"]),
+            finality_depth=int(payload["finality_depth"]),
+            block_time_s=float(payload["block_time_s"]),
+            sender=str(payload["sender"]),
+            signer_id=str(payload["signer_id"]),
+            max_fee_cap=int(payload["max_fee_cap"]),
+            priority_fee_cap=int(payload["priority_fee_cap"]),
+        )
+
+    def payload(self) -> JsonObject:
+        return {
+            "chain_key": self.chain_key,
+            "chain_id": self.chain_id,
+            "rpc_url_env": self.rpc_url_env,
+            "finality_depth": self.finality_depth,
+            "block_time_s": self.block_time_s,
+            "sender": self.sender,
+            "signer_id": self.signer_id,
+            # strings: a uint256 is beyond what a JSON number holds exactly
+            "max_fee_cap": str(self.max_fee_cap),
+            "priority_fee_cap": str(self.priority_fee_cap),
+        }
+
+
+class EvmAccess:
+    """The RPC clients and signers of one executor instance, each made once.
+    RPC URLs and keys come from the environment (the registry names the
+    variable and the signer id), never from the database."""
+
+    def __init__(self, env: Mapping[str, str], rpc_timeout: float = 10.0) -> None:
+        self._env = env
+        self._rpc_timeout = rpc_timeout
+        self._rpcs: dict[str, EvmRpc] = {}
+        self._signers: dict[str, Signer] = {}
+
+    def rpc(self, chain_key: str, rpc_url_env: str) -> EvmRpc:
+        url = self._env.get(rpc_url_env)
+        if not url:
+            raise ExecutorError(
+                f"chain {chain_key}: the environment variable {rpc_url_env} (its RPC URL) is not "
+                "set in this runner",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+        rpc = self._rpcs.get(url)
+        if rpc is None:
+            rpc = self._rpcs[url] = EvmRpc(url, timeout=self._rpc_timeout)
+        return rpc
+
+    def leg_rpc(self, leg: ChainLeg) -> EvmRpc:
+        return self.rpc(leg.chain_key, leg.rpc_url_env)
+
+    async def signer(self, leg: ChainLeg) -> Signer:
+        signer = self._signers.get(leg.signer_id)
+        if signer is None:
+            try:
+                signer = await load_async(leg.signer_id, self._env)
+            except SignerError as exc:
+                raise ExecutorError(str(exc), retryable=True, retry_after=RETRY_LATER_S) from None
+            self._signers[leg.signer_id] = signer
+        if signer.address != leg.sender:
+            raise ExecutorError(
+                f"signer {leg.signer_id} holds the key of {signer.address}, not of the treasury "
+                f"account {leg.sender} on {leg.chain_key}: fix the registry or the signer",
+                retryable=False,
+            )
+        return signer
+
+    async def chains_health(self, pool: AsyncConnectionPool[Any]) -> HealthResult:
+        """Every registered chain whose RPC URL this runner has: the node answers
+        with the chain id registered, and its head block is fresh. DOWN (which
+        stops every claim of the executor) only when no chain can be reached;
+        one chain down is DEGRADED (its nodes fail at preflight and are
+        retried, the others go on)."""
+        async with pool.connection() as conn:
+            chains = await procs.evm_chains().aall(conn)
+        detail: JsonObject = {}
+        worst = HealthStatus.HEALTHY
+        down = 0
+        for chain in chains:
+            url = self._env.get(chain.rpc_url_env)
+            if not url:
+                detail[chain.chain_key] = f"{chain.rpc_url_env} is not set in this runner"
+                worst = worse(worst, HealthStatus.DEGRADED)
+                continue
+            rpc = self.rpc(chain.chain_key, chain.rpc_url_env)
+            try:
+                chain_id = await rpc.chain_id()
+                head = await rpc.block("latest")
+            except EvmRpcError as exc:
+                detail[chain.chain_key] = f"down: {exc}"
+                down += 1
+                continue
+            if chain_id != chain.chain_id:
+                detail[chain.chain_key] = (
+                    f"the RPC answers chain id {chain_id}, not {chain.chain_id}"
+                )
+                down += 1
+                continue
+            age = time.time() - head.timestamp if head is not None else math.inf
+            stale_after = max(60.0, STALE_HEAD_BLOCKS * chain.block_time_ms / 1000)
+            if age > stale_after:
+                detail[chain.chain_key] = f"head block is {age:.0f} s old"
+                worst = worse(worst, HealthStatus.DEGRADED)
+            else:
+                detail[chain.chain_key] = f"head {head.number if head else '?'}, {age:.0f} s old"
+        if chains and down == len(chains):
+            worst = HealthStatus.DOWN
+        elif down:
+            worst = worse(worst, HealthStatus.DEGRADED)
+        return HealthResult(worst, detail)
+
+    async def aclose(self) -> None:
+        for rpc in self._rpcs.values():
+            await rpc.aclose()
+        self._rpcs.clear()
+
+
+_SEVERITY = {HealthStatus.HEALTHY: 0, HealthStatus.DEGRADED: 1, HealthStatus.DOWN: 2}
+
+
+def worse(a: HealthStatus, b: HealthStatus) -> HealthStatus:
+    """The worse of two health states."""
+    return a if _SEVERITY[a] >= _SEVERITY[b] else b
+
+
+async def broadcast(rpc: EvmRpc, leg: ChainLeg, prepared: Prepared, what: str) -> SubmitResult:
+    """eth_sendRawTransaction of the recorded bytes. "already known" is the same
+    transaction: accepted. "nonce too low" is resolved by the recorded hash: mined
+    is ours; not mined is a nonce taken by a transaction the engine never
+    recorded, which recovery reports for an operator. A node that refuses the
+    bytes for want of funds sent nothing: the nonce stays free for the
+    evm_nonce_reaper to close."""
+    assert prepared.raw_tx is not None and prepared.signed_tx_hash is not None
+    tx_hash = prepared.signed_tx_hash
+    async with chain_errors(leg.chain_key):
+        try:
+            await rpc.send_raw_transaction(bytes.fromhex(prepared.raw_tx[2:]))
+        except RpcError as exc:
+            if exc.kind is RpcErrorKind.ALREADY_KNOWN:
+                return SubmitResult(tx_hash, {"tx_hash": tx_hash, "already_known": True})
+            if exc.kind is RpcErrorKind.NONCE_TOO_LOW:
+                if await rpc.receipt(tx_hash) is not None:
+                    return SubmitResult(tx_hash, {"tx_hash": tx_hash, "already_mined": True})
+                raise ExecutorError(
+                    f"nonce {prepared.nonce} of {leg.sender} on {leg.chain_key} is taken "
+                    f"and {tx_hash} is not mined: recovery reads the chain",
+                    retryable=True,
+                ) from None
+            if exc.kind is RpcErrorKind.INSUFFICIENT_FUNDS:
+                raise ExecutorError(
+                    f"{leg.chain_key} refused the {what}: {exc.message}", retryable=False
+                ) from None
+            raise
+    return SubmitResult(tx_hash, {"tx_hash": tx_hash, "nonce": prepared.nonce})
+
+
+@dataclass(frozen=True)
+class TxReading:
+    """What the chain says about a node's transaction now (the module's header
+    lists the statuses)."""
+
+    status: str
+    evidence: JsonObject
+    tx_hash: str | None = None
+    wait_s: float | None = None
+    receipt: Receipt | None = None
+
+
+async def read_recorded(rpc: EvmRpc, leg: ChainLeg, work: NodeWork) -> TxReading:
+    """The chain's word on the node's transaction, from its recorded hashes."""
+    intent = work.intent or {}
+    transactions = intent.get("transactions") or []
+    nonce = intent.get("nonce")
+    if not transactions or nonce is None:
+        raise ExecutorError(
+            f"node {work.node_id} has no recorded transaction to read", retryable=False
+        )
+    hashes = [str(t["tx_hash"]) for t in transactions]
+    async with chain_errors(leg.chain_key):
+        found = await _receipt_of(rpc, hashes)
+        if found is None:
+            account_nonce = await rpc.transaction_count(leg.sender, "latest")
+            if account_nonce <= nonce:
+                return await _unmined(rpc, leg, transactions, nonce)
+            # mined between the two reads, or taken by another transaction
+            found = await _receipt_of(rpc, hashes)
+            if found is None:
+                return TxReading(
+                    "foreign",
+                    {
+                        "problem": "the nonce is taken by a transaction the engine never recorded",
+                        "nonce": nonce,
+                        "account_nonce": account_nonce,
+                        "sender": leg.sender,
+                        "recorded_hashes": hashes,
+                    },
+                )
+        return await _mined(rpc, leg, found)
+
+
+async def _receipt_of(rpc: EvmRpc, hashes: list[str]) -> Receipt | None:
+    """The receipt of any recorded hash (the newest replacement first)."""
+    for tx_hash in reversed(hashes):
+        receipt = await rpc.receipt(tx_hash)
+        if receipt is not None:
+            return receipt
+    return None
+
+
+async def _mined(rpc: EvmRpc, leg: ChainLeg, receipt: Receipt) -> TxReading:
+    head = await rpc.block_number()
+    canonical = await rpc.block(receipt.block_number)
+    depth = head - receipt.block_number
+    evidence: JsonObject = {
+        "tx_hash": receipt.tx_hash,
+        "block_number": receipt.block_number,
+        "block_hash": receipt.block_hash,
+        "confirmations": depth + 1,
+        "finality_depth": leg.finality_depth,
+    }
+    if canonical is None or canonical.hash != receipt.block_hash:
+        # a reorganisation under way: the receipt's block is not the chain's now
+        return TxReading("mined", evidence | {"reorg": True}, receipt.tx_hash, leg.block_time_s)
+    if depth < leg.finality_depth:
+        wait = leg.block_time_s * (leg.finality_depth - depth)
+        return TxReading("mined", evidence, receipt.tx_hash, wait)
+    if not receipt.succeeded:
+        return TxReading(
+            "reverted", evidence | {"status": receipt.status}, receipt.tx_hash, receipt=receipt
+        )
+    return TxReading("final", evidence, receipt.tx_hash, receipt=receipt)
+
+
+async def _unmined(rpc: EvmRpc, leg: ChainLeg, transactions: list[Any], nonce: int) -> TxReading:
+    """Not mined and the nonce is still free: pending in the pool, or dropped
+    (by the pool, or by a reorganisation), then broadcast again from the
+    identical recorded bytes of the newest recorded transaction."""
+    for t in reversed(transactions):
+        if await rpc.transaction(str(t["tx_hash"])) is not None:
+            return TxReading(
+                "pending",
+                {"tx_hash": t["tx_hash"], "nonce": nonce},
+                str(t["tx_hash"]),
+                leg.block_time_s,
+            )
+    newest = transactions[-1]
+    tx_hash, raw = str(newest["tx_hash"]), str(newest["raw_tx"])
+    try:
+        await rpc.send_raw_transaction(bytes.fromhex(raw[2:]))
+    except RpcError as exc:
+        if exc.kind in (RpcErrorKind.ALREADY_KNOWN, RpcErrorKind.NONCE_TOO_LOW):
+            # it reached the pool, or was mined, meanwhile: read again next time
+            return TxReading(
+                "pending", {"tx_hash": tx_hash, "nonce": nonce}, tx_hash, leg.block_time_s
+            )
+        return TxReading(
+            "foreign" if exc.kind is RpcErrorKind.UNDERPRICED else "refused",
+            {
+                "problem": "the recorded transaction is not mined and the node refuses it again",
+                "tx_hash": tx_hash,
+                "nonce": nonce,
+                "answer": exc.message,
+            },
+            tx_hash,
+        )
+    return TxReading(
+        "rebroadcast",
+        {"tx_hash": tx_hash, "nonce": nonce, "rebroadcast": True},
+        tx_hash,
+        leg.block_time_s,
+    )
+
+
+@contextlib.asynccontextmanager
+async def chain_errors(chain_key: str) -> AsyncIterator[None]:
+    """Turn what reading or writing a chain may raise into an ExecutorError: an
+    unreachable node or fees above the cap retry later, as does a node's answer
+    nothing here resolves; a call that reverts does not."""
+    try:
+        yield
+    except (EvmRpcError, FeeCapExceeded) as exc:
+        retryable = not (isinstance(exc, RpcError) and exc.kind is RpcErrorKind.REVERTED)
+        raise ExecutorError(
+            f"chain {chain_key}: {exc}", retryable=retryable, retry_after=RETRY_LATER_S
+        ) from None

@@ -1,0 +1,73 @@
+-- limit_holds: which of p_node_ids (READY nodes, in the order a claim would
+-- take them) must stay READY because of a value limit or a tripped breaker,
+-- and why. For the side-effect nodes only, per scope that has a row in
+-- value_limits (its lane, its venue = executor, the network '*'):
+--   max_per_movement  the node's movement amount is above it
+--   max_in_flight     what is in flight in the scope (SUBMITTING, SUBMITTED,
+--                     OBSERVING, UNKNOWN side-effect nodes) plus this node and
+--                     every node before it in p_node_ids would pass it
+--   max_per_day       what the scope started this UTC day (value_usage) plus
+--                     this node and every node before it would pass it
+-- and a breaker tripped on its lane or venue. Counting the nodes before it
+-- whether or not they are held errs on the safe side: what a claim takes
+-- together never passes a limit. The claim calls it after locking every
+-- value_limits row (so two claims never spend the same room); the view
+-- limit_held_nodes() calls it for every READY node. What is in flight and
+-- started today per scope is value_limit_status's (one definition). Reads only.
+CREATE OR REPLACE FUNCTION limit_holds(p_node_ids bigint[], p_now timestamptz)
+RETURNS TABLE (node_id bigint, reason text)
+LANGUAGE sql STABLE
+AS $$
+    WITH nodes AS (
+        SELECT n.id, n.lane, n.executor_key, r.amount, u.ord
+          FROM unnest(p_node_ids) WITH ORDINALITY AS u(id, ord)
+          JOIN movement_request_nodes n ON n.id = u.id
+          JOIN movement_requests r ON r.id = n.request_id
+         WHERE n.has_side_effect
+    ), scoped AS (
+        SELECT nodes.*, s.scope, s.name
+          FROM nodes
+         CROSS JOIN LATERAL (VALUES ('lane', nodes.lane), ('venue', nodes.executor_key), ('network', '*'))
+               AS s(scope, name)
+    ), limited AS (
+        SELECT scoped.id, scoped.ord, scoped.amount, scoped.scope, scoped.name,
+               l.max_in_flight, l.max_per_day, l.max_per_movement,
+               sum(scoped.amount) OVER (PARTITION BY scoped.scope, scoped.name ORDER BY scoped.ord) AS upto
+          FROM scoped
+          JOIN value_limits l ON l.scope = scoped.scope AND l.name = scoped.name
+    ), used AS (
+        SELECT u.scope, u.name, u.in_flight, u.started_today AS today
+          FROM value_limit_status u
+         WHERE (u.max_in_flight IS NOT NULL OR u.max_per_day IS NOT NULL)
+           AND EXISTS (SELECT 1 FROM scoped WHERE scoped.scope = u.scope AND scoped.name = u.name)
+    ), reasons AS (
+        SELECT limited.id, limited.ord,
+               CASE
+                   WHEN limited.amount > limited.max_per_movement THEN
+                       format('%s %s: the movement''s %s USDC pass its per-movement limit of %s',
+                              limited.scope, limited.name, trim_scale(limited.amount),
+                              trim_scale(limited.max_per_movement))
+                   WHEN used.in_flight + limited.upto > limited.max_in_flight THEN
+                       format('%s %s: %s USDC in flight, %s more would pass its limit of %s',
+                              limited.scope, limited.name, trim_scale(used.in_flight), trim_scale(limited.upto),
+                              trim_scale(limited.max_in_flight))
+                   WHEN used.today + limited.upto > limited.max_per_day THEN
+                       format('%s %s: %s USDC started today (UTC), %s more would pass its daily cap of %s',
+                              limited.scope, limited.name, trim_scale(used.today), trim_scale(limited.upto),
+                              trim_scale(limited.max_per_day))
+               END AS reason
+          FROM limited
+          LEFT JOIN used ON used.scope = limited.scope AND used.name = limited.name
+        UNION ALL
+        SELECT nodes.id, nodes.ord,
+               format('the %s breaker of %s is tripped (%s, since %s): two operators reset it',
+                      b.scope, b.name, b.reason, b.tripped_at)
+          FROM nodes
+          JOIN breakers b ON (b.scope = 'lane' AND b.name = nodes.lane)
+                          OR (b.scope = 'venue' AND b.name = nodes.executor_key)
+    )
+    SELECT DISTINCT ON (reasons.ord) reasons.id, reasons.reason
+      FROM reasons
+     WHERE reasons.reason IS NOT NULL
+     ORDER BY reasons.ord, reasons.reason;
+$$;

@@ -1,0 +1,116 @@
+-- cctp_burn_route: what a CCTP v2 burn node may sign, as the registry says now.
+-- From the node's config (chain, destination_chain, from, to, finality,
+-- max_fee_bps) and its movement's amount: the source chain (id, the NAME of
+-- its RPC URL's environment variable, finality depth, block time, fee caps),
+-- its USDC and its CCTP row (domain, TokenMessengerV2, MessageTransmitterV2),
+-- the sender (a treasury account of the source chain, with its signer's id),
+-- the destination chain's CCTP domain and contracts, the mint recipient (a
+-- treasury account or allow-listed on the DESTINATION chain, the chain the
+-- money lands on), the amount in base units, maxFee (max_fee_bps of the
+-- amount, default 10, at most 100: always below the amount), the
+-- minFinalityThreshold (fast 1000, standard 2000) and the sender's next nonce
+-- as the engine has it. The burn signs only what this returns, read again
+-- before every signature.
+-- QT011 no such node; QT014 a chain, its USDC, its CCTP row or the sender not
+-- registered; QT032 the recipient neither a treasury account nor allow-listed
+-- on the destination chain; QT002 a config without these keys, the same chain
+-- on both sides, an amount finer than 6 decimals or over CCTP's 10M USDC a
+-- burn. Reads only; takes no lock.
+CREATE OR REPLACE FUNCTION cctp_burn_route(p_node_id bigint)
+RETURNS TABLE (
+    chain_key                text,
+    chain_id                 bigint,
+    rpc_url_env              text,
+    finality_depth           integer,
+    block_time_ms            integer,
+    max_fee_per_gas          numeric,
+    max_priority_fee_per_gas numeric,
+    token_address            text,
+    source_domain            bigint,
+    token_messenger          text,
+    message_transmitter      text,
+    sender                   text,
+    signer_id                text,
+    destination_chain        text,
+    destination_domain       bigint,
+    destination_token_messenger text,
+    mint_recipient           text,
+    recipient_kind           text,
+    amount_units             numeric,
+    max_fee_units            numeric,
+    min_finality_threshold   integer,
+    next_nonce               bigint
+)
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_what      text := format('cctp_burn_route: node %s', coalesce(p_node_id::text, 'NULL'));
+    v_config    jsonb;
+    v_amount    numeric;
+    v_chain     chains;
+    v_token     chain_tokens;
+    v_source    chain_protocols;
+    v_dest      chain_protocols;
+    v_sender    text;
+    v_recipient text;
+    v_bps       numeric;
+    v_units     numeric;
+BEGIN
+    SELECT n.node_config, r.amount INTO v_config, v_amount
+      FROM movement_request_nodes n
+      JOIN movement_requests r ON r.id = n.request_id
+     WHERE n.id = p_node_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '%: no such node', v_what
+            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of a cctp_burn step.';
+    END IF;
+    IF NOT (v_config ?& ARRAY['chain', 'destination_chain', 'from', 'to', 'finality'])
+       OR v_config ->> 'finality' NOT IN ('fast', 'standard') THEN
+        RAISE EXCEPTION '%: its config needs chain, destination_chain, from, to and finality (fast or standard)', v_what
+            USING ERRCODE = 'QT002', HINT = 'A cctp_burn step names both chains, from, to and its finality.';
+    END IF;
+    IF v_config ->> 'chain' = v_config ->> 'destination_chain' THEN
+        RAISE EXCEPTION '%: chain and destination_chain are both %', v_what, v_config ->> 'chain'
+            USING ERRCODE = 'QT002', HINT = 'A burn moves USDC to another chain; on one chain use evm_transfer.';
+    END IF;
+    v_sender := evm_address(v_what || ': from', v_config ->> 'from');
+    v_recipient := evm_address(v_what || ': to', v_config ->> 'to');
+    v_bps := coalesce((v_config ->> 'max_fee_bps')::numeric, 10);
+    IF v_bps < 0 OR v_bps > 100 OR v_bps <> trunc(v_bps) THEN
+        RAISE EXCEPTION '%: max_fee_bps % is not a whole number of basis points from 0 to 100', v_what, v_bps
+            USING ERRCODE = 'QT002', HINT = 'The burn''s maxFee is capped at 1% of its amount.';
+    END IF;
+
+    SELECT * INTO v_chain FROM chains c WHERE c.chain_key = v_config ->> 'chain';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '%: chain % is not registered on this network', v_what, quote_literal(v_config ->> 'chain')
+            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
+    END IF;
+    SELECT * INTO v_token FROM chain_tokens t WHERE t.chain_key = v_chain.chain_key AND t.symbol = 'USDC';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '%: USDC is not registered on chain %', v_what, v_chain.chain_key
+            USING ERRCODE = 'QT014', HINT = 'The chain_tokens table lists the tokens of each chain.';
+    END IF;
+    v_source := chain_protocol(v_chain.chain_key, 'cctp');
+    v_dest := chain_protocol(v_config ->> 'destination_chain', 'cctp');
+    v_units := v_amount * power(10::numeric, v_token.decimals);
+    IF v_units <> trunc(v_units) OR v_units > 10000000 * power(10::numeric, v_token.decimals) THEN
+        RAISE EXCEPTION '%: amount % is finer than USDC''s % decimals or over CCTP''s 10M USDC a burn', v_what,
+                        v_amount, v_token.decimals
+            USING ERRCODE = 'QT002', HINT = 'Round the amount to 6 decimals; split a larger movement into burns.';
+    END IF;
+
+    RETURN QUERY SELECT v_chain.chain_key, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
+                        v_chain.block_time_ms, v_chain.max_fee_per_gas, v_chain.max_priority_fee_per_gas,
+                        v_token.address, v_source.remote_id::bigint,
+                        v_source.contracts ->> 'TokenMessengerV2', v_source.contracts ->> 'MessageTransmitterV2',
+                        v_sender, treasury_signer(v_what || ': from', v_chain.chain_key, v_sender),
+                        v_dest.chain_key, v_dest.remote_id::bigint, v_dest.contracts ->> 'TokenMessengerV2',
+                        v_recipient, destination_kind(v_what || ': to', v_dest.chain_key, v_recipient),
+                        v_units, trunc(v_units * v_bps / 10000),
+                        CASE v_config ->> 'finality' WHEN 'fast' THEN 1000 ELSE 2000 END,
+                        (SELECT e.next_nonce FROM evm_nonces e
+                          WHERE e.chain_key = v_chain.chain_key AND e.address = v_sender);
+END
+$$;

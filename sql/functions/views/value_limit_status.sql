@@ -1,0 +1,37 @@
+-- value_limit_status: every scope with value limits (value_limits) or a
+-- tripped breaker: its limits, the USDC its side-effect nodes have in flight
+-- now (SUBMITTING, SUBMITTED, OBSERVING, UNKNOWN), what it started this UTC day
+-- (value_usage), and its breaker (CLOSED, or TRIPPED since when, why, and who
+-- asked to reset it). The claim reads the same numbers (limit_holds); the
+-- nodes it holds and why are in limit_held_nodes().
+CREATE OR REPLACE VIEW value_limit_status AS
+WITH scopes AS (
+    SELECT scope, name FROM value_limits
+    UNION
+    SELECT scope, name FROM breakers
+)
+SELECT s.scope,
+       s.name,
+       l.max_in_flight,
+       l.max_per_day,
+       l.max_per_movement,
+       l.trip_after_failures,
+       l.trip_window_seconds,
+       (SELECT coalesce(sum(r.amount), 0)
+          FROM movement_request_nodes x
+          JOIN movement_requests r ON r.id = x.request_id
+         WHERE x.node_state IN ('SUBMITTING', 'SUBMITTED', 'OBSERVING', 'UNKNOWN')
+           AND x.has_side_effect
+           AND CASE s.scope WHEN 'lane' THEN x.lane = s.name
+                            WHEN 'venue' THEN x.executor_key = s.name
+                            ELSE true END) AS in_flight,
+       coalesce((SELECT v.started FROM value_usage v
+                  WHERE v.scope = s.scope AND v.name = s.name
+                    AND v.day = (clock() AT TIME ZONE 'UTC')::date), 0) AS started_today,
+       CASE WHEN b.scope IS NULL THEN 'CLOSED' ELSE 'TRIPPED' END AS breaker,
+       b.tripped_at,
+       b.reason AS tripped_because,
+       b.reset_requested_by
+  FROM scopes s
+  LEFT JOIN value_limits l ON l.scope = s.scope AND l.name = s.name
+  LEFT JOIN breakers b ON b.scope = s.scope AND b.name = s.name;

@@ -1,0 +1,177 @@
+"""Value limits and breakers inside the claim (migration 0027_value_limits).
+
+What a treasury relies on: what the dispatcher claims never takes a lane, a
+venue (executor) or the network past its USDC in flight, its daily cap or its
+per-movement limit, even with two dispatchers claiming at once; a held node
+stays READY with its attempts untouched and the reason visible
+(limit_held_nodes); repeated failures trip a breaker that stops the scope's
+claims until two different operators reset it; no runner login can change a
+limit or a breaker.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import (
+    add_lanes,
+    as_person,
+    bind,
+    claim,
+    create_started,
+    fingerprint,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+    submit,
+    wait_until_blocked_on_a_lock,
+)
+from rows import T0, Conn, node_row, set_clock
+
+from qtg_runner.db import procs
+
+
+def movement(conn: Conn, name: str, amount: str = "100", lane: str = "x") -> int:
+    return node_ids(conn, create_started(conn, plan(node("a", lane=lane)), name, amount=amount))[
+        "a"
+    ]
+
+
+def held(conn: Conn) -> dict[int, str]:
+    with as_person(conn, "alice"):
+        return {h.node_id: h.reason for h in procs.limit_held_nodes().all(conn)}
+
+
+@pytest.fixture
+def lane(conn: Conn) -> str:
+    add_lanes(conn, "x", "y")
+    return "x"
+
+
+def test_a_lanes_in_flight_limit_holds_what_would_pass_it(conn: Conn, lane: str) -> None:
+    procs.set_value_limit("lane", lane, 250, None, None).one(conn)
+    nodes = [movement(conn, f"m{i}") for i in range(4)]
+    other = movement(conn, "other-lane", lane="y")
+    claimed = claim(conn)
+    assert sorted(c["node_id"] for c in claimed) == sorted([nodes[0], nodes[1], other])
+    reasons = held(conn)
+    assert set(reasons) == {nodes[2], nodes[3]}
+    assert "lane x: 200 USDC in flight, 100 more would pass its limit of 250" in reasons[nodes[2]]
+    for held_node in nodes[2:]:
+        row = node_row(conn, held_node)
+        assert (row["node_state"], row["submit_attempts"], row["claim_token"]) == ("READY", 0, 0)
+    # one settles: room for one more
+    first = next(c for c in claimed if c["node_id"] == nodes[0])
+    submit(conn, first, settled=True)
+    assert [c["node_id"] for c in claim(conn)] == [nodes[2]]
+    assert claim(conn) == []
+
+
+def test_two_dispatchers_never_spend_the_same_room(db: TestDatabase, conn: Conn, lane: str) -> None:
+    """The second claim waits on the limit rows the first holds, then sees what
+    the first took: one node of 100 in a limit of 150, never two."""
+    procs.set_value_limit("lane", lane, 150, None, None).one(conn)
+    first_node, second_node = movement(conn, "m1"), movement(conn, "m2")
+    first = bind(db.connect(db.runner_dsn("testnet"), autocommit=False))
+    second = bind(db.connect(db.runner_dsn("testnet")))
+    for other in (first, second):
+        pin_clock(other, T0.isoformat())
+    first.commit()
+    [taken] = procs.claim_ready_nodes("w1", 10).all(first)  # uncommitted: holds the limits
+    outcome: dict[str, Any] = {}
+
+    def second_dispatcher() -> None:
+        outcome["claimed"] = procs.claim_ready_nodes("w2", 10).all(second)
+
+    thread = threading.Thread(target=second_dispatcher)
+    thread.start()
+    wait_until_blocked_on_a_lock(conn, second.info.backend_pid)
+    first.commit()
+    thread.join(timeout=10)
+    assert outcome == {"claimed": []}
+    assert taken.node_id == first_node
+    assert node_row(conn, second_node)["node_state"] == "READY"
+    first.close()
+
+
+def test_a_daily_cap_counts_what_started_today(conn: Conn, lane: str) -> None:
+    procs.set_value_limit("venue", "sim", None, 150, None).one(conn)
+    a = movement(conn, "m1")
+    [claimed] = claim(conn)
+    submit(conn, claimed, settled=True)  # done: no longer in flight, still started today
+    b = movement(conn, "m2")
+    assert claim(conn) == []
+    assert (
+        "venue sim: 100 USDC started today (UTC), 100 more would pass its daily cap of 150"
+        in held(conn)[b]
+    )
+    set_clock(conn, 86_400)
+    assert [c["node_id"] for c in claim(conn)] == [b]
+    assert a != b
+
+
+def test_a_per_movement_limit_holds_a_larger_movement(conn: Conn, lane: str) -> None:
+    procs.set_value_limit("network", "*", None, None, 50).one(conn)
+    big = movement(conn, "big", amount="100")
+    small = movement(conn, "small", amount="40")
+    assert [c["node_id"] for c in claim(conn)] == [small]
+    assert "network *: the movement's 100 USDC pass its per-movement limit of 50" in held(conn)[big]
+
+
+def test_repeated_failures_trip_a_breaker_that_two_operators_reset(conn: Conn, lane: str) -> None:
+    procs.set_value_limit("lane", lane, None, None, None, 2, 600).one(conn)
+    for i in range(2):
+        movement(conn, f"fail{i}")
+    for claimed in claim(conn):
+        procs.fail_submit(claimed["node_id"], claimed["claim_secret"], "rejected", False).one(conn)
+    tripped = conn.execute("SELECT reason, tripped_by FROM breakers").fetchall()
+    assert tripped == [("2 failed nodes within 600 s", "w1")]
+    waiting = movement(conn, "after")
+    assert claim(conn) == []
+    assert "the lane breaker of x is tripped" in held(conn)[waiting]
+
+    with as_person(conn, "alice"):
+        assert procs.reset_breaker("lane", lane).one(conn) == "RESET_REQUESTED"
+        with pytest.raises(procs.Refused) as refused:
+            procs.reset_breaker("lane", lane).one(conn)
+        assert refused.value.sqlstate == "QT022"
+    assert claim(conn) == []
+    with as_person(conn, "bob"):
+        assert procs.reset_breaker("lane", lane).one(conn) == "CLOSED"
+    assert [c["node_id"] for c in claim(conn)] == [waiting]
+    query = "SELECT action FROM audit_outbox WHERE entity = 'breaker' ORDER BY id"
+    actions = [r[0] for r in conn.execute(query).fetchall()]
+    assert actions == [
+        "breaker_tripped",
+        "breaker_reset_requested",
+        "breaker_reset_refused",
+        "breaker_reset",
+    ]
+    with as_person(conn, "bob"), pytest.raises(psycopg.Error) as missing:
+        procs.reset_breaker("lane", lane).one(conn)
+    assert missing.value.sqlstate == "QT061"
+
+
+def test_a_runner_login_cannot_move_a_limit_or_a_breaker(
+    db: TestDatabase, conn: Conn, lane: str
+) -> None:
+    procs.set_value_limit("lane", lane, 100, None, None, 1).one(conn)
+    conn.execute("INSERT INTO breakers VALUES ('venue', 'sim', now(), 'w', 'test', NULL, NULL)")
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    before = fingerprint(conn)
+    for attack in (
+        lambda: procs.set_value_limit("lane", lane, 10**9, None, None).one(runner),
+        lambda: runner.execute("UPDATE value_limits SET max_in_flight = 1e9"),
+        lambda: runner.execute("DELETE FROM breakers"),
+        lambda: runner.execute("DELETE FROM value_usage"),
+        lambda: procs.reset_breaker("venue", "sim").one(runner),
+    ):
+        with pytest.raises(psycopg.Error) as refused:
+            attack()
+        assert refused.value.sqlstate == "42501"
+    assert fingerprint(conn) == before
