@@ -335,9 +335,11 @@ def start_chains(
     """Start ``specs`` (unless the state file says they already run), deploy the
     contracts on each (MockUSDC, then the CCTP double wired across the chains:
     qtg_runner.chains.cctp, its attester keys in the keystore beside the state,
-    scrypt n ``kdf_iterations`` when new) and record them. A chain that fails
+    scrypt n ``kdf_iterations`` when new; then the Stargate pools:
+    qtg_runner.chains.stargate) and record them. A chain that fails
     stops every chain this call started, and the state file is left as it was."""
     from qtg_runner.chains.cctp import deploy_cctp
+    from qtg_runner.chains.stargate import deploy_stargate
 
     existing = [c for c in read_state(state_dir) if is_running(c)]
     if existing:
@@ -357,6 +359,7 @@ def start_chains(
         for chain in started:
             deploy_contracts(chain)
         deploy_cctp(state_dir, started, kdf_iterations=kdf_iterations)
+        deploy_stargate(started)
     except BaseException:
         for chain in started:
             _terminate(chain.pid)

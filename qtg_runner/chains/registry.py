@@ -8,11 +8,11 @@ our own in an encrypted keystore, the same on every chain) with their signer
 ids ``keystore:local-treasury-1`` / ``keystore:local-treasury-2``, each funded
 first (``fund_treasury``) with ETH for gas and with mocked USDC by the deployer
 (anvil's account 0, the token's owner); and the bridge doubles deployed on it
-(chain_protocols: the CCTP domain and contracts). `qtg world up` also records
-the local exchange (``record_venue``): the venue ``bybit`` with the NAMES of
-the variables of its URL and key file, its name for each chain (the chain's
-key, as the double names it) and its deposit address there for USDC. No key
-is read, stored or logged here."""
+(chain_protocols: the CCTP domain and contracts, the Stargate endpoint id and
+pool). `qtg world up` also records the local exchange (``record_venue``): the
+venue ``bybit`` with the NAMES of the variables of its URL and key file, its
+name for each chain (the chain's key, as the double names it) and its deposit
+address there for USDC. No key is read, stored or logged here."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from psycopg.conninfo import make_conninfo
 from qtg_runner.chains.cctp import CCTP_CONTRACTS, cctp_domain
 from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
 from qtg_runner.chains.local import ChainError, RunningChain, load_artifact, rpc, rpc_url_env
+from qtg_runner.chains.stargate import STARGATE_CONTRACTS, approve_pool, stargate_eid
 from qtg_runner.db import procs
 
 __all__ = [
@@ -51,7 +52,8 @@ LOCAL_FINALITY_DEPTH = 2
 
 def fund_treasury(chain: RunningChain, treasury: Sequence[LocalKey]) -> None:
     """Give each treasury account of ``chain`` ETH for gas (anvil_setBalance) and
-    mocked USDC (minted by the token's owner), each up to its funding where below."""
+    mocked USDC (minted by the token's owner), each up to its funding where
+    below, and an allowance to the chain's Stargate pool (``approve_pool``)."""
     from web3 import HTTPProvider, Web3
 
     w3 = Web3(HTTPProvider(chain.rpc_url, request_kwargs={"timeout": 10}))
@@ -75,6 +77,8 @@ def fund_treasury(chain: RunningChain, treasury: Sequence[LocalKey]) -> None:
         )
         if receipt["status"] != 1:
             raise ChainError(f"minting mocked USDC on {chain.key} failed: {receipt}")
+    # the Stargate pool pulls what it sends: allowed once, up front
+    approve_pool(chain, [account.address for account in treasury])
 
 
 def prepare_treasury(
@@ -102,6 +106,14 @@ def local_protocols(chain: RunningChain) -> list[tuple[str, int, dict[str, str]]
     rows: list[tuple[str, int, dict[str, str]]] = []
     if all(name in chain.contracts for name in CCTP_CONTRACTS):
         rows.append(("cctp", cctp_domain(chain), {n: chain.contracts[n] for n in CCTP_CONTRACTS}))
+    if all(name in chain.contracts for name in STARGATE_CONTRACTS):
+        rows.append(
+            (
+                "stargate",
+                stargate_eid(chain),
+                {n: chain.contracts[n] for n in STARGATE_CONTRACTS},
+            )
+        )
     return rows
 
 

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
@@ -34,7 +35,13 @@ from qtg_runner.chains.local import DEFAULT_CHAINS, AnvilNotFound, find_anvil
 from qtg_runner.chains.registry import LOCAL_FINALITY_DEPTH
 from qtg_runner.commands.chains import chain_errors
 from qtg_runner.commands.common import CommandError, cli_errors, finite
-from qtg_runner.commands.demo_world import WorldView, run_world_demo, scaled_lanes, world_movements
+from qtg_runner.commands.demo_world import (
+    WorldMovement,
+    WorldView,
+    run_world_demo,
+    scaled_lanes,
+    world_movements,
+)
 from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.commands.world import bring_up_world
 from qtg_runner.config import NetworkMode, Settings, load_settings
@@ -419,8 +426,24 @@ def demo_cmd(
             code = asyncio.run(run_demo(dsn, people, net, scale, timeout))
         raise typer.Exit(code)
 
+    code = run_world_movements(dsn, people, net, world_movements, scale, port_base, timeout)
+    raise typer.Exit(code)
+
+
+def run_world_movements(
+    dsn: str,
+    people: DemoLogins,
+    network: NetworkMode,
+    pick: Callable[[WorldView], list[WorldMovement]],
+    scale: float,
+    port_base: int,
+    timeout: float,
+) -> int:
+    """The local outside world brought up (left running), then the movements
+    ``pick`` makes of it run through every worker and checked (run_world_demo):
+    the demo's and each drill's."""
     with chain_errors():
-        up = bring_up_world(port_base, True, net, time_scale=scale)
+        up = bring_up_world(port_base, True, network, time_scale=scale)
     os.environ.update(up.env)
     chains = {c.key: c for c in up.chains.chains}
     out.print(
@@ -432,17 +455,16 @@ def demo_cmd(
     view = WorldView(chains, [a.address for a in up.chains.treasury])
     finality_s = max(c.block_time for c in chains.values()) * (LOCAL_FINALITY_DEPTH + 1)
     with cli_errors():
-        code = asyncio.run(
+        return asyncio.run(
             run_world_demo(
                 dsn,
                 people,
-                net,
+                network,
                 view,
-                world_movements(view),
+                pick(view),
                 world_entries(),
                 scaled_lanes(up.state.time_scale, finality_s),
                 timeout,
                 up.chains.state_dir,
             )
         )
-    raise typer.Exit(code)

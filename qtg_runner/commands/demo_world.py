@@ -437,3 +437,20 @@ async def run_world_demo(
         "balance moved by exactly what they moved[/green]"
     )
     return 0
+
+
+def drill_movements(w: WorldView) -> dict[str, list[WorldMovement]]:
+    """One path each, for `qtg drill <path>`."""
+    t1, t2 = w.treasury[0], w.treasury[1]
+    a, b = sorted(w.chains)[:2]
+    return {
+        "cctp": [
+            WorldMovement(
+                "CCTP fast: burn, attestation, mint",
+                Decimal("25"),
+                cctp("usdc", a, b, t1, t2, "fast"),
+                "COMPLETED",
+                bridged(a, b, t1, t2, Decimal("25"), CCTP_MAX_FEE_BPS),
+            )
+        ],
+    }

@@ -46,7 +46,13 @@ from qtg_runner.chains.local import (
 )
 from qtg_runner.chains.registry import prepare_treasury, record_chains
 from qtg_runner.commands.common import ENVIRONMENT, CommandError, cli_errors, finite
-from qtg_runner.commands.demo import DemoLogins, demo_logins, require_workers
+from qtg_runner.commands.demo import (
+    DemoLogins,
+    demo_logins,
+    require_workers,
+    run_world_movements,
+)
+from qtg_runner.commands.demo_world import drill_movements
 from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import NetworkMode, load_settings
 from qtg_runner.db import procs
@@ -415,3 +421,65 @@ def evm_transfer_cmd(
     with cli_errors():
         code = asyncio.run(run_drill(dsn, people, net, target, src, dst, value, timeout))
     raise typer.Exit(code)
+
+
+def _world_drill(path: str, about: str) -> None:
+    """`qtg drill <path>`: one movement of that path on the local outside world."""
+
+    def command(
+        scale: Annotated[
+            float,
+            typer.Option(
+                min=1,
+                max=10000,
+                help="The time scale a world started here runs at (a running world keeps its own).",
+            ),
+        ] = 60.0,
+        port_base: Annotated[
+            int,
+            typer.Option(
+                help="Where a world started here listens: the first chain's port, then the "
+                "next chain, the attestation service and the exchange.",
+                min=1024,
+                max=65000,
+            ),
+        ] = DEFAULT_CHAINS[0].port,
+        timeout: Annotated[
+            float, typer.Option(min=5, max=3600, help="Give up after this many seconds.")
+        ] = 180.0,
+        network: NetworkOption = None,
+    ) -> None:
+        finite(scale, "--scale", 1, 10000)
+        finite(timeout, "--timeout", 5, 3600)
+        settings = require_workers("the drill", f"qtg drill {path}")
+        configure(logging.WARNING)
+        net = resolve_network(network)
+        with cli_errors():
+            dsn = database_url(settings)
+            migrate(dsn)
+            register_shipped(dsn, net)
+            people = demo_logins(dsn, net, settings.credentials_file)
+        out.print(
+            f"database migrated, executors registered; network {net}; logins "
+            f"{people.creator.name}, {people.approver.name} (operators) and "
+            f"{people.runner.name} (runner)"
+        )
+        code = run_world_movements(
+            dsn, people, net, lambda view: drill_movements(view)[path], scale, port_base, timeout
+        )
+        raise typer.Exit(code)
+
+    command.__doc__ = (
+        f"{about}\n\nOn the local outside world (`qtg world up`'s, started when it does "
+        "not run), over the logins a deployment uses: alice creates, bob approves, the "
+        "workers run in this process as runner1. Prints each node's path and "
+        "transaction hashes and checks the balances on every chain. Exit 0 when it ends "
+        "as it should. Needs MG_WORKERS_ENABLED=true, like every drill."
+    )
+    app.command(path)(command)
+
+
+_world_drill(
+    "cctp",
+    "A CCTP v2 fast transfer between the local chains: burn, Iris's attestation, mint.",
+)

@@ -334,6 +334,40 @@ class CctpMintRoute:
 
 
 @dataclass(frozen=True)
+class StargateRoute:
+    """stargate_send_route: what a Stargate send node may sign, from the registry."""
+
+    chain_key: Text
+    chain_id: BigInt
+    rpc_url_env: Text
+    finality_depth: Integer
+    block_time_ms: Integer
+    max_fee_per_gas: NumericValue
+    max_priority_fee_per_gas: NumericValue
+    token: Text
+    token_address: Text
+    decimals: SmallInt
+    sender: Text
+    signer_id: Text
+    recipient: Text
+    recipient_kind: Text
+    amount_units: NumericValue
+    min_amount_units: NumericValue
+    mode: Text
+    src_eid: BigInt
+    src_pool: Text
+    dst_chain_key: Text
+    dst_chain_id: BigInt
+    dst_rpc_url_env: Text
+    dst_finality_depth: Integer
+    dst_block_time_ms: Integer
+    dst_eid: BigInt
+    dst_pool: Text
+    dst_token_address: Text
+    next_nonce: BigInt | None
+
+
+@dataclass(frozen=True)
 class WithdrawRoute:
     """bybit_withdraw_route: what an exchange withdrawal node may request, from the registry."""
 
@@ -906,6 +940,11 @@ def cctp_burn_route(node_id: BigInt) -> Call[CctpBurnRoute]:
 @procedure("runner")
 def cctp_mint_route(node_id: BigInt) -> Call[CctpMintRoute]:
     """What a CCTP v2 mint node may sign, and what its burn's message must show."""
+
+
+@procedure("runner")
+def stargate_send_route(node_id: BigInt) -> Call[StargateRoute]:
+    """What a Stargate send node may sign, as the chain registry says now."""
 
 
 @procedure("runner")

@@ -30,6 +30,7 @@ from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 from qtg_runner.executors.sim import SimExecutor
+from qtg_runner.executors.stargate import StargateExecutor
 
 SHIPPED: tuple[type[Executor], ...] = (
     SimExecutor,
@@ -38,6 +39,7 @@ SHIPPED: tuple[type[Executor], ...] = (
     BybitDepositExecutor,
     CctpBurnExecutor,
     CctpMintExecutor,
+    StargateExecutor,
 )
 """Every executor a runner of this build carries."""
 
@@ -51,6 +53,7 @@ def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
         BybitDepositExecutor.key: BybitDepositExecutor(pool, network),
         CctpBurnExecutor.key: CctpBurnExecutor(pool, network),
         CctpMintExecutor.key: CctpMintExecutor(pool, network),
+        StargateExecutor.key: StargateExecutor(pool, network),
     }
 
 

@@ -1,6 +1,7 @@
 """The local outside world as one background process: the fake Iris and the fake
-Bybit served side by side on loopback, over the local chains of a state
-directory (qtg_runner.chains.local).
+Bybit served side by side on loopback, and the Stargate relayer
+(qtg_runner.world.stargate), over the local chains of a state directory
+(qtg_runner.chains.local).
 
 `qtg world up|down|status` (qtg_runner/commands/world.py) and the tests use
 this module alike. Beside the chains' state (``chains/state.json``) it keeps:
@@ -75,6 +76,9 @@ BYBIT_KEY_FILE_ENV = "QTG_BYBIT_KEY_FILE"
 DEFAULT_TIME_SCALE = 60.0
 """Protocol seconds per real second: a 15-minute standard attestation takes 15 s."""
 
+STARGATE_BUS_WAIT_S = 480.0
+"""Protocol seconds a Stargate bus waits for passengers before the relayer drives it."""
+
 DEFAULT_FUND_BALANCE = Decimal(1_000_000)
 """USDC in the exchange's FUND account at start (the hot wallet holds as much)."""
 
@@ -108,6 +112,8 @@ class WorldState:
     """The anvil pids it was started over: other pids mean other chains."""
     deposit_address: str = ""
     hot_wallet: str = ""
+    stargate_eids: dict[str, int] = field(default_factory=dict)
+    """Each chain's LayerZero endpoint id, as the Stargate relayer serves it."""
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> WorldState:
@@ -122,6 +128,7 @@ class WorldState:
             chain_pids={str(k): int(v) for k, v in dict(raw.get("chain_pids", {})).items()},
             deposit_address=str(raw.get("deposit_address", "")),
             hot_wallet=str(raw.get("hot_wallet", "")),
+            stargate_eids={str(k): int(v) for k, v in dict(raw.get("stargate_eids", {})).items()},
         )
 
 
@@ -291,11 +298,14 @@ def start_world(
     time_scale: float = DEFAULT_TIME_SCALE,
     fund: Decimal = DEFAULT_FUND_BALANCE,
     timeout: float = START_TIMEOUT_S,
+    stargate_bus_wait: float | None = STARGATE_BUS_WAIT_S,
 ) -> tuple[WorldState, bool]:
     """The serve process over the chains of ``state_dir`` (which must run, the
     exchange's keys made and its hot wallet funded: `qtg world up` does both):
     the one recorded when it runs over these same chains, else a new one (a
-    stale one over other chains stopped first). Returns (state, started now)."""
+    stale one over other chains stopped first). ``stargate_bus_wait``: protocol
+    seconds a bus waits before the relayer drives it (None: never, whoever sends
+    drives it). Returns (state, started now)."""
     chains = read_state(state_dir)
     if not chains or not all(is_running(c) for c in chains):
         raise ChainError(f"the local chains of {state_dir} do not run: `qtg chains up` first")
@@ -314,6 +324,7 @@ def start_world(
         "--bybit-port", str(bybit_port),
         "--time-scale", repr(time_scale),
         "--fund", str(fund),
+        "--stargate-bus-wait", "-1" if stargate_bus_wait is None else repr(stargate_bus_wait),
     ]  # fmt: skip
     with log_file.open("ab") as out:
         # a session of its own: `qtg world up` returns and the world stays up
@@ -393,7 +404,8 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     from qtg_runner import signers
     from qtg_runner.chains.cctp import load_attesters, read_domain
     from qtg_runner.chains.keys import ensure_treasury_keys
-    from qtg_runner.world import bybit, iris
+    from qtg_runner.chains.stargate import stargate_eid
+    from qtg_runner.world import bybit, iris, stargate
 
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     parser.add_argument("--state-dir", type=Path, required=True)
@@ -401,6 +413,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bybit-port", type=int, default=0)
     parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE)
     parser.add_argument("--fund", type=Decimal, default=DEFAULT_FUND_BALANCE)
+    parser.add_argument("--stargate-bus-wait", type=float, default=STARGATE_BUS_WAIT_S)
     args = parser.parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
@@ -440,6 +453,10 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             port=args.bybit_port,
         )
         handles.append(exchange)
+        bus_wait = args.stargate_bus_wait if args.stargate_bus_wait >= 0 else None
+        handles.append(
+            stargate.serve(chains, stargate.RelayerConfig(bus_wait_s=bus_wait, time_scale=scale))
+        )
         # the local treasury accounts are on the address book, on every chain
         for account in ensure_treasury_keys(state_dir):
             exchange.whitelist(account.address)
@@ -456,6 +473,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             chain_pids=_chain_pids(chains),
             deposit_address=keys.deposit.address,
             hot_wallet=keys.hot.address,
+            stargate_eids={c.key: stargate_eid(c) for c in chains if "StargatePool" in c.contracts},
         )
         _write_world(state_dir, state)
         log.info(

@@ -61,6 +61,7 @@ from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
+from qtg_runner.executors.stargate import StargateExecutor
 
 Conn = psycopg.Connection[Any]
 
@@ -106,6 +107,7 @@ class World:
     landed: int = 0  # an evm_transfer COMPLETED into bybit's deposit address, followed
     cctp_burn: int = 0  # a cctp_burn node world-a -> world-b, treasury 0xdd.. -> 0xff..
     cctp_mint: int = 0  # its cctp_mint child on world-b
+    stargate: int = 0  # a stargate node world-a -> world-b, treasury 0xdd.. -> 0xff..
 
 
 WORLD_SENDER = "0x" + "d" * 40
@@ -185,6 +187,21 @@ def build_world(conn: Conn) -> World:
             "cctp",
         ),
     )
+    # a Stargate pool on each chain, for a stargate node
+    for chain, eid, digit in (("world-a", 50901, "7"), ("world-b", 50902, "8")):
+        procs.upsert_chain_protocol(
+            chain, "stargate", eid, {"StargatePool": "0x" + digit * 40}
+        ).one(conn)
+    sg = StargateExecutor
+    procs.register_executor(sg.key, True, sg.node_config_schema, sg.description).one(conn)
+    stargate = node_ids(
+        conn,
+        create(
+            conn,
+            plan(node("s", [], sg.key, source="world-a", destination="world-b", **cctp_ends)),
+            "stargate",
+        ),
+    )["s"]
     pending = create(conn, plan(node("a")), "pending")
     transfer = node_ids(
         conn,
@@ -296,6 +313,7 @@ def build_world(conn: Conn) -> World:
         proposal=proposal,
         quarantined=ids["d"],
         transfer=transfer,
+        stargate=stargate,
         replaced=intents["f"],
         withdraw=venue_nodes["w"],
         deposit=venue_nodes["d"],
@@ -453,6 +471,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         },
         "cctp_burn_route": {"p_node_id": w.cctp_burn},
         "cctp_mint_route": {"p_node_id": w.cctp_mint},
+        "stargate_send_route": {"p_node_id": w.stargate},
         "evm_nonce_gaps": {"p_max": 10},
         "evm_stale_transactions": {"p_blocks": 20, "p_min_seconds": 60, "p_max": 10},
         "record_nonce_fill": dict(
@@ -960,6 +979,10 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
         ),
         "cctp_mint_route": (
+            each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
+        "stargate_send_route": (
+            # a node that is not a stargate step: its config names no source
             each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
         ),
         "evm_next_nonce": (

@@ -50,6 +50,7 @@ RUNNER = {
     "release_nodes",
     "report_executor_health",
     "start_approved_movements",
+    "stargate_send_route",
     "worker_stopped",
 }
 OPERATOR = {

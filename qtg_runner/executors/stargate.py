@@ -1,0 +1,549 @@
+"""The `stargate` executor: USDC from a treasury account on one EVM chain to a
+treasury account or an allow-listed address on another, through a Stargate v2
+pool (taxi: a message at once; bus: a ticket, batched with others until the
+bus is driven).
+
+What it may sign is the registry's word, read again before every signature
+(stargate_send_route, in SQL): both chains and their Stargate rows (endpoint
+id, pool), the token on both, the sender (a treasury account of the source),
+a recipient that is a treasury account or allow-listed on the DESTINATION, the
+amount and the least the recipient must receive, in base units.
+
+The pool pulls the amount from the sender: the allowance is given once, up
+front, by the admin's deploy step (qtg_runner.chains.stargate.approve_pool on
+the local chains), not by the executor. One node is one recorded transaction
+at one engine-allocated nonce; an approval per send would be a second signed
+transaction the node's intent cannot hold. Preflight refuses (retryable) while
+the allowance is short, so nothing is signed that would revert.
+
+    preflight  the route; the sender holds the amount and has allowed the
+               pool at least as much; the pool's quote (quoteOFT) is within
+               its limit and gives at least the minimum.
+    prepare    quoteOFT and quoteSend (the native fee); ``send(SendParam,
+               MessagingFee, refundAddress)`` with the fee as value, oftCmd
+               empty (taxi) or one zero byte (bus), minAmountLD the route's
+               minimum; EIP-1559 fees under the source's caps; signed at the
+               greater of the chain's pending count and the engine's next
+               nonce. The payload keeps the quote and the destination's head
+               block (where its logs are read from).
+    submit     evm_tx.broadcast: the recorded bytes, "already known"
+               and a mined "nonce too low" are the same transaction.
+    observe    the source receipt, final, with exactly one OFTSent from the
+               sender for the amount; the guid from it (taxi) or from the
+               BusDriven covering the receipt's BusRode ticket (bus: the
+               OFTSent's guid is empty); then the destination pool's
+               OFTReceived for that guid, recipient and amount, final:
+               COMPLETED with the evidence. UnreceivedTokenCached for it: the
+               payout is cached, PENDING (retryReceiveToken is permissionless:
+               the world's relayer retries it; the node completes on the
+               OFTReceived that follows). Source reverted and final: FAILED.
+               Not mined: evm_tx.read_recorded (rebroadcast of the identical bytes,
+               or UNKNOWN when a foreign transaction took the nonce).
+    recover    the same reading from the recorded hashes and the guid
+               evidence on both chains: delivered -> COMPLETED, reverted ->
+               FAILED, sent or in flight -> IN_FLIGHT, never prepared ->
+               NOT_SUBMITTED, a foreign nonce -> STILL_UNKNOWN.
+    health     evm_tx.EvmAccess.chains_health, per registered chain.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import psycopg
+from eth_abi.abi import decode, encode
+from eth_utils.crypto import keccak
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.chains.evm import Fees, _eip1559, balance_of, normalize_address, suggest_fees
+from qtg_runner.chains.evm_rpc import EvmRpc, Log, Receipt
+from qtg_runner.db import procs
+from qtg_runner.executors.base import (
+    ExecutorError,
+    HealthResult,
+    JsonObject,
+    NodeWork,
+    ObserveResult,
+    ObserveStatus,
+    Prepared,
+    RecoveryOutcome,
+    RecoveryResult,
+    SubmitResult,
+)
+from qtg_runner.executors.evm_transfer import ADDRESS_PATTERN, ROUTE_REFUSALS
+from qtg_runner.executors.evm_tx import (
+    RETRY_LATER_S,
+    ChainLeg,
+    EvmAccess,
+    TxReading,
+    broadcast,
+    chain_errors,
+    read_recorded,
+)
+from qtg_runner.signers import Signer
+
+
+def _selector(signature: str) -> bytes:
+    return keccak(text=signature)[:4]
+
+
+def _topic(signature: str) -> str:
+    return "0x" + keccak(text=signature).hex()
+
+
+SEND_PARAM = "(uint32,bytes32,uint256,uint256,bytes,bytes,bytes)"
+SEND = _selector(f"send({SEND_PARAM},(uint256,uint256),address)")
+QUOTE_OFT = _selector(f"quoteOFT({SEND_PARAM})")
+QUOTE_SEND = _selector(f"quoteSend({SEND_PARAM},bool)")
+ALLOWANCE = _selector("allowance(address,address)")
+
+OFT_SENT_TOPIC = _topic("OFTSent(bytes32,uint32,address,uint256,uint256)")
+OFT_RECEIVED_TOPIC = _topic("OFTReceived(bytes32,uint32,address,uint256)")
+BUS_RODE_TOPIC = _topic("BusRode(uint32,uint72,uint80,bytes)")
+BUS_DRIVEN_TOPIC = _topic("BusDriven(uint32,uint72,uint8,bytes32)")
+UNRECEIVED_TOPIC = _topic("UnreceivedTokenCached(bytes32,uint8,uint32,address,uint256,bytes)")
+
+GAS_HEADROOM = 1.25
+CACHED_RETRY_S = 30.0
+"""How often a node whose payout is cached looks again."""
+
+
+def _word(address: str) -> str:
+    """An address as a 32-byte topic."""
+    return "0x" + "00" * 12 + normalize_address(address)[2:]
+
+
+def _send_param(route: procs.StargateRoute) -> tuple[Any, ...]:
+    """SendParam: to the recipient as bytes32, no options or compose message;
+    oftCmd empty (taxi) or one zero byte (bus)."""
+    return (
+        int(route.dst_eid),
+        bytes(12) + bytes.fromhex(route.recipient[2:]),
+        int(route.amount_units),
+        int(route.min_amount_units),
+        b"",
+        b"",
+        b"\x00" if route.mode == "bus" else b"",
+    )
+
+
+@dataclass(frozen=True)
+class _Quote:
+    max_amount: int
+    amount_received: int
+    native_fee: int
+
+
+class StargateExecutor:
+    key: ClassVar[str] = "stargate"
+    has_side_effect: ClassVar[bool] = True
+    description: ClassVar[str] = (
+        "USDC across chains through a Stargate v2 pool (taxi or bus) from a treasury account to "
+        "a treasury account or an allow-listed address on the destination; complete on the "
+        "destination's OFTReceived"
+    )
+    node_config_schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "required": ["lane", "source", "destination", "from", "to"],
+        "properties": {
+            "lane": {"type": "string", "minLength": 1},
+            "source": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
+            "destination": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
+            "token": {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"},
+            "from": {"type": "string", "pattern": ADDRESS_PATTERN},
+            "to": {"type": "string", "pattern": ADDRESS_PATTERN},
+            "mode": {"enum": ["taxi", "bus"]},
+            "min_amount": {"type": "string", "pattern": "^[0-9]{1,30}(\\.[0-9]{1,30})?$"},
+            "max_slippage_bps": {"type": "integer", "minimum": 0, "maximum": 10000},
+        },
+        "additionalProperties": False,
+    }
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        network: str,
+        env: Mapping[str, str] | None = None,
+        rpc_timeout: float = 10.0,
+    ) -> None:
+        self._pool = pool
+        self._network = network
+        self._evm = EvmAccess(os.environ if env is None else env, rpc_timeout)
+
+    # -- the registry's word ----------------------------------------------------------
+
+    async def _sg_route(self, work: NodeWork) -> procs.StargateRoute:
+        try:
+            async with self._pool.connection() as conn:
+                return await procs.stargate_send_route(work.node_id).aone(conn)
+        except psycopg.Error as exc:
+            if exc.sqlstate in ROUTE_REFUSALS:
+                message = exc.diag.message_primary or str(exc)
+                raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
+            raise
+
+    @staticmethod
+    def _source(row: procs.StargateRoute) -> ChainLeg:
+        """The source leg: the sender's account, its chain, its signer."""
+        return ChainLeg(
+            chain_key=row.chain_key,
+            chain_id=row.chain_id,
+            rpc_url_env=row.rpc_url_env,
+            finality_depth=row.finality_depth,
+            block_time_s=row.block_time_ms / 1000,
+            sender=row.sender,
+            signer_id=row.signer_id,
+            max_fee_cap=int(row.max_fee_per_gas),
+            priority_fee_cap=int(row.max_priority_fee_per_gas),
+        )
+
+    async def _quote(self, rpc: EvmRpc, row: procs.StargateRoute) -> _Quote:
+        param = _send_param(row)
+        raw = await rpc.call(row.src_pool, QUOTE_OFT + encode([SEND_PARAM], [param]))
+        limit, _details, receipt = decode(
+            ["(uint256,uint256)", "(int256,string)[]", "(uint256,uint256)"], raw
+        )
+        raw = await rpc.call(
+            row.src_pool, QUOTE_SEND + encode([SEND_PARAM, "bool"], [param, False])
+        )
+        native_fee, _lz = decode(["uint256", "uint256"], raw)
+        quote = _Quote(int(limit[1]), int(receipt[1]), int(native_fee))
+        if quote.max_amount < int(row.amount_units):
+            raise ExecutorError(
+                f"the pool on {row.chain_key} may send at most {quote.max_amount} base units to "
+                f"{row.dst_chain_key} now, the send is {row.amount_units}",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+        if quote.amount_received < int(row.min_amount_units):
+            raise ExecutorError(
+                f"the pool quotes {quote.amount_received} base units received for "
+                f"{row.amount_units} sent, below the node's minimum {row.min_amount_units}",
+                retryable=False,
+            )
+        return quote
+
+    # -- the protocol ---------------------------------------------------------------
+
+    async def preflight(self, work: NodeWork) -> None:
+        row = await self._sg_route(work)
+        source = self._source(row)
+        rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
+        async with chain_errors(source.chain_key):
+            held = await balance_of(rpc, row.token_address, row.sender)
+            if held < int(row.amount_units):
+                raise ExecutorError(
+                    f"{row.sender} holds {held} base units of {row.token} on {row.chain_key}, "
+                    f"the send needs {row.amount_units}",
+                    retryable=True,
+                    retry_after=RETRY_LATER_S,
+                )
+            raw = await rpc.call(
+                row.token_address,
+                ALLOWANCE + encode(["address", "address"], [row.sender, row.src_pool]),
+            )
+            (allowed,) = decode(["uint256"], raw)
+            if int(allowed) < int(row.amount_units):
+                raise ExecutorError(
+                    f"{row.sender} allows the Stargate pool {row.src_pool} on {row.chain_key} "
+                    f"{allowed} base units of {row.token}, the send needs {row.amount_units}: "
+                    "the admin approves the pool for the treasury account",
+                    retryable=True,
+                    retry_after=RETRY_LATER_S,
+                )
+            await self._quote(rpc, row)
+
+    async def prepare(self, work: NodeWork) -> Prepared:
+        row = await self._sg_route(work)
+        source = self._source(row)
+        rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
+        dst_rpc = self._evm.rpc(row.dst_chain_key, row.dst_rpc_url_env)
+        signer = await self._evm.signer(source)
+        async with chain_errors(source.chain_key):
+            quote = await self._quote(rpc, row)
+            data = SEND + encode(
+                [SEND_PARAM, "(uint256,uint256)", "address"],
+                [_send_param(row), (quote.native_fee, 0), row.sender],
+            )
+            chain_next = await rpc.transaction_count(row.sender, "pending")
+            fees = await suggest_fees(
+                rpc, max_fee_cap=source.max_fee_cap, priority_fee_cap=source.priority_fee_cap
+            )
+            estimate = await rpc.estimate_gas(row.sender, row.src_pool, data, quote.native_fee)
+            gas = math.ceil(estimate * GAS_HEADROOM)
+            funds = await rpc.balance(row.sender)
+            dst_head = await dst_rpc.block_number()
+        if funds < gas * fees.max_fee_per_gas + quote.native_fee:
+            raise ExecutorError(
+                f"{row.sender} holds {funds} wei on {row.chain_key}, the send needs up to "
+                f"{gas * fees.max_fee_per_gas + quote.native_fee} (gas and the Stargate fee)",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+        payload = source.payload() | {
+            "protocol": "stargate",
+            "token": row.token,
+            "token_address": row.token_address,
+            "recipient": row.recipient,
+            # strings: a uint256 is beyond what a JSON number holds exactly
+            "amount_units": str(row.amount_units),
+            "gas": gas,
+            "max_fee_per_gas": str(fees.max_fee_per_gas),
+            "max_priority_fee_per_gas": str(fees.max_priority_fee_per_gas),
+            "mode": row.mode,
+            "pool": row.src_pool,
+            "src_eid": row.src_eid,
+            "min_amount_units": str(row.min_amount_units),
+            "quoted_received_units": str(quote.amount_received),
+            "native_fee": str(quote.native_fee),
+            "calldata": "0x" + data.hex(),
+            "dst_chain_key": row.dst_chain_key,
+            "dst_rpc_url_env": row.dst_rpc_url_env,
+            "dst_finality_depth": row.dst_finality_depth,
+            "dst_block_time_s": row.dst_block_time_ms / 1000,
+            "dst_eid": row.dst_eid,
+            "dst_pool": row.dst_pool,
+            "dst_from_block": dst_head,
+        }
+        nonce = max(chain_next, row.next_nonce or 0)
+        return await self._sign_send(source, signer, nonce, payload)
+
+    async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
+        assert prepared.payload is not None
+        source = ChainLeg.from_payload(prepared.payload)
+        rpc = self._evm.leg_rpc(source)
+        async with chain_errors(source.chain_key):
+            chain_next = await rpc.transaction_count(source.sender, "pending")
+        signer = await self._evm.signer(source)
+        return await self._sign_send(source, signer, max(nonce, chain_next), prepared.payload)
+
+    async def _sign_send(
+        self, source: ChainLeg, signer: Signer, nonce: int, payload: JsonObject
+    ) -> Prepared:
+        fees = Fees(int(payload["max_fee_per_gas"]), int(payload["max_priority_fee_per_gas"]))
+        tx = _eip1559(
+            source.chain_id,
+            nonce,
+            str(payload["pool"]),
+            int(payload["native_fee"]),
+            bytes.fromhex(str(payload["calldata"])[2:]),
+            int(payload["gas"]),
+            fees,
+        )
+        signed = await signer.sign_transaction(tx)
+        return Prepared(
+            nonce=nonce,
+            signed_tx_hash=signed.tx_hash,
+            payload=payload,
+            chain_key=source.chain_key,
+            sender=source.sender,
+            raw_tx=signed.raw_hex,
+        )
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        assert prepared.payload is not None
+        source = ChainLeg.from_payload(prepared.payload)
+        return await broadcast(self._evm.leg_rpc(source), source, prepared, "Stargate send")
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        reading = await self._read_send(work)
+        status = {
+            "delivered": ObserveStatus.COMPLETED,
+            "reverted": ObserveStatus.FAILED,
+            "foreign": ObserveStatus.UNKNOWN,
+            "refused": ObserveStatus.UNKNOWN,
+        }.get(reading.status, ObserveStatus.PENDING)
+        if status is ObserveStatus.PENDING:
+            return ObserveResult(status, reading.evidence, retry_after=reading.wait_s)
+        return ObserveResult(status, reading.evidence)
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        intent = work.intent or {}
+        if not intent.get("transactions"):
+            return RecoveryResult(
+                RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
+            )
+        reading = await self._read_send(work)
+        outcome = {
+            "delivered": RecoveryOutcome.COMPLETED,
+            "reverted": RecoveryOutcome.FAILED,
+            "foreign": RecoveryOutcome.STILL_UNKNOWN,
+            "refused": RecoveryOutcome.STILL_UNKNOWN,
+        }.get(reading.status, RecoveryOutcome.IN_FLIGHT)
+        return RecoveryResult(outcome, reading.evidence, reading.tx_hash, reading.wait_s)
+
+    # -- reading both chains ----------------------------------------------------------
+
+    async def health(self) -> HealthResult:
+        return await self._evm.chains_health(self._pool)
+
+    async def aclose(self) -> None:
+        await self._evm.aclose()
+
+    async def _read_send(self, work: NodeWork) -> TxReading:
+        """The chains' word on the node's send: the source transaction from its
+        recorded hashes, then the message on the destination by its guid."""
+        payload = (work.intent or {}).get("prepared_payload")
+        if not payload:
+            raise ExecutorError(
+                f"node {work.node_id} has no prepared send to read", retryable=False
+            )
+        source = ChainLeg.from_payload(payload)
+        rpc = self._evm.leg_rpc(source)
+        reading = await read_recorded(rpc, source, work)
+        if reading.status != "final":
+            return reading
+        assert reading.receipt is not None
+        async with chain_errors(source.chain_key):
+            return await self._sent(rpc, source, payload, reading, reading.receipt)
+
+    async def _sent(
+        self,
+        rpc: EvmRpc,
+        source: ChainLeg,
+        payload: JsonObject,
+        reading: TxReading,
+        receipt: Receipt,
+    ) -> TxReading:
+        evidence: JsonObject = reading.evidence | {"mode": payload["mode"]}
+        amount_units = int(payload["amount_units"])
+        pool = normalize_address(str(payload["pool"]))
+        sent = [
+            log
+            for log in receipt.logs
+            if log.address == pool
+            and log.topics[:1] == (OFT_SENT_TOPIC,)
+            and len(log.topics) == 3
+            and log.topics[2] == _word(source.sender)
+        ]
+        amounts = [decode(["uint32", "uint256", "uint256"], log.data) for log in sent]
+        if len(sent) != 1 or int(amounts[0][1]) != amount_units:
+            return TxReading(
+                "refused",
+                evidence
+                | {
+                    "problem": "the receipt does not show exactly the OFTSent the intent recorded",
+                    "oft_sent": [
+                        {"guid": log.topics[1], "amount_sent": str(a[1])}
+                        for log, a in zip(sent, amounts, strict=True)
+                    ],
+                },
+                receipt.tx_hash,
+            )
+        received = int(amounts[0][2])
+        evidence |= {"amount_sent": str(amounts[0][1]), "amount_received": str(received)}
+        guid = sent[0].topics[1]
+        if payload["mode"] == "bus":
+            ticket = _ticket(receipt, pool)
+            if ticket is None:
+                return TxReading(
+                    "refused",
+                    evidence | {"problem": "a bus send without a BusRode ticket"},
+                    receipt.tx_hash,
+                )
+            evidence["ticket_id"] = ticket
+            driven = await _bus_driven(rpc, pool, int(payload["dst_eid"]), ticket, receipt)
+            if driven is None:
+                wait = max(source.block_time_s * 5, 5.0)
+                return TxReading(
+                    "sent", evidence | {"waiting_for": "the bus"}, receipt.tx_hash, wait
+                )
+            guid, evidence["bus"] = driven
+        evidence["guid"] = guid
+        return await self._destination(payload, evidence, guid, received, receipt.tx_hash)
+
+    async def _destination(
+        self, payload: JsonObject, evidence: JsonObject, guid: str, amount: int, tx_hash: str
+    ) -> TxReading:
+        dst_key = str(payload["dst_chain_key"])
+        rpc = self._evm.rpc(dst_key, str(payload["dst_rpc_url_env"]))
+        pool = normalize_address(str(payload["dst_pool"]))
+        recipient = str(payload["recipient"])
+        wait = float(payload["dst_block_time_s"]) * 2
+        from_block = int(payload["dst_from_block"])
+        logs = await rpc.get_logs(
+            address=pool,
+            topics=[OFT_RECEIVED_TOPIC, guid, _word(recipient)],
+            from_block=from_block,
+        )
+        for log in logs:
+            _src_eid, value = decode(["uint32", "uint256"], log.data)
+            if int(value) != amount or log.block_number is None:
+                continue
+            head = await rpc.block_number()
+            depth = head - log.block_number
+            received: JsonObject = {
+                "chain_key": dst_key,
+                "tx_hash": log.tx_hash,
+                "block_number": log.block_number,
+                "log_index": log.log_index,
+                "to": recipient,
+                "amount": str(value),
+                "confirmations": depth + 1,
+            }
+            if depth < int(payload["dst_finality_depth"]):
+                return TxReading("sent", evidence | {"oft_received": received}, tx_hash, wait)
+            return TxReading("delivered", evidence | {"oft_received": received}, tx_hash)
+        cached = [
+            _unreceived(log)
+            for log in await rpc.get_logs(
+                address=pool, topics=[UNRECEIVED_TOPIC], from_block=from_block
+            )
+        ]
+        mine = [c for c in cached if c["guid"] == guid and c["receiver"] == recipient]
+        if mine:
+            return TxReading(
+                "cached",
+                evidence | {"payout_cached": mine[0]},
+                tx_hash,
+                max(CACHED_RETRY_S, wait),
+            )
+        return TxReading("sent", evidence | {"waiting_for": "delivery"}, tx_hash, wait)
+
+
+def _ticket(receipt: Receipt, pool: str) -> int | None:
+    for log in receipt.logs:
+        if log.address == pool and log.topics[:1] == (BUS_RODE_TOPIC,):
+            _dst, ticket, _fare, _passenger = decode(
+                ["uint32", "uint72", "uint80", "bytes"], log.data
+            )
+            return int(ticket)
+    return None
+
+
+async def _bus_driven(
+    rpc: EvmRpc, pool: str, dst_eid: int, ticket: int, receipt: Receipt
+) -> tuple[str, JsonObject] | None:
+    """The guid of the bus that carried ``ticket``, and what BusDriven said."""
+    logs = await rpc.get_logs(
+        address=pool, topics=[BUS_DRIVEN_TOPIC], from_block=receipt.block_number
+    )
+    for log in logs:
+        dst, start, count, guid = decode(["uint32", "uint72", "uint8", "bytes32"], log.data)
+        if int(dst) == dst_eid and int(start) <= ticket < int(start) + int(count):
+            return "0x" + bytes(guid).hex(), {
+                "tx_hash": log.tx_hash,
+                "block_number": log.block_number,
+                "start_ticket_id": int(start),
+                "passengers": int(count),
+            }
+    return None
+
+
+def _unreceived(log: Log) -> JsonObject:
+    guid, index, src_eid, receiver, amount, _compose = decode(
+        ["bytes32", "uint8", "uint32", "address", "uint256", "bytes"], log.data
+    )
+    return {
+        "guid": "0x" + bytes(guid).hex(),
+        "index": int(index),
+        "src_eid": int(src_eid),
+        "receiver": normalize_address(str(receiver)),
+        "amount": str(amount),
+        "tx_hash": log.tx_hash,
+        "block_number": log.block_number,
+    }

@@ -1,0 +1,184 @@
+-- stargate_send_route: what a Stargate send node may sign, as the chain registry
+-- says now. From the node's config (source, destination, from, to, token, mode,
+-- min_amount or max_slippage_bps) and its movement's amount: the source chain
+-- (id, the NAME of its RPC URL's environment variable, finality depth, block
+-- time, fee caps), the token there and on the destination, the sender (a
+-- treasury account of the source, with its signer's id), the recipient and why
+-- it may receive ON THE DESTINATION (a treasury account of the destination, or
+-- allow-listed there), the amount and the least the recipient must receive in
+-- the token's base units (min_amount, else the amount less max_slippage_bps,
+-- 50 when neither is given), the mode (taxi or bus), both chains' Stargate
+-- rows (endpoint id and pool: chain_protocols), the destination chain's
+-- reading parameters and the sender's next nonce as the engine has it. An
+-- executor signs only what this returns, read again before every signature.
+-- QT011 no such node; QT014 a chain, the token, Stargate on either chain or
+-- the sender is not registered (the sender: not a treasury account of the
+-- source); QT032 the recipient is neither a treasury account nor allow-listed
+-- on the destination; QT002 a config without these keys, the same chain at
+-- both ends, a mode other than taxi or bus, an amount finer than the token's
+-- decimals, or a minimum above the amount. Reads only; takes no lock.
+CREATE OR REPLACE FUNCTION stargate_send_route(p_node_id bigint)
+RETURNS TABLE (
+    chain_key                text,
+    chain_id                 bigint,
+    rpc_url_env              text,
+    finality_depth           integer,
+    block_time_ms            integer,
+    max_fee_per_gas          numeric,
+    max_priority_fee_per_gas numeric,
+    token                    text,
+    token_address            text,
+    decimals                 smallint,
+    sender                   text,
+    signer_id                text,
+    recipient                text,
+    recipient_kind           text,
+    amount_units             numeric,
+    min_amount_units         numeric,
+    mode                     text,
+    src_eid                  bigint,
+    src_pool                 text,
+    dst_chain_key            text,
+    dst_chain_id             bigint,
+    dst_rpc_url_env          text,
+    dst_finality_depth       integer,
+    dst_block_time_ms        integer,
+    dst_eid                  bigint,
+    dst_pool                 text,
+    dst_token_address        text,
+    next_nonce               bigint
+)
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_config    jsonb;
+    v_amount    numeric;
+    v_src       chains;
+    v_dst       chains;
+    v_token     chain_tokens;
+    v_dst_token chain_tokens;
+    v_src_sg    chain_protocols;
+    v_dst_sg    chain_protocols;
+    v_sender    text;
+    v_recipient text;
+    v_signer    text;
+    v_kind      text;
+    v_mode      text;
+    v_symbol    text;
+    v_units     numeric;
+    v_min       numeric;
+    v_bps       numeric;
+BEGIN
+    SELECT n.node_config, r.amount INTO v_config, v_amount
+      FROM movement_request_nodes n
+      JOIN movement_requests r ON r.id = n.request_id
+     WHERE n.id = p_node_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stargate_send_route: node % does not exist', coalesce(p_node_id::text, 'NULL')
+            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of a stargate step.';
+    END IF;
+    IF NOT (v_config ?& ARRAY['source', 'destination', 'from', 'to']) THEN
+        RAISE EXCEPTION 'stargate_send_route: node % has no source, destination, from and to in its config', p_node_id
+            USING ERRCODE = 'QT002', HINT = 'A stargate step names its source and destination chains, from and to.';
+    END IF;
+    IF v_config ->> 'source' = v_config ->> 'destination' THEN
+        RAISE EXCEPTION 'stargate_send_route: node %: source and destination are the same chain %', p_node_id,
+                        quote_literal(v_config ->> 'source')
+            USING ERRCODE = 'QT002', HINT = 'A transfer on one chain is an evm_transfer step.';
+    END IF;
+    v_mode := coalesce(v_config ->> 'mode', 'taxi');
+    IF v_mode NOT IN ('taxi', 'bus') THEN
+        RAISE EXCEPTION 'stargate_send_route: node %: mode % is neither taxi nor bus', p_node_id, quote_literal(v_mode)
+            USING ERRCODE = 'QT002', HINT = 'Give mode taxi (a message at once) or bus (batched, cheaper).';
+    END IF;
+    v_sender := evm_address(format('stargate_send_route: node %s: from', p_node_id), v_config ->> 'from');
+    v_recipient := evm_address(format('stargate_send_route: node %s: to', p_node_id), v_config ->> 'to');
+
+    SELECT * INTO v_src FROM chains c WHERE c.chain_key = v_config ->> 'source';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stargate_send_route: node %: source chain % is not registered on this network', p_node_id,
+                        quote_literal(v_config ->> 'source')
+            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
+    END IF;
+    SELECT * INTO v_dst FROM chains c WHERE c.chain_key = v_config ->> 'destination';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stargate_send_route: node %: destination chain % is not registered on this network', p_node_id,
+                        quote_literal(v_config ->> 'destination')
+            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
+    END IF;
+    v_symbol := coalesce(v_config ->> 'token', 'USDC');
+    SELECT * INTO v_token FROM chain_tokens t WHERE t.chain_key = v_src.chain_key AND t.symbol = v_symbol;
+    IF FOUND THEN
+        SELECT * INTO v_dst_token FROM chain_tokens t WHERE t.chain_key = v_dst.chain_key AND t.symbol = v_symbol;
+    END IF;
+    IF v_token.chain_key IS NULL OR v_dst_token.chain_key IS NULL THEN
+        RAISE EXCEPTION 'stargate_send_route: node %: token % is not registered on both % and %', p_node_id,
+                        quote_literal(v_symbol), v_src.chain_key, v_dst.chain_key
+            USING ERRCODE = 'QT014', HINT = 'The chain_tokens table lists the tokens of each chain.';
+    END IF;
+    v_src_sg := chain_protocol(v_src.chain_key, 'stargate');
+    v_dst_sg := chain_protocol(v_dst.chain_key, 'stargate');
+    IF NOT (v_src_sg.contracts ? 'StargatePool' AND v_dst_sg.contracts ? 'StargatePool') THEN
+        RAISE EXCEPTION 'stargate_send_route: node %: the Stargate rows of % and % name no StargatePool', p_node_id,
+                        v_src.chain_key, v_dst.chain_key
+            USING ERRCODE = 'QT014', HINT = 'Register each chain''s pool as contracts.StargatePool with upsert_chain_protocol.';
+    END IF;
+    SELECT a.signer_id INTO v_signer FROM treasury_accounts a
+     WHERE a.chain_key = v_src.chain_key AND a.address = v_sender;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stargate_send_route: node %: % is not a treasury account of chain %', p_node_id, v_sender,
+                        v_src.chain_key
+            USING ERRCODE = 'QT014', HINT = 'Money leaves only from a treasury account (treasury_accounts).';
+    END IF;
+    IF EXISTS (SELECT 1 FROM treasury_accounts a WHERE a.chain_key = v_dst.chain_key AND a.address = v_recipient) THEN
+        v_kind := 'treasury';
+    ELSIF EXISTS (SELECT 1 FROM allowed_destinations d
+                   WHERE d.chain_key = v_dst.chain_key AND d.address = v_recipient) THEN
+        v_kind := 'allowed';
+    ELSE
+        RAISE EXCEPTION 'stargate_send_route: node %: % is neither a treasury account nor an allowed destination on the destination chain %',
+                        p_node_id, v_recipient, v_dst.chain_key
+            USING ERRCODE = 'QT032',
+                  HINT = 'The admin adds a destination with allow_destination on the destination chain; until then nothing is signed for it.';
+    END IF;
+    v_units := v_amount * power(10::numeric, v_token.decimals);
+    IF v_units <> trunc(v_units) THEN
+        RAISE EXCEPTION 'stargate_send_route: node %: amount % is finer than % has decimals (%)', p_node_id, v_amount,
+                        v_token.symbol, v_token.decimals
+            USING ERRCODE = 'QT002', HINT = 'Round the movement''s amount to the token''s decimals.';
+    END IF;
+    IF v_config ? 'min_amount' THEN
+        IF (CASE WHEN coalesce(v_config ->> 'min_amount', '') !~ '^[0-9]{1,30}(\.[0-9]{1,30})?$' THEN true
+                ELSE (v_config ->> 'min_amount')::numeric > v_amount END) THEN
+            RAISE EXCEPTION 'stargate_send_route: node %: min_amount % is not an amount between 0 and the movement''s %',
+                            p_node_id, coalesce(quote_literal(left(v_config ->> 'min_amount', 40)), 'NULL'), v_amount
+                USING ERRCODE = 'QT002', HINT = 'Give min_amount as a decimal string no greater than the amount.';
+        END IF;
+        v_min := (v_config ->> 'min_amount')::numeric * power(10::numeric, v_token.decimals);
+        IF v_min <> trunc(v_min) THEN
+            RAISE EXCEPTION 'stargate_send_route: node %: min_amount % is finer than % has decimals (%)', p_node_id,
+                            v_config ->> 'min_amount', v_token.symbol, v_token.decimals
+                USING ERRCODE = 'QT002', HINT = 'Round min_amount to the token''s decimals.';
+        END IF;
+    ELSE
+        IF (CASE WHEN coalesce(v_config ->> 'max_slippage_bps', '50') !~ '^[0-9]{1,5}$' THEN true
+                ELSE (v_config ->> 'max_slippage_bps')::integer > 10000 END) THEN
+            RAISE EXCEPTION 'stargate_send_route: node %: max_slippage_bps % is not a whole number from 0 to 10000',
+                            p_node_id, quote_literal(left(v_config ->> 'max_slippage_bps', 40))
+                USING ERRCODE = 'QT002', HINT = 'Give max_slippage_bps in basis points (50 is 0.5 %), or min_amount.';
+        END IF;
+        v_bps := coalesce(v_config ->> 'max_slippage_bps', '50')::numeric;
+        v_min := v_units - floor(v_units * v_bps / 10000);
+    END IF;
+    RETURN QUERY SELECT v_src.chain_key, v_src.chain_id, v_src.rpc_url_env, v_src.finality_depth,
+                        v_src.block_time_ms, v_src.max_fee_per_gas, v_src.max_priority_fee_per_gas,
+                        v_token.symbol, v_token.address, v_token.decimals, v_sender, v_signer, v_recipient, v_kind,
+                        trunc(v_units), trunc(v_min), v_mode,
+                        v_src_sg.remote_id::bigint, v_src_sg.contracts ->> 'StargatePool',
+                        v_dst.chain_key, v_dst.chain_id, v_dst.rpc_url_env, v_dst.finality_depth, v_dst.block_time_ms,
+                        v_dst_sg.remote_id::bigint, v_dst_sg.contracts ->> 'StargatePool', v_dst_token.address,
+                        (SELECT e.next_nonce FROM evm_nonces e
+                          WHERE e.chain_key = v_src.chain_key AND e.address = v_sender);
+END
+$$;
