@@ -9,8 +9,11 @@ ids ``keystore:local-treasury-1`` / ``keystore:local-treasury-2``, each funded
 first (``fund_treasury``) with ETH for gas and with mocked USDC by the deployer
 (anvil's account 0, the token's owner); and the bridge doubles deployed on it
 (chain_protocols: the CCTP domain and contracts, the Stargate endpoint id and
-pool, the CCIP selector and Router/OnRamp/OffRamp). No key is read, stored or
-logged here."""
+pool, the CCIP selector and Router/OnRamp/OffRamp). `qtg world up` also records the
+local exchange (``record_venue``): the venue ``bybit`` with the NAMES of the
+variables of its URL and key file, its name for each chain (the chain's key, as
+the double names it) and its deposit address there for USDC. No key is read,
+stored or logged here."""
 
 from __future__ import annotations
 
@@ -33,7 +36,9 @@ __all__ = [
     "local_protocols",
     "prepare_treasury",
     "record_chains",
+    "record_venue",
     "register_chain",
+    "register_venue",
     "rpc_url_env",
 ]
 
@@ -148,3 +153,34 @@ def record_chains(
     with psycopg.connect(conninfo) as conn, conn.transaction():
         for chain in chains:
             register_chain(conn, chain, treasury)
+
+
+LOCAL_VENUE = "bybit"
+"""The local exchange double's venue key."""
+
+
+def register_venue(
+    conn: psycopg.Connection[Any],
+    chains: Sequence[RunningChain],
+    deposit_address: str,
+    venue_key: str = LOCAL_VENUE,
+) -> None:
+    """The admin's venue steps for the local exchange on ``conn`` (bound to a
+    network, ``chains`` registered): the venue (its URL and key file named by
+    QTG_BYBIT_URL and QTG_BYBIT_KEY_FILE), its name for each chain (the chain's
+    key) and its USDC deposit address there (which allow-lists it)."""
+    from qtg_runner.world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV
+
+    procs.upsert_exchange_venue(venue_key, "bybit", BYBIT_URL_ENV, BYBIT_KEY_FILE_ENV).one(conn)
+    for chain in chains:
+        procs.upsert_venue_chain(venue_key, chain.key, chain.key).one(conn)
+        procs.upsert_venue_deposit_address(venue_key, chain.key, "USDC", deposit_address).one(conn)
+
+
+def record_venue(
+    admin_dsn: str, network: str, chains: Sequence[RunningChain], deposit_address: str
+) -> None:
+    """``register_venue`` in one transaction as the admin, after ``record_chains``."""
+    conninfo = make_conninfo(admin_dsn, options=f"-c search_path={network},qtg")
+    with psycopg.connect(conninfo) as conn, conn.transaction():
+        register_venue(conn, chains, deposit_address)

@@ -17,7 +17,7 @@ from qtg_runner.chains.local import (
     read_state,
     stop_chains,
 )
-from qtg_runner.chains.registry import fund_treasury
+from qtg_runner.chains.registry import fund_treasury, record_venue
 from qtg_runner.commands.chains import (
     ChainsUp,
     bring_up,
@@ -28,6 +28,8 @@ from qtg_runner.commands.chains import (
 )
 from qtg_runner.commands.common import USAGE, CommandError
 from qtg_runner.commands.run import NetworkOption
+from qtg_runner.config import load_settings
+from qtg_runner.db.embedded import database_url
 from qtg_runner.world.bybit import ExchangeKeys, ensure_exchange_keys
 from qtg_runner.world.local import (
     DEFAULT_FUND_BALANCE,
@@ -140,6 +142,8 @@ def up_cmd(
     typer.echo(f"exchange hot wallet {keys.hot.address} (signer {keys.hot.signer_id}) "
                f"funded on {chain_keys}")  # fmt: skip
     typer.echo(f"exchange deposit address {keys.deposit.address} on {chain_keys}")
+    if started.network is not None:
+        typer.echo(f"recorded as venue bybit in the registry of {started.network}")
     verb = "started" if new else "already running"
     typer.echo(
         f"world serve {verb} (pid {state.pid}, time scale {state.time_scale:g}x, "
@@ -179,12 +183,18 @@ def bring_up_world(
     """`qtg world up`'s work, for it, the demo and the drills: the chains as
     `qtg chains up` brings them up, the exchange's hot wallet funded on each,
     and the serve process over them (left as it is when it runs over these
-    chains). Raises ChainError (and the database's errors)."""
+    chains), recorded as the venue bybit in the network's registry when the
+    chains are. Raises ChainError (and the database's errors)."""
     started = bring_up(port_base, registry, network)
     state_dir = started.state_dir
     keys = ensure_exchange_keys(state_dir)
     for chain in started.chains:
         fund_treasury(chain, [keys.hot])
+    if started.network is not None:
+        # the local exchange, its chain names and deposit address (allow-listed)
+        record_venue(
+            database_url(load_settings()), started.network, started.chains, keys.deposit.address
+        )
     state, new = start_world(
         state_dir,
         iris_port=port_base + SERVICE_PORTS if iris_port is None else iris_port,

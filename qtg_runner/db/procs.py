@@ -400,6 +400,76 @@ class StargateRoute:
 
 
 @dataclass(frozen=True)
+class WithdrawRoute:
+    """bybit_withdraw_route: what an exchange withdrawal node may request, from the registry."""
+
+    venue_key: Text
+    kind: Text
+    base_url_env: Text
+    key_file_env: Text
+    request_salt: Text
+    chain_key: Text
+    venue_chain: Text
+    chain_id: BigInt
+    rpc_url_env: Text
+    finality_depth: Integer
+    block_time_ms: Integer
+    coin: Text
+    token_address: Text
+    decimals: SmallInt
+    recipient: Text
+    recipient_kind: Text
+    amount: Text
+    amount_units: NumericValue
+
+
+@dataclass(frozen=True)
+class DepositRoute:
+    """bybit_deposit_route: where an exchange deposit node waits for its credit."""
+
+    venue_key: Text
+    kind: Text
+    base_url_env: Text
+    key_file_env: Text
+    chain_key: Text
+    venue_chain: Text
+    coin: Text
+    deposit_address: Text
+    amount: Text
+
+
+@dataclass(frozen=True)
+class ExchangeVenue:
+    """A row of exchange_venue_list."""
+
+    venue_key: Text
+    kind: Text
+    base_url_env: Text
+    key_file_env: Text
+
+
+@dataclass(frozen=True)
+class CapitalTransfer:
+    """A row of claim_capital_transfers: a transfer into a deposit address, due a check."""
+
+    node_id: BigInt
+    request_id: BigInt
+    venue_key: Text
+    kind: Text
+    base_url_env: Text
+    key_file_env: Text
+    chain_key: Text
+    venue_chain: Text
+    coin: Text
+    deposit_address: Text
+    tx_hash: Text
+    expected_amount: NumericValue
+    landed_at: Timestamp
+    deadline_at: Timestamp
+    checks: Integer
+
+
+@dataclass(frozen=True)
 class EvmChain:
     """A row of evm_chains."""
 
@@ -954,6 +1024,40 @@ def stargate_send_route(node_id: BigInt) -> Call[StargateRoute]:
 
 
 @procedure("runner")
+def bybit_withdraw_route(node_id: BigInt) -> Call[WithdrawRoute]:
+    """What an exchange withdrawal node may request, as the venue and chain registry say now."""
+
+
+@procedure("runner")
+def bybit_deposit_route(node_id: BigInt) -> Call[DepositRoute]:
+    """Where an exchange deposit node waits for its credit: the venue and its deposit address."""
+
+
+@procedure("runner")
+def exchange_venue_list() -> Call[ExchangeVenue]:
+    """The network's registered exchange venues, for an executor's health check."""
+
+
+@procedure("runner")
+def claim_capital_transfers(
+    max: Integer | Default = DEFAULT, lease_seconds: Numeric | Default = DEFAULT
+) -> Call[CapitalTransfer]:
+    """Transfers into a venue's deposit address, followed until credited: the due ones."""
+
+
+@procedure("runner")
+def record_capital_transfer_check(
+    node_id: BigInt,
+    status: Text,
+    credited_amount: Numeric | Default | None = DEFAULT,
+    record: Json | Default | None = DEFAULT,
+    error: Text | Default | None = DEFAULT,
+    retry_after_seconds: Numeric | Default | None = DEFAULT,
+) -> Call[Text]:
+    """What the venue says about a followed transfer; the followup's state afterwards."""
+
+
+@procedure("runner")
 def evm_chains() -> Call[EvmChain]:
     """The network's registered EVM chains (key, id, RPC URL's variable, finality, block time)."""
 
@@ -1394,6 +1498,25 @@ def allow_destination(chain_key: Text, address: Text, label: Text) -> Call[None]
 @procedure("owner")
 def disallow_destination(chain_key: Text, address: Text) -> Call[Boolean]:
     """Takes an address off a chain's allow-list; whether it was on it."""
+
+
+@procedure("owner")
+def upsert_exchange_venue(
+    venue_key: Text, kind: Text, base_url_env: Text, key_file_env: Text
+) -> Call[None]:
+    """An exchange venue: its kind, the NAMES of the variables of its URL and key file."""
+
+
+@procedure("owner")
+def upsert_venue_chain(venue_key: Text, chain_key: Text, venue_chain: Text) -> Call[None]:
+    """Records the venue's name for one of our registered chains."""
+
+
+@procedure("owner")
+def upsert_venue_deposit_address(
+    venue_key: Text, chain_key: Text, coin: Text, address: Text
+) -> Call[None]:
+    """Records the venue's deposit address for a coin on a chain (and allow-lists it there)."""
 
 
 @procedure("owner")

@@ -457,6 +457,13 @@ class BybitClient:
             for c in chains
         ]
 
+    async def server_time(self) -> int:
+        """GET /v5/market/time (unsigned): the exchange's clock in milliseconds."""
+        request = self._client.build_request("GET", self.base_url + "/v5/market/time")
+        result = await self._call(request, "/v5/market/time")
+        nano = _int(result.get("timeNano"), 0)
+        return nano // 10**6 if nano else _int(result.get("timeSecond"), 0) * 1000
+
     async def fund_balance(self, coin: str) -> Decimal:
         """The FUND account's wallet balance of ``coin``
         (GET /v5/asset/transfer/query-account-coins-balance)."""

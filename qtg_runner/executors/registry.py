@@ -24,6 +24,8 @@ from psycopg_pool import AsyncConnectionPool
 from qtg_runner.db import procs
 from qtg_runner.db.procs import RegisteredExecutor
 from qtg_runner.executors.base import Executor
+from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
+from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
 from qtg_runner.executors.ccip import CcipExecutor
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
@@ -34,6 +36,8 @@ from qtg_runner.executors.stargate import StargateExecutor
 SHIPPED: tuple[type[Executor], ...] = (
     SimExecutor,
     EvmTransferExecutor,
+    BybitWithdrawExecutor,
+    BybitDepositExecutor,
     CctpBurnExecutor,
     CctpMintExecutor,
     StargateExecutor,
@@ -47,6 +51,8 @@ def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
     return {
         SimExecutor.key: SimExecutor(pool, network),
         EvmTransferExecutor.key: EvmTransferExecutor(pool, network),
+        BybitWithdrawExecutor.key: BybitWithdrawExecutor(pool, network),
+        BybitDepositExecutor.key: BybitDepositExecutor(pool, network),
         CctpBurnExecutor.key: CctpBurnExecutor(pool, network),
         CctpMintExecutor.key: CctpMintExecutor(pool, network),
         StargateExecutor.key: StargateExecutor(pool, network),

@@ -8,6 +8,7 @@ from qtg_runner.loop import WorkerEntry
 from qtg_runner.workers import (
     audit_outbox_promoter,
     callback_dispatcher,
+    capital_transfer_followup,
     ccip_stranded_reaper,
     evm_nonce_reaper,
     executor_health,
@@ -45,6 +46,14 @@ REGISTRY: tuple[WorkerEntry, ...] = (
     # waiting more than 20 block times (at least a minute)
     WorkerEntry(
         "evm_nonce_reaper", evm_nonce_reaper.batch, interval=15.0, jitter=3.0, tier="sidecar"
+    ),
+    # transfers into an exchange's deposit address, followed until credited
+    WorkerEntry(
+        "capital_transfer_followup",
+        capital_transfer_followup.batch,
+        interval=15.0,
+        jitter=3.0,
+        tier="sidecar",
     ),
     # every executor's health(); a DOWN one's nodes stay READY until it is up
     WorkerEntry(

@@ -18,6 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 from chain_support import anvil_or_skip, exports_of, light_keystore
 from conftest import TestDatabase
@@ -134,6 +135,21 @@ def test_world_up_status_down(tmp_path: Path, db: TestDatabase) -> None:
         assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
         assert stat.S_IMODE(world_dir(state_dir).stat().st_mode) == 0o700
         _no_secret(state_dir, up)
+        # the local exchange recorded as the venue bybit, its deposit address allow-listed
+        assert "recorded as venue bybit in the registry of testnet" in up.stdout
+        with psycopg.connect(db.dsn) as admin:
+            venue = admin.execute(
+                "SELECT v.base_url_env, v.key_file_env, d.chain_key, d.address, a.label"
+                " FROM testnet.exchange_venues v"
+                " JOIN testnet.venue_deposit_addresses d USING (venue_key)"
+                " JOIN testnet.allowed_destinations a USING (chain_key, address)"
+                " WHERE v.venue_key = 'bybit' ORDER BY d.chain_key"
+            ).fetchall()
+        deposit = world.deposit_address.lower()
+        assert venue == [
+            ("QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE", key, deposit, "deposit bybit USDC")
+            for key in ("local-a", "local-b")
+        ]
 
         status = _qtg(env, "status")
         assert status.returncode == 0, status.stdout + status.stderr

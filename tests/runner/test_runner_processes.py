@@ -71,6 +71,7 @@ ALL_WORKERS = {
     "template_proposal_expiration",
     "evm_nonce_reaper",
     "ccip_stranded_reaper",
+    "capital_transfer_followup",
     "audit_outbox_promoter",
     "executor_health",
     "callback_dispatcher",

@@ -63,6 +63,8 @@ from qtg_runner.chains.ccip import (
 )
 from qtg_runner.chains.evm import Fees, build_transfer, self_transfer, tx_hash_of
 from qtg_runner.db import procs
+from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
+from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
 from qtg_runner.executors.ccip import CcipExecutor
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
@@ -115,6 +117,9 @@ class World:
     ccip_stranded: int = (
         0  # a ccip node 0xff.. -> 0xdd.. OBSERVING, evidence: FAILED (CCIP_MESSAGE)
     )
+    withdraw: int = 0  # a bybit_withdraw node from the venue bybit to world-a's 0xff..
+    deposit: int = 0  # a bybit_deposit node at the venue bybit on world-a
+    landed: int = 0  # an evm_transfer COMPLETED into bybit's deposit address, followed
     cctp_burn: int = 0  # a cctp_burn node world-a -> world-b, treasury 0xdd.. -> 0xff..
     cctp_mint: int = 0  # its cctp_mint child on world-b
     stargate: int = 0  # a stargate node world-a -> world-b, treasury 0xdd.. -> 0xff..
@@ -122,6 +127,7 @@ class World:
 
 WORLD_SENDER = "0x" + "d" * 40
 WORLD_HOOK = "https://hooks.world.test/cb"
+WORLD_DEPOSIT = "0x" + "de" * 20
 WORLD_KEY = Account.from_key(
     "0x" + "4f" * 32
 )  # signs the world's bytes (SQL reads, never recovers, the sender)
@@ -352,6 +358,39 @@ def build_world(conn: Conn) -> World:
         chain_key="world-a", sender="0x" + "f" * 40, raw_tx=send_raw,
     ).one(conn)  # fmt: skip
     procs.complete_submit(ccip_stranded, ccip_claim.claim_secret, send_hash).one(conn)
+    # the exchange venue bybit on world-a: a withdrawal, a deposit step, a followed transfer
+    procs.upsert_exchange_venue("bybit", "bybit", "QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE").one(conn)
+    procs.upsert_venue_chain("bybit", "world-a", "ETH").one(conn)
+    procs.upsert_venue_deposit_address("bybit", "world-a", "USDC", WORLD_DEPOSIT).one(conn)
+    for e in (BybitWithdrawExecutor, BybitDepositExecutor):
+        procs.register_executor(e.key, e.has_side_effect, e.node_config_schema, "x").one(conn)
+    venue_nodes = node_ids(
+        conn,
+        create(
+            conn,
+            plan(
+                node("w", [], BybitWithdrawExecutor.key, venue="bybit", coin="USDC",
+                     chain="world-a", to="0x" + "f" * 40),
+                node("d", [], BybitDepositExecutor.key, venue="bybit", chain="world-a"),
+            ),
+            "venue",
+        ),
+    )  # fmt: skip
+    landed = node_ids(
+        conn,
+        create_started(
+            conn,
+            plan(
+                node(
+                    "p", [], evm.key, chain="world-a", **{"from": WORLD_SENDER, "to": WORLD_DEPOSIT}
+                )
+            ),
+            "landed",
+        ),
+    )["p"]
+    [landing] = procs.claim_ready_nodes("w3", 10, 3600).all(conn)
+    procs.complete_submit(landed, landing.claim_secret, "0x" + "ab" * 32, settled=True).one(conn)
+    procs.claim_capital_transfers(10, 60).all(conn)
     with as_person(conn, "alice"):
         proposal = procs.propose_lane_baseline("default", 120).one(conn).proposal_id
     # a tripped breaker for reset_breaker, of a venue no node of the world uses
@@ -385,6 +424,9 @@ def build_world(conn: Conn) -> World:
         dead_callback=dying.callback_id,
         ccip_send=ccip_send,
         ccip_stranded=ccip_stranded,
+        withdraw=venue_nodes["w"],
+        deposit=venue_nodes["d"],
+        landed=landed,
         cctp_burn=cctp_nodes["burn"],
         cctp_mint=cctp_nodes["mint"],
     )
@@ -533,6 +575,18 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
                 strict=True,
             )
         ),
+        "bybit_withdraw_route": {"p_node_id": w.withdraw},
+        "bybit_deposit_route": {"p_node_id": w.deposit},
+        "exchange_venue_list": {},
+        "claim_capital_transfers": {"p_max": 10, "p_lease_seconds": 60},
+        "record_capital_transfer_check": {
+            "p_node_id": w.landed,
+            "p_status": "CREDITED",
+            "p_credited_amount": "100",
+            "p_record": '{"deposits": []}',
+            "p_error": None,
+            "p_retry_after_seconds": 5,
+        },
         "cctp_burn_route": {"p_node_id": w.cctp_burn},
         "cctp_mint_route": {"p_node_id": w.cctp_mint},
         "stargate_send_route": {"p_node_id": w.stargate},
@@ -641,6 +695,23 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_label": "exchange deposit",
         },
         "disallow_destination": {"p_chain_key": "world-a", "p_address": "0x" + "c" * 40},
+        "upsert_exchange_venue": {
+            "p_venue_key": "bybit2",
+            "p_kind": "bybit",
+            "p_base_url_env": "QTG_BYBIT2_URL",
+            "p_key_file_env": "QTG_BYBIT2_KEY_FILE",
+        },
+        "upsert_venue_chain": {
+            "p_venue_key": "bybit",
+            "p_chain_key": "world-a",
+            "p_venue_chain": "ETH2",
+        },
+        "upsert_venue_deposit_address": {
+            "p_venue_key": "bybit",
+            "p_chain_key": "world-a",
+            "p_coin": "USDT",
+            "p_address": "0x" + "e" * 40,
+        },
     }
 
 
@@ -1018,6 +1089,43 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_label", "QT002", None, "", "  ", BIG_TEXT)
         ),
         "disallow_destination": chain_keys("p_chain_key") + addresses("p_address"),
+        "bybit_withdraw_route": (
+            each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
+        "bybit_deposit_route": (
+            each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
+        ),
+        "claim_capital_transfers": (
+            each("p_max", "QT002", None, 0, -1, 1001)
+            + each("p_lease_seconds", "QT002", None)
+            + each("p_lease_seconds", "QT005", "NaN", "Infinity", "1e300", "0.5", 3601)
+        ),
+        "record_capital_transfer_check": (
+            each("p_node_id", "QT011", None, -1, 2**62, w.claimed)
+            + each("p_status", "QT002", None, "", "credited", BIG_TEXT)
+            + each("p_credited_amount", "QT005", "NaN", "Infinity", -1, "1e300")
+            + each("p_record", "QT005", BIG_JSON)
+            + each("p_error", "QT005", BIG_TEXT)
+            + each("p_retry_after_seconds", "QT002", -1)
+            + each("p_retry_after_seconds", "QT005", "NaN", "1e300")
+        ),
+        "upsert_exchange_venue": (
+            each("p_venue_key", "QT002", None, "", "By bit", "b" * 64, BIG_TEXT)
+            + each("p_kind", "QT002", None, "", "okx", BIG_TEXT)
+            + each("p_base_url_env", "QT002", None, "", "https://api.bybit.com/KEY", BIG_TEXT)
+            + each("p_key_file_env", "QT002", None, "", "/etc/qtg/key.json", BIG_TEXT)
+        ),
+        "upsert_venue_chain": (
+            each("p_venue_key", "QT014", None, "", "nope", BIG_TEXT)
+            + chain_keys("p_chain_key")
+            + each("p_venue_chain", "QT002", None, "", "E T H", "x" * 65, BIG_TEXT)
+        ),
+        "upsert_venue_deposit_address": (
+            each("p_venue_key", "QT014", None, "", "nope", BIG_TEXT)
+            + chain_keys("p_chain_key")
+            + each("p_coin", "QT002", None, "", "US DT", BIG_TEXT)
+            + addresses("p_address")
+        ),
         "evm_transfer_route": (
             # a node that is not a transfer step: its config names no chain
             each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
@@ -1205,7 +1313,13 @@ def test_every_public_procedure_is_in_the_suite() -> None:
     assert set(valid_calls(placeholder)) == set(WORLD_PROCEDURES)
     # worker_stopped: any name is a valid name (it stops nothing that is not
     # there); registered_executors takes no argument
-    no_bad_inputs = {"worker_stopped", "registered_executors", "evm_chains", "limit_held_nodes"}
+    no_bad_inputs = {
+        "worker_stopped",
+        "registered_executors",
+        "evm_chains",
+        "limit_held_nodes",
+        "exchange_venue_list",
+    }
     assert set(bad_inputs(placeholder)) == set(WORLD_PROCEDURES) - no_bad_inputs
 
 

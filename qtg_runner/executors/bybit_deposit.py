@@ -1,0 +1,246 @@
+"""The `bybit_deposit` executor: waits until an exchange venue credits a deposit
+that a parent step sent to the venue's deposit address (no side effect of its
+own: it reads GET /v5/asset/deposit/query-record).
+
+A plan puts it after the step that pays into the exchange (an evm_transfer, a
+mint) with `depends_on`; the engine hands it the parent's evidence
+(`work.inputs`). Where it waits is the registry's word (bybit_deposit_route:
+the venue, its name for the chain, its deposit address for the coin, the
+movement's amount).
+
+    preflight  the route.
+    prepare    the parent whose evidence shows a Transfer to the deposit
+               address: its transaction hash and the value, kept in the
+               prepared payload (observation does not see the inputs again).
+               No such parent: the node fails (a plan error).
+    submit     nothing is sent: the transaction hash is the external reference.
+    observe    the venue's deposit records of that transaction to the deposit
+               address: none yet, or to be confirmed / processing -> PENDING;
+               all credited (status 3) for the movement's amount -> COMPLETED
+               with the records as evidence; credited for another amount ->
+               UNKNOWN (money landed, not as planned: an operator looks, and
+               capital_transfer_mismatches shows it); failed (status 4) -> FAILED.
+    recover    the same reading (nothing to resend); never prepared ->
+               NOT_SUBMITTED.
+    health     as bybit_withdraw's: every registered venue answers.
+
+The capital_transfer_followup sidecar follows the transfers into a deposit
+address whose plan has no bybit_deposit step; a transfer followed by this
+step is left to it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from decimal import Decimal
+from typing import Any, ClassVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.db import procs
+from qtg_runner.exchanges.bybit import DEPOSIT_FAILED, BybitError, BybitUnavailable
+from qtg_runner.executors.base import (
+    ExecutorError,
+    HealthResult,
+    JsonObject,
+    NodeWork,
+    ObserveResult,
+    ObserveStatus,
+    Prepared,
+    RecoveryOutcome,
+    RecoveryResult,
+    SubmitResult,
+)
+from qtg_runner.executors.bybit_withdraw import venue_health
+from qtg_runner.executors.venues import VenueClients, deposit_evidence, deposits_for, venue_error
+
+ROUTE_REFUSALS = frozenset({"QT002", "QT014"})
+WINDOW_BEFORE_MS = 24 * 3600 * 1000
+"""How far before the prepare the venue's deposit records are read: the venue
+records a deposit when it sees it mined, which may be long before this step is
+prepared (the parent waited for its finality, the dispatcher may have been
+down)."""
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """What the node waits for, as recorded in its prepared payload."""
+
+    venue_key: str
+    kind: str
+    base_url_env: str
+    key_file_env: str
+    chain_key: str
+    venue_chain: str
+    coin: str
+    deposit_address: str
+    amount: str
+    tx_hash: str
+    parent: str
+    transfer_value: str
+    since_ms: int
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> _Wait:
+        return cls(**{k: payload[k] for k in cls.__dataclass_fields__})
+
+
+class BybitDepositExecutor:
+    key: ClassVar[str] = "bybit_deposit"
+    has_side_effect: ClassVar[bool] = False
+    description: ClassVar[str] = (
+        "Waits until an exchange venue (Bybit v5) credits the deposit a parent step sent to its "
+        "deposit address; no side effect"
+    )
+    node_config_schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "required": ["lane", "venue", "chain"],
+        "properties": {
+            "lane": {"type": "string", "minLength": 1},
+            "venue": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
+            "chain": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
+            "coin": {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"},
+        },
+        "additionalProperties": False,
+    }
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        network: str,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self._pool = pool
+        self._network = network
+        self._venues = VenueClients(os.environ if env is None else env, timeout)
+
+    async def _route(self, work: NodeWork) -> procs.DepositRoute:
+        try:
+            async with self._pool.connection() as conn:
+                return await procs.bybit_deposit_route(work.node_id).aone(conn)
+        except psycopg.Error as exc:
+            if exc.sqlstate in ROUTE_REFUSALS:
+                message = exc.diag.message_primary or str(exc)
+                raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
+            raise
+
+    async def preflight(self, work: NodeWork) -> None:
+        await self._route(work)
+
+    async def prepare(self, work: NodeWork) -> Prepared:
+        route = await self._route(work)
+        parent, tx_hash, value = _paying_parent(work, route.deposit_address)
+        wait = _Wait(
+            venue_key=route.venue_key,
+            kind=route.kind,
+            base_url_env=route.base_url_env,
+            key_file_env=route.key_file_env,
+            chain_key=route.chain_key,
+            venue_chain=route.venue_chain,
+            coin=route.coin,
+            deposit_address=route.deposit_address,
+            amount=route.amount,
+            tx_hash=tx_hash,
+            parent=parent,
+            transfer_value=value,
+            since_ms=int(time.time() * 1000) - WINDOW_BEFORE_MS,
+        )
+        return Prepared(payload=asdict(wait))
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        assert prepared.payload is not None
+        wait = _Wait.from_payload(prepared.payload)
+        return SubmitResult(
+            wait.tx_hash,
+            {
+                "tx_hash": wait.tx_hash,
+                "deposit_address": wait.deposit_address,
+                "venue": wait.venue_key,
+                "expected_amount": wait.amount,
+                "parent": wait.parent,
+            },
+        )
+
+    async def _read(self, work: NodeWork) -> tuple[str, JsonObject]:
+        """(credited | mismatch | failed | pending, evidence)."""
+        payload = (work.intent or {}).get("prepared_payload")
+        if not payload:
+            raise ExecutorError(f"node {work.node_id} has no recorded deposit", retryable=False)
+        wait = _Wait.from_payload(payload)
+        client = self._venues.client(
+            wait.venue_key, wait.kind, wait.base_url_env, wait.key_file_env
+        )
+        try:
+            records = await deposits_for(
+                client, wait.coin, wait.tx_hash, wait.deposit_address, wait.since_ms
+            )
+        except (BybitError, BybitUnavailable) as exc:
+            raise venue_error(wait.venue_key, exc) from None
+        evidence = {
+            "tx_hash": wait.tx_hash,
+            "venue": wait.venue_key,
+            "expected_amount": wait.amount,
+        } | deposit_evidence(records)
+        if any(r.status == DEPOSIT_FAILED for r in records):
+            return "failed", evidence
+        if not records or not all(r.credited for r in records):
+            return "pending", evidence
+        credited = sum((r.amount for r in records), Decimal(0))
+        if credited != Decimal(wait.amount):
+            return "mismatch", evidence | {
+                "problem": f"the venue credited {credited}, the movement sent {wait.amount}"
+            }
+        return "credited", evidence
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        status, evidence = await self._read(work)
+        return ObserveResult(
+            {
+                "credited": ObserveStatus.COMPLETED,
+                "failed": ObserveStatus.FAILED,
+                "mismatch": ObserveStatus.UNKNOWN,
+            }.get(status, ObserveStatus.PENDING),
+            evidence,
+        )
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        if not (work.intent or {}).get("prepared_payload"):
+            return RecoveryResult(RecoveryOutcome.NOT_SUBMITTED, {})
+        status, evidence = await self._read(work)
+        outcome = {
+            "credited": RecoveryOutcome.COMPLETED,
+            "failed": RecoveryOutcome.FAILED,
+            "mismatch": RecoveryOutcome.STILL_UNKNOWN,
+        }.get(status, RecoveryOutcome.IN_FLIGHT)
+        return RecoveryResult(outcome, evidence, external_ref=str(evidence["tx_hash"]))
+
+    async def health(self) -> HealthResult:
+        return await venue_health(self._pool, self._venues)
+
+    async def aclose(self) -> None:
+        await self._venues.aclose()
+
+
+def _paying_parent(work: NodeWork, deposit_address: str) -> tuple[str, str, str]:
+    """(parent key, tx hash, value) of the one parent whose evidence shows a
+    Transfer to ``deposit_address``; a plan error otherwise."""
+    paying: list[tuple[str, str, str]] = []
+    for key, parent in sorted((work.inputs or {}).items()):
+        evidence = parent.get("evidence") or {}
+        transfer = evidence.get("transfer") or {}
+        to = str(transfer.get("to") or evidence.get("recipient") or "").lower()
+        tx_hash = evidence.get("tx_hash") or parent.get("external_ref")
+        if to == deposit_address and tx_hash:
+            paying.append((key, str(tx_hash), str(transfer.get("value", ""))))
+    if len(paying) != 1:
+        raise ExecutorError(
+            f"node {work.node_id}: {len(paying)} parent steps show a transfer to the deposit "
+            f"address {deposit_address}; a bybit_deposit step depends on exactly one",
+            retryable=False,
+        )
+    return paying[0]

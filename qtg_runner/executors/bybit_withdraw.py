@@ -1,0 +1,534 @@
+"""The `bybit_withdraw` executor: a USDC withdrawal from an exchange venue's FUND
+account to a treasury account or an allow-listed address on one of our chains
+(Bybit v5: POST /v5/asset/withdraw/create, GET /v5/asset/withdraw/query-record).
+
+What it may request is the registry's word, read again before the request
+(bybit_withdraw_route, in SQL): the venue (the NAMES of the environment
+variables of its base URL and API key file), the venue's name for the chain,
+the coin's token contract there, a recipient that is a treasury account or
+allow-listed on the chain (QT032 otherwise: nothing is requested, the node
+fails), and the amount as the exchange's decimal string.
+
+    preflight  the route.
+    prepare    the requestId, request_id_for(the venue's request salt and the
+               intent's idempotency key: the key is unique in one database, the
+               salt is made when the venue is registered in it), and the route
+               as the prepared payload: the dispatcher records both on the
+               intent (external_request_id) BEFORE the request.
+    submit     withdraw/create with the recorded requestId. A repeated
+               requestId answers the original withdrawal's id, or 131082
+               ("already requested"), after which the withdrawal is found by
+               query-record (coin, address, amount and the intent's time
+               window). 10006 (too many visits) is retryable with the reset
+               header as the retry hint; 131093 (address not on the venue's
+               address book), 131212 (insufficient balance) and the other
+               permanent codes fail the node with the venue's reason (nothing
+               was created). No answer at all: retryable, and since the intent
+               is recorded the node goes to recovery.
+    observe    query-record by withdrawID: SecurityCheck, Pending,
+               BlockchainConfirmed -> PENDING; success with its txID ->
+               COMPLETED only once the chain shows that transaction, at the
+               chain's finality depth, with exactly the Transfer of the token
+               to the recipient for the amount (evidence: withdrawId, txID,
+               amount, fee, block, confirmations, the Transfer); Fail, Reject,
+               CancelByUser -> FAILED. 10006 while reading: the observation's
+               retry hint (the node's next_observe_at).
+    recover    the withdrawal by its recorded withdrawId; else by the recorded
+               requestId: the request repeated with it (the venue's documented
+               idempotency key) answers the original id, or 131082 and the
+               withdrawal is found by coin, chain, address, amount and the
+               intent's time window, or creates it if the first request never
+               reached the venue. Then read as observe does (IN_FLIGHT while it
+               walks). An intent older than REPEAT_WINDOW_S is only searched
+               for; none or several found: STILL_UNKNOWN, for an operator.
+               Never a request with a new requestId.
+    health     every registered venue this runner has settings for answers
+               its server time and a signed balance read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from decimal import Decimal
+from typing import Any, ClassVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.chains.evm import EvmRpc, EvmRpcError, decode_transfers
+from qtg_runner.db import procs
+from qtg_runner.exchanges.bybit import (
+    PERMANENT_CODES,
+    BybitClient,
+    BybitError,
+    BybitUnavailable,
+    Disposition,
+    WithdrawalRecord,
+    classify,
+    request_id_for,
+)
+from qtg_runner.executors.base import (
+    ExecutorError,
+    HealthResult,
+    HealthStatus,
+    JsonObject,
+    NodeWork,
+    ObserveResult,
+    ObserveStatus,
+    Prepared,
+    RecoveryOutcome,
+    RecoveryResult,
+    SubmitResult,
+)
+from qtg_runner.executors.venues import RETRY_LATER_S, VenueClients, venue_error
+
+ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
+ROUTE_REFUSALS = frozenset({"QT002", "QT014", "QT032"})
+"""bybit_withdraw_route's refusals of a node's own route (see its header)."""
+WINDOW_BEFORE_MS = 5 * 60 * 1000
+"""How far before the intent's times a withdrawal is looked for (clocks differ)."""
+SEARCH_PAGES = 10
+"""Pages of query-record (50 rows each) read when looking for a withdrawal."""
+FAILED_STATUSES = frozenset({"Fail", "Reject", "CancelByUser"})
+REPEAT_WINDOW_S = 3600.0
+"""Recovery repeats a request with its recorded requestId (the venue's documented
+idempotency key) only this long after it was prepared; later it only searches,
+so that a venue forgetting old requestIds can never be asked to pay twice."""
+
+
+@dataclass(frozen=True)
+class _Route:
+    """The registry's word on one node (bybit_withdraw_route), as recorded in
+    the intent's payload, so that observation and recovery never depend on a
+    registry changed since the request."""
+
+    venue_key: str
+    kind: str
+    base_url_env: str
+    key_file_env: str
+    chain_key: str
+    venue_chain: str
+    rpc_url_env: str
+    finality_depth: int
+    coin: str
+    token_address: str
+    recipient: str
+    amount: str
+    amount_units: str
+    request_id: str
+    prepared_at_ms: int
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> _Route:
+        return cls(**{k: payload[k] for k in cls.__dataclass_fields__})
+
+    def payload(self) -> JsonObject:
+        return asdict(self)
+
+
+class BybitWithdrawExecutor:
+    key: ClassVar[str] = "bybit_withdraw"
+    has_side_effect: ClassVar[bool] = True
+    description: ClassVar[str] = (
+        "Withdrawal from an exchange venue (Bybit v5) to a treasury account or an allow-listed "
+        "address, idempotent on a requestId derived from the intent; complete when the chain "
+        "shows the transfer at its finality depth"
+    )
+    node_config_schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "required": ["lane", "venue", "coin", "chain", "to"],
+        "properties": {
+            "lane": {"type": "string", "minLength": 1},
+            "venue": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
+            "coin": {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"},
+            "chain": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
+            "to": {"type": "string", "pattern": ADDRESS_PATTERN},
+        },
+        "additionalProperties": False,
+    }
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        network: str,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        import os
+
+        self._pool = pool
+        self._network = network
+        self._env = os.environ if env is None else env
+        self._venues = VenueClients(self._env, timeout)
+        self._rpcs: dict[str, EvmRpc] = {}
+        self._timeout = timeout
+
+    # -- the registry and the environment ----------------------------------------
+
+    async def _route_row(self, work: NodeWork) -> procs.WithdrawRoute:
+        try:
+            async with self._pool.connection() as conn:
+                return await procs.bybit_withdraw_route(work.node_id).aone(conn)
+        except psycopg.Error as exc:
+            if exc.sqlstate in ROUTE_REFUSALS:
+                message = exc.diag.message_primary or str(exc)
+                raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
+            raise
+
+    def _client(self, route: _Route) -> BybitClient:
+        return self._venues.client(
+            route.venue_key, route.kind, route.base_url_env, route.key_file_env
+        )
+
+    def _rpc(self, route: _Route) -> EvmRpc:
+        url = self._env.get(route.rpc_url_env)
+        if not url:
+            raise ExecutorError(
+                f"chain {route.chain_key}: the environment variable {route.rpc_url_env} (its RPC "
+                "URL) is not set in this runner",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+        rpc = self._rpcs.get(url)
+        if rpc is None:
+            rpc = self._rpcs[url] = EvmRpc(url, timeout=self._timeout)
+        return rpc
+
+    @staticmethod
+    def _recorded(work: NodeWork, prepared: Prepared | None = None) -> _Route:
+        payload = (prepared.payload if prepared else None) or (work.intent or {}).get(
+            "prepared_payload"
+        )
+        if not payload:
+            raise ExecutorError(f"node {work.node_id} has no recorded withdrawal", retryable=False)
+        return _Route.from_payload(payload)
+
+    # -- the protocol ------------------------------------------------------------
+
+    async def preflight(self, work: NodeWork) -> None:
+        await self._route_row(work)
+
+    async def prepare(self, work: NodeWork) -> Prepared:
+        row = await self._route_row(work)
+        if not work.idempotency_key:
+            raise ExecutorError(f"node {work.node_id} has no idempotency key", retryable=False)
+        # the intent's key, unique in this database, with the venue's salt made
+        # in this database: unique at the venue across databases too
+        request_id = request_id_for(f"{row.request_salt}:{work.idempotency_key}")
+        route = _Route(
+            venue_key=row.venue_key,
+            kind=row.kind,
+            base_url_env=row.base_url_env,
+            key_file_env=row.key_file_env,
+            chain_key=row.chain_key,
+            venue_chain=row.venue_chain,
+            rpc_url_env=row.rpc_url_env,
+            finality_depth=row.finality_depth,
+            coin=row.coin,
+            token_address=row.token_address,
+            recipient=row.recipient,
+            amount=row.amount,
+            amount_units=str(int(row.amount_units)),
+            request_id=request_id,
+            prepared_at_ms=int(time.time() * 1000),
+        )
+        # the venue's client is made now: a runner without its settings fails
+        # here, before anything is recorded
+        self._client(route)
+        return Prepared(external_request_id=request_id, payload=route.payload())
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        route = self._recorded(work, prepared)
+        withdraw_id = await self._request(work, route)
+        return SubmitResult(
+            withdraw_id,
+            {"withdraw_id": withdraw_id, "request_id": route.request_id, "amount": route.amount},
+        )
+
+    async def _request(self, work: NodeWork, route: _Route) -> str:
+        """withdraw/create with the recorded requestId: the withdrawal's id (the
+        original one for a repeat, found by query-record after 131082)."""
+        client = self._client(route)
+        try:
+            return await client.withdraw(
+                coin=route.coin,
+                chain=route.venue_chain,
+                address=route.recipient,
+                amount=Decimal(route.amount),
+                request_id=route.request_id,
+            )
+        except (BybitError, BybitUnavailable) as exc:
+            disposition = classify(exc)
+            if disposition is Disposition.ALREADY_REQUESTED:
+                found = await self._search(work, route)
+                if len(found) == 1:
+                    return found[0].withdraw_id
+                raise ExecutorError(
+                    f"venue {route.venue_key} says requestId {route.request_id} was requested, "
+                    f"and query-record shows {len(found)} withdrawals that match it",
+                    retryable=True,
+                    retry_after=RETRY_LATER_S,
+                ) from None
+            if disposition is Disposition.PERMANENT:
+                code = exc.ret_code if isinstance(exc, BybitError) else None
+                known = "" if code in PERMANENT_CODES else " (a code this runner does not know)"
+                raise ExecutorError(
+                    f"venue {route.venue_key} refused the withdrawal{known}: {exc}",
+                    retryable=False,
+                ) from None
+            raise venue_error(route.venue_key, exc) from None
+
+    async def _search(self, work: NodeWork, route: _Route) -> list[WithdrawalRecord]:
+        """The venue's withdrawals that match the recorded one: its coin, chain,
+        address and amount, made within the intent's time window."""
+        client = self._client(route)
+        starts = [route.prepared_at_ms]
+        created = (work.intent or {}).get("created_at")
+        if isinstance(created, str):
+            from datetime import datetime
+
+            starts.append(int(datetime.fromisoformat(created).timestamp() * 1000))
+        start = min(starts) - WINDOW_BEFORE_MS
+        amount = Decimal(route.amount)
+        found: list[WithdrawalRecord] = []
+        cursor: str | None = None
+        try:
+            for _ in range(SEARCH_PAGES):
+                page = await client.withdrawals(
+                    coin=route.coin, start_time_ms=start, limit=50, cursor=cursor
+                )
+                found.extend(
+                    r
+                    for r in page.rows
+                    if r.to_address.lower() == route.recipient
+                    and r.amount == amount
+                    and r.chain == route.venue_chain
+                )
+                if not page.next_cursor:
+                    break
+                cursor = page.next_cursor
+        except (BybitError, BybitUnavailable) as exc:
+            raise venue_error(route.venue_key, exc) from None
+        return found
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        route = self._recorded(work)
+        if not work.external_ref:
+            raise ExecutorError(f"node {work.node_id} has no withdrawal id", retryable=False)
+        try:
+            record = await self._client(route).withdrawal(work.external_ref)
+        except (BybitError, BybitUnavailable) as exc:
+            raise venue_error(route.venue_key, exc) from None
+        if record is None:
+            return ObserveResult(
+                ObserveStatus.UNKNOWN,
+                {
+                    "problem": f"venue {route.venue_key} has no withdrawal {work.external_ref}",
+                    "request_id": route.request_id,
+                },
+            )
+        status, evidence = await self._read(route, record)
+        return ObserveResult(
+            {
+                "final": ObserveStatus.COMPLETED,
+                "failed": ObserveStatus.FAILED,
+                "refused": ObserveStatus.UNKNOWN,
+            }.get(status, ObserveStatus.PENDING),
+            evidence,
+        )
+
+    async def _read(self, route: _Route, record: WithdrawalRecord) -> tuple[str, JsonObject]:
+        """(final | failed | refused | pending, evidence) of a withdrawal record,
+        the chain read for its txID once the venue says success."""
+        evidence: JsonObject = {
+            "withdraw_id": record.withdraw_id,
+            "request_id": route.request_id,
+            "status": record.status,
+            "tx_id": record.tx_id or None,
+            "amount": str(record.amount),
+            "fee": str(record.fee),
+            "chain": route.chain_key,
+            "to": route.recipient,
+        }
+        evidence = {k: v for k, v in evidence.items() if v is not None}
+        if (
+            record.to_address.lower() != route.recipient
+            or record.amount != Decimal(route.amount)
+            or record.chain != route.venue_chain
+            or record.coin != route.coin
+        ):
+            return "refused", evidence | {
+                "problem": f"withdrawal {record.withdraw_id} is not the one requested",
+                "expected": {
+                    "to": route.recipient,
+                    "amount": route.amount,
+                    "chain": route.venue_chain,
+                    "coin": route.coin,
+                },
+                "found": {"to": record.to_address, "chain": record.chain, "coin": record.coin},
+            }
+        if record.status in FAILED_STATUSES:
+            return "failed", evidence
+        if record.status != "success" or not record.tx_id:
+            return "pending", evidence
+        rpc = self._rpc(route)
+        try:
+            receipt = await rpc.receipt(record.tx_id)
+            if receipt is None:
+                return "pending", evidence | {"mined": False}
+            head = await rpc.block_number()
+            canonical = await rpc.block(receipt.block_number)
+        except EvmRpcError as exc:
+            raise ExecutorError(
+                f"chain {route.chain_key}: {exc}", retryable=True, retry_after=RETRY_LATER_S
+            ) from None
+        depth = head - receipt.block_number
+        evidence |= {
+            "block_number": receipt.block_number,
+            "block_hash": receipt.block_hash,
+            "confirmations": depth + 1,
+            "finality_depth": route.finality_depth,
+        }
+        if canonical is None or canonical.hash != receipt.block_hash:
+            return "pending", evidence | {"reorg": True}
+        if depth < route.finality_depth:
+            return "pending", evidence
+        transfers = [
+            t
+            for t in decode_transfers(receipt)
+            if t.token == route.token_address and t.recipient == route.recipient
+        ]
+        if (
+            not receipt.succeeded
+            or len(transfers) != 1
+            or transfers[0].value != int(route.amount_units)
+        ):
+            return "refused", evidence | {
+                "problem": "the venue's transaction does not show exactly the transfer requested",
+                "expected": {
+                    "token": route.token_address,
+                    "to": route.recipient,
+                    "value": route.amount_units,
+                },
+                "transfers": [
+                    {"from": t.sender, "to": t.recipient, "value": str(t.value)} for t in transfers
+                ],
+                "receipt_status": receipt.status,
+            }
+        t = transfers[0]
+        return "final", evidence | {
+            "transfer": {
+                "token": t.token,
+                "from": t.sender,
+                "to": t.recipient,
+                "value": str(t.value),
+                "log_index": t.log_index,
+            }
+        }
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        intent = work.intent or {}
+        if not intent.get("prepared_payload") or not intent.get("external_request_id"):
+            # no requestId was ever recorded: no request can have been made
+            return RecoveryResult(
+                RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
+            )
+        route = self._recorded(work)
+        withdraw_id = work.external_ref or intent.get("external_ref")
+        evidence: JsonObject = {"request_id": route.request_id}
+        if not withdraw_id and self._age_s(work, route) <= REPEAT_WINDOW_S:
+            # by the recorded requestId: the venue answers a repeat with the
+            # original withdrawal (or 131082, then it is searched for), and
+            # creates it only if the first request never reached it
+            try:
+                withdraw_id = await self._request(work, route)
+            except ExecutorError as exc:
+                if exc.retryable:
+                    raise
+                # refused outright: no withdrawal exists for the requestId
+                return RecoveryResult(
+                    RecoveryOutcome.FAILED, evidence | {"problem": str(exc), "found": False}
+                )
+            evidence["requested_again"] = True
+        record: WithdrawalRecord | None = None
+        if withdraw_id:
+            try:
+                record = await self._client(route).withdrawal(str(withdraw_id))
+            except (BybitError, BybitUnavailable) as exc:
+                raise venue_error(route.venue_key, exc) from None
+        else:
+            # too old to repeat the request: only what the venue shows counts
+            found = await self._search(work, route)
+            if len(found) == 1:
+                record = found[0]
+            else:
+                return RecoveryResult(
+                    RecoveryOutcome.STILL_UNKNOWN,
+                    evidence
+                    | {
+                        "problem": f"{len(found)} withdrawals match the recorded one and the "
+                        "intent is too old to repeat its request: an operator decides",
+                        "candidates": [r.withdraw_id for r in found],
+                    },
+                )
+        if record is None:
+            return RecoveryResult(
+                RecoveryOutcome.STILL_UNKNOWN,
+                evidence | {"problem": f"venue {route.venue_key} has no withdrawal {withdraw_id}"},
+            )
+        status, read = await self._read(route, record)
+        outcome = {
+            "final": RecoveryOutcome.COMPLETED,
+            "failed": RecoveryOutcome.FAILED,
+            "refused": RecoveryOutcome.STILL_UNKNOWN,
+        }.get(status, RecoveryOutcome.IN_FLIGHT)
+        return RecoveryResult(outcome, evidence | read, external_ref=record.withdraw_id)
+
+    @staticmethod
+    def _age_s(work: NodeWork, route: _Route) -> float:
+        """Seconds since the request was prepared (the runner's clock)."""
+        return time.time() - route.prepared_at_ms / 1000
+
+    async def health(self) -> HealthResult:
+        return await venue_health(self._pool, self._venues)
+
+    async def aclose(self) -> None:
+        await self._venues.aclose()
+        for rpc in self._rpcs.values():
+            await rpc.aclose()
+        self._rpcs.clear()
+
+
+async def venue_health(pool: AsyncConnectionPool[Any], venues: VenueClients) -> HealthResult:
+    """Every registered venue: its server time (unsigned) and a signed balance
+    read answer. A venue this runner has no settings for, or one of several
+    that does not answer (or refuses the signed read), is DEGRADED; DOWN, which
+    keeps the executor's nodes READY, only when no venue answers."""
+    async with pool.connection() as conn:
+        rows = await procs.exchange_venue_list().aall(conn)
+    detail: JsonObject = {}
+    worst = HealthStatus.HEALTHY
+    down = 0
+    for row in rows:
+        try:
+            client = venues.client(row.venue_key, row.kind, row.base_url_env, row.key_file_env)
+        except ExecutorError as exc:
+            detail[row.venue_key] = str(exc)
+            worst = HealthStatus.DEGRADED
+            continue
+        try:
+            server_ms = await client.server_time()
+            await client.fund_balance("USDC")
+        except (BybitError, BybitUnavailable) as exc:
+            detail[row.venue_key] = f"down: {exc}"
+            down += 1
+            continue
+        skew = server_ms / 1000 - time.time()
+        detail[row.venue_key] = f"answers, clock skew {skew:+.1f} s"
+    if rows and down == len(rows):
+        worst = HealthStatus.DOWN
+    elif down:
+        worst = HealthStatus.DEGRADED
+    return HealthResult(worst, detail)

@@ -1,0 +1,130 @@
+"""What the exchange executors and the capital_transfer_followup sidecar share:
+a venue's API client made from the registry's word (the NAMES of the
+environment variables of its base URL and API key file, never a URL or a key
+from the database), and a venue's deposit records read for one transaction.
+
+The key file is JSON ``{"api_key": ..., "api_secret": ...}``, mode 0600 (as
+`qtg world up` writes the local exchange's; qtg_runner.world.local.load_api_key
+refuses one open to others). The secret stays inside the client
+(qtg_runner.exchanges.bybit), never in a log line, an error or evidence.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from qtg_runner.chains.local import ChainError
+from qtg_runner.exchanges.bybit import BybitClient, BybitError, BybitUnavailable, DepositRecord
+from qtg_runner.executors.base import ExecutorError, JsonObject
+
+__all__ = ["RETRY_LATER_S", "VenueClients", "deposit_evidence", "deposits_for", "venue_error"]
+
+RETRY_LATER_S = 30.0
+"""The retry hint when a venue cannot be reached or this runner lacks its settings."""
+
+DEPOSIT_PAGES = 10
+"""Pages of deposit records (50 each) read looking for one transaction."""
+
+
+class VenueClients:
+    """One BybitClient per (base URL, key file), made on first use."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 10.0) -> None:
+        self._env = os.environ if env is None else env
+        self._timeout = timeout
+        self._clients: dict[tuple[str, str], BybitClient] = {}
+
+    def settings(self, venue_key: str, base_url_env: str, key_file_env: str) -> tuple[str, str]:
+        """(base URL, key file path) from the environment, or a retryable
+        ExecutorError naming the variable this runner lacks."""
+        url = self._env.get(base_url_env)
+        key_file = self._env.get(key_file_env)
+        for name, value in ((base_url_env, url), (key_file_env, key_file)):
+            if not value:
+                raise ExecutorError(
+                    f"venue {venue_key}: the environment variable {name} is not set in this runner",
+                    retryable=True,
+                    retry_after=RETRY_LATER_S,
+                )
+        assert url is not None and key_file is not None
+        return url, key_file
+
+    def client(
+        self, venue_key: str, kind: str, base_url_env: str, key_file_env: str
+    ) -> BybitClient:
+        if kind != "bybit":
+            raise ExecutorError(f"venue {venue_key} is of kind {kind}, not bybit", retryable=False)
+        url, key_file = self.settings(venue_key, base_url_env, key_file_env)
+        client = self._clients.get((url, key_file))
+        if client is None:
+            from qtg_runner.world.local import load_api_key
+
+            try:
+                api_key, api_secret = load_api_key(key_file)
+            except ChainError as exc:
+                raise ExecutorError(
+                    f"venue {venue_key}: {exc}", retryable=True, retry_after=RETRY_LATER_S
+                ) from None
+            client = BybitClient(url, api_key, api_secret, timeout=self._timeout)
+            del api_secret
+            self._clients[(url, key_file)] = client
+        return client
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+
+
+def venue_error(venue_key: str, exc: BybitError | BybitUnavailable) -> ExecutorError:
+    """A read the venue answered with an error, or not at all: retry later,
+    after the venue's own hint where it gave one (10006's reset)."""
+    retry_after = exc.retry_after if isinstance(exc, BybitError) else None
+    return ExecutorError(
+        f"venue {venue_key}: {exc}",
+        retryable=True,
+        retry_after=retry_after if retry_after is not None else RETRY_LATER_S,
+    )
+
+
+async def deposits_for(
+    client: BybitClient, coin: str, tx_hash: str, to_address: str, since_ms: int
+) -> list[DepositRecord]:
+    """The venue's deposit records of transaction ``tx_hash`` to ``to_address``
+    (one per Transfer log), seen since ``since_ms``, newest first."""
+    found: list[DepositRecord] = []
+    cursor: str | None = None
+    for _ in range(DEPOSIT_PAGES):
+        page = await client.deposits(coin=coin, start_time_ms=since_ms, limit=50, cursor=cursor)
+        found.extend(
+            r
+            for r in page.rows
+            if r.tx_id.lower() == tx_hash.lower() and r.to_address.lower() == to_address.lower()
+        )
+        if not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    return found
+
+
+def deposit_evidence(records: list[DepositRecord]) -> JsonObject:
+    """The records as evidence: status, amount, confirmations, the log's index."""
+    rows: list[dict[str, Any]] = [
+        {
+            "tx_id": r.tx_id,
+            "chain": r.chain,
+            "coin": r.coin,
+            "amount": str(r.amount),
+            "status": r.status,
+            "confirmations": r.confirmations,
+            "success_at_ms": r.success_at_ms,
+            "log_index": r.log_index,
+            "to_address": r.to_address,
+        }
+        for r in records
+    ]
+    credited = sum((r.amount for r in records if r.credited), Decimal(0))
+    return {"deposits": rows, "credited_amount": str(credited)}

@@ -1,0 +1,69 @@
+-- bybit_deposit_route: where a bybit_deposit node waits for its credit, as the
+-- registry says now. From the node's config (venue, chain, coin: USDC unless
+-- given) and its movement's amount: the venue (its kind and the NAMES of the
+-- environment variables of its base URL and API key file), the venue's name
+-- for the chain, the venue's deposit address for the coin there, and the
+-- amount the deposit should credit (the exchange's decimal string).
+-- QT011 no such node; QT014 the venue, the chain's name at the venue or the
+-- deposit address is not registered; QT002 a config without venue and chain.
+-- Reads only; takes no lock.
+CREATE OR REPLACE FUNCTION bybit_deposit_route(p_node_id bigint)
+RETURNS TABLE (
+    venue_key       text,
+    kind            text,
+    base_url_env    text,
+    key_file_env    text,
+    chain_key       text,
+    venue_chain     text,
+    coin            text,
+    deposit_address text,
+    amount          text
+)
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_config  jsonb;
+    v_amount  numeric;
+    v_venue   exchange_venues;
+    v_name    text;
+    v_coin    text;
+    v_address text;
+BEGIN
+    SELECT n.node_config, r.amount INTO v_config, v_amount
+      FROM movement_request_nodes n
+      JOIN movement_requests r ON r.id = n.request_id
+     WHERE n.id = p_node_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'bybit_deposit_route: node % does not exist', coalesce(p_node_id::text, 'NULL')
+            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of a bybit_deposit step.';
+    END IF;
+    IF NOT (v_config ?& ARRAY['venue', 'chain']) THEN
+        RAISE EXCEPTION 'bybit_deposit_route: node % has no venue and chain in its config', p_node_id
+            USING ERRCODE = 'QT002', HINT = 'A bybit_deposit step names its venue and chain (and coin, USDC unless given).';
+    END IF;
+    v_coin := coalesce(v_config ->> 'coin', 'USDC');
+    SELECT * INTO v_venue FROM exchange_venues v WHERE v.venue_key = v_config ->> 'venue';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'bybit_deposit_route: node %: venue % is not registered on this network', p_node_id,
+                        quote_literal(left(v_config ->> 'venue', 80))
+            USING ERRCODE = 'QT014', HINT = 'The exchange_venues table lists the registered venues.';
+    END IF;
+    SELECT vc.venue_chain INTO v_name FROM venue_chains vc
+     WHERE vc.venue_key = v_venue.venue_key AND vc.chain_key = v_config ->> 'chain';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'bybit_deposit_route: node %: venue % has no name for chain %', p_node_id,
+                        v_venue.venue_key, quote_literal(left(v_config ->> 'chain', 80))
+            USING ERRCODE = 'QT014', HINT = 'The admin names the chain at the venue with upsert_venue_chain.';
+    END IF;
+    SELECT d.address INTO v_address FROM venue_deposit_addresses d
+     WHERE d.venue_key = v_venue.venue_key AND d.chain_key = v_config ->> 'chain' AND d.coin = v_coin;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'bybit_deposit_route: node %: venue % has no deposit address for % on chain %', p_node_id,
+                        v_venue.venue_key, quote_literal(left(v_coin, 80)), v_config ->> 'chain'
+            USING ERRCODE = 'QT014', HINT = 'The admin records it with upsert_venue_deposit_address.';
+    END IF;
+    RETURN QUERY SELECT v_venue.venue_key, v_venue.kind, v_venue.base_url_env, v_venue.key_file_env,
+                        v_config ->> 'chain', v_name, v_coin, v_address, trim_scale(v_amount)::text;
+END
+$$;

@@ -1,0 +1,596 @@
+"""The Bybit executors end to end: the real dispatcher, observer and recovery
+batches as a runner login, carrying bybit_withdraw, bybit_deposit and
+evm_transfer, against the fake Bybit (a real HTTP server, HMAC checked) that
+sends real USDC from its hot wallet on the session's local chains.
+
+What a treasury relies on: a withdrawal pays its recipient exactly once and
+completes only when the chain shows the transfer at its finality depth; its
+requestId is on the intent before the request; a repeated request (the venue
+answering the original id, or 131082) and a crash at any step are recovered to
+ONE withdrawal; the venue's rate limit becomes the node's pacing; the venue's
+refusals fail the node; a recipient off the allow-list is never requested; a
+transfer into the exchange's deposit address is followed until credited, by a
+bybit_deposit step or by the capital_transfer_followup sidecar.
+
+One fake exchange for the module, at time scale 0.005 (a minute of its walk
+is 0.3 s); every wait is a poll bounded by a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from chain_support import TEST_KDF_ITERATIONS, LocalChainSet
+from engine import approve, as_person, pin_clock
+from eth_account import Account
+from evm_support import (
+    head,
+    make_due,
+    node_state,
+    register_world,
+    superuser,
+    transfers_from,
+    usdc_balance,
+)
+
+from qtg_runner import signers
+from qtg_runner.chains.registry import fund_treasury, register_venue
+from qtg_runner.db import procs
+from qtg_runner.db.pool import bound_conninfo, open_pool
+from qtg_runner.exchanges.bybit import request_id_for
+from qtg_runner.executors.base import NodeWork
+from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
+from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
+from qtg_runner.executors.evm_transfer import EvmTransferExecutor
+from qtg_runner.loop import WorkerContext
+from qtg_runner.workers import (
+    capital_transfer_followup,
+    node_dispatcher,
+    node_observer,
+    node_recovery,
+)
+from qtg_runner.world.bybit import (
+    BybitConfig,
+    BybitHandle,
+    bybit_chain,
+    ensure_exchange_keys,
+    serve,
+)
+from qtg_runner.world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV
+
+pytestmark = [pytest.mark.chain, pytest.mark.slow]
+
+NETWORK = "testnet"
+KEY = "execkey1"
+SECRET = "exec-secret-not-for-logs-0123456789"
+DEADLINE_S = 40.0
+FINISHED = {"COMPLETED", "FAILED", "UNKNOWN"}
+WITHDRAW_LANE = "bybit-withdraw"
+DEPOSIT_LANE = "bybit-deposit"
+
+
+@dataclass
+class Exchange:
+    chain_set: LocalChainSet
+    handle: BybitHandle
+    env: dict[str, str]
+    deposit_address: str
+    hot_wallet: str
+
+    def withdrawals(self) -> int:
+        return int(self.handle.status()["withdrawals"])
+
+    def requests(self) -> int:
+        return int(self.handle.status()["requests"])
+
+
+@pytest.fixture(scope="module")
+def exchange(local_chain_set: LocalChainSet, tmp_path_factory: Any) -> Iterator[Exchange]:
+    keys = ensure_exchange_keys(local_chain_set.state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
+    for chain in local_chain_set.chains:
+        fund_treasury(chain, [keys.hot])
+    hot = signers.load(keys.hot.signer_id, env=local_chain_set.runner_env())
+    chains = [
+        bybit_chain(c, keys.deposit.address, deposit_confirmations=2)
+        for c in local_chain_set.chains
+    ]
+    handle = serve(chains, {KEY: SECRET}, hot, BybitConfig(time_scale=0.005, tick_s=0.02))
+    for account in local_chain_set.treasury:
+        handle.whitelist(account.address)
+    handle.credit(Decimal(100_000))
+    key_file = Path(tmp_path_factory.mktemp("bybit-key")) / "key.json"
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"api_key": KEY, "api_secret": SECRET}, f)
+    env = local_chain_set.runner_env() | {
+        BYBIT_URL_ENV: handle.url,
+        BYBIT_KEY_FILE_ENV: str(key_file),
+    }
+    try:
+        yield Exchange(local_chain_set, handle, env, keys.deposit.address, keys.hot.address)
+    finally:
+        handle.stop()
+
+
+@pytest.fixture
+def world(db: Any, exchange: Exchange) -> psycopg.Connection[Any]:
+    """The test database's registry: the chains, the local venue, the executors."""
+    conn = superuser(db)
+    register_world(conn, exchange.chain_set)
+    register_venue(conn, exchange.chain_set.chains, exchange.deposit_address)
+    for executor in (BybitWithdrawExecutor, BybitDepositExecutor):
+        procs.register_executor(
+            executor.key,
+            executor.has_side_effect,
+            executor.node_config_schema,
+            executor.description,
+        ).one(conn)
+    return conn
+
+
+# -- helpers ---------------------------------------------------------------------
+
+
+def fresh_recipient(conn: Any, exchange: Exchange, chain: str) -> str:
+    """A new address, allow-listed in the registry and on the venue's address book."""
+    address = str(Account.create().address).lower()
+    procs.allow_destination(chain, address, "a counterparty").one(conn)
+    exchange.handle.whitelist(address)
+    return address
+
+
+def withdraw_node(chain: str, to: str, key: str = "out") -> dict[str, Any]:
+    return {
+        "key": key,
+        "executor": BybitWithdrawExecutor.key,
+        "config": {
+            "lane": WITHDRAW_LANE,
+            "venue": "bybit",
+            "coin": "USDC",
+            "chain": chain,
+            "to": to,
+        },
+        "depends_on": [],
+    }
+
+
+def start(
+    conn: Any, nodes: list[dict[str, Any]], amount: Decimal, external_id: str
+) -> dict[str, int]:
+    with as_person(conn, "alice"):
+        created = procs.create_movement(external_id, amount, plan={"nodes": nodes}).one(conn)
+    approve(conn, created.movement_id)
+    procs.start_approved_movements(1000).one(conn)
+    rows = conn.execute(
+        "SELECT node_key, id FROM movement_request_nodes WHERE request_id = %s",
+        (created.movement_id,),
+    ).fetchall()
+    return {key: int(node_id) for key, node_id in rows}
+
+
+Hook = Callable[[dict[str, Any]], None]
+
+
+class ProcessDied(BaseException):
+    """The runner process dies here: nothing after it in the process runs."""
+
+
+def executors_of(pool: Any, env: dict[str, str]) -> dict[str, Any]:
+    return {
+        e.key: e
+        for e in (
+            EvmTransferExecutor(pool, NETWORK, env=env),
+            BybitWithdrawExecutor(pool, NETWORK, env=env),
+            BybitDepositExecutor(pool, NETWORK, env=env),
+        )
+    }
+
+
+def run(
+    db: Any, exchange: Exchange, job: Callable[[WorkerContext], Any], hook: Hook | None = None
+) -> Any:
+    """``job`` on a worker context of a real runner login carrying the three executors."""
+
+    async def scenario() -> Any:
+        conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "bybit-test")
+        async with open_pool(conninfo, name="bybit-test") as pool:
+            executors = executors_of(pool, exchange.env)
+            if hook is not None:
+                hook(executors)
+            ctx = WorkerContext(NETWORK, pool, executors, "bybit-test:1")
+            try:
+                return await job(ctx)
+            finally:
+                for e in executors.values():
+                    await e.aclose()
+
+    return asyncio.run(scenario())
+
+
+def dispatch(db: Any, exchange: Exchange, hook: Hook | None = None) -> int:
+    return int(run(db, exchange, lambda ctx: node_dispatcher.batch(ctx, "d@bybit-test:1"), hook))
+
+
+def observe_once(
+    db: Any, conn: Any, exchange: Exchange, node_id: int, hook: Hook | None = None
+) -> str:
+    make_due(conn, node_id)
+    run(db, exchange, lambda ctx: node_observer.batch(ctx, "o@bybit-test:1"), hook)
+    return node_state(conn, node_id)
+
+
+def observe_until(db: Any, conn: Any, exchange: Exchange, node_id: int) -> str:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        state = observe_once(db, conn, exchange, node_id)
+        if state in FINISHED:
+            return state
+        assert time.monotonic() < deadline, f"node {node_id} stayed {state}"
+        time.sleep(0.2)
+
+
+def recover(db: Any, conn: Any, exchange: Exchange) -> list[str]:
+    """One recovery batch once the claims' leases ran out (the recovery claim's
+    clock moved past them): the nodes' states afterwards."""
+    pin_clock(conn, "2099-01-01T00:00:00+00:00")
+    try:
+        claims = procs.claim_recovery_nodes("node_recovery", 16, 120).all(conn)
+    finally:
+        pin_clock(conn, None)
+    assert claims, "nothing to recover"
+
+    async def job(ctx: WorkerContext) -> None:
+        for claim in claims:
+            await node_recovery.recover_one(
+                ctx, NodeWork.from_claim(claim, NETWORK), claim.node_state
+            )
+
+    run(db, exchange, job)
+    return [node_state(conn, c.node_id) for c in claims]
+
+
+def node_row(conn: Any, node_id: int) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT node_state::text, evidence, last_error, external_ref, next_observe_at - now(),"
+        " lease_until - now() FROM movement_request_nodes WHERE id = %s",
+        (node_id,),
+    ).fetchone()
+    assert row is not None
+    keys = ("state", "evidence", "last_error", "external_ref", "observe_in", "lease_in")
+    return dict(zip(keys, row, strict=True))
+
+
+def intent_of(conn: Any, node_id: int) -> dict[str, Any]:
+    row = conn.execute("SELECT intent_document(%s)", (node_id,)).fetchone()
+    assert row is not None and row[0] is not None
+    return dict(row[0])
+
+
+def dies_in(method: str, before: bool = True) -> Hook:
+    """The runner process dies in the withdrawal executor's ``method``: before
+    the call reaches the venue (``before``), or right after it answered."""
+
+    def hook(executors: dict[str, Any]) -> None:
+        executor = executors[BybitWithdrawExecutor.key]
+        real = getattr(executor, method)
+
+        async def dying(*args: Any) -> Any:
+            if not before:
+                await real(*args)
+            raise ProcessDied(method)
+
+        setattr(executor, method, dying)
+
+    return hook
+
+
+# -- withdrawals -----------------------------------------------------------------
+
+
+def test_a_withdrawal_pays_its_recipient_once_and_completes_when_the_chain_shows_it(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    chain = exchange.chain_set.chains[0]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    start_block, count = head(chain), exchange.withdrawals()
+    nodes = start(world, [withdraw_node(chain.key, recipient)], Decimal("12.345678"), "w1")
+    node_id = nodes["out"]
+
+    assert dispatch(db, exchange) == 1
+    row = node_row(world, node_id)
+    assert row["state"] == "SUBMITTED"
+    intent = intent_of(world, node_id)
+    # the requestId derived from the intent's idempotency key and the venue's
+    # salt in this database, recorded on it
+    salt = world.execute("SELECT request_salt FROM exchange_venues").fetchone()[0]
+    assert len(salt) == 32
+    key = f"{salt}:{intent['idempotency_key']}"
+    assert intent["external_request_id"] == request_id_for(key)
+    assert intent["prepared_payload"]["request_id"] == intent["external_request_id"]
+    assert row["external_ref"] == intent["external_ref"]
+
+    assert observe_until(db, world, exchange, node_id) == "COMPLETED"
+    evidence = node_row(world, node_id)["evidence"]
+    assert evidence["withdraw_id"] == row["external_ref"]
+    assert evidence["status"] == "success" and evidence["amount"] == "12.345678"
+    assert evidence["fee"] == "0"
+    assert evidence["tx_id"].startswith("0x")
+    assert evidence["confirmations"] >= evidence["finality_depth"] + 1
+    assert evidence["transfer"]["to"] == recipient and evidence["transfer"]["value"] == "12345678"
+    assert evidence["transfer"]["from"] == exchange.hot_wallet
+    assert usdc_balance(chain, recipient) == 12_345_678
+    assert (recipient, 12_345_678) in transfers_from(chain, exchange.hot_wallet, start_block)
+    assert exchange.withdrawals() == count + 1
+
+
+@pytest.mark.parametrize("mode", ["original", "error"])
+def test_a_request_repeated_by_recovery_finds_the_one_withdrawal(
+    db: Any, world: Any, exchange: Exchange, mode: Any
+) -> None:
+    """The runner dies right after the venue accepted the withdrawal, before it
+    reported the id. Recovery repeats the request with the recorded requestId:
+    the venue answers the original id, or 131082 and the withdrawal is found by
+    query-record; either way one withdrawal, one payment."""
+    chain = exchange.chain_set.chains[1]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    exchange.handle.set_repeat_mode(mode)
+    count = exchange.withdrawals()
+    try:
+        node_id = start(
+            world, [withdraw_node(chain.key, recipient)], Decimal("2.5"), f"rep-{mode}"
+        )["out"]
+        with pytest.raises(BaseException):  # noqa: B017 - the "process" dies after the request
+            dispatch(db, exchange, dies_in("submit", before=False))
+        assert node_state(world, node_id) == "SUBMITTING"
+        assert intent_of(world, node_id)["intent_state"] == "PREPARED"
+        assert exchange.withdrawals() == count + 1
+
+        assert recover(db, world, exchange) == ["SUBMITTED"]
+        row = node_row(world, node_id)
+        assert row["evidence"]["requested_again"] is True
+        wid = row["external_ref"]
+        assert exchange.handle.withdrawal(wid)["toAddress"] == recipient
+        assert observe_until(db, world, exchange, node_id) == "COMPLETED"
+    finally:
+        exchange.handle.set_repeat_mode("original")
+    assert exchange.withdrawals() == count + 1
+    assert usdc_balance(chain, recipient) == 2_500_000
+
+
+@pytest.mark.parametrize("crash", ["after_intent", "observing"])
+def test_a_crash_is_recovered_to_exactly_one_withdrawal(
+    db: Any, world: Any, exchange: Exchange, crash: str
+) -> None:
+    """after_intent: the requestId is recorded, the process dies before the
+    request; recovery makes it with that requestId. observing: the process dies
+    while observing; the next observer completes it. One withdrawal each."""
+    chain = exchange.chain_set.chains[0]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    count = exchange.withdrawals()
+    node_id = start(world, [withdraw_node(chain.key, recipient)], Decimal("0.75"), crash)["out"]
+    if crash == "after_intent":
+        with pytest.raises(BaseException):  # noqa: B017 - the "process" dies before the request
+            dispatch(db, exchange, dies_in("submit"))
+        assert intent_of(world, node_id)["external_request_id"]
+        assert exchange.withdrawals() == count
+        assert recover(db, world, exchange) == ["SUBMITTED"]
+    else:
+        assert dispatch(db, exchange) == 1
+        with pytest.raises(BaseException):  # noqa: B017 - the "process" dies observing
+            observe_once(db, world, exchange, node_id, dies_in("observe", before=False))
+        assert node_state(world, node_id) == "SUBMITTED"  # its transaction rolled back
+    assert observe_until(db, world, exchange, node_id) == "COMPLETED"
+    assert exchange.withdrawals() == count + 1
+    assert usdc_balance(chain, recipient) == 750_000
+
+
+def test_the_rate_limit_reset_becomes_the_nodes_pacing(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    chain = exchange.chain_set.chains[0]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    count = exchange.withdrawals()
+    # the request refused with 10006 twice (the submit, then recovery's repeat)
+    exchange.handle.inject_rate_limit(2, reset_in_ms=9000, path="/v5/asset/withdraw/create")
+    node_id = start(world, [withdraw_node(chain.key, recipient)], Decimal("1.5"), "limited")["out"]
+    dispatch(db, exchange)
+    row = node_row(world, node_id)
+    # the intent was recorded, so a failed request goes to recovery, never a blind retry
+    assert row["state"] == "UNKNOWN" and "10006" in row["last_error"]
+    assert recover(db, world, exchange) == ["UNKNOWN"]
+    row = node_row(world, node_id)
+    assert 7 <= row["lease_in"].total_seconds() <= 10, row["lease_in"]  # the reset, not a default
+    assert exchange.withdrawals() == count
+    assert recover(db, world, exchange) == ["SUBMITTED"]
+
+    # while observing: the next observation waits for the reset
+    exchange.handle.inject_rate_limit(1, reset_in_ms=8000, path="/v5/asset/withdraw/query-record")
+    assert observe_once(db, world, exchange, node_id) == "OBSERVING"
+    row = node_row(world, node_id)
+    assert "10006" in row["evidence"]["error"]
+    assert 6 <= row["observe_in"].total_seconds() <= 9, row["observe_in"]
+    assert observe_until(db, world, exchange, node_id) == "COMPLETED"
+    assert exchange.withdrawals() == count + 1
+
+
+@pytest.mark.parametrize("code", ["131093", "131212"])
+def test_the_venues_refusal_fails_the_node_with_its_reason(
+    db: Any, world: Any, exchange: Exchange, code: str
+) -> None:
+    chain = exchange.chain_set.chains[0]
+    count = exchange.withdrawals()
+    if code == "131093":  # allow-listed by us, not on the venue's address book
+        recipient = str(Account.create().address).lower()
+        procs.allow_destination(chain.key, recipient, "not at the venue").one(world)
+        amount = Decimal("1")
+    else:  # more than the FUND account holds
+        recipient = fresh_recipient(world, exchange, chain.key)
+        amount = exchange.handle.balance() + 1
+    node_id = start(world, [withdraw_node(chain.key, recipient)], amount, f"refused-{code}")["out"]
+    dispatch(db, exchange)
+    row = node_row(world, node_id)
+    assert row["state"] == "FAILED"
+    assert code in row["last_error"] and "refused the withdrawal" in row["last_error"]
+    assert exchange.withdrawals() == count
+
+
+def test_a_recipient_off_the_allow_list_is_never_requested(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    chain = exchange.chain_set.chains[0]
+    outsider = str(Account.create().address).lower()
+    exchange.handle.whitelist(outsider)  # the venue would pay it: the engine must not ask
+    node_id = start(world, [withdraw_node(chain.key, outsider)], Decimal("3"), "outsider")["out"]
+    requests = exchange.requests()
+    # the route itself, as the runner login
+    conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "bybit-test")
+    with psycopg.connect(conninfo) as runner, pytest.raises(psycopg.Error) as refused:
+        procs.bybit_withdraw_route(node_id).one(runner)
+    assert refused.value.sqlstate == "QT032"
+    dispatch(db, exchange)
+    row = node_row(world, node_id)
+    assert row["state"] == "FAILED" and "QT032" in row["last_error"]
+    assert exchange.requests() == requests  # nothing reached the venue
+    assert (
+        world.execute(
+            "SELECT count(*) FROM node_intents"
+            " WHERE node_id = %s AND external_request_id IS NOT NULL",
+            (node_id,),
+        ).fetchone()[0]
+        == 0
+    )
+
+
+# -- deposits --------------------------------------------------------------------
+
+
+def test_a_transfer_into_the_exchange_completes_its_deposit_step_when_credited(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    chain = exchange.chain_set.chains[0]
+    sender = exchange.chain_set.treasury[0].address
+    balance = exchange.handle.balance()
+    nodes = start(
+        world,
+        [
+            {
+                "key": "pay",
+                "executor": EvmTransferExecutor.key,
+                "config": {
+                    "lane": "evm",
+                    "chain": chain.key,
+                    "from": sender,
+                    "to": exchange.deposit_address,
+                },
+                "depends_on": [],
+            },
+            {
+                "key": "credit",
+                "executor": BybitDepositExecutor.key,
+                "config": {"lane": DEPOSIT_LANE, "venue": "bybit", "chain": chain.key},
+                "depends_on": ["pay"],
+            },
+        ],
+        Decimal("4.2"),
+        "deposit",
+    )
+    assert dispatch(db, exchange) == 1  # the transfer
+    assert observe_until(db, world, exchange, nodes["pay"]) == "COMPLETED"
+    tx_hash = node_row(world, nodes["pay"])["external_ref"]
+
+    assert dispatch(db, exchange) == 1  # the deposit step, with its parent's evidence
+    row = node_row(world, nodes["credit"])
+    assert row["state"] == "SUBMITTED" and row["external_ref"] == tx_hash
+    assert observe_until(db, world, exchange, nodes["credit"]) == "COMPLETED"
+    evidence = node_row(world, nodes["credit"])["evidence"]
+    assert evidence["credited_amount"] == "4.2"
+    (record,) = evidence["deposits"]
+    assert record["tx_id"] == tx_hash and record["status"] == 3
+    assert exchange.handle.balance() == balance + Decimal("4.2")
+    # a plan with its own deposit step is not the followup's
+    run(db, exchange, lambda ctx: capital_transfer_followup.run_round(ctx, exchange.env))
+    assert world.execute("SELECT count(*) FROM capital_transfer_followups").fetchone()[0] == 0
+
+
+def test_the_followup_sees_a_bare_transfer_into_the_exchange_credited(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    chain = exchange.chain_set.chains[1]
+    sender = exchange.chain_set.treasury[1].address
+    node_id = start(
+        world,
+        [
+            {
+                "key": "pay",
+                "executor": EvmTransferExecutor.key,
+                "config": {
+                    "lane": "evm",
+                    "chain": chain.key,
+                    "from": sender,
+                    "to": exchange.deposit_address,
+                },
+                "depends_on": [],
+            }
+        ],
+        Decimal("1.25"),
+        "bare",
+    )["pay"]
+    dispatch(db, exchange)
+    assert observe_until(db, world, exchange, node_id) == "COMPLETED"
+    tx_hash = node_row(world, node_id)["external_ref"]
+
+    def followup_round() -> tuple[str, Any]:
+        world.execute(
+            "UPDATE capital_transfer_followups SET next_check_at = now() - interval '1 s'"
+        )
+        run(db, exchange, lambda ctx: capital_transfer_followup.run_round(ctx, exchange.env))
+        row = world.execute(
+            "SELECT followup_state, credited_amount, tx_hash FROM capital_transfer_followups"
+            " WHERE node_id = %s",
+            (node_id,),
+        ).fetchone()
+        assert row is not None and row[2] == tx_hash
+        return str(row[0]), row[1]
+
+    deadline = time.monotonic() + DEADLINE_S
+    state, amount = followup_round()
+    while state == "WAITING":
+        assert time.monotonic() < deadline, "the deposit was never credited"
+        time.sleep(0.3)
+        state, amount = followup_round()
+    assert (state, amount) == ("CREDITED", Decimal("1.25"))
+    assert world.execute("SELECT count(*) FROM capital_transfer_mismatches").fetchone()[0] == 0
+
+
+def test_health_says_whether_the_venue_answers(db: Any, world: Any, exchange: Exchange) -> None:
+    from qtg_runner.chains.local import free_port
+    from qtg_runner.executors.base import HealthStatus
+
+    def health(env: dict[str, str]) -> Any:
+        async def job(ctx: WorkerContext) -> Any:
+            executor = BybitWithdrawExecutor(ctx.pool, NETWORK, env=env, timeout=2)
+            try:
+                return await executor.health()
+            finally:
+                await executor.aclose()
+
+        return run(db, exchange, job)
+
+    result = health(exchange.env)
+    assert result.status is HealthStatus.HEALTHY and "answers" in result.detail["bybit"]
+    unset = {k: v for k, v in exchange.env.items() if k != BYBIT_URL_ENV}
+    result = health(unset)
+    assert result.status is HealthStatus.DEGRADED and BYBIT_URL_ENV in result.detail["bybit"]
+    down = exchange.env | {BYBIT_URL_ENV: f"http://127.0.0.1:{free_port()}"}
+    result = health(down)
+    assert result.status is HealthStatus.DOWN and result.detail["bybit"].startswith("down:")
+    assert SECRET not in str(result.detail)

@@ -1,0 +1,195 @@
+"""The capital_transfer_followup's procedures (SQL only): claim_capital_transfers
+finds the evm_transfer nodes COMPLETED into a venue's deposit address (not one
+to another recipient, not one still in flight, not one whose plan has a
+bybit_deposit step after it), hands the due ones out under a lease;
+record_capital_transfer_check moves a followup from WAITING to CREDITED,
+MISMATCH or FAILED (audited) or keeps it WAITING; capital_transfer_mismatches
+shows an amount mismatch, a failed deposit and a deposit never credited past
+its deadline."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from engine import assert_rejected, claim, create_started, node, node_ids, plan
+from rows import Conn, set_clock
+
+from qtg_runner.db import procs
+from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
+from qtg_runner.executors.evm_transfer import EvmTransferExecutor
+
+SENDER = "0x" + "7a" * 20
+DEPOSIT = "0x" + "de" * 20
+OTHER = "0x" + "0e" * 20
+TOKEN = "0x" + "0c" * 20
+
+
+@pytest.fixture
+def venue(conn: Conn) -> str:
+    procs.upsert_chain("local-a", 31337, "QTG_RPC_LOCAL_A", 2, 1000).one(conn)
+    procs.upsert_chain_token("local-a", "USDC", TOKEN, 6).one(conn)
+    procs.upsert_treasury_account("local-a", SENDER, "env:TREASURY").one(conn)
+    procs.allow_destination("local-a", OTHER, "someone").one(conn)
+    procs.upsert_exchange_venue("bybit", "bybit", "QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE").one(conn)
+    procs.upsert_venue_chain("bybit", "local-a", "ETH").one(conn)
+    procs.upsert_venue_deposit_address("bybit", "local-a", "USDC", DEPOSIT).one(conn)
+    for e in (EvmTransferExecutor, BybitDepositExecutor):
+        procs.register_executor(e.key, e.has_side_effect, e.node_config_schema, "x").one(conn)
+    procs.upsert_lane_baseline("bybit-deposit", 100).one(conn)
+    return "bybit"
+
+
+def transfer(key: str, to: str, after: tuple[str, ...] = ()) -> dict[str, Any]:
+    return node(key, after, executor="evm_transfer", chain="local-a", **{"from": SENDER, "to": to})
+
+
+def landed(
+    conn: Conn, external_id: str, *nodes: dict[str, Any], amount: str = "100"
+) -> dict[str, int]:
+    """A started movement of ``nodes`` whose root transfers are submitted and
+    settled at once (COMPLETED, their hash as the external reference)."""
+    movement = create_started(conn, plan(*nodes), external_id, amount=amount)
+    ids = node_ids(conn, movement)
+    for claimed in claim(conn):
+        if claimed["node_id"] in ids.values():
+            procs.complete_submit(
+                claimed["node_id"], claimed["claim_secret"], f"0x{claimed['node_id']:064x}",
+                settled=True,
+            ).one(conn)  # fmt: skip
+    return ids
+
+
+def followup(conn: Conn, node_id: int) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT followup_state, credited_amount, checks, next_check_at - clock(), resolved_at"
+        " FROM capital_transfer_followups WHERE node_id = %s",
+        (node_id,),
+    ).fetchone()
+    assert row is not None
+    return dict(zip(("state", "credited", "checks", "due_in", "resolved_at"), row, strict=True))
+
+
+def test_only_completed_transfers_into_a_deposit_address_without_a_deposit_step_are_followed(
+    conn: Conn, venue: str
+) -> None:
+    bare = landed(conn, "bare", transfer("pay", DEPOSIT), amount="12.5")["pay"]
+    landed(conn, "elsewhere", transfer("pay", OTHER))
+    stepped = landed(
+        conn,
+        "stepped",
+        transfer("pay", DEPOSIT),
+        node("credit", ["pay"], executor="bybit_deposit", venue=venue, chain="local-a"),
+    )["pay"]
+    in_flight = node_ids(conn, create_started(conn, plan(transfer("pay", DEPOSIT)), "flying"))
+    assert conn.execute(
+        "SELECT node_state::text FROM movement_request_nodes WHERE id = %s", (stepped,)
+    ).fetchone() == ("COMPLETED",)
+
+    rows = procs.claim_capital_transfers(10, 60).all(conn)
+    assert [r.node_id for r in rows] == [bare]
+    row = rows[0]
+    assert (row.venue_key, row.kind, row.base_url_env, row.key_file_env) == (
+        venue, "bybit", "QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE",
+    )  # fmt: skip
+    assert (row.chain_key, row.venue_chain, row.coin, row.deposit_address) == (
+        "local-a", "ETH", "USDC", DEPOSIT,
+    )  # fmt: skip
+    assert row.tx_hash == f"0x{bare:064x}" and row.expected_amount == Decimal("12.5")
+    assert (row.deadline_at - row.landed_at).total_seconds() == 300  # 3 lane baselines
+    assert row.checks == 1 and in_flight["pay"] not in [r.node_id for r in rows]
+
+    # held for the lease, then due again
+    assert procs.claim_capital_transfers(10, 60).all(conn) == []
+    set_clock(conn, 61)
+    assert [(r.node_id, r.checks) for r in procs.claim_capital_transfers(10, 60).all(conn)] == [
+        (bare, 2)
+    ]
+
+
+def test_a_report_resolves_a_followup_once_and_the_view_shows_the_problems(
+    conn: Conn, venue: str
+) -> None:
+    ids = [landed(conn, f"m{i}", transfer("pay", DEPOSIT), amount="5")["pay"] for i in range(4)]
+    credited, mismatched, failed, waiting = ids
+    procs.claim_capital_transfers(10, 60).all(conn)
+
+    assert (
+        procs.record_capital_transfer_check(waiting, "PENDING", retry_after_seconds=7).one(conn)
+        == "WAITING"
+    )
+    assert followup(conn, waiting)["due_in"].total_seconds() == 7
+    record = {"deposits": [{"status": 3, "amount": "5"}]}
+    assert (
+        procs.record_capital_transfer_check(credited, "CREDITED", Decimal(5), record).one(conn)
+        == "CREDITED"
+    )
+    assert (
+        procs.record_capital_transfer_check(mismatched, "CREDITED", Decimal("4.9")).one(conn)
+        == "MISMATCH"
+    )
+    assert (
+        procs.record_capital_transfer_check(
+            failed, "FAILED", None, {"deposits": [{"status": 4}]}
+        ).one(conn)
+        == "FAILED"
+    )
+    # a late report changes nothing
+    assert procs.record_capital_transfer_check(credited, "FAILED").one(conn) == "CREDITED"
+    assert followup(conn, credited)["credited"] == Decimal(5)
+    actions = conn.execute(
+        "SELECT entity_id::bigint, action FROM audit_outbox"
+        " WHERE action LIKE 'deposit_%' ORDER BY id"
+    ).fetchall()
+    assert actions == [
+        (credited, "deposit_credited"),
+        (mismatched, "deposit_amount_mismatch"),
+        (failed, "deposit_failed"),
+    ]
+
+    def problems() -> dict[int, str]:
+        return dict(
+            conn.execute("SELECT node_id, problem FROM capital_transfer_mismatches").fetchall()
+        )
+
+    assert problems() == {mismatched: "amount mismatch", failed: "deposit failed"}
+    set_clock(conn, 301)  # past the deadline, three lane baselines after it landed
+    assert problems() == {
+        mismatched: "amount mismatch", failed: "deposit failed", waiting: "not credited",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        ((None, "PENDING", None, None), "QT011"),
+        ((-1, "PENDING", None, None), "QT011"),
+        ((0, "MAYBE", None, None), "QT002"),
+        ((0, None, None, None), "QT002"),
+        ((0, "CREDITED", None, None), "QT002"),
+        ((0, "CREDITED", "NaN", None), "QT005"),
+        ((0, "CREDITED", -1, None), "QT005"),
+        ((0, "PENDING", None, -5), "QT002"),
+    ],
+)
+def test_a_bad_report_is_refused_and_changes_nothing(
+    conn: Conn, venue: str, args: tuple[Any, ...], code: str
+) -> None:
+    node_id = landed(conn, "one", transfer("pay", DEPOSIT))["pay"]
+    procs.claim_capital_transfers(10, 60).all(conn)
+    args = (node_id if args[0] == 0 else args[0], *args[1:])
+    assert_rejected(
+        conn,
+        code,
+        "SELECT record_capital_transfer_check(%s, %s, %s::numeric, NULL, NULL, %s::numeric)",
+        args,
+    )
+
+
+def test_a_bad_claim_is_refused(conn: Conn, venue: str) -> None:
+    for args, code in (((0, 60), "QT002"), ((1001, 60), "QT002"), ((10, None), "QT002"),
+                       ((10, 0.1), "QT005")):  # fmt: skip
+        assert_rejected(
+            conn, code, "SELECT * FROM claim_capital_transfers(%s::integer, %s::numeric)", args
+        )

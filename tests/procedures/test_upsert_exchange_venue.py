@@ -1,0 +1,179 @@
+"""The exchange venue registry's admin steps: upsert_exchange_venue (the venue,
+its kind, the NAMES of the variables of its URL and key file, a request salt of
+this database), upsert_venue_chain (the venue's name for one of our chains),
+upsert_venue_deposit_address (its deposit address per chain and coin, which
+allow-lists it on the chain); each audited when it changes, the same again
+changes nothing, refusals change nothing. And the routes the Bybit executors
+read: bybit_withdraw_route (QT032 for a recipient neither in the treasury nor
+allow-listed) and bybit_deposit_route."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from engine import assert_rejected, create_started, node, node_ids, plan
+from rows import Conn
+from test_upsert_chain import REGISTRY, chain_audit
+
+from qtg_runner.db import procs
+from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
+from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
+
+TABLES = (*REGISTRY, "exchange_venues", "venue_chains", "venue_deposit_addresses")
+DEPOSIT = "0x" + "De" * 20
+TREASURY = "0x" + "7a" * 20
+TOKEN = "0x" + "0c" * 20
+
+
+@pytest.fixture
+def venue(conn: Conn) -> str:
+    procs.upsert_chain("local-a", 31337, "QTG_RPC_LOCAL_A", 2, 1000).one(conn)
+    procs.upsert_chain("local-b", 31338, "QTG_RPC_LOCAL_B", 2, 1000).one(conn)
+    procs.upsert_chain_token("local-a", "USDC", TOKEN, 6).one(conn)
+    procs.upsert_treasury_account("local-a", TREASURY, "env:TREASURY").one(conn)
+    procs.upsert_exchange_venue("bybit", "bybit", "QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE").one(conn)
+    procs.upsert_venue_chain("bybit", "local-a", "ETH").one(conn)
+    return "bybit"
+
+
+def test_a_venue_its_chain_names_and_deposit_addresses_are_recorded_and_audited(
+    conn: Conn, venue: str
+) -> None:
+    procs.upsert_venue_deposit_address(venue, "local-a", "USDC", DEPOSIT).one(conn)
+    # the same again changes nothing
+    procs.upsert_exchange_venue(venue, "bybit", "QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE").one(conn)
+    procs.upsert_venue_chain(venue, "local-a", "ETH").one(conn)
+    procs.upsert_venue_deposit_address(venue, "local-a", "USDC", "0x" + DEPOSIT[2:].upper()).one(
+        conn
+    )
+    row = conn.execute(
+        "SELECT kind, base_url_env, key_file_env, length(request_salt) FROM exchange_venues"
+    ).fetchone()
+    assert row == ("bybit", "QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE", 32)
+    assert conn.execute("SELECT * FROM venue_deposit_addresses").fetchone()[:4] == (
+        venue, "local-a", "USDC", DEPOSIT.lower(),
+    )  # fmt: skip
+    # the deposit address is an allowed destination of its chain
+    assert conn.execute(
+        "SELECT label FROM allowed_destinations WHERE chain_key = 'local-a' AND address = %s",
+        (DEPOSIT.lower(),),
+    ).fetchone() == ("deposit bybit USDC",)
+    assert [a for a, _ in chain_audit(conn, venue)] == ["venue_set"]
+    actions = [a for a, _ in chain_audit(conn, "local-a")]
+    assert actions.count("venue_chain_set") == 1
+    assert actions.count("venue_deposit_address_set") == 1
+    assert actions.count("destination_allowed") == 1
+    # a new name is a change, audited with the previous one
+    procs.upsert_venue_chain(venue, "local-a", "ETH2").one(conn)
+    assert chain_audit(conn, "local-a")[-1][1]["previous_venue_chain"] == "ETH"
+
+
+URL_ENV = "QTG_BYBIT_URL"
+KEY_ENV = "QTG_BYBIT_KEY_FILE"
+
+
+@pytest.mark.parametrize(
+    ("query", "args", "code"),
+    [
+        (
+            "SELECT upsert_exchange_venue(%s, %s, %s, %s)",
+            ("By bit", "bybit", URL_ENV, KEY_ENV),
+            "QT002",
+        ),
+        ("SELECT upsert_exchange_venue(%s, %s, %s, %s)", ("okx", "okx", URL_ENV, KEY_ENV), "QT002"),
+        (
+            "SELECT upsert_exchange_venue(%s, %s, %s, %s)",
+            ("x", "bybit", "https://api.bybit.com", KEY_ENV),
+            "QT002",
+        ),
+        ("SELECT upsert_exchange_venue(%s, %s, %s, %s)", ("x", "bybit", URL_ENV, None), "QT002"),
+        ("SELECT upsert_venue_chain(%s, %s, %s)", ("nope", "local-a", "ETH"), "QT014"),
+        ("SELECT upsert_venue_chain(%s, %s, %s)", ("bybit", "nowhere", "ETH"), "QT014"),
+        ("SELECT upsert_venue_chain(%s, %s, %s)", ("bybit", "local-b", "E T H"), "QT002"),
+        # the venue already calls local-a ETH
+        ("SELECT upsert_venue_chain(%s, %s, %s)", ("bybit", "local-b", "ETH"), "QT002"),
+        (
+            "SELECT upsert_venue_deposit_address(%s, %s, %s, %s)",
+            ("bybit", "local-b", "USDC", DEPOSIT),
+            "QT014",
+        ),
+        (
+            "SELECT upsert_venue_deposit_address(%s, %s, %s, %s)",
+            ("bybit", "local-a", "US DC", DEPOSIT),
+            "QT002",
+        ),
+        (
+            "SELECT upsert_venue_deposit_address(%s, %s, %s, %s)",
+            ("bybit", "local-a", "USDC", "0x12"),
+            "QT002",
+        ),
+    ],
+)
+def test_a_bad_registration_is_refused_and_changes_nothing(
+    conn: Conn, venue: str, query: str, args: tuple[object, ...], code: str
+) -> None:
+    err = assert_rejected(conn, code, query, args, tables=TABLES)
+    assert err.diag.message_hint
+    assert "https://" not in str(err)  # a URL given where its variable's name belongs is not echoed
+
+
+def withdrawal(conn: Conn, to: str, amount: str = "12.5", **config: str) -> int:
+    procs.register_executor(
+        BybitWithdrawExecutor.key, True, BybitWithdrawExecutor.node_config_schema, "w"
+    ).one(conn)
+    cfg = {"venue": "bybit", "coin": "USDC", "chain": "local-a", "to": to} | config
+    movement = create_started(
+        conn,
+        plan(node("out", executor="bybit_withdraw", **cfg)),
+        f"w-{to}-{amount}-{sorted(config.items())}",
+        amount=amount,
+    )
+    return node_ids(conn, movement)["out"]
+
+
+def test_the_withdraw_route_names_the_venue_the_chain_and_an_allowed_recipient(
+    conn: Conn, venue: str
+) -> None:
+    node_id = withdrawal(conn, TREASURY, "12.500000")
+    route = procs.bybit_withdraw_route(node_id).one(conn)
+    assert (route.venue_key, route.kind, route.base_url_env, route.key_file_env) == (
+        venue, "bybit", "QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE",
+    )  # fmt: skip
+    assert (route.chain_key, route.venue_chain, route.coin, route.token_address) == (
+        "local-a", "ETH", "USDC", TOKEN,
+    )  # fmt: skip
+    assert (route.recipient, route.recipient_kind) == (TREASURY, "treasury")
+    assert (route.amount, route.amount_units) == ("12.5", Decimal(12_500_000))
+
+    outsider = "0x" + "5e" * 20
+    refused = withdrawal(conn, outsider)
+    err = assert_rejected(conn, "QT032", "SELECT * FROM bybit_withdraw_route(%s)", (refused,))
+    assert "allow_destination" in (err.diag.message_hint or "")
+    procs.allow_destination("local-a", outsider, "a counterparty").one(conn)
+    assert procs.bybit_withdraw_route(refused).one(conn).recipient_kind == "allowed"
+
+    for config, code in (({"chain": "local-b"}, "QT014"), ({"venue": "okx"}, "QT014"),
+                         ({"coin": "EURC"}, "QT014")):  # fmt: skip
+        other = withdrawal(conn, TREASURY, "1", **config)
+        assert_rejected(conn, code, "SELECT * FROM bybit_withdraw_route(%s)", (other,))
+    # finer than the token's decimals
+    procs.upsert_chain_token("local-a", "CENTS", "0x" + "0d" * 20, 2).one(conn)
+    finer = withdrawal(conn, TREASURY, "1.005", coin="CENTS")
+    assert_rejected(conn, "QT002", "SELECT * FROM bybit_withdraw_route(%s)", (finer,))
+
+
+def test_the_deposit_route_names_the_deposit_address(conn: Conn, venue: str) -> None:
+    procs.register_executor(
+        BybitDepositExecutor.key, False, BybitDepositExecutor.node_config_schema, "d"
+    ).one(conn)
+    movement = create_started(
+        conn, plan(node("in", executor="bybit_deposit", venue=venue, chain="local-a")), "dep"
+    )
+    node_id = node_ids(conn, movement)["in"]
+    assert_rejected(conn, "QT014", "SELECT * FROM bybit_deposit_route(%s)", (node_id,))
+    procs.upsert_venue_deposit_address(venue, "local-a", "USDC", DEPOSIT).one(conn)
+    route = procs.bybit_deposit_route(node_id).one(conn)
+    assert (route.venue_chain, route.coin, route.deposit_address, route.amount) == (
+        "ETH", "USDC", DEPOSIT.lower(), "100",
+    )  # fmt: skip
