@@ -31,7 +31,7 @@ from qtg_runner.world.iris import IrisConfig, IrisHandle, serve
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
-FAST_S, STANDARD_S = 2.0, 6.0
+FAST_S, STANDARD_S = 4.0, 8.0  # wide enough for a loaded machine to see "pending"
 
 
 def _w3(chain: RunningChain) -> Web3:

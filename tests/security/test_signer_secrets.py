@@ -419,8 +419,11 @@ def test_chains_up_shows_no_key_or_password_in_output_files_argv_or_database(
         assert up.returncode == 0, up.stderr
         keystore_dir = state_dir / "keystore"
         keys = _keys_of(keystore_dir)
-        # the treasury's keys and the CCTP double's attester keys: every one a secret
+        # the treasury's keys, the CCTP double's attesters, the CCIP double's
+        # transmitter and the reaper's keeper: every one a secret
         assert sorted(keys) == [
+            "ccip-don",
+            "ccip-keeper",
             "cctp-attester-1",
             "cctp-attester-2",
             "local-treasury-1",
