@@ -31,10 +31,10 @@ from rich.live import Live
 from rich.table import Table
 
 from qtg_runner import credentials
-from qtg_runner.chains.local import DEFAULT_CHAINS, AnvilNotFound, find_anvil
+from qtg_runner.chains.local import DEFAULT_CHAINS, AnvilNotFound, find_anvil, rpc
 from qtg_runner.chains.registry import LOCAL_FINALITY_DEPTH
 from qtg_runner.commands.chains import chain_errors
-from qtg_runner.commands.common import CommandError, cli_errors, finite
+from qtg_runner.commands.common import ENVIRONMENT, CommandError, cli_errors, finite
 from qtg_runner.commands.demo_world import (
     WorldMovement,
     WorldView,
@@ -430,6 +430,28 @@ def demo_cmd(
     raise typer.Exit(code)
 
 
+def check_chains_known(dsn: str, network: NetworkMode, view: WorldView) -> None:
+    """Refuse (CommandError, exit 1) chains that restarted from genesis after this
+    database used them: the engine's next nonce of a treasury account ahead of
+    the chain's count means every new transaction would wait behind a gap."""
+    ahead = []
+    with psycopg.connect(bound_conninfo(dsn, network, "qtg-demo-admin"), autocommit=True) as conn:
+        for chain in view.chains.values():
+            for address in view.treasury:
+                engine = procs.evm_next_nonce(chain.key, address).one(conn)
+                count = int(rpc(chain.rpc_url, "eth_getTransactionCount", [address, "pending"]), 16)
+                if engine is not None and engine > count:
+                    ahead.append(f"{address} on {chain.key}: engine {engine}, chain {count}")
+    if ahead:
+        raise CommandError(
+            "the local chains were started afresh after this database used the old ones ("
+            + "; ".join(ahead)
+            + "): their nonces would never line up. Keep the world running between runs, "
+            "or run on a fresh database (QTG_DATA_DIR naming a new directory)",
+            ENVIRONMENT,
+        )
+
+
 def run_world_movements(
     dsn: str,
     people: DemoLogins,
@@ -452,7 +474,9 @@ def run_world_movements(
         f"{up.state.time_scale:g}x; `qtg world down` stops it",
         highlight=False,
     )
-    view = WorldView(chains, [a.address for a in up.chains.treasury])
+    view = WorldView(chains, [a.address for a in up.chains.treasury], up.state.deposit_address)
+    with cli_errors():
+        check_chains_known(dsn, network, view)
     finality_s = max(c.block_time for c in chains.values()) * (LOCAL_FINALITY_DEPTH + 1)
     with cli_errors():
         return asyncio.run(

@@ -102,6 +102,8 @@ class WorldView:
 
     chains: dict[str, RunningChain]
     treasury: list[str]
+    deposit: str = ""
+    """The exchange's USDC deposit address (the same on every local chain)."""
     outsider: str = "0x" + "0bad" * 10
 
 
@@ -185,6 +187,19 @@ def ccip(key: str, source: str, destination: str, sender: str, recipient: str) -
     }
 
 
+def venue_step(key: str, executor: str, chain: str, *after: str, **config: str) -> dict[str, Any]:
+    """A step at the exchange venue ``bybit``: a withdrawal to ``to`` on
+    ``chain``, or the confirmation that a transfer into its deposit address is
+    credited."""
+    lane = "bybit-withdraw" if executor == "bybit_withdraw" else "bybit-deposit"
+    return {
+        "key": key,
+        "executor": executor,
+        "depends_on": list(after),
+        "config": {"lane": lane, "venue": "bybit", "chain": chain, **config},
+    }
+
+
 def bridged(
     source: str, destination: str, sender: str, recipient: str, amount: Decimal, fee_bps: int
 ) -> list[Change]:
@@ -214,11 +229,19 @@ def world_movements(w: WorldView) -> list[WorldMovement]:
             crash_after_submit=True,
         ),
         WorldMovement(
-            "CCTP fast: burn on one chain, attested, minted on the other",
+            "CCTP fast burn -> mint -> Bybit deposit, credited by the exchange",
             Decimal("250"),
-            cctp("usdc", a, b, t1, t2, "fast"),
+            [
+                *cctp("usdc", a, b, t1, t2, "fast"),
+                transfer("deposit", b, t2, w.deposit, "usdc-mint"),
+                venue_step("credited", "bybit_deposit", b, "deposit", coin="USDC"),
+            ],
             "COMPLETED",
-            bridged(a, b, t1, t2, Decimal("250"), CCTP_MAX_FEE_BPS),
+            [
+                Change(a, t1, Decimal("-250"), Decimal("-250")),
+                # the mint brings the amount less the fee, the deposit takes the amount
+                Change(b, t2, Decimal("-250") * CCTP_MAX_FEE_BPS / 10_000, Decimal(0)),
+            ],
         ),
         WorldMovement(
             "CCTP standard: burn, attested after finality, minted",
@@ -235,11 +258,17 @@ def world_movements(w: WorldView) -> list[WorldMovement]:
             bridged(b, a, t2, t1, Decimal("500"), 0),
         ),
         WorldMovement(
-            "Stargate bus: a ticket, the bus driven, delivered on the other chain",
+            "Stargate bus ride, then a Bybit withdrawal to the same account",
             Decimal("75"),
-            [stargate("bus", a, b, t1, t2, "bus")],
+            [
+                stargate("bus", a, b, t1, t2, "bus"),
+                venue_step("withdraw", "bybit_withdraw", b, "bus", coin="USDC", to=t2),
+            ],
             "COMPLETED",
-            bridged(a, b, t1, t2, Decimal("75"), STARGATE_FEE_BPS),
+            [
+                *bridged(a, b, t1, t2, Decimal("75"), STARGATE_FEE_BPS),
+                Change(b, t2, Decimal("75"), Decimal("75")),
+            ],
         ),
         WorldMovement(
             "Fan-out over both chains, then a settlement",
@@ -497,6 +526,15 @@ def drill_movements(w: WorldView) -> dict[str, list[WorldMovement]]:
     t1, t2 = w.treasury[0], w.treasury[1]
     a, b = sorted(w.chains)[:2]
     return {
+        "bybit": [
+            WorldMovement(
+                "Bybit: a withdrawal from the exchange to a treasury account",
+                Decimal("15"),
+                [venue_step("withdraw", "bybit_withdraw", a, coin="USDC", to=t1)],
+                "COMPLETED",
+                [Change(a, t1, Decimal("15"), Decimal("15"))],
+            )
+        ],
         "ccip": [
             WorldMovement(
                 "CCIP: ccipSend, executed on the other chain's OffRamp",

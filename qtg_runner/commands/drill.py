@@ -491,3 +491,7 @@ _world_drill(
     "ccip",
     "A CCIP token transfer between the local chains: ccipSend, executed on the OffRamp.",
 )
+_world_drill(
+    "bybit",
+    "A withdrawal from the local exchange (a Bybit v5 double) to a treasury account.",
+)
