@@ -92,6 +92,9 @@ class WorldMovement:
     changes: list[Change] = field(default_factory=list)
     crash_after_submit: bool = False
     """Handed first to a dispatcher process that dies right after its broadcast."""
+    exchange_change: Decimal = Decimal(0)
+    """What it moves on the exchange's FUND account (USDC): deposits credited in,
+    withdrawals out."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,7 @@ def world_movements(w: WorldView) -> list[WorldMovement]:
                 # the mint brings the amount less the fee, the deposit takes the amount
                 Change(b, t2, Decimal("-250") * CCTP_MAX_FEE_BPS / 10_000, Decimal(0)),
             ],
+            exchange_change=Decimal("250"),
         ),
         WorldMovement(
             "CCTP standard: burn, attested after finality, minted",
@@ -269,6 +273,17 @@ def world_movements(w: WorldView) -> list[WorldMovement]:
                 *bridged(a, b, t1, t2, Decimal("75"), STARGATE_FEE_BPS),
                 Change(b, t2, Decimal("75"), Decimal("75")),
             ],
+            exchange_change=Decimal("-75"),
+        ),
+        WorldMovement(
+            "Rejected path: the exchange refuses a withdrawal beyond its balance; "
+            "the transfer after it never runs",
+            Decimal("5000000"),
+            [
+                venue_step("withdraw", "bybit_withdraw", a, coin="USDC", to=t1),
+                transfer("onward", a, t1, t2, "withdraw"),
+            ],
+            "FAILED",
         ),
         WorldMovement(
             "Fan-out over both chains, then a settlement",
@@ -342,6 +357,17 @@ def balance_problems(
                    else f"{low[account]:+} to {high[account]:+}")
             )  # fmt: skip
     return problems
+
+
+async def exchange_fund() -> Decimal:
+    """The local exchange's FUND balance of USDC, read over its signed API as the
+    engine reads it (QTG_BYBIT_URL, QTG_BYBIT_KEY_FILE)."""
+    from qtg_runner.exchanges.bybit import BybitClient
+    from qtg_runner.world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV, load_api_key
+
+    key, secret = load_api_key(os.environ[BYBIT_KEY_FILE_ENV])
+    async with BybitClient(os.environ[BYBIT_URL_ENV], key, secret) as client:
+        return await client.fund_balance("USDC")
 
 
 async def _create(
@@ -438,6 +464,7 @@ async def run_world_demo(
             await procs.upsert_lane_baseline(lane, baseline, min_poll_seconds=0.5).aone(conn)
     accounts = {(c.chain, c.address) for m in movements for c in m.changes}
     before = balances(view.chains, accounts)
+    fund_before = await exchange_fund()
 
     tag = time.strftime("%Y%m%d-%H%M%S")
     creator = bound_conninfo(people.creator.dsn, network, "qtg-demo-creator")
@@ -494,6 +521,7 @@ async def run_world_demo(
         for line in await node_report(conn, list(ids)):
             out.print(line, soft_wrap=True)
     after = balances(view.chains, accounts)
+    fund_after = await exchange_fund()
 
     elapsed = time.monotonic() - started
     wrong = [
@@ -502,6 +530,16 @@ async def run_world_demo(
         if state != ids[mid].expected
     ]
     problems = balance_problems(list(ids.values()), before, after)
+    fund_expected = sum((m.exchange_change for m in ids.values()), Decimal(0))
+    out.print(
+        f"the exchange's FUND account: {fund_before:,} -> {fund_after:,} USDC "
+        f"({fund_after - fund_before:+,}, expected {fund_expected:+,})"
+    )
+    if fund_after - fund_before != fund_expected:
+        problems.append(
+            f"the exchange's FUND account moved {fund_after - fund_before:+}, "
+            f"expected {fund_expected:+}"
+        )
     for (chain, address), value in sorted(after.items()):
         delta = value - before[chain, address]
         out.print(
@@ -533,6 +571,7 @@ def drill_movements(w: WorldView) -> dict[str, list[WorldMovement]]:
                 [venue_step("withdraw", "bybit_withdraw", a, coin="USDC", to=t1)],
                 "COMPLETED",
                 [Change(a, t1, Decimal("15"), Decimal("15"))],
+                exchange_change=Decimal("-15"),
             )
         ],
         "ccip": [
