@@ -171,6 +171,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_base(count: int) -> int:
+    """The first of `count` consecutive loopback ports all free right now (for a
+    `--port-base` that starts several chains and services)."""
+    for _ in range(100):
+        base = free_port()
+        if base + count > 65535:
+            continue
+        sockets: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(s)
+                s.bind((LOOPBACK, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free loopback ports found")
+
+
 def rpc(url: str, method: str, params: Sequence[Any] = (), timeout: float = 5.0) -> Any:
     """One JSON-RPC call; raises ChainError on a transport error or an RPC error."""
     try:

@@ -20,7 +20,7 @@ from rows import Conn
 from web3 import HTTPProvider, Web3
 
 from qtg_runner.chains.local import (
-    free_port,
+    free_port_base,
     load_artifact,
     pid_alive,
     read_state,
@@ -55,7 +55,7 @@ def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
         "COLUMNS": "200",
     }
     state_dir = tmp_path / "chains"
-    base = free_port()
+    base = free_port_base(4)
     up = _qtg(env, "up", "--port-base", str(base))
     try:
         assert up.returncode == 0, up.stderr

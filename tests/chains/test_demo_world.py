@@ -19,7 +19,7 @@ from chain_support import anvil_or_skip, light_keystore
 from conftest import server_parent_dir
 from runner_helpers import runner_env
 
-from qtg_runner.chains.local import free_port
+from qtg_runner.chains.local import free_port_base
 from qtg_runner.db.embedded import stop_embedded
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
@@ -35,7 +35,7 @@ def test_the_demo_moves_real_usdc_and_checks_every_balance() -> None:
     env = runner_env(None, QTG_DATA_DIR=str(data_dir), COLUMNS="200")
     try:
         demo = subprocess.run(
-            [QTG, "demo", "--port-base", str(free_port()), "--timeout", "240"],
+            [QTG, "demo", "--port-base", str(free_port_base(4)), "--timeout", "240"],
             env=env,
             capture_output=True,
             text=True,

@@ -22,7 +22,7 @@ from qtg_runner.chains.evm import TRANSFER_TOPIC
 from qtg_runner.chains.local import (
     RunningChain,
     chains_dir,
-    free_port,
+    free_port_base,
     read_state,
     rpc,
     stop_chains,
@@ -63,8 +63,9 @@ def test_the_drill_moves_usdc_once_and_prints_the_hash_the_path_and_the_balances
     env = runner_env(None, QTG_DATA_DIR=str(data_dir), COLUMNS="200")
     light_keystore(chains_dir(data_dir))
     try:
+        base = str(free_port_base(4))
         drill = processes.start(
-            "drill", "evm-transfer", "--port-base", str(free_port()), "--timeout", "90", env=env
+            "drill", "evm-transfer", "--port-base", base, "--timeout", "90", env=env
         )
         code = drill.wait(timeout=180)
         stdout = drill.stdout()
@@ -101,13 +102,15 @@ def test_the_drill_moves_usdc_once_and_prints_the_hash_the_path_and_the_balances
     # the node's path through its states, in order, with times
     path = re.findall(r"^  \S+ \(\+ *[\d.]+s\) (\S+) -> (\S+) \((\w+)\)$", stdout, re.M)
     transitions = [(a, b) for a, b, action in path if action == "state_changed"]
-    assert transitions == [
+    # the first observation may already see the transfer final (a slow machine):
+    # then the node goes from SUBMITTED straight to COMPLETED
+    observed = [("SUBMITTED", "OBSERVING"), ("OBSERVING", "COMPLETED")]
+    assert transitions[:3] == [
         ("PENDING", "READY"),
         ("READY", "SUBMITTING"),
         ("SUBMITTING", "SUBMITTED"),
-        ("SUBMITTED", "OBSERVING"),
-        ("OBSERVING", "COMPLETED"),
     ], stdout
+    assert transitions[3:] in (observed, [("SUBMITTED", "COMPLETED")]), stdout
     assert ("SUBMITTING", "SUBMITTING", "intent_prepared") in path
     assert [(side, delta) for side, _, delta in balances] == [
         ("from", "-1.250000"),

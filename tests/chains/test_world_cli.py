@@ -25,7 +25,7 @@ from conftest import TestDatabase
 from evm_support import usdc_balance
 
 from qtg_runner.chains.keys import ensure_treasury_keys
-from qtg_runner.chains.local import free_port, pid_alive, read_state
+from qtg_runner.chains.local import free_port_base, pid_alive, read_state
 from qtg_runner.exchanges.bybit import BybitClient
 from qtg_runner.world.local import (
     DEFAULT_FUND_BALANCE,
@@ -109,7 +109,7 @@ def test_world_up_status_down(tmp_path: Path, db: TestDatabase) -> None:
     }
     state_dir = tmp_path / "chains"
     light_keystore(state_dir)
-    base = free_port()
+    base = free_port_base(4)
     up_args = ("up", "--port-base", str(base), "--iris-port", "0", "--bybit-port", "0")
     pids: list[int] = []
     up = _qtg(env, *up_args)

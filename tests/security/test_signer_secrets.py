@@ -40,7 +40,7 @@ from eth_account import Account
 from psycopg import sql
 from web3 import HTTPProvider, Web3
 
-from qtg_runner.chains.local import free_port, read_state
+from qtg_runner.chains.local import free_port_base, read_state
 from qtg_runner.chains.registry import record_chains
 from qtg_runner.signers import SignerError, SignerSet, load
 from qtg_runner.signers.local import LocalSigner, write_keystore
@@ -414,7 +414,7 @@ def test_chains_up_shows_no_key_or_password_in_output_files_argv_or_database(
             [qtg, "chains", *args], env=env, capture_output=True, text=True, timeout=120
         )
 
-    up = chains("up", "--port-base", str(free_port()))
+    up = chains("up", "--port-base", str(free_port_base(4)))
     try:
         assert up.returncode == 0, up.stderr
         keystore_dir = state_dir / "keystore"
