@@ -25,9 +25,14 @@ fixture of its own file) rather than redefining `conn`.
 
 from __future__ import annotations
 
+import os
+
+# pytest-xdist's workers inherit COLUMNS=80: the CLI's consoles, made at import,
+# would then cut the tables the tests read (each test that runs the CLI sets its own)
+os.environ.pop("COLUMNS", None)
+
 import contextlib
 import itertools
-import os
 import secrets
 import shutil
 import tempfile
