@@ -109,9 +109,9 @@ AS $$
     SELECT snaps.id, snaps.base_id, snaps.base,
            snaps.base + coalesce(sum(c.lo), 0),
            snaps.base + coalesce(sum(c.hi), 0),
-           coalesce(array_agg(DISTINCT c.node_id), '{}'),
-           coalesce(array_agg(DISTINCT c.lane), '{}'),
-           coalesce(array_agg(DISTINCT c.executor_key), '{}')
+           coalesce(array_agg(DISTINCT c.node_id) FILTER (WHERE c.node_id IS NOT NULL), '{}'),
+           coalesce(array_agg(DISTINCT c.lane) FILTER (WHERE c.node_id IS NOT NULL), '{}'),
+           coalesce(array_agg(DISTINCT c.executor_key) FILTER (WHERE c.node_id IS NOT NULL), '{}')
       FROM snaps
       LEFT JOIN contributions c ON c.snap_id = snaps.id
      GROUP BY snaps.id, snaps.base_id, snaps.base;
