@@ -73,7 +73,8 @@ def runner(db: Any, world: None) -> Conn:
 
 
 def transfer(key: str, src: str, dst: str, on: str = "local-a", *after: str) -> dict[str, Any]:
-    return node(key, after, executor="evm_transfer", lane="evm", chain=on, **{"from": src, "to": dst})
+    config = {"chain": on, "from": src, "to": dst}
+    return node(key, after, executor="evm_transfer", lane="evm", **config)
 
 
 def clocks(conn: Conn, runner: Conn) -> Callable[[float], None]:
@@ -368,21 +369,21 @@ def test_bad_reports_are_refused_and_write_nothing(db: Any, conn: Conn, runner: 
         ).one(on)
 
     cases: list[tuple[str, tuple[Any, ...]]] = [
-        ("QT005", good[:4] + (Decimal("NaN"), 7, None)),
-        ("QT005", good[:4] + (Decimal("Infinity"), 7, None)),
-        ("QT005", good[:4] + (Decimal("-1"), 7, None)),
-        ("QT005", good[:4] + (Decimal("1e16"), 7, None)),
-        ("QT005", good[:4] + (None, None, "x" * 5000)),
+        ("QT005", (*good[:4], Decimal("NaN"), 7, None)),
+        ("QT005", (*good[:4], Decimal("Infinity"), 7, None)),
+        ("QT005", (*good[:4], Decimal("-1"), 7, None)),
+        ("QT005", (*good[:4], Decimal("1e16"), 7, None)),
+        ("QT005", (*good[:4], None, None, "x" * 5000)),
         ("QT014", ("chain", "local-a", "0x" + "99" * 20, "USDC", Decimal(1), 7, None)),
         ("QT014", ("chain", "nowhere", T1, "USDC", Decimal(1), 7, None)),
         ("QT014", ("chain", "local-a", T1, "WETH", Decimal(1), 7, None)),
         ("QT014", ("venue", "kraken", "FUND", "USDC", Decimal(1), None, None)),
-        ("QT014", ("chain", "local-a", T1.upper().replace("0X", "0x"), "USDC", Decimal(1), 7, None)),
+        ("QT014", ("chain", "local-a", "0x" + T1[2:].upper(), "USDC", Decimal(1), 7, None)),
         ("QT002", ("moon", "local-a", T1, "USDC", Decimal(1), 7, None)),
-        ("QT002", good[:4] + (Decimal(1), 7, "and an error")),
-        ("QT002", good[:4] + (None, None, None)),
-        ("QT002", good[:4] + (Decimal(1), None, None)),
-        ("QT002", good[:4] + (Decimal(1), -1, None)),
+        ("QT002", (*good[:4], Decimal(1), 7, "and an error")),
+        ("QT002", (*good[:4], None, None, None)),
+        ("QT002", (*good[:4], Decimal(1), None, None)),
+        ("QT002", (*good[:4], Decimal(1), -1, None)),
         ("QT002", ("venue", "bybit", "FUND", "USDC", Decimal(1), 7, None)),
     ]
     before = counts(conn)
@@ -396,7 +397,8 @@ def test_bad_reports_are_refused_and_write_nothing(db: Any, conn: Conn, runner: 
     assert err.value.sqlstate == "QT002"
     with pytest.raises(psycopg.Error) as err:
         procs.record_balance_snapshots(
-            read_id, *[[v, v] for v in good]  # type: ignore[arg-type]
+            read_id,
+            *[[v, v] for v in good],  # type: ignore[arg-type]
         ).one(runner)
     assert err.value.sqlstate == "QT002" and "twice" in str(err.value)
 
