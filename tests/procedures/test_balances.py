@@ -18,8 +18,10 @@ from typing import Any
 import psycopg
 import pytest
 from engine import as_person, claim, create_started, node, node_ids, plan
+from rich.console import Console
 from rows import Conn, person, set_clock
 
+from qtg_runner.commands.status import render
 from qtg_runner.db import procs
 from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
 from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
@@ -292,6 +294,11 @@ def test_an_unexplained_loss_raises_one_alert_trips_the_breakers_and_two_operato
     ).fetchall()
     assert [r[0] for r in tripped] == sorted(set(alerts[0][5]) | set(alerts[1][5]))
     assert {r[1] for r in tripped} == {"verify_drift_worker@test"}
+    # qtg status shows the open alerts
+    console = Console(record=True, width=300)
+    console.print(render(conn))
+    shown = console.export_text()
+    assert "open drift alerts" in shown and T1 in shown and "-200" in shown
     # the breaker holds a new transfer READY
     held = run(conn, [transfer("pay", T2, T1)], "held", "1")["pay"]
     assert held not in CLAIMS
