@@ -511,7 +511,11 @@ async def run_world_demo(
             await procs.upsert_lane_baseline(lane, baseline, min_poll_seconds=0.5).aone(conn)
     read, drift = await reconcile_balances(people, admin, network)
     if drift:
-        out.print("[yellow]drift before the demo started; alice and bob accept it:[/yellow]")
+        out.print(
+            "[yellow]drift before the demo started (USDC moved outside this database since "
+            "it last read the balances, e.g. `qtg world up` topping the treasury up): alice "
+            "and bob accept it and reset the breakers it tripped[/yellow]"
+        )
         for line in drift:
             out.print(f"[yellow]  {line}[/yellow]")
         await accept_drift(people, admin, network)
