@@ -178,6 +178,7 @@ def mark_test_cmd(
 
 from qtg_runner.commands import (  # noqa: E402
     audit,
+    balances,
     callbacks,
     chains,
     demo,
@@ -205,6 +206,7 @@ app.command("demo")(demo.demo_cmd)
 app.add_typer(drill.app, name="drill")
 app.add_typer(audit.app, name="audit")
 app.add_typer(callbacks.app, name="callbacks")
+app.add_typer(balances.app, name="balances")
 
 
 def run() -> None:

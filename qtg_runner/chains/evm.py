@@ -132,7 +132,7 @@ def transfer_calldata(to: str, amount: int) -> bytes:
     return ERC20_TRANSFER + _word_address(to) + _word_uint(amount)
 
 
-async def balance_of(rpc: EvmRpc, token: str, owner: str, *, tag: BlockTag = "latest") -> int:
+async def balance_of(rpc: EvmRpc, token: str, owner: str, *, tag: int | BlockTag = "latest") -> int:
     """``token.balanceOf(owner)``; RpcBadResponse when ``token`` answers no word
     (no contract there)."""
     out = await rpc.call(normalize_address(token), ERC20_BALANCE_OF + _word_address(owner), tag=tag)

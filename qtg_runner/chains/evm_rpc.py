@@ -535,7 +535,7 @@ class EvmRpc:
         return _qty(raw, "eth_getBalance")
 
     async def call(
-        self, to: str, data: bytes, *, sender: str | None = None, tag: BlockTag = "latest"
+        self, to: str, data: bytes, *, sender: str | None = None, tag: int | BlockTag = "latest"
     ) -> bytes:
         """eth_call: what ``to`` returns for ``data`` (RpcError REVERTED on a revert)."""
         call: dict[str, str] = {"to": _checked_address(to), "data": "0x" + data.hex()}

@@ -35,10 +35,11 @@ from rich.console import Console
 from qtg_runner.chains.local import RunningChain, load_artifact
 from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
-from qtg_runner.db.pool import bound_conninfo
-from qtg_runner.loop import WorkerEntry
+from qtg_runner.db.pool import bound_conninfo, open_pool
+from qtg_runner.loop import WorkerContext, WorkerEntry
 from qtg_runner.runtime import Runtime, supervise
 from qtg_runner.wakeup import Wakeup
+from qtg_runner.workers import balance_snapshot, verify_drift_worker
 
 if TYPE_CHECKING:
     from qtg_runner.commands.demo import DemoLogins
@@ -370,6 +371,52 @@ async def exchange_fund() -> Decimal:
         return await client.fund_balance("USDC")
 
 
+async def reconcile_balances(
+    people: DemoLogins, admin: str, network: NetworkMode
+) -> tuple[int, list[str]]:
+    """One balance_snapshot and one verify_drift_worker pass as the runner login:
+    the accounts read, and one line per open drift alert."""
+    conninfo = bound_conninfo(people.runner.dsn, network, "qtg-demo-balances")
+    async with open_pool(conninfo, name="qtg-demo-balances") as pool:
+        ctx = WorkerContext(network, pool, {}, "qtg-demo-balances")
+        accounts = await balance_snapshot.run_round(ctx)
+        await verify_drift_worker.run_round(ctx, ctx.worker_id(verify_drift_worker.WORKER))
+    async with await AsyncConnection.connect(admin, autocommit=True) as conn:
+        alerts = await (
+            await conn.execute(
+                "SELECT alert_id, address, account_key, actual, expected_low, expected_high,"
+                " breakers FROM drift_alerts WHERE alert_state = 'OPEN' ORDER BY alert_id"
+            )
+        ).fetchall()
+    return accounts, [
+        f"drift alert {a[0]}: {a[1]} on {a[2]} holds {a[3]:,} USDC, expected {a[4]:,} to "
+        f"{a[5]:,}; breakers tripped: {', '.join(a[6])}"
+        for a in alerts
+    ]
+
+
+async def accept_drift(people: DemoLogins, admin: str, network: NetworkMode) -> None:
+    """The demo's two operators accept the open drift alerts (re-baselining the
+    accounts) and reset the breakers tripped: what a drift found before the demo
+    started (the local world changed outside this database) takes."""
+    creator = bound_conninfo(people.creator.dsn, network, "qtg-demo-creator")
+    approver = bound_conninfo(people.approver.dsn, network, "qtg-demo-approver")
+    reason = "the local world changed outside this database since it was last read"
+    async with (
+        await AsyncConnection.connect(admin, autocommit=True) as conn,
+        await AsyncConnection.connect(creator, autocommit=True) as alice,
+        await AsyncConnection.connect(approver, autocommit=True) as bob,
+    ):
+        cur = await conn.execute("SELECT alert_id FROM drift_alerts WHERE alert_state = 'OPEN'")
+        for (alert_id,) in await cur.fetchall():
+            for person in (alice, bob):
+                await procs.acknowledge_drift_alert(alert_id, reason).aone(person)
+        tripped = await (await conn.execute("SELECT scope, name FROM breakers")).fetchall()
+        for scope, name in tripped:
+            for person in (alice, bob):
+                await procs.reset_breaker(scope, name).aone(person)
+
+
 async def _create(
     alice: AsyncConnection[Any], bob: AsyncConnection[Any], tag: str, i: int, m: WorldMovement
 ) -> int:
@@ -462,6 +509,18 @@ async def run_world_demo(
     async with await AsyncConnection.connect(admin, autocommit=True) as conn:
         for lane, baseline in lanes.items():
             await procs.upsert_lane_baseline(lane, baseline, min_poll_seconds=0.5).aone(conn)
+    read, drift = await reconcile_balances(people, admin, network)
+    if drift:
+        out.print(
+            "[yellow]drift before the demo started (USDC moved outside this database since "
+            "it last read the balances, e.g. `qtg world up` topping the treasury up): alice "
+            "and bob accept it and reset the breakers it tripped[/yellow]"
+        )
+        for line in drift:
+            out.print(f"[yellow]  {line}[/yellow]")
+        await accept_drift(people, admin, network)
+    else:
+        out.print(f"balances reconciled: {read} accounts, no drift")
     accounts = {(c.chain, c.address) for m in movements for c in m.changes}
     before = balances(view.chains, accounts)
     fund_before = await exchange_fund()
@@ -530,6 +589,12 @@ async def run_world_demo(
         if state != ids[mid].expected
     ]
     problems = balance_problems(list(ids.values()), before, after)
+    read, drift = await reconcile_balances(people, admin, network)
+    problems.extend(drift)
+    out.print(
+        f"balances reconciled: {read} accounts, "
+        + ("no drift" if not drift else f"{len(drift)} drift alerts")
+    )
     fund_expected = sum((m.exchange_change for m in ids.values()), Decimal(0))
     out.print(
         f"the exchange's FUND account: {fund_before:,} -> {fund_after:,} USDC "

@@ -86,8 +86,24 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
         ),
         "callbacks not delivered (dead_callbacks lists the dead; qtg callbacks replay ID)",
     )
+    drift = rows_table(
+        conn.execute(
+            "SELECT alert_id, account_kind, account_key, address, actual, expected_low,"
+            " expected_high, unexplained, raised_at, breakers, ack_requested_by"
+            " FROM drift_alerts WHERE alert_state = 'OPEN'"
+        ),
+        "open drift alerts (qtg balances list; two operators: qtg balances acknowledge ID)",
+    )
     return Group(
-        pipeline_table(conn), in_flight, workers, executors, limits, stuck, latency, callbacks
+        pipeline_table(conn),
+        in_flight,
+        workers,
+        executors,
+        limits,
+        drift,
+        stuck,
+        latency,
+        callbacks,
     )
 
 

@@ -100,6 +100,7 @@ BigIntArray = Annotated[Sequence[int | None], Pg("bigint[]")]
 TextArray = Annotated[Sequence[str | None], Pg("text[]")]
 BooleanArray = Annotated[Sequence[bool | None], Pg("boolean[]")]
 JsonArray = Annotated[Sequence[Mapping[str, Any] | list[Any] | None], Pg("jsonb[]")]
+NumericArray = Annotated[Sequence[Decimal | None], Pg("numeric[]")]
 ClaimSecret = Annotated[str, Pg("text")]
 """A claim's secret: what a claim hands its claimer, the one proof every
 completion call presents. Never logged: the rows that carry one leave it out of
@@ -467,6 +468,41 @@ class CapitalTransfer:
     landed_at: Timestamp
     deadline_at: Timestamp
     checks: Integer
+
+
+@dataclass(frozen=True)
+class BalanceAccount:
+    """A row of begin_balance_read: one account to read, with the read's id and
+    the database clock taken before any of it is read."""
+
+    read_id: BigInt
+    read_started_at: Timestamp
+    account_kind: Text
+    account_key: Text
+    address: Text
+    asset: Text
+    rpc_url_env: Text | None
+    token_address: Text | None
+    decimals: SmallInt | None
+    venue_kind: Text | None
+    base_url_env: Text | None
+    key_file_env: Text | None
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    """A row of verify_drift: one snapshot verified against the engine's records."""
+
+    snapshot_id: BigInt
+    account_kind: Text
+    account_key: Text
+    address: Text
+    asset: Text
+    actual: NumericValue | None
+    expected_low: NumericValue | None
+    expected_high: NumericValue | None
+    outcome: Text
+    alert_id: BigInt | None
 
 
 @dataclass(frozen=True)
@@ -1058,6 +1094,32 @@ def record_capital_transfer_check(
 
 
 @procedure("runner")
+def begin_balance_read() -> Call[BalanceAccount]:
+    """A balance read: its id, the database clock before it, and every account to read."""
+
+
+@procedure("runner")
+def record_balance_snapshots(
+    read_id: BigInt,
+    account_kinds: TextArray,
+    account_keys: TextArray,
+    addresses: TextArray,
+    assets: TextArray,
+    balances: NumericArray,
+    block_numbers: BigIntArray,
+    errors: TextArray,
+) -> Call[Integer]:
+    """What a read found, one element per account: a balance (a chain's with its
+    block) or the error that kept it from being read; how many were recorded."""
+
+
+@procedure("runner")
+def verify_drift(worker: Text, max: Integer | Default = DEFAULT) -> Call[DriftCheck]:
+    """The unverified snapshots against the engine's records; drift raises an alert
+    and trips the breakers of the account's lanes and venues."""
+
+
+@procedure("runner")
 def evm_chains() -> Call[EvmChain]:
     """The network's registered EVM chains (key, id, RPC URL's variable, finality, block time)."""
 
@@ -1331,6 +1393,13 @@ def reset_breaker(scope: Text, name: Text) -> Call[Text]:
 
 
 @procedure("operator")
+def acknowledge_drift_alert(alert_id: BigInt, reason: Text) -> Call[Text]:
+    """Two different operators accept a drifted balance: the first gets
+    ACK_REQUESTED, the second ACKNOWLEDGED (the account re-baselined); the same
+    login twice is Refused (QT022)."""
+
+
+@procedure("operator")
 def limit_held_nodes() -> Call[HeldNode]:
     """The READY nodes a value limit or a tripped breaker holds now, and why."""
 
@@ -1462,6 +1531,16 @@ def set_value_limit(
 ) -> Call[None]:
     """A scope's value limits (USDC in flight, per UTC day, per movement) and when
     its breaker trips; None: no such limit, all None removes the scope's row."""
+
+
+@procedure("owner")
+def set_balance_settings(
+    drift_threshold: Numeric | Default | None = DEFAULT,
+    venue_withdraw_fee_cap: Numeric | Default | None = DEFAULT,
+    max_balance: Numeric | Default | None = DEFAULT,
+) -> Call[None]:
+    """The network's drift threshold, the exchange withdrawal fee cap and the largest
+    balance a read may report; None keeps one as it is."""
 
 
 @procedure("owner")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from qtg_runner.loop import WorkerEntry
 from qtg_runner.workers import (
     audit_outbox_promoter,
+    balance_snapshot,
     callback_dispatcher,
     capital_transfer_followup,
     ccip_stranded_reaper,
@@ -17,6 +18,7 @@ from qtg_runner.workers import (
     node_observer,
     node_recovery,
     template_proposal_expiration,
+    verify_drift_worker,
 )
 
 REGISTRY: tuple[WorkerEntry, ...] = (
@@ -77,6 +79,18 @@ REGISTRY: tuple[WorkerEntry, ...] = (
         ccip_stranded_reaper.batch,
         interval=15.0,
         jitter=3.0,
+        tier="sidecar",
+    ),
+    # the treasury's balances read from the chains and the venues, every minute
+    WorkerEntry(
+        "balance_snapshot", balance_snapshot.batch, interval=60.0, jitter=5.0, tier="sidecar"
+    ),
+    # the snapshots against the engine's records: drift alerts and breakers
+    WorkerEntry(
+        "verify_drift_worker",
+        verify_drift_worker.batch,
+        interval=10.0,
+        jitter=2.0,
         tier="sidecar",
     ),
 )

@@ -75,6 +75,8 @@ ALL_WORKERS = {
     "audit_outbox_promoter",
     "executor_health",
     "callback_dispatcher",
+    "balance_snapshot",
+    "verify_drift_worker",
 }
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}

@@ -123,6 +123,8 @@ class World:
     cctp_burn: int = 0  # a cctp_burn node world-a -> world-b, treasury 0xdd.. -> 0xff..
     cctp_mint: int = 0  # its cctp_mint child on world-b
     stargate: int = 0  # a stargate node world-a -> world-b, treasury 0xdd.. -> 0xff..
+    balance_read: int = 0  # a balance read handed out, not recorded
+    drift_alert: int = 0  # an OPEN drift alert of world-a's 0xdd.. (baselined at 1000)
 
 
 WORLD_SENDER = "0x" + "d" * 40
@@ -398,6 +400,23 @@ def build_world(conn: Conn) -> World:
         "INSERT INTO breakers (scope, name, tripped_at, tripped_by, reason)"
         " VALUES ('venue', 'unused', clock(), 'test', 'tripped for the test')"
     )
+    # a baseline of world-a's 0xdd.., an open drift alert on it, a read not recorded
+    account = ("chain", "world-a", "0x" + "d" * 40, "USDC")
+    baseline = procs.begin_balance_read().all(conn)[0].read_id
+    procs.record_balance_snapshots(
+        baseline, *([v] for v in account), [Decimal(1000)], [7], [None]
+    ).one(conn)
+    procs.verify_drift("drift", 1000).all(conn)
+    drift_alert = conn.execute(
+        "INSERT INTO balance_drift_alerts (account_kind, account_key, address, asset, alert_state,"
+        "   baseline_snapshot_id, first_snapshot_id, last_snapshot_id, expected_low, expected_high,"
+        "   actual, raised_at, last_seen_at, raised_by)"
+        " SELECT account_kind, account_key, address, asset, 'OPEN', id, id, id, 1000, 1000, 900,"
+        "        clock(), clock(), 'test'"
+        "   FROM balance_snapshots WHERE read_id = %s RETURNING id",
+        (baseline,),
+    ).fetchone()[0]  # type: ignore[index]
+    balance_read = procs.begin_balance_read().all(conn)[0].read_id
     pin_clock(conn, iso_at(NOW))
     observed = procs.claim_observe(ids["b"], "obs").one(conn)
     ccip_observed = procs.claim_observe(ccip_stranded, "obs").one(conn)
@@ -429,6 +448,8 @@ def build_world(conn: Conn) -> World:
         landed=landed,
         cctp_burn=cctp_nodes["burn"],
         cctp_mint=cctp_nodes["mint"],
+        balance_read=balance_read,
+        drift_alert=drift_alert,
     )
 
 
@@ -660,6 +681,24 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         },
         "reset_breaker": {"p_scope": "venue", "p_name": "unused"},
         "limit_held_nodes": {},
+        "begin_balance_read": {},
+        "record_balance_snapshots": {
+            "p_read_id": w.balance_read,
+            "p_account_kinds": ["chain", "venue"],
+            "p_account_keys": ["world-a", "bybit"],
+            "p_addresses": ["0x" + "d" * 40, "FUND"],
+            "p_assets": ["USDC", "USDC"],
+            "p_balances": [1000, None],
+            "p_block_numbers": [7, None],
+            "p_errors": [None, "the venue is down"],
+        },
+        "verify_drift": {"p_worker": "drift", "p_max": 10},
+        "acknowledge_drift_alert": {"p_alert_id": w.drift_alert, "p_reason": "topped up"},
+        "set_balance_settings": {
+            "p_drift_threshold": "0.02",
+            "p_venue_withdraw_fee_cap": 2,
+            "p_max_balance": "1e15",
+        },
         "promote_audit": {"p_worker": "promoter", "p_max": 10},
         "claim_callbacks": {"p_worker": "cb2", "p_max": 10},
         "complete_callback": {
@@ -1025,6 +1064,28 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         ),
         "reset_breaker": each("p_scope", "QT061", None, "nowhere")
         + each("p_name", "QT005", BIG_TEXT),
+        "record_balance_snapshots": (
+            each("p_read_id", "QT080", None, -1, 2**62)
+            + each("p_balances", "QT005", ["NaN", None], ["Infinity", None], [-1, None])
+            + each("p_balances", "QT005", ["1e300", None], ["1e16", None])
+            + each("p_account_kinds", "QT002", [None, "venue"], ["moon", "venue"], ["chain"], [])
+            + each("p_addresses", "QT014", ["0x" + "9" * 40, "FUND"], ["0x" + "D" * 40, "FUND"])
+            + each("p_account_keys", "QT014", ["world-z", "bybit"], ["world-a", "kraken"])
+            + each("p_errors", "QT005", [None, BIG_TEXT])
+            + each("p_errors", "QT002", [None, None], [None, " "], ["and a balance", "down"])
+            + each("p_block_numbers", "QT002", [-1, None], [None, None], [7, 7])
+        ),
+        "verify_drift": worker("p_worker") + each("p_max", "QT002", None, 0, -1, 1001),
+        "acknowledge_drift_alert": (
+            each("p_alert_id", "QT081", None, -1, 2**62)
+            + each("p_reason", "QT002", None, "", "   ")
+            + each("p_reason", "QT005", BIG_TEXT)
+        ),
+        "set_balance_settings": (
+            each("p_drift_threshold", "QT005", "NaN", "Infinity", -1, "1e300")
+            + each("p_venue_withdraw_fee_cap", "QT005", "NaN", -1, "1e12")
+            + each("p_max_balance", "QT005", 0, -1, "NaN", "1e31")
+        ),
         "promote_audit": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
         "claim_callbacks": worker("p_worker") + each("p_max", "QT002", None, 0, -1, 1001),
         "complete_callback": (
@@ -1319,6 +1380,7 @@ def test_every_public_procedure_is_in_the_suite() -> None:
         "evm_chains",
         "limit_held_nodes",
         "exchange_venue_list",
+        "begin_balance_read",
     }
     assert set(bad_inputs(placeholder)) == set(WORLD_PROCEDURES) - no_bad_inputs
 

@@ -57,6 +57,9 @@ RUNNER = {
     "start_approved_movements",
     "stargate_send_route",
     "worker_stopped",
+    "begin_balance_read",
+    "record_balance_snapshots",
+    "verify_drift",
 }
 OPERATOR = {
     "requeue_node",
@@ -74,6 +77,7 @@ OPERATOR = {
     "reject_proposal",
     "release_quarantine",
     "replay_callback",
+    "acknowledge_drift_alert",
 }
 ADMIN = {
     "allow_destination",
@@ -88,6 +92,7 @@ ADMIN = {
     "upsert_venue_deposit_address",
     "upsert_chain_token",
     "upsert_treasury_account",
+    "set_balance_settings",
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
@@ -144,6 +149,8 @@ INTERNAL = {
     "transient_error",
     "upsert_lane_baseline",
     "write_audit",
+    "node_balance_effects",
+    "balance_expectations",
 }
 COMMON = {
     "clock": "runner operator reader",

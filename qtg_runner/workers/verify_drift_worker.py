@@ -1,0 +1,53 @@
+"""verify_drift_worker (sidecar): the balances read against the engine's records.
+
+Each round calls verify_drift (in SQL) until it finds no snapshot left to
+verify. The rule lives there (node_balance_effects, balance_expectations): for
+each account, the expected range of its balance from its baseline and the
+side-effect nodes that touched it, landed for certain, perhaps, or not yet;
+an unexplained change beyond the network's drift threshold raises the
+account's one open alert and trips the breakers of the lanes and venues that
+touch it, by this worker. This module only logs what it found.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from qtg_runner.db import procs
+from qtg_runner.log import event
+from qtg_runner.loop import WorkerContext
+
+WORKER = "verify_drift_worker"
+BATCH_SIZE = 200
+MAX_ROUNDS = 10
+"""verify_drift calls a tick makes back to back while they come back full."""
+
+
+async def batch(ctx: WorkerContext, worker_id: str) -> int:
+    return await run_round(ctx, worker_id)
+
+
+async def run_round(ctx: WorkerContext, worker_id: str) -> int:
+    """Every unverified snapshot verified (up to MAX_ROUNDS batches); how many."""
+    done = 0
+    for _ in range(MAX_ROUNDS):
+        async with ctx.pool.connection() as conn:
+            rows = await procs.verify_drift(worker_id, BATCH_SIZE).aall(conn)
+        done += len(rows)
+        for row in rows:
+            if row.outcome == "DRIFT":
+                event(
+                    logging.ERROR,
+                    "balance_drift",
+                    network=ctx.network,
+                    worker=WORKER,
+                    alert=row.alert_id,
+                    account=f"{row.account_kind}:{row.account_key}:{row.address}",
+                    asset=row.asset,
+                    actual=row.actual,
+                    expected=f"{row.expected_low}..{row.expected_high}",
+                    snapshot=row.snapshot_id,
+                )
+        if len(rows) < BATCH_SIZE:
+            break
+    return done

@@ -1,0 +1,88 @@
+-- acknowledge_drift_alert: OPEN -> OPEN (acknowledgement requested) -> ACKNOWLEDGED,
+-- the account re-baselined. Accepting a balance the engine cannot explain
+-- (money lost, or money that arrived from outside) takes two different
+-- operators, as resetting a breaker does: the first call records who asked
+-- and why (audited 'drift_ack_requested', returns ACK_REQUESTED); a second
+-- call by another login acknowledges it (audited 'drift_acknowledged' with
+-- both logins, both reasons, the old and the new baseline) and makes the
+-- account's latest successful snapshot its baseline, so the expectation
+-- starts again from the balance the operators accepted. The same login asking
+-- twice is a four-eyes refusal: an audited WARNING with SQLSTATE QT022, the
+-- alert unchanged. The breakers the alert tripped stay tripped: two operators
+-- reset them (reset_breaker) once the cause is dealt with.
+-- QT002 a blank reason; QT005 a reason beyond engine_limits; QT081 no such
+-- alert; QT082 the alert is acknowledged already. Locks: the alert, then the
+-- account's baseline.
+CREATE OR REPLACE FUNCTION acknowledge_drift_alert(p_alert_id bigint, p_reason text) RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now    timestamptz := clock();
+    v_actor  text := session_user;
+    v_alert  balance_drift_alerts;
+    v_entity text;
+    v_old    bigint;
+    v_new    bigint;
+BEGIN
+    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
+        RAISE EXCEPTION 'acknowledge_drift_alert: give the reason the balance is accepted'
+            USING ERRCODE = 'QT002', HINT = 'Say what explains the drift (e.g. a top-up from outside, a theft written off).';
+    END IF;
+    PERFORM check_limits('acknowledge_drift_alert', p_text => ARRAY[p_reason]);
+    SELECT * INTO v_alert FROM balance_drift_alerts WHERE id = p_alert_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'acknowledge_drift_alert: no drift alert %', coalesce(p_alert_id::text, 'NULL')
+            USING ERRCODE = 'QT081', HINT = 'The drift_alerts view lists them.';
+    END IF;
+    IF v_alert.alert_state <> 'OPEN' THEN
+        RAISE EXCEPTION 'acknowledge_drift_alert: drift alert % was acknowledged by % and % at %', p_alert_id,
+                        v_alert.ack_requested_by, v_alert.acknowledged_by, v_alert.acknowledged_at
+            USING ERRCODE = 'QT082', HINT = 'A new drift of the account raises a new alert.';
+    END IF;
+    v_entity := v_alert.account_kind || ':' || v_alert.account_key || ':' || v_alert.address || ':' || v_alert.asset;
+    IF v_alert.ack_requested_by IS NULL THEN
+        UPDATE balance_drift_alerts
+           SET ack_requested_by = v_actor, ack_requested_at = v_now, ack_reason = p_reason
+         WHERE id = p_alert_id;
+        PERFORM write_audit(ARRAY[(v_actor, 'balance', v_entity, NULL, 'drift_ack_requested', 'OPEN', 'OPEN',
+                                   jsonb_build_object('alert_id', p_alert_id, 'reason', p_reason))::qtg.audit_event]);
+        RETURN 'ACK_REQUESTED';
+    END IF;
+    IF v_alert.ack_requested_by = v_actor THEN
+        PERFORM write_audit(ARRAY[(v_actor, 'balance', v_entity, NULL, 'drift_ack_refused', 'OPEN', 'OPEN',
+                                   jsonb_build_object('alert_id', p_alert_id,
+                                                      'reason', 'the same operator asked twice'))::qtg.audit_event]);
+        RAISE WARNING 'drift alert % was asked to be acknowledged by % already; a second operator must confirm it',
+                      p_alert_id, v_actor
+            USING ERRCODE = 'QT022', HINT = 'Another operator, logged in as themselves, calls acknowledge_drift_alert.';
+        RETURN 'ACK_REQUESTED';
+    END IF;
+
+    SELECT s.id INTO v_new
+      FROM balance_snapshots s
+     WHERE s.account_kind = v_alert.account_kind AND s.account_key = v_alert.account_key
+       AND s.address = v_alert.address AND s.asset = v_alert.asset AND s.balance IS NOT NULL
+     ORDER BY s.id DESC LIMIT 1;
+    SELECT b.snapshot_id INTO v_old FROM balance_baselines b
+     WHERE b.account_kind = v_alert.account_kind AND b.account_key = v_alert.account_key
+       AND b.address = v_alert.address AND b.asset = v_alert.asset
+       FOR UPDATE;
+    UPDATE balance_baselines
+       SET snapshot_id = v_new, set_at = v_now, set_by = v_actor,
+           reason = format('drift alert %s acknowledged: %s', p_alert_id, p_reason)
+     WHERE account_kind = v_alert.account_kind AND account_key = v_alert.account_key
+       AND address = v_alert.address AND asset = v_alert.asset;
+    UPDATE balance_drift_alerts
+       SET alert_state = 'ACKNOWLEDGED', acknowledged_by = v_actor, acknowledged_at = v_now,
+           ack_reason = ack_reason || E'\n' || p_reason
+     WHERE id = p_alert_id;
+    PERFORM write_audit(ARRAY[(v_actor, 'balance', v_entity, NULL, 'drift_acknowledged', 'OPEN', 'ACKNOWLEDGED',
+                               jsonb_build_object('alert_id', p_alert_id,
+                                                  'requested_by', v_alert.ack_requested_by,
+                                                  'requested_reason', v_alert.ack_reason,
+                                                  'reason', p_reason,
+                                                  'old_baseline_snapshot_id', v_old,
+                                                  'new_baseline_snapshot_id', v_new))::qtg.audit_event]);
+    RETURN 'ACKNOWLEDGED';
+END
+$$;

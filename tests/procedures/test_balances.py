@@ -1,0 +1,443 @@
+"""Balances and drift (SQL only, migration 0028_balances): the snapshots a
+runner login records (begin_balance_read, record_balance_snapshots), their
+verification against the engine's own records (verify_drift, through
+node_balance_effects and balance_expectations), the drift alert and the
+breakers it trips, the two operators who acknowledge it and re-baseline the
+account (acknowledge_drift_alert), and the refusals of bad reports.
+
+The clock is pinned on both connections and moved together (``at``): a node
+claimed at 10 s and finished at 20 s is certainly in a read that starts at
+30 s, perhaps in one that starts at 15 s, and not in one recorded at 5 s."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from engine import as_person, claim, create_started, node, node_ids, plan
+from rich.console import Console
+from rows import Conn, person, set_clock
+
+from qtg_runner.commands.status import render
+from qtg_runner.db import procs
+from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
+from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
+from qtg_runner.executors.cctp_burn import CctpBurnExecutor
+from qtg_runner.executors.cctp_mint import CctpMintExecutor
+from qtg_runner.executors.evm_transfer import EvmTransferExecutor
+
+T1 = "0x" + "a1" * 20
+T2 = "0x" + "a2" * 20
+DEPOSIT = "0x" + "de" * 20
+TOKEN_A = "0x" + "0a" * 20
+TOKEN_B = "0x" + "0b" * 20
+VENUE = ("venue", "bybit", "FUND")
+
+Account = tuple[str, str, str]
+BALANCE_TABLES = ("balance_reads", "balance_snapshots", "balance_baselines", "balance_drift_alerts")
+
+
+def chain(key: str, address: str) -> Account:
+    return ("chain", key, address)
+
+
+@pytest.fixture
+def world(conn: Conn) -> None:
+    """Two chains with USDC and the treasury accounts T1 and T2 on each, the venue
+    bybit with a deposit address on local-a, the executors and their lanes."""
+    for key, chain_id, token in (("local-a", 31337, TOKEN_A), ("local-b", 31338, TOKEN_B)):
+        procs.upsert_chain(key, chain_id, f"QTG_RPC_{key[-1].upper()}", 2, 1000).one(conn)
+        procs.upsert_chain_token(key, "USDC", token, 6).one(conn)
+        for t in (T1, T2):
+            procs.upsert_treasury_account(key, t, "env:TREASURY").one(conn)
+    procs.upsert_exchange_venue("bybit", "bybit", "QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE").one(conn)
+    procs.upsert_venue_chain("bybit", "local-a", "ETH").one(conn)
+    procs.upsert_venue_deposit_address("bybit", "local-a", "USDC", DEPOSIT).one(conn)
+    for e in (
+        EvmTransferExecutor,
+        BybitDepositExecutor,
+        BybitWithdrawExecutor,
+        CctpBurnExecutor,
+        CctpMintExecutor,
+    ):
+        procs.register_executor(e.key, e.has_side_effect, e.node_config_schema, "x").one(conn)
+    for lane in ("evm", "cctp-fast", "bybit-deposit", "bybit-withdraw"):
+        procs.upsert_lane_baseline(lane, 60).one(conn)
+
+
+@pytest.fixture
+def runner(db: Any, world: None) -> Conn:
+    """The runner's own login, its clock pinned at T0."""
+    return person(db, "runner1", "qtg_testnet_runner")
+
+
+def transfer(key: str, src: str, dst: str, on: str = "local-a", *after: str) -> dict[str, Any]:
+    config = {"chain": on, "from": src, "to": dst}
+    return node(key, after, executor="evm_transfer", lane="evm", **config)
+
+
+def clocks(conn: Conn, runner: Conn) -> Callable[[float], None]:
+    def at(seconds: float) -> None:
+        set_clock(conn, seconds)
+        set_clock(runner, seconds)
+
+    return at
+
+
+def read(runner: Conn, balances: Mapping[Account, str | None]) -> int:
+    """One read as the runner: begin_balance_read, then each account's balance from
+    ``balances`` (a missing one, or None, is a failed read); returns the read id."""
+    accounts = procs.begin_balance_read().all(runner)
+    rows = [(a, balances.get((a.account_kind, a.account_key, a.address))) for a in accounts]
+    procs.record_balance_snapshots(
+        accounts[0].read_id,
+        [a.account_kind for a, _ in rows],
+        [a.account_key for a, _ in rows],
+        [a.address for a, _ in rows],
+        [a.asset for a, _ in rows],
+        [Decimal(b) if b is not None else None for _, b in rows],
+        [7 if a.account_kind == "chain" and b is not None else None for a, b in rows],
+        [None if b is not None else "down" for _, b in rows],
+    ).one(runner)
+    return accounts[0].read_id
+
+
+def verify(runner: Conn) -> dict[Account, tuple[str, Decimal | None, Decimal | None]]:
+    """verify_drift as the runner: each account's (outcome, expected low, high)."""
+    return {
+        (r.account_kind, r.account_key, r.address): (r.outcome, r.expected_low, r.expected_high)
+        for r in procs.verify_drift("verify_drift_worker@test").all(runner)
+    }
+
+
+def run(conn: Conn, nodes: list[dict[str, Any]], name: str, amount: str) -> dict[str, int]:
+    """A started movement whose READY nodes are claimed now (their intents recorded)."""
+    ids = node_ids(conn, create_started(conn, plan(*nodes), name, amount=amount))
+    claim_ready(conn)
+    return ids
+
+
+CLAIMS: dict[int, str] = {}
+"""The secrets of the nodes claimed and not landed yet in this test."""
+
+
+@pytest.fixture(autouse=True)
+def _claims() -> None:
+    CLAIMS.clear()
+
+
+def land(conn: Conn, node_id: int) -> None:
+    """The claimed node COMPLETED now (settled at submit)."""
+    procs.complete_submit(node_id, CLAIMS.pop(node_id), f"0x{node_id:064x}", settled=True).one(conn)
+
+
+def claim_ready(conn: Conn) -> None:
+    for c in claim(conn):
+        CLAIMS[c["node_id"]] = c["claim_secret"]
+
+
+BASE: dict[Account, str | None] = {
+    chain("local-a", T1): "1000",
+    chain("local-a", T2): "0",
+    chain("local-b", T1): "0",
+    chain("local-b", T2): "300",
+    VENUE: "500",
+}
+
+
+def test_balances_that_follow_the_movements_raise_no_alert(conn: Conn, runner: Conn) -> None:
+    at = clocks(conn, runner)
+    read(runner, BASE)
+    assert {v[0] for v in verify(runner).values()} == {"BASELINE"}
+
+    # a transfer landed, one in flight (landed or not, both explained), a CCTP fast
+    # burn -> mint (the mint brings the amount less at most 10 bps), a deposit
+    # into the venue and a withdrawal from it
+    at(10)
+    done = run(conn, [transfer("pay", T1, T2)], "done", "100")["pay"]
+    flying = run(conn, [transfer("pay", T1, T2)], "flying", "50")["pay"]
+    cctp = run(
+        conn,
+        [
+            node("burn", (), executor="cctp_burn", lane="cctp-fast", chain="local-a",
+                 destination_chain="local-b", finality="fast", **{"from": T1, "to": T2}),
+            node("mint", ["burn"], executor="cctp_mint", lane="evm", chain="local-b",
+                 source_chain="local-a", **{"from": T1, "to": T2}),
+        ],
+        "cctp", "200",
+    )  # fmt: skip
+    at(20)
+    land(conn, done)
+    land(conn, cctp["burn"])
+    at(30)
+    before = {**BASE, chain("local-a", T1): "700", chain("local-a", T2): "100"}
+    read(runner, before)
+    assert {v[0] for v in verify(runner).values()} == {"OK"}
+    at(31)
+    read(runner, {**before, chain("local-a", T1): "650", chain("local-a", T2): "150"})
+    checked = verify(runner)
+    assert {v[0] for v in checked.values()} == {"OK"}
+    # the in-flight transfer is 0 or -50 on T1
+    assert checked[chain("local-a", T1)][1:] == (Decimal("650"), Decimal("700"))
+    # the mint is not claimed, but anyone may mint the burn's attested message
+    assert checked[chain("local-b", T2)][1:] == (Decimal("300"), Decimal("500"))
+
+    at(40)
+    land(conn, flying)
+    claim_ready(conn)  # the mint, claimed at 40
+    mint = cctp["mint"]
+    at(45)
+    land(conn, mint)
+    deposit = run(
+        conn,
+        [
+            transfer("deposit", T2, DEPOSIT),
+            node("credited", ["deposit"], executor="bybit_deposit", lane="bybit-deposit",
+                 venue="bybit", chain="local-a", coin="USDC"),
+        ],
+        "deposit", "40",
+    )  # fmt: skip
+    withdraw = run(
+        conn,
+        [node("withdraw", (), executor="bybit_withdraw", lane="bybit-withdraw", venue="bybit",
+              chain="local-a", coin="USDC", to=T1)],
+        "withdraw", "30",
+    )["withdraw"]  # fmt: skip
+    at(50)
+    land(conn, deposit["deposit"])
+    at(60)
+    # the mint paid a 0.12 USDC fee (under the 0.2 cap); the deposit left T2 and
+    # the exchange has not credited it yet; the withdrawal is taken, not paid out
+    after = {
+        **BASE,
+        chain("local-a", T1): "650",
+        chain("local-a", T2): "110",
+        chain("local-b", T2): "499.88",
+        VENUE: "470",
+    }
+    read(runner, after)
+    checked = verify(runner)
+    assert {v[0] for v in checked.values()} == {"OK"}, checked
+    assert checked[chain("local-b", T2)][1:] == (Decimal("499.8"), Decimal("500"))
+    # the venue: +40 perhaps credited, -30 (and at most a 1 USDC fee) perhaps taken
+    assert checked[VENUE][1:] == (Decimal("469"), Decimal("540"))
+
+    claim_ready(conn)  # the deposit step
+    at(70)
+    land(conn, deposit["credited"])
+    land(conn, withdraw)
+    at(80)
+    read(runner, {**after, chain("local-a", T1): "680", VENUE: "510"})
+    checked = verify(runner)
+    assert {v[0] for v in checked.values()} == {"OK"}, checked
+    assert checked[VENUE][1:] == (Decimal("509"), Decimal("510"))
+    assert conn.execute("SELECT count(*) FROM balance_drift_alerts").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM breakers").fetchone() == (0,)
+
+    # a failed read (the chain down) is recorded as such and concludes nothing
+    at(90)
+    read(runner, {VENUE: "510"})
+    checked = verify(runner)
+    assert checked[chain("local-a", T1)][0] == "FAILED_READ" and checked[VENUE][0] == "OK"
+    status = conn.execute(
+        "SELECT balance, latest_read_error, expected_low, expected_high, open_alert_id"
+        " FROM balance_status WHERE account_key = 'local-a' AND address = %s",
+        (T1,),
+    ).fetchone()
+    assert status == (Decimal("680"), "down", Decimal("680"), Decimal("680"), None)
+
+
+def test_an_unexplained_loss_raises_one_alert_trips_the_breakers_and_two_operators_rebaseline(
+    conn: Conn, runner: Conn
+) -> None:
+    at = clocks(conn, runner)
+    read(runner, BASE)
+    verify(runner)
+    at(10)
+    paid = run(conn, [transfer("pay", T1, T2)], "paid", "100")["pay"]
+    at(20)
+    land(conn, paid)
+
+    # T1 lost 200 more than the transfer explains (a stolen key, a transfer sent
+    # twice); T2 on local-b lost 300 with nothing of ours touching it
+    at(30)
+    stolen = {
+        **BASE,
+        chain("local-a", T1): "700",
+        chain("local-a", T2): "100",
+        chain("local-b", T2): "0",
+    }
+    read(runner, stolen)
+    checked = verify(runner)
+    assert checked[chain("local-a", T1)] == ("DRIFT", Decimal("900"), Decimal("900"))
+    assert checked[chain("local-b", T2)] == ("DRIFT", Decimal("300"), Decimal("300"))
+    assert checked[chain("local-a", T2)][0] == "OK"
+    alerts = conn.execute(
+        "SELECT alert_id, account_key, address, actual, unexplained, breakers"
+        " FROM drift_alerts WHERE alert_state = 'OPEN' ORDER BY account_key"
+    ).fetchall()
+    assert [(a[1], a[2], a[3], a[4]) for a in alerts] == [
+        ("local-a", T1, Decimal("700"), Decimal("-200")),
+        ("local-b", T2, Decimal("0"), Decimal("-300")),
+    ]
+    # the account's own lanes and venues; an account nothing touched: every venue
+    # (executor) that can move a chain account
+    assert alerts[0][5] == ["lane:evm", "venue:evm_transfer"]
+    assert alerts[1][5] == [
+        "venue:bybit_withdraw", "venue:cctp_burn", "venue:cctp_mint", "venue:evm_transfer",
+    ]  # fmt: skip
+    tripped = conn.execute(
+        "SELECT scope || ':' || name, tripped_by FROM breakers ORDER BY 1"
+    ).fetchall()
+    assert [r[0] for r in tripped] == sorted(set(alerts[0][5]) | set(alerts[1][5]))
+    assert {r[1] for r in tripped} == {"verify_drift_worker@test"}
+    # qtg status shows the open alerts
+    console = Console(record=True, width=300)
+    console.print(render(conn))
+    shown = console.export_text()
+    assert "open drift alerts" in shown and T1 in shown and "-200" in shown
+    # the breaker holds a new transfer READY
+    held = run(conn, [transfer("pay", T2, T1)], "held", "1")["pay"]
+    assert held not in CLAIMS
+    assert "breaker" in procs.limit_held_nodes().all(conn)[0].reason
+
+    # the same drift read again: still one alert per account, its latest snapshot moved
+    at(40)
+    read(runner, {**stolen, chain("local-a", T1): "690"})
+    assert verify(runner)[chain("local-a", T1)][0] == "DRIFT"
+    rows = conn.execute(
+        "SELECT count(*), max(actual), max(last_snapshot_id) > max(first_snapshot_id)"
+        " FROM balance_drift_alerts WHERE account_key = 'local-a'"
+    ).fetchone()
+    assert rows == (1, Decimal("690"), True)
+    status = conn.execute(
+        "SELECT open_alert_id FROM balance_status WHERE account_key = 'local-a' AND address = %s",
+        (T1,),
+    ).fetchone()
+    assert status == (alerts[0][0],)
+
+    # two operators accept the balance; the same one twice is refused
+    alert = alerts[0][0]
+    with as_person(conn, "alice"):
+        assert procs.acknowledge_drift_alert(alert, "key rotated, loss written off").one(conn) == (
+            "ACK_REQUESTED"
+        )
+        with pytest.raises(procs.Refused):
+            procs.acknowledge_drift_alert(alert, "again").one(conn)
+    with as_person(conn, "bob"):
+        assert procs.acknowledge_drift_alert(alert, "confirmed").one(conn) == "ACKNOWLEDGED"
+    audit = conn.execute(
+        "SELECT action, actor FROM audit_outbox WHERE entity = 'balance'"
+        " AND entity_id = %s ORDER BY id",
+        (f"chain:local-a:{T1}:USDC",),
+    ).fetchall()
+    assert [a[0] for a in audit] == [
+        "balance_baseline_set", "drift_alert_raised", "drift_ack_requested", "drift_ack_refused",
+        "drift_acknowledged",
+    ]  # fmt: skip
+    assert [a[1] for a in audit[2:]] == ["alice", "alice", "bob"]
+    for code, alert_id in (("QT082", alert), ("QT081", 10**9)):
+        with as_person(conn, "carol"), pytest.raises(psycopg.Error) as err:
+            procs.acknowledge_drift_alert(alert_id, "once more").one(conn)
+        assert err.value.sqlstate == code
+
+    # re-baselined at 690: the next read is explained; the breakers stay tripped
+    at(50)
+    read(runner, {**stolen, chain("local-a", T1): "690"})
+    checked = verify(runner)
+    assert checked[chain("local-a", T1)] == ("OK", Decimal("690"), Decimal("690"))
+    assert conn.execute("SELECT count(*) FROM breakers").fetchone() == (len(tripped),)
+
+
+def counts(conn: Conn) -> list[int]:
+    return [
+        conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[index]
+        for t in BALANCE_TABLES
+    ]
+
+
+def test_bad_reports_are_refused_and_write_nothing(db: Any, conn: Conn, runner: Conn) -> None:
+    accounts = procs.begin_balance_read().all(runner)
+    read_id = accounts[0].read_id
+    assert [(a.account_kind, a.account_key, a.address) for a in accounts] == [
+        chain("local-a", T1), chain("local-a", T2), chain("local-b", T1), chain("local-b", T2),
+        VENUE,
+    ]  # fmt: skip
+    assert accounts[0].token_address == TOKEN_A and accounts[0].rpc_url_env == "QTG_RPC_A"
+    good = ("chain", "local-a", T1, "USDC", Decimal("1"), 7, None)
+
+    def report(*row: Any, read: int = read_id, on: Conn = runner) -> None:
+        kind, key, address, asset, balance, block, error = row
+        procs.record_balance_snapshots(
+            read, [kind], [key], [address], [asset], [balance], [block], [error]
+        ).one(on)
+
+    cases: list[tuple[str, tuple[Any, ...]]] = [
+        ("QT005", (*good[:4], Decimal("NaN"), 7, None)),
+        ("QT005", (*good[:4], Decimal("Infinity"), 7, None)),
+        ("QT005", (*good[:4], Decimal("-1"), 7, None)),
+        ("QT005", (*good[:4], Decimal("1e16"), 7, None)),
+        ("QT005", (*good[:4], None, None, "x" * 5000)),
+        ("QT014", ("chain", "local-a", "0x" + "99" * 20, "USDC", Decimal(1), 7, None)),
+        ("QT014", ("chain", "nowhere", T1, "USDC", Decimal(1), 7, None)),
+        ("QT014", ("chain", "local-a", T1, "WETH", Decimal(1), 7, None)),
+        ("QT014", ("venue", "kraken", "FUND", "USDC", Decimal(1), None, None)),
+        ("QT014", ("chain", "local-a", "0x" + T1[2:].upper(), "USDC", Decimal(1), 7, None)),
+        ("QT002", ("moon", "local-a", T1, "USDC", Decimal(1), 7, None)),
+        ("QT002", (*good[:4], Decimal(1), 7, "and an error")),
+        ("QT002", (*good[:4], None, None, None)),
+        ("QT002", (*good[:4], Decimal(1), None, None)),
+        ("QT002", (*good[:4], Decimal(1), -1, None)),
+        ("QT002", ("venue", "bybit", "FUND", "USDC", Decimal(1), 7, None)),
+    ]
+    before = counts(conn)
+    for code, row in cases:
+        with pytest.raises(psycopg.Error) as err:
+            report(*row)
+        assert err.value.sqlstate == code, (row, err.value)
+        assert counts(conn) == before
+    with pytest.raises(psycopg.Error) as err:
+        procs.record_balance_snapshots(read_id, ["chain"], [], [], [], [], [], []).one(runner)
+    assert err.value.sqlstate == "QT002"
+    with pytest.raises(psycopg.Error) as err:
+        procs.record_balance_snapshots(
+            read_id,
+            *[[v, v] for v in good],  # type: ignore[arg-type]
+        ).one(runner)
+    assert err.value.sqlstate == "QT002" and "twice" in str(err.value)
+
+    # another runner login cannot record this read, nor an unknown one
+    other = person(db, "runner2", "qtg_testnet_runner")
+    for on, rid in ((other, read_id), (runner, 10**9)):
+        with pytest.raises(psycopg.Error) as err:
+            report(*good, read=rid, on=on)
+        assert err.value.sqlstate == "QT080"
+    assert counts(conn) == before
+
+    # the read recorded once; a second time is refused
+    report(*good)
+    assert counts(conn) == [before[0], before[1] + 1, *before[2:]]
+    with pytest.raises(psycopg.Error) as err:
+        report(*good)
+    assert err.value.sqlstate == "QT080"
+
+
+def test_a_runner_of_another_network_cannot_read_or_record_here(db: Any, world: None) -> None:
+    mainnet = db.connect(db.runner_dsn("mainnet"))
+    for call in ("testnet.begin_balance_read()", "testnet.verify_drift('w')"):
+        with pytest.raises(psycopg.Error) as err:
+            mainnet.execute(f"SELECT * FROM {call}")
+        assert err.value.sqlstate == "42501"
+    with pytest.raises(psycopg.Error) as err:
+        mainnet.execute(
+            "SELECT testnet.record_balance_snapshots(1, '{chain}', '{local-a}', %s, '{USDC}',"
+            " '{1}', '{7}', '{NULL}')",
+            ([T1],),
+        )
+    assert err.value.sqlstate == "42501"
+    # and its own network's procedures know nothing of testnet's accounts
+    accounts = mainnet.execute("SELECT count(*) FROM mainnet.begin_balance_read()").fetchone()
+    assert accounts == (0,)
