@@ -321,7 +321,8 @@ async def _run_sim_demo(
         f"created and approved {len(ids)} movements on [bold]{network}[/bold] "
         f"(created by {people.creator.name}, approved by {people.approver.name}, each over "
         f"their own login); the workers run as the runner login {people.runner.name}; "
-        f"lanes run {scale:g}x faster than real; callbacks to {receiver.url}"
+        f"lanes run {scale:g}x faster than real; callbacks to {receiver.url}",
+        soft_wrap=True,
     )
 
     supervisor = asyncio.create_task(
