@@ -364,7 +364,7 @@ async def _run_sim_demo(
         out.print("callbacks received, per movement:")
         for line in callbacks.paths():
             out.print(line, highlight=False)
-        out.print(callback_summary(callbacks, receiver.url), highlight=False)
+        out.print(callback_summary(callbacks, receiver.url), highlight=False, soft_wrap=True)
         problems.extend(callbacks.problems(receiver.url))
     out.print(audit.summary(), highlight=False)
     if not audit.chain.ok:

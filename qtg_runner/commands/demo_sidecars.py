@@ -37,7 +37,7 @@ from qtg_runner.db import procs
 from qtg_runner.loop import WorkerContext
 from qtg_runner.workers import audit_outbox_promoter
 from qtg_runner.workers.callback_dispatcher import SECRETS_DIR_ENV
-from qtg_runner.world.callback_receiver import CallbackReceiver, new_secret
+from qtg_runner.world.callback_receiver import CallbackReceiver, Delivery, new_secret
 
 TARGET = "qtg-demo-receiver"
 """The demo receiver's callback target, and its secret's file name."""
@@ -94,6 +94,24 @@ class CallbackCheck:
     repeats: int = 0
     dead: list[str] = field(default_factory=list)
 
+    def judge(self, deliveries: Sequence[Delivery]) -> None:
+        """What the receiver got: the ids that arrived signed right, the POSTs
+        with a bad signature, the repeats, and the payloads that say another
+        movement or state than their webhook-id."""
+        valid = [d for d in deliveries if d.valid]
+        self.received = {d.webhook_id for d in valid}
+        self.bad_signatures = len(deliveries) - len(valid)
+        self.repeats = len(valid) - len(self.received)
+        self.mismatched = []
+        for delivery in valid:
+            expected = self.expected.get(delivery.webhook_id)
+            payload = delivery.payload or {}
+            said = (payload.get("movement_id"), str(payload.get("to_state", "")).lower())
+            if expected is not None and said != expected:
+                self.mismatched.append(
+                    f"callback {delivery.webhook_id} said movement {said[0]} {said[1]}"
+                )
+
     @property
     def missing(self) -> list[str]:
         return [key for key in self.expected if key not in self.received]
@@ -143,22 +161,10 @@ async def check_callbacks(
     check = CallbackCheck(await expected_callbacks(conn, network, ids))
     deadline = time.monotonic() + deadline_s
     while True:
-        deliveries = receiver.deliveries()
-        valid = [d for d in deliveries if d.valid]
-        check.received = {d.webhook_id for d in valid}
+        check.judge(receiver.deliveries())
         if not check.missing or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.25)
-    check.bad_signatures = len(deliveries) - len(valid)
-    check.repeats = len(valid) - len(check.received)
-    for delivery in valid:
-        expected = check.expected.get(delivery.webhook_id)
-        payload = delivery.payload or {}
-        said = (payload.get("movement_id"), str(payload.get("to_state", "")).lower())
-        if expected is not None and said != expected:
-            check.mismatched.append(
-                f"callback {delivery.webhook_id} said movement {said[0]} {said[1]}"
-            )
     rows = await (
         await conn.execute(
             "SELECT idempotency_key, delivery_state::text, last_error FROM callback_outbox"

@@ -535,7 +535,8 @@ async def _run_world_demo(
     out.print(
         f"{len(ids)} movements created by {people.creator.name} and approved by "
         f"{people.approver.name}; the workers run as {people.runner.name}"
-        + (f"; callbacks to {callback_url}" if callback_url else "")
+        + (f"; callbacks to {callback_url}" if callback_url else ""),
+        soft_wrap=True,
     )
 
     runtime = await Runtime.open(people.runner.dsn, network, name="qtg-demo", max_concurrency=16)
@@ -598,7 +599,7 @@ async def _run_world_demo(
         out.print("callbacks received, per movement:")
         for line in callbacks.paths():
             out.print(line)
-        out.print(callback_summary(callbacks, receiver.url))
+        out.print(callback_summary(callbacks, receiver.url), soft_wrap=True)
         problems.extend(callbacks.problems(receiver.url))
     if audit is not None:
         out.print(audit.summary())

@@ -5,10 +5,10 @@ What an operator relies on when running `qtg run` / `qtg worker`:
     is left claimed without an intent, and a restarted runner finishes every
     movement with exactly one side effect per node;
   * the supervisor's tiers: a crashing core worker stops the process (exit 1),
-    a crashing sidecar is logged and the rest keep ticking;
+    a crashing sidecar is logged and the others keep beating and doing their work;
   * a worker that stops ticking is listed by stalled_workers, one that was
     stopped cleanly is not;
-  * with MG_WORKERS_ENABLED=false nothing advances;
+  * with MG_WORKERS_ENABLED=false no worker or sidecar starts and nothing advances;
   * two dispatcher processes claim every node exactly once between them;
   * a dispatcher killed between intent and submit, or between submit and
     report, is resolved by recovery without a duplicate side effect;
@@ -49,6 +49,7 @@ from engine import (
 )
 from runner_helpers import (
     Runners,
+    assert_demo_sidecars,
     heartbeats,
     node_rows,
     register_runner_sim,
@@ -585,6 +586,7 @@ def test_qtg_demo_completes_on_a_fresh_embedded_server(procs: Runners) -> None:
         shutil.rmtree(data_dir.parent, ignore_errors=True)
     assert re.search(r"all \d+ movements ended as expected", demo.stdout()), demo.stdout()
     assert "created by alice, approved by bob" in demo.stdout()
+    assert_demo_sidecars(demo.stdout(), {"completed": 6, "failed": 1})
 
 
 def test_qtg_demo_refuses_to_start_with_the_gate_off(procs: Runners) -> None:
