@@ -51,6 +51,12 @@ class Delivery:
     problem: str | None = None
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128
+    """A dispatcher POSTs a batch at once (16 in flight in the demo): the default
+    backlog of 5 would reset some of those connections."""
+
+
 class CallbackReceiver:
     def __init__(self, secret: str, *, port: int = 0, path: str = "/qtg/callbacks") -> None:
         self._webhook = Webhook(secret)
@@ -102,7 +108,7 @@ class CallbackReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((LOOPBACK, self.port), Handler)
+        self._server = _Server((LOOPBACK, self.port), Handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         threading.Thread(
