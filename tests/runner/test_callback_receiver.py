@@ -37,17 +37,22 @@ def claim(key: str, movement: int, state: str, url: str, ref: str) -> procs.Clai
     )
 
 
-def send(claims: list[procs.ClaimedCallback], env: dict[str, str]) -> list[str | None]:
+def send(
+    claims: list[procs.ClaimedCallback], env: dict[str, str], together: bool = False
+) -> list[str | None]:
+    """The dispatcher's own check, signing and POST of each claim, one after the
+    other or all at once; the error of each (None: delivered)."""
+
     async def scenario() -> list[str | None]:
         async with httpx.AsyncClient(trust_env=False) as client:
-            return [
-                (
-                    await callback_dispatcher.post(
-                        client, c, env, callback_dispatcher.system_resolve
-                    )
-                ).error
-                for c in claims
-            ]
+
+            async def one(c: procs.ClaimedCallback) -> str | None:
+                resolve = callback_dispatcher.system_resolve
+                return (await callback_dispatcher.post(client, c, env, resolve)).error
+
+            if together:
+                return list(await asyncio.gather(*(one(c) for c in claims)))
+            return [await one(c) for c in claims]
 
     return asyncio.run(scenario())
 
@@ -69,6 +74,11 @@ def test_the_receiver_accepts_what_the_dispatcher_signs_and_refuses_anything_els
         elsewhere = claim("testnet-9-approved", 9, "approved", receiver.url + "/x", ref)
         errors = send([good, good, forged, lying, elsewhere], env)
         deliveries = receiver.deliveries()
+        # a dispatcher's batch POSTed at once: none of its connections is reset
+        batch = [
+            claim(f"testnet-{m}-executing", m, "executing", receiver.url, ref) for m in range(48)
+        ]
+        assert send(batch, env, together=True) == [None] * len(batch)
     assert errors[:2] == [None, None]
     assert errors[2] is not None and errors[2].startswith("HTTP 401")
     assert errors[3] is None  # signed right; only the demo's check reads the payload
