@@ -11,7 +11,9 @@ broadcast (the `after_submit` failpoint): the lost receipt is found again from
 chain evidence by the recovery of the runtime that follows. At the end every
 movement's state is checked against what it should be, every node's
 transactions are printed, and the treasury's balances on each chain are
-checked against what the movements moved.
+checked against what the movements moved. The demo (not a drill) also checks
+the sidecars' work (demo_sidecars): one signed callback per movement state
+change received by a local receiver, and the audit chain verified.
 """
 
 from __future__ import annotations
