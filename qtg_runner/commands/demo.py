@@ -6,7 +6,9 @@ runner login (runner1) when they are missing (on another network than testnet,
 named alice_<network>, ...). Then, over those logins and no other, alice
 creates a batch of realistic movements, bob approves them, and every worker
 runs in this process as runner1; it ends with a summary checked against each
-movement's expected end. By default the movements are real transactions on the
+movement's expected end, the callbacks a local receiver got (one per movement
+state change, each signature verified) and the audit chain verified
+(qtg_runner/commands/demo_sidecars.py). By default the movements are real transactions on the
 local outside world (qtg_runner/commands/demo_world.py); `--sim` runs the sim
 executor's lanes, scaled down 60x, with a live progress view.
 """
