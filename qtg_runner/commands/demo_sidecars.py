@@ -125,7 +125,8 @@ class CallbackCheck:
         return out
 
     def paths(self) -> list[str]:
-        """One line per movement: the states its callbacks reported, in order."""
+        """One line per movement: the states it went through, in order, each
+        marked "(missing)" when its callback did not arrive."""
         states: dict[int, list[str]] = {}
         for key, (movement, state) in self.expected.items():
             mark = "" if key in self.received else " (missing)"
