@@ -12,8 +12,9 @@ asyncio.TaskGroup:
 
   core workers (node_dispatcher, node_observer, node_recovery) fail fast: a
   crash stops every other worker and the process exits 1;
-  sidecars (expiration_checker, template_proposal_expiration) are isolated:
-  a crash is logged with its traceback and the others keep running. The
+  sidecars (every other worker: callback_dispatcher, audit_outbox_promoter,
+  executor_health, expiration_checker, the reapers, ...) are isolated: a crash
+  is logged with its traceback and the others keep running and beating. The
   crashed sidecar's heartbeat is left live, so the stalled_workers view shows
   it within two intervals.
 

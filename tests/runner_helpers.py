@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ _SCRUBBED = (
     "QTG_DATA_DIR",
     "MG_WORKERS_ENABLED",
     "QTG_NETWORK_MODE",
+    "QTG_CALLBACK_SECRETS_DIR",
 )
 
 
@@ -203,3 +205,34 @@ def node_rows(conn: psycopg.Connection[Any]) -> dict[int, str]:
 def request_rows(conn: psycopg.Connection[Any]) -> dict[int, str]:
     rows = conn.execute("SELECT id, request_state::text FROM movement_requests").fetchall()
     return {int(i): s for i, s in rows}
+
+
+MOVEMENT_PATH = ("pending_approval", "approved", "executing")
+"""The states every demo movement's callbacks report before its end state."""
+
+
+def assert_demo_sidecars(stdout: str, ends: dict[str, int]) -> None:
+    """The demo's callbacks and audit lines: one callback per state change of each
+    movement (``ends``: how many movements end in each state, e.g. {"completed": 6,
+    "failed": 2}), all received with a valid signature at the printed receiver,
+    none dead; the audit chain holding more rows than that, unbroken."""
+    paths = {
+        int(m): path.split(" -> ")
+        for m, path in re.findall(r"^  movement (\d+): ([a-z_ ()>-]+)$", stdout, re.M)
+    }
+    assert sum(ends.values()) == len(paths), stdout
+    for movement, path in paths.items():
+        assert tuple(path[:-1]) == MOVEMENT_PATH and path[-1] in ends, (movement, path)
+    assert {end: [p[-1] for p in paths.values()].count(end) for end in ends} == ends, paths
+    changes = sum(len(p) for p in paths.values())
+    summary = re.search(
+        r"^callbacks: (\d+) delivered to (http://127\.0\.0\.1:\d+/\S+?)(?: \(.*\))?, "
+        r"all signatures valid, 0 dead$",
+        stdout,
+        re.M,
+    )
+    assert summary, stdout
+    assert int(summary[1]) == changes == (len(MOVEMENT_PATH) + 1) * len(paths), stdout
+    assert f"callbacks to {summary[2]}" in stdout
+    audit = re.search(r"^audit chain: (\d+) rows verified, first broken link: none$", stdout, re.M)
+    assert audit and int(audit[1]) > changes, stdout

@@ -6,7 +6,9 @@ runner login (runner1) when they are missing (on another network than testnet,
 named alice_<network>, ...). Then, over those logins and no other, alice
 creates a batch of realistic movements, bob approves them, and every worker
 runs in this process as runner1; it ends with a summary checked against each
-movement's expected end. By default the movements are real transactions on the
+movement's expected end, the callbacks a local receiver got (one per movement
+state change, each signature verified) and the audit chain verified
+(qtg_runner/commands/demo_sidecars.py). By default the movements are real transactions on the
 local outside world (qtg_runner/commands/demo_world.py); `--sim` runs the sim
 executor's lanes, scaled down 60x, with a live progress view.
 """
@@ -35,6 +37,12 @@ from qtg_runner.chains.local import DEFAULT_CHAINS, AnvilNotFound, find_anvil, r
 from qtg_runner.chains.registry import LOCAL_FINALITY_DEPTH
 from qtg_runner.commands.chains import chain_errors
 from qtg_runner.commands.common import ENVIRONMENT, CommandError, cli_errors, finite
+from qtg_runner.commands.demo_sidecars import (
+    callback_summary,
+    check_callbacks,
+    finish_audit,
+    start_receiver,
+)
 from qtg_runner.commands.demo_world import (
     WorldMovement,
     WorldView,
@@ -56,6 +64,7 @@ from qtg_runner.loop import WorkerEntry
 from qtg_runner.runtime import Runtime, supervise
 from qtg_runner.wakeup import Wakeup
 from qtg_runner.workers import BY_NAME
+from qtg_runner.world.callback_receiver import CallbackReceiver
 
 out = Console()
 
@@ -215,6 +224,8 @@ def demo_entries(speed: float) -> list[WorkerEntry]:
         replace(BY_NAME["node_recovery"], interval=1.0, jitter=0.2),
         replace(BY_NAME["expiration_checker"], interval=2.0, jitter=0.5),
         replace(BY_NAME["template_proposal_expiration"], interval=2.0, jitter=0.5),
+        replace(BY_NAME["callback_dispatcher"], interval=0.5, jitter=0.1),
+        replace(BY_NAME["audit_outbox_promoter"], interval=1.0, jitter=0.2),
     ]
 
 
@@ -259,15 +270,36 @@ async def _progress(conn: AsyncConnection[Any], ids: dict[int, DemoMovement]) ->
 
 
 async def run_demo(
-    admin_dsn: str, people: DemoLogins, network: NetworkMode, scale: float, timeout: float
+    admin_dsn: str,
+    people: DemoLogins,
+    network: NetworkMode,
+    scale: float,
+    timeout: float,
+    data_dir: Path,
 ) -> int:
-    # lane pacing is configuration: set here by the admin, as a deploy step
+    # lane pacing and the callback target are configuration: set here by the
+    # admin, as deploy steps
     admin = bound_conninfo(admin_dsn, network, "qtg-demo-admin")
     async with await AsyncConnection.connect(admin, autocommit=True) as conn:
         for lane, params in lane_baselines(scale).items():
             await procs.upsert_lane_baseline(
                 lane, params["baseline_seconds"], params["min_poll_seconds"]
             ).aone(conn)
+        receiver = await start_receiver(conn, data_dir)
+    try:
+        return await _run_sim_demo(admin, people, network, scale, timeout, receiver)
+    finally:
+        receiver.stop()
+
+
+async def _run_sim_demo(
+    admin: str,
+    people: DemoLogins,
+    network: NetworkMode,
+    scale: float,
+    timeout: float,
+    receiver: CallbackReceiver,
+) -> int:
     runtime = await Runtime.open(people.runner.dsn, network, name="qtg-demo", max_concurrency=16)
     ctx = runtime.context(16)
     run_tag = time.strftime("%Y%m%d-%H%M%S")
@@ -280,7 +312,10 @@ async def run_demo(
     ):
         for i, movement in enumerate(demo_movements(scale)):
             created = await procs.create_movement(
-                f"demo-{run_tag}-{i}", Decimal(movement.amount), plan={"nodes": movement.nodes}
+                f"demo-{run_tag}-{i}",
+                Decimal(movement.amount),
+                plan={"nodes": movement.nodes},
+                callback_url=receiver.url,
             ).aone(alice)
             ids[created.movement_id] = movement
             await procs.approve_movement(created.movement_id).aone(bob)
@@ -288,7 +323,8 @@ async def run_demo(
         f"created and approved {len(ids)} movements on [bold]{network}[/bold] "
         f"(created by {people.creator.name}, approved by {people.approver.name}, each over "
         f"their own login); the workers run as the runner login {people.runner.name}; "
-        f"lanes run {scale:g}x faster than real"
+        f"lanes run {scale:g}x faster than real; callbacks to {receiver.url}",
+        soft_wrap=True,
     )
 
     supervisor = asyncio.create_task(
@@ -304,8 +340,14 @@ async def run_demo(
                 if finished or time.monotonic() - started > timeout:
                     break
                 await asyncio.sleep(0.25)
+        callbacks = None
+        if finished and not supervisor.done():
+            async with await AsyncConnection.connect(admin, autocommit=True) as conn:
+                callbacks = await check_callbacks(conn, receiver, network, list(ids))
         ctx.stopping.set()
         code = await supervisor
+        async with await AsyncConnection.connect(creator, autocommit=True) as alice:
+            audit = await finish_audit(ctx, alice)
         table, finished = await _progress(view, ids)
         rows = await (
             await view.execute(
@@ -319,13 +361,23 @@ async def run_demo(
     out.print(table)
     mismatched = [(mid, state) for mid, state in rows if state != ids[mid].expected]
     elapsed = time.monotonic() - started
+    problems = []
+    if callbacks is not None:
+        out.print("callbacks received, per movement:")
+        for line in callbacks.paths():
+            out.print(line, highlight=False)
+        out.print(callback_summary(callbacks, receiver.url), highlight=False, soft_wrap=True)
+        problems.extend(callbacks.problems(receiver.url))
+    out.print(audit.summary(), highlight=False)
+    if not audit.chain.ok:
+        problems.append(f"the audit chain breaks at row {audit.chain.first_bad_seq}")
     if code != 0:
         out.print(f"[red]a core worker crashed (exit {code})[/red]")
         return code
-    if not finished or mismatched:
+    if not finished or mismatched or problems:
         out.print(
             f"[red]demo did not end as expected after {elapsed:.0f}s: "
-            f"{mismatched or 'movements still running'}[/red]"
+            f"{mismatched or problems or 'movements still running'}[/red]"
         )
         return 1
     out.print(f"[green]all {len(ids)} movements ended as expected in {elapsed:.0f}s[/green]")
@@ -423,10 +475,12 @@ def demo_cmd(
             sim = True
     if sim:
         with cli_errors():
-            code = asyncio.run(run_demo(dsn, people, net, scale, timeout))
+            code = asyncio.run(run_demo(dsn, people, net, scale, timeout, settings.data_dir))
         raise typer.Exit(code)
 
-    code = run_world_movements(dsn, people, net, world_movements, scale, port_base, timeout)
+    code = run_world_movements(
+        dsn, people, net, world_movements, scale, port_base, timeout, settings.data_dir
+    )
     raise typer.Exit(code)
 
 
@@ -460,10 +514,12 @@ def run_world_movements(
     scale: float,
     port_base: int,
     timeout: float,
+    receiver_data_dir: Path | None = None,
 ) -> int:
     """The local outside world brought up (left running), then the movements
     ``pick`` makes of it run through every worker and checked (run_world_demo):
-    the demo's and each drill's."""
+    the demo's and each drill's; the demo's (``receiver_data_dir`` given) with its
+    callbacks and the audit chain checked too."""
     with chain_errors():
         up = bring_up_world(port_base, True, network, time_scale=scale)
     os.environ.update(up.env)
@@ -490,5 +546,6 @@ def run_world_movements(
                 scaled_lanes(up.state.time_scale, finality_s),
                 timeout,
                 up.chains.state_dir,
+                receiver_data_dir,
             )
         )

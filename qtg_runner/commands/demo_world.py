@@ -11,7 +11,9 @@ broadcast (the `after_submit` failpoint): the lost receipt is found again from
 chain evidence by the recovery of the runtime that follows. At the end every
 movement's state is checked against what it should be, every node's
 transactions are printed, and the treasury's balances on each chain are
-checked against what the movements moved.
+checked against what the movements moved. The demo (not a drill) also checks
+the sidecars' work (demo_sidecars): one signed callback per movement state
+change received by a local receiver, and the audit chain verified.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ from psycopg import AsyncConnection
 from rich.console import Console
 
 from qtg_runner.chains.local import RunningChain, load_artifact
+from qtg_runner.commands.demo_sidecars import (
+    callback_summary,
+    check_callbacks,
+    finish_audit,
+    start_receiver,
+)
 from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
@@ -40,6 +48,7 @@ from qtg_runner.loop import WorkerContext, WorkerEntry
 from qtg_runner.runtime import Runtime, supervise
 from qtg_runner.wakeup import Wakeup
 from qtg_runner.workers import balance_snapshot, verify_drift_worker
+from qtg_runner.world.callback_receiver import CallbackReceiver
 
 if TYPE_CHECKING:
     from qtg_runner.commands.demo import DemoLogins
@@ -418,10 +427,15 @@ async def accept_drift(people: DemoLogins, admin: str, network: NetworkMode) -> 
 
 
 async def _create(
-    alice: AsyncConnection[Any], bob: AsyncConnection[Any], tag: str, i: int, m: WorldMovement
+    alice: AsyncConnection[Any],
+    bob: AsyncConnection[Any],
+    tag: str,
+    i: int,
+    m: WorldMovement,
+    callback_url: str | None,
 ) -> int:
     created = await procs.create_movement(
-        f"demo-world-{tag}-{i}", m.amount, plan={"nodes": m.nodes}
+        f"demo-world-{tag}-{i}", m.amount, plan={"nodes": m.nodes}, callback_url=callback_url
     ).aone(alice)
     await procs.approve_movement(created.movement_id).aone(bob)
     return created.movement_id
@@ -504,11 +518,40 @@ async def run_world_demo(
     lanes: dict[str, float],
     timeout: float,
     log_dir: Path,
+    receiver_data_dir: Path | None = None,
 ) -> int:
+    """The movements run and checked. With ``receiver_data_dir`` (the demo, not a
+    drill) they also report to a local callback receiver, whose secret is kept
+    beside that data directory, and the end checks the callbacks and the audit
+    chain (demo_sidecars)."""
     admin = bound_conninfo(admin_dsn, network, "qtg-demo-admin")
+    receiver: CallbackReceiver | None = None
     async with await AsyncConnection.connect(admin, autocommit=True) as conn:
         for lane, baseline in lanes.items():
             await procs.upsert_lane_baseline(lane, baseline, min_poll_seconds=0.5).aone(conn)
+        if receiver_data_dir is not None:
+            receiver = await start_receiver(conn, receiver_data_dir)
+    try:
+        return await _run_world_demo(
+            admin, people, network, view, movements, entries, timeout, log_dir, receiver
+        )
+    finally:
+        if receiver is not None:
+            receiver.stop()
+
+
+async def _run_world_demo(
+    admin: str,
+    people: DemoLogins,
+    network: NetworkMode,
+    view: WorldView,
+    movements: Sequence[WorldMovement],
+    entries: Sequence[WorkerEntry],
+    timeout: float,
+    log_dir: Path,
+    receiver: CallbackReceiver | None,
+) -> int:
+    callback_url = receiver.url if receiver is not None else None
     read, drift = await reconcile_balances(people, admin, network)
     if drift:
         out.print(
@@ -536,7 +579,7 @@ async def run_world_demo(
     ):
         for i, m in enumerate(movements):
             if m.crash_after_submit:
-                ids[await _create(alice, bob, tag, i, m)] = m
+                ids[await _create(alice, bob, tag, i, m, callback_url)] = m
         if ids:
             proc = crash_dispatcher(network, people.runner.name, log_dir / "demo-crash.log")
             died = await wait_for_crash(proc, CRASH_DEADLINE_S)
@@ -549,10 +592,12 @@ async def run_world_demo(
             )
         for i, m in enumerate(movements):
             if not m.crash_after_submit:
-                ids[await _create(alice, bob, tag, i, m)] = m
+                ids[await _create(alice, bob, tag, i, m, callback_url)] = m
     out.print(
         f"{len(ids)} movements created by {people.creator.name} and approved by "
         f"{people.approver.name}; the workers run as {people.runner.name}"
+        + (f"; callbacks to {callback_url}" if callback_url else ""),
+        soft_wrap=True,
     )
 
     runtime = await Runtime.open(people.runner.dsn, network, name="qtg-demo", max_concurrency=16)
@@ -573,8 +618,15 @@ async def run_world_demo(
             if finished:
                 break
             await asyncio.sleep(0.5)
+        callbacks = None
+        if receiver is not None and finished and not supervisor.done():
+            callbacks = await check_callbacks(conn, receiver, network, list(ids))
         ctx.stopping.set()
         code = await supervisor
+        audit = None
+        if receiver is not None:
+            async with await AsyncConnection.connect(creator, autocommit=True) as alice:
+                audit = await finish_audit(ctx, alice)
         await runtime.close()
         states = await _states(conn, list(ids))
         for line in await node_report(conn, list(ids)):
@@ -610,6 +662,16 @@ async def run_world_demo(
         out.print(
             f"{address} on {chain}: {before[chain, address]:,} -> {value:,} USDC ({delta:+,})"
         )
+    if callbacks is not None and receiver is not None:
+        out.print("callbacks received, per movement:")
+        for line in callbacks.paths():
+            out.print(line)
+        out.print(callback_summary(callbacks, receiver.url), soft_wrap=True)
+        problems.extend(callbacks.problems(receiver.url))
+    if audit is not None:
+        out.print(audit.summary())
+        if not audit.chain.ok:
+            problems.append(f"the audit chain breaks at row {audit.chain.first_bad_seq}")
     if code != 0:
         out.print(f"[red]a core worker crashed (exit {code})[/red]")
         return code

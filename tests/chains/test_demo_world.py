@@ -4,7 +4,8 @@ it should (a lost receipt recovered from chain evidence after its dispatcher
 was killed right after the broadcast, a fan-out over both chains, a path
 refused before anything is signed), each transaction hash is printed, and the
 demo's own check of every treasury balance against what the movements moved
-passes. `qtg world down` stops what it started."""
+passes; a local receiver got one signed callback per movement state change,
+and the audit chain verifies. `qtg world down` stops what it started."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 from chain_support import anvil_or_skip, light_keystore
 from conftest import server_parent_dir
-from runner_helpers import runner_env
+from runner_helpers import assert_demo_sidecars, runner_env
 
 from qtg_runner.chains.local import free_port_base
 from qtg_runner.db.embedded import stop_embedded
@@ -53,3 +54,6 @@ def test_the_demo_moves_real_usdc_and_checks_every_balance() -> None:
     # the lost receipt: the node went from SUBMITTING to COMPLETED through recovery
     assert re.search(r"pay \(evm_transfer\): READY -> SUBMITTING -> .*\(recovery\)", demo.stdout)
     assert "QT032" in demo.stdout  # the refused path says why
+    # every state change of the 8 movements reported to the demo's receiver, signed;
+    # the audit chain promoted and verified
+    assert_demo_sidecars(demo.stdout, {"completed": 6, "failed": 2})

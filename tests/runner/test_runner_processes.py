@@ -5,10 +5,10 @@ What an operator relies on when running `qtg run` / `qtg worker`:
     is left claimed without an intent, and a restarted runner finishes every
     movement with exactly one side effect per node;
   * the supervisor's tiers: a crashing core worker stops the process (exit 1),
-    a crashing sidecar is logged and the rest keep ticking;
+    a crashing sidecar is logged and the others keep beating and doing their work;
   * a worker that stops ticking is listed by stalled_workers, one that was
     stopped cleanly is not;
-  * with MG_WORKERS_ENABLED=false nothing advances;
+  * with MG_WORKERS_ENABLED=false no worker or sidecar starts and nothing advances;
   * two dispatcher processes claim every node exactly once between them;
   * a dispatcher killed between intent and submit, or between submit and
     report, is resolved by recovery without a duplicate side effect;
@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from engine import (
 )
 from runner_helpers import (
     Runners,
+    assert_demo_sidecars,
     heartbeats,
     node_rows,
     register_runner_sim,
@@ -58,6 +60,7 @@ from runner_helpers import (
     wait_until,
 )
 
+from qtg_runner.db import procs as procs_
 from qtg_runner.db.embedded import stop_embedded
 
 # real processes, real waits: seconds each (`make test-quick` leaves them out)
@@ -196,45 +199,101 @@ def test_a_crashing_core_worker_stops_the_whole_process_with_exit_1(
     assert stopped == ALL_WORKERS
 
 
-def test_a_crashing_sidecar_is_logged_and_the_other_workers_keep_ticking(
+FAST_SIDECARS = {"callback_dispatcher", "audit_outbox_promoter"}
+"""The sidecars that tick every one or two seconds (the others every 10 to 30 s)."""
+
+
+def test_a_crashing_sidecar_is_logged_and_the_others_keep_beating_and_doing_their_work(
     db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
+    """callback_dispatcher raises on its first pass (and would on every one): the
+    crash is logged with its traceback, the process stays up, every other
+    worker's heartbeat goes on (the ones that tick every few seconds tick again),
+    and their work is done: the movement completes, its audit rows are promoted
+    into a chain that verifies, every executor's health is recorded. Only the
+    crashed sidecar's work waits: the movement's callbacks stay PENDING, never
+    attempted."""
+    real_clock_conn.execute("SELECT upsert_lane_baseline('cctp_fast', 1, 0.1)")
+    with as_person(real_clock_conn, "alice"):
+        movement = procs_.create_movement(
+            "isolated", Decimal(1), plan=plan(node("transfer", lane="cctp_fast", min_latency_s=0.1,
+            max_latency_s=0.3)), callback_url="http://127.0.0.1:9/hooks",
+        ).one(real_clock_conn).movement_id  # fmt: skip
+    approve(real_clock_conn, movement)
     runner = procs.start(
-        "run", env=runner_env(db.runner_dsn("testnet"), QTG_FAILPOINTS="crash:expiration_checker")
+        "run", env=runner_env(db.runner_dsn("testnet"), QTG_FAILPOINTS="crash:callback_dispatcher")
     )
     wait_until(
         lambda: log_events(runner.stderr(), "sidecar_crashed"), 20, "the crash", alive=[runner]
     )
     [crash] = log_events(runner.stderr(), "sidecar_crashed")
-    assert "worker=expiration_checker" in crash
+    assert "worker=callback_dispatcher" in crash
     assert "FailpointCrash" in crash and "Traceback (most recent call last)" in crash
 
-    core = {"node_dispatcher", "node_observer", "node_recovery"}
     wait_until(
-        lambda: core <= set(heartbeats(real_clock_conn, runner.pid)),
+        lambda: set(heartbeats(real_clock_conn, runner.pid)) == ALL_WORKERS,
         20,
-        "heartbeats",
+        "every worker's first heartbeat",
         alive=[runner],
     )
     ticks = {name: row["ticks"] for name, row in heartbeats(real_clock_conn, runner.pid).items()}
-    # the dispatcher and observer tick every ~1 s, recovery every ~5 s
-    more = {"node_dispatcher": 2, "node_observer": 2, "node_recovery": 1}
+    # the dispatcher and observer tick every ~1 s, recovery every ~1 s, the
+    # promoter every ~2 s; the crashed sidecar never again
+    ticking = {"node_dispatcher", "node_observer", "node_recovery", *FAST_SIDECARS} - {
+        "callback_dispatcher"
+    }
     wait_until(
         lambda: all(
-            heartbeats(real_clock_conn, runner.pid)[name]["ticks"] >= ticks[name] + more[name]
-            for name in core
+            heartbeats(real_clock_conn, runner.pid)[name]["ticks"] > ticks[name] for name in ticking
         ),
-        15,
-        "the core workers to keep ticking after the sidecar crashed",
+        20,
+        "the other workers to keep ticking after the sidecar crashed",
+        alive=[runner],
+    )
+    wait_until(
+        lambda: request_state(real_clock_conn, movement) == "COMPLETED",
+        20,
+        "the movement",
+        alive=[runner],
+    )
+
+    def audit_promoted() -> bool:
+        row = real_clock_conn.execute(
+            "SELECT count(*) FILTER (WHERE promoted_at IS NULL), count(*) FROM audit_outbox"
+            " WHERE request_id = %s",
+            (movement,),
+        ).fetchone()
+        return row is not None and row[0] == 0 and row[1] > 0
+
+    wait_until(audit_promoted, 20, "the movement's audit rows promoted", alive=[runner])
+    [chain] = real_clock_conn.execute("SELECT ok FROM verify_audit_chain()").fetchall()
+    assert chain == (True,)
+    unchecked = (
+        "SELECT count(*) FROM executors e"
+        " WHERE NOT EXISTS (SELECT FROM executor_health h WHERE h.executor_key = e.executor_key)"
+    )
+    wait_until(
+        lambda: real_clock_conn.execute(unchecked).fetchone() == (0,),
+        20,
+        "every executor's health recorded",
         alive=[runner],
     )
     assert runner.alive()
     assert runner.stop() == 0, runner.describe()
     assert not log_events(runner.stderr(), "core_worker_crashed")
+    assert (
+        heartbeats(real_clock_conn, runner.pid)["callback_dispatcher"]["ticks"]
+        == ticks["callback_dispatcher"]
+    )
+    callbacks = real_clock_conn.execute(
+        "SELECT delivery_state::text, attempts FROM callback_outbox WHERE request_id = %s",
+        (movement,),
+    ).fetchall()
+    assert callbacks == [("PENDING", 0)] * 4, callbacks
     # the crashed sidecar stays live: the stalled_workers view flags it
     beats = heartbeats(real_clock_conn, runner.pid)
     assert {name: row["live"] for name, row in beats.items()} == {
-        name: name == "expiration_checker" for name in ALL_WORKERS
+        name: name == "callback_dispatcher" for name in ALL_WORKERS
     }
 
 
@@ -293,24 +352,39 @@ def holds_for(seconds: float, check: Callable[[], None], every: float = 0.05) ->
     check()
 
 
-def test_with_the_gate_off_qtg_run_starts_no_worker_and_an_approved_movement_stays_approved(
+def test_with_the_gate_off_no_worker_or_sidecar_starts_and_nothing_moves(
     db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
-    runner = procs.start("run", env=runner_env(db.runner_dsn("testnet"), workers=False))
-    wait_until(lambda: "no worker started" in runner.stderr(), 20, "the message", alive=[runner])
-    movement = one_node_movement(real_clock_conn, "gated", lane="instant")
-    before = snapshot(real_clock_conn)
+    """`qtg run` and `qtg worker` of a sidecar, gate off: no heartbeat, the approved
+    movement stays APPROVED, its callbacks undelivered, its audit rows unpromoted,
+    no executor's health checked."""
+    env = runner_env(db.runner_dsn("testnet"), workers=False)
+    gated = [procs.start("run", env=env), procs.start("worker", "callback_dispatcher", env=env)]
+    for process in gated:
+        wait_until(
+            lambda p=process: "no worker started" in p.stderr(), 20, "the message", alive=[process]
+        )
+    with as_person(real_clock_conn, "alice"):
+        movement = procs_.create_movement(
+            "gated", Decimal(1), plan=plan(node("transfer", lane="instant")),
+            callback_url="http://127.0.0.1:9/hooks",
+        ).one(real_clock_conn).movement_id  # fmt: skip
+    approve(real_clock_conn, movement)
+    tables = ("audit_log", "executor_health", "callback_outbox", "audit_outbox")
+    before = snapshot(real_clock_conn) | snapshot(real_clock_conn, tables)
     assert request_state(real_clock_conn, movement) == "APPROVED"
+    assert len(before["callback_outbox"]) == 2 and before["audit_log"] == []
 
     def nothing_moved() -> None:
-        assert runner.alive(), runner.describe()
+        assert all(p.alive() for p in gated), [p.describe() for p in gated]
         assert request_state(real_clock_conn, movement) == "APPROVED"
         assert real_clock_conn.execute("SELECT count(*) FROM worker_heartbeats").fetchone() == (0,)
 
     holds_for(2.0, nothing_moved)
-    assert snapshot(real_clock_conn) == before
+    assert snapshot(real_clock_conn) | snapshot(real_clock_conn, tables) == before
     assert side_effects(real_clock_conn) == {}
-    assert runner.stop() == 0, runner.describe()
+    for process in gated:
+        assert process.stop() == 0, process.describe()
 
 
 # -- 6. two dispatcher processes -------------------------------------------------------
@@ -513,6 +587,7 @@ def test_qtg_demo_completes_on_a_fresh_embedded_server(procs: Runners) -> None:
         shutil.rmtree(data_dir.parent, ignore_errors=True)
     assert re.search(r"all \d+ movements ended as expected", demo.stdout()), demo.stdout()
     assert "created by alice, approved by bob" in demo.stdout()
+    assert_demo_sidecars(demo.stdout(), {"completed": 6, "failed": 1})
 
 
 def test_qtg_demo_refuses_to_start_with_the_gate_off(procs: Runners) -> None:
