@@ -138,7 +138,8 @@ def migrate(dsn: str, *, sql_root: Path | None = None) -> MigrateResult:
             with _yoyo_output("post-apply"):
                 backend.run_post_apply(pending)
             result = install_functions(dsn, sql_root=root)
-            _record_schema(dsn, [str(m.id) for m in migrations if m.hash in applied_hashes(backend)])
+            done = applied_hashes(backend)
+            _record_schema(dsn, [str(m.id) for m in migrations if m.hash in done])
     finally:
         backend.connection.close()
     return MigrateResult(
