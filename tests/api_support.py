@@ -88,4 +88,6 @@ def api_world(pg_server: str, template_db: str) -> Iterator[ApiWorld]:
         drop_database(pg_server, name)
         with psycopg.connect(pg_server, autocommit=True) as admin:
             for person in people.values():
-                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(person.login)))
+                admin.execute(
+                    sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(person.login))
+                )

@@ -71,7 +71,9 @@ def shipped_migrations() -> list[str]:
 
 def problem_response(problem: Problem) -> JSONResponse:
     return JSONResponse(
-        problem.body(), status_code=problem.status, media_type=PROBLEM_JSON,
+        problem.body(),
+        status_code=problem.status,
+        media_type=PROBLEM_JSON,
         headers=problem.headers,
     )
 
@@ -83,9 +85,11 @@ def db_problem(exc: psycopg.Error) -> Problem:
         found = from_sqlstate(exc.sqlstate, exc.message, exc.hint)
     else:
         diag = exc.diag
-        found = from_sqlstate(
-            exc.sqlstate or "", diag.message_primary or "", diag.message_hint
-        ) if exc.sqlstate else None
+        found = (
+            from_sqlstate(exc.sqlstate or "", diag.message_primary or "", diag.message_hint)
+            if exc.sqlstate
+            else None
+        )
         if found is not None and found.status == 422 and not (exc.sqlstate or "").startswith("QT"):
             found.detail = "a value is beyond what its type holds"  # no SQL text echoed
         if found is not None and found.status == 403 and exc.sqlstate == "42501":
@@ -154,9 +158,9 @@ def create_app(config: ApiConfig) -> FastAPI:
             {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
             for e in exc.errors()
         ]
-        detail = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors
-        )[:2000]
+        detail = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)[
+            :2000
+        ]
         return problem_response(
             Problem(422, OTHER[422], detail or "invalid request", extra={"errors": errors})
         )
@@ -180,14 +184,16 @@ def create_app(config: ApiConfig) -> FastAPI:
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             return problem_response(
-                Problem(413, "Request body too large",
-                        f"a request body is at most {MAX_BODY_BYTES // (1024 * 1024)} MiB")
+                Problem(
+                    413,
+                    "Request body too large",
+                    f"a request body is at most {MAX_BODY_BYTES // (1024 * 1024)} MiB",
+                )
             )
         response: Response = await call_next(request)
         response.headers.setdefault("Cache-Control", "no-store")
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         return response
-
 
     def movement_id_ok(movement_id: int) -> int:
         if not 1 <= movement_id < 2**63:
@@ -209,12 +215,16 @@ def create_app(config: ApiConfig) -> FastAPI:
         },
         openapi_extra={
             "requestBody": {
-                "content": {"application/json": {"examples": {
-                    "psql-session": {
-                        "summary": "README's psql session: burn, mint, deposit",
-                        "value": CREATE_EXAMPLE,
+                "content": {
+                    "application/json": {
+                        "examples": {
+                            "psql-session": {
+                                "summary": "README's psql session: burn, mint, deposit",
+                                "value": CREATE_EXAMPLE,
+                            }
+                        }
                     }
-                }}}
+                }
             }
         },
     )
@@ -250,12 +260,17 @@ def create_app(config: ApiConfig) -> FastAPI:
         states = [s.upper() for s in state or []]
         unknown = [s for s in states if s not in reads.STATES]
         if unknown:
-            raise Problem(422, OTHER[422],
-                          f"state: {unknown[0]!r} is not one of {', '.join(reads.STATES)}")
+            raise Problem(
+                422, OTHER[422], f"state: {unknown[0]!r} is not one of {', '.join(reads.STATES)}"
+            )
         before = reads.decode_cursor(cursor) if cursor else None
         items, next_cursor = await reads.movements(
-            conn, states=states, external_id=external_id, created_by=created_by,
-            limit=limit, before=before,
+            conn,
+            states=states,
+            external_id=external_id,
+            created_by=created_by,
+            limit=limit,
+            before=before,
         )
         return {"items": items, "next_cursor": next_cursor}
 
@@ -315,7 +330,10 @@ def create_app(config: ApiConfig) -> FastAPI:
     async def propose_target(body: CallbackTargetProposal, conn: Conn) -> Response:
         for target in await reads.callback_targets(conn):
             if target["name"] == body.name and (
-                target["url"], target["secret_ref"], target["allow_private"], target["enabled"]
+                target["url"],
+                target["secret_ref"],
+                target["allow_private"],
+                target["enabled"],
             ) == (body.url, body.secret_ref, body.allow_private, body.enabled):
                 return JSONResponse({"target": target}, status_code=200)  # already so
         proposal = await procs.propose_callback_target(
@@ -347,8 +365,11 @@ def create_app(config: ApiConfig) -> FastAPI:
 
     @app.get("/healthz", tags=["operations"], summary="The process answers")
     async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "network": config.database.network,
-                "workers_enabled": config.workers_enabled}
+        return {
+            "status": "ok",
+            "network": config.database.network,
+            "workers_enabled": config.workers_enabled,
+        }
 
     @app.get(
         "/readyz",
@@ -361,10 +382,16 @@ def create_app(config: ApiConfig) -> FastAPI:
         if header is None:
             reachable = await server_answers(config.database)
             if not reachable:
-                raise Problem(503, "Not ready", "the database does not answer",
-                              headers={"Retry-After": "5"})
-            return JSONResponse({"status": "ready", "database": "reachable",
-                                 "migrations": "not checked: send a login (e.g. a reader's)"})
+                raise Problem(
+                    503, "Not ready", "the database does not answer", headers={"Retry-After": "5"}
+                )
+            return JSONResponse(
+                {
+                    "status": "ready",
+                    "database": "reachable",
+                    "migrations": "not checked: send a login (e.g. a reader's)",
+                }
+            )
         conn = await config.database.connect(parse_authorization(header))
         try:
             cur = await conn.execute(
@@ -380,13 +407,22 @@ def create_app(config: ApiConfig) -> FastAPI:
         unknown = [m for m in applied if m not in shipped]
         if pending or unknown:
             raise Problem(
-                503, "Not ready",
-                ("migrations pending: " + ", ".join(pending)) if pending
+                503,
+                "Not ready",
+                ("migrations pending: " + ", ".join(pending))
+                if pending
                 else ("the database has migrations this build lacks: " + ", ".join(unknown)),
-                extra={"pending": pending, "unknown": unknown}, headers={"Retry-After": "30"},
+                extra={"pending": pending, "unknown": unknown},
+                headers={"Retry-After": "30"},
             )
-        return JSONResponse({"status": "ready", "database": "reachable",
-                             "migrations": "current", "newest": shipped[-1]})
+        return JSONResponse(
+            {
+                "status": "ready",
+                "database": "reachable",
+                "migrations": "current",
+                "newest": shipped[-1],
+            }
+        )
 
     @app.get(
         "/metrics",
@@ -405,8 +441,13 @@ def create_app(config: ApiConfig) -> FastAPI:
         kind = SQLSTATE_STATUS.get(code)
         if kind is None:
             raise Problem(404, "Not found", f"no problem type {code[:10]!r}")
-        return {"type": f"/problems/{code}", "code": code, "title": kind.title,
-                "status": kind.status, "see": "README.md, Errors"}
+        return {
+            "type": f"/problems/{code}",
+            "code": code,
+            "title": kind.title,
+            "status": kind.status,
+            "see": "README.md, Errors",
+        }
 
     from qtg_runner.api.page import mount_page
 
@@ -427,4 +468,3 @@ async def server_answers(database: Database) -> bool:
         return "password" in text or "authentication" in text or "does not exist" in text
     await conn.close()
     return True
-

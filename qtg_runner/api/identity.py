@@ -47,8 +47,19 @@ CHALLENGE = {"WWW-Authenticate": REALM}
 """The header a 401 carries: Basic (or a bearer token, see the README)."""
 
 SERVER_KEYS = frozenset(
-    {"host", "hostaddr", "port", "dbname", "sslmode", "sslrootcert", "connect_timeout",
-     "target_session_attrs", "gssencmode", "sslcrl", "channel_binding"}
+    {
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "sslmode",
+        "sslrootcert",
+        "connect_timeout",
+        "target_session_attrs",
+        "gssencmode",
+        "sslcrl",
+        "channel_binding",
+    }
 )
 """What the API keeps of its DSN: where the server is and how to reach it.
 The user, password, passfile and client certificate are the caller's."""
@@ -154,5 +165,9 @@ def connect_problem(exc: psycopg.OperationalError, login: str) -> Problem:
             f"login {login!r} has reached its connection limit; try again",
             headers={"Retry-After": "1"},
         )
-    return Problem(503, "Database unreachable", "the database cannot be reached; try again",
-                   headers={"Retry-After": "5"})
+    return Problem(
+        503,
+        "Database unreachable",
+        "the database cannot be reached; try again",
+        headers={"Retry-After": "5"},
+    )

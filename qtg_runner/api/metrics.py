@@ -127,7 +127,11 @@ def _number(value: Any) -> str:
 
 
 def _family(
-    name: str, help_text: str, kind: str, labels: Sequence[str], rows: Iterable[tuple[Any, ...]],
+    name: str,
+    help_text: str,
+    kind: str,
+    labels: Sequence[str],
+    rows: Iterable[tuple[Any, ...]],
     network: str,
 ) -> list[str]:
     lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
@@ -146,6 +150,12 @@ async def render(conn: psycopg.AsyncConnection[Any], network: str) -> str:
         for name, help_text, query, labels, kind in QUERIES:
             cur = await conn.execute(query)
             lines += _family(name, help_text, kind, labels, await cur.fetchall(), network)
-    lines += _family("qtg_up", "The API reached the database as the scraper's login.",
-                     "gauge", (), [(1,)], network)
+    lines += _family(
+        "qtg_up",
+        "The API reached the database as the scraper's login.",
+        "gauge",
+        (),
+        [(1,)],
+        network,
+    )
     return "\n".join(lines) + "\n"

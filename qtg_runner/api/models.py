@@ -13,10 +13,13 @@ AMOUNT = re.compile(r"^[0-9]{1,32}(\.[0-9]{1,6})?$")
 PLAN_EXAMPLE: dict[str, Any] = {
     "nodes": [
         {"key": "burn", "executor": "sim", "config": {"lane": "cctp_fast"}},
-        {"key": "mint", "executor": "sim", "config": {"lane": "cctp_fast"},
-         "depends_on": ["burn"]},
-        {"key": "deposit", "executor": "sim", "config": {"lane": "bybit_deposit"},
-         "depends_on": ["mint"]},
+        {"key": "mint", "executor": "sim", "config": {"lane": "cctp_fast"}, "depends_on": ["burn"]},
+        {
+            "key": "deposit",
+            "executor": "sim",
+            "config": {"lane": "bybit_deposit"},
+            "depends_on": ["mint"],
+        },
     ]
 }
 CREATE_EXAMPLE: dict[str, Any] = {
@@ -36,7 +39,7 @@ class MovementCreate(BaseModel):
     external_id: Annotated[str, Field(min_length=1, max_length=200)]
     amount: Annotated[
         str | int,
-        Field(description="Decimal, at most 6 places; a string keeps it exact, e.g. \"250000.5\""),
+        Field(description='Decimal, at most 6 places; a string keeps it exact, e.g. "250000.5"'),
     ]
     asset: Annotated[str, Field(pattern=r"^[A-Z0-9]{2,16}$")] = "USDC"
     plan: dict[str, Any] | None = None
@@ -51,7 +54,7 @@ class MovementCreate(BaseModel):
     def _amount(cls, value: str | int) -> str:
         text = str(value)
         if isinstance(value, bool) or not AMOUNT.match(text) or Decimal(text) <= 0:
-            raise ValueError("a positive decimal with at most 6 places, e.g. \"250000.5\"")
+            raise ValueError('a positive decimal with at most 6 places, e.g. "250000.5"')
         return text
 
     def decimal_amount(self) -> Decimal:

@@ -248,13 +248,20 @@ def mount_page(app: FastAPI, config: Any) -> None:
             conn = await config.database.connect(Credentials(login, password))
         except Problem as problem:
             return signin_page(problem.detail, problem.status)
-        session = Session(login, conn, secrets.token_urlsafe(32),
-                          time.monotonic() + config.session_seconds)
+        session = Session(
+            login, conn, secrets.token_urlsafe(32), time.monotonic() + config.session_seconds
+        )
         sid = await sessions.add(session)
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, sid, httponly=True, samesite="strict",
-                            secure=config.secure_cookies, path="/",
-                            max_age=int(config.session_seconds))
+        response.set_cookie(
+            COOKIE,
+            sid,
+            httponly=True,
+            samesite="strict",
+            secure=config.secure_cookies,
+            path="/",
+            max_age=int(config.session_seconds),
+        )
         return response
 
     def checked(request: Request, session: Session | None, form: dict[str, str]) -> Session:
@@ -263,8 +270,11 @@ def mount_page(app: FastAPI, config: Any) -> None:
         if not same_origin(request) or not hmac.compare_digest(
             form.get("csrf", "").encode(), session.csrf.encode()
         ):
-            raise Problem(403, "Cross-site request refused",
-                          "the form's CSRF token is missing or not this session's")
+            raise Problem(
+                403,
+                "Cross-site request refused",
+                "the form's CSRF token is missing or not this session's",
+            )
         return session
 
     @app.post("/signout", include_in_schema=False)
@@ -288,25 +298,57 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     )
                     counts = [dict(r) for r in await cur.fetchall()]
                 waiting, _ = await reads.movements(
-                    session.conn, states=["PENDING_APPROVAL"], external_id=None,
-                    created_by=None, limit=100, before=None,
+                    session.conn,
+                    states=["PENDING_APPROVAL"],
+                    external_id=None,
+                    created_by=None,
+                    limit=100,
+                    before=None,
                 )
                 recent, _ = await reads.movements(
-                    session.conn, states=[], external_id=None, created_by=None, limit=20,
+                    session.conn,
+                    states=[],
+                    external_id=None,
+                    created_by=None,
+                    limit=20,
                     before=None,
                 )
             except psycopg.OperationalError:
                 await sessions.drop(request)
                 return RedirectResponse("/signin", status_code=303)
         body = (
-            "<h2>Pipeline</h2>" + table(counts, ["entity", "state", "total"])
+            "<h2>Pipeline</h2>"
+            + table(counts, ["entity", "state", "total"])
             + "<h2>Waiting for approval</h2>"
-            + table(waiting, ["movement_id", "external_id", "amount", "asset", "created_by",
-                              "created_at", "nodes_total"], row_id="waiting")
+            + table(
+                waiting,
+                [
+                    "movement_id",
+                    "external_id",
+                    "amount",
+                    "asset",
+                    "created_by",
+                    "created_at",
+                    "nodes_total",
+                ],
+                row_id="waiting",
+            )
             + "<h2>Latest movements</h2>"
-            + table(recent, ["movement_id", "external_id", "state", "amount", "asset",
-                             "created_by", "approved_by", "nodes_completed", "nodes_total"],
-                    row_id="recent")
+            + table(
+                recent,
+                [
+                    "movement_id",
+                    "external_id",
+                    "state",
+                    "amount",
+                    "asset",
+                    "created_by",
+                    "approved_by",
+                    "nodes_completed",
+                    "nodes_total",
+                ],
+                row_id="recent",
+            )
         )
         return layout("QTG operator", body, session)
 
@@ -326,8 +368,19 @@ def mount_page(app: FastAPI, config: Any) -> None:
                 return RedirectResponse("/signin", status_code=303)
         summary = "".join(
             f"<tr><th>{e(k)}</th><td id='m-{e(k)}'>{cell(k, movement.get(k))}</td></tr>"
-            for k in ("movement_id", "external_id", "state", "stop_reason", "amount", "asset",
-                      "created_by", "approved_by", "created_at", "approved_at", "expires_at")
+            for k in (
+                "movement_id",
+                "external_id",
+                "state",
+                "stop_reason",
+                "amount",
+                "asset",
+                "created_by",
+                "approved_by",
+                "created_at",
+                "approved_at",
+                "expires_at",
+            )
         )
         csrf = f'<input type="hidden" name="csrf" value="{e(session.csrf)}">'
         actions = (
@@ -338,18 +391,32 @@ def mount_page(app: FastAPI, config: Any) -> None:
             '<button type="submit" id="cancel">cancel</button></form>'
         )
         dag = "".join(
-            "<div class='level'>" + "".join(
+            "<div class='level'>"
+            + "".join(
                 f"<div class='node {e(n['state'])}' id='node-{e(n['node_key'])}'>"
                 f"<b>{e(n['node_key'])}</b><br>{e(n['executor_key'])} · "
                 f"<span class='state'>{e(n['state'])}</span></div>"
                 for n in level
-            ) + "</div>"
+            )
+            + "</div>"
             for level in dag_levels(nodes)
         )
         body = (
             f"<table>{summary}</table><p>{actions}</p><h2>DAG</h2><div class='dag'>{dag}</div>"
-            + table(nodes, ["node_key", "depends_on", "executor_key", "lane", "state",
-                            "external_ref", "tx_hashes", "evidence", "last_error"])
+            + table(
+                nodes,
+                [
+                    "node_key",
+                    "depends_on",
+                    "executor_key",
+                    "lane",
+                    "state",
+                    "external_ref",
+                    "tx_hashes",
+                    "evidence",
+                    "last_error",
+                ],
+            )
         )
         return layout(f"Movement {movement_id}", body, session)
 
@@ -366,9 +433,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     )
                 session.flash.append(("ok", f"movement {movement_id}: {state}"))
             except procs.Refused as refused:
-                session.flash.append(
-                    ("error", f"refused ({refused.sqlstate}): {refused.message}")
-                )
+                session.flash.append(("error", f"refused ({refused.sqlstate}): {refused.message}"))
             except psycopg.OperationalError:
                 await sessions.drop(request)
                 return RedirectResponse("/signin", status_code=303)

@@ -226,6 +226,11 @@ async def proposal(conn: psycopg.AsyncConnection[Any], proposal_id: int) -> dict
         )
         row = await cur.fetchone()
     if row is None:
-        raise Problem(404, "Configuration proposal not found",
-                      f"proposal {proposal_id} does not exist", code="QT013", hint=None)
+        raise Problem(
+            404,
+            "Configuration proposal not found",
+            f"proposal {proposal_id} does not exist",
+            code="QT013",
+            hint=None,
+        )
     return dict(jsonable(row))

@@ -26,8 +26,9 @@ app = typer.Typer(
     ),
     invoke_without_command=True,
 )
-token_app = typer.Typer(help="Bearer tokens: a login and its password in one string (admin).",
-                        no_args_is_help=True)
+token_app = typer.Typer(
+    help="Bearer tokens: a login and its password in one string (admin).", no_args_is_help=True
+)
 app.add_typer(token_app, name="token")
 out = Console()
 err = Console(stderr=True)
@@ -108,8 +109,9 @@ def issue_cmd(
     name: Annotated[str, typer.Argument(help="The login the token logs in as.")],
     output: Annotated[
         Path,
-        typer.Option("--output", "-o",
-                     help="Write the token to this file (created 0600); '-' prints it."),
+        typer.Option(
+            "--output", "-o", help="Write the token to this file (created 0600); '-' prints it."
+        ),
     ],
     valid_for: Annotated[
         str | None,

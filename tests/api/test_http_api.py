@@ -45,7 +45,7 @@ def problem(response: httpx.Response, status: int, code: str | None = None) -> d
     body: dict[str, Any] = response.json()
     assert body["status"] == status
     assert {"type", "title", "detail"} <= set(body)
-    for leak in ("Traceback", "File \"", "psycopg", "PL/pgSQL", "CONTEXT:"):
+    for leak in ("Traceback", 'File "', "psycopg", "PL/pgSQL", "CONTEXT:"):
         assert leak not in response.text, response.text
     if code is not None:
         assert (body["code"], body["type"]) == (code, f"/problems/{code}")
@@ -55,8 +55,8 @@ def problem(response: httpx.Response, status: int, code: str | None = None) -> d
 
 def create(client: httpx.Client, external_id: str, **extra: Any) -> httpx.Response:
     return client.post(
-        "/v1/movements", json={"external_id": external_id, "amount": "100", "plan": ONE_NODE,
-                               **extra}
+        "/v1/movements",
+        json={"external_id": external_id, "amount": "100", "plan": ONE_NODE, **extra},
     )
 
 
@@ -69,8 +69,9 @@ def test_identity_is_the_databases(world: ApiWorld, tmp_path: Path) -> None:
         problem(anonymous.get("/v1/movements", auth=(alice.login, "wrong")), 401)
         problem(anonymous.get("/v1/movements", auth=("nobody_at_all", "x")), 401)
         problem(anonymous.get("/v1/movements", auth=(alice.login, "")), 401)  # never the passfile
-        problem(anonymous.get("/v1/movements",
-                              headers={"Authorization": "Bearer not-a-token"}), 401)
+        problem(
+            anonymous.get("/v1/movements", headers={"Authorization": "Bearer not-a-token"}), 401
+        )
         problem(anonymous.get("/v1/movements", headers={"Authorization": "Digest x"}), 401)
     # a missing grant is the database's refusal: 403
     with world.client("runner") as runner:
@@ -109,7 +110,10 @@ def test_create_is_idempotent_and_approval_four_eyes_across_two_logins(world: Ap
         movement = first.json()
         assert first.headers["location"] == f"/v1/movements/{movement['movement_id']}"
         assert (movement["state"], movement["created_by"], movement["amount"]) == (
-            "PENDING_APPROVAL", world.people["alice"].login, "100")
+            "PENDING_APPROVAL",
+            world.people["alice"].login,
+            "100",
+        )
         assert movement["created"] is True
         again = create(alice, "idem-1", expires_at="2099-01-01T00:00:00Z")
         assert again.status_code == 200
@@ -117,8 +121,9 @@ def test_create_is_idempotent_and_approval_four_eyes_across_two_logins(world: Ap
         assert again.json()["created"] is False
         body = problem(create(alice, "idem-1"), 409, "QT004")  # no expiry this time
         assert "different request" in body["detail"] and body["hint"]
-        problem(create(alice, "idem-1", amount="101", expires_at="2099-01-01T00:00:00Z"),
-                409, "QT004")
+        problem(
+            create(alice, "idem-1", amount="101", expires_at="2099-01-01T00:00:00Z"), 409, "QT004"
+        )
 
         mid = movement["movement_id"]
         refused = problem(alice.post(f"/v1/movements/{mid}/approve"), 403, "QT022")
@@ -126,7 +131,9 @@ def test_create_is_idempotent_and_approval_four_eyes_across_two_logins(world: Ap
         approved = bob.post(f"/v1/movements/{mid}/approve")
         assert approved.status_code == 200
         assert (approved.json()["state"], approved.json()["approved_by"]) == (
-            "APPROVED", world.people["bob"].login)
+            "APPROVED",
+            world.people["bob"].login,
+        )
         again_approved = bob.post(f"/v1/movements/{mid}/approve")  # as it is
         assert again_approved.status_code == 200 and again_approved.json()["state"] == "APPROVED"
         problem(alice.post(f"/v1/movements/{mid}/approve"), 409, "QT020")
@@ -146,7 +153,8 @@ def test_create_is_idempotent_and_approval_four_eyes_across_two_logins(world: Ap
 
         nodes = alice.get(f"/v1/movements/{mid}/nodes").json()["items"]
         assert [(n["node_key"], n["state"], n["tx_hashes"]) for n in nodes] == [
-            ("a", "SKIPPED", [])]
+            ("a", "SKIPPED", [])
+        ]
 
 
 def test_the_readme_example_and_the_dag(world: ApiWorld) -> None:
@@ -155,7 +163,10 @@ def test_the_readme_example_and_the_dag(world: ApiWorld) -> None:
         assert created.status_code == 201, created.text
         nodes = alice.get(f"/v1/movements/{created.json()['movement_id']}/nodes").json()["items"]
     assert [(n["node_key"], n["depends_on"], n["state"]) for n in nodes] == [
-        ("burn", [], "PENDING"), ("mint", ["burn"], "PENDING"), ("deposit", ["mint"], "PENDING")]
+        ("burn", [], "PENDING"),
+        ("mint", ["burn"], "PENDING"),
+        ("deposit", ["mint"], "PENDING"),
+    ]
     assert all(n["evidence"] is None and n["intents"] == [] for n in nodes)
     # what OpenAPI shows is README's psql session
     readme = README.read_text()
@@ -185,16 +196,30 @@ def test_invalid_requests_are_422_and_unknown_ones_404(world: ApiWorld) -> None:
         ):
             body_ = problem(alice.post("/v1/movements", json=body), 422)
             assert body_["errors"]
-        problem(alice.post("/v1/movements", content=b"{not json",
-                           headers={"content-type": "application/json"}), 422)
-        cycle = {"nodes": [{"key": "a", "executor": "sim", "config": {"lane": "default"}, "depends_on": ["b"]},
-                           {"key": "b", "executor": "sim", "config": {"lane": "default"}, "depends_on": ["a"]}]}
+        problem(
+            alice.post(
+                "/v1/movements", content=b"{not json", headers={"content-type": "application/json"}
+            ),
+            422,
+        )
+        cycle = {
+            "nodes": [
+                {"key": "a", "executor": "sim", "config": {"lane": "default"}, "depends_on": ["b"]},
+                {"key": "b", "executor": "sim", "config": {"lane": "default"}, "depends_on": ["a"]},
+            ]
+        }
         assert "cycle" in problem(create(alice, "cyclic", plan=cycle), 422, "QT001")["detail"]
-        problem(create(alice, "no-exec", plan={"nodes": [{"key": "a", "executor": "x"}]}),
-                422, "QT001")
+        problem(
+            create(alice, "no-exec", plan={"nodes": [{"key": "a", "executor": "x"}]}), 422, "QT001"
+        )
         problem(create(alice, "two-ways", template="nope"), 422, "QT002")
-        problem(alice.post("/v1/movements", json={"external_id": "tpl", "amount": "1",
-                                                  "template": "nope"}), 422, "QT003")
+        problem(
+            alice.post(
+                "/v1/movements", json={"external_id": "tpl", "amount": "1", "template": "nope"}
+            ),
+            422,
+            "QT003",
+        )
         problem(create(alice, "huge", amount="9" * 20), 422, "QT005")
         problem(alice.get("/v1/movements/424242"), 404, "QT010")
         problem(alice.post("/v1/movements/424242/approve"), 404, "QT010")
@@ -203,8 +228,14 @@ def test_invalid_requests_are_422_and_unknown_ones_404(world: ApiWorld) -> None:
         problem(alice.get("/v1/movements/abc"), 422)
         problem(alice.get("/v1/nothing-here"), 404)
         problem(alice.get("/v1/proposals/424242"), 404, "QT013")
-        problem(alice.post("/v1/movements", content=b"x" * (3 * 1024 * 1024),
-                           headers={"content-type": "application/json"}), 413)
+        problem(
+            alice.post(
+                "/v1/movements",
+                content=b"x" * (3 * 1024 * 1024),
+                headers={"content-type": "application/json"},
+            ),
+            413,
+        )
 
 
 def test_list_pages_by_cursor_newest_first(world: ApiWorld) -> None:
@@ -227,8 +258,9 @@ def test_list_pages_by_cursor_newest_first(world: ApiWorld) -> None:
             if cursor is None:
                 break
         assert seen == sorted(made, reverse=True) and pages == 3
-        pending = bob.get("/v1/movements", params={"state": "PENDING_APPROVAL",
-                                                   "external_id": "page-3"}).json()["items"]
+        pending = bob.get(
+            "/v1/movements", params={"state": "PENDING_APPROVAL", "external_id": "page-3"}
+        ).json()["items"]
         assert [m["movement_id"] for m in pending] == [made[3]]
         problem(bob.get("/v1/movements", params={"cursor": "garbage!"}), 422)
         problem(bob.get("/v1/movements", params={"state": "DONE"}), 422)
@@ -238,29 +270,43 @@ def test_list_pages_by_cursor_newest_first(world: ApiWorld) -> None:
 def test_callback_targets_are_proposed_by_one_login_and_registered_by_another(
     world: ApiWorld,
 ) -> None:
-    target = {"name": "treasury-ops", "url": "https://hooks.example.com/qtg",
-              "secret_ref": "env:QTG_CB_TREASURY_OPS"}
+    target = {
+        "name": "treasury-ops",
+        "url": "https://hooks.example.com/qtg",
+        "secret_ref": "env:QTG_CB_TREASURY_OPS",
+    }
     with world.client("alice") as alice, world.client("bob") as bob:
         proposed = alice.post("/v1/callback-targets", json=target)
         assert proposed.status_code == 202, proposed.text
         proposal = proposed.json()
         assert (proposal["kind"], proposal["state"]) == ("callback_target", "PROPOSED")
-        assert alice.post("/v1/callback-targets", json=target).json()["proposal_id"] == (
-            proposal["proposal_id"])  # a retry: the same proposal
+        assert (
+            alice.post("/v1/callback-targets", json=target).json()["proposal_id"]
+            == (proposal["proposal_id"])
+        )  # a retry: the same proposal
         listed = alice.get("/v1/callback-targets").json()
         assert listed["items"] == [] and len(listed["proposed"]) == 1
         problem(alice.post(f"/v1/proposals/{proposal['proposal_id']}/approve"), 403, "QT022")
         applied = bob.post(f"/v1/proposals/{proposal['proposal_id']}/approve")
         assert applied.status_code == 200 and applied.json()["state"] == "APPLIED"
         assert bob.post(f"/v1/proposals/{proposal['proposal_id']}/approve").json()["state"] == (
-            "APPLIED")
+            "APPLIED"
+        )
         [registered] = alice.get("/v1/callback-targets").json()["items"]
         assert (registered["name"], registered["url"], registered["enabled"]) == (
-            "treasury-ops", target["url"], True)
+            "treasury-ops",
+            target["url"],
+            True,
+        )
         assert alice.post("/v1/callback-targets", json=target).status_code == 200
-        problem(alice.post("/v1/callback-targets", json={**target, "name": "other",
-                                                         "secret_ref": "whsec_c2VjcmV0"}),
-                422, "QT002")
+        problem(
+            alice.post(
+                "/v1/callback-targets",
+                json={**target, "name": "other", "secret_ref": "whsec_c2VjcmV0"},
+            ),
+            422,
+            "QT002",
+        )
     with world.client("runner") as runner:
         problem(runner.post("/v1/callback-targets", json={**target, "name": "x"}), 403)
 
@@ -279,14 +325,24 @@ def test_health_readiness_and_metrics(world: ApiWorld) -> None:
         assert scraped.headers["content-type"].startswith("text/plain; version=0.0.4")
         families = {f.name: f for f in text_string_to_metric_families(scraped.text)}
     expected = {
-        "qtg_movements", "qtg_nodes", "qtg_nodes_in_flight", "qtg_nodes_stuck",
-        "qtg_workers_stalled", "qtg_callbacks_pending", "qtg_callbacks_dead",
-        "qtg_callbacks_refused", "qtg_lane_latency_seconds", "qtg_up",
+        "qtg_movements",
+        "qtg_nodes",
+        "qtg_nodes_in_flight",
+        "qtg_nodes_stuck",
+        "qtg_workers_stalled",
+        "qtg_callbacks_pending",
+        "qtg_callbacks_dead",
+        "qtg_callbacks_refused",
+        "qtg_lane_latency_seconds",
+        "qtg_up",
     }
     assert expected <= set(families)
     with world.admin() as admin:
-        counts = dict(admin.execute(
-            "SELECT state, total FROM pipeline_counts WHERE entity = 'movement'").fetchall())
+        counts = dict(
+            admin.execute(
+                "SELECT state, total FROM pipeline_counts WHERE entity = 'movement'"
+            ).fetchall()
+        )
     got = {s.labels["state"]: s.value for s in families["qtg_movements"].samples}
     assert got == {state: float(total) for state, total in counts.items()}
     assert all(s.labels["network"] == "testnet" for s in families["qtg_movements"].samples)

@@ -8,7 +8,8 @@ transaction. A self-approval is refused without an error: a QT022 warning,
 PROPOSED returned, an 'approval_refused' audit row kept and nothing else
 changed (the typed layer raises it as ``procs.Refused``). Refused with an
 error and nothing changed: an unknown proposal (QT013); one APPLIED (but for
-its approver, who gets APPLIED back), REJECTED, SUPERSEDED or EXPIRED, or past its expiry before the sidecar ran
+its approver, who gets APPLIED back), REJECTED, SUPERSEDED or EXPIRED, or
+past its expiry before the sidecar ran
 (QT023); a subject changed since the proposal (QT024); a value beyond the
 bounds as they are at approval, or a template plan that no longer validates
 (QT005, QT001).

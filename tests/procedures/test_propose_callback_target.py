@@ -39,9 +39,16 @@ def test_proposed_by_one_login_registered_when_a_second_approves(conn: Conn) -> 
         assert state == "PROPOSED"
         assert written.audit == [("proposal", str(proposal_id), "proposed", None, "PROPOSED")]
         row = proposal_row(conn, proposal_id)
-        assert (row["kind"], row["subject"], row["before_value"]) == ("callback_target", "ops", None)
+        assert (row["kind"], row["subject"], row["before_value"]) == (
+            "callback_target",
+            "ops",
+            None,
+        )
         assert row["proposed_value"] == {
-            "url": TARGET[1], "secret_ref": TARGET[2], "allow_private": False, "enabled": True,
+            "url": TARGET[1],
+            "secret_ref": TARGET[2],
+            "allow_private": False,
+            "enabled": True,
         }
         assert target(conn) is None
         # a retry of the same call: the same open proposal, nothing superseded
@@ -70,7 +77,10 @@ def test_a_change_of_a_target_is_proposed_against_its_value(conn: Conn) -> None:
         assert row["before_value"]["enabled"] is True
         assert row["proposed_value"]["enabled"] is False
         assert_rejected(
-            conn, "QT002", "SELECT propose_callback_target(%s, %s, %s)", TARGET,
+            conn,
+            "QT002",
+            "SELECT propose_callback_target(%s, %s, %s)",
+            TARGET,
             tables=CONFIG_TABLES,
         )  # the value it has already
     with as_person(conn, "bob"):
@@ -90,6 +100,9 @@ def test_a_change_of_a_target_is_proposed_against_its_value(conn: Conn) -> None:
 def test_what_the_admin_step_refuses_is_refused(conn: Conn, args: tuple[str, str, str]) -> None:
     with as_person(conn, "alice"):
         assert_rejected(
-            conn, "QT002", "SELECT propose_callback_target(%s, %s, %s)", args,
+            conn,
+            "QT002",
+            "SELECT propose_callback_target(%s, %s, %s)",
+            args,
             tables=(*CONFIG_TABLES, "callback_targets"),
         )
