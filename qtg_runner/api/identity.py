@@ -17,9 +17,9 @@ token can only ever open a session as the login it names: there is no table
 of tokens the API could read wrongly, and no secret in the API to misuse.
 
 Nothing of the API host's own libpq environment may stand in for a missing
-password: every connection names ``passfile=/dev/null`` (a pgpass file on the
-host, such as the credentials file, never fills in a password) and refuses an
-empty password before connecting.
+password: every connection names a passfile that cannot exist (a pgpass file
+on the host, such as the credentials file, never fills in a password) and an
+empty password is refused before connecting.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ TOKEN_PATTERN = re.compile(r"^qtg\.([a-z][a-z0-9_]{0,62})\.([A-Za-z0-9_-]{20,200
 LOGIN_PATTERN = re.compile(r"^[^\x00-\x1f:]{1,63}$")
 MAX_PASSWORD = 1024
 REALM = 'Basic realm="qtg", charset="UTF-8"'
+NO_PASSFILE = "/proc/self/qtg-no-passfile"
+"""A passfile nobody can create: libpq finds no password there, silently."""
 
 CHALLENGE = {"WWW-Authenticate": REALM}
 """The header a 401 carries: Basic (or a bearer token, see the README)."""
@@ -133,7 +135,7 @@ class Database:
         params: dict[str, Any] = conninfo_to_dict(base)
         params.update(
             user=credentials.login,
-            passfile="/dev/null",
+            passfile=NO_PASSFILE,
             connect_timeout=str(self.connect_timeout),
         )
         params.pop("password", None)

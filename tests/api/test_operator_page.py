@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from api_support import ApiWorld, api_world
+
 from qtg_runner.api.models import CREATE_EXAMPLE
 
 CHROMIUM = Path(os.environ.get("QTG_CHROMIUM", "/usr/bin/chromium"))
