@@ -364,3 +364,19 @@ def test_every_documented_code_has_a_status() -> None:
     table = README.read_text().split("## Errors", 1)[1].split("\n## ", 1)[0]
     documented = set(re.findall(r"`(QT\d{3})`", table))
     assert documented and documented == set(SQLSTATE_STATUS)
+
+
+def test_the_api_keeps_no_credential_of_whoever_started_it() -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from qtg_runner.api.identity import Credentials, Database, server_conninfo
+
+    admin = "host=/run/pg port=5433 dbname=qtg user=postgres password=secret passfile=/x/pgpass"
+    kept = conninfo_to_dict(server_conninfo(admin))
+    assert kept == {"host": "/run/pg", "port": "5433", "dbname": "qtg"}
+    caller = conninfo_to_dict(
+        Database(server_conninfo(admin), "testnet").caller_conninfo(Credentials("alice", "pw"))
+    )
+    assert caller["user"] == "alice" and "password" not in caller
+    assert caller["passfile"] == "/proc/self/qtg-no-passfile"
+    assert "search_path=testnet,qtg" in caller["options"]
