@@ -177,6 +177,7 @@ def mark_test_cmd(
 
 
 from qtg_runner.commands import (  # noqa: E402
+    api,
     audit,
     balances,
     callbacks,
@@ -207,6 +208,8 @@ app.add_typer(drill.app, name="drill")
 app.add_typer(audit.app, name="audit")
 app.add_typer(callbacks.app, name="callbacks")
 app.add_typer(balances.app, name="balances")
+app.add_typer(api.app, name="api")
+app.add_typer(logins.reader_app, name="reader")
 
 
 def run() -> None:

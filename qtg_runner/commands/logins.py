@@ -31,13 +31,21 @@ CredentialsFileOption = Annotated[
     ),
 ]
 
-ONE_PER: dict[logins.Kind, str] = {"operator": "person", "runner": "runner deployment"}
+ONE_PER: dict[logins.Kind, str] = {
+    "operator": "person",
+    "runner": "runner deployment",
+    "reader": "dashboard or scraper",
+}
 WHAT: dict[logins.Kind, str] = {
     "operator": (
         "a person: creates, approves and cancels movements in their own name "
         "(four eyes: the creator's login cannot approve)"
     ),
     "runner": "a runner deployment: `qtg run` and `qtg worker` log in as it, never as the admin",
+    "reader": (
+        "a dashboard, an auditor or a metrics scraper: reads every table and view of its "
+        "network (e.g. /metrics of `qtg api`), changes nothing"
+    ),
 }
 
 
@@ -148,3 +156,4 @@ def _make_app(kind: logins.Kind) -> typer.Typer:
 
 operator_app = _make_app("operator")
 runner_app = _make_app("runner")
+reader_app = _make_app("reader")

@@ -30,8 +30,8 @@ from psycopg import sql
 from qtg_runner import credentials
 from qtg_runner.config import NetworkMode
 
-Kind = Literal["operator", "runner"]
-KINDS: tuple[Kind, ...] = ("operator", "runner")
+Kind = Literal["operator", "runner", "reader"]
+KINDS: tuple[Kind, ...] = ("operator", "runner", "reader")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 RESERVED_PREFIXES = ("pg_", "qtg_")
 

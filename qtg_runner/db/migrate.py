@@ -7,7 +7,8 @@ migrate(dsn)
      those in schema qtg and in every network schema (never qtg_admin, never
      objects that belong to an extension), then runs sql/functions/common/*.sql
      in schema qtg, and for each network in qtg_admin.networks the folders of
-     ROUTINE_FOLDERS then views/, in the network's schema.
+     ROUTINE_FOLDERS then views/, in the network's schema;
+  3. records the applied migrations' ids in qtg.schema_migrations (/readyz).
 
 The folder a routine's file sits in says who may call it, and is the one source
 of truth for it: each file defines the routine it is named after, and the
@@ -137,6 +138,8 @@ def migrate(dsn: str, *, sql_root: Path | None = None) -> MigrateResult:
             with _yoyo_output("post-apply"):
                 backend.run_post_apply(pending)
             result = install_functions(dsn, sql_root=root)
+            done = applied_hashes(backend)
+            _record_schema(dsn, [str(m.id) for m in migrations if m.hash in done])
     finally:
         backend.connection.close()
     return MigrateResult(
@@ -187,6 +190,26 @@ def install_functions(dsn: str, *, sql_root: Path | None = None) -> MigrateResul
             result.views[net],
         )
     return result
+
+
+def applied_hashes(backend: Any) -> set[str]:
+    return set(_applied_hashes(backend))
+
+
+def _record_schema(dsn: str, applied: list[str]) -> None:
+    """Write the applied migrations' ids to qtg.schema_migrations (from
+    0029_http_api on), which every login may read: /readyz compares them with
+    the build's."""
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        if conn.execute("SELECT to_regclass('qtg.schema_migrations')").fetchone() == (None,):
+            return
+        conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(OWNER_ROLE)))
+        conn.execute("DELETE FROM qtg.schema_migrations")
+        conn.execute(
+            "INSERT INTO qtg.schema_migrations (migration_id, recorded_at)"
+            " SELECT unnest(%s::text[]), now()",
+            [applied],
+        )
 
 
 def _set_search_path(conn: psycopg.Connection[Any], *schemas: str) -> None:

@@ -141,6 +141,7 @@ class ProposalKind(enum.StrEnum):
     LANE_BASELINE = "lane_baseline"
     TEMPLATE = "template"
     EXECUTOR_CONFIG = "executor_config"
+    CALLBACK_TARGET = "callback_target"
 
 
 class ProposalState(enum.StrEnum):
@@ -1467,6 +1468,18 @@ def propose_executor_config(
     description: Text | Default | None = DEFAULT,
 ) -> Call[Proposal]:
     """Proposes a registered executor's node config schema and description."""
+
+
+@procedure("operator")
+def propose_callback_target(
+    target_name: Text,
+    url: Text,
+    secret_ref: Text,
+    allow_private: Boolean | Default = DEFAULT,
+    enabled: Boolean | Default = DEFAULT,
+) -> Call[Proposal]:
+    """Proposes a receiver of signed callbacks (registered when a second
+    operator approves); the same login and value again answer the open proposal."""
 
 
 @procedure("operator")

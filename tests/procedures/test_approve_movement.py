@@ -6,7 +6,8 @@ the approver is the calling login (session_user), never a parameter. The
 creator's own approval is refused with a QT022 WARNING that leaves the movement
 as it was and keeps the refusal in the audit log (an error would roll it back);
 QT020 from any other state or once the expiry is reached (even before the
-expiration checker ran), QT010 for an unknown movement. Logins of real people
+expiration checker ran), except for the login that approved it, which gets
+the state as it is (an approval is idempotent), QT010 for an unknown movement. Logins of real people
 are played in tests/security/test_identity.py.
 
 A legal call runs in one transaction (``in_one_transaction``) and the test reads
@@ -89,8 +90,26 @@ def test_approve_is_only_from_pending_approval(conn: Conn) -> None:
     # and EXPIRED last, as it moves the clock
     states = ["COMPLETED", "FAILED", "CANCELLED", "EXECUTING", "APPROVED", "EXPIRED"]
     movements = {state: movement_in(conn, state, external_id=state) for state in states}
-    for movement_id in movements.values():
-        assert_rejected(conn, "QT020", "SELECT approve_movement(%s)", (movement_id,))
+    with as_person(conn, "carol"):  # not their approver: that one gets the state back
+        for movement_id in movements.values():
+            assert_rejected(conn, "QT020", "SELECT approve_movement(%s)", (movement_id,))
+
+
+def test_the_approver_approving_again_gets_the_state_as_it_is(conn: Conn) -> None:
+    movement_id = create(conn, ONE, "m1", actor="alice")
+    with as_person(conn, "bob"):
+        procs.approve_movement(movement_id).one(conn)
+        before = request_row(conn, movement_id)
+        audit_before = audit_rows(conn, movement_id)
+        again = in_one_transaction(conn, "SELECT approve_movement(%s)::text", (movement_id,))
+    assert again.rows == [("APPROVED",)]
+    assert (again.audit, again.callbacks) == ([], [])
+    assert request_row(conn, movement_id) == before
+    assert audit_rows(conn, movement_id) == audit_before
+    # another login is still refused, and so is the creator (four eyes unchanged)
+    for person in ("carol", "alice"):
+        with as_person(conn, person):
+            assert_rejected(conn, "QT020", "SELECT approve_movement(%s)", (movement_id,))
 
 
 def test_approve_unknown_movement(conn: Conn) -> None:

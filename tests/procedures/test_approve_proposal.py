@@ -7,8 +7,9 @@ recorded (decided_by, decided_at) and audited with the change in one
 transaction. A self-approval is refused without an error: a QT022 warning,
 PROPOSED returned, an 'approval_refused' audit row kept and nothing else
 changed (the typed layer raises it as ``procs.Refused``). Refused with an
-error and nothing changed: an unknown proposal (QT013); one APPLIED,
-REJECTED, SUPERSEDED or EXPIRED, or past its expiry before the sidecar ran
+error and nothing changed: an unknown proposal (QT013); one APPLIED (but for
+its approver, who gets APPLIED back), REJECTED, SUPERSEDED or EXPIRED, or
+past its expiry before the sidecar ran
 (QT023); a subject changed since the proposal (QT024); a value beyond the
 bounds as they are at approval, or a template plan that no longer validates
 (QT005, QT001).
@@ -160,7 +161,7 @@ def test_only_an_open_proposal_can_be_approved(conn: Conn, bob: Conn) -> None:
         (expired, "EXPIRED"),
     ):
         error = assert_rejected(
-            bob,
+            conn if state == "APPLIED" else bob,  # bob applied it: he gets APPLIED back
             "QT023",
             "SELECT approve_proposal(%s)",
             (proposal.proposal_id,),
@@ -168,6 +169,10 @@ def test_only_an_open_proposal_can_be_approved(conn: Conn, bob: Conn) -> None:
         )
         assert f"is {state}, only PROPOSED can be approved" in str(error)
     assert_rejected(bob, "QT013", "SELECT approve_proposal(424242)", tables=CONFIG_TABLES)
+    # the approver asking again: APPLIED, as it is, nothing written
+    before = [conn.execute(f"SELECT count(*) FROM {t}").fetchone() for t in CONFIG_TABLES]
+    assert procs.approve_proposal(applied.proposal_id).one(bob) == "APPLIED"
+    assert [conn.execute(f"SELECT count(*) FROM {t}").fetchone() for t in CONFIG_TABLES] == before
 
 
 def test_a_proposal_past_its_expiry_cannot_be_approved_before_the_sidecar_ran(

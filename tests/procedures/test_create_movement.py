@@ -308,11 +308,46 @@ def test_the_same_request_again_returns_the_same_movement_and_writes_nothing(con
 def test_a_different_request_under_the_same_external_id_conflicts(conn: Conn) -> None:
     the_plan = plan(node("a"), node("b", ["a"]))
     conn.execute(CREATE, create_args(the_plan=the_plan))
-    rejected(conn, "QT004", "different plan", the_plan=plan(node("a")))
-    rejected(conn, "QT004", "different plan", the_plan=the_plan, amount="101")
+    rejected(conn, "QT004", "different request", the_plan=plan(node("a")))
+    rejected(conn, "QT004", "different request", the_plan=the_plan, amount="101")
     conn.execute("SELECT register_template('bridge', %s)", (Jsonb(the_plan),))
-    rejected(conn, "QT004", "different plan", template="bridge", params={})
+    rejected(conn, "QT004", "different request", template="bridge", params={})
     assert count(conn, "movement_requests") == 1
+
+
+def test_every_argument_is_part_of_the_request_the_external_id_names(conn: Conn) -> None:
+    # the plan and amount above; here what the database enforced only since the HTTP API
+    the_plan = plan(node("a"))
+    first = conn.execute(
+        "SELECT movement_id FROM create_movement('m1', 100, %s, p_expires_at => %s,"
+        " p_callback_url => 'https://hooks.example.com/a', p_priority => 1)",
+        (Jsonb(the_plan), iso_at(3600)),
+    ).fetchone()
+    assert first is not None
+    same = (
+        "SELECT movement_id, created FROM create_movement('m1', 100, %s, p_expires_at => %s,"
+        " p_callback_url => %s, p_priority => %s)"
+    )
+    assert conn.execute(
+        same, (Jsonb(the_plan), iso_at(3600), "https://hooks.example.com/a", 1)
+    ).fetchone() == (first[0], False)
+    for changed in (
+        (Jsonb(the_plan), iso_at(7200), "https://hooks.example.com/a", 1),
+        (Jsonb(the_plan), None, "https://hooks.example.com/a", 1),
+        (Jsonb(the_plan), iso_at(3600), "https://hooks.example.com/b", 1),
+        (Jsonb(the_plan), iso_at(3600), None, 1),
+        (Jsonb(the_plan), iso_at(3600), "https://hooks.example.com/a", 0),
+    ):
+        error = assert_rejected(conn, "QT004", same, changed, tables=TABLES)
+        assert "different request" in str(error)
+    conn.execute("SELECT register_template('bridge', %s)", (Jsonb(plan(node("a")),),))
+    conn.execute("SELECT create_movement('m2', 100, p_template => 'bridge', p_params => '{}')")
+    assert_rejected(
+        conn,
+        "QT004",
+        "SELECT create_movement('m2', 100, p_template => 'bridge', p_params => '{\"x\": 1}')",
+        tables=TABLES,
+    )
 
 
 @pytest.mark.parametrize("first_ends", ["commit", "rollback"])

@@ -258,6 +258,13 @@ BAD_COMMANDS: list[tuple[list[str], int, str]] = [
     (["db", "url", "--login"], 2, "requires an argument"),
     (["movement", "list", "--as"], 2, "requires an argument"),
     (["movement", "list", "--as", "nobody_here"], 1, "nobody_here"),
+    # the HTTP API: refused before it serves; tokens only for a login
+    (["api", "--tls-cert", "{ok}"], 2, "--tls-key"),
+    (["api", "--port", "0"], 2, "--port"),
+    (["api", "--network", "bogus"], 2, "not a network"),
+    (["api", "token", "issue", "nobody_here", "-o", "-"], 1, "nobody_here"),
+    (["api", "token", "revoke", "Bad Name"], 1, "not a login name"),
+    (["api", "token", "issue", "alice", "-o", "-", "--valid-for", "5y"], 2, "--valid-for"),
     # no such command or option
     (["nope"], 2, "No such command"),
     (["movement", "nope"], 2, "No such command"),

@@ -708,6 +708,13 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_error": None,
         },
         "replay_callback": {"p_callback_id": w.dead_callback, "p_reason": "the receiver is back"},
+        "propose_callback_target": {
+            "p_target_name": "proposed",
+            "p_url": "https://proposed.test/cb",
+            "p_secret_ref": "env:PROPOSED_CB",
+            "p_allow_private": False,
+            "p_enabled": True,
+        },
         "upsert_callback_target": {
             "p_target_name": "other",
             "p_url": "https://other.test/cb",
@@ -1101,6 +1108,14 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_callback_id", "QT071", w.callback)
             + each("p_reason", "QT002", None, "", "  ")
             + each("p_reason", "QT005", BIG_TEXT)
+        ),
+        "propose_callback_target": (
+            each("p_target_name", "QT002", None, "", "Other", "a" * 64, BIG_TEXT)
+            + each("p_url", "QT002", None, "", "ftp://other.test/", "https://u:p@other.test/")
+            + each("p_url", "QT002", "other.test", WORLD_HOOK, "https://o.test/" + BIG_TEXT)
+            + each("p_secret_ref", "QT002", None, "", "whsec_c2VjcmV0", "env:", "vault:x", BIG_TEXT)
+            + each("p_allow_private", "QT002", None)
+            + each("p_enabled", "QT002", None)
         ),
         "upsert_callback_target": (
             each("p_target_name", "QT002", None, "", "Other", "a" * 64, BIG_TEXT)

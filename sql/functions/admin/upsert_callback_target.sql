@@ -13,7 +13,8 @@
 --                    (never link-local or a cloud metadata address)
 --   p_enabled        false stops the deliveries to it (its rows are REFUSED)
 -- QT002 anything malformed, a secret given instead of its reference, or a url
--- another target has. Audited as entity 'callback_target' when something
+-- another target has (check_callback_target, which a proposal of a target,
+-- propose_callback_target, passes too). Audited as entity 'callback_target' when something
 -- changed; the same call again changes nothing.
 CREATE OR REPLACE FUNCTION upsert_callback_target(
     p_target_name   text,
@@ -28,36 +29,8 @@ DECLARE
     v_now      timestamptz := clock();
     v_previous callback_targets;
 BEGIN
-    IF p_target_name IS NULL OR p_target_name !~ '^[a-z][a-z0-9_-]{0,62}$' THEN
-        RAISE EXCEPTION 'upsert_callback_target: a target name is 1 to 63 lower-case letters, digits, _ or -, starting with a letter, got %',
-                        coalesce(quote_literal(left(p_target_name, 80)), 'NULL')
-            USING ERRCODE = 'QT002', HINT = 'Name the receiver, e.g. treasury-ops.';
-    END IF;
-    IF p_url IS NULL OR octet_length(p_url) > 2048
-       OR p_url !~ '^https?://[A-Za-z0-9.:\[\]_-]+(/[!-~]*)?$' THEN
-        RAISE EXCEPTION 'upsert_callback_target: % needs an http(s) url of at most 2 KiB with a host and no user or password, got %',
-                        p_target_name, coalesce(quote_literal(left(p_url, 80)), 'NULL')
-            USING ERRCODE = 'QT002', HINT = 'Give e.g. https://hooks.example.com/qtg.';
-    END IF;
-    IF p_secret_ref ~ '^whsec_' THEN
-        RAISE EXCEPTION 'upsert_callback_target: % was given a secret, not where to find it', p_target_name
-            USING ERRCODE = 'QT002',
-                  HINT = 'The secret never enters the database: put it in a variable or a 0600 file where the runners run and give env:NAME or file:NAME.';
-    END IF;
-    IF p_secret_ref IS NULL OR p_secret_ref !~ '^(env|file):[A-Za-z_][A-Za-z0-9_.-]{0,127}$' THEN
-        RAISE EXCEPTION 'upsert_callback_target: the secret of % is named env:NAME or file:NAME, got %',
-                        p_target_name, coalesce(quote_literal(left(p_secret_ref, 20) || '...'), 'NULL')
-            USING ERRCODE = 'QT002',
-                  HINT = 'env:NAME is a variable of the runner''s environment, file:NAME a 0600 file in QTG_CALLBACK_SECRETS_DIR.';
-    END IF;
-    IF p_allow_private IS NULL OR p_enabled IS NULL THEN
-        RAISE EXCEPTION 'upsert_callback_target: allow_private and enabled must be true or false'
-            USING ERRCODE = 'QT002';
-    END IF;
-    IF EXISTS (SELECT 1 FROM callback_targets WHERE url = p_url AND target_name <> p_target_name) THEN
-        RAISE EXCEPTION 'upsert_callback_target: another target has the url of %', p_target_name
-            USING ERRCODE = 'QT002', HINT = 'A url is one target''s: change that target, or give another url.';
-    END IF;
+    PERFORM check_callback_target('upsert_callback_target', p_target_name, p_url, p_secret_ref,
+                                  p_allow_private, p_enabled);
 
     SELECT * INTO v_previous FROM callback_targets WHERE target_name = p_target_name FOR UPDATE;
     IF v_previous.target_name IS NOT NULL

@@ -12,6 +12,7 @@
 --                    (QT001), its size (QT005), the name (QT002)
 --   executor_config  the executor registered (QT012), check_executor_schema
 --                    (QT002/QT005)
+--   callback_target  check_callback_target (QT002)
 -- Internal.
 CREATE OR REPLACE FUNCTION check_proposal(
     p_call    text,
@@ -36,6 +37,9 @@ BEGIN
                     HINT = 'SELECT executor_key FROM executors lists the registered executors; registering one is an admin step.';
             END IF;
             PERFORM check_executor_schema(p_call, p_subject, p_value -> 'node_config_schema', p_value ->> 'description');
+        WHEN 'callback_target' THEN
+            PERFORM check_callback_target(p_call, p_subject, p_value ->> 'url', p_value ->> 'secret_ref',
+                                          (p_value -> 'allow_private')::boolean, (p_value -> 'enabled')::boolean);
     END CASE;
 END
 $$;

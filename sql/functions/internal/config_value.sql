@@ -7,6 +7,7 @@
 --                    updated_at: the ten pacing and retry settings
 --   template         {"plan", "description"} of movement_templates
 --   executor_config  {"node_config_schema", "description"} of executors
+--   callback_target  {"url", "secret_ref", "allow_private", "enabled"} of callback_targets
 -- Internal.
 CREATE OR REPLACE FUNCTION config_value(p_kind qtg.proposal_kind, p_subject text) RETURNS jsonb
 LANGUAGE plpgsql
@@ -25,6 +26,11 @@ BEGIN
             SELECT jsonb_build_object('node_config_schema', e.node_config_schema, 'description', e.description)
               INTO v_value
               FROM executors e WHERE e.executor_key = p_subject FOR UPDATE;
+        WHEN 'callback_target' THEN
+            SELECT jsonb_build_object('url', t.url, 'secret_ref', t.secret_ref,
+                                      'allow_private', t.allow_private, 'enabled', t.enabled)
+              INTO v_value
+              FROM callback_targets t WHERE t.target_name = p_subject FOR UPDATE;
     END CASE;
     RETURN v_value;
 END

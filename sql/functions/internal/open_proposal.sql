@@ -8,7 +8,9 @@
 -- value. It is checked (check_proposal), recorded beside the value now
 -- (before_value) as proposed by the session's login, to expire after
 -- engine_limits' proposal_lifetime_seconds, and audited. The subject's open
--- proposal, if any, becomes SUPERSEDED: one open proposal per subject. A
+-- proposal, if any, becomes SUPERSEDED: one open proposal per subject,
+-- unless it is this login's with this very value, which is returned as it is
+-- (a repeated call, e.g. an HTTP retry, proposes nothing new). A
 -- value the subject already has is refused (QT002). Internal.
 -- Locks: the subject's open proposal, then the subject's row (approve_proposal's order).
 CREATE OR REPLACE FUNCTION open_proposal(
@@ -36,6 +38,18 @@ BEGIN
                         CASE WHEN p_kind = 'lane_baseline' THEN config_value(p_kind, 'default') END,
                         '{}') || p_change;
     PERFORM check_proposal(p_call, p_kind, p_subject, v_value);
+    -- the same login proposing the same value again: its open proposal, as it is
+    SELECT p.* INTO v_row FROM config_proposals p
+     WHERE p.id = v_open AND p.proposed_by = v_actor AND p.proposed_value = v_value
+       AND p.before_value IS NOT DISTINCT FROM v_before AND p.expires_at > v_now;
+    IF FOUND THEN
+        proposal_id := v_row.id;
+        proposal_state := v_row.proposal_state;
+        expires_at := v_row.expires_at;
+        supersedes := v_row.supersedes;
+        RETURN NEXT;
+        RETURN;
+    END IF;
     IF v_before IS NOT DISTINCT FROM v_value THEN
         RAISE EXCEPTION '%: % % already has this value; the proposal would change nothing', p_call, p_kind, p_subject
             USING ERRCODE = 'QT002', HINT = 'To withdraw an open proposal, reject_proposal it.';

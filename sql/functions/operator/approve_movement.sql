@@ -8,8 +8,11 @@
 -- not touched. Clients treat that warning as a refusal (qtg_runner's procs
 -- layer raises it as FourEyesRefused).
 --
--- Other refusals are errors that change nothing: an unknown movement (QT010),
--- one not PENDING_APPROVAL or already expired (QT020). Lock: the request.
+-- Idempotent for the approver: the login that approved the movement calling
+-- again gets its state as it is now (APPROVED, EXECUTING, ...), nothing
+-- written. Other refusals are errors that change nothing: an unknown movement
+-- (QT010), one not PENDING_APPROVAL (approved by another login, or past it)
+-- or already expired (QT020). Lock: the request.
 CREATE OR REPLACE FUNCTION approve_movement(p_movement_id bigint)
 RETURNS qtg.request_state
 LANGUAGE plpgsql
@@ -22,6 +25,10 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'movement % does not exist', p_movement_id USING ERRCODE = 'QT010',
             HINT = 'Check the movement id and the network (schema) you are connected to.';
+    END IF;
+    -- idempotent for its approver: the same login approving again gets the state as it is
+    IF v_request.request_state <> 'PENDING_APPROVAL' AND v_request.approved_by = v_actor THEN
+        RETURN v_request.request_state;
     END IF;
     IF v_request.request_state <> 'PENDING_APPROVAL' THEN
         RAISE EXCEPTION 'movement % is %, only PENDING_APPROVAL can be approved', p_movement_id, v_request.request_state

@@ -3,6 +3,9 @@
 --   lane_baseline    upsert_lane_baseline, with every setting
 --   template         register_template
 --   executor_config  set_executor_config
+--   callback_target  upsert_callback_target (the admin's step, run as the owner here)
+-- Idempotent for the approver: the login that applied it calling again gets
+-- APPLIED, nothing written.
 -- Four eyes: the approver (the session's login) must not be the proposer. A
 -- self-approval is refused without an error, so that its audit row
 -- ('approval_refused') is kept: a WARNING with SQLSTATE QT022, and the state
@@ -26,6 +29,10 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'proposal % does not exist', coalesce(p_proposal_id::text, 'NULL') USING ERRCODE = 'QT013',
             HINT = 'SELECT * FROM open_proposals lists the open proposals of the network (schema) you are connected to.';
+    END IF;
+    -- idempotent for its approver: the login that applied it asking again gets APPLIED
+    IF v_proposal.proposal_state = 'APPLIED' AND v_proposal.decided_by = v_actor THEN
+        RETURN v_proposal.proposal_state;
     END IF;
     IF v_proposal.proposal_state <> 'PROPOSED' THEN
         RAISE EXCEPTION 'proposal % is %, only PROPOSED can be approved', p_proposal_id, v_proposal.proposal_state
@@ -71,6 +78,9 @@ BEGIN
             PERFORM register_template(v_proposal.subject, v_value -> 'plan', v_value ->> 'description');
         WHEN 'executor_config' THEN
             PERFORM set_executor_config(v_proposal.subject, v_value -> 'node_config_schema', v_value ->> 'description');
+        WHEN 'callback_target' THEN
+            PERFORM upsert_callback_target(v_proposal.subject, v_value ->> 'url', v_value ->> 'secret_ref',
+                                           (v_value -> 'allow_private')::boolean, (v_value -> 'enabled')::boolean);
     END CASE;
     PERFORM set_proposal_states(ARRAY[p_proposal_id], 'APPLIED', v_actor);
     RETURN 'APPLIED';

@@ -12,9 +12,11 @@
 -- an amount that is NaN, infinite or beyond engine_limits' max_amount, an
 -- infinite expiry, or a plan beyond its limits raise QT005.
 --
--- Idempotent on p_external_id: the same request again returns the existing
--- movement with created = false; a different request under the same id raises
--- QT004. Concurrent duplicates are serialised by the unique index.
+-- Idempotent on p_external_id: the same request again (every argument: the
+-- plan or the template and its params, amount, asset, expiry, callback url and
+-- priority) returns the existing movement with created = false, whoever asks;
+-- a request that differs in any of them under the same id raises QT004.
+-- Concurrent duplicates are serialised by the unique index.
 CREATE OR REPLACE FUNCTION create_movement(
     p_external_id  text,
     p_amount       numeric,
@@ -86,13 +88,17 @@ BEGIN
     SELECT * INTO v_existing FROM movement_requests WHERE external_id = p_external_id;
     IF FOUND THEN
         IF v_existing.plan = v_plan AND v_existing.amount = p_amount AND v_existing.asset = p_asset
-           AND v_existing.template_name IS NOT DISTINCT FROM p_template THEN
+           AND v_existing.template_name IS NOT DISTINCT FROM p_template
+           AND v_existing.template_params IS NOT DISTINCT FROM p_params
+           AND v_existing.expires_at IS NOT DISTINCT FROM p_expires_at
+           AND v_existing.callback_url IS NOT DISTINCT FROM p_callback_url
+           AND v_existing.priority = coalesce(p_priority, 0) THEN
             movement_id := v_existing.id;
             created := false;
             RETURN NEXT;
             RETURN;
         END IF;
-        RAISE EXCEPTION 'external id % already names movement % with a different plan or amount',
+        RAISE EXCEPTION 'external id % already names movement % with a different request (plan, amount, asset, template and its params, expiry, callback url or priority)',
                         p_external_id, v_existing.id
             USING ERRCODE = 'QT004', HINT = 'Use a new external id for a different movement.';
     END IF;

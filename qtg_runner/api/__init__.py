@@ -1,0 +1,1 @@
+"""The HTTP API and the operator page (qtg api)."""

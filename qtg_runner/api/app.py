@@ -1,0 +1,470 @@
+"""The HTTP API: FastAPI over the network's procedures, as the caller's login.
+
+    POST /v1/movements                      create (idempotent on external_id)
+    GET  /v1/movements                      list: ?state=&external_id=&created_by=&limit=&cursor=
+    GET  /v1/movements/{id}                 one movement
+    POST /v1/movements/{id}/approve         approve (the approver again: as it is)
+    POST /v1/movements/{id}/cancel          cancel (again: as it is)
+    GET  /v1/movements/{id}/audit           its audit trail
+    GET  /v1/movements/{id}/nodes           its DAG: nodes, evidence, transaction hashes
+    GET  /v1/callback-targets               registered receivers and open proposals
+    POST /v1/callback-targets               propose one (a second operator approves)
+    GET  /v1/proposals                      open configuration proposals
+    POST /v1/proposals/{id}/approve         approve one (four eyes)
+    GET  /healthz  /readyz  /metrics        liveness, readiness, Prometheus
+    GET  /  ...                             the operator page (api/page.py)
+
+Every endpoint but /healthz (and /readyz's reachability) opens a connection
+as the caller's login (api/identity.py) and closes it with the answer; every
+error is a problem+json body (api/problems.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import psycopg
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from qtg_runner.api import metrics as metrics_text
+from qtg_runner.api import reads
+from qtg_runner.api.identity import Credentials, Database, parse_authorization
+from qtg_runner.api.models import CREATE_EXAMPLE, CallbackTargetProposal, Cancel, MovementCreate
+from qtg_runner.api.problems import OTHER, PROBLEM_JSON, Problem, from_sqlstate
+from qtg_runner.db import procs
+from qtg_runner.db.migrate import sql_dir
+
+log = logging.getLogger("qtg.api")
+
+MAX_BODY_BYTES = 2 * 1024 * 1024
+"""A request body larger than this is refused (413) before it is parsed; the
+engine's own bound on a plan is 1 MiB (engine_limits.max_plan_bytes)."""
+
+
+@dataclass
+class ApiConfig:
+    database: Database
+    workers_enabled: bool = False
+    secure_cookies: bool = False
+    """Mark the operator page's cookies Secure (set when serving TLS)."""
+    session_seconds: float = 8 * 3600
+    max_sessions: int = 200
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def shipped_migrations() -> list[str]:
+    """The ids of the migrations this build carries (sql/schemas)."""
+    return sorted(
+        p.name.removesuffix(".sql")
+        for p in (sql_dir() / "schemas").glob("*.sql")
+        if not p.name.endswith(".rollback.sql")
+    )
+
+
+def problem_response(problem: Problem) -> JSONResponse:
+    return JSONResponse(
+        problem.body(),
+        status_code=problem.status,
+        media_type=PROBLEM_JSON,
+        headers=problem.headers,
+    )
+
+
+def db_problem(exc: psycopg.Error) -> Problem:
+    """The problem for an error the database answered a call with; a 500 (with
+    a request id, the details in the log) when it is not one a caller causes."""
+    if isinstance(exc, procs.Refused):
+        found = from_sqlstate(exc.sqlstate, exc.message, exc.hint)
+    else:
+        diag = exc.diag
+        found = (
+            from_sqlstate(exc.sqlstate or "", diag.message_primary or "", diag.message_hint)
+            if exc.sqlstate
+            else None
+        )
+        if found is not None and found.status == 422 and not (exc.sqlstate or "").startswith("QT"):
+            found.detail = "a value is beyond what its type holds"  # no SQL text echoed
+        if found is not None and found.status == 403 and exc.sqlstate == "42501":
+            found.detail = "your login lacks the grant this call needs: " + (
+                diag.message_primary or ""
+            )
+    if found is not None:
+        return found
+    ref = secrets.token_hex(6)
+    log.error("event=api_internal_error ref=%s error=%r", ref, exc)
+    return Problem(500, "Internal error", f"the request failed; the API's log has it as {ref}")
+
+
+async def caller(request: Request) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A connection as the login the request's credentials name, closed with the answer."""
+    config: ApiConfig = request.app.state.config
+    credentials = parse_authorization(request.headers.get("authorization"))
+    conn = await config.database.connect(credentials)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+Conn = Annotated[psycopg.AsyncConnection[Any], Depends(caller)]
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    await app.state.sessions.close_all()  # the operator page's signed-in connections
+
+
+def create_app(config: ApiConfig) -> FastAPI:
+    app = FastAPI(
+        lifespan=lifespan,
+        title="QTG engine API",
+        version="1",
+        description=(
+            "Treasury movements over HTTP, as your own database login: HTTP Basic (login "
+            "and password) or a bearer token `qtg.<login>.<secret>` (`qtg api token issue`). "
+            "Every error is an RFC 9457 problem (application/problem+json) carrying the "
+            "engine's SQLSTATE and hint."
+        ),
+    )
+    app.state.config = config
+
+    # -- errors --------------------------------------------------------------------
+
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, exc: Problem) -> Response:
+        return problem_response(exc)
+
+    @app.exception_handler(psycopg.Error)
+    async def _database(request: Request, exc: psycopg.Error) -> Response:
+        return problem_response(db_problem(exc))
+
+    @app.exception_handler(procs.Refused)
+    async def _refused(request: Request, exc: procs.Refused) -> Response:
+        found = from_sqlstate(exc.sqlstate, exc.message, exc.hint)
+        return problem_response(found or Problem(403, "Refused", exc.message))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
+            for e in exc.errors()
+        ]
+        detail = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)[
+            :2000
+        ]
+        return problem_response(
+            Problem(422, OTHER[422], detail or "invalid request", extra={"errors": errors})
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        title = OTHER.get(exc.status_code, "Error")
+        detail = exc.detail if isinstance(exc.detail, str) else title
+        return problem_response(Problem(exc.status_code, title, detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        ref = secrets.token_hex(6)
+        log.error("event=api_internal_error ref=%s", ref, exc_info=exc)
+        return problem_response(
+            Problem(500, "Internal error", f"the request failed; the API's log has it as {ref}")
+        )
+
+    @app.middleware("http")
+    async def _bounded(request: Request, call_next: Any) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return problem_response(
+                Problem(
+                    413,
+                    "Request body too large",
+                    f"a request body is at most {MAX_BODY_BYTES // (1024 * 1024)} MiB",
+                )
+            )
+        response: Response = await call_next(request)
+        response.headers.setdefault("Cache-Control", "no-store")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        return response
+
+    def movement_id_ok(movement_id: int) -> int:
+        if not 1 <= movement_id < 2**63:
+            raise Problem(422, OTHER[422], "movement_id: an id from 1 to 2^63-1")
+        return movement_id
+
+    # -- movements -------------------------------------------------------------------
+
+    @app.post(
+        "/v1/movements",
+        status_code=201,
+        tags=["movements"],
+        summary="Create a movement (idempotent on external_id)",
+        responses={
+            200: {"description": "The same request again: the movement it made"},
+            201: {"description": "Created: PENDING_APPROVAL"},
+            409: {"description": "The external id names a movement with another body (QT004)"},
+            422: {"description": "An invalid body or plan (QT001, QT002, QT005, ...)"},
+        },
+        openapi_extra={
+            "requestBody": {
+                "content": {
+                    "application/json": {
+                        "examples": {
+                            "psql-session": {
+                                "summary": "README's psql session: burn, mint, deposit",
+                                "value": CREATE_EXAMPLE,
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+    async def create_movement(body: MovementCreate, conn: Conn) -> Response:
+        created = await procs.create_movement(
+            body.external_id,
+            body.decimal_amount(),
+            plan=body.plan,
+            template=body.template,
+            params=body.params,
+            asset=body.asset,
+            expires_at=body.expires_at,
+            callback_url=body.callback_url,
+            priority=body.priority,
+        ).aone(conn)
+        row = await reads.movement(conn, created.movement_id)
+        row["created"] = created.created
+        return JSONResponse(
+            row,
+            status_code=201 if created.created else 200,
+            headers={"Location": f"/v1/movements/{created.movement_id}"},
+        )
+
+    @app.get("/v1/movements", tags=["movements"], summary="List movements, newest first")
+    async def list_movements(
+        conn: Conn,
+        state: Annotated[list[str] | None, Query(description="One or more states")] = None,
+        external_id: Annotated[str | None, Query(max_length=200)] = None,
+        created_by: Annotated[str | None, Query(max_length=63)] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        cursor: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> dict[str, Any]:
+        states = [s.upper() for s in state or []]
+        unknown = [s for s in states if s not in reads.STATES]
+        if unknown:
+            raise Problem(
+                422, OTHER[422], f"state: {unknown[0]!r} is not one of {', '.join(reads.STATES)}"
+            )
+        before = reads.decode_cursor(cursor) if cursor else None
+        items, next_cursor = await reads.movements(
+            conn,
+            states=states,
+            external_id=external_id,
+            created_by=created_by,
+            limit=limit,
+            before=before,
+        )
+        return {"items": items, "next_cursor": next_cursor}
+
+    @app.get("/v1/movements/{movement_id}", tags=["movements"], summary="One movement")
+    async def get_movement(movement_id: int, conn: Conn) -> dict[str, Any]:
+        return await reads.movement(conn, movement_id_ok(movement_id))
+
+    @app.post(
+        "/v1/movements/{movement_id}/approve",
+        tags=["movements"],
+        summary="Approve a movement as your login (not its creator's: 403 QT022)",
+    )
+    async def approve_movement(movement_id: int, conn: Conn) -> dict[str, Any]:
+        await procs.approve_movement(movement_id_ok(movement_id)).aone(conn)
+        return await reads.movement(conn, movement_id)
+
+    @app.post(
+        "/v1/movements/{movement_id}/cancel",
+        tags=["movements"],
+        summary="Cancel a movement (in-flight side effects settle first)",
+    )
+    async def cancel_movement(
+        movement_id: int, conn: Conn, body: Cancel | None = None
+    ) -> dict[str, Any]:
+        reason = body.reason if body is not None else None
+        await procs.cancel_movement(movement_id_ok(movement_id), reason=reason).aone(conn)
+        return await reads.movement(conn, movement_id)
+
+    @app.get("/v1/movements/{movement_id}/audit", tags=["movements"], summary="Audit trail")
+    async def movement_audit(movement_id: int, conn: Conn) -> dict[str, Any]:
+        return {"items": await reads.audit(conn, movement_id_ok(movement_id))}
+
+    @app.get(
+        "/v1/movements/{movement_id}/nodes",
+        tags=["movements"],
+        summary="The movement's DAG: nodes, states, evidence, transaction hashes",
+    )
+    async def movement_nodes(movement_id: int, conn: Conn) -> dict[str, Any]:
+        return {"items": await reads.nodes(conn, movement_id_ok(movement_id))}
+
+    # -- callback targets and proposals -------------------------------------------------
+
+    @app.get("/v1/callback-targets", tags=["callbacks"], summary="Registered callback targets")
+    async def list_targets(conn: Conn) -> dict[str, Any]:
+        return {
+            "items": await reads.callback_targets(conn),
+            "proposed": await reads.open_proposals(conn, "callback_target"),
+        }
+
+    @app.post(
+        "/v1/callback-targets",
+        status_code=202,
+        tags=["callbacks"],
+        summary="Propose a callback target; a second operator approves it",
+        responses={200: {"description": "The target is registered exactly so already"}},
+    )
+    async def propose_target(body: CallbackTargetProposal, conn: Conn) -> Response:
+        for target in await reads.callback_targets(conn):
+            if target["name"] == body.name and (
+                target["url"],
+                target["secret_ref"],
+                target["allow_private"],
+                target["enabled"],
+            ) == (body.url, body.secret_ref, body.allow_private, body.enabled):
+                return JSONResponse({"target": target}, status_code=200)  # already so
+        proposal = await procs.propose_callback_target(
+            body.name, body.url, body.secret_ref, body.allow_private, body.enabled
+        ).aone(conn)
+        row = await reads.proposal(conn, proposal.proposal_id)
+        return JSONResponse(
+            row, status_code=202, headers={"Location": f"/v1/proposals/{proposal.proposal_id}"}
+        )
+
+    @app.get("/v1/proposals", tags=["proposals"], summary="Open configuration proposals")
+    async def list_proposals(conn: Conn) -> dict[str, Any]:
+        return {"items": await reads.open_proposals(conn)}
+
+    @app.get("/v1/proposals/{proposal_id}", tags=["proposals"], summary="One proposal")
+    async def get_proposal(proposal_id: int, conn: Conn) -> dict[str, Any]:
+        return await reads.proposal(conn, movement_id_ok(proposal_id))
+
+    @app.post(
+        "/v1/proposals/{proposal_id}/approve",
+        tags=["proposals"],
+        summary="Approve a proposal as your login (not its proposer's: 403 QT022)",
+    )
+    async def approve_proposal(proposal_id: int, conn: Conn) -> dict[str, Any]:
+        await procs.approve_proposal(movement_id_ok(proposal_id)).aone(conn)
+        return await reads.proposal(conn, proposal_id)
+
+    # -- health, readiness, metrics -------------------------------------------------------
+
+    @app.get("/healthz", tags=["operations"], summary="The process answers")
+    async def healthz() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "network": config.database.network,
+            "workers_enabled": config.workers_enabled,
+        }
+
+    @app.get(
+        "/readyz",
+        tags=["operations"],
+        summary="Database reachable; with a login, also the migrations current",
+        responses={503: {"description": "Not ready: the reason in the problem"}},
+    )
+    async def readyz(request: Request) -> Response:
+        header = request.headers.get("authorization")
+        if header is None:
+            reachable = await server_answers(config.database)
+            if not reachable:
+                raise Problem(
+                    503, "Not ready", "the database does not answer", headers={"Retry-After": "5"}
+                )
+            return JSONResponse(
+                {
+                    "status": "ready",
+                    "database": "reachable",
+                    "migrations": "not checked: send a login (e.g. a reader's)",
+                }
+            )
+        conn = await config.database.connect(parse_authorization(header))
+        try:
+            cur = await conn.execute(
+                "SELECT coalesce(array_agg(migration_id ORDER BY migration_id), '{}')"
+                " FROM qtg.schema_migrations"
+            )
+            row = await cur.fetchone()
+        finally:
+            await conn.close()
+        applied = list(row[0]) if row else []
+        shipped = shipped_migrations()
+        pending = [m for m in shipped if m not in applied]
+        unknown = [m for m in applied if m not in shipped]
+        if pending or unknown:
+            raise Problem(
+                503,
+                "Not ready",
+                ("migrations pending: " + ", ".join(pending))
+                if pending
+                else ("the database has migrations this build lacks: " + ", ".join(unknown)),
+                extra={"pending": pending, "unknown": unknown},
+                headers={"Retry-After": "30"},
+            )
+        return JSONResponse(
+            {
+                "status": "ready",
+                "database": "reachable",
+                "migrations": "current",
+                "newest": shipped[-1],
+            }
+        )
+
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        summary="Prometheus text format, read from the views as the scraper's login",
+        response_class=Response,
+    )
+    async def metrics(conn: Conn) -> Response:
+        text = await metrics_text.render(conn, config.database.network)
+        return Response(text, media_type=metrics_text.CONTENT_TYPE)
+
+    @app.get("/problems/{code}", tags=["operations"], summary="What a problem type means")
+    async def problem_type(code: str) -> dict[str, Any]:
+        from qtg_runner.api.problems import SQLSTATE_STATUS
+
+        kind = SQLSTATE_STATUS.get(code)
+        if kind is None:
+            raise Problem(404, "Not found", f"no problem type {code[:10]!r}")
+        return {
+            "type": f"/problems/{code}",
+            "code": code,
+            "title": kind.title,
+            "status": kind.status,
+            "see": "README.md, Errors",
+        }
+
+    from qtg_runner.api.page import mount_page
+
+    mount_page(app, config)
+    return app
+
+
+async def server_answers(database: Database) -> bool:
+    """Whether the server answers a connection's start (asking for a password
+    counts: it is up), without any credential."""
+    probe = Credentials("qtg_readiness_probe", "-")
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            database.caller_conninfo(probe), password="", autocommit=True
+        )
+    except psycopg.OperationalError as exc:
+        text = str(exc)
+        return "password" in text or "authentication" in text or "does not exist" in text
+    await conn.close()
+    return True

@@ -1,0 +1,175 @@
+"""Who calls: the caller's own database login, authenticated by PostgreSQL.
+
+The API holds no credential. Each request carries one (HTTP Basic, or a bearer
+token) and the API opens a connection to the database AS THAT LOGIN with it:
+PostgreSQL checks the password (scram-sha-256), ``session_user`` is the
+caller, and every grant, the four-eyes rule and the audit's actor are the
+database's, exactly as in psql. A wrong password is the server's refusal
+(401); a login without the grant a procedure needs is refused by the server
+too (403).
+
+A bearer token is a login and its password in one string,
+``qtg.<login>.<secret>``: ``qtg api token issue NAME`` (the admin) sets a fresh
+256-bit password on the login and hands it out in that form, ``qtg api token
+revoke NAME`` replaces it and ends the login's sessions. The API parses the
+login out of the token and presents the secret as that login's password, so a
+token can only ever open a session as the login it names: there is no table
+of tokens the API could read wrongly, and no secret in the API to misuse.
+
+Nothing of the API host's own libpq environment may stand in for a missing
+password: every connection names a passfile that cannot exist (a pgpass file
+on the host, such as the credentials file, never fills in a password) and an
+empty password is refused before connecting.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from qtg_runner.api.problems import Problem
+from qtg_runner.config import NetworkMode
+from qtg_runner.db.pool import bound_conninfo
+
+TOKEN_PREFIX = "qtg"
+TOKEN_PATTERN = re.compile(r"^qtg\.([a-z][a-z0-9_]{0,62})\.([A-Za-z0-9_-]{20,200})$")
+LOGIN_PATTERN = re.compile(r"^[^\x00-\x1f:]{1,63}$")
+MAX_PASSWORD = 1024
+REALM = 'Basic realm="qtg", charset="UTF-8"'
+NO_PASSFILE = "/proc/self/qtg-no-passfile"
+"""A passfile nobody can create: libpq finds no password there, silently."""
+
+CHALLENGE = {"WWW-Authenticate": REALM}
+"""The header a 401 carries: Basic (or a bearer token, see the README)."""
+
+SERVER_KEYS = frozenset(
+    {
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "sslmode",
+        "sslrootcert",
+        "connect_timeout",
+        "target_session_attrs",
+        "gssencmode",
+        "sslcrl",
+        "channel_binding",
+    }
+)
+"""What the API keeps of its DSN: where the server is and how to reach it.
+The user, password, passfile and client certificate are the caller's."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    login: str
+    password: str = field(repr=False)
+
+
+def token_for(login: str, secret: str) -> str:
+    """The bearer token of ``login`` whose password is ``secret``."""
+    return f"{TOKEN_PREFIX}.{login}.{secret}"
+
+
+def unauthorized(detail: str) -> Problem:
+    return Problem(401, "Authentication required", detail, headers=CHALLENGE)
+
+
+def parse_authorization(header: str | None) -> Credentials:
+    """The credentials of an Authorization header; 401 when there are none or
+    they are malformed."""
+    if not header:
+        raise unauthorized(
+            "send your database login: HTTP Basic (login and password) or a bearer token "
+            "(qtg api token issue)"
+        )
+    scheme, _, value = header.strip().partition(" ")
+    value = value.strip()
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise unauthorized("the Basic credentials are not base64 of login:password") from None
+        login, sep, password = decoded.partition(":")
+        if not sep or not LOGIN_PATTERN.match(login):
+            raise unauthorized("the Basic credentials name no login")
+        return _checked(login, password)
+    if scheme.lower() == "bearer":
+        match = TOKEN_PATTERN.match(value)
+        if match is None:
+            raise unauthorized("the bearer token is not one qtg issued (qtg.<login>.<secret>)")
+        return _checked(match.group(1), match.group(2))
+    raise unauthorized(f"unsupported authorization scheme {scheme[:20]!r}: use Basic or Bearer")
+
+
+def _checked(login: str, password: str) -> Credentials:
+    if not password or len(password) > MAX_PASSWORD or "\x00" in password:
+        raise unauthorized("a password is required (and at most 1 KiB)")
+    return Credentials(login, password)
+
+
+def server_conninfo(dsn: str) -> str:
+    """``dsn`` reduced to where the server is: no user, password, passfile or
+    client certificate of whoever started the API."""
+    params = {k: v for k, v in conninfo_to_dict(dsn).items() if k in SERVER_KEYS and v}
+    return make_conninfo("", **params)
+
+
+@dataclass(frozen=True)
+class Database:
+    """Where the API's callers log in: the server, the database and the network."""
+
+    conninfo: str
+    network: NetworkMode
+    connect_timeout: int = 5
+
+    def caller_conninfo(self, credentials: Credentials) -> str:
+        base = bound_conninfo(self.conninfo, self.network, "qtg-api")
+        params: dict[str, Any] = conninfo_to_dict(base)
+        params.update(
+            user=credentials.login,
+            passfile=NO_PASSFILE,
+            connect_timeout=str(self.connect_timeout),
+        )
+        params.pop("password", None)
+        return make_conninfo("", **params)
+
+    async def connect(self, credentials: Credentials) -> psycopg.AsyncConnection[Any]:
+        """A connection as the caller's login (autocommit), or the problem why not."""
+        try:
+            return await psycopg.AsyncConnection.connect(
+                self.caller_conninfo(credentials), password=credentials.password, autocommit=True
+            )
+        except psycopg.OperationalError as exc:
+            raise connect_problem(exc, credentials.login) from None
+
+
+def connect_problem(exc: psycopg.OperationalError, login: str) -> Problem:
+    """What a refused connection means for the caller. The server's reason for
+    an authentication failure is not passed on (it would tell which logins exist)."""
+    text = str(exc)
+    sqlstate = exc.sqlstate or ""
+    if sqlstate.startswith("28") or "authentication failed" in text or "password" in text:
+        return unauthorized(f"the database refused login {login!r} with these credentials")
+    if sqlstate == "42501" or "permission denied for database" in text:
+        return Problem(403, "Missing grant", f"login {login!r} may not connect to this database")
+    if sqlstate == "53300" or "too many" in text:
+        return Problem(
+            503,
+            "Database out of resources",
+            f"login {login!r} has reached its connection limit; try again",
+            headers={"Retry-After": "1"},
+        )
+    return Problem(
+        503,
+        "Database unreachable",
+        "the database cannot be reached; try again",
+        headers={"Retry-After": "5"},
+    )

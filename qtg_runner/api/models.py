@@ -1,0 +1,95 @@
+"""The request bodies the API accepts, with the examples of README's psql session."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Annotated, Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+AMOUNT = re.compile(r"^[0-9]{1,32}(\.[0-9]{1,6})?$")
+
+PLAN_EXAMPLE: dict[str, Any] = {
+    "nodes": [
+        {"key": "burn", "executor": "sim", "config": {"lane": "cctp_fast"}},
+        {"key": "mint", "executor": "sim", "config": {"lane": "cctp_fast"}, "depends_on": ["burn"]},
+        {
+            "key": "deposit",
+            "executor": "sim",
+            "config": {"lane": "bybit_deposit"},
+            "depends_on": ["mint"],
+        },
+    ]
+}
+CREATE_EXAMPLE: dict[str, Any] = {
+    "external_id": "treasury-2026-11-29-001",
+    "amount": "250000",
+    "plan": PLAN_EXAMPLE,
+}
+
+
+class MovementCreate(BaseModel):
+    """A movement to create: the caller's external id makes creation idempotent
+    (the same body again answers the same movement; another body under the same
+    id is a 409). The plan is checked by the database (create_movement)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [CREATE_EXAMPLE]})
+
+    external_id: Annotated[str, Field(min_length=1, max_length=200)]
+    amount: Annotated[
+        str | int,
+        Field(description='Decimal, at most 6 places; a string keeps it exact, e.g. "250000.5"'),
+    ]
+    asset: Annotated[str, Field(pattern=r"^[A-Z0-9]{2,16}$")] = "USDC"
+    plan: dict[str, Any] | None = None
+    template: Annotated[str | None, Field(max_length=200)] = None
+    params: dict[str, Any] | None = None
+    expires_at: AwareDatetime | None = None
+    callback_url: Annotated[str | None, Field(max_length=2048)] = None
+    priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = 0
+
+    @field_validator("amount")
+    @classmethod
+    def _amount(cls, value: str | int) -> str:
+        text = str(value)
+        if isinstance(value, bool) or not AMOUNT.match(text) or Decimal(text) <= 0:
+            raise ValueError('a positive decimal with at most 6 places, e.g. "250000.5"')
+        return text
+
+    def decimal_amount(self) -> Decimal:
+        return Decimal(str(self.amount))
+
+
+class Cancel(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"reason": "wrong destination"}]}
+    )
+
+    reason: Annotated[str | None, Field(max_length=4096)] = None
+
+
+class CallbackTargetProposal(BaseModel):
+    """A receiver of signed callbacks, proposed by one operator and applied when a
+    second approves it (POST /v1/proposals/{id}/approve)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "treasury-ops",
+                    "url": "https://hooks.example.com/qtg",
+                    "secret_ref": "env:QTG_CB_TREASURY_OPS",
+                    "allow_private": False,
+                    "enabled": True,
+                }
+            ]
+        },
+    )
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
+    url: Annotated[str, Field(min_length=8, max_length=2048)]
+    secret_ref: Annotated[str, Field(min_length=5, max_length=140)]
+    allow_private: bool = False
+    enabled: bool = True

@@ -1,0 +1,455 @@
+"""The operator page at `/`: server-rendered HTML, no JavaScript at all.
+
+Sign-in is per person: the login and password a person types open ONE
+database connection as their login, which the page keeps for their session
+(the password itself is dropped at once, never stored). Everything the page
+shows is read on that connection, and its approve and cancel buttons call
+approve_movement / cancel_movement on it, so the actor, the four-eyes rule
+and every grant are the database's, exactly as in psql.
+
+Cross-site requests: the session cookie is HttpOnly and SameSite=Strict (and
+Secure when serving TLS); every form that changes something carries the
+session's CSRF token (256 random bits, compared in constant time), and a
+POST whose Origin (or Referer) is another site is refused. The page forbids
+framing and every script (Content-Security-Policy).
+
+A session ends after ``session_seconds`` (8 h), on sign-out, or when its
+connection ends (the server restarted, or the admin revoked the login:
+`qtg api token revoke` ends the login's sessions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import html
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import psycopg
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from psycopg.rows import dict_row
+
+from qtg_runner.api import reads
+from qtg_runner.api.identity import LOGIN_PATTERN, MAX_PASSWORD, Credentials
+from qtg_runner.api.problems import Problem
+from qtg_runner.db import procs
+
+COOKIE = "qtg_session"
+CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+MAX_FORM_BYTES = 16 * 1024
+
+
+@dataclass
+class Session:
+    login: str
+    conn: psycopg.AsyncConnection[Any]
+    csrf: str
+    expires: float
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    flash: list[tuple[str, str]] = field(default_factory=list)
+
+
+class Sessions:
+    def __init__(self, ttl: float, limit: int) -> None:
+        self.ttl = ttl
+        self.limit = limit
+        self.by_id: dict[str, Session] = {}
+        self.closing: set[asyncio.Future[None]] = set()
+
+    def get(self, request: Request) -> Session | None:
+        sid = request.cookies.get(COOKIE)
+        session = self.by_id.get(sid) if sid else None
+        if session is None:
+            return None
+        if session.expires < time.monotonic() or session.conn.closed:
+            self.by_id.pop(sid or "", None)
+            task = asyncio.ensure_future(session.conn.close())
+            self.closing.add(task)
+            task.add_done_callback(self.closing.discard)
+            return None
+        return session
+
+    async def add(self, session: Session) -> str:
+        now = time.monotonic()
+        for sid, old in list(self.by_id.items()):
+            if old.expires < now or old.conn.closed:
+                del self.by_id[sid]
+                await old.conn.close()
+        if len(self.by_id) >= self.limit:
+            await session.conn.close()
+            raise Problem(503, "Too many sessions", "too many people are signed in; try later")
+        sid = secrets.token_urlsafe(32)
+        self.by_id[sid] = session
+        return sid
+
+    async def drop(self, request: Request) -> None:
+        sid = request.cookies.get(COOKIE)
+        session = self.by_id.pop(sid, None) if sid else None
+        if session is not None:
+            await session.conn.close()
+
+    async def close_all(self) -> None:
+        for session in self.by_id.values():
+            await session.conn.close()
+        self.by_id.clear()
+
+
+def e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
+table{border-collapse:collapse;margin:.5rem 0 1.5rem}
+td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}
+th{background:#f3f3f3} .state{font-weight:600} form.inline{display:inline}
+.flash-error{background:#fde2e2;padding:.5rem;border:1px solid #e99}
+.flash-ok{background:#e2f5e2;padding:.5rem;border:1px solid #9c9}
+pre{margin:0;max-width:40rem;white-space:pre-wrap;font-size:.85em}
+.dag{display:flex;gap:1rem;align-items:flex-start;margin:.5rem 0 1.5rem}
+.level{display:flex;flex-direction:column;gap:.5rem}
+.node{border:2px solid #888;border-radius:.4rem;padding:.3rem .6rem;min-width:9rem}
+.COMPLETED{border-color:#2a2} .FAILED{border-color:#c22} .UNKNOWN{border-color:#c80}
+.SUBMITTING,.SUBMITTED,.OBSERVING{border-color:#26c} .SKIPPED{border-color:#bbb;color:#888}
+"""
+
+
+def layout(title: str, body: str, session: Session | None) -> HTMLResponse:
+    who = ""
+    if session is not None:
+        who = (
+            f'<p>signed in as <b id="login">{e(session.login)}</b> '
+            f'<form class="inline" method="post" action="/signout">'
+            f'<input type="hidden" name="csrf" value="{e(session.csrf)}">'
+            f'<button type="submit">sign out</button></form> · <a href="/">pipeline</a></p>'
+        )
+        flashes = "".join(
+            f'<p class="flash-{e(kind)}" id="flash">{e(text)}</p>' for kind, text in session.flash
+        )
+        session.flash.clear()
+        who += flashes
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
+        f"<style>{STYLE}</style></head><body><h1>{e(title)}</h1>{who}{body}</body></html>"
+    )
+    return HTMLResponse(page, headers=PAGE_HEADERS)
+
+
+PAGE_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def table(rows: list[dict[str, Any]], columns: list[str], row_id: str | None = None) -> str:
+    head = "".join(f"<th>{e(c)}</th>" for c in columns)
+    body = ""
+    for row in rows:
+        attr = f' id="{e(row_id)}-{e(row.get("movement_id"))}"' if row_id else ""
+        cells = "".join(f"<td>{cell(c, row.get(c))}</td>" for c in columns)
+        body += f"<tr{attr}>{cells}</tr>"
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def cell(column: str, value: Any) -> str:
+    if column == "movement_id" and value is not None:
+        return f'<a href="/movements/{e(value)}">{e(value)}</a>'
+    if column in ("state", "request_state"):
+        return f'<span class="state">{e(value)}</span>'
+    if isinstance(value, dict | list):
+        return f"<pre>{e(json.dumps(value, indent=1, sort_keys=True))}</pre>"
+    return e(value)
+
+
+def same_origin(request: Request) -> bool:
+    """A POST from this site: its Origin (or, without one, its Referer) names
+    this host; neither header at all is accepted (a non-browser client, which
+    cannot be made to send the session cookie cross-site)."""
+    source = request.headers.get("origin") or request.headers.get("referer")
+    if not source or source == "null":
+        return source is None
+    parts = urlsplit(source)
+    return parts.netloc == request.headers.get("host", "")
+
+
+async def form_of(request: Request) -> dict[str, str]:
+    raw = await request.body()
+    if len(raw) > MAX_FORM_BYTES:
+        raise Problem(413, "Request body too large", "a form is at most 16 KiB")
+    try:
+        parsed = parse_qs(raw.decode("utf-8"), keep_blank_values=True, max_num_fields=20)
+    except (UnicodeDecodeError, ValueError):
+        raise Problem(422, "Invalid form", "the form is not UTF-8 url-encoded fields") from None
+    return {k: v[0] for k, v in parsed.items()}
+
+
+def dag_levels(nodes: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The nodes by depth: a node one level after the deepest node it depends on."""
+    by_key = {n["node_key"]: n for n in nodes}
+    depth: dict[str, int] = {}
+
+    def level(key: str, seen: frozenset[str] = frozenset()) -> int:
+        if key in depth:
+            return depth[key]
+        parents = [p for p in by_key[key].get("depends_on") or [] if p in by_key and p not in seen]
+        depth[key] = 1 + max((level(p, seen | {key}) for p in parents), default=-1)
+        return depth[key]
+
+    for key in by_key:
+        level(key)
+    levels: list[list[dict[str, Any]]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for node in nodes:
+        levels[depth[node["node_key"]]].append(node)
+    return levels
+
+
+def mount_page(app: FastAPI, config: Any) -> None:
+    sessions = Sessions(config.session_seconds, config.max_sessions)
+    app.state.sessions = sessions
+
+    def signin_page(message: str | None = None, status: int = 200) -> HTMLResponse:
+        note = f'<p class="flash-error" id="flash">{e(message)}</p>' if message else ""
+        body = (
+            f"{note}<form method='post' action='/signin'>"
+            "<p><label>login <input name='login' id='login-field' autocomplete='username'>"
+            "</label></p><p><label>password <input name='password' id='password-field' "
+            "type='password' autocomplete='current-password'></label></p>"
+            "<p><button type='submit' id='signin'>sign in</button></p></form>"
+            "<p>Your own database login, as in psql: the page acts as you.</p>"
+        )
+        response = layout("QTG operator: sign in", body, None)
+        response.status_code = status
+        return response
+
+    @app.get("/signin", include_in_schema=False)
+    async def signin_form() -> Response:
+        return signin_page()
+
+    @app.post("/signin", include_in_schema=False)
+    async def signin(request: Request) -> Response:
+        if not same_origin(request):
+            raise Problem(403, "Cross-site request refused", "this form is posted from elsewhere")
+        form = await form_of(request)
+        login, password = form.get("login", ""), form.get("password", "")
+        if not LOGIN_PATTERN.match(login) or not password or len(password) > MAX_PASSWORD:
+            return signin_page("give your login and password", 401)
+        try:
+            conn = await config.database.connect(Credentials(login, password))
+        except Problem as problem:
+            return signin_page(problem.detail, problem.status)
+        session = Session(
+            login, conn, secrets.token_urlsafe(32), time.monotonic() + config.session_seconds
+        )
+        sid = await sessions.add(session)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(
+            COOKIE,
+            sid,
+            httponly=True,
+            samesite="strict",
+            secure=config.secure_cookies,
+            path="/",
+            max_age=int(config.session_seconds),
+        )
+        return response
+
+    def checked(request: Request, session: Session | None, form: dict[str, str]) -> Session:
+        if session is None:
+            raise Problem(401, "Authentication required", "sign in first (/signin)")
+        if not same_origin(request) or not hmac.compare_digest(
+            form.get("csrf", "").encode(), session.csrf.encode()
+        ):
+            raise Problem(
+                403,
+                "Cross-site request refused",
+                "the form's CSRF token is missing or not this session's",
+            )
+        return session
+
+    @app.post("/signout", include_in_schema=False)
+    async def signout(request: Request) -> Response:
+        checked(request, sessions.get(request), await form_of(request))
+        await sessions.drop(request)
+        response = RedirectResponse("/signin", status_code=303)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    @app.get("/", include_in_schema=False)
+    async def home(request: Request) -> Response:
+        session = sessions.get(request)
+        if session is None:
+            return RedirectResponse("/signin", status_code=303)
+        async with session.lock:
+            try:
+                async with session.conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(
+                        "SELECT entity, state, total FROM pipeline_counts ORDER BY entity, state"
+                    )
+                    counts = [dict(r) for r in await cur.fetchall()]
+                waiting, _ = await reads.movements(
+                    session.conn,
+                    states=["PENDING_APPROVAL"],
+                    external_id=None,
+                    created_by=None,
+                    limit=100,
+                    before=None,
+                )
+                recent, _ = await reads.movements(
+                    session.conn,
+                    states=[],
+                    external_id=None,
+                    created_by=None,
+                    limit=20,
+                    before=None,
+                )
+            except psycopg.OperationalError:
+                await sessions.drop(request)
+                return RedirectResponse("/signin", status_code=303)
+        body = (
+            "<h2>Pipeline</h2>"
+            + table(counts, ["entity", "state", "total"])
+            + "<h2>Waiting for approval</h2>"
+            + table(
+                waiting,
+                [
+                    "movement_id",
+                    "external_id",
+                    "amount",
+                    "asset",
+                    "created_by",
+                    "created_at",
+                    "nodes_total",
+                ],
+                row_id="waiting",
+            )
+            + "<h2>Latest movements</h2>"
+            + table(
+                recent,
+                [
+                    "movement_id",
+                    "external_id",
+                    "state",
+                    "amount",
+                    "asset",
+                    "created_by",
+                    "approved_by",
+                    "nodes_completed",
+                    "nodes_total",
+                ],
+                row_id="recent",
+            )
+        )
+        return layout("QTG operator", body, session)
+
+    @app.get("/movements/{movement_id}", include_in_schema=False)
+    async def movement_page(request: Request, movement_id: int) -> Response:
+        session = sessions.get(request)
+        if session is None:
+            return RedirectResponse("/signin", status_code=303)
+        if not 1 <= movement_id < 2**63:
+            raise Problem(404, "Not found", "no such movement")
+        async with session.lock:
+            try:
+                movement = await reads.movement(session.conn, movement_id)
+                nodes = await reads.nodes(session.conn, movement_id)
+            except psycopg.OperationalError:
+                await sessions.drop(request)
+                return RedirectResponse("/signin", status_code=303)
+        summary = "".join(
+            f"<tr><th>{e(k)}</th><td id='m-{e(k)}'>{cell(k, movement.get(k))}</td></tr>"
+            for k in (
+                "movement_id",
+                "external_id",
+                "state",
+                "stop_reason",
+                "amount",
+                "asset",
+                "created_by",
+                "approved_by",
+                "created_at",
+                "approved_at",
+                "expires_at",
+            )
+        )
+        csrf = f'<input type="hidden" name="csrf" value="{e(session.csrf)}">'
+        actions = (
+            f'<form class="inline" method="post" action="/movements/{movement_id}/approve">'
+            f'{csrf}<button type="submit" id="approve">approve</button></form> '
+            f'<form class="inline" method="post" action="/movements/{movement_id}/cancel">'
+            f'{csrf}<input name="reason" placeholder="reason" id="cancel-reason">'
+            '<button type="submit" id="cancel">cancel</button></form>'
+        )
+        dag = "".join(
+            "<div class='level'>"
+            + "".join(
+                f"<div class='node {e(n['state'])}' id='node-{e(n['node_key'])}'>"
+                f"<b>{e(n['node_key'])}</b><br>{e(n['executor_key'])} · "
+                f"<span class='state'>{e(n['state'])}</span></div>"
+                for n in level
+            )
+            + "</div>"
+            for level in dag_levels(nodes)
+        )
+        body = (
+            f"<table>{summary}</table><p>{actions}</p><h2>DAG</h2><div class='dag'>{dag}</div>"
+            + table(
+                nodes,
+                [
+                    "node_key",
+                    "depends_on",
+                    "executor_key",
+                    "lane",
+                    "state",
+                    "external_ref",
+                    "tx_hashes",
+                    "evidence",
+                    "last_error",
+                ],
+            )
+        )
+        return layout(f"Movement {movement_id}", body, session)
+
+    async def act(request: Request, movement_id: int, action: str) -> Response:
+        session = checked(request, sessions.get(request), form := await form_of(request))
+        async with session.lock:
+            try:
+                if action == "approve":
+                    state = await procs.approve_movement(movement_id).aone(session.conn)
+                else:
+                    reason = form.get("reason") or None
+                    state = await procs.cancel_movement(movement_id, reason=reason).aone(
+                        session.conn
+                    )
+                session.flash.append(("ok", f"movement {movement_id}: {state}"))
+            except procs.Refused as refused:
+                session.flash.append(("error", f"refused ({refused.sqlstate}): {refused.message}"))
+            except psycopg.OperationalError:
+                await sessions.drop(request)
+                return RedirectResponse("/signin", status_code=303)
+            except psycopg.Error as exc:
+                diag = exc.diag
+                if not (exc.sqlstate or "").startswith("QT") and exc.sqlstate != "42501":
+                    raise
+                session.flash.append(
+                    ("error", f"refused ({exc.sqlstate}): {diag.message_primary or ''}")
+                )
+        return RedirectResponse(f"/movements/{movement_id}", status_code=303)
+
+    @app.post("/movements/{movement_id}/approve", include_in_schema=False)
+    async def approve(request: Request, movement_id: int) -> Response:
+        return await act(request, movement_id, "approve")
+
+    @app.post("/movements/{movement_id}/cancel", include_in_schema=False)
+    async def cancel(request: Request, movement_id: int) -> Response:
+        return await act(request, movement_id, "cancel")

@@ -1,0 +1,236 @@
+"""What the API reads, as the caller's login: the movement, its nodes with
+their evidence and transaction hashes, its audit trail, the callback targets.
+Every query reads tables and views the network's reader role may SELECT
+(operators are members); nothing here writes."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from qtg_runner.api.problems import Problem
+
+MOVEMENT_COLUMNS = """
+       r.id AS movement_id, r.external_id, r.request_state::text AS state,
+       r.stop_reason::text AS stop_reason, r.amount, r.asset, r.template_name,
+       r.template_params, r.plan, r.priority, r.callback_url, r.created_by, r.approved_by,
+       r.created_at, r.approved_at, r.started_at, r.finished_at, r.expires_at,
+       n.nodes_total, n.nodes_completed, n.nodes_failed, n.nodes_skipped,
+       n.nodes_in_flight, n.nodes_waiting"""
+
+NODE_COUNTS = """
+  CROSS JOIN LATERAL (
+       SELECT count(*) AS nodes_total,
+              count(*) FILTER (WHERE node_state = 'COMPLETED') AS nodes_completed,
+              count(*) FILTER (WHERE node_state = 'FAILED') AS nodes_failed,
+              count(*) FILTER (WHERE node_state = 'SKIPPED') AS nodes_skipped,
+              count(*) FILTER (WHERE node_state IN ('SUBMITTING', 'SUBMITTED', 'OBSERVING',
+                                                    'UNKNOWN')) AS nodes_in_flight,
+              count(*) FILTER (WHERE node_state IN ('PENDING', 'READY')) AS nodes_waiting
+         FROM movement_request_nodes WHERE request_id = r.id) n"""
+
+STATES = (
+    "PENDING_APPROVAL",
+    "APPROVED",
+    "EXECUTING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "EXPIRED",
+)
+
+
+def jsonable(value: Any) -> Any:
+    """A value read from the database as JSON carries it: amounts as decimal
+    strings (exact), times in ISO 8601, durations in seconds."""
+    if isinstance(value, Decimal):
+        return format(value.normalize(), "f") if value == value.to_integral() else str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def movement_not_found(movement_id: int) -> Problem:
+    return Problem(
+        404,
+        "Movement not found",
+        f"movement {movement_id} does not exist",
+        code="QT010",
+        hint="Check the movement id and the network the API serves.",
+    )
+
+
+async def movement(conn: psycopg.AsyncConnection[Any], movement_id: int) -> dict[str, Any]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            f"SELECT {MOVEMENT_COLUMNS} FROM movement_requests r {NODE_COUNTS} WHERE r.id = %s",
+            (movement_id,),
+        )
+        row = await cur.fetchone()
+    if row is None:
+        raise movement_not_found(movement_id)
+    return dict(jsonable(row))
+
+
+def encode_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"before": last_id}).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        before = value["before"]
+        if not isinstance(before, int) or isinstance(before, bool) or not 0 < before < 2**63:
+            raise ValueError
+        return before
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeError):
+        raise Problem(
+            422, "Invalid request", "cursor is not one this API handed out (next_cursor)"
+        ) from None
+
+
+async def movements(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    states: list[str],
+    external_id: str | None,
+    created_by: str | None,
+    limit: int,
+    before: int | None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page, newest first (keyset on the id: a page never repeats or skips a
+    movement made meanwhile), and the cursor of the next page."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            f"""SELECT {MOVEMENT_COLUMNS}
+                  FROM (SELECT * FROM movement_requests
+                         WHERE (%(states)s::text[] IS NULL OR request_state::text = ANY(%(states)s))
+                           AND (%(external_id)s::text IS NULL OR external_id = %(external_id)s)
+                           AND (%(created_by)s::text IS NULL OR created_by = %(created_by)s)
+                           AND (%(before)s::bigint IS NULL OR id < %(before)s)
+                         ORDER BY id DESC LIMIT %(limit)s) r
+                 {NODE_COUNTS}
+                 ORDER BY r.id DESC""",
+            {
+                "states": states or None,
+                "external_id": external_id,
+                "created_by": created_by,
+                "before": before,
+                "limit": limit + 1,
+            },
+        )
+        rows = await cur.fetchall()
+    more = len(rows) > limit
+    page = [dict(jsonable(row)) for row in rows[:limit]]
+    return page, encode_cursor(page[-1]["movement_id"]) if more else None
+
+
+async def nodes(conn: psycopg.AsyncConnection[Any], movement_id: int) -> list[dict[str, Any]]:
+    """The movement's nodes (its DAG: each with the keys it depends on), their
+    states, evidence, external reference, and every transaction hash their
+    intents signed."""
+    await movement(conn, movement_id)  # 404 for an unknown movement
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            """SELECT v.node_id, v.node_key, v.executor_key, v.lane, v.node_state::text AS state,
+                      v.depends_on, v.has_side_effect, v.submit_attempts, v.recovery_attempts,
+                      v.observe_phase::text AS observe_phase, v.observe_count, v.next_observe_at,
+                      v.external_ref, v.last_error, v.submitted_at, v.finished_at,
+                      node.evidence,
+                      coalesce((SELECT array_agg(h ORDER BY i.id, o)
+                                  FROM node_intents i
+                                 CROSS JOIN LATERAL unnest(
+                                       CASE WHEN cardinality(i.signed_tx_hashes) > 0
+                                            THEN i.signed_tx_hashes
+                                            ELSE array_remove(ARRAY[i.signed_tx_hash], NULL) END)
+                                       WITH ORDINALITY AS t(h, o)
+                                 WHERE i.node_id = v.node_id), '{}') AS tx_hashes,
+                      coalesce((SELECT jsonb_agg(jsonb_build_object(
+                                       'intent_id', i.id, 'state', i.intent_state,
+                                       'nonce', i.nonce, 'signed_tx_hashes', i.signed_tx_hashes,
+                                       'external_request_id', i.external_request_id,
+                                       'external_ref', i.external_ref,
+                                       'created_at', i.created_at, 'prepared_at', i.prepared_at,
+                                       'finished_at', i.finished_at) ORDER BY i.id)
+                                  FROM node_intents i WHERE i.node_id = v.node_id),
+                               '[]') AS intents
+                 FROM movement_nodes v
+                 JOIN movement_request_nodes node ON node.id = v.node_id
+                WHERE v.movement_id = %s
+                ORDER BY v.node_id""",
+            (movement_id,),
+        )
+        return [dict(jsonable(row)) for row in await cur.fetchall()]
+
+
+async def audit(conn: psycopg.AsyncConnection[Any], movement_id: int) -> list[dict[str, Any]]:
+    """The movement's audit rows (its own and its nodes'), oldest first."""
+    await movement(conn, movement_id)
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            """SELECT id AS audit_id, occurred_at, entity, entity_id, action, from_state,
+                      to_state, actor, login, detail
+                 FROM audit_outbox WHERE request_id = %s ORDER BY id""",
+            (movement_id,),
+        )
+        return [dict(jsonable(row)) for row in await cur.fetchall()]
+
+
+async def callback_targets(conn: psycopg.AsyncConnection[Any]) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            """SELECT target_name AS name, url, secret_ref, allow_private, enabled,
+                      created_at, updated_at
+                 FROM callback_targets ORDER BY target_name"""
+        )
+        return [dict(jsonable(row)) for row in await cur.fetchall()]
+
+
+async def open_proposals(
+    conn: psycopg.AsyncConnection[Any], kind: str | None = None
+) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            """SELECT proposal_id, kind::text AS kind, subject, before_value, proposed_value,
+                      changes, proposed_by, proposed_at, expires_at
+                 FROM open_proposals
+                WHERE %(kind)s::text IS NULL OR kind::text = %(kind)s
+                ORDER BY proposal_id""",
+            {"kind": kind},
+        )
+        return [dict(jsonable(row)) for row in await cur.fetchall()]
+
+
+async def proposal(conn: psycopg.AsyncConnection[Any], proposal_id: int) -> dict[str, Any]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            """SELECT id AS proposal_id, kind::text AS kind, subject,
+                      proposal_state::text AS state, proposed_value, before_value, proposed_by,
+                      proposed_at, expires_at, decided_by, decided_at, reason
+                 FROM config_proposals WHERE id = %s""",
+            (proposal_id,),
+        )
+        row = await cur.fetchone()
+    if row is None:
+        raise Problem(
+            404,
+            "Configuration proposal not found",
+            f"proposal {proposal_id} does not exist",
+            code="QT013",
+            hint=None,
+        )
+    return dict(jsonable(row))

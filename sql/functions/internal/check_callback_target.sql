@@ -1,0 +1,52 @@
+-- check_callback_target: what a callback target must be, checked when the
+-- admin registers one (upsert_callback_target) and when an operator proposes
+-- one and a second approves it (propose_callback_target, approve_proposal).
+--   p_target_name    lower-case letters, digits, '_' and '-'
+--   p_url            http(s)://host[:port][/path], no user or password, at most 2 KiB
+--   p_secret_ref     'env:NAME' or 'file:NAME', never the secret itself
+--   p_allow_private, p_enabled   true or false
+-- QT002 anything malformed, a secret given instead of its reference, or a url
+-- another target has. Internal.
+CREATE OR REPLACE FUNCTION check_callback_target(
+    p_call          text,
+    p_target_name   text,
+    p_url           text,
+    p_secret_ref    text,
+    p_allow_private boolean,
+    p_enabled       boolean
+) RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_target_name IS NULL OR p_target_name !~ '^[a-z][a-z0-9_-]{0,62}$' THEN
+        RAISE EXCEPTION '%: a target name is 1 to 63 lower-case letters, digits, _ or -, starting with a letter, got %', p_call,
+                        coalesce(quote_literal(left(p_target_name, 80)), 'NULL')
+            USING ERRCODE = 'QT002', HINT = 'Name the receiver, e.g. treasury-ops.';
+    END IF;
+    IF p_url IS NULL OR octet_length(p_url) > 2048
+       OR p_url !~ '^https?://[A-Za-z0-9.:\[\]_-]+(/[!-~]*)?$' THEN
+        RAISE EXCEPTION '%: % needs an http(s) url of at most 2 KiB with a host and no user or password, got %', p_call,
+                        p_target_name, coalesce(quote_literal(left(p_url, 80)), 'NULL')
+            USING ERRCODE = 'QT002', HINT = 'Give e.g. https://hooks.example.com/qtg.';
+    END IF;
+    IF p_secret_ref ~ '^whsec_' THEN
+        RAISE EXCEPTION '%: % was given a secret, not where to find it', p_call, p_target_name
+            USING ERRCODE = 'QT002',
+                  HINT = 'The secret never enters the database: put it in a variable or a 0600 file where the runners run and give env:NAME or file:NAME.';
+    END IF;
+    IF p_secret_ref IS NULL OR p_secret_ref !~ '^(env|file):[A-Za-z_][A-Za-z0-9_.-]{0,127}$' THEN
+        RAISE EXCEPTION '%: the secret of % is named env:NAME or file:NAME, got %', p_call,
+                        p_target_name, coalesce(quote_literal(left(p_secret_ref, 20) || '...'), 'NULL')
+            USING ERRCODE = 'QT002',
+                  HINT = 'env:NAME is a variable of the runner''s environment, file:NAME a 0600 file in QTG_CALLBACK_SECRETS_DIR.';
+    END IF;
+    IF p_allow_private IS NULL OR p_enabled IS NULL THEN
+        RAISE EXCEPTION '%: allow_private and enabled must be true or false', p_call
+            USING ERRCODE = 'QT002';
+    END IF;
+    IF EXISTS (SELECT 1 FROM callback_targets WHERE url = p_url AND target_name <> p_target_name) THEN
+        RAISE EXCEPTION '%: another target has the url of %', p_call, p_target_name
+            USING ERRCODE = 'QT002', HINT = 'A url is one target''s: change that target, or give another url.';
+    END IF;
+END
+$$;
