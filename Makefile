@@ -47,13 +47,16 @@ contracts: $(NODE_STAMP)
 # their servers more than on the CPU, so together they take little more than
 # the longer one; the 15 pass's output is printed after the 18 pass's, and
 # either failing fails the target.
+# the 18 pass runs its files in TEST_WORKERS pytest-xdist processes (a file's
+# tests stay together in one), each worker with its own embedded server
 PG15_LOG := .pytest-pg15.log
+TEST_WORKERS ?= 3
 test: install
 	@scripts/test-on-postgres.sh /usr/lib/postgresql/15/bin -p no:cacheprovider \
 		--ignore=tests/runner --ignore=tests/chains \
 		--ignore=tests/scenarios/test_chaos_checker.py --ignore=tests/api/test_operator_page.py \
 		-m "not chain" > $(PG15_LOG) 2>&1 & pg15=$$!; \
-	$(BIN)/pytest -q; main=$$?; \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile; main=$$?; \
 	wait $$pg15; other=$$?; \
 	echo "--- the database-level tests on PostgreSQL 15:"; cat $(PG15_LOG); \
 	exit $$(( main != 0 || other != 0 ))
@@ -61,7 +64,7 @@ test: install
 # the suite without the tests marked slow (runner processes, the query-plan
 # database, the state machine): the quick loop while working on a procedure
 test-quick: install
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 # the demo: migrate the default database (embedded unless QTG_DATABASE_URL) and
 # run a batch of realistic movements end to end with every worker
