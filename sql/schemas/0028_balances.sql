@@ -18,8 +18,9 @@
 --                       the asset (USDC), the balance (NULL and error set: a failed
 --                       read, never a zero), the block it was read at (chains),
 --                       read_started_at (the read's) and recorded_at, and
---                       verified_at once verify_drift looked at it (partial index:
---                       the unverified ones)
+--                       once verify_drift looked at it: verified_at (partial
+--                       index: the unverified ones), its outcome and the range
+--                       the engine's records expected it in
 -- balance_baselines     per account the snapshot the expectation starts from: its
 --                       first successful one, or the one an acknowledged alert
 --                       re-baselined it to
@@ -67,7 +68,11 @@ CREATE TABLE balance_snapshots (
     recorded_at     timestamptz NOT NULL,
     recorded_by     text NOT NULL,
     verified_at     timestamptz,
+    outcome         text CHECK (outcome IN ('FAILED_READ', 'BASELINE', 'BEFORE_BASELINE', 'OK', 'DRIFT')),
+    expected_low    numeric,
+    expected_high   numeric,
     CHECK ((balance IS NULL) = (error IS NOT NULL)),
+    CHECK ((verified_at IS NULL) = (outcome IS NULL)),
     CHECK (account_kind = 'chain' OR block_number IS NULL),
     CHECK ((account_kind = 'venue') = (address = 'FUND')),
     UNIQUE (read_id, account_kind, account_key, address, asset)

@@ -58,9 +58,13 @@ def test_list_approve_and_reject_as_the_person(db: TestDatabase, conn: Conn, cli
     settings = lane_settings(conn, "default")
     assert settings is not None and settings["baseline_seconds"] == 120
 
-    again = cli(bob, "approve", str(made.proposal_id))
-    assert again.exit_code == 2
-    assert "(QT023)" in again.stderr
+    again = cli(bob, "approve", str(made.proposal_id))  # idempotent for its approver
+    assert again.exit_code == 0, again.output
+    assert f"proposal {made.proposal_id} APPLIED" in again.stdout
+    carol = person(db, "carol")
+    late = cli(carol, "approve", str(made.proposal_id))  # anyone else: no longer PROPOSED
+    assert late.exit_code == 2
+    assert "(QT023)" in late.stderr
 
     add_lanes(conn, "x")
     other = procs.propose_template(

@@ -18,7 +18,8 @@
 --        account with an OPEN alert keeps that one alert: a later drifting
 --        snapshot updates its latest snapshot, range and actual balance.
 -- A snapshot back within the range does not close an alert: two operators do
--- (acknowledge_drift_alert). Every snapshot taken is marked verified. Returns
+-- (acknowledge_drift_alert). Every snapshot taken is marked verified, with its
+-- outcome and expected range (what balance_status shows). Returns
 -- one row per snapshot. QT002 no worker name or p_max outside 1..1000.
 -- Locks: the snapshots, then the baselines and alerts they touch.
 CREATE OR REPLACE FUNCTION verify_drift(p_worker text, p_max integer DEFAULT 100)
@@ -151,6 +152,10 @@ BEGIN
                                                               'breakers', v_breakers))::qtg.audit_event]);
             END IF;
         END IF;
+        UPDATE balance_snapshots
+           SET verified_at = v_now, outcome = v_outcome,
+               expected_low = v_row.expected_low, expected_high = v_row.expected_high
+         WHERE id = v_row.id;
         snapshot_id := v_row.id;
         account_kind := v_row.account_kind;
         account_key := v_row.account_key;
@@ -163,6 +168,5 @@ BEGIN
         alert_id := v_alert;
         RETURN NEXT;
     END LOOP;
-    UPDATE balance_snapshots SET verified_at = v_now WHERE id = ANY (v_ids);
 END
 $$;

@@ -1,8 +1,9 @@
 -- balance_status: one row per account that has been read: the latest
 -- successful snapshot (balance, block, when it was read), the range the
--- engine's records expect it in (balance_expectations against its baseline),
--- the baseline, the latest read if it failed (and why), and its open drift
--- alert. The expected range is computed when the view is read.
+-- engine's records expected it in and the outcome when verify_drift verified
+-- it (NULL until then), the baseline, the latest read if it failed (and why),
+-- and its open drift alert. The range is verify_drift's, stored on the
+-- snapshot: reading the view computes nothing over the nodes.
 CREATE OR REPLACE VIEW balance_status AS
 WITH accounts AS (
     SELECT DISTINCT ON (s.account_kind, s.account_key, s.address, s.asset)
@@ -10,16 +11,16 @@ WITH accounts AS (
       FROM balance_snapshots s
      ORDER BY s.account_kind, s.account_key, s.address, s.asset, s.id DESC
 ), good AS (
-    SELECT a.*, g.id AS snapshot_id, g.balance, g.block_number, g.read_started_at, g.recorded_at
+    SELECT a.*, g.id AS snapshot_id, g.balance, g.block_number, g.read_started_at, g.recorded_at,
+           g.expected_low, g.expected_high, g.verified_at, g.outcome
       FROM accounts a
       LEFT JOIN LATERAL (
-          SELECT s.id, s.balance, s.block_number, s.read_started_at, s.recorded_at
+          SELECT s.id, s.balance, s.block_number, s.read_started_at, s.recorded_at,
+                 s.expected_low, s.expected_high, s.verified_at, s.outcome
             FROM balance_snapshots s
            WHERE s.account_kind = a.account_kind AND s.account_key = a.account_key
              AND s.address = a.address AND s.asset = a.asset AND s.balance IS NOT NULL
            ORDER BY s.id DESC LIMIT 1) g ON true
-), expected AS (
-    SELECT * FROM balance_expectations(ARRAY(SELECT good.snapshot_id FROM good WHERE good.snapshot_id IS NOT NULL))
 )
 SELECT good.account_kind,
        good.account_key,
@@ -29,15 +30,19 @@ SELECT good.account_kind,
        good.block_number,
        good.read_started_at,
        good.recorded_at,
-       e.expected_low,
-       e.expected_high,
-       e.baseline,
-       e.baseline_snapshot_id,
+       good.expected_low,
+       good.expected_high,
+       b0.balance AS baseline,
+       bl.snapshot_id AS baseline_snapshot_id,
        good.snapshot_id,
-       CASE WHEN good.latest_error IS NOT NULL THEN good.latest_error END AS latest_read_error,
-       d.id AS open_alert_id
+       good.latest_error AS latest_read_error,
+       d.id AS open_alert_id,
+       good.verified_at,
+       good.outcome
   FROM good
-  LEFT JOIN expected e ON e.snapshot_id = good.snapshot_id
+  LEFT JOIN balance_baselines bl ON bl.account_kind = good.account_kind AND bl.account_key = good.account_key
+                                AND bl.address = good.address AND bl.asset = good.asset
+  LEFT JOIN balance_snapshots b0 ON b0.id = bl.snapshot_id
   LEFT JOIN balance_drift_alerts d ON d.alert_state = 'OPEN' AND d.account_kind = good.account_kind
                                   AND d.account_key = good.account_key AND d.address = good.address
                                   AND d.asset = good.asset
