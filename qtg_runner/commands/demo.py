@@ -471,8 +471,11 @@ def demo_cmd(
         highlight=False,
     )
     api = serve_in_thread(ApiConfig(Database(server_conninfo(dsn), net), workers_enabled=True))
-    out.print(f"HTTP API {api.url}/v1 (docs {api.url}/docs), operator page {api.url}/ : sign "
-              f"in as {people.creator.name} or {people.approver.name}", highlight=False)
+    out.print(
+        f"HTTP API {api.url}/v1 (docs {api.url}/docs), operator page {api.url}/ : sign "
+        f"in as {people.creator.name} or {people.approver.name}",
+        highlight=False,
+    )
     if not sim:
         try:
             find_anvil()

@@ -340,7 +340,14 @@ def test_every_argument_is_part_of_the_request_the_external_id_names(conn: Conn)
     ):
         error = assert_rejected(conn, "QT004", same, changed, tables=TABLES)
         assert "different request" in str(error)
-    conn.execute("SELECT register_template('bridge', %s)", (Jsonb(plan(node("a")),),))
+    conn.execute(
+        "SELECT register_template('bridge', %s)",
+        (
+            Jsonb(
+                plan(node("a")),
+            ),
+        ),
+    )
     conn.execute("SELECT create_movement('m2', 100, p_template => 'bridge', p_params => '{}')")
     assert_rejected(
         conn,

@@ -1515,7 +1515,9 @@ STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     | st.datetimes(timezones=st.just(UTC)).map(datetime.isoformat),
     "bigint[]": st.none() | st.lists(st.none() | st.integers(-(2**63), 2**63 - 1), max_size=3),
     "numeric[]": st.none()
-    | st.lists(st.none() | st.sampled_from(SPECIAL_NUMBERS) | st.integers(-(10**40), 10**40), max_size=3),
+    | st.lists(
+        st.none() | st.sampled_from(SPECIAL_NUMBERS) | st.integers(-(10**40), 10**40), max_size=3
+    ),
     "text[]": st.none() | st.lists(st.none() | texts, max_size=3),
     "jsonb[]": st.none() | st.lists(st.none() | json_values.map(json.dumps), max_size=3),
     "boolean[]": st.none() | st.lists(st.none() | st.booleans(), max_size=3),
