@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from qtg_runner.api.problems import Problem
+from qtg_runner.db import procs
 
 MOVEMENT_COLUMNS = """
        r.id AS movement_id, r.external_id, r.request_state::text AS state,
@@ -36,15 +37,7 @@ NODE_COUNTS = """
               count(*) FILTER (WHERE node_state IN ('PENDING', 'READY')) AS nodes_waiting
          FROM movement_request_nodes WHERE request_id = r.id) n"""
 
-STATES = (
-    "PENDING_APPROVAL",
-    "APPROVED",
-    "EXECUTING",
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "EXPIRED",
-)
+STATES = tuple(procs.RequestState)
 
 
 def jsonable(value: Any) -> Any:

@@ -222,15 +222,7 @@ def list_cmd(
     as_login: AsOption = None,
 ) -> None:
     """List movements, newest first."""
-    states = (
-        "PENDING_APPROVAL",
-        "APPROVED",
-        "EXECUTING",
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "EXPIRED",
-    )
+    states = tuple(procs.RequestState)
     if state is not None and state.upper() not in states:
         raise typer.BadParameter(
             f"{state!r} is not a state (one of: {', '.join(states)})", param_hint="--state"
