@@ -5,8 +5,9 @@
 #
 #   scripts/test-on-postgres.sh [PG_BIN_DIR] [pytest args...]
 #
-# The cluster lives in a temp dir, listens on a unix socket only, and is
-# stopped and removed on exit. As root, the server runs as the `postgres`
+# The cluster lives in a temp dir, listens on a unix socket only, lets the
+# superuser in by trust and every other login by its scram-sha-256 password, and
+# is stopped and removed on exit. As root, the server runs as the `postgres`
 # system user (PostgreSQL refuses to run as root).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -33,6 +34,9 @@ cleanup() {
 trap cleanup EXIT
 
 as_owner "$PG_BIN/initdb" -D "$WORK/data" -U postgres --auth=trust --encoding=UTF8 >/dev/null
+# the superuser in without a password (the tests' admin connections), every other
+# login by its scram password, as on the embedded server: a wrong password is refused
+printf 'local all postgres trust\nlocal all all scram-sha-256\n' | as_owner tee "$WORK/data/pg_hba.conf" >/dev/null
 as_owner "$PG_BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w \
     -o "-c listen_addresses='' -c unix_socket_directories='$WORK' -c max_connections=200 -c fsync=off" \
     start >/dev/null
