@@ -165,22 +165,28 @@ def cctp(
 
 
 def stargate(
-    key: str, source: str, destination: str, sender: str, recipient: str, mode: str, *after: str
+    key: str,
+    source: str,
+    destination: str,
+    sender: str,
+    recipient: str,
+    mode: str,
+    *after: str,
+    max_slippage_bps: int | None = None,
 ) -> dict[str, Any]:
-    """A Stargate v2 send: a taxi goes at once, a bus when it is driven."""
-    return {
-        "key": key,
-        "executor": "stargate",
-        "depends_on": list(after),
-        "config": {
-            "lane": f"stargate-{mode}",
-            "source": source,
-            "destination": destination,
-            "from": sender,
-            "to": recipient,
-            "mode": mode,
-        },
+    """A Stargate v2 send: a taxi goes at once, a bus when it is driven; the
+    least received is the route's default unless ``max_slippage_bps`` says."""
+    config: dict[str, Any] = {
+        "lane": f"stargate-{mode}",
+        "source": source,
+        "destination": destination,
+        "from": sender,
+        "to": recipient,
+        "mode": mode,
     }
+    if max_slippage_bps is not None:
+        config["max_slippage_bps"] = max_slippage_bps
+    return {"key": key, "executor": "stargate", "depends_on": list(after), "config": config}
 
 
 def ccip(key: str, source: str, destination: str, sender: str, recipient: str) -> dict[str, Any]:
@@ -292,6 +298,17 @@ def world_movements(w: WorldView) -> list[WorldMovement]:
             [
                 venue_step("withdraw", "bybit_withdraw", a, coin="USDC", to=t1),
                 transfer("onward", a, t1, t2, "withdraw"),
+            ],
+            "FAILED",
+        ),
+        WorldMovement(
+            "Bridge-refused path: the Stargate pool quotes less than the node's minimum "
+            "(its fee against no slippage allowed); nothing is signed, the transfer after "
+            "it never runs",
+            Decimal("60"),
+            [
+                stargate("taxi", b, a, t2, t1, "taxi", max_slippage_bps=0),
+                transfer("onward", a, t1, t2, "taxi"),
             ],
             "FAILED",
         ),

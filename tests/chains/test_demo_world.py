@@ -54,6 +54,7 @@ def test_the_demo_moves_real_usdc_and_checks_every_balance() -> None:
     # the lost receipt: the node went from SUBMITTING to COMPLETED through recovery
     assert re.search(r"pay \(evm_transfer\): READY -> SUBMITTING -> .*\(recovery\)", demo.stdout)
     assert "QT032" in demo.stdout  # the refused path says why
-    # every state change of the 8 movements reported to the demo's receiver, signed;
+    assert "below the node's minimum" in demo.stdout  # as does the one the bridge refused
+    # every state change of the 9 movements reported to the demo's receiver, signed;
     # the audit chain promoted and verified
-    assert_demo_sidecars(demo.stdout, {"completed": 6, "failed": 2})
+    assert_demo_sidecars(demo.stdout, {"completed": 6, "failed": 3})
