@@ -6,18 +6,20 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from qtg_runner.api import tokens
-from qtg_runner.api.app import ApiConfig
 from qtg_runner.api.identity import Database, server_conninfo
 from qtg_runner.commands.common import CommandError, cli_errors, parse_duration
 from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import load_settings
 from qtg_runner.db.embedded import database_url
+
+if TYPE_CHECKING:  # fastapi is imported by the commands that serve, not by every `qtg`
+    from qtg_runner.api.app import ApiConfig
 
 app = typer.Typer(
     help=(
@@ -37,6 +39,8 @@ err = Console(stderr=True)
 def api_config(network: str | None, *, secure_cookies: bool = False) -> ApiConfig:
     """Where callers log in: the server of QTG_DATABASE_URL (or the embedded
     one), with no user or password of the process's own."""
+    from qtg_runner.api.app import ApiConfig
+
     settings = load_settings()
     net = resolve_network(network)
     return ApiConfig(

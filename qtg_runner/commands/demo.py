@@ -33,9 +33,7 @@ from rich.live import Live
 from rich.table import Table
 
 from qtg_runner import credentials
-from qtg_runner.api.app import ApiConfig
 from qtg_runner.api.identity import Database, server_conninfo
-from qtg_runner.api.server import serve_in_thread
 from qtg_runner.chains.local import DEFAULT_CHAINS, AnvilNotFound, find_anvil, rpc
 from qtg_runner.chains.registry import LOCAL_FINALITY_DEPTH
 from qtg_runner.commands.chains import chain_errors
@@ -470,6 +468,10 @@ def demo_cmd(
         f"(runner), their passwords in {passfile}",
         highlight=False,
     )
+    # the API's server (fastapi, uvicorn) is imported here, not by every `qtg`
+    from qtg_runner.api.app import ApiConfig
+    from qtg_runner.api.server import serve_in_thread
+
     api = serve_in_thread(ApiConfig(Database(server_conninfo(dsn), net), workers_enabled=True))
     out.print(
         f"HTTP API {api.url}/v1 (docs {api.url}/docs), operator page {api.url}/ : sign "

@@ -12,6 +12,14 @@ What stays secret, and how:
   vouch for): each is raised outside the ``except`` block, so nothing is chained
   to it, with a message that names the signer id and what to do.
 - Nothing here logs.
+
+Memory: a keystore's scrypt needs 128 * n * r bytes at once (256 MiB at
+eth-account's default n = 2^18, r = 8), which a runner would keep as its peak
+resident set for the rest of its life. A key derivation that needs more than
+KDF_IN_PROCESS_BYTES is therefore run in a short-lived child Python process
+(``_decrypt_in_child``): the keystore JSON and the password go to it on its
+stdin, the key comes back on its stdout, nothing on its command line or in its
+environment; the answer (the key, or no key) is the same as in process.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ import json
 import os
 import re
 import stat
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -47,6 +57,25 @@ _KEYSTORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,117}$")
 """A file name in the keystore directory: no '/', so no path leaves it."""
 _PRIVATE_KEY = re.compile(r"^0x[0-9a-fA-F]{64}$")
 _SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+
+KDF_IN_PROCESS_BYTES = 16 * 2**20
+"""A keystore whose key derivation needs more memory than this (scrypt's 128 * n
+* r bytes) is decrypted in a child process (see the module's header)."""
+
+KDF_CHILD_TIMEOUT_S = 300.0
+
+_CHILD_PROGRAM = """
+import json, sys
+from eth_account import Account
+given = json.loads(sys.stdin.read())
+try:
+    key = bytes(Account.decrypt(given["keystore"], given["password"]))
+except Exception:
+    sys.exit(3)
+sys.stdout.write(key.hex())
+"""
+"""The child's program: only eth-account, nothing of the runner; exit 3 when the
+password does not open the keystore (no message: eth-account's is not ours)."""
 
 
 class LocalSigner:
@@ -164,9 +193,7 @@ def _from_keystore(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSi
     path = Path(directory) / f"{name}.json"
     keystore = _read_keystore(signer_id, path)
     password = _keystore_password(signer_id, env)
-    key: bytes | None = None
-    with contextlib.suppress(Exception):
-        key = bytes(Account.decrypt(keystore, password))
+    key = _decrypt(keystore, password)
     if key is None:
         _refuse(
             signer_id,
@@ -182,6 +209,54 @@ def _from_keystore(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSi
             "the file was altered; restore it from a backup",
         )
     return signer
+
+
+def kdf_bytes(keystore: Mapping[str, Any]) -> int:
+    """The memory a keystore's key derivation needs at once: scrypt's 128 * n * r
+    bytes (0 for pbkdf2, or a keystore whose parameters cannot be read, which
+    eth-account then refuses in process)."""
+    crypto = keystore.get("crypto", keystore.get("Crypto"))
+    if not isinstance(crypto, Mapping) or crypto.get("kdf") != "scrypt":
+        return 0
+    params = crypto.get("kdfparams")
+    if not isinstance(params, Mapping):
+        return 0
+    n, r = params.get("n"), params.get("r")
+    if not isinstance(n, int) or not isinstance(r, int) or n <= 0 or r <= 0:
+        return 0
+    return 128 * n * r
+
+
+def _decrypt(keystore: dict[str, Any], password: str) -> bytes | None:
+    """The keystore's key, or None when the password does not open it."""
+    if kdf_bytes(keystore) > KDF_IN_PROCESS_BYTES:
+        return _decrypt_in_child(keystore, password)
+    key: bytes | None = None
+    with contextlib.suppress(Exception):
+        key = bytes(Account.decrypt(keystore, password))
+    return key
+
+
+def _decrypt_in_child(keystore: dict[str, Any], password: str) -> bytes | None:
+    """``Account.decrypt`` in a child Python process (-I: no environment, no user
+    site), so that scrypt's memory is the child's peak, never this process's.
+    None when the password does not open the keystore, or the child could not
+    run or answered anything but 32 bytes of key."""
+    given = json.dumps({"keystore": keystore, "password": password})
+    key: bytes | None = None
+    with contextlib.suppress(Exception):
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", _CHILD_PROGRAM],
+            input=given.encode(),
+            capture_output=True,
+            timeout=KDF_CHILD_TIMEOUT_S,
+            env={},
+            check=False,
+        )
+        if done.returncode == 0 and len(done.stdout) == 64:
+            key = bytes.fromhex(done.stdout.decode("ascii"))
+    del given
+    return key
 
 
 def _read_keystore(signer_id: str, path: Path) -> dict[str, Any]:
