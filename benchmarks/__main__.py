@@ -4,7 +4,7 @@ Environment:
   QTG_DATABASE_URL   use this server (an admin login) instead of an embedded one
   QTG_BENCH_JOBS     jobs/movements in case 1 (default 20000)
   QTG_BENCH_STEPS    DAG steps per mode in case 2 (default 2000)
-  QTG_BENCH_CASES    a subset to run, e.g. "1,3" (default: all; 5 comes with 1)
+  QTG_BENCH_CASES    a subset to run, e.g. "1,3" (default: all)
   QTG_BENCH_OUT      results folder (default benchmarks/results)
 """
 
@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from benchmarks import engine, history, latency, pacing, report, throughput
+from benchmarks import engine, history, latency, memory, pacing, report, throughput
 from benchmarks.cluster import open_cluster
 
 HERE = Path(__file__).resolve().parent
@@ -123,7 +123,7 @@ def main() -> int:
         engine.make_template(cluster)
 
         def attempt(key: str, number: str, fn: Any, *args: Any) -> None:
-            if number not in wanted and not (number == "1" and "5" in wanted):
+            if number not in wanted:
                 return
             say(f"case {number}: {key}")
             t = time.monotonic()
@@ -141,6 +141,7 @@ def main() -> int:
         attempt("latency", "2", latency.run, cluster, steps, log_dir)
         attempt("history", "3", history.run, cluster)
         attempt("pacing", "4", pacing.run, cluster)
+        attempt("memory", "5", memory.run, cluster, jobs, log_dir)
 
     results["duration_s"] = round(time.monotonic() - started, 1)
     rows = report.build_rows(results)
