@@ -23,6 +23,7 @@ from eth_utils.crypto import keccak
 from qtg_runner.chains.cctp import BurnBody, CctpMessage, address_to_bytes32
 from qtg_runner.chains.evm import normalize_address
 from qtg_runner.chains.evm_rpc import EvmRpc, Log
+from qtg_runner.tls import client_ssl_context
 
 __all__ = [
     "DEPOSIT_FOR_BURN",
@@ -198,7 +199,7 @@ class IrisClient:
 
     def __init__(self, base_url: str, timeout: float = 10.0) -> None:
         self._base = base_url.rstrip("/")
-        self._client = httpx.AsyncClient(timeout=timeout)
+        self._client = httpx.AsyncClient(timeout=timeout, verify=client_ssl_context())
 
     async def messages(self, source_domain: int, tx_hash: str) -> IrisAnswer:
         url = f"{self._base}/v2/messages/{source_domain}"

@@ -35,6 +35,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from qtg_runner.tls import client_ssl_context
+
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 """A body larger than this is refused (RpcBadResponse) before it is parsed."""
 
@@ -401,7 +403,11 @@ class EvmRpc:
         self.display_url = redact_url(url)
         self._timeout = timeout
         self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient(timeout=timeout)
+        self._client = (
+            client
+            if client is not None
+            else httpx.AsyncClient(timeout=timeout, verify=client_ssl_context())
+        )
         self._max_bytes = max_response_bytes
         self._ids = itertools.count(1)
 

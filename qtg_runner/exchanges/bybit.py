@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from qtg_runner.log import event
+from qtg_runner.tls import client_ssl_context
 
 __all__ = [
     "ALREADY_REQUESTED",
@@ -278,7 +279,11 @@ class BybitClient:
         self.recv_window = recv_window
         self._clock = clock
         self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient(timeout=timeout)
+        self._client = (
+            client
+            if client is not None
+            else httpx.AsyncClient(timeout=timeout, verify=client_ssl_context())
+        )
 
     def __repr__(self) -> str:
         return f"BybitClient({self.base_url!r}, key={self.api_key!r})"

@@ -51,6 +51,7 @@ from standardwebhooks.webhooks import Webhook
 from qtg_runner.db import procs
 from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
+from qtg_runner.tls import client_ssl_context
 
 WORKER = "callback_dispatcher"
 BATCH_SIZE = 20
@@ -288,7 +289,11 @@ async def run_round(
     environment = os.environ if env is None else env
     limit = asyncio.Semaphore(max(1, ctx.max_concurrency))
     async with httpx.AsyncClient(
-        timeout=TIMEOUT, follow_redirects=False, trust_env=False, transport=transport
+        timeout=TIMEOUT,
+        follow_redirects=False,
+        trust_env=False,
+        verify=client_ssl_context(trust_env=False),
+        transport=transport,
     ) as client:
 
         async def deliver(claim: procs.ClaimedCallback) -> None:
