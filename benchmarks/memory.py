@@ -242,7 +242,7 @@ def _drain(
                 row = conn.execute(
                     "SELECT count(*) FROM executor_status WHERE last_status IS NULL"
                 ).fetchone()
-                return bool(row) and int(row[0]) == 0
+                return row is not None and int(row[0]) == 0
 
             wait_for(done, DRAIN_TIMEOUT, f"{name} to drain", 0.25, [child], tick)
             if loaded:
