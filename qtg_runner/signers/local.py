@@ -193,7 +193,17 @@ def _from_keystore(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSi
     path = Path(directory) / f"{name}.json"
     keystore = _read_keystore(signer_id, path)
     password = _keystore_password(signer_id, env)
-    key = _decrypt(keystore, password)
+    failed = ""
+    try:
+        key = _decrypt(keystore, password)
+    except _ChildFailed as exc:
+        key, failed = None, str(exc)
+    if failed:
+        _refuse(
+            signer_id,
+            f"the child process that derives the key of {path} {failed} (its memory-hard "
+            f"scrypt runs outside the runner): check that {sys.executable} runs here",
+        )
     if key is None:
         _refuse(
             signer_id,
@@ -227,8 +237,13 @@ def kdf_bytes(keystore: Mapping[str, Any]) -> int:
     return 128 * n * r
 
 
+class _ChildFailed(Exception):
+    """The key derivation's child process did not run to an answer."""
+
+
 def _decrypt(keystore: dict[str, Any], password: str) -> bytes | None:
-    """The keystore's key, or None when the password does not open it."""
+    """The keystore's key, or None when the password does not open it;
+    _ChildFailed when the child process that derives it could not answer."""
     if kdf_bytes(keystore) > KDF_IN_PROCESS_BYTES:
         return _decrypt_in_child(keystore, password)
     key: bytes | None = None
@@ -237,26 +252,38 @@ def _decrypt(keystore: dict[str, Any], password: str) -> bytes | None:
     return key
 
 
+_CHILD_ENV = ("PATH", "LD_LIBRARY_PATH", "SYSTEMROOT")
+"""What the child's environment keeps of this process's: what starting Python
+may need, nothing else (the runner's environment may hold env: keys)."""
+
+
 def _decrypt_in_child(keystore: dict[str, Any], password: str) -> bytes | None:
-    """``Account.decrypt`` in a child Python process (-I: no environment, no user
-    site), so that scrypt's memory is the child's peak, never this process's.
-    None when the password does not open the keystore, or the child could not
-    run or answered anything but 32 bytes of key."""
-    given = json.dumps({"keystore": keystore, "password": password})
-    key: bytes | None = None
-    with contextlib.suppress(Exception):
+    """``Account.decrypt`` in a child Python process (-I: no PYTHON* variables,
+    no user site), so that scrypt's memory is the child's peak, never this
+    process's. None when the password does not open the keystore (the child's
+    exit 3); _ChildFailed when it could not run, timed out or answered
+    anything but 32 bytes of key."""
+    given = json.dumps({"keystore": keystore, "password": password}).encode()
+    env = {name: os.environ[name] for name in _CHILD_ENV if name in os.environ}
+    try:
         done = subprocess.run(
             [sys.executable, "-I", "-c", _CHILD_PROGRAM],
-            input=given.encode(),
+            input=given,
             capture_output=True,
             timeout=KDF_CHILD_TIMEOUT_S,
-            env={},
+            env=env,
             check=False,
         )
-        if done.returncode == 0 and len(done.stdout) == 64:
-            key = bytes.fromhex(done.stdout.decode("ascii"))
-    del given
-    return key
+    except (OSError, subprocess.SubprocessError):
+        raise _ChildFailed("could not be started or did not finish in time") from None
+    finally:
+        del given
+    if done.returncode == 3:
+        return None
+    answer = done.stdout.strip()
+    if done.returncode != 0 or not re.fullmatch(rb"[0-9a-f]{64}", answer):
+        raise _ChildFailed(f"ended with exit code {done.returncode} and no key")
+    return bytes.fromhex(answer.decode("ascii"))
 
 
 def _read_keystore(signer_id: str, path: Path) -> dict[str, Any]:

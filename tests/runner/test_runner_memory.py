@@ -112,6 +112,17 @@ def test_a_wrong_password_is_refused_from_the_child_too(default_keystore: Path) 
     assert refused.value.__cause__ is None and refused.value.__context__ is None
 
 
+def test_a_child_that_cannot_run_is_said_so(
+    default_keystore: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", str(default_keystore / "no-python"))
+    env = {"QTG_KEYSTORE_DIR": str(default_keystore), "QTG_KEYSTORE_PASSWORD": "pw"}
+    with pytest.raises(SignerError, match="the child process that derives the key") as refused:
+        load("keystore:treasury", env)
+    assert "could not be started" in str(refused.value)
+    assert refused.value.__cause__ is None and refused.value.__context__ is None
+
+
 def test_the_runner_imports_no_web3_nor_the_api_server() -> None:
     program = (
         "import json, sys\n"
