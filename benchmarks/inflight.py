@@ -67,7 +67,7 @@ def _load(conn: psycopg.Connection[Any], start: int, movements: int) -> None:
                 SELECT 'inflight-' || g, 'EXECUTING',
                        jsonb_build_object('nodes', jsonb_build_array(jsonb_build_object(
                            'key', 'hop', 'executor', 'sim',
-                           'config', jsonb_build_object('lane', %(lane)s)))),
+                           'config', jsonb_build_object('lane', %(lane)s::text)))),
                        100, 'USDC', 'alice', 'bob', 1, t, t, t, t
                   FROM generate_series(%(a)s::int, %(b)s::int) g
                  CROSS JOIN LATERAL (SELECT %(at)s::timestamptz - interval '2 hours'
@@ -81,7 +81,7 @@ def _load(conn: psycopg.Connection[Any], start: int, movements: int) -> None:
                                                     submitted_at, observe_started_at,
                                                     next_observe_at, observe_phase, observe_count,
                                                     last_observed_at, created_at, updated_at)
-                SELECT r.id, 'hop', 'sim', true, jsonb_build_object('lane', %(lane)s), %(lane)s,
+                SELECT r.id, 'hop', 'sim', true, jsonb_build_object('lane', %(lane)s::text), %(lane)s,
                        'OBSERVING', 0, 3, %(worker)s, s, 1, 'ref-' || r.id, s, s,
                        CASE WHEN r.id %% %(due)s = 0
                             THEN %(at)s::timestamptz - (r.id %% 600) * interval '1 second'
