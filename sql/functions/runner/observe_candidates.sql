@@ -13,10 +13,14 @@
 -- longest overdue first also keeps a backlog of old movements from starving
 -- the observations of newer ones. next_observe_at is never NULL in these
 -- states (a table CHECK), so the range is an index bound, not a filter.
+-- The plan is generic (one plan whatever the clock and p_max: that scan, then
+-- each node's request by its key); a custom plan was made again on every
+-- call, which cost more than the scan once 100,000 nodes were in flight.
 CREATE OR REPLACE FUNCTION observe_candidates(p_max integer DEFAULT 50, p_movement_id bigint DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 STABLE
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now timestamptz := clock();
