@@ -81,7 +81,8 @@ def _load(conn: psycopg.Connection[Any], start: int, movements: int) -> None:
                                                     submitted_at, observe_started_at,
                                                     next_observe_at, observe_phase, observe_count,
                                                     last_observed_at, created_at, updated_at)
-                SELECT r.id, 'hop', 'sim', true, jsonb_build_object('lane', %(lane)s::text), %(lane)s,
+                SELECT r.id, 'hop', 'sim', true,
+                       jsonb_build_object('lane', %(lane)s::text), %(lane)s,
                        'OBSERVING', 0, 3, %(worker)s, s, 1, 'ref-' || r.id, s, s,
                        CASE WHEN r.id %% %(due)s = 0
                             THEN %(at)s::timestamptz - (r.id %% 600) * interval '1 second'
