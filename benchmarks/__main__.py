@@ -5,6 +5,7 @@ Environment:
   QTG_BENCH_JOBS     jobs/movements in case 1 (default 20000)
   QTG_BENCH_STEPS    DAG steps per mode in case 2 (default 2000)
   QTG_BENCH_CASES    a subset to run, e.g. "1,3" (default: all)
+  QTG_BENCH_LOAD     movements in flight in case 2's "under load" run (default 1000)
   QTG_BENCH_OUT      results folder (default benchmarks/results)
 """
 
@@ -19,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from benchmarks import engine, history, latency, memory, pacing, report, throughput
+from benchmarks import engine, history, inflight, latency, memory, pacing, report, throughput
 from benchmarks.cluster import open_cluster
 
 HERE = Path(__file__).resolve().parent
@@ -104,8 +105,9 @@ def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
 def main() -> int:
     jobs = int(os.environ.get("QTG_BENCH_JOBS", "20000"))
     steps = int(os.environ.get("QTG_BENCH_STEPS", "2000"))
+    load = int(os.environ.get("QTG_BENCH_LOAD", str(latency.LOAD)))
     wanted = {
-        c.strip() for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5").split(",") if c.strip()
+        c.strip() for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5,6").split(",") if c.strip()
     }
     out_dir = Path(os.environ.get("QTG_BENCH_OUT", HERE / "results"))
     log_dir = out_dir / "logs"
@@ -138,10 +140,11 @@ def main() -> int:
             say(f"case {number} done in {time.monotonic() - t:.0f} s")
 
         attempt("throughput", "1", case_throughput, cluster, jobs, log_dir)
-        attempt("latency", "2", latency.run, cluster, steps, log_dir)
+        attempt("latency", "2", latency.run, cluster, steps, log_dir, load)
         attempt("history", "3", history.run, cluster)
         attempt("pacing", "4", pacing.run, cluster)
         attempt("memory", "5", memory.run, cluster, jobs, log_dir)
+        attempt("inflight", "7", inflight.run, cluster)
 
     results["duration_s"] = round(time.monotonic() - started, 1)
     rows = report.build_rows(results)

@@ -16,12 +16,30 @@ the child's submitted_at minus the parent's finished_at.
        each child would take half a second a step, so parents are completed at
        a steady pace instead (one every PACE_OFF_S) and the children measured
        the same way.
+  load as "on", while LOAD other multi-step movements run in the same runner
+       process (node_dispatcher and node_observer, as a runner runs them):
+       chains of LOAD_STEPS sim nodes settling in 2-6 s on a lane with a 4 s
+       baseline, so the observer polls about every 0.4 s per node and the
+       dispatcher submits the next step of some movement many times a second;
+       a feeder thread creates and approves new ones as they finish, to keep
+       LOAD in flight. Here a live observer would observe the measured parents
+       too, so they sit on a lane whose first poll is an hour away, and the
+       bench makes one due (an UPDATE of its next_observe_at, the bench's only
+       write outside the procedures) in the transaction in which it claims and
+       completes it, as the observer does, so no other claim comes between.
+
+Each sample is also split by the engine's timestamps of the child's way
+(``stages``): the parent's finish to the child's claim (the commit, the
+NOTIFY, the wake-up and the calls before the claim), the claim to its intent
+recorded as PREPARED, that to the side effect (the sim's row, clock_timestamp)
+and that to the report (SUBMITTED).
 """
 
 from __future__ import annotations
 
 import random
 import statistics
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -36,6 +54,15 @@ from qtg_runner.db import procs
 
 IN_FLIGHT = {"min_latency_s": 3600, "max_latency_s": 3600}
 PACE_OFF_S = 0.025
+LOAD = 1000
+"""Other movements in flight during the "load" run (QTG_BENCH_LOAD)."""
+LOAD_STEPS = 4
+LOAD_LATENCY = {"min_latency_s": 2, "max_latency_s": 6}
+LOAD_BASELINE_S = 4
+HELD_BASELINE_S = 7200  # the measured parents under load: first poll 84 minutes away
+# (max_poll_seconds raised to it: the default 300 s would bring it to 5 minutes)
+FEED_EVERY_S = 0.25
+STAGES = ("finish_to_claim", "claim_to_intent", "intent_to_side_effect", "side_effect_to_report")
 
 
 def two_step_plan() -> dict[str, Any]:
@@ -50,6 +77,27 @@ def two_step_plan() -> dict[str, Any]:
             },
         ]
     }
+
+
+def load_plan() -> dict[str, Any]:
+    keys = [f"s{i}" for i in range(1, LOAD_STEPS + 1)]
+    return {
+        "nodes": [
+            {
+                "key": key,
+                "executor": "sim",
+                "config": {"lane": "bench_load", **LOAD_LATENCY},
+                **({"depends_on": [keys[i - 1]]} if i else {}),
+            }
+            for i, key in enumerate(keys)
+        ]
+    }
+
+
+def held_plan() -> dict[str, Any]:
+    plan = two_step_plan()
+    plan["nodes"][0]["config"]["lane"] = "bench_parent_held"
+    return plan
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -79,20 +127,90 @@ def _complete_parent(conn: psycopg.Connection[Any], parent: int) -> None:
     procs.complete_observe(parent, claimed.claim_secret, "COMPLETED").one(conn)
 
 
-def _measure(conn: psycopg.Connection[Any], pairs: list[tuple[int, int]]) -> list[float]:
+def _complete_held_parent(conn: psycopg.Connection[Any], parent: int) -> None:
+    """The parent made due, claimed and completed in one transaction (see "load")."""
+    with conn.transaction():
+        conn.execute(
+            "UPDATE movement_request_nodes SET next_observe_at = clock() WHERE id = %s", [parent]
+        )
+        _complete_parent(conn, parent)
+
+
+def _measure(
+    conn: psycopg.Connection[Any], pairs: list[tuple[int, int]]
+) -> tuple[list[float], dict[str, list[float]]]:
+    """Each pair's latency (ms), and the same split by STAGES."""
     rows = conn.execute(
-        """SELECT extract(epoch FROM child.submitted_at - parent.finished_at) * 1000
+        """SELECT extract(epoch FROM child.submitted_at - parent.finished_at) * 1000,
+                  extract(epoch FROM child.claimed_at - parent.finished_at) * 1000,
+                  extract(epoch FROM intent.prepared_at - child.claimed_at) * 1000,
+                  extract(epoch FROM effect.submitted_at - intent.prepared_at) * 1000,
+                  extract(epoch FROM child.submitted_at - effect.submitted_at) * 1000
              FROM unnest(%s::bigint[], %s::bigint[]) AS pair(parent_id, child_id)
              JOIN movement_request_nodes parent ON parent.id = pair.parent_id
-             JOIN movement_request_nodes child ON child.id = pair.child_id""",
+             JOIN movement_request_nodes child ON child.id = pair.child_id
+             JOIN node_intents intent ON intent.node_id = child.id
+                                     AND intent.claim_token = child.claim_token
+             JOIN qtg_sim.side_effects effect ON effect.idempotency_key = intent.idempotency_key""",
         [[p for p, _ in pairs], [c for _, c in pairs]],
     ).fetchall()
-    return [float(r[0]) for r in rows]
+    stages = {name: [float(r[i + 1]) for r in rows] for i, name in enumerate(STAGES)}
+    return [float(r[0]) for r in rows], stages
 
 
-def run(cluster: Cluster, steps: int, log_dir: Path) -> dict[str, Any]:
+class _Feeder(threading.Thread):
+    """Keeps ``target`` load movements open (APPROVED or EXECUTING): every
+    FEED_EVERY_S it creates and approves the missing ones; records the count."""
+
+    def __init__(self, dsn: str, target: int) -> None:
+        super().__init__(name="load-feeder", daemon=True)
+        self.dsn, self.target = dsn, target
+        self.stop = threading.Event()
+        self.counts: list[int] = []
+        self.created = 0
+        self.error: BaseException | None = None
+
+    def open_count(self, conn: psycopg.Connection[Any]) -> int:
+        return int(
+            conn.execute(
+                """SELECT count(*) FROM movement_requests
+                    WHERE request_state IN ('APPROVED', 'EXECUTING')
+                      AND external_id LIKE 'load-%'"""
+            ).fetchone()[0]  # type: ignore[index]
+        )
+
+    def turning_over(self) -> bool:
+        """At its level, and some movements finished (replaced), or failed."""
+        if self.error is not None:
+            return True
+        return (
+            self.created > self.target
+            and bool(self.counts)
+            and self.counts[-1] >= 0.9 * self.target
+        )
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                engine.bind(conn)
+                batch = 0
+                while not self.stop.is_set():
+                    open_now = self.open_count(conn)
+                    self.counts.append(open_now)
+                    if open_now < self.target:
+                        batch += 1
+                        missing = self.target - open_now
+                        engine.create_movements(conn, missing, load_plan(), f"load-{batch}-")
+                        self.created += missing
+                    self.stop.wait(FEED_EVERY_S)
+        except BaseException as exc:  # reported by the run that started it
+            self.error = exc
+
+
+def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[str, Any]:
     dsn = engine.clone(cluster, "qtg_bench_latency")
-    result: dict[str, Any] = {"steps": steps}
+    load_steps = max(100, steps // 2)
+    result: dict[str, Any] = {"steps": steps, "load": load, "load_steps": load_steps}
     with psycopg.connect(dsn, autocommit=True) as conn:
         engine.bind(conn)
         # the parents become observable at once (a 50 ms baseline, no poll floor)
@@ -102,7 +220,14 @@ def run(cluster: Cluster, steps: int, log_dir: Path) -> dict[str, Any]:
         procs.upsert_lane_baseline("bench_child", 60).one(
             conn
         )  # a plan names only lanes with a row
+        procs.upsert_lane_baseline(
+            "bench_parent_held", HELD_BASELINE_S, max_poll_seconds=HELD_BASELINE_S
+        ).one(conn)
+        procs.upsert_lane_baseline(
+            "bench_load", LOAD_BASELINE_S, min_poll_seconds=Decimal("0.25"), max_poll_seconds=2
+        ).one(conn)
         engine.create_movements(conn, 2 * steps, two_step_plan(), "lat-")
+        engine.create_movements(conn, load_steps, held_plan(), "held-")
         engine.vacuum_analyze(conn)
         pairs = conn.execute(
             """SELECT parent.id, child.id
@@ -111,11 +236,16 @@ def run(cluster: Cluster, steps: int, log_dir: Path) -> dict[str, Any]:
                  JOIN movement_request_nodes child ON child.id = edge.child_node_id
                 ORDER BY parent.id"""
         ).fetchall()
-        halves = {"on": pairs[:steps], "off": pairs[steps:]}
-        for mode in ("on", "off"):
+        halves = {"on": pairs[:steps], "off": pairs[steps : 2 * steps], "load": pairs[2 * steps :]}
+        for mode in ("on", "off", "load"):
+            argv = [PYTHON, "-m", "benchmarks.dispatcher", cluster.runner_dsn(dsn)]
+            argv += ["on", "8", "node_dispatcher,node_observer"] if mode == "load" else [mode]
+            feeder = _Feeder(dsn, load) if mode == "load" and load else None
+            if feeder:
+                feeder.start()
             child = spawn(
                 f"latency-dispatcher-{mode}",
-                [PYTHON, "-m", "benchmarks.dispatcher", cluster.runner_dsn(dsn), mode],
+                argv,
                 runner_env(cluster.runner_dsn(dsn)),
                 log_dir,
             )
@@ -132,13 +262,29 @@ def run(cluster: Cluster, steps: int, log_dir: Path) -> dict[str, Any]:
                     0.1,
                     [child],
                 )
-                time.sleep(1.5)  # let the dispatcher finish its last tick and sleep
+                if feeder:
+                    # the load at its level and turning over: movements finishing, new ones fed
+                    wait_for(
+                        feeder.turning_over,
+                        300,
+                        "the load to turn over",
+                        0.2,
+                        [child],
+                    )
+                    if feeder.error is not None:
+                        raise feeder.error
+                    feeder.counts.clear()
+                else:
+                    time.sleep(1.5)  # let the dispatcher finish its last tick and sleep
                 todo = halves[mode]
                 rng = random.Random(4)
                 t0 = time.monotonic()
                 for parent, kid in todo:
-                    _complete_parent(conn, parent)
-                    if mode == "on":
+                    if mode == "load":
+                        _complete_held_parent(conn, parent)
+                    else:
+                        _complete_parent(conn, parent)
+                    if mode != "off":
                         time.sleep(0.002)  # polling too eagerly would take a core from the runner
                         wait_for(
                             lambda kid=kid: conn.execute(
@@ -166,13 +312,35 @@ def run(cluster: Cluster, steps: int, log_dir: Path) -> dict[str, Any]:
                     [child],
                 )
                 elapsed = time.monotonic() - t0
+                if feeder:
+                    if feeder.error is not None:
+                        raise feeder.error
+                    in_flight = list(feeder.counts)
             finally:
+                if feeder:
+                    feeder.stop.set()
+                    feeder.join(30)
                 child.stop()
-            samples = _measure(conn, todo)
-            result[mode] = {
+            samples, stages = _measure(conn, todo)
+            key = "under_load" if mode == "load" else mode
+            result[key] = {
                 **percentiles(samples),
                 "elapsed_s": round(elapsed, 1),
+                "stages_p50_ms": {k: round(statistics.median(v), 3) for k, v in stages.items()},
                 "samples_ms": [round(s, 3) for s in samples],
             }
+            if feeder:
+                result[key]["in_flight"] = {
+                    "min": min(in_flight),
+                    "mean": round(statistics.fmean(in_flight)),
+                    "max": max(in_flight),
+                    "created": feeder.created,
+                }
+                result[key]["load_finished"] = int(
+                    conn.execute(
+                        """SELECT count(*) FROM movement_requests
+                            WHERE request_state = 'COMPLETED' AND external_id LIKE 'load-%'"""
+                    ).fetchone()[0]  # type: ignore[index]
+                )
     cluster.drop_db("qtg_bench_latency")
     return result

@@ -5,7 +5,8 @@ node's lane (observe_pacing's rule: pre_baseline, at_baseline, over_baseline,
 fatal), an executor's retry hint replaces the computed delay, a lane's row is
 set by upsert_lane_baseline (a node whose lane lost its row paces as the
 default lane; a plan naming a lane without one is refused),
-and observe_candidates lists a node only once its next_observe_at is reached.
+and observe_candidates lists a node only once its next_observe_at is reached,
+the longest overdue first.
 
 Every expected time is computed from the pinned timestamps and the lane's
 parameters, so a change in the pacing rules shows up as an exact mismatch.
@@ -151,6 +152,31 @@ def test_observe_candidates_waits_for_next_observe_at(conn: psycopg.Connection[A
     assert due() == []
     set_clock(conn, 48)
     assert due() == [node_id]
+
+
+def test_observe_candidates_lists_the_longest_overdue_first(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # the older movement's node is due later than the newer movement's: the
+    # list follows next_observe_at, not the movements' age, and stops at p_max
+    upsert_lane(conn, "slow_lane", 600)
+    upsert_lane(conn, "chain_l2", 60)
+    older = submitted_node(conn, "slow_lane", "older")["node_id"]  # due at 420
+    newer = submitted_node(conn, "chain_l2", "newer")["node_id"]  # due at 42
+    set_clock(conn, 420)
+    rows = conn.execute("SELECT * FROM observe_candidates(50)").fetchall()
+    assert [r[0] for r in rows] == [newer, older]
+    assert [r[0] for r in conn.execute("SELECT * FROM observe_candidates(1)")] == [newer]
+    scoped = conn.execute("SELECT * FROM observe_candidates(50, %s)", (movement_of(conn, older),))
+    assert [r[0] for r in scoped] == [older]
+
+
+def movement_of(conn: psycopg.Connection[Any], node_id: int) -> int:
+    row = conn.execute(
+        "SELECT request_id FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def test_retry_hint_replaces_the_computed_delay(conn: psycopg.Connection[Any]) -> None:
