@@ -9,7 +9,7 @@
 --                       the last PENDING look (after_seconds; 0 before the
 --                       first) and by the look that saw it done (by_seconds).
 --                       Append-only, written once per observed completion;
---                       refresh_lane_pacing keeps the newest 1,000 per lane.
+--                       refresh_lane_pacing keeps the newest 2,000 per lane.
 -- lane_pacing_learned   per lane with enough samples (refresh_lane_pacing, a
 --                       sidecar): the learned quantiles of its latency and the
 --                       poll schedule drawn from them (poll_at: seconds since

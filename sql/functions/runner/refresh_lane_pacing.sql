@@ -2,7 +2,7 @@
 -- samples (lane_latency_samples, left by complete_observe); the
 -- lane_pacing_refresh sidecar calls it every minute. Per lane of lane_baselines:
 --   fewer than 100 samples   its learned row goes: the lane paces by its phases
---   100 or more              from its newest 1,000 samples: the quantiles of its
+--   100 or more              from its newest 2,000 samples: the quantiles of its
 --                            latency at levels q1 = 0.15, q(k+1) = 1 - 0.75 (1 - qk)
 --                            (each poll expects to find a quarter of the nodes
 --                            still pending done) up to 0.995, and one poll at each
@@ -20,7 +20,7 @@
 -- its baseline needs a new baseline (propose_lane_baseline; lane_latency shows
 -- it). The schedule is kept with the lane's updated_at: a change of its
 -- settings sets it aside until the next refresh.
--- Samples beyond the newest 1,000 of a lane, and those of lanes without a row,
+-- Samples beyond the newest 2,000 of a lane, and those of lanes without a row,
 -- are deleted. Locks: each lane's learned row (upsert). Returns one row per lane.
 CREATE OR REPLACE FUNCTION refresh_lane_pacing()
 RETURNS TABLE (lane text, samples integer, learned boolean, poll_at numeric[])
@@ -29,7 +29,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     c_min_samples CONSTANT integer := 100;
-    c_window      CONSTANT integer := 1000;
+    c_window      CONSTANT integer := 2000;
     c_first_level CONSTANT numeric := 0.15;
     c_pending     CONSTANT numeric := 0.75;
     c_last_level  CONSTANT numeric := 0.995;
