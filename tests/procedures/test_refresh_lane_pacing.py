@@ -13,16 +13,21 @@ phases poll at 42, 48, 54, ... 120 s, then every tenth of the time elapsed).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from decimal import Decimal
 from typing import Any
 
 import psycopg
+from conftest import TestDatabase
 from engine import claim, create_started, node, observe, plan, submit
 from rows import T0, set_clock, time_at
 from test_complete_observe_pacing import pacing_of, step, submitted_node, upsert_lane
 
 from qtg_runner.db import procs
+from qtg_runner.db.pool import bound_conninfo, open_pool
+from qtg_runner.loop import WorkerContext
+from qtg_runner.workers import lane_pacing_refresh
 
 # the learned schedule of a lane whose nodes finish at 50 s (half) or 70 s
 # (half), with the default settings: the quantiles are 50, 50, 70, 70, ...;
@@ -242,3 +247,21 @@ def test_a_lane_with_no_samples_paces_as_before(conn: psycopg.Connection[Any]) -
     node_id = submitted_node(conn, "chain_l2")["node_id"]
     assert observe(conn, node_id, "PENDING") is None  # not due before 42 s
     assert step(conn, node_id, 42)["next_observe_at"] == time_at(48)
+
+
+def test_the_sidecar_refreshes_as_the_runner_login(
+    db: TestDatabase, conn: psycopg.Connection[Any]
+) -> None:
+    upsert_lane(conn, "chain_l2", 60)
+    plant_samples(conn, "chain_l2", (50, 50, 50), (70, 70, 50))
+    conninfo = bound_conninfo(db.runner_dsn("testnet"), "testnet", "pacing")
+
+    async def tick() -> int:
+        async with open_pool(conninfo, name="pacing") as pool:
+            ctx = WorkerContext("testnet", pool, {}, "pacing:1")
+            return await lane_pacing_refresh.batch(ctx, ctx.worker_id("lane_pacing_refresh"))
+
+    assert asyncio.run(tick()) == 1  # one lane learned its schedule
+    assert conn.execute(
+        "SELECT poll_at[1:3] FROM lane_pacing_learned WHERE lane = 'chain_l2'"
+    ).fetchone() == ([50, 51, 70],)
