@@ -3,6 +3,7 @@
 Environment:
   QTG_DATABASE_URL   use this server (an admin login) instead of an embedded one
   QTG_BENCH_JOBS     jobs/movements in case 1 (default 20000)
+  QTG_BENCH_PACING_NODES  nodes per run in case 4 (default 2000)
   QTG_BENCH_STEPS    DAG steps per mode in case 2 (default 2000)
   QTG_BENCH_CASES    a subset to run, e.g. "1,3" (default: all)
   QTG_BENCH_LOAD     movements in flight in case 2's "under load" run (default 1000)
@@ -104,10 +105,11 @@ def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
 
 def main() -> int:
     jobs = int(os.environ.get("QTG_BENCH_JOBS", "20000"))
+    pacing_nodes = int(os.environ.get("QTG_BENCH_PACING_NODES", str(pacing.NODES)))
     steps = int(os.environ.get("QTG_BENCH_STEPS", "2000"))
     load = int(os.environ.get("QTG_BENCH_LOAD", str(latency.LOAD)))
     wanted = {
-        c.strip() for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5,6").split(",") if c.strip()
+        c.strip() for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5,6,7").split(",") if c.strip()
     }
     out_dir = Path(os.environ.get("QTG_BENCH_OUT", HERE / "results"))
     log_dir = out_dir / "logs"
@@ -142,7 +144,7 @@ def main() -> int:
         attempt("throughput", "1", case_throughput, cluster, jobs, log_dir)
         attempt("latency", "2", latency.run, cluster, steps, log_dir, load)
         attempt("history", "3", history.run, cluster)
-        attempt("pacing", "4", pacing.run, cluster)
+        attempt("pacing", "4", pacing.run, cluster, pacing_nodes)
         attempt("memory", "5", memory.run, cluster, jobs, log_dir)
         attempt("inflight", "7", inflight.run, cluster)
 

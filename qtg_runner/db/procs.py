@@ -574,6 +574,16 @@ class StaleTransaction:
 
 
 @dataclass(frozen=True)
+class LanePacing:
+    """A row of refresh_lane_pacing: a lane's learned poll schedule, or none yet."""
+
+    lane: Text
+    samples: Integer
+    learned: Boolean
+    poll_at: Annotated[list[Decimal], Pg("numeric[]")] | None
+
+
+@dataclass(frozen=True)
 class RegisteredExecutor:
     """A row of registered_executors."""
 
@@ -1342,6 +1352,11 @@ def heartbeat(
 @procedure("runner")
 def worker_stopped(worker_name: Text, instance_id: Text) -> Call[Boolean]:
     """Marks a worker instance not live after a clean stop."""
+
+
+@procedure("runner")
+def refresh_lane_pacing() -> Call[LanePacing]:
+    """Each lane's poll schedule learned again from its latency samples."""
 
 
 @procedure("runner")

@@ -14,6 +14,7 @@ from qtg_runner.workers import (
     evm_nonce_reaper,
     executor_health,
     expiration_checker,
+    lane_pacing_refresh,
     node_dispatcher,
     node_observer,
     node_recovery,
@@ -43,6 +44,10 @@ REGISTRY: tuple[WorkerEntry, ...] = (
         interval=30.0,
         jitter=5.0,
         tier="sidecar",
+    ),
+    # each lane's poll schedule learned from its finished nodes
+    WorkerEntry(
+        "lane_pacing_refresh", lane_pacing_refresh.batch, interval=60.0, jitter=10.0, tier="sidecar"
     ),
     # fills of nonces that will never broadcast, fee bumps of transactions
     # waiting more than 20 block times (at least a minute)

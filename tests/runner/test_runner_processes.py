@@ -72,6 +72,7 @@ ALL_WORKERS = {
     "node_recovery",
     "expiration_checker",
     "template_proposal_expiration",
+    "lane_pacing_refresh",
     "evm_nonce_reaper",
     "ccip_stranded_reaper",
     "capital_transfer_followup",

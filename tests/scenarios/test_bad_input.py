@@ -584,6 +584,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         },
         "worker_stopped": {"p_worker_name": "node_dispatcher", "p_instance_id": "i-1"},
         "registered_executors": {},
+        "refresh_lane_pacing": {},
         "evm_next_nonce": {"p_chain_key": "world-a", "p_sender": "0x" + "d" * 40},
         "evm_chains": {},
         "evm_transfer_route": {"p_node_id": w.transfer},
@@ -1388,10 +1389,11 @@ def test_every_public_procedure_is_in_the_suite() -> None:
     placeholder = World(0, 0, "", 0, "", 0, "", 0, 0)
     assert set(valid_calls(placeholder)) == set(WORLD_PROCEDURES)
     # worker_stopped: any name is a valid name (it stops nothing that is not
-    # there); registered_executors takes no argument
+    # there); registered_executors and refresh_lane_pacing take no argument
     no_bad_inputs = {
         "worker_stopped",
         "registered_executors",
+        "refresh_lane_pacing",
         "evm_chains",
         "limit_held_nodes",
         "exchange_venue_list",

@@ -51,6 +51,7 @@ RUNNER = {
     "record_evm_replacement",
     "record_nonce_closed",
     "record_nonce_fill",
+    "refresh_lane_pacing",
     "registered_executors",
     "release_nodes",
     "report_executor_health",

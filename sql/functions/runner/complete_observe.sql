@@ -12,6 +12,10 @@
 --   ERROR      the observe call itself failed (the service, the network, no
 --              executor in this runner): OBSERVING again after the hint or the
 --              lane's observe_error_retry_seconds; UNKNOWN once the phase is fatal.
+-- A node seen COMPLETED in its first observation window (observe_started_at =
+-- submitted_at: not a window recovery opened) leaves its lane a latency sample
+-- (lane_latency_samples: done after the node's last look, by this one), from
+-- which refresh_lane_pacing learns the lane's schedule.
 -- Fenced by the claim's secret (QT030). Locks: request, node (already held by the
 -- observer's claim). The DAG step and the settle: finish_nodes. Returns the
 -- node's new state, phase and next observation.
@@ -66,6 +70,13 @@ BEGIN
                                    v_node.node_state::text, v_to::text,
                                    jsonb_build_object('outcome', p_outcome, 'phase', v_pacing.phase,
                                                       'evidence', p_evidence))::qtg.audit_event]);
+    END IF;
+    IF v_to = 'COMPLETED' AND v_node.observe_started_at = v_node.submitted_at THEN
+        INSERT INTO lane_latency_samples (lane, after_seconds, by_seconds, finished_at)
+        SELECT v_node.lane, least(s.after_seconds, s.by_seconds), s.by_seconds, v_now
+          FROM (SELECT greatest(0, extract(epoch FROM coalesce(v_node.last_observed_at, v_node.observe_started_at)
+                                                      - v_node.observe_started_at)) AS after_seconds,
+                       greatest(0, extract(epoch FROM v_now - v_node.observe_started_at)) AS by_seconds) s;
     END IF;
     PERFORM finish_nodes(ARRAY[p_node_id], ARRAY[v_node.claimed_by]);
 
