@@ -4,6 +4,7 @@ Environment:
   QTG_DATABASE_URL   use this server (an admin login) instead of an embedded one
   QTG_BENCH_JOBS     jobs/movements in case 1 (default 20000)
   QTG_BENCH_STEPS    DAG steps per mode in case 2 (default 2000)
+  QTG_BENCH_INTAKE   movements created and approved in case 6 (default 20000)
   QTG_BENCH_CASES    a subset to run, e.g. "1,3" (default: all; 5 comes with 1)
   QTG_BENCH_OUT      results folder (default benchmarks/results)
 """
@@ -19,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from benchmarks import engine, history, latency, pacing, report, throughput
+from benchmarks import engine, history, intake, latency, pacing, report, throughput
 from benchmarks.cluster import open_cluster
 
 HERE = Path(__file__).resolve().parent
@@ -104,8 +105,9 @@ def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
 def main() -> int:
     jobs = int(os.environ.get("QTG_BENCH_JOBS", "20000"))
     steps = int(os.environ.get("QTG_BENCH_STEPS", "2000"))
+    intake_count = int(os.environ.get("QTG_BENCH_INTAKE", "20000"))
     wanted = {
-        c.strip() for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5").split(",") if c.strip()
+        c.strip() for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5,6").split(",") if c.strip()
     }
     out_dir = Path(os.environ.get("QTG_BENCH_OUT", HERE / "results"))
     log_dir = out_dir / "logs"
@@ -141,6 +143,7 @@ def main() -> int:
         attempt("latency", "2", latency.run, cluster, steps, log_dir)
         attempt("history", "3", history.run, cluster)
         attempt("pacing", "4", pacing.run, cluster)
+        attempt("intake", "6", intake.run, cluster, intake_count, log_dir)
 
     results["duration_s"] = round(time.monotonic() - started, 1)
     rows = report.build_rows(results)

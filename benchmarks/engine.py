@@ -20,23 +20,20 @@ def bind(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 
 
 def make_template(cluster: Cluster) -> str:
-    """A migrated database with the sim executor registered and its lane presets
-    given their rows (a plan names only lanes that have one), to clone per case."""
+    """A migrated database with every shipped executor registered (a runner
+    refuses to start otherwise) and the sim's lane presets given their rows (a
+    plan names only lanes that have one), to clone per case."""
     from qtg_runner.db.migrate import mark_test_database, migrate
-    from qtg_runner.executors.sim import SimExecutor, lane_baselines
+    from qtg_runner.executors.registry import register_shipped
+    from qtg_runner.executors.sim import lane_baselines
 
     logging.getLogger("yoyo").setLevel(logging.WARNING)
     dsn = cluster.create_db(TEMPLATE)
     migrate(dsn)
     mark_test_database(dsn)  # cases 2-4 pin the clock
+    register_shipped(dsn, NETWORK)
     with psycopg.connect(dsn, autocommit=True) as conn:
         bind(conn)
-        procs.register_executor(
-            SimExecutor.key,
-            SimExecutor.has_side_effect,
-            SimExecutor.node_config_schema,
-            SimExecutor.description,
-        ).one(conn)
         for lane, pacing in lane_baselines().items():
             procs.upsert_lane_baseline(
                 lane, pacing["baseline_seconds"], pacing["min_poll_seconds"]

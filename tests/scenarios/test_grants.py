@@ -64,6 +64,7 @@ RUNNER = {
 OPERATOR = {
     "requeue_node",
     "approve_movement",
+    "approve_movements",
     "audit_export",
     "limit_held_nodes",
     "reset_breaker",
@@ -71,6 +72,7 @@ OPERATOR = {
     "approve_proposal",
     "cancel_movement",
     "create_movement",
+    "create_movements",
     "propose_callback_target",
     "propose_executor_config",
     "propose_lane_baseline",
@@ -97,6 +99,7 @@ ADMIN = {
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
+    "approve_movement_rows",
     "audit_canonical",
     "audit_row_hash",
     "ccip_send_tx_problem",
@@ -118,6 +121,7 @@ INTERNAL = {
     "destination_kind",
     "claim_secret",
     "config_value",
+    "create_movement_rows",
     "enqueue_callbacks",
     "evm_address",
     "evm_decode_raw",
