@@ -40,7 +40,6 @@ CREATE OR REPLACE FUNCTION create_movement_rows(
     p_priorities    integer[]
 ) RETURNS TABLE (item integer, movement_id bigint, request_state qtg.request_state, created boolean)
 LANGUAGE plpgsql
-SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -59,47 +58,53 @@ DECLARE
     v_hint    text;
     v_where   text;
     v_round   integer := 0;
+    v_made    jsonb;       -- external id -> the movement this call inserted
+    v_rank    integer;     -- the first argument rule an item breaks
+    v_max_amount numeric := (SELECT max_amount FROM engine_limits);
 BEGIN
     BEGIN
-        -- 1. the arguments
-        SELECT i.ord, p.code, p.message, p.hint INTO v_at, v_code, v_message, v_hint
+        -- 1. the arguments: the first rule each item breaks (cheap tests over the set), then
+        --    the message of the first item that breaks one
+        SELECT i.ord, p.rank INTO v_at, v_rank
           FROM unnest(p_external_ids, p_amounts, p_plans, p_templates, p_params, p_assets, p_expires_at)
                WITH ORDINALITY AS i(external_id, amount, plan, template, params, asset, expires_at, ord)
          CROSS JOIN LATERAL (
-            SELECT c.code, c.message, c.hint
-              FROM (VALUES
-                (1, i.external_id IS NULL OR btrim(i.external_id) = '' OR length(i.external_id) > 200, 'QT002',
-                 'external id must be 1 to 200 characters',
-                 'Pass the caller''s own id for this movement; it makes creation idempotent.'),
-                (2, i.amount IS NULL OR i.amount <= 0, 'QT002',
-                 format('amount must be positive, got %s', coalesce(i.amount::text, 'NULL')),
-                 'Pass the amount to move in units of the asset, e.g. 250000.5.'),
+            SELECT CASE
+                WHEN i.external_id IS NULL OR btrim(i.external_id) = '' OR length(i.external_id) > 200 THEN 1
+                WHEN i.amount IS NULL OR i.amount <= 0 THEN 2
                 -- NaN passes "<= 0"; NaN, Infinity and an amount beyond max_amount are QT005
-                (3, true, 'QT005',
-                 v_call || ': ' || number_problem('amount', i.amount, 0, (SELECT max_amount FROM engine_limits), true),
-                 'Pass a finite number within the range; engine_limits holds the tunable bounds, which the admin login may change.'),
-                (4, i.amount <> round(i.amount, 6), 'QT002',
-                 format('amount %s has more than 6 decimal places', i.amount),
-                 'Round the amount to at most 6 decimal places (USDC''s precision).'),
-                (5, i.asset IS NULL OR i.asset !~ '^[A-Z0-9]{2,16}$', 'QT002',
-                 format('asset must be an upper-case symbol such as USDC, got %s', coalesce(i.asset, 'NULL')), NULL),
-                (6, NOT isfinite(i.expires_at), 'QT005',
-                 format('expiry must be a finite time, got %s', i.expires_at),
-                 'Pass a time in the future, or no expiry at all.'),
-                (7, i.expires_at <= v_now, 'QT002',
-                 format('expiry %s is not in the future (now %s)', i.expires_at, v_now), NULL),
-                (8, (i.plan IS NULL) = (i.template IS NULL), 'QT002',
-                 'give exactly one of an inline plan or a template name', NULL),
-                (9, jsonb_typeof(i.params) <> 'object', 'QT002',
-                 format('template params must be a JSON object, got %s', jsonb_typeof(i.params)),
-                 'Pass the parameters by name, e.g. {"lane": "cctp_fast"}.')
-              ) AS c(rank, broken, code, message, hint)
-             WHERE c.broken AND c.message IS NOT NULL
-             ORDER BY c.rank
-             LIMIT 1) p
+                WHEN number_problem('amount', i.amount, 0, v_max_amount, true) IS NOT NULL THEN 3
+                WHEN i.amount <> round(i.amount, 6) THEN 4
+                WHEN i.asset IS NULL OR i.asset !~ '^[A-Z0-9]{2,16}$' THEN 5
+                WHEN NOT isfinite(i.expires_at) THEN 6
+                WHEN i.expires_at <= v_now THEN 7
+                WHEN (i.plan IS NULL) = (i.template IS NULL) THEN 8
+                WHEN jsonb_typeof(i.params) <> 'object' THEN 9
+            END AS rank) p
+         WHERE p.rank IS NOT NULL
          ORDER BY i.ord
          LIMIT 1;
         IF FOUND THEN
+            SELECT m.code, m.message, m.hint INTO v_code, v_message, v_hint
+              FROM (VALUES
+                (1, 'QT002', 'external id must be 1 to 200 characters',
+                 'Pass the caller''s own id for this movement; it makes creation idempotent.'),
+                (2, 'QT002', format('amount must be positive, got %s', coalesce(p_amounts[v_at]::text, 'NULL')),
+                 'Pass the amount to move in units of the asset, e.g. 250000.5.'),
+                (3, 'QT005', v_call || ': ' || number_problem('amount', p_amounts[v_at], 0, v_max_amount, true),
+                 'Pass a finite number within the range; engine_limits holds the tunable bounds, which the admin login may change.'),
+                (4, 'QT002', format('amount %s has more than 6 decimal places', p_amounts[v_at]),
+                 'Round the amount to at most 6 decimal places (USDC''s precision).'),
+                (5, 'QT002', format('asset must be an upper-case symbol such as USDC, got %s',
+                                    coalesce(p_assets[v_at], 'NULL')), NULL),
+                (6, 'QT005', format('expiry must be a finite time, got %s', p_expires_at[v_at]),
+                 'Pass a time in the future, or no expiry at all.'),
+                (7, 'QT002', format('expiry %s is not in the future (now %s)', p_expires_at[v_at], v_now), NULL),
+                (8, 'QT002', 'give exactly one of an inline plan or a template name', NULL),
+                (9, 'QT002', format('template params must be a JSON object, got %s', jsonb_typeof(p_params[v_at])),
+                 'Pass the parameters by name, e.g. {"lane": "cctp_fast"}.')
+              ) AS m(rank, code, message, hint)
+             WHERE m.rank = v_rank;
             IF v_hint IS NULL THEN
                 RAISE EXCEPTION USING MESSAGE = v_message, ERRCODE = v_code;
             END IF;
@@ -238,11 +243,17 @@ BEGIN
                 ON CONFLICT (external_id) DO NOTHING
                 RETURNING id, external_id
             )
-            SELECT array_agg(coalesce(n.id, o.id) ORDER BY o.ord),
-                   array_agg(o.created OR n.id IS NOT NULL ORDER BY o.ord)
-              INTO v_ids, v_created
-              FROM unnest(p_external_ids, v_ids, v_created, v_first) WITH ORDINALITY AS o(external_id, id, created, first, ord)
-              LEFT JOIN inserted n ON n.external_id = o.external_id AND o.first = o.ord AND o.id IS NULL;
+            -- external id -> new movement: a lookup, not a join the planner sizes from a guess
+            SELECT jsonb_object_agg(n.external_id, n.id) INTO v_made FROM inserted n;
+            IF v_made IS NOT NULL THEN
+                SELECT array_agg(coalesce(o.id, CASE WHEN o.first = o.ord THEN (v_made ->> o.external_id)::bigint END)
+                                 ORDER BY o.ord),
+                       array_agg(o.created OR (o.id IS NULL AND o.first = o.ord AND v_made ? o.external_id)
+                                 ORDER BY o.ord)
+                  INTO v_ids, v_created
+                  FROM unnest(p_external_ids, v_ids, v_created, v_first)
+                       WITH ORDINALITY AS o(external_id, id, created, first, ord);
+            END IF;
 
             EXIT WHEN NOT EXISTS (SELECT 1 FROM unnest(v_ids, v_first) WITH ORDINALITY AS i(id, first, ord)
                                    WHERE i.id IS NULL AND i.first = i.ord);
