@@ -112,57 +112,63 @@ BEGIN
         END IF;
 
         -- 2. the templates, their params filled in
-        SELECT i.ord, i.template INTO v_at, v_where
-          FROM unnest(p_templates) WITH ORDINALITY AS i(template, ord)
-         WHERE i.template IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM movement_templates t WHERE t.template_name = i.template)
-         ORDER BY i.ord
-         LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'template % does not exist', v_where USING ERRCODE = 'QT003',
-                HINT = 'SELECT template_name FROM movement_templates lists the templates of this network.';
+        v_plans := p_plans;
+        IF array_remove(p_templates, NULL) <> '{}' THEN
+            SELECT i.ord, i.template INTO v_at, v_where
+              FROM unnest(p_templates) WITH ORDINALITY AS i(template, ord)
+             WHERE i.template IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM movement_templates t WHERE t.template_name = i.template)
+             ORDER BY i.ord
+             LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION 'template % does not exist', v_where USING ERRCODE = 'QT003',
+                    HINT = 'SELECT template_name FROM movement_templates lists the templates of this network.';
+            END IF;
+            BEGIN
+                SELECT array_agg(CASE WHEN i.template IS NULL THEN i.plan
+                                      ELSE substitute_params(t.plan, coalesce(i.params, '{}')) END ORDER BY i.ord)
+                  INTO v_plans
+                  FROM unnest(p_plans, p_templates, p_params) WITH ORDINALITY AS i(plan, template, params, ord)
+                  LEFT JOIN movement_templates t ON t.template_name = i.template;
+            EXCEPTION WHEN SQLSTATE 'QT003' THEN
+                -- a param missing: find its item (substitute_params raises again there)
+                FOR v_at IN SELECT i.ord FROM unnest(p_templates) WITH ORDINALITY AS i(template, ord)
+                             WHERE i.template IS NOT NULL ORDER BY i.ord LOOP
+                    PERFORM substitute_params(t.plan, coalesce(p_params[v_at], '{}'))
+                       FROM movement_templates t WHERE t.template_name = p_templates[v_at];
+                END LOOP;
+                RAISE;
+            END;
         END IF;
-        BEGIN
-            SELECT array_agg(CASE WHEN i.template IS NULL THEN i.plan
-                                  ELSE substitute_params(t.plan, coalesce(i.params, '{}')) END ORDER BY i.ord)
-              INTO v_plans
-              FROM unnest(p_plans, p_templates, p_params) WITH ORDINALITY AS i(plan, template, params, ord)
-              LEFT JOIN movement_templates t ON t.template_name = i.template;
-        EXCEPTION WHEN SQLSTATE 'QT003' THEN
-            -- a param missing: find its item (substitute_params raises again there)
-            FOR v_at IN SELECT i.ord FROM unnest(p_templates) WITH ORDINALITY AS i(template, ord)
-                         WHERE i.template IS NOT NULL ORDER BY i.ord LOOP
-                PERFORM substitute_params(t.plan, coalesce(p_params[v_at], '{}'))
-                   FROM movement_templates t WHERE t.template_name = p_templates[v_at];
-            END LOOP;
-            RAISE;
-        END;
 
         -- 3. the external ids: a repeat inside the set is its first item's
-        SELECT array_agg(f.first::integer ORDER BY f.ord) INTO v_first
-          FROM (SELECT i.ord, min(i.ord) OVER (PARTITION BY i.external_id) AS first
-                  FROM unnest(p_external_ids) WITH ORDINALITY AS i(external_id, ord)) f;
-        SELECT i.ord, f.ord INTO v_at, v_where
-          FROM unnest(p_external_ids, v_plans, p_amounts, p_assets, p_templates, p_params, p_expires_at,
-                      p_callback_urls, p_priorities, v_first)
-               WITH ORDINALITY AS i(external_id, plan, amount, asset, template, params, expires_at, callback_url,
-                                    priority, first, ord)
-          JOIN unnest(v_plans, p_amounts, p_assets, p_templates, p_params, p_expires_at, p_callback_urls,
-                      p_priorities)
-               WITH ORDINALITY AS f(plan, amount, asset, template, params, expires_at, callback_url, priority, ord)
-            ON f.ord = i.first
-         WHERE i.first <> i.ord
-           AND NOT (f.plan = i.plan AND f.amount = i.amount AND f.asset = i.asset
-                    AND f.template IS NOT DISTINCT FROM i.template AND f.params IS NOT DISTINCT FROM i.params
-                    AND f.expires_at IS NOT DISTINCT FROM i.expires_at
-                    AND f.callback_url IS NOT DISTINCT FROM i.callback_url
-                    AND coalesce(f.priority, 0) = coalesce(i.priority, 0))
-         ORDER BY i.ord
-         LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'external id % already names items[%] of this call with a different request (plan, amount, asset, template and its params, expiry, callback url or priority)',
-                            p_external_ids[v_at], v_where::integer - 1
-                USING ERRCODE = 'QT004', HINT = 'Use a new external id for a different movement.';
+        v_first := ARRAY[1];
+        IF v_n > 1 THEN
+            SELECT array_agg(f.first::integer ORDER BY f.ord) INTO v_first
+              FROM (SELECT i.ord, min(i.ord) OVER (PARTITION BY i.external_id) AS first
+                      FROM unnest(p_external_ids) WITH ORDINALITY AS i(external_id, ord)) f;
+            SELECT i.ord, f.ord INTO v_at, v_where
+              FROM unnest(p_external_ids, v_plans, p_amounts, p_assets, p_templates, p_params, p_expires_at,
+                          p_callback_urls, p_priorities, v_first)
+                   WITH ORDINALITY AS i(external_id, plan, amount, asset, template, params, expires_at, callback_url,
+                                        priority, first, ord)
+              JOIN unnest(v_plans, p_amounts, p_assets, p_templates, p_params, p_expires_at, p_callback_urls,
+                          p_priorities)
+                   WITH ORDINALITY AS f(plan, amount, asset, template, params, expires_at, callback_url, priority, ord)
+                ON f.ord = i.first
+             WHERE i.first <> i.ord
+               AND NOT (f.plan = i.plan AND f.amount = i.amount AND f.asset = i.asset
+                        AND f.template IS NOT DISTINCT FROM i.template AND f.params IS NOT DISTINCT FROM i.params
+                        AND f.expires_at IS NOT DISTINCT FROM i.expires_at
+                        AND f.callback_url IS NOT DISTINCT FROM i.callback_url
+                        AND coalesce(f.priority, 0) = coalesce(i.priority, 0))
+             ORDER BY i.ord
+             LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION 'external id % already names items[%] of this call with a different request (plan, amount, asset, template and its params, expiry, callback url or priority)',
+                                p_external_ids[v_at], v_where::integer - 1
+                    USING ERRCODE = 'QT004', HINT = 'Use a new external id for a different movement.';
+            END IF;
         END IF;
         v_ids := array_fill(NULL::bigint, ARRAY[v_n]);
         v_created := array_fill(false, ARRAY[v_n]);
