@@ -265,37 +265,33 @@ BEGIN
                                    WHERE i.id IS NULL AND i.first = i.ord);
         END LOOP;
 
-        -- the new movements' nodes and edges
-        WITH made AS (
-            SELECT i.id, i.plan, i.priority
-              FROM unnest(v_ids, v_created, v_plans, p_priorities) WITH ORDINALITY AS i(id, created, plan, priority, ord)
-             WHERE i.created
-        ), nodes AS (
-            INSERT INTO movement_request_nodes (request_id, node_key, executor_key, has_side_effect, node_config,
-                                                lane, node_state, pending_parents, priority, created_at, updated_at)
-            SELECT m.id,
-                   n.value ->> 'key',
-                   e.executor_key,
-                   e.has_side_effect,
-                   coalesce(n.value -> 'config', '{}'),
-                   coalesce(n.value -> 'config' ->> 'lane', e.executor_key),
-                   'PENDING',
-                   (SELECT count(DISTINCT d) FROM jsonb_array_elements_text(coalesce(n.value -> 'depends_on', '[]')) d),
-                   coalesce(m.priority, 0),
-                   v_now, v_now
-              FROM made m
-             CROSS JOIN LATERAL jsonb_array_elements(m.plan -> 'nodes') WITH ORDINALITY n
-              JOIN executors e ON e.executor_key = n.value ->> 'executor'
-             ORDER BY m.id, n.ordinality
-            RETURNING id, request_id, node_key
-        )
+        -- the new movements' nodes, then the edges of those whose plans have any
+        INSERT INTO movement_request_nodes (request_id, node_key, executor_key, has_side_effect, node_config,
+                                            lane, node_state, pending_parents, priority, created_at, updated_at)
+        SELECT m.id,
+               n.value ->> 'key',
+               e.executor_key,
+               e.has_side_effect,
+               coalesce(n.value -> 'config', '{}'),
+               coalesce(n.value -> 'config' ->> 'lane', e.executor_key),
+               'PENDING',
+               (SELECT count(DISTINCT d) FROM jsonb_array_elements_text(coalesce(n.value -> 'depends_on', '[]')) d),
+               coalesce(m.priority, 0),
+               v_now, v_now
+          FROM unnest(v_ids, v_created, v_plans, p_priorities) WITH ORDINALITY AS m(id, created, plan, priority, ord)
+         CROSS JOIN LATERAL jsonb_array_elements(m.plan -> 'nodes') WITH ORDINALITY n
+          JOIN executors e ON e.executor_key = n.value ->> 'executor'
+         WHERE m.created
+         ORDER BY m.ord, n.ordinality;
+
         INSERT INTO movement_plan_edges (request_id, parent_node_id, child_node_id)
         SELECT DISTINCT m.id, parent.id, child.id
-          FROM made m
+          FROM unnest(v_ids, v_created, v_plans) AS m(id, created, plan)
          CROSS JOIN LATERAL jsonb_array_elements(m.plan -> 'nodes') n
          CROSS JOIN LATERAL jsonb_array_elements_text(coalesce(n.value -> 'depends_on', '[]')) d
-          JOIN nodes child ON child.request_id = m.id AND child.node_key = n.value ->> 'key'
-          JOIN nodes parent ON parent.request_id = m.id AND parent.node_key = d.value;
+          JOIN movement_request_nodes child ON child.request_id = m.id AND child.node_key = n.value ->> 'key'
+          JOIN movement_request_nodes parent ON parent.request_id = m.id AND parent.node_key = d.value
+         WHERE m.created AND jsonb_path_exists(m.plan, '$.nodes[*].depends_on[*]');
 
         PERFORM write_audit(array_agg((v_actor, 'request', i.id::text, i.id, 'created', NULL, 'PENDING_APPROVAL',
                                        jsonb_build_object('external_id', i.external_id, 'amount', i.amount,
