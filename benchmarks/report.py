@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from benchmarks import intake
+
 TARGETS = {
     "peer_ratio": 1.2,
     "ceiling_fraction": 0.6,
@@ -16,6 +18,7 @@ TARGETS = {
     "polls_per_node": 6.0,
     "lag_pct": 10.0,
     "rss_mb": 100.0,
+    "intake_per_s": 5000.0,
 }
 
 
@@ -274,6 +277,9 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
         )
     elif "error" in c1:
         rows.append(["5", "runner memory", "could not run", "", "-", "case 1 did not run"])
+
+    # 6 intake
+    rows.extend(intake.report_rows(cases, TARGETS["intake_per_s"]))
     return rows
 
 
