@@ -108,7 +108,13 @@ def test_one_movement_that_cannot_be_approved_refuses_the_batch(conn: Conn) -> N
 def test_the_batch_holds_1_to_1000_distinct_movements(conn: Conn) -> None:
     movement_id = create(conn, ONE, "m1", actor="alice")
     with as_person(conn, "bob"):
-        for ids in (None, [], [movement_id, movement_id], [movement_id, None], list(range(1, 1002))):
+        for ids in (
+            None,
+            [],
+            [movement_id, movement_id],
+            [movement_id, None],
+            list(range(1, 1002)),
+        ):
             assert_rejected(conn, "QT002", APPROVE, (ids,))
         assert conn.execute(APPROVE, ([movement_id],)).fetchall() == [
             (movement_id, "APPROVED", None, None)

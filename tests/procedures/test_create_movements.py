@@ -97,19 +97,26 @@ def test_each_item_becomes_a_movement_as_create_movement_makes_it(conn: Conn) ->
         (ids[0],),
     ).fetchall()
     assert set(edges) == {("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")}
-    assert written.audit == [
-        ("request", str(i), "created", None, "PENDING_APPROVAL") for i in ids
-    ]
+    assert written.audit == [("request", str(i), "created", None, "PENDING_APPROVAL") for i in ids]
     assert written.callbacks == [(i, "movement.pending_approval") for i in ids]
 
 
 def test_a_batch_writes_what_the_same_movements_made_one_by_one_write(conn: Conn) -> None:
     """The batch and create_movement take one step: the rows they leave are the same."""
-    conn.execute("SELECT register_template('bridge', %s)", (Jsonb(plan(node("x"), node("y", ["x"]))),))
+    conn.execute(
+        "SELECT register_template('bridge', %s)", (Jsonb(plan(node("x"), node("y", ["x"]))),)
+    )
     items = [
         item("s-1", the_plan=DIAMOND),
-        {"external_id": "s-2", "amount": "3.25", "template": "bridge", "params": {},
-         "expires_at": iso_at(60), "callback_url": "https://h.example/a", "priority": 2},
+        {
+            "external_id": "s-2",
+            "amount": "3.25",
+            "template": "bridge",
+            "params": {},
+            "expires_at": iso_at(60),
+            "callback_url": "https://h.example/a",
+            "priority": 2,
+        },
     ]
     procs.create_movement("s-1", 100, plan=DIAMOND).one(conn)
     procs.create_movement(
@@ -131,8 +138,8 @@ def snapshot_rows(conn: Conn) -> list[Any]:
     """What a created movement is, without its ids."""
     return [
         conn.execute(
-            "SELECT external_id, request_state, template_name, template_params, plan, amount, asset,"
-            " priority, callback_url, created_by, open_nodes, expires_at, created_at"
+            "SELECT external_id, request_state, template_name, template_params, plan, amount,"
+            " asset, priority, callback_url, created_by, open_nodes, expires_at, created_at"
             " FROM movement_requests ORDER BY external_id"
         ).fetchall(),
         conn.execute(
@@ -258,24 +265,45 @@ BAD_ITEMS: dict[str, tuple[dict[str, Any], str, str]] = {
     "plan and template": (item("x", template="t"), "QT002", "exactly one"),
     "no plan": ({"external_id": "x", "amount": 1}, "QT002", "exactly one"),
     "a cycle": (item("x", the_plan=plan(node("a", ["b"]), node("b", ["a"]))), "QT001", "cycle"),
-    "unknown executor": (item("x", the_plan=plan(node("a", executor="teleport"))), "QT001",
-                         "unknown executor"),
-    "unknown template": ({"external_id": "x", "amount": 1, "template": "nope"}, "QT003",
-                         "template nope does not exist"),
+    "unknown executor": (
+        item("x", the_plan=plan(node("a", executor="teleport"))),
+        "QT001",
+        "unknown executor",
+    ),
+    "unknown template": (
+        {"external_id": "x", "amount": 1, "template": "nope"},
+        "QT003",
+        "template nope does not exist",
+    ),
     "a long callback url": (item("x", callback_url="h" * 5000), "QT005", "a text of 5000 bytes"),
-    "params not an object": ({"external_id": "x", "amount": 1, "template": "t", "params": [1]},
-                             "QT002", "template params must be a JSON object"),
+    "params not an object": (
+        {"external_id": "x", "amount": 1, "template": "t", "params": [1]},
+        "QT002",
+        "template params must be a JSON object",
+    ),
     # the item's JSON shape
     "an unknown field": (item("x", amonut=5), "QT002", "unknown field 'amonut'"),
     "amount as words": (item("x", "ten"), "QT002", "amount must be a number or a numeric string"),
     "amount as a list": (item("x", [1]), "QT002", "amount must be a number"),
-    "external id a number": ({**item("x"), "external_id": 5}, "QT002", "external_id must be a string"),
+    "external id a number": (
+        {**item("x"), "external_id": 5},
+        "QT002",
+        "external_id must be a string",
+    ),
     "a time that is not one": (item("x", expires_at="tomorrow-ish"), "QT002", "is not a time"),
     "expiry a number": (item("x", expires_at=5), "QT002", "expires_at must be a time as a string"),
     "priority a fraction": (item("x", priority=1.5), "QT002", "priority must be a whole number"),
-    "priority beyond integer": (item("x", priority=2**31), "QT002", "priority must be a whole number"),
+    "priority beyond integer": (
+        item("x", priority=2**31),
+        "QT002",
+        "priority must be a whole number",
+    ),
     "priority a string": (item("x", priority="1"), "QT002", "priority must be a whole number"),
-    "callback url an object": (item("x", callback_url={}), "QT002", "callback_url must be a string"),
+    "callback url an object": (
+        item("x", callback_url={}),
+        "QT002",
+        "callback_url must be a string",
+    ),
 }
 
 
@@ -293,11 +321,17 @@ def test_one_bad_item_refuses_the_whole_batch_naming_it(conn: Conn) -> None:
 def test_a_missing_template_param_names_its_item(conn: Conn) -> None:
     conn.execute(
         "SELECT register_template('laned', %s)",
-        (Jsonb({"nodes": [{"key": "a", "executor": "sim", "config": {"lane": {"$param": "lane"}}}]}),),
+        (
+            Jsonb(
+                {"nodes": [{"key": "a", "executor": "sim", "config": {"lane": {"$param": "lane"}}}]}
+            ),
+        ),
     )
     good = {"external_id": "p-1", "amount": 1, "template": "laned", "params": {"lane": "default"}}
     bad = {"external_id": "p-2", "amount": 1, "template": "laned", "params": {}}
-    refused(conn, "QT003", [good, bad], "items[1] (external id 'p-2')", 'parameter "lane" is missing')
+    refused(
+        conn, "QT003", [good, bad], "items[1] (external id 'p-2')", 'parameter "lane" is missing'
+    )
     rows = conn.execute(BATCH, (Jsonb([good]),)).fetchall()
     assert rows[0][2] is True
 

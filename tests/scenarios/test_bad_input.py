@@ -918,10 +918,14 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
                 {"plan": None},
                 {"colour": "red"},
             )
-            + bad_items("QT005", {"amount": "1e300"}, {"expires_at": "infinity"}, {"callback_url": BIG_TEXT})
+            + bad_items(
+                "QT005", {"amount": "1e300"}, {"expires_at": "infinity"}, {"callback_url": BIG_TEXT}
+            )
             + bad_items("QT001", {"plan": json.loads(nodes(node("a", ["a"])))})
             + bad_items("QT003", {"plan": None, "template": "nope"})
-            + bad_items("QT004", {"external_id": "pending", "amount": 5})  # the world's, another amount
+            + bad_items(
+                "QT004", {"external_id": "pending", "amount": 5}
+            )  # the world's, another amount
         ),
         "approve_movement": each("p_movement_id", "QT010", None, -1, 0, BIGINT_MAX),
         "approve_movements": (

@@ -96,19 +96,22 @@ BEGIN
                 (4, 'QT002', format('amount %s has more than 6 decimal places', p_amounts[v_at]),
                  'Round the amount to at most 6 decimal places (USDC''s precision).'),
                 (5, 'QT002', format('asset must be an upper-case symbol such as USDC, got %s',
-                                    coalesce(p_assets[v_at], 'NULL')), NULL),
+                                    coalesce(p_assets[v_at], 'NULL')),
+                 'Pass the asset''s symbol, e.g. USDC.'),
                 (6, 'QT005', format('expiry must be a finite time, got %s', p_expires_at[v_at]),
                  'Pass a time in the future, or no expiry at all.'),
-                (7, 'QT002', format('expiry %s is not in the future (now %s)', p_expires_at[v_at], v_now), NULL),
-                (8, 'QT002', 'give exactly one of an inline plan or a template name', NULL),
+                (7, 'QT002', format('expiry %s is not in the future (now %s)', p_expires_at[v_at], v_now),
+                 'Pass a time in the future, or no expiry at all.'),
+                (8, 'QT002', 'give exactly one of an inline plan or a template name',
+                 'Pass a plan, or the name of a template (with its params), not both.'),
                 (9, 'QT002', format('template params must be a JSON object, got %s', jsonb_typeof(p_params[v_at])),
                  'Pass the parameters by name, e.g. {"lane": "cctp_fast"}.')
               ) AS m(rank, code, message, hint)
              WHERE m.rank = v_rank;
-            IF v_hint IS NULL THEN
-                RAISE EXCEPTION USING MESSAGE = v_message, ERRCODE = v_code;
+            IF v_code = 'QT005' THEN
+                RAISE EXCEPTION '%', v_message USING ERRCODE = 'QT005', HINT = v_hint;
             END IF;
-            RAISE EXCEPTION USING MESSAGE = v_message, ERRCODE = v_code, HINT = v_hint;
+            RAISE EXCEPTION '%', v_message USING ERRCODE = 'QT002', HINT = v_hint;
         END IF;
 
         -- 2. the templates, their params filled in
@@ -315,10 +318,16 @@ BEGIN
         v_where := format('create_movements: items[%s]', v_at - 1)
                    || coalesce(format(' (external id %s)', quote_literal(left(p_external_ids[v_at], 64))), '');
         v_message := v_where || ': ' || regexp_replace(v_message, '^create_movements?: ', '');
-        IF coalesce(v_hint, '') = '' THEN
-            RAISE EXCEPTION USING MESSAGE = v_message, ERRCODE = v_code;
-        END IF;
-        RAISE EXCEPTION USING MESSAGE = v_message, ERRCODE = v_code, HINT = v_hint;
+        v_hint := coalesce(nullif(v_hint, ''),
+                           format('Correct items[%s] and send the batch again: nothing of it was written.', v_at - 1));
+        CASE v_code
+            WHEN 'QT001' THEN RAISE EXCEPTION '%', v_message USING ERRCODE = 'QT001', HINT = v_hint;
+            WHEN 'QT002' THEN RAISE EXCEPTION '%', v_message USING ERRCODE = 'QT002', HINT = v_hint;
+            WHEN 'QT003' THEN RAISE EXCEPTION '%', v_message USING ERRCODE = 'QT003', HINT = v_hint;
+            WHEN 'QT004' THEN RAISE EXCEPTION '%', v_message USING ERRCODE = 'QT004', HINT = v_hint;
+            WHEN 'QT005' THEN RAISE EXCEPTION '%', v_message USING ERRCODE = 'QT005', HINT = v_hint;
+            ELSE RAISE;
+        END CASE;
     END;
 
     RETURN QUERY
