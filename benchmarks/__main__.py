@@ -7,6 +7,7 @@ Environment:
   QTG_BENCH_STEPS    DAG steps per mode in case 2 (default 2000)
   QTG_BENCH_CASES    a subset to run, e.g. "1,3" (default: all)
   QTG_BENCH_LOAD     movements in flight in case 2's "under load" run (default 1000)
+  QTG_BENCH_INTAKE   movements created and approved in case 6 (default 20000)
   QTG_BENCH_OUT      results folder (default benchmarks/results)
 """
 
@@ -21,7 +22,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from benchmarks import engine, history, inflight, latency, memory, pacing, report, throughput
+from benchmarks import (
+    engine,
+    history,
+    inflight,
+    intake,
+    latency,
+    memory,
+    pacing,
+    report,
+    throughput,
+)
 from benchmarks.cluster import open_cluster
 
 HERE = Path(__file__).resolve().parent
@@ -108,6 +119,7 @@ def main() -> int:
     pacing_nodes = int(os.environ.get("QTG_BENCH_PACING_NODES", str(pacing.NODES)))
     steps = int(os.environ.get("QTG_BENCH_STEPS", "2000"))
     load = int(os.environ.get("QTG_BENCH_LOAD", str(latency.LOAD)))
+    intake_count = int(os.environ.get("QTG_BENCH_INTAKE", "20000"))
     wanted = {
         c.strip() for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5,6,7").split(",") if c.strip()
     }
@@ -146,6 +158,7 @@ def main() -> int:
         attempt("history", "3", history.run, cluster)
         attempt("pacing", "4", pacing.run, cluster, pacing_nodes)
         attempt("memory", "5", memory.run, cluster, jobs, log_dir)
+        attempt("intake", "6", intake.run, cluster, intake_count, log_dir)
         attempt("inflight", "7", inflight.run, cluster)
 
     results["duration_s"] = round(time.monotonic() - started, 1)

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from benchmarks import intake
+
 TARGETS = {
     "peer_ratio": 1.2,
     "ceiling_fraction": 0.6,
@@ -18,6 +20,7 @@ TARGETS = {
     "polls_per_node": 3.0,  # the learned schedule (issue 14 part 5; today's phases: 4.6)
     "lag_pct": 5.0,
     "rss_mb": 100.0,
+    "intake_per_s": 5000.0,
 }
 
 
@@ -361,6 +364,9 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
         )
     if isinstance(c5, dict) and "error" in c5:
         rows.append(["5", "runner memory", "could not run", "", "-", c5["error"]])
+
+    # 6 intake
+    rows.extend(intake.report_rows(cases, TARGETS["intake_per_s"]))
 
     # 7 in-flight scale
     c7 = cases.get("inflight", {})

@@ -1,6 +1,7 @@
 """The HTTP API: FastAPI over the network's procedures, as the caller's login.
 
     POST /v1/movements                      create (idempotent on external_id)
+    POST /v1/movements:batch                create up to 1,000 in one transaction
     GET  /v1/movements                      list: ?state=&external_id=&created_by=&limit=&cursor=
     GET  /v1/movements/{id}                 one movement
     POST /v1/movements/{id}/approve         approve (the approver again: as it is)
@@ -37,7 +38,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from qtg_runner.api import metrics as metrics_text
 from qtg_runner.api import reads
 from qtg_runner.api.identity import Credentials, Database, parse_authorization
-from qtg_runner.api.models import CREATE_EXAMPLE, CallbackTargetProposal, Cancel, MovementCreate
+from qtg_runner.api.models import (
+    CREATE_EXAMPLE,
+    CallbackTargetProposal,
+    Cancel,
+    MovementBatch,
+    MovementCreate,
+)
 from qtg_runner.api.problems import OTHER, PROBLEM_JSON, Problem, from_sqlstate
 from qtg_runner.db import procs
 from qtg_runner.db.migrate import sql_dir
@@ -247,6 +254,32 @@ def create_app(config: ApiConfig) -> FastAPI:
             status_code=201 if created.created else 200,
             headers={"Location": f"/v1/movements/{created.movement_id}"},
         )
+
+    @app.post(
+        "/v1/movements:batch",
+        tags=["movements"],
+        summary="Create up to 1,000 movements in one transaction (each idempotent on external_id)",
+        responses={
+            200: {"description": "One entry per item, in order: the movement, its state, created"},
+            409: {
+                "description": "An item's external id names a movement with another body (QT004)"
+            },
+            422: {"description": "An invalid item: the whole batch is refused, the item named"},
+        },
+    )
+    async def create_movements(body: MovementBatch, conn: Conn) -> dict[str, Any]:
+        items = [item.model_dump(mode="json") for item in body.items]
+        rows = await procs.create_movements(items).aall(conn)
+        return {
+            "items": [
+                {
+                    "movement_id": row.movement_id,
+                    "state": row.request_state.value,
+                    "created": row.created,
+                }
+                for row in rows
+            ]
+        }
 
     @app.get("/v1/movements", tags=["movements"], summary="List movements, newest first")
     async def list_movements(

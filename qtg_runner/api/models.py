@@ -61,6 +61,16 @@ class MovementCreate(BaseModel):
         return Decimal(str(self.amount))
 
 
+class MovementBatch(BaseModel):
+    """Up to 1,000 movements created in one transaction (create_movements): each
+    item is a movement as POST /v1/movements takes it; one bad item refuses the
+    whole batch, its index in the problem's detail."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: Annotated[list[MovementCreate], Field(min_length=1, max_length=1000)]
+
+
 class Cancel(BaseModel):
     model_config = ConfigDict(
         extra="forbid", json_schema_extra={"examples": [{"reason": "wrong destination"}]}

@@ -652,6 +652,27 @@ class CreatedMovement:
 
 
 @dataclass(frozen=True)
+class IntakeMovement:
+    """One item of create_movements: its movement, the state it is in now, and
+    whether this call created it (false: its external id named it already)."""
+
+    movement_id: BigInt
+    request_state: RequestState
+    created: Boolean
+
+
+@dataclass(frozen=True)
+class ApprovalOutcome:
+    """One movement of approve_movements: its state after the call, or the
+    refusal (QT022: the caller created it; the refusal is audited)."""
+
+    movement_id: BigInt
+    request_state: RequestState
+    error_code: Text | None
+    error_message: Text | None
+
+
+@dataclass(frozen=True)
 class Requeue:
     requeue_id: BigInt
     requeue_state: Text
@@ -1394,6 +1415,13 @@ def create_movement(
 
 
 @procedure("operator")
+def create_movements(items: Json) -> Call[IntakeMovement]:
+    """create_movement for up to 1000 items (a list of dicts of its arguments by
+    name) in one transaction; one row per item, in order. A bad item refuses the
+    whole batch, its index in the message."""
+
+
+@procedure("operator")
 def verify_audit_chain(
     expected_seq: BigInt | Default | None = DEFAULT,
     expected_hash: Text | Default | None = DEFAULT,
@@ -1436,6 +1464,12 @@ def replay_callback(callback_id: BigInt, reason: Text) -> Call[Text]:
 def approve_movement(movement_id: BigInt) -> Call[RequestState]:
     """PENDING_APPROVAL -> APPROVED, by the calling login, which must not be the
     creator's (else Refused, QT022: the refusal is audited)."""
+
+
+@procedure("operator")
+def approve_movements(movement_ids: BigIntArray) -> Call[ApprovalOutcome]:
+    """approve_movement for up to 1000 movements in one transaction; the creator's
+    own are refused in their rows (QT022, audited), not with a warning."""
 
 
 @procedure("operator")

@@ -1,4 +1,4 @@
--- depends: 0029_http_api
+-- depends: 0031_learned_pacing
 --
 -- The observer's candidate list reads its index in its own order.
 --

@@ -158,6 +158,28 @@ def test_create_is_idempotent_and_approval_four_eyes_across_two_logins(world: Ap
         ]
 
 
+def test_a_batch_is_created_whole_or_not_at_all(world: ApiWorld) -> None:
+    items = [{"external_id": f"batch-{i}", "amount": "100", "plan": ONE_NODE} for i in range(3)]
+    with world.client("alice") as alice, world.client("bob") as bob:
+        first = alice.post("/v1/movements:batch", json={"items": items})
+        assert first.status_code == 200, first.text
+        made = first.json()["items"]
+        assert [(m["state"], m["created"]) for m in made] == [("PENDING_APPROVAL", True)] * 3
+        again = alice.post("/v1/movements:batch", json={"items": items})
+        assert [(m["movement_id"], m["created"]) for m in again.json()["items"]] == [
+            (m["movement_id"], False) for m in made
+        ]
+        changed = [*items[:2], {**items[2], "amount": "101"}]
+        body = problem(alice.post("/v1/movements:batch", json={"items": changed}), 409, "QT004")
+        assert "items[2]" in body["detail"]
+        bad = [{"external_id": "batch-new", "amount": "5", "plan": {"nodes": []}}, *items]
+        body = problem(alice.post("/v1/movements:batch", json={"items": bad}), 422, "QT001")
+        assert "items[0]" in body["detail"]
+        assert bob.get("/v1/movements", params={"external_id": "batch-new"}).json()["items"] == []
+        too_many = {"items": [items[0]] * 1001}
+        assert alice.post("/v1/movements:batch", json=too_many).status_code == 422
+
+
 def test_the_readme_example_and_the_dag(world: ApiWorld) -> None:
     with world.client("alice") as alice:
         created = alice.post("/v1/movements", json=CREATE_EXAMPLE)

@@ -94,6 +94,19 @@ def raw_config(entry: str) -> str:
     return '{"nodes": [{"key": "a", "executor": "sim", "config": ' + config + "}]}"
 
 
+def intake_item(external_id: str, **change: Any) -> dict[str, Any]:
+    """An item of create_movements: a valid one, or one with ``change``."""
+    return {"external_id": external_id, "amount": 5, "plan": plan(node("a")), **change}
+
+
+def bad_items(code: str, *changes: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """create_movements' p_items with a good item, then one with each change (refused whole)."""
+    return [
+        ("p_items", json.dumps([intake_item("good"), {**intake_item("bad"), **change}]), code)
+        for change in changes
+    ]
+
+
 TEMPLATE_PLAN = {"nodes": [{"key": "a", "executor": "sim", "config": {"lane": {"$param": "lane"}}}]}
 
 
@@ -478,7 +491,9 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_callback_url": "https://example.test/cb",
             "p_priority": 0,
         },
+        "create_movements": {"p_items": json.dumps([intake_item("new-1"), intake_item("new-2")])},
         "approve_movement": {"p_movement_id": w.pending},
+        "approve_movements": {"p_movement_ids": [w.pending]},
         "cancel_movement": {"p_movement_id": w.pending, "p_reason": "not today"},
         "requeue_node": {"p_node_id": w.recovering, "p_reason": "the transaction was dropped"},
         "propose_lane_baseline": {"p_lane": "fast", "p_baseline_seconds": 30, **settings_},
@@ -886,7 +901,39 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_template", "QT002", "one")  # both
             + bad_plans
         ),
+        "create_movements": (
+            each("p_items", "QT002", None, "{}", "[]", '"items"', "[5]")
+            + each("p_items", "QT002", json.dumps([intake_item(f"n-{i}") for i in range(1001)]))
+            + bad_items(
+                "QT002",
+                {"external_id": None},
+                {"external_id": 5},
+                {"amount": 0},
+                {"amount": "ten"},
+                {"amount": "NaN"},
+                {"asset": "usdc"},
+                {"expires_at": "soon"},
+                {"expires_at": iso_at(NOW)},
+                {"priority": 0.5},
+                {"priority": 2**31},
+                {"plan": None},
+                {"colour": "red"},
+            )
+            + bad_items(
+                "QT005", {"amount": "1e300"}, {"expires_at": "infinity"}, {"callback_url": BIG_TEXT}
+            )
+            + bad_items("QT001", {"plan": json.loads(nodes(node("a", ["a"])))})
+            + bad_items("QT003", {"plan": None, "template": "nope"})
+            + bad_items(
+                "QT004", {"external_id": "pending", "amount": 5}
+            )  # the world's, another amount
+        ),
         "approve_movement": each("p_movement_id", "QT010", None, -1, 0, BIGINT_MAX),
+        "approve_movements": (
+            each("p_movement_ids", "QT002", None, [], [None], [w.pending, w.pending])
+            + each("p_movement_ids", "QT002", list(range(1, 1002)))
+            + each("p_movement_ids", "QT010", [-1], [w.pending, BIGINT_MAX])
+        ),
         "cancel_movement": (
             each("p_movement_id", "QT010", None, -1, BIGINT_MAX)
             + each("p_reason", "QT005", BIG_TEXT)

@@ -65,6 +65,7 @@ RUNNER = {
 OPERATOR = {
     "requeue_node",
     "approve_movement",
+    "approve_movements",
     "audit_export",
     "limit_held_nodes",
     "reset_breaker",
@@ -72,6 +73,7 @@ OPERATOR = {
     "approve_proposal",
     "cancel_movement",
     "create_movement",
+    "create_movements",
     "propose_callback_target",
     "propose_executor_config",
     "propose_lane_baseline",
@@ -98,6 +100,7 @@ ADMIN = {
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
+    "approve_movement_rows",
     "audit_canonical",
     "audit_row_hash",
     "ccip_send_tx_problem",
@@ -119,6 +122,7 @@ INTERNAL = {
     "destination_kind",
     "claim_secret",
     "config_value",
+    "create_movement_rows",
     "enqueue_callbacks",
     "evm_address",
     "evm_decode_raw",

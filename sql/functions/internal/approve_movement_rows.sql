@@ -1,0 +1,102 @@
+-- approve_movement_rows: PENDING_APPROVAL -> APPROVED for a set of movements, by
+-- the login that calls (session_user): the one body of approve_movement (a set
+-- of one) and approve_movements. Internal.
+--
+-- Locks the movements in id order, then, each movement in input order:
+--   - the login that approved it asks again: its state as it is now, nothing
+--     written (an approval is idempotent for its approver)
+--   - unknown (QT010), not PENDING_APPROVAL (QT020: approved by another
+--     login, or past it) or past its expiry (QT020): an error, and nothing
+--     changes for any movement of the set
+--   - created by the caller (four eyes): refused, left as it is, and the
+--     refusal kept as an `approval_refused` audit row; reported in its row
+--     (error_code QT022) and, with p_warn, as a WARNING with SQLSTATE QT022
+--     (approve_movement's contract: an error would roll the audit row back)
+--   - otherwise APPROVED, through set_movement_states (its audit row and
+--     callback), the approver and the time recorded
+-- Returns one row per movement, in input order: its state after the call,
+-- and the refusal's code and message where it was refused.
+CREATE OR REPLACE FUNCTION approve_movement_rows(p_movement_ids bigint[], p_warn boolean)
+RETURNS TABLE (item integer, movement_id bigint, request_state qtg.request_state, error_code text,
+               error_message text)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_actor    text := session_user;
+    v_now      timestamptz := clock();
+    v_id       bigint;
+    v_state    qtg.request_state;
+    v_expires  timestamptz;
+    v_approve  bigint[];
+    v_refuse   bigint[];
+BEGIN
+    PERFORM 1 FROM movement_requests r WHERE r.id = ANY (p_movement_ids) ORDER BY r.id FOR UPDATE;
+
+    SELECT i.id INTO v_id
+      FROM unnest(p_movement_ids) WITH ORDINALITY AS i(id, ord)
+     WHERE NOT EXISTS (SELECT 1 FROM movement_requests r WHERE r.id = i.id)
+     ORDER BY i.ord
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'movement % does not exist', v_id USING ERRCODE = 'QT010',
+            HINT = 'Check the movement id and the network (schema) you are connected to.';
+    END IF;
+
+    -- the first movement that cannot be approved (its approver's own repeat aside)
+    SELECT r.id, r.request_state, r.expires_at INTO v_id, v_state, v_expires
+      FROM unnest(p_movement_ids) WITH ORDINALITY AS i(id, ord)
+      JOIN movement_requests r ON r.id = i.id
+     WHERE NOT (r.request_state <> 'PENDING_APPROVAL' AND r.approved_by IS NOT DISTINCT FROM v_actor)
+       AND (r.request_state <> 'PENDING_APPROVAL' OR r.expires_at <= v_now)
+     ORDER BY i.ord
+     LIMIT 1;
+    IF FOUND AND v_state <> 'PENDING_APPROVAL' THEN
+        RAISE EXCEPTION 'movement % is %, only PENDING_APPROVAL can be approved', v_id, v_state
+            USING ERRCODE = 'QT020';
+    ELSIF FOUND THEN
+        RAISE EXCEPTION 'movement % expired at %', v_id, v_expires USING ERRCODE = 'QT020',
+            HINT = 'Create a new movement with a later expiry.';
+    END IF;
+
+    SELECT array_agg(r.id ORDER BY i.ord) FILTER (WHERE r.created_by <> v_actor),
+           array_agg(r.id ORDER BY i.ord) FILTER (WHERE r.created_by = v_actor)
+      INTO v_approve, v_refuse
+      FROM unnest(p_movement_ids) WITH ORDINALITY AS i(id, ord)
+      JOIN movement_requests r ON r.id = i.id
+     WHERE r.request_state = 'PENDING_APPROVAL';
+
+    IF v_refuse IS NOT NULL THEN
+        PERFORM write_audit(array_agg((v_actor, 'request', i.id::text, i.id, 'approval_refused',
+                                       'PENDING_APPROVAL', 'PENDING_APPROVAL',
+                                       jsonb_build_object('reason', 'the creator cannot approve'))::qtg.audit_event
+                                      ORDER BY i.ord))
+          FROM unnest(v_refuse) WITH ORDINALITY AS i(id, ord);
+        IF p_warn THEN
+            RAISE WARNING '%', CASE WHEN cardinality(v_refuse) = 1
+                THEN format('movement %s was created by %s, who cannot also approve it; the refusal is recorded in the audit log',
+                            v_refuse[1], v_actor)
+                ELSE format('movements %s were created by %s, who cannot also approve them; the refusals are recorded in the audit log',
+                            array_to_string(v_refuse, ', '), v_actor) END
+                USING ERRCODE = 'QT022', HINT = 'A second operator, logged in as themselves, must approve.';
+        END IF;
+    END IF;
+    IF v_approve IS NOT NULL THEN
+        PERFORM set_movement_states(v_approve, 'PENDING_APPROVAL',
+                                    array_fill('APPROVED'::qtg.request_state, ARRAY[cardinality(v_approve)]),
+                                    array_fill(v_actor, ARRAY[cardinality(v_approve)]));
+        PERFORM notify_work('approved');
+    END IF;
+
+    RETURN QUERY
+        SELECT i.ord::integer, r.id, r.request_state,
+               CASE WHEN r.id = ANY (v_refuse) THEN 'QT022' END,
+               CASE WHEN r.id = ANY (v_refuse)
+                    THEN format('movement %s was created by %s, who cannot also approve it; the refusal is recorded in the audit log',
+                                r.id, v_actor) END
+          FROM unnest(p_movement_ids) WITH ORDINALITY AS i(id, ord)
+          JOIN movement_requests r ON r.id = i.id
+         ORDER BY i.ord;
+END
+$$;
