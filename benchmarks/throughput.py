@@ -529,6 +529,7 @@ def run_equal_peer(
         if spec["system_db"]:
             with psycopg.connect(sys_dsn, autocommit=True) as sys_conn:
                 sys_conn.execute("VACUUM ANALYZE")
+        profiled = _stats_reset(conn)
         cpu = equal.ServerCpu.open(conn)
         cpu0 = cpu.seconds() if cpu else None
         t0 = time.monotonic()
@@ -553,6 +554,10 @@ def run_equal_peer(
             for child in children:
                 child.stop()
         record = equal.check(conn, jobs)
+        statements = top_statements(conn, 8) if profiled else []
+    if profiled and spec["system_db"]:
+        with psycopg.connect(sys_dsn, autocommit=True) as sys_conn:
+            statements += [{**st, "database": "system"} for st in top_statements(sys_conn, 8)]
     wall = t_done - t0
     writes = _per_job(writes_before, row_writes(dsn, (*own, *equal.WORLD)), jobs)
     if spec["system_db"]:
@@ -572,6 +577,7 @@ def run_equal_peer(
         "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
         "row_writes_per_job": writes,
         "record": record,
+        "top_statements": statements,
     }
 
 
