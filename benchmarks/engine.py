@@ -20,23 +20,21 @@ def bind(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 
 
 def make_template(cluster: Cluster) -> str:
-    """A migrated database with the sim executor registered and its lane presets
+    """A migrated database with the shipped executors registered and the sim's lane presets
     given their rows (a plan names only lanes that have one), to clone per case."""
     from qtg_runner.db.migrate import mark_test_database, migrate
-    from qtg_runner.executors.sim import SimExecutor, lane_baselines
+    from qtg_runner.executors.registry import register_shipped
+    from qtg_runner.executors.sim import lane_baselines
 
     logging.getLogger("yoyo").setLevel(logging.WARNING)
     dsn = cluster.create_db(TEMPLATE)
     migrate(dsn)
     mark_test_database(dsn)  # cases 2-4 pin the clock
+    # every executor this build ships, as `qtg executors register` does: a runner
+    # refuses to start while one it carries is not registered
+    register_shipped(dsn, NETWORK)
     with psycopg.connect(dsn, autocommit=True) as conn:
         bind(conn)
-        procs.register_executor(
-            SimExecutor.key,
-            SimExecutor.has_side_effect,
-            SimExecutor.node_config_schema,
-            SimExecutor.description,
-        ).one(conn)
         for lane, pacing in lane_baselines().items():
             procs.upsert_lane_baseline(
                 lane, pacing["baseline_seconds"], pacing["min_poll_seconds"]
