@@ -529,6 +529,11 @@ def run_equal_peer(
         if spec["system_db"]:
             with psycopg.connect(sys_dsn, autocommit=True) as sys_conn:
                 sys_conn.execute("VACUUM ANALYZE")
+                # pg_stat_statements is read per database: its view in DBOS's too
+                with contextlib.suppress(psycopg.Error):
+                    sys_conn.execute(
+                        "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public"
+                    )
         profiled = _stats_reset(conn)
         cpu = equal.ServerCpu.open(conn)
         cpu0 = cpu.seconds() if cpu else None
