@@ -36,7 +36,12 @@ def sqlalchemy_url(dsn: str) -> str:
 
     p = conninfo_to_dict(dsn)
     host = str(p.get("host") or "localhost")
-    query = {}
+    # the other libpq parameters (passfile, sslmode...) pass through to psycopg
+    query = {
+        k: str(v)
+        for k, v in p.items()
+        if k not in ("user", "password", "host", "port", "dbname") and v is not None
+    }
     if host.startswith("/"):
         query["host"] = host
         host_part = None
