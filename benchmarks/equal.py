@@ -43,7 +43,7 @@ def for_sqlalchemy(name: str) -> str:
 
 def setup(conn: psycopg.Connection[Any], movements: int) -> None:
     """The equal-guarantee tables and ``movements`` APPROVED movements, ids 1..N."""
-    conn.execute(statements()["schema"])  # type: ignore[arg-type]
+    conn.execute(statements()["schema"].encode())
     conn.execute(
         "INSERT INTO eg.movements (id, state) SELECT g, 'APPROVED' FROM generate_series(1, %s) g",
         [movements],
