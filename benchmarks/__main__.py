@@ -39,8 +39,8 @@ CEILING_CONNECTIONS = (2, 4, 8)
 # in 1 and 2 processes at its documented setting: Graphile Worker concurrency 24
 # (its performance page), PgQueuer 5 dequeue loops of batch 10 (its drain
 # benchmark), DBOS Transact a queue with worker_concurrency 100 per process
-# (a per-worker limit, as its queue reference advises for several processes)
-# polled every 0.1 s: at the default polling_interval_sec of 1 s a worker
+# (each process with its own executor_id, as DBOS's queue reference requires
+# for a per-worker limit) polled every 0.1 s: at the default polling_interval_sec of 1 s a worker
 # starts at most worker_concurrency workflows a second, a cap of the poll, not
 # of the work.
 EQUAL_SETTINGS: dict[str, Any] = {
