@@ -38,7 +38,7 @@ CEILING_CONNECTIONS = (2, 4, 8)
 # The equal-guarantee peers (their handlers write what a movement writes), each
 # in 1 and 2 processes at its documented setting: Graphile Worker concurrency 24
 # (its performance page), PgQueuer 5 dequeue loops of batch 10 (its drain
-# benchmark), DBOS Transact a queue with worker_concurrency 100 per process
+# benchmark), DBOS Transact a queue with worker_concurrency 50 per process
 # (each process with its own executor_id, as DBOS's queue reference requires
 # for a per-worker limit) polled every 0.1 s: at the default polling_interval_sec of 1 s a worker
 # starts at most worker_concurrency workflows a second, a cap of the poll, not
@@ -46,7 +46,7 @@ CEILING_CONNECTIONS = (2, 4, 8)
 EQUAL_SETTINGS: dict[str, Any] = {
     "Graphile Worker": 24,
     "PgQueuer": 5,
-    "DBOS Transact": (100, 0.1),
+    "DBOS Transact": (50, 0.1),
 }
 EQUAL_JOBS = 5000
 DBOS_MAX_JOBS = 2000

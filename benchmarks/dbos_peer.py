@@ -59,6 +59,14 @@ def sqlalchemy_url(dsn: str) -> str:
     return url.render_as_string(hide_password=False)
 
 
+# Connection pools of a worker process (the system database's, the datasource's,
+# the side effect's): SQLAlchemy's default (5 + 10 overflow, a 30 s wait) fails
+# workflows with a pool timeout when the queue runs more of them than that on a
+# loaded machine; a workflow waits for a connection instead, and 3 x 30
+# connections a process keep 2 processes under the server's max_connections.
+POOL = {"pool_size": 20, "max_overflow": 10, "pool_timeout": 600}
+
+
 def _config(system_dsn: str, executor_id: str | None = None) -> Any:
     from dbos import DBOSConfig
 
@@ -66,6 +74,7 @@ def _config(system_dsn: str, executor_id: str | None = None) -> Any:
         "name": APP,
         "system_database_url": sqlalchemy_url(system_dsn),
         "log_level": "WARNING",
+        "db_engine_kwargs": dict(POOL),
     }
     if executor_id:
         config["executor_id"] = executor_id
@@ -79,11 +88,11 @@ def _define(dsn: str) -> Any:
 
     from benchmarks import equal
 
-    ds = SQLAlchemyDatasource.create(sqlalchemy_url(dsn))
+    ds = SQLAlchemyDatasource.create(sqlalchemy_url(dsn), engine_kwargs=dict(POOL))
     record_sql = sa.text(equal.for_sqlalchemy("record_intent"))
     submit_sql = sa.text(equal.for_sqlalchemy("submit"))
     report_sql = sa.text(equal.for_sqlalchemy("report"))
-    world = sa.create_engine(sqlalchemy_url(dsn), pool_size=20, max_overflow=20)
+    world = sa.create_engine(sqlalchemy_url(dsn), **POOL)  # type: ignore[arg-type]
 
     # READ COMMITTED, as the engine's procedures (DBOS's default is SERIALIZABLE):
     # each transaction touches its own movement's rows only
