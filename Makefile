@@ -76,7 +76,7 @@ run: install
 drill-evm: install
 	MG_WORKERS_ENABLED=true $(BIN)/qtg drill evm-transfer
 
-# the benchmarks: the engine beside Procrastinate, PgQueuer and (when Node.js is
+# the benchmarks: the engine beside Procrastinate, PgQueuer, DBOS Transact and (when Node.js is
 # present) Graphile Worker, on an embedded PostgreSQL of their own (or
 # QTG_DATABASE_URL); one table, JSON and plots in benchmarks/results/
 bench: $(BENCH_STAMP)

@@ -8,6 +8,9 @@ Environment:
   QTG_BENCH_CASES    a subset to run, e.g. "1,3" (default: all)
   QTG_BENCH_LOAD     movements in flight in case 2's "under load" run (default 1000)
   QTG_BENCH_INTAKE   movements created and approved in case 6 (default 20000)
+  QTG_BENCH_EG_JOBS  movements per equal-guarantee peer run in case 1 (default
+                     5000, at most QTG_BENCH_JOBS; DBOS Transact at most 2000:
+                     the peers drain a few hundred movements/s, DBOS under 100)
   QTG_BENCH_OUT      results folder (default benchmarks/results)
 """
 
@@ -45,6 +48,21 @@ ENGINE_CONCURRENCY = 8
 # Graphile Worker's concurrency (its performance page uses 24).
 PEER_SETTINGS = {"Procrastinate": (10, 50), "PgQueuer": (5, 10), "Graphile Worker": (24, 48)}
 CEILING_CONNECTIONS = (2, 4, 8)
+# The equal-guarantee peers (their handlers write what a movement writes), each
+# in 1 and 2 processes at its documented setting: Graphile Worker concurrency 24
+# (its performance page), PgQueuer 5 dequeue loops of batch 10 (its drain
+# benchmark), DBOS Transact a queue with worker_concurrency 50 per process
+# (each process with its own executor_id, as DBOS's queue reference requires
+# for a per-worker limit) polled every 0.1 s: at the default polling_interval_sec of 1 s a worker
+# starts at most worker_concurrency workflows a second, a cap of the poll, not
+# of the work.
+EQUAL_SETTINGS: dict[str, Any] = {
+    "Graphile Worker": 24,
+    "PgQueuer": 5,
+    "DBOS Transact": (50, 0.1),
+}
+EQUAL_JOBS = 5000
+DBOS_MAX_JOBS = 2000
 
 
 def one_line(exc: BaseException) -> str:
@@ -56,7 +74,13 @@ def say(msg: str) -> None:
 
 
 def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
-    out: dict[str, Any] = {"jobs": jobs, "engine": [], "peers": [], "ceiling": []}
+    out: dict[str, Any] = {
+        "jobs": jobs,
+        "engine": [],
+        "peers": [],
+        "equal_peers": [],
+        "ceiling": [],
+    }
     say(f"case 1: creating and approving {jobs:,} one-step movements")
     source, create_s = throughput.prepare_engine_source(cluster, jobs)
     out["setup_create_approve_s"] = round(create_s, 1)
@@ -106,6 +130,42 @@ def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
                 say(f"  failed: {run['error']}")
             out["peers"].append(run)
 
+    eg_jobs = int(os.environ.get("QTG_BENCH_EG_JOBS", "0")) or min(jobs, EQUAL_JOBS)
+    for peer, setting in EQUAL_SETTINGS.items():
+        if peer == "Graphile Worker":
+            why = throughput.graphile_available()
+        elif peer == "DBOS Transact":
+            why = throughput.dbos_available()
+        else:
+            why = throughput.python_peer_available(peer.lower())
+        if why:
+            say(f"case 1: {peer} (equal guarantees) skipped: {why}")
+            out["equal_peers"].append({"system": peer, "equal_guarantees": True, "skipped": why})
+            continue
+        n = min(eg_jobs, DBOS_MAX_JOBS) if peer == "DBOS Transact" else eg_jobs
+        for processes in (1, 2):
+            say(f"case 1: {peer} (equal guarantees, {n:,} movements), {processes} process(es)")
+            try:
+                run = throughput.run_equal_peer(cluster, peer, n, processes, setting, log_dir)
+                say(
+                    f"  {run['per_s']:,.0f} movements/s"
+                    + (
+                        f", {run['db_cpu_ms_per_job']:.3f} ms database CPU/movement"
+                        if run.get("db_cpu_ms_per_job") is not None
+                        else ""
+                    )
+                )
+            except Exception as exc:
+                run = {
+                    "system": peer,
+                    "equal_guarantees": True,
+                    "processes": processes,
+                    "concurrency": list(setting) if isinstance(setting, tuple) else setting,
+                    "error": one_line(exc),
+                }
+                say(f"  failed: {run['error']}")
+            out["equal_peers"].append(run)
+
     for connections in CEILING_CONNECTIONS:
         say(f"case 1: bare SKIP LOCKED ceiling, {connections} connections")
         run = throughput.run_bare(cluster, jobs, connections)
@@ -121,7 +181,9 @@ def main() -> int:
     load = int(os.environ.get("QTG_BENCH_LOAD", str(latency.LOAD)))
     intake_count = int(os.environ.get("QTG_BENCH_INTAKE", "20000"))
     wanted = {
-        c.strip() for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5,6,7").split(",") if c.strip()
+        c.strip()
+        for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5,6,7").split(",")
+        if c.strip()
     }
     out_dir = Path(os.environ.get("QTG_BENCH_OUT", HERE / "results"))
     log_dir = out_dir / "logs"

@@ -4,9 +4,17 @@
     python -m benchmarks.peer_worker procrastinate enqueue DSN N
     python -m benchmarks.peer_worker procrastinate work    DSN CONCURRENCY
     python -m benchmarks.peer_worker pgqueuer      ...     (CONCURRENCY = dequeue tasks)
+    python -m benchmarks.peer_worker pgqueuer enqueue-eg DSN N
+    python -m benchmarks.peer_worker pgqueuer work-eg    DSN CONCURRENCY
 
 Each peer is used as its documentation says: its own bulk enqueue call, its
 own worker loop, and a no-op job. A worker drains the queue and exits.
+
+`enqueue-eg` / `work-eg` (PgQueuer): the equal-guarantee job, one per movement
+(its id as the payload), whose handler runs what a movement writes
+(`benchmarks/equal/movement.sql`: the intent and its audit and callback rows
+committed before the side effect, the side effect, the report) on a
+connection pool of the worker process.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import logging
 import sys
 
 NOOP = "bench_noop"
+MOVEMENT = "bench_movement"
 
 
 # -- Procrastinate -----------------------------------------------------------
@@ -56,19 +65,24 @@ async def procrastinate_main(action: str, dsn: str, arg: int) -> None:
 # -- PgQueuer ----------------------------------------------------------------
 
 
-async def _asyncpg_connect(dsn: str):  # type: ignore[no-untyped-def]
+def _asyncpg_params(dsn: str) -> dict[str, object]:
     """asyncpg takes keywords, not a libpq key=value string."""
-    import asyncpg
     from psycopg.conninfo import conninfo_to_dict
 
     params = conninfo_to_dict(dsn)
-    return await asyncpg.connect(
-        host=params.get("host"),
-        port=int(params.get("port") or 5432),
-        user=params.get("user"),
-        password=params.get("password"),
-        database=params.get("dbname"),
-    )
+    return {
+        "host": params.get("host"),
+        "port": int(params.get("port") or 5432),
+        "user": params.get("user"),
+        "password": params.get("password"),
+        "database": params.get("dbname"),
+    }
+
+
+async def _asyncpg_connect(dsn: str):  # type: ignore[no-untyped-def]
+    import asyncpg
+
+    return await asyncpg.connect(**_asyncpg_params(dsn))
 
 
 async def pgqueuer_main(action: str, dsn: str, arg: int) -> None:
@@ -85,6 +99,39 @@ async def pgqueuer_main(action: str, dsn: str, arg: int) -> None:
         # the documented bulk enqueue: lists of entrypoints, payloads and priorities
         await Queries(AsyncpgDriver(conn)).enqueue([NOOP] * arg, [None] * arg, [0] * arg)
         await conn.close()
+    elif action == "enqueue-eg":
+        conn = await _asyncpg_connect(dsn)
+        # one job per movement, its id as the payload
+        ids = [str(i).encode() for i in range(1, arg + 1)]
+        await Queries(AsyncpgDriver(conn)).enqueue([MOVEMENT] * arg, ids, [0] * arg)
+        await conn.close()
+    elif action == "work-eg":
+        import asyncpg
+
+        from benchmarks import equal
+
+        sql = equal.statements()
+        # the handlers' own pool: two connections per dequeue loop
+        pool = await asyncpg.create_pool(**_asyncpg_params(dsn), min_size=1, max_size=2 * arg)
+
+        async def one_eg() -> None:
+            conn = await _asyncpg_connect(dsn)
+            pgq = PgQueuer(AsyncpgDriver(conn))
+
+            @pgq.entrypoint(MOVEMENT)
+            async def bench_movement(job: Job) -> None:
+                movement_id = int(job.payload or b"0")
+                async with pool.acquire() as c:
+                    # three transactions: the intent before the side effect, the
+                    # side effect, the report
+                    await c.execute(sql["record_intent"], movement_id)
+                    await c.execute(sql["submit"], movement_id)
+                    await c.execute(sql["report"], movement_id)
+
+            await pgq.run(batch_size=10, mode=QueueExecutionMode.drain)
+
+        await asyncio.gather(*(one_eg() for _ in range(arg)))
+        await pool.close()
     elif action == "work":
         # as PgQueuer's own drain benchmark: several dequeue loops, each with its
         # own connection, batch size 10, asyncpg

@@ -11,6 +11,7 @@ from benchmarks import intake
 
 TARGETS = {
     "peer_ratio": 1.2,
+    "equal_peer_ratio": 2.0,
     "ceiling_fraction": 0.6,
     "latency_p50_ms": 2.0,
     "latency_p99_ms": 5.0,
@@ -39,7 +40,15 @@ def _verdict(ok: bool | None) -> str:
 def _label(run: dict[str, Any]) -> str:
     unit = "runner" if run["system"] == "QTG engine" else "proc"
     plural = "s" if run["processes"] > 1 else ""
-    return f"{run['system']} ({run['processes']} {unit}{plural}, c={run['concurrency']})"
+    setting = run.get("setting") or f"c={run['concurrency']}"
+    equal = ", equal guarantees" if run.get("equal_guarantees") else ""
+    return f"{run['system']}{equal} ({run['processes']} {unit}{plural}, {setting})"
+
+
+def _cpu(run: dict[str, Any] | None, unit: str) -> str:
+    """' database CPU N ms/<unit>;' when it was measured (a server on this machine)."""
+    ms = (run or {}).get("db_cpu_ms_per_job")
+    return "" if ms is None else f" database CPU {ms:.3f} ms/{unit};"
 
 
 def _writes(run: dict[str, Any], unit: str) -> str:
@@ -107,7 +116,8 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                         and run["per_s"] >= TARGETS["peer_ratio"] * best_peer["per_s"]
                     ),
                     f"{run['node_transitions_per_s']:,.0f} node transitions/s;"
-                    f" wall {run['wall_s']:.1f} s,"
+                    + _cpu(run, "movement")
+                    + f" wall {run['wall_s']:.1f} s,"
                     f" DB span {run['db_span_s']:.1f} s ({run['per_s_db_span']:,.0f}/s);"
                     + _writes(run, "movement"),
                 ]
@@ -137,8 +147,80 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                     "(peer, best run)",
                     "-",
                     f"wall {top['wall_s']:.1f} s, bulk enqueue {top['enqueue_s']:.2f} s;"
+                    + _cpu(top, "job")
                     + _writes(top, "job")
                     + f"; other runs {others}",
+                ]
+            )
+        # the equal-guarantee peers: one row per peer (its best run), then the ratio
+        eq_by_peer: dict[str, list[dict[str, Any]]] = {}
+        for run in c1.get("equal_peers", []):
+            eq_by_peer.setdefault(run["system"], []).append(run)
+        eq_best: list[dict[str, Any]] = []
+        for peer, runs in eq_by_peer.items():
+            good = [r for r in runs if "per_s" in r]
+            if not good:
+                why = "; ".join(str(r.get("error") or r.get("skipped", "")) for r in runs)
+                rows.append(["1", f"{peer}, equal guarantees", "could not run", "", "-", why])
+                continue
+            top = max(good, key=lambda r: r["per_s"])
+            eq_best.append(top)
+            others = ", ".join(
+                f"{r['processes']}p: "
+                + (_fmt(r["per_s"]) if "per_s" in r else "failed")
+                + (
+                    f" ({r['db_cpu_ms_per_job']:.3f} ms CPU)"
+                    if r.get("db_cpu_ms_per_job") is not None
+                    else ""
+                )
+                for r in runs
+                if r is not top
+            )
+            rows.append(
+                [
+                    "1",
+                    f"{_label(top)}: movements/s",
+                    _fmt(top["per_s"]),
+                    "(equal-guarantee peer)",
+                    "-",
+                    f"{top['jobs']:,} movements;"
+                    + _cpu(top, "movement")
+                    + f" wall {top['wall_s']:.1f} s, enqueue {top['enqueue_s']:.1f} s;"
+                    + _writes(top, "movement")
+                    + f"; other runs {others}",
+                ]
+            )
+        eq_top = max(eq_best, key=lambda r: r["per_s"]) if eq_best else None
+        if best_engine and eq_top:
+            ratio = best_engine["per_s"] / eq_top["per_s"]
+            rows.append(
+                [
+                    "1",
+                    "best engine / best equal-guarantee peer: movements/s",
+                    _fmt(ratio, 2),
+                    f">= {TARGETS['equal_peer_ratio']:.0f}",
+                    _verdict(ratio >= TARGETS["equal_peer_ratio"]),
+                    f"best equal-guarantee peer: {_label(eq_top)},"
+                    f" {_fmt(eq_top['per_s'])} movements/s against {_fmt(best_engine['per_s'])}",
+                ]
+            )
+        cpu_peers = [r for r in eq_best if r.get("db_cpu_ms_per_job")]
+        cpu_engine = [r for r in engine_runs if r.get("db_cpu_ms_per_job")]
+        if cpu_peers and cpu_engine:
+            lean_peer = min(cpu_peers, key=lambda r: r["db_cpu_ms_per_job"])
+            lean_engine = min(cpu_engine, key=lambda r: r["db_cpu_ms_per_job"])
+            ratio = lean_peer["db_cpu_ms_per_job"] / lean_engine["db_cpu_ms_per_job"]
+            rows.append(
+                [
+                    "1",
+                    "database CPU per movement: leanest equal-guarantee peer / engine",
+                    _fmt(ratio, 2),
+                    f">= {TARGETS['equal_peer_ratio']:.0f}",
+                    _verdict(ratio >= TARGETS["equal_peer_ratio"]),
+                    f"engine {lean_engine['db_cpu_ms_per_job']:.3f} ms ({_label(lean_engine)}),"
+                    f" {lean_peer['system']} {lean_peer['db_cpu_ms_per_job']:.3f} ms; "
+                    + ", ".join(f"{r['system']} {r['db_cpu_ms_per_job']:.3f}" for r in cpu_peers)
+                    + " ms",
                 ]
             )
         if bare:
@@ -453,7 +535,10 @@ def write_plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
     if c1 and "error" not in c1:
         runs = [
             r
-            for r in c1.get("engine", []) + c1.get("peers", []) + c1.get("ceiling", [])
+            for r in c1.get("engine", [])
+            + c1.get("peers", [])
+            + c1.get("equal_peers", [])
+            + c1.get("ceiling", [])
             if "per_s" in r
         ]
         if runs:
@@ -467,12 +552,19 @@ def write_plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
             colors = [
                 "tab:blue"
                 if r["system"] == "QTG engine"
-                else ("tab:gray" if "ceiling" in r["system"] else "tab:orange")
+                else (
+                    "tab:gray"
+                    if "ceiling" in r["system"]
+                    else ("tab:green" if r.get("equal_guarantees") else "tab:orange")
+                )
                 for r in runs
             ]
             ax.barh(labels, [r["per_s"] for r in runs], color=colors)
+            ax.set_xscale("log")
             ax.invert_yaxis()
-            ax.set_xlabel("movements (engine) or jobs (peers) per second")
+            ax.set_xlabel(
+                "movements (engine, equal-guarantee peers in green) or no-op jobs per second (log)"
+            )
             ax.set_title(f"Case 1: draining {runs[0]['jobs']:,} one-step movements / no-op jobs")
             fig.tight_layout()
             made.append(out_dir / "throughput.png")

@@ -28,7 +28,7 @@ from urllib.parse import quote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from benchmarks import engine
+from benchmarks import engine, equal
 from benchmarks.cluster import Cluster
 from benchmarks.procs import PYTHON, QTG, Child, runner_env, spawn, wait_for
 
@@ -112,8 +112,10 @@ def run_engine(
         writes_before = row_writes(dsn, ENGINE_SCHEMAS)
         before = conn.execute("SELECT coalesce(max(id), 0) FROM audit_outbox").fetchone()[0]  # type: ignore[index]
         env = runner_env(cluster.runner_dsn(dsn))
+        cpu = equal.ServerCpu.open(conn)
         # the database clock at launch: the wall clock ends at the last movement's finished_at
         t0_db = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+        cpu0 = cpu.seconds() if cpu else None
         t0 = time.monotonic()
         children = [
             spawn(
@@ -145,6 +147,7 @@ def run_engine(
             wait_for(
                 lambda: remaining() == 0, DRAIN_TIMEOUT, "the engine to drain", 0.25, children, tick
             )
+            db_cpu = cpu.seconds() - cpu0 if cpu and cpu0 is not None else None
             peaks = [child.peak_rss() for child in children]
             span_row = conn.execute(
                 """SELECT extract(epoch FROM max(finished_at) - min(started_at)),
@@ -193,6 +196,8 @@ def run_engine(
             for child in children
         },
         "row_writes_per_job": writes,
+        "db_cpu_s": round(db_cpu, 3) if db_cpu is not None else None,
+        "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
         "top_statements": statements,
     }
 
@@ -265,6 +270,24 @@ PEERS: dict[str, dict[str, Any]] = {
 }
 
 
+def peer_env(dsn: str) -> dict[str, str]:
+    """The environment of a peer's process. The bench's DSNs name a credentials file
+    (``passfile``) that only libpq reads: asyncpg (PgQueuer) and node-postgres
+    (Graphile Worker) take the password from PGPASSWORD instead, set here (the
+    environment, unlike the command line, is private to the process's user)."""
+    from qtg_runner import credentials
+
+    env = runner_env(dsn)
+    params = conninfo_to_dict(dsn)
+    if params.get("passfile") and not params.get("password"):
+        password = credentials.password_for(
+            Path(str(params["passfile"])), dsn, str(params.get("user") or "postgres")
+        )
+        if password:
+            env["PGPASSWORD"] = password
+    return env
+
+
 def graphile_available() -> str | None:
     """None when Graphile Worker can run, else why not."""
     if shutil.which("node") is None:
@@ -289,7 +312,7 @@ def run_peer(
     slug = f"{peer.lower().replace(' ', '_')}_{processes}p_c{concurrency}"
     name = f"bench_{slug}"
     dsn = cluster.create_db(name)
-    env = runner_env(dsn)
+    env = peer_env(dsn)
     for action, arg in (("setup", 0), ("enqueue", jobs)):
         child = spawn(f"{slug}-{action}", spec["argv"](dsn, action, arg), env, log_dir)
         t_start = time.monotonic()
@@ -307,6 +330,8 @@ def run_peer(
         queued = conn.execute(spec["remaining"]).fetchone()[0]  # type: ignore[index]
         if queued != jobs:
             raise RuntimeError(f"{peer}: {queued} jobs queued, expected {jobs}")
+        cpu = equal.ServerCpu.open(conn)
+        cpu0 = cpu.seconds() if cpu else None
         t0 = time.monotonic()
         children: list[Child] = [
             spawn(
@@ -325,6 +350,7 @@ def run_peer(
                 spec["poll_s"],
                 children,
             )
+            db_cpu = cpu.seconds() - cpu0 if cpu and cpu0 is not None else None
             span = conn.execute(spec["done_span"]).fetchone()[0] if spec["done_span"] else None  # type: ignore[index]
         finally:
             if spec["exits_when_drained"]:
@@ -345,6 +371,218 @@ def run_peer(
         "wall_s": round(wall, 3),
         "db_span_s": round(float(span), 3) if span is not None else None,
         "per_s": round(jobs / wall, 1),
+        "db_cpu_s": round(db_cpu, 3) if db_cpu is not None else None,
+        "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
+    }
+
+
+# -- equal-guarantee peers -------------------------------------------------------
+#
+# Each peer's job handler writes what a movement writes (benchmarks/equal/
+# movement.sql) in the peer's own database: N APPROVED movements are set up, one
+# job (or DBOS workflow) per movement is enqueued with the peer's own call, and
+# the workers drain them. The figure runs from the workers' launch until every
+# movement is COMPLETED; the server's CPU time over the same window.
+
+EQUAL_PEERS: dict[str, dict[str, Any]] = {
+    "Graphile Worker": {
+        "setup": lambda dsn, sys_dsn, n: [
+            "node",
+            "benchmarks/graphile/bench.js",
+            "setup",
+            _node_url(dsn),
+        ],
+        "enqueue": lambda dsn, sys_dsn, n: [
+            "node",
+            "benchmarks/graphile/bench.js",
+            "enqueue-eg",
+            _node_url(dsn),
+            str(n),
+        ],
+        "work": lambda dsn, sys_dsn, c, i: [
+            "node",
+            "benchmarks/graphile/bench.js",
+            "work-eg",
+            _node_url(dsn),
+            str(c),
+        ],
+        "exits_when_drained": False,
+        "schemas": ("graphile_worker",),
+        "system_db": False,
+    },
+    "PgQueuer": {
+        "setup": lambda dsn, sys_dsn, n: [
+            PYTHON,
+            "-m",
+            "benchmarks.peer_worker",
+            "pgqueuer",
+            "setup",
+            dsn,
+        ],
+        "enqueue": lambda dsn, sys_dsn, n: [
+            PYTHON,
+            "-m",
+            "benchmarks.peer_worker",
+            "pgqueuer",
+            "enqueue-eg",
+            dsn,
+            str(n),
+        ],
+        "work": lambda dsn, sys_dsn, c, i: [
+            PYTHON,
+            "-m",
+            "benchmarks.peer_worker",
+            "pgqueuer",
+            "work-eg",
+            dsn,
+            str(c),
+        ],
+        "exits_when_drained": True,
+        "schemas": ("public",),
+        "system_db": False,
+    },
+    "DBOS Transact": {
+        "setup": lambda dsn, sys_dsn, n: [
+            PYTHON,
+            "-m",
+            "benchmarks.dbos_peer",
+            "setup",
+            dsn,
+            sys_dsn,
+            str(n),
+        ],
+        "enqueue": lambda dsn, sys_dsn, n: [
+            PYTHON,
+            "-m",
+            "benchmarks.dbos_peer",
+            "enqueue",
+            dsn,
+            sys_dsn,
+            str(n),
+        ],
+        # c is (worker_concurrency, polling_interval_sec)
+        "work": lambda dsn, sys_dsn, c, i: [
+            PYTHON,
+            "-m",
+            "benchmarks.dbos_peer",
+            "work",
+            dsn,
+            sys_dsn,
+            str(c[0]),
+            str(c[1]),
+            f"bench-worker-{i}",
+        ],
+        "exits_when_drained": False,
+        "schemas": ("dbos",),  # the datasource's step outputs, in the app database
+        "system_db": True,  # DBOS's workflow and step records, in a database of its own
+    },
+}
+
+
+def dbos_available() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("dbos") is None:
+        return "dbos is not installed (pip install -e '.[bench]')"
+    return None
+
+
+def _setting_label(concurrency: Any) -> str:
+    if isinstance(concurrency, tuple):
+        return f"c={concurrency[0]}, poll {concurrency[1]:g} s"
+    return f"c={concurrency}"
+
+
+def run_equal_peer(
+    cluster: Cluster, peer: str, jobs: int, processes: int, concurrency: Any, log_dir: Path
+) -> dict[str, Any]:
+    """``jobs`` movements drained by ``peer``'s equal-guarantee handler in
+    ``processes`` worker processes at ``concurrency``."""
+    spec = EQUAL_PEERS[peer]
+    c_slug = (
+        "_".join(str(x) for x in concurrency) if isinstance(concurrency, tuple) else concurrency
+    )
+    slug = f"eg_{peer.lower().replace(' ', '_')}_{processes}p_c{c_slug}".replace(".", "")
+    name = f"bench_{slug}"
+    dsn = cluster.create_db(name)
+    sys_dsn = cluster.create_db(f"{name}_sys") if spec["system_db"] else dsn
+    env = peer_env(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        equal.setup(conn, jobs)
+    enqueue_s = 0.0
+    for action in ("setup", "enqueue"):
+        child = spawn(f"{slug}-{action}", spec[action](dsn, sys_dsn, jobs), env, log_dir)
+        t_start = time.monotonic()
+        code = child.proc.wait(600)
+        child.log.close()
+        if code != 0:
+            raise RuntimeError(
+                f"{peer} {action} failed (exit {code}); see {log_dir}/{child.name}.log"
+            )
+        if action == "enqueue":
+            enqueue_s = time.monotonic() - t_start
+    own = (*equal.SCHEMAS, *spec["schemas"])
+    writes_before = row_writes(dsn, (*own, *equal.WORLD))
+    sys_before = row_writes(sys_dsn, ("dbos",)) if spec["system_db"] else {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        if spec["system_db"]:
+            with psycopg.connect(sys_dsn, autocommit=True) as sys_conn:
+                sys_conn.execute("VACUUM ANALYZE")
+                # pg_stat_statements is read per database: its view in DBOS's too
+                with contextlib.suppress(psycopg.Error):
+                    sys_conn.execute(
+                        "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public"
+                    )
+        profiled = _stats_reset(conn)
+        cpu = equal.ServerCpu.open(conn)
+        cpu0 = cpu.seconds() if cpu else None
+        t0 = time.monotonic()
+        children: list[Child] = [
+            spawn(f"{slug}-work-{i}", spec["work"](dsn, sys_dsn, concurrency, i), env, log_dir)
+            for i in range(processes)
+        ]
+        try:
+            t_done = wait_for(
+                lambda: conn.execute(equal.REMAINING).fetchone()[0] == 0,  # type: ignore[index]
+                DRAIN_TIMEOUT,
+                f"{peer} (equal guarantees) to drain",
+                0.05,
+                children,
+            )
+            db_cpu = cpu.seconds() - cpu0 if cpu and cpu0 is not None else None
+        finally:
+            if spec["exits_when_drained"]:
+                for child in children:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        child.proc.wait(30)
+            for child in children:
+                child.stop()
+        record = equal.check(conn, jobs)
+        statements = top_statements(conn, 8) if profiled else []
+    if profiled and spec["system_db"]:
+        with psycopg.connect(sys_dsn, autocommit=True) as sys_conn:
+            statements += [{**st, "database": "system"} for st in top_statements(sys_conn, 8)]
+    wall = t_done - t0
+    writes = _per_job(writes_before, row_writes(dsn, (*own, *equal.WORLD)), jobs)
+    if spec["system_db"]:
+        for schema, n in _per_job(sys_before, row_writes(sys_dsn, ("dbos",)), jobs).items():
+            writes[f"{schema} (system db)"] = n
+    return {
+        "system": peer,
+        "equal_guarantees": True,
+        "processes": processes,
+        "concurrency": list(concurrency) if isinstance(concurrency, tuple) else concurrency,
+        "setting": _setting_label(concurrency),
+        "jobs": jobs,
+        "enqueue_s": round(enqueue_s, 3),
+        "wall_s": round(wall, 3),
+        "per_s": round(jobs / wall, 1),
+        "db_cpu_s": round(db_cpu, 3) if db_cpu is not None else None,
+        "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
+        "row_writes_per_job": writes,
+        "record": record,
+        "top_statements": statements,
     }
 
 

@@ -29,7 +29,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from qtg_runner.api import tokens
 from qtg_runner.api.models import CREATE_EXAMPLE
 from qtg_runner.api.problems import SQLSTATE_STATUS
-from qtg_runner.db.migrate import sql_dir
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
