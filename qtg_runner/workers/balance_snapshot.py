@@ -47,7 +47,11 @@ class Read:
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    return await run_round(ctx)
+    """One read of every account per tick. Returns 0: a read is not a queue
+    drained, so the loop sleeps its interval before the next one (a count would
+    make it read again at once, in a loop a venue's rate limit stops)."""
+    await run_round(ctx)
+    return 0
 
 
 async def run_round(ctx: WorkerContext, env: Mapping[str, str] | None = None) -> int:

@@ -66,7 +66,7 @@ def stolen(chain_set: LocalChainSet, units: int) -> str:
 
 
 def test_the_sidecars_read_the_chains_and_see_a_transfer_made_outside_the_engine(
-    db: Any, local_chain_set: LocalChainSet
+    db: Any, local_chain_set: LocalChainSet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     conn = superuser(db)
     register_world(conn, local_chain_set)
@@ -91,6 +91,14 @@ def test_the_sidecars_read_the_chains_and_see_a_transfer_made_outside_the_engine
         assert balance == Decimal(usdc_balance(c, address)) / 10**6 and block > 0
     assert verify() == len(accounts)
     assert conn.execute("SELECT count(*) FROM balance_baselines").fetchone() == (len(accounts),)
+
+    # the worker's batch reads once and tells its loop nothing more is waiting, so
+    # the next read comes an interval later, never at once (a venue rate-limits)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    [(reads,)] = conn.execute("SELECT count(*) FROM balance_reads").fetchall()
+    assert as_runner(db, lambda ctx: balance_snapshot.batch(ctx, "balance_snapshot@test")) == 0
+    assert conn.execute("SELECT count(*) FROM balance_reads").fetchone() == (reads + 1,)
 
     # a chain out of reach: a failed read with why, never a zero
     down = {**env, next(k for k in env if k.startswith("QTG_RPC_")): "http://127.0.0.1:9"}
