@@ -54,6 +54,7 @@ def create_movements(
     *,
     approve: bool = True,
     chunk: int = 2000,
+    callback_url: str | None = None,
 ) -> None:
     """``count`` movements through create_movement (and approve_movement), sent
     ``chunk`` calls at a time in a pipeline.
@@ -71,7 +72,7 @@ def create_movements(
         created = procs.one_each(
             conn,
             [
-                procs.create_movement(f"{prefix}{i}", 100, plan=plan)
+                procs.create_movement(f"{prefix}{i}", 100, plan=plan, callback_url=callback_url)
                 for i in range(done + 1, done + n + 1)
             ],
         )

@@ -32,6 +32,10 @@ from benchmarks import engine, equal
 from benchmarks.cluster import Cluster
 from benchmarks.procs import PYTHON, QTG, Child, runner_env, spawn, wait_for
 
+# Case 1's movements name a callback target, so the engine writes a callback
+# row per state change ready to deliver, as the equal-guarantee peers do.
+# Nothing delivers them here: no callback_dispatcher runs.
+CALLBACK_URL = "https://hooks.bench.invalid/qtg"
 ENGINE_SCHEMAS = ("testnet", "qtg_sim")  # the engine's tables; the sim's outside world
 INSTANT_PLAN = {"nodes": [{"key": "step", "executor": "sim", "config": {"lane": "instant"}}]}
 DRAIN_TIMEOUT = 300.0
@@ -95,7 +99,7 @@ def prepare_engine_source(cluster: Cluster, jobs: int) -> tuple[str, float]:
     started = time.monotonic()
     with psycopg.connect(dsn, autocommit=True) as conn:
         engine.bind(conn)
-        engine.create_movements(conn, jobs, INSTANT_PLAN, "tp-")
+        engine.create_movements(conn, jobs, INSTANT_PLAN, "tp-", callback_url=CALLBACK_URL)
     cluster.disconnect_all(name)
     return name, time.monotonic() - started
 

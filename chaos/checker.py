@@ -343,12 +343,13 @@ def check(
         conn,
         sql.SQL(
             """
+        WITH last AS (SELECT DISTINCT ON (a.entity_id) a.entity_id, a.to_state
+                        FROM {net}.audit_outbox a
+                       WHERE a.entity = 'node' AND a.to_state IS NOT NULL
+                       ORDER BY a.entity_id, a.id DESC)
         SELECT node.id, node.node_state::text, last.to_state
           FROM {net}.movement_request_nodes node
-          LEFT JOIN LATERAL (SELECT a.to_state FROM {net}.audit_outbox a
-                              WHERE a.entity = 'node' AND a.entity_id = node.id::text
-                                AND a.to_state IS NOT NULL
-                              ORDER BY a.id DESC LIMIT 1) last ON true
+          LEFT JOIN last ON last.entity_id = node.id::text
          WHERE last.to_state IS DISTINCT FROM node.node_state::text
            AND NOT (last.to_state IS NULL AND node.node_state = 'PENDING')
          ORDER BY node.id
@@ -363,12 +364,14 @@ def check(
         conn,
         sql.SQL(
             """
+        WITH last AS (SELECT DISTINCT ON (a.entity_id) a.entity_id, a.to_state
+                        FROM {net}.audit_outbox a
+                       WHERE a.entity = 'request' AND a.to_state IS NOT NULL
+                         AND a.action <> 'stop_requested'
+                       ORDER BY a.entity_id, a.id DESC)
         SELECT r.id, r.request_state::text, last.to_state
           FROM {net}.movement_requests r
-          LEFT JOIN LATERAL (SELECT a.to_state FROM {net}.audit_outbox a
-                              WHERE a.entity = 'request' AND a.entity_id = r.id::text
-                                AND a.to_state IS NOT NULL AND a.action <> 'stop_requested'
-                              ORDER BY a.id DESC LIMIT 1) last ON true
+          LEFT JOIN last ON last.entity_id = r.id::text
          WHERE last.to_state IS DISTINCT FROM r.request_state::text
          ORDER BY r.id
         """

@@ -359,7 +359,7 @@ def settle(
                     sql.SQL(
                         """
                     SELECT count(*), count(*) FILTER (WHERE r.external_id <> ALL(%s)),
-                           (SELECT max(id) FROM audit_outbox)
+                           (SELECT max(base) FROM audit_batches)
                       FROM movement_requests r
                      WHERE r.request_state::text <> ALL({terminal})
                        AND NOT EXISTS (SELECT 1 FROM movement_request_nodes node

@@ -150,6 +150,11 @@ def test_create_is_idempotent_and_approval_four_eyes_across_two_logins(world: Ap
         assert ("state_changed", "APPROVED", b_login) in actions
         assert ("state_changed", "CANCELLED", a_login) in actions
         assert [a["action"] for a in audit].count("state_changed") == 3  # node skipped too
+        # promoted into the chained log (part of it, then all), the trail reads the same
+        with world.admin() as admin:
+            for most in (2, 10_000):
+                admin.execute("SELECT promote_audit('promoter', %s)", (most,))
+                assert alice.get(f"/v1/movements/{mid}/audit").json()["items"] == audit
 
         nodes = alice.get(f"/v1/movements/{mid}/nodes").json()["items"]
         assert [(n["node_key"], n["state"], n["tx_hashes"]) for n in nodes] == [

@@ -92,7 +92,7 @@ def test_the_log_is_append_only_even_for_its_owner(db: TestDatabase, conn: Conn)
         "INSERT INTO audit_log SELECT * FROM audit_log",
         "UPDATE audit_log SET actor = 'mallory'",
         "UPDATE audit_chain_head SET seq = 0",
-        "UPDATE audit_outbox SET promoted_at = NULL",
+        "UPDATE audit_batches SET promoted_at = NULL",
     ):
         with pytest.raises(psycopg.Error) as refused:
             runner.execute(statement)

@@ -129,7 +129,7 @@ def test_a_batch_writes_what_the_same_movements_made_one_by_one_write(conn: Conn
         priority=2,
     ).one(conn)
     single = snapshot_rows(conn)
-    conn.execute("TRUNCATE movement_requests, audit_outbox, callback_outbox CASCADE")
+    conn.execute("TRUNCATE movement_requests, audit_batches, callback_outbox CASCADE")
     procs.create_movements(items).all(conn)
     assert snapshot_rows(conn) == single
 

@@ -313,7 +313,7 @@ def test_a_refused_self_approval_is_one_line(conn: Conn, qtg: Run, files: dict[s
     after = fingerprint(conn)
     # the refusal is audited (one approval_refused row) and nothing else changed
     changed = {table for table in before if before[table] != after[table]}
-    assert changed == {"testnet.audit_outbox"}
+    assert changed == {"testnet.audit_batches"}
 
 
 def test_the_console_script_keeps_the_contract(

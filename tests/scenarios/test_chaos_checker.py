@@ -255,19 +255,28 @@ def _open_intent(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
 
 def _node_audit(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
     node_id, _ = completed_node(conn)
-    conn.execute(
-        "UPDATE audit_outbox SET to_state = 'FAILED' WHERE id = (SELECT max(id) FROM audit_outbox"
-        " WHERE entity = 'node' AND entity_id = %s::text)",
-        (node_id,),
-    )
+    _rewrite_last_event(conn, "node", node_id, "FAILED")
 
 
 def _movement_audit(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
     _, movement_id = completed_node(conn)
+    _rewrite_last_event(conn, "request", movement_id, "EXECUTING")
+
+
+def _rewrite_last_event(conn: psycopg.Connection[Any], entity: str, entity_id: int, to_state: str) -> None:
+    """The entity's last audit event says ``to_state`` (edited inside its batch)."""
     conn.execute(
-        "UPDATE audit_outbox SET to_state = 'EXECUTING' WHERE id = (SELECT max(id) FROM"
-        " audit_outbox WHERE entity = 'request' AND entity_id = %s::text)",
-        (movement_id,),
+        """WITH last AS (SELECT max(id) AS id FROM audit_outbox WHERE entity = %s AND entity_id = %s::text),
+                target AS (SELECT b.base, (last.id - b.base)::integer AS k
+                             FROM audit_batches b, last
+                            WHERE b.base < last.id ORDER BY b.base DESC LIMIT 1)
+           UPDATE audit_batches b
+              SET events[t.k] = ROW((b.events[t.k]).actor, (b.events[t.k]).entity, (b.events[t.k]).entity_id,
+                                    (b.events[t.k]).request_id, (b.events[t.k]).action,
+                                    (b.events[t.k]).from_state, %s, (b.events[t.k]).detail)::qtg.audit_event
+             FROM target t
+            WHERE b.base = t.base""",
+        (entity, entity_id, to_state),
     )
 
 

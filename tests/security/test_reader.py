@@ -47,7 +47,7 @@ def test_a_reader_reads_every_table_and_view_of_its_network(conn: Conn, dashboar
         "SELECT * FROM mainnet.pipeline_counts",
         "INSERT INTO testnet.lane_baselines (lane, baseline_seconds) VALUES ('x', 1)",
         "UPDATE testnet.movement_requests SET priority = 9",
-        "DELETE FROM testnet.audit_outbox",
+        "DELETE FROM testnet.audit_batches",
         "SELECT * FROM testnet.create_movement('x', 1, '{\"nodes\": []}'::jsonb)",
         "SELECT * FROM testnet.claim_ready_nodes('w', 1)",
         "SELECT * FROM qtg_sim.side_effects",

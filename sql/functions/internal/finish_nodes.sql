@@ -35,6 +35,8 @@ DECLARE
     v_ready     boolean;            -- a node given is back in READY
     v_settle    bigint[];
     v_settle_by text[];
+    v_settle_closed integer[];
+    v_settle_failed integer[];
     v_movement  bigint;
     v_actor     text;
 BEGIN
@@ -120,8 +122,9 @@ BEGIN
 
     -- the counters: each node given that finished, and each node the DAG step
     -- skipped, is one open node fewer; each failed one is one failed node more.
-    -- The movements left with nothing open settle below, each by the actor of
-    -- its last node given (by id).
+    -- A movement left with nothing open settles below, by the actor of its
+    -- last node given (by id), its counters written with its new state (one
+    -- row write); the others' counters are written here.
     WITH given AS (
         SELECT n.request_id, n.id, a.actor, n.node_state
           FROM unnest(p_node_ids, p_actors) AS a(node_id, actor)
@@ -132,21 +135,24 @@ BEGIN
         UNION ALL
         SELECT s.request_id, 0 FROM unnest(v_skipped) AS s(request_id)
     ), per_movement AS (
-        SELECT c.request_id, count(*) AS closed, sum(c.failed) AS failed,
-               (SELECT g.actor FROM given g WHERE g.request_id = c.request_id ORDER BY g.id DESC LIMIT 1) AS actor
+        SELECT c.request_id, count(*)::integer AS closed, sum(c.failed)::integer AS failed,
+               (SELECT g.actor FROM given g WHERE g.request_id = c.request_id ORDER BY g.id DESC LIMIT 1) AS actor,
+               (r.request_state = 'EXECUTING' AND r.open_nodes = count(*)) AS settles
           FROM closed c
-         GROUP BY c.request_id
+          JOIN movement_requests r ON r.id = c.request_id
+         GROUP BY c.request_id, r.request_state, r.open_nodes
     ), counted AS (
         UPDATE movement_requests r
            SET open_nodes = r.open_nodes - p.closed, failed_nodes = r.failed_nodes + p.failed, updated_at = v_now
           FROM per_movement p
          WHERE r.id = p.request_id
-        RETURNING r.id, r.request_state, r.open_nodes, p.actor
+           AND NOT p.settles
     )
-    SELECT array_agg(c.id ORDER BY c.id), array_agg(c.actor ORDER BY c.id)
-      INTO v_settle, v_settle_by
-      FROM counted c
-     WHERE c.request_state = 'EXECUTING' AND c.open_nodes = 0;
+    SELECT array_agg(p.request_id ORDER BY p.request_id), array_agg(p.actor ORDER BY p.request_id),
+           array_agg(p.closed ORDER BY p.request_id), array_agg(p.failed ORDER BY p.request_id)
+      INTO v_settle, v_settle_by, v_settle_closed, v_settle_failed
+      FROM per_movement p
+     WHERE p.settles;
 
     -- a node back in READY: an expiry waived for a side effect that never
     -- happened no longer holds
@@ -166,7 +172,7 @@ BEGIN
     END IF;
 
     IF v_settle IS NOT NULL THEN
-        PERFORM settle_movements(v_settle, v_settle_by);
+        PERFORM settle_movements(v_settle, v_settle_by, v_settle_closed, v_settle_failed);
     END IF;
 END
 $$;

@@ -3,12 +3,18 @@
 -- not in it, QT020 and nothing changes). To-state: p_to[i] for movement i.
 -- The caller holds the movements' locks. Writes each movement's audit event and
 -- its callback, with p_details[i], in the same transaction; p_actors[i] acts.
+-- p_closed[i] and p_failed[i] (NULL: 0) move movement i's open_nodes down and
+-- failed_nodes up in the same row write: a movement that settles as its last
+-- nodes finish (settle_movements) is written once, not once for its counters
+-- and once for its state.
 CREATE OR REPLACE FUNCTION set_movement_states(
     p_movement_ids bigint[],
     p_from         qtg.request_state,
     p_to           qtg.request_state[],
     p_actors       text[],
-    p_details      jsonb[] DEFAULT NULL
+    p_details      jsonb[] DEFAULT NULL,
+    p_closed       integer[] DEFAULT NULL,
+    p_failed       integer[] DEFAULT NULL
 ) RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -26,8 +32,12 @@ BEGIN
                approved_by   = CASE WHEN i.to_state = 'APPROVED' THEN i.actor ELSE r.approved_by END,
                started_at    = CASE WHEN i.to_state = 'EXECUTING' THEN v_now ELSE r.started_at END,
                finished_at   = CASE WHEN i.to_state IN ('COMPLETED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN v_now END,
+               open_nodes    = r.open_nodes - coalesce(i.closed, 0),
+               failed_nodes  = r.failed_nodes + coalesce(i.failed, 0),
                updated_at    = v_now
-          FROM unnest(p_movement_ids, p_to, p_actors) AS i(id, to_state, actor)
+          FROM unnest(p_movement_ids, p_to, p_actors,
+                      coalesce(p_closed, array_fill(NULL::integer, ARRAY[v_n])),
+                      coalesce(p_failed, array_fill(NULL::integer, ARRAY[v_n]))) AS i(id, to_state, actor, closed, failed)
          WHERE r.id = i.id
            AND r.request_state = p_from
         RETURNING r.id

@@ -1,11 +1,21 @@
 -- settle_movements: ends every EXECUTING movement of p_movement_ids that has
--- nothing open (open_nodes = 0): FAILED if a node failed, else its stop reason
+-- nothing open once p_closed[i] more of its nodes are closed (open_nodes =
+-- p_closed[i]; p_failed[i] of them failed, counted with failed_nodes; NULL
+-- arrays: 0), writing the counters with the state in one row write
+-- (set_movement_states): FAILED if a node failed, else its stop reason
 -- (CANCELLED, EXPIRED) if one was requested, else COMPLETED. Movements with
 -- open nodes, or not EXECUTING, are left as they are. Internal; the caller
 -- holds the movements' locks; p_actors[i] settles movement i. The callback
 -- says what happened to every node (a cancelled movement may still have moved
 -- money before the cancel): the count of its nodes by state.
-CREATE OR REPLACE FUNCTION settle_movements(p_movement_ids bigint[], p_actors text[]) RETURNS void
+-- The caller (finish_nodes) hands in only movements that settle: the counters
+-- of one left out here would not move.
+CREATE OR REPLACE FUNCTION settle_movements(
+    p_movement_ids bigint[],
+    p_actors       text[],
+    p_closed       integer[] DEFAULT NULL,
+    p_failed       integer[] DEFAULT NULL
+) RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -13,18 +23,25 @@ DECLARE
     v_finals  qtg.request_state[];
     v_actors  text[];
     v_details jsonb[];
+    v_closed  integer[];
+    v_failed  integer[];
+    v_n       integer := coalesce(cardinality(p_movement_ids), 0);
 BEGIN
     SELECT array_agg(r.id ORDER BY r.id),
            array_agg(CASE
-                         WHEN r.failed_nodes > 0 THEN 'FAILED'
+                         WHEN r.failed_nodes + s.failed > 0 THEN 'FAILED'
                          WHEN r.stop_reason IS NOT NULL THEN r.stop_reason
                          ELSE 'COMPLETED'
                      END::qtg.request_state ORDER BY r.id),
            array_agg(s.actor ORDER BY r.id),
-           array_agg(jsonb_build_object('failed_nodes', r.failed_nodes, 'stop_reason', r.stop_reason,
-                                        'nodes', counts.nodes) ORDER BY r.id)
-      INTO v_ids, v_finals, v_actors, v_details
-      FROM unnest(p_movement_ids, p_actors) AS s(id, actor)
+           array_agg(jsonb_build_object('failed_nodes', r.failed_nodes + s.failed, 'stop_reason', r.stop_reason,
+                                        'nodes', counts.nodes) ORDER BY r.id),
+           array_agg(s.closed ORDER BY r.id),
+           array_agg(s.failed ORDER BY r.id)
+      INTO v_ids, v_finals, v_actors, v_details, v_closed, v_failed
+      FROM unnest(p_movement_ids, p_actors,
+                  coalesce(p_closed, array_fill(0, ARRAY[v_n])),
+                  coalesce(p_failed, array_fill(0, ARRAY[v_n]))) AS s(id, actor, closed, failed)
       JOIN movement_requests r ON r.id = s.id
       JOIN (SELECT c.request_id, jsonb_object_agg(c.node_state, c.total) AS nodes
               FROM (SELECT n.request_id, n.node_state, count(*) AS total
@@ -33,10 +50,10 @@ BEGIN
                      GROUP BY n.request_id, n.node_state) c
              GROUP BY c.request_id) counts ON counts.request_id = r.id
      WHERE r.request_state = 'EXECUTING'
-       AND r.open_nodes = 0;
+       AND r.open_nodes = s.closed;
 
     IF v_ids IS NOT NULL THEN
-        PERFORM set_movement_states(v_ids, 'EXECUTING', v_finals, v_actors, v_details);
+        PERFORM set_movement_states(v_ids, 'EXECUTING', v_finals, v_actors, v_details, v_closed, v_failed);
     END IF;
 END
 $$;

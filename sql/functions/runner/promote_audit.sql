@@ -1,10 +1,11 @@
--- promote_audit: audit_outbox -> audit_log, the oldest unpromoted rows first,
--- up to p_max, each chained to the one before (audit_row_hash); the outbox
--- rows get promoted_at. The audit_outbox_promoter sidecar calls it. Locks the
--- chain's head row first (audit_chain_head), so promotions are serial: two
--- promoters never fork the chain, the second waits and goes on from the
--- first's head. A crash before the commit promotes nothing. Returns how many
--- rows were promoted.
+-- promote_audit: audit_outbox -> audit_log, the oldest unpromoted batches
+-- first (audit_batches, by base), whole batches until at least p_max events
+-- (or none are left), each event chained to the one before (audit_row_hash)
+-- in id order; the batches get promoted_at. The audit_outbox_promoter sidecar
+-- calls it. Locks the chain's head row first (audit_chain_head), so
+-- promotions are serial: two promoters never fork the chain, the second waits
+-- and goes on from the first's head. A crash before the commit promotes
+-- nothing. Returns how many events were promoted.
 CREATE OR REPLACE FUNCTION promote_audit(p_worker text, p_max integer DEFAULT 500) RETURNS integer
 LANGUAGE plpgsql
 AS $$
@@ -13,7 +14,9 @@ DECLARE
     v_head  audit_chain_head;
     v_row   audit_log;
     v_rows  audit_log[] := '{}';
-    v_out   audit_outbox;
+    v_batch audit_batches;
+    v_bases bigint[] := '{}';
+    v_event record;
 BEGIN
     IF p_worker IS NULL OR btrim(p_worker) = '' THEN
         RAISE EXCEPTION 'promote_audit needs the worker''s name' USING ERRCODE = 'QT002';
@@ -22,23 +25,31 @@ BEGIN
     PERFORM check_limits('promote_audit', p_text => ARRAY[p_worker]);
 
     SELECT * INTO STRICT v_head FROM audit_chain_head FOR UPDATE;
-    FOR v_out IN
-        SELECT * FROM audit_outbox WHERE promoted_at IS NULL ORDER BY id LIMIT p_max FOR UPDATE
+    FOR v_batch IN
+        SELECT * FROM audit_batches WHERE promoted_at IS NULL ORDER BY base FOR UPDATE
     LOOP
-        v_row := ROW(v_head.seq + 1, v_out.id, v_out.occurred_at, v_out.actor, v_out.entity, v_out.entity_id,
-                     v_out.request_id, v_out.action, v_out.from_state, v_out.to_state, v_out.detail, v_now,
-                     v_head.row_hash, NULL)::audit_log;
-        v_row.row_hash := audit_row_hash(v_head.row_hash, v_row);
-        v_rows := v_rows || v_row;
-        v_head.seq := v_row.seq;
-        v_head.row_hash := v_row.row_hash;
+        FOR v_event IN
+            SELECT e.* FROM unnest(v_batch.events) WITH ORDINALITY
+                   AS e(actor, entity, entity_id, request_id, action, from_state, to_state, detail, ord)
+             ORDER BY e.ord
+        LOOP
+            v_row := ROW(v_head.seq + 1, v_batch.base + v_event.ord, v_batch.occurred_at, v_event.actor,
+                         v_event.entity, v_event.entity_id, v_event.request_id, v_event.action,
+                         v_event.from_state, v_event.to_state, v_event.detail, v_now,
+                         v_head.row_hash, NULL)::audit_log;
+            v_row.row_hash := audit_row_hash(v_head.row_hash, v_row);
+            v_rows := v_rows || v_row;
+            v_head.seq := v_row.seq;
+            v_head.row_hash := v_row.row_hash;
+        END LOOP;
+        v_bases := v_bases || v_batch.base;
+        EXIT WHEN cardinality(v_rows) >= p_max;
     END LOOP;
     IF cardinality(v_rows) = 0 THEN
         RETURN 0;
     END IF;
     INSERT INTO audit_log SELECT * FROM unnest(v_rows);
-    UPDATE audit_outbox o SET promoted_at = v_now
-      FROM unnest(v_rows) r WHERE o.id = r.outbox_id;
+    UPDATE audit_batches SET promoted_at = v_now WHERE base = ANY (v_bases);
     UPDATE audit_chain_head SET seq = v_head.seq, row_hash = v_head.row_hash, updated_at = v_now;
     RETURN cardinality(v_rows);
 END
