@@ -208,3 +208,87 @@ def test_a_runner_login_promotes_and_an_operator_verifies(db: TestDatabase, conn
     with pytest.raises(psycopg.Error) as refused:
         procs.verify_audit_chain().one(runner)
     assert refused.value.sqlstate == "42501"
+
+
+# -- the outbox's batches (migration 0033_audit_batches) ----------------------
+
+
+def batches(conn: Conn) -> int:
+    row = conn.execute("SELECT count(*) FROM audit_batches").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_claim_of_many_nodes_audits_them_in_one_row_read_back_one_event_each(conn: Conn) -> None:
+    for i in range(5):
+        create_started(conn, ONE, f"b{i}")
+    before = batches(conn)
+    last_id = conn.execute("SELECT max(id) FROM audit_outbox").fetchone()
+    assert last_id is not None
+    claimed = claim(conn)
+    assert len(claimed) == 5
+    assert batches(conn) == before + 1
+    events = conn.execute(
+        "SELECT id, entity_id::bigint, from_state, to_state, actor, login FROM audit_outbox"
+        " WHERE id > %s ORDER BY id",
+        (last_id[0],),
+    ).fetchall()
+    assert [e[1] for e in events] == [c["node_id"] for c in claimed]  # in the claim's order
+    assert {(e[2], e[3], e[4]) for e in events} == {("READY", "SUBMITTING", "w1")}
+    assert {e[5] for e in events} == {conn.info.user}
+    # promoted whole: each event its own link, named by its id
+    procs.promote_audit("promoter", 1).one(conn)
+    procs.promote_audit("promoter", 10_000).one(conn)
+    linked = conn.execute(
+        "SELECT outbox_id FROM audit_log WHERE outbox_id > %s ORDER BY seq", (last_id[0],)
+    ).fetchall()
+    assert [r[0] for r in linked] == [e[0] for e in events]
+    assert check(conn).ok
+
+
+def test_a_call_of_more_than_65535_events_is_split_into_batches_in_order(conn: Conn) -> None:
+    before = batches(conn)
+    with conn.transaction():
+        conn.execute("SET LOCAL ROLE qtg_owner")
+        written = conn.execute(
+            "SELECT write_audit(array_agg(('probe', 'node', i::text, NULL, 'probed', NULL, NULL,"
+            " NULL)::qtg.audit_event ORDER BY i)) FROM generate_series(1, 65536) AS i"
+        ).fetchone()
+    assert written == (65536,)
+    assert batches(conn) == before + 2
+    ids = conn.execute(
+        "SELECT entity_id::integer, detail FROM audit_outbox WHERE action = 'probed' ORDER BY id"
+    ).fetchall()
+    assert [r[0] for r in ids] == list(range(1, 65537))
+    assert {json.dumps(r[1]) for r in ids} == {"{}"}  # a NULL detail is {}
+
+
+def test_a_batch_the_engine_did_not_shape_is_refused(conn: Conn) -> None:
+    with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+        conn.execute("SET LOCAL ROLE qtg_owner")
+        conn.execute(
+            "INSERT INTO audit_batches (base, occurred_at, events) VALUES"
+            " (nextval('audit_batch_base_seq'), now(),"
+            "  ARRAY[('x', 'nonsense', '1', NULL, 'a', NULL, NULL, '{}')::qtg.audit_event])"
+        )
+
+
+def test_the_last_node_settles_its_movement_in_one_row_write(conn: Conn) -> None:
+    movement_id = create_started(conn, ONE, "settle-once")
+    [claimed] = claim(conn)
+    written = """SELECT relname, n_tup_upd + n_tup_ins FROM pg_stat_xact_user_tables
+                  WHERE schemaname = 'testnet'
+                    AND relname IN ('movement_requests', 'audit_batches', 'callback_outbox')"""
+    with conn.transaction():
+        before = dict(conn.execute(written).fetchall())
+        assert submit(conn, claimed, settled=True) == "COMPLETED"
+        after = dict(conn.execute(written).fetchall())
+    writes = {table: after[table] - before.get(table, 0) for table in after}
+    # the counters with the state, one row write; the node's and the movement's
+    # events one batch each; one callback for the movement's new state
+    assert writes == {"movement_requests": 1, "audit_batches": 2, "callback_outbox": 1}
+    row = conn.execute(
+        "SELECT request_state, open_nodes, failed_nodes FROM movement_requests WHERE id = %s",
+        (movement_id,),
+    ).fetchone()
+    assert row == ("COMPLETED", 0, 0)

@@ -263,20 +263,22 @@ def _movement_audit(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
     _rewrite_last_event(conn, "request", movement_id, "EXECUTING")
 
 
-def _rewrite_last_event(conn: psycopg.Connection[Any], entity: str, entity_id: int, to_state: str) -> None:
-    """The entity's last audit event says ``to_state`` (edited inside its batch)."""
+def _rewrite_last_event(conn: psycopg.Connection[Any], entity: str, ident: int, to: str) -> None:
+    """The entity's last audit event says ``to`` (edited inside its batch)."""
+    event = "(b.events[t.k])"
     conn.execute(
-        """WITH last AS (SELECT max(id) AS id FROM audit_outbox WHERE entity = %s AND entity_id = %s::text),
-                target AS (SELECT b.base, (last.id - b.base)::integer AS k
-                             FROM audit_batches b, last
-                            WHERE b.base < last.id ORDER BY b.base DESC LIMIT 1)
-           UPDATE audit_batches b
-              SET events[t.k] = ROW((b.events[t.k]).actor, (b.events[t.k]).entity, (b.events[t.k]).entity_id,
-                                    (b.events[t.k]).request_id, (b.events[t.k]).action,
-                                    (b.events[t.k]).from_state, %s, (b.events[t.k]).detail)::qtg.audit_event
-             FROM target t
-            WHERE b.base = t.base""",
-        (entity, entity_id, to_state),
+        f"""WITH last AS (SELECT max(id) AS id FROM audit_outbox
+                           WHERE entity = %s AND entity_id = %s::text),
+                 target AS (SELECT b.base, (last.id - b.base)::integer AS k
+                              FROM audit_batches b, last
+                             WHERE b.base < last.id ORDER BY b.base DESC LIMIT 1)
+            UPDATE audit_batches b
+               SET events[t.k] = ROW({event}.actor, {event}.entity, {event}.entity_id,
+                                     {event}.request_id, {event}.action, {event}.from_state,
+                                     %s, {event}.detail)::qtg.audit_event
+              FROM target t
+             WHERE b.base = t.base""",
+        (entity, ident, to),
     )
 
 
