@@ -34,8 +34,7 @@ SELECT b.base + e.ord, b.occurred_at, e.actor, e.entity, e.entity_id, e.request_
  ORDER BY b.base, e.ord;
 SELECT setval(pg_get_serial_sequence('audit_outbox', 'id'), coalesce(max(id), 0) + 1, false) FROM audit_outbox;
 
-DROP TABLE audit_batches;
-DROP SEQUENCE audit_batch_base_seq;
+DROP TABLE audit_batches;  -- and audit_batch_base_seq, which it owns
 $ddl$);
 
 DROP FUNCTION qtg_admin.audit_events_valid(qtg.audit_event[]);

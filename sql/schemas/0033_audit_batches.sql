@@ -49,6 +49,8 @@ CREATE TABLE audit_batches (
     promoted_at timestamptz
 );
 CREATE INDEX audit_batches_unpromoted_idx ON audit_batches (base) WHERE promoted_at IS NULL;
+-- the table's own sequence: dropped with it, reset by TRUNCATE ... RESTART IDENTITY
+ALTER SEQUENCE audit_batch_base_seq OWNED BY audit_batches.base;
 
 INSERT INTO audit_batches (base, occurred_at, login, events, promoted_at)
 SELECT o.id - 1, o.occurred_at, o.login,

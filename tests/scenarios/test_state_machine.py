@@ -51,7 +51,7 @@ MOVEMENT_TABLES = (
     "movement_plan_edges",
     "node_intents",
     "callback_outbox",
-    "audit_outbox",
+    "audit_batches",
     "worker_heartbeats",
     "movement_templates",
 )
