@@ -32,6 +32,8 @@
 -- the claim (no claimer is recorded any more) and the node's lost claims.
 -- Locks: the nodes' movements in id order, then the nodes in id order, then
 -- their intents and children.
+-- Plans: one per statement, kept for the session (force_generic_plan), as in
+-- record_intent_prepared_batch.
 -- Returns one row per element, in input order: the node's new state, or the error.
 CREATE OR REPLACE FUNCTION complete_submit_batch(
     p_node_ids      bigint[],
@@ -41,7 +43,7 @@ CREATE OR REPLACE FUNCTION complete_submit_batch(
     p_settled       boolean[] DEFAULT NULL
 ) RETURNS TABLE (node_id bigint, node_state qtg.node_state, error_code text, error_message text)
 LANGUAGE plpgsql
-SET plan_cache_mode = force_custom_plan
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
