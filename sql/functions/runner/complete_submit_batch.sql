@@ -33,7 +33,7 @@
 -- Locks: the nodes' movements in id order, then the nodes in id order, then
 -- their intents and children.
 -- Plans: one per statement, kept for the session (force_generic_plan), as in
--- record_intent_prepared_batch.
+-- finish_nodes.
 -- Returns one row per element, in input order: the node's new state, or the error.
 CREATE OR REPLACE FUNCTION complete_submit_batch(
     p_node_ids      bigint[],

@@ -42,12 +42,10 @@
 -- Locks: the nodes' requests in id order, then the nodes in id order, then
 -- their intents, then the accounts' evm_nonces rows (the documented order; two
 -- batches never wait on each other in a cycle).
--- Plans: one per statement, kept for the session (force_generic_plan). Each
--- statement reaches its rows from the given node ids through their indexes,
--- whatever the batch's size; planning the record's statement anew on every
--- call cost 0.8 ms, most of a one-node call (benchmarks/README.md, case 2). A
--- plan made while the tables were small is made again when PostgreSQL's
--- statistics of them change (ANALYZE, autovacuum's included).
+-- Plans: made per call (force_custom_plan). The record's one statement costs
+-- about 0.8 ms to plan, most of a one-node call, but a plan kept for the
+-- session (generic: it cannot see which of the EVM arrays are empty) made a
+-- batch of 64 sim nodes 3x slower and case 1 of the bench 5x (measured).
 -- Returns one row per element, in input order: the intent id, or the error.
 CREATE OR REPLACE FUNCTION record_intent_prepared_batch(
     p_node_ids             bigint[],
@@ -61,7 +59,7 @@ CREATE OR REPLACE FUNCTION record_intent_prepared_batch(
     p_raw_txs              text[] DEFAULT NULL
 ) RETURNS TABLE (node_id bigint, intent_id bigint, error_code text, error_message text)
 LANGUAGE plpgsql
-SET plan_cache_mode = force_generic_plan
+SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
