@@ -69,8 +69,12 @@ def test_an_operator_reads_its_network_and_a_runner_does_not(db: TestDatabase, c
         bind(db.connect(db.operator_dsn("mainnet")), "mainnet").execute(
             "SELECT * FROM testnet.movement_requests"
         )
+    runner = bind(db.connect(db.runner_dsn("testnet")))
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        bind(db.connect(db.runner_dsn("testnet"))).execute("SELECT * FROM movement_requests")
+        runner.execute("SELECT * FROM movement_requests")
+    # the audit trail is a view ('access: reader'), kept from runners as the table was
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        runner.execute("SELECT * FROM audit_outbox")
 
 
 # the seed document's stalled-worker query, as printed there

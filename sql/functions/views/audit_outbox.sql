@@ -22,3 +22,5 @@ SELECT b.base + e.ord AS id,
   FROM audit_batches b
  CROSS JOIN LATERAL unnest(b.events) WITH ORDINALITY
        AS e(actor, entity, entity_id, request_id, action, from_state, to_state, detail, ord);
+COMMENT ON VIEW audit_outbox IS
+    'access: reader: the audit trail, for readers and operators (as the table it was); runners do not read it';
