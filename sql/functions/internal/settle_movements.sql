@@ -1,7 +1,6 @@
 -- settle_movements: ends every EXECUTING movement of p_movement_ids that has
 -- nothing open once p_closed[i] more of its nodes are closed (open_nodes =
--- p_closed[i]; p_failed[i] of them failed, counted with failed_nodes; NULL
--- arrays: 0), writing the counters with the state in one row write
+-- p_closed[i]; p_failed[i] of them failed, counted with failed_nodes), writing the counters with the state in one row write
 -- (set_movement_states): FAILED if a node failed, else its stop reason
 -- (CANCELLED, EXPIRED) if one was requested, else COMPLETED. Movements with
 -- open nodes, or not EXECUTING, are left as they are. Internal; the caller
@@ -13,8 +12,8 @@
 CREATE OR REPLACE FUNCTION settle_movements(
     p_movement_ids bigint[],
     p_actors       text[],
-    p_closed       integer[] DEFAULT NULL,
-    p_failed       integer[] DEFAULT NULL
+    p_closed       integer[],
+    p_failed       integer[]
 ) RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -25,7 +24,6 @@ DECLARE
     v_details jsonb[];
     v_closed  integer[];
     v_failed  integer[];
-    v_n       integer := coalesce(cardinality(p_movement_ids), 0);
 BEGIN
     SELECT array_agg(r.id ORDER BY r.id),
            array_agg(CASE
@@ -39,9 +37,7 @@ BEGIN
            array_agg(s.closed ORDER BY r.id),
            array_agg(s.failed ORDER BY r.id)
       INTO v_ids, v_finals, v_actors, v_details, v_closed, v_failed
-      FROM unnest(p_movement_ids, p_actors,
-                  coalesce(p_closed, array_fill(0, ARRAY[v_n])),
-                  coalesce(p_failed, array_fill(0, ARRAY[v_n]))) AS s(id, actor, closed, failed)
+      FROM unnest(p_movement_ids, p_actors, p_closed, p_failed) AS s(id, actor, closed, failed)
       JOIN movement_requests r ON r.id = s.id
       JOIN (SELECT c.request_id, jsonb_object_agg(c.node_state, c.total) AS nodes
               FROM (SELECT n.request_id, n.node_state, count(*) AS total
