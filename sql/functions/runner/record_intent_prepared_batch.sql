@@ -42,10 +42,13 @@
 -- Locks: the nodes' requests in id order, then the nodes in id order, then
 -- their intents, then the accounts' evm_nonces rows (the documented order; two
 -- batches never wait on each other in a cycle).
--- Plans: made per call (force_custom_plan). The record's one statement costs
--- about 0.8 ms to plan, most of a one-node call, but a plan kept for the
--- session (generic: it cannot see which of the EVM arrays are empty) made a
--- batch of 64 sim nodes 3x slower and case 1 of the bench 5x (measured).
+-- Plans: one per statement for the session (force_generic_plan), as
+-- complete_submit_batch: planned per call, the record's one statement took
+-- about 0.9 ms to plan, most of a one-node call. The generic plan reaches each
+-- node's intent by the node's row (node_intents on node id and claim token
+-- from movement_request_nodes): joined on the input's node id instead, a plan
+-- made without the batch in sight could read the intents index on the claim
+-- token alone, every intent of that token for every node.
 -- Returns one row per element, in input order: the intent id, or the error.
 CREATE OR REPLACE FUNCTION record_intent_prepared_batch(
     p_node_ids             bigint[],
@@ -59,7 +62,7 @@ CREATE OR REPLACE FUNCTION record_intent_prepared_batch(
     p_raw_txs              text[] DEFAULT NULL
 ) RETURNS TABLE (node_id bigint, intent_id bigint, error_code text, error_message text)
 LANGUAGE plpgsql
-SET plan_cache_mode = force_custom_plan
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -185,7 +188,7 @@ BEGIN
                        END AS reason
                   FROM input i
                   LEFT JOIN movement_request_nodes n ON n.id = i.node_id
-                  LEFT JOIN node_intents t ON t.node_id = i.node_id AND t.claim_token = n.claim_token
+                  LEFT JOIN node_intents t ON t.node_id = n.id AND t.claim_token = n.claim_token
             ), accounts AS (
                 -- the nonces each account allocates in this call: consecutive, or none
                 SELECT c.chain_key, c.sender, min(c.nonce) AS lo, max(c.nonce) AS hi,
