@@ -349,7 +349,10 @@ def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_before_use
         async with open_pool(conninfo, name="pool-check", min_size=1, max_size=1) as pool:
             async with pool.connection() as c:
                 first = (await (await c.execute("SELECT pg_backend_pid()")).fetchone() or [0])[0]
-            terminated = admin.execute("SELECT pg_terminate_backend(%s)", (first,)).fetchone()
+            # pg_terminate_backend waits (up to its timeout) for the backend to end
+            terminated = admin.execute(
+                "SELECT pg_terminate_backend(%s, 5000)", (first,)
+            ).fetchone()
             assert terminated == (True,)
             async with pool.connection() as c:
                 row = await (
