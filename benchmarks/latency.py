@@ -26,7 +26,8 @@ the child's submitted_at minus the parent's finished_at.
        too, so they sit on a lane whose first poll is an hour away, and the
        bench makes one due (an UPDATE of its next_observe_at, the bench's only
        write outside the procedures) in the transaction in which it claims and
-       completes it, as the observer does, so no other claim comes between.
+       completes it, as the observer does, so no other claim comes between;
+       like the observer, it sends that transaction in two round trips.
 
 Each sample is also split by the engine's timestamps of the child's way
 (``stages``): the parent's finish to the child's claim (the commit, the
@@ -132,12 +133,21 @@ def _complete_parent(conn: psycopg.Connection[Any], parent: int) -> None:
 
 
 def _complete_held_parent(conn: psycopg.Connection[Any], parent: int) -> None:
-    """The parent made due, claimed and completed in one transaction (see "load")."""
-    with conn.transaction():
-        conn.execute(
-            "UPDATE movement_request_nodes SET next_observe_at = clock() WHERE id = %s", [parent]
+    """The parent made due, claimed and completed in one transaction (see "load"),
+    in two round trips as the observer sends its transaction
+    (node_observer.observe_one): BEGIN with the claim, the report with the COMMIT."""
+    due = f"UPDATE movement_request_nodes SET next_observe_at = clock() WHERE id = {int(parent)}"
+    try:
+        claimed = procs.claim_observe(parent, "bench-observer").one_between(
+            conn, before=("BEGIN", due)
         )
-        _complete_parent(conn, parent)
+        procs.complete_observe(parent, claimed.claim_secret, "COMPLETED").one_between(
+            conn, before=(), after=("COMMIT",)
+        )
+    except BaseException:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _measure(

@@ -837,6 +837,59 @@ class Call(Generic[R]):
     async def aone_or_none(self, conn: psycopg.AsyncConnection[Any]) -> R | None:
         return self._one_or_none(await self._afetch(conn))
 
+    def _fetch_between(
+        self, conn: psycopg.Connection[Any], before: Sequence[str], after: Sequence[str]
+    ) -> list[tuple[Any, ...]]:
+        with _refusals_raised(conn), conn.cursor(row_factory=tuple_row) as cur:
+            # the pipeline's end sends them all with one Sync and reads every result
+            with conn.pipeline():
+                for statement in before:
+                    conn.execute(statement)
+                cur.execute(self.query, self.params)
+                for statement in after:
+                    conn.execute(statement)
+            return self._rows(cur, cur.fetchall())
+
+    async def _afetch_between(
+        self, conn: psycopg.AsyncConnection[Any], before: Sequence[str], after: Sequence[str]
+    ) -> list[tuple[Any, ...]]:
+        with _refusals_raised(conn):
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                async with conn.pipeline():
+                    for statement in before:
+                        await conn.execute(statement)
+                    await cur.execute(self.query, self.params)
+                    for statement in after:
+                        await conn.execute(statement)
+                return self._rows(cur, await cur.fetchall())
+
+    def one_between(
+        self, conn: psycopg.Connection[Any], before: Sequence[str], after: Sequence[str] = ()
+    ) -> R:
+        """The one row, the call sent between the statements ``before`` and
+        ``after`` it (transaction control: BEGIN, SAVEPOINT, RELEASE, COMMIT),
+        all of them in one round trip (pipeline mode). The first statement
+        that fails raises its error, and the server runs none after it."""
+        return self._one(self._fetch_between(conn, before, after))
+
+    async def aone_between(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        before: Sequence[str],
+        after: Sequence[str] = (),
+    ) -> R:
+        """one_between on an async connection."""
+        return self._one(await self._afetch_between(conn, before, after))
+
+    async def aone_or_none_between(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        before: Sequence[str],
+        after: Sequence[str] = (),
+    ) -> R | None:
+        """aone_between for a call that may answer no row (a claim miss)."""
+        return self._one_or_none(await self._afetch_between(conn, before, after))
+
 
 def one_each(conn: psycopg.Connection[Any], calls: Sequence[Call[R]]) -> list[R]:
     """The one row of each of many calls of one procedure, sent together in a

@@ -17,10 +17,12 @@ in the same transaction; the evidence is cut to the network's bounds first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, JsonObject, NodeWork
@@ -67,29 +69,63 @@ async def batch(ctx: WorkerContext, worker_id: str, movement_id: int | None = No
 async def observe_one(
     ctx: WorkerContext, worker_id: str, node_id: int, movement_id: int | None = None
 ) -> bool:
-    """Claim, observe and report one node in one transaction. False on a claim miss."""
-    async with ctx.pool.connection() as conn, conn.transaction():
-        # the savepoint around the per-ID claim
-        async with conn.transaction():
-            claim = await procs.claim_observe(node_id, worker_id, movement_id).aone_or_none(conn)
-        if claim is None:
-            return False
-        work = NodeWork.from_claim(claim, ctx.network)
+    """Claim, observe and report one node in one transaction. False on a claim miss.
+
+    The transaction takes two round trips to the database around the observe
+    call (pipeline mode): BEGIN with the claim in its savepoint, then the
+    report in its savepoint with the COMMIT. Anything raised rolls it back."""
+    async with ctx.pool.connection() as conn:
         try:
-            outcome, evidence, retry_after = await _observe(ctx, work)
-        except Exception as exc:  # observe() raised what it never should
-            await _poisoned(ctx, conn, work, "observe", exc)
-            return True
-        try:
-            async with conn.transaction():  # a refusal here is this node's alone
-                out = await procs.complete_observe(
-                    work.node_id, work.claim_secret, outcome, evidence, retry_after
-                ).aone(conn)
-        except Exception as exc:
-            if classify(exc) is not Failure.POISON:
-                raise
-            await _poisoned(ctx, conn, work, "complete_observe", exc)
-            return True
+            claimed = await _claim_observe_report(ctx, conn, worker_id, node_id, movement_id)
+        except BaseException:
+            if conn.info.transaction_status in (
+                TransactionStatus.INTRANS,
+                TransactionStatus.INERROR,
+            ):
+                with contextlib.suppress(psycopg.Error):
+                    await conn.execute("ROLLBACK")
+            raise
+        if conn.info.transaction_status == TransactionStatus.INTRANS:
+            await conn.execute("COMMIT")  # a miss, or a quarantine: no report committed it
+    return claimed
+
+
+async def _claim_observe_report(
+    ctx: WorkerContext,
+    conn: psycopg.AsyncConnection[Any],
+    worker_id: str,
+    node_id: int,
+    movement_id: int | None,
+) -> bool:
+    """observe_one's transaction, begun here and committed with the report;
+    left open after a miss or a quarantine, for the caller to commit. False on
+    a claim miss."""
+    # the savepoint around the per-ID claim
+    claim = await procs.claim_observe(node_id, worker_id, movement_id).aone_or_none_between(
+        conn, before=("BEGIN", "SAVEPOINT claim"), after=("RELEASE SAVEPOINT claim",)
+    )
+    if claim is None:
+        return False
+    work = NodeWork.from_claim(claim, ctx.network)
+    try:
+        outcome, evidence, retry_after = await _observe(ctx, work)
+    except Exception as exc:  # observe() raised what it never should
+        await _poisoned(ctx, conn, work, "observe", exc)
+        return True
+    try:
+        # a refusal here is this node's alone: its savepoint is rolled back and
+        # the node quarantined on the claim's transaction
+        out = await procs.complete_observe(
+            work.node_id, work.claim_secret, outcome, evidence, retry_after
+        ).aone_between(
+            conn, before=("SAVEPOINT report",), after=("RELEASE SAVEPOINT report", "COMMIT")
+        )
+    except Exception as exc:
+        if classify(exc) is not Failure.POISON:
+            raise
+        await conn.execute("ROLLBACK TO SAVEPOINT report")
+        await _poisoned(ctx, conn, work, "complete_observe", exc)
+        return True
     if out.node_state != procs.NodeState.OBSERVING:
         node_event(
             logging.INFO,

@@ -350,9 +350,7 @@ def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_before_use
             async with pool.connection() as c:
                 first = (await (await c.execute("SELECT pg_backend_pid()")).fetchone() or [0])[0]
             # pg_terminate_backend waits (up to its timeout) for the backend to end
-            terminated = admin.execute(
-                "SELECT pg_terminate_backend(%s, 5000)", (first,)
-            ).fetchone()
+            terminated = admin.execute("SELECT pg_terminate_backend(%s, 5000)", (first,)).fetchone()
             assert terminated == (True,)
             async with pool.connection() as c:
                 row = await (

@@ -317,6 +317,44 @@ def test_one_each_sends_many_calls_of_one_procedure_together(db: Any) -> None:
         procs.one_each(conn, [procs.approve_movement(1), procs.cancel_movement(1)])
 
 
+def test_a_call_between_transaction_statements_takes_one_round_trip(db: Any, tmp_path: Any) -> None:
+    """What the observer relies on: its claim and its report each travel with
+    their transaction's statements in one round trip (one Sync), and a call
+    that fails stops the statements after it (the COMMIT), leaving the
+    transaction to the caller."""
+    conn = bind(db.connect())
+    register_sim(conn)
+    with as_person(conn, "alice"):
+        created = procs.create_movement("between-1", 1, plan=plan(node("a"))).one(conn)
+    trace = tmp_path / "protocol.trace"
+    with trace.open("w") as sink:
+        conn.pgconn.trace(sink.fileno())
+        state = procs.approve_movement(created.movement_id).one_between(
+            conn, before=("BEGIN", "SAVEPOINT s"), after=("RELEASE SAVEPOINT s", "COMMIT")
+        )
+        conn.pgconn.untrace()
+    assert state is procs.RequestState.APPROVED
+    messages = [line.split("\t") for line in trace.read_text().splitlines()]
+    syncs = [m for m in messages if "F" in m and m[-1].strip() == "Sync"]
+    assert len(syncs) == 1, trace.read_text()
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    other = bind(db.connect())
+    assert other.execute(
+        "SELECT request_state FROM movement_requests WHERE id = %s", [created.movement_id]
+    ).fetchone() == ("APPROVED",)
+
+    # a refused call: the COMMIT after it did not run, the savepoint is the caller's to undo
+    with pytest.raises(psycopg.Error) as refused:
+        procs.complete_submit(created.movement_id, "not-a-secret", "ref").one_between(
+            conn, before=("BEGIN", "SAVEPOINT s"), after=("RELEASE SAVEPOINT s", "COMMIT")
+        )
+    assert (refused.value.sqlstate or "").startswith("QT")
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+    conn.execute("ROLLBACK TO SAVEPOINT s")
+    conn.execute("ROLLBACK")
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 # -- the workers' reports through the wrappers ------------------------------------
 # In process, as qtg_testnet_runner: what the workers send when an executor is
 # missing or fails, and the dispatcher's one submit path.
