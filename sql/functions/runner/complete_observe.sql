@@ -17,7 +17,8 @@
 -- (lane_latency_samples: done after the node's last look, by this one), from
 -- which refresh_lane_pacing learns the lane's schedule.
 -- Fenced by the claim's secret (QT030). Locks: request, node (already held by the
--- observer's claim). The DAG step and the settle: finish_nodes. Returns the
+-- observer's claim). The DAG step and the settle: finish_nodes, for a node that
+-- finished (COMPLETED or FAILED; to it, any other state is nothing). Returns the
 -- node's new state, phase and next observation.
 CREATE OR REPLACE FUNCTION complete_observe(
     p_node_id             bigint,
@@ -78,7 +79,10 @@ BEGIN
                                                       - v_node.observe_started_at)) AS after_seconds,
                        greatest(0, extract(epoch FROM v_now - v_node.observe_started_at)) AS by_seconds) s;
     END IF;
-    PERFORM finish_nodes(ARRAY[p_node_id], ARRAY[v_node.claimed_by]);
+    -- the DAG step and the settle; a node still in flight or UNKNOWN has none
+    IF v_to IN ('COMPLETED', 'FAILED') THEN
+        PERFORM finish_nodes(ARRAY[p_node_id], ARRAY[v_node.claimed_by]);
+    END IF;
 
     node_state := v_to;
     observe_phase := v_pacing.phase;
