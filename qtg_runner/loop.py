@@ -226,22 +226,18 @@ async def run_worker(
             # every tick after a full sleep beats; back-to-back batches (draining
             # a backlog) beat once per interval, so a busy worker's heartbeat
             # costs no extra round trip per batch; a tick a notification woke
-            # beats only when the last beat is half an interval old, so the new
-            # work is claimed without a commit first (the beats stay at most an
-            # interval and a sleep apart, as on a backlog)
+            # beats only when the last beat is half an interval old, and then
+            # after its batch, so the new work is claimed without a commit first
+            # (the beats stay at most an interval and a sleep apart, as on a
+            # backlog)
             since = clock() - last_beat
-            if (delay > 0 and not (woken and since < entry.interval / 2)) or (
+            beat = (delay > 0 and not (woken and since < entry.interval / 2)) or (
                 since >= entry.interval
-            ):
+            )
+            expected = max(delay, entry.interval + entry.jitter)
+            if beat and not woken:
                 last_beat = clock()
-                await heartbeat(
-                    ctx,
-                    entry,
-                    max(delay, entry.interval + entry.jitter),
-                    processed,
-                    errors,
-                    last_error,
-                )
+                await heartbeat(ctx, entry, expected, processed, errors, last_error)
             try:
                 crash_point(entry.name)
                 processed = await _beating(
@@ -276,6 +272,9 @@ async def run_worker(
                 last_error = None
                 # work was found: more may be waiting, so go again at once
                 delay = 0.0 if processed > 0 else jittered(entry.interval, entry.jitter, rng)
+            if beat and woken:
+                last_beat = clock()
+                await heartbeat(ctx, entry, expected, processed, errors, last_error)
             woken = bool(await sleep(delay, ctx.stopping, wake))
     finally:
         event(

@@ -184,3 +184,43 @@ def test_a_bug_in_a_batch_escapes_run_worker(db: Any) -> None:
         .fetchone()
     )
     assert row == (1, 0)
+
+
+def test_a_tick_a_notification_woke_claims_its_work_before_it_beats(db: Any) -> None:
+    # the heartbeat's commit would come between the notification and the claim:
+    # a woken tick runs its batch first and beats after it (still at most an
+    # interval apart); a tick after a full sleep beats first, as always
+    reader = bind(db.connect())
+    seen: list[int] = []
+
+    def beats() -> int:
+        row = reader.execute(
+            "SELECT coalesce(max(ticks), 0) FROM worker_heartbeats WHERE worker_name = 'woken'"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    async def batch(ctx: WorkerContext, worker_id: str) -> int:
+        seen.append(beats())
+        return 0
+
+    # an interval shorter than a batch, so every tick is due to beat
+    entry = WorkerEntry("woken", batch, interval=0.001, jitter=0.0, tier="core")
+    sleeps = 0
+
+    async def woken_sleep(delay: float, stop: asyncio.Event, wake: asyncio.Event) -> bool:
+        nonlocal sleeps
+        sleeps += 1
+        if sleeps >= 4:
+            stop.set()
+        return True  # every sleep cut short by a notification
+
+    async def scenario() -> None:
+        async with runner_pool(db) as pool:
+            ctx = WorkerContext("testnet", pool, {}, "loop-test:1")
+            await run_worker(entry, ctx, sleep=woken_sleep, rng=random.Random(7))
+
+    asyncio.run(scenario())
+
+    # the first tick (no notification) beat before its batch; each woken one after
+    assert seen == [1, 1, 2, 3]
+    assert beats() == 4
