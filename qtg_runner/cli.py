@@ -16,7 +16,7 @@ import qtg_runner.db.migrate as migrations
 from qtg_runner.commands.common import QtgGroup, cli_errors
 from qtg_runner.config import ConfigError, load_settings
 from qtg_runner.credentials import without_password
-from qtg_runner.db.embedded import database_url
+from qtg_runner.db.embedded import database_url, stop_embedded
 from qtg_runner.db.pool import login_dsn
 
 app = typer.Typer(
@@ -32,8 +32,9 @@ db_app = typer.Typer(
         "Database lifecycle, as the admin. Uses QTG_DATABASE_URL when set; otherwise an "
         "embedded PostgreSQL 18 with its data in QTG_DATA_DIR (default "
         "~/.local/share/qtg/pg18; as root /var/lib/qtg/pg18), started on first use and "
-        "left running, every connection authenticated with scram-sha-256 (the generated "
-        "superuser password is in the credentials file beside the data directory)."
+        "left running until `qtg db stop`, every connection authenticated with "
+        "scram-sha-256 (the generated superuser password is in the credentials file "
+        "beside the data directory)."
     ),
     no_args_is_help=True,
 )
@@ -154,6 +155,30 @@ def rollback_cmd(
         out.print("functions and views dropped; run `qtg db migrate` to re-apply")
     else:
         out.print("nothing to roll back")
+
+
+@db_app.command("stop")
+def stop_cmd() -> None:
+    """Stop the embedded server (a fast shutdown: open sessions end, nothing
+    committed is lost); the next command that needs it starts it again.
+
+    `make run` and the other commands leave it running. Runners connected to it
+    lose their connections and retry until it is back. Only the embedded server
+    of QTG_DATA_DIR: with QTG_DATABASE_URL set, that server is not this tool's
+    to stop. The local chains and services are `qtg world down`'s.
+    """
+    with cli_errors():
+        settings = load_settings()
+        if settings.database_url:
+            raise ConfigError(
+                "QTG_DATABASE_URL is set: its server is not the embedded one, stop it the way "
+                "it is run (unset QTG_DATABASE_URL to stop the embedded server)"
+            )
+        stopped = stop_embedded(settings.data_dir)
+    if stopped:
+        out.print(f"embedded server in {settings.data_dir} stopped", highlight=False)
+    else:
+        out.print(f"no embedded server running in {settings.data_dir}", highlight=False)
 
 
 @db_app.command("mark-test")

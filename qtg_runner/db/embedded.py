@@ -464,18 +464,25 @@ def _upgrade_from_trust(server: EmbeddedServer) -> None:
     )
 
 
-def stop_embedded(data_dir: Path) -> None:
-    """Stop the server in ``data_dir`` (fast shutdown) if it is running."""
+def stop_embedded(data_dir: Path) -> bool:
+    """Stop the server in ``data_dir`` (fast shutdown) if it is running; whether
+    one was."""
     data_dir = data_dir.expanduser().resolve()
     if _running_pid(data_dir) is None:
-        return
-    subprocess.run(
+        return False
+    stopped = subprocess.run(
         [str(bin_dir() / "pg_ctl"), "-D", str(data_dir), "-w", "-m", "fast", "stop"],
-        check=True,
         capture_output=True,
+        text=True,
         user=_server_user(),
         cwd="/",
     )
+    if stopped.returncode != 0:
+        raise EmbeddedServerError(
+            f"pg_ctl could not stop the server in {data_dir}: "
+            f"{(stopped.stderr or stopped.stdout).strip()}"
+        )
+    return True
 
 
 def check_connection(dsn: str, timeout: int = 5) -> None:

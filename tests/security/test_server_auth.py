@@ -432,3 +432,43 @@ def test_a_schema_other_than_the_builds_is_reported_not_refused(db: TestDatabase
     admin.execute("UPDATE executors SET has_side_effect = false WHERE executor_key = 'sim'")
     registered = procs.registered_executors().all(admin)
     assert registration_problems([SimExecutor], registered) != []
+
+
+def test_qtg_db_stop_stops_the_embedded_server_and_the_next_command_starts_it_again() -> None:
+    parent = server_parent_dir()
+    data_dir = parent / "pg18"
+    env = runner_env(None, workers=False, QTG_DATA_DIR=str(data_dir))
+    env.pop("QTG_CREDENTIALS_FILE", None)
+
+    def url() -> str:
+        result = qtg("db", "url", env=env)  # starts the server when it is down
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    try:
+        dsn = url()
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            conn.execute("CREATE TABLE kept (x int)")
+
+        stopped = qtg("db", "stop", env=env)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "stopped" in stopped.stdout
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(dsn, connect_timeout=5)
+        again = qtg("db", "stop", env=env)
+        assert again.returncode == 0, again.stderr
+        assert "no embedded server running" in again.stdout
+
+        # the next command that needs it starts it again, with its data
+        with psycopg.connect(url(), connect_timeout=5) as conn:
+            assert conn.execute("SELECT count(*) FROM kept").fetchone() == (0,)
+
+        # a server QTG_DATABASE_URL names is not this tool's to stop
+        refused = qtg("db", "stop", env={**env, "QTG_DATABASE_URL": url()})
+        assert refused.returncode == 1
+        assert "QTG_DATABASE_URL is set" in refused.stderr
+        with psycopg.connect(url(), connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    finally:
+        stop_embedded(data_dir)
+        shutil.rmtree(parent, ignore_errors=True)
