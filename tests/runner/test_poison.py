@@ -13,7 +13,7 @@ What an operator relies on when one node's config, executor or outcome is poison
     and the others' reports stand;
   * the observer and recovery quarantine a node whose observe() or recover()
     crashes, in the claim's own transaction for the observer, and go on with
-    the others;
+    the others; so does the observer a node whose report the engine refuses;
   * evidence and errors beyond the network's limits are cut, not refused;
   * a pooled connection whose backend was terminated is replaced before use;
   * a batch that runs longer than its worker's interval keeps the heartbeat
@@ -297,6 +297,26 @@ def test_the_observer_quarantines_a_node_whose_observe_crashes_and_observes_the_
     runner_clock(3600)
     assert run_batch(db, node_observer.batch) == 0
     assert node_row(sim_conn, poison)["observe_count"] == 0
+
+
+def test_a_report_the_engine_refuses_quarantines_the_observed_node_on_its_claims_transaction(
+    db: Any, sim_conn: Conn, runner_clock: Callable[[float], None]
+) -> None:
+    # the observer sends the report with its COMMIT in one round trip: a refused
+    # report runs no COMMIT, its savepoint is rolled back and the node is
+    # quarantined in the same transaction, under the claim's locks
+    good = submitted(sim_conn, 2, "good", lane="default")
+    [poison] = submitted(sim_conn, 1, "poison", lane="default")
+    plant_rule(sim_conn, "movement_request_nodes", f"NEW.id = {poison} AND NEW.observe_count > 0")
+    runner_clock(50)
+
+    assert run_batch(db, node_observer.batch) == 3
+
+    assert {node_row(sim_conn, n)["observe_count"] for n in good} == {1}
+    row = node_row(sim_conn, poison)
+    assert (row["node_state"], row["observe_count"]) == ("SUBMITTED", 0)
+    assert "node_observer complete_observe: " in quarantined(sim_conn)[poison]
+    assert "planted rule" in quarantined(sim_conn)[poison]
 
 
 def test_evidence_beyond_the_limits_is_cut_not_refused_round_after_round(
