@@ -137,17 +137,13 @@ def _complete_held_parent(conn: psycopg.Connection[Any], parent: int) -> None:
     in two round trips as the observer sends its transaction
     (node_observer.observe_one): BEGIN with the claim, the report with the COMMIT."""
     due = f"UPDATE movement_request_nodes SET next_observe_at = clock() WHERE id = {int(parent)}"
-    try:
+    with procs.begun_transaction(conn):
         claimed = procs.claim_observe(parent, "bench-observer").one_between(
             conn, before=("BEGIN", due)
         )
         procs.complete_observe(parent, claimed.claim_secret, "COMPLETED").one_between(
             conn, before=(), after=("COMMIT",)
         )
-    except BaseException:
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            conn.execute("ROLLBACK")
-        raise
 
 
 def _measure(

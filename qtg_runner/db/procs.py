@@ -30,8 +30,8 @@ import enum
 import functools
 import inspect
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -51,6 +51,7 @@ from typing import (
 )
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
@@ -889,6 +890,39 @@ class Call(Generic[R]):
     ) -> R | None:
         """aone_between for a call that may answer no row (a claim miss)."""
         return self._one_or_none(await self._afetch_between(conn, before, after))
+
+
+_OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+
+@contextmanager
+def begun_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """The block of a transaction a call of it begins (``BEGIN`` sent with the
+    call by one_between): rolled back when the block raises; committed on
+    leaving it unless a call in it sent the ``COMMIT`` already."""
+    try:
+        yield
+    except BaseException:
+        if conn.info.transaction_status in _OPEN:
+            with suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+        raise
+    if conn.info.transaction_status == TransactionStatus.INTRANS:
+        conn.execute("COMMIT")
+
+
+@asynccontextmanager
+async def abegun_transaction(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """begun_transaction on an async connection (aone_between and friends)."""
+    try:
+        yield
+    except BaseException:
+        if conn.info.transaction_status in _OPEN:
+            with suppress(psycopg.Error):
+                await conn.execute("ROLLBACK")
+        raise
+    if conn.info.transaction_status == TransactionStatus.INTRANS:
+        await conn.execute("COMMIT")
 
 
 def one_each(conn: psycopg.Connection[Any], calls: Sequence[Call[R]]) -> list[R]:

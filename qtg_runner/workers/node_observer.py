@@ -17,12 +17,10 @@ in the same transaction; the evidence is cut to the network's bounds first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, JsonObject, NodeWork
@@ -74,20 +72,8 @@ async def observe_one(
     The transaction takes two round trips to the database around the observe
     call (pipeline mode): BEGIN with the claim in its savepoint, then the
     report in its savepoint with the COMMIT. Anything raised rolls it back."""
-    async with ctx.pool.connection() as conn:
-        try:
-            claimed = await _claim_observe_report(ctx, conn, worker_id, node_id, movement_id)
-        except BaseException:
-            if conn.info.transaction_status in (
-                TransactionStatus.INTRANS,
-                TransactionStatus.INERROR,
-            ):
-                with contextlib.suppress(psycopg.Error):
-                    await conn.execute("ROLLBACK")
-            raise
-        if conn.info.transaction_status == TransactionStatus.INTRANS:
-            await conn.execute("COMMIT")  # a miss, or a quarantine: no report committed it
-    return claimed
+    async with ctx.pool.connection() as conn, procs.abegun_transaction(conn):
+        return await _claim_observe_report(ctx, conn, worker_id, node_id, movement_id)
 
 
 async def _claim_observe_report(
@@ -97,9 +83,9 @@ async def _claim_observe_report(
     node_id: int,
     movement_id: int | None,
 ) -> bool:
-    """observe_one's transaction, begun here and committed with the report;
-    left open after a miss or a quarantine, for the caller to commit. False on
-    a claim miss."""
+    """observe_one's transaction, begun here and committed with the report
+    (after a miss or a quarantine, on leaving abegun_transaction). False on a
+    claim miss."""
     # the savepoint around the per-ID claim
     claim = await procs.claim_observe(node_id, worker_id, movement_id).aone_or_none_between(
         conn, before=("BEGIN", "SAVEPOINT claim"), after=("RELEASE SAVEPOINT claim",)
