@@ -288,6 +288,7 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                     time.sleep(1.5)  # let the dispatcher finish its last tick and sleep
                 todo = halves[mode]
                 rng = random.Random(4)
+                load_done = _load_nodes_finished(conn) if feeder else 0
                 t0 = time.monotonic()
                 for parent, kid in todo:
                     if mode == "load":
@@ -326,6 +327,7 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                     [child],
                 )
                 elapsed = time.monotonic() - t0
+                load_rate = (_load_nodes_finished(conn) - load_done) / elapsed if feeder else 0.0
                 if feeder:
                     if feeder.error is not None:
                         raise feeder.error
@@ -350,6 +352,7 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                     "max": max(in_flight),
                     "created": feeder.created,
                 }
+                result[key]["load_nodes_finished_per_s"] = round(load_rate, 1)
                 result[key]["load_finished"] = int(
                     conn.execute(
                         """SELECT count(*) FROM movement_requests
@@ -358,3 +361,13 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                 )
     cluster.drop_db("qtg_bench_latency")
     return result
+
+
+def _load_nodes_finished(conn: psycopg.Connection[Any]) -> int:
+    """The load's nodes COMPLETED so far (the load's pace over the measure)."""
+    row = conn.execute(
+        """SELECT count(*) FROM movement_request_nodes node
+             JOIN movement_requests request ON request.id = node.request_id
+            WHERE request.external_id LIKE 'load-%' AND node.node_state = 'COMPLETED'"""
+    ).fetchone()
+    return int(row[0]) if row else 0

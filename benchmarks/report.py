@@ -296,8 +296,9 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                     f"p99 <= {TARGETS['latency_load_p99_ms']:.0f}",
                     _verdict(loaded["p99_ms"] <= TARGETS["latency_load_p99_ms"]),
                     f"max {loaded['max_ms']:.1f} ms; in flight {flight.get('min', 0):,}-"
-                    f"{flight.get('max', 0):,}, {loaded.get('load_finished', 0):,} finished;"
-                    f" p50 by stage: {_stages(loaded)}",
+                    f"{flight.get('max', 0):,}, {loaded.get('load_finished', 0):,} finished"
+                    f" ({loaded.get('load_nodes_finished_per_s', 0):,.0f} of their nodes a"
+                    f" second while measured); p50 by stage: {_stages(loaded)}",
                 ]
             )
         rows.append(

@@ -20,6 +20,11 @@ One tick, for the process's network:
 Anything else a batch raises (a bug) is not an operational error: it ends the
 loop, and the supervisor applies the worker's tier (core: fail fast; sidecar:
 log and keep the rest running).
+
+A worker may run several such loops in one process (WorkerEntry.loops; the
+dispatcher runs two), as one instance: they share its heartbeat row and its
+claims, and a notification wakes one of them (WakeGroup), so new work does not
+wait for a batch in progress.
 """
 
 from __future__ import annotations
@@ -91,6 +96,12 @@ class WorkerEntry:
     tier: Tier
     wake_on: frozenset[str] = frozenset()
     """Notification kinds (see notify_work) that wake this worker early."""
+    loops: int = 1
+    """Loops of this worker in one process, each running the skeleton on its
+    own (one tick after another), all as the same worker instance (one
+    heartbeat row, one claimer). With more than one, new work does not wait
+    for the end of a batch in progress: a notification wakes a loop that
+    sleeps (see WakeGroup)."""
 
 
 def backoff_delay(consecutive_errors: int, interval: float) -> float:
@@ -122,6 +133,52 @@ async def wait_for_wake(delay: float, stop: asyncio.Event, wake: asyncio.Event) 
     woken = wake.is_set()
     wake.clear()
     return woken
+
+
+class WakeGroup:
+    """The early wake-up of a worker's loops. A notification wakes one loop that
+    sleeps, the one asleep longest: the others sleep on, so one piece of new
+    work costs one claim. When none sleeps (every loop is in a batch), each
+    goes again once its batch ends, at once rather than after its interval:
+    the work may have come after its claim.
+
+    ``set`` is what Wakeup calls; loop ``i`` runs with ``event(i)`` and
+    ``sleeper(i)`` (wait_for_wake that says the loop sleeps)."""
+
+    def __init__(self, loops: int = 1) -> None:
+        if loops < 1:
+            raise ValueError(f"a worker runs at least one loop, not {loops}")
+        self._events = [asyncio.Event() for _ in range(loops)]
+        self._sleeping: list[int] = []  # loops asleep, the longest asleep first
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def set(self) -> None:
+        if self._sleeping:
+            self._events[self._sleeping.pop(0)].set()
+            return
+        for wake in self._events:
+            wake.set()
+
+    def event(self, loop: int) -> asyncio.Event:
+        return self._events[loop]
+
+    def sleeper(self, loop: int, sleep: Sleeper = wait_for_wake) -> Sleeper:
+        """``sleep`` for loop ``loop``, which counts as asleep while it waits
+        with a delay."""
+
+        async def sleeping(delay: float, stop: asyncio.Event, wake: asyncio.Event) -> bool | None:
+            if delay <= 0:
+                return await sleep(delay, stop, wake)
+            self._sleeping.append(loop)
+            try:
+                return await sleep(delay, stop, wake)
+            finally:
+                if loop in self._sleeping:
+                    self._sleeping.remove(loop)
+
+        return sleeping
 
 
 async def heartbeat(

@@ -56,7 +56,7 @@ from qtg_runner.executors.registry import (
 )
 from qtg_runner.limits import ReportLimits, read_report_limits
 from qtg_runner.log import event
-from qtg_runner.loop import WorkerContext, WorkerEntry, run_worker
+from qtg_runner.loop import WakeGroup, WorkerContext, WorkerEntry, run_worker
 from qtg_runner.wakeup import Wakeup
 
 
@@ -163,29 +163,41 @@ async def _mark_stopped(ctx: WorkerContext, entry: WorkerEntry) -> None:
 
 
 async def _run_entry(
-    entry: WorkerEntry, ctx: WorkerContext, wake: asyncio.Event, crashed: list[str]
+    entry: WorkerEntry, ctx: WorkerContext, wake: WakeGroup, crashed: list[str]
 ) -> None:
-    """Run one worker under its tier's policy. Never raises but for cancellation."""
-    try:
-        await run_worker(entry, ctx, wake)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        tier_event = "core_worker_crashed" if entry.tier == "core" else "sidecar_crashed"
-        event(
-            logging.CRITICAL if entry.tier == "core" else logging.ERROR,
-            tier_event,
-            network=ctx.network,
-            worker=entry.name,
-            error=f"{type(exc).__name__}: {exc}",
-            traceback=traceback.format_exc(),
-        )
-        if entry.tier == "core":
-            crashed.append(entry.name)
-            ctx.stopping.set()  # fail fast: every other loop stops after its batch
-        # a crashed sidecar stays live in worker_heartbeats: it shows as stalled
-        return
-    await _mark_stopped(ctx, entry)
+    """Run one worker's loops under its tier's policy; once they have all
+    ended, and none crashed, mark the instance stopped. Never raises but for
+    cancellation."""
+
+    async def one(loop: int) -> bool:
+        try:
+            await run_worker(entry, ctx, wake.event(loop), wake.sleeper(loop))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            tier_event = "core_worker_crashed" if entry.tier == "core" else "sidecar_crashed"
+            event(
+                logging.CRITICAL if entry.tier == "core" else logging.ERROR,
+                tier_event,
+                network=ctx.network,
+                worker=entry.name,
+                loop=loop,
+                error=f"{type(exc).__name__}: {exc}",
+                traceback=traceback.format_exc(),
+            )
+            if entry.tier == "core":
+                if entry.name not in crashed:
+                    crashed.append(entry.name)
+                ctx.stopping.set()  # fail fast: every other loop stops after its batch
+            # a crashed sidecar stays live in worker_heartbeats: it shows as stalled
+            return False
+        return True
+
+    # the instance is stopped only when its last loop is: until then its
+    # claims are those of a live worker
+    ended = await asyncio.gather(*(one(loop) for loop in range(len(wake))))
+    if all(ended):
+        await _mark_stopped(ctx, entry)
 
 
 async def _bound_stop(ctx: WorkerContext, tasks: list[asyncio.Task[None]]) -> None:
@@ -225,7 +237,9 @@ async def supervise(
             loop.add_signal_handler(sig, ctx.stopping.set)
     crashed: list[str] = []
     try:
-        wakes = [wakeup.subscribe(e.wake_on) if wakeup else asyncio.Event() for e in entries]
+        wakes = [
+            wakeup.subscribe(e.wake_on, e.loops) if wakeup else WakeGroup(e.loops) for e in entries
+        ]
         async with asyncio.TaskGroup() as group:
             if wakeup is not None:
                 group.create_task(wakeup.run(ctx.stopping), name="wakeup")

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import psycopg
 
 from qtg_runner.log import event
+from qtg_runner.loop import WakeGroup
 
 RECONNECT_SECONDS = 5.0
 
@@ -23,14 +24,16 @@ class Wakeup:
     def __init__(self, conninfo: str, network: str) -> None:
         self._conninfo = conninfo
         self._network = network
-        self._subscribers: list[tuple[frozenset[str], asyncio.Event]] = []
+        self._subscribers: list[tuple[frozenset[str], WakeGroup]] = []
 
     @property
     def channel(self) -> str:
         return f"qtg_{self._network}_work"
 
-    def subscribe(self, kinds: Iterable[str]) -> asyncio.Event:
-        wake = asyncio.Event()
+    def subscribe(self, kinds: Iterable[str], loops: int = 1) -> WakeGroup:
+        """The wake-up of a worker of ``loops`` loops, set by notifications of
+        ``kinds`` (never, when there are none)."""
+        wake = WakeGroup(loops)
         kinds = frozenset(kinds)
         if kinds:
             self._subscribers.append((kinds, wake))

@@ -209,7 +209,13 @@ def run_cmd(
         typer.Option("--only", help="Run only this worker (repeatable). Default: every worker."),
     ] = None,
     concurrency: Annotated[
-        int, typer.Option(min=1, max=256, help="External calls in flight at once per worker.")
+        int,
+        typer.Option(
+            min=1,
+            max=256,
+            help="External calls in flight at once per worker batch"
+            " (node_dispatcher runs two batches at once, in two loops).",
+        ),
     ] = 8,
     as_login: AsLoginsOption = None,
 ) -> None:
@@ -242,7 +248,13 @@ def worker_cmd(
     name: Annotated[str, typer.Argument(help=f"One of: {', '.join(BY_NAME)}.")],
     network: NetworkOption = None,
     concurrency: Annotated[
-        int, typer.Option(min=1, max=256, help="External calls in flight at once.")
+        int,
+        typer.Option(
+            min=1,
+            max=256,
+            help="External calls in flight at once per batch"
+            " (node_dispatcher runs two batches at once, in two loops).",
+        ),
     ] = 8,
     as_login: AsOption = None,
 ) -> None:

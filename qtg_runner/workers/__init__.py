@@ -23,6 +23,8 @@ from qtg_runner.workers import (
 )
 
 REGISTRY: tuple[WorkerEntry, ...] = (
+    # two loops: a node that becomes READY while one is in a batch (its side
+    # effects, its reports) is claimed by the other at once
     WorkerEntry(
         "node_dispatcher",
         node_dispatcher.batch,
@@ -30,6 +32,7 @@ REGISTRY: tuple[WorkerEntry, ...] = (
         jitter=0.2,
         tier="core",
         wake_on=frozenset({"ready", "approved"}),
+        loops=node_dispatcher.LOOPS,
     ),
     WorkerEntry("node_observer", node_observer.batch, interval=1.0, jitter=0.2, tier="core"),
     # every second: a dead claimer's nodes are recoverable as soon as its

@@ -21,6 +21,11 @@ then, for the claimed nodes together:
   4. report each group's submits right after them, in one call
      (complete_submit_batch).
 
+The dispatcher runs this batch in two loops (LOOPS): while one waits on its
+side effects and reports, the other claims what has become READY since, so a
+node's claim does not wait for another batch to end, and the runner's work
+overlaps the database's.
+
 Every rule of the single-node procedures holds per node in the batch calls
 (fencing, lease, audit, DAG step, settle); a node the database refuses is
 reported in its own row and the rest of the batch goes on. One node's failure
@@ -66,6 +71,10 @@ BATCH_SIZE_BATCHED = 256
 """Nodes claimed per tick when every executor of the runner submits in batches
 (BatchSubmitter): a tick then costs a handful of calls whatever its size."""
 START_BATCH = 100
+LOOPS = 2
+"""The dispatcher's loops in a process (WorkerEntry.loops): while one is in a
+batch, the other claims what has become READY since. Each batch runs its
+steps ``max_concurrency`` at a time."""
 NONCE_ATTEMPTS = 5
 """Times an EVM intent is recorded, signed again at the account's next nonce
 after each refusal because another dispatcher took its nonce (QT031)."""

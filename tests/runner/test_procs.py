@@ -24,12 +24,16 @@ through the wrappers when an executor is missing or fails:
     again after the lane's observe_error_retry_seconds; a failed recover() (or
     no executor) is STILL_UNKNOWN for the lane's recovery_retry_seconds;
   * the dispatcher carries each claim's secret from the claim to every report,
-    and no log line, and no repr of a claim, a NodeWork or a call, shows one.
+    and no log line, and no repr of a claim, a NodeWork or a call, shows one;
+  * a node that becomes READY while one of the dispatcher's loops waits on a
+    side effect is claimed and submitted by its other loop, and the two loops
+    are one worker instance (one heartbeat row, stopped once both ended).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import re
@@ -74,7 +78,8 @@ from qtg_runner.executors.base import (
 )
 from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
-from qtg_runner.workers import node_dispatcher, node_observer, node_recovery
+from qtg_runner.runtime import supervise
+from qtg_runner.workers import BY_NAME, node_dispatcher, node_observer, node_recovery
 
 NETWORK = "testnet"
 ROLES = {"runner": "qtg_testnet_runner", "operator": "qtg_testnet_operator"}
@@ -628,3 +633,80 @@ def test_no_log_line_or_repr_shows_a_claim_secret(caplog: pytest.LogCaptureFixtu
     assert work.claim_secret == secret
     for shown in (claimed, work, procs.complete_submit(7, secret, "ref")):
         assert secret not in repr(shown)
+
+
+class HeldExecutor(FakeExecutor):
+    """A FakeExecutor whose submit of the node keyed ``held`` waits until the
+    test releases it (``holding`` says it is waiting)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        if work.node_key == "held":
+            self.holding.set()
+            await self.release.wait()
+        return await super().submit(work, prepared)
+
+
+async def _until(what: str, condition: Callable[[], Awaitable[bool]], seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def test_a_node_ready_while_a_dispatcher_loop_waits_on_a_side_effect_is_submitted_by_the_other(
+    db: Any, runner_env: None
+) -> None:
+    conn = bind(db.connect())
+    register_sim(conn, key="plain")
+    executor = HeldExecutor("plain")
+    held = create_started(conn, plan(node("held", executor="plain")), "loops-held")
+    entry = dataclasses.replace(BY_NAME["node_dispatcher"], interval=0.1, jitter=0.0)
+    assert entry.loops == 2
+
+    def state(movement_id: int) -> Callable[[], Awaitable[bool]]:
+        async def submitted() -> bool:
+            states = await asyncio.to_thread(node_states, conn, movement_id)
+            return set(states.values()) == {"SUBMITTED"}
+
+        return submitted
+
+    async def scenario() -> tuple[dict[str, str], dict[str, str], int]:
+        conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "loops-test")
+        async with open_pool(conninfo, name="loops-test") as pool:
+            ctx = WorkerContext(NETWORK, pool, {executor.key: executor}, "loops-test:1")
+            supervisor = asyncio.create_task(supervise(ctx, [entry], install_signal_handlers=False))
+            try:
+                await asyncio.wait_for(executor.holding.wait(), 20)
+                # one loop's batch waits on the held side effect; new work comes
+                quick = await asyncio.to_thread(
+                    create_started, conn, plan(node("quick", executor="plain")), "loops-quick"
+                )
+                await _until("the new node to be submitted", state(quick))
+                during = (
+                    await asyncio.to_thread(node_states, conn, held),
+                    await asyncio.to_thread(node_states, conn, quick),
+                )
+                executor.release.set()
+                await _until("the held node to be submitted", state(held))
+            finally:
+                ctx.stopping.set()
+                code = await supervisor
+            return *during, code
+
+    held_during, quick_during, code = asyncio.run(scenario())
+    # the new node was claimed and submitted while the other batch still held its own
+    assert held_during == {"held": "SUBMITTING"}
+    assert quick_during == {"quick": "SUBMITTED"}
+    assert executor.submitted == [["quick"], ["held"]]
+    assert code == 0
+    # both loops are one worker instance: one heartbeat row, stopped once both ended
+    rows = conn.execute(
+        "SELECT instance_id, live FROM worker_heartbeats WHERE worker_name = 'node_dispatcher'"
+    ).fetchall()
+    assert rows == [("loops-test:1", False)]

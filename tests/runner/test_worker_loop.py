@@ -7,7 +7,9 @@ What every worker relies on:
   * the heartbeat row says so: consecutive_errors, last_error, and an expected
     interval that grows with the backoff (so a backing-off worker is not stalled);
   * a failing heartbeat never breaks the loop;
-  * anything else (a bug) escapes run_worker, for the supervisor's tier policy.
+  * anything else (a bug) escapes run_worker, for the supervisor's tier policy;
+  * a notification wakes one of a worker's loops, the one asleep longest; when
+    none sleeps, every loop goes again once its batch ends.
 
 The injected ``sleep`` records each delay instead of sleeping and stops the loop
 after a set number of ticks, so no test waits for real time.
@@ -28,7 +30,7 @@ from engine import bind
 from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.db.pool import bound_conninfo, open_pool
-from qtg_runner.loop import WorkerContext, WorkerEntry, run_worker
+from qtg_runner.loop import WakeGroup, WorkerContext, WorkerEntry, run_worker
 
 INTERVAL, JITTER = 1.0, 0.2
 
@@ -224,3 +226,32 @@ def test_a_tick_a_notification_woke_claims_its_work_before_it_beats(db: Any) -> 
     # the first tick (no notification) beat before its batch; each woken one after
     assert seen == [1, 1, 2, 3]
     assert beats() == 4
+
+
+def test_a_notification_wakes_the_loop_asleep_longest_and_with_none_asleep_every_loop() -> None:
+    async def scenario() -> list[Any]:
+        group = WakeGroup(2)
+        stop = asyncio.Event()
+        seen: list[Any] = []
+
+        def asleep(loop: int) -> asyncio.Task[bool | None]:
+            return asyncio.ensure_future(group.sleeper(loop)(3600, stop, group.event(loop)))
+
+        first = asleep(1)
+        await asyncio.sleep(0)
+        second = asleep(0)
+        await asyncio.sleep(0)
+        group.set()  # wakes loop 1, asleep longest; loop 0 sleeps on
+        await asyncio.sleep(0.01)
+        seen.append((first.done() and first.result(), second.done()))
+        group.set()  # wakes loop 0
+        seen.append(await asyncio.wait_for(second, 5))
+        # none asleep (both in a batch): each goes again after its batch, at once
+        group.set()
+        seen.append([group.event(0).is_set(), group.event(1).is_set()])
+        seen.append(await asyncio.wait_for(group.sleeper(0)(3600, stop, group.event(0)), 5))
+        return seen
+
+    assert asyncio.run(scenario()) == [(True, False), True, [True, True], True]
+    with pytest.raises(ValueError, match="at least one loop"):
+        WakeGroup(0)
