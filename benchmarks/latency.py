@@ -17,7 +17,7 @@ the child's submitted_at minus the parent's finished_at.
        a steady pace instead (one every PACE_OFF_S) and the children measured
        the same way.
   load as "on", while LOAD other multi-step movements run in the same runner
-       process (node_dispatcher and node_observer, as a runner runs them):
+       process (node_dispatcher and node_observer, as `qtg run` runs them):
        chains of LOAD_STEPS sim nodes settling in 2-6 s on a lane with a 4 s
        baseline, so the observer polls about every 0.4 s per node and the
        dispatcher submits the next step of some movement many times a second;
@@ -28,6 +28,9 @@ the child's submitted_at minus the parent's finished_at.
        write outside the procedures) in the transaction in which it claims and
        completes it, as the observer does, so no other claim comes between;
        like the observer, it sends that transaction in two round trips.
+  load_split  the same load, with one process per worker (as `qtg worker
+       node_dispatcher` and `qtg worker node_observer` run them): the
+       dispatcher's event loop and its database sessions are its own.
 
 Each sample is also split by the engine's timestamps of the child's way
 (``stages``): the parent's finish to the child's claim (the commit, the
@@ -237,7 +240,7 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
             "bench_load", LOAD_BASELINE_S, min_poll_seconds=Decimal("0.25"), max_poll_seconds=2
         ).one(conn)
         engine.create_movements(conn, 2 * steps, two_step_plan(), "lat-")
-        engine.create_movements(conn, load_steps, held_plan(), "held-")
+        engine.create_movements(conn, 2 * load_steps, held_plan(), "held-")
         engine.vacuum_analyze(conn)
         pairs = conn.execute(
             """SELECT parent.id, child.id
@@ -246,12 +249,25 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                  JOIN movement_request_nodes child ON child.id = edge.child_node_id
                 ORDER BY parent.id"""
         ).fetchall()
-        halves = {"on": pairs[:steps], "off": pairs[steps : 2 * steps], "load": pairs[2 * steps :]}
-        for mode in ("on", "off", "load"):
+        held = pairs[2 * steps :]
+        halves = {
+            "on": pairs[:steps],
+            "off": pairs[steps : 2 * steps],
+            "load": held[:load_steps],
+            "load_split": held[load_steps:],
+        }
+        for mode in ("on", "off", "load", "load_split"):
+            loaded = mode.startswith("load")
             argv = [PYTHON, "-m", "benchmarks.dispatcher", cluster.runner_dsn(dsn)]
-            argv += ["on", "8", "node_dispatcher,node_observer"] if mode == "load" else [mode]
-            feeder = _Feeder(dsn, load) if mode == "load" and load else None
+            if mode == "load":
+                argv += ["on", "8", "node_dispatcher,node_observer"]
+            elif mode == "load_split":
+                argv += ["on", "8", "node_dispatcher"]
+            else:
+                argv += [mode]
+            feeder = _Feeder(dsn, load) if loaded and load else None
             if feeder:
+                load_before = _load_movements_finished(conn)
                 feeder.start()
             child = spawn(
                 f"latency-dispatcher-{mode}",
@@ -259,6 +275,18 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                 runner_env(cluster.runner_dsn(dsn)),
                 log_dir,
             )
+            # one process per worker: the observer in a process of its own
+            observer = (
+                spawn(
+                    "latency-observer-load_split",
+                    [*argv[:-1], "node_observer"],
+                    runner_env(cluster.runner_dsn(dsn)),
+                    log_dir,
+                )
+                if mode == "load_split"
+                else None
+            )
+            children = [child] if observer is None else [child, observer]
             try:
                 # every parent is submitted, and nothing is left to dispatch: the runner idles
                 wait_for(
@@ -270,7 +298,7 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                     300,
                     "every parent to be submitted",
                     0.1,
-                    [child],
+                    children,
                 )
                 if feeder:
                     # the load at its level and turning over: movements finishing, new ones fed
@@ -279,7 +307,7 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                         300,
                         "the load to turn over",
                         0.2,
-                        [child],
+                        children,
                     )
                     if feeder.error is not None:
                         raise feeder.error
@@ -291,7 +319,7 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                 load_done = _load_nodes_finished(conn) if feeder else 0
                 t0 = time.monotonic()
                 for parent, kid in todo:
-                    if mode == "load":
+                    if loaded:
                         _complete_held_parent(conn, parent)
                     else:
                         _complete_parent(conn, parent)
@@ -299,7 +327,7 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                         # the bench's own polls take CPU from the runner and the server: under
                         # load, where every core is busy, it polls less often (the latency is
                         # read from the engine's timestamps, not from when the bench saw it)
-                        every = POLL_LOAD_S if mode == "load" else POLL_S
+                        every = POLL_LOAD_S if loaded else POLL_S
                         time.sleep(2 * every)
                         wait_for(
                             lambda kid=kid: conn.execute(
@@ -310,7 +338,7 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                             30,
                             "a child to be submitted",
                             every,
-                            [child],
+                            children,
                         )
                     else:
                         time.sleep(PACE_OFF_S * rng.uniform(0.5, 1.5))
@@ -324,7 +352,7 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                     120,
                     "every child to be submitted",
                     0.05,
-                    [child],
+                    children,
                 )
                 elapsed = time.monotonic() - t0
                 load_rate = (_load_nodes_finished(conn) - load_done) / elapsed if feeder else 0.0
@@ -336,9 +364,10 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                 if feeder:
                     feeder.stop.set()
                     feeder.join(30)
-                child.stop()
+                for each in children:
+                    each.stop()
             samples, stages = _measure(conn, todo)
-            key = "under_load" if mode == "load" else mode
+            key = {"load": "under_load", "load_split": "under_load_split"}.get(mode, mode)
             result[key] = {
                 **percentiles(samples),
                 "elapsed_s": round(elapsed, 1),
@@ -353,12 +382,7 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                     "created": feeder.created,
                 }
                 result[key]["load_nodes_finished_per_s"] = round(load_rate, 1)
-                result[key]["load_finished"] = int(
-                    conn.execute(
-                        """SELECT count(*) FROM movement_requests
-                            WHERE request_state = 'COMPLETED' AND external_id LIKE 'load-%'"""
-                    ).fetchone()[0]  # type: ignore[index]
-                )
+                result[key]["load_finished"] = _load_movements_finished(conn) - load_before
     cluster.drop_db("qtg_bench_latency")
     return result
 
@@ -369,5 +393,13 @@ def _load_nodes_finished(conn: psycopg.Connection[Any]) -> int:
         """SELECT count(*) FROM movement_request_nodes node
              JOIN movement_requests request ON request.id = node.request_id
             WHERE request.external_id LIKE 'load-%' AND node.node_state = 'COMPLETED'"""
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _load_movements_finished(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        """SELECT count(*) FROM movement_requests
+            WHERE request_state = 'COMPLETED' AND external_id LIKE 'load-%'"""
     ).fetchone()
     return int(row[0]) if row else 0
