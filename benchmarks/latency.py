@@ -12,8 +12,9 @@ the child's submitted_at minus the parent's finished_at.
 
   on   the dispatcher LISTENs (qtg_runner.wakeup): completions are sequential,
        each waits for its child, so the runner is idle when the parent completes.
-  off  no LISTEN: the dispatcher only polls every 1 s (+-0.2 s). Waiting for
-       each child would take half a second a step, so parents are completed at
+  off  no LISTEN: the dispatcher only polls, each of its two loops every 1 s
+       (+-0.2 s). Waiting for each child would take a quarter to half a
+       second a step, so parents are completed at
        a steady pace instead (one every PACE_OFF_S) and the children measured
        the same way.
   load as "on", while LOAD other multi-step movements run in the same runner

@@ -41,13 +41,17 @@ BEGIN
         RETURN format('retry_after_seconds must be 0 or at least 0.000001 seconds (the clock''s resolution), got %s',
                       p_wait);
     END IF;
-    SELECT max(octet_length(j::text)) INTO v_size FROM unnest(p_json) AS j;
-    IF v_size > v_limits.max_json_bytes THEN
-        RETURN format('a document of %s bytes is beyond the limit of %s bytes', v_size, v_limits.max_json_bytes);
+    IF p_json IS NOT NULL THEN
+        SELECT max(octet_length(j::text)) INTO v_size FROM unnest(p_json) AS j;
+        IF v_size > v_limits.max_json_bytes THEN
+            RETURN format('a document of %s bytes is beyond the limit of %s bytes', v_size, v_limits.max_json_bytes);
+        END IF;
     END IF;
-    SELECT max(octet_length(t)) INTO v_size FROM unnest(p_text) AS t;
-    IF v_size > v_limits.max_text_bytes THEN
-        RETURN format('a text of %s bytes is beyond the limit of %s bytes', v_size, v_limits.max_text_bytes);
+    IF p_text IS NOT NULL THEN
+        SELECT max(octet_length(t)) INTO v_size FROM unnest(p_text) AS t;
+        IF v_size > v_limits.max_text_bytes THEN
+            RETURN format('a text of %s bytes is beyond the limit of %s bytes', v_size, v_limits.max_text_bytes);
+        END IF;
     END IF;
     IF octet_length(p_plan::text) > v_limits.max_plan_bytes THEN
         RETURN format('a plan of %s bytes is beyond the limit of %s bytes', octet_length(p_plan::text),
