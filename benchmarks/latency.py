@@ -129,25 +129,32 @@ def percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def _complete_parent(conn: psycopg.Connection[Any], parent: int) -> None:
+def _complete_parent(conn: psycopg.Connection[Any], parent: int) -> float:
+    """The parent claimed and completed; the report's round trip (ms: the
+    report and its commit, as the bench saw them)."""
     claimed = procs.claim_observe(parent, "bench-observer").one_or_none(conn)
     if claimed is None:
         raise RuntimeError(f"parent {parent} could not be claimed for observation")
+    started = time.perf_counter()
     procs.complete_observe(parent, claimed.claim_secret, "COMPLETED").one(conn)
+    return (time.perf_counter() - started) * 1000
 
 
-def _complete_held_parent(conn: psycopg.Connection[Any], parent: int) -> None:
+def _complete_held_parent(conn: psycopg.Connection[Any], parent: int) -> float:
     """The parent made due, claimed and completed in one transaction (see "load"),
     in two round trips as the observer sends its transaction
-    (node_observer.observe_one): BEGIN with the claim, the report with the COMMIT."""
+    (node_observer.observe_one): BEGIN with the claim, the report with the
+    COMMIT. Returns the second round trip (ms)."""
     due = f"UPDATE movement_request_nodes SET next_observe_at = clock() WHERE id = {int(parent)}"
     with procs.begun_transaction(conn):
         claimed = procs.claim_observe(parent, "bench-observer").one_between(
             conn, before=("BEGIN", due)
         )
+        started = time.perf_counter()
         procs.complete_observe(parent, claimed.claim_secret, "COMPLETED").one_between(
             conn, before=(), after=("COMMIT",)
         )
+    return (time.perf_counter() - started) * 1000
 
 
 def _measure(
@@ -319,11 +326,12 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                 rng = random.Random(4)
                 load_done = _load_nodes_finished(conn) if feeder else 0
                 t0 = time.monotonic()
+                reports: list[float] = []  # each parent's report and commit, round trip ms
                 for parent, kid in todo:
                     if loaded:
-                        _complete_held_parent(conn, parent)
+                        reports.append(_complete_held_parent(conn, parent))
                     else:
-                        _complete_parent(conn, parent)
+                        reports.append(_complete_parent(conn, parent))
                     if mode != "off":
                         # the bench's own polls take CPU from the runner and the server: under
                         # load, where every core is busy, it polls less often (the latency is
@@ -373,6 +381,12 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                 **percentiles(samples),
                 "elapsed_s": round(elapsed, 1),
                 "stages_p50_ms": {k: round(statistics.median(v), 3) for k, v in stages.items()},
+                # the first stage begins inside this round trip: the report's own
+                # statement start; the child cannot be claimed before its COMMIT
+                "report_round_trip_ms": {
+                    "p50": round(statistics.median(reports), 3),
+                    "p99": round(statistics.quantiles(reports, n=100)[98], 3),
+                },
                 "samples_ms": [round(s, 3) for s in samples],
             }
             if feeder:

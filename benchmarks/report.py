@@ -87,6 +87,15 @@ def _stages(mode: dict[str, Any]) -> str:
     return " / ".join(f"{v:.2f}" for v in stages.values()) + " (finish>claim>intent>effect>report)"
 
 
+def _report_trip(mode: dict[str, Any]) -> str:
+    """The parent's report and its commit as the bench's round trip, within
+    which the first stage begins."""
+    trip = mode.get("report_round_trip_ms") or {}
+    if not trip:
+        return "parent's report + commit: not measured"
+    return f"parent's report + commit round trip p50/p99 {trip['p50']:.2f} / {trip['p99']:.2f} ms"
+
+
 def build_rows(results: dict[str, Any]) -> list[list[str]]:
     rows: list[list[str]] = []
     cases = results["cases"]
@@ -281,7 +290,7 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                     on["p50_ms"] <= TARGETS["latency_p50_ms"]
                     and on["p99_ms"] <= TARGETS["latency_p99_ms"]
                 ),
-                f"max {on['max_ms']:.1f} ms; p50 by stage: {_stages(on)}",
+                f"max {on['max_ms']:.1f} ms; p50 by stage: {_stages(on)}; {_report_trip(on)}",
             ]
         )
         for key, deployment in (
@@ -303,7 +312,8 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                     f"max {loaded['max_ms']:.1f} ms; in flight {flight.get('min', 0):,}-"
                     f"{flight.get('max', 0):,}, {loaded.get('load_finished', 0):,} finished"
                     f" ({loaded.get('load_nodes_finished_per_s', 0):,.0f} of their nodes a"
-                    f" second while measured); p50 by stage: {_stages(loaded)}",
+                    f" second while measured); p50 by stage: {_stages(loaded)};"
+                    f" {_report_trip(loaded)}",
                 ]
             )
         rows.append(
