@@ -164,16 +164,16 @@ class WakeGroup:
     def event(self, loop: int) -> asyncio.Event:
         return self._events[loop]
 
-    def sleeper(self, loop: int, sleep: Sleeper = wait_for_wake) -> Sleeper:
-        """``sleep`` for loop ``loop``, which counts as asleep while it waits
-        with a delay."""
+    def sleeper(self, loop: int) -> Sleeper:
+        """wait_for_wake for loop ``loop``, which counts as asleep while it
+        waits with a delay."""
 
-        async def sleeping(delay: float, stop: asyncio.Event, wake: asyncio.Event) -> bool | None:
+        async def sleeping(delay: float, stop: asyncio.Event, wake: asyncio.Event) -> bool:
             if delay <= 0:
-                return await sleep(delay, stop, wake)
+                return await wait_for_wake(delay, stop, wake)
             self._sleeping.append(loop)
             try:
-                return await sleep(delay, stop, wake)
+                return await wait_for_wake(delay, stop, wake)
             finally:
                 if loop in self._sleeping:
                     self._sleeping.remove(loop)
