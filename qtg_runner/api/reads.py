@@ -171,24 +171,16 @@ async def nodes(conn: psycopg.AsyncConnection[Any], movement_id: int) -> list[di
 
 
 async def audit(conn: psycopg.AsyncConnection[Any], movement_id: int) -> list[dict[str, Any]]:
-    """The movement's audit rows (its own and its nodes'), oldest first: what
-    has been promoted from audit_log (by its request index; the login from the
-    event's batch), what has not from the outbox's unpromoted batches."""
+    """The movement's audit rows (its own and its nodes'), oldest first: the
+    audit_outbox trail, promoted (audit_log, by its request index) or not."""
     await movement(conn, movement_id)
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            """SELECT l.outbox_id AS audit_id, l.occurred_at, l.entity, l.entity_id, l.action,
-                      l.from_state, l.to_state, l.actor, batch.login, l.detail
-                 FROM audit_log l
-                 LEFT JOIN LATERAL (SELECT b.login FROM audit_batches b WHERE b.base < l.outbox_id
-                                     ORDER BY b.base DESC LIMIT 1) batch ON true
-                WHERE l.request_id = %(movement)s
-               UNION ALL
-               SELECT id, occurred_at, entity, entity_id, action, from_state, to_state, actor,
-                      login, detail
-                 FROM audit_outbox WHERE promoted_at IS NULL AND request_id = %(movement)s
-                ORDER BY audit_id""",
-            {"movement": movement_id},
+            """SELECT id AS audit_id, occurred_at, entity, entity_id, action,
+                      from_state, to_state, actor, login, detail
+                 FROM audit_outbox WHERE request_id = %s
+                ORDER BY id""",
+            (movement_id,),
         )
         return [dict(jsonable(row)) for row in await cur.fetchall()]
 

@@ -406,6 +406,8 @@ def rollback(dsn: str, count: int = 1, *, sql_root: Path | None = None) -> list[
     """Roll back the last ``count`` applied migrations, newest first; return their ids.
 
     Drops the installed functions and views first. Run migrate() to install them again.
+    When the first of them is refused (its rollback script raises), nothing is
+    rolled back and the functions and views are installed again.
     """
     if count < 1:
         raise MigrationError("rollback count must be at least 1")
@@ -431,6 +433,8 @@ def rollback(dsn: str, count: int = 1, *, sql_root: Path | None = None) -> list[
                     with _yoyo_output(migration.id):
                         backend.rollback_one(migration)
                 except psycopg.Error as exc:
+                    if not done:  # a refused rollback leaves the database as it was
+                        install_functions(dsn, sql_root=root)
                     rb = Path(migration.path).with_suffix(".rollback.sql")
                     raise MigrationError(f"{_rel(rb, root)}: {exc}") from exc
                 log.info("event=migration_rolled_back migration=%s", migration.id)

@@ -1,8 +1,9 @@
 """audit_outbox_promoter (sidecar, the seed's name): moves the audit rows every
 procedure writes into audit_outbox into the network's append-only audit_log,
-each chained to the one before by SHA-256 (promote_audit), so that an edited,
-removed or inserted row is found by verify_audit_chain (`qtg audit verify`).
-It runs until the outbox is empty, a batch a transaction."""
+each chained to the one before by SHA-256 with the login that wrote it
+(promote_audit, which deletes what it promoted from the outbox), so that an
+edited, removed or inserted row is found by verify_audit_chain (`qtg audit
+verify`). It runs until the outbox is empty, a batch a transaction."""
 
 from __future__ import annotations
 

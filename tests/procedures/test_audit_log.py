@@ -7,7 +7,9 @@ login has no grant on it, and even the owner's UPDATE, DELETE or TRUNCATE is
 refused with QT060); an owner who disables that trigger and edits, removes or
 inserts a row is found at that row; one who then rewrites every hash after
 it is found by the head exported earlier; the check does not depend on the
-session's time zone; an export is checked with SHA-256 alone.
+session's time zone; an export is checked with SHA-256 alone. Each row
+carries the login of the call that wrote it, under its hash (0035), and the
+outbox keeps only what waits to be chained.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ def test_the_log_is_append_only_even_for_its_owner(db: TestDatabase, conn: Conn)
         "UPDATE audit_log SET actor = 'mallory'",
         "UPDATE audit_chain_head SET seq = 0",
         "UPDATE audit_batches SET promoted_at = NULL",
+        "DELETE FROM audit_batches",
     ):
         with pytest.raises(psycopg.Error) as refused:
             runner.execute(statement)
@@ -292,3 +295,93 @@ def test_the_last_node_settles_its_movement_in_one_row_write(conn: Conn) -> None
         (movement_id,),
     ).fetchone()
     assert row == ("COMPLETED", 0, 0)
+
+
+# -- the login in the chain (migration 0035_audit_log_login) -------------------
+
+
+def test_each_row_carries_the_login_that_wrote_it_and_its_batch_is_deleted(
+    db: TestDatabase, conn: Conn
+) -> None:
+    """The movement is created by one operator login and approved by another,
+    its node claimed by a runner login: promoted, each row keeps its login
+    under its hash, the batches are gone, and the trail shows every event
+    once, with the same login."""
+    create_started(conn, ONE, "who")
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    pin_clock(runner, T0.isoformat())
+    [claimed] = claim(runner)
+    trail = "SELECT id, action, to_state, login, promoted_at FROM audit_outbox ORDER BY id"
+    waiting = conn.execute(trail).fetchall()
+    by_state = {r[2]: r[3] for r in waiting}  # the login that moved it there
+    assert by_state["SUBMITTING"] == runner.info.user
+    assert by_state["PENDING_APPROVAL"] != by_state["APPROVED"]  # two operators' logins
+    assert by_state["EXECUTING"] == conn.info.user
+    assert batches(conn) > 0
+
+    assert procs.promote_audit("promoter").one(runner) == len(waiting)
+    assert batches(conn) == 0
+    logged = conn.execute("SELECT outbox_id, login FROM audit_log ORDER BY seq").fetchall()
+    assert logged == [(r[0], r[3]) for r in waiting]
+    promoted = conn.execute(trail).fetchall()
+    assert [r[:4] for r in promoted] == [r[:4] for r in waiting]
+    assert all(r[4] is not None for r in promoted)
+    canonical = [json.loads(r.canonical) for r in procs.audit_export(0, 1000).all(conn)]
+    assert [c["login"] for c in canonical] == [r[3] for r in waiting]
+    assert check(conn).ok
+    assert submit(runner, claimed) == "SUBMITTED"  # the next events chain on
+    assert procs.promote_audit("promoter").one(runner) > 0
+    assert check(conn).ok
+
+
+@pytest.mark.parametrize("login", ["'mallory'", "NULL"])
+def test_a_changed_or_removed_login_is_found_where_it_was_changed(conn: Conn, login: str) -> None:
+    movements(conn)
+    procs.promote_audit("promoter").one(conn)
+    as_owner_without_the_guard(conn, f"UPDATE audit_log SET login = {login} WHERE seq = 2")
+    result = check(conn)
+    assert (result.ok, result.first_bad_seq) == (False, 2)
+    assert "do not hash" in (result.problem or "")
+
+
+def test_a_row_promoted_before_the_login_was_chained_still_verifies(conn: Conn) -> None:
+    """A row promoted before 0035 has no login: its hash was taken over the
+    canonical text without one, which is still its text. Its batch is kept
+    (marked promoted), and the trail reads its login from there."""
+    movements(conn, 1)
+    trail = "SELECT id, login, promoted_at IS NOT NULL FROM audit_outbox ORDER BY id"
+    waiting = conn.execute(trail).fetchall()
+    with conn.transaction():
+        conn.execute("SET LOCAL ROLE qtg_owner")
+        conn.execute(
+            """DO $$
+               DECLARE h audit_chain_head; b audit_batches; r audit_log; e record;
+               BEGIN   -- one batch promoted as 0025's promoter did: no login, batch kept
+                   SELECT * INTO h FROM audit_chain_head FOR UPDATE;
+                   SELECT * INTO b FROM audit_batches ORDER BY base LIMIT 1;
+                   FOR e IN SELECT * FROM unnest(b.events) WITH ORDINALITY
+                            AS x(actor, entity, entity_id, request_id, action, from_state,
+                                 to_state, detail, ord) ORDER BY ord LOOP
+                       r := ROW(h.seq + 1, b.base + e.ord, b.occurred_at, e.actor, e.entity,
+                                e.entity_id, e.request_id, e.action, e.from_state, e.to_state,
+                                e.detail, clock(), h.row_hash, NULL, NULL)::audit_log;
+                       r.row_hash := audit_row_hash(h.row_hash, r);
+                       INSERT INTO audit_log SELECT r.*;
+                       h.seq := r.seq;
+                       h.row_hash := r.row_hash;
+                   END LOOP;
+                   UPDATE audit_batches SET promoted_at = clock() WHERE base = b.base;
+                   UPDATE audit_chain_head SET seq = h.seq, row_hash = h.row_hash;
+               END $$"""
+        )
+    old = procs.audit_export(0, 1).one(conn)
+    assert "login" not in json.loads(old.canonical)
+    assert check(conn).ok
+    procs.promote_audit("promoter").one(conn)  # the rest, with their logins
+    result = check(conn)
+    assert result.ok and result.checked > 1
+    assert batches(conn) == 1  # the old row's batch, its login's only record
+    # each event once, the old row's login read from its batch
+    assert conn.execute(trail).fetchall() == [(r[0], r[1], True) for r in waiting]
+    without = conn.execute("SELECT seq FROM audit_log WHERE login IS NULL").fetchall()
+    assert without == [(1,)]

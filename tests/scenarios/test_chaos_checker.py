@@ -264,14 +264,17 @@ def _movement_audit(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
 
 
 def _rewrite_last_event(conn: psycopg.Connection[Any], entity: str, ident: int, to: str) -> None:
-    """The entity's last audit event says ``to`` (edited inside its batch)."""
+    """The entity's last audit event says ``to``: edited inside its batch while
+    it waits there, in audit_log (its append-only trigger off) once promoted."""
     event = "(b.events[t.k])"
-    conn.execute(
+    waiting = conn.execute(
         f"""WITH last AS (SELECT max(id) AS id FROM audit_outbox
                            WHERE entity = %s AND entity_id = %s::text),
                  target AS (SELECT b.base, (last.id - b.base)::integer AS k
                               FROM audit_batches b, last
-                             WHERE b.base < last.id ORDER BY b.base DESC LIMIT 1)
+                             WHERE b.base < last.id AND b.promoted_at IS NULL
+                               AND last.id <= b.base + cardinality(b.events)
+                             ORDER BY b.base DESC LIMIT 1)
             UPDATE audit_batches b
                SET events[t.k] = ROW({event}.actor, {event}.entity, {event}.entity_id,
                                      {event}.request_id, {event}.action, {event}.from_state,
@@ -280,6 +283,18 @@ def _rewrite_last_event(conn: psycopg.Connection[Any], entity: str, ident: int, 
              WHERE b.base = t.base""",
         (entity, ident, to),
     )
+    if waiting.rowcount:
+        return
+    with conn.transaction():
+        conn.execute("ALTER TABLE audit_log DISABLE TRIGGER audit_log_append_only")
+        promoted = conn.execute(
+            """UPDATE audit_log SET to_state = %s
+                WHERE outbox_id = (SELECT max(outbox_id) FROM audit_log
+                                    WHERE entity = %s AND entity_id = %s::text)""",
+            (to, entity, ident),
+        )
+        conn.execute("ALTER TABLE audit_log ENABLE TRIGGER audit_log_append_only")
+    assert promoted.rowcount == 1
 
 
 def _counters(conn: psycopg.Connection[Any], ledger: Ledger) -> None:

@@ -11,6 +11,7 @@ from yoyo.connections import parse_uri
 
 from qtg_runner.cli import app
 from qtg_runner.db.migrate import (
+    MigrationError,
     applied_migrations,
     migrate,
     rollback,
@@ -67,6 +68,32 @@ def test_rollback_one_then_migrate(new_database: NewDatabase) -> None:
     assert rollback(database.dsn, 1) == [ALL_MIGRATIONS[-1]]
     assert applied_migrations(database.dsn) == ALL_MIGRATIONS[:-1]
     assert migrate(database.dsn).applied == [ALL_MIGRATIONS[-1]]
+
+
+def test_the_login_in_the_audit_chain_is_not_rolled_back_once_a_row_carries_it(
+    new_database: NewDatabase,
+) -> None:
+    """A row promoted with its login has it under its hash: 0035 cannot go, and
+    the refused rollback leaves the database as it was, functions included."""
+    database = new_database(template=None)
+    migrate(database.dsn)
+    conn = database.connect()
+    conn.execute("SET search_path = testnet, qtg")
+    with conn.transaction():
+        conn.execute("SET LOCAL ROLE qtg_owner")
+        conn.execute(
+            "SELECT write_audit(ARRAY[('probe', 'node', '1', NULL, 'probed', NULL, NULL,"
+            " NULL)::qtg.audit_event])"
+        )
+        assert conn.execute("SELECT promote_audit('promoter')").fetchone() == (1,)
+    with pytest.raises(
+        MigrationError, match=r"0035_audit_log_login\.rollback\.sql.*cannot be rolled"
+    ):
+        rollback(database.dsn, 1)
+    assert applied_migrations(database.dsn) == ALL_MIGRATIONS
+    chain = conn.execute("SELECT ok, checked FROM verify_audit_chain()").fetchone()
+    assert chain == (True, 1)
+    assert conn.execute("SELECT login FROM audit_outbox").fetchone() == (conn.info.user,)
 
 
 @pytest.mark.parametrize("undo", ["all", "last"])

@@ -1,11 +1,13 @@
 -- audit_canonical: an audit_log row as the text its hash is taken over: a
 -- jsonb object of every column but the hashes (jsonb's text is the same
 -- whatever the order or spacing the object was built with; times are UTC with
--- microseconds, so the session's time zone changes nothing).
+-- microseconds, so the session's time zone changes nothing). The login is in
+-- it when the row has one: a row promoted before 0035_audit_log_login has
+-- none, and its text is what its hash was taken over then.
 CREATE OR REPLACE FUNCTION audit_canonical(p_row audit_log) RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT jsonb_build_object(
+    SELECT (jsonb_build_object(
                'seq', p_row.seq,
                'outbox_id', p_row.outbox_id,
                'occurred_at', to_char(p_row.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
@@ -18,5 +20,5 @@ AS $$
                'to_state', p_row.to_state,
                'detail', p_row.detail,
                'promoted_at', to_char(p_row.promoted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-           )::text;
+           ) || CASE WHEN p_row.login IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('login', p_row.login) END)::text;
 $$;

@@ -1,11 +1,13 @@
 -- promote_audit: audit_outbox -> audit_log, the oldest unpromoted batches
 -- first (audit_batches, by base), whole batches until at least p_max events
 -- (or none are left), each event chained to the one before (audit_row_hash)
--- in id order; the batches get promoted_at. The audit_outbox_promoter sidecar
--- calls it. Locks the chain's head row first (audit_chain_head), so
--- promotions are serial: two promoters never fork the chain, the second waits
--- and goes on from the first's head. A crash before the commit promotes
--- nothing. Returns how many events were promoted.
+-- in id order, with the login of the call that wrote it (the batch's); the
+-- promoted batches are deleted in the same transaction (audit_log holds all
+-- they held). The audit_outbox_promoter sidecar calls it. Locks the chain's
+-- head row first (audit_chain_head), so promotions are serial: two promoters
+-- never fork the chain, the second waits and goes on from the first's head. A
+-- crash before the commit promotes nothing and deletes nothing. Returns how
+-- many events were promoted.
 CREATE OR REPLACE FUNCTION promote_audit(p_worker text, p_max integer DEFAULT 500) RETURNS integer
 LANGUAGE plpgsql
 AS $$
@@ -36,7 +38,7 @@ BEGIN
             v_row := ROW(v_head.seq + 1, v_batch.base + v_event.ord, v_batch.occurred_at, v_event.actor,
                          v_event.entity, v_event.entity_id, v_event.request_id, v_event.action,
                          v_event.from_state, v_event.to_state, v_event.detail, v_now,
-                         v_head.row_hash, NULL)::audit_log;
+                         v_head.row_hash, NULL, v_batch.login)::audit_log;
             v_row.row_hash := audit_row_hash(v_head.row_hash, v_row);
             v_rows := v_rows || v_row;
             v_head.seq := v_row.seq;
@@ -49,7 +51,7 @@ BEGIN
         RETURN 0;
     END IF;
     INSERT INTO audit_log SELECT * FROM unnest(v_rows);
-    UPDATE audit_batches SET promoted_at = v_now WHERE base = ANY (v_bases);
+    DELETE FROM audit_batches WHERE base = ANY (v_bases);
     UPDATE audit_chain_head SET seq = v_head.seq, row_hash = v_head.row_hash, updated_at = v_now;
     RETURN cardinality(v_rows);
 END
