@@ -407,7 +407,8 @@ def rollback(dsn: str, count: int = 1, *, sql_root: Path | None = None) -> list[
 
     Drops the installed functions and views first. Run migrate() to install them again.
     When the first of them is refused (its rollback script raises), nothing is
-    rolled back and the functions and views are installed again.
+    rolled back and the functions and views are installed again; a later one
+    refused leaves the ones before it rolled back, and says so.
     """
     if count < 1:
         raise MigrationError("rollback count must be at least 1")
@@ -433,15 +434,32 @@ def rollback(dsn: str, count: int = 1, *, sql_root: Path | None = None) -> list[
                     with _yoyo_output(migration.id):
                         backend.rollback_one(migration)
                 except psycopg.Error as exc:
-                    if not done:  # a refused rollback leaves the database as it was
-                        install_functions(dsn, sql_root=root)
                     rb = Path(migration.path).with_suffix(".rollback.sql")
-                    raise MigrationError(f"{_rel(rb, root)}: {exc}") from exc
+                    raise MigrationError(
+                        f"{_rel(rb, root)}: {exc}{_after_refusal(dsn, root, done)}"
+                    ) from exc
                 log.info("event=migration_rolled_back migration=%s", migration.id)
                 done.append(str(migration.id))
     finally:
         backend.connection.close()
     return done
+
+
+def _after_refusal(dsn: str, root: Path, done: list[str]) -> str:
+    """What a refused rollback left, for its message. When it was the first one,
+    the schema is as it was: the functions and views are installed again."""
+    if done:
+        return (
+            f"\nrolled back before it: {', '.join(done)}; the functions and views are not"
+            " installed: `qtg db migrate` applies those again and installs them"
+        )
+    try:
+        install_functions(dsn, sql_root=root)
+    except (psycopg.Error, MigrationError) as exc:
+        return (
+            f"\nthe functions and views could not be installed again ({exc}): run `qtg db migrate`"
+        )
+    return "\nnothing was rolled back"
 
 
 def rollback_all(dsn: str, *, sql_root: Path | None = None) -> list[str]:

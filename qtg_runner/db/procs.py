@@ -1239,6 +1239,12 @@ def verify_drift(worker: Text, max: Integer | Default = DEFAULT) -> Call[DriftCh
 
 
 @procedure("runner")
+def prune_balance_snapshots(worker: Text, max: Integer | Default = DEFAULT) -> Call[Integer]:
+    """Deletes the verified snapshots past the network's snapshot_keep_days (never
+    a baseline, an alert's, or an account's newest); how many."""
+
+
+@procedure("runner")
 def evm_chains() -> Call[EvmChain]:
     """The network's registered EVM chains (key, id, RPC URL's variable, finality, block time)."""
 
@@ -1687,9 +1693,11 @@ def set_balance_settings(
     drift_threshold: Numeric | Default | None = DEFAULT,
     venue_withdraw_fee_cap: Numeric | Default | None = DEFAULT,
     max_balance: Numeric | Default | None = DEFAULT,
+    snapshot_keep_days: Integer | Default | None = DEFAULT,
 ) -> Call[None]:
-    """The network's drift threshold, the exchange withdrawal fee cap and the largest
-    balance a read may report; None keeps one as it is."""
+    """The network's drift threshold, the exchange withdrawal fee cap, the largest
+    balance a read may report and the days a verified snapshot is kept (0: all);
+    None keeps one as it is."""
 
 
 @procedure("owner")

@@ -6,7 +6,10 @@ each account, the expected range of its balance from its baseline and the
 side-effect nodes that touched it, landed for certain, perhaps, or not yet;
 an unexplained change beyond the network's drift threshold raises the
 account's one open alert and trips the breakers of the lanes and venues that
-touch it, by this worker. This module only logs what it found.
+touch it, by this worker. After the round it calls prune_balance_snapshots
+once: the verified snapshots past the network's snapshot_keep_days go (a
+baseline, an alert's and each account's newest stay). This module only logs
+what it found.
 """
 
 from __future__ import annotations
@@ -21,10 +24,24 @@ WORKER = "verify_drift_worker"
 BATCH_SIZE = 200
 MAX_ROUNDS = 10
 """verify_drift calls a tick makes back to back while they come back full."""
+PRUNE_SIZE = 1000
+"""Snapshots prune_balance_snapshots deletes at most a tick (a minute's reads of
+a thousand accounts; a backlog goes over the next ticks)."""
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    return await run_round(ctx, worker_id)
+    done = await run_round(ctx, worker_id)
+    async with ctx.pool.connection() as conn:
+        pruned = await procs.prune_balance_snapshots(worker_id, PRUNE_SIZE).aone(conn)
+    if pruned:
+        event(
+            logging.INFO,
+            "balance_snapshots_pruned",
+            network=ctx.network,
+            worker=WORKER,
+            count=pruned,
+        )
+    return done
 
 
 async def run_round(ctx: WorkerContext, worker_id: str) -> int:

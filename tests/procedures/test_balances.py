@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from engine import as_person, claim, create_started, node, node_ids, plan
 from rich.console import Console
-from rows import Conn, person, set_clock
+from rows import T0, Conn, person, set_clock
 
 from qtg_runner.commands.status import render
 from qtg_runner.db import procs
@@ -441,3 +441,101 @@ def test_a_runner_of_another_network_cannot_read_or_record_here(db: Any, world: 
     # and its own network's procedures know nothing of testnet's accounts
     accounts = mainnet.execute("SELECT count(*) FROM mainnet.begin_balance_read()").fetchone()
     assert accounts == (0,)
+
+
+# -- retention (migration 0036_balance_snapshot_retention) ---------------------------------
+
+DAY = 86_400
+
+
+def kept(conn: Conn) -> set[tuple[int, str, str]]:
+    """The snapshots left: (seconds after T0 of their read, account key, address)."""
+    rows = conn.execute(
+        "SELECT extract(epoch FROM s.read_started_at - %s)::integer, s.account_key, s.address"
+        " FROM balance_snapshots s",
+        (T0,),
+    ).fetchall()
+    return {(r[0], r[1], r[2]) for r in rows}
+
+
+def test_old_verified_snapshots_are_pruned_but_baselines_alerts_and_the_newest_stay(
+    conn: Conn, runner: Conn
+) -> None:
+    at = clocks(conn, runner)
+    accounts = [(a[1], a[2]) for a in BASE]
+    at(0)
+    read(runner, BASE)  # the baselines
+    for t in (60, 120):
+        at(t)
+        read(runner, {**BASE, VENUE: None} if t == 60 else BASE)  # the venue down at 60
+    at(180)
+    read(runner, {**BASE, chain("local-a", T1): "900"})  # 100 gone: an alert names it
+    at(190)
+    verify(runner)
+    at(240)
+    read(runner, BASE)
+    assert verify(runner)[VENUE][0] == "OK"
+    at(250)
+    read(runner, BASE)  # not verified yet
+    status = conn.execute("SELECT * FROM balance_status ORDER BY 1, 2, 3").fetchall()
+    everything = kept(conn)
+    assert len(everything) == 6 * len(BASE)
+
+    at(DAY + 240)  # the default keeps 400 days: nothing is old enough
+    assert procs.prune_balance_snapshots("verify_drift_worker@test").one(runner) == 0
+    procs.set_balance_settings(snapshot_keep_days=0).one(conn)
+    at(5 * 400 * DAY)
+    assert procs.prune_balance_snapshots("verify_drift_worker@test").one(runner) == 0  # 0: all
+    assert kept(conn) == everything
+
+    procs.set_balance_settings(snapshot_keep_days=1).one(conn)
+    at(DAY + 200)  # the reads up to 180 are a day old, the one at 240 is not
+    assert procs.prune_balance_snapshots("verify_drift_worker@test", 3).one(runner) == 3
+    pruned = procs.prune_balance_snapshots("verify_drift_worker@test").one(runner)
+    assert kept(conn) == (
+        {(0, key, address) for key, address in accounts}  # the baselines
+        | {(180, "local-a", T1)}  # the alert's
+        | {(t, key, address) for t in (240, 250) for key, address in accounts}  # not old yet
+    )
+    assert 3 + pruned == len(everything) - len(kept(conn))
+    reads = conn.execute(
+        "SELECT extract(epoch FROM started_at - %s)::integer FROM balance_reads ORDER BY 1", (T0,)
+    ).fetchall()
+    assert [r[0] for r in reads] == [0, 180, 240, 250]  # 60's and 120's had nothing left
+    # the dashboard shows what it showed: each account's latest read and balance
+    assert conn.execute("SELECT * FROM balance_status ORDER BY 1, 2, 3").fetchall() == status
+    audited = conn.execute(
+        "SELECT actor, detail FROM audit_outbox WHERE action = 'snapshots_pruned' ORDER BY id"
+    ).fetchall()
+    assert [(a[0], a[1]["snapshots"], a[1]["keep_days"]) for a in audited] == [
+        ("verify_drift_worker@test", 3, 1),
+        ("verify_drift_worker@test", pruned, 1),
+    ]
+    assert sum(a[1]["reads"] for a in audited) == 2
+
+    # a week later the unverified ones stay, newest or not; verified, only the
+    # newest of each account does
+    at(260)
+    read(runner, BASE)
+    at(8 * DAY)
+    procs.prune_balance_snapshots("verify_drift_worker@test").one(runner)
+    assert {k for k in kept(conn) if k[0] >= 240} == {
+        (t, key, address) for t in (250, 260) for key, address in accounts
+    }
+    verify(runner)
+    at(9 * DAY)
+    procs.prune_balance_snapshots("verify_drift_worker@test").one(runner)
+    assert {k for k in kept(conn) if k[0] >= 240} == {
+        (260, key, address) for key, address in accounts
+    }
+
+
+def test_only_the_admin_sets_how_long_snapshots_are_kept(conn: Conn, runner: Conn) -> None:
+    for bad in (-1, 36_501):
+        with pytest.raises(psycopg.Error) as err:
+            procs.set_balance_settings(snapshot_keep_days=bad).one(conn)
+        assert err.value.sqlstate == "QT005"
+    with pytest.raises(psycopg.Error) as err:
+        procs.set_balance_settings(snapshot_keep_days=0).one(runner)
+    assert err.value.sqlstate == "42501"
+    assert conn.execute("SELECT snapshot_keep_days FROM balance_settings").fetchone() == (400,)

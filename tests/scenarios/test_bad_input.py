@@ -709,11 +709,13 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_errors": [None, "the venue is down"],
         },
         "verify_drift": {"p_worker": "drift", "p_max": 10},
+        "prune_balance_snapshots": {"p_worker": "drift", "p_max": 10},
         "acknowledge_drift_alert": {"p_alert_id": w.drift_alert, "p_reason": "topped up"},
         "set_balance_settings": {
             "p_drift_threshold": "0.02",
             "p_venue_withdraw_fee_cap": 2,
             "p_max_balance": "1e15",
+            "p_snapshot_keep_days": 400,
         },
         "promote_audit": {"p_worker": "promoter", "p_max": 10},
         "claim_callbacks": {"p_worker": "cb2", "p_max": 10},
@@ -1131,6 +1133,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_block_numbers", "QT002", [-1, None], [None, None], [7, 7])
         ),
         "verify_drift": worker("p_worker") + each("p_max", "QT002", None, 0, -1, 1001),
+        "prune_balance_snapshots": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
         "acknowledge_drift_alert": (
             each("p_alert_id", "QT081", None, -1, 2**62)
             + each("p_reason", "QT002", None, "", "   ")
@@ -1140,6 +1143,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             each("p_drift_threshold", "QT005", "NaN", "Infinity", -1, "1e300")
             + each("p_venue_withdraw_fee_cap", "QT005", "NaN", -1, "1e12")
             + each("p_max_balance", "QT005", 0, -1, "NaN", "1e31")
+            + each("p_snapshot_keep_days", "QT005", -1, 36501)
         ),
         "promote_audit": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
         "claim_callbacks": worker("p_worker") + each("p_max", "QT002", None, 0, -1, 1001),

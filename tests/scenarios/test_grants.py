@@ -61,6 +61,7 @@ RUNNER = {
     "begin_balance_read",
     "record_balance_snapshots",
     "verify_drift",
+    "prune_balance_snapshots",
 }
 OPERATOR = {
     "requeue_node",

@@ -73,8 +73,9 @@ def test_rollback_one_then_migrate(new_database: NewDatabase) -> None:
 def test_the_login_in_the_audit_chain_is_not_rolled_back_once_a_row_carries_it(
     new_database: NewDatabase,
 ) -> None:
-    """A row promoted with its login has it under its hash: 0035 cannot go, and
-    the refused rollback leaves the database as it was, functions included."""
+    """A row promoted with its login has it under its hash: 0035 cannot go. A
+    rollback refused first leaves the database as it was, functions included;
+    one refused after others says which went and what to run."""
     database = new_database(template=None)
     migrate(database.dsn)
     conn = database.connect()
@@ -86,14 +87,23 @@ def test_the_login_in_the_audit_chain_is_not_rolled_back_once_a_row_carries_it(
             " NULL)::qtg.audit_event])"
         )
         assert conn.execute("SELECT promote_audit('promoter')").fetchone() == (1,)
-    with pytest.raises(
-        MigrationError, match=r"0035_audit_log_login\.rollback\.sql.*cannot be rolled"
-    ):
+    refused = r"0035_audit_log_login\.rollback\.sql.*cannot be rolled back"
+    # the one after it goes first, then 0035 refuses: the message says what is left
+    with pytest.raises(MigrationError, match=refused) as after_one:
+        rollback(database.dsn, 2)
+    assert f"rolled back before it: {ALL_MIGRATIONS[-1]}" in str(after_one.value)
+    assert "qtg db migrate" in str(after_one.value)
+    assert applied_migrations(database.dsn) == ALL_MIGRATIONS[:-1]
+    # refused first: nothing rolled back, the functions and views installed again
+    with pytest.raises(MigrationError, match=refused) as first:
         rollback(database.dsn, 1)
-    assert applied_migrations(database.dsn) == ALL_MIGRATIONS
+    assert "nothing was rolled back" in str(first.value)
+    assert applied_migrations(database.dsn) == ALL_MIGRATIONS[:-1]
     chain = conn.execute("SELECT ok, checked FROM verify_audit_chain()").fetchone()
     assert chain == (True, 1)
     assert conn.execute("SELECT login FROM audit_outbox").fetchone() == (conn.info.user,)
+    assert migrate(database.dsn).applied == ALL_MIGRATIONS[-1:]
+    assert conn.execute("SELECT ok FROM verify_audit_chain()").fetchone() == (True,)
 
 
 @pytest.mark.parametrize("undo", ["all", "last"])
