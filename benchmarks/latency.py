@@ -352,10 +352,12 @@ def run(cluster: Cluster, steps: int, log_dir: Path, load: int = LOAD) -> dict[s
                     else:
                         time.sleep(PACE_OFF_S * rng.uniform(0.5, 1.5))
                 kids = [k for _, k in todo]
+                # submitted, whatever came after (a child's lane first polls after 42 s,
+                # which a slow measure under load outlasts)
                 wait_for(
                     lambda kids=kids: conn.execute(  # type: ignore[misc]
                         "SELECT count(*) = 0 FROM movement_request_nodes"
-                        " WHERE id = ANY(%s) AND node_state <> 'SUBMITTED'",
+                        " WHERE id = ANY(%s) AND submitted_at IS NULL",
                         [kids],
                     ).fetchone()[0],  # type: ignore[index]
                     120,
