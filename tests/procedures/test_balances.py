@@ -443,6 +443,25 @@ def test_a_runner_of_another_network_cannot_read_or_record_here(db: Any, world: 
     assert accounts == (0,)
 
 
+def test_the_status_shows_each_account_read_once_with_its_latest_balance(
+    conn: Conn, runner: Conn
+) -> None:
+    at = clocks(conn, runner)
+    read(runner, BASE)
+    at(60)
+    read(runner, {**BASE, chain("local-b", T2): "350"})
+    at(120)
+    read(runner, {VENUE: "500"})  # the chains down
+    rows = conn.execute(
+        "SELECT account_kind, account_key, address, balance, latest_read_error FROM balance_status"
+    ).fetchall()
+    latest = {**BASE, chain("local-b", T2): "350"}
+    assert rows == [
+        (*account, Decimal(str(latest[account])), None if account == VENUE else "down")
+        for account in sorted(BASE)
+    ]
+
+
 # -- retention (migration 0036_balance_snapshot_retention) ---------------------------------
 
 DAY = 86_400

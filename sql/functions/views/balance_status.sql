@@ -3,13 +3,35 @@
 -- engine's records expected it in and the outcome when verify_drift verified
 -- it (NULL until then), the baseline, the latest read if it failed (and why),
 -- and its open drift alert. The range is verify_drift's, stored on the
--- snapshot: reading the view computes nothing over the nodes.
+-- snapshot: reading the view computes nothing over the nodes, and it reads a
+-- few index entries per account, however many snapshots are kept.
 CREATE OR REPLACE VIEW balance_status AS
-WITH accounts AS (
-    SELECT DISTINCT ON (s.account_kind, s.account_key, s.address, s.asset)
-           s.account_kind, s.account_key, s.address, s.asset, s.id AS latest_id, s.error AS latest_error
-      FROM balance_snapshots s
-     ORDER BY s.account_kind, s.account_key, s.address, s.asset, s.id DESC
+WITH RECURSIVE keys AS (
+    -- the accounts read, found by skipping through balance_snapshots_account_idx
+    -- one account at a time (a read per account, not one per snapshot)
+    (SELECT s.account_kind, s.account_key, s.address, s.asset
+       FROM balance_snapshots s
+      ORDER BY s.account_kind, s.account_key, s.address, s.asset
+      LIMIT 1)
+    UNION ALL
+    SELECT n.account_kind, n.account_key, n.address, n.asset
+      FROM keys k
+     CROSS JOIN LATERAL (
+         SELECT s.account_kind, s.account_key, s.address, s.asset
+           FROM balance_snapshots s
+          WHERE (s.account_kind, s.account_key, s.address, s.asset)
+                > (k.account_kind, k.account_key, k.address, k.asset)
+          ORDER BY s.account_kind, s.account_key, s.address, s.asset
+          LIMIT 1) n
+), accounts AS (
+    SELECT k.account_kind, k.account_key, k.address, k.asset, l.id AS latest_id, l.error AS latest_error
+      FROM keys k
+     CROSS JOIN LATERAL (
+         SELECT s.id, s.error
+           FROM balance_snapshots s
+          WHERE s.account_kind = k.account_kind AND s.account_key = k.account_key
+            AND s.address = k.address AND s.asset = k.asset
+          ORDER BY s.id DESC LIMIT 1) l
 ), good AS (
     SELECT a.*, g.id AS snapshot_id, g.balance, g.block_number, g.read_started_at, g.recorded_at,
            g.expected_low, g.expected_high, g.verified_at, g.outcome
