@@ -240,3 +240,34 @@ def test_start_approved_movements_reads_the_approved_index(history_dsn: str) -> 
 
     assert "movement_requests_approved_idx" in index_scans(nodes)
     assert not {"movement_requests", "movement_request_nodes"} & seq_scanned(nodes)
+
+
+def rows_read(nodes: list[dict[str, Any]], relation: str) -> int:
+    """How many rows the plan read from ``relation``: what its scans returned
+    and what their filters threw away, times their loops."""
+    return sum(
+        int(
+            (n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0))
+            * n.get("Actual Loops", 1)
+        )
+        for n in nodes
+        if n.get("Relation Name") == relation
+    )
+
+
+@pytest.mark.parametrize(
+    "view",
+    ["in_flight_nodes", "stuck_nodes", "executor_status", "lane_latency", "quarantined_nodes"],
+)
+def test_the_dashboard_views_read_the_open_nodes_not_history(history_dsn: str, view: str) -> None:
+    """What /metrics and `qtg status` read on every scrape: the nodes in flight,
+    READY or quarantined, and the last day's completions, never the million
+    finished ones (they read every node, up to 1.8 s a read, before 0037)."""
+    # every column of every row (a count alone would let the planner drop them)
+    nodes = explained(
+        history_dsn, f"SELECT count(*) FROM {view} v WHERE to_jsonb(v) IS NOT NULL", analyze=True
+    )
+
+    assert "movement_request_nodes" not in seq_scanned(nodes)
+    read = rows_read(nodes, "movement_request_nodes")
+    assert read <= 20 * LIVE_MOVEMENTS, (view, read)

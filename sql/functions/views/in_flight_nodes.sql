@@ -18,4 +18,9 @@ SELECT node.id AS node_id,
        clock() - coalesce(node.submitted_at, node.claimed_at) AS in_flight_for
   FROM movement_request_nodes node
   JOIN movement_requests request ON request.id = node.request_id
- WHERE node.node_state IN ('SUBMITTING', 'SUBMITTED', 'OBSERVING', 'UNKNOWN');
+ WHERE node.node_state IN ('SUBMITTING', 'SUBMITTED', 'OBSERVING', 'UNKNOWN')
+   -- the same nodes, as the partial indexes hold them (observable, recoverable,
+   -- quarantined): the view reads the nodes in flight, not every node
+   AND ((node.node_state IN ('SUBMITTED', 'OBSERVING') AND node.quarantined_at IS NULL)
+     OR (node.node_state IN ('UNKNOWN', 'SUBMITTING') AND node.quarantined_at IS NULL)
+     OR (node.quarantined_at IS NOT NULL AND node.finished_at IS NULL));

@@ -4,8 +4,9 @@
 -- p50 / p95 / p99 and the slowest, in seconds, beside the lane's baseline
 -- (lane_baselines, or the default lane's, as lane_of decides; repeated here
 -- because a view's readers may not execute internal functions). For
--- dashboards and `qtg status`; reads the nodes table (no index on
--- finished_at: a dashboard's query, not a worker's).
+-- dashboards, /metrics and `qtg status`; reads only the last day's
+-- completions (movement_request_nodes_completed_idx), however many nodes
+-- have finished before.
 CREATE OR REPLACE VIEW lane_latency AS
 WITH finished AS (
     SELECT node.lane,

@@ -35,10 +35,17 @@ SELECT node.id AS node_id,
   LEFT JOIN executor_health health
          ON health.executor_key = node.executor_key AND health.status = 'DOWN'
         AND health.checked_at > clock() - interval '5 minutes' AND node.node_state = 'READY'
- WHERE node.node_state = 'UNKNOWN'
+ WHERE -- only nodes not finished, as the partial indexes hold them (READY,
+       -- observable, recoverable, quarantined): the view reads the open nodes,
+       -- not every node (a PENDING node is never stuck: it waits on a parent)
+       ((node.node_state = 'READY' AND node.quarantined_at IS NULL)
+     OR (node.node_state IN ('SUBMITTED', 'OBSERVING') AND node.quarantined_at IS NULL)
+     OR (node.node_state IN ('UNKNOWN', 'SUBMITTING') AND node.quarantined_at IS NULL)
+     OR (node.quarantined_at IS NOT NULL AND node.finished_at IS NULL))
+   AND (node.node_state = 'UNKNOWN'
     OR health.executor_key IS NOT NULL
     OR (node.quarantined_at IS NOT NULL AND node.finished_at IS NULL)
     OR (node.node_state = 'SUBMITTING' AND node.lease_until <= clock())
     OR (node.node_state IN ('SUBMITTED', 'OBSERVING') AND node.observe_phase IN ('over_baseline', 'fatal'))
     OR (node.node_state = 'READY' AND node.updated_at <= clock() - interval '5 minutes'
-        AND (node.not_before IS NULL OR node.not_before <= clock() - interval '5 minutes'));
+        AND (node.not_before IS NULL OR node.not_before <= clock() - interval '5 minutes')));
