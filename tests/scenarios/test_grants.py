@@ -110,6 +110,7 @@ INTERNAL = {
     "check_args",
     "check_callback_target",
     "check_claim_args",
+    "check_worker",
     "check_executor_schema",
     "check_fee_caps",
     "check_lane_settings",

@@ -1,5 +1,5 @@
 -- check_claim_args: the argument checks every claim shares (QT002): a worker's
--- name, a batch size of 1 to 1000, a positive lease within engine_limits
+-- name (check_worker), a batch size of 1 to 1000, a positive lease within engine_limits
 -- (min_lease_seconds to max_lease_seconds: QT005), and an instance id, when
 -- one is given, that is not blank. Internal.
 CREATE OR REPLACE FUNCTION check_claim_args(
@@ -13,9 +13,7 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF p_worker IS NULL OR btrim(p_worker) = '' THEN
-        RAISE EXCEPTION '% needs the worker''s name', p_call USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_worker(p_call, p_worker);
     PERFORM check_args(p_call, p_max => p_max, p_max_limit => 1000);
     IF p_lease_seconds IS NULL OR p_lease_seconds <= 0 THEN
         RAISE EXCEPTION '%: p_lease_seconds must be positive, got %', p_call, p_lease_seconds USING ERRCODE = 'QT002';
@@ -24,6 +22,6 @@ BEGIN
         RAISE EXCEPTION '%: p_instance_id must name the worker''s heartbeat instance, or be NULL', p_call
             USING ERRCODE = 'QT002';
     END IF;
-    PERFORM check_limits(p_call, p_lease => p_lease_seconds, p_text => ARRAY[p_worker, p_instance_id]);
+    PERFORM check_limits(p_call, p_lease => p_lease_seconds, p_text => ARRAY[p_instance_id]);
 END
 $$;

@@ -37,11 +37,8 @@ DECLARE
     v_ids     bigint[];
     v_targets text[];
 BEGIN
-    IF p_worker IS NULL OR btrim(p_worker) = '' THEN
-        RAISE EXCEPTION 'claim_callbacks needs the worker''s name' USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_worker('claim_callbacks', p_worker);
     PERFORM check_args('claim_callbacks', p_max => p_max, p_max_limit => 1000);
-    PERFORM check_limits('claim_callbacks', p_text => ARRAY[p_worker]);
     SELECT * INTO STRICT v_set FROM callback_settings;
 
     -- the due rows, locked; those that will never be sent end here

@@ -35,10 +35,7 @@ DECLARE
     v_now  timestamptz := clock();
     v_node bigint;
 BEGIN
-    IF p_worker IS NULL OR btrim(p_worker) = '' THEN
-        RAISE EXCEPTION 'claim_observe needs the worker''s name' USING ERRCODE = 'QT002';
-    END IF;
-    PERFORM check_limits('claim_observe', p_text => ARRAY[p_worker]);
+    PERFORM check_worker('claim_observe', p_worker);
 
     BEGIN
         SELECT movement_request_nodes.id INTO v_node

@@ -23,11 +23,7 @@ DECLARE
     v_expired  integer := 0;
 BEGIN
     PERFORM check_args('expire_movements', p_max => p_max, p_max_limit => 10000);
-    IF p_actor IS NULL OR btrim(p_actor) = '' THEN
-        RAISE EXCEPTION 'expire_movements needs the worker''s name' USING ERRCODE = 'QT002',
-            HINT = 'Name the worker that calls it: it is the actor of the audit rows.';
-    END IF;
-    PERFORM check_limits('expire_movements', p_text => ARRAY[p_actor]);
+    PERFORM check_worker('expire_movements', p_actor);
 
     FOR v_request IN
         SELECT * FROM movement_requests

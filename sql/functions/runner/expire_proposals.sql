@@ -12,10 +12,7 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     PERFORM check_args('expire_proposals', p_max => p_max, p_max_limit => 10000);
-    IF p_actor IS NULL OR btrim(p_actor) = '' THEN
-        RAISE EXCEPTION 'expire_proposals needs the worker''s name' USING ERRCODE = 'QT002';
-    END IF;
-    PERFORM check_limits('expire_proposals', p_text => ARRAY[p_actor]);
+    PERFORM check_worker('expire_proposals', p_actor);
     RETURN set_proposal_states(
         ARRAY(SELECT id FROM config_proposals
                WHERE proposal_state = 'PROPOSED' AND expires_at <= clock()

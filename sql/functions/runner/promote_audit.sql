@@ -20,11 +20,8 @@ DECLARE
     v_bases bigint[] := '{}';
     v_event record;
 BEGIN
-    IF p_worker IS NULL OR btrim(p_worker) = '' THEN
-        RAISE EXCEPTION 'promote_audit needs the worker''s name' USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_worker('promote_audit', p_worker);
     PERFORM check_args('promote_audit', p_max => p_max, p_max_limit => 10000);
-    PERFORM check_limits('promote_audit', p_text => ARRAY[p_worker]);
 
     SELECT * INTO STRICT v_head FROM audit_chain_head FOR UPDATE;
     FOR v_batch IN

@@ -22,11 +22,8 @@ DECLARE
     v_days  integer;
     v_gone  record;
 BEGIN
-    IF p_worker IS NULL OR btrim(p_worker) = '' THEN
-        RAISE EXCEPTION 'prune_balance_snapshots needs the worker''s name' USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_worker('prune_balance_snapshots', p_worker);
     PERFORM check_args('prune_balance_snapshots', p_max => p_max, p_max_limit => 10000);
-    PERFORM check_limits('prune_balance_snapshots', p_text => ARRAY[p_worker]);
     SELECT s.snapshot_keep_days INTO STRICT v_days FROM balance_settings s;
     IF v_days = 0 THEN
         RETURN 0;

@@ -16,11 +16,7 @@ DECLARE
     v_n   integer;
 BEGIN
     PERFORM check_args('start_approved_movements', p_max => p_max, p_max_limit => 10000);
-    IF p_actor IS NULL OR btrim(p_actor) = '' THEN
-        RAISE EXCEPTION 'start_approved_movements needs the worker''s name' USING ERRCODE = 'QT002',
-            HINT = 'Name the worker that calls it: it is the actor of the audit rows.';
-    END IF;
-    PERFORM check_limits('start_approved_movements', p_text => ARRAY[p_actor]);
+    PERFORM check_worker('start_approved_movements', p_actor);
 
     SELECT array_agg(picked.id ORDER BY picked.priority DESC, picked.id) INTO v_ids
       FROM (SELECT id, priority

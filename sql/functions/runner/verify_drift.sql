@@ -51,11 +51,8 @@ DECLARE
     v_scope    text[];
     v_entity   text;
 BEGIN
-    IF p_worker IS NULL OR btrim(p_worker) = '' THEN
-        RAISE EXCEPTION 'verify_drift needs the worker''s name' USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_worker('verify_drift', p_worker);
     PERFORM check_args('verify_drift', p_max => p_max, p_max_limit => 1000);
-    PERFORM check_limits('verify_drift', p_text => ARRAY[p_worker]);
     SELECT * INTO STRICT v_set FROM balance_settings;
 
     SELECT array_agg(x.id ORDER BY x.id) INTO v_ids
