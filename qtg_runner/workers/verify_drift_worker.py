@@ -7,9 +7,9 @@ side-effect nodes that touched it, landed for certain, perhaps, or not yet;
 an unexplained change beyond the network's drift threshold raises the
 account's one open alert and trips the breakers of the lanes and venues that
 touch it, by this worker. After the round it calls prune_balance_snapshots
-once: the verified snapshots past the network's snapshot_keep_days go (a
-baseline, an alert's and each account's newest stay). This module only logs
-what it found.
+once, whose rule is in SQL too: the verified snapshots past the network's
+snapshot_keep_days go (a baseline, an alert's and each account's newest
+stay). This module only calls them and logs what they did.
 """
 
 from __future__ import annotations

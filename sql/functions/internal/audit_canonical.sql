@@ -20,5 +20,8 @@ AS $$
                'to_state', p_row.to_state,
                'detail', p_row.detail,
                'promoted_at', to_char(p_row.promoted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-           ) || CASE WHEN p_row.login IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('login', p_row.login) END)::text;
+           )
+            || CASE WHEN p_row.login IS NULL THEN '{}'::jsonb
+                    ELSE jsonb_build_object('login', p_row.login) END
+           )::text;
 $$;

@@ -1,7 +1,7 @@
 -- check_claim_args: the argument checks every claim shares (QT002): a worker's
--- name (check_worker), a batch size of 1 to 1000, a positive lease within engine_limits
--- (min_lease_seconds to max_lease_seconds: QT005), and an instance id, when
--- one is given, that is not blank. Internal.
+-- name (check_worker), a batch size of 1 to 1000, a positive lease within
+-- engine_limits (min_lease_seconds to max_lease_seconds: QT005), and an
+-- instance id, when one is given, that is not blank. Internal.
 CREATE OR REPLACE FUNCTION check_claim_args(
     p_call          text,
     p_worker        text,

@@ -1,11 +1,11 @@
 -- prune_balance_snapshots: the verified balance snapshots older than the
 -- network's balance_settings.snapshot_keep_days deleted, oldest first (by
 -- balance_snapshots_recorded_idx), up to p_max a call, and the reads left
--- without a snapshot with them. Kept
--- whatever their age: a snapshot not verified yet, an account's baseline, one
--- a drift alert names (its baseline, first or latest), and every snapshot
--- with no newer successful one of its account (so balance_status still shows
--- each account's latest read and balance). snapshot_keep_days 0 deletes
+-- without a snapshot with them. Kept whatever their age: a snapshot not
+-- verified yet, an account's baseline, one a drift alert names (its baseline,
+-- first or latest), and every snapshot with no newer successful one of its
+-- account (so balance_status still shows each account's latest read and
+-- balance). snapshot_keep_days 0 deletes
 -- nothing. The verify_drift_worker calls it after each round, as p_worker.
 -- Audited (entity 'balance', action 'snapshots_pruned') with how many and
 -- the range of ids and recording times, when something was deleted.
