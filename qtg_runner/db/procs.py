@@ -1442,6 +1442,12 @@ def complete_callback(
 
 
 @procedure("runner")
+def prune_callbacks(worker: Text, max: Integer | Default = DEFAULT) -> Call[Integer]:
+    """Deletes the SENT and NO_TARGET callbacks done with more than the network's
+    callback_settings.keep_days ago (never PENDING, DEAD or REFUSED); how many."""
+
+
+@procedure("runner")
 def expire_proposals(
     max: Integer | Default = DEFAULT, actor: Text | Default = DEFAULT
 ) -> Call[Integer]:

@@ -26,6 +26,10 @@ loopback, private and other non-global ones unless the target is
 host in the Host header and TLS SNI), so a second lookup cannot swap it.
 Redirects are not followed, proxies from the environment are not used, the
 response is read to at most 64 KiB, and every step has a timeout.
+
+After each tick it calls prune_callbacks once, whose rule is in SQL: the SENT
+and NO_TARGET rows done with more than the network's keep_days ago go; a row
+still to deliver or an operator's to replay stays.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ from qtg_runner.tls import client_ssl_context
 
 WORKER = "callback_dispatcher"
 BATCH_SIZE = 20
+PRUNE_SIZE = 1000
+"""Callbacks prune_callbacks deletes at most a tick (a second's: a backlog past
+the keep, as when it is first shortened, goes over the next ticks)."""
 MAX_RESPONSE_BYTES = 64 * 1024
 """The most of a receiver's answer that is read (the rest is dropped)."""
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
@@ -269,6 +276,10 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
         handled += count
         if count < BATCH_SIZE or ctx.stopping.is_set():
             break
+    async with ctx.pool.connection() as conn:
+        pruned = await procs.prune_callbacks(worker_id, PRUNE_SIZE).aone(conn)
+    if pruned:
+        event(logging.INFO, "callbacks_pruned", network=ctx.network, worker=WORKER, count=pruned)
     return handled
 
 

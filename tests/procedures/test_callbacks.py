@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from conftest import TestDatabase
 from engine import approve, as_person, bind, fingerprint, forged_secret, node, pin_clock, plan
-from rows import Conn, iso_at, set_clock, time_at
+from rows import Conn, iso_at, person, set_clock, time_at
 
 from qtg_runner.db import procs
 
@@ -281,3 +281,101 @@ def test_bad_reports_are_refused(conn: Conn) -> None:
     refused(conn, "QT070", procs.complete_callback(999, c.claim_secret, 200))
     refused(conn, "QT002", procs.complete_callback(c.callback_id, "x", 200))
     assert row(conn, c.callback_id)["next_attempt_at"] == time_at(0) + timedelta(seconds=60)
+
+
+DAY = 86_400
+
+
+def test_callbacks_done_with_are_pruned_after_the_keep_and_the_rest_stay(
+    conn: Conn, db: TestDatabase
+) -> None:
+    """prune_callbacks (0038_callback_retention), called by a runner's own login:
+    SENT rows go keep_days after they were sent, NO_TARGET rows keep_days after
+    they were written; PENDING, DEAD and REFUSED rows stay whatever their age;
+    keep_days 0 keeps everything; each call that deletes is audited."""
+    runner = person(db, "runner1", "qtg_testnet_runner")
+
+    def at(seconds: float) -> None:
+        set_clock(conn, seconds)
+        set_clock(runner, seconds)
+
+    def prune(limit: int | None = None) -> int:
+        call = procs.prune_callbacks("callback_dispatcher@test", *([limit] if limit else []))
+        return call.one(runner)
+
+    def states() -> dict[int, str]:
+        rows = conn.execute("SELECT id, delivery_state FROM callback_outbox ORDER BY id")
+        return dict(rows.fetchall())
+
+    target(conn)
+    settings(conn, max_attempts=1, max_age_seconds=365 * DAY)  # delivered at 100 days, below
+    at(0)
+    sent = movement(conn, "sent")
+    no_target = movement(conn, "no-target", url=None)
+    dead = movement(conn, "dead")
+    refused_url = movement(conn, "refused", url="https://elsewhere.test/cb")
+    ids = {m: i for i, m in conn.execute("SELECT id, request_id FROM callback_outbox")}
+    for c in procs.claim_callbacks("d1", 10).all(conn):
+        ok = c.movement_id == sent
+        procs.complete_callback(c.callback_id, c.claim_secret, 200 if ok else 503, "down").one(conn)
+    at(50 * DAY)
+    late = movement(conn, "late")  # PENDING: sent at 100 days, below
+    [(late_id,)] = conn.execute("SELECT id FROM callback_outbox WHERE request_id = %s", (late,))
+    replayed = ids[dead]
+    everything = states()
+    assert everything == {
+        ids[sent]: "SENT", ids[no_target]: "NO_TARGET", ids[dead]: "DEAD",
+        ids[refused_url]: "REFUSED", late_id: "PENDING",
+    }  # fmt: skip
+
+    at(90 * DAY - 1)  # the default keeps 90 days: nothing is done with for that long
+    assert prune() == 0
+    settings(conn, keep_days=0)
+    at(1000 * DAY)
+    assert prune() == 0  # 0 keeps everything
+    assert states() == everything
+
+    settings(conn, keep_days=90)
+    at(100 * DAY)
+    operator = person(db, "carol")
+    set_clock(operator, 100 * DAY)
+    procs.replay_callback(replayed, "the receiver is back").one(operator)
+    for c in procs.claim_callbacks("d1", 10).all(conn):
+        procs.complete_callback(c.callback_id, c.claim_secret, 200).one(conn)
+    assert states()[replayed] == states()[late_id] == "SENT"  # both sent at 100 days
+
+    assert prune(1) == 1  # oldest first: the NO_TARGET row, written at 0
+    assert ids[no_target] not in states()
+    assert prune() == 1  # the one sent at 0
+    assert prune() == 0
+    # created at 0 and 50 days, sent at 100: kept 90 days from then
+    assert states() == {replayed: "SENT", ids[refused_url]: "REFUSED", late_id: "SENT"}
+    at(190 * DAY + 1)
+    assert prune() == 2
+    at(5000 * DAY)
+    assert prune() == 0
+    assert states() == {ids[refused_url]: "REFUSED"}  # an operator's to replay, forever
+
+    audited = conn.execute(
+        "SELECT actor, entity, detail FROM audit_outbox"
+        " WHERE action = 'callbacks_pruned' ORDER BY id"
+    ).fetchall()
+    assert [(a[0], a[1], a[2]["callbacks"], a[2]["sent"], a[2]["no_target"]) for a in audited] == [
+        ("callback_dispatcher@test", "callback", 1, 0, 1),
+        ("callback_dispatcher@test", "callback", 1, 1, 0),
+        ("callback_dispatcher@test", "callback", 2, 2, 0),
+    ]
+    assert audited[0][2]["first_id"] == audited[0][2]["last_id"] == ids[no_target]
+    assert audited[0][2]["keep_days"] == 90
+
+
+def test_only_the_admin_sets_how_long_callbacks_are_kept(conn: Conn, db: TestDatabase) -> None:
+    for bad in (-1, 36_501, None):
+        with pytest.raises(psycopg.Error) as err, conn.transaction():
+            settings(conn, keep_days=bad)
+        assert err.value.sqlstate in ("23514", "23502")
+    for login in (person(db, "runner1", "qtg_testnet_runner"), person(db, "carol")):
+        with pytest.raises(psycopg.Error) as err:
+            login.execute("UPDATE callback_settings SET keep_days = 1")
+        assert err.value.sqlstate == "42501"
+    assert conn.execute("SELECT keep_days FROM callback_settings").fetchone() == (90,)

@@ -380,3 +380,12 @@ def test_one_tick_drains_a_backlog_beyond_a_batch(
     assert asyncio.run(tick()) == 30
     assert {r[2] for r in rows(conn)} == {"SENT"}
     assert len({wid for wid, _, ok in receiver.received if ok}) == 30
+
+    # past the network's keep (90 days), the tick's prune deletes what was sent
+    monkeypatch.setenv("PGOPTIONS", f"-c qtg.now={iso_at(91 * 86_400)}")
+    assert asyncio.run(tick()) == 0
+    assert rows(conn) == []
+    pruned = conn.execute(
+        "SELECT actor, detail->>'callbacks' FROM audit_outbox WHERE action = 'callbacks_pruned'"
+    ).fetchall()
+    assert pruned == [("callback_dispatcher@callbacks-test:1", "30")]

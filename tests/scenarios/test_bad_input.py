@@ -710,6 +710,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         },
         "verify_drift": {"p_worker": "drift", "p_max": 10},
         "prune_balance_snapshots": {"p_worker": "drift", "p_max": 10},
+        "prune_callbacks": {"p_worker": "cb", "p_max": 10},
         "acknowledge_drift_alert": {"p_alert_id": w.drift_alert, "p_reason": "topped up"},
         "set_balance_settings": {
             "p_drift_threshold": "0.02",
@@ -1134,6 +1135,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         ),
         "verify_drift": worker("p_worker") + each("p_max", "QT002", None, 0, -1, 1001),
         "prune_balance_snapshots": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
+        "prune_callbacks": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
         "acknowledge_drift_alert": (
             each("p_alert_id", "QT081", None, -1, 2**62)
             + each("p_reason", "QT002", None, "", "   ")

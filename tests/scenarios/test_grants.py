@@ -62,6 +62,7 @@ RUNNER = {
     "record_balance_snapshots",
     "verify_drift",
     "prune_balance_snapshots",
+    "prune_callbacks",
 }
 OPERATOR = {
     "requeue_node",

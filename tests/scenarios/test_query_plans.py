@@ -70,6 +70,18 @@ def _load_history(conn: psycopg.Connection[Any]) -> None:
         """,
         {"k": NODES_PER_MOVEMENT},
     )
+    # each finished movement's last callback, sent five minutes after it finished
+    conn.execute(
+        """
+        INSERT INTO callback_outbox (request_id, event_type, idempotency_key, target_url, payload,
+                                     delivery_state, attempts, next_attempt_at, created_at, sent_at)
+        SELECT r.id, 'movement.completed', 'testnet-' || r.id || '-completed',
+               'https://hooks.example.test/qtg', '{}', 'SENT', 1, r.finished_at, r.finished_at,
+               r.finished_at + interval '5 minutes'
+          FROM movement_requests r
+         WHERE r.request_state = 'COMPLETED'
+        """
+    )
 
 
 def _create_live(conn: psycopg.Connection[Any]) -> None:
@@ -124,7 +136,10 @@ def history_dsn(pg_server: str, template_db: str) -> Iterator[str]:
                 _load_history(conn)
                 conn.execute("SET LOCAL session_replication_role = origin")
                 _create_live(conn)
-            conn.execute("VACUUM ANALYZE movement_requests, movement_request_nodes, node_intents")
+            conn.execute(
+                "VACUUM ANALYZE movement_requests, movement_request_nodes, node_intents,"
+                " callback_outbox"
+            )
             counts = dict(
                 conn.execute(
                     "SELECT node_state::text, count(*) FROM movement_request_nodes GROUP BY 1"
@@ -240,6 +255,26 @@ def test_start_approved_movements_reads_the_approved_index(history_dsn: str) -> 
 
     assert "movement_requests_approved_idx" in index_scans(nodes)
     assert not {"movement_requests", "movement_request_nodes"} & seq_scanned(nodes)
+
+
+@pytest.mark.parametrize(("keep_days", "deleted"), [(90, 100), (36_500, 0)])
+def test_prune_callbacks_reads_only_what_it_deletes(
+    history_dsn: str, keep_days: int, deleted: int
+) -> None:
+    """A quarter of a million sent callbacks, all past 90 days: a call deletes
+    its 100 oldest through callback_outbox_done_idx, and with nothing past the
+    keep it reads nothing (it runs after every tick of the callback_dispatcher)."""
+    nodes = explained(
+        history_dsn,
+        f"UPDATE callback_settings SET keep_days = {keep_days}"
+        " RETURNING prune_callbacks('callback_dispatcher', 100)",
+        analyze=True,
+    )
+
+    assert "callback_outbox_done_idx" in index_scans(nodes)
+    assert "callback_outbox" not in seq_scanned(nodes)
+    # each deleted row three times: the index's scan, the delete's lookup by id, the delete
+    assert rows_read(nodes, "callback_outbox") <= 3 * deleted + 10
 
 
 def rows_read(nodes: list[dict[str, Any]], relation: str) -> int:
