@@ -84,11 +84,14 @@ def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
     say(f"case 1: creating and approving {jobs:,} one-step movements")
     source, create_s = throughput.prepare_engine_source(cluster, jobs)
     out["setup_create_approve_s"] = round(create_s, 1)
-    for processes in (1, 2):
-        say(f"case 1: engine, {processes} runner process(es)")
+    # 1 and 2 runners with the audit chain measured after the drain (the
+    # equal-guarantee figures), then 2 with the promoter beside them (as deployed)
+    for processes, promoter in ((1, False), (2, False), (2, True)):
+        live = f", {throughput.LIVE_CHAIN}" if promoter else ""
+        say(f"case 1: engine, {processes} runner process(es){live}")
         try:
             run = throughput.run_engine(
-                cluster, source, jobs, processes, ENGINE_CONCURRENCY, log_dir
+                cluster, source, jobs, processes, ENGINE_CONCURRENCY, log_dir, promoter
             )
             say(
                 f"  {run['per_s']:,.0f} movements/s,"
@@ -99,6 +102,7 @@ def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
                 "system": "QTG engine",
                 "processes": processes,
                 "concurrency": ENGINE_CONCURRENCY,
+                "setting": f"c={ENGINE_CONCURRENCY}{live}" if promoter else None,
                 "error": one_line(exc),
             }
             say(f"  failed: {run['error']}")

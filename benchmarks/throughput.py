@@ -6,7 +6,10 @@ through create_movement/approve_movement, then drained by 1 and by 2
 `qtg worker node_dispatcher` processes: the real runner, its real dispatcher
 path (start_approved_movements, claim_ready_nodes, record the intent, submit,
 complete_submit). The figure runs from the processes' launch to the last
-movement COMPLETED.
+movement COMPLETED. Then the audit chain's share, which the drain leaves to
+the audit_outbox_promoter sidecar: the drain's events promoted into the
+hash-chained audit_log (promote_chain), its time, CPU and row writes; and a
+drain by 2 runners with the promoter beside them, as `qtg run` deploys it.
 
 Beside it, on the same server: the same number of no-op jobs drained by
 Procrastinate, PgQueuer and Graphile Worker, each enqueued with its bulk call,
@@ -31,6 +34,7 @@ from psycopg.conninfo import conninfo_to_dict
 from benchmarks import engine, equal
 from benchmarks.cluster import Cluster
 from benchmarks.procs import PYTHON, QTG, Child, runner_env, spawn, wait_for
+from qtg_runner.workers import audit_outbox_promoter
 
 # Case 1's movements name a callback target, so the engine writes a callback
 # row per state change ready to deliver, as the equal-guarantee peers do.
@@ -100,14 +104,33 @@ def prepare_engine_source(cluster: Cluster, jobs: int) -> tuple[str, float]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         engine.bind(conn)
         engine.create_movements(conn, jobs, INSTANT_PLAN, "tp-", callback_url=CALLBACK_URL)
+        # the creation's events chained now: promote_chain counts the drain's alone
+        while conn.execute("SELECT promote_audit('bench-setup', 10000)").fetchone() != (0,):
+            pass
     cluster.disconnect_all(name)
     return name, time.monotonic() - started
 
 
+LIVE_CHAIN = "audit chain promoted live"
+"""The setting of an engine run whose audit_outbox_promoter runs beside the
+dispatchers, as `qtg run` deploys it."""
+
+
 def run_engine(
-    cluster: Cluster, source: str, jobs: int, processes: int, concurrency: int, log_dir: Path
+    cluster: Cluster,
+    source: str,
+    jobs: int,
+    processes: int,
+    concurrency: int,
+    log_dir: Path,
+    promoter: bool = False,
 ) -> dict[str, Any]:
-    name = f"qtg_bench_engine_{processes}p"
+    """One drain of ``source``'s movements by ``processes`` dispatchers. With
+    ``promoter``, a `qtg worker audit_outbox_promoter` process runs beside
+    them and the run waits for the audit chain to hold every event (its lag
+    behind the last movement is reported); without, the chain's share is
+    measured after the drain (promote_chain)."""
+    name = f"qtg_bench_engine_{processes}p" + ("_chain" if promoter else "")
     dsn = cluster.create_db(name, source)
     with psycopg.connect(dsn, autocommit=True) as conn:
         engine.bind(conn)
@@ -130,6 +153,15 @@ def run_engine(
             )
             for i in range(processes)
         ]
+        if promoter:
+            children.append(
+                spawn(
+                    f"engine-{processes}p-promoter",
+                    [QTG, "worker", "audit_outbox_promoter"],
+                    env,
+                    log_dir,
+                )
+            )
         try:
 
             def remaining() -> int:
@@ -151,6 +183,18 @@ def run_engine(
             wait_for(
                 lambda: remaining() == 0, DRAIN_TIMEOUT, "the engine to drain", 0.25, children, tick
             )
+            chain_lag = None
+            if promoter:
+                drained = time.monotonic()
+
+                def unchained() -> int:
+                    row = conn.execute(
+                        "SELECT count(*) FROM audit_batches WHERE promoted_at IS NULL"
+                    ).fetchone()
+                    return int(row[0]) if row else -1
+
+                wait_for(lambda: unchained() == 0, DRAIN_TIMEOUT, "the audit chain", 0.05, children)
+                chain_lag = time.monotonic() - drained
             db_cpu = cpu.seconds() - cpu0 if cpu and cpu0 is not None else None
             peaks = [child.peak_rss() for child in children]
             span_row = conn.execute(
@@ -173,7 +217,13 @@ def run_engine(
             statements = top_statements(conn) if profiled else []
         finally:
             codes = [child.stop() for child in children]
-    writes = _per_job(writes_before, row_writes(dsn, ENGINE_SCHEMAS), jobs)
+    writes_after = row_writes(dsn, ENGINE_SCHEMAS)
+    writes = _per_job(writes_before, writes_after, jobs)
+    chain = (
+        {"live": True, "lag_s": round(chain_lag or 0.0, 2)}
+        if promoter
+        else promote_chain(dsn, jobs, writes_after)
+    )
     assert span_row and transitions and side_effects
     db_span = float(span_row[0])
     wall = float(span_row[2])
@@ -182,6 +232,7 @@ def run_engine(
         "system": "QTG engine",
         "processes": processes,
         "concurrency": concurrency,
+        "setting": f"c={concurrency}, {LIVE_CHAIN}" if promoter else None,
         "jobs": jobs,
         "completed": int(span_row[1]),
         "wall_s": round(wall, 3),
@@ -203,6 +254,46 @@ def run_engine(
         "db_cpu_s": round(db_cpu, 3) if db_cpu is not None else None,
         "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
         "top_statements": statements,
+        "audit_chain": chain,
+    }
+
+
+def promote_chain(dsn: str, jobs: int, writes_before: dict[str, int]) -> dict[str, Any]:
+    """The audit chain's share, measured after the drain: promote_audit called
+    until nothing is left, as the audit_outbox_promoter sidecar does (it does
+    not run during the drain). Chaining is the engine's guarantee beyond the
+    equal-guarantee peers' audit row per transition (that is the drain's
+    audit batch): each event becomes an audit_log row, hashed to the one
+    before, and its batch is deleted. Counts the events, the time and the
+    database CPU it took, and its row writes per movement."""
+    with (
+        psycopg.connect(dsn, autocommit=True) as poll,
+        psycopg.connect(dsn, autocommit=True) as conn,
+    ):
+        engine.bind(conn)
+        cpu = equal.ServerCpu.open(poll)
+        cpu0 = cpu.seconds() if cpu else None
+        events = calls = 0
+        started = time.monotonic()
+        while True:
+            row = conn.execute(
+                "SELECT promote_audit('bench-promoter', %s)", [audit_outbox_promoter.BATCH_SIZE]
+            ).fetchone()
+            calls += 1
+            if not row or not row[0]:
+                break
+            events += int(row[0])
+        seconds = time.monotonic() - started
+        db_cpu = cpu.seconds() - cpu0 if cpu and cpu0 is not None else None
+    writes = _per_job(writes_before, row_writes(dsn, ENGINE_SCHEMAS), jobs)
+    return {
+        "events": events,
+        "calls": calls,
+        "seconds": round(seconds, 3),
+        "events_per_s": round(events / seconds, 1) if seconds else None,
+        "movements_per_s": round(jobs / seconds, 1) if seconds else None,
+        "row_writes_per_job": writes,
+        "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
     }
 
 
