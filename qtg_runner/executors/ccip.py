@@ -79,12 +79,11 @@ from qtg_runner.executors.base import (
     JsonObject,
     NodeWork,
     ObserveResult,
-    ObserveStatus,
     Prepared,
-    RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
 )
+from qtg_runner.executors.evm_tx import observed, recovered
 from qtg_runner.signers import Signer, SignerError, load_async
 
 ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
@@ -423,29 +422,10 @@ class CcipExecutor:
         return SubmitResult(tx_hash, {"tx_hash": tx_hash, "nonce": prepared.nonce})
 
     async def observe(self, work: NodeWork) -> ObserveResult:
-        reading = await self._read(work)
-        if reading.status == "executed":
-            return ObserveResult(ObserveStatus.COMPLETED, reading.evidence)
-        if reading.status == "reverted":
-            return ObserveResult(ObserveStatus.FAILED, reading.evidence)
-        if reading.status in ("foreign", "refused"):
-            return ObserveResult(ObserveStatus.UNKNOWN, reading.evidence)
-        return ObserveResult(ObserveStatus.PENDING, reading.evidence, retry_after=reading.wait_s)
+        return observed(await self._read(work), "executed")
 
     async def recover(self, work: NodeWork) -> RecoveryResult:
-        intent = work.intent or {}
-        if not intent.get("transactions"):
-            return RecoveryResult(
-                RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
-            )
-        reading = await self._read(work)
-        outcome = {
-            "executed": RecoveryOutcome.COMPLETED,
-            "reverted": RecoveryOutcome.FAILED,
-            "foreign": RecoveryOutcome.STILL_UNKNOWN,
-            "refused": RecoveryOutcome.STILL_UNKNOWN,
-        }.get(reading.status, RecoveryOutcome.IN_FLIGHT)
-        return RecoveryResult(outcome, reading.evidence, reading.tx_hash, reading.wait_s)
+        return await recovered(work, "executed", self._read)
 
     async def _read(self, work: NodeWork) -> _Reading:
         """The chains' word on the node's send, from its recorded hashes only."""

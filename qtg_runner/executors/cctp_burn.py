@@ -72,9 +72,7 @@ from qtg_runner.executors.base import (
     JsonObject,
     NodeWork,
     ObserveResult,
-    ObserveStatus,
     Prepared,
-    RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
 )
@@ -85,7 +83,9 @@ from qtg_runner.executors.evm_tx import (
     TxReading,
     broadcast,
     chain_errors,
+    observed,
     read_recorded,
+    recovered,
     worse,
 )
 from qtg_runner.signers import Signer
@@ -354,30 +354,10 @@ class CctpBurnExecutor:
         return await broadcast(self._evm.leg_rpc(route.leg), route.leg, prepared, "burn")
 
     async def observe(self, work: NodeWork) -> ObserveResult:
-        reading = await self._read(work)
-        if reading.status == "attested":
-            return ObserveResult(ObserveStatus.COMPLETED, reading.evidence)
-        if reading.status == "reverted":
-            return ObserveResult(ObserveStatus.FAILED, reading.evidence)
-        if reading.status in ("foreign", "refused", "mismatch"):
-            return ObserveResult(ObserveStatus.UNKNOWN, reading.evidence)
-        return ObserveResult(ObserveStatus.PENDING, reading.evidence, retry_after=reading.wait_s)
+        return observed(await self._read(work), "attested")
 
     async def recover(self, work: NodeWork) -> RecoveryResult:
-        intent = work.intent or {}
-        if not intent.get("transactions"):
-            return RecoveryResult(
-                RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
-            )
-        reading = await self._read(work)
-        outcome = {
-            "attested": RecoveryOutcome.COMPLETED,
-            "reverted": RecoveryOutcome.FAILED,
-            "foreign": RecoveryOutcome.STILL_UNKNOWN,
-            "refused": RecoveryOutcome.STILL_UNKNOWN,
-            "mismatch": RecoveryOutcome.STILL_UNKNOWN,
-        }.get(reading.status, RecoveryOutcome.IN_FLIGHT)
-        return RecoveryResult(outcome, reading.evidence, reading.tx_hash, reading.wait_s)
+        return await recovered(work, "attested", self._read)
 
     async def _read(self, work: NodeWork) -> _Reading:
         payload = (work.intent or {}).get("prepared_payload")

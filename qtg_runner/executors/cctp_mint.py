@@ -71,9 +71,7 @@ from qtg_runner.executors.base import (
     JsonObject,
     NodeWork,
     ObserveResult,
-    ObserveStatus,
     Prepared,
-    RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
 )
@@ -90,7 +88,9 @@ from qtg_runner.executors.evm_tx import (
     EvmAccess,
     broadcast,
     chain_errors,
+    observed,
     read_recorded,
+    recovered,
 )
 from qtg_runner.signers import Signer
 
@@ -417,29 +417,10 @@ class CctpMintExecutor:
         return await broadcast(self._evm.leg_rpc(route.leg), route.leg, prepared, "mint")
 
     async def observe(self, work: NodeWork) -> ObserveResult:
-        reading = await self._read(work)
-        if reading.status == "minted":
-            return ObserveResult(ObserveStatus.COMPLETED, reading.evidence)
-        if reading.status == "reverted":
-            return ObserveResult(ObserveStatus.FAILED, reading.evidence)
-        if reading.status in ("foreign", "refused"):
-            return ObserveResult(ObserveStatus.UNKNOWN, reading.evidence)
-        return ObserveResult(ObserveStatus.PENDING, reading.evidence, retry_after=reading.wait_s)
+        return observed(await self._read(work), "minted")
 
     async def recover(self, work: NodeWork) -> RecoveryResult:
-        intent = work.intent or {}
-        if not intent.get("transactions"):
-            return RecoveryResult(
-                RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
-            )
-        reading = await self._read(work)
-        outcome = {
-            "minted": RecoveryOutcome.COMPLETED,
-            "reverted": RecoveryOutcome.FAILED,
-            "foreign": RecoveryOutcome.STILL_UNKNOWN,
-            "refused": RecoveryOutcome.STILL_UNKNOWN,
-        }.get(reading.status, RecoveryOutcome.IN_FLIGHT)
-        return RecoveryResult(outcome, reading.evidence, reading.tx_hash, reading.wait_s)
+        return await recovered(work, "minted", self._read)
 
     async def _read(self, work: NodeWork) -> _Reading:
         payload = (work.intent or {}).get("prepared_payload")

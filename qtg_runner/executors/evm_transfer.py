@@ -64,9 +64,7 @@ from qtg_runner.executors.base import (
     JsonObject,
     NodeWork,
     ObserveResult,
-    ObserveStatus,
     Prepared,
-    RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
 )
@@ -77,7 +75,9 @@ from qtg_runner.executors.evm_tx import (
     TxReading,
     broadcast,
     chain_errors,
+    observed,
     read_recorded,
+    recovered,
 )
 from qtg_runner.signers import Signer
 
@@ -284,30 +284,10 @@ class EvmTransferExecutor:
         return await broadcast(self._evm.leg_rpc(route.leg), route.leg, prepared, "transfer")
 
     async def observe(self, work: NodeWork) -> ObserveResult:
-        reading = await self._read(work)
-        if reading.status == "final":
-            return ObserveResult(ObserveStatus.COMPLETED, reading.evidence)
-        if reading.status == "reverted":
-            return ObserveResult(ObserveStatus.FAILED, reading.evidence)
-        if reading.status in ("foreign", "refused"):
-            return ObserveResult(ObserveStatus.UNKNOWN, reading.evidence)
-        return ObserveResult(ObserveStatus.PENDING, reading.evidence, retry_after=reading.wait_s)
+        return observed(await self._read(work), "final")
 
     async def recover(self, work: NodeWork) -> RecoveryResult:
-        intent = work.intent or {}
-        if not intent.get("transactions"):
-            # nothing was ever signed and recorded for it: nothing can be out
-            return RecoveryResult(
-                RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
-            )
-        reading = await self._read(work)
-        outcome = {
-            "final": RecoveryOutcome.COMPLETED,
-            "reverted": RecoveryOutcome.FAILED,
-            "foreign": RecoveryOutcome.STILL_UNKNOWN,
-            "refused": RecoveryOutcome.STILL_UNKNOWN,
-        }.get(reading.status, RecoveryOutcome.IN_FLIGHT)
-        return RecoveryResult(outcome, reading.evidence, reading.tx_hash, reading.wait_s)
+        return await recovered(work, "final", self._read)
 
     async def _read(self, work: NodeWork) -> TxReading:
         """The chain's word on the node's transaction, from its recorded hashes;

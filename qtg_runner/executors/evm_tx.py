@@ -1,6 +1,7 @@
-"""What the EVM executors share (evm_transfer, cctp_burn, cctp_mint): the
-chains and signers a runner reaches, broadcasting a recorded transaction, and
-reading it back from the chain.
+"""What the EVM executors share (evm_transfer, cctp_burn, cctp_mint, ccip,
+stargate): the chains and signers a runner reaches, broadcasting a recorded
+transaction, reading it back from the chain, and what a reading means for the
+node (``observed``, ``recovered``).
 
 A node's transaction is one account's nonce on one chain (``ChainLeg``, as the
 executor's route function returned it and its prepared payload recorded it).
@@ -18,6 +19,14 @@ executor's route function returned it and its prepared payload recorded it).
                  broadcast again
     foreign      the nonce is taken by a transaction the engine never recorded
     refused      the node refuses the recorded bytes again
+
+Each executor reads further what its send must have done (an attestation, a
+mint, a message executed or delivered on the other chain) and names the
+status of a send that landed (``done``: final, attested, minted, executed,
+delivered). ``observed`` and ``recovered`` turn any such reading into the
+node's outcome, the same way for every executor: ``done`` completes the node,
+``reverted`` fails it, a status in ``UNSETTLED`` is for a person (UNKNOWN,
+STILL_UNKNOWN), and anything else is still on its way.
 """
 
 from __future__ import annotations
@@ -25,9 +34,9 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -40,7 +49,11 @@ from qtg_runner.executors.base import (
     HealthStatus,
     JsonObject,
     NodeWork,
+    ObserveResult,
+    ObserveStatus,
     Prepared,
+    RecoveryOutcome,
+    RecoveryResult,
     SubmitResult,
 )
 from qtg_runner.signers import Signer, SignerError, load_async
@@ -237,6 +250,64 @@ class TxReading:
     tx_hash: str | None = None
     wait_s: float | None = None
     receipt: Receipt | None = None
+
+
+UNSETTLED = frozenset({"foreign", "refused", "mismatch"})
+"""Readings no retry settles, left to recovery and a person: the nonce taken by
+a transaction the engine never recorded, the recorded bytes refused again, a
+send that landed but is not what the intent recorded (cctp_burn's mismatch)."""
+
+
+class Reading(Protocol):
+    """What the chains say about a node's send now (TxReading, or an executor's
+    own reading of what its send must have done)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def evidence(self) -> JsonObject: ...
+    @property
+    def tx_hash(self) -> str | None: ...
+    @property
+    def wait_s(self) -> float | None: ...
+
+
+def observed(reading: Reading, done: str) -> ObserveResult:
+    """The observation ``reading`` makes: ``done`` (the executor's status of a
+    send that landed) COMPLETED, reverted FAILED, UNSETTLED UNKNOWN, anything
+    else PENDING, looked at again after the reading's wait (if it has one)."""
+    if reading.status == done:
+        return ObserveResult(ObserveStatus.COMPLETED, reading.evidence)
+    if reading.status == "reverted":
+        return ObserveResult(ObserveStatus.FAILED, reading.evidence)
+    if reading.status in UNSETTLED:
+        return ObserveResult(ObserveStatus.UNKNOWN, reading.evidence)
+    return ObserveResult(ObserveStatus.PENDING, reading.evidence, retry_after=reading.wait_s)
+
+
+async def recovered(
+    work: NodeWork, done: str, read: Callable[[NodeWork], Awaitable[Reading]]
+) -> RecoveryResult:
+    """Recovery of a node whose send may be out. NOT_SUBMITTED when its intent
+    records no transaction: nothing was ever signed and recorded for it, so
+    nothing can be out. Otherwise from ``read``'s reading: ``done`` COMPLETED,
+    reverted FAILED, UNSETTLED STILL_UNKNOWN, anything else IN_FLIGHT (the
+    observer follows it from there)."""
+    intent = work.intent or {}
+    if not intent.get("transactions"):
+        return RecoveryResult(
+            RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
+        )
+    reading = await read(work)
+    if reading.status == done:
+        outcome = RecoveryOutcome.COMPLETED
+    elif reading.status == "reverted":
+        outcome = RecoveryOutcome.FAILED
+    elif reading.status in UNSETTLED:
+        outcome = RecoveryOutcome.STILL_UNKNOWN
+    else:
+        outcome = RecoveryOutcome.IN_FLIGHT
+    return RecoveryResult(outcome, reading.evidence, reading.tx_hash, reading.wait_s)
 
 
 async def read_recorded(rpc: EvmRpc, leg: ChainLeg, work: NodeWork) -> TxReading:

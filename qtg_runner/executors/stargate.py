@@ -68,9 +68,7 @@ from qtg_runner.executors.base import (
     JsonObject,
     NodeWork,
     ObserveResult,
-    ObserveStatus,
     Prepared,
-    RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
 )
@@ -82,7 +80,9 @@ from qtg_runner.executors.evm_tx import (
     TxReading,
     broadcast,
     chain_errors,
+    observed,
     read_recorded,
+    recovered,
 )
 from qtg_runner.signers import Signer
 
@@ -350,31 +350,10 @@ class StargateExecutor:
         return await broadcast(self._evm.leg_rpc(source), source, prepared, "Stargate send")
 
     async def observe(self, work: NodeWork) -> ObserveResult:
-        reading = await self._read_send(work)
-        status = {
-            "delivered": ObserveStatus.COMPLETED,
-            "reverted": ObserveStatus.FAILED,
-            "foreign": ObserveStatus.UNKNOWN,
-            "refused": ObserveStatus.UNKNOWN,
-        }.get(reading.status, ObserveStatus.PENDING)
-        if status is ObserveStatus.PENDING:
-            return ObserveResult(status, reading.evidence, retry_after=reading.wait_s)
-        return ObserveResult(status, reading.evidence)
+        return observed(await self._read_send(work), "delivered")
 
     async def recover(self, work: NodeWork) -> RecoveryResult:
-        intent = work.intent or {}
-        if not intent.get("transactions"):
-            return RecoveryResult(
-                RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
-            )
-        reading = await self._read_send(work)
-        outcome = {
-            "delivered": RecoveryOutcome.COMPLETED,
-            "reverted": RecoveryOutcome.FAILED,
-            "foreign": RecoveryOutcome.STILL_UNKNOWN,
-            "refused": RecoveryOutcome.STILL_UNKNOWN,
-        }.get(reading.status, RecoveryOutcome.IN_FLIGHT)
-        return RecoveryResult(outcome, reading.evidence, reading.tx_hash, reading.wait_s)
+        return await recovered(work, "delivered", self._read_send)
 
     # -- reading both chains ----------------------------------------------------------
 
