@@ -36,6 +36,8 @@ two. preflight refuses (retry later) while the allowance is short.
                the account); not mined and dropped -> the identical recorded
                bytes again; a nonce taken by a transaction never recorded, or
                a receipt that does not show the promised message -> UNKNOWN.
+               The source transaction is read as every EVM executor reads it
+               (evm_tx.read_recorded).
     recover    the same reading: COMPLETED on SUCCESS, FAILED on a reverted
                source, IN_FLIGHT while sent and not yet executed (or FAILED
                and waiting for the reaper), NOT_SUBMITTED when nothing was
@@ -48,11 +50,9 @@ two. preflight refuses (retry later) while the allowance is short.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -69,13 +69,12 @@ from qtg_runner.chains.ccip import (
     ccip_transaction,
     get_fee_calldata,
 )
-from qtg_runner.chains.evm import FeeCapExceeded, Fees, balance_of, suggest_fees
-from qtg_runner.chains.evm_rpc import EvmRpc, EvmRpcError, Receipt, RpcError, RpcErrorKind
+from qtg_runner.chains.evm import Fees, balance_of, suggest_fees
+from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
     ExecutorError,
     HealthResult,
-    HealthStatus,
     JsonObject,
     NodeWork,
     ObserveResult,
@@ -83,16 +82,25 @@ from qtg_runner.executors.base import (
     RecoveryResult,
     SubmitResult,
 )
-from qtg_runner.executors.evm_tx import observed, recovered
-from qtg_runner.signers import Signer, SignerError, load_async
+from qtg_runner.executors.evm_tx import (
+    RETRY_LATER_S,
+    ChainLeg,
+    EvmAccess,
+    Reading,
+    TxReading,
+    broadcast,
+    chain_errors,
+    observed,
+    read_recorded,
+    recovered,
+)
+from qtg_runner.signers import Signer
 
 ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
 CHAIN_PATTERN = "^[a-z][a-z0-9-]{0,62}$"
 ROUTE_REFUSALS = frozenset({"QT002", "QT014", "QT032"})
-RETRY_LATER_S = 30.0
 STRANDED_RETRY_S = 60.0
 """How often a send whose execution FAILED is looked at again (the reaper acts)."""
-STALE_HEAD_BLOCKS = 30
 GAS_HEADROOM = 1.25
 _ALLOWANCE = bytes.fromhex("dd62ed3e")  # allowance(address,address)
 
@@ -156,6 +164,21 @@ class _Route:
             engine_next_nonce=row.next_nonce,
         )
 
+    @property
+    def leg(self) -> ChainLeg:
+        """The source chain and the account the send is signed for."""
+        return ChainLeg(
+            chain_key=self.chain_key,
+            chain_id=self.chain_id,
+            rpc_url_env=self.rpc_url_env,
+            finality_depth=self.finality_depth,
+            block_time_s=self.block_time_s,
+            sender=self.sender,
+            signer_id=self.signer_id,
+            max_fee_cap=self.max_fee_cap,
+            priority_fee_cap=self.priority_fee_cap,
+        )
+
     _INTS = ("chain_id", "finality_depth", "dest_chain_id", "dest_finality_depth")
     _BIG = ("source_selector", "dest_selector", "amount_units", "max_fee_cap", "priority_fee_cap")
     _FLOATS = ("block_time_s", "dest_block_time_s")
@@ -195,8 +218,13 @@ class _Route:
 
 @dataclass(frozen=True)
 class _Reading:
+    """The send past its final source transaction (before it, evm_tx's TxReading:
+    mined, pending, rebroadcast, reverted, foreign, refused)."""
+
     status: str
-    """executed, stranded, sent, mined, pending, rebroadcast, reverted, foreign, refused."""
+    """sent (the message, not executed yet), mined (executed, not final at the
+    destination), stranded (its execution FAILED), executed, refused (the receipt
+    does not show the message recorded)."""
     evidence: JsonObject
     tx_hash: str | None = None
     wait_s: float | None = None
@@ -233,10 +261,7 @@ class CcipExecutor:
     ) -> None:
         self._pool = pool
         self._network = network
-        self._env = os.environ if env is None else env
-        self._rpc_timeout = rpc_timeout
-        self._rpcs: dict[str, EvmRpc] = {}
-        self._signers: dict[str, Signer] = {}
+        self._evm = EvmAccess(os.environ if env is None else env, rpc_timeout)
 
     async def _route(self, work: NodeWork) -> _Route:
         try:
@@ -249,42 +274,12 @@ class CcipExecutor:
             raise
         return _Route.from_row(row)
 
-    def _rpc(self, chain_key: str, rpc_url_env: str) -> EvmRpc:
-        url = self._env.get(rpc_url_env)
-        if not url:
-            raise ExecutorError(
-                f"chain {chain_key}: the environment variable {rpc_url_env} (its RPC URL) is not "
-                "set in this runner",
-                retryable=True,
-                retry_after=RETRY_LATER_S,
-            )
-        rpc = self._rpcs.get(url)
-        if rpc is None:
-            rpc = self._rpcs[url] = EvmRpc(url, timeout=self._rpc_timeout)
-        return rpc
-
-    async def _signer(self, route: _Route) -> Signer:
-        signer = self._signers.get(route.signer_id)
-        if signer is None:
-            try:
-                signer = await load_async(route.signer_id, self._env)
-            except SignerError as exc:
-                raise ExecutorError(str(exc), retryable=True, retry_after=RETRY_LATER_S) from None
-            self._signers[route.signer_id] = signer
-        if signer.address != route.sender:
-            raise ExecutorError(
-                f"signer {route.signer_id} holds the key of {signer.address}, not of the treasury "
-                f"account {route.sender} on {route.chain_key}: fix the registry or the signer",
-                retryable=False,
-            )
-        return signer
-
     # -- the protocol ------------------------------------------------------------
 
     async def preflight(self, work: NodeWork) -> None:
         route = await self._route(work)
-        rpc = self._rpc(route.chain_key, route.rpc_url_env)
-        async with _chain_errors(route.chain_key):
+        rpc = self._evm.leg_rpc(route.leg)
+        async with chain_errors(route.chain_key):
             held = await balance_of(rpc, route.token_address, route.sender)
             allowance = int.from_bytes(
                 await rpc.call(
@@ -332,13 +327,13 @@ class CcipExecutor:
 
     async def prepare(self, work: NodeWork) -> Prepared:
         route = await self._route(work)
-        rpc = self._rpc(route.chain_key, route.rpc_url_env)
-        dest = self._rpc(route.dest_chain_key, route.dest_rpc_url_env)
-        signer = await self._signer(route)
+        rpc = self._evm.leg_rpc(route.leg)
+        dest = self._evm.rpc(route.dest_chain_key, route.dest_rpc_url_env)
+        signer = await self._evm.signer(route.leg)
         data = ccip_send_calldata(
             route.dest_selector, route.recipient, route.token_address, route.amount_units
         )
-        async with _chain_errors(route.chain_key):
+        async with chain_errors(route.chain_key):
             fee = await self._fee(rpc, route)
             chain_next = await rpc.transaction_count(route.sender, "pending")
             fees = await suggest_fees(
@@ -346,7 +341,7 @@ class CcipExecutor:
             )
             estimate = await rpc.estimate_gas(route.sender, route.router, data, fee)
             funds = await rpc.balance(route.sender)
-        async with _chain_errors(route.dest_chain_key):
+        async with chain_errors(route.dest_chain_key):
             dest_from_block = await dest.block_number()
         gas = math.ceil(estimate * GAS_HEADROOM)
         if funds < gas * fees.max_fee_per_gas + fee:
@@ -363,10 +358,10 @@ class CcipExecutor:
     async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
         assert prepared.payload is not None
         route = _Route.from_payload(prepared.payload)
-        rpc = self._rpc(route.chain_key, route.rpc_url_env)
-        async with _chain_errors(route.chain_key):
+        rpc = self._evm.leg_rpc(route.leg)
+        async with chain_errors(route.chain_key):
             chain_next = await rpc.transaction_count(route.sender, "pending")
-        signer = await self._signer(route)
+        signer = await self._evm.signer(route.leg)
         return await self._sign(route, signer, max(nonce, chain_next), prepared.payload)
 
     async def _sign(
@@ -395,31 +390,9 @@ class CcipExecutor:
         )
 
     async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
-        assert prepared.payload is not None and prepared.raw_tx is not None
-        assert prepared.signed_tx_hash is not None
+        assert prepared.payload is not None
         route = _Route.from_payload(prepared.payload)
-        rpc = self._rpc(route.chain_key, route.rpc_url_env)
-        tx_hash = prepared.signed_tx_hash
-        async with _chain_errors(route.chain_key):
-            try:
-                await rpc.send_raw_transaction(bytes.fromhex(prepared.raw_tx[2:]))
-            except RpcError as exc:
-                if exc.kind is RpcErrorKind.ALREADY_KNOWN:
-                    return SubmitResult(tx_hash, {"tx_hash": tx_hash, "already_known": True})
-                if exc.kind is RpcErrorKind.NONCE_TOO_LOW:
-                    if await rpc.receipt(tx_hash) is not None:
-                        return SubmitResult(tx_hash, {"tx_hash": tx_hash, "already_mined": True})
-                    raise ExecutorError(
-                        f"nonce {prepared.nonce} of {route.sender} on {route.chain_key} is taken "
-                        f"and {tx_hash} is not mined: recovery reads the chain",
-                        retryable=True,
-                    ) from None
-                if exc.kind is RpcErrorKind.INSUFFICIENT_FUNDS:
-                    raise ExecutorError(
-                        f"{route.chain_key} refused the CCIP send: {exc.message}", retryable=False
-                    ) from None
-                raise
-        return SubmitResult(tx_hash, {"tx_hash": tx_hash, "nonce": prepared.nonce})
+        return await broadcast(self._evm.leg_rpc(route.leg), route.leg, prepared, "CCIP send")
 
     async def observe(self, work: NodeWork) -> ObserveResult:
         return observed(await self._read(work), "executed")
@@ -427,164 +400,45 @@ class CcipExecutor:
     async def recover(self, work: NodeWork) -> RecoveryResult:
         return await recovered(work, "executed", self._read)
 
-    async def _read(self, work: NodeWork) -> _Reading:
-        """The chains' word on the node's send, from its recorded hashes only."""
-        intent = work.intent or {}
-        payload = intent.get("prepared_payload")
-        transactions = intent.get("transactions") or []
-        nonce = intent.get("nonce")
-        if not payload or not transactions or nonce is None:
+    async def _read(self, work: NodeWork) -> Reading:
+        """The chains' word on the node's send, from its recorded hashes only: the
+        source transaction as every EVM executor reads it (read_recorded), then,
+        once final, its message (exactly the one the intent recorded) and the
+        destination's execution of it."""
+        payload = (work.intent or {}).get("prepared_payload")
+        if not payload:
             raise ExecutorError(
                 f"node {work.node_id} has no recorded transaction to read", retryable=False
             )
         route = _Route.from_payload(payload)
-        rpc = self._rpc(route.chain_key, route.rpc_url_env)
-        hashes = [str(t["tx_hash"]) for t in transactions]
-        async with _chain_errors(route.chain_key):
-            receipt = await _receipt_of(rpc, hashes)
-            if receipt is None:
-                account_nonce = await rpc.transaction_count(route.sender, "latest")
-                if account_nonce > nonce:
-                    receipt = await _receipt_of(rpc, hashes)
-                    if receipt is None:
-                        return _Reading(
-                            "foreign",
-                            {
-                                "problem": "the nonce is taken by a transaction the engine never "
-                                "recorded",
-                                "nonce": nonce,
-                                "account_nonce": account_nonce,
-                                "sender": route.sender,
-                                "recorded_hashes": hashes,
-                            },
-                        )
-                else:
-                    return await _unmined(rpc, route, transactions, nonce)
-            reading, sent = await _source(rpc, route, receipt)
+        tx = await read_recorded(self._evm.leg_rpc(route.leg), route.leg, work)
+        if tx.status != "final":
+            return tx
+        assert tx.receipt is not None
+        reading, sent = _message(route, tx)
         if sent is None:
             return reading
-        dest = self._rpc(route.dest_chain_key, route.dest_rpc_url_env)
-        async with _chain_errors(route.dest_chain_key):
+        dest = self._evm.rpc(route.dest_chain_key, route.dest_rpc_url_env)
+        async with chain_errors(route.dest_chain_key):
             return await _destination(dest, route, int(payload["dest_from_block"]), sent, reading)
 
     async def health(self) -> HealthResult:
-        async with self._pool.connection() as conn:
-            chains = await procs.evm_chains().aall(conn)
-        detail: JsonObject = {}
-        worst = HealthStatus.HEALTHY
-        down = 0
-        for chain in chains:
-            if not self._env.get(chain.rpc_url_env):
-                detail[chain.chain_key] = f"{chain.rpc_url_env} is not set in this runner"
-                if worst is HealthStatus.HEALTHY:
-                    worst = HealthStatus.DEGRADED
-                continue
-            rpc = self._rpc(chain.chain_key, chain.rpc_url_env)
-            try:
-                chain_id = await rpc.chain_id()
-                head = await rpc.block("latest")
-            except EvmRpcError as exc:
-                detail[chain.chain_key] = f"down: {exc}"
-                down += 1
-                continue
-            if chain_id != chain.chain_id:
-                detail[chain.chain_key] = (
-                    f"the RPC answers chain id {chain_id}, not {chain.chain_id}"
-                )
-                down += 1
-                continue
-            age = time.time() - head.timestamp if head is not None else math.inf
-            if age > max(60.0, STALE_HEAD_BLOCKS * chain.block_time_ms / 1000):
-                detail[chain.chain_key] = f"head block is {age:.0f} s old"
-                if worst is HealthStatus.HEALTHY:
-                    worst = HealthStatus.DEGRADED
-            else:
-                detail[chain.chain_key] = f"head {head.number if head else '?'}, {age:.0f} s old"
-        # as evm_transfer: DOWN (every claim of the executor held back) only when
-        # no chain answers; one chain down is DEGRADED (its sends wait, not the others)
-        if chains and down == len(chains):
-            worst = HealthStatus.DOWN
-        elif down:
-            worst = HealthStatus.DEGRADED
-        return HealthResult(worst, detail)
+        return await self._evm.chains_health(self._pool)
 
     async def aclose(self) -> None:
-        for rpc in self._rpcs.values():
-            await rpc.aclose()
-        self._rpcs.clear()
+        await self._evm.aclose()
 
 
 def _word(address: str) -> bytes:
     return bytes(12) + bytes.fromhex(address.removeprefix("0x"))
 
 
-async def _receipt_of(rpc: EvmRpc, hashes: list[str]) -> Receipt | None:
-    for tx_hash in reversed(hashes):
-        receipt = await rpc.receipt(tx_hash)
-        if receipt is not None:
-            return receipt
-    return None
-
-
-async def _unmined(rpc: EvmRpc, route: _Route, transactions: list[Any], nonce: int) -> _Reading:
-    """Not mined, the nonce free: pending in the pool, or dropped and then the
-    identical recorded bytes of the newest recorded transaction again."""
-    for t in reversed(transactions):
-        if await rpc.transaction(str(t["tx_hash"])) is not None:
-            return _Reading(
-                "pending",
-                {"source_tx": t["tx_hash"], "nonce": nonce},
-                str(t["tx_hash"]),
-                route.block_time_s,
-            )
-    newest = transactions[-1]
-    tx_hash, raw = str(newest["tx_hash"]), str(newest["raw_tx"])
-    try:
-        await rpc.send_raw_transaction(bytes.fromhex(raw[2:]))
-    except RpcError as exc:
-        if exc.kind in (RpcErrorKind.ALREADY_KNOWN, RpcErrorKind.NONCE_TOO_LOW):
-            return _Reading(
-                "pending", {"source_tx": tx_hash, "nonce": nonce}, tx_hash, route.block_time_s
-            )
-        return _Reading(
-            "refused",
-            {
-                "problem": "the recorded send is not mined and the node refuses it again",
-                "source_tx": tx_hash,
-                "nonce": nonce,
-                "answer": exc.message,
-            },
-            tx_hash,
-        )
-    return _Reading(
-        "rebroadcast",
-        {"source_tx": tx_hash, "nonce": nonce, "rebroadcast": True},
-        tx_hash,
-        route.block_time_s,
-    )
-
-
-async def _source(
-    rpc: EvmRpc, route: _Route, receipt: Receipt
-) -> tuple[_Reading, SentMessage | None]:
-    """The source receipt's reading, and its message once final and as promised."""
-    head = await rpc.block_number()
-    canonical = await rpc.block(receipt.block_number)
-    depth = head - receipt.block_number
-    evidence: JsonObject = {
-        "source_tx": receipt.tx_hash,
-        "source_block": receipt.block_number,
-        "source_confirmations": depth + 1,
-    }
-    if canonical is None or canonical.hash != receipt.block_hash:
-        return _Reading(
-            "mined", evidence | {"reorg": True}, receipt.tx_hash, route.block_time_s
-        ), None
-    if depth < route.finality_depth:
-        wait = route.block_time_s * (route.finality_depth - depth)
-        return _Reading("mined", evidence, receipt.tx_hash, wait), None
-    if not receipt.succeeded:
-        return _Reading("reverted", evidence | {"status": receipt.status}, receipt.tx_hash), None
+def _message(route: _Route, tx: TxReading) -> tuple[_Reading, SentMessage | None]:
+    """A final source transaction's message: "sent" with it when the receipt
+    shows exactly the CCIP message the intent recorded, "refused" otherwise."""
+    receipt = tx.receipt
+    assert receipt is not None
+    evidence = tx.evidence
     sent = [
         SentMessage.from_log(
             log.address, log.topics, log.data, log.tx_hash, log.block_number, log.log_index
@@ -672,14 +526,3 @@ async def _destination(
             STRANDED_RETRY_S,
         )
     return _Reading("sent", evidence | {"ccip_state": "SENT"}, source.tx_hash, None)
-
-
-@contextlib.asynccontextmanager
-async def _chain_errors(chain_key: str) -> AsyncIterator[None]:
-    try:
-        yield
-    except (EvmRpcError, FeeCapExceeded) as exc:
-        retryable = not (isinstance(exc, RpcError) and exc.kind is RpcErrorKind.REVERTED)
-        raise ExecutorError(
-            f"chain {chain_key}: {exc}", retryable=retryable, retry_after=RETRY_LATER_S
-        ) from None
