@@ -136,17 +136,7 @@ class _Route:
     @classmethod
     def from_row(cls, row: procs.CctpBurnRoute) -> _Route:
         return cls(
-            leg=ChainLeg(
-                chain_key=row.chain_key,
-                chain_id=row.chain_id,
-                rpc_url_env=row.rpc_url_env,
-                finality_depth=row.finality_depth,
-                block_time_s=row.block_time_ms / 1000,
-                sender=row.sender,
-                signer_id=row.signer_id,
-                max_fee_cap=int(row.max_fee_per_gas),
-                priority_fee_cap=int(row.max_priority_fee_per_gas),
-            ),
+            leg=ChainLeg.from_row(row),
             token_address=row.token_address,
             source_domain=int(row.source_domain),
             token_messenger=row.token_messenger,

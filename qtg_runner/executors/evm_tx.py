@@ -36,6 +36,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Protocol
 
 from psycopg_pool import AsyncConnectionPool
@@ -64,6 +65,29 @@ RETRY_LATER_S = 30.0
 """The retry hint when the chain cannot be read or the fees are above the cap."""
 
 
+class LegRow(Protocol):
+    """The columns a route procedure's row has for the chain and the account."""
+
+    @property
+    def chain_key(self) -> str: ...
+    @property
+    def chain_id(self) -> int: ...
+    @property
+    def rpc_url_env(self) -> str: ...
+    @property
+    def finality_depth(self) -> int: ...
+    @property
+    def block_time_ms(self) -> int: ...
+    @property
+    def sender(self) -> str: ...
+    @property
+    def signer_id(self) -> str: ...
+    @property
+    def max_fee_per_gas(self) -> Decimal: ...
+    @property
+    def max_priority_fee_per_gas(self) -> Decimal: ...
+
+
 @dataclass(frozen=True)
 class ChainLeg:
     """The chain and the account a node's transaction is signed for."""
@@ -77,6 +101,22 @@ class ChainLeg:
     signer_id: str
     max_fee_cap: int
     priority_fee_cap: int
+
+    @classmethod
+    def from_row(cls, row: LegRow) -> ChainLeg:
+        """From a route procedure's row (evm_transfer_route, cctp_burn_route...):
+        the same columns in every one."""
+        return cls(
+            chain_key=row.chain_key,
+            chain_id=row.chain_id,
+            rpc_url_env=row.rpc_url_env,
+            finality_depth=row.finality_depth,
+            block_time_s=row.block_time_ms / 1000,
+            sender=row.sender,
+            signer_id=row.signer_id,
+            max_fee_cap=int(row.max_fee_per_gas),
+            priority_fee_cap=int(row.max_priority_fee_per_gas),
+        )
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> ChainLeg:

@@ -189,17 +189,7 @@ class StargateExecutor:
     @staticmethod
     def _source(row: procs.StargateRoute) -> ChainLeg:
         """The source leg: the sender's account, its chain, its signer."""
-        return ChainLeg(
-            chain_key=row.chain_key,
-            chain_id=row.chain_id,
-            rpc_url_env=row.rpc_url_env,
-            finality_depth=row.finality_depth,
-            block_time_s=row.block_time_ms / 1000,
-            sender=row.sender,
-            signer_id=row.signer_id,
-            max_fee_cap=int(row.max_fee_per_gas),
-            priority_fee_cap=int(row.max_priority_fee_per_gas),
-        )
+        return ChainLeg.from_row(row)
 
     async def _quote(self, rpc: EvmRpc, row: procs.StargateRoute) -> _Quote:
         param = _send_param(row)
