@@ -7,7 +7,8 @@ REFUSED (never sent): both are in the dead_callbacks view. `list` shows the
 deliveries (the callback_deliveries view), `replay ID` sends a DEAD or
 REFUSED one again (replay_callback: the same webhook-id, audited with the
 reason). Both log in as the person (their own DSN in QTG_DATABASE_URL, or
---as NAME).
+--as NAME). The dispatcher deletes the SENT and NO_TARGET rows keep_days
+after they were done (prune_callbacks), so `list` shows the last 90 days'.
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ def list_cmd(
     network: NetworkOption = None,
     as_login: AsOption = None,
 ) -> None:
-    """The newest callbacks: state, target, attempts, next attempt, last error."""
+    """The newest callbacks: state, target, attempts, next attempt, last error.
+
+    SENT and NO_TARGET callbacks are deleted callback_settings.keep_days (90)
+    after they were done; DEAD, REFUSED and PENDING ones stay."""
     if state is not None and state.upper() not in STATES:
         raise CommandError(f"--state is one of {', '.join(STATES)}, got {state!r}", USAGE)
     states = list(STATES)
