@@ -186,11 +186,6 @@ class StargateExecutor:
                 raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
             raise
 
-    @staticmethod
-    def _source(row: procs.StargateRoute) -> ChainLeg:
-        """The source leg: the sender's account, its chain, its signer."""
-        return ChainLeg.from_row(row)
-
     async def _quote(self, rpc: EvmRpc, row: procs.StargateRoute) -> _Quote:
         param = _send_param(row)
         raw = await rpc.call(row.src_pool, QUOTE_OFT + encode([SEND_PARAM], [param]))
@@ -221,7 +216,7 @@ class StargateExecutor:
 
     async def preflight(self, work: NodeWork) -> None:
         row = await self._sg_route(work)
-        source = self._source(row)
+        source = ChainLeg.from_row(row)
         rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
         async with chain_errors(source.chain_key):
             held = await balance_of(rpc, row.token_address, row.sender)
@@ -249,7 +244,7 @@ class StargateExecutor:
 
     async def prepare(self, work: NodeWork) -> Prepared:
         row = await self._sg_route(work)
-        source = self._source(row)
+        source = ChainLeg.from_row(row)
         rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
         dst_rpc = self._evm.rpc(row.dst_chain_key, row.dst_rpc_url_env)
         signer = await self._evm.signer(source)
