@@ -29,9 +29,12 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-from qtg_runner.db.procs import ClaimedNode, ObserveClaim, RecoveryClaim
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from qtg_runner.db.procs import Call, ClaimedNode, ObserveClaim, RecoveryClaim
 
 JsonObject = dict[str, Any]
 
@@ -185,6 +188,31 @@ class ExecutorError(Exception):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
+
+
+ROUTE_REFUSALS = frozenset({"QT002", "QT014", "QT032"})
+"""What a route procedure (evm_transfer_route, ccip_send_route,
+bybit_withdraw_route...) raises for a node the registry will not let be
+signed: its data wrong (QT002), an account, chain or venue not registered
+(QT014), a destination not allowed (QT032)."""
+
+R = TypeVar("R")
+
+
+async def route_row(pool: AsyncConnectionPool[Any], call: Call[R]) -> R:
+    """The registry's word on a node: the row of its route procedure, read
+    again before every signature. A refusal (ROUTE_REFUSALS) fails the node
+    before anything is signed, not to be retried: its message says what to
+    change in the registry. Any other error is left to the caller's
+    classification (the database out of reach is transient)."""
+    try:
+        async with pool.connection() as conn:
+            return await call.aone(conn)
+    except psycopg.Error as exc:
+        if exc.sqlstate in ROUTE_REFUSALS:
+            message = exc.diag.message_primary or str(exc)
+            raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
+        raise
 
 
 @runtime_checkable

@@ -38,7 +38,6 @@ from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.db import procs
@@ -54,11 +53,11 @@ from qtg_runner.executors.base import (
     RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
+    route_row,
 )
 from qtg_runner.executors.bybit_withdraw import venue_health
 from qtg_runner.executors.venues import VenueClients, deposit_evidence, deposits_for, venue_error
 
-ROUTE_REFUSALS = frozenset({"QT002", "QT014"})
 WINDOW_BEFORE_MS = 24 * 3600 * 1000
 """How far before the prepare the venue's deposit records are read: the venue
 records a deposit when it sees it mined, which may be long before this step is
@@ -120,14 +119,7 @@ class BybitDepositExecutor:
         self._venues = VenueClients(os.environ if env is None else env, timeout)
 
     async def _route(self, work: NodeWork) -> procs.DepositRoute:
-        try:
-            async with self._pool.connection() as conn:
-                return await procs.bybit_deposit_route(work.node_id).aone(conn)
-        except psycopg.Error as exc:
-            if exc.sqlstate in ROUTE_REFUSALS:
-                message = exc.diag.message_primary or str(exc)
-                raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
-            raise
+        return await route_row(self._pool, procs.bybit_deposit_route(work.node_id))
 
     async def preflight(self, work: NodeWork) -> None:
         await self._route(work)

@@ -54,7 +54,6 @@ from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.chains.evm import EvmRpc, EvmRpcError, decode_transfers
@@ -81,11 +80,11 @@ from qtg_runner.executors.base import (
     RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
+    route_row,
 )
 from qtg_runner.executors.venues import RETRY_LATER_S, VenueClients, venue_error
 
 ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
-ROUTE_REFUSALS = frozenset({"QT002", "QT014", "QT032"})
 """bybit_withdraw_route's refusals of a node's own route (see its header)."""
 WINDOW_BEFORE_MS = 5 * 60 * 1000
 """How far before the intent's times a withdrawal is looked for (clocks differ)."""
@@ -168,14 +167,7 @@ class BybitWithdrawExecutor:
     # -- the registry and the environment ----------------------------------------
 
     async def _route_row(self, work: NodeWork) -> procs.WithdrawRoute:
-        try:
-            async with self._pool.connection() as conn:
-                return await procs.bybit_withdraw_route(work.node_id).aone(conn)
-        except psycopg.Error as exc:
-            if exc.sqlstate in ROUTE_REFUSALS:
-                message = exc.diag.message_primary or str(exc)
-                raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
-            raise
+        return await route_row(self._pool, procs.bybit_withdraw_route(work.node_id))
 
     def _client(self, route: _Route) -> BybitClient:
         return self._venues.client(

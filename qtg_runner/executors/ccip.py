@@ -56,7 +56,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.chains.ccip import (
@@ -81,6 +80,7 @@ from qtg_runner.executors.base import (
     Prepared,
     RecoveryResult,
     SubmitResult,
+    route_row,
 )
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
@@ -98,7 +98,6 @@ from qtg_runner.signers import Signer
 
 ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
 CHAIN_PATTERN = "^[a-z][a-z0-9-]{0,62}$"
-ROUTE_REFUSALS = frozenset({"QT002", "QT014", "QT032"})
 STRANDED_RETRY_S = 60.0
 """How often a send whose execution FAILED is looked at again (the reaper acts)."""
 GAS_HEADROOM = 1.25
@@ -264,14 +263,7 @@ class CcipExecutor:
         self._evm = EvmAccess(os.environ if env is None else env, rpc_timeout)
 
     async def _route(self, work: NodeWork) -> _Route:
-        try:
-            async with self._pool.connection() as conn:
-                row = await procs.ccip_send_route(work.node_id).aone(conn)
-        except psycopg.Error as exc:
-            if exc.sqlstate in ROUTE_REFUSALS:
-                message = exc.diag.message_primary or str(exc)
-                raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
-            raise
+        row = await route_row(self._pool, procs.ccip_send_route(work.node_id))
         return _Route.from_row(row)
 
     # -- the protocol ------------------------------------------------------------

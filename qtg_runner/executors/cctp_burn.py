@@ -51,7 +51,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.chains.cctp import address_to_bytes32
@@ -75,6 +74,7 @@ from qtg_runner.executors.base import (
     Prepared,
     RecoveryResult,
     SubmitResult,
+    route_row,
 )
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
@@ -93,15 +93,7 @@ from qtg_runner.signers import Signer
 IRIS_URL_ENV = "QTG_IRIS_URL"
 ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
 CHAIN_PATTERN = "^[a-z][a-z0-9-]{0,62}$"
-ROUTE_REFUSALS = frozenset({"QT002", "QT014", "QT032"})
 """The route functions' refusals of a node's own route (see their headers)."""
-
-
-def route_error(exc: psycopg.Error) -> ExecutorError:
-    """A route function's refusal as the executor's: a node whose route the
-    registry refuses fails before anything is signed."""
-    message = exc.diag.message_primary or str(exc)
-    return ExecutorError(f"{exc.sqlstate}: {message}", retryable=False)
 
 
 def iris_client(env: Mapping[str, str]) -> IrisClient:
@@ -250,13 +242,7 @@ class CctpBurnExecutor:
         return self._iris
 
     async def _route(self, work: NodeWork) -> _Route:
-        try:
-            async with self._pool.connection() as conn:
-                row = await procs.cctp_burn_route(work.node_id).aone(conn)
-        except psycopg.Error as exc:
-            if exc.sqlstate in ROUTE_REFUSALS:
-                raise route_error(exc) from None
-            raise
+        row = await route_row(self._pool, procs.cctp_burn_route(work.node_id))
         return _Route.from_row(row)
 
     # -- the protocol ------------------------------------------------------------

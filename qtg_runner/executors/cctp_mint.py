@@ -45,7 +45,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.chains.cctp import address_to_bytes32
@@ -74,13 +73,12 @@ from qtg_runner.executors.base import (
     Prepared,
     RecoveryResult,
     SubmitResult,
+    route_row,
 )
 from qtg_runner.executors.cctp_burn import (
     ADDRESS_PATTERN,
     CHAIN_PATTERN,
-    ROUTE_REFUSALS,
     CctpBurnExecutor,
-    route_error,
 )
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
@@ -305,13 +303,7 @@ class CctpMintExecutor:
         self._evm = EvmAccess(self._env, rpc_timeout)
 
     async def _route(self, work: NodeWork) -> _Route:
-        try:
-            async with self._pool.connection() as conn:
-                row = await procs.cctp_mint_route(work.node_id).aone(conn)
-        except psycopg.Error as exc:
-            if exc.sqlstate in ROUTE_REFUSALS:
-                raise route_error(exc) from None
-            raise
+        row = await route_row(self._pool, procs.cctp_mint_route(work.node_id))
         return _Route.from_row(row)
 
     # -- the protocol ------------------------------------------------------------

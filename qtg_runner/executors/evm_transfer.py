@@ -45,7 +45,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.chains.evm import (
@@ -67,6 +66,7 @@ from qtg_runner.executors.base import (
     Prepared,
     RecoveryResult,
     SubmitResult,
+    route_row,
 )
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
@@ -82,7 +82,6 @@ from qtg_runner.executors.evm_tx import (
 from qtg_runner.signers import Signer
 
 ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
-ROUTE_REFUSALS = frozenset({"QT002", "QT014", "QT032"})
 """evm_transfer_route's refusals of a node's own route (see its header)."""
 
 
@@ -180,14 +179,7 @@ class EvmTransferExecutor:
         """The registry's word on the node. A refusal (a destination not
         allowed, an account or a chain not registered) fails the node before
         anything is signed; the message says what to change."""
-        try:
-            async with self._pool.connection() as conn:
-                row = await procs.evm_transfer_route(work.node_id).aone(conn)
-        except psycopg.Error as exc:
-            if exc.sqlstate in ROUTE_REFUSALS:
-                message = exc.diag.message_primary or str(exc)
-                raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
-            raise
+        row = await route_row(self._pool, procs.evm_transfer_route(work.node_id))
         return _Route.from_row(row)
 
     # -- the protocol ------------------------------------------------------------

@@ -54,7 +54,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import psycopg
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
 from psycopg_pool import AsyncConnectionPool
@@ -71,8 +70,9 @@ from qtg_runner.executors.base import (
     Prepared,
     RecoveryResult,
     SubmitResult,
+    route_row,
 )
-from qtg_runner.executors.evm_transfer import ADDRESS_PATTERN, ROUTE_REFUSALS
+from qtg_runner.executors.evm_transfer import ADDRESS_PATTERN
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
     ChainLeg,
@@ -177,14 +177,7 @@ class StargateExecutor:
     # -- the registry's word ----------------------------------------------------------
 
     async def _sg_route(self, work: NodeWork) -> procs.StargateRoute:
-        try:
-            async with self._pool.connection() as conn:
-                return await procs.stargate_send_route(work.node_id).aone(conn)
-        except psycopg.Error as exc:
-            if exc.sqlstate in ROUTE_REFUSALS:
-                message = exc.diag.message_primary or str(exc)
-                raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
-            raise
+        return await route_row(self._pool, procs.stargate_send_route(work.node_id))
 
     async def _quote(self, rpc: EvmRpc, row: procs.StargateRoute) -> _Quote:
         param = _send_param(row)
