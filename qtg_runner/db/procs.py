@@ -1707,6 +1707,20 @@ def set_balance_settings(
 
 
 @procedure("owner")
+def set_callback_settings(
+    max_attempts: Integer | Default | None = DEFAULT,
+    max_age_seconds: Numeric | Default | None = DEFAULT,
+    backoff_base_seconds: Numeric | Default | None = DEFAULT,
+    backoff_cap_seconds: Numeric | Default | None = DEFAULT,
+    lease_seconds: Numeric | Default | None = DEFAULT,
+    keep_days: Integer | Default | None = DEFAULT,
+) -> Call[None]:
+    """The network's callback delivery rules (attempts, largest age, first and
+    longest wait, lease) and the days a SENT or NO_TARGET callback is kept (0:
+    all); None keeps one as it is. Audited."""
+
+
+@procedure("owner")
 def upsert_chain_protocol(
     chain_key: Text, protocol: Text, remote_id: Numeric, contracts: Json
 ) -> Call[None]:

@@ -369,13 +369,47 @@ def test_callbacks_done_with_are_pruned_after_the_keep_and_the_rest_stay(
     assert audited[0][2]["keep_days"] == 90
 
 
-def test_only_the_admin_sets_how_long_callbacks_are_kept(conn: Conn, db: TestDatabase) -> None:
-    for bad in (-1, 36_501, None):
-        with pytest.raises(psycopg.Error) as err, conn.transaction():
-            settings(conn, keep_days=bad)
-        assert err.value.sqlstate in ("23514", "23502")
+def test_the_admin_sets_the_delivery_rules_and_the_keep_audited(
+    conn: Conn, db: TestDatabase
+) -> None:
+    """set_callback_settings (an admin step): NULL keeps a setting, a change is
+    audited with the values before and after and the admin's login, a bad
+    value changes nothing (QT005), and no network login may call it."""
+    before = conn.execute("SELECT to_jsonb(s) - 'only_row' FROM callback_settings s").fetchone()
+    procs.set_callback_settings(max_attempts=5, keep_days=30).one(conn)
+    procs.set_callback_settings(max_attempts=5).one(conn)  # nothing changed: not audited
+    after = conn.execute("SELECT to_jsonb(s) - 'only_row' FROM callback_settings s").fetchone()
+    assert (
+        before
+        and after
+        and {k: v for k, v in after[0].items() if before[0][k] != v}
+        == {
+            "max_attempts": 5,
+            "keep_days": 30,
+        }
+    )
+    audited = conn.execute(
+        "SELECT login, entity, entity_id, detail FROM audit_outbox"
+        " WHERE action = 'callback_settings_changed'"
+    ).fetchall()
+    assert len(audited) == 1
+    login, entity, entity_id, detail = audited[0]
+    assert (login, entity, entity_id) == (conn.info.user, "callback", "settings")
+    assert (detail["before"], detail["after"]) == (before[0], after[0])
+
+    for bad, code in (
+        ({"keep_days": -1}, "QT005"),
+        ({"keep_days": 36_501}, "QT005"),
+        ({"max_age_seconds": float("nan")}, "QT005"),
+        ({"backoff_cap_seconds": 4}, "QT005"),  # below the first wait (5 s)
+        ({"backoff_base_seconds": 60, "backoff_cap_seconds": 30}, "QT005"),
+    ):
+        refused(conn, code, procs.set_callback_settings(**bad))
     for login in (person(db, "runner1", "qtg_testnet_runner"), person(db, "carol")):
+        with pytest.raises(psycopg.Error) as err:
+            procs.set_callback_settings(keep_days=1).one(login)
+        assert err.value.sqlstate == "42501"
         with pytest.raises(psycopg.Error) as err:
             login.execute("UPDATE callback_settings SET keep_days = 1")
         assert err.value.sqlstate == "42501"
-    assert conn.execute("SELECT keep_days FROM callback_settings").fetchone() == (90,)
+    assert conn.execute("SELECT keep_days FROM callback_settings").fetchone() == (30,)

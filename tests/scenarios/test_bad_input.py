@@ -718,6 +718,14 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_max_balance": "1e15",
             "p_snapshot_keep_days": 400,
         },
+        "set_callback_settings": {
+            "p_max_attempts": 12,
+            "p_max_age_seconds": 259200,
+            "p_backoff_base_seconds": 5,
+            "p_backoff_cap_seconds": 3600,
+            "p_lease_seconds": 60,
+            "p_keep_days": 90,
+        },
         "promote_audit": {"p_worker": "promoter", "p_max": 10},
         "claim_callbacks": {"p_worker": "cb2", "p_max": 10},
         "complete_callback": {
@@ -1146,6 +1154,14 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_venue_withdraw_fee_cap", "QT005", "NaN", -1, "1e12")
             + each("p_max_balance", "QT005", 0, -1, "NaN", "1e31")
             + each("p_snapshot_keep_days", "QT005", -1, 36501)
+        ),
+        "set_callback_settings": (
+            each("p_max_attempts", "QT005", 0, 1001)
+            + each("p_max_age_seconds", "QT005", 0, "NaN", "Infinity", "1e10")
+            + each("p_backoff_base_seconds", "QT005", 0, -1, "NaN", 3601)
+            + each("p_backoff_cap_seconds", "QT005", 4, "NaN", 86401)
+            + each("p_lease_seconds", "QT005", 0, "NaN", 3601)
+            + each("p_keep_days", "QT005", -1, 36501)
         ),
         "promote_audit": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
         "claim_callbacks": worker("p_worker") + each("p_max", "QT002", None, 0, -1, 1001),

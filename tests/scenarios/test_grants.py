@@ -99,6 +99,7 @@ ADMIN = {
     "upsert_chain_token",
     "upsert_treasury_account",
     "set_balance_settings",
+    "set_callback_settings",
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INTERNAL = {
