@@ -19,7 +19,8 @@ if [[ ! -x "$PG_BIN/initdb" ]]; then
     exit 0
 fi
 
-WORK="$(mktemp -d /tmp/qtg-pgtest.XXXXXX)"
+# in memory where there is room, as the tests' own servers (tests/tmpdir.py)
+WORK="$(mktemp -d "$(.venv/bin/python tests/tmpdir.py)/qtg-pgtest.XXXXXX")"
 as_owner() { "$@"; }
 if [[ "$(id -u)" == 0 ]]; then
     OWNER="${QTG_PG_OWNER:-postgres}"
@@ -38,7 +39,7 @@ as_owner "$PG_BIN/initdb" -D "$WORK/data" -U postgres --auth=trust --encoding=UT
 # login by its scram password, as on the embedded server: a wrong password is refused
 printf 'local all postgres trust\nlocal all all scram-sha-256\n' | as_owner tee "$WORK/data/pg_hba.conf" >/dev/null
 as_owner "$PG_BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w \
-    -o "-c listen_addresses='' -c unix_socket_directories='$WORK' -c max_connections=200 -c fsync=off" \
+    -o "-c listen_addresses='' -c unix_socket_directories='$WORK' -c max_connections=200 -c fsync=off -c full_page_writes=off -c synchronous_commit=off -c max_wal_size=256MB" \
     start >/dev/null
 VERSION="$("$PG_BIN/postgres" --version)"
 echo "testing against $VERSION (socket $WORK)"

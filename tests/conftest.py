@@ -31,11 +31,18 @@ import os
 # would then cut the tables the tests read (each test that runs the CLI sets its own)
 os.environ.pop("COLUMNS", None)
 
+import tempfile
+
+from tmpdir import temporary_dir
+
+# the tests' temporary files, their servers' data first, in memory where there is
+# room (tests/tmpdir.py); TMPDIR for the processes the tests start
+tempfile.tempdir = os.environ["TMPDIR"] = temporary_dir()
+
 import contextlib
 import itertools
 import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +64,15 @@ from qtg_runner.db.logins import create_login
 from qtg_runner.db.migrate import mark_test_database, migrate
 
 _names = itertools.count(1)
+
+TEST_SERVER_SETTINGS = {
+    "fsync": "off",
+    "full_page_writes": "off",
+    "synchronous_commit": "off",
+    "max_wal_size": "256MB",
+}
+"""What the tests' embedded server is set to (scripts/test-on-postgres.sh sets
+the same on its server)."""
 
 
 def dsn_for(dsn: str, **overrides: Any) -> str:
@@ -116,10 +132,12 @@ def _embedded_dsn(stack: contextlib.ExitStack) -> str:
     server = start_embedded(data_dir)
     stack.callback(stop_embedded, data_dir)
     dsn = server.dsn()
-    # a throwaway cluster: durability buys nothing, and CREATE DATABASE checkpoints
+    # a throwaway cluster: durability buys nothing, and CREATE DATABASE checkpoints;
+    # its WAL kept small, as it may be in memory (tests/tmpdir.py)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for setting in ("fsync", "full_page_writes", "synchronous_commit"):
-            conn.execute(sql.SQL("ALTER SYSTEM SET {} = off").format(sql.Identifier(setting)))
+        for setting, value in TEST_SERVER_SETTINGS.items():
+            name, literal = sql.Identifier(setting), sql.Literal(value)
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(name, literal))
         conn.execute("SELECT pg_reload_conf()")
     return dsn
 

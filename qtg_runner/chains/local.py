@@ -1,5 +1,7 @@
 """Local EVM chains: anvil processes on loopback ports, each with its own chain id
-and block time, with the committed contracts deployed on each.
+and block time, with the committed contracts deployed on each. While they are
+set up, a chain mines each transaction as it arrives (`mined_at_once`), then
+one block per its block time.
 
 `qtg chains up|down|status` and the test fixtures use this module alike. The
 state of the chains that run (pids, ports, RPC URLs, contract addresses) is a
@@ -17,6 +19,7 @@ to reach the chains and load those signers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -26,7 +29,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -308,6 +311,23 @@ def _start_anvil(anvil: Path, spec: ChainSpec, log_dir: Path) -> RunningChain:
         time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def mined_at_once(chains: Sequence[RunningChain]) -> Iterator[None]:
+    """Within the block: each of ``chains`` mines a transaction as it arrives
+    (anvil's automine), so setting the chains up (deploying, funding, approving:
+    a few dozen transactions sent one after another) waits for no block time.
+    After it, each mines one block per its block time again, as it was started,
+    whatever the block raised."""
+    for chain in chains:
+        rpc(chain.rpc_url, "evm_setAutomine", [True])
+    try:
+        yield
+    finally:
+        for chain in chains:
+            with contextlib.suppress(ChainError):  # a chain gone: nothing to restore
+                rpc(chain.rpc_url, "evm_setIntervalMining", [chain.block_time])
+
+
 def deploy_contracts(chain: RunningChain, names: Iterable[str] = ("MockUSDC",)) -> None:
     """Deploy the committed artifacts on ``chain`` from anvil's first (unlocked)
     account; the addresses go into ``chain.contracts``."""
@@ -400,11 +420,12 @@ def start_chains(
     try:
         for spec in specs:
             started.append(_start_anvil(binary, spec, state_dir))
-        for chain in started:
-            deploy_contracts(chain)
-        deploy_cctp(state_dir, started, kdf_iterations=kdf_iterations)
-        deploy_stargate(started)
-        deploy_ccip(state_dir, started, kdf_iterations=kdf_iterations)
+        with mined_at_once(started):
+            for chain in started:
+                deploy_contracts(chain)
+            deploy_cctp(state_dir, started, kdf_iterations=kdf_iterations)
+            deploy_stargate(started)
+            deploy_ccip(state_dir, started, kdf_iterations=kdf_iterations)
     except BaseException:
         for chain in started:
             _terminate(chain.pid)

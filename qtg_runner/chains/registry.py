@@ -27,7 +27,14 @@ from psycopg.conninfo import make_conninfo
 from qtg_runner.chains.ccip import CCIP_CONTRACTS, approve_router, ccip_selector
 from qtg_runner.chains.cctp import CCTP_CONTRACTS, cctp_domain
 from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
-from qtg_runner.chains.local import ChainError, RunningChain, load_artifact, rpc, rpc_url_env
+from qtg_runner.chains.local import (
+    ChainError,
+    RunningChain,
+    load_artifact,
+    mined_at_once,
+    rpc,
+    rpc_url_env,
+)
 from qtg_runner.chains.stargate import STARGATE_CONTRACTS, approve_pool, stargate_eid
 from qtg_runner.db import procs
 
@@ -93,13 +100,14 @@ def prepare_treasury(
     from qtg_runner.chains.cctp_allowance import allow_local_burns
 
     treasury = ensure_treasury_keys(state_dir, kdf_iterations=kdf_iterations)
-    for chain in chains:
-        fund_treasury(chain, treasury)
-    allow_local_burns(state_dir, chains, treasury)
-    for chain in chains:
-        approve_router(chain, treasury)
-    for chain in chains:  # the approvals' gas topped up again
-        fund_treasury(chain, treasury)
+    with mined_at_once(chains):
+        for chain in chains:
+            fund_treasury(chain, treasury)
+        allow_local_burns(state_dir, chains, treasury)
+        for chain in chains:
+            approve_router(chain, treasury)
+        for chain in chains:  # the approvals' gas topped up again
+            fund_treasury(chain, treasury)
     return treasury
 
 

@@ -14,6 +14,7 @@ from qtg_runner.chains.local import (
     DEFAULT_CHAINS,
     head_block,
     is_running,
+    mined_at_once,
     read_state,
     stop_chains,
 )
@@ -188,8 +189,9 @@ def bring_up_world(
     started = bring_up(port_base, registry, network)
     state_dir = started.state_dir
     keys = ensure_exchange_keys(state_dir)
-    for chain in started.chains:
-        fund_treasury(chain, [keys.hot])
+    with mined_at_once(started.chains):
+        for chain in started.chains:
+            fund_treasury(chain, [keys.hot])
     if started.network is not None:
         # the local exchange, its chain names and deposit address (allow-listed)
         record_venue(

@@ -12,7 +12,7 @@ from chain_support import TEST_CHAINS
 from web3 import HTTPProvider, Web3
 from web3.exceptions import ContractLogicError
 
-from qtg_runner.chains.local import RunningChain, load_artifact, rpc
+from qtg_runner.chains.local import RunningChain, load_artifact, mined_at_once, rpc
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -36,6 +36,20 @@ def _mined(w3: Web3, chain: RunningChain, tx_hash: Any) -> Any:
     return receipt
 
 
+def _mines_at_its_block_time(chain: RunningChain) -> None:
+    """Interval mining, not a block per transaction: two blocks past the head
+    come (waited for with a deadline), their block time apart."""
+    assert rpc(chain.rpc_url, "anvil_getAutomine") is False
+    w3 = _web3(chain)
+    target = w3.eth.block_number + 2
+    deadline = time.monotonic() + chain.block_time * 6
+    while w3.eth.block_number < target:
+        assert time.monotonic() < deadline, f"{chain.key} mines no blocks"
+        time.sleep(0.1)
+    newer, older = w3.eth.get_block(target), w3.eth.get_block(target - 1)
+    assert newer["timestamp"] - older["timestamp"] == chain.block_time
+
+
 def test_each_chain_answers_with_its_own_chain_id_and_block_time(
     local_chains: list[RunningChain],
 ) -> None:
@@ -44,15 +58,26 @@ def test_each_chain_answers_with_its_own_chain_id_and_block_time(
     for chain in local_chains:
         assert chain.rpc_url.startswith("http://127.0.0.1:")
         assert int(rpc(chain.rpc_url, "eth_chainId"), 16) == chain.chain_id
-        w3 = _web3(chain)
-        # interval mining: wait (with a deadline) for two blocks past the head
-        target = w3.eth.block_number + 2
-        deadline = time.monotonic() + chain.block_time * 6
-        while w3.eth.block_number < target:
-            assert time.monotonic() < deadline, f"{chain.key} mines no blocks"
-            time.sleep(0.1)
-        newer, older = w3.eth.get_block(target), w3.eth.get_block(target - 1)
-        assert newer["timestamp"] - older["timestamp"] == chain.block_time
+        # set up (deployed, funded) a transaction at a time, then paced again
+        _mines_at_its_block_time(chain)
+
+
+def test_a_setup_that_fails_leaves_the_chains_mining_at_their_block_time(
+    local_chains: list[RunningChain],
+) -> None:
+    with pytest.raises(RuntimeError, match="the setup failed"):
+        with mined_at_once(local_chains):
+            for chain in local_chains:
+                assert rpc(chain.rpc_url, "anvil_getAutomine") is True
+                # a transaction is mined as it arrives: its receipt is there at once
+                w3 = _web3(chain)
+                tx_hash = w3.eth.send_transaction(
+                    {"from": w3.eth.accounts[0], "to": w3.eth.accounts[1], "value": 1}
+                )
+                assert w3.eth.get_transaction_receipt(tx_hash)["status"] == 1
+            raise RuntimeError("the setup failed")
+    for chain in local_chains:
+        _mines_at_its_block_time(chain)
 
 
 @pytest.mark.parametrize("index", range(len(TEST_CHAINS)), ids=[c[0] for c in TEST_CHAINS])
