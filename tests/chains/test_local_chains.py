@@ -65,17 +65,16 @@ def test_each_chain_answers_with_its_own_chain_id_and_block_time(
 def test_a_setup_that_fails_leaves_the_chains_mining_at_their_block_time(
     local_chains: list[RunningChain],
 ) -> None:
-    with pytest.raises(RuntimeError, match="the setup failed"):
-        with mined_at_once(local_chains):
-            for chain in local_chains:
-                assert rpc(chain.rpc_url, "anvil_getAutomine") is True
-                # a transaction is mined as it arrives: its receipt is there at once
-                w3 = _web3(chain)
-                tx_hash = w3.eth.send_transaction(
-                    {"from": w3.eth.accounts[0], "to": w3.eth.accounts[1], "value": 1}
-                )
-                assert w3.eth.get_transaction_receipt(tx_hash)["status"] == 1
-            raise RuntimeError("the setup failed")
+    with pytest.raises(RuntimeError, match="the setup failed"), mined_at_once(local_chains):
+        for chain in local_chains:
+            assert rpc(chain.rpc_url, "anvil_getAutomine") is True
+            # a transaction is mined as it arrives: its receipt is there at once
+            w3 = _web3(chain)
+            tx_hash = w3.eth.send_transaction(
+                {"from": w3.eth.accounts[0], "to": w3.eth.accounts[1], "value": 1}
+            )
+            assert w3.eth.get_transaction_receipt(tx_hash)["status"] == 1
+        raise RuntimeError("the setup failed")
     for chain in local_chains:
         _mines_at_its_block_time(chain)
 
