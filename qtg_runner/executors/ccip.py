@@ -51,12 +51,9 @@ two. preflight refuses (retry later) while the allowance is short.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
-
-from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.chains.ccip import (
     CCIP_MESSAGE_SENT_TOPIC,
@@ -73,26 +70,20 @@ from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
     ExecutorError,
-    HealthResult,
     JsonObject,
     NodeWork,
-    ObserveResult,
     Prepared,
-    RecoveryResult,
-    SubmitResult,
     route_row,
 )
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
     ChainLeg,
-    EvmAccess,
+    EvmExecutor,
     Reading,
     TxReading,
-    broadcast,
     chain_errors,
-    observed,
     read_recorded,
-    recovered,
+    recorded_payload,
 )
 from qtg_runner.signers import Signer
 
@@ -229,9 +220,10 @@ class _Reading:
     wait_s: float | None = None
 
 
-class CcipExecutor:
+class CcipExecutor(EvmExecutor):
     key: ClassVar[str] = "ccip"
-    has_side_effect: ClassVar[bool] = True
+    landed: ClassVar[str] = "executed"
+    sends: ClassVar[str] = "CCIP send"
     description: ClassVar[str] = (
         "Chainlink CCIP token transfer (Router.ccipSend, native fee) from a treasury account "
         "to a treasury account or an allow-listed address on another chain; complete when the "
@@ -250,17 +242,6 @@ class CcipExecutor:
         },
         "additionalProperties": False,
     }
-
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[Any],
-        network: str,
-        env: Mapping[str, str] | None = None,
-        rpc_timeout: float = 10.0,
-    ) -> None:
-        self._pool = pool
-        self._network = network
-        self._evm = EvmAccess(os.environ if env is None else env, rpc_timeout)
 
     async def _route(self, work: NodeWork) -> _Route:
         row = await route_row(self._pool, procs.ccip_send_route(work.node_id))
@@ -381,27 +362,15 @@ class CcipExecutor:
             raw_tx=signed.raw_hex,
         )
 
-    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
-        assert prepared.payload is not None
-        route = _Route.from_payload(prepared.payload)
-        return await broadcast(self._evm.leg_rpc(route.leg), route.leg, prepared, "CCIP send")
+    def sending_leg(self, payload: JsonObject) -> ChainLeg:
+        return _Route.from_payload(payload).leg
 
-    async def observe(self, work: NodeWork) -> ObserveResult:
-        return observed(await self._read(work), "executed")
-
-    async def recover(self, work: NodeWork) -> RecoveryResult:
-        return await recovered(work, "executed", self._read)
-
-    async def _read(self, work: NodeWork) -> Reading:
+    async def read(self, work: NodeWork) -> Reading:
         """The chains' word on the node's send, from its recorded hashes only: the
         source transaction as every EVM executor reads it (read_recorded), then,
         once final, its message (exactly the one the intent recorded) and the
         destination's execution of it."""
-        payload = (work.intent or {}).get("prepared_payload")
-        if not payload:
-            raise ExecutorError(
-                f"node {work.node_id} has no recorded transaction to read", retryable=False
-            )
+        payload = recorded_payload(work)
         route = _Route.from_payload(payload)
         tx = await read_recorded(self._evm.leg_rpc(route.leg), route.leg, work)
         if tx.status != "final":
@@ -413,12 +382,6 @@ class CcipExecutor:
         dest = self._evm.rpc(route.dest_chain_key, route.dest_rpc_url_env)
         async with chain_errors(route.dest_chain_key):
             return await _destination(dest, route, int(payload["dest_from_block"]), sent, reading)
-
-    async def health(self) -> HealthResult:
-        return await self._evm.chains_health(self._pool)
-
-    async def aclose(self) -> None:
-        await self._evm.aclose()
 
 
 def _word(address: str) -> bytes:

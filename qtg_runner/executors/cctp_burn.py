@@ -46,7 +46,6 @@ the allowance is short, so nothing is signed that would revert.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -70,22 +69,17 @@ from qtg_runner.executors.base import (
     HealthStatus,
     JsonObject,
     NodeWork,
-    ObserveResult,
     Prepared,
-    RecoveryResult,
-    SubmitResult,
     route_row,
 )
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
     ChainLeg,
-    EvmAccess,
+    EvmExecutor,
     TxReading,
-    broadcast,
     chain_errors,
-    observed,
     read_recorded,
-    recovered,
+    recorded_payload,
     worse,
 )
 from qtg_runner.signers import Signer
@@ -201,9 +195,10 @@ class _Reading:
     wait_s: float | None = None
 
 
-class CctpBurnExecutor:
+class CctpBurnExecutor(EvmExecutor):
     key: ClassVar[str] = "cctp_burn"
-    has_side_effect: ClassVar[bool] = True
+    landed: ClassVar[str] = "attested"
+    sends: ClassVar[str] = "burn"
     description: ClassVar[str] = (
         "CCTP v2 depositForBurn of USDC from a treasury account, done when final on the "
         "source chain and attested by Iris; its evidence is what the cctp_mint child needs"
@@ -230,10 +225,7 @@ class CctpBurnExecutor:
         env: Mapping[str, str] | None = None,
         rpc_timeout: float = 10.0,
     ) -> None:
-        self._pool = pool
-        self._network = network
-        self._env = os.environ if env is None else env
-        self._evm = EvmAccess(self._env, rpc_timeout)
+        super().__init__(pool, network, env, rpc_timeout)
         self._iris: IrisClient | None = None
 
     def _iris_client(self) -> IrisClient:
@@ -324,23 +316,11 @@ class CctpBurnExecutor:
             raw_tx=signed.raw_hex,
         )
 
-    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
-        assert prepared.payload is not None
-        route = _Route.from_payload(prepared.payload)
-        return await broadcast(self._evm.leg_rpc(route.leg), route.leg, prepared, "burn")
+    def sending_leg(self, payload: JsonObject) -> ChainLeg:
+        return _Route.from_payload(payload).leg
 
-    async def observe(self, work: NodeWork) -> ObserveResult:
-        return observed(await self._read(work), "attested")
-
-    async def recover(self, work: NodeWork) -> RecoveryResult:
-        return await recovered(work, "attested", self._read)
-
-    async def _read(self, work: NodeWork) -> _Reading:
-        payload = (work.intent or {}).get("prepared_payload")
-        if not payload:
-            raise ExecutorError(
-                f"node {work.node_id} has no recorded transaction to read", retryable=False
-            )
+    async def read(self, work: NodeWork) -> _Reading:
+        payload = recorded_payload(work)
         route = _Route.from_payload(payload)
         tx = await read_recorded(self._evm.leg_rpc(route.leg), route.leg, work)
         if tx.status != "final":
@@ -421,11 +401,10 @@ class CctpBurnExecutor:
         )
 
     async def health(self) -> HealthResult:
-        chains = await self._evm.chains_health(self._pool)
-        return await iris_health(chains, self._env)
+        return await iris_health(await super().health(), self._env)
 
     async def aclose(self) -> None:
-        await self._evm.aclose()
+        await super().aclose()
         if self._iris is not None:
             await self._iris.aclose()
             self._iris = None

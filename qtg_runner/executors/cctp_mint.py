@@ -40,12 +40,9 @@ transaction, is COMPLETED with that transaction as evidence.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
-
-from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.chains.cctp import address_to_bytes32
 from qtg_runner.chains.cctp_client import (
@@ -66,13 +63,9 @@ from qtg_runner.chains.evm_rpc import EvmRpc, Receipt, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
     ExecutorError,
-    HealthResult,
     JsonObject,
     NodeWork,
-    ObserveResult,
     Prepared,
-    RecoveryResult,
-    SubmitResult,
     route_row,
 )
 from qtg_runner.executors.cctp_burn import (
@@ -83,12 +76,10 @@ from qtg_runner.executors.cctp_burn import (
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
     ChainLeg,
-    EvmAccess,
-    broadcast,
+    EvmExecutor,
     chain_errors,
-    observed,
     read_recorded,
-    recovered,
+    recorded_payload,
 )
 from qtg_runner.signers import Signer
 
@@ -269,9 +260,10 @@ class _Reading:
     wait_s: float | None = None
 
 
-class CctpMintExecutor:
+class CctpMintExecutor(EvmExecutor):
     key: ClassVar[str] = "cctp_mint"
-    has_side_effect: ClassVar[bool] = True
+    landed: ClassVar[str] = "minted"
+    sends: ClassVar[str] = "mint"
     description: ClassVar[str] = (
         "CCTP v2 receiveMessage on the destination chain with its cctp_burn parent's attested "
         "message, checked against the movement first; idempotent (usedNonces, MessageReceived)"
@@ -289,18 +281,6 @@ class CctpMintExecutor:
         },
         "additionalProperties": False,
     }
-
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[Any],
-        network: str,
-        env: Mapping[str, str] | None = None,
-        rpc_timeout: float = 10.0,
-    ) -> None:
-        self._pool = pool
-        self._network = network
-        self._env = os.environ if env is None else env
-        self._evm = EvmAccess(self._env, rpc_timeout)
 
     async def _route(self, work: NodeWork) -> _Route:
         row = await route_row(self._pool, procs.cctp_mint_route(work.node_id))
@@ -393,23 +373,11 @@ class CctpMintExecutor:
             raw_tx=signed.raw_hex,
         )
 
-    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
-        assert prepared.payload is not None
-        route = _Route.from_payload(prepared.payload)
-        return await broadcast(self._evm.leg_rpc(route.leg), route.leg, prepared, "mint")
+    def sending_leg(self, payload: JsonObject) -> ChainLeg:
+        return _Route.from_payload(payload).leg
 
-    async def observe(self, work: NodeWork) -> ObserveResult:
-        return observed(await self._read(work), "minted")
-
-    async def recover(self, work: NodeWork) -> RecoveryResult:
-        return await recovered(work, "minted", self._read)
-
-    async def _read(self, work: NodeWork) -> _Reading:
-        payload = (work.intent or {}).get("prepared_payload")
-        if not payload:
-            raise ExecutorError(
-                f"node {work.node_id} has no recorded transaction to read", retryable=False
-            )
+    async def read(self, work: NodeWork) -> _Reading:
+        payload = recorded_payload(work)
         route = _Route.from_payload(payload)
         nonce = str(payload["message_nonce"])
         expected = route.amount_units - int(payload["fee_executed"])
@@ -439,12 +407,6 @@ class CctpMintExecutor:
                         tx.tx_hash,
                     )
         return _Reading(tx.status, tx.evidence, tx.tx_hash, tx.wait_s)
-
-    async def health(self) -> HealthResult:
-        return await self._evm.chains_health(self._pool)
-
-    async def aclose(self) -> None:
-        await self._evm.aclose()
 
 
 def _verdict(minted: JsonObject) -> str:

@@ -40,12 +40,9 @@ from the environment variable the registry names; the key from the signer
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
-
-from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.chains.evm import (
     Fees,
@@ -59,25 +56,19 @@ from qtg_runner.chains.evm import (
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
     ExecutorError,
-    HealthResult,
     JsonObject,
     NodeWork,
-    ObserveResult,
     Prepared,
-    RecoveryResult,
-    SubmitResult,
     route_row,
 )
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
     ChainLeg,
-    EvmAccess,
+    EvmExecutor,
     TxReading,
-    broadcast,
     chain_errors,
-    observed,
     read_recorded,
-    recovered,
+    recorded_payload,
 )
 from qtg_runner.signers import Signer
 
@@ -142,9 +133,10 @@ class _Route:
         }
 
 
-class EvmTransferExecutor:
+class EvmTransferExecutor(EvmExecutor):
     key: ClassVar[str] = "evm_transfer"
-    has_side_effect: ClassVar[bool] = True
+    landed: ClassVar[str] = "final"
+    sends: ClassVar[str] = "transfer"
     description: ClassVar[str] = (
         "ERC-20 transfer from a treasury account to a treasury account or an allow-listed "
         "address, signed at a nonce the engine allocates, final at the chain's finality depth"
@@ -161,17 +153,6 @@ class EvmTransferExecutor:
         },
         "additionalProperties": False,
     }
-
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[Any],
-        network: str,
-        env: Mapping[str, str] | None = None,
-        rpc_timeout: float = 10.0,
-    ) -> None:
-        self._pool = pool
-        self._network = network
-        self._evm = EvmAccess(os.environ if env is None else env, rpc_timeout)
 
     # -- what the registry and the environment say -----------------------------
 
@@ -260,36 +241,17 @@ class EvmTransferExecutor:
             raw_tx=signed.raw_hex,
         )
 
-    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
-        assert prepared.payload is not None
-        route = _Route.from_payload(prepared.payload)
-        return await broadcast(self._evm.leg_rpc(route.leg), route.leg, prepared, "transfer")
+    def sending_leg(self, payload: JsonObject) -> ChainLeg:
+        return _Route.from_payload(payload).leg
 
-    async def observe(self, work: NodeWork) -> ObserveResult:
-        return observed(await self._read(work), "final")
-
-    async def recover(self, work: NodeWork) -> RecoveryResult:
-        return await recovered(work, "final", self._read)
-
-    async def _read(self, work: NodeWork) -> TxReading:
+    async def read(self, work: NodeWork) -> TxReading:
         """The chain's word on the node's transaction, from its recorded hashes;
         a final receipt must show exactly the transfer the intent recorded."""
-        payload = (work.intent or {}).get("prepared_payload")
-        if not payload:
-            raise ExecutorError(
-                f"node {work.node_id} has no recorded transaction to read", retryable=False
-            )
-        route = _Route.from_payload(payload)
+        route = _Route.from_payload(recorded_payload(work))
         reading = await read_recorded(self._evm.leg_rpc(route.leg), route.leg, work)
         if reading.status != "final" or reading.receipt is None:
             return reading
         return _checked_transfer(route, reading)
-
-    async def health(self) -> HealthResult:
-        return await self._evm.chains_health(self._pool)
-
-    async def aclose(self) -> None:
-        await self._evm.aclose()
 
 
 def _checked_transfer(route: _Route, reading: TxReading) -> TxReading:

@@ -27,17 +27,26 @@ delivered). ``observed`` and ``recovered`` turn any such reading into the
 node's outcome, the same way for every executor: ``done`` completes the node,
 ``reverted`` fails it, a status in ``UNSETTLED`` is for a person (UNKNOWN,
 STILL_UNKNOWN), and anything else is still on its way.
+
+``EvmExecutor`` is what the five executors have in common as classes: the
+broadcast of the prepared transaction, observe and recover through
+``observed`` and ``recovered``, the chains' health and closing the clients. A
+subclass names the status of its landed send (``landed``), what its broadcast
+is (``sends``), the leg its payload sends from (``sending_leg``) and how it
+reads its send (``read``); prepare and preflight are its own.
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import math
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -467,3 +476,63 @@ async def chain_errors(chain_key: str) -> AsyncIterator[None]:
         raise ExecutorError(
             f"chain {chain_key}: {exc}", retryable=retryable, retry_after=RETRY_LATER_S
         ) from None
+
+
+def recorded_payload(work: NodeWork) -> JsonObject:
+    """The prepared payload the node's intent recorded: what there is to read of
+    its send. A node without one has no recorded transaction (not retryable)."""
+    payload = (work.intent or {}).get("prepared_payload")
+    if not payload:
+        raise ExecutorError(
+            f"node {work.node_id} has no recorded transaction to read", retryable=False
+        )
+    return dict(payload)
+
+
+class EvmExecutor(abc.ABC):
+    """The part of an EVM executor that is the same in each (the module's
+    header): built by the registry with the runner's pool and network, its RPC
+    URLs and signers from ``env`` (the process environment by default)."""
+
+    has_side_effect: ClassVar[bool] = True
+    landed: ClassVar[str]
+    """The reading's status of a send that landed: the node is COMPLETED."""
+    sends: ClassVar[str]
+    """What the broadcast sends, for its messages ("transfer", "burn", ...)."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        network: str,
+        env: Mapping[str, str] | None = None,
+        rpc_timeout: float = 10.0,
+    ) -> None:
+        self._pool = pool
+        self._network = network
+        self._env = os.environ if env is None else env
+        self._evm = EvmAccess(self._env, rpc_timeout)
+
+    @abc.abstractmethod
+    def sending_leg(self, payload: JsonObject) -> ChainLeg:
+        """The chain and account a prepared payload sends from."""
+
+    @abc.abstractmethod
+    async def read(self, work: NodeWork) -> Reading:
+        """The chains' word on the node's send, from what its intent recorded."""
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        assert prepared.payload is not None
+        leg = self.sending_leg(prepared.payload)
+        return await broadcast(self._evm.leg_rpc(leg), leg, prepared, self.sends)
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        return observed(await self.read(work), self.landed)
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        return await recovered(work, self.landed, self.read)
+
+    async def health(self) -> HealthResult:
+        return await self._evm.chains_health(self._pool)
+
+    async def aclose(self) -> None:
+        await self._evm.aclose()

@@ -49,40 +49,31 @@ the allowance is short, so nothing is signed that would revert.
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
-from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.chains.evm import Fees, _eip1559, balance_of, normalize_address, suggest_fees
 from qtg_runner.chains.evm_rpc import EvmRpc, Log, Receipt
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
     ExecutorError,
-    HealthResult,
     JsonObject,
     NodeWork,
-    ObserveResult,
     Prepared,
-    RecoveryResult,
-    SubmitResult,
     route_row,
 )
 from qtg_runner.executors.evm_transfer import ADDRESS_PATTERN
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
     ChainLeg,
-    EvmAccess,
+    EvmExecutor,
     TxReading,
-    broadcast,
     chain_errors,
-    observed,
     read_recorded,
-    recovered,
+    recorded_payload,
 )
 from qtg_runner.signers import Signer
 
@@ -138,9 +129,10 @@ class _Quote:
     native_fee: int
 
 
-class StargateExecutor:
+class StargateExecutor(EvmExecutor):
     key: ClassVar[str] = "stargate"
-    has_side_effect: ClassVar[bool] = True
+    landed: ClassVar[str] = "delivered"
+    sends: ClassVar[str] = "Stargate send"
     description: ClassVar[str] = (
         "USDC across chains through a Stargate v2 pool (taxi or bus) from a treasury account to "
         "a treasury account or an allow-listed address on the destination; complete on the "
@@ -162,17 +154,6 @@ class StargateExecutor:
         },
         "additionalProperties": False,
     }
-
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[Any],
-        network: str,
-        env: Mapping[str, str] | None = None,
-        rpc_timeout: float = 10.0,
-    ) -> None:
-        self._pool = pool
-        self._network = network
-        self._evm = EvmAccess(os.environ if env is None else env, rpc_timeout)
 
     # -- the registry's word ----------------------------------------------------------
 
@@ -322,33 +303,15 @@ class StargateExecutor:
             raw_tx=signed.raw_hex,
         )
 
-    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
-        assert prepared.payload is not None
-        source = ChainLeg.from_payload(prepared.payload)
-        return await broadcast(self._evm.leg_rpc(source), source, prepared, "Stargate send")
-
-    async def observe(self, work: NodeWork) -> ObserveResult:
-        return observed(await self._read_send(work), "delivered")
-
-    async def recover(self, work: NodeWork) -> RecoveryResult:
-        return await recovered(work, "delivered", self._read_send)
+    def sending_leg(self, payload: JsonObject) -> ChainLeg:
+        return ChainLeg.from_payload(payload)
 
     # -- reading both chains ----------------------------------------------------------
 
-    async def health(self) -> HealthResult:
-        return await self._evm.chains_health(self._pool)
-
-    async def aclose(self) -> None:
-        await self._evm.aclose()
-
-    async def _read_send(self, work: NodeWork) -> TxReading:
+    async def read(self, work: NodeWork) -> TxReading:
         """The chains' word on the node's send: the source transaction from its
         recorded hashes, then the message on the destination by its guid."""
-        payload = (work.intent or {}).get("prepared_payload")
-        if not payload:
-            raise ExecutorError(
-                f"node {work.node_id} has no prepared send to read", retryable=False
-            )
+        payload = recorded_payload(work)
         source = ChainLeg.from_payload(payload)
         rpc = self._evm.leg_rpc(source)
         reading = await read_recorded(rpc, source, work)
