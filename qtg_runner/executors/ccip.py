@@ -100,17 +100,12 @@ class _Route:
     """ccip_send_route's word on one node, kept in the intent's payload at
     prepare: observation never depends on a registry changed since."""
 
-    chain_key: str
-    chain_id: int
-    rpc_url_env: str
-    finality_depth: int
-    block_time_s: float
+    leg: ChainLeg
+    """The source chain and the account the send is signed for."""
     token_address: str
     source_selector: int
     router: str
     onramp: str
-    sender: str
-    signer_id: str
     dest_chain_key: str
     dest_chain_id: int
     dest_rpc_url_env: str
@@ -121,24 +116,16 @@ class _Route:
     dest_token_address: str
     recipient: str
     amount_units: int
-    max_fee_cap: int
-    priority_fee_cap: int
     engine_next_nonce: int | None = None
 
     @classmethod
     def from_row(cls, row: procs.CcipSendRoute) -> _Route:
         return cls(
-            chain_key=row.chain_key,
-            chain_id=row.chain_id,
-            rpc_url_env=row.rpc_url_env,
-            finality_depth=row.finality_depth,
-            block_time_s=row.block_time_ms / 1000,
+            leg=ChainLeg.from_row(row),
             token_address=row.token_address,
             source_selector=int(row.source_selector),
             router=row.router,
             onramp=row.onramp,
-            sender=row.sender,
-            signer_id=row.signer_id,
             dest_chain_key=row.dest_chain_key,
             dest_chain_id=row.dest_chain_id,
             dest_rpc_url_env=row.dest_rpc_url_env,
@@ -149,36 +136,23 @@ class _Route:
             dest_token_address=row.dest_token_address,
             recipient=row.recipient,
             amount_units=int(row.amount_units),
-            max_fee_cap=int(row.max_fee_per_gas),
-            priority_fee_cap=int(row.max_priority_fee_per_gas),
             engine_next_nonce=row.next_nonce,
         )
 
-    @property
-    def leg(self) -> ChainLeg:
-        """The source chain and the account the send is signed for."""
-        return ChainLeg(
-            chain_key=self.chain_key,
-            chain_id=self.chain_id,
-            rpc_url_env=self.rpc_url_env,
-            finality_depth=self.finality_depth,
-            block_time_s=self.block_time_s,
-            sender=self.sender,
-            signer_id=self.signer_id,
-            max_fee_cap=self.max_fee_cap,
-            priority_fee_cap=self.priority_fee_cap,
-        )
-
-    _INTS = ("chain_id", "finality_depth", "dest_chain_id", "dest_finality_depth")
-    _BIG = ("source_selector", "dest_selector", "amount_units", "max_fee_cap", "priority_fee_cap")
-    _FLOATS = ("block_time_s", "dest_block_time_s")
+    # the payload is flat: the leg's keys (ChainLeg.payload) beside these
+    _OWN = (
+        "token_address", "source_selector", "router", "onramp", "dest_chain_key",
+        "dest_chain_id", "dest_rpc_url_env", "dest_finality_depth", "dest_block_time_s",
+        "dest_selector", "dest_offramp", "dest_token_address", "recipient", "amount_units",
+    )  # fmt: skip
+    _INTS = ("dest_chain_id", "dest_finality_depth")
+    _BIG = ("source_selector", "dest_selector", "amount_units")
+    _FLOATS = ("dest_block_time_s",)
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> _Route:
         fields: dict[str, Any] = {}
-        for name in cls.__dataclass_fields__:
-            if name == "engine_next_nonce":
-                continue
+        for name in cls._OWN:
             value = payload[name]
             if name in cls._INTS or name in cls._BIG:
                 fields[name] = int(value)
@@ -186,13 +160,11 @@ class _Route:
                 fields[name] = float(value)
             else:
                 fields[name] = str(value)
-        return cls(**fields)
+        return cls(leg=ChainLeg.from_payload(payload), **fields)
 
     def payload(self, gas: int, fees: Fees, fee: int, dest_from_block: int) -> JsonObject:
-        out: JsonObject = {}
-        for name in self.__dataclass_fields__:
-            if name == "engine_next_nonce":
-                continue
+        out = self.leg.payload()
+        for name in self._OWN:
             value = getattr(self, name)
             # a uint64 selector or a uint256 amount is beyond what a JSON number holds exactly
             out[name] = str(value) if name in self._BIG else value
@@ -252,29 +224,29 @@ class CcipExecutor(EvmExecutor):
     async def preflight(self, work: NodeWork) -> None:
         route = await self._route(work)
         rpc = self._evm.leg_rpc(route.leg)
-        async with chain_errors(route.chain_key):
-            held = await balance_of(rpc, route.token_address, route.sender)
+        async with chain_errors(route.leg.chain_key):
+            held = await balance_of(rpc, route.token_address, route.leg.sender)
             allowance = int.from_bytes(
                 await rpc.call(
                     route.token_address,
-                    _ALLOWANCE + _word(route.sender) + _word(route.router),
+                    _ALLOWANCE + _word(route.leg.sender) + _word(route.router),
                 ),
                 "big",
             )
             await self._fee(rpc, route)
         if held < route.amount_units:
             raise ExecutorError(
-                f"{route.sender} holds {held} base units on {route.chain_key}, the CCIP send "
-                f"needs {route.amount_units}",
+                f"{route.leg.sender} holds {held} base units on {route.leg.chain_key}, "
+                f"the CCIP send needs {route.amount_units}",
                 retryable=True,
                 retry_after=RETRY_LATER_S,
             )
         if allowance < route.amount_units:
             raise ExecutorError(
-                f"the CCIP Router {route.router} on {route.chain_key} may take {allowance} base "
-                f"units of {route.sender}'s token, the send needs {route.amount_units}: the "
-                "treasury's standing approval of the Router is short (`qtg chains up` sets it on "
-                "the local chains)",
+                f"the CCIP Router {route.router} on {route.leg.chain_key} may take {allowance} "
+                f"base units of {route.leg.sender}'s token, the send needs {route.amount_units}: "
+                "the treasury's standing approval of the Router is short (`qtg chains up` sets it "
+                "on the local chains)",
                 retryable=True,
                 retry_after=RETRY_LATER_S,
             )
@@ -286,12 +258,12 @@ class CcipExecutor(EvmExecutor):
                 get_fee_calldata(
                     route.dest_selector, route.recipient, route.token_address, route.amount_units
                 ),
-                sender=route.sender,
+                sender=route.leg.sender,
             )
         except RpcError as exc:
             if exc.kind is RpcErrorKind.REVERTED:
                 raise ExecutorError(
-                    f"the CCIP Router on {route.chain_key} refuses a message to "
+                    f"the CCIP Router on {route.leg.chain_key} refuses a message to "
                     f"{route.dest_chain_key} (selector {route.dest_selector}): {exc.message}",
                     retryable=False,
                 ) from None
@@ -306,21 +278,21 @@ class CcipExecutor(EvmExecutor):
         data = ccip_send_calldata(
             route.dest_selector, route.recipient, route.token_address, route.amount_units
         )
-        async with chain_errors(route.chain_key):
+        async with chain_errors(route.leg.chain_key):
             fee = await self._fee(rpc, route)
-            chain_next = await rpc.transaction_count(route.sender, "pending")
+            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
             fees = await suggest_fees(
-                rpc, max_fee_cap=route.max_fee_cap, priority_fee_cap=route.priority_fee_cap
+                rpc, max_fee_cap=route.leg.max_fee_cap, priority_fee_cap=route.leg.priority_fee_cap
             )
-            estimate = await rpc.estimate_gas(route.sender, route.router, data, fee)
-            funds = await rpc.balance(route.sender)
+            estimate = await rpc.estimate_gas(route.leg.sender, route.router, data, fee)
+            funds = await rpc.balance(route.leg.sender)
         async with chain_errors(route.dest_chain_key):
             dest_from_block = await dest.block_number()
         gas = math.ceil(estimate * GAS_HEADROOM)
         if funds < gas * fees.max_fee_per_gas + fee:
             raise ExecutorError(
-                f"{route.sender} holds {funds} wei on {route.chain_key}, the gas and the CCIP "
-                f"fee need up to {gas * fees.max_fee_per_gas + fee}",
+                f"{route.leg.sender} holds {funds} wei on {route.leg.chain_key}, the gas and the "
+                f"CCIP fee need up to {gas * fees.max_fee_per_gas + fee}",
                 retryable=True,
                 retry_after=RETRY_LATER_S,
             )
@@ -332,8 +304,8 @@ class CcipExecutor(EvmExecutor):
         assert prepared.payload is not None
         route = _Route.from_payload(prepared.payload)
         rpc = self._evm.leg_rpc(route.leg)
-        async with chain_errors(route.chain_key):
-            chain_next = await rpc.transaction_count(route.sender, "pending")
+        async with chain_errors(route.leg.chain_key):
+            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
         signer = await self._evm.signer(route.leg)
         return await self._sign(route, signer, max(nonce, chain_next), prepared.payload)
 
@@ -342,7 +314,7 @@ class CcipExecutor(EvmExecutor):
     ) -> Prepared:
         fees = Fees(int(payload["max_fee_per_gas"]), int(payload["max_priority_fee_per_gas"]))
         tx = ccip_transaction(
-            route.chain_id,
+            route.leg.chain_id,
             route.router,
             ccip_send_calldata(
                 route.dest_selector, route.recipient, route.token_address, route.amount_units
@@ -357,8 +329,8 @@ class CcipExecutor(EvmExecutor):
             nonce=nonce,
             signed_tx_hash=signed.tx_hash,
             payload=payload,
-            chain_key=route.chain_key,
-            sender=route.sender,
+            chain_key=route.leg.chain_key,
+            sender=route.leg.sender,
             raw_tx=signed.raw_hex,
         )
 
@@ -404,7 +376,7 @@ def _message(route: _Route, tx: TxReading) -> tuple[_Reading, SentMessage | None
     expected = [
         m
         for m in sent
-        if m.sender == route.sender
+        if m.sender == route.leg.sender
         and m.receiver == route.recipient
         and m.dest_selector == route.dest_selector
         and m.source_selector == route.source_selector
@@ -455,7 +427,7 @@ async def _destination(
         source.evidence
         | sent.evidence()
         | {
-            "source_chain": route.chain_key,
+            "source_chain": route.leg.chain_key,
             "dest_chain": route.dest_chain_key,
             "executions": [c.evidence() for c in changes],
         }
