@@ -50,8 +50,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from psycopg_pool import AsyncConnectionPool
-
 from qtg_runner.chains.cctp import address_to_bytes32
 from qtg_runner.chains.cctp_client import (
     IrisClient,
@@ -218,15 +216,8 @@ class CctpBurnExecutor(EvmExecutor):
         "additionalProperties": False,
     }
 
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[Any],
-        network: str,
-        env: Mapping[str, str] | None = None,
-        rpc_timeout: float = 10.0,
-    ) -> None:
-        super().__init__(pool, network, env, rpc_timeout)
-        self._iris: IrisClient | None = None
+    _iris: IrisClient | None = None
+    """Made on first use, closed by aclose."""
 
     def _iris_client(self) -> IrisClient:
         if self._iris is None:
