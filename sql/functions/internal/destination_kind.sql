@@ -1,7 +1,9 @@
 -- destination_kind: why p_address may receive on chain p_chain_key: 'treasury'
 -- (a treasury account of the chain) or 'allowed' (allow-listed there); QT032
--- naming p_what when neither, so nothing is signed for it. The allow-list rule
--- of the route functions that send money to an address. Reads only.
+-- naming p_what when neither, so nothing is signed or requested for it. The
+-- allow-list rule of every route function that sends money to an address (on
+-- the chain the money lands on: a bridge's destination, a withdrawal's chain),
+-- in this one place. Reads only.
 CREATE OR REPLACE FUNCTION destination_kind(p_what text, p_chain_key text, p_address text) RETURNS text
 LANGUAGE plpgsql STABLE
 AS $$
@@ -14,6 +16,7 @@ BEGIN
     RAISE EXCEPTION '%: % is neither a treasury account nor an allowed destination on chain %', p_what, p_address,
                     p_chain_key
         USING ERRCODE = 'QT032',
-              HINT = 'The admin adds a destination with allow_destination; until then nothing is signed for it.';
+              HINT = 'The admin adds a destination with allow_destination on the chain the money lands on; '
+                     'until then nothing is signed or requested for it.';
 END
 $$;

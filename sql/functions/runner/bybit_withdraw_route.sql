@@ -88,17 +88,7 @@ BEGIN
                         quote_literal(left(v_config ->> 'coin', 80)), v_chain.chain_key
             USING ERRCODE = 'QT014', HINT = 'The chain_tokens table lists the tokens of each chain.';
     END IF;
-    IF EXISTS (SELECT 1 FROM treasury_accounts a WHERE a.chain_key = v_chain.chain_key AND a.address = v_recipient) THEN
-        v_kind := 'treasury';
-    ELSIF EXISTS (SELECT 1 FROM allowed_destinations d
-                   WHERE d.chain_key = v_chain.chain_key AND d.address = v_recipient) THEN
-        v_kind := 'allowed';
-    ELSE
-        RAISE EXCEPTION 'bybit_withdraw_route: node %: % is neither a treasury account nor an allowed destination on chain %',
-                        p_node_id, v_recipient, v_chain.chain_key
-            USING ERRCODE = 'QT032',
-                  HINT = 'The admin adds a destination with allow_destination; until then nothing is requested for it.';
-    END IF;
+    v_kind := destination_kind(format('bybit_withdraw_route: node %s: to', p_node_id), v_chain.chain_key, v_recipient);
     IF v_amount * power(10::numeric, v_token.decimals) <> trunc(v_amount * power(10::numeric, v_token.decimals)) THEN
         RAISE EXCEPTION 'bybit_withdraw_route: node %: amount % is finer than % has decimals (%)', p_node_id, v_amount,
                         v_token.symbol, v_token.decimals

@@ -101,23 +101,8 @@ BEGIN
     END IF;
     v_source := chain_protocol(v_chain.chain_key, 'ccip');
     v_dest := chain_protocol(v_dest_chain.chain_key, 'ccip');
-    SELECT a.signer_id INTO v_signer FROM treasury_accounts a
-     WHERE a.chain_key = v_chain.chain_key AND a.address = v_sender;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION '%: % is not a treasury account of chain %', v_what, v_sender, v_chain.chain_key
-            USING ERRCODE = 'QT014', HINT = 'Money leaves only from a treasury account (treasury_accounts).';
-    END IF;
-    IF EXISTS (SELECT 1 FROM treasury_accounts a WHERE a.chain_key = v_dest_chain.chain_key AND a.address = v_recipient) THEN
-        v_kind := 'treasury';
-    ELSIF EXISTS (SELECT 1 FROM allowed_destinations d
-                   WHERE d.chain_key = v_dest_chain.chain_key AND d.address = v_recipient) THEN
-        v_kind := 'allowed';
-    ELSE
-        RAISE EXCEPTION '%: % is neither a treasury account nor an allowed destination on the destination chain %',
-                        v_what, v_recipient, v_dest_chain.chain_key
-            USING ERRCODE = 'QT032',
-                  HINT = 'The admin adds a destination with allow_destination on the chain the money lands on; until then nothing is signed for it.';
-    END IF;
+    v_signer := treasury_signer(v_what || ': from', v_chain.chain_key, v_sender);
+    v_kind := destination_kind(v_what || ': to, on the destination chain', v_dest_chain.chain_key, v_recipient);
     v_units := v_amount * power(10::numeric, v_token.decimals);
     IF v_units <> trunc(v_units) OR v_units <= 0 THEN
         RAISE EXCEPTION '%: amount % is finer than % has decimals (%) or not above zero', v_what, v_amount,

@@ -124,24 +124,9 @@ BEGIN
                         v_src.chain_key, v_dst.chain_key
             USING ERRCODE = 'QT014', HINT = 'Register each chain''s pool as contracts.StargatePool with upsert_chain_protocol.';
     END IF;
-    SELECT a.signer_id INTO v_signer FROM treasury_accounts a
-     WHERE a.chain_key = v_src.chain_key AND a.address = v_sender;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'stargate_send_route: node %: % is not a treasury account of chain %', p_node_id, v_sender,
-                        v_src.chain_key
-            USING ERRCODE = 'QT014', HINT = 'Money leaves only from a treasury account (treasury_accounts).';
-    END IF;
-    IF EXISTS (SELECT 1 FROM treasury_accounts a WHERE a.chain_key = v_dst.chain_key AND a.address = v_recipient) THEN
-        v_kind := 'treasury';
-    ELSIF EXISTS (SELECT 1 FROM allowed_destinations d
-                   WHERE d.chain_key = v_dst.chain_key AND d.address = v_recipient) THEN
-        v_kind := 'allowed';
-    ELSE
-        RAISE EXCEPTION 'stargate_send_route: node %: % is neither a treasury account nor an allowed destination on the destination chain %',
-                        p_node_id, v_recipient, v_dst.chain_key
-            USING ERRCODE = 'QT032',
-                  HINT = 'The admin adds a destination with allow_destination on the destination chain; until then nothing is signed for it.';
-    END IF;
+    v_signer := treasury_signer(format('stargate_send_route: node %s: from', p_node_id), v_src.chain_key, v_sender);
+    v_kind := destination_kind(format('stargate_send_route: node %s: to, on the destination chain', p_node_id),
+                               v_dst.chain_key, v_recipient);
     v_units := v_amount * power(10::numeric, v_token.decimals);
     IF v_units <> trunc(v_units) THEN
         RAISE EXCEPTION 'stargate_send_route: node %: amount % is finer than % has decimals (%)', p_node_id, v_amount,
