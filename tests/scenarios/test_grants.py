@@ -124,6 +124,7 @@ INTERNAL = {
     "chain_protocol",
     "claim_hash",
     "destination_kind",
+    "token_units",
     "claim_secret",
     "config_value",
     "create_movement_rows",

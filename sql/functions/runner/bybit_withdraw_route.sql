@@ -47,6 +47,7 @@ DECLARE
     v_token     chain_tokens;
     v_recipient text;
     v_kind      text;
+    v_units     numeric;
 BEGIN
     SELECT n.node_config, r.amount INTO v_config, v_amount
       FROM movement_request_nodes n
@@ -89,17 +90,13 @@ BEGIN
             USING ERRCODE = 'QT014', HINT = 'The chain_tokens table lists the tokens of each chain.';
     END IF;
     v_kind := destination_kind(format('bybit_withdraw_route: node %s: to', p_node_id), v_chain.chain_key, v_recipient);
-    IF v_amount * power(10::numeric, v_token.decimals) <> trunc(v_amount * power(10::numeric, v_token.decimals)) THEN
-        RAISE EXCEPTION 'bybit_withdraw_route: node %: amount % is finer than % has decimals (%)', p_node_id, v_amount,
-                        v_token.symbol, v_token.decimals
-            USING ERRCODE = 'QT002', HINT = 'Round the movement''s amount to the token''s decimals.';
-    END IF;
+    v_units := token_units(format('bybit_withdraw_route: node %s: amount', p_node_id), v_amount, v_token);
     RETURN QUERY SELECT v_venue.venue_key, v_venue.kind, v_venue.base_url_env, v_venue.key_file_env,
                         v_venue.request_salt, v_chain.chain_key, v_name, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
                         v_chain.block_time_ms, v_token.symbol, v_token.address, v_token.decimals,
                         v_recipient, v_kind,
                         -- the exchange's decimal string: no exponent, no trailing zeros
                         trim_scale(v_amount)::text,
-                        trunc(v_amount * power(10::numeric, v_token.decimals));
+                        v_units;
 END
 $$;

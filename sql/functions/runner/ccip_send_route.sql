@@ -103,12 +103,7 @@ BEGIN
     v_dest := chain_protocol(v_dest_chain.chain_key, 'ccip');
     v_signer := treasury_signer(v_what || ': from', v_chain.chain_key, v_sender);
     v_kind := destination_kind(v_what || ': to, on the destination chain', v_dest_chain.chain_key, v_recipient);
-    v_units := v_amount * power(10::numeric, v_token.decimals);
-    IF v_units <> trunc(v_units) OR v_units <= 0 THEN
-        RAISE EXCEPTION '%: amount % is finer than % has decimals (%) or not above zero', v_what, v_amount,
-                        v_token.symbol, v_token.decimals
-            USING ERRCODE = 'QT002', HINT = 'Round the movement''s amount to the token''s decimals.';
-    END IF;
+    v_units := token_units(v_what || ': amount', v_amount, v_token);
 
     RETURN QUERY SELECT v_chain.chain_key, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
                         v_chain.block_time_ms, v_chain.max_fee_per_gas, v_chain.max_priority_fee_per_gas,

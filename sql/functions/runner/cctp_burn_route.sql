@@ -94,11 +94,10 @@ BEGIN
     END IF;
     v_source := chain_protocol(v_chain.chain_key, 'cctp');
     v_dest := chain_protocol(v_config ->> 'destination_chain', 'cctp');
-    v_units := v_amount * power(10::numeric, v_token.decimals);
-    IF v_units <> trunc(v_units) OR v_units > 10000000 * power(10::numeric, v_token.decimals) THEN
-        RAISE EXCEPTION '%: amount % is finer than USDC''s % decimals or over CCTP''s 10M USDC a burn', v_what,
-                        v_amount, v_token.decimals
-            USING ERRCODE = 'QT002', HINT = 'Round the amount to 6 decimals; split a larger movement into burns.';
+    v_units := token_units(v_what || ': amount', v_amount, v_token);
+    IF v_amount > 10000000 THEN
+        RAISE EXCEPTION '%: amount % is over CCTP''s 10M USDC a burn', v_what, v_amount
+            USING ERRCODE = 'QT002', HINT = 'Split a larger movement into burns of at most 10M USDC.';
     END IF;
 
     RETURN QUERY SELECT v_chain.chain_key, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,

@@ -95,11 +95,7 @@ BEGIN
     END IF;
     v_dest := chain_protocol(v_chain.chain_key, 'cctp');
     v_source := chain_protocol(v_config ->> 'source_chain', 'cctp');
-    v_units := v_amount * power(10::numeric, v_token.decimals);
-    IF v_units <> trunc(v_units) THEN
-        RAISE EXCEPTION '%: amount % is finer than USDC''s % decimals', v_what, v_amount, v_token.decimals
-            USING ERRCODE = 'QT002', HINT = 'Round the amount to 6 decimals.';
-    END IF;
+    v_units := token_units(v_what || ': amount', v_amount, v_token);
 
     RETURN QUERY SELECT v_chain.chain_key, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
                         v_chain.block_time_ms, v_chain.max_fee_per_gas, v_chain.max_priority_fee_per_gas,

@@ -75,15 +75,10 @@ BEGIN
     END IF;
     v_signer := treasury_signer(format('evm_transfer_route: node %s: from', p_node_id), v_chain.chain_key, v_sender);
     v_kind := destination_kind(format('evm_transfer_route: node %s: to', p_node_id), v_chain.chain_key, v_recipient);
-    IF v_amount * power(10::numeric, v_token.decimals) <> trunc(v_amount * power(10::numeric, v_token.decimals)) THEN
-        RAISE EXCEPTION 'evm_transfer_route: node %: amount % is finer than % has decimals (%)', p_node_id, v_amount,
-                        v_token.symbol, v_token.decimals
-            USING ERRCODE = 'QT002', HINT = 'Round the movement''s amount to the token''s decimals.';
-    END IF;
     RETURN QUERY SELECT v_chain.chain_key, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
                         v_chain.block_time_ms, v_chain.max_fee_per_gas, v_chain.max_priority_fee_per_gas,
                         v_token.symbol, v_token.address, v_token.decimals, v_sender, v_signer, v_recipient, v_kind,
-                        trunc(v_amount * power(10::numeric, v_token.decimals)),
+                        token_units(format('evm_transfer_route: node %s: amount', p_node_id), v_amount, v_token),
                         (SELECT e.next_nonce FROM evm_nonces e
                           WHERE e.chain_key = v_chain.chain_key AND e.address = v_sender);
 END

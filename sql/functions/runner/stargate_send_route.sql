@@ -127,12 +127,7 @@ BEGIN
     v_signer := treasury_signer(format('stargate_send_route: node %s: from', p_node_id), v_src.chain_key, v_sender);
     v_kind := destination_kind(format('stargate_send_route: node %s: to, on the destination chain', p_node_id),
                                v_dst.chain_key, v_recipient);
-    v_units := v_amount * power(10::numeric, v_token.decimals);
-    IF v_units <> trunc(v_units) THEN
-        RAISE EXCEPTION 'stargate_send_route: node %: amount % is finer than % has decimals (%)', p_node_id, v_amount,
-                        v_token.symbol, v_token.decimals
-            USING ERRCODE = 'QT002', HINT = 'Round the movement''s amount to the token''s decimals.';
-    END IF;
+    v_units := token_units(format('stargate_send_route: node %s: amount', p_node_id), v_amount, v_token);
     IF v_config ? 'min_amount' THEN
         IF (CASE WHEN coalesce(v_config ->> 'min_amount', '') !~ '^[0-9]{1,30}(\.[0-9]{1,30})?$' THEN true
                 ELSE (v_config ->> 'min_amount')::numeric > v_amount END) THEN
@@ -140,12 +135,8 @@ BEGIN
                             p_node_id, coalesce(quote_literal(left(v_config ->> 'min_amount', 40)), 'NULL'), v_amount
                 USING ERRCODE = 'QT002', HINT = 'Give min_amount as a decimal string no greater than the amount.';
         END IF;
-        v_min := (v_config ->> 'min_amount')::numeric * power(10::numeric, v_token.decimals);
-        IF v_min <> trunc(v_min) THEN
-            RAISE EXCEPTION 'stargate_send_route: node %: min_amount % is finer than % has decimals (%)', p_node_id,
-                            v_config ->> 'min_amount', v_token.symbol, v_token.decimals
-                USING ERRCODE = 'QT002', HINT = 'Round min_amount to the token''s decimals.';
-        END IF;
+        v_min := token_units(format('stargate_send_route: node %s: min_amount', p_node_id),
+                             (v_config ->> 'min_amount')::numeric, v_token);
     ELSE
         IF (CASE WHEN coalesce(v_config ->> 'max_slippage_bps', '50') !~ '^[0-9]{1,5}$' THEN true
                 ELSE (v_config ->> 'max_slippage_bps')::integer > 10000 END) THEN
