@@ -302,7 +302,7 @@ def test_a_completion_with_another_runner_login_is_audited_under_that_login(
     ]
 
 
-@pytest.mark.parametrize("call", ON_SUBMITTING)
+@pytest.mark.parametrize("call", list(CALLS))
 def test_a_wrong_secret_never_waits_for_nor_takes_a_node_another_transaction_holds(
     db: TestDatabase,
     conn: Conn,

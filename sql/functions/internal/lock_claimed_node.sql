@@ -1,8 +1,17 @@
--- lock_claimed_node: lock_claimed_nodes for one node, for the single-node
--- completion calls. Internal. A refused node raises (QT002, QT011, QT030,
--- QT021, with the hint an operator needs) and nothing changes, and a node
--- presented with a wrong secret is never locked; otherwise returns the node as
--- it is once locked (its movement, then it, locked in that order).
+-- lock_claimed_node: the guard of the single-node completion calls
+-- (complete_observe, complete_recovery, fail_submit). Internal. The same locks,
+-- in the same order, and the same checks (claim_refusal) as lock_claimed_nodes
+-- for a batch of one, without a batch's arrays: the secret hashed, the node's
+-- movement locked, then the node, each by its key AND the hash, so a node
+-- presented with a wrong secret is never locked; then the node as it is once
+-- locked (or, not locked, as it is) is checked. A refused node raises (QT002,
+-- QT011, QT030, QT021, with the hint an operator needs: raise_node_error) and
+-- nothing changes; otherwise returns the node as locked. A NULL node id is the
+-- batch guard's to refuse (QT002). Plans: one per statement for the session
+-- (force_generic_plan), as for the batch guard: its callers run in the default
+-- mode, which would plan these key lookups again on every observation.
+-- Measured on one PENDING observation (complete_observe): 0.46 ms of server
+-- time through the batch guard.
 CREATE OR REPLACE FUNCTION lock_claimed_node(
     p_node_id      bigint,
     p_claim_secret text,
@@ -10,15 +19,33 @@ CREATE OR REPLACE FUNCTION lock_claimed_node(
     p_call         text
 ) RETURNS movement_request_nodes
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_check record;
-    v_node  movement_request_nodes;
+    v_hash    bytea;
+    v_node    movement_request_nodes;
+    v_refusal record;
 BEGIN
-    SELECT * INTO STRICT v_check
-      FROM lock_claimed_nodes(p_call, ARRAY[p_node_id], ARRAY[p_claim_secret], p_states);
-    PERFORM raise_node_error(v_check.error_codes[1], v_check.error_messages[1]);
-    SELECT * INTO STRICT v_node FROM movement_request_nodes WHERE id = p_node_id;
+    IF p_node_id IS NULL THEN
+        PERFORM lock_claimed_nodes(p_call, ARRAY[p_node_id], ARRAY[p_claim_secret], p_states);
+    END IF;
+    v_hash := claim_hash(p_claim_secret);
+    IF v_hash IS NOT NULL THEN
+        PERFORM 1 FROM movement_requests r
+         WHERE r.id = (SELECT n.request_id FROM movement_request_nodes n
+                        WHERE n.id = p_node_id AND n.claim_hash = v_hash)
+           FOR UPDATE;
+        SELECT * INTO v_node FROM movement_request_nodes n
+         WHERE n.id = p_node_id AND n.claim_hash = v_hash
+           FOR UPDATE;
+    END IF;
+    IF v_node.id IS NULL THEN
+        -- not locked: a wrong secret, a malformed one or no such node; read as it is
+        SELECT * INTO v_node FROM movement_request_nodes n WHERE n.id = p_node_id;
+    END IF;
+    SELECT * INTO STRICT v_refusal
+      FROM claim_refusal(p_call, p_node_id, v_hash, v_node, p_states, false, clock());
+    PERFORM raise_node_error(v_refusal.code, v_refusal.message);
     RETURN v_node;
 END
 $$;

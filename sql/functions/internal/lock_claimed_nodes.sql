@@ -6,16 +6,9 @@
 -- callers from waiting on each other in a cycle). Rows are locked by id AND
 -- hash: a node presented with a wrong secret is never locked, so a forged
 -- call neither waits for the node's owner nor holds it up. Then each element
--- is checked against the node as it is once locked:
---   QT002  the secret is malformed (NULL, or not the 64 characters a claim
---          hands out)
---   QT011  no such node
---   QT030  the secret is not the node's current claim (fencing: another
---          worker, or recovery, holds it now, or it was never this caller's),
---          or p_live_lease and the claim's lease has run out (a step that
---          comes before a side effect)
---   QT021  the node is in none of p_states
--- No message names a secret, a hash or a claim token.
+-- is checked against the node as it is once locked, by claim_refusal (QT002
+-- a malformed secret, QT011 no such node, QT030 a stale claim or, with
+-- p_live_lease, a lease run out, QT021 a node in none of p_states).
 -- Plans: one per statement for the session (force_generic_plan), whatever the
 -- caller's plan mode: its statements reach every row by primary key, and a
 -- caller in the default mode (complete_observe, on every observation) had them
@@ -78,26 +71,6 @@ BEGIN
     SELECT array_agg(c.code ORDER BY i.ord), array_agg(c.message ORDER BY i.ord)
       FROM unnest(p_node_ids, v_hashes) WITH ORDINALITY AS i(node_id, claim_hash, ord)
       LEFT JOIN movement_request_nodes n ON n.id = i.node_id
-     CROSS JOIN LATERAL (
-           SELECT CASE
-                      WHEN i.claim_hash IS NULL THEN 'QT002'
-                      WHEN n.id IS NULL THEN 'QT011'
-                      WHEN n.claim_hash IS DISTINCT FROM i.claim_hash THEN 'QT030'
-                      WHEN NOT n.node_state = ANY (p_states) THEN 'QT021'
-                      WHEN p_live_lease AND n.lease_until <= v_now THEN 'QT030'
-                  END AS code,
-                  CASE
-                      WHEN i.claim_hash IS NULL THEN
-                          format('%s: the claim secret for node %s is malformed: a claim hands out 64 characters',
-                                 p_call, i.node_id)
-                      WHEN n.id IS NULL THEN format('%s: node %s does not exist', p_call, i.node_id)
-                      WHEN n.claim_hash IS DISTINCT FROM i.claim_hash THEN
-                          format('%s: stale claim on node %s: the secret presented is not its current claim',
-                                 p_call, i.node_id)
-                      WHEN NOT n.node_state = ANY (p_states) THEN
-                          format('%s: node %s is %s, expected one of %s', p_call, i.node_id, n.node_state, p_states)
-                      WHEN p_live_lease AND n.lease_until <= v_now THEN
-                          format('%s: the claim on node %s expired at %s', p_call, i.node_id, n.lease_until)
-                  END AS message) c;
+     CROSS JOIN LATERAL claim_refusal(p_call, i.node_id, i.claim_hash, n, p_states, p_live_lease, v_now) AS c;
 END
 $$;
