@@ -38,6 +38,11 @@ from qtg_runner.db.procs import Call, ClaimedNode, ObserveClaim, RecoveryClaim
 
 JsonObject = dict[str, Any]
 
+ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
+"""An EVM address in a node config's JSON schema."""
+CHAIN_PATTERN = "^[a-z][a-z0-9-]{0,62}$"
+"""A chain key in a node config's JSON schema, as the registry spells it."""
+
 
 @dataclass(frozen=True)
 class NodeWork:

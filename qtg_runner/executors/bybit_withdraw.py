@@ -69,6 +69,7 @@ from qtg_runner.exchanges.bybit import (
     request_id_for,
 )
 from qtg_runner.executors.base import (
+    ADDRESS_PATTERN,
     ExecutorError,
     HealthResult,
     HealthStatus,
@@ -84,8 +85,6 @@ from qtg_runner.executors.base import (
 )
 from qtg_runner.executors.venues import RETRY_LATER_S, VenueClients, venue_error
 
-ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
-"""bybit_withdraw_route's refusals of a node's own route (see its header)."""
 WINDOW_BEFORE_MS = 5 * 60 * 1000
 """How far before the intent's times a withdrawal is looked for (clocks differ)."""
 SEARCH_PAGES = 10

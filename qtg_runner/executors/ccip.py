@@ -69,6 +69,8 @@ from qtg_runner.chains.evm import Fees, balance_of, suggest_fees
 from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
+    ADDRESS_PATTERN,
+    CHAIN_PATTERN,
     ExecutorError,
     JsonObject,
     NodeWork,
@@ -87,8 +89,6 @@ from qtg_runner.executors.evm_tx import (
 )
 from qtg_runner.signers import Signer
 
-ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
-CHAIN_PATTERN = "^[a-z][a-z0-9-]{0,62}$"
 STRANDED_RETRY_S = 60.0
 """How often a send whose execution FAILED is looked at again (the reaper acts)."""
 GAS_HEADROOM = 1.25

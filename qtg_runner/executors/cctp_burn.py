@@ -62,6 +62,8 @@ from qtg_runner.chains.cctp_client import (
 from qtg_runner.chains.evm import Fees, balance_of, build_call, estimate_gas, suggest_fees
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
+    ADDRESS_PATTERN,
+    CHAIN_PATTERN,
     ExecutorError,
     HealthResult,
     HealthStatus,
@@ -83,9 +85,6 @@ from qtg_runner.executors.evm_tx import (
 from qtg_runner.signers import Signer
 
 IRIS_URL_ENV = "QTG_IRIS_URL"
-ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
-CHAIN_PATTERN = "^[a-z][a-z0-9-]{0,62}$"
-"""The route functions' refusals of a node's own route (see their headers)."""
 
 
 def iris_client(env: Mapping[str, str]) -> IrisClient:

@@ -62,17 +62,15 @@ from qtg_runner.chains.evm import (
 from qtg_runner.chains.evm_rpc import EvmRpc, Receipt, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
+    ADDRESS_PATTERN,
+    CHAIN_PATTERN,
     ExecutorError,
     JsonObject,
     NodeWork,
     Prepared,
     route_row,
 )
-from qtg_runner.executors.cctp_burn import (
-    ADDRESS_PATTERN,
-    CHAIN_PATTERN,
-    CctpBurnExecutor,
-)
+from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
     ChainLeg,

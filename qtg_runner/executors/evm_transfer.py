@@ -55,6 +55,7 @@ from qtg_runner.chains.evm import (
 )
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
+    ADDRESS_PATTERN,
     ExecutorError,
     JsonObject,
     NodeWork,
@@ -71,9 +72,6 @@ from qtg_runner.executors.evm_tx import (
     recorded_payload,
 )
 from qtg_runner.signers import Signer
-
-ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
-"""evm_transfer_route's refusals of a node's own route (see its header)."""
 
 
 @dataclass(frozen=True)

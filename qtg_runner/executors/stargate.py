@@ -59,13 +59,13 @@ from qtg_runner.chains.evm import Fees, _eip1559, balance_of, normalize_address,
 from qtg_runner.chains.evm_rpc import EvmRpc, Log, Receipt
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
+    ADDRESS_PATTERN,
     ExecutorError,
     JsonObject,
     NodeWork,
     Prepared,
     route_row,
 )
-from qtg_runner.executors.evm_transfer import ADDRESS_PATTERN
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
     ChainLeg,
