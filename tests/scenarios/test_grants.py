@@ -123,7 +123,7 @@ INTERNAL = {
     "check_template",
     "chain_protocol",
     "claim_hash",
-    "claim_refusal",
+    "claim_refusals",
     "destination_kind",
     "token_units",
     "claim_secret",

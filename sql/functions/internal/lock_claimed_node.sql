@@ -1,6 +1,6 @@
 -- lock_claimed_node: the guard of the single-node completion calls
 -- (complete_observe, complete_recovery, fail_submit). Internal. The same locks,
--- in the same order, and the same checks (claim_refusal) as lock_claimed_nodes
+-- in the same order, and the same checks (claim_refusals) as lock_claimed_nodes
 -- for a batch of one, without a batch's arrays: the secret hashed, the node's
 -- movement locked, then the node, each by its key AND the hash, so a node
 -- presented with a wrong secret is never locked; then the node as it is once
@@ -39,12 +39,8 @@ BEGIN
          WHERE n.id = p_node_id AND n.claim_hash = v_hash
            FOR UPDATE;
     END IF;
-    IF v_node.id IS NULL THEN
-        -- not locked: a wrong secret, a malformed one or no such node; read as it is
-        SELECT * INTO v_node FROM movement_request_nodes n WHERE n.id = p_node_id;
-    END IF;
     SELECT * INTO STRICT v_refusal
-      FROM claim_refusal(p_call, p_node_id, v_hash, v_node, p_states, false, clock());
+      FROM claim_refusals(p_call, ARRAY[p_node_id], ARRAY[v_hash], p_states, false, clock());
     PERFORM raise_node_error(v_refusal.code, v_refusal.message);
     RETURN v_node;
 END

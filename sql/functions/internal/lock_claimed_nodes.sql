@@ -6,7 +6,7 @@
 -- callers from waiting on each other in a cycle). Rows are locked by id AND
 -- hash: a node presented with a wrong secret is never locked, so a forged
 -- call neither waits for the node's owner nor holds it up. Then each element
--- is checked against the node as it is once locked, by claim_refusal (QT002
+-- is checked against the node as it is once locked, by claim_refusals (QT002
 -- a malformed secret, QT011 no such node, QT030 a stale claim or, with
 -- p_live_lease, a lease run out, QT021 a node in none of p_states).
 -- Plans: one per statement for the session (force_generic_plan), whatever the
@@ -68,9 +68,7 @@ BEGIN
     -- a node locked above still has the hash it was locked by; any other was
     -- not locked, and no claim can have given it that hash since
     RETURN QUERY
-    SELECT array_agg(c.code ORDER BY i.ord), array_agg(c.message ORDER BY i.ord)
-      FROM unnest(p_node_ids, v_hashes) WITH ORDINALITY AS i(node_id, claim_hash, ord)
-      LEFT JOIN movement_request_nodes n ON n.id = i.node_id
-     CROSS JOIN LATERAL claim_refusal(p_call, i.node_id, i.claim_hash, n, p_states, p_live_lease, v_now) AS c;
+    SELECT array_agg(c.code ORDER BY c.ord), array_agg(c.message ORDER BY c.ord)
+      FROM claim_refusals(p_call, p_node_ids, v_hashes, p_states, p_live_lease, v_now) AS c;
 END
 $$;
