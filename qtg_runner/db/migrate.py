@@ -17,7 +17,9 @@ public ones (runner/, operator/) SECURITY DEFINER with the comment 'access:
 <caller>' (which qtg_admin.grant_network_privileges turns into EXECUTE for the
 network's role), leaves the admin deploy steps (admin/, comment 'access:
 admin') and the internal helpers SECURITY INVOKER with no grant: only the
-owner and the admin (a member of qtg_owner) may call them.
+owner and the admin (a member of qtg_owner) may call them. The routines of
+inline/ are internal helpers too, left without a search_path of their own so
+that PostgreSQL inlines them (INLINE_FOLDER).
 
 rollback(dsn, count) drops the function layer first (the schema rollbacks drop
 types and tables that installed routines depend on), then rolls back the last
@@ -47,12 +49,21 @@ OWNER_ROLE = "qtg_owner"
 COMMON_SCHEMA = "qtg"
 _INSTALL_LOCK_KEY = 7_236_001  # pg_advisory_xact_lock key of the function installer
 ROUTINE_FOLDERS: dict[str, str | None] = {
+    "inline": None,
     "internal": None,
     "admin": "admin",
     "runner": "runner",
     "operator": "operator",
 }
 """The folders of sql/functions installed in every network, and who may call their routines."""
+INLINE_FOLDER = "inline"
+"""Pure SQL expressions over their arguments (the audit chain's hash): installed
+like internal/ but with no search_path of their own, so that PostgreSQL
+inlines them into the statement that calls them instead of running a function
+call per row (a pinned search_path forbids inlining). Inlined, their names
+resolve under the calling routine's pinned search_path; called on their own,
+only the owner may run them. The installer refuses one that is not a single
+non-volatile LANGUAGE sql function."""
 DEFINER_CALLERS = frozenset({"runner", "operator"})
 """The callers whose routines run as their owner (SECURITY DEFINER) and are granted
 to the network's role of that name; admin/ and internal/ routines run as their
@@ -173,7 +184,8 @@ def install_functions(dsn: str, *, sql_root: Path | None = None) -> MigrateResul
                     callers[path.stem] = caller
             for path in _files(fn_dir / "views"):
                 _run_file(conn, path, root, network=net)
-            _set_access(conn, net, callers, "sql/functions")
+            inlined = {path.stem for path in _files(fn_dir / INLINE_FOLDER)}
+            _set_access(conn, net, callers, "sql/functions", inlined=inlined)
             conn.execute("SELECT qtg_admin.grant_network_privileges(%s)", [net])
             _grant_reader(conn, net)
         conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
@@ -221,33 +233,51 @@ def _set_search_path(conn: psycopg.Connection[Any], *schemas: str) -> None:
 
 
 def _set_access(
-    conn: psycopg.Connection[Any], schema: str, callers: dict[str, str | None], where: str
+    conn: psycopg.Connection[Any],
+    schema: str,
+    callers: dict[str, str | None],
+    where: str,
+    *,
+    inlined: frozenset[str] | set[str] = frozenset(),
 ) -> None:
     """Pin each routine of ``schema`` to its schemas and give it the access of
-    its folder (``callers``: file stem -> caller, None for internal)."""
+    its folder (``callers``: file stem -> caller, None for internal); the
+    routines of ``inlined`` keep no search_path (INLINE_FOLDER)."""
     path = [schema] if schema == COMMON_SCHEMA else [schema, COMMON_SCHEMA]
     routines = conn.execute(
-        """SELECT p.proname, p.oid::regprocedure::text
+        """SELECT p.proname, p.oid::regprocedure::text,
+                  l.lanname = 'sql' AND p.prokind = 'f' AND NOT p.proretset
+                  AND p.provolatile <> 'v'
              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             JOIN pg_language l ON l.oid = p.prolang
             WHERE n.nspname = %s ORDER BY 1, 2""",
         [schema],
     ).fetchall()
-    named = {name for name, _ in routines}
+    named = {name for name, _, _ in routines}
     missing = sorted(set(callers) - named)
     if missing:
         raise MigrationError(f"{where}: no routine named after the file {missing[0]}.sql")
-    for name, signature in routines:
+    for name, signature, expression in routines:
         if name not in callers:
             raise MigrationError(
                 f"{where}: routine {signature} is not named after the file that defines it"
             )
         caller = callers[name]
         routine = sql.SQL(signature)  # from the catalog, already quoted by regprocedure
-        conn.execute(
-            sql.SQL("ALTER ROUTINE {} SET search_path = {}, pg_temp").format(
-                routine, sql.SQL(", ").join(sql.Identifier(s) for s in path)
+        if name in inlined:
+            if not expression:
+                raise MigrationError(
+                    f"{where}/{INLINE_FOLDER}: routine {signature} is not a single"
+                    " non-volatile LANGUAGE sql function; only those are left unpinned"
+                    " to be inlined (move it to internal/)"
+                )
+            conn.execute(sql.SQL("ALTER ROUTINE {} RESET search_path").format(routine))
+        else:
+            conn.execute(
+                sql.SQL("ALTER ROUTINE {} SET search_path = {}, pg_temp").format(
+                    routine, sql.SQL(", ").join(sql.Identifier(s) for s in path)
+                )
             )
-        )
         conn.execute(
             sql.SQL("ALTER ROUTINE {} SECURITY {}").format(
                 routine, sql.SQL("DEFINER" if caller in DEFINER_CALLERS else "INVOKER")

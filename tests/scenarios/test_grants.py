@@ -1,7 +1,7 @@
 """Who may call what: every routine's grantees, listed.
 
 The folder of a routine's file (sql/functions/runner/, operator/, admin/,
-internal/, common/) is the one source of truth for who may call it; the installer turns
+inline/, internal/, common/) is the one source of truth for who may call it; the installer turns
 it into SECURITY DEFINER, the 'access: ...' comment and the EXECUTE grant.
 This test lists the whole surface by hand, so a routine that changes hands,
 appears or disappears shows in the diff of a test, not only in a folder.
@@ -102,10 +102,13 @@ ADMIN = {
     "set_callback_settings",
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
-INTERNAL = {
-    "approve_movement_rows",
+INLINE = {
     "audit_canonical",
     "audit_row_hash",
+}
+"""Internal helpers PostgreSQL inlines (no search_path of their own): granted to nobody."""
+INTERNAL = {
+    "approve_movement_rows",
     "ccip_send_tx_problem",
     "ccip_word",
     "treasury_signer",
@@ -186,12 +189,13 @@ GRANTS = """
 def test_the_folders_are_the_surface_listed_here() -> None:
     folders = {
         folder: {p.stem for p in (sql_dir() / "functions" / folder).glob("*.sql")}
-        for folder in ("runner", "operator", "admin", "internal", "common")
+        for folder in ("runner", "operator", "admin", "inline", "internal", "common")
     }
     assert folders == {
         "runner": RUNNER,
         "operator": OPERATOR,
         "admin": ADMIN,
+        "inline": INLINE,
         "internal": INTERNAL,
         "common": set(COMMON),
     }
@@ -206,7 +210,7 @@ def test_every_routine_of_a_network_has_exactly_its_folders_grantees(
         [(name, True, "access: runner", f"qtg_{network}_runner") for name in RUNNER]
         + [(name, True, "access: operator", f"qtg_{network}_operator") for name in OPERATOR]
         + [(name, False, "access: admin", "") for name in ADMIN]
-        + [(name, False, "", "") for name in INTERNAL]
+        + [(name, False, "", "") for name in INTERNAL | INLINE]
     )
     assert sorted(rows) == expected
 

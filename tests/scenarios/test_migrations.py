@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 from catalog import diff, snapshot
 from conftest import NewDatabase, TestDatabase
@@ -11,8 +14,10 @@ from yoyo.connections import parse_uri
 
 from qtg_runner.cli import app
 from qtg_runner.db.migrate import (
+    INLINE_FOLDER,
     MigrationError,
     applied_migrations,
+    install_functions,
     migrate,
     rollback,
     rollback_all,
@@ -133,11 +138,12 @@ def test_migrated_schema_equals_fresh_install(new_database: NewDatabase, undo: s
 
 def test_every_routine_pins_its_schemas_search_path(db: TestDatabase) -> None:
     """Installed per network with SET search_path FROM CURRENT: a network's copy only
-    ever resolves names in its own schema (then qtg)."""
+    ever resolves names in its own schema (then qtg). The inline/ expressions keep
+    none (INLINE_FOLDER), so that they are inlined into their pinned callers."""
     rows = (
         db.connect()
         .execute(
-            """SELECT n.nspname, p.oid::regprocedure::text,
+            """SELECT n.nspname, p.proname, p.oid::regprocedure::text,
                       (SELECT c FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%%')
                FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                WHERE n.nspname IN ('qtg', 'mainnet', 'testnet')"""
@@ -149,8 +155,57 @@ def test_every_routine_pins_its_schemas_search_path(db: TestDatabase) -> None:
         "mainnet": "search_path=mainnet, qtg, pg_temp",
         "testnet": "search_path=testnet, qtg, pg_temp",
     }
-    wrong = [(name, path) for schema, name, path in rows if path != expected[schema]]
+    inlined = {p.stem for p in (sql_dir() / "functions" / INLINE_FOLDER).glob("*.sql")}
+    assert inlined, "sql/functions/inline/ is empty"
+    wrong = [
+        (name, path)
+        for schema, proname, name, path in rows
+        if path != (None if proname in inlined else expected[schema])
+    ]
     assert wrong == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN p || 'x'; END $$",
+        "LANGUAGE sql VOLATILE AS $$ SELECT p || 'x' $$",
+    ],
+    ids=["plpgsql", "volatile"],
+)
+def test_the_installer_leaves_only_pure_sql_expressions_unpinned(
+    new_database: NewDatabase, tmp_path: Path, body: str
+) -> None:
+    """A routine put in inline/ that PostgreSQL would not inline (another language,
+    a volatile body) would only lose its pinned search_path: the install refuses
+    it, names it, and leaves the installed functions as they were."""
+    database = new_database()
+    before = snapshot(database.connect())
+    root = tmp_path / "sql"
+    shutil.copytree(sql_dir(), root)
+    (root / "functions" / INLINE_FOLDER / "odd_helper.sql").write_text(
+        f"CREATE OR REPLACE FUNCTION odd_helper(p text) RETURNS text {body};\n"
+    )
+    with pytest.raises(MigrationError, match=r"inline: routine odd_helper\(text\) is not a single"):
+        install_functions(database.dsn, sql_root=root)
+    after = snapshot(database.connect())
+    assert after == before, "\n".join(diff(before, after))
+
+
+def test_the_audit_chains_hash_is_inlined_where_it_is_computed(db: TestDatabase) -> None:
+    """The promoter and the verifier compute the hash of every row: inlined, it
+    costs no function call per row (audit_row_hash and audit_canonical, kept
+    unpinned for it, are expanded into the caller's statement)."""
+    conn = db.connect()
+    conn.execute("SET search_path = testnet, qtg")
+    plan = "\n".join(
+        row[0]
+        for row in conn.execute(
+            "EXPLAIN VERBOSE SELECT audit_row_hash(l.prev_hash, l) FROM audit_log l"
+        ).fetchall()
+    )
+    assert "sha256(" in plan and "jsonb_build_object(" in plan, plan
+    assert "audit_row_hash(" not in plan and "audit_canonical(" not in plan, plan
 
 
 def test_template_clone_equals_fresh_install(db: TestDatabase, new_database: NewDatabase) -> None:

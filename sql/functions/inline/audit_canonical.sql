@@ -4,8 +4,12 @@
 -- microseconds, so the session's time zone changes nothing). The login is in
 -- it when the row has one: a row promoted before 0035_audit_log_login has
 -- none, and its text is what its hash was taken over then.
+-- Inlined where it is called (sql/functions/inline/): STABLE, not IMMUTABLE,
+-- because to_char and jsonb_build_object are, and PostgreSQL inlines an
+-- IMMUTABLE function only when its body is. The result depends on nothing but
+-- the row.
 CREATE OR REPLACE FUNCTION audit_canonical(p_row audit_log) RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT (jsonb_build_object(
                'seq', p_row.seq,
