@@ -9,7 +9,10 @@ tests/scenarios/test_query_plans.py does), then VACUUM ANALYZE.
 Each figure is the server-side execution time of one call (EXPLAIN ANALYZE of
 `SELECT * FROM <procedure>(...)`, which runs the procedure's statements), the
 median of many calls; a claim is rolled back after each call so every call
-claims the same rows. The client round trip is reported beside it.
+claims the same rows. The client round trip is reported beside it. Each level
+is a database of its own (a copy made before the next load), and the levels
+are timed in turn, round after round, so the machine's own load weighs on
+each alike.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ LIVE = 400  # started one-node movements
 CLAIMED = 200  # of which claimed, then submitted (observable)
 SETUP_AT = "2026-01-01 00:00:00+00"
 LATER = "2026-01-01 01:00:00+00"  # every observation due
-REPS = 300
+REPS = 300  # calls of each procedure at each level
+ROUNDS = 10
+WARM_UP = 10  # calls on each new connection before those timed
 
 ONE_NODE = {"nodes": [{"key": "a", "executor": "sim", "config": {"lane": "default"}}]}
 
@@ -91,49 +96,79 @@ def _exec_ms(conn: psycopg.Connection[Any], call: procs.Call[Any]) -> float:
     return float(plan[0]["Execution Time"])
 
 
-def _time(dsn: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    calls: dict[str, tuple[procs.Call[Any], bool]] = {
+def _calls() -> dict[str, tuple[procs.Call[Any], bool]]:
+    return {
         "claim_ready_nodes": (procs.claim_ready_nodes("bench-w", 10), True),
         "observe_candidates": (procs.observe_candidates(50), False),
     }
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        engine.bind(conn)
-        _pin(conn, LATER)
-        for name, (call, rollback) in calls.items():
-            server: list[float] = []
-            client: list[float] = []
-            for i in range(REPS + 20):
-                with conn.transaction(force_rollback=rollback):
-                    t = time.perf_counter()
-                    rows = call.all(conn)
-                    c = (time.perf_counter() - t) * 1000
-                if not rows:
-                    raise RuntimeError(f"{call} returned nothing")
-                with conn.transaction(force_rollback=rollback):
-                    s = _exec_ms(conn, call)
-                if i >= 20:  # warm-up: plans cached, pages in memory
-                    server.append(s)
-                    client.append(c)
-            out[name] = {
+
+
+def _sample(
+    conn: psycopg.Connection[Any], call: procs.Call[Any], rollback: bool, reps: int
+) -> list[tuple[float, float, int]]:
+    """``reps`` calls: (server ms, client ms, rows) each."""
+    out = []
+    for _ in range(reps):
+        with conn.transaction(force_rollback=rollback):
+            t = time.perf_counter()
+            rows = call.all(conn)
+            client = (time.perf_counter() - t) * 1000
+        if not rows:
+            raise RuntimeError(f"{call} returned nothing")
+        with conn.transaction(force_rollback=rollback):
+            server = _exec_ms(conn, call)
+        out.append((server, client, len(rows)))
+    return out
+
+
+def _time(dsns: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Every level's calls, interleaved: ROUNDS rounds, each timing REPS /
+    ROUNDS calls of each procedure at every level in turn, on a connection
+    of its own (after WARM_UP calls: plans cached, pages in memory). So the
+    machine's own load weighs on every level alike, as does the luck of one
+    server process: measured one level after the other, on one connection
+    each, the same flat query came out 0.9x-1.2x from run to run."""
+    samples: dict[str, dict[str, list[tuple[float, float, int]]]] = {
+        level: {name: [] for name in _calls()} for level in dsns
+    }
+    for _ in range(ROUNDS):
+        for level, dsn in dsns.items():
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                engine.bind(conn)
+                _pin(conn, LATER)
+                for name, (call, rollback) in _calls().items():
+                    _sample(conn, call, rollback, WARM_UP)
+                    samples[level][name] += _sample(conn, call, rollback, REPS // ROUNDS)
+    out: dict[str, dict[str, Any]] = {}
+    for level, by_call in samples.items():
+        out[level] = {}
+        for name, taken in by_call.items():
+            server = sorted(s for s, _, _ in taken)
+            out[level][name] = {
                 "server_ms_median": round(statistics.median(server), 4),
-                "server_ms_p95": round(sorted(server)[int(0.95 * len(server))], 4),
-                "client_ms_median": round(statistics.median(client), 4),
-                "rows": len(rows),
+                "server_ms_p95": round(server[int(0.95 * len(server))], 4),
+                "client_ms_median": round(statistics.median(c for _, c, _ in taken), 4),
+                "rows": taken[-1][2],
             }
     return out
 
 
 def run(cluster: Cluster) -> dict[str, Any]:
+    """Loads the history level by level into one database; each level but the
+    last is copied off (CREATE DATABASE ... TEMPLATE) before the next load, so
+    that all levels are timed side by side at the end."""
     name = "qtg_bench_history"
     dsn = engine.clone(cluster, name)
     levels: dict[str, Any] = {}
+    dsns: dict[str, str] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         engine.bind(conn)
         _create_live(conn)
-        loaded = 0
-        for level in LEVELS:
-            movements = level // NODES_PER_MOVEMENT
+    loaded = 0
+    for level in LEVELS:
+        movements = level // NODES_PER_MOVEMENT
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            engine.bind(conn)
             t = time.monotonic()
             if movements > loaded:
                 _load_history(conn, loaded, movements - loaded)
@@ -143,12 +178,17 @@ def run(cluster: Cluster) -> dict[str, Any]:
             finished = conn.execute(
                 "SELECT count(*) FROM movement_request_nodes WHERE node_state = 'COMPLETED'"
             ).fetchone()[0]  # type: ignore[index]
-            levels[str(level)] = {
-                "finished_nodes": int(finished),
-                "load_s": round(load_s, 1),
-                **_time(dsn),
-            }
-    cluster.drop_db(name)
+        levels[str(level)] = {"finished_nodes": int(finished), "load_s": round(load_s, 1)}
+        if level == LEVELS[-1]:
+            dsns[str(level)] = dsn
+        else:  # a copy of this level, timed beside the others at the end
+            dsns[str(level)] = cluster.create_db(f"{name}_{level}", name)
+    try:
+        for key, timed in _time(dsns).items():
+            levels[key].update(timed)
+    finally:
+        for level in LEVELS:
+            cluster.drop_db(name if level == LEVELS[-1] else f"{name}_{level}")
     base = levels[str(LEVELS[0])]
     top = levels[str(LEVELS[-1])]
     ratios = {
