@@ -15,6 +15,7 @@ from yoyo.connections import parse_uri
 from qtg_runner.cli import app
 from qtg_runner.db.migrate import (
     INLINE_FOLDER,
+    PLANNER_SETTINGS,
     MigrationError,
     applied_migrations,
     install_functions,
@@ -144,7 +145,8 @@ def test_every_routine_pins_its_schemas_search_path(db: TestDatabase) -> None:
         db.connect()
         .execute(
             """SELECT n.nspname, p.proname, p.oid::regprocedure::text,
-                      (SELECT c FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%%')
+                      (SELECT c FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%%'),
+                      coalesce(p.proconfig, '{}')
                FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                WHERE n.nspname IN ('qtg', 'mainnet', 'testnet')"""
         )
@@ -159,10 +161,18 @@ def test_every_routine_pins_its_schemas_search_path(db: TestDatabase) -> None:
     assert inlined, "sql/functions/inline/ is empty"
     wrong = [
         (name, path)
-        for schema, proname, name, path in rows
+        for schema, proname, name, path, _ in rows
         if path != (None if proname in inlined else expected[schema])
     ]
     assert wrong == []
+    # and the planner's costs of PLANNER_SETTINGS on every pinned routine
+    planned = [f"{k}={v}" for k, v in PLANNER_SETTINGS.items()]
+    unplanned = [
+        (name, config)
+        for _, proname, name, _, config in rows
+        if proname not in inlined and not set(planned) <= set(config)
+    ]
+    assert unplanned == []
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ import psycopg
 import pytest
 from conftest import create_database, drop_database, dsn_for
 from engine import as_person, bind, node, pin_clock, plan, register_sim
+from plans import explained, index_scans, seq_scanned
 
 HISTORY_MOVEMENTS = 250_000
 NODES_PER_MOVEMENT = 4
@@ -33,7 +34,6 @@ SUBMITTED = 100  # ... and of those, submitted (observable)
 APPROVED = 50  # approved, not started
 
 SETUP_AT = "2026-01-01 00:00:00+00"
-LATER = "2026-01-01 00:30:00+00"  # observations due, the dispatcher's heartbeat long stopped
 
 ONE_NODE_PLAN = json.dumps(plan(node("a")))
 
@@ -155,51 +155,6 @@ def history_dsn(pg_server: str, template_db: str) -> Iterator[str]:
         yield dsn
     finally:
         drop_database(pg_server, name)
-
-
-def _walk(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _walk(child)
-
-
-def explained(dsn: str, call: str, analyze: bool = False) -> list[dict[str, Any]]:
-    """Every plan node of every statement that ``call`` ran (nested ones included),
-    as auto_explain reported them (with ``analyze``, with the rows each node
-    actually produced); the call's effects are rolled back."""
-    plans: list[dict[str, Any]] = []
-
-    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
-        message = diag.message_primary or ""
-        if "plan:" in message and "{" in message:
-            plans.append(json.loads(message[message.index("{") :]))
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        bind(conn)
-        pin_clock(conn, LATER)
-        conn.execute("LOAD 'auto_explain'")
-        conn.execute("SET auto_explain.log_min_duration = 0")
-        conn.execute("SET auto_explain.log_nested_statements = on")
-        conn.execute("SET auto_explain.log_format = 'json'")
-        conn.execute("SET auto_explain.log_level = 'notice'")
-        if analyze:
-            conn.execute("SET auto_explain.log_analyze = on")
-        conn.execute("SET client_min_messages = notice")
-        conn.add_notice_handler(on_notice)
-        with conn.transaction(force_rollback=True):
-            rows = conn.execute(call).fetchall()
-    assert rows, f"{call} returned nothing"
-    nodes = [node for plan in plans for node in _walk(plan["Plan"])]
-    assert nodes, "auto_explain reported no plans"
-    return nodes
-
-
-def index_scans(nodes: list[dict[str, Any]]) -> set[str]:
-    return {node["Index Name"] for node in nodes if "Index Name" in node}
-
-
-def seq_scanned(nodes: list[dict[str, Any]]) -> set[str]:
-    return {node["Relation Name"] for node in nodes if node["Node Type"] == "Seq Scan"}
 
 
 def test_claim_ready_nodes_reads_the_ready_index(history_dsn: str) -> None:

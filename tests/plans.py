@@ -1,0 +1,58 @@
+"""Plans of the statements inside the procedures, as PostgreSQL chose them while
+the procedures ran (auto_explain, nested statements included)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from engine import bind, pin_clock
+
+LATER = "2026-01-01 00:30:00+00"  # observations due, the dispatcher's heartbeat long stopped
+
+
+def _walk(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _walk(child)
+
+
+def explained(dsn: str, call: str, analyze: bool = False, at: str = LATER) -> list[dict[str, Any]]:
+    """Every plan node of every statement that ``call`` ran at ``at`` (nested ones
+    included), as auto_explain reported them (with ``analyze``, with the rows each
+    node actually produced); the call's effects are rolled back."""
+    plans: list[dict[str, Any]] = []
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        message = diag.message_primary or ""
+        if "plan:" in message and "{" in message:
+            plans.append(json.loads(message[message.index("{") :]))
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        bind(conn)
+        pin_clock(conn, at)
+        conn.execute("LOAD 'auto_explain'")
+        conn.execute("SET auto_explain.log_min_duration = 0")
+        conn.execute("SET auto_explain.log_nested_statements = on")
+        conn.execute("SET auto_explain.log_format = 'json'")
+        conn.execute("SET auto_explain.log_level = 'notice'")
+        if analyze:
+            conn.execute("SET auto_explain.log_analyze = on")
+        conn.execute("SET client_min_messages = notice")
+        conn.add_notice_handler(on_notice)
+        with conn.transaction(force_rollback=True):
+            rows = conn.execute(call).fetchall()
+    assert rows, f"{call} returned nothing"
+    nodes = [node for plan in plans for node in _walk(plan["Plan"])]
+    assert nodes, "auto_explain reported no plans"
+    return nodes
+
+
+def index_scans(nodes: list[dict[str, Any]]) -> set[str]:
+    return {node["Index Name"] for node in nodes if "Index Name" in node}
+
+
+def seq_scanned(nodes: list[dict[str, Any]]) -> set[str]:
+    return {node["Relation Name"] for node in nodes if node["Node Type"] == "Seq Scan"}
