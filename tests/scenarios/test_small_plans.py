@@ -7,10 +7,10 @@ primary-key probe answers: an observation cost twice what it cost with 100,000
 nodes in flight. The installer sets the planner's costs on every routine
 (PLANNER_SETTINGS in qtg_runner/db/migrate.py); this plays each call of a
 runner's round at that size and reads the plans PostgreSQL chose inside the
-procedures. Not yet covered: a COMPLETED observation, whose DAG step
-(finish_nodes' UPDATE of the children) still reads the node table whole at
-this size, filtering PENDING rows, before it joins the completed node's
-edges (0.17 ms at a thousand nodes; by key once the table is larger).
+procedures. The DAG step (finish_nodes) read the node table whole at this
+size, filtering the PENDING rows before it joined the completed node's edges,
+whatever the costs; it now reads the children from the edges first and
+reaches each by its key.
 """
 
 from __future__ import annotations
@@ -127,6 +127,10 @@ CALLS = {
     "complete_observe PENDING": (
         "SELECT * FROM complete_observe({submitted},"
         " (SELECT claim_secret FROM claim_observe({submitted}, 'observer')), 'PENDING')"
+    ),
+    "complete_observe COMPLETED (the DAG step)": (
+        "SELECT * FROM complete_observe({submitted},"
+        " (SELECT claim_secret FROM claim_observe({submitted}, 'observer')), 'COMPLETED')"
     ),
     "complete_submit_batch": (
         "SELECT s.* FROM (SELECT * FROM claim_ready_nodes('w1', 1)) c"

@@ -32,6 +32,9 @@ DECLARE
     v_now       timestamptz := clock();
     v_failed    bigint[];           -- the FAILED nodes given
     v_completed bigint[];           -- the COMPLETED nodes given
+    v_children  bigint[];           -- their children, by id, each with
+    v_parents_done bigint[];        --   how many of its parents completed here
+    v_last_parents bigint[];        --   and the last of them (by id)
     v_skipped   bigint[] := '{}';   -- the movement of each node the DAG step skipped
     v_more      bigint[];
     v_readied   boolean := false;
@@ -85,14 +88,24 @@ BEGIN
     END IF;
 
     -- each PENDING child of a completed node loses its completed parents; the
-    -- last of them (by id) moves it to READY, or to SKIPPED under a stop
+    -- last of them (by id) moves it to READY, or to SKIPPED under a stop. The
+    -- children are read from the edges first, and a node with none (the last
+    -- step of every movement) ends the step there; the update then reaches
+    -- each child by its key, in id order (planned from the whole table, a
+    -- network of a few thousand nodes read every node to find the PENDING
+    -- ones)
     IF v_completed IS NOT NULL THEN
-        WITH hits AS (
-            SELECT e.child_node_id AS child_id, count(*) AS parents_done, max(e.parent_node_id) AS last_parent
-              FROM movement_plan_edges e
-             WHERE e.parent_node_id = ANY (v_completed)
-             GROUP BY e.child_node_id
-        ), children AS (
+        SELECT array_agg(h.child_id ORDER BY h.child_id), array_agg(h.parents_done ORDER BY h.child_id),
+               array_agg(h.last_parent ORDER BY h.child_id)
+          INTO v_children, v_parents_done, v_last_parents
+          FROM (SELECT e.child_node_id AS child_id, count(*) AS parents_done,
+                       max(e.parent_node_id) AS last_parent
+                  FROM movement_plan_edges e
+                 WHERE e.parent_node_id = ANY (v_completed)
+                 GROUP BY e.child_node_id) h;
+    END IF;
+    IF v_children IS NOT NULL THEN
+        WITH children AS (
             UPDATE movement_request_nodes child
                SET pending_parents = child.pending_parents - h.parents_done,
                    node_state = CASE
@@ -103,7 +116,8 @@ BEGIN
                    finished_at = CASE WHEN child.pending_parents = h.parents_done AND r.stop_reason IS NOT NULL
                                       THEN v_now END,
                    updated_at = v_now
-              FROM hits h, movement_requests r
+              FROM unnest(v_children, v_parents_done, v_last_parents) AS h(child_id, parents_done, last_parent),
+                   movement_requests r
              WHERE child.id = h.child_id
                AND child.node_state = 'PENDING'
                AND r.id = child.request_id
