@@ -176,6 +176,19 @@ def drop_database(admin_dsn: str, name: str) -> None:
         )
 
 
+@contextlib.contextmanager
+def module_database(admin_dsn: str, template: str, prefix: str) -> Iterator[str]:
+    """A clone of ``template`` for one module's fixture, named after ``prefix`` and
+    the process: its superuser DSN; dropped afterwards."""
+    name = f"{prefix}_{os.getpid()}"
+    drop_database(admin_dsn, name)
+    create_database(admin_dsn, name, template)
+    try:
+        yield dsn_for(admin_dsn, dbname=name)
+    finally:
+        drop_database(admin_dsn, name)
+
+
 def disconnect_all(admin_dsn: str, name: str) -> None:
     with _admin(admin_dsn) as conn:
         conn.execute(

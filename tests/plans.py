@@ -5,12 +5,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from engine import bind, pin_clock
+from conftest import module_database
+from engine import bind, pin_clock, register_sim
 
 LATER = "2026-01-01 00:30:00+00"  # observations due, the dispatcher's heartbeat long stopped
+
+
+@contextmanager
+def plans_database(
+    pg_server: str, template_db: str, prefix: str, at: str
+) -> Iterator[tuple[str, psycopg.Connection[Any]]]:
+    """A database of its own for a module's plans (a clone of the template, the
+    sim executor registered, the clock pinned at ``at``): its superuser DSN and a
+    connection to set it up with; dropped afterwards."""
+    with (
+        module_database(pg_server, template_db, prefix) as dsn,
+        psycopg.connect(dsn, autocommit=True) as conn,
+    ):
+        bind(conn)
+        pin_clock(conn, at)
+        register_sim(conn)
+        yield dsn, conn
 
 
 def _walk(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:

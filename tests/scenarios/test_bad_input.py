@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import TestDatabase, create_database, drop_database, dsn_for
+from conftest import TestDatabase, module_database
 from engine import (
     SIM_SCHEMA,
     as_person,
@@ -1430,16 +1430,10 @@ def assert_refused(conn: Conn, name: str, args: dict[str, Any], code: str, what:
 
 @pytest.fixture(scope="module")
 def world_db(pg_server: str, template_db: str) -> Iterator[tuple[str, World]]:
-    name = f"qtg_bad_input_{os.getpid()}"
-    drop_database(pg_server, name)
-    create_database(pg_server, name, template_db)
-    dsn = dsn_for(pg_server, dbname=name)
-    try:
+    with module_database(pg_server, template_db, "qtg_bad_input") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             world = build_world(bind(conn))
         yield dsn, world
-    finally:
-        drop_database(pg_server, name)
 
 
 @pytest.fixture

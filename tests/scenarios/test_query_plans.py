@@ -16,15 +16,13 @@ quarantined), and APPROVED not yet started.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from conftest import create_database, drop_database, dsn_for
-from engine import as_person, bind, node, pin_clock, plan, register_sim
-from plans import explained, index_scans, seq_scanned
+from engine import as_person, node, plan
+from plans import explained, index_scans, plans_database, seq_scanned
 
 HISTORY_MOVEMENTS = 250_000
 NODES_PER_MOVEMENT = 4
@@ -121,30 +119,22 @@ def _create_live(conn: psycopg.Connection[Any]) -> None:
 @pytest.fixture(scope="module")
 def history_dsn(pg_server: str, template_db: str) -> Iterator[str]:
     """Superuser DSN of this module's database: a million finished nodes plus live work."""
-    name = f"qtg_plans_{os.getpid()}"
-    drop_database(pg_server, name)
-    create_database(pg_server, name, template_db)
-    dsn = dsn_for(pg_server, dbname=name)
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            bind(conn)
-            pin_clock(conn, SETUP_AT)
-            register_sim(conn)
-            with conn.transaction():
-                # consistent by construction: skip the per-row foreign key triggers
-                conn.execute("SET LOCAL session_replication_role = replica")
-                _load_history(conn)
-                conn.execute("SET LOCAL session_replication_role = origin")
-                _create_live(conn)
+    with plans_database(pg_server, template_db, "qtg_plans", SETUP_AT) as (dsn, conn):
+        with conn.transaction():
+            # consistent by construction: skip the per-row foreign key triggers
+            conn.execute("SET LOCAL session_replication_role = replica")
+            _load_history(conn)
+            conn.execute("SET LOCAL session_replication_role = origin")
+            _create_live(conn)
+        conn.execute(
+            "VACUUM ANALYZE movement_requests, movement_request_nodes, node_intents,"
+            " callback_outbox"
+        )
+        counts = dict(
             conn.execute(
-                "VACUUM ANALYZE movement_requests, movement_request_nodes, node_intents,"
-                " callback_outbox"
-            )
-            counts = dict(
-                conn.execute(
-                    "SELECT node_state::text, count(*) FROM movement_request_nodes GROUP BY 1"
-                ).fetchall()
-            )
+                "SELECT node_state::text, count(*) FROM movement_request_nodes GROUP BY 1"
+            ).fetchall()
+        )
         assert counts == {
             "COMPLETED": HISTORY_MOVEMENTS * NODES_PER_MOVEMENT,
             "READY": LIVE_MOVEMENTS - CLAIMED,
@@ -153,8 +143,6 @@ def history_dsn(pg_server: str, template_db: str) -> Iterator[str]:
             "PENDING": APPROVED,
         }
         yield dsn
-    finally:
-        drop_database(pg_server, name)
 
 
 def test_claim_ready_nodes_reads_the_ready_index(history_dsn: str) -> None:

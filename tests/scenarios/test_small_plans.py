@@ -16,15 +16,13 @@ reaches each by its key.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from conftest import create_database, drop_database, dsn_for
-from engine import as_person, bind, node, pin_clock, plan, register_sim
-from plans import explained, seq_scanned
+from engine import as_person, bind, node, plan
+from plans import explained, plans_database, seq_scanned
 
 SETUP_AT = "2026-01-01 00:00:00+00"
 LATER = "2026-01-01 00:30:00+00"  # the observations due
@@ -36,69 +34,59 @@ KEYED = {"movement_requests", "movement_request_nodes", "node_intents"}
 
 @pytest.fixture(scope="module")
 def small_dsn(pg_server: str, template_db: str) -> Iterator[str]:
-    name = f"qtg_small_plans_{os.getpid()}"
-    drop_database(pg_server, name)
-    create_database(pg_server, name, template_db)
-    dsn = dsn_for(pg_server, dbname=name)
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            bind(conn)
-            pin_clock(conn, SETUP_AT)
-            register_sim(conn)
+    with plans_database(pg_server, template_db, "qtg_small_plans", SETUP_AT) as (dsn, conn):
 
-            def started(prefix: str, count: int, the_plan: dict[str, Any]) -> None:
-                with as_person(conn, "alice"):
-                    conn.execute(
-                        """SELECT count(*) FROM generate_series(1, %s) g
-                            CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb)""",
-                        (count, prefix, json.dumps(the_plan)),
-                    )
+        def started(prefix: str, count: int, the_plan: dict[str, Any]) -> None:
+            with as_person(conn, "alice"):
                 conn.execute(
-                    "SELECT count(approve_movement(id)) FROM movement_requests"
-                    " WHERE request_state = 'PENDING_APPROVAL'"
+                    """SELECT count(*) FROM generate_series(1, %s) g
+                        CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb)""",
+                    (count, prefix, json.dumps(the_plan)),
                 )
-                conn.execute("SELECT start_approved_movements(1000)")
-
-            # the history: movements of four nodes in a row, each node settled at submit
-            started(
-                "done-",
-                FINISHED,
-                plan(node("a"), node("b", ["a"]), node("c", ["b"]), node("d", ["c"])),
+            conn.execute(
+                "SELECT count(approve_movement(id)) FROM movement_requests"
+                " WHERE request_state = 'PENDING_APPROVAL'"
             )
-            for _ in range(4):
-                claimed = conn.execute(
-                    "SELECT node_id, claim_secret FROM claim_ready_nodes('dispatcher', 1000, 3600)"
-                ).fetchall()
-                conn.execute(
-                    "SELECT count(*) FROM complete_submit_batch(%s::bigint[], %s::text[],"
-                    " %s::text[], NULL, %s::boolean[])",
-                    (
-                        [n for n, _ in claimed],
-                        [s for _, s in claimed],
-                        [f"tx-{n}" for n, _ in claimed],
-                        [True] * len(claimed),
-                    ),
-                )
-            # the live work: two steps each, the second waiting on the first
-            started("live-", LIVE, plan(node("a"), node("b", ["a"])))
-            live = conn.execute(
-                "SELECT node_id, claim_secret FROM claim_ready_nodes('dispatcher', %s, 3600)",
-                (SUBMITTED,),
+            conn.execute("SELECT start_approved_movements(1000)")
+
+        # the history: movements of four nodes in a row, each node settled at submit
+        started(
+            "done-",
+            FINISHED,
+            plan(node("a"), node("b", ["a"]), node("c", ["b"]), node("d", ["c"])),
+        )
+        for _ in range(4):
+            claimed = conn.execute(
+                "SELECT node_id, claim_secret FROM claim_ready_nodes('dispatcher', 1000, 3600)"
             ).fetchall()
             conn.execute(
-                "SELECT count(*) FROM complete_submit_batch(%s::bigint[], %s::text[], %s::text[])",
-                ([n for n, _ in live], [s for _, s in live], [f"tx-{n}" for n, _ in live]),
+                "SELECT count(*) FROM complete_submit_batch(%s::bigint[], %s::text[],"
+                " %s::text[], NULL, %s::boolean[])",
+                (
+                    [n for n, _ in claimed],
+                    [s for _, s in claimed],
+                    [f"tx-{n}" for n, _ in claimed],
+                    [True] * len(claimed),
+                ),
             )
-            # compact, as after a restore, a bulk load or VACUUM FULL: the fewer the
-            # pages, the cheaper a whole-table read looks to the planner
+        # the live work: two steps each, the second waiting on the first
+        started("live-", LIVE, plan(node("a"), node("b", ["a"])))
+        live = conn.execute(
+            "SELECT node_id, claim_secret FROM claim_ready_nodes('dispatcher', %s, 3600)",
+            (SUBMITTED,),
+        ).fetchall()
+        conn.execute(
+            "SELECT count(*) FROM complete_submit_batch(%s::bigint[], %s::text[], %s::text[])",
+            ([n for n, _ in live], [s for _, s in live], [f"tx-{n}" for n, _ in live]),
+        )
+        # compact, as after a restore, a bulk load or VACUUM FULL: the fewer the
+        # pages, the cheaper a whole-table read looks to the planner
+        conn.execute("VACUUM FULL ANALYZE movement_requests, movement_request_nodes, node_intents")
+        counts = dict(
             conn.execute(
-                "VACUUM FULL ANALYZE movement_requests, movement_request_nodes, node_intents"
-            )
-            counts = dict(
-                conn.execute(
-                    "SELECT node_state::text, count(*) FROM movement_request_nodes GROUP BY 1"
-                ).fetchall()
-            )
+                "SELECT node_state::text, count(*) FROM movement_request_nodes GROUP BY 1"
+            ).fetchall()
+        )
         assert counts == {
             "COMPLETED": FINISHED * 4,
             "SUBMITTED": SUBMITTED,
@@ -106,8 +94,6 @@ def small_dsn(pg_server: str, template_db: str) -> Iterator[str]:
             "PENDING": LIVE,
         }, counts
         yield dsn
-    finally:
-        drop_database(pg_server, name)
 
 
 def _node(dsn: str, state: str) -> int:
