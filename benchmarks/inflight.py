@@ -16,8 +16,10 @@ What is timed is what one observer round costs the database:
                            the common case) and COMPLETED (the DAG step and the
                            movement's settle).
 Each figure is the server-side execution time of one call (EXPLAIN ANALYZE, as
-case 3), the median of REPS calls after WARMUP, every call rolled back so each
-level measures the same state; the claims rotate over the due nodes.
+case 3), the median of REPS calls, every call rolled back so each level
+measures the same state; the claims rotate over the due nodes. Each level is a
+database of its own (the first copied off before the next load), and the
+levels are timed in turn, round after round on new connections, as case 3's.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ DUE_EVERY = 10  # one movement in ten is due
 LANE = "bench_inflight"
 BASELINE_S = 600
 AT = "2026-01-01 12:00:00+00"  # the measured moment (the pinned clock)
-REPS = 300
-WARMUP = 20
+REPS = 300  # calls of each kind at each level
+ROUNDS = 10
+WARMUP = 10  # calls on each new connection before those timed
 WORKER = "bench-observer"
 CALLS = (
     "observe_candidates",
@@ -119,8 +122,7 @@ def _median_ms(samples: list[float]) -> dict[str, float]:
     }
 
 
-def _time(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    _pin(conn, AT)
+def _due(conn: psycopg.Connection[Any]) -> list[int]:
     due = [
         r[0]
         for r in conn.execute(
@@ -132,46 +134,76 @@ def _time(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     ]
     if not due:
         raise RuntimeError("no node is due for observation")
+    return due
+
+
+def _sample(
+    conn: psycopg.Connection[Any], due: list[int], start: int, calls: int
+) -> tuple[dict[str, list[float]], int]:
+    """``calls`` rounds of the four calls (server ms each), on the due nodes from
+    ``start`` on; and how many candidates the list returned."""
     samples: dict[str, list[float]] = {c: [] for c in CALLS}
     candidates = procs.observe_candidates(50)
     rows = 0
-    for i in range(REPS + WARMUP):
+    for i in range(start, start + calls):
         node = due[i % len(due)]
         with conn.transaction(force_rollback=True):
             rows = len(candidates.all(conn))
-            t_candidates = _exec_ms(conn, candidates)
+            samples["observe_candidates"].append(_exec_ms(conn, candidates))
         with conn.transaction(force_rollback=True):
-            t_claim = _exec_ms(conn, procs.claim_observe(node, WORKER))
-        timed: dict[str, float] = {}
+            samples["claim_observe"].append(_exec_ms(conn, procs.claim_observe(node, WORKER)))
         for outcome in ("PENDING", "COMPLETED"):
             with conn.transaction(force_rollback=True):
                 claim = procs.claim_observe(node, WORKER).one_or_none(conn)
                 if claim is None:
                     raise RuntimeError(f"node {node} could not be claimed for observation")
-                timed[outcome] = _exec_ms(
-                    conn, procs.complete_observe(node, claim.claim_secret, outcome)
+                samples[f"complete_observe_{outcome.lower()}"].append(
+                    _exec_ms(conn, procs.complete_observe(node, claim.claim_secret, outcome))
                 )
         if rows == 0:
             raise RuntimeError("observe_candidates returned nothing")
-        if i >= WARMUP:  # plans cached, pages in memory
-            samples["observe_candidates"].append(t_candidates)
-            samples["claim_observe"].append(t_claim)
-            samples["complete_observe_pending"].append(timed["PENDING"])
-            samples["complete_observe_completed"].append(timed["COMPLETED"])
-    out: dict[str, Any] = {c: _median_ms(samples[c]) for c in CALLS}
-    out["candidates_returned"] = rows
+    return samples, rows
+
+
+def _time(dsns: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The levels side by side: ROUNDS rounds, each timing REPS / ROUNDS calls of
+    each kind at every level in turn, on a new connection after WARMUP calls
+    (plans cached, pages in memory), every call rolled back. Timed one level
+    after the other, the first level timed paid for the machine's warming up."""
+    samples: dict[str, dict[str, list[float]]] = {lv: {c: [] for c in CALLS} for lv in dsns}
+    dues: dict[str, list[int]] = {}
+    rows: dict[str, int] = {}
+    for r in range(ROUNDS):
+        for level, dsn in dsns.items():
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                engine.bind(conn)
+                _pin(conn, AT)
+                due = dues.setdefault(level, _due(conn))
+                _sample(conn, due, 0, WARMUP)
+                taken, rows[level] = _sample(conn, due, r * (REPS // ROUNDS), REPS // ROUNDS)
+            for call in CALLS:
+                samples[level][call] += taken[call]
+    out: dict[str, dict[str, Any]] = {}
+    for level in dsns:
+        out[level] = {c: _median_ms(samples[level][c]) for c in CALLS}
+        out[level]["candidates_returned"] = rows[level]
     return out
 
 
 def run(cluster: Cluster) -> dict[str, Any]:
+    """Loads the levels into one database, the first copied off before the next
+    load (CREATE DATABASE ... TEMPLATE), then times them side by side."""
     name = "qtg_bench_inflight"
     dsn = engine.clone(cluster, name)
     levels: dict[str, Any] = {}
+    dsns: dict[str, str] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         engine.bind(conn)
         procs.upsert_lane_baseline(LANE, BASELINE_S).one(conn)
-        loaded = 0
-        for level in LEVELS:
+    loaded = 0
+    for level in LEVELS:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            engine.bind(conn)
             _load(conn, loaded, level - loaded)
             loaded = level
             conn.execute("VACUUM ANALYZE")
@@ -180,8 +212,17 @@ def run(cluster: Cluster) -> dict[str, Any]:
                      FROM movement_request_nodes WHERE node_state = 'OBSERVING'""",
                 [AT],
             ).fetchone()  # type: ignore[misc]
-            levels[str(level)] = {"in_flight": int(in_flight), "due": int(due), **_time(conn)}
-    cluster.drop_db(name)
+        levels[str(level)] = {"in_flight": int(in_flight), "due": int(due)}
+        if level == LEVELS[-1]:
+            dsns[str(level)] = dsn
+        else:  # a copy of this level, timed beside the next at the end
+            dsns[str(level)] = cluster.create_db(f"{name}_{level}", name)
+    try:
+        for key, timed in _time(dsns).items():
+            levels[key].update(timed)
+    finally:
+        for level in LEVELS:
+            cluster.drop_db(name if level == LEVELS[-1] else f"{name}_{level}")
     lo, hi = levels[str(LEVELS[0])], levels[str(LEVELS[-1])]
     ratios = {c: round(hi[c]["server_ms_median"] / lo[c]["server_ms_median"], 3) for c in CALLS}
     claim = {
