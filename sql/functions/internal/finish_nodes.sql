@@ -91,9 +91,8 @@ BEGIN
     -- last of them (by id) moves it to READY, or to SKIPPED under a stop. The
     -- children are read from the edges first, and a node with none (the last
     -- step of every movement) ends the step there; the update then reaches
-    -- each child by its key, in id order (planned from the whole table, a
-    -- network of a few thousand nodes read every node to find the PENDING
-    -- ones)
+    -- each child by its key (planned from the whole table, a network of a
+    -- few thousand nodes read every node to find the PENDING ones)
     IF v_completed IS NOT NULL THEN
         SELECT array_agg(h.child_id ORDER BY h.child_id), array_agg(h.parents_done ORDER BY h.child_id),
                array_agg(h.last_parent ORDER BY h.child_id)
