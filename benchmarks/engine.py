@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
@@ -44,6 +45,47 @@ def make_template(cluster: Cluster) -> str:
 
 def clone(cluster: Cluster, name: str) -> str:
     return cluster.create_db(name, TEMPLATE)
+
+
+def levels_side_by_side(
+    cluster: Cluster,
+    name: str,
+    levels: Iterable[int],
+    set_up: Callable[[psycopg.Connection[Any]], None],
+    load: Callable[[psycopg.Connection[Any], int], dict[str, Any]],
+    time: Callable[[dict[str, str]], dict[str, dict[str, Any]]],
+) -> dict[str, dict[str, Any]]:
+    """Cases 3 and 7: one database set up once (``set_up``), then loaded level
+    by level (``load`` brings it to a level, after which it is vacuumed and
+    analyzed, and says what it holds); each level but the last copied off
+    (CREATE DATABASE ... TEMPLATE) before the next load, and all of them timed
+    side by side at the end (``time``: the level's DSN by level, to each
+    level's figures), so that the machine's load weighs on every level alike.
+    Returns each level's facts and figures; the databases are dropped."""
+    dsn = clone(cluster, name)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        bind(conn)
+        set_up(conn)
+    ordered = list(levels)
+    out: dict[str, dict[str, Any]] = {}
+    dsns: dict[str, str] = {}
+    copies = [f"{name}_{level}" for level in ordered[:-1]]
+    try:
+        for level in ordered:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                bind(conn)
+                out[str(level)] = load(conn, level)
+                conn.execute("VACUUM ANALYZE")
+            if level == ordered[-1]:
+                dsns[str(level)] = dsn
+            else:  # a copy of this level, timed beside the others at the end
+                dsns[str(level)] = cluster.create_db(f"{name}_{level}", name)
+        for key, timed in time(dsns).items():
+            out[key].update(timed)
+    finally:
+        for db in [name, *copies]:
+            cluster.drop_db(db)
+    return out
 
 
 def create_movements(

@@ -154,41 +154,24 @@ def _time(dsns: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 
 def run(cluster: Cluster) -> dict[str, Any]:
-    """Loads the history level by level into one database; each level but the
-    last is copied off (CREATE DATABASE ... TEMPLATE) before the next load, so
-    that all levels are timed side by side at the end."""
-    name = "qtg_bench_history"
-    dsn = engine.clone(cluster, name)
-    levels: dict[str, Any] = {}
-    dsns: dict[str, str] = {}
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        engine.bind(conn)
-        _create_live(conn)
     loaded = 0
-    for level in LEVELS:
+
+    def load(conn: psycopg.Connection[Any], level: int) -> dict[str, Any]:
+        nonlocal loaded
         movements = level // NODES_PER_MOVEMENT
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            engine.bind(conn)
-            t = time.monotonic()
-            if movements > loaded:
-                _load_history(conn, loaded, movements - loaded)
-                loaded = movements
-            load_s = time.monotonic() - t
-            conn.execute("VACUUM ANALYZE")
-            finished = conn.execute(
-                "SELECT count(*) FROM movement_request_nodes WHERE node_state = 'COMPLETED'"
-            ).fetchone()[0]  # type: ignore[index]
-        levels[str(level)] = {"finished_nodes": int(finished), "load_s": round(load_s, 1)}
-        if level == LEVELS[-1]:
-            dsns[str(level)] = dsn
-        else:  # a copy of this level, timed beside the others at the end
-            dsns[str(level)] = cluster.create_db(f"{name}_{level}", name)
-    try:
-        for key, timed in _time(dsns).items():
-            levels[key].update(timed)
-    finally:
-        for level in LEVELS:
-            cluster.drop_db(name if level == LEVELS[-1] else f"{name}_{level}")
+        t = time.monotonic()
+        if movements > loaded:
+            _load_history(conn, loaded, movements - loaded)
+            loaded = movements
+        load_s = time.monotonic() - t
+        finished = conn.execute(
+            "SELECT count(*) FROM movement_request_nodes WHERE node_state = 'COMPLETED'"
+        ).fetchone()[0]  # type: ignore[index]
+        return {"finished_nodes": int(finished), "load_s": round(load_s, 1)}
+
+    levels = engine.levels_side_by_side(
+        cluster, "qtg_bench_history", LEVELS, _create_live, load, _time
+    )
     base = levels[str(LEVELS[0])]
     top = levels[str(LEVELS[-1])]
     ratios = {

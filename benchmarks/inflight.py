@@ -191,38 +191,23 @@ def _time(dsns: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 
 def run(cluster: Cluster) -> dict[str, Any]:
-    """Loads the levels into one database, the first copied off before the next
-    load (CREATE DATABASE ... TEMPLATE), then times them side by side."""
-    name = "qtg_bench_inflight"
-    dsn = engine.clone(cluster, name)
-    levels: dict[str, Any] = {}
-    dsns: dict[str, str] = {}
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        engine.bind(conn)
-        procs.upsert_lane_baseline(LANE, BASELINE_S).one(conn)
     loaded = 0
-    for level in LEVELS:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            engine.bind(conn)
-            _load(conn, loaded, level - loaded)
-            loaded = level
-            conn.execute("VACUUM ANALYZE")
-            in_flight, due = conn.execute(
-                """SELECT count(*), count(*) FILTER (WHERE next_observe_at <= %s::timestamptz)
-                     FROM movement_request_nodes WHERE node_state = 'OBSERVING'""",
-                [AT],
-            ).fetchone()  # type: ignore[misc]
-        levels[str(level)] = {"in_flight": int(in_flight), "due": int(due)}
-        if level == LEVELS[-1]:
-            dsns[str(level)] = dsn
-        else:  # a copy of this level, timed beside the next at the end
-            dsns[str(level)] = cluster.create_db(f"{name}_{level}", name)
-    try:
-        for key, timed in _time(dsns).items():
-            levels[key].update(timed)
-    finally:
-        for level in LEVELS:
-            cluster.drop_db(name if level == LEVELS[-1] else f"{name}_{level}")
+
+    def set_up(conn: psycopg.Connection[Any]) -> None:
+        procs.upsert_lane_baseline(LANE, BASELINE_S).one(conn)
+
+    def load(conn: psycopg.Connection[Any], level: int) -> dict[str, Any]:
+        nonlocal loaded
+        _load(conn, loaded, level - loaded)
+        loaded = level
+        in_flight, due = conn.execute(
+            """SELECT count(*), count(*) FILTER (WHERE next_observe_at <= %s::timestamptz)
+                 FROM movement_request_nodes WHERE node_state = 'OBSERVING'""",
+            [AT],
+        ).fetchone()  # type: ignore[misc]
+        return {"in_flight": int(in_flight), "due": int(due)}
+
+    levels = engine.levels_side_by_side(cluster, "qtg_bench_inflight", LEVELS, set_up, load, _time)
     lo, hi = levels[str(LEVELS[0])], levels[str(LEVELS[-1])]
     ratios = {c: round(hi[c]["server_ms_median"] / lo[c]["server_ms_median"], 3) for c in CALLS}
     claim = {
