@@ -15,9 +15,10 @@ of truth for it: each file defines the routine it is named after, and the
 installer sets every routine's search_path (its network, then qtg) and
 PLANNER_SETTINGS, makes the public ones (runner/, operator/) SECURITY DEFINER
 with the comment 'access: <caller>' (which qtg_admin.grant_network_privileges
-turns into EXECUTE for the network's role), leaves the admin deploy steps (admin/, comment 'access:
-admin') and the internal helpers SECURITY INVOKER with no grant: only the
-owner and the admin (a member of qtg_owner) may call them. The routines of
+turns into EXECUTE for the network's role), leaves the admin deploy steps
+(admin/, comment 'access: admin') and the internal helpers SECURITY INVOKER
+with no grant: only the owner and the admin (a member of qtg_owner) may call
+them. The routines of
 inline/ are internal helpers too, left without a search_path of their own so
 that PostgreSQL inlines them (INLINE_FOLDER).
 
@@ -33,6 +34,7 @@ import contextlib
 import io
 import logging
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,14 +188,16 @@ def install_functions(dsn: str, *, sql_root: Path | None = None) -> MigrateResul
         )
         for net in networks:
             callers: dict[str, str | None] = {}
+            inlined: set[str] = set()
             _set_search_path(conn, net, COMMON_SCHEMA)
             for folder, caller in ROUTINE_FOLDERS.items():
                 for path in _files(fn_dir / folder):
                     _run_file(conn, path, root, network=net)
                     callers[path.stem] = caller
+                    if folder == INLINE_FOLDER:
+                        inlined.add(path.stem)
             for path in _files(fn_dir / "views"):
                 _run_file(conn, path, root, network=net)
-            inlined = {path.stem for path in _files(fn_dir / INLINE_FOLDER)}
             _set_access(conn, net, callers, "sql/functions", inlined=inlined)
             conn.execute("SELECT qtg_admin.grant_network_privileges(%s)", [net])
             _grant_reader(conn, net)
@@ -247,7 +251,7 @@ def _set_access(
     callers: dict[str, str | None],
     where: str,
     *,
-    inlined: frozenset[str] | set[str] = frozenset(),
+    inlined: AbstractSet[str] = frozenset(),
 ) -> None:
     """Pin each routine of ``schema`` to its schemas and give it the access of
     its folder (``callers``: file stem -> caller, None for internal); the

@@ -25,7 +25,6 @@ from engine import as_person, bind, node, plan
 from plans import explained, plans_database, seq_scanned
 
 SETUP_AT = "2026-01-01 00:00:00+00"
-LATER = "2026-01-01 00:30:00+00"  # the observations due
 FINISHED = 250  # finished movements of 4 nodes: a thousand nodes of history
 LIVE = 40  # started two-step movements; of their first steps, claimed and submitted:
 SUBMITTED = 20
@@ -129,7 +128,7 @@ CALLS = {
 @pytest.mark.parametrize("call", CALLS)
 def test_a_small_networks_calls_read_their_rows_by_key(small_dsn: str, call: str) -> None:
     query = CALLS[call].format(submitted=_node(small_dsn, "SUBMITTED"))
-    nodes = explained(small_dsn, query, at=LATER)
+    nodes = explained(small_dsn, query)
 
     assert not KEYED & seq_scanned(nodes), [
         (n["Node Type"], n.get("Relation Name")) for n in nodes if "Relation Name" in n
