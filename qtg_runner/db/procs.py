@@ -585,6 +585,17 @@ class LanePacing:
 
 
 @dataclass(frozen=True)
+class PipelineRollup:
+    """A row of roll_up_pipeline_counts: where an entity's counted history ends."""
+
+    entity: Text
+    below_id: BigInt
+    open_rows: Integer
+    rolled: Boolean
+    behind: BigInt
+
+
+@dataclass(frozen=True)
 class RegisteredExecutor:
     """A row of registered_executors."""
 
@@ -1477,6 +1488,11 @@ def worker_stopped(worker_name: Text, instance_id: Text) -> Call[Boolean]:
 @procedure("runner")
 def refresh_lane_pacing() -> Call[LanePacing]:
     """Each lane's poll schedule learned again from its latency samples."""
+
+
+@procedure("runner")
+def roll_up_pipeline_counts(max: Integer | Default = DEFAULT) -> Call[PipelineRollup]:
+    """The finished movements and nodes since the last call added to pipeline_counts' totals."""
 
 
 @procedure("runner")

@@ -18,6 +18,7 @@ from qtg_runner.workers import (
     node_dispatcher,
     node_observer,
     node_recovery,
+    pipeline_rollup,
     template_proposal_expiration,
     verify_drift_worker,
 )
@@ -51,6 +52,10 @@ REGISTRY: tuple[WorkerEntry, ...] = (
     # each lane's poll schedule learned from its finished nodes
     WorkerEntry(
         "lane_pacing_refresh", lane_pacing_refresh.batch, interval=60.0, jitter=10.0, tier="sidecar"
+    ),
+    # pipeline_counts' finished rows counted once, so reading it costs what is open
+    WorkerEntry(
+        "pipeline_rollup", pipeline_rollup.batch, interval=60.0, jitter=10.0, tier="sidecar"
     ),
     # fills of nonces that will never broadcast, fee bumps of transactions
     # waiting more than 20 block times (at least a minute)

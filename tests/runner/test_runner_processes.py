@@ -73,6 +73,7 @@ ALL_WORKERS = {
     "expiration_checker",
     "template_proposal_expiration",
     "lane_pacing_refresh",
+    "pipeline_rollup",
     "evm_nonce_reaper",
     "ccip_stranded_reaper",
     "capital_transfer_followup",

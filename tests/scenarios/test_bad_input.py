@@ -600,6 +600,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "worker_stopped": {"p_worker_name": "node_dispatcher", "p_instance_id": "i-1"},
         "registered_executors": {},
         "refresh_lane_pacing": {},
+        "roll_up_pipeline_counts": {"p_max": 1000},
         "evm_next_nonce": {"p_chain_key": "world-a", "p_sender": "0x" + "d" * 40},
         "evm_chains": {},
         "evm_transfer_route": {"p_node_id": w.transfer},
@@ -1143,6 +1144,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         ),
         "verify_drift": worker("p_worker") + each("p_max", "QT002", None, 0, -1, 1001),
         "prune_balance_snapshots": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
+        "roll_up_pipeline_counts": each("p_max", "QT002", None, 0, 1000001),
         "prune_callbacks": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
         "acknowledge_drift_alert": (
             each("p_alert_id", "QT081", None, -1, 2**62)

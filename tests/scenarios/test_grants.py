@@ -52,6 +52,7 @@ RUNNER = {
     "record_nonce_closed",
     "record_nonce_fill",
     "refresh_lane_pacing",
+    "roll_up_pipeline_counts",
     "registered_executors",
     "release_nodes",
     "report_executor_health",

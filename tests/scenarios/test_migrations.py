@@ -79,9 +79,10 @@ def test_rollback_one_then_migrate(new_database: NewDatabase) -> None:
 def test_the_login_in_the_audit_chain_is_not_rolled_back_once_a_row_carries_it(
     new_database: NewDatabase,
 ) -> None:
-    """A row promoted with its login has it under its hash: 0035 cannot go. A
-    rollback refused first leaves the database as it was, functions included;
-    one refused after others says which went and what to run."""
+    """A row promoted with its login has it under its hash: 0035 cannot go. One
+    refused after others says which went and what to run; refused first, it
+    rolls nothing back, and says that today's functions and views need the
+    migrations after it (pipeline_counts reads 0039's tables)."""
     database = new_database(template=None)
     migrate(database.dsn)
     conn = database.connect()
@@ -101,16 +102,41 @@ def test_the_login_in_the_audit_chain_is_not_rolled_back_once_a_row_carries_it(
     assert f"rolled back before it: {', '.join(reversed(later))}" in str(after_them.value)
     assert "qtg db migrate" in str(after_them.value)
     assert applied_migrations(database.dsn) == ALL_MIGRATIONS[: -len(later)]
-    # refused first: nothing rolled back, the functions and views installed again
+    # refused first: nothing rolled back; the functions cannot be installed on this schema
     with pytest.raises(MigrationError, match=refused) as first:
         rollback(database.dsn, 1)
-    assert "nothing was rolled back" in str(first.value)
+    assert "could not be installed again" in str(first.value)
+    assert "pipeline_rollup" in str(first.value)
+    assert "run `qtg db migrate`" in str(first.value)
     assert applied_migrations(database.dsn) == ALL_MIGRATIONS[: -len(later)]
+    assert migrate(database.dsn).applied == later
     chain = conn.execute("SELECT ok, checked FROM verify_audit_chain()").fetchone()
     assert chain == (True, 1)
     assert conn.execute("SELECT login FROM audit_outbox").fetchone() == (conn.info.user,)
-    assert migrate(database.dsn).applied == later
-    assert conn.execute("SELECT ok FROM verify_audit_chain()").fetchone() == (True,)
+
+
+def test_a_rollback_refused_first_installs_the_functions_again(
+    new_database: NewDatabase, tmp_path: Path
+) -> None:
+    """The newest migration's rollback refuses: nothing is rolled back, and the
+    functions and views are installed again, as they were."""
+    root = tmp_path / "sql"
+    shutil.copytree(sql_dir(), root)
+    probe = f"{int(ALL_MIGRATIONS[-1][:4]) + 1:04d}_refuses_rollback"
+    (root / "schemas" / f"{probe}.sql").write_text(f"-- depends: {ALL_MIGRATIONS[-1]}\nSELECT 1;\n")
+    (root / "schemas" / f"{probe}.rollback.sql").write_text(
+        "DO $$ BEGIN RAISE EXCEPTION 'this one cannot be rolled back'; END $$;\n"
+    )
+    database = new_database(template=None)
+    migrate(database.dsn, sql_root=root)
+    before = snapshot(database.connect())
+    with pytest.raises(MigrationError, match="cannot be rolled back") as first:
+        rollback(database.dsn, 1, sql_root=root)
+    assert "nothing was rolled back" in str(first.value)
+    applied = applied_migrations(database.dsn)
+    assert applied[:-1] == ALL_MIGRATIONS and len(applied) == len(ALL_MIGRATIONS) + 1
+    after = snapshot(database.connect())
+    assert after == before, "\n".join(diff(before, after))
 
 
 @pytest.mark.parametrize("undo", ["all", "last"])

@@ -249,3 +249,30 @@ def test_the_dashboard_views_read_the_open_nodes_not_history(history_dsn: str, v
     assert "movement_request_nodes" not in seq_scanned(nodes)
     read = rows_read(nodes, "movement_request_nodes")
     assert read <= 20 * LIVE_MOVEMENTS, (view, read)
+
+
+def test_pipeline_counts_reads_what_is_open_or_new_once_rolled_up(history_dsn: str) -> None:
+    """pipeline_counts (every /metrics scrape, the operator page, `qtg status`)
+    counted every movement and node: 0.25-0.7 s a read here. Once the finished
+    rows are rolled up (the sidecar's calls, 100,000 ids each, until none is
+    behind) it reads the open ones and those made since, by key, and its counts
+    are the same."""
+    with psycopg.connect(history_dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = testnet, qtg")
+        before = conn.execute("SELECT * FROM pipeline_counts ORDER BY 1, 2").fetchall()
+        calls = 0
+        while calls < 20:
+            calls += 1
+            rows = conn.execute("SELECT behind FROM roll_up_pipeline_counts()").fetchall()
+            if calls > 1 and not any(behind for (behind,) in rows):
+                break
+        assert 10 <= calls < 20  # a million nodes, 100,000 ids a call
+        assert conn.execute("SELECT * FROM pipeline_counts ORDER BY 1, 2").fetchall() == before
+
+    nodes = explained(
+        history_dsn, "SELECT count(*) FROM pipeline_counts v WHERE v.total > 0", analyze=True
+    )
+    for table in ("movement_requests", "movement_request_nodes"):
+        assert table not in seq_scanned(nodes)
+        # the live movements and nodes (300 started, 50 approved) by key, and the newest id
+        assert rows_read(nodes, table) <= LIVE_MOVEMENTS + APPROVED + 1, table

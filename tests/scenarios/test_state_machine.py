@@ -54,6 +54,7 @@ MOVEMENT_TABLES = (
     "audit_batches",
     "worker_heartbeats",
     "movement_templates",
+    "pipeline_rollup_totals",
 )
 
 SHAPES: dict[str, list[tuple[str, list[str]]]] = {
@@ -89,6 +90,11 @@ class MovementMachine(RuleBasedStateMachine):
             sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
                 sql.SQL(", ").join(map(sql.Identifier, MOVEMENT_TABLES))
             )
+        )
+        # the roll-up's fences name ids of the rows just emptied
+        conn.execute(
+            "UPDATE pipeline_rollups SET below_id = 1, open_ids = '{}', fence_id = NULL,"
+            " fence_xacts = NULL, rolled_at = NULL"
         )
         self.now = 0.0
         pin_clock(conn, self.at(0))
@@ -507,7 +513,26 @@ class MovementMachine(RuleBasedStateMachine):
         ).fetchall()
         assert overdue == []
 
+    @rule()
+    def roll_up_counts(self) -> None:
+        rows, error = self.call("SELECT entity, rolled FROM roll_up_pipeline_counts()")
+        assert error is None and rows is not None and len(rows) == 2
+
     # --- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def pipeline_counts_match_the_rows(self) -> None:
+        """The view's totals (finished rows rolled up, the rest counted) are the tables'."""
+        counted = self.conn.execute(
+            "SELECT entity, state, total FROM pipeline_counts ORDER BY 1, 2"
+        ).fetchall()
+        rows = self.conn.execute("""
+            SELECT 'movement', request_state::text, count(*) FROM movement_requests GROUP BY 2
+            UNION ALL
+            SELECT 'node', node_state::text, count(*) FROM movement_request_nodes GROUP BY 2
+             ORDER BY 1, 2
+        """).fetchall()
+        assert counted == rows
 
     @invariant()
     def ready_nodes_are_really_ready(self) -> None:

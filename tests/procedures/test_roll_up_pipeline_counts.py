@@ -1,0 +1,214 @@
+"""roll_up_pipeline_counts and the pipeline_counts view it keeps cheap.
+
+pipeline_counts shows how many movements and nodes are in each state. The
+finished ones under each entity's below_id come from pipeline_rollup_totals,
+which roll_up_pipeline_counts (the pipeline_rollup sidecar, every minute)
+adds to; the rest are counted as they are. So the view must equal a count of
+the tables at every moment (before any roll-up, between two, while a
+transaction that the fence saw running has not committed), and after a
+roll-up it must read only the rows made since and those still open. A call
+sets its fence first and counts up to it on the next call, once the
+transactions that ran at the fence have ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import (
+    bind,
+    claim,
+    create,
+    create_started,
+    node,
+    pin_clock,
+    plan,
+    submit,
+)
+from rows import T0
+
+from qtg_runner.db import procs
+
+COUNTED = """
+    SELECT 'movement', request_state::text, count(*) FROM movement_requests GROUP BY 2
+    UNION ALL
+    SELECT 'node', node_state::text, count(*) FROM movement_request_nodes GROUP BY 2
+     ORDER BY 1, 2
+"""
+
+
+def counts(conn: psycopg.Connection[Any]) -> list[tuple[str, str, int]]:
+    return conn.execute("SELECT entity, state, total FROM pipeline_counts ORDER BY 1, 2").fetchall()
+
+
+def assert_exact(conn: psycopg.Connection[Any]) -> None:
+    assert counts(conn) == conn.execute(COUNTED).fetchall()
+
+
+def roll_up(conn: psycopg.Connection[Any]) -> dict[str, procs.PipelineRollup]:
+    return {row.entity: row for row in procs.roll_up_pipeline_counts().all(conn)}
+
+
+def finished(conn: psycopg.Connection[Any], external_id: str) -> int:
+    """A one-node movement run to COMPLETED."""
+    movement_id = create_started(conn, plan(node("pay")), external_id)
+    (claimed,) = claim(conn)
+    assert submit(conn, claimed, settled=True) == "COMPLETED"
+    return movement_id
+
+
+def test_finished_rows_are_counted_once_and_the_view_stays_exact(
+    conn: psycopg.Connection[Any],
+) -> None:
+    for i in range(3):
+        finished(conn, f"done-{i}")
+    waiting = create(conn, plan(node("a"), node("b", ["a"])), "waiting")
+    running = create_started(conn, plan(node("a"), node("b", ["a"])), "running")
+    assert_exact(conn)
+
+    first = roll_up(conn)  # the fence only
+    assert {e: (r.below_id, r.rolled) for e, r in first.items()} == {
+        "movement": (1, False),
+        "node": (1, False),
+    }
+    assert_exact(conn)
+
+    second = roll_up(conn)
+    assert second["movement"].rolled and second["node"].rolled
+    assert second["movement"].below_id == running + 1
+    assert (second["movement"].open_rows, second["node"].open_rows) == (2, 4)
+    assert conn.execute(
+        "SELECT entity, state, total FROM pipeline_rollup_totals ORDER BY 1, 2"
+    ).fetchall() == [("movement", "COMPLETED", 3), ("node", "COMPLETED", 3)]
+    assert_exact(conn)
+
+    # the open rows rolled up finish, a new one comes: still exact, before and after
+    for _ in "ab":
+        (claimed,) = claim(conn)
+        assert claimed["request_id"] == running
+        assert submit(conn, claimed, settled=True) == "COMPLETED"
+    finished(conn, "done-late")
+    assert_exact(conn)
+    roll_up(conn)
+    third = roll_up(conn)
+    assert third["node"].rolled and third["movement"].rolled
+    assert (third["movement"].open_rows, third["node"].open_rows) == (1, 2)  # waiting
+    assert conn.execute(
+        "SELECT open_ids FROM pipeline_rollups WHERE entity = 'movement'"
+    ).fetchone() == ([waiting],)
+    assert_exact(conn)
+    assert conn.execute(
+        "SELECT entity, state, total FROM pipeline_rollup_totals ORDER BY 1, 2"
+    ).fetchall() == [("movement", "COMPLETED", 5), ("node", "COMPLETED", 6)]
+
+
+@pytest.fixture
+def other(db: TestDatabase) -> Iterator[psycopg.Connection[Any]]:
+    """A second superuser connection, in transactions of its own (not autocommit)."""
+    c = bind(db.connect(autocommit=False))
+    pin_clock(c, T0.isoformat())
+    c.commit()
+    yield c
+    c.rollback()
+
+
+def test_a_movement_made_while_the_fence_was_drawn_is_not_lost(
+    conn: psycopg.Connection[Any], other: psycopg.Connection[Any]
+) -> None:
+    """The fence's id was handed out to a transaction that had not committed: the
+    next call must not count past it until that transaction has ended, or its
+    rows, under below_id and in no open_ids, would be missed for good."""
+    finished(conn, "done-0")
+    slow = create(other, plan(node("pay")), "slow")  # not committed
+    roll_up(conn)  # the fence: slow's id, its transaction running
+    finished(conn, "done-1")
+
+    held = roll_up(conn)
+    assert not held["movement"].rolled and not held["node"].rolled
+    assert held["movement"].below_id == 1
+    assert_exact(conn)  # slow is not there yet
+
+    other.commit()
+    assert roll_up(conn)["movement"].rolled  # up to the fence of the call before
+    assert_exact(conn)
+    rolled = roll_up(conn)
+    assert rolled["movement"].below_id > slow
+    assert (
+        slow
+        in conn.execute(
+            "SELECT open_ids FROM pipeline_rollups WHERE entity = 'movement'"
+        ).fetchone()[0]
+    )
+    assert_exact(conn)
+    assert ("movement", "PENDING_APPROVAL", 1) in counts(conn)
+
+
+def test_a_transaction_that_rolls_back_leaves_nothing_counted(
+    conn: psycopg.Connection[Any], other: psycopg.Connection[Any]
+) -> None:
+    finished(conn, "done-0")
+    create(other, plan(node("pay")), "abandoned")
+    roll_up(conn)
+    other.rollback()
+    roll_up(conn)
+    assert roll_up(conn)["movement"].rolled
+    assert_exact(conn)
+    assert ("movement", "PENDING_APPROVAL", 1) not in counts(conn)
+
+
+def test_a_long_history_is_counted_p_max_ids_a_call(conn: psycopg.Connection[Any]) -> None:
+    """The first roll-up of a network with a long history counts it in calls of
+    p_max ids each (the runner's statement timeout bounds a call), the view
+    exact between them, and says how many ids are left (behind)."""
+    for i in range(5):
+        finished(conn, f"done-{i}")
+    waiting = create(conn, plan(node("a")), "waiting")
+    first = procs.roll_up_pipeline_counts(2).all(conn)
+    assert [(r.entity, r.rolled, r.behind) for r in first] == [
+        ("movement", False, 6),  # no transaction ran at the fence: all 6 may be counted
+        ("node", False, 6),
+    ]
+    seen = []
+    while True:
+        rows = {r.entity: r for r in procs.roll_up_pipeline_counts(2).all(conn)}
+        assert_exact(conn)
+        seen.append((rows["movement"].below_id, rows["movement"].behind))
+        if not rows["movement"].behind:
+            break
+    assert seen == [(3, 4), (5, 2), (7, 0)]
+    assert conn.execute(
+        "SELECT open_ids FROM pipeline_rollups WHERE entity = 'movement'"
+    ).fetchone() == ([waiting],)
+
+
+def test_needs_read_committed(db: TestDatabase, conn: psycopg.Connection[Any]) -> None:
+    finished(conn, "done-0")
+    roll_up(conn)
+    other = bind(db.connect(autocommit=False))
+    other.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    before = other.execute("SELECT to_jsonb(r)::text FROM pipeline_rollups r ORDER BY 1").fetchall()
+    with pytest.raises(psycopg.Error) as refused:
+        other.execute("SELECT * FROM roll_up_pipeline_counts()")
+    assert refused.value.sqlstate == "QT002"
+    assert "READ COMMITTED" in str(refused.value)
+    other.rollback()
+    after = conn.execute("SELECT to_jsonb(r)::text FROM pipeline_rollups r ORDER BY 1").fetchall()
+    assert after == before
+
+
+def test_the_runner_login_rolls_up_and_an_operator_may_not(
+    db: TestDatabase, conn: psycopg.Connection[Any]
+) -> None:
+    finished(conn, "done-0")
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    roll_up(runner)
+    assert roll_up(runner)["node"].rolled
+    assert_exact(conn)
+    operator = bind(db.connect(db.operator_dsn("testnet")))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        operator.execute("SELECT * FROM roll_up_pipeline_counts()")
+    assert counts(operator) == counts(conn)  # the view is the operators' to read
