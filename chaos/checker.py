@@ -24,6 +24,9 @@ every violation of:
   counters          open_nodes and failed_nodes equal what the nodes say
   final_callback    every terminal movement has its final callback
                     (callback_outbox: movement.<state>)
+  pipeline_counts   the pipeline_counts view (finished rows rolled up by the
+                    pipeline_rollup sidecar, the rest counted) says what the
+                    tables hold, state by state
   lost              every movement whose creation was acknowledged exists
 
 and the figures: tried (creations attempted), created (found), terminal, in
@@ -60,6 +63,7 @@ INVARIANTS: dict[str, str] = {
     "movement_audit": "movement state = its last audit transition",
     "counters": "open_nodes and failed_nodes match the nodes",
     "final_callback": "every terminal movement has its final callback",
+    "pipeline_counts": "pipeline_counts = the tables, per state",
 }
 EXAMPLES_KEPT = 5
 
@@ -425,6 +429,29 @@ def check(
     result.add(
         "final_callback",
         [f"movement {m} is {s} without a movement.{s.lower()} callback" for m, s in callbacks],
+    )
+
+    # -- the dashboards' counts --------------------------------------------------------
+    miscounted = _rows(
+        conn,
+        sql.SQL(
+            """
+        WITH counted AS (SELECT entity, state, total FROM {net}.pipeline_counts),
+             held AS (SELECT 'movement' AS entity, request_state::text AS state, count(*) AS total
+                        FROM {net}.movement_requests GROUP BY 2
+                      UNION ALL
+                      SELECT 'node', node_state::text, count(*)
+                        FROM {net}.movement_request_nodes GROUP BY 2)
+        SELECT entity, state, coalesce(c.total, 0), coalesce(h.total, 0)
+          FROM counted c FULL JOIN held h USING (entity, state)
+         WHERE c.total IS DISTINCT FROM h.total
+         ORDER BY 1, 2
+        """
+        ).format(net=net),
+    )
+    result.add(
+        "pipeline_counts",
+        [f"{e} {st}: pipeline_counts says {c}, the table holds {h}" for e, st, c, h in miscounted],
     )
     for name in INVARIANTS:
         result.violations.setdefault(name, 0)

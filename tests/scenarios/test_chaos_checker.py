@@ -305,6 +305,13 @@ def _counters(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
     )
 
 
+def _pipeline_counts(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
+    conn.execute(
+        "INSERT INTO pipeline_rollup_totals (entity, state, total) VALUES ('node', 'FAILED', 1)"
+        " ON CONFLICT (entity, state) DO UPDATE SET total = pipeline_rollup_totals.total + 1"
+    )
+
+
 @pytest.mark.parametrize(
     ("plant", "broken"),
     [
@@ -315,6 +322,7 @@ def _counters(conn: psycopg.Connection[Any], ledger: Ledger) -> None:
         (_node_audit, {"node_audit"}),
         (_movement_audit, {"movement_audit"}),
         (_counters, {"counters"}),
+        (_pipeline_counts, {"pipeline_counts"}),
     ],
     ids=lambda p: p.__name__.strip("_") if callable(p) else "",
 )
