@@ -22,8 +22,9 @@
 -- roll_up_pipeline_counts (the pipeline_rollup sidecar, every minute) moves
 -- below_id up; the view adds the rows from it to the newest and the open_ids,
 -- read by key. So a read costs the rows made since the last roll-up and those
--- still open, whatever the history. Until a roll-up runs, below_id is 1 (the
--- first id) and the view reads every row.
+-- still open, whatever the history. The migration rolls up the history there
+-- is: with the writers of both tables held off by its triggers' locks, it
+-- counts every row without a fence.
 --
 -- That a finished row never changes state again was a rule each procedure
 -- kept; it is now the tables' (movement_requests_final, ..._nodes_final): an
@@ -54,6 +55,16 @@ $$;
 REVOKE ALL ON FUNCTION qtg_admin.refuse_reopening() FROM PUBLIC;
 
 SELECT qtg_admin.apply_per_network($ddl$
+-- first: each CREATE TRIGGER holds its table against every writer until this
+-- migration commits (and waited for the writers before it), so the counts
+-- below are of every row there is, and no id under below_id comes later
+CREATE TRIGGER movement_requests_final BEFORE UPDATE OF request_state ON movement_requests
+    FOR EACH ROW WHEN (OLD.finished_at IS NOT NULL AND NEW.request_state IS DISTINCT FROM OLD.request_state)
+    EXECUTE FUNCTION qtg_admin.refuse_reopening('movement', 'request_state');
+CREATE TRIGGER movement_request_nodes_final BEFORE UPDATE OF node_state ON movement_request_nodes
+    FOR EACH ROW WHEN (OLD.finished_at IS NOT NULL AND NEW.node_state IS DISTINCT FROM OLD.node_state)
+    EXECUTE FUNCTION qtg_admin.refuse_reopening('node', 'node_state');
+
 CREATE TABLE pipeline_rollups (
     entity      text PRIMARY KEY CHECK (entity IN ('movement', 'node')),
     below_id    bigint NOT NULL CHECK (below_id >= 1),
@@ -63,7 +74,6 @@ CREATE TABLE pipeline_rollups (
     rolled_at   timestamptz,
     CHECK ((fence_id IS NULL) = (fence_xacts IS NULL))
 );
-INSERT INTO pipeline_rollups (entity, below_id, open_ids) VALUES ('movement', 1, '{}'), ('node', 1, '{}');
 
 CREATE TABLE pipeline_rollup_totals (
     entity text NOT NULL REFERENCES pipeline_rollups,
@@ -72,10 +82,19 @@ CREATE TABLE pipeline_rollup_totals (
     PRIMARY KEY (entity, state)
 );
 
-CREATE TRIGGER movement_requests_final BEFORE UPDATE OF request_state ON movement_requests
-    FOR EACH ROW WHEN (OLD.finished_at IS NOT NULL AND NEW.request_state IS DISTINCT FROM OLD.request_state)
-    EXECUTE FUNCTION qtg_admin.refuse_reopening('movement', 'request_state');
-CREATE TRIGGER movement_request_nodes_final BEFORE UPDATE OF node_state ON movement_request_nodes
-    FOR EACH ROW WHEN (OLD.finished_at IS NOT NULL AND NEW.node_state IS DISTINCT FROM OLD.node_state)
-    EXECUTE FUNCTION qtg_admin.refuse_reopening('node', 'node_state');
+-- the history there is, rolled up now: the view is cheap from the start
+INSERT INTO pipeline_rollups (entity, below_id, open_ids)
+SELECT 'movement', coalesce(max(m.id), 0) + 1,
+       coalesce(array_agg(m.id ORDER BY m.id) FILTER (WHERE m.finished_at IS NULL), '{}')
+  FROM movement_requests m
+UNION ALL
+SELECT 'node', coalesce(max(n.id), 0) + 1,
+       coalesce(array_agg(n.id ORDER BY n.id) FILTER (WHERE n.finished_at IS NULL), '{}')
+  FROM movement_request_nodes n;
+INSERT INTO pipeline_rollup_totals (entity, state, total)
+SELECT 'movement', m.request_state::text, count(*)
+  FROM movement_requests m WHERE m.finished_at IS NOT NULL GROUP BY m.request_state
+UNION ALL
+SELECT 'node', n.node_state::text, count(*)
+  FROM movement_request_nodes n WHERE n.finished_at IS NOT NULL GROUP BY n.node_state;
 $ddl$);

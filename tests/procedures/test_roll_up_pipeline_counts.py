@@ -25,6 +25,7 @@ from engine import (
     create,
     create_started,
     node,
+    node_ids,
     pin_clock,
     plan,
     submit,
@@ -32,6 +33,7 @@ from engine import (
 from rows import T0
 
 from qtg_runner.db import procs
+from qtg_runner.db.migrate import migrate, rollback
 
 COUNTED = """
     SELECT 'movement', request_state::text, count(*) FROM movement_requests GROUP BY 2
@@ -212,3 +214,31 @@ def test_the_runner_login_rolls_up_and_an_operator_may_not(
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         operator.execute("SELECT * FROM roll_up_pipeline_counts()")
     assert counts(operator) == counts(conn)  # the view is the operators' to read
+
+
+def test_the_migration_rolls_up_the_history_there_is(
+    db: TestDatabase, conn: psycopg.Connection[Any]
+) -> None:
+    """0039 on a network with a history: its totals and open ids are counted as
+    it is applied (its triggers hold the writers off meanwhile), so the view
+    is cheap before the sidecar ever runs."""
+    for i in range(2):
+        finished(conn, f"done-{i}")
+    waiting = create(conn, plan(node("a"), node("b", ["a"])), "waiting")
+    nodes = sorted(node_ids(conn, waiting).values())
+    assert rollback(db.dsn, 1) == ["0039_pipeline_rollups"]
+    migrate(db.dsn)
+
+    assert conn.execute(
+        "SELECT entity, below_id, open_ids, fence_id FROM pipeline_rollups ORDER BY 1"
+    ).fetchall() == [
+        ("movement", waiting + 1, [waiting], None),
+        ("node", max(nodes) + 1, nodes, None),
+    ]
+    assert conn.execute(
+        "SELECT entity, state, total FROM pipeline_rollup_totals ORDER BY 1, 2"
+    ).fetchall() == [("movement", "COMPLETED", 2), ("node", "COMPLETED", 2)]
+    assert_exact(conn)
+    roll_up(conn)
+    assert roll_up(conn)["node"].rolled
+    assert_exact(conn)

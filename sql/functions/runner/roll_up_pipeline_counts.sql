@@ -8,7 +8,7 @@
 --   counting     then the ids from below_id on, at most p_max of them and not
 --                past fence_id, are read by key with the open_ids: the finished
 --                rows are added to their state's total, the others become the
---                new open_ids, and below_id moves past the last id read. A
+--                new open_ids, and below_id moves past the range read. A
 --                finished row never changes state again, so a total stays true;
 --   a new fence  is drawn when below_id has passed the fence (and at the first
 --                call): the identity sequence's position, read before the

@@ -3,11 +3,11 @@
 -- pipeline_rollup_totals (roll_up_pipeline_counts keeps them); the rows from
 -- below_id to the newest and the open ones under it (open_ids) are counted as
 -- they are now, each read by its key. So a read costs what was made since the
--- last roll-up and what is still open, not the history; with no roll-up yet
--- it reads every row. The ids from below_id to the newest are a series
--- probed one by one: planned as the walk it is whatever the table's size (a
--- range from below_id, unknown when planning, is estimated at a third of the
--- table, which a large table would read whole).
+-- last roll-up and what is still open, not the history (0039 rolled up the
+-- history there was when it was applied). The ids from below_id to the newest
+-- are a series probed one by one: planned as the walk it is whatever the
+-- table's size (a range from below_id, unknown when planning, is estimated at
+-- a third of the table, which a large table would read whole).
 CREATE OR REPLACE VIEW pipeline_counts AS
 SELECT c.entity, c.state, sum(c.total)::bigint AS total
   FROM (SELECT t.entity, t.state, t.total
