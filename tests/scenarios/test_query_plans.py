@@ -276,3 +276,32 @@ def test_pipeline_counts_reads_what_is_open_or_new_once_rolled_up(history_dsn: s
         assert table not in seq_scanned(nodes)
         # the live movements and nodes (300 started, 50 approved) by key, and the newest id
         assert rows_read(nodes, table) <= LIVE_MOVEMENTS + APPROVED + 1, table
+
+
+@pytest.fixture
+def network_limit(history_dsn: str) -> Iterator[None]:
+    """A value limit on the whole network (far above what runs), for this test only."""
+    with psycopg.connect(history_dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = testnet, qtg")
+        conn.execute("SELECT set_value_limit('network', '*', 1e9, 1e12, 1e9)")
+    yield
+    with psycopg.connect(history_dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM testnet.value_limits")
+
+
+@pytest.mark.usefixtures("network_limit")
+@pytest.mark.parametrize(
+    "call",
+    ["SELECT * FROM claim_ready_nodes('w1', 10)", "SELECT * FROM value_limit_status"],
+)
+def test_with_value_limits_what_is_in_flight_is_read_from_the_open_nodes(
+    history_dsn: str, call: str
+) -> None:
+    """Once a value limit is set, every claim adds up what its scopes have in
+    flight (limit_holds, through value_limit_status, which `qtg status` also
+    reads): the nodes in flight, through the claims' partial indexes, never the
+    million finished ones."""
+    nodes = explained(history_dsn, call, analyze=True)
+
+    assert "movement_request_nodes" not in seq_scanned(nodes)
+    assert rows_read(nodes, "movement_request_nodes") <= 20 * LIVE_MOVEMENTS

@@ -22,6 +22,13 @@ SELECT s.scope,
           JOIN movement_requests r ON r.id = x.request_id
          WHERE x.node_state IN ('SUBMITTING', 'SUBMITTED', 'OBSERVING', 'UNKNOWN')
            AND x.has_side_effect
+           -- the same nodes, as the partial indexes hold them (observable,
+           -- recoverable, quarantined), as in_flight_nodes reads them: every
+           -- claim adds this up once a limit is set (limit_holds), and it must
+           -- read the nodes in flight, not every node ever finished
+           AND ((x.node_state IN ('SUBMITTED', 'OBSERVING') AND x.quarantined_at IS NULL)
+             OR (x.node_state IN ('UNKNOWN', 'SUBMITTING') AND x.quarantined_at IS NULL)
+             OR (x.quarantined_at IS NOT NULL AND x.finished_at IS NULL))
            AND CASE s.scope WHEN 'lane' THEN x.lane = s.name
                             WHEN 'venue' THEN x.executor_key = s.name
                             ELSE true END) AS in_flight,
