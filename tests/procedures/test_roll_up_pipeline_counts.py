@@ -30,7 +30,7 @@ from engine import (
     plan,
     submit,
 )
-from rows import T0
+from rows import T0, movement_in
 
 from qtg_runner.db import procs
 from qtg_runner.db.migrate import migrate, rollback
@@ -55,19 +55,11 @@ def roll_up(conn: psycopg.Connection[Any]) -> dict[str, procs.PipelineRollup]:
     return {row.entity: row for row in procs.roll_up_pipeline_counts().all(conn)}
 
 
-def finished(conn: psycopg.Connection[Any], external_id: str) -> int:
-    """A one-node movement run to COMPLETED."""
-    movement_id = create_started(conn, plan(node("pay")), external_id)
-    (claimed,) = claim(conn)
-    assert submit(conn, claimed, settled=True) == "COMPLETED"
-    return movement_id
-
-
 def test_finished_rows_are_counted_once_and_the_view_stays_exact(
     conn: psycopg.Connection[Any],
 ) -> None:
     for i in range(3):
-        finished(conn, f"done-{i}")
+        movement_in(conn, "COMPLETED", f"done-{i}")
     waiting = create(conn, plan(node("a"), node("b", ["a"])), "waiting")
     running = create_started(conn, plan(node("a"), node("b", ["a"])), "running")
     assert_exact(conn)
@@ -93,7 +85,7 @@ def test_finished_rows_are_counted_once_and_the_view_stays_exact(
         (claimed,) = claim(conn)
         assert claimed["request_id"] == running
         assert submit(conn, claimed, settled=True) == "COMPLETED"
-    finished(conn, "done-late")
+    movement_in(conn, "COMPLETED", "done-late")
     assert_exact(conn)
     roll_up(conn)
     third = roll_up(conn)
@@ -124,10 +116,10 @@ def test_a_movement_made_while_the_fence_was_drawn_is_not_lost(
     """The fence's id was handed out to a transaction that had not committed: the
     next call must not count past it until that transaction has ended, or its
     rows, under below_id and in no open_ids, would be missed for good."""
-    finished(conn, "done-0")
+    movement_in(conn, "COMPLETED", "done-0")
     slow = create(other, plan(node("pay")), "slow")  # not committed
     roll_up(conn)  # the fence: slow's id, its transaction running
-    finished(conn, "done-1")
+    movement_in(conn, "COMPLETED", "done-1")
 
     held = roll_up(conn)
     assert not held["movement"].rolled and not held["node"].rolled
@@ -152,7 +144,7 @@ def test_a_movement_made_while_the_fence_was_drawn_is_not_lost(
 def test_a_transaction_that_rolls_back_leaves_nothing_counted(
     conn: psycopg.Connection[Any], other: psycopg.Connection[Any]
 ) -> None:
-    finished(conn, "done-0")
+    movement_in(conn, "COMPLETED", "done-0")
     create(other, plan(node("pay")), "abandoned")
     roll_up(conn)
     other.rollback()
@@ -167,7 +159,7 @@ def test_a_long_history_is_counted_p_max_ids_a_call(conn: psycopg.Connection[Any
     p_max ids each (the runner's statement timeout bounds a call), the view
     exact between them, and says how many ids are left (behind)."""
     for i in range(5):
-        finished(conn, f"done-{i}")
+        movement_in(conn, "COMPLETED", f"done-{i}")
     waiting = create(conn, plan(node("a")), "waiting")
     first = procs.roll_up_pipeline_counts(2).all(conn)
     assert [(r.entity, r.rolled, r.behind) for r in first] == [
@@ -188,7 +180,7 @@ def test_a_long_history_is_counted_p_max_ids_a_call(conn: psycopg.Connection[Any
 
 
 def test_needs_read_committed(db: TestDatabase, conn: psycopg.Connection[Any]) -> None:
-    finished(conn, "done-0")
+    movement_in(conn, "COMPLETED", "done-0")
     roll_up(conn)
     other = bind(db.connect(autocommit=False))
     other.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -205,7 +197,7 @@ def test_needs_read_committed(db: TestDatabase, conn: psycopg.Connection[Any]) -
 def test_the_runner_login_rolls_up_and_an_operator_may_not(
     db: TestDatabase, conn: psycopg.Connection[Any]
 ) -> None:
-    finished(conn, "done-0")
+    movement_in(conn, "COMPLETED", "done-0")
     runner = bind(db.connect(db.runner_dsn("testnet")))
     roll_up(runner)
     assert roll_up(runner)["node"].rolled
@@ -223,7 +215,7 @@ def test_the_migration_rolls_up_the_history_there_is(
     it is applied (its triggers hold the writers off meanwhile), so the view
     is cheap before the sidecar ever runs."""
     for i in range(2):
-        finished(conn, f"done-{i}")
+        movement_in(conn, "COMPLETED", f"done-{i}")
     waiting = create(conn, plan(node("a"), node("b", ["a"])), "waiting")
     nodes = sorted(node_ids(conn, waiting).values())
     assert rollback(db.dsn, 1) == ["0039_pipeline_rollups"]

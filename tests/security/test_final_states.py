@@ -14,16 +14,15 @@ from typing import Any
 
 import psycopg
 import pytest
-from engine import assert_rejected, claim, create_started, node, plan, submit
+from engine import assert_rejected, node_ids
+from rows import movement_in
 
 
 @pytest.fixture
 def done(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     """A one-node movement run to COMPLETED: (movement id, node id)."""
-    movement_id = create_started(conn, plan(node("pay")), "done")
-    (claimed,) = claim(conn)
-    assert submit(conn, claimed, settled=True) == "COMPLETED"
-    return movement_id, claimed["node_id"]
+    movement_id = movement_in(conn, "COMPLETED", "done")
+    return movement_id, node_ids(conn, movement_id)["a"]
 
 
 def test_a_completed_node_cannot_be_made_ready_again(
