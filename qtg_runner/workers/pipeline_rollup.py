@@ -2,8 +2,9 @@
 pipeline_counts' totals (roll_up_pipeline_counts), every minute, so that the
 view, which /metrics, the operator page and `qtg status` read, costs what is
 recent or open and not the whole history. The rule is in SQL; this calls it,
-and calls it again while it says it is behind (a long history counted for the
-first time, 100,000 ids a call), up to CALLS a tick."""
+and calls it again while it says it is behind (what was made while no runner
+rolled up, 100,000 ids a call; migration 0039 counted the history before it),
+up to CALLS a tick."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from qtg_runner.db import procs
 from qtg_runner.loop import WorkerContext
 
 CALLS = 50
-"""Calls a tick at most: five million ids of history, each call its own transaction."""
+"""Calls a tick at most: five million ids, each call its own transaction."""
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
