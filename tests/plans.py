@@ -75,3 +75,16 @@ def index_scans(nodes: list[dict[str, Any]]) -> set[str]:
 
 def seq_scanned(nodes: list[dict[str, Any]]) -> set[str]:
     return {node["Relation Name"] for node in nodes if node["Node Type"] == "Seq Scan"}
+
+
+def rows_read(nodes: list[dict[str, Any]], relation: str) -> int:
+    """How many rows the plan read from ``relation``: what its scans returned
+    and what their filters threw away, times their loops."""
+    return sum(
+        int(
+            (n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0))
+            * n.get("Actual Loops", 1)
+        )
+        for n in nodes
+        if n.get("Relation Name") == relation
+    )

@@ -538,6 +538,17 @@ class StrandedCcipSend:
 
 
 @dataclass(frozen=True)
+class NonceMark:
+    """A row of settle_evm_nonces: where an account's settled nonces end."""
+
+    chain_key: Text
+    address: Text
+    settled_below: BigInt
+    moved: BigInt
+    behind: Boolean
+
+
+@dataclass(frozen=True)
 class NonceGap:
     """A row of evm_nonce_gaps: a nonce that will never be broadcast unless filled."""
 
@@ -1263,6 +1274,11 @@ def evm_chains() -> Call[EvmChain]:
 @procedure("runner")
 def evm_next_nonce(chain_key: Text, sender: Text) -> Call[BigInt | None]:
     """The nonce the engine hands out next for a treasury account (None before its first)."""
+
+
+@procedure("runner")
+def settle_evm_nonces(max: Integer | Default = DEFAULT) -> Call[NonceMark]:
+    """Each treasury account's mark moved up over the nonces settled for good."""
 
 
 @procedure("runner")

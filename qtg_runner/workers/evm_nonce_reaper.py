@@ -12,7 +12,9 @@ moving on their EVM chains. Two jobs, each round:
    engine holds failed) is logged as an error and recorded for an operator
    (record_nonce_closed 'found_mined', the audit row nonce_found_mined);
    otherwise it is recorded 'consumed'. A recorded transaction of that nonce
-   still in the node's pool is never replaced by a fill.
+   still in the node's pool is never replaced by a fill. The gap search reads
+   each account from its settled mark up, so the round first moves the marks
+   (settle_evm_nonces) over the nonces settled since the last one.
 2. Look again at transactions waiting long (evm_stale_transactions: a sent
    intent's newest transaction, or an open fill, recorded more than
    ``blocks`` block times ago, at least ``min_seconds``). Mined, or the nonce
@@ -58,6 +60,9 @@ from qtg_runner.signers import Signer, SignerError, load_async
 
 WORKER = "evm_nonce_reaper"
 BATCH_SIZE = 50
+# nonces a settle call reads per account, and calls a round makes while behind
+SETTLE_BATCH = 10_000
+SETTLE_CALLS = 10
 BUMP_AFTER_BLOCKS = 20
 """A sent transaction not mined after this many block times is bumped..."""
 BUMP_MIN_SECONDS = 60
@@ -118,6 +123,10 @@ async def run_round(
 ) -> int:
     """One round of both jobs; returns how many nonces or transactions it acted on."""
     async with ctx.pool.connection() as conn:
+        for _ in range(SETTLE_CALLS):
+            marks = await procs.settle_evm_nonces(SETTLE_BATCH).aall(conn)
+            if not any(mark.behind for mark in marks):
+                break
         gaps = await procs.evm_nonce_gaps(BATCH_SIZE).aall(conn)
         stale = await procs.evm_stale_transactions(blocks, min_seconds, BATCH_SIZE).aall(conn)
     state = _Round(ctx, os.environ if env is None else env)

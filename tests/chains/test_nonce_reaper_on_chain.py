@@ -143,6 +143,9 @@ def test_a_nonce_left_by_a_failed_transfer_is_filled_and_the_next_transfer_lands
         with monkeypatch.context() as patch:
             sent = recorded_first(patch, world)
             assert run_batch(db, reaper(local_chain_set), local_chain_set) == 1
+        # the round settled the account's nonces first: its mark stops at the gap
+        mark = "SELECT settled_below FROM evm_nonce_marks WHERE chain_key = %s AND address = %s"
+        assert world.execute(mark, (chain.key, sender)).fetchone() == (n,)
         fill = world.execute(
             "SELECT tx_hash, intent_id, raw_tx FROM evm_transactions"
             " WHERE purpose = 'fill' AND chain_key = %s AND sender = %s AND nonce = %s",
@@ -172,6 +175,8 @@ def test_a_nonce_left_by_a_failed_transfer_is_filled_and_the_next_transfer_lands
             "SELECT detail FROM audit_outbox WHERE action = 'nonce_closed'"
         ).fetchone()[0]
         assert (closed["nonce"], closed["tx_hash"]) == (n, fill_hash)
+        # filled, the gap is settled; the next transfer is still observed
+        assert world.execute(mark, (chain.key, sender)).fetchone() == (n + 1,)
         with runner_clock(db, world, minutes=20):
             assert run_batch(db, reaper(local_chain_set), local_chain_set) == 0
     finally:

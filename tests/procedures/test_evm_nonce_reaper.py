@@ -25,12 +25,13 @@ from engine import (
     create_started,
     fingerprint,
     node_ids,
+    observe,
     pin_clock,
 )
 from evm_rows import AMOUNT_UNITS, FEES, KEY, register_transfers, signed, transfer_plan
-from plans import explained
+from plans import explained, rows_read
 from psycopg.types.json import Jsonb
-from rows import T0, Conn, intent_row
+from rows import T0, Conn, intent_row, iso_at, set_clock
 
 from qtg_runner.chains.evm import Fees, self_transfer
 from qtg_runner.db import procs
@@ -322,3 +323,155 @@ def test_a_long_history_of_nonces_is_compared_once_each(
         for n in nodes
     )
     assert compared <= 4 * history
+
+
+def settle(conn: Conn, max: int = 10_000) -> tuple[int, int, bool]:
+    """settle_evm_nonces for the one account: its mark, how far it moved, behind."""
+    (mark,) = procs.settle_evm_nonces(max).all(conn)
+    assert (mark.chain_key, mark.address) == (CHAIN, SENDER)
+    return mark.settled_below, mark.moved, mark.behind
+
+
+def gaps_read_from_the_first_nonce(conn: Conn) -> list[tuple[int, list[str]]]:
+    """evm_nonce_gaps as it answers with no settled mark: every nonce read."""
+    with conn.transaction(force_rollback=True):
+        conn.execute("DELETE FROM evm_nonce_marks")
+        return gaps(conn)
+
+
+def test_the_settled_mark_stops_at_the_first_nonce_that_may_still_be_a_gap(
+    db: TestDatabase, conn: Conn, world: dict[str, Any]
+) -> None:
+    """The mark moves over a nonce only once nothing can make it a gap again: a
+    fill, a closed nonce, a SUBMITTED intent of a finished node. A SUBMITTED
+    intent of a node still observed is not enough (a requeue may abandon it),
+    and the gap search answers the same with the mark as without it."""
+
+    def step(expected: tuple[int, int, bool]) -> None:
+        assert settle(conn) == expected
+        assert gaps(conn) == gaps_read_from_the_first_nonce(conn)
+
+    def in_flight() -> tuple[int, int]:
+        """evm_accounts: the account's transactions out (prepared or sent, node
+        not finished), and its open nonces."""
+        row = conn.execute("SELECT in_flight, open_nonces FROM evm_accounts").fetchone()
+        assert row is not None
+        return row[0], row[1]
+
+    assert in_flight() == (4, 1)  # b prepared, c and d sent, e prepared; 5 open
+    step((5, 0, False))  # 5: a FAILED intent's nonce, a gap
+    procs.record_nonce_fill(CHAIN, SENDER, 5, *fill(5)).one(conn)
+    step((6, 1, False))  # 6: a prepared transaction, out
+    b = world["b"]
+    procs.complete_submit(b["node_id"], b["claim_secret"], b["tx_hash"], settled=True).one(conn)
+    step((7, 1, False))  # 7, 8: SUBMITTED, their nodes still observed
+    assert open_nonces(db) == (11, 0) and in_flight() == (3, 0)
+    set_clock(conn, 3600)
+    for key in ("c", "d"):
+        assert observe(conn, world[key]["node_id"], "COMPLETED") is not None
+    step((9, 2, False))  # 9: skipped by an allocation, a gap
+    assert in_flight() == (1, 0)
+    assert gaps(conn) == [(9, [])]
+    procs.record_nonce_closed(CHAIN, SENDER, 9, "consumed", {"latest": 11}).one(conn)
+    step((10, 1, False))  # 10: prepared, out
+    e = world["e"]
+    procs.complete_submit(e["node_id"], e["claim_secret"], e["tx_hash"], settled=True).one(conn)
+    step((11, 1, False))  # the account's next nonce: nothing left to settle
+    step((11, 0, False))
+    assert gaps(conn) == [] and open_nonces(db) == (11, 0) and in_flight() == (0, 0)
+    # the runner's login moves it; an operator's may not
+    assert procs.settle_evm_nonces().all(runner(db))[0].settled_below == 11
+    with bind(db.connect(db.operator_dsn("testnet"))) as operator:
+        assert_rejected(operator, "42501", "SELECT * FROM settle_evm_nonces()", ())
+
+
+@pytest.fixture
+def settled_history(conn: Conn) -> dict[str, Any]:
+    """An account whose nonces 0..4,999 are settled (each the SUBMITTED intent of
+    a finished node of its own, with its transaction), then 5,000 SUBMITTED and
+    still observed, 5,001 FAILED (a gap), 5,002 SUBMITTED of a finished node."""
+    history = 5_000
+    register_transfers(conn, CHAIN, CHAIN_ID, SENDER, TOKEN, RECIPIENT)
+    movement = create_started(
+        conn, transfer_plan(CHAIN, SENDER, RECIPIENT, "live", "gap", "done"), "h"
+    )
+    ids = node_ids(conn, movement)
+    claimed = {c.node_id: c for c in procs.claim_ready_nodes("w1", 100, 300).all(conn)}
+    for key, nonce in (("live", history), ("gap", history + 1), ("done", history + 2)):
+        c = claimed[ids[key]]
+        tx_hash, raw = transfer(nonce)
+        procs.record_intent_prepared(
+            c.node_id, c.claim_secret, nonce=nonce, signed_tx_hash=tx_hash, chain_key=CHAIN,
+            sender=SENDER, raw_tx=raw,
+        ).one(conn)  # fmt: skip
+        if key == "gap":
+            procs.fail_submit(c.node_id, c.claim_secret, "insufficient funds", False).one(conn)
+        else:
+            procs.complete_submit(c.node_id, c.claim_secret, tx_hash, settled=key == "done").one(
+                conn
+            )
+    with conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")  # consistent by construction
+        conn.execute(
+            """
+            WITH nodes AS (
+              INSERT INTO movement_request_nodes (request_id, node_key, executor_key,
+                                                  has_side_effect, node_config, lane, node_state,
+                                                  pending_parents, claim_token, submit_attempts,
+                                                  external_ref, created_at, updated_at, finished_at)
+              SELECT n.request_id, 'history-' || g, n.executor_key, true, n.node_config, n.lane,
+                     'COMPLETED', 0, 1, 1, '0x' || md5(g::text) || md5('tx' || g),
+                     clock(), clock(), clock()
+                FROM movement_request_nodes n CROSS JOIN generate_series(0, %(n)s - 1) g
+               WHERE n.id = %(done)s
+              RETURNING id, node_key, external_ref
+            ), intents AS (
+              INSERT INTO node_intents (node_id, claim_token, idempotency_key, claimed_by,
+                                        intent_state, nonce, chain_key, sender, signed_tx_hash,
+                                        external_ref, created_at, prepared_at, finished_at)
+              SELECT id, 1, node_key, 'w1', 'SUBMITTED', substr(node_key, 9)::bigint, %(chain)s,
+                     %(sender)s, external_ref, external_ref, clock(), clock(), clock()
+                FROM nodes
+              RETURNING id, nonce, signed_tx_hash
+            )
+            INSERT INTO evm_transactions (tx_hash, chain_key, sender, nonce, intent_id, purpose,
+                                          raw_tx, recorded_by, recorded_at)
+            SELECT signed_tx_hash, %(chain)s, %(sender)s, nonce, id, 'intent', '0x00', 'w1',
+                   clock()
+              FROM intents
+            """,
+            {"n": history, "done": ids["done"], "chain": CHAIN, "sender": SENDER},
+        )
+    conn.execute("ANALYZE movement_request_nodes, node_intents, evm_transactions")
+    return {"history": history, "ids": ids}
+
+
+def test_a_settled_history_is_not_read_again(
+    db: TestDatabase, conn: Conn, settled_history: dict[str, Any]
+) -> None:
+    """Once settled, an account's history costs the reaper's gap search and the
+    evm_accounts view nothing: they read from the mark up (each read every
+    nonce the account ever used, 0.3 s a gap search at 100,000)."""
+    history = settled_history["history"]
+    expected = gaps(conn)
+    assert [nonce for nonce, _ in expected] == [history + 1]
+    # at most p_max nonces a call, then behind; it stops at the nonce still out
+    assert settle(conn, 2_000) == (2_000, 2_000, True)
+    assert settle(conn, 2_000) == (4_000, 2_000, True)
+    assert settle(conn, 2_000) == (history, 1_000, False)
+    assert settle(conn, 2_000) == (history, 0, False)
+
+    assert gaps(conn) == expected
+    nodes = explained(db.dsn, "SELECT * FROM evm_nonce_gaps()", analyze=True, at=T0.isoformat())
+    assert rows_read(nodes, "node_intents") <= 20
+    view = "SELECT * FROM evm_accounts"
+    nodes = explained(db.dsn, view, analyze=True, at=T0.isoformat())
+    assert rows_read(nodes, "node_intents") <= 20
+    stale = "SELECT * FROM evm_stale_transactions(1, 0)"
+    nodes = explained(db.dsn, stale, analyze=True, at=iso_at(3600))
+    assert rows_read(nodes, "node_intents") <= 20
+    assert rows_read(nodes, "evm_transactions") <= 20
+    row = conn.execute(
+        "SELECT next_nonce, in_flight, open_nonces FROM evm_accounts WHERE address = %s", (SENDER,)
+    ).fetchone()
+    assert row == (history + 3, 1, 1)

@@ -218,7 +218,7 @@ def test_the_migration_rolls_up_the_history_there_is(
         movement_in(conn, "COMPLETED", f"done-{i}")
     waiting = create(conn, plan(node("a"), node("b", ["a"])), "waiting")
     nodes = sorted(node_ids(conn, waiting).values())
-    assert rollback(db.dsn, 1) == ["0039_pipeline_rollups"]
+    assert rollback(db.dsn, 2) == ["0040_evm_nonce_marks", "0039_pipeline_rollups"]
     migrate(db.dsn)
 
     assert conn.execute(

@@ -629,6 +629,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "cctp_mint_route": {"p_node_id": w.cctp_mint},
         "stargate_send_route": {"p_node_id": w.stargate},
         "evm_nonce_gaps": {"p_max": 10},
+        "settle_evm_nonces": {"p_max": 1000},
         "evm_stale_transactions": {"p_blocks": 20, "p_min_seconds": 60, "p_max": 10},
         "record_nonce_fill": dict(
             zip(
@@ -1314,6 +1315,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_sender", "QT014", "0x" + "e" * 40)  # not a treasury account
         ),
         "evm_nonce_gaps": each("p_max", "QT002", None, 0, -1, 1001),
+        "settle_evm_nonces": each("p_max", "QT002", None, 0, -1, 100001),
         "evm_stale_transactions": (
             each("p_blocks", "QT002", None, 0, -1, 100001)
             + each("p_min_seconds", "QT002", None, -1, 86401)

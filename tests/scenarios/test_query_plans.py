@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 from engine import as_person, node, plan
-from plans import explained, index_scans, plans_database, seq_scanned
+from plans import explained, index_scans, plans_database, rows_read, seq_scanned
 
 HISTORY_MOVEMENTS = 250_000
 NODES_PER_MOVEMENT = 4
@@ -218,19 +218,6 @@ def test_prune_callbacks_reads_only_what_it_deletes(
     assert "callback_outbox" not in seq_scanned(nodes)
     # each deleted row three times: the index's scan, the delete's lookup by id, the delete
     assert rows_read(nodes, "callback_outbox") <= 3 * deleted + 10
-
-
-def rows_read(nodes: list[dict[str, Any]], relation: str) -> int:
-    """How many rows the plan read from ``relation``: what its scans returned
-    and what their filters threw away, times their loops."""
-    return sum(
-        int(
-            (n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0))
-            * n.get("Actual Loops", 1)
-        )
-        for n in nodes
-        if n.get("Relation Name") == relation
-    )
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,9 @@
 -- mined after all, or a transaction the engine never recorded): the reaper
 -- reads the account's latest count and the receipts of ``tx_hashes`` (what
 -- the engine recorded at that nonce) before it signs anything.
+-- Reads from each account's settled mark up (evm_nonce_marks: every nonce
+-- under it is settled for good, settle_evm_nonces), so the cost follows the
+-- nonces not yet settled, not the account's history.
 -- Up to p_max (1..1000, QT002), lowest nonces first; with what signing a fill
 -- needs: the signer's id, the RPC URL's variable, the fee caps, the chain id.
 -- Reads only; takes no lock.
@@ -31,24 +34,45 @@ BEGIN
     PERFORM check_args('evm_nonce_gaps', p_max => p_max, p_max_limit => 1000);
     RETURN QUERY
     WITH accounts AS (
+        -- from the account's settled mark (settle_evm_nonces: every nonce under it
+        -- is settled for good), or from its first nonce while it has none
         SELECT e.chain_key, e.address, e.next_nonce,
-               (SELECT min(i.nonce) FROM node_intents i
-                 WHERE i.chain_key = e.chain_key AND i.sender = e.address) AS first_nonce
+               coalesce(m.settled_below,
+                        (SELECT min(i.nonce) FROM node_intents i
+                          WHERE i.chain_key = e.chain_key AND i.sender = e.address)) AS from_nonce
           FROM evm_nonces e
+          LEFT JOIN evm_nonce_marks m ON m.chain_key = e.chain_key AND m.address = e.address
     ), candidates AS (
         SELECT a.chain_key, a.address, g.nonce
           FROM accounts a
-         CROSS JOIN LATERAL generate_series(a.first_nonce, a.next_nonce - 1) AS g(nonce)
-         WHERE a.first_nonce IS NOT NULL
+         CROSS JOIN LATERAL generate_series(a.from_nonce, a.next_nonce - 1) AS g(nonce)
+         WHERE a.from_nonce IS NOT NULL
     ), taken AS (
-        -- no gap: a live intent's nonce, a fill's, or one reported closed
-        SELECT i.chain_key, i.sender, i.nonce
-          FROM node_intents i
-         WHERE i.chain_key IS NOT NULL AND i.intent_state IN ('CLAIMED', 'PREPARED', 'SUBMITTED')
-        UNION ALL
-        SELECT x.chain_key, x.sender, x.nonce FROM evm_transactions x WHERE x.purpose = 'fill'
-        UNION ALL
-        SELECT c.chain_key, c.address, c.nonce FROM evm_closed_nonces c
+        -- no gap: a live intent's nonce, a fill's, or one reported closed; per
+        -- account from its first candidate up, each a range of an index on the
+        -- account and nonce (OFFSET 0 keeps the subquery a scan per account:
+        -- joined to the accounts, it was planned as a merge on the account alone,
+        -- reading every nonce the account ever used)
+        SELECT t.chain_key, t.sender, t.nonce
+          FROM accounts a
+         CROSS JOIN LATERAL (
+            SELECT i.chain_key, i.sender, i.nonce
+              FROM node_intents i
+             WHERE i.chain_key = a.chain_key AND i.sender = a.address AND i.nonce >= a.from_nonce
+               AND i.nonce < a.next_nonce
+               AND i.intent_state IN ('CLAIMED', 'PREPARED', 'SUBMITTED')
+            UNION ALL
+            SELECT x.chain_key, x.sender, x.nonce
+              FROM evm_transactions x
+             WHERE x.chain_key = a.chain_key AND x.sender = a.address AND x.nonce >= a.from_nonce
+               AND x.nonce < a.next_nonce
+               AND x.purpose = 'fill'
+            UNION ALL
+            SELECT c.chain_key, c.address, c.nonce
+              FROM evm_closed_nonces c
+             WHERE c.chain_key = a.chain_key AND c.address = a.address AND c.nonce >= a.from_nonce
+               AND c.nonce < a.next_nonce
+            OFFSET 0) t
     ), gaps AS (
         -- a set difference, hashed or sorted: every nonce compared once (the
         -- NOT EXISTS it replaces was planned as a merge on the account alone,
