@@ -1,12 +1,13 @@
 """capital_transfer_followup (sidecar, the seed's name): a transfer that landed
 at an exchange's deposit address is followed until the exchange credits it.
 
-Each round, claim_capital_transfers (in SQL) first turns the evm_transfer
-nodes COMPLETED into a venue's deposit address that nobody follows yet into
-WAITING followups (a plan with a bybit_deposit step after the transfer is left
-out: that step waits for the credit itself, inside the movement), then hands
-out the followups due a check. For each, the venue's deposit records of the
-transaction (GET /v5/asset/deposit/query-record) decide, reported through
+A transfer is followed from the moment it lands: the SQL that completes an
+evm_transfer node into a venue's deposit address makes its WAITING followup in
+the same transaction (a plan with a bybit_deposit step after the transfer is
+left out: that step waits for the credit itself, inside the movement). Each
+round, claim_capital_transfers hands out the followups due a check. For each,
+the venue's deposit records of the transaction
+(GET /v5/asset/deposit/query-record) decide, reported through
 record_capital_transfer_check:
 
     none yet, or to be confirmed / processing   PENDING: checked again later

@@ -13,10 +13,13 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from engine import assert_rejected, claim, create_started, node, node_ids, plan
-from rows import Conn, set_clock
+from conftest import TestDatabase
+from engine import assert_rejected, claim, create_started, node, node_ids, observe, plan
+from plans import explained, rows_read
+from rows import T0, Conn, set_clock
 
 from qtg_runner.db import procs
+from qtg_runner.db.migrate import migrate, rollback
 from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 
@@ -193,3 +196,103 @@ def test_a_bad_claim_is_refused(conn: Conn, venue: str) -> None:
         assert_rejected(
             conn, code, "SELECT * FROM claim_capital_transfers(%s::integer, %s::numeric)", args
         )
+
+
+def followed(conn: Conn, node_id: int) -> bool:
+    row = conn.execute(
+        "SELECT count(*) FROM capital_transfer_followups WHERE node_id = %s", (node_id,)
+    ).fetchone()
+    return row is not None and row[0] == 1
+
+
+def test_a_transfer_is_followed_as_it_lands_whichever_call_completes_it(
+    conn: Conn, venue: str
+) -> None:
+    """The followup is made in the transaction that completes the transfer,
+    before any claim: settled at its submit, or observed later."""
+    at_submit = landed(conn, "at-submit", transfer("pay", DEPOSIT))["pay"]
+    assert followup(conn, at_submit)["state"] == "WAITING"
+
+    movement = create_started(conn, plan(transfer("pay", DEPOSIT)), "observed")
+    node_id = node_ids(conn, movement)["pay"]
+    (claimed,) = [c for c in claim(conn) if c["node_id"] == node_id]
+    procs.complete_submit(node_id, claimed["claim_secret"], f"0x{node_id:064x}").one(conn)
+    assert not followed(conn, node_id)  # sent, not landed
+    set_clock(conn, 3600)
+    assert observe(conn, node_id, "COMPLETED") is not None
+    row = followup(conn, node_id)
+    assert (row["state"], row["checks"], row["due_in"].total_seconds()) == ("WAITING", 0, 0)
+
+
+def test_a_deposit_address_registered_later_follows_what_landed_in_it(
+    conn: Conn, venue: str
+) -> None:
+    later = "0x" + "1a" * 20
+    procs.allow_destination("local-a", later, "an address the venue gives later").one(conn)
+    early = landed(conn, "early", transfer("pay", later))["pay"]
+    assert not followed(conn, early)
+
+    procs.upsert_venue_deposit_address(venue, "local-a", "USDC", later).one(conn)
+    assert followup(conn, early)["state"] == "WAITING"
+    assert [r.node_id for r in procs.claim_capital_transfers(10, 60).all(conn)] == [early]
+
+
+def test_the_claim_reads_the_due_followups_not_the_history_of_transfers(
+    db: TestDatabase, conn: Conn, venue: str
+) -> None:
+    """Every 15 s the sidecar's claim searched every transfer ever completed into
+    a deposit address for one not followed yet; now it reads the due followups
+    alone."""
+    history = 5_000
+    done = landed(conn, "done", transfer("pay", DEPOSIT))["pay"]
+    with conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")  # consistent by construction
+        conn.execute(
+            """
+            WITH nodes AS (
+              INSERT INTO movement_request_nodes (request_id, node_key, executor_key,
+                                                  has_side_effect, node_config, lane, node_state,
+                                                  pending_parents, claim_token, submit_attempts,
+                                                  external_ref, created_at, updated_at, finished_at)
+              SELECT n.request_id, 'history-' || g, n.executor_key, true, n.node_config, n.lane,
+                     'COMPLETED', 0, 1, 1, '0x' || md5(g::text) || md5('tx' || g),
+                     n.finished_at, n.finished_at, n.finished_at
+                FROM movement_request_nodes n CROSS JOIN generate_series(1, %(n)s) g
+               WHERE n.id = %(done)s
+              RETURNING id, request_id, external_ref, finished_at
+            )
+            INSERT INTO capital_transfer_followups (node_id, request_id, venue_key, chain_key, coin,
+                                                    deposit_address, tx_hash, expected_amount,
+                                                    followup_state, credited_amount, landed_at,
+                                                    deadline_at, next_check_at, resolved_at)
+            SELECT id, request_id, 'bybit', 'local-a', 'USDC', %(deposit)s, external_ref, 100,
+                   'CREDITED', 100, finished_at, finished_at, finished_at, finished_at
+              FROM nodes
+            """,
+            {"n": history, "done": done, "deposit": DEPOSIT},
+        )
+    conn.execute("ANALYZE movement_request_nodes, capital_transfer_followups")
+
+    call = "SELECT * FROM claim_capital_transfers(10, 60)"
+    nodes = explained(db.dsn, call, analyze=True, at=T0.isoformat())
+    assert rows_read(nodes, "movement_request_nodes") == 0
+    assert rows_read(nodes, "capital_transfer_followups") <= 20
+    assert [r.node_id for r in procs.claim_capital_transfers(10, 60).all(conn)] == [done]
+
+
+def test_the_migration_follows_what_landed_before_it_unfollowed(
+    db: TestDatabase, conn: Conn, venue: str
+) -> None:
+    """A transfer that landed under the earlier function layer was followed by
+    the sidecar's next search; the migration that ends the search follows the
+    ones it had not reached."""
+    node_id = landed(conn, "before", transfer("pay", DEPOSIT), amount="7")["pay"]
+    conn.execute("DELETE FROM capital_transfer_followups")
+    assert rollback(db.dsn, 1) == ["0041_capital_transfer_followups_at_landing"]
+    migrate(db.dsn)
+
+    row = followup(conn, node_id)
+    assert (row["state"], row["checks"], row["due_in"].total_seconds() <= 0) == ("WAITING", 0, True)
+    (claimed,) = procs.claim_capital_transfers(10, 60).all(conn)
+    assert (claimed.node_id, claimed.expected_amount) == (node_id, Decimal("7"))
+    assert (claimed.deadline_at - claimed.landed_at).total_seconds() == 300  # 3 lane baselines

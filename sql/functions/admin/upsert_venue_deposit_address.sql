@@ -4,7 +4,9 @@
 -- (allow_destination, label 'deposit <venue> <coin>'), which is how a
 -- transfer into the exchange passes evm_transfer_route's recipient check; a
 -- replaced address stays allow-listed until disallow_destination takes it
--- off. An admin step: SECURITY INVOKER, no grant. QT014 the venue, the chain
+-- off. Transfers that landed in the address before it was registered (evm_transfer
+-- nodes COMPLETED into it) are followed from now (follow_capital_transfers), as
+-- the ones that land later are. An admin step: SECURITY INVOKER, no grant. QT014 the venue, the chain
 -- or the venue's name for the chain is not registered; QT002 a malformed coin
 -- or address. Audited as entity 'chain' when something changed.
 CREATE OR REPLACE FUNCTION upsert_venue_deposit_address(
@@ -42,6 +44,10 @@ BEGIN
     VALUES (p_venue_key, p_chain_key, p_coin, v_address, clock())
     ON CONFLICT (venue_key, chain_key, coin) DO UPDATE
        SET address = excluded.address, updated_at = excluded.updated_at;
+    PERFORM follow_capital_transfers(ARRAY(
+        SELECT n.id FROM movement_request_nodes n
+         WHERE n.executor_key = 'evm_transfer' AND n.node_state = 'COMPLETED'   -- movement_request_nodes_transfer_to_idx
+           AND (n.node_config ->> 'chain') = p_chain_key AND lower(n.node_config ->> 'to') = v_address));
     PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL, 'venue_deposit_address_set', NULL, NULL,
                                jsonb_strip_nulls(jsonb_build_object(
                                    'venue', p_venue_key, 'coin', p_coin, 'address', v_address,

@@ -8,7 +8,8 @@
 --   COMPLETED  each PENDING child loses one pending parent per completed
 --              parent; at 0 it becomes READY, or SKIPPED when its movement has
 --              a stop requested. Only these nodes' edges are read: no scan of
---              history.
+--              history. An evm_transfer into a venue's deposit address gets
+--              its followup (follow_capital_transfers).
 --   FAILED     every PENDING descendant is SKIPPED: it can never run; and
 --              repeated failures trip a breaker (trip_breakers).
 --   SKIPPED    nothing more (a stop skips every waiting node itself).
@@ -32,6 +33,7 @@ DECLARE
     v_now       timestamptz := clock();
     v_failed    bigint[];           -- the FAILED nodes given
     v_completed bigint[];           -- the COMPLETED nodes given
+    v_transfers bigint[];           -- of those, the evm_transfer nodes
     v_children  bigint[];           -- their children, by id, each with
     v_parents_done bigint[];        --   how many of its parents completed here
     v_last_parents bigint[];        --   and the last of them (by id)
@@ -48,8 +50,10 @@ DECLARE
 BEGIN
     SELECT array_agg(n.id ORDER BY n.id) FILTER (WHERE n.node_state = 'FAILED'),
            array_agg(n.id ORDER BY n.id) FILTER (WHERE n.node_state = 'COMPLETED'),
+           array_agg(n.id ORDER BY n.id) FILTER (WHERE n.node_state = 'COMPLETED'
+                                                   AND n.executor_key = 'evm_transfer'),
            coalesce(bool_or(n.node_state = 'READY'), false)
-      INTO v_failed, v_completed, v_ready
+      INTO v_failed, v_completed, v_transfers, v_ready
       FROM movement_request_nodes n
      WHERE n.id = ANY (p_node_ids);
 
@@ -85,6 +89,11 @@ BEGIN
         SELECT coalesce(array_agg(s.request_id), '{}') INTO v_more
           FROM skipped s, audited;
         v_skipped := v_skipped || v_more;
+    END IF;
+
+    -- a transfer that landed in a venue's deposit address: followed from now
+    IF v_transfers IS NOT NULL THEN
+        PERFORM follow_capital_transfers(v_transfers);
     END IF;
 
     -- each PENDING child of a completed node loses its completed parents; the
