@@ -462,6 +462,9 @@ def test_a_settled_history_is_not_read_again(
     assert settle(conn, 2_000) == (history, 0, False)
 
     assert gaps(conn) == expected
+    # a settle with nothing new to settle reads from the mark
+    nodes = explained(db.dsn, "SELECT * FROM settle_evm_nonces()", analyze=True, at=T0.isoformat())
+    assert rows_read(nodes, "node_intents") <= 20
     nodes = explained(db.dsn, "SELECT * FROM evm_nonce_gaps()", analyze=True, at=T0.isoformat())
     assert rows_read(nodes, "node_intents") <= 20
     view = "SELECT * FROM evm_accounts"
