@@ -46,6 +46,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from qtg_runner.db import procs
+from qtg_runner.db.migrate import sql_dir
 
 Conn = psycopg.Connection[Any]
 
@@ -273,3 +274,13 @@ def notices(conn: Conn) -> list[tuple[str | None, str | None, str]]:
         lambda d: seen.append((d.sqlstate, d.severity_nonlocalized, d.message_primary or ""))
     )
     return seen
+
+
+def migrations_from(first: str) -> list[str]:
+    """The migrations from ``first`` on, oldest first: what a rollback to before
+    ``first`` rolls back (newest first, reversed)."""
+    return sorted(
+        p.stem
+        for p in (sql_dir() / "schemas").glob("*.sql")
+        if not p.name.endswith(".rollback.sql") and p.stem >= first
+    )

@@ -1255,9 +1255,14 @@ def record_balance_snapshots(
 
 
 @procedure("runner")
-def verify_drift(worker: Text, max: Integer | Default = DEFAULT) -> Call[DriftCheck]:
+def verify_drift(
+    worker: Text,
+    max: Integer | Default = DEFAULT,
+    anchor_lag_seconds: Numeric | Default = DEFAULT,
+) -> Call[DriftCheck]:
     """The unverified snapshots against the engine's records; drift raises an alert
-    and trips the breakers of the account's lanes and venues."""
+    and trips the breakers of the account's lanes and venues. The effects decided
+    more than ``anchor_lag_seconds`` ago are summed once into the accounts' anchors."""
 
 
 @procedure("runner")

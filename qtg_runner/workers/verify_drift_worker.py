@@ -3,7 +3,9 @@
 Each round calls verify_drift (in SQL) until it finds no snapshot left to
 verify. The rule lives there (node_balance_effects, balance_expectations): for
 each account, the expected range of its balance from its baseline and the
-side-effect nodes that touched it, landed for certain, perhaps, or not yet;
+side-effect nodes that touched it, landed for certain, perhaps, or not yet
+(what was decided for good more than five minutes before is summed once, in
+the account's anchor);
 an unexplained change beyond the network's drift threshold raises the
 account's one open alert and trips the breakers of the lanes and venues that
 touch it, by this worker. After the round it calls prune_balance_snapshots

@@ -11,15 +11,18 @@ claimed at 10 s and finished at 20 s is certainly in a read that starts at
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
-from engine import as_person, claim, create_started, node, node_ids, plan
+from engine import as_person, bind, claim, create_started, node, node_ids, plan
+from plans import explained, rows_read
 from rich.console import Console
-from rows import T0, Conn, person, set_clock
+from rows import T0, Conn, iso_at, person, set_clock
 
 from qtg_runner.commands.status import render
 from qtg_runner.db import procs
@@ -90,7 +93,12 @@ def clocks(conn: Conn, runner: Conn) -> Callable[[float], None]:
 def read(runner: Conn, balances: Mapping[Account, str | None]) -> int:
     """One read as the runner: begin_balance_read, then each account's balance from
     ``balances`` (a missing one, or None, is a failed read); returns the read id."""
-    accounts = procs.begin_balance_read().all(runner)
+    return record(runner, procs.begin_balance_read().all(runner), balances)
+
+
+def record(runner: Conn, accounts: list[Any], balances: Mapping[Account, str | None]) -> int:
+    """record_balance_snapshots of a read begun (``accounts``: what
+    begin_balance_read handed out) with the balances of ``balances``."""
     rows = [(a, balances.get((a.account_kind, a.account_key, a.address))) for a in accounts]
     procs.record_balance_snapshots(
         accounts[0].read_id,
@@ -106,11 +114,45 @@ def read(runner: Conn, balances: Mapping[Account, str | None]) -> int:
 
 
 def verify(runner: Conn) -> dict[Account, tuple[str, Decimal | None, Decimal | None]]:
-    """verify_drift as the runner: each account's (outcome, expected low, high)."""
+    """verify_drift as the runner: each account's (outcome, expected low, high).
+    Its anchors trail the clock by a second, so each call moves them over what
+    was decided before the last one; every range is also computed again from
+    the baseline alone (no anchor), and must be the same."""
+    rows = procs.verify_drift("verify_drift_worker@test", anchor_lag_seconds=1).all(runner)
+    ranges = {
+        r.snapshot_id: (r.expected_low, r.expected_high)
+        for r in rows
+        if r.outcome in ("OK", "DRIFT")
+    }
+    assert ranges == from_the_baseline(list(ranges))
     return {
         (r.account_kind, r.account_key, r.address): (r.outcome, r.expected_low, r.expected_high)
-        for r in procs.verify_drift("verify_drift_worker@test").all(runner)
+        for r in rows
     }
+
+
+def from_the_baseline(snapshot_ids: list[int]) -> dict[int, tuple[Decimal | None, Decimal | None]]:
+    """balance_expectations of the snapshots without the anchors (read on the
+    test's own connection, rolled back): every effect since the baseline
+    counted again."""
+    owner = OWNER[0]
+    with owner.transaction(force_rollback=True):
+        owner.execute("DELETE FROM balance_anchors")
+        rows = owner.execute(
+            "SELECT snapshot_id, expected_low, expected_high"
+            " FROM balance_expectations(%s::bigint[])",
+            (snapshot_ids,),
+        ).fetchall()
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+OWNER: list[Conn] = []
+"""The test's own connection (the database's owner), for from_the_baseline."""
+
+
+@pytest.fixture(autouse=True)
+def _owner(conn: Conn) -> None:
+    OWNER[:] = [conn]
 
 
 def run(conn: Conn, nodes: list[dict[str, Any]], name: str, amount: str) -> dict[str, int]:
@@ -558,3 +600,214 @@ def test_only_the_admin_sets_how_long_snapshots_are_kept(conn: Conn, runner: Con
         procs.set_balance_settings(snapshot_keep_days=0).one(runner)
     assert err.value.sqlstate == "42501"
     assert conn.execute("SELECT snapshot_keep_days FROM balance_settings").fetchone() == (400,)
+
+
+def test_a_landing_still_uncommitted_when_a_fence_was_drawn_is_summed_once_committed(
+    db: Any, conn: Conn, runner: Conn
+) -> None:
+    """An anchor moves over what was decided before its fence only once every
+    transaction that ran when the fence was drawn has ended: a transfer landed
+    at 20 s by a transaction still open at 30 s and 35 s is summed when it
+    commits, never skipped (a skipped landing is a drift that is not there)."""
+    at = clocks(conn, runner)
+    read(runner, BASE)
+    verify(runner)
+    at(10)
+    pay = run(conn, [transfer("pay", T1, T2)], "late", "100")["pay"]
+    late = bind(db.connect(autocommit=False))
+    set_clock(late, 20)
+    procs.complete_submit(pay, CLAIMS.pop(pay), f"0x{pay:064x}", settled=True).one(late)
+
+    at(30)
+    read(runner, BASE)
+    assert verify(runner)[chain("local-a", T1)] == ("OK", Decimal("900"), Decimal("1000"))
+    at(35)  # the fence drawn at 30 waits for the open transaction
+    read(runner, BASE)
+    assert verify(runner)[chain("local-a", T1)][0] == "OK"
+    late.commit()
+
+    at(40)
+    landed = {**BASE, chain("local-a", T1): "900", chain("local-a", T2): "100"}
+    read(runner, landed)
+    assert verify(runner)[chain("local-a", T1)] == ("OK", Decimal("900"), Decimal("900"))
+    at(50)
+    read(runner, landed)
+    assert {v[0] for v in verify(runner).values()} == {"OK"}
+    anchor = conn.execute(
+        "SELECT through_at > %s, low, high FROM balance_anchors WHERE address = %s"
+        " AND account_key = 'local-a'",
+        (T0 + timedelta(seconds=20), T1),
+    ).fetchone()
+    assert anchor == (True, Decimal("-100"), Decimal("-100"))
+
+
+def test_a_long_history_is_summed_once_not_read_on_every_round(
+    db: Any, conn: Conn, runner: Conn
+) -> None:
+    """verify_drift (every 10 s) read every side-effect node since the account's
+    baseline, which moves only when two operators re-baseline it: 1.85 s a round
+    at 100,000 transfers, past the runner's statement timeout at a few million.
+    Once the anchors have moved over them, a round reads what is recent or in
+    flight."""
+    history = 5_000
+    at = clocks(conn, runner)
+    rich = {**BASE, chain("local-a", T1): "100000"}
+    read(runner, rich)
+    verify(runner)
+    at(10)
+    pay = run(conn, [transfer("pay", T1, T2)], "first", "1")["pay"]
+    at(20)
+    land(conn, pay)
+    with conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")  # consistent by construction
+        conn.execute(
+            """
+            WITH nodes AS (
+              INSERT INTO movement_request_nodes (request_id, node_key, executor_key,
+                                                  has_side_effect, node_config, lane, node_state,
+                                                  pending_parents, claim_token, submit_attempts,
+                                                  external_ref, created_at, updated_at,
+                                                  finished_at, claimed_at, submitted_at)
+              SELECT n.request_id, 'history-' || g, n.executor_key, true, n.node_config, n.lane,
+                     'COMPLETED', 0, 1, 1, n.external_ref, n.created_at, n.updated_at,
+                     n.finished_at, n.claimed_at, n.submitted_at
+                FROM movement_request_nodes n CROSS JOIN generate_series(1, %(n)s) g
+               WHERE n.id = %(id)s
+              RETURNING id
+            )
+            INSERT INTO node_intents (node_id, claim_token, idempotency_key, claimed_by,
+                                      intent_state, created_at, finished_at)
+            SELECT nodes.id, 1, 'history-' || nodes.id, 'w1', 'SUBMITTED', i.created_at,
+                   i.finished_at
+              FROM nodes, node_intents i
+             WHERE i.node_id = %(id)s
+            """,
+            {"n": history, "id": pay},
+        )
+    conn.execute("ANALYZE movement_request_nodes, node_intents")
+    moved = {
+        **rich,
+        chain("local-a", T1): str(100000 - history - 1),
+        chain("local-a", T2): str(history + 1),
+    }
+    for seconds in (30, 40):  # the first round draws the fence, the second sums the history
+        at(seconds)
+        read(runner, moved)
+        assert {v[0] for v in verify(runner).values()} == {"OK"}
+
+    at(50)
+    read(runner, moved)
+    call = "SELECT * FROM verify_drift('verify_drift_worker@test', 100, 1)"
+    nodes = explained(db.dsn, call, analyze=True, at=iso_at(50))
+    assert rows_read(nodes, "movement_request_nodes") <= 100
+    assert rows_read(nodes, "node_intents") <= 100
+    assert {v[0] for v in verify(runner).values()} == {"OK"}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_anchored_ranges_are_those_from_the_baseline_over_random_histories(
+    db: Any, conn: Conn, runner: Conn, seed: int
+) -> None:
+    """Transfers between T1 and T2 and withdrawals from the venue, claimed,
+    landed or failed at random times, some landed by a transaction left open
+    over a few rounds, and a read and a round every few steps with the anchors
+    a second behind: every range (``verify`` recomputes each from the baseline)
+    is what the baseline alone gives, and the balances that follow the landings
+    raise no alert."""
+    rng = random.Random(seed)
+    at = clocks(conn, runner)
+    held: list[tuple[Conn, int, dict[Account, Decimal]]] = []
+    balances = {account: Decimal(b or "0") for account, b in BASE.items()}
+    balances[chain("local-a", T1)] = Decimal(10_000)
+    balances[chain("local-a", T2)] = Decimal(10_000)
+    read(runner, {a: str(b) for a, b in balances.items()})
+    verify(runner)
+    claimed: dict[int, dict[Account, Decimal]] = {}
+    now = 0
+    for step in range(40):
+        now += rng.randint(1, 4)
+        at(now)
+        move = rng.random()
+        if move < 0.3:
+            amount = rng.randint(1, 50)
+            src, dst = rng.choice([(T1, T2), (T2, T1)])
+            pay = run(conn, [transfer("pay", src, dst)], f"t{step}", str(amount))["pay"]
+            claimed[pay] = {chain("local-a", src): -amount, chain("local-a", dst): amount}
+        elif move < 0.4:
+            amount = rng.randint(1, 20)
+            node_id = run(
+                conn,
+                [node("w", (), executor="bybit_withdraw", lane="bybit-withdraw", venue="bybit",
+                      chain="local-a", coin="USDC", to=T1)],
+                f"w{step}", str(amount),
+            )["w"]  # fmt: skip
+            claimed[node_id] = {VENUE: -amount - 1, chain("local-a", T1): amount}
+        elif move < 0.7 and claimed:
+            node_id = rng.choice(sorted(claimed))
+            change = claimed.pop(node_id)
+            if rng.random() < 0.3:  # landed by a transaction left open for a while
+                late = bind(db.connect(autocommit=False))
+                set_clock(late, now)
+                procs.complete_submit(
+                    node_id, CLAIMS.pop(node_id), f"0x{node_id:064x}", settled=True
+                ).one(late)
+                held.append((late, rng.randint(1, 3), change))
+            else:
+                land(conn, node_id)
+                for account, delta in change.items():
+                    balances[account] += delta
+        elif move < 0.8 and claimed:
+            node_id = rng.choice(sorted(claimed))
+            claimed.pop(node_id)
+            procs.fail_submit(node_id, CLAIMS.pop(node_id), "refused", False).one(conn)
+        else:
+            read(runner, {a: str(b) for a, b in balances.items()})
+            assert {v[0] for v in verify(runner).values()} == {"OK"}
+            for i, (late, rounds, change) in enumerate(held):
+                held[i] = (late, rounds - 1, change)
+            for late, _, change in [h for h in held if h[1] <= 0]:
+                late.commit()
+                for account, delta in change.items():
+                    balances[account] += delta
+            held = [h for h in held if h[1] > 0]
+    for late, _, change in held:
+        late.commit()
+        for account, delta in change.items():
+            balances[account] += delta
+    for _ in range(2):
+        now += 5
+        at(now)
+        read(runner, {a: str(b) for a, b in balances.items()})
+        assert {v[0] for v in verify(runner).values()} == {"OK"}
+    moved = conn.execute("SELECT count(*) FROM balance_anchors WHERE low <> 0").fetchone()
+    assert moved is not None and moved[0] > 0
+
+
+def test_a_read_recorded_long_after_it_began_is_counted_from_the_baseline(
+    conn: Conn, runner: Conn
+) -> None:
+    """A read that began before its account's anchor (here: began at 20 s,
+    recorded at 60 s, the anchor at 49 s) sees a landing of 25 s as perhaps in
+    the balance, not as certain: its range comes from the baseline."""
+    at = clocks(conn, runner)
+    read(runner, BASE)
+    verify(runner)
+    at(10)
+    pay = run(conn, [transfer("pay", T1, T2)], "pay", "100")["pay"]
+    at(20)
+    begun = procs.begin_balance_read().all(runner)
+    at(25)
+    land(conn, pay)
+    landed = {**BASE, chain("local-a", T1): "900", chain("local-a", T2): "100"}
+    for seconds in (40, 50):
+        at(seconds)
+        read(runner, landed)
+        assert verify(runner)[chain("local-a", T1)] == ("OK", Decimal("900"), Decimal("900"))
+    at(60)
+    record(runner, begun, BASE)
+    assert verify(runner)[chain("local-a", T1)] == ("OK", Decimal("900"), Decimal("1000"))
+    through = conn.execute(
+        "SELECT through_at FROM balance_anchors WHERE account_key = 'local-a' AND address = %s",
+        (T1,),
+    ).fetchone()
+    assert through == (T0 + timedelta(seconds=49),)

@@ -30,10 +30,10 @@ from engine import (
     plan,
     submit,
 )
-from rows import T0, movement_in
+from rows import T0, migrations_from, movement_in
 
 from qtg_runner.db import procs
-from qtg_runner.db.migrate import migrate, rollback, sql_dir
+from qtg_runner.db.migrate import migrate, rollback
 
 COUNTED = """
     SELECT 'movement', request_state::text, count(*) FROM movement_requests GROUP BY 2
@@ -218,11 +218,7 @@ def test_the_migration_rolls_up_the_history_there_is(
         movement_in(conn, "COMPLETED", f"done-{i}")
     waiting = create(conn, plan(node("a"), node("b", ["a"])), "waiting")
     nodes = sorted(node_ids(conn, waiting).values())
-    since = sorted(
-        p.stem
-        for p in (sql_dir() / "schemas").glob("*.sql")
-        if not p.name.endswith(".rollback.sql") and p.stem >= "0039_pipeline_rollups"
-    )
+    since = migrations_from("0039_pipeline_rollups")
     assert rollback(db.dsn, len(since)) == since[::-1]
     migrate(db.dsn)
 

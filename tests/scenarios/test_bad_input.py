@@ -710,7 +710,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_block_numbers": [7, None],
             "p_errors": [None, "the venue is down"],
         },
-        "verify_drift": {"p_worker": "drift", "p_max": 10},
+        "verify_drift": {"p_worker": "drift", "p_max": 10, "p_anchor_lag_seconds": 300},
         "prune_balance_snapshots": {"p_worker": "drift", "p_max": 10},
         "prune_callbacks": {"p_worker": "cb", "p_max": 10},
         "acknowledge_drift_alert": {"p_alert_id": w.drift_alert, "p_reason": "topped up"},
@@ -1143,7 +1143,13 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_errors", "QT002", [None, None], [None, " "], ["and a balance", "down"])
             + each("p_block_numbers", "QT002", [-1, None], [None, None], [7, 7])
         ),
-        "verify_drift": worker("p_worker") + each("p_max", "QT002", None, 0, -1, 1001),
+        "verify_drift": (
+            worker("p_worker")
+            + each("p_max", "QT002", None, 0, -1, 1001)
+            + each(
+                "p_anchor_lag_seconds", "QT002", None, 0, 0.5, 86401, "NaN", "Infinity", "-Infinity"
+            )
+        ),
         "prune_balance_snapshots": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
         "roll_up_pipeline_counts": each("p_max", "QT002", None, 0, 1000001),
         "prune_callbacks": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),

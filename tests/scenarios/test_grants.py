@@ -107,6 +107,10 @@ ADMIN = {
 INLINE = {
     "audit_canonical",
     "audit_row_hash",
+    "balance_state",
+    "balance_change_low",
+    "balance_change_high",
+    "balance_decided",
 }
 """Internal helpers PostgreSQL inlines (no search_path of their own): granted to nobody."""
 INTERNAL = {
@@ -140,6 +144,8 @@ INTERNAL = {
     "evm_nonce_closed",
     "finish_nodes",
     "follow_capital_transfers",
+    "advance_balance_anchors",
+    "balance_candidates",
     "intent_document",
     "intent_tx_problem",
     "lane_of",

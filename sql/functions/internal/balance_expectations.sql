@@ -18,13 +18,17 @@
 --   N->U, U->C, U->U 0 or e          (U->U: or -e when reversible)
 --   U->N             0               (or -e when reversible: landed, then undone)
 --   anything else    -e, 0 or e      (cannot happen while records only move on)
--- and expected = B0 + the sum of those ranges. Only nodes not finished before
--- the earliest baseline window starts can contribute (movement_request_nodes_
--- balance_idx), plus transfers into a venue deposit address whose credit was
--- not certain by then (the partial index movement_request_nodes_transfer_to_idx).
--- node_ids, lanes and executors: the side-effect nodes with an effect on the
--- account that changed or may change between the two windows (the breakers a
--- drift alert trips). Internal; reads only.
+-- (balance_state, balance_change_low/_high) and expected = B0 + the sum of
+-- those ranges. An effect decided (certain, or void) before the read starts
+-- counts the same for every later read: the account's anchor (balance_anchors,
+-- moved by advance_balance_anchors) holds the sum of those decided before its
+-- through_at. A read that starts at or after through_at is the anchor's sum
+-- plus the effects not decided by then; one that starts before it (read long
+-- ago, recorded late) is counted from the baseline. Only the candidates of the
+-- earliest of those times can contribute (balance_candidates).
+-- node_ids: the nodes not in the anchor whose effect on the account changed or
+-- may change between the two windows; lanes and executors: theirs and the
+-- anchor's (the breakers a drift alert trips). Internal; reads only.
 CREATE OR REPLACE FUNCTION balance_expectations(p_snapshot_ids bigint[])
 RETURNS TABLE (
     snapshot_id          bigint,
@@ -41,78 +45,48 @@ AS $$
     WITH snaps AS (
         SELECT s.id, s.account_kind, s.account_key, s.address, s.asset,
                s.read_started_at AS s1, s.recorded_at AS e1,
-               b0.id AS base_id, b0.balance AS base, b0.read_started_at AS s0, b0.recorded_at AS e0
+               b0.id AS base_id, b0.balance AS base, b0.read_started_at AS s0, b0.recorded_at AS e0,
+               a.through_at AS anchored_through, coalesce(a.low, 0) AS anchor_low, coalesce(a.high, 0) AS anchor_high,
+               coalesce(a.lanes, '{}') AS anchor_lanes, coalesce(a.executors, '{}') AS anchor_executors
           FROM balance_snapshots s
           JOIN balance_baselines bl ON bl.account_kind = s.account_kind AND bl.account_key = s.account_key
                                    AND bl.address = s.address AND bl.asset = s.asset
           JOIN balance_snapshots b0 ON b0.id = bl.snapshot_id
+          LEFT JOIN balance_anchors a ON a.account_kind = s.account_kind AND a.account_key = s.account_key
+                                     AND a.address = s.address AND a.asset = s.asset
+                                     AND a.baseline_snapshot_id = b0.id AND a.through_at <= s.read_started_at
          WHERE s.id = ANY (p_snapshot_ids) AND s.balance IS NOT NULL AND s.id >= b0.id
     ), horizon AS (
-        SELECT min(snaps.s0) AS since FROM snaps
-    ), candidates AS (
-        SELECT n.id
-          FROM movement_request_nodes n, horizon
-         WHERE n.has_side_effect AND (n.finished_at IS NULL OR n.finished_at >= horizon.since)
-        UNION
-        SELECT n.id
-          FROM venue_deposit_addresses d
-          JOIN movement_request_nodes n ON n.executor_key = 'evm_transfer' AND n.node_state = 'COMPLETED'
-                                       AND n.node_config ->> 'chain' = d.chain_key
-                                       AND lower(n.node_config ->> 'to') = d.address
-          CROSS JOIN horizon
-         WHERE NOT EXISTS (SELECT 1 FROM capital_transfer_followups f
-                            WHERE f.node_id = n.id AND f.followup_state IN ('CREDITED', 'MISMATCH')
-                              AND f.resolved_at < horizon.since)
-           AND NOT EXISTS (SELECT 1 FROM movement_plan_edges e
-                             JOIN movement_request_nodes k ON k.id = e.child_node_id
-                            WHERE e.parent_node_id = n.id AND k.executor_key = 'bybit_deposit'
-                              AND k.node_state = 'COMPLETED' AND k.finished_at < horizon.since)
+        SELECT min(coalesce(snaps.anchored_through, snaps.s0)) AS since FROM snaps
     ), effects AS (
-        SELECT * FROM node_balance_effects(ARRAY(SELECT candidates.id FROM candidates))
+        SELECT * FROM node_balance_effects(ARRAY(SELECT balance_candidates(horizon.since) FROM horizon))
     ), states AS (
         SELECT snaps.id AS snap_id, x.node_id, x.lane, x.executor_key, x.low, x.high, x.reversible,
-               CASE WHEN x.certain_at < snaps.s0 THEN 'C'
-                    WHEN x.void_at < snaps.s0 THEN 'N'
-                    WHEN x.may_start_at <= snaps.e0 THEN 'U'
-                    ELSE 'N' END AS before,
-               CASE WHEN x.certain_at < snaps.s1 THEN 'C'
-                    WHEN x.void_at < snaps.s1 THEN 'N'
-                    WHEN x.may_start_at <= snaps.e1 THEN 'U'
-                    ELSE 'N' END AS after
+               balance_state(x.certain_at, x.void_at, x.may_start_at, snaps.s0, snaps.e0) AS before,
+               balance_state(x.certain_at, x.void_at, x.may_start_at, snaps.s1, snaps.e1) AS after
           FROM snaps
           JOIN effects x ON x.account_kind = snaps.account_kind AND x.account_key = snaps.account_key
                         AND x.address = snaps.address AND x.asset = snaps.asset
+         -- the effects decided before the anchor's through_at are in its sums
+         WHERE snaps.anchored_through IS NULL
+            OR NOT balance_decided(x.certain_at, x.void_at, snaps.anchored_through)
     ), contributions AS (
         SELECT states.snap_id, states.node_id, states.lane, states.executor_key,
-               CASE WHEN states.before = states.after THEN
-                        CASE WHEN states.before = 'U' THEN
-                                 CASE WHEN states.reversible THEN least(0, states.low, -states.high)
-                                      ELSE least(0, states.low) END
-                             ELSE 0 END
-                    WHEN states.before = 'N' AND states.after = 'C' THEN states.low
-                    WHEN (states.before, states.after) IN (('N', 'U'), ('U', 'C')) THEN least(0, states.low)
-                    WHEN states.before = 'U' AND states.after = 'N' THEN
-                        CASE WHEN states.reversible THEN least(0, -states.high) ELSE 0 END
-                    ELSE least(0, states.low, -states.high) END AS lo,
-               CASE WHEN states.before = states.after THEN
-                        CASE WHEN states.before = 'U' THEN
-                                 CASE WHEN states.reversible THEN greatest(0, states.high, -states.low)
-                                      ELSE greatest(0, states.high) END
-                             ELSE 0 END
-                    WHEN states.before = 'N' AND states.after = 'C' THEN states.high
-                    WHEN (states.before, states.after) IN (('N', 'U'), ('U', 'C')) THEN greatest(0, states.high)
-                    WHEN states.before = 'U' AND states.after = 'N' THEN
-                        CASE WHEN states.reversible THEN greatest(0, -states.low) ELSE 0 END
-                    ELSE greatest(0, states.high, -states.low) END AS hi
+               balance_change_low(states.before, states.after, states.low, states.high, states.reversible) AS lo,
+               balance_change_high(states.before, states.after, states.low, states.high, states.reversible) AS hi
           FROM states
     )
     SELECT snaps.id, snaps.base_id, snaps.base,
-           snaps.base + coalesce(sum(c.lo), 0),
-           snaps.base + coalesce(sum(c.hi), 0),
+           snaps.base + snaps.anchor_low + coalesce(sum(c.lo), 0),
+           snaps.base + snaps.anchor_high + coalesce(sum(c.hi), 0),
            coalesce(array_agg(DISTINCT c.node_id) FILTER (WHERE c.node_id IS NOT NULL), '{}'),
-           coalesce(array_agg(DISTINCT c.lane) FILTER (WHERE c.node_id IS NOT NULL), '{}'),
-           coalesce(array_agg(DISTINCT c.executor_key) FILTER (WHERE c.node_id IS NOT NULL), '{}')
+           ARRAY(SELECT DISTINCT l FROM unnest(snaps.anchor_lanes || array_agg(c.lane) FILTER (WHERE c.node_id IS NOT NULL)) l
+                  ORDER BY l),
+           ARRAY(SELECT DISTINCT x FROM unnest(snaps.anchor_executors
+                                               || array_agg(c.executor_key) FILTER (WHERE c.node_id IS NOT NULL)) x
+                  ORDER BY x)
       FROM snaps
       LEFT JOIN contributions c ON c.snap_id = snaps.id
-     GROUP BY snaps.id, snaps.base_id, snaps.base;
+     GROUP BY snaps.id, snaps.base_id, snaps.base, snaps.anchor_low, snaps.anchor_high, snaps.anchor_lanes,
+              snaps.anchor_executors;
 $$;

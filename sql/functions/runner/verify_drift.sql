@@ -17,12 +17,19 @@
 --        every registered executor that can move that kind of account. An
 --        account with an OPEN alert keeps that one alert: a later drifting
 --        snapshot updates its latest snapshot, range and actual balance.
+-- Before it computes the ranges it moves the accounts' anchors
+-- (advance_balance_anchors): the effects decided for good more than
+-- p_anchor_lag_seconds ago are summed once, and a range then reads only the
+-- effects decided since (a read that started before its account's anchor, as
+-- one recorded that much later than it started, is counted from the baseline).
 -- A snapshot back within the range does not close an alert: two operators do
 -- (acknowledge_drift_alert). Every snapshot taken is marked verified, with its
 -- outcome and expected range (what balance_status shows). Returns
--- one row per snapshot. QT002 no worker name or p_max outside 1..1000.
--- Locks: the snapshots, then the baselines and alerts they touch.
-CREATE OR REPLACE FUNCTION verify_drift(p_worker text, p_max integer DEFAULT 100)
+-- one row per snapshot. QT002 no worker name, p_max outside 1..1000 or
+-- p_anchor_lag_seconds outside 1..86400.
+-- Locks: the snapshots, then the anchors, the baselines and alerts they touch.
+CREATE OR REPLACE FUNCTION verify_drift(p_worker text, p_max integer DEFAULT 100,
+                                        p_anchor_lag_seconds numeric DEFAULT 300)
 RETURNS TABLE (
     snapshot_id   bigint,
     account_kind  text,
@@ -53,6 +60,13 @@ DECLARE
 BEGIN
     PERFORM check_worker('verify_drift', p_worker);
     PERFORM check_args('verify_drift', p_max => p_max, p_max_limit => 1000);
+    IF p_anchor_lag_seconds IS NULL OR p_anchor_lag_seconds = 'NaN' OR p_anchor_lag_seconds < 1
+       OR p_anchor_lag_seconds > 86400 THEN
+        RAISE EXCEPTION 'verify_drift: p_anchor_lag_seconds must be between 1 and 86400, got %',
+                        coalesce(p_anchor_lag_seconds::text, 'NULL')
+            USING ERRCODE = 'QT002',
+                  HINT = 'How long a balance read may take to be recorded before it is counted the slow way.';
+    END IF;
     SELECT * INTO STRICT v_set FROM balance_settings;
 
     SELECT array_agg(x.id ORDER BY x.id) INTO v_ids
@@ -81,6 +95,8 @@ BEGIN
                                   jsonb_build_object('snapshot_id', a.snapshot_id, 'reason', a.reason))::qtg.audit_event))
       INTO v_count
       FROM added a;
+
+    PERFORM advance_balance_anchors(v_now, p_anchor_lag_seconds);
 
     FOR v_row IN
         SELECT s.id, s.account_kind, s.account_key, s.address, s.asset, s.balance,
