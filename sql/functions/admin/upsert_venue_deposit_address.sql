@@ -4,11 +4,12 @@
 -- (allow_destination, label 'deposit <venue> <coin>'), which is how a
 -- transfer into the exchange passes evm_transfer_route's recipient check; a
 -- replaced address stays allow-listed until disallow_destination takes it
--- off. Transfers that landed in the address before it was registered (evm_transfer
--- nodes COMPLETED into it) are followed from now (follow_capital_transfers), as
--- the ones that land later are. An admin step: SECURITY INVOKER, no grant. QT014 the venue, the chain
--- or the venue's name for the chain is not registered; QT002 a malformed coin
--- or address. Audited as entity 'chain' when something changed.
+-- off. Transfers that landed in the address before it was registered
+-- (evm_transfer nodes COMPLETED into it) are followed from now
+-- (follow_capital_transfers), as the ones that land later are. An admin step:
+-- SECURITY INVOKER, no grant. QT014 the venue, the chain or the venue's name
+-- for the chain is not registered; QT002 a malformed coin or address. Audited
+-- as entity 'chain' when something changed.
 CREATE OR REPLACE FUNCTION upsert_venue_deposit_address(
     p_venue_key text,
     p_chain_key text,
