@@ -284,3 +284,33 @@ def migrations_from(first: str) -> list[str]:
         for p in (sql_dir() / "schemas").glob("*.sql")
         if not p.name.endswith(".rollback.sql") and p.stem >= first
     )
+
+
+def plant_history(
+    conn: Conn, template_id: int, count: int, then: str = "", params: dict[str, Any] | None = None
+) -> None:
+    """``count`` COMPLETED copies of node ``template_id`` in its movement, written
+    directly in one statement (session_replication_role replica: consistent by
+    construction, and fast): a history for the plan tests. ``then`` continues the
+    statement after the CTE ``nodes`` of the copies (id, node_key 'history-1' ..,
+    request_id, external_ref: a hash of its own, finished_at), with ``params``;
+    the tables are analyzed afterwards."""
+    statement = f"""
+        WITH nodes AS (
+          INSERT INTO movement_request_nodes (request_id, node_key, executor_key, has_side_effect,
+                                              node_config, lane, node_state, pending_parents,
+                                              claim_token, submit_attempts, external_ref,
+                                              created_at, updated_at, finished_at, claimed_at,
+                                              submitted_at)
+          SELECT n.request_id, 'history-' || g, n.executor_key, n.has_side_effect, n.node_config,
+                 n.lane, 'COMPLETED', 0, 1, 1, '0x' || md5(g::text) || md5('tx' || g),
+                 n.created_at, n.updated_at, n.finished_at, n.claimed_at, n.submitted_at
+            FROM movement_request_nodes n CROSS JOIN generate_series(1, %(count)s) g
+           WHERE n.id = %(template_id)s
+          RETURNING id, node_key, request_id, external_ref, finished_at
+        )
+        {then or "SELECT count(*) FROM nodes"}"""
+    with conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")
+        conn.execute(statement, {"count": count, "template_id": template_id, **(params or {})})
+    conn.execute("ANALYZE")

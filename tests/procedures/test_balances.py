@@ -22,7 +22,7 @@ import pytest
 from engine import as_person, bind, claim, create_started, node, node_ids, plan
 from plans import explained, rows_read
 from rich.console import Console
-from rows import T0, Conn, iso_at, person, set_clock
+from rows import T0, Conn, iso_at, person, plant_history, set_clock
 
 from qtg_runner.commands.status import render
 from qtg_runner.db import procs
@@ -658,33 +658,17 @@ def test_a_long_history_is_summed_once_not_read_on_every_round(
     pay = run(conn, [transfer("pay", T1, T2)], "first", "1")["pay"]
     at(20)
     land(conn, pay)
-    with conn.transaction():
-        conn.execute("SET LOCAL session_replication_role = replica")  # consistent by construction
-        conn.execute(
-            """
-            WITH nodes AS (
-              INSERT INTO movement_request_nodes (request_id, node_key, executor_key,
-                                                  has_side_effect, node_config, lane, node_state,
-                                                  pending_parents, claim_token, submit_attempts,
-                                                  external_ref, created_at, updated_at,
-                                                  finished_at, claimed_at, submitted_at)
-              SELECT n.request_id, 'history-' || g, n.executor_key, true, n.node_config, n.lane,
-                     'COMPLETED', 0, 1, 1, n.external_ref, n.created_at, n.updated_at,
-                     n.finished_at, n.claimed_at, n.submitted_at
-                FROM movement_request_nodes n CROSS JOIN generate_series(1, %(n)s) g
-               WHERE n.id = %(id)s
-              RETURNING id
-            )
-            INSERT INTO node_intents (node_id, claim_token, idempotency_key, claimed_by,
-                                      intent_state, created_at, finished_at)
-            SELECT nodes.id, 1, 'history-' || nodes.id, 'w1', 'SUBMITTED', i.created_at,
-                   i.finished_at
-              FROM nodes, node_intents i
-             WHERE i.node_id = %(id)s
-            """,
-            {"n": history, "id": pay},
-        )
-    conn.execute("ANALYZE movement_request_nodes, node_intents")
+    plant_history(
+        conn,
+        pay,
+        history,
+        """INSERT INTO node_intents (node_id, claim_token, idempotency_key, claimed_by,
+                                     intent_state, created_at, finished_at)
+           SELECT nodes.id, 1, 'history-' || nodes.id, 'w1', 'SUBMITTED', i.created_at,
+                  i.finished_at
+             FROM nodes, node_intents i
+            WHERE i.node_id = %(template_id)s""",
+    )
     moved = {
         **rich,
         chain("local-a", T1): str(100000 - history - 1),

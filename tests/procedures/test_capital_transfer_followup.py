@@ -16,7 +16,7 @@ import pytest
 from conftest import TestDatabase
 from engine import assert_rejected, claim, create_started, node, node_ids, observe, plan
 from plans import explained, rows_read
-from rows import T0, Conn, migrations_from, set_clock
+from rows import T0, Conn, migrations_from, plant_history, set_clock
 
 from qtg_runner.db import procs
 from qtg_runner.db.migrate import migrate, rollback
@@ -245,33 +245,19 @@ def test_the_claim_reads_the_due_followups_not_the_history_of_transfers(
     alone."""
     history = 5_000
     done = landed(conn, "done", transfer("pay", DEPOSIT))["pay"]
-    with conn.transaction():
-        conn.execute("SET LOCAL session_replication_role = replica")  # consistent by construction
-        conn.execute(
-            """
-            WITH nodes AS (
-              INSERT INTO movement_request_nodes (request_id, node_key, executor_key,
-                                                  has_side_effect, node_config, lane, node_state,
-                                                  pending_parents, claim_token, submit_attempts,
-                                                  external_ref, created_at, updated_at, finished_at)
-              SELECT n.request_id, 'history-' || g, n.executor_key, true, n.node_config, n.lane,
-                     'COMPLETED', 0, 1, 1, '0x' || md5(g::text) || md5('tx' || g),
-                     n.finished_at, n.finished_at, n.finished_at
-                FROM movement_request_nodes n CROSS JOIN generate_series(1, %(n)s) g
-               WHERE n.id = %(done)s
-              RETURNING id, request_id, external_ref, finished_at
-            )
-            INSERT INTO capital_transfer_followups (node_id, request_id, venue_key, chain_key, coin,
-                                                    deposit_address, tx_hash, expected_amount,
-                                                    followup_state, credited_amount, landed_at,
-                                                    deadline_at, next_check_at, resolved_at)
-            SELECT id, request_id, 'bybit', 'local-a', 'USDC', %(deposit)s, external_ref, 100,
-                   'CREDITED', 100, finished_at, finished_at, finished_at, finished_at
-              FROM nodes
-            """,
-            {"n": history, "done": done, "deposit": DEPOSIT},
-        )
-    conn.execute("ANALYZE movement_request_nodes, capital_transfer_followups")
+    plant_history(
+        conn,
+        done,
+        history,
+        """INSERT INTO capital_transfer_followups (node_id, request_id, venue_key, chain_key, coin,
+                                                   deposit_address, tx_hash, expected_amount,
+                                                   followup_state, credited_amount, landed_at,
+                                                   deadline_at, next_check_at, resolved_at)
+           SELECT id, request_id, 'bybit', 'local-a', 'USDC', %(deposit)s, external_ref, 100,
+                  'CREDITED', 100, finished_at, finished_at, finished_at, finished_at
+             FROM nodes""",
+        {"deposit": DEPOSIT},
+    )
 
     call = "SELECT * FROM claim_capital_transfers(10, 60)"
     nodes = explained(db.dsn, call, analyze=True, at=T0.isoformat())

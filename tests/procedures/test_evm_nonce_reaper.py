@@ -31,7 +31,7 @@ from engine import (
 from evm_rows import AMOUNT_UNITS, FEES, KEY, register_transfers, signed, transfer_plan
 from plans import explained, rows_read
 from psycopg.types.json import Jsonb
-from rows import T0, Conn, intent_row, iso_at, set_clock
+from rows import T0, Conn, intent_row, iso_at, plant_history, set_clock
 
 from qtg_runner.chains.evm import Fees, self_transfer
 from qtg_runner.db import procs
@@ -410,39 +410,27 @@ def settled_history(conn: Conn) -> dict[str, Any]:
             procs.complete_submit(c.node_id, c.claim_secret, tx_hash, settled=key == "done").one(
                 conn
             )
-    with conn.transaction():
-        conn.execute("SET LOCAL session_replication_role = replica")  # consistent by construction
-        conn.execute(
-            """
-            WITH nodes AS (
-              INSERT INTO movement_request_nodes (request_id, node_key, executor_key,
-                                                  has_side_effect, node_config, lane, node_state,
-                                                  pending_parents, claim_token, submit_attempts,
-                                                  external_ref, created_at, updated_at, finished_at)
-              SELECT n.request_id, 'history-' || g, n.executor_key, true, n.node_config, n.lane,
-                     'COMPLETED', 0, 1, 1, '0x' || md5(g::text) || md5('tx' || g),
-                     clock(), clock(), clock()
-                FROM movement_request_nodes n CROSS JOIN generate_series(0, %(n)s - 1) g
-               WHERE n.id = %(done)s
-              RETURNING id, node_key, external_ref
-            ), intents AS (
+    plant_history(
+        conn,
+        ids["done"],
+        history,
+        """, intents AS (
               INSERT INTO node_intents (node_id, claim_token, idempotency_key, claimed_by,
                                         intent_state, nonce, chain_key, sender, signed_tx_hash,
                                         external_ref, created_at, prepared_at, finished_at)
-              SELECT id, 1, node_key, 'w1', 'SUBMITTED', substr(node_key, 9)::bigint, %(chain)s,
-                     %(sender)s, external_ref, external_ref, clock(), clock(), clock()
+              SELECT id, 1, node_key, 'w1', 'SUBMITTED', substr(node_key, 9)::bigint - 1,
+                     %(chain)s, %(sender)s, external_ref, external_ref, finished_at, finished_at,
+                     finished_at
                 FROM nodes
-              RETURNING id, nonce, signed_tx_hash
+              RETURNING id, nonce, signed_tx_hash, created_at
             )
             INSERT INTO evm_transactions (tx_hash, chain_key, sender, nonce, intent_id, purpose,
                                           raw_tx, recorded_by, recorded_at)
             SELECT signed_tx_hash, %(chain)s, %(sender)s, nonce, id, 'intent', '0x00', 'w1',
-                   clock()
-              FROM intents
-            """,
-            {"n": history, "done": ids["done"], "chain": CHAIN, "sender": SENDER},
-        )
-    conn.execute("ANALYZE movement_request_nodes, node_intents, evm_transactions")
+                   created_at
+              FROM intents""",
+        {"chain": CHAIN, "sender": SENDER},
+    )
     return {"history": history, "ids": ids}
 
 

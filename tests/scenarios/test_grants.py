@@ -108,8 +108,7 @@ INLINE = {
     "audit_canonical",
     "audit_row_hash",
     "balance_state",
-    "balance_change_low",
-    "balance_change_high",
+    "balance_change",
     "balance_decided",
 }
 """Internal helpers PostgreSQL inlines (no search_path of their own): granted to nobody."""

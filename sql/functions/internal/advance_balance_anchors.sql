@@ -1,20 +1,22 @@
 -- advance_balance_anchors: moves the balance anchors (balance_anchors,
 -- 0042_balance_anchors) so that verify_drift reads the effects decided since
 -- the anchor, not every one since the baseline. Per account with a baseline:
---   a new anchor      an account whose baseline has none, or is newer than its
---                     anchor's, starts at its baseline's read, with nothing summed;
+--   a new anchor      an account whose anchor has another baseline, or none,
+--                     starts at its baseline's read, with nothing summed;
 --   the fence ready   once none of the transactions that ran when its fence was
 --                     drawn (fence_xacts) still runs, every decision stamped
 --                     before fence_at is committed or gone for good (a stamp is
---                     the clock of the statement that made it, which started
---                     before the fence was drawn); a statement of its own then
---                     adds the effects decided in [through_at, fence_at) to the
---                     sums (each counted against the baseline's read, and as
---                     certain or void from then on) and moves through_at there;
+--                     the clock of the statement that made it: one before
+--                     fence_at was made by a transaction begun by then); a
+--                     statement of its own then adds the effects decided in
+--                     [through_at, fence_at) to the sums (each counted against
+--                     the baseline's read, and as certain or void from then on)
+--                     and moves through_at there;
 --   a new fence       where there is none: p_lag_seconds before p_now (reads
 --                     that started before an anchor's through_at are counted
 --                     from the baseline, the slow way: the lag leaves a read
---                     that long to record), and the transactions running now.
+--                     that long to be recorded, and it covers a clock stepped
+--                     back by less), and the transactions running now.
 -- Needs READ COMMITTED (each statement sees what was committed before it); in
 -- another mode it moves nothing. Internal (verify_drift). Locks: the anchors.
 CREATE OR REPLACE FUNCTION advance_balance_anchors(p_now timestamptz, p_lag_seconds numeric) RETURNS void
@@ -62,19 +64,16 @@ BEGIN
             SELECT * FROM node_balance_effects(ARRAY(SELECT balance_candidates(min(ready.through_at)) FROM ready))
         ), decided AS (
             SELECT r.account_kind, r.account_key, r.address, r.asset, x.lane, x.executor_key,
-                   balance_change_low(balance_state(x.certain_at, x.void_at, x.may_start_at, r.s0, r.e0),
-                                      balance_state(x.certain_at, x.void_at, x.may_start_at, r.fence_at, r.fence_at),
-                                      x.low, x.high, x.reversible) AS lo,
-                   balance_change_high(balance_state(x.certain_at, x.void_at, x.may_start_at, r.s0, r.e0),
-                                       balance_state(x.certain_at, x.void_at, x.may_start_at, r.fence_at, r.fence_at),
-                                       x.low, x.high, x.reversible) AS hi
+                   balance_change(balance_state(x.certain_at, x.void_at, x.may_start_at, r.s0, r.e0),
+                                  balance_state(x.certain_at, x.void_at, x.may_start_at, r.fence_at, r.fence_at),
+                                  x.low, x.high, x.reversible) AS change
               FROM ready r
               JOIN effects x ON x.account_kind = r.account_kind AND x.account_key = r.account_key
                             AND x.address = r.address AND x.asset = r.asset
              WHERE balance_decided(x.certain_at, x.void_at, r.fence_at)
                AND NOT balance_decided(x.certain_at, x.void_at, r.through_at)
         ), sums AS (
-            SELECT d.account_kind, d.account_key, d.address, d.asset, sum(d.lo) AS lo, sum(d.hi) AS hi,
+            SELECT d.account_kind, d.account_key, d.address, d.asset, sum(d.change[1]) AS lo, sum(d.change[2]) AS hi,
                    array_agg(DISTINCT d.lane) AS lanes, array_agg(DISTINCT d.executor_key) AS executors
               FROM decided d
              GROUP BY d.account_kind, d.account_key, d.address, d.asset

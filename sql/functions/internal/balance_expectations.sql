@@ -18,7 +18,7 @@
 --   N->U, U->C, U->U 0 or e          (U->U: or -e when reversible)
 --   U->N             0               (or -e when reversible: landed, then undone)
 --   anything else    -e, 0 or e      (cannot happen while records only move on)
--- (balance_state, balance_change_low/_high) and expected = B0 + the sum of
+-- (balance_state, balance_change) and expected = B0 + the sum of
 -- those ranges. An effect decided (certain, or void) before the read starts
 -- counts the same for every later read: the account's anchor (balance_anchors,
 -- moved by advance_balance_anchors) holds the sum of those decided before its
@@ -71,10 +71,10 @@ AS $$
          WHERE snaps.anchored_through IS NULL
             OR NOT balance_decided(x.certain_at, x.void_at, snaps.anchored_through)
     ), contributions AS (
-        SELECT states.snap_id, states.node_id, states.lane, states.executor_key,
-               balance_change_low(states.before, states.after, states.low, states.high, states.reversible) AS lo,
-               balance_change_high(states.before, states.after, states.low, states.high, states.reversible) AS hi
-          FROM states
+        SELECT c.snap_id, c.node_id, c.lane, c.executor_key, c.change[1] AS lo, c.change[2] AS hi
+          FROM (SELECT states.snap_id, states.node_id, states.lane, states.executor_key,
+                       balance_change(states.before, states.after, states.low, states.high, states.reversible) AS change
+                  FROM states) c
     )
     SELECT snaps.id, snaps.base_id, snaps.base,
            snaps.base + snaps.anchor_low + coalesce(sum(c.lo), 0),
