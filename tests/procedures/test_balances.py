@@ -12,6 +12,8 @@ claimed at 10 s and finished at 20 s is certainly in a read that starts at
 from __future__ import annotations
 
 import random
+import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from decimal import Decimal
@@ -795,3 +797,73 @@ def test_a_read_recorded_long_after_it_began_is_counted_from_the_baseline(
         (T1,),
     ).fetchone()
     assert through == (T0 + timedelta(seconds=49),)
+
+
+@pytest.mark.slow
+def test_anchors_keep_up_with_landings_committed_at_real_times(
+    db: Any, conn: Conn, runner: Conn
+) -> None:
+    """The real clock, no pin: two writers land 100 transfers, each committed a
+    moment after its stamp (four of them more than a second after), while
+    reads and rounds run beside them, the anchors a second behind. Each landing moves the chain first (as the transaction is
+    mined before the engine records it), so every read is explained: a landing
+    the anchors missed would leave every later range off by its amount. (The
+    ranges are not compared with the baseline's here: computed after the round,
+    that sees landings committed since.) The anchors end with all 100 summed,
+    and the last range is exact."""
+
+    def check(outcome: str = "OK") -> dict[Account, tuple[str, Decimal | None, Decimal | None]]:
+        rows = procs.verify_drift("verify_drift_worker@test", anchor_lag_seconds=1).all(runner)
+        assert {r.outcome for r in rows} == {outcome}, rows
+        return {
+            (r.account_kind, r.account_key, r.address): (r.outcome, r.expected_low, r.expected_high)
+            for r in rows
+        }
+
+    for c in (conn, runner):
+        c.execute("RESET qtg.now")
+    read(runner, BASE)
+    check("BASELINE")
+    ids = [run(conn, [transfer("pay", T1, T2)], f"r{i}", "1")["pay"] for i in range(100)]
+    secrets = {node_id: CLAIMS.pop(node_id) for node_id in ids}
+    landed = [0]
+    lock = threading.Lock()
+
+    def writer(mine: list[int], seed: int) -> None:
+        rng = random.Random(seed)
+        w = bind(db.connect(autocommit=False))
+        for position, node_id in enumerate(mine):
+            with lock:
+                landed[0] += 1  # the chain first
+            ref = f"0x{node_id:064x}"
+            call = procs.complete_submit(node_id, secrets[node_id], ref, settled=True)
+            call.one(w)
+            # the transaction held open a moment, and now and then past the anchors' lag
+            time.sleep(1.3 if position % 25 == 12 else rng.random() * 0.02)
+            w.commit()
+
+    threads = [threading.Thread(target=writer, args=(ids[i::2], i)) for i in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    rounds = 0
+    while True:
+        accounts = procs.begin_balance_read().all(runner)
+        with lock:
+            n = landed[0]
+        moved = {**BASE, chain("local-a", T1): str(1000 - n), chain("local-a", T2): str(n)}
+        record(runner, accounts, moved)
+        check()
+        rounds += 1
+        summed = conn.execute(
+            "SELECT -low FROM balance_anchors WHERE account_key = 'local-a' AND address = %s", (T1,)
+        ).fetchone()
+        if not any(t.is_alive() for t in threads) and summed == (100,):
+            break
+        assert time.monotonic() < deadline, (rounds, summed)
+    for t in threads:
+        t.join()
+    read(runner, {**BASE, chain("local-a", T1): "900", chain("local-a", T2): "100"})
+    last = check()
+    assert last[chain("local-a", T1)] == ("OK", Decimal("900"), Decimal("900"))
+    assert last[chain("local-a", T2)] == ("OK", Decimal("100"), Decimal("100"))
