@@ -805,9 +805,10 @@ def test_anchors_keep_up_with_landings_committed_at_real_times(
 ) -> None:
     """The real clock, no pin: two writers land 100 transfers, each committed a
     moment after its stamp (four of them more than a second after), while
-    reads and rounds run beside them, the anchors a second behind. Each landing moves the chain first (as the transaction is
-    mined before the engine records it), so every read is explained: a landing
-    the anchors missed would leave every later range off by its amount. (The
+    reads and rounds run beside them, the anchors a second behind. Each landing
+    moves the chain first (as the transaction is mined before the engine
+    records it), so every read is explained: a landing the anchors missed
+    would leave every later range off by its amount. (The
     ranges are not compared with the baseline's here: computed after the round,
     that sees landings committed since.) The anchors end with all 100 summed,
     and the last range is exact."""
