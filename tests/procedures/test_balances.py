@@ -808,10 +808,10 @@ def test_anchors_keep_up_with_landings_committed_at_real_times(
     reads and rounds run beside them, the anchors a second behind. Each landing
     moves the chain first (as the transaction is mined before the engine
     records it), so every read is explained: a landing the anchors missed
-    would leave every later range off by its amount. (The
-    ranges are not compared with the baseline's here: computed after the round,
-    that sees landings committed since.) The anchors end with all 100 summed,
-    and the last range is exact."""
+    would leave every later range off by its amount. (The ranges are not
+    compared with the baseline's here: computed after the round, that sees
+    landings committed since.) The anchors end with all 100 summed, and the
+    last range is exact."""
 
     def check(outcome: str = "OK") -> dict[Account, tuple[str, Decimal | None, Decimal | None]]:
         rows = procs.verify_drift("verify_drift_worker@test", anchor_lag_seconds=1).all(runner)
