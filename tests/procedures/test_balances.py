@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from conftest import dsn_for
 from engine import as_person, bind, claim, create_started, node, node_ids, plan
 from plans import explained, rows_read
 from rich.console import Console
@@ -641,6 +642,29 @@ def test_a_landing_still_uncommitted_when_a_fence_was_drawn_is_summed_once_commi
         (T0 + timedelta(seconds=20), T1),
     ).fetchone()
     assert anchor == (True, Decimal("-100"), Decimal("-100"))
+
+
+def test_a_transaction_in_another_database_does_not_hold_the_anchors(
+    db: Any, conn: Conn, runner: Conn
+) -> None:
+    """The fence waits for the transactions of this database alone: one open in
+    another database of the cluster cannot land a transfer here, and waiting
+    for it would leave every round reading the whole history since the baseline
+    for as long as a neighbour kept a transaction open."""
+    neighbour = db.connect(dsn_for(db.dsn, dbname="postgres"), autocommit=False)
+    neighbour.execute("SELECT 1")
+    at = clocks(conn, runner)
+    read(runner, BASE)
+    verify(runner)
+    for seconds in (10, 20):  # the first round draws the fence at 9 s, the second moves over it
+        at(seconds)
+        read(runner, BASE)
+        verify(runner)
+    through = conn.execute(
+        "SELECT DISTINCT through_at FROM balance_anchors WHERE account_key = 'local-a'"
+    ).fetchall()
+    assert through == [(T0 + timedelta(seconds=9),)]
+    neighbour.rollback()
 
 
 def test_a_long_history_is_summed_once_not_read_on_every_round(

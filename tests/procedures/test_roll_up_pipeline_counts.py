@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import TestDatabase
+from conftest import TestDatabase, dsn_for
 from engine import (
     bind,
     claim,
@@ -177,6 +177,26 @@ def test_a_long_history_is_counted_p_max_ids_a_call(conn: psycopg.Connection[Any
     assert conn.execute(
         "SELECT open_ids FROM pipeline_rollups WHERE entity = 'movement'"
     ).fetchone() == ([waiting],)
+
+
+def test_a_transaction_in_another_database_does_not_hold_the_fence(
+    db: TestDatabase, conn: psycopg.Connection[Any]
+) -> None:
+    """A transaction of another database in the cluster cannot write this one's
+    rows: a fence that waited for it would stay held for as long as a neighbour
+    (another test, another application) kept a transaction open."""
+    neighbour = db.connect(dsn_for(db.dsn, dbname="postgres"), autocommit=False)
+    neighbour.execute("SELECT 1")  # its transaction runs, with a virtual id of its own
+    movement_in(conn, "COMPLETED", "done-0")
+    assert [(r.entity, r.behind) for r in procs.roll_up_pipeline_counts().all(conn)] == [
+        ("movement", 1),
+        ("node", 1),
+    ]
+    assert roll_up(conn)["movement"].rolled
+    assert conn.execute(
+        "SELECT entity, state, total FROM pipeline_rollup_totals ORDER BY 1, 2"
+    ).fetchall() == [("movement", "COMPLETED", 1), ("node", "COMPLETED", 1)]
+    neighbour.rollback()
 
 
 def test_needs_read_committed(db: TestDatabase, conn: psycopg.Connection[Any]) -> None:

@@ -144,6 +144,7 @@ INTERNAL = {
     "finish_nodes",
     "follow_capital_transfers",
     "advance_balance_anchors",
+    "running_transactions",
     "balance_candidates",
     "intent_document",
     "intent_tx_problem",

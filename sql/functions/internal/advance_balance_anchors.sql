@@ -16,7 +16,8 @@
 --                     that started before an anchor's through_at are counted
 --                     from the baseline, the slow way: the lag leaves a read
 --                     that long to be recorded, and it covers a clock stepped
---                     back by less), and the transactions running now.
+--                     back by less), and the transactions running now in this
+--                     database (running_transactions).
 -- Needs READ COMMITTED (each statement sees what was committed before it); in
 -- another mode it moves nothing. Internal (verify_drift). Locks: the anchors.
 CREATE OR REPLACE FUNCTION advance_balance_anchors(p_now timestamptz, p_lag_seconds numeric) RETURNS void
@@ -24,7 +25,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_fence_at timestamptz := p_now - make_interval(secs => p_lag_seconds::double precision);
-    v_own      text;
+    v_running  text[];
     v_ready    text[];
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -44,13 +45,12 @@ BEGIN
            moved_at = excluded.moved_at
      WHERE a.baseline_snapshot_id <> excluded.baseline_snapshot_id;
 
+    v_running := running_transactions();
     SELECT coalesce(array_agg(a.account_kind || ':' || a.account_key || ':' || a.address || ':' || a.asset), '{}')
       INTO v_ready
       FROM balance_anchors a
      WHERE a.fence_at IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM pg_locks l
-                        WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock'
-                          AND l.virtualxid = ANY (a.fence_xacts));
+       AND NOT a.fence_xacts && v_running;
 
     -- a statement of its own: its snapshot is taken after the fence's transactions ended
     IF cardinality(v_ready) > 0 THEN
@@ -96,14 +96,10 @@ BEGIN
 
     IF EXISTS (SELECT 1 FROM balance_anchors a WHERE a.fence_at IS NULL AND a.through_at < v_fence_at) THEN
         -- this transaction's own decisions are visible to it
-        SELECT l.virtualxid INTO v_own
-          FROM pg_locks l
-         WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.pid = pg_backend_pid();
+        v_running := running_transactions();
         UPDATE balance_anchors a
            SET fence_at = v_fence_at,
-               fence_xacts = (SELECT coalesce(array_agg(l.virtualxid), '{}') FROM pg_locks l
-                               WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock'
-                                 AND l.virtualxid IS DISTINCT FROM v_own)
+               fence_xacts = v_running
          WHERE a.fence_at IS NULL AND a.through_at < v_fence_at;
     END IF;
 END

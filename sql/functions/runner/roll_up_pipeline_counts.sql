@@ -12,10 +12,10 @@
 --                finished row never changes state again, so a total stays true;
 --   a new fence  is drawn when below_id has passed the fence (and at the first
 --                call): the identity sequence's position, read before the
---                running transactions (pg_locks' virtual transaction ids;
---                prepared transactions are not looked at: the engine makes
---                none), so a row with an id at or under it was inserted by one
---                of those or by a transaction that had already ended.
+--                running transactions of this database
+--                (running_transactions), so a row with an id at or under it
+--                was inserted by one of those or by a transaction that had
+--                already ended.
 -- A transaction that runs for long holds the fence, and the view counts the
 -- rows made since it was drawn until it ends. Needs READ COMMITTED (QT002
 -- otherwise: a snapshot taken before the check could miss the rows of a
@@ -32,7 +32,6 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now       timestamptz := clock();
-    v_own       text;
     v_ready     text[];
     v_movements bigint;
     v_nodes     bigint;
@@ -47,12 +46,11 @@ BEGIN
     END IF;
     PERFORM 1 FROM pipeline_rollups r ORDER BY r.entity FOR UPDATE;
 
+    v_running := running_transactions();
     SELECT coalesce(array_agg(r.entity), '{}') INTO v_ready
       FROM pipeline_rollups r
      WHERE r.fence_id IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM pg_locks l
-                        WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock'
-                          AND l.virtualxid = ANY (r.fence_xacts));
+       AND NOT r.fence_xacts && v_running;
 
     -- a statement of its own: its snapshot is taken after the fence's transactions ended
     WITH bounds AS (
@@ -93,12 +91,7 @@ BEGIN
         v_movements := coalesce(pg_sequence_last_value(pg_get_serial_sequence('movement_requests', 'id')::regclass), 0);
         v_nodes := coalesce(pg_sequence_last_value(pg_get_serial_sequence('movement_request_nodes', 'id')::regclass), 0);
         -- this transaction's own rows are visible to it, and its counts end with them
-        SELECT l.virtualxid INTO v_own
-          FROM pg_locks l
-         WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.pid = pg_backend_pid();
-        SELECT coalesce(array_agg(l.virtualxid), '{}') INTO v_running
-          FROM pg_locks l
-         WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.virtualxid IS DISTINCT FROM v_own;
+        v_running := running_transactions();
         UPDATE pipeline_rollups r
            SET fence_id = greatest(CASE r.entity WHEN 'movement' THEN v_movements ELSE v_nodes END, r.below_id - 1),
                fence_xacts = v_running
