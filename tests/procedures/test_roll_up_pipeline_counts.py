@@ -13,6 +13,7 @@ transactions that ran at the fence have ended.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -197,6 +198,52 @@ def test_a_transaction_in_another_database_does_not_hold_the_fence(
         "SELECT entity, state, total FROM pipeline_rollup_totals ORDER BY 1, 2"
     ).fetchall() == [("movement", "COMPLETED", 1), ("node", "COMPLETED", 1)]
     neighbour.rollback()
+
+
+@pytest.mark.slow
+def test_an_autovacuum_worker_does_not_hold_the_fence(
+    db: TestDatabase, conn: psycopg.Connection[Any]
+) -> None:
+    """An autovacuum worker writes no row of the engine, and its VACUUM of a
+    large table may run for hours: a fence that waited for it would be held as
+    long. Here a table vacuumed at the slowest cost keeps a worker busy in this
+    database (autovacuum wakes each second for the test) while the roll-up
+    draws its fence and counts up to it."""
+    admin = db.connect()
+    admin.execute(
+        """CREATE TABLE public.vacuumed (id bigint)
+           WITH (autovacuum_vacuum_threshold = 0, autovacuum_vacuum_scale_factor = 0,
+                 autovacuum_vacuum_cost_delay = 100, autovacuum_vacuum_cost_limit = 1)"""
+    )
+    admin.execute("INSERT INTO public.vacuumed SELECT generate_series(1, 100000)")
+    admin.execute("DELETE FROM public.vacuumed")
+    admin.execute("ALTER SYSTEM SET autovacuum_naptime = 1")
+    admin.execute("SELECT pg_reload_conf()")
+    try:
+        deadline = time.monotonic() + 60
+        while not admin.execute(
+            """SELECT 1 FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
+                WHERE a.backend_type = 'autovacuum worker' AND a.datname = current_database()
+                  AND a.query LIKE '%%vacuumed%%' AND l.locktype = 'virtualxid'"""
+        ).fetchone():
+            assert time.monotonic() < deadline, "no autovacuum worker came within 60 s"
+            time.sleep(0.1)
+        movement_in(conn, "COMPLETED", "done-0")
+        first = procs.roll_up_pipeline_counts().all(conn)
+        assert [(r.entity, r.behind) for r in first] == [("movement", 1), ("node", 1)]
+        assert roll_up(conn)["movement"].rolled
+        assert admin.execute(  # still at work: it ran through both calls
+            "SELECT 1 FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
+            " AND datname = current_database()"
+        ).fetchone()
+    finally:
+        admin.execute("ALTER SYSTEM RESET autovacuum_naptime")
+        admin.execute("SELECT pg_reload_conf()")
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE backend_type = 'autovacuum worker' AND datname = current_database()"
+        )
+    assert_exact(conn)
 
 
 def test_needs_read_committed(db: TestDatabase, conn: psycopg.Connection[Any]) -> None:
