@@ -26,7 +26,7 @@ AS $$
 DECLARE
     v_fence_at timestamptz := p_now - make_interval(secs => p_lag_seconds::double precision);
     v_running  text[];
-    v_ready    text[];
+    v_ready    balance_anchors[];
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RETURN;
@@ -46,7 +46,7 @@ BEGIN
      WHERE a.baseline_snapshot_id <> excluded.baseline_snapshot_id;
 
     v_running := running_transactions();
-    SELECT coalesce(array_agg(a.account_kind || ':' || a.account_key || ':' || a.address || ':' || a.asset), '{}')
+    SELECT coalesce(array_agg(a), '{}')
       INTO v_ready
       FROM balance_anchors a
      WHERE a.fence_at IS NOT NULL
@@ -57,9 +57,8 @@ BEGIN
         WITH ready AS (
             SELECT a.account_kind, a.account_key, a.address, a.asset, a.through_at, a.fence_at,
                    b0.read_started_at AS s0, b0.recorded_at AS e0
-              FROM balance_anchors a
+              FROM unnest(v_ready) a  -- locked: as they are now
               JOIN balance_snapshots b0 ON b0.id = a.baseline_snapshot_id
-             WHERE a.account_kind || ':' || a.account_key || ':' || a.address || ':' || a.asset = ANY (v_ready)
         ), effects AS (
             SELECT * FROM node_balance_effects(ARRAY(SELECT balance_candidates(min(ready.through_at)) FROM ready))
         ), decided AS (
