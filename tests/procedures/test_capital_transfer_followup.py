@@ -5,10 +5,12 @@ bybit_deposit step after it), hands the due ones out under a lease;
 record_capital_transfer_check moves a followup from WAITING to CREDITED,
 MISMATCH or FAILED (audited) or keeps it WAITING; capital_transfer_mismatches
 shows an amount mismatch, a failed deposit and a deposit never credited past
-its deadline."""
+its deadline. The drift check's balance_candidates reads the deposits whose
+credit is open from these followups and the bybit_deposit steps."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -283,3 +285,123 @@ def test_the_migration_follows_what_landed_before_it_unfollowed(
     (claimed,) = procs.claim_capital_transfers(10, 60).all(conn)
     assert (claimed.node_id, claimed.expected_amount) == (node_id, Decimal("7"))
     assert (claimed.deadline_at - claimed.landed_at).total_seconds() == 300  # 3 lane baselines
+
+
+SIDE_EFFECTS = """
+    SELECT n.id FROM movement_request_nodes n
+     WHERE n.has_side_effect AND (n.finished_at IS NULL OR n.finished_at >= %(since)s)"""
+
+DEPOSITS_BEFORE_0043 = """
+    SELECT n.id
+      FROM venue_deposit_addresses d
+      JOIN movement_request_nodes n
+        ON n.executor_key = 'evm_transfer' AND n.node_state = 'COMPLETED'
+       AND n.node_config ->> 'chain' = d.chain_key AND lower(n.node_config ->> 'to') = d.address
+     WHERE NOT EXISTS (SELECT 1 FROM capital_transfer_followups f
+                        WHERE f.node_id = n.id AND f.followup_state IN ('CREDITED', 'MISMATCH')
+                          AND f.resolved_at < %(since)s)
+       AND NOT EXISTS (SELECT 1 FROM movement_plan_edges e
+                         JOIN movement_request_nodes k ON k.id = e.child_node_id
+                        WHERE e.parent_node_id = n.id AND k.executor_key = 'bybit_deposit'
+                          AND k.node_state = 'COMPLETED' AND k.finished_at < %(since)s)"""
+"""The transfers into a deposit address whose credit was not certain at
+``since``, as balance_candidates read them before 0043: every transfer ever
+completed into a deposit address, two probes each."""
+
+
+def deposit_candidates(conn: Conn, query: str, since: float) -> set[int]:
+    """What ``query`` (balance_candidates, or a reference) gives beyond the
+    side-effect nodes not finished before ``since`` (seconds after T0)."""
+    at = {"since": T0 + timedelta(seconds=since)}
+    rows = conn.execute(f"({query}) EXCEPT ({SIDE_EFFECTS})", at).fetchall()
+    return {r[0] for r in rows}
+
+
+def test_the_uncredited_deposits_are_read_from_their_followups_and_steps(
+    conn: Conn, venue: str
+) -> None:
+    """balance_candidates reads the transfers into a deposit address whose credit
+    is not certain from their followups, their bybit_deposit steps and the
+    transfers without a hash: the same transfers as the read of every transfer
+    ever made into a deposit address that it replaces, at every time."""
+    step = {"executor": "bybit_deposit", "lane": "bybit-deposit", "venue": "bybit",
+            "chain": "local-a", "coin": "USDC"}  # fmt: skip
+    movements = {
+        name: node_ids(conn, create_started(conn, plan(*nodes), name, amount="5"))
+        for name, nodes in {
+            "waiting": [transfer("pay", DEPOSIT)],
+            "credited": [transfer("pay", DEPOSIT)],
+            "mismatched": [transfer("pay", DEPOSIT)],
+            "refused": [transfer("pay", DEPOSIT)],
+            "no-hash": [transfer("pay", DEPOSIT)],
+            "elsewhere": [transfer("pay", OTHER)],
+            "stepped": [transfer("pay", DEPOSIT), node("credit", ["pay"], **step)],
+            "step-failed": [transfer("pay", DEPOSIT), node("credit", ["pay"], **step)],
+            "step-open": [transfer("pay", DEPOSIT), node("credit", ["pay"], **step)],
+        }.items()
+    }
+    pay = {name: ids["pay"] for name, ids in movements.items()}
+    set_clock(conn, 10)
+    for c in claim(conn):
+        procs.complete_submit(
+            c["node_id"], c["claim_secret"], f"0x{c['node_id']:064x}", settled=True
+        ).one(conn)
+    with conn.transaction():  # landed by a recovery that found no hash: nothing to follow
+        conn.execute("SET LOCAL session_replication_role = replica")
+        conn.execute("DELETE FROM capital_transfer_followups WHERE node_id = %s", (pay["no-hash"],))
+        conn.execute(
+            "UPDATE movement_request_nodes SET external_ref = NULL WHERE id = %s", (pay["no-hash"],)
+        )
+    set_clock(conn, 20)
+    procs.claim_capital_transfers(10, 60).all(conn)
+    procs.record_capital_transfer_check(pay["credited"], "CREDITED", Decimal(5)).one(conn)
+    procs.record_capital_transfer_check(pay["mismatched"], "CREDITED", Decimal("4.9")).one(conn)
+    procs.record_capital_transfer_check(pay["refused"], "FAILED").one(conn)
+    secrets = {c["node_id"]: c["claim_secret"] for c in claim(conn)}
+    set_clock(conn, 30)
+    credit = {name: movements[name]["credit"] for name in ("stepped", "step-failed", "step-open")}
+    procs.complete_submit(
+        credit["stepped"], secrets[credit["stepped"]], "credited", settled=True
+    ).one(conn)
+    procs.fail_submit(credit["step-failed"], secrets[credit["step-failed"]], "no", False).one(conn)
+
+    never_certain = {pay[n] for n in ("waiting", "refused", "no-hash", "step-failed", "step-open")}
+    expected = {
+        15: never_certain | {pay["credited"], pay["mismatched"], pay["stepped"]},
+        25: never_certain | {pay["stepped"]},
+        35: never_certain,
+        100: never_certain,
+    }
+    for since, transfers in expected.items():
+        read = deposit_candidates(conn, "SELECT balance_candidates(%(since)s)", since)
+        assert read == transfers, since
+        assert read == deposit_candidates(conn, DEPOSITS_BEFORE_0043, since), since
+
+
+def test_the_candidates_read_no_deposit_credited_long_ago(
+    db: TestDatabase, conn: Conn, venue: str
+) -> None:
+    """verify_drift's candidates (every 10 s) read every transfer ever made into a
+    deposit address, with two probes each; those credited before the round's
+    horizon are now never read."""
+    history = 5_000
+    done = landed(conn, "done", transfer("pay", DEPOSIT))["pay"]
+    plant_history(
+        conn,
+        done,
+        history,
+        """INSERT INTO capital_transfer_followups (node_id, request_id, venue_key, chain_key, coin,
+                                                   deposit_address, tx_hash, expected_amount,
+                                                   followup_state, credited_amount, landed_at,
+                                                   deadline_at, next_check_at, resolved_at)
+           SELECT id, request_id, 'bybit', 'local-a', 'USDC', %(deposit)s, external_ref, 100,
+                  'CREDITED', 100, finished_at, finished_at, finished_at, finished_at
+             FROM nodes""",
+        {"deposit": DEPOSIT},
+    )
+    later = (T0 + timedelta(hours=1)).isoformat()
+    call = f"SELECT * FROM balance_candidates('{later}')"
+    nodes = explained(db.dsn, call, analyze=True, at=later)
+    assert rows_read(nodes, "movement_request_nodes") <= 20
+    assert rows_read(nodes, "capital_transfer_followups") <= 20
+    assert conn.execute(call).fetchall() == [(done,)]  # still WAITING
