@@ -239,18 +239,13 @@ def test_a_deposit_address_registered_later_follows_what_landed_in_it(
     assert [r.node_id for r in procs.claim_capital_transfers(10, 60).all(conn)] == [early]
 
 
-def test_the_claim_reads_the_due_followups_not_the_history_of_transfers(
-    db: TestDatabase, conn: Conn, venue: str
-) -> None:
-    """Every 15 s the sidecar's claim searched every transfer ever completed into
-    a deposit address for one not followed yet; now it reads the due followups
-    alone."""
-    history = 5_000
-    done = landed(conn, "done", transfer("pay", DEPOSIT))["pay"]
+def plant_credited_deposits(conn: Conn, template_id: int, count: int) -> None:
+    """``count`` copies of the transfer ``template_id`` into DEPOSIT, each with a
+    followup CREDITED as it landed: a history of deposits for the plan tests."""
     plant_history(
         conn,
-        done,
-        history,
+        template_id,
+        count,
         """INSERT INTO capital_transfer_followups (node_id, request_id, venue_key, chain_key, coin,
                                                    deposit_address, tx_hash, expected_amount,
                                                    followup_state, credited_amount, landed_at,
@@ -260,6 +255,17 @@ def test_the_claim_reads_the_due_followups_not_the_history_of_transfers(
              FROM nodes""",
         {"deposit": DEPOSIT},
     )
+
+
+def test_the_claim_reads_the_due_followups_not_the_history_of_transfers(
+    db: TestDatabase, conn: Conn, venue: str
+) -> None:
+    """Every 15 s the sidecar's claim searched every transfer ever completed into
+    a deposit address for one not followed yet; now it reads the due followups
+    alone."""
+    history = 5_000
+    done = landed(conn, "done", transfer("pay", DEPOSIT))["pay"]
+    plant_credited_deposits(conn, done, history)
 
     call = "SELECT * FROM claim_capital_transfers(10, 60)"
     nodes = explained(db.dsn, call, analyze=True, at=T0.isoformat())
@@ -386,19 +392,7 @@ def test_the_candidates_read_no_deposit_credited_long_ago(
     horizon are now never read."""
     history = 5_000
     done = landed(conn, "done", transfer("pay", DEPOSIT))["pay"]
-    plant_history(
-        conn,
-        done,
-        history,
-        """INSERT INTO capital_transfer_followups (node_id, request_id, venue_key, chain_key, coin,
-                                                   deposit_address, tx_hash, expected_amount,
-                                                   followup_state, credited_amount, landed_at,
-                                                   deadline_at, next_check_at, resolved_at)
-           SELECT id, request_id, 'bybit', 'local-a', 'USDC', %(deposit)s, external_ref, 100,
-                  'CREDITED', 100, finished_at, finished_at, finished_at, finished_at
-             FROM nodes""",
-        {"deposit": DEPOSIT},
-    )
+    plant_credited_deposits(conn, done, history)
     later = (T0 + timedelta(hours=1)).isoformat()
     call = f"SELECT * FROM balance_candidates('{later}')"
     nodes = explained(db.dsn, call, analyze=True, at=later)
