@@ -393,9 +393,25 @@ def test_the_candidates_read_no_deposit_credited_long_ago(
     history = 5_000
     done = landed(conn, "done", transfer("pay", DEPOSIT))["pay"]
     plant_credited_deposits(conn, done, history)
+    stepped = landed(
+        conn, "stepped", transfer("pay", DEPOSIT),
+        node("credit", ["pay"], executor="bybit_deposit", lane="bybit-deposit", venue="bybit",
+             chain="local-a", coin="USDC"),
+    )["pay"]  # fmt: skip
+    # and as many edges (the plans' DAGs), none to a bybit_deposit step
+    conn.execute(
+        """INSERT INTO movement_plan_edges (request_id, parent_node_id, child_node_id)
+           SELECT n.request_id, n.id, m.id
+             FROM movement_request_nodes n
+             JOIN movement_request_nodes m ON m.id = n.id + 1 AND m.node_key LIKE 'history-%'
+            WHERE n.node_key LIKE 'history-%'"""
+    )
+    conn.execute("ANALYZE movement_plan_edges")
     later = (T0 + timedelta(hours=1)).isoformat()
     call = f"SELECT * FROM balance_candidates('{later}')"
     nodes = explained(db.dsn, call, analyze=True, at=later)
     assert rows_read(nodes, "movement_request_nodes") <= 20
+    assert rows_read(nodes, "movement_plan_edges") <= 20
     assert rows_read(nodes, "capital_transfer_followups") <= 20
-    assert conn.execute(call).fetchall() == [(done,)]  # still WAITING
+    # done: still WAITING; stepped: its step not finished
+    assert {r[0] for r in conn.execute(call).fetchall()} == {done, stepped}
