@@ -24,19 +24,18 @@ AS $$
                 OR (f.followup_state IN ('CREDITED', 'MISMATCH') AND f.resolved_at >= p_since)
             UNION
             SELECT e.parent_node_id
-              FROM movement_request_nodes k
-              JOIN movement_plan_edges e ON e.child_node_id = k.id
-             WHERE k.executor_key = 'bybit_deposit' AND k.finished_at IS NULL
-            UNION
-            SELECT e.parent_node_id
-              FROM movement_request_nodes k
-              JOIN movement_plan_edges e ON e.child_node_id = k.id
-             WHERE k.executor_key = 'bybit_deposit' AND k.finished_at >= p_since
-            UNION
-            SELECT e.parent_node_id
-              FROM movement_request_nodes k
-              JOIN movement_plan_edges e ON e.child_node_id = k.id
-             WHERE k.executor_key = 'bybit_deposit' AND k.node_state IN ('FAILED', 'SKIPPED')
+              FROM movement_plan_edges e
+             WHERE e.child_node_id IN (
+                    -- the bybit_deposit steps not COMPLETED before p_since, a range of
+                    -- an index each (as one OR, every step was read and filtered)
+                    SELECT k.id FROM movement_request_nodes k
+                     WHERE k.executor_key = 'bybit_deposit' AND k.finished_at IS NULL
+                    UNION ALL
+                    SELECT k.id FROM movement_request_nodes k
+                     WHERE k.executor_key = 'bybit_deposit' AND k.finished_at >= p_since
+                    UNION ALL
+                    SELECT k.id FROM movement_request_nodes k
+                     WHERE k.executor_key = 'bybit_deposit' AND k.node_state IN ('FAILED', 'SKIPPED'))
             UNION
             SELECT n.id
               FROM movement_request_nodes n
