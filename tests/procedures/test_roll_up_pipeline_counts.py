@@ -275,6 +275,25 @@ def test_the_runner_login_rolls_up_and_an_operator_may_not(
     assert counts(operator) == counts(conn)  # the view is the operators' to read
 
 
+def test_another_logins_open_transaction_holds_the_fence_of_a_runner_login(
+    db: TestDatabase, conn: psycopg.Connection[Any]
+) -> None:
+    """The fence leaves out only what cannot write here; a login of this database
+    cannot hide its transaction from it. The runner's calls (as the owner) see
+    another user's session with its database and user alone, and that is
+    enough: an operator's open transaction holds the fence until it ends."""
+    movement_in(conn, "COMPLETED", "done-0")
+    operator = bind(db.connect(db.operator_dsn("testnet"), autocommit=False))
+    operator.execute("SELECT count(*) FROM pipeline_counts")  # its transaction runs
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    roll_up(runner)  # the fence: the operator's transaction running
+    held = roll_up(runner)
+    assert not held["movement"].rolled and not held["node"].rolled
+    operator.commit()
+    assert roll_up(runner)["movement"].rolled
+    assert_exact(conn)
+
+
 def test_the_migration_rolls_up_the_history_there_is(
     db: TestDatabase, conn: psycopg.Connection[Any]
 ) -> None:
