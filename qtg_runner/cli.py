@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, ClassVar
 
 import psycopg
 import typer
@@ -19,13 +20,39 @@ from qtg_runner.credentials import without_password
 from qtg_runner.db.embedded import database_url, stop_embedded
 from qtg_runner.db.pool import login_dsn
 
+
+class Qtg(QtgGroup):
+    """`qtg`: every error as one `qtg: error:` line, each sub-command loaded when
+    it is run (commands/common.py)."""
+
+    lazy: ClassVar[Mapping[str, str]] = {
+        "run": "qtg_runner.commands.run:run_cmd",
+        "worker": "qtg_runner.commands.run:worker_cmd",
+        "status": "qtg_runner.commands.status:status_cmd",
+        "demo": "qtg_runner.commands.demo:demo_cmd",
+        "operator": "qtg_runner.commands.logins:operator_app",
+        "runner": "qtg_runner.commands.logins:runner_app",
+        "executors": "qtg_runner.commands.executors:app",
+        "movement": "qtg_runner.commands.movement:app",
+        "proposals": "qtg_runner.commands.proposals:app",
+        "chains": "qtg_runner.commands.chains:app",
+        "world": "qtg_runner.commands.world:app",
+        "drill": "qtg_runner.commands.drill:app",
+        "audit": "qtg_runner.commands.audit:app",
+        "callbacks": "qtg_runner.commands.callbacks:app",
+        "balances": "qtg_runner.commands.balances:app",
+        "api": "qtg_runner.commands.api:app",
+        "reader": "qtg_runner.commands.logins:reader_app",
+    }
+
+
 app = typer.Typer(
     name="qtg",
     help="QTG engine: a Postgres-native orchestration engine for treasury movements.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    cls=QtgGroup,  # every error as one `qtg: error:` line (commands/common.py)
+    cls=Qtg,
 )
 db_app = typer.Typer(
     help=(
@@ -199,42 +226,6 @@ def mark_test_cmd(
         dsn = _dsn()
         migrations.mark_test_database(dsn, marked=not off)
     out.print("test database: pinned clocks are honoured" if not off else "not a test database")
-
-
-from qtg_runner.commands import (  # noqa: E402
-    api,
-    audit,
-    balances,
-    callbacks,
-    chains,
-    demo,
-    drill,
-    executors,
-    logins,
-    movement,
-    proposals,
-    status,
-    world,
-)
-from qtg_runner.commands import run as runners  # noqa: E402
-
-app.command("run")(runners.run_cmd)
-app.command("worker")(runners.worker_cmd)
-app.add_typer(logins.operator_app, name="operator")
-app.add_typer(logins.runner_app, name="runner")
-app.add_typer(executors.app, name="executors")
-app.add_typer(movement.app, name="movement")
-app.add_typer(proposals.app, name="proposals")
-app.add_typer(chains.app, name="chains")
-app.add_typer(world.app, name="world")
-app.command("status")(status.status_cmd)
-app.command("demo")(demo.demo_cmd)
-app.add_typer(drill.app, name="drill")
-app.add_typer(audit.app, name="audit")
-app.add_typer(callbacks.app, name="callbacks")
-app.add_typer(balances.app, name="balances")
-app.add_typer(api.app, name="api")
-app.add_typer(logins.reader_app, name="reader")
 
 
 def run() -> None:

@@ -1,7 +1,7 @@
 """Runner start-up and the supervisor.
 
 ``Runtime`` opens the network-bound pool as the runner's own login, after
-check_deployment made sure that login is a member of qtg_<network>_runner
+check_deployment (qtg_runner.deploy) made sure that login is a member of qtg_<network>_runner
 (never a superuser) and that every executor the runner carries is registered
 as it is (same has_side_effect, same node config schema; registering is the
 admin's deploy step, `qtg executors register`); either check failing is a
@@ -45,24 +45,14 @@ from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
-from qtg_runner.db.logins import MEMBER_QUERY, group_role, member_problem
 from qtg_runner.db.pool import bound_conninfo, open_pool
+from qtg_runner.deploy import check_deployment
 from qtg_runner.executors.base import Executor
-from qtg_runner.executors.registry import (
-    SHIPPED,
-    build,
-    registration_problems,
-    schema_differences,
-)
+from qtg_runner.executors.registry import SHIPPED, build
 from qtg_runner.limits import ReportLimits, read_report_limits
 from qtg_runner.log import event
 from qtg_runner.loop import WakeGroup, WorkerContext, WorkerEntry, run_worker
 from qtg_runner.wakeup import Wakeup
-
-
-class DeployError(RuntimeError):
-    """The runner cannot start as deployed: not a runner login, or an executor it
-    carries is not registered as it is. The message names what the admin runs."""
 
 
 def new_instance_id() -> str:
@@ -123,34 +113,6 @@ class Runtime:
     async def close(self) -> None:
         await self.pool.close()
         await self.side_pool.close()
-
-
-async def check_deployment(
-    conn: psycopg.AsyncConnection[Any], network: NetworkMode, carried: Sequence[type[Executor]]
-) -> None:
-    """Refuse (DeployError) to run as anything but a runner login of ``network``, or
-    with an executor that is not registered exactly as this runner carries it."""
-    cur = await conn.execute(MEMBER_QUERY, [group_role("runner", network)])
-    row = await cur.fetchone()
-    assert row is not None
-    problem = member_problem(row, "runner", network)
-    if problem is not None:
-        raise DeployError(problem)
-    registered = await procs.registered_executors().aall(conn)
-    for key in schema_differences(carried, registered):
-        event(
-            logging.WARNING,
-            "executor_schema_differs",
-            executor=key,
-            network=network,
-            detail="the registered node config schema is not this build's (an approved proposal?)",
-        )
-    problems = registration_problems(carried, registered)
-    if problems:
-        raise DeployError(
-            f"{'; '.join(problems)} on {network}: the admin registers this build's "
-            f"executors with `qtg executors register --network {network}`"
-        )
 
 
 STOP_GRACE_SECONDS = 30.0

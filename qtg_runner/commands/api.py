@@ -13,8 +13,13 @@ from rich.console import Console
 
 from qtg_runner.api import tokens
 from qtg_runner.api.identity import Database, server_conninfo
-from qtg_runner.commands.common import CommandError, cli_errors, parse_duration
-from qtg_runner.commands.run import NetworkOption, resolve_network
+from qtg_runner.commands.common import (
+    CommandError,
+    NetworkOption,
+    cli_errors,
+    parse_duration,
+    resolve_network,
+)
 from qtg_runner.config import load_settings
 from qtg_runner.db.embedded import database_url
 

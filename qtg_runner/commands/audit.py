@@ -21,9 +21,8 @@ from typing import Annotated, TextIO
 
 import typer
 
-from qtg_runner.commands.common import USAGE, CommandError
+from qtg_runner.commands.common import USAGE, AsOption, CommandError, NetworkOption
 from qtg_runner.commands.movement import connect, out
-from qtg_runner.commands.run import AsOption, NetworkOption
 from qtg_runner.db import procs
 
 app = typer.Typer(

@@ -17,9 +17,8 @@ from typing import Annotated
 
 import typer
 
-from qtg_runner.commands.common import BIGINT_MAX
+from qtg_runner.commands.common import BIGINT_MAX, AsOption, NetworkOption
 from qtg_runner.commands.movement import connect, out, rows_table
-from qtg_runner.commands.run import AsOption, NetworkOption
 from qtg_runner.db import procs
 
 app = typer.Typer(

@@ -18,9 +18,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from qtg_runner.commands.common import BIGINT_MAX, USAGE, CommandError
+from qtg_runner.commands.common import BIGINT_MAX, USAGE, AsOption, CommandError, NetworkOption
 from qtg_runner.commands.movement import _fmt, connect, out
-from qtg_runner.commands.run import AsOption, NetworkOption
 from qtg_runner.db import procs
 
 app = typer.Typer(

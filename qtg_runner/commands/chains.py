@@ -28,8 +28,13 @@ from qtg_runner.chains.local import (
     stop_chains,
 )
 from qtg_runner.chains.registry import prepare_treasury, record_chains
-from qtg_runner.commands.common import ENVIRONMENT, CommandError, cli_errors
-from qtg_runner.commands.run import NetworkOption, resolve_network
+from qtg_runner.commands.common import (
+    ENVIRONMENT,
+    CommandError,
+    NetworkOption,
+    cli_errors,
+    resolve_network,
+)
 from qtg_runner.config import load_settings
 from qtg_runner.db.embedded import database_url
 

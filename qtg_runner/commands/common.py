@@ -20,30 +20,33 @@ a double cannot hold, JSON nested too deep, a file that is not UTF-8.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Annotated, Any, ClassVar, NoReturn
 
 import psycopg
 import typer
+import typer.main
+from typer import _click as click  # typer vendors click
 from typer._click.exceptions import NoArgsIsHelpError  # typer vendors click
 from typer.core import TyperGroup
 
-from qtg_runner.config import ConfigError
+from qtg_runner.config import NETWORK_MODES, ConfigError, NetworkMode, load_settings
 from qtg_runner.credentials import CredentialsError
 from qtg_runner.db import procs
 from qtg_runner.db.embedded import EmbeddedServerError
 from qtg_runner.db.logins import LoginError
 from qtg_runner.db.migrate import MigrationError
-from qtg_runner.runtime import DeployError
+from qtg_runner.deploy import DeployError
 
 log = logging.getLogger("qtg.cli")
 
@@ -133,7 +136,34 @@ def describe(exc: BaseException) -> tuple[str, int]:
 
 class QtgGroup(TyperGroup):
     """The root command: every error ends as one `qtg: error:` line (see the
-    module's contract), never click's error box nor a traceback."""
+    module's contract), never click's error box nor a traceback.
+
+    Its sub-commands are loaded when one is run (``lazy``: name to
+    ``module:attribute``, a typer.Typer or a command function; `qtg --help`
+    lists them in this order, after the commands added to the group itself).
+    So `qtg movement approve` loads the movement commands and none of the
+    runner's executors, chain or exchange clients, and starts in a fraction of
+    the time. `qtg --help` loads them all."""
+
+    lazy: ClassVar[Mapping[str, str]] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        eager = [name for name in super().list_commands(ctx) if name not in self.lazy]
+        return [*eager, *self.lazy]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            self.add_command(_load_command(cmd_name, self.lazy[cmd_name]))
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.lazy:
+            # not a command: every one loaded, for typer's "did you mean"
+            for name in self.lazy:
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
 
     def main(  # type: ignore[override]
         self,
@@ -164,6 +194,53 @@ class QtgGroup(TyperGroup):
             typer.echo(f"qtg: error: {message}", err=True)
             sys.exit(status)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _load_command(name: str, target: str) -> click.Command:
+    module, _, attribute = target.partition(":")
+    value = getattr(importlib.import_module(module), attribute)
+    if isinstance(value, typer.Typer):
+        command: click.Command = typer.main.get_group(value)
+    else:
+        single = typer.Typer(add_completion=False)
+        single.command(name)(value)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
+# -- the options the commands share ----------------------------------------------
+
+NetworkOption = Annotated[
+    str | None,
+    typer.Option(
+        "--network", "-n", help="mainnet or testnet (default: QTG_NETWORK_MODE, else testnet)."
+    ),
+]
+
+
+AsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        help=(
+            "Log in as this login (made by `qtg operator add` or `qtg runner add`) on the "
+            "server of QTG_DATABASE_URL (or the embedded one), its password from the "
+            "credentials file. Default: whoever QTG_DATABASE_URL names."
+        ),
+    ),
+]
+
+
+def resolve_network(network: str | None) -> NetworkMode:
+    settings = load_settings()
+    if network is None:
+        return settings.network_mode
+    if network not in NETWORK_MODES:
+        raise typer.BadParameter(
+            f"{network!r} is not a network (use one of: {', '.join(NETWORK_MODES)})"
+        )
+    return network
 
 
 # -- parsing the inputs strictly -------------------------------------------------

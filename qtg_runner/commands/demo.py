@@ -37,7 +37,14 @@ from qtg_runner.api.identity import Database, server_conninfo
 from qtg_runner.chains.local import DEFAULT_CHAINS, AnvilNotFound, find_anvil, rpc
 from qtg_runner.chains.registry import LOCAL_FINALITY_DEPTH
 from qtg_runner.commands.chains import chain_errors
-from qtg_runner.commands.common import ENVIRONMENT, CommandError, cli_errors, finite
+from qtg_runner.commands.common import (
+    ENVIRONMENT,
+    CommandError,
+    NetworkOption,
+    cli_errors,
+    finite,
+    resolve_network,
+)
 from qtg_runner.commands.demo_sidecars import (
     callback_summary,
     check_callbacks,
@@ -51,7 +58,6 @@ from qtg_runner.commands.demo_world import (
     scaled_lanes,
     world_movements,
 )
-from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.commands.world import bring_up_world
 from qtg_runner.config import NetworkMode, Settings, load_settings
 from qtg_runner.db import logins, procs

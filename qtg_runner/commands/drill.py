@@ -45,7 +45,14 @@ from qtg_runner.chains.local import (
     start_chains,
 )
 from qtg_runner.chains.registry import prepare_treasury, record_chains
-from qtg_runner.commands.common import ENVIRONMENT, CommandError, cli_errors, finite
+from qtg_runner.commands.common import (
+    ENVIRONMENT,
+    CommandError,
+    NetworkOption,
+    cli_errors,
+    finite,
+    resolve_network,
+)
 from qtg_runner.commands.demo import (
     DemoLogins,
     demo_logins,
@@ -53,7 +60,6 @@ from qtg_runner.commands.demo import (
     run_world_movements,
 )
 from qtg_runner.commands.demo_world import drill_movements
-from qtg_runner.commands.run import NetworkOption, resolve_network
 from qtg_runner.config import NetworkMode, load_settings
 from qtg_runner.db import procs
 from qtg_runner.db.embedded import database_url

@@ -11,8 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from qtg_runner.commands.common import cli_errors
-from qtg_runner.commands.run import NetworkOption, resolve_network
+from qtg_runner.commands.common import NetworkOption, cli_errors, resolve_network
 from qtg_runner.config import load_settings
 from qtg_runner.db import logins
 from qtg_runner.db.embedded import database_url

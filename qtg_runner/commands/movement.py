@@ -25,13 +25,15 @@ from rich.table import Table
 
 from qtg_runner.commands.common import (
     BIGINT_MAX,
+    AsOption,
     CommandError,
+    NetworkOption,
     parse_amount,
     parse_duration,
     parse_params,
     read_json_file,
+    resolve_network,
 )
-from qtg_runner.commands.run import AsOption, NetworkOption, resolve_network
 from qtg_runner.config import load_settings
 from qtg_runner.db import procs
 from qtg_runner.db.embedded import database_url

@@ -16,9 +16,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from qtg_runner.commands.common import BIGINT_MAX, CommandError
+from qtg_runner.commands.common import BIGINT_MAX, AsOption, CommandError, NetworkOption
 from qtg_runner.commands.movement import _fmt, connect, out
-from qtg_runner.commands.run import AsOption, NetworkOption
 from qtg_runner.db import procs
 
 app = typer.Typer(

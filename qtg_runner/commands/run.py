@@ -10,7 +10,8 @@ from typing import Annotated
 
 import typer
 
-from qtg_runner.config import NETWORK_MODES, NetworkMode, load_settings
+from qtg_runner.commands.common import AsOption, NetworkOption, resolve_network
+from qtg_runner.config import NetworkMode, load_settings
 from qtg_runner.db.embedded import database_url
 from qtg_runner.db.pool import login_dsn
 from qtg_runner.log import configure, event
@@ -18,37 +19,6 @@ from qtg_runner.loop import WorkerContext, WorkerEntry
 from qtg_runner.runtime import Runtime, supervise
 from qtg_runner.wakeup import Wakeup
 from qtg_runner.workers import BY_NAME, REGISTRY
-
-NetworkOption = Annotated[
-    str | None,
-    typer.Option(
-        "--network", "-n", help="mainnet or testnet (default: QTG_NETWORK_MODE, else testnet)."
-    ),
-]
-
-
-AsOption = Annotated[
-    str | None,
-    typer.Option(
-        "--as",
-        help=(
-            "Log in as this login (made by `qtg operator add` or `qtg runner add`) on the "
-            "server of QTG_DATABASE_URL (or the embedded one), its password from the "
-            "credentials file. Default: whoever QTG_DATABASE_URL names."
-        ),
-    ),
-]
-
-
-def resolve_network(network: str | None) -> NetworkMode:
-    settings = load_settings()
-    if network is None:
-        return settings.network_mode
-    if network not in NETWORK_MODES:
-        raise typer.BadParameter(
-            f"{network!r} is not a network (use one of: {', '.join(NETWORK_MODES)})"
-        )
-    return network
 
 
 async def _gate_closed() -> int:

@@ -11,9 +11,8 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from qtg_runner.commands.common import finite
+from qtg_runner.commands.common import AsOption, NetworkOption, finite
 from qtg_runner.commands.movement import connect, out, rows_table
-from qtg_runner.commands.run import AsOption, NetworkOption
 
 
 def pipeline_table(conn: psycopg.Connection[Any]) -> Table:

@@ -27,8 +27,7 @@ from qtg_runner.commands.chains import (
     print_env,
     print_up,
 )
-from qtg_runner.commands.common import USAGE, CommandError
-from qtg_runner.commands.run import NetworkOption
+from qtg_runner.commands.common import USAGE, CommandError, NetworkOption
 from qtg_runner.config import load_settings
 from qtg_runner.db.embedded import database_url
 from qtg_runner.world.bybit import ExchangeKeys, ensure_exchange_keys

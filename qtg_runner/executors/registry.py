@@ -1,20 +1,13 @@
-"""The executors this build ships, and how their registration is checked.
+"""The executors this build ships, and their registration.
 
 Registering an executor (its key, whether it has a side effect, its node config
 schema) is the admin's deploy step: `qtg executors register` calls the
-admin-only register_executor for each of SHIPPED. A runner does not register
-anything: at start it reads the registry (registered_executors, a runner
-procedure) and refuses to run when an executor it carries is missing or
-registered with another has_side_effect (registration_problems), since the
-database decides retries and recovery from it. A registered node config schema
-other than the build's is allowed and reported (schema_differences): operators
-change it through an approved executor-config proposal, e.g. to tighten a
-range; the next `qtg executors register` puts the build's schema back.
+admin-only register_executor for each of SHIPPED. How a runner checks the
+registry at start is qtg_runner.deploy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import psycopg
@@ -22,7 +15,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.db import procs
-from qtg_runner.db.procs import RegisteredExecutor
+from qtg_runner.deploy import registration_problems, schema_differences
 from qtg_runner.executors.base import Executor
 from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
 from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
@@ -58,38 +51,6 @@ def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
         StargateExecutor.key: StargateExecutor(pool, network),
         CcipExecutor.key: CcipExecutor(pool, network),
     }
-
-
-def registration_problems(
-    carried: Iterable[type[Executor] | Executor], registered: Iterable[RegisteredExecutor]
-) -> list[str]:
-    """One phrase per carried executor that is not registered exactly as it is carried."""
-    by_key = {row.executor_key: row for row in registered}
-    problems: list[str] = []
-    for executor in carried:
-        row = by_key.get(executor.key)
-        if row is None:
-            problems.append(f"executor {executor.key} is not registered")
-        elif row.has_side_effect != executor.has_side_effect:
-            problems.append(
-                f"executor {executor.key} is registered with has_side_effect="
-                f"{str(row.has_side_effect).lower()}, this runner's has "
-                f"{str(executor.has_side_effect).lower()}"
-            )
-    return problems
-
-
-def schema_differences(
-    carried: Iterable[type[Executor] | Executor], registered: Iterable[RegisteredExecutor]
-) -> list[str]:
-    """The keys of carried executors registered with another node config schema."""
-    by_key = {row.executor_key: row for row in registered}
-    return [
-        executor.key
-        for executor in carried
-        if executor.key in by_key
-        and by_key[executor.key].node_config_schema != executor.node_config_schema
-    ]
 
 
 def register_shipped(admin_dsn: str, network: str) -> list[str]:

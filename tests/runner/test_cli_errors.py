@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,7 @@ BAD_COMMANDS: list[tuple[list[str], int, str]] = [
     (["api", "token", "issue", "alice", "-o", "-", "--valid-for", "5y"], 2, "--valid-for"),
     # no such command or option
     (["nope"], 2, "No such command"),
+    (["movment", "list"], 2, "Did you mean 'movement'?"),
     (["movement", "nope"], 2, "No such command"),
     (["--bogus"], 2, "No such option"),
 ]
@@ -335,6 +337,51 @@ def test_the_console_script_keeps_the_contract(
         assert done.returncode == 2, done
         assert done.stdout == "" and done.stderr.startswith("qtg: error: "), done
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done
+
+
+HEAVY = (
+    "qtg_runner.runtime",
+    "qtg_runner.workers",
+    "qtg_runner.executors",
+    "qtg_runner.chains",
+    "qtg_runner.exchanges",
+    "web3",
+    "eth_account",
+    "httpx",
+)
+"""What an operator's command has no use for: the runner, its executors and their
+chain and exchange clients (most of a second to import)."""
+
+
+def test_an_operators_command_loads_none_of_the_runner() -> None:
+    """`qtg movement ...` loads the movement commands, not every command's modules."""
+    probe = (
+        "import contextlib, io, json, sys\n"
+        "from qtg_runner.cli import app\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    app(['movement', 'approve', '--help'])\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = json.loads(done.stdout)
+    assert "qtg_runner.commands.movement" in loaded
+    assert [m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY)] == []
+
+
+def test_every_command_is_found_and_listed() -> None:
+    """Each sub-command is loaded by its name, and `qtg --help` lists every one."""
+    root = typer.main.get_command(app)
+    assert isinstance(root, common.QtgGroup)
+    names = root.list_commands(typer.Context(root))
+    assert names == ["db", *type(root).lazy]
+    for name in names:
+        command = root.get_command(typer.Context(root), name)
+        assert command is not None and command.name == name
+    listed = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0
+    assert all(f" {name} " in listed.stdout for name in names)
 
 
 # --- hypothesis: random amounts, durations, ids and JSON ----------------------------------------

@@ -421,7 +421,7 @@ def test_a_schema_other_than_the_builds_is_reported_not_refused(db: TestDatabase
     # operators may change an executor's schema by an approved proposal (tighten a
     # range, say): runners start, and say so; a side effect flag that differs stops them
     from qtg_runner.db import procs
-    from qtg_runner.executors.registry import registration_problems, schema_differences
+    from qtg_runner.deploy import registration_problems, schema_differences
     from qtg_runner.executors.sim import SimExecutor
 
     admin = bind(db.connect())
