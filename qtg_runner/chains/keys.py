@@ -48,9 +48,23 @@ def _private_file(path: Path, content: str) -> None:
         f.write(content)
 
 
-def _password(state_dir: Path) -> str:
+def _password(state_dir: Path, needed: bool) -> str | None:
+    """The local keystore's password when ``needed`` (a new key is to be
+    encrypted), made first when the keystore has none. A password file open to
+    others is refused whether needed or not; so is a keystore that holds keys
+    but lost its password file, since a new password would open none of them."""
     path = password_file(state_dir)
     if not path.exists():
+        if not needed:
+            return None
+        kept = sorted(p.name for p in keystore_dir(state_dir).glob("*.json"))
+        if kept:
+            raise ChainError(
+                f"the local keystore {keystore_dir(state_dir)} holds {', '.join(kept)} but "
+                f"not its password file {path.name}: restore it from where it was kept (a "
+                "new password would open none of them), or remove the keystore directory "
+                "to start again with new accounts"
+            )
         _private_file(path, secrets.token_urlsafe(32) + "\n")
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & 0o077:
@@ -58,24 +72,25 @@ def _password(state_dir: Path) -> str:
             f"the local keystore's password file {path} is open to others (mode {mode:04o}): "
             f"`chmod 600 {path}`"
         )
-    return path.read_text().rstrip("\r\n")
+    return path.read_text().rstrip("\r\n") if needed else None
 
 
 def ensure_treasury_keys(
     state_dir: Path, names: Sequence[str] = TREASURY_KEYS, kdf_iterations: int | None = None
 ) -> list[LocalKey]:
     """The local treasury accounts of ``state_dir``, their keystore files and the
-    password made first where missing. ``kdf_iterations`` is scrypt's n for new
-    files (None: eth-account's default, 2^18; the tests pass a small n to stay
-    fast)."""
+    password made first where missing (the password is read only to make a
+    key). ``kdf_iterations`` is scrypt's n for new files (None: eth-account's
+    default, 2^18; the tests pass a small n to stay fast)."""
     directory = keystore_dir(state_dir)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     directory.chmod(0o700)
-    password = _password(state_dir)
+    missing = [name for name in names if not (directory / f"{name}.json").exists()]
+    password = _password(state_dir, needed=bool(missing))
     keys: list[LocalKey] = []
     for name in names:
         path = directory / f"{name}.json"
-        if path.exists():
+        if name not in missing:
             try:
                 address = str(json.loads(path.read_text())["address"]).lower()
             except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -85,6 +100,7 @@ def ensure_treasury_keys(
                 ) from None
             address = "0x" + address.removeprefix("0x")
         else:
+            assert password is not None
             account = Account.create()
             address = write_keystore(path, account.key, password, iterations=kdf_iterations)
             del account

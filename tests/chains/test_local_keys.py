@@ -59,3 +59,30 @@ def test_a_removed_key_is_replaced_by_a_new_account(tmp_path: Path) -> None:
     (tmp_path / "keystore" / "local-treasury-2.json").unlink()
     again = ensure_treasury_keys(tmp_path, kdf_iterations=TEST_KDF_ITERATIONS)
     assert again[0] == first[0] and again[1].address != first[1].address
+
+
+def test_a_keystore_that_lost_its_password_is_refused_not_given_a_new_one(
+    tmp_path: Path,
+) -> None:
+    keys = ensure_treasury_keys(tmp_path, kdf_iterations=TEST_KDF_ITERATIONS)
+    keystore = tmp_path / "keystore"
+    (keystore / "password").rename(tmp_path / "kept-password")
+    saved = {f: f.read_bytes() for f in keystore.iterdir()}
+    # every key there: nothing to encrypt, so no password is needed
+    assert ensure_treasury_keys(tmp_path, kdf_iterations=TEST_KDF_ITERATIONS) == keys
+    # a key to make: refused, since a new password would open none of the others
+    (keystore / "local-treasury-2.json").unlink()
+    with pytest.raises(ChainError, match=r"holds local-treasury-1\.json but not its password"):
+        ensure_treasury_keys(tmp_path, kdf_iterations=TEST_KDF_ITERATIONS)
+    assert not (keystore / "password").exists()
+    assert {f: f.read_bytes() for f in keystore.iterdir()} == {
+        f: b for f, b in saved.items() if f.name != "local-treasury-2.json"
+    }
+    # the password restored: the missing account is made again, and both open
+    (tmp_path / "kept-password").rename(keystore / "password")
+    again = ensure_treasury_keys(tmp_path, kdf_iterations=TEST_KDF_ITERATIONS)
+    assert again[0] == keys[0] and again[1] != keys[1]
+    env = runner_env(tmp_path)
+    assert [s.address for s in SignerSet.load([k.signer_id for k in again], env)] == [
+        k.address for k in again
+    ]
