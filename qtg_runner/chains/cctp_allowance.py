@@ -83,7 +83,8 @@ def allow_local_burns(
 ) -> None:
     """The local world's setup step: every treasury account allows its chain's
     TokenMessengerV2 ``amount`` of USDC (chains without the CCTP double are
-    left alone)."""
+    left alone). A keystore is decrypted only for an account whose allowance
+    is short: `up` again, with every allowance set, decrypts none."""
     from qtg_runner.signers.local import KEYSTORE_DIR_ENV, KEYSTORE_PASSWORD_FILE_ENV
 
     env = {
@@ -92,19 +93,24 @@ def allow_local_burns(
     }
 
     async def run() -> None:
-        signers = [await load_async(key.signer_id, env) for key in treasury]
+        signers: dict[str, Signer] = {}  # each decrypted once, and only when it must sign
         for chain in chains:
             if "TokenMessengerV2" not in chain.contracts or "MockUSDC" not in chain.contracts:
                 continue
+            token, messenger = chain.contracts["MockUSDC"], chain.contracts["TokenMessengerV2"]
             async with EvmRpc(chain.rpc_url) as rpc:
                 chain_id = await rpc.chain_id()
-                for signer in signers:
+                for key in treasury:
+                    if await allowance(rpc, token, key.address, messenger) >= amount:
+                        continue
+                    if key.signer_id not in signers:
+                        signers[key.signer_id] = await load_async(key.signer_id, env)
                     await set_burn_allowance(
                         rpc,
-                        signer,
+                        signers[key.signer_id],
                         chain_id,
-                        chain.contracts["MockUSDC"],
-                        chain.contracts["TokenMessengerV2"],
+                        token,
+                        messenger,
                         amount,
                         max_fee_cap=10**12,
                         priority_fee_cap=10**11,

@@ -144,9 +144,13 @@ def test_up_status_down(tmp_path: Path, db: TestDatabase, conn: Conn) -> None:
         raw = json.loads((state_dir / "state.json").read_text())
         assert {"pid", "port", "rpc_url", "contracts"} <= set(raw["chains"][0])
 
-        # up again leaves the running chains as they are, and the keystore too
+        # up again leaves the running chains as they are, and the keystore too;
+        # with every allowance set it signs nothing, so it opens no keystore:
+        # it runs with the password file away
         saved = {f: (keystore / f).read_bytes() for f in files}
+        (keystore / "password").rename(tmp_path / "password")
         again = _qtg(env, "up", "--port-base", str(base))
+        (tmp_path / "password").rename(keystore / "password")
         assert again.returncode == 0, again.stderr
         assert [c.pid for c in read_state(state_dir)] == [c.pid for c in chains]
         assert {f: (keystore / f).read_bytes() for f in files} == saved

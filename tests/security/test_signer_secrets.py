@@ -34,7 +34,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from chain_support import LocalChainSet, anvil_or_skip
+from chain_support import LocalChainSet, anvil_or_skip, light_keystore
 from conftest import TestDatabase
 from eth_account import Account
 from psycopg import sql
@@ -408,6 +408,7 @@ def test_chains_up_shows_no_key_or_password_in_output_files_argv_or_database(
     }
     qtg = str(Path(sys.executable).with_name("qtg"))
     state_dir = tmp_path / "chains"
+    light_keystore(state_dir)  # the secrets are the same at any scrypt strength
 
     def chains(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -420,12 +421,15 @@ def test_chains_up_shows_no_key_or_password_in_output_files_argv_or_database(
         keystore_dir = state_dir / "keystore"
         keys = _keys_of(keystore_dir)
         # the treasury's keys, the CCTP double's attesters, the CCIP double's
-        # transmitter and the reaper's keeper: every one a secret
+        # transmitter and the reaper's keeper (and the exchange's two, which
+        # light_keystore made for `qtg world up`): every one a secret
         assert sorted(keys) == [
             "ccip-don",
             "ccip-keeper",
             "cctp-attester-1",
             "cctp-attester-2",
+            "local-bybit-deposit",
+            "local-bybit-hot",
             "local-treasury-1",
             "local-treasury-2",
         ]
