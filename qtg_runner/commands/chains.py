@@ -37,7 +37,6 @@ from qtg_runner.commands.common import (
 )
 from qtg_runner.config import load_settings
 from qtg_runner.db.embedded import database_url
-from qtg_runner.signers import SignerError
 
 app = typer.Typer(
     help=(
@@ -56,10 +55,9 @@ def chain_errors() -> Iterator[None]:
     with cli_errors():
         try:
             yield
-        except (ChainError, SignerError) as exc:
-            # anvil missing, a port taken, a chain that does not answer, a
-            # keystore that does not open: the environment's fault, one
-            # `qtg: error:` line and exit 1
+        except ChainError as exc:
+            # anvil missing, a port taken, a chain that does not answer: the
+            # environment's fault, one `qtg: error:` line and exit 1
             raise CommandError(str(exc), ENVIRONMENT) from None
 
 

@@ -47,6 +47,7 @@ from qtg_runner.db.embedded import EmbeddedServerError
 from qtg_runner.db.logins import LoginError
 from qtg_runner.db.migrate import MigrationError
 from qtg_runner.deploy import DeployError
+from qtg_runner.signers import SignerError
 
 log = logging.getLogger("qtg.cli")
 
@@ -67,6 +68,7 @@ FIXABLE: tuple[type[BaseException], ...] = (
     EmbeddedServerError,
     LoginError,
     MigrationError,
+    SignerError,
     psycopg.Error,
 )
 """Errors of the environment that say what to fix: one `qtg: error:` line, exit 1."""

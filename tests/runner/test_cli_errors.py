@@ -35,6 +35,9 @@ from typer.testing import CliRunner, Result
 
 from qtg_runner.cli import app
 from qtg_runner.commands import common
+from qtg_runner.signers import SignerError
+from qtg_runner.signers import load as load_signer
+from qtg_runner.signers.local import write_keystore
 
 Run = Callable[..., Result]
 BIG = str(2**70)
@@ -302,6 +305,18 @@ def test_an_unusable_setting_is_one_line_with_exit_1(
     monkeypatch.setenv("QTG_NETWORK_MODE", "testnet")
     monkeypatch.setenv("MG_WORKERS_ENABLED", "maybe")
     assert_one_line_error(qtg("run", "--only", "node_dispatcher"), 1, "MG_WORKERS_ENABLED")
+
+
+def test_a_keystore_that_does_not_open_is_one_line_with_exit_1(tmp_path: Path) -> None:
+    """A signer refused (here a wrong password) is the environment's to fix: its
+    own message, exit 1, not an "unexpected" error."""
+    write_keystore(tmp_path / "k.json", bytes(range(1, 33)), "right", iterations=2**4)
+    env = {"QTG_KEYSTORE_DIR": str(tmp_path), "QTG_KEYSTORE_PASSWORD": "wrong"}
+    with pytest.raises(SignerError) as refused:
+        load_signer("keystore:k", env)
+    message, code = common.describe(refused.value)
+    assert code == 1
+    assert message.startswith("signer keystore:k: the password does not open"), message
 
 
 def test_a_refused_self_approval_is_one_line(conn: Conn, qtg: Run, files: dict[str, Path]) -> None:
