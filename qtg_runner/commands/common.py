@@ -1,5 +1,6 @@
-"""What the sub-commands share: their inputs parsed strictly, and every error as
-one line.
+"""What the sub-commands share: the root command, which loads each when it is
+run; the --network and --as options; their inputs parsed strictly; and every
+error as one line.
 
 The error contract of `qtg`: whatever goes wrong (a bad argument, file, id,
 amount or duration, a procedure's refusal, an unreachable database, a bug)
@@ -161,7 +162,7 @@ class QtgGroup(TyperGroup):
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
-        if args and args[0] not in self.lazy:
+        if args and args[0] not in self.lazy and args[0] not in self.commands:
             # not a command: every one loaded, for typer's "did you mean"
             for name in self.lazy:
                 self.get_command(ctx, name)

@@ -368,21 +368,28 @@ HEAVY = (
 chain and exchange clients (most of a second to import)."""
 
 
-def test_an_operators_command_loads_none_of_the_runner() -> None:
-    """`qtg movement ...` loads the movement commands, not every command's modules."""
+@pytest.mark.parametrize(
+    ("argv", "module"),
+    [(["movement", "approve"], "qtg_runner.commands.movement"), (["db", "url"], "qtg_runner.cli")],
+)
+def test_an_operators_command_loads_none_of_the_runner(argv: list[str], module: str) -> None:
+    """`qtg movement ...` loads the movement commands, `qtg db ...` none: not every
+    command's modules."""
     probe = (
         "import contextlib, io, json, sys\n"
         "from qtg_runner.cli import app\n"
         "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
-        "    app(['movement', 'approve', '--help'])\n"
+        f"    app({[*argv, '--help']!r})\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     loaded = json.loads(done.stdout)
-    assert "qtg_runner.commands.movement" in loaded
+    assert module in loaded
     assert [m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY)] == []
+    commands = {m for m in loaded if m.startswith("qtg_runner.commands.")}
+    assert commands <= {"qtg_runner.commands.common", module}
 
 
 def test_every_command_is_found_and_listed() -> None:
