@@ -41,6 +41,7 @@ tempfile.tempdir = os.environ["TMPDIR"] = temporary_dir()
 
 import contextlib
 import itertools
+import logging
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
@@ -297,6 +298,28 @@ class Login:
 
 
 NewDatabase = Callable[..., TestDatabase]
+
+
+@pytest.fixture(autouse=True)
+def _logging_put_back() -> Iterator[None]:
+    """A command run in this process (typer's CliRunner) may configure the qtg
+    logger (qtg_runner.log.configure: a handler on its own stderr, which is
+    closed once it returns, and no propagation). After each test the qtg
+    logger's level and propagation are put back and any plain StreamHandler
+    added to it or to the root logger is removed, so that no later test logs
+    to a closed stream or loses the qtg events to caplog. (pytest's own
+    handlers, attached per phase, are subclasses and left to pytest.)"""
+    qtg = logging.getLogger("qtg")
+    loggers = (qtg, logging.getLogger())
+    kept = {lg: list(lg.handlers) for lg in loggers}
+    level, propagate = qtg.level, qtg.propagate
+    yield
+    for lg in loggers:
+        for handler in lg.handlers[:]:
+            if type(handler) is logging.StreamHandler and handler not in kept[lg]:
+                lg.removeHandler(handler)
+    qtg.setLevel(level)
+    qtg.propagate = propagate
 
 
 @pytest.fixture
