@@ -48,12 +48,14 @@ contracts: $(NODE_STAMP)
 # the longer one; the 15 pass's output is printed after the 18 pass's, and
 # either failing fails the target.
 # the 18 pass runs its files in TEST_WORKERS pytest-xdist processes (a file's
-# tests stay together in one), each worker with its own embedded server
+# tests stay together in one), each worker with its own embedded server; the
+# 15 pass in PG15_WORKERS, each with its own cluster of the 15 installation
 PG15_LOG := .pytest-pg15.log
 TEST_WORKERS ?= 3
+PG15_WORKERS ?= 2
 test: install
 	@scripts/test-on-postgres.sh /usr/lib/postgresql/15/bin -p no:cacheprovider \
-		--ignore=tests/runner --ignore=tests/chains \
+		-n $(PG15_WORKERS) --dist loadfile --ignore=tests/runner --ignore=tests/chains \
 		--ignore=tests/scenarios/test_chaos_checker.py --ignore=tests/api/test_operator_page.py \
 		-m "not chain" > $(PG15_LOG) 2>&1 & pg15=$$!; \
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile; main=$$?; \

@@ -1,11 +1,17 @@
 """A real PostgreSQL for the tests, and a fresh database per test.
 
-The server, once per session, is the first of:
+The server, once per session (each pytest-xdist worker has its own), is the
+first of:
   1. QTG_TEST_DSN, a superuser DSN to a server of yours (15+) that lets logins in
-     with a password (scram-sha-256, md5 or trust);
-  2. a testcontainers PostgreSQL, when a Docker daemon answers and the container
+     with a password (scram-sha-256, md5 or trust); run the suite in one process
+     against it (the network roles and the tests' logins are the cluster's);
+  2. QTG_TEST_PG_BIN, the bin directory of another PostgreSQL installation (15+):
+     a throwaway cluster of it in a temporary directory, removed at the end, its
+     superuser let in by trust over the unix socket, every other login by its
+     scram-sha-256 password (scripts/test-on-postgres.sh);
+  3. a testcontainers PostgreSQL, when a Docker daemon answers and the container
      starts (the image's default: password authentication);
-  3. the embedded PostgreSQL 18 in a temporary data directory, removed at the end:
+  4. the embedded PostgreSQL 18 in a temporary data directory, removed at the end:
      scram-sha-256 for every connection, as `qtg` runs it, its superuser's
      password in a credentials file beside the data directory.
 
@@ -44,6 +50,7 @@ import itertools
 import logging
 import secrets
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,8 +79,8 @@ TEST_SERVER_SETTINGS = {
     "synchronous_commit": "off",
     "max_wal_size": "256MB",
 }
-"""What the tests' embedded server is set to (scripts/test-on-postgres.sh sets
-the same on its server)."""
+"""What the tests' servers are set to (the embedded one, and a cluster of
+another installation)."""
 
 
 def dsn_for(dsn: str, **overrides: Any) -> str:
@@ -151,7 +158,57 @@ def pg_server() -> Iterator[str]:
         yield explicit
         return
     with contextlib.ExitStack() as stack:
+        other = os.environ.get("QTG_TEST_PG_BIN", "").strip()
+        if other:
+            yield _cluster_dsn(stack, Path(other))
+            return
         yield _docker_dsn(stack) or _embedded_dsn(stack)
+
+
+def _cluster_dsn(stack: contextlib.ExitStack, bin_dir: Path) -> str:
+    """A throwaway cluster of the installation in ``bin_dir``, stopped and removed
+    with ``stack``: unix socket only, the superuser in by trust, every other login
+    by its scram-sha-256 password, TEST_SERVER_SETTINGS. As root, the server runs
+    as the system user ``postgres`` (PostgreSQL refuses root)."""
+    work = server_parent_dir()
+    stack.callback(shutil.rmtree, work, ignore_errors=True)
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        owner = os.environ.get("QTG_PG_OWNER", "postgres")
+        shutil.chown(work, owner)
+        work.chmod(0o755)
+        prefix = ["runuser", "-u", owner, "--"]
+    data = work / "data"
+    subprocess.run(
+        [
+            *prefix,
+            str(bin_dir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    # rewritten in place: initdb's file, its owner and mode kept
+    (data / "pg_hba.conf").write_text("local all postgres trust\nlocal all all scram-sha-256\n")
+    options = " ".join(
+        [f"-c listen_addresses='' -c unix_socket_directories='{work}' -c max_connections=200"]
+        + [f"-c {name}={value}" for name, value in TEST_SERVER_SETTINGS.items()]
+    )
+    pg_ctl = [*prefix, str(bin_dir / "pg_ctl"), "-D", str(data)]
+    subprocess.run(
+        [*pg_ctl, "-l", str(work / "server.log"), "-w", "-o", options, "start"],
+        check=True,
+        capture_output=True,
+    )
+    stack.callback(
+        subprocess.run, [*pg_ctl, "-m", "immediate", "stop"], check=False, capture_output=True
+    )
+    return make_conninfo(host=str(work), user="postgres", dbname="postgres")
 
 
 def _admin(dsn: str) -> psycopg.Connection[Any]:

@@ -8,8 +8,7 @@ use `/dev/shm` when it is a tmpfs with room to spare (``ROOM``), the system's
 temporary directory otherwise, and ``QTG_TEST_TMPDIR`` when it is set.
 
 tests/conftest.py points `tempfile` (and, through TMPDIR, every process a test
-starts) there; run as a script, this prints the directory, for
-scripts/test-on-postgres.sh's server.
+starts) there.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from pathlib import Path
 ENV = "QTG_TEST_TMPDIR"
 MEMORY = Path("/dev/shm")
 ROOM = 8 * 2**30
-"""Bytes free /dev/shm must have: `make test` peaks at about 3 GB there (four
+"""Bytes free /dev/shm must have: `make test` peaks at about 3 GB there (five
 servers, two of them holding the query-plan tests' million nodes at once)."""
 
 
@@ -51,7 +50,3 @@ def temporary_dir() -> str:
     if roomy and os.access(MEMORY, os.W_OK | os.X_OK) and _is_tmpfs(MEMORY):
         return str(MEMORY)
     return tempfile.gettempdir()
-
-
-if __name__ == "__main__":
-    print(temporary_dir())

@@ -38,9 +38,7 @@ WRITES = [
 
 
 @pytest.mark.parametrize("role", ["runner", "operator", "reader"])
-def test_no_login_writes_the_sums_that_stand_in_for_history(
-    db: Any, conn: Conn, role: str
-) -> None:
+def test_no_login_writes_the_sums_that_stand_in_for_history(db: Any, conn: Conn, role: str) -> None:
     login = person(db, f"{role}1", f"qtg_testnet_{role}")
     before = fingerprint(conn)
     for write in WRITES:
