@@ -119,6 +119,7 @@ def superuser_password(server: Server) -> str:
     return password
 
 
+@pytest.mark.embedded
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_connection_authenticates_with_scram_and_no_line_trusts(
     servers: dict[str, Server], kind: str
@@ -138,6 +139,7 @@ def test_every_connection_authenticates_with_scram_and_no_line_trusts(
     assert method == (True,)
 
 
+@pytest.mark.embedded
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_connection_without_a_password_or_with_a_wrong_one_is_refused(
     servers: dict[str, Server], kind: str
@@ -155,6 +157,7 @@ def test_a_connection_without_a_password_or_with_a_wrong_one_is_refused(
     psycopg.connect(**params, password=superuser_password(server)).close()
 
 
+@pytest.mark.embedded
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_credentials_file_is_private_and_no_dsn_shows_a_password(
     servers: dict[str, Server], kind: str
@@ -183,6 +186,7 @@ def test_qtg_db_url_leaves_out_a_password_given_in_the_url(db: TestDatabase) -> 
     assert "left out" in result.stderr
 
 
+@pytest.mark.embedded
 def test_operator_add_writes_a_private_file_whatever_the_umask_and_db_url_finds_the_login(
     servers: dict[str, Server],
 ) -> None:
@@ -229,6 +233,7 @@ def test_an_existing_credentials_file_is_never_loosened(tmp_path: Path) -> None:
     assert stat.S_IMODE(loose.stat().st_mode) == 0o644
 
 
+@pytest.mark.embedded
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server runs as a system user only as root")
 def test_as_root_a_data_directory_the_server_cannot_reach_is_refused_and_left_as_it_was(
     tmp_path: Path,
@@ -434,6 +439,7 @@ def test_a_schema_other_than_the_builds_is_reported_not_refused(db: TestDatabase
     assert registration_problems([SimExecutor], registered) != []
 
 
+@pytest.mark.embedded
 def test_qtg_db_stop_stops_the_embedded_server_and_the_next_command_starts_it_again() -> None:
     parent = server_parent_dir()
     data_dir = parent / "pg18"
