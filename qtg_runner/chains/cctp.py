@@ -30,13 +30,12 @@ from typing import Any, NoReturn
 from eth_account import Account
 from eth_keys.datatypes import PrivateKey
 
-from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
+from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys, read_password
 from qtg_runner.chains.local import (
     ChainError,
     RunningChain,
     keystore_dir,
     load_artifact,
-    password_file,
 )
 
 __all__ = [
@@ -248,7 +247,7 @@ def ensure_attester_keys(state_dir: Path, kdf_iterations: int | None = None) -> 
 
 def load_attesters(state_dir: Path) -> list[Attester]:
     """The local attesters of ``state_dir``, decrypted, in ascending address order."""
-    password = password_file(state_dir).read_text().rstrip("\r\n")
+    password = read_password(state_dir)
     attesters = []
     for name in ATTESTER_KEYS:
         path = keystore_dir(state_dir) / f"{name}.json"

@@ -48,6 +48,25 @@ def _private_file(path: Path, content: str) -> None:
         f.write(content)
 
 
+def read_password(state_dir: Path) -> str:
+    """The local keystore's password, to open its keys: ChainError when its file
+    is missing or open to others."""
+    path = password_file(state_dir)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        raise ChainError(
+            f"no password file {path} for the local keystore {keystore_dir(state_dir)}: "
+            "restore it from where it was kept (`qtg chains up` makes it with a new keystore)"
+        ) from None
+    if mode & 0o077:
+        raise ChainError(
+            f"the local keystore's password file {path} is open to others (mode {mode:04o}): "
+            f"`chmod 600 {path}`"
+        )
+    return path.read_text().rstrip("\r\n")
+
+
 def _password(state_dir: Path, needed: bool) -> str | None:
     """The local keystore's password when ``needed`` (a new key is to be
     encrypted), made first when the keystore has none. A password file open to
@@ -66,13 +85,8 @@ def _password(state_dir: Path, needed: bool) -> str | None:
                 "to start again with new accounts"
             )
         _private_file(path, secrets.token_urlsafe(32) + "\n")
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        raise ChainError(
-            f"the local keystore's password file {path} is open to others (mode {mode:04o}): "
-            f"`chmod 600 {path}`"
-        )
-    return path.read_text().rstrip("\r\n") if needed else None
+    password = read_password(state_dir)
+    return password if needed else None
 
 
 def ensure_treasury_keys(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from chain_support import TEST_KDF_ITERATIONS
 
+from qtg_runner.chains.cctp import ensure_attester_keys, load_attesters
 from qtg_runner.chains.keys import TREASURY_KEYS, ensure_treasury_keys
 from qtg_runner.chains.local import ChainError, runner_env
 from qtg_runner.signers import SignerSet
@@ -86,3 +87,14 @@ def test_a_keystore_that_lost_its_password_is_refused_not_given_a_new_one(
     assert [s.address for s in SignerSet.load([k.signer_id for k in again], env)] == [
         k.address for k in again
     ]
+
+
+def test_the_attesters_without_their_password_file_are_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    ensure_attester_keys(tmp_path, kdf_iterations=TEST_KDF_ITERATIONS)
+    assert len(load_attesters(tmp_path)) == 2
+    password = tmp_path / "keystore" / "password"
+    password.rename(tmp_path / "kept-password")
+    with pytest.raises(ChainError, match=rf"no password file {password} for the local keystore"):
+        load_attesters(tmp_path)
