@@ -1136,10 +1136,13 @@ def claim_ready_nodes(
     max: Integer | Default = DEFAULT,
     lease_seconds: Numeric | Default = DEFAULT,
     instance_id: Text | Default | None = DEFAULT,
+    start: Integer | Default = DEFAULT,
 ) -> Call[ClaimedNode]:
     """READY -> SUBMITTING for up to ``max`` nodes, each with a new intent. With
     ``instance_id`` (``worker`` and it as the worker's heartbeat names them), the
-    claims are recovered at once once that heartbeat says the worker is dead."""
+    claims are recovered at once once that heartbeat says the worker is dead.
+    With ``start``, up to that many APPROVED movements start first, in the same
+    transaction, and their root nodes are claimed with the READY ones."""
 
 
 @procedure("runner")

@@ -1,9 +1,10 @@
 """node_dispatcher (core): APPROVED movements start; READY -> SUBMITTING -> SUBMITTED.
 
-One batch: start approved movements, claim READY nodes (the claim commits
-the nodes as SUBMITTING with their intents before any side effect, and names
-this worker's heartbeat, so recovery takes them at once if this process dies),
-then, for the claimed nodes together:
+One batch: one call (claim_ready_nodes) starts approved movements, as many as
+the batch holds, and claims READY nodes and the new movements' roots together
+(the claim commits the nodes as SUBMITTING with their intents before any side
+effect, and names this worker's heartbeat, so recovery takes them at once if
+this process dies), then, for the claimed nodes together:
 
   0. give back, in one call (release_nodes), the nodes whose executor this
      runner does not carry: READY again for a runner that does, without
@@ -70,7 +71,6 @@ BATCH_SIZE = 64
 BATCH_SIZE_BATCHED = 256
 """Nodes claimed per tick when every executor of the runner submits in batches
 (BatchSubmitter): a tick then costs a handful of calls whatever its size."""
-START_BATCH = 100
 LOOPS = 2
 """The dispatcher's loops in a process (WorkerEntry.loops): while one is in a
 batch, the other claims what has become READY since. Each batch runs its
@@ -97,8 +97,9 @@ def asynchronous_commit(call: procs.Call[T]) -> procs.Call[T]:
     synchronously, which flushes the WAL up to it, the claim's included, before
     any side effect is made. A crash of the server that loses a claim loses it
     whole (the node READY again, its intent and audit rows gone with it),
-    before anything was signed or sent. Starting movements stays synchronous:
-    it writes callbacks, which leave the database."""
+    before anything was signed or sent. A claim that starts movements commits
+    synchronously all the same (the procedure sets it back on for its
+    transaction): their callbacks leave the database."""
     return dataclasses.replace(
         call,
         query="SELECT claimed.* FROM (SELECT set_config('synchronous_commit', 'off', true))"
@@ -123,15 +124,13 @@ class _Submitted(_Prepared):
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    claim = procs.claim_ready_nodes(WORKER, _claim_size(ctx), instance_id=ctx.instance_id)
+    size = _claim_size(ctx)
+    claim = procs.claim_ready_nodes(WORKER, size, instance_id=ctx.instance_id, start=size)
     async with ctx.pool.connection() as conn:
-        started = await procs.start_approved_movements(START_BATCH).aone(conn)
         claims = await asynchronous_commit(claim).aall(conn)
-    if started:
-        event(logging.INFO, "movements_started", network=ctx.network, count=started)
     if claims:
         await dispatch_claims(ctx, [NodeWork.from_claim(claim, ctx.network) for claim in claims])
-    return len(claims) + started
+    return len(claims)
 
 
 def _claim_size(ctx: WorkerContext) -> int:

@@ -24,14 +24,18 @@ import re
 from decimal import Decimal
 
 from engine import (
+    Written,
+    approve,
     assert_rejected,
     claim,
+    create,
     create_started,
     in_one_transaction,
     node_ids,
     node_states,
 )
-from rows import CHAIN, DIAMOND, ONE, Conn, intent_row, node_row, set_clock, time_at
+from psycopg.types.json import Jsonb
+from rows import CHAIN, DIAMOND, ONE, Conn, intent_row, node_row, request_row, set_clock, time_at
 
 from qtg_runner.db import procs
 
@@ -70,17 +74,132 @@ def test_claim_moves_ready_to_submitting_with_an_intent_and_a_lease(conn: Conn) 
 
 def test_claim_rejects_bad_arguments(conn: Conn) -> None:
     create_started(conn, ONE, "m1")
-    for worker, p_max, lease in [
-        ("", 10, 300),
-        (None, 10, 300),
-        ("w1", 0, 300),
-        ("w1", 1001, 300),
-        ("w1", 10, 0),
-        ("w1", 10, None),
+    approve(conn, create(conn, ONE, "m2"))  # a bad p_start starts nothing either
+    for worker, p_max, lease, start in [
+        ("", 10, 300, 0),
+        (None, 10, 300, 0),
+        ("w1", 0, 300, 0),
+        ("w1", 1001, 300, 0),
+        ("w1", 10, 0, 0),
+        ("w1", 10, None, 0),
+        ("w1", 10, 300, -1),
+        ("w1", 10, 300, 10001),
+        ("w1", 10, 300, None),
     ]:
         assert_rejected(
-            conn, "QT002", "SELECT * FROM claim_ready_nodes(%s, %s, %s)", (worker, p_max, lease)
+            conn,
+            "QT002",
+            "SELECT * FROM claim_ready_nodes(%s, %s, %s, p_start => %s)",
+            (worker, p_max, lease, start),
         )
+
+
+def _claim_starting(conn: Conn, p_max: int, p_start: int) -> tuple[Written, int]:
+    """claim_ready_nodes(p_start) in one transaction: what it returned and
+    wrote to the outboxes, and its row writes to the nodes' table (the growth
+    of the backend's counts, which may hold earlier transactions' not yet
+    reported, within the transaction)."""
+    count = (
+        "SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_xact_user_tables"
+        " WHERE schemaname = current_schema() AND relname = 'movement_request_nodes'"
+    )
+    with conn.transaction():
+        before = conn.execute(count).fetchone()
+        written = in_one_transaction(
+            conn,
+            "SELECT node_id, node_key, request_id FROM claim_ready_nodes('w1', %s, 60,"
+            " p_start => %s)",
+            (p_max, p_start),
+        )
+        after = conn.execute(count).fetchone()
+    assert before is not None and after is not None
+    return written, after[0] - before[0]
+
+
+def test_a_claim_that_starts_movements_claims_their_roots_written_once(conn: Conn) -> None:
+    """APPROVED -> EXECUTING and root PENDING -> SUBMITTING in one call: the
+    movement started as start_approved_movements starts it (audited, its
+    movement.executing callback), the root claimed with its intent in one row
+    write, its PENDING -> READY audited before its claim; the nodes behind the
+    root stay PENDING, and a movement not approved is not started."""
+    movement_id = create(conn, DIAMOND, "m1")
+    approve(conn, movement_id)
+    waiting = create(conn, ONE, "m2")
+    written, node_writes = _claim_starting(conn, 10, 10)
+    a = node_ids(conn, movement_id)["a"]
+    assert [(node_id, key) for node_id, key, _ in written.rows] == [(a, "a")]
+    assert written.audit == [
+        ("request", str(movement_id), "state_changed", "APPROVED", "EXECUTING"),
+        ("node", str(a), "state_changed", "PENDING", "READY"),
+        ("node", str(a), "state_changed", "READY", "SUBMITTING"),
+    ]
+    assert written.callbacks == [(movement_id, "movement.executing")]
+    assert node_writes == 1
+    assert request_row(conn, movement_id)["request_state"] == "EXECUTING"
+    assert node_states(conn, movement_id) == {
+        "a": "SUBMITTING",
+        "b": "PENDING",
+        "c": "PENDING",
+        "d": "PENDING",
+    }
+    assert intent_row(conn, a, 1)["intent_state"] == "CLAIMED"
+    assert request_row(conn, waiting)["request_state"] == "PENDING_APPROVAL"
+
+
+def test_started_roots_and_ready_nodes_share_the_batch_by_priority(conn: Conn) -> None:
+    """The roots of the movements a claim starts compete with the READY nodes
+    by priority, then age; a root the batch has no room for is left READY,
+    audited, for the next claim (a second dispatcher is woken for it)."""
+    ready = create_started(conn, ONE, "ready")  # priority 0, READY before the others
+    ids = {}
+    for external_id, priority in (("urgent", 5), ("later", 0)):
+        row = conn.execute(
+            "SELECT movement_id FROM create_movement(%s, 1, %s::jsonb, p_priority => %s)",
+            (external_id, Jsonb(ONE), priority),
+        ).fetchone()
+        assert row is not None
+        ids[external_id] = row[0]
+        approve(conn, row[0])
+    conn.execute("LISTEN qtg_testnet_work")
+    written, node_writes = _claim_starting(conn, 2, 10)
+    assert [request for _, _, request in written.rows] == [ids["urgent"], ready]
+    later = node_ids(conn, ids["later"])["a"]
+    assert node_row(conn, later)["node_state"] == "READY"
+    assert ("node", str(later), "state_changed", "PENDING", "READY") in written.audit
+    assert ("node", str(later), "state_changed", "READY", "SUBMITTING") not in written.audit
+    assert {m for m, _ in written.callbacks} == {ids["urgent"], ids["later"]}
+    assert node_writes == 3  # the ready node's claim, the urgent root's, the later root's READY
+    assert [n.payload for n in conn.notifies(timeout=0)] == ["ready"]
+    [next_claim] = claim(conn)
+    assert next_claim["node_id"] == later
+
+
+def test_a_started_root_a_claim_may_not_take_waits_ready(conn: Conn) -> None:
+    """The claim's rules hold for the roots it starts: one whose executor is
+    DOWN starts its movement and waits READY, its attempts untouched."""
+    movement_id = create(conn, ONE, "m1")
+    approve(conn, movement_id)
+    procs.report_executor_health("sim", "DOWN", {"reason": "rpc unreachable"}, "health").one(conn)
+    written, _ = _claim_starting(conn, 10, 10)
+    assert written.rows == []
+    assert request_row(conn, movement_id)["request_state"] == "EXECUTING"
+    row = node_row(conn, node_ids(conn, movement_id)["a"])
+    assert (row["node_state"], row["submit_attempts"]) == ("READY", 0)
+
+
+def test_a_claim_that_starts_movements_commits_synchronously(conn: Conn) -> None:
+    """The dispatcher's claim commits asynchronously (node_dispatcher.
+    asynchronous_commit); one that started movements sets synchronous_commit
+    back on for its transaction: their callbacks leave the database. One that
+    started none leaves the caller's setting."""
+    create_started(conn, ONE, "m1")
+    approve(conn, create(conn, ONE, "m2"))
+    for start, mode in ((0, "off"), (10, "on")):
+        with conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            claimed = procs.claim_ready_nodes("w1", 10, start=start).all(conn)
+            assert len(claimed) == 1
+            assert conn.execute("SHOW synchronous_commit").fetchone() == (mode,)
 
 
 def test_a_child_is_handed_what_its_parents_left(conn: Conn) -> None:

@@ -513,6 +513,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_max": 10,
             "p_lease_seconds": 60,
             "p_instance_id": "host:1:a",
+            "p_start": 10,
         },
         "record_intent_prepared": {
             "p_node_id": w.claimed,
@@ -987,6 +988,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_max", "QT002", None, 0, -5, 1001)
             + lease("p_lease_seconds")
             + instance("p_instance_id")
+            + each("p_start", "QT002", None, -1, 10001)
         ),
         "claim_recovery_nodes": (
             worker("p_worker")

@@ -170,6 +170,7 @@ INTERNAL = {
     "trip_breaker",
     "trip_breakers",
     "settle_movements",
+    "start_movement_rows",
     "stop_movement",
     "transient_error",
     "upsert_lane_baseline",

@@ -1,5 +1,6 @@
--- limit_holds: which of p_node_ids (READY nodes, in the order a claim would
--- take them) must stay READY because of a value limit or a tripped breaker,
+-- limit_holds: which of p_node_ids (the nodes a claim would take, in its
+-- order: READY ones, and the roots of the movements it starts) must stay READY
+-- because of a value limit or a tripped breaker,
 -- and why. For the side-effect nodes only, per scope that has a row in
 -- value_limits (its lane, its venue = executor, the network '*'):
 --   max_per_movement  the node's movement amount is above it

@@ -1,4 +1,6 @@
--- claim_ready_nodes: READY -> SUBMITTING, in one batch, with an intent row each.
+-- claim_ready_nodes: READY -> SUBMITTING, in one batch, with an intent row each;
+-- with p_start, APPROVED movements start first and their roots are claimed with
+-- the READY nodes.
 --
 -- READY means every parent is COMPLETED (pending_parents reached 0) and the
 -- request is EXECUTING with no stop requested. The claim does not re-check the
@@ -30,8 +32,23 @@
 -- {executor_key, external_ref, evidence}}; all of them are COMPLETED, or the
 -- node would not be READY): a mint takes its burn's attested message from
 -- there, a deposit confirmation its transfer's hash. A root node gets NULL.
--- Locks: nodes only (requests are not needed: READY implies
--- an EXECUTING request, and cancel/expiry wait on these node locks).
+-- Starting (p_start, 0 to 10000, QT002 otherwise; 0: none): up to p_start
+-- approved movements start first, exactly as start_approved_movements starts
+-- them (start_movement_rows: EXECUTING, audited, a movement.executing callback
+-- each), and their roots compete with the READY nodes for the batch by the
+-- same order and the same rules (quarantine, not_before, executor DOWN, value
+-- limits). A root claimed so goes PENDING -> SUBMITTING in one row write, its
+-- PENDING -> READY event audited before its claim's; the roots left over are
+-- made READY, audited, and announced for the other dispatchers. One call and
+-- one transaction where a start and a claim took two, and a movement's root
+-- is written once instead of twice. A claim that started movements commits
+-- synchronously whatever the caller set (synchronous_commit on for its
+-- transaction): their callbacks leave the database. One that started none
+-- keeps the caller's setting (the dispatcher's claim commits asynchronously:
+-- node_dispatcher.asynchronous_commit).
+-- Locks: the value limits, then the movements started and their roots, then
+-- the READY nodes (requests are not needed for those: READY implies an
+-- EXECUTING request, and cancel/expiry wait on these node locks).
 -- The claim's one plan is the same whatever the arguments (the READY index, in
 -- order, up to p_max), so the generic plan is pinned: with a large history the
 -- plan cache otherwise re-plans the claim on every call (measured by
@@ -40,7 +57,8 @@ CREATE OR REPLACE FUNCTION claim_ready_nodes(
     p_worker        text,
     p_max           integer DEFAULT 10,
     p_lease_seconds numeric DEFAULT 300,
-    p_instance_id   text DEFAULT NULL
+    p_instance_id   text DEFAULT NULL,
+    p_start         integer DEFAULT 0
 ) RETURNS TABLE (
     node_id         bigint,
     request_id      bigint,
@@ -64,14 +82,22 @@ DECLARE
     v_now     timestamptz := clock();
     v_limited boolean;
     v_ids     bigint[];
+    v_start   record;
+    v_waiting bigint[];
 BEGIN
     PERFORM check_claim_args('claim_ready_nodes', p_worker, p_max, p_lease_seconds, p_instance_id);
+    IF p_start IS NULL OR p_start < 0 OR p_start > 10000 THEN
+        RAISE EXCEPTION 'claim_ready_nodes: p_start must be between 0 and 10000, got %', coalesce(p_start::text, 'NULL')
+            USING ERRCODE = 'QT002';
+    END IF;
 
     -- value limits: every limit row locked first, so two claims never spend
     -- the same room (the statements below see what a claim that held them
     -- before committed); no limit and no breaker, nothing is locked
     PERFORM 1 FROM value_limits ORDER BY scope, name FOR UPDATE;
     v_limited := FOUND OR EXISTS (SELECT 1 FROM breakers);
+
+    SELECT * INTO v_start FROM start_movement_rows(p_start, p_worker);
 
     SELECT array_agg(c.id ORDER BY c.priority DESC, c.id) INTO v_ids
       FROM (SELECT node.id, node.priority
@@ -86,10 +112,38 @@ BEGIN
              ORDER BY node.priority DESC, node.id
              LIMIT p_max
                FOR UPDATE SKIP LOCKED) c;
+    IF v_start.roots IS NOT NULL THEN
+        -- the roots just started and the READY nodes: the first p_max by the claim's order
+        SELECT array_agg(c.id ORDER BY c.priority DESC, c.id) INTO v_ids
+          FROM (SELECT node.id, node.priority
+                  FROM movement_request_nodes node
+                 WHERE node.id = ANY (v_start.roots || coalesce(v_ids, '{}'))
+                   AND node.quarantined_at IS NULL
+                   AND (node.not_before IS NULL OR node.not_before <= v_now)
+                   AND NOT EXISTS (SELECT 1 FROM executor_health health
+                                    WHERE health.executor_key = node.executor_key
+                                      AND health.status = 'DOWN'
+                                      AND health.checked_at > v_now - interval '5 minutes')
+                 ORDER BY node.priority DESC, node.id
+                 LIMIT p_max) c;
+    END IF;
     IF v_limited AND v_ids IS NOT NULL THEN
         v_ids := ARRAY(SELECT u.id FROM unnest(v_ids) WITH ORDINALITY AS u(id, ord)
                         WHERE u.id NOT IN (SELECT h.node_id FROM limit_holds(v_ids, v_now) h)
                         ORDER BY u.ord);
+    END IF;
+    IF v_start.started > 0 THEN
+        -- the roots this call does not claim wait READY for the next claim
+        SELECT array_agg(r.id) INTO v_waiting
+          FROM unnest(v_start.roots) AS r(id)
+         WHERE r.id <> ALL (coalesce(v_ids, '{}'));
+        IF v_waiting IS NOT NULL THEN
+            UPDATE movement_request_nodes node
+               SET node_state = 'READY', updated_at = v_now
+             WHERE node.id = ANY (v_waiting);
+            PERFORM notify_work('ready');
+        END IF;
+        PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
 
     RETURN QUERY
@@ -132,10 +186,12 @@ BEGIN
          GROUP BY l.scope, l.name
         ON CONFLICT (scope, name, day) DO UPDATE SET started = v.started + excluded.started
     ), audited AS (
-        SELECT write_audit(array_agg((p_worker, 'node', claimed.id::text, claimed.request_id, 'state_changed',
-                                      'READY', 'SUBMITTING', jsonb_strip_nulls(jsonb_build_object(
-                                          'claim_token', claimed.claim_token, 'instance', p_instance_id))
-                                     )::qtg.audit_event ORDER BY claimed.priority DESC, claimed.id))
+        -- the roots' readying first (each before its claim), one batch with the claims
+        SELECT write_audit(v_start.readied
+                           || array_agg((p_worker, 'node', claimed.id::text, claimed.request_id, 'state_changed',
+                                         'READY', 'SUBMITTING', jsonb_strip_nulls(jsonb_build_object(
+                                             'claim_token', claimed.claim_token, 'instance', p_instance_id))
+                                        )::qtg.audit_event ORDER BY claimed.priority DESC, claimed.id))
           FROM claimed
     )
     SELECT claimed.id, claimed.request_id, claimed.secret, intents.id, intents.idempotency_key,
