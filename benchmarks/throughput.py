@@ -2,14 +2,15 @@
 
 The engine: 20,000 one-step movements on the sim executor's `instant` lane
 (the side effect is settled at submit: no observation), created and approved
-through create_movement/approve_movement, then drained by 1 and by 2
-`qtg worker node_dispatcher` processes: the real runner, its real dispatcher
-path (claim_ready_nodes, which starts the approved movements and claims their
-roots in one call, record the intent, submit, complete_submit). The figure
-runs from the processes' launch to the last movement COMPLETED. Then the
-audit chain's share, which the drain leaves to the audit_outbox_promoter
-sidecar: the drain's events promoted into the hash-chained audit_log
-(promote_chain), its time, CPU and row writes; and a drain by 2 runners with the promoter beside them, as `qtg run` deploys it.
+through create_movement/approve_movement, then drained by 1 and by 2 `qtg
+worker node_dispatcher` processes: the real runner, its real dispatcher path
+(claim_ready_nodes, which starts the approved movements and claims their roots
+in one call, record the intent, submit, complete_submit). The figure runs from
+the processes' launch to the last movement COMPLETED. Then the audit chain's
+share, which the drain leaves to the audit_outbox_promoter sidecar: the
+drain's events promoted into the hash-chained audit_log (promote_chain), its
+time, CPU and row writes; and a drain by 2 runners with the promoter beside
+them, as `qtg run` deploys it.
 
 Beside it, on the same server: the same number of no-op jobs drained by
 Procrastinate, PgQueuer and Graphile Worker, each enqueued with its bulk call,
