@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from eth_account import Account
 from eth_keys.datatypes import PrivateKey
 
 from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys, read_password
@@ -247,6 +246,8 @@ def ensure_attester_keys(state_dir: Path, kdf_iterations: int | None = None) -> 
 
 def load_attesters(state_dir: Path) -> list[Attester]:
     """The local attesters of ``state_dir``, decrypted, in ascending address order."""
+    from eth_account import Account  # imported here: see signers.local
+
     password = read_password(state_dir)
     attesters = []
     for name in ATTESTER_KEYS:

@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eth_account import Account
-
 from qtg_runner.chains.local import ChainError, keystore_dir, password_file
 from qtg_runner.signers.local import KEYSTORE_PREFIX, write_keystore
 
@@ -115,6 +113,8 @@ def ensure_treasury_keys(
             address = "0x" + address.removeprefix("0x")
         else:
             assert password is not None
+            from eth_account import Account  # imported here: see signers.local
+
             account = Account.create()
             address = write_keystore(path, account.key, password, iterations=kdf_iterations)
             del account

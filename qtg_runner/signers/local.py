@@ -20,6 +20,10 @@ KDF_IN_PROCESS_BYTES is therefore run in a short-lived child Python process
 (``_decrypt_in_child``): the keystore JSON and the password go to it on its
 stdin, the key comes back on its stdout, nothing on its command line or in its
 environment; the answer (the key, or no key) is the same as in process.
+
+eth-account is imported where a key is used, not with this module: its import
+takes about half a second of CPU (eth-keyfile's BLS tables), which every
+``qtg`` command and every worker process would pay whether it signs or not.
 """
 
 from __future__ import annotations
@@ -34,8 +38,6 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, NoReturn
-
-from eth_account import Account
 
 from qtg_runner.signers import SignedTransaction, SignerError, describe_id
 
@@ -88,6 +90,8 @@ class LocalSigner:
             _refuse(signer_id, "the key is not a secp256k1 private key (32 bytes, in range)")
         self._signer_id = signer_id
         self.__key = bytes(key)
+        from eth_account import Account
+
         self._address = str(Account.from_key(self.__key).address).lower()
 
     @property
@@ -113,6 +117,8 @@ class LocalSigner:
         return self.sign_transaction_sync(tx)
 
     def sign_transaction_sync(self, tx: dict[str, Any]) -> SignedTransaction:
+        from eth_account import Account
+
         signed: Any = None
         with contextlib.suppress(Exception):
             signed = Account.sign_transaction(tx, self.__key)
@@ -246,6 +252,8 @@ def _decrypt(keystore: dict[str, Any], password: str) -> bytes | None:
     _ChildFailed when the child process that derives it could not answer."""
     if kdf_bytes(keystore) > KDF_IN_PROCESS_BYTES:
         return _decrypt_in_child(keystore, password)
+    from eth_account import Account
+
     key: bytes | None = None
     with contextlib.suppress(Exception):
         key = bytes(Account.decrypt(keystore, password))
@@ -361,6 +369,8 @@ def write_keystore(
     0600; an existing file is never overwritten: FileExistsError); ``iterations``
     None is eth-account's default work factor (scrypt n=2^18), the one real keys
     get. The account's address is returned."""
+    from eth_account import Account
+
     keystore = Account.encrypt(key, password, kdf=kdf, iterations=iterations)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:

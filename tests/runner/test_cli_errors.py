@@ -392,6 +392,35 @@ def test_an_operators_command_loads_none_of_the_runner(argv: list[str], module: 
     assert commands <= {"qtg_runner.commands.common", module}
 
 
+def test_eth_account_is_loaded_by_a_signer_alone() -> None:
+    """The runtime with every executor, the local chains' modules and `qtg --help`
+    load no eth-account: its import (eth-keyfile's BLS tables) costs about half a
+    second of CPU and 4 MB in every worker process and command, and only a signer
+    uses it. A signer loads it when it takes its key, and signs."""
+    probe = (
+        "import contextlib, io, json, sys\n"
+        "import qtg_runner.runtime, qtg_runner.executors.registry\n"
+        "import qtg_runner.chains.registry, qtg_runner.chains.cctp, qtg_runner.chains.keys\n"
+        "from qtg_runner.cli import app\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    app(['--help'])\n"
+        "before = sorted(m for m in sys.modules if m.split('.')[0] in ('eth_account', 'eth_keyfile'))\n"
+        "from qtg_runner.signers.local import LocalSigner\n"
+        "signer = LocalSigner('env:KEY', bytes.fromhex('11' * 32))\n"
+        "signed = signer.sign_transaction_sync({'chainId': 1, 'nonce': 0, 'to': '0x' + '22' * 20,"
+        " 'value': 0, 'data': '0x', 'gas': 21000, 'maxFeePerGas': 2, 'maxPriorityFeePerGas': 1,"
+        " 'type': 2})\n"
+        "print(json.dumps([before, signer.address, 'eth_account' in sys.modules, len(signed.raw)]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    before, address, after, raw = json.loads(done.stdout)
+    assert before == []
+    assert address == "0x19e7e376e7c213b7e7e7e46cc70a5dd086daff2a"  # the key 0x11...11's account
+    assert after is True and raw > 100
+
+
 def test_every_command_is_found_and_listed() -> None:
     """Each sub-command is loaded by its name, and `qtg --help` lists every one."""
     root = typer.main.get_command(app)
