@@ -404,13 +404,15 @@ def test_eth_account_is_loaded_by_a_signer_alone() -> None:
         "from qtg_runner.cli import app\n"
         "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
         "    app(['--help'])\n"
-        "before = sorted(m for m in sys.modules if m.split('.')[0] in ('eth_account', 'eth_keyfile'))\n"
+        "before = sorted(m for m in sys.modules\n"
+        "                if m.split('.')[0] in ('eth_account', 'eth_keyfile'))\n"
         "from qtg_runner.signers.local import LocalSigner\n"
         "signer = LocalSigner('env:KEY', bytes.fromhex('11' * 32))\n"
         "signed = signer.sign_transaction_sync({'chainId': 1, 'nonce': 0, 'to': '0x' + '22' * 20,"
         " 'value': 0, 'data': '0x', 'gas': 21000, 'maxFeePerGas': 2, 'maxPriorityFeePerGas': 1,"
         " 'type': 2})\n"
-        "print(json.dumps([before, signer.address, 'eth_account' in sys.modules, len(signed.raw)]))\n"
+        "after = 'eth_account' in sys.modules\n"
+        "print(json.dumps([before, signer.address, after, len(signed.raw)]))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
