@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from conftest import module_database
 from engine import bind, pin_clock, register_sim
+from psycopg import sql
 
 LATER = "2026-01-01 00:30:00+00"  # observations due, the dispatcher's heartbeat long stopped
 
@@ -38,10 +39,17 @@ def _walk(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _walk(child)
 
 
-def explained(dsn: str, call: str, analyze: bool = False, at: str = LATER) -> list[dict[str, Any]]:
-    """Every plan node of every statement that ``call`` ran at ``at`` (nested ones
-    included), as auto_explain reported them (with ``analyze``, with the rows each
-    node actually produced); the call's effects are rolled back."""
+def explained(
+    dsn: str,
+    call: str | sql.Composable,
+    analyze: bool = False,
+    at: str = LATER,
+    params: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Every plan node of every statement that ``call`` (with ``params``) ran at
+    ``at`` (nested ones included), as auto_explain reported them (with
+    ``analyze``, with the rows each node actually produced); the call's effects
+    are rolled back."""
     plans: list[dict[str, Any]] = []
 
     def on_notice(diag: psycopg.errors.Diagnostic) -> None:
@@ -62,7 +70,7 @@ def explained(dsn: str, call: str, analyze: bool = False, at: str = LATER) -> li
         conn.execute("SET client_min_messages = notice")
         conn.add_notice_handler(on_notice)
         with conn.transaction(force_rollback=True):
-            rows = conn.execute(call).fetchall()
+            rows = conn.execute(call, params).fetchall()
     assert rows, f"{call} returned nothing"
     nodes = [node for plan in plans for node in _walk(plan["Plan"])]
     assert nodes, "auto_explain reported no plans"

@@ -24,12 +24,15 @@ import pytest
 from engine import as_person, node, plan
 from plans import explained, index_scans, plans_database, rows_read, seq_scanned
 
+from qtg_runner.api import reads
+
 HISTORY_MOVEMENTS = 250_000
 NODES_PER_MOVEMENT = 4
 LIVE_MOVEMENTS = 300  # started: READY, then some claimed and submitted
 CLAIMED = 150  # of those, claimed (SUBMITTING) ...
 SUBMITTED = 100  # ... and of those, submitted (observable)
 APPROVED = 50  # approved, not started
+FAILED = 5  # the oldest movements, failed
 
 SETUP_AT = "2026-01-01 00:00:00+00"
 
@@ -40,6 +43,18 @@ pytestmark = pytest.mark.slow
 
 
 def _load_history(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        """
+        INSERT INTO movement_requests (external_id, request_state, plan, amount, asset, created_by,
+                                       approved_by, open_nodes, created_at, approved_at, started_at,
+                                       finished_at, updated_at)
+        SELECT 'failed-' || g, 'FAILED', '{"nodes": []}', 100, 'USDC', 'alice', 'bob', 0,
+               t, t, t, t, t
+          FROM generate_series(1, %(n)s) g
+         CROSS JOIN LATERAL (SELECT timestamptz '2024-12-31' + g * interval '1 minute' AS t) at
+        """,
+        {"n": FAILED},
+    )
     conn.execute(
         """
         INSERT INTO movement_requests (external_id, request_state, plan, amount, asset, created_by,
@@ -263,6 +278,35 @@ def test_pipeline_counts_reads_what_is_open_or_new_once_rolled_up(history_dsn: s
         assert table not in seq_scanned(nodes)
         # the live movements and nodes (300 started, 50 approved) by key, and the newest id
         assert rows_read(nodes, table) <= LIVE_MOVEMENTS + APPROVED + 1, table
+
+
+PAGE = {"external_id": None, "created_by": None, "before": None, "limit": 51}
+
+
+@pytest.mark.parametrize(
+    ("states", "found"),
+    [(["FAILED"], FAILED), (["APPROVED", "FAILED"], APPROVED + FAILED)],
+)
+def test_the_apis_movement_list_reads_a_rare_state_by_its_index(
+    history_dsn: str, states: list[str], found: int
+) -> None:
+    """GET /v1/movements?state=FAILED (what failed?) walked the primary key from the
+    newest movement back through the whole history to the five oldest; it reads
+    the movements not completed by state now."""
+    nodes = explained(history_dsn, reads.movements_page(states), analyze=True, params=PAGE)
+
+    assert "movement_requests_state_idx" in index_scans(nodes)
+    assert "movement_requests" not in seq_scanned(nodes)
+    assert rows_read(nodes, "movement_requests") == found
+
+
+def test_the_apis_list_of_completed_movements_walks_the_newest_first(history_dsn: str) -> None:
+    """Nearly every movement is COMPLETED: its page is the newest of them, read on
+    the primary key past the open movements, never the history behind the page."""
+    nodes = explained(history_dsn, reads.movements_page(["COMPLETED"]), analyze=True, params=PAGE)
+
+    assert "movement_requests" not in seq_scanned(nodes)
+    assert rows_read(nodes, "movement_requests") <= LIVE_MOVEMENTS + APPROVED + PAGE["limit"]
 
 
 @pytest.fixture
