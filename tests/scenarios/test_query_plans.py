@@ -32,7 +32,7 @@ LIVE_MOVEMENTS = 300  # started: READY, then some claimed and submitted
 CLAIMED = 150  # of those, claimed (SUBMITTING) ...
 SUBMITTED = 100  # ... and of those, submitted (observable)
 APPROVED = 50  # approved, not started
-FAILED = 5  # the oldest movements, failed
+FAILED = 5  # the oldest movements of the history, failed
 
 SETUP_AT = "2026-01-01 00:00:00+00"
 
@@ -48,24 +48,14 @@ def _load_history(conn: psycopg.Connection[Any]) -> None:
         INSERT INTO movement_requests (external_id, request_state, plan, amount, asset, created_by,
                                        approved_by, open_nodes, created_at, approved_at, started_at,
                                        finished_at, updated_at)
-        SELECT 'failed-' || g, 'FAILED', '{"nodes": []}', 100, 'USDC', 'alice', 'bob', 0,
-               t, t, t, t, t
-          FROM generate_series(1, %(n)s) g
-         CROSS JOIN LATERAL (SELECT timestamptz '2024-12-31' + g * interval '1 minute' AS t) at
-        """,
-        {"n": FAILED},
-    )
-    conn.execute(
-        """
-        INSERT INTO movement_requests (external_id, request_state, plan, amount, asset, created_by,
-                                       approved_by, open_nodes, created_at, approved_at, started_at,
-                                       finished_at, updated_at)
-        SELECT 'history-' || g, 'COMPLETED', '{"nodes": []}', 100, 'USDC', 'alice', 'bob', 0,
+        SELECT 'history-' || g,
+               CASE WHEN g <= %(failed)s THEN 'FAILED' ELSE 'COMPLETED' END::qtg.request_state,
+               '{"nodes": []}', 100, 'USDC', 'alice', 'bob', 0,
                t, t, t, t + interval '5 minutes', t + interval '5 minutes'
-          FROM generate_series(1, %(n)s) g
+          FROM generate_series(1, %(failed)s + %(n)s) g
          CROSS JOIN LATERAL (SELECT timestamptz '2025-01-01' + g * interval '1 minute' AS t) at
         """,
-        {"n": HISTORY_MOVEMENTS},
+        {"n": HISTORY_MOVEMENTS, "failed": FAILED},
     )
     conn.execute(
         """
