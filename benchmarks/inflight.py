@@ -14,7 +14,10 @@ What is timed is what one observer round costs the database:
   claim_observe            the locked claim of one due node (stage two);
   complete_observe         that node's report: PENDING (observed again later,
                            the common case) and COMPLETED (the DAG step and the
-                           movement's settle).
+                           movement's settle);
+  a chunk of CHUNK         as the runner's observer claims and reports its
+                           nodes (claim_observe_batch, complete_observe_batch
+                           PENDING), per node: each call's time / CHUNK.
 Each figure is the server-side execution time of one call (EXPLAIN ANALYZE, as
 case 3), the median of REPS calls, every call rolled back so each level
 measures the same state; the claims rotate over the due nodes. Each level is a
@@ -43,11 +46,14 @@ REPS = 300  # calls of each kind at each level
 ROUNDS = 10
 WARMUP = 10  # calls on each new connection before those timed
 WORKER = "bench-observer"
+CHUNK = 8  # the observer's chunk with its default max_concurrency
 CALLS = (
     "observe_candidates",
     "claim_observe",
     "complete_observe_pending",
     "complete_observe_completed",
+    "chunk_claim_per_node",
+    "chunk_complete_pending_per_node",
 )
 
 
@@ -160,6 +166,20 @@ def _sample(
                 samples[f"complete_observe_{outcome.lower()}"].append(
                     _exec_ms(conn, procs.complete_observe(node, claim.claim_secret, outcome))
                 )
+        chunk = [due[(i * CHUNK + k) % len(due)] for k in range(CHUNK)]
+        with conn.transaction(force_rollback=True):
+            claim_chunk = procs.claim_observe_batch(chunk, WORKER)
+            samples["chunk_claim_per_node"].append(_exec_ms(conn, claim_chunk) / CHUNK)
+        with conn.transaction(force_rollback=True):
+            claims = claim_chunk.all(conn)
+            if len(claims) != len(set(chunk)):
+                raise RuntimeError(f"a chunk of {chunk} could not be claimed for observation")
+            report = procs.complete_observe_batch(
+                [c.node_id for c in claims],
+                [c.claim_secret for c in claims],
+                ["PENDING"] * len(claims),
+            )
+            samples["chunk_complete_pending_per_node"].append(_exec_ms(conn, report) / len(claims))
         if rows == 0:
             raise RuntimeError("observe_candidates returned nothing")
     return samples, rows

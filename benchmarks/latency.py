@@ -4,7 +4,8 @@ Two-step movements (parent -> child), both on sim lanes that stay in flight
 for an hour, so each step ends SUBMITTED. A dispatcher process (the runner's
 own code, see benchmarks/dispatcher.py) submits every parent, then sits idle.
 The bench then plays the observer of the parents: for one parent at a time it
-calls claim_observe and complete_observe(COMPLETED) — the real procedures —
+calls claim_observe_batch and complete_observe_batch(COMPLETED) — the real
+procedures, as the runner's observer calls them for a chunk of one node —
 and the engine readies the child; the dispatcher claims and submits it.
 
 The latency is read from the engine's own timestamps, on the database clock:
@@ -130,30 +131,33 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 
 def _complete_parent(conn: psycopg.Connection[Any], parent: int) -> float:
-    """The parent claimed and completed; the report's round trip (ms: the
-    report and its commit, as the bench saw them)."""
-    claimed = procs.claim_observe(parent, "bench-observer").one_or_none(conn)
-    if claimed is None:
-        raise RuntimeError(f"parent {parent} could not be claimed for observation")
-    started = time.perf_counter()
-    procs.complete_observe(parent, claimed.claim_secret, "COMPLETED").one(conn)
-    return (time.perf_counter() - started) * 1000
+    """The parent claimed and completed, in one transaction of two round trips
+    as the observer sends a chunk of one node (node_observer.observe_chunk):
+    BEGIN with the claim, the report with the COMMIT. Returns the second round
+    trip (ms: the report and its commit, as the bench saw them)."""
+    return _complete_in_chunk(conn, parent, ("BEGIN",))
 
 
 def _complete_held_parent(conn: psycopg.Connection[Any], parent: int) -> float:
     """The parent made due, claimed and completed in one transaction (see "load"),
-    in two round trips as the observer sends its transaction
-    (node_observer.observe_one): BEGIN with the claim, the report with the
-    COMMIT. Returns the second round trip (ms)."""
+    as _complete_parent does it."""
     due = f"UPDATE movement_request_nodes SET next_observe_at = clock() WHERE id = {int(parent)}"
+    return _complete_in_chunk(conn, parent, ("BEGIN", due))
+
+
+def _complete_in_chunk(
+    conn: psycopg.Connection[Any], parent: int, before: tuple[str, ...]
+) -> float:
     with procs.begun_transaction(conn):
-        claimed = procs.claim_observe(parent, "bench-observer").one_between(
-            conn, before=("BEGIN", due)
-        )
+        claimed = procs.claim_observe_batch([parent], "bench-observer").all_between(conn, before)
+        if not claimed:
+            raise RuntimeError(f"parent {parent} could not be claimed for observation")
         started = time.perf_counter()
-        procs.complete_observe(parent, claimed.claim_secret, "COMPLETED").one_between(
-            conn, before=(), after=("COMMIT",)
-        )
+        [row] = procs.complete_observe_batch(
+            [parent], [claimed[0].claim_secret], ["COMPLETED"]
+        ).all_between(conn, before=(), after=("COMMIT",))
+        if row.error_code is not None:
+            raise RuntimeError(f"parent {parent}: {row.error_code} {row.error_message}")
     return (time.perf_counter() - started) * 1000
 
 

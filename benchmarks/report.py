@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from benchmarks import intake
+from benchmarks import inflight, intake
 
 TARGETS = {
     "peer_ratio": 1.2,
@@ -539,6 +539,10 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
             "claim": "observer claim (observe_candidates + claim_observe)",
             "complete_observe_pending": "complete_observe PENDING",
             "complete_observe_completed": "complete_observe COMPLETED",
+            "chunk_claim_per_node": f"claim_observe_batch of {inflight.CHUNK}, per node",
+            "chunk_complete_pending_per_node": (
+                f"complete_observe_batch of {inflight.CHUNK} PENDING, per node"
+            ),
         }
         for key, label in names.items():
             if key == "claim":

@@ -259,6 +259,19 @@ class ObserveOutcome:
 
 
 @dataclass(frozen=True)
+class ObservedNode:
+    """One element of complete_observe_batch: where the node is now and when it
+    is looked at next, or the refusal."""
+
+    node_id: BigInt
+    node_state: NodeState | None
+    observe_phase: ObservePhase | None
+    next_observe_at: Timestamp | None
+    error_code: Text | None
+    error_message: Text | None
+
+
+@dataclass(frozen=True)
 class TransferRoute:
     """evm_transfer_route: what an ERC-20 transfer node may sign, from the registry."""
 
@@ -886,32 +899,23 @@ class Call(Generic[R]):
                         await conn.execute(statement)
                 return self._rows(cur, await cur.fetchall())
 
-    def one_between(
+    def all_between(
         self, conn: psycopg.Connection[Any], before: Sequence[str], after: Sequence[str] = ()
-    ) -> R:
-        """The one row, the call sent between the statements ``before`` and
-        ``after`` it (transaction control: BEGIN, SAVEPOINT, RELEASE, COMMIT),
-        all of them in one round trip (pipeline mode). The first statement
-        that fails raises its error, and the server runs none after it."""
-        return self._one(self._fetch_between(conn, before, after))
+    ) -> list[R]:
+        """Every row, decoded, the call sent between the statements ``before``
+        and ``after`` it (transaction control: BEGIN, SAVEPOINT, RELEASE,
+        COMMIT), all of them in one round trip (pipeline mode). The first
+        statement that fails raises its error, and the server runs none after it."""
+        return [self.decode(row) for row in self._fetch_between(conn, before, after)]
 
-    async def aone_between(
+    async def aall_between(
         self,
         conn: psycopg.AsyncConnection[Any],
         before: Sequence[str],
         after: Sequence[str] = (),
-    ) -> R:
-        """one_between on an async connection."""
-        return self._one(await self._afetch_between(conn, before, after))
-
-    async def aone_or_none_between(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        before: Sequence[str],
-        after: Sequence[str] = (),
-    ) -> R | None:
-        """aone_between for a call that may answer no row (a claim miss)."""
-        return self._one_or_none(await self._afetch_between(conn, before, after))
+    ) -> list[R]:
+        """all_between on an async connection."""
+        return [self.decode(row) for row in await self._afetch_between(conn, before, after)]
 
 
 _OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
@@ -920,7 +924,7 @@ _OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 @contextmanager
 def begun_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
     """The block of a transaction a call of it begins (``BEGIN`` sent with the
-    call by one_between): rolled back when the block raises; committed on
+    call by all_between): rolled back when the block raises; committed on
     leaving it unless a call in it sent the ``COMMIT`` already."""
     try:
         yield
@@ -935,7 +939,7 @@ def begun_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
 
 @asynccontextmanager
 async def abegun_transaction(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
-    """begun_transaction on an async connection (aone_between and friends)."""
+    """begun_transaction on an async connection (aall_between)."""
     try:
         yield
     except BaseException:
@@ -1405,6 +1409,14 @@ def claim_observe(
 
 
 @procedure("runner")
+def claim_observe_batch(
+    node_ids: BigIntArray, worker: Text, movement_id: BigInt | Default | None = DEFAULT
+) -> Call[ObserveClaim]:
+    """Locks candidates for observation (at most 32), each on its own as
+    claim_observe does; one row per node claimed, in id order."""
+
+
+@procedure("runner")
 def complete_observe(
     node_id: BigInt,
     claim_secret: ClaimSecret,
@@ -1413,6 +1425,18 @@ def complete_observe(
     retry_after_seconds: Numeric | Default | None = DEFAULT,
 ) -> Call[ObserveOutcome]:
     """SUBMITTED | OBSERVING -> OBSERVING | COMPLETED | FAILED | UNKNOWN."""
+
+
+@procedure("runner")
+def complete_observe_batch(
+    node_ids: BigIntArray,
+    claim_secrets: ClaimSecretArray,
+    outcomes: TextArray,
+    evidence: JsonArray | Default | None = DEFAULT,
+    retry_after_seconds: NumericArray | Default | None = DEFAULT,
+) -> Call[ObservedNode]:
+    """complete_observe for the nodes of one observer's claim, in one call; one
+    row per element, in input order."""
 
 
 @procedure("runner")

@@ -1,128 +1,145 @@
 """node_observer (core): SUBMITTED | OBSERVING -> OBSERVING | COMPLETED | FAILED | UNKNOWN.
 
 The seed's two-stage claim: an unlocked advisory ID list (observe_candidates),
-then for each ID, in its own transaction, a locked per-ID claim inside a
-savepoint (claim_observe repeats every predicate with FOR UPDATE OF node,
-request SKIP LOCKED). A miss rolls back only the savepoint, so no partial
-tuple lock survives into the next candidate. A hit keeps the node and request
-locks through the executor's observe() and complete_observe()'s commit.
+then the locked per-ID claims, a chunk of IDs in one transaction
+(claim_observe_batch repeats every predicate for each ID with FOR UPDATE OF
+node, request SKIP LOCKED, in its own subtransaction: a miss rolls back only
+that ID's, so no partial tuple lock survives into the next). The hits keep
+their node and request locks through the executors' observe() calls and
+complete_observe_batch's commit. A chunk is as many nodes as the worker
+observes at once (max_concurrency, at most 32): its transaction takes two
+round trips to the database, BEGIN with the claims and the reports with the
+COMMIT, and the chunks of a batch run one after another, so no node is locked
+while it waits for a turn to be observed.
 
 One node never stops the others (qtg_runner.faults): an observe() that fails
 (ExecutorError, or a transient error reaching the service) is the ERROR
-outcome; an observe() that raises anything else, or a complete_observe() the
-engine refuses for the node's own data (in a savepoint), quarantines the node
-in the same transaction; the evidence is cut to the network's bounds first.
+outcome; an observe() that raises anything else quarantines the node on the
+chunk's transaction (in a savepoint) before the others are reported; a report
+the engine refuses for the node's own data (its row's QT002, QT005 or QT050)
+quarantines the node by its claim's secret after the commit. The evidence is
+cut to the network's bounds first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import psycopg
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, JsonObject, NodeWork
-from qtg_runner.faults import Failure, classify, describe, quarantine
+from qtg_runner.faults import Failure, classify, classify_code, describe, quarantine
 from qtg_runner.log import event, missing_executor, node_event
 from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
 
 WORKER = "node_observer"
 BATCH_SIZE = 64
+CHUNK_LIMIT = 32
+"""claim_observe_batch's bound: the most nodes one transaction claims."""
 CALL_FAILED = "ERROR"
 """complete_observe's outcome when the observe call itself failed: OBSERVING again
 after the executor's hint or the lane's observe_error_retry_seconds."""
+
+_Report = tuple[str, JsonObject, float | None]
 
 
 async def batch(ctx: WorkerContext, worker_id: str, movement_id: int | None = None) -> int:
     async with ctx.pool.connection() as conn:
         candidates = await procs.observe_candidates(BATCH_SIZE, movement_id).aall(conn)
 
-    limit = asyncio.Semaphore(ctx.max_concurrency)
+    size = max(1, min(CHUNK_LIMIT, ctx.max_concurrency))
     observed = 0
-
-    async def one(node_id: int) -> None:
-        nonlocal observed
-        async with limit:
-            try:
-                if await observe_one(ctx, worker_id, node_id, movement_id):
-                    observed += 1
-            except OPERATIONAL_ERRORS as exc:
-                event(
-                    logging.ERROR,
-                    "observe_failed",
-                    network=ctx.network,
-                    worker=WORKER,
-                    node=node_id,
-                    error=ctx.limits.text(describe(exc)),
-                )
-
-    async with asyncio.TaskGroup() as group:
-        for node_id in candidates:
-            group.create_task(one(node_id))
+    for at in range(0, len(candidates), size):
+        chunk = candidates[at : at + size]
+        try:
+            observed += await observe_chunk(ctx, worker_id, chunk, movement_id)
+        except OPERATIONAL_ERRORS as exc:
+            event(
+                logging.ERROR,
+                "observe_failed",
+                network=ctx.network,
+                worker=WORKER,
+                nodes=chunk,
+                error=ctx.limits.text(describe(exc)),
+            )
     return observed
 
 
-async def observe_one(
-    ctx: WorkerContext, worker_id: str, node_id: int, movement_id: int | None = None
-) -> bool:
-    """Claim, observe and report one node in one transaction. False on a claim miss.
-
-    The transaction takes two round trips to the database around the observe
-    call (pipeline mode): BEGIN with the claim in its savepoint, then the
-    report in its savepoint with the COMMIT. Anything raised rolls it back."""
+async def observe_chunk(
+    ctx: WorkerContext, worker_id: str, node_ids: Sequence[int], movement_id: int | None = None
+) -> int:
+    """Claim, observe and report some candidates in one transaction; how many
+    were claimed. Anything raised rolls it back: the nodes are observed again
+    at their next turn."""
     async with ctx.pool.connection() as conn, procs.abegun_transaction(conn):
-        return await _claim_observe_report(ctx, conn, worker_id, node_id, movement_id)
+        claims = await procs.claim_observe_batch(
+            list(node_ids), worker_id, movement_id
+        ).aall_between(conn, before=("BEGIN",))
+        works = [NodeWork.from_claim(claim, ctx.network) for claim in claims]
+        answers = await asyncio.gather(*(_answer(ctx, work) for work in works))
+        reported: list[tuple[NodeWork, _Report]] = []
+        for work, answer in zip(works, answers, strict=True):
+            if isinstance(answer, BaseException):  # observe() raised what it never should
+                await _poisoned(ctx, conn, work, "observe", answer)
+            else:
+                reported.append((work, answer))
+        if not reported:
+            return len(works)
+        rows = await procs.complete_observe_batch(
+            [w.node_id for w, _ in reported],
+            [w.claim_secret for w, _ in reported],
+            [r[0] for _, r in reported],
+            [r[1] for _, r in reported],
+            [None if r[2] is None else Decimal(str(r[2])) for _, r in reported],
+        ).aall_between(conn, before=(), after=("COMMIT",))
+    for (work, (outcome, _, _)), row in zip(reported, rows, strict=True):
+        await _reported(ctx, work, outcome, row)
+    return len(works)
 
 
-async def _claim_observe_report(
-    ctx: WorkerContext,
-    conn: psycopg.AsyncConnection[Any],
-    worker_id: str,
-    node_id: int,
-    movement_id: int | None,
-) -> bool:
-    """observe_one's transaction, begun here and committed with the report
-    (after a miss or a quarantine, on leaving abegun_transaction). False on a
-    claim miss."""
-    # the savepoint around the per-ID claim
-    claim = await procs.claim_observe(node_id, worker_id, movement_id).aone_or_none_between(
-        conn, before=("BEGIN", "SAVEPOINT claim"), after=("RELEASE SAVEPOINT claim",)
-    )
-    if claim is None:
-        return False
-    work = NodeWork.from_claim(claim, ctx.network)
+async def _answer(ctx: WorkerContext, work: NodeWork) -> _Report | BaseException:
     try:
-        outcome, evidence, retry_after = await _observe(ctx, work)
-    except Exception as exc:  # observe() raised what it never should
-        await _poisoned(ctx, conn, work, "observe", exc)
-        return True
-    try:
-        # a refusal here is this node's alone: its savepoint is rolled back and
-        # the node quarantined on the claim's transaction
-        out = await procs.complete_observe(
-            work.node_id, work.claim_secret, outcome, evidence, retry_after
-        ).aone_between(
-            conn, before=("SAVEPOINT report",), after=("RELEASE SAVEPOINT report", "COMMIT")
-        )
+        return await _observe(ctx, work)
     except Exception as exc:
-        if classify(exc) is not Failure.POISON:
-            raise
-        await conn.execute("ROLLBACK TO SAVEPOINT report")
-        await _poisoned(ctx, conn, work, "complete_observe", exc)
-        return True
-    if out.node_state != procs.NodeState.OBSERVING:
+        return exc
+
+
+async def _reported(
+    ctx: WorkerContext, work: NodeWork, outcome: str, row: procs.ObservedNode
+) -> None:
+    """Log a node's report; quarantine it when the engine refused the report for
+    the node's own data (its claim is still its own: the refusal changed nothing)."""
+    assert row.node_id == work.node_id, "batch rows come back in input order"
+    if row.error_code is not None:
+        node_event(
+            logging.ERROR,
+            "observe_refused",
+            WORKER,
+            work,
+            step="complete_observe",
+            code=row.error_code,
+            error=row.error_message,
+        )
+        if classify_code(row.error_code) is Failure.POISON:
+            await quarantine(
+                ctx, WORKER, [work], "complete_observe", f"{row.error_code}: {row.error_message}"
+            )
+        return
+    if row.node_state != procs.NodeState.OBSERVING:
         node_event(
             logging.INFO,
             "node_observed",
             WORKER,
             work,
             outcome=outcome,
-            to_state=out.node_state,
-            phase=out.observe_phase,
+            to_state=row.node_state,
+            phase=row.observe_phase,
         )
-    return True
 
 
 async def _poisoned(

@@ -17,8 +17,10 @@ and to-state it checks.
 
 from __future__ import annotations
 
-from engine import observe, pin_clock
+from engine import assert_rejected, claim, create_started, node, node_ids, observe, pin_clock, plan
 from rows import Conn, iso_at, node_row, submitted
+
+from qtg_runner.db import procs
 
 
 def test_observe_claims_only_when_due(conn: Conn) -> None:
@@ -33,3 +35,33 @@ def test_observe_claims_only_when_due(conn: Conn) -> None:
     after = node_row(conn, node_id)
     assert after["claim_token"] == 2
     assert after["claim_hash"] not in (None, before["claim_hash"])
+
+
+def test_a_batch_claims_the_due_nodes_each_once_and_passes_over_the_rest(conn: Conn) -> None:
+    movement_id = create_started(conn, plan(node("a"), node("b"), node("c")), "m3")
+    ids = node_ids(conn, movement_id)
+    for claimed in claim(conn, "dispatcher", 10):
+        if claimed["node_id"] != ids["c"]:  # c stays SUBMITTING: not an observer's
+            procs.complete_submit(claimed["node_id"], claimed["claim_secret"], "ref").one(conn)
+    pin_clock(conn, iso_at(42))
+    with conn.transaction():
+        claims = procs.claim_observe_batch(
+            [ids["b"], ids["c"], ids["a"], ids["b"], None, -1], "obs"
+        ).all(conn)
+    assert [c.node_id for c in claims] == sorted([ids["a"], ids["b"]])
+    assert len({c.claim_secret for c in claims}) == 2
+    for c in claims:
+        row = node_row(conn, c.node_id)
+        assert (row["claim_token"], row["claimed_by"]) == (2, "obs")
+    assert node_row(conn, ids["c"])["node_state"] == "SUBMITTING"
+
+
+def test_a_batch_of_more_than_32_ids_is_refused_whole(conn: Conn) -> None:
+    _, node_id = submitted(conn)
+    pin_clock(conn, iso_at(42))
+    assert_rejected(
+        conn,
+        "QT002",
+        "SELECT * FROM claim_observe_batch(%s, 'obs')",
+        ([node_id, *range(-32, 0)],),
+    )

@@ -25,11 +25,14 @@ from typing import Any
 from engine import (
     assert_rejected,
     claim,
+    create_started,
     in_one_transaction,
+    node,
     node_ids,
     node_states,
     observe,
     pin_clock,
+    plan,
     request_state,
 )
 from rows import (
@@ -37,12 +40,15 @@ from rows import (
     Conn,
     iso_at,
     node_row,
+    plant_rule,
     recovery_claims,
     request_row,
     state_changes,
     submitted,
     time_at,
 )
+
+from qtg_runner.db import procs
 
 
 def observe_logged(conn: Conn, node_id: int, outcome: str, hint: float | None = None) -> Any:
@@ -149,3 +155,111 @@ def test_complete_observe_rejects_bad_arguments(conn: Conn) -> None:
             "SELECT * FROM complete_observe(%s, repeat('0', 64), %s, NULL, %s)",
             (node_id, outcome, hint),
         )
+
+
+# --- complete_observe_batch -------------------------------------------------------------------
+
+FOUR = plan(node("a"), node("b"), node("c"), node("d"))
+
+
+def four_submitted(conn: Conn) -> tuple[int, dict[str, int]]:
+    """A started movement of four independent nodes, all SUBMITTED at T0."""
+    movement_id = create_started(conn, FOUR, "m4")
+    for claimed in claim(conn, "dispatcher", 10):
+        procs.complete_submit(claimed["node_id"], claimed["claim_secret"], "ref").one(conn)
+    return movement_id, node_ids(conn, movement_id)
+
+
+def observe_batch(
+    conn: Conn, ids: list[int], outcomes: list[str], secrets: dict[int, str] | None = None
+) -> Any:
+    """claim_observe_batch + complete_observe_batch in one transaction, with what
+    it wrote; ``secrets`` replaces the claim's secret of a node."""
+    with conn.transaction():
+        claims = procs.claim_observe_batch(ids, "obs").all(conn)
+        assert [c.node_id for c in claims] == sorted(ids)
+        given = {c.node_id: c.claim_secret for c in claims} | (secrets or {})
+        return in_one_transaction(
+            conn,
+            "SELECT node_id, node_state::text, observe_phase::text, next_observe_at, error_code"
+            " FROM complete_observe_batch(%s, %s, %s)",
+            (ids, [given[i] for i in ids], outcomes),
+        )
+
+
+def test_a_batch_reports_each_node_by_its_outcome(conn: Conn) -> None:
+    movement_id, ids = four_submitted(conn)
+    a, b, c, d = ids["a"], ids["b"], ids["c"], ids["d"]
+    pin_clock(conn, iso_at(42))
+    written = observe_batch(conn, [d, a, b, c], ["ERROR", "PENDING", "COMPLETED", "FAILED"])
+    # one row per element, in the order given; ERROR looks again after the
+    # lane's observe_error_retry_seconds (5 s), PENDING at the lane's pace
+    assert written.rows == [
+        (d, "OBSERVING", "pre_baseline", time_at(47), None),
+        (a, "OBSERVING", "pre_baseline", time_at(48), None),
+        (b, "COMPLETED", "pre_baseline", None, None),
+        (c, "FAILED", "pre_baseline", None, None),
+    ]
+    assert state_changes(written.audit) == {
+        ("node", str(d), "state_changed", "SUBMITTED", "OBSERVING"),
+        ("node", str(a), "state_changed", "SUBMITTED", "OBSERVING"),
+        ("node", str(b), "state_changed", "SUBMITTED", "COMPLETED"),
+        ("node", str(c), "state_changed", "SUBMITTED", "FAILED"),
+    }
+    assert {node_row(conn, n)["observe_count"] for n in (a, b, c, d)} == {1}
+    assert request_row(conn, movement_id)["open_nodes"] == 2
+    # a node observed again in its state writes no audit row
+    pin_clock(conn, iso_at(80))
+    again = observe_batch(conn, [a, d], ["PENDING", "PENDING"])
+    assert [row[1] for row in again.rows] == ["OBSERVING", "OBSERVING"]
+    assert state_changes(again.audit) == set()
+    # the last two finish the movement, which FAILED with its node c
+    pin_clock(conn, iso_at(90))
+    observe_batch(conn, [a, d], ["COMPLETED", "COMPLETED"])
+    assert request_state(conn, movement_id) == "FAILED"
+
+
+def test_a_batch_refuses_a_node_in_its_row_and_reports_the_others(conn: Conn) -> None:
+    _, ids = four_submitted(conn)
+    a, b, c, d = ids["a"], ids["b"], ids["c"], ids["d"]
+    pin_clock(conn, iso_at(42))
+    before = {n: node_row(conn, n) for n in (b, c, d)}
+    written = observe_batch(
+        conn, [a, b, c, d], ["COMPLETED", "DONE", "PENDING", "PENDING"], {c: "f" * 64}
+    )
+    codes = {row[0]: row[4] for row in written.rows}
+    assert codes == {a: None, b: "QT002", c: "QT030", d: None}
+    assert node_row(conn, a)["node_state"] == "COMPLETED"
+    assert node_row(conn, d)["node_state"] == "OBSERVING"
+    for refused in (b, c):  # unchanged, but for the claim the batch's own claim made
+        row, was = node_row(conn, refused), before[refused]
+        assert (row["node_state"], row["observe_count"], row["next_observe_at"]) == (
+            was["node_state"],
+            was["observe_count"],
+            was["next_observe_at"],
+        )
+    assert {change[1] for change in state_changes(written.audit)} == {str(a), str(d)}
+
+
+def test_a_batch_report_the_engine_cannot_apply_is_refused_alone(conn: Conn) -> None:
+    _, ids = four_submitted(conn)
+    plant_rule(conn, "movement_request_nodes", f"NEW.id = {ids['b']} AND NEW.observe_count > 0")
+    pin_clock(conn, iso_at(42))
+    order = [ids["a"], ids["b"], ids["c"]]
+    written = observe_batch(conn, order, ["PENDING", "PENDING", "COMPLETED"])
+    assert [(row[1], row[4]) for row in written.rows] == [
+        ("OBSERVING", None),
+        (None, "QT050"),
+        ("COMPLETED", None),
+    ]
+    assert node_row(conn, ids["b"])["observe_count"] == 0
+
+
+def test_a_batch_with_arrays_of_unequal_length_changes_nothing(conn: Conn) -> None:
+    _, ids = four_submitted(conn)
+    assert_rejected(
+        conn,
+        "QT002",
+        "SELECT * FROM complete_observe_batch(%s, %s, %s)",
+        ([ids["a"], ids["b"]], ["f" * 64, "f" * 64], ["PENDING"]),
+    )

@@ -299,12 +299,12 @@ def test_the_observer_quarantines_a_node_whose_observe_crashes_and_observes_the_
     assert node_row(sim_conn, poison)["observe_count"] == 0
 
 
-def test_a_report_the_engine_refuses_quarantines_the_observed_node_on_its_claims_transaction(
+def test_a_report_the_engine_refuses_quarantines_the_observed_node_and_not_the_others(
     db: Any, sim_conn: Conn, runner_clock: Callable[[float], None]
 ) -> None:
-    # the observer sends the report with its COMMIT in one round trip: a refused
-    # report runs no COMMIT, its savepoint is rolled back and the node is
-    # quarantined in the same transaction, under the claim's locks
+    # the observer reports a chunk of nodes in one call, sent with its COMMIT:
+    # the engine refuses the one report in its row (QT050) and applies the
+    # others, and the observer quarantines that node by its claim's secret
     good = submitted(sim_conn, 2, "good", lane="default")
     [poison] = submitted(sim_conn, 1, "poison", lane="default")
     plant_rule(sim_conn, "movement_request_nodes", f"NEW.id = {poison} AND NEW.observe_count > 0")

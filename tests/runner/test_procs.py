@@ -334,7 +334,7 @@ def test_a_call_between_transaction_statements_takes_one_round_trip(db: Any, tmp
     trace = tmp_path / "protocol.trace"
     with trace.open("w") as sink:
         conn.pgconn.trace(sink.fileno())
-        state = procs.approve_movement(created.movement_id).one_between(
+        [state] = procs.approve_movement(created.movement_id).all_between(
             conn, before=("BEGIN", "SAVEPOINT s"), after=("RELEASE SAVEPOINT s", "COMMIT")
         )
         conn.pgconn.untrace()
@@ -350,7 +350,7 @@ def test_a_call_between_transaction_statements_takes_one_round_trip(db: Any, tmp
 
     # a refused call: the COMMIT after it did not run, the savepoint is the caller's to undo
     with pytest.raises(psycopg.Error) as refused:
-        procs.complete_submit(created.movement_id, "not-a-secret", "ref").one_between(
+        procs.complete_submit(created.movement_id, "not-a-secret", "ref").all_between(
             conn, before=("BEGIN", "SAVEPOINT s"), after=("RELEASE SAVEPOINT s", "COMMIT")
         )
     assert (refused.value.sqlstate or "").startswith("QT")

@@ -566,6 +566,14 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_evidence": "{}",
             "p_retry_after_seconds": 5,
         },
+        "claim_observe_batch": {"p_node_ids": [w.observed], "p_worker": "obs2"},
+        "complete_observe_batch": {
+            "p_node_ids": [w.observed],
+            "p_claim_secrets": [w.observed_secret],
+            "p_outcomes": ["PENDING"],
+            "p_evidence": ["{}"],
+            "p_retry_after_seconds": [5],
+        },
         "claim_recovery_nodes": {
             "p_worker": "rec2",
             "p_max": 10,
@@ -1052,6 +1060,17 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_evidence", "QT005", BIG_JSON)
             + hint("p_retry_after_seconds")
         ),
+        "claim_observe_batch": (
+            worker("p_worker") + each("p_node_ids", "QT002", list(range(1, 34)))
+        ),
+        "complete_observe_batch": (
+            secret("p_claim_secrets", "p_node_ids")
+            + each("p_outcomes", "QT002", [None], [""], ["pending"], ["DONE"])
+            + each("p_evidence", "QT005", [BIG_JSON])
+            + each("p_retry_after_seconds", "QT002", ["-1"], ["-Infinity"])
+            + each("p_retry_after_seconds", "QT005", ["NaN"], ["Infinity"], ["1e300"], ["3601"])
+            + each("p_retry_after_seconds", "QT005", ["1e-7"], ["1e-400"])
+        ),
         "complete_recovery": (
             secret("p_claim_secret", "p_node_id")
             + each("p_outcome", "QT002", None, "", "OK")
@@ -1520,6 +1539,7 @@ def test_the_batch_calls_refuse_a_bad_batch_whole(
     batches = {
         "record_intent_prepared_batch": ("p_signed_tx_hashes", ["0xab"]),
         "complete_submit_batch": ("p_external_refs", ["0xref"]),
+        "complete_observe_batch": ("p_outcomes", ["PENDING"]),
         "release_nodes": (None, None),
         "quarantine_nodes": ("p_errors", ["poison"]),
     }

@@ -277,6 +277,34 @@ def test_an_observe_miss_on_a_locked_request_leaves_no_node_lock(
     assert claim_observe(b, node_id, "obs-b") is not None  # request free again: a hit
 
 
+def test_a_batch_claim_passes_over_a_locked_request_and_takes_the_others(
+    db: TestDatabase, conn: psycopg.Connection[Any], observed: dict[str, int]
+) -> None:
+    """claim_observe_batch claims each ID on its own: the nodes of a movement a
+    cancel holds are passed over and left unlocked, another movement's node is
+    claimed and held until the commit."""
+    other = create_approved(conn, 1, "obs-other-", ONE_NODE)[0]
+    conn.execute("SELECT start_approved_movements(10)")
+    for c in claim(conn, "dispatcher", 10):
+        assert submit(conn, c) == "SUBMITTED"
+    free = node_ids(conn, other)["a"]
+    a, b, c = (worker_conn(db, LATER) for _ in range(3))
+
+    with a.transaction():
+        lock_request_as_cancel_would(a, observed)
+        with b.transaction():
+            rows = b.execute(
+                "SELECT node_id FROM claim_observe_batch(%s, 'obs-b')",
+                ([observed["node"], free, observed["sibling"]],),
+            ).fetchall()
+            assert rows == [(free,)]
+            for node_id in (observed["node"], observed["sibling"]):
+                assert can_lock(c, "movement_request_nodes", node_id)
+            assert not can_lock(c, "movement_request_nodes", free)
+            assert not can_lock(c, "movement_requests", other)
+        assert can_lock(c, "movement_request_nodes", free)
+
+
 def test_an_observe_hit_holds_node_and_request_until_commit(
     db: TestDatabase, observed: dict[str, int]
 ) -> None:

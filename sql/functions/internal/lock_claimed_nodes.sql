@@ -11,8 +11,9 @@
 -- p_live_lease, a lease run out, QT021 a node in none of p_states).
 -- Plans: one per statement for the session (force_generic_plan), whatever the
 -- caller's plan mode: its statements reach every row by primary key, and a
--- caller in the default mode (complete_observe, on every observation) had them
--- planned again on each call, about 0.3 ms of a one-node call.
+-- caller in the default mode (complete_observe, which was once called for
+-- every observation) had them planned again on each call, about 0.3 ms of a
+-- one-node call.
 -- Returns the errors as two arrays, element i for node i: NULL where the node
 -- may go on. Callers read the nodes again in a later statement, which
 -- sees them as locked here; the intent of the claim is the one of the node's
