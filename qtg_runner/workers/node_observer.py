@@ -81,7 +81,10 @@ async def observe_chunk(
             list(node_ids), worker_id, movement_id
         ).aall_between(conn, before=("BEGIN",))
         works = [NodeWork.from_claim(claim, ctx.network) for claim in claims]
-        answers = await asyncio.gather(*(_answer(ctx, work) for work in works))
+        # a BaseException in one observe() (the process dying) cancels the others
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_answer(ctx, work)) for work in works]
+        answers = [task.result() for task in tasks]
         reported: list[tuple[NodeWork, _Report]] = []
         for work, answer in zip(works, answers, strict=True):
             if isinstance(answer, BaseException):  # observe() raised what it never should
