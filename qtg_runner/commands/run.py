@@ -184,7 +184,8 @@ def run_cmd(
             min=1,
             max=256,
             help="External calls in flight at once per worker batch"
-            " (node_dispatcher runs two batches at once, in two loops).",
+            " (node_dispatcher runs two batches at once, in two loops; node_observer"
+            " claims and reports this many nodes, at most 32, in one transaction).",
         ),
     ] = 8,
     as_login: AsLoginsOption = None,
@@ -223,7 +224,8 @@ def worker_cmd(
             min=1,
             max=256,
             help="External calls in flight at once per batch"
-            " (node_dispatcher runs two batches at once, in two loops).",
+            " (node_dispatcher runs two batches at once, in two loops; node_observer"
+            " claims and reports this many nodes, at most 32, in one transaction).",
         ),
     ] = 8,
     as_login: AsOption = None,
