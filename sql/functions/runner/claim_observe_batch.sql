@@ -18,6 +18,9 @@
 -- keeps its subtransaction's id until the commit, and a backend that holds
 -- more than 64 of them makes every other session's snapshot check slower
 -- (PostgreSQL's subtransaction cache overflows).
+-- Plans: one per statement for the session (force_generic_plan): each reaches
+-- its rows by primary key from the ids given; planned per call (PostgreSQL's
+-- default for statements on an array), the claim took about 0.6 ms more.
 -- Returns one row per node claimed, in id order; none when none qualifies.
 CREATE OR REPLACE FUNCTION claim_observe_batch(
     p_node_ids    bigint[],
@@ -40,6 +43,7 @@ RETURNS TABLE (
     intent             jsonb
 )
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now     timestamptz := clock();
