@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -97,33 +98,51 @@ def decode_cursor(cursor: str) -> int:
         ) from None
 
 
-def movements_page(states: list[str]) -> sql.Composed:
-    """The statement of a page of movements, newest first, in ``states`` (all
-    when empty); its parameters are ``external_id``, ``created_by``, ``before``
-    (an id: the page starts under it) and ``limit``, each None for no filter.
+PAGE_FILTERS = {
+    "external_id": "external_id = %(external_id)s",
+    "created_by": "created_by = %(created_by)s",
+    "before": "id < %(before)s",
+}
+"""The filters of a page of movements, each written into the statement only
+when given (see movements_page)."""
 
-    The states (names of procs.RequestState, checked by the caller) are written
-    into the statement as the enum's constants, not passed as a parameter: the
-    planner then sees that a list without COMPLETED is served by the index of
-    the movements not completed (``movement_requests_state_idx``, by state and
-    id), whose rows are the open movements and the rare outcomes, instead of
-    walking the primary key through the whole history. A list of COMPLETED
-    movements walks the primary key, where nearly every row is one."""
-    in_states: sql.Composable = sql.SQL("true")
+
+def movements_page(states: list[str], filters: Collection[str] = ()) -> sql.Composed:
+    """The statement of a page of movements, newest first, in ``states`` (all
+    when empty) and with the ``filters`` named (of PAGE_FILTERS: ``external_id``,
+    ``created_by``, ``before``: an id, the page starts under it); its parameters
+    are those filters' and ``limit``.
+
+    Only the filters given are in the statement, and the states (names of
+    procs.RequestState, checked by the caller) are written into it as the
+    enum's constants, not passed as parameters: a statement the driver
+    prepares after a few calls is then planned for what it filters on. A list
+    without COMPLETED is served by the index of the movements not completed
+    (``movement_requests_state_idx``, by state and id), whose rows are the open
+    movements and the rare outcomes; a list by creator by the index by creator
+    and id (``movement_requests_creator_idx``): neither walks the primary key
+    through the whole history. A list of COMPLETED movements walks the primary
+    key, where nearly every row is one."""
+    unknown = set(filters) - set(PAGE_FILTERS)
+    if unknown:
+        raise ValueError(f"movements_page: no filter {sorted(unknown)[0]!r}")
+    conditions: list[sql.Composable] = [
+        sql.SQL(PAGE_FILTERS[name]) for name in PAGE_FILTERS if name in filters
+    ]
     if states:
         constants = (sql.SQL("{}::qtg.request_state").format(sql.Literal(s)) for s in states)
-        in_states = sql.SQL("request_state IN ({})").format(sql.SQL(", ").join(constants))
+        conditions.append(
+            sql.SQL("request_state IN ({})").format(sql.SQL(", ").join(constants))
+        )
+    where = sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("true")
     return sql.SQL(
         f"""SELECT {MOVEMENT_COLUMNS}
               FROM (SELECT * FROM movement_requests
-                     WHERE {{in_states}}
-                       AND (%(external_id)s::text IS NULL OR external_id = %(external_id)s)
-                       AND (%(created_by)s::text IS NULL OR created_by = %(created_by)s)
-                       AND (%(before)s::bigint IS NULL OR id < %(before)s)
+                     WHERE {{where}}
                      ORDER BY id DESC LIMIT %(limit)s) r
              {NODE_COUNTS}
              ORDER BY r.id DESC"""
-    ).format(in_states=in_states)
+    ).format(where=where)
 
 
 async def movements(
@@ -137,16 +156,17 @@ async def movements(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page, newest first (keyset on the id: a page never repeats or skips a
     movement made meanwhile), and the cursor of the next page."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(
-            movements_page(states),
-            {
-                "external_id": external_id,
-                "created_by": created_by,
-                "before": before,
-                "limit": limit + 1,
-            },
+    given = {
+        name: value
+        for name, value in (
+            ("external_id", external_id),
+            ("created_by", created_by),
+            ("before", before),
         )
+        if value is not None
+    }
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(movements_page(states, given), {**given, "limit": limit + 1})
         rows = await cur.fetchall()
     more = len(rows) > limit
     page = [dict(jsonable(row)) for row in rows[:limit]]

@@ -32,7 +32,7 @@ LIVE_MOVEMENTS = 300  # started: READY, then some claimed and submitted
 CLAIMED = 150  # of those, claimed (SUBMITTING) ...
 SUBMITTED = 100  # ... and of those, submitted (observable)
 APPROVED = 50  # approved, not started
-FAILED = 5  # the oldest movements of the history, failed
+FAILED = 5  # the oldest movements of the history, failed, and carol's (the rest are alice's)
 
 SETUP_AT = "2026-01-01 00:00:00+00"
 
@@ -50,7 +50,8 @@ def _load_history(conn: psycopg.Connection[Any]) -> None:
                                        finished_at, updated_at)
         SELECT 'history-' || g,
                CASE WHEN g <= %(failed)s THEN 'FAILED' ELSE 'COMPLETED' END::qtg.request_state,
-               '{"nodes": []}', 100, 'USDC', 'alice', 'bob', 0,
+               '{"nodes": []}', 100, 'USDC',
+               CASE WHEN g <= %(failed)s THEN 'carol' ELSE 'alice' END, 'bob', 0,
                t, t, t, t + interval '5 minutes', t + interval '5 minutes'
           FROM generate_series(1, %(failed)s + %(n)s) g
          CROSS JOIN LATERAL (SELECT timestamptz '2025-01-01' + g * interval '1 minute' AS t) at
@@ -270,7 +271,7 @@ def test_pipeline_counts_reads_what_is_open_or_new_once_rolled_up(history_dsn: s
         assert rows_read(nodes, table) <= LIVE_MOVEMENTS + APPROVED + 1, table
 
 
-PAGE = {"external_id": None, "created_by": None, "before": None, "limit": 51}
+PAGE = {"limit": 51}
 
 
 @pytest.mark.parametrize(
@@ -288,6 +289,22 @@ def test_the_apis_movement_list_reads_a_rare_state_by_its_index(
     assert "movement_requests_state_idx" in index_scans(nodes)
     assert "movement_requests" not in seq_scanned(nodes)
     assert rows_read(nodes, "movement_requests") == found
+
+
+def test_the_apis_movement_list_by_creator_reads_the_creators_index(history_dsn: str) -> None:
+    """GET /v1/movements?created_by=carol: carol made the five oldest movements of
+    the history, found by walking the primary key through the million nodes'
+    movements; the index by creator and id reads her five."""
+    nodes = explained(
+        history_dsn,
+        reads.movements_page([], {"created_by"}),
+        analyze=True,
+        params={**PAGE, "created_by": "carol"},
+    )
+
+    assert "movement_requests_creator_idx" in index_scans(nodes)
+    assert "movement_requests" not in seq_scanned(nodes)
+    assert rows_read(nodes, "movement_requests") == FAILED
 
 
 def test_the_apis_list_of_completed_movements_walks_the_newest_first(history_dsn: str) -> None:
