@@ -131,9 +131,7 @@ def movements_page(states: list[str], filters: Collection[str] = ()) -> sql.Comp
     ]
     if states:
         constants = (sql.SQL("{}::qtg.request_state").format(sql.Literal(s)) for s in states)
-        conditions.append(
-            sql.SQL("request_state IN ({})").format(sql.SQL(", ").join(constants))
-        )
+        conditions.append(sql.SQL("request_state IN ({})").format(sql.SQL(", ").join(constants)))
     where = sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("true")
     return sql.SQL(
         f"""SELECT {MOVEMENT_COLUMNS}

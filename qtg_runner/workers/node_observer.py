@@ -41,6 +41,13 @@ WORKER = "node_observer"
 BATCH_SIZE = 64
 CHUNK_LIMIT = 32
 """claim_observe_batch's bound: the most nodes one transaction claims."""
+OBSERVE_DEADLINE_S = 30.0
+"""The longest one observe() may take. The nodes of a chunk stay locked until
+its slowest observe() has answered, so one that hangs (a service that
+accepts the connection and never answers, across several calls each within
+its client's timeout) would hold the others' locks and results; past this it
+is the ERROR outcome, and the node is looked at again after the lane's
+observe_error_retry_seconds."""
 CALL_FAILED = "ERROR"
 """complete_observe's outcome when the observe call itself failed: OBSERVING again
 after the executor's hint or the lane's observe_error_retry_seconds."""
@@ -166,19 +173,28 @@ async def _poisoned(
 
 async def _observe(ctx: WorkerContext, work: NodeWork) -> tuple[str, JsonObject, float | None]:
     """The executor's answer as complete_observe's outcome, evidence (cut to the
-    network's bounds) and retry hint. A failed call (ExecutorError, or a
-    transient error on the way to the service; or no executor for the node in
-    this runner) is the ERROR outcome: the database decides when to look again
-    (the hint, if any, else the lane's delay) and still escalates a node
-    observed too long to UNKNOWN. Anything else the executor raises is raised."""
+    network's bounds) and retry hint. A failed call (ExecutorError, a transient
+    error on the way to the service, no answer in OBSERVE_DEADLINE_S; or no
+    executor for the node in this runner) is the ERROR outcome: the database
+    decides when to look again (the hint, if any, else the lane's delay) and
+    still escalates a node observed too long to UNKNOWN. Anything else the
+    executor raises is raised."""
     executor = ctx.executor_for(work)
     if executor is None:
         return CALL_FAILED, {"error": missing_executor(WORKER, work)}, None
+    deadline = asyncio.timeout(OBSERVE_DEADLINE_S)
     try:
-        result = await executor.observe(work)
+        async with deadline:
+            result = await executor.observe(work)
     except ExecutorError as exc:
         return CALL_FAILED, {"error": ctx.limits.text(str(exc))}, exc.retry_after
     except Exception as exc:
+        if deadline.expired():
+            return (
+                CALL_FAILED,
+                {"error": f"observe() gave no answer in {OBSERVE_DEADLINE_S:g} s"},
+                None,
+            )
         if classify(exc) is not Failure.TRANSIENT:
             raise
         return CALL_FAILED, {"error": ctx.limits.text(describe(exc))}, None

@@ -271,6 +271,22 @@ class Chatty:
         return HealthResult(HealthStatus.HEALTHY)
 
 
+class Hanging(Chatty):
+    """An executor whose observe() never answers for the nodes of its ``hung``
+    set (a service that takes the connection and says nothing) and answers
+    PENDING for the others."""
+
+    key = "hanging"
+
+    def __init__(self, hung: set[int]) -> None:
+        self.hung = hung
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        if work.node_id in self.hung:
+            await asyncio.Event().wait()
+        return ObserveResult(ObserveStatus.PENDING, {"seen": True})
+
+
 def submitted(conn: Conn, count: int, prefix: str, **config: Any) -> list[int]:
     """``count`` one-node movements, their nodes SUBMITTED at T0 (first look at 42 s)."""
     ids = one_node_movements(conn, prefix, count, **config)
@@ -317,6 +333,27 @@ def test_a_report_the_engine_refuses_quarantines_the_observed_node_and_not_the_o
     assert (row["node_state"], row["observe_count"]) == ("SUBMITTED", 0)
     assert "node_observer complete_observe: " in quarantined(sim_conn)[poison]
     assert "planted rule" in quarantined(sim_conn)[poison]
+
+
+def test_an_observe_that_never_answers_is_an_error_and_the_chunk_is_reported(
+    db: Any, sim_conn: Conn, runner_clock: Callable[[float], None], monkeypatch: Any
+) -> None:
+    # the chunk's nodes are locked until its slowest observe() answers: one that
+    # never does is cut off at the deadline, and its neighbours are reported
+    procs.register_executor("hanging", False, SimExecutor.node_config_schema).one(sim_conn)
+    nodes = submitted(sim_conn, 3, "hang", lane="default", executor="hanging")
+    monkeypatch.setattr(node_observer, "OBSERVE_DEADLINE_S", 0.5)
+    runner_clock(50)
+
+    assert run_batch(db, node_observer.batch, lambda pool: [Hanging({nodes[1]})]) == 3
+
+    answered, hung = node_row(sim_conn, nodes[0]), node_row(sim_conn, nodes[1])
+    assert (answered["node_state"], answered["evidence"]) == ("OBSERVING", {"seen": True})
+    assert hung["node_state"] == "OBSERVING" and hung["observe_count"] == 1
+    assert hung["evidence"] == {"error": "observe() gave no answer in 0.5 s"}
+    # looked at again after the lane's observe_error_retry_seconds (5 s)
+    assert hung["next_observe_at"] == hung["last_observed_at"] + timedelta(seconds=5)
+    assert node_row(sim_conn, nodes[2])["evidence"] == {"seen": True}
 
 
 def test_evidence_beyond_the_limits_is_cut_not_refused_round_after_round(
