@@ -22,8 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+import pytest
+from conftest import TestDatabase
 from engine import (
     assert_rejected,
+    bind,
     claim,
     create_started,
     in_one_transaction,
@@ -263,3 +267,29 @@ def test_a_batch_with_arrays_of_unequal_length_changes_nothing(conn: Conn) -> No
         "SELECT * FROM complete_observe_batch(%s, %s, %s)",
         ([ids["a"], ids["b"]], ["f" * 64, "f" * 64], ["PENDING"]),
     )
+
+
+def test_a_runner_may_observe_in_chunks_and_an_operator_may_not(
+    db: TestDatabase, conn: Conn
+) -> None:
+    _, ids = four_submitted(conn)
+    a = ids["a"]
+    operator = bind(db.connect(db.operator_dsn("testnet")))
+    pin_clock(operator, iso_at(42))
+    before = node_row(conn, a)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        operator.execute("SELECT * FROM claim_observe_batch(%s, 'obs')", ([a],))
+    operator.rollback()
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        operator.execute(
+            "SELECT * FROM complete_observe_batch(%s, %s, '{COMPLETED}')", ([a], ["f" * 64])
+        )
+    operator.rollback()
+    assert node_row(conn, a) == before
+
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    pin_clock(runner, iso_at(42))
+    with runner.transaction():
+        [claimed] = procs.claim_observe_batch([a], "obs").all(runner)
+        [row] = procs.complete_observe_batch([a], [claimed.claim_secret], ["COMPLETED"]).all(runner)
+    assert (row.node_state, row.error_code) == (procs.NodeState.COMPLETED, None)

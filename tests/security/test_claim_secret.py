@@ -73,9 +73,15 @@ CALLS: dict[str, tuple[str, bool]] = {
         True,
     ),
     "complete_observe": ("SELECT * FROM complete_observe(%s, %s, 'COMPLETED')", False),
+    "complete_observe_batch": (
+        "SELECT node_id, node_state, error_code, error_message FROM"
+        " complete_observe_batch(ARRAY[%s]::bigint[], ARRAY[%s]::text[], '{COMPLETED}')",
+        True,
+    ),
     "complete_recovery": ("SELECT complete_recovery(%s, %s, 'STILL_UNKNOWN')", False),
 }
-ON_SUBMITTING = [c for c in CALLS if c not in ("complete_observe", "complete_recovery")]
+ON_OBSERVED = ("complete_observe", "complete_observe_batch")
+ON_SUBMITTING = [c for c in CALLS if c not in (*ON_OBSERVED, "complete_recovery")]
 
 
 def runner_login(db: TestDatabase, person: str) -> tuple[Login, Conn]:
@@ -124,7 +130,7 @@ def owned(conn: Conn, owner: Conn, call: str) -> Target:
     dispatched = claim_one(owner, "dispatcher-1", node_id)
     if call in ON_SUBMITTING:
         return Target(node_id, dispatched, None)
-    if call == "complete_observe":
+    if call in ON_OBSERVED:
         owner.execute("SELECT complete_submit(%s, %s, 'ref')", (node_id, dispatched))
         pin_clock(owner, iso_at(60))
         [(secret,)] = owner.execute(
