@@ -174,19 +174,21 @@ BEGIN
                               greatest(0, extract(epoch FROM v_now - t.observe_started_at)) AS by_seconds) s
                  WHERE t.to_state = 'COMPLETED' AND t.observe_started_at = t.submitted_at
             )
-            SELECT array_agg(t.node_id ORDER BY t.request_id, t.node_id)
-                       FILTER (WHERE t.to_state IN ('COMPLETED', 'FAILED')),
-                   array_agg(t.claimed_by ORDER BY t.request_id, t.node_id)
-                       FILTER (WHERE t.to_state IN ('COMPLETED', 'FAILED')),
-                   (SELECT array_agg(coalesce(x.to_state, v_states[o.ord]) ORDER BY o.ord)
-                      FROM generate_series(1, v_n) AS o(ord) LEFT JOIN taken x ON x.ord = o.ord),
-                   (SELECT array_agg(CASE WHEN x.ord IS NULL THEN v_phases[o.ord] ELSE x.phase END ORDER BY o.ord)
-                      FROM generate_series(1, v_n) AS o(ord) LEFT JOIN taken x ON x.ord = o.ord),
-                   (SELECT array_agg(CASE WHEN x.ord IS NULL THEN v_next[o.ord]
-                                          WHEN x.to_state = 'OBSERVING' THEN x.paced_at END ORDER BY o.ord)
-                      FROM generate_series(1, v_n) AS o(ord) LEFT JOIN taken x ON x.ord = o.ord)
+            SELECT finished.ids, finished.actors, answers.states, answers.phases, answers.next_at
               INTO v_done, v_done_by, v_states, v_phases, v_next
-              FROM taken t, audited;
+              FROM (SELECT array_agg(t.node_id ORDER BY t.request_id, t.node_id)
+                               FILTER (WHERE t.to_state IN ('COMPLETED', 'FAILED')) AS ids,
+                           array_agg(t.claimed_by ORDER BY t.request_id, t.node_id)
+                               FILTER (WHERE t.to_state IN ('COMPLETED', 'FAILED')) AS actors
+                      FROM taken t, audited) finished,
+                   -- every element's answer: this round's, or the one it had
+                   (SELECT array_agg(coalesce(x.to_state, v_states[o.ord]) ORDER BY o.ord) AS states,
+                           array_agg(CASE WHEN x.ord IS NULL THEN v_phases[o.ord] ELSE x.phase END
+                                     ORDER BY o.ord) AS phases,
+                           array_agg(CASE WHEN x.ord IS NULL THEN v_next[o.ord]
+                                          WHEN x.to_state = 'OBSERVING' THEN x.paced_at END ORDER BY o.ord) AS next_at
+                      FROM generate_series(1, v_n) AS o(ord)
+                      LEFT JOIN taken x ON x.ord = o.ord) answers;
 
             IF v_done IS NOT NULL THEN
                 PERFORM finish_nodes(v_done, v_done_by);
