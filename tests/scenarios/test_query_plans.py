@@ -202,7 +202,11 @@ def test_quarantined_nodes_reads_the_quarantined_index(history_dsn: str) -> None
 def test_start_approved_movements_reads_the_approved_index(history_dsn: str) -> None:
     nodes = explained(history_dsn, "SELECT start_approved_movements(10)")
 
-    assert "movement_requests_approved_idx" in index_scans(nodes)
+    # the approved index (by priority), or the index of the movements not
+    # completed (0044, by state): both hold the live movements only, and with
+    # 50 approved PostgreSQL's statistics of the moment pick one or the other
+    live = {"movement_requests_approved_idx", "movement_requests_state_idx"}
+    assert live & index_scans(nodes)
     assert not {"movement_requests", "movement_request_nodes"} & seq_scanned(nodes)
 
 
