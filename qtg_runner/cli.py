@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 import qtg_runner.db.migrate as migrations
-from qtg_runner.commands.common import QtgGroup, cli_errors
+from qtg_runner.commands.common import LazyCommand, QtgGroup, cli_errors
 from qtg_runner.config import ConfigError, load_settings
 from qtg_runner.credentials import without_password
 from qtg_runner.db.embedded import database_url, stop_embedded
@@ -23,26 +23,69 @@ from qtg_runner.db.pool import login_dsn
 
 class Qtg(QtgGroup):
     """`qtg`: every error as one `qtg: error:` line, each sub-command loaded when
-    it is run (commands/common.py)."""
+    it is run and listed by its summary here (commands/common.py)."""
 
-    lazy: ClassVar[Mapping[str, str]] = {
-        "run": "qtg_runner.commands.run:run_cmd",
-        "worker": "qtg_runner.commands.run:worker_cmd",
-        "status": "qtg_runner.commands.status:status_cmd",
-        "demo": "qtg_runner.commands.demo:demo_cmd",
-        "operator": "qtg_runner.commands.logins:operator_app",
-        "runner": "qtg_runner.commands.logins:runner_app",
-        "executors": "qtg_runner.commands.executors:app",
-        "movement": "qtg_runner.commands.movement:app",
-        "proposals": "qtg_runner.commands.proposals:app",
-        "chains": "qtg_runner.commands.chains:app",
-        "world": "qtg_runner.commands.world:app",
-        "drill": "qtg_runner.commands.drill:app",
-        "audit": "qtg_runner.commands.audit:app",
-        "callbacks": "qtg_runner.commands.callbacks:app",
-        "balances": "qtg_runner.commands.balances:app",
-        "api": "qtg_runner.commands.api:app",
-        "reader": "qtg_runner.commands.logins:reader_app",
+    lazy: ClassVar[Mapping[str, LazyCommand]] = {
+        "run": LazyCommand(
+            "qtg_runner.commands.run:run_cmd", "Run the workers of one or more networks."
+        ),
+        "worker": LazyCommand(
+            "qtg_runner.commands.run:worker_cmd", "Run one worker alone in this process."
+        ),
+        "status": LazyCommand(
+            "qtg_runner.commands.status:status_cmd",
+            "Pipeline counts, in-flight nodes, workers and stuck nodes.",
+        ),
+        "demo": LazyCommand(
+            "qtg_runner.commands.demo:demo_cmd",
+            "Run realistic movements end to end and check them.",
+        ),
+        "operator": LazyCommand(
+            "qtg_runner.commands.logins:operator_app", "Operator logins, one per person."
+        ),
+        "runner": LazyCommand(
+            "qtg_runner.commands.logins:runner_app", "Runner logins, one per runner deployment."
+        ),
+        "executors": LazyCommand(
+            "qtg_runner.commands.executors:app",
+            "The executor registry of a network (an admin deploy step).",
+        ),
+        "movement": LazyCommand(
+            "qtg_runner.commands.movement:app", "Create, approve, cancel and inspect movements."
+        ),
+        "proposals": LazyCommand(
+            "qtg_runner.commands.proposals:app",
+            "List, approve and reject configuration proposals.",
+        ),
+        "chains": LazyCommand(
+            "qtg_runner.commands.chains:app", "Local EVM chains for development and tests."
+        ),
+        "world": LazyCommand(
+            "qtg_runner.commands.world:app",
+            "The local outside world: chains, fake Iris, fake Bybit.",
+        ),
+        "drill": LazyCommand(
+            "qtg_runner.commands.drill:app", "Drills: real movements through the whole engine."
+        ),
+        "audit": LazyCommand(
+            "qtg_runner.commands.audit:app",
+            "The audit log: verify its hash chain, export it.",
+        ),
+        "callbacks": LazyCommand(
+            "qtg_runner.commands.callbacks:app",
+            "Signed callbacks: list the deliveries, replay a dead one.",
+        ),
+        "balances": LazyCommand(
+            "qtg_runner.commands.balances:app",
+            "The treasury's balances against the engine's records.",
+        ),
+        "api": LazyCommand(
+            "qtg_runner.commands.api:app", "The HTTP API and the operator page; bearer tokens."
+        ),
+        "reader": LazyCommand(
+            "qtg_runner.commands.logins:reader_app",
+            "Reader logins, one per dashboard or metrics scraper.",
+        ),
     }
 
 
@@ -55,6 +98,7 @@ app = typer.Typer(
     cls=Qtg,
 )
 db_app = typer.Typer(
+    short_help="Database lifecycle, as the admin: migrate, roll back, stop, DSNs.",
     help=(
         "Database lifecycle, as the admin. Uses QTG_DATABASE_URL when set; otherwise an "
         "embedded PostgreSQL 18 with its data in QTG_DATA_DIR (default "

@@ -22,9 +22,7 @@ from qtg_runner.commands.common import BIGINT_MAX, USAGE, AsOption, CommandError
 from qtg_runner.commands.movement import _fmt, connect, out
 from qtg_runner.db import procs
 
-app = typer.Typer(
-    help="Signed callbacks: list the deliveries, replay a dead one.", no_args_is_help=True
-)
+app = typer.Typer(no_args_is_help=True)  # its help: its line in cli.Qtg.lazy
 
 STATES = ("PENDING", "SENT", "DEAD", "REFUSED", "NO_TARGET")
 CallbackId = Annotated[int, typer.Argument(min=1, max=BIGINT_MAX, help="Callback id.")]

@@ -21,6 +21,7 @@ a double cannot hold, JSON nested too deep, a file that is not UTF-8.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import logging
@@ -32,14 +33,14 @@ from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, NoReturn
+from typing import Annotated, Any, ClassVar, NamedTuple, NoReturn
 
 import psycopg
 import typer
 import typer.main
 from typer import _click as click  # typer vendors click
-from typer._click.exceptions import NoArgsIsHelpError  # typer vendors click
-from typer.core import TyperGroup
+from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer vendors click
+from typer.core import TyperCommand, TyperGroup
 
 from qtg_runner.config import NETWORK_MODES, ConfigError, NetworkMode, load_settings
 from qtg_runner.credentials import CredentialsError
@@ -137,18 +138,26 @@ def describe(exc: BaseException) -> tuple[str, int]:
     )
 
 
+class LazyCommand(NamedTuple):
+    """A sub-command of the root loaded when it is run: where it is
+    (``module:attribute``, a typer.Typer or a command function) and its line in
+    `qtg --help`'s listing (also its help when the module gives none)."""
+
+    target: str
+    summary: str
+
+
 class QtgGroup(TyperGroup):
     """The root command: every error ends as one `qtg: error:` line (see the
     module's contract), never click's error box nor a traceback.
 
-    Its sub-commands are loaded when one is run (``lazy``: name to
-    ``module:attribute``, a typer.Typer or a command function; `qtg --help`
-    lists them in this order, after the commands added to the group itself).
+    Its sub-commands are loaded when one is run (``lazy``, listed by
+    `qtg --help` in this order after the commands added to the group itself).
     So `qtg movement approve` loads the movement commands and none of the
-    runner's executors, chain or exchange clients, and starts in a fraction of
-    the time. `qtg --help` loads them all."""
+    runner's executors, chain or exchange clients, and `qtg --help` lists every
+    command by its summary without loading any."""
 
-    lazy: ClassVar[Mapping[str, str]] = {}
+    lazy: ClassVar[Mapping[str, LazyCommand]] = {}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         eager = [name for name in super().list_commands(ctx) if name not in self.lazy]
@@ -156,17 +165,31 @@ class QtgGroup(TyperGroup):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in self.lazy:
+            if ctx.meta.get(_LISTING):
+                # the help's listing: its line, the command left unloaded
+                return TyperCommand(cmd_name, short_help=self.lazy[cmd_name].summary)
             self.add_command(_load_command(cmd_name, self.lazy[cmd_name]))
         return super().get_command(ctx, cmd_name)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        ctx.meta[_LISTING] = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            del ctx.meta[_LISTING]
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
-        if args and args[0] not in self.lazy and args[0] not in self.commands:
-            # not a command: every one loaded, for typer's "did you mean"
-            for name in self.lazy:
-                self.get_command(ctx, name)
-        return super().resolve_command(ctx, args)
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as exc:
+            # not a command: the "did you mean" from every name, none loaded
+            matches = difflib.get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if matches and "Did you mean" not in exc.message:
+                suggestions = ", ".join(f"{m!r}" for m in matches)
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {suggestions}?"
+            raise
 
     def main(  # type: ignore[override]
         self,
@@ -199,8 +222,12 @@ class QtgGroup(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-def _load_command(name: str, target: str) -> click.Command:
-    module, _, attribute = target.partition(":")
+_LISTING = "qtg.listing"
+"""ctx.meta's mark while the root's help is written: its commands are listed, not loaded."""
+
+
+def _load_command(name: str, lazy: LazyCommand) -> click.Command:
+    module, _, attribute = lazy.target.partition(":")
     value = getattr(importlib.import_module(module), attribute)
     if isinstance(value, typer.Typer):
         command: click.Command = typer.main.get_group(value)
@@ -209,6 +236,8 @@ def _load_command(name: str, target: str) -> click.Command:
         single.command(name)(value)
         command = typer.main.get_command(single)
     command.name = name
+    command.short_help = lazy.summary
+    command.help = command.help or lazy.summary
     return command
 
 

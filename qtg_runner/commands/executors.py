@@ -12,9 +12,7 @@ from qtg_runner.config import load_settings
 from qtg_runner.db.embedded import database_url
 from qtg_runner.executors.registry import SHIPPED, register_shipped
 
-app = typer.Typer(
-    help="The executor registry of a network (an admin deploy step).", no_args_is_help=True
-)
+app = typer.Typer(no_args_is_help=True)  # its help: its line in cli.Qtg.lazy
 out = Console()
 
 

@@ -40,7 +40,7 @@ from qtg_runner.db.embedded import database_url
 from qtg_runner.db.logins import check_member
 from qtg_runner.db.pool import bound_conninfo, login_dsn
 
-app = typer.Typer(help="Create, approve, cancel and inspect movements.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: its line in cli.Qtg.lazy
 out = Console()
 err = Console(stderr=True)
 

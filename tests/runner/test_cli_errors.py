@@ -424,17 +424,47 @@ def test_eth_account_is_loaded_by_a_signer_alone() -> None:
 
 
 def test_every_command_is_found_and_listed() -> None:
-    """Each sub-command is loaded by its name, and `qtg --help` lists every one."""
+    """Each sub-command is loaded by its name, and `qtg --help` lists every one
+    by its summary, the same line whether it was loaded or not."""
     root = typer.main.get_command(app)
     assert isinstance(root, common.QtgGroup)
+    lazy = type(root).lazy
     names = root.list_commands(typer.Context(root))
-    assert names == ["db", *type(root).lazy]
+    assert names == ["db", *lazy]
+    before = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert before.exit_code == 0
+    for name, entry in lazy.items():
+        assert f" {name}  " in before.stdout and entry.summary in before.stdout
     for name in names:
         command = root.get_command(typer.Context(root), name)
-        assert command is not None and command.name == name
-    listed = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
-    assert listed.exit_code == 0
-    assert all(f" {name} " in listed.stdout for name in names)
+        assert command is not None and command.name == name and command.help
+    after = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert after.stdout == before.stdout
+
+
+def test_the_root_help_loads_no_command() -> None:
+    """`qtg --help` (and `qtg` alone) list the commands without importing any
+    command module, nor the runtime, executors and chain clients they load."""
+    probe = (
+        "import contextlib, io, json, sys\n"
+        "from qtg_runner.cli import app\n"
+        "shown = []\n"
+        "for args in (['--help'], []):\n"
+        "    text = io.StringIO()\n"
+        "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(text):\n"
+        "        app(args)\n"
+        "    shown.append('movement' in text.getvalue())\n"
+        "heavy = ('qtg_runner.commands.', 'qtg_runner.runtime', 'qtg_runner.executors',\n"
+        "         'qtg_runner.chains', 'web3')\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(heavy))\n"
+        "print(json.dumps([shown, loaded]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    shown, loaded = json.loads(done.stdout)
+    assert shown == [True, True]
+    assert loaded == ["qtg_runner.commands.common"]
 
 
 # --- hypothesis: random amounts, durations, ids and JSON ----------------------------------------
