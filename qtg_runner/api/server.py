@@ -3,7 +3,6 @@ of a process that does something else (the demo, the tests)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from pathlib import Path
 import uvicorn
 
 from qtg_runner.api.app import ApiConfig, create_app
+from qtg_runner.chains.local import free_port
 
 
 def uvicorn_config(
@@ -34,12 +34,6 @@ def uvicorn_config(
         proxy_headers=False,
         access_log=log_level == "debug",
     )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
