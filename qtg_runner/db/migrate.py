@@ -277,6 +277,7 @@ def _set_access(
             )
         caller = callers[name]
         routine = sql.SQL(signature)  # from the catalog, already quoted by regprocedure
+        actions: list[sql.Composable] = []
         if name in inlined:
             if not expression:
                 raise MigrationError(
@@ -284,27 +285,27 @@ def _set_access(
                     " non-volatile LANGUAGE sql function; only those are left unpinned"
                     " to be inlined (move it to internal/)"
                 )
-            conn.execute(sql.SQL("ALTER ROUTINE {} RESET search_path").format(routine))
+            actions.append(sql.SQL("RESET search_path"))
         else:
-            conn.execute(
-                sql.SQL("ALTER ROUTINE {} SET search_path = {}, pg_temp").format(
-                    routine, sql.SQL(", ").join(sql.Identifier(s) for s in path)
+            actions.append(
+                sql.SQL("SET search_path = {}, pg_temp").format(
+                    sql.SQL(", ").join(sql.Identifier(s) for s in path)
                 )
             )
-            for setting, value in PLANNER_SETTINGS.items():
-                conn.execute(
-                    sql.SQL("ALTER ROUTINE {} SET {} = {}").format(
-                        routine, sql.Identifier(setting), sql.Literal(value)
-                    )
-                )
-        conn.execute(
-            sql.SQL("ALTER ROUTINE {} SECURITY {}").format(
-                routine, sql.SQL("DEFINER" if caller in DEFINER_CALLERS else "INVOKER")
+            actions.extend(
+                sql.SQL("SET {} = {}").format(sql.Identifier(setting), sql.Literal(value))
+                for setting, value in PLANNER_SETTINGS.items()
             )
+        actions.append(
+            sql.SQL("SECURITY DEFINER" if caller in DEFINER_CALLERS else "SECURITY INVOKER")
         )
+        # one round trip a routine: its actions in one ALTER, and its comment
         conn.execute(
-            sql.SQL("COMMENT ON ROUTINE {} IS {}").format(
-                routine, sql.Literal(None if caller is None else f"access: {caller}")
+            sql.SQL("ALTER ROUTINE {} {}; COMMENT ON ROUTINE {} IS {}").format(
+                routine,
+                sql.SQL(" ").join(actions),
+                routine,
+                sql.Literal(None if caller is None else f"access: {caller}"),
             )
         )
 
