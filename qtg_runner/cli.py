@@ -95,6 +95,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    suggest_commands=False,  # Qtg suggests from every command, loaded or not
     cls=Qtg,
 )
 db_app = typer.Typer(

@@ -185,8 +185,9 @@ class QtgGroup(TyperGroup):
             return super().resolve_command(ctx, args)
         except UsageError as exc:
             # not a command: the "did you mean" from every name, none loaded
+            # (typer's own, from the loaded ones, is off: suggest_commands=False)
             matches = difflib.get_close_matches(args[0], self.list_commands(ctx)) if args else []
-            if matches and "Did you mean" not in exc.message:
+            if matches:
                 suggestions = ", ".join(f"{m!r}" for m in matches)
                 exc.message = f"{exc.message.rstrip('.')}. Did you mean {suggestions}?"
             raise

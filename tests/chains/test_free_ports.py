@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,7 @@ from qtg_runner.chains.local import LOOPBACK, free_port, free_port_base
 
 
 def _ephemeral() -> range:
-    low, high = (int(part) for part in Path(local.EPHEMERAL_PORTS).read_text().split())
+    low, high = (int(part) for part in local.EPHEMERAL_PORTS.read_text().split())
     return range(low, high + 1)
 
 
