@@ -23,6 +23,7 @@ from eth_utils.crypto import keccak
 from qtg_runner.chains.cctp import BurnBody, CctpMessage, address_to_bytes32
 from qtg_runner.chains.evm import normalize_address
 from qtg_runner.chains.evm_rpc import EvmRpc, Log
+from qtg_runner.circuit import Circuit, endpoint_circuit
 from qtg_runner.tls import client_ssl_context
 
 __all__ = [
@@ -197,14 +198,40 @@ class IrisClient:
     """``GET /v2/messages/{sourceDomain}?transactionHash=``, read as the
     executors need it."""
 
-    def __init__(self, base_url: str, timeout: float = 10.0) -> None:
+    def __init__(
+        self, base_url: str, timeout: float = 10.0, *, circuit: Circuit | None = None
+    ) -> None:
         self._base = base_url.rstrip("/")
         self._client = httpx.AsyncClient(timeout=timeout, verify=client_ssl_context())
+        self.circuit = circuit or endpoint_circuit(self._base, f"Iris at {self._base}")
+
+    async def _get(self, path: str, params: dict[str, str]) -> httpx.Response:
+        """One GET, its answer or silence told to the circuit."""
+        try:
+            response = await self._client.get(self._base + path, params=params)
+        except httpx.TimeoutException:
+            self.circuit.silent()
+            raise
+        except httpx.HTTPError:
+            self.circuit.answered()
+            raise
+        self.circuit.answered()
+        return response
+
+    async def _nobodys_burn(self) -> httpx.Response:
+        """The lookup of a hash nobody burnt in, on domain 0: whatever Iris
+        answers (404, an empty list, a 400) is an answer."""
+        return await self._get("/v2/messages/0", {"transactionHash": "0x" + "00" * 32})
 
     async def messages(self, source_domain: int, tx_hash: str) -> IrisAnswer:
-        url = f"{self._base}/v2/messages/{source_domain}"
+        """Not sent while Iris's circuit is open (qtg_runner.circuit): UNAVAILABLE."""
+        refusal = self.circuit.refusal(self._nobodys_burn)
+        if refusal is not None:
+            return IrisAnswer(IrisStatus.UNAVAILABLE, detail=refusal)
         try:
-            response = await self._client.get(url, params={"transactionHash": tx_hash})
+            response = await self._get(
+                f"/v2/messages/{source_domain}", {"transactionHash": tx_hash}
+            )
         except httpx.HTTPError as exc:
             return IrisAnswer(IrisStatus.UNAVAILABLE, detail=f"{type(exc).__name__}")
         if response.status_code == 429:
@@ -236,11 +263,13 @@ class IrisClient:
     async def reachable(self) -> str | None:
         """None when Iris answers a lookup (of a hash nobody burnt in, on
         domain 0: 404, an empty list or a 400 for a domain it does not serve
-        are all answers), else what is wrong: unreachable, 5xx, or 429."""
+        are all answers), else what is wrong: unreachable, 5xx, or 429; or
+        the open circuit's refusal."""
+        refusal = self.circuit.refusal(self._nobodys_burn)
+        if refusal is not None:
+            return refusal
         try:
-            response = await self._client.get(
-                f"{self._base}/v2/messages/0", params={"transactionHash": "0x" + "00" * 32}
-            )
+            response = await self._nobodys_burn()
         except httpx.HTTPError as exc:
             return f"unreachable: {type(exc).__name__}"
         if response.status_code == 429 or response.status_code >= 500:

@@ -6,8 +6,10 @@ one ``httpx.AsyncClient``, typed answers, and three kinds of failure:
                     INSUFFICIENT_FUNDS, REVERTED, OTHER), since the codes are
                     not standard (anvil and geth answer -32003 or -32000 alike).
     RpcUnavailable  nothing usable came back: connection refused, a timeout, an
-                    HTTP 5xx or 429. Retryable; after a send it says nothing
-                    about whether the transaction reached the node.
+                    HTTP 5xx or 429; or not sent, the endpoint having answered
+                    nothing since a call went unanswered (its circuit is open:
+                    qtg_runner.circuit). Retryable; after a send it says
+                    nothing about whether the transaction reached the node.
     RpcBadResponse  an answer that is not a JSON-RPC answer: not JSON, nested
                     too deeply, larger than the bound, another id, HTTP 4xx
                     without a JSON-RPC error (a wrong URL or API key).
@@ -35,6 +37,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from qtg_runner.circuit import Circuit, endpoint_circuit
 from qtg_runner.tls import client_ssl_context
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
@@ -395,6 +398,7 @@ class EvmRpc:
         timeout: float = 10.0,
         client: httpx.AsyncClient | None = None,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        circuit: Circuit | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -410,6 +414,7 @@ class EvmRpc:
         )
         self._max_bytes = max_response_bytes
         self._ids = itertools.count(1)
+        self.circuit = circuit or endpoint_circuit(url, self.display_url)
 
     def __repr__(self) -> str:
         return f"EvmRpc({self.display_url!r})"
@@ -436,7 +441,19 @@ class EvmRpc:
         return text[:300]
 
     async def request(self, method: str, params: Sequence[Any] = ()) -> Any:
-        """One JSON-RPC call: its ``result`` (None when the node answers null)."""
+        """One JSON-RPC call: its ``result`` (None when the node answers null).
+        Not sent while the endpoint's circuit is open (qtg_runner.circuit):
+        RpcUnavailable at once."""
+        refusal = self.circuit.refusal(self._probe)
+        if refusal is not None:
+            raise RpcUnavailable(f"{method} on {self.display_url}: {refusal}")
+        return await self._exchange(method, params)
+
+    async def _probe(self) -> None:
+        await self._exchange("eth_chainId", ())
+
+    async def _exchange(self, method: str, params: Sequence[Any]) -> Any:
+        """The call itself, its answer or silence told to the circuit."""
         request_id = next(self._ids)
         payload = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": list(params)}
         where = f"{method} on {self.display_url}"
@@ -466,15 +483,22 @@ class EvmRpc:
                     chunks.append(chunk)
                 status = response.status_code
         except (httpx.TimeoutException, TimeoutError) as exc:
+            self.circuit.silent()
             raise RpcUnavailable(
                 f"{where}: no answer within {self._timeout}s ({type(exc).__name__})"
             ) from None
         except httpx.TransportError as exc:
+            self.circuit.answered()
             raise RpcUnavailable(
                 f"{where}: {type(exc).__name__}: {self._scrub(str(exc)) or 'transport error'}"
             ) from None
         except httpx.HTTPError as exc:
+            self.circuit.answered()
             raise RpcUnavailable(f"{where}: {type(exc).__name__}") from None
+        except RpcBadResponse:
+            self.circuit.answered()
+            raise
+        self.circuit.answered()
         body = b"".join(chunks)
         if status >= 500 or status == 429:
             raise RpcUnavailable(f"{where}: HTTP {status}")

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from qtg_runner.circuit import Circuit, endpoint_circuit
 from qtg_runner.log import event
 from qtg_runner.tls import client_ssl_context
 
@@ -270,6 +271,7 @@ class BybitClient:
         timeout: float = 10.0,
         client: httpx.AsyncClient | None = None,
         clock: Callable[[], float] = time.time,
+        circuit: Circuit | None = None,
     ) -> None:
         if not api_key:
             raise ValueError("the API key is empty")
@@ -284,6 +286,7 @@ class BybitClient:
             if client is not None
             else httpx.AsyncClient(timeout=timeout, verify=client_ssl_context())
         )
+        self.circuit = circuit or endpoint_circuit(self.base_url, f"Bybit at {self.base_url}")
 
     def __repr__(self) -> str:
         return f"BybitClient({self.base_url!r}, key={self.api_key!r})"
@@ -312,10 +315,12 @@ class BybitClient:
         return request
 
     async def _call(self, request: httpx.Request, path: str) -> dict[str, Any]:
-        try:
-            response = await self._client.send(request)
-        except httpx.HTTPError as exc:
-            raise BybitUnavailable(f"{request.method} {path}: {type(exc).__name__}") from None
+        """One request, not sent while the venue's circuit is open
+        (qtg_runner.circuit): BybitUnavailable at once."""
+        refusal = self.circuit.refusal(self._probe)
+        if refusal is not None:
+            raise BybitUnavailable(f"{request.method} {path}: {refusal}")
+        response = await self._send(request, path)
         if response.status_code != 200:
             raise BybitUnavailable(f"{request.method} {path}: HTTP {response.status_code}")
         try:
@@ -336,6 +341,23 @@ class BybitClient:
         if not isinstance(result, dict):
             raise BybitUnavailable(f"{request.method} {path}: the result is not an object")
         return result
+
+    async def _send(self, request: httpx.Request, path: str) -> httpx.Response:
+        """The request itself, its answer or silence told to the circuit."""
+        try:
+            response = await self._client.send(request)
+        except httpx.TimeoutException as exc:
+            self.circuit.silent()
+            raise BybitUnavailable(f"{request.method} {path}: {type(exc).__name__}") from None
+        except httpx.HTTPError as exc:
+            self.circuit.answered()
+            raise BybitUnavailable(f"{request.method} {path}: {type(exc).__name__}") from None
+        self.circuit.answered()
+        return response
+
+    async def _probe(self) -> None:
+        path = "/v5/market/time"
+        await self._send(self._client.build_request("GET", self.base_url + path), path)
 
     async def _get(self, path: str, params: Mapping[str, Any]) -> dict[str, Any]:
         query = {k: str(v) for k, v in params.items() if v is not None}

@@ -47,7 +47,10 @@ its slowest observe() has answered, so one that hangs (a service that
 accepts the connection and never answers, across several calls each within
 its client's timeout) would hold the others' locks and results; past this it
 is the ERROR outcome, and the node is looked at again after the lane's
-observe_error_retry_seconds."""
+observe_error_retry_seconds. A service that takes connections and answers
+nothing costs one such wait, not one a batch: the first call it leaves
+unanswered opens its endpoint's circuit (qtg_runner.circuit), and the calls
+after it fail at once, unsent, until it answers a probe."""
 CALL_FAILED = "ERROR"
 """complete_observe's outcome when the observe call itself failed: OBSERVING again
 after the executor's hint or the lane's observe_error_retry_seconds."""

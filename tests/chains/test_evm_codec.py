@@ -31,6 +31,7 @@ from qtg_runner.chains.evm import (
     RpcUnavailable,
     Transfer,
 )
+from qtg_runner.circuit import Circuit
 
 URL = "https://user:PASS@node.example:8545/v2/KEYKEYKEYKEYKEYKEYKEYKEY?apikey=SECRET#frag"
 SECRETS = ("PASS", "KEYKEY", "SECRET", "frag")
@@ -41,7 +42,9 @@ Handler = Callable[[httpx.Request], httpx.Response]
 def call(handler: Handler, method: str = "eth_blockNumber", **kwargs: Any) -> Any:
     async def main() -> Any:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            rpc = EvmRpc(URL, client=client, **kwargs)
+            # a circuit of its own: each call is a node of its own (a timeout
+            # here must not refuse the next test's calls to URL)
+            rpc = EvmRpc(URL, client=client, circuit=Circuit(URL), **kwargs)
             return await rpc.request(method, [])
 
     return asyncio.run(main())

@@ -15,6 +15,9 @@ What an operator relies on when one node's config, executor or outcome is poison
     crashes, in the claim's own transaction for the observer, and go on with
     the others; so does the observer a node whose report the engine refuses;
   * evidence and errors beyond the network's limits are cut, not refused;
+  * a chain whose RPC takes connections and answers nothing costs the
+    observer one wait (its nodes' calls side by side): its endpoint's circuit
+    opens, and the next batches report its nodes unreachable without a call;
   * a pooled connection whose backend was terminated is replaced before use;
   * a batch that runs longer than its worker's interval keeps the heartbeat
     beating, so its claims are not taken for a dead worker's.
@@ -24,16 +27,19 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from endpoint_support import Endpoint
 from engine import bind, claim, create_started, node, node_ids, plan, submit
 from psycopg.types.json import Jsonb
 from rows import T0, Conn, fail, node_row, plant_rule, prepare
 from runner_helpers import register_runner_sim
 
+from qtg_runner.chains.evm_rpc import EvmRpc
+from qtg_runner.circuit import endpoint_circuit
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import (
@@ -48,6 +54,7 @@ from qtg_runner.executors.base import (
     RecoveryResult,
     SubmitResult,
 )
+from qtg_runner.executors.evm_tx import RETRY_LATER_S, chain_errors
 from qtg_runner.executors.sim import SimExecutor
 from qtg_runner.limits import ReportLimits
 from qtg_runner.loop import WorkerContext, WorkerEntry, run_worker
@@ -68,6 +75,16 @@ def runner_clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
 
     pin(1)
     return pin
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Endpoint]:
+    """A service endpoint that takes each request and answers none."""
+    server = Endpoint()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture
@@ -354,6 +371,52 @@ def test_an_observe_that_never_answers_is_an_error_and_the_chunk_is_reported(
     # looked at again after the lane's observe_error_retry_seconds (5 s)
     assert hung["next_observe_at"] == hung["last_observed_at"] + timedelta(seconds=5)
     assert node_row(sim_conn, nodes[2])["evidence"] == {"seen": True}
+
+
+class ChainReader(Chatty):
+    """An executor whose observe() reads a chain's block number over JSON-RPC
+    (the executors' EvmRpc, with its circuit) and answers PENDING."""
+
+    key = "chain_reader"
+
+    def __init__(self, url: str) -> None:
+        self.rpc = EvmRpc(url, timeout=0.5)
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        async with chain_errors("silent"):
+            return ObserveResult(ObserveStatus.PENDING, {"block": await self.rpc.block_number()})
+
+
+def test_a_chain_that_stops_answering_costs_the_observer_one_wait_not_one_a_batch(
+    db: Any, sim_conn: Conn, runner_clock: Callable[[float], None], endpoint: Endpoint
+) -> None:
+    # a chain's RPC takes the connection and says nothing: the first batch waits
+    # for its nodes' calls (side by side, one timeout), which opens the
+    # endpoint's circuit; from then on its nodes are reported unreachable
+    # without a call, so they no longer hold the other nodes of their chunk
+    procs.register_executor("chain_reader", False, SimExecutor.node_config_schema).one(sim_conn)
+    silent = submitted(sim_conn, 3, "silent", lane="default", executor="chain_reader")
+    carried = lambda pool: [SimExecutor(pool, NETWORK), ChainReader(endpoint.url)]  # noqa: E731
+    runner_clock(50)
+
+    assert run_batch(db, node_observer.batch, carried) == 3
+    assert len(endpoint.requests) == 3
+    for node_id in silent:
+        assert "no answer within 0.5s" in node_row(sim_conn, node_id)["evidence"]["error"]
+
+    # due again (the chain's retry hint), with sim nodes due beside them, in a
+    # runner started since: the same endpoint, the same circuit
+    others = submitted(sim_conn, 3, "other", lane="default")
+    runner_clock(50 + RETRY_LATER_S)
+    assert run_batch(db, node_observer.batch, carried) == 6
+    assert len(endpoint.requests) == 3
+    for node_id in silent:
+        row = node_row(sim_conn, node_id)
+        assert (row["node_state"], row["observe_count"]) == ("OBSERVING", 2)
+        assert "not sent: " in row["evidence"]["error"]
+        assert "gave no answer to a call" in row["evidence"]["error"]
+    assert {node_row(sim_conn, n)["observe_count"] for n in others} == {1}
+    endpoint_circuit(endpoint.url, "").answered()  # leave the process's circuit closed
 
 
 def test_evidence_beyond_the_limits_is_cut_not_refused_round_after_round(
