@@ -17,7 +17,10 @@ lookup of a hash nobody burnt, Bybit's server time) goes out in the
 background once the cool-down has passed: the cool-down is COOL_DOWN_S after
 the circuit opens and doubles after each probe that gets no answer, to at
 most MAX_COOL_DOWN_S. Any answer closes the circuit, the probe's or a call's
-sent before it opened. No caller ever waits on a probe; a probe is sent only
+sent before it opened; a call's silence right after a probe's answer (before
+any call has answered) opens it again with the next cool-down, not the
+first, so an endpoint that answers its probes and no call is tried ever less
+often. No caller ever waits on a probe; a probe is sent only
 when a call is refused, so an endpoint nobody calls is never probed.
 
 Only silence opens a circuit: a refused connection, an HTTP error or a rate
@@ -57,6 +60,11 @@ class Circuit:
         self._cool_down = COOL_DOWN_S
         self._probe_at = 0.0
         self._probe: asyncio.Task[None] | None = None
+        self._on_trial = False
+        """Closed by a probe's answer, and no call has answered since: a call's
+        silence now opens the circuit with the next, longer cool-down, so an
+        endpoint that answers its probes and not the calls is probed ever less
+        often."""
 
     @property
     def is_open(self) -> bool:
@@ -81,13 +89,17 @@ class Circuit:
         if self._opened_at is not None:
             return
         self._opened_at = self._clock()
-        self._cool_down = COOL_DOWN_S
+        self._cool_down = (
+            min(MAX_COOL_DOWN_S, self._cool_down * 2) if self._on_trial else COOL_DOWN_S
+        )
+        self._on_trial = False
         self._probe_at = self._opened_at + self._cool_down
-        event(logging.WARNING, "circuit_opened", endpoint=self.name, probe_in_s=COOL_DOWN_S)
+        event(logging.WARNING, "circuit_opened", endpoint=self.name, probe_in_s=self._cool_down)
 
     def answered(self) -> None:
         """A call got an answer (any): close the circuit (if it is open)."""
         if self._opened_at is None:
+            self._on_trial = False  # the endpoint answers calls, not only probes
             return
         opened_for = self._clock() - self._opened_at
         self._opened_at = None
@@ -100,7 +112,9 @@ class Circuit:
     async def _send(self, probe: Probe) -> None:
         with contextlib.suppress(Exception):  # the client told the circuit what came back
             await probe()
-        if self._opened_at is not None:
+        if self._opened_at is None:
+            self._on_trial = True
+        else:
             self._cool_down = min(MAX_COOL_DOWN_S, self._cool_down * 2)
             self._probe_at = self._clock() + self._cool_down
 

@@ -6,8 +6,9 @@ its timeout; the calls after it fail at once as the client's "unavailable"
 and are never sent (the server sees no request); a probe goes out in the
 background once the cool-down has passed (on the circuit's clock, driven
 here), and its answer lets the calls through again. The cool-down doubles
-after each probe that gets no answer, to a ceiling; a refused connection is
-an answer, not silence."""
+after each probe that gets no answer, to a ceiling, and after a probe's
+answer that the next call's silence belies; a refused connection is an
+answer, not silence."""
 
 from __future__ import annotations
 
@@ -191,8 +192,21 @@ def test_each_probe_without_an_answer_doubles_the_wait_to_the_next_up_to_the_cei
         await refused_at(at + COOL_DOWN_S)
         assert probes[-1] == at + COOL_DOWN_S
         answers = True
-        await refused_at(at + COOL_DOWN_S + 2 * COOL_DOWN_S)
+        at += COOL_DOWN_S + 2 * COOL_DOWN_S
+        await refused_at(at)
         assert circuit.refusal(probe) is None and not circuit.is_open
+        # the probe answers and the next call does not (an endpoint that serves
+        # its probe and not the calls): the circuit opens with the next wait
+        circuit.silent()
+        await refused_at(at + 4 * COOL_DOWN_S - 0.1)
+        await refused_at(at + 4 * COOL_DOWN_S)
+        assert probes[-1] == at + 4 * COOL_DOWN_S and not circuit.is_open
+        # a call answers after the probe: the next silence starts from the first
+        circuit.answered()
+        at += 4 * COOL_DOWN_S
+        circuit.silent()
+        await refused_at(at + COOL_DOWN_S)
+        assert probes[-1] == at + COOL_DOWN_S and not circuit.is_open
 
     asyncio.run(scenario())
 
