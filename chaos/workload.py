@@ -41,6 +41,10 @@ from qtg_runner.executors.sim import LANE_PRESETS, SimExecutor
 BASELINE_SECONDS = 2.0
 RETRY_SECONDS = 90.0
 """How long a creation, approval or cancel is retried through faults."""
+CALLBACK_URL = "https://receiver.chaos.invalid/qtg"
+"""Every movement names this receiver, so each state change writes its callback
+row (the checker's final_callback); no target is registered with it, so the
+dispatcher marks the rows REFUSED at its claim and never POSTs."""
 SLOW_LANES = ("cctp_standard", "ccip", "stargate_bus", "bybit_withdrawal")
 ANY_LANE = ("cctp_fast", "stargate_taxi", "bybit_deposit", *SLOW_LANES)
 
@@ -373,6 +377,7 @@ class Feeder:
             amount,
             plan={"nodes": kind.plan(self.rng)},
             expires_at=expires_at if expires_at is not None else procs.DEFAULT,
+            callback_url=CALLBACK_URL,
         )
         try:
             created = self.operator.call(create.one, time.monotonic() + RETRY_SECONDS)

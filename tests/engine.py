@@ -112,6 +112,11 @@ def node(
     }
 
 
+RECEIVER = "https://receiver.example/qtg"
+"""The callback target of the movements ``create`` makes: a movement that
+names none writes no callback row."""
+
+
 def plan(*nodes: dict[str, Any]) -> dict[str, Any]:
     return {"nodes": list(nodes)}
 
@@ -123,13 +128,19 @@ def create(
     amount: str = "100",
     actor: str | None = "alice",
     expires_at: str | datetime | None = None,
+    callback_url: str | None = RECEIVER,
 ) -> int:
-    """create_movement as ``actor`` (see ``as_person``; None: the connection's login)."""
+    """create_movement as ``actor`` (see ``as_person``; None: the connection's
+    login), its callbacks to RECEIVER unless told otherwise."""
     if isinstance(expires_at, str):
         expires_at = datetime.fromisoformat(expires_at)
     with as_person(conn, actor):
         created = procs.create_movement(
-            external_id, Decimal(str(amount)), plan=the_plan, expires_at=expires_at
+            external_id,
+            Decimal(str(amount)),
+            plan=the_plan,
+            expires_at=expires_at,
+            callback_url=callback_url,
         ).one(conn)
     return created.movement_id
 

@@ -61,7 +61,7 @@ def settings(conn: Conn, **values: Any) -> None:
 def test_a_claim_leases_due_rows_of_registered_targets(conn: Conn) -> None:
     target(conn)
     sent = movement(conn, "m1")
-    movement(conn, "m2", url=None)  # NO_TARGET: never claimed
+    movement(conn, "m2", url=None)  # names no receiver: no callback row at all
     stranger = movement(conn, "m3", url="https://elsewhere.test/cb")
     claims = procs.claim_callbacks("d1", 10).all(conn)
     assert [(c.movement_id, c.event_type) for c in claims] == [(sent, "movement.pending_approval")]
@@ -290,9 +290,10 @@ def test_callbacks_done_with_are_pruned_after_the_keep_and_the_rest_stay(
     conn: Conn, db: TestDatabase
 ) -> None:
     """prune_callbacks (0038_callback_retention), called by a runner's own login:
-    SENT rows go keep_days after they were sent, NO_TARGET rows keep_days after
-    they were written; PENDING, DEAD and REFUSED rows stay whatever their age;
-    keep_days 0 keeps everything; each call that deletes is audited."""
+    SENT rows go keep_days after they were sent, NO_TARGET rows (earlier
+    versions wrote one per state of a movement that named no receiver) keep_days
+    after they were written; PENDING, DEAD and REFUSED rows stay whatever their age; keep_days 0
+    keeps everything; each call that deletes is audited."""
     runner = person(db, "runner1", "qtg_testnet_runner")
 
     def at(seconds: float) -> None:
@@ -312,6 +313,12 @@ def test_callbacks_done_with_are_pruned_after_the_keep_and_the_rest_stay(
     at(0)
     sent = movement(conn, "sent")
     no_target = movement(conn, "no-target", url=None)
+    conn.execute(  # as earlier versions of enqueue_callbacks wrote it
+        """INSERT INTO callback_outbox (request_id, event_type, idempotency_key, payload,
+                                        delivery_state, next_attempt_at, created_at)
+           VALUES (%s, 'movement.pending_approval', %s, '{}', 'NO_TARGET', clock(), clock())""",
+        (no_target, f"testnet-{no_target}-pending_approval"),
+    )
     dead = movement(conn, "dead")
     refused_url = movement(conn, "refused", url="https://elsewhere.test/cb")
     ids = {m: i for i, m in conn.execute("SELECT id, request_id FROM callback_outbox")}

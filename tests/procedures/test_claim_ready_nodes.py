@@ -24,6 +24,7 @@ import re
 from decimal import Decimal
 
 from engine import (
+    RECEIVER,
     Written,
     approve,
     assert_rejected,
@@ -154,8 +155,9 @@ def test_started_roots_and_ready_nodes_share_the_batch_by_priority(conn: Conn) -
     ids = {}
     for external_id, priority in (("urgent", 5), ("later", 0)):
         row = conn.execute(
-            "SELECT movement_id FROM create_movement(%s, 1, %s::jsonb, p_priority => %s)",
-            (external_id, Jsonb(ONE), priority),
+            "SELECT movement_id FROM create_movement(%s, 1, %s::jsonb, p_priority => %s,"
+            " p_callback_url => %s)",
+            (external_id, Jsonb(ONE), priority, RECEIVER),
         ).fetchone()
         assert row is not None
         ids[external_id] = row[0]

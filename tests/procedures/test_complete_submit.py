@@ -261,7 +261,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
             ("b", "PENDING", "SKIPPED", "a"),
             ("movement", "EXECUTING", "EXPIRED", None),
         ],
-        "callbacks": [("movement.expired", "NO_TARGET")],
+        "callbacks": [("movement.expired", "PENDING")],
     },
     "cancelled": {
         "nodes": {"a": "COMPLETED", "b": "SKIPPED"},

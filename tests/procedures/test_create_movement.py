@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from conftest import TestDatabase
 from engine import (
+    RECEIVER,
     add_lanes,
     as_person,
     assert_rejected,
@@ -33,11 +34,12 @@ from engine import (
 )
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from rows import DIAMOND, Conn, iso_at, request_row
+from rows import DIAMOND, ONE, Conn, iso_at, request_row
 
 CREATE = (
     "SELECT movement_id, created FROM create_movement(%s, %s::numeric, %s::jsonb,"
-    " p_template => %s, p_params => %s::jsonb, p_expires_at => %s::timestamptz)"
+    " p_template => %s, p_params => %s::jsonb, p_expires_at => %s::timestamptz,"
+    " p_callback_url => %s)"
 )
 TABLES = (
     "movement_requests",
@@ -58,6 +60,7 @@ def create_args(
     template: str | None = None,
     params: Any = None,
     expires_at: str | None = None,
+    callback_url: str | None = RECEIVER,
 ) -> tuple[Any, ...]:
     return (
         external_id,
@@ -66,6 +69,7 @@ def create_args(
         template,
         None if params is None else Jsonb(params),
         expires_at,
+        callback_url,
     )
 
 
@@ -91,8 +95,9 @@ def test_create_makes_a_pending_approval_request_with_its_dag(conn: Conn) -> Non
     with as_person(conn, "alice"):  # the creator is the login, read from session_user
         written = in_one_transaction(
             conn,
-            "SELECT movement_id, created FROM create_movement('m1', 100, %s::jsonb)",
-            (Jsonb(DIAMOND),),
+            "SELECT movement_id, created FROM create_movement('m1', 100, %s::jsonb,"
+            " p_callback_url => %s)",
+            (Jsonb(DIAMOND), RECEIVER),
         )
     [(movement_id, created)] = written.rows
     assert created is True
@@ -123,6 +128,18 @@ def test_create_makes_a_pending_approval_request_with_its_dag(conn: Conn) -> Non
     assert set(edges) == {("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")}
     assert written.audit == [("request", str(movement_id), "created", None, "PENDING_APPROVAL")]
     assert written.callbacks == [(movement_id, "movement.pending_approval")]
+
+
+def test_a_movement_that_names_no_receiver_writes_no_callback(conn: Conn) -> None:
+    # its state changes are in the audit log; a callback row nobody is told of
+    # would be written, indexed and pruned for nothing
+    with as_person(conn, "alice"):
+        written = in_one_transaction(
+            conn, "SELECT movement_id FROM create_movement('m1', 100, %s::jsonb)", (Jsonb(ONE),)
+        )
+    [(movement_id,)] = written.rows
+    assert written.audit == [("request", str(movement_id), "created", None, "PENDING_APPROVAL")]
+    assert written.callbacks == []
 
 
 # --- plan validation ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from conftest import TestDatabase
 from engine import (
+    RECEIVER,
     as_person,
     assert_rejected,
     bind,
@@ -51,6 +52,11 @@ TABLES = (
 
 def item(external_id: str, amount: Any = 100, the_plan: Any = ONE, **more: Any) -> dict[str, Any]:
     return {"external_id": external_id, "amount": amount, "plan": the_plan, **more}
+
+
+def hooked(external_id: str) -> dict[str, Any]:
+    """An item whose movement names a callback receiver (one callback row per state)."""
+    return item(external_id, callback_url=RECEIVER)
 
 
 def refused(conn: Conn, sqlstate: str, items: Any, *match: str) -> str:
@@ -98,7 +104,8 @@ def test_each_item_becomes_a_movement_as_create_movement_makes_it(conn: Conn) ->
     ).fetchall()
     assert set(edges) == {("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")}
     assert written.audit == [("request", str(i), "created", None, "PENDING_APPROVAL") for i in ids]
-    assert written.callbacks == [(i, "movement.pending_approval") for i in ids]
+    # only b-2 names a receiver: the others write no callback row
+    assert written.callbacks == [(ids[1], "movement.pending_approval")]
 
 
 def test_a_batch_writes_what_the_same_movements_made_one_by_one_write(conn: Conn) -> None:
@@ -234,14 +241,14 @@ def test_concurrent_batches_with_a_shared_external_id_make_it_once(
     def create_second() -> None:
         try:
             result["rows"] = second.execute(
-                BATCH, (Jsonb([item("c-2"), item("c-shared")]),)
+                BATCH, (Jsonb([hooked("c-2"), hooked("c-shared")]),)
             ).fetchall()
         except BaseException as exc:
             result["error"] = exc
 
     thread = threading.Thread(target=create_second)
     with first.transaction():
-        mine = first.execute(BATCH, (Jsonb([item("c-shared"), item("c-1")]),)).fetchall()
+        mine = first.execute(BATCH, (Jsonb([hooked("c-shared"), hooked("c-1")]),)).fetchall()
         thread.start()
         wait_until_blocked_on_a_lock(conn, second.info.backend_pid)
     thread.join(timeout=10)

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import as_person, bind, claim, node, node_ids, pin_clock, plan, submit
+from engine import RECEIVER, as_person, bind, claim, node, node_ids, pin_clock, plan, submit
 from rows import T0
 
 LATER = (T0 + timedelta(hours=1)).isoformat()  # every submitted node is due for observation
@@ -63,12 +63,14 @@ def _conn_does_not_wait_on_a_lock(conn: psycopg.Connection[Any]) -> None:
 def create_approved(
     conn: psycopg.Connection[Any], count: int, prefix: str = "m-", the_plan: str = ONE_NODE
 ) -> list[int]:
-    """``count`` movements created by alice and approved by bob, in one statement."""
+    """``count`` movements created by alice and approved by bob, in one
+    statement, each with its callbacks to RECEIVER."""
     with as_person(conn, "alice"):
         conn.execute(
             """SELECT count(*) FROM generate_series(1, %s) g
-                CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb)""",
-            (count, prefix, the_plan),
+                CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb,
+                                                   p_callback_url => %s)""",
+            (count, prefix, the_plan, RECEIVER),
         )
     with as_person(conn, "bob"):
         rows = conn.execute(

@@ -4,6 +4,10 @@
 -- Reads each movement as it is now, in its new state: call it in a statement
 -- after the one that moved them. p_from[i] is the state movement i left (NULL
 -- at creation), p_details[i] what the callback says about it.
+-- A movement that names no receiver (callback_url NULL) gets no row: nobody is
+-- told, and its state changes are in the audit log. Earlier versions wrote it
+-- a NO_TARGET row per state, five index entries each and kept 90 days, which
+-- prune_callbacks still deletes; none is written now.
 CREATE OR REPLACE FUNCTION enqueue_callbacks(
     p_movement_ids bigint[],
     p_from         qtg.request_state[],
@@ -27,11 +31,12 @@ AS $$
                'asset', r.asset,
                'occurred_at', now.at,
                'detail', coalesce(c.detail, '{}')),
-           CASE WHEN r.callback_url IS NULL THEN 'NO_TARGET' ELSE 'PENDING' END,
+           'PENDING',
            now.at,
            now.at
       FROM unnest(p_movement_ids, p_from, p_details) WITH ORDINALITY AS c(id, from_state, detail, ord)
       JOIN movement_requests r ON r.id = c.id
      CROSS JOIN (SELECT clock() AS at) now   -- once, not once a row
+     WHERE r.callback_url IS NOT NULL
      ORDER BY c.ord;
 $$;

@@ -1,8 +1,8 @@
 -- prune_callbacks: the callbacks done with more than the network's
 -- callback_settings.keep_days ago deleted, oldest first (by
 -- callback_outbox_done_idx), up to p_max a call: SENT ones by when they were
--- sent, NO_TARGET ones (the movement named no receiver) by when they were
--- written. Kept whatever their age: PENDING (being delivered), DEAD and
+-- sent, NO_TARGET ones (earlier versions wrote them for a movement that named
+-- no receiver) by when they were written. Kept whatever their age: PENDING (being delivered), DEAD and
 -- REFUSED (an operator's to replay) rows. keep_days 0 deletes nothing. The
 -- callback_dispatcher calls it after each tick, as p_worker. Audited (entity
 -- 'callback', action 'callbacks_pruned') with how many of each state and the

@@ -1,6 +1,7 @@
 -- callback_deliveries: every callback of the network, newest first, without its
 -- payload: its state (PENDING, SENT, DEAD, REFUSED: no registered target,
--- NO_TARGET: the movement named no callback_url), the target, how many
+-- NO_TARGET: the movement named no callback_url, written by earlier versions
+-- only), the target, how many
 -- attempts, when the next is due, what the last said. `qtg callbacks list`
 -- reads it.
 CREATE OR REPLACE VIEW callback_deliveries AS
