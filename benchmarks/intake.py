@@ -5,7 +5,10 @@ engine end to end while a producer creates and approves and runners drain.
   each call its own transaction, sent in a pipeline (executemany, 1,000 calls a
   round trip): the single-movement path at its fastest.
 * Batches: ``create_movements`` (1,000 items a call) then ``approve_movements``
-  for the same 1,000, each call its own transaction.
+  for the same 1,000, each call its own transaction. The movements name no
+  callback receiver (a peer's job notifies nobody either); a second run has
+  every movement name one, so each state change writes a callback row too,
+  reported beside the first.
 
 Both on one connection: the creator is the bench's admin login, the approver
 ``qtg_owner`` (SET SESSION AUTHORIZATION between the two calls, so
@@ -34,6 +37,9 @@ from qtg_runner.db import procs
 
 INSTANT_PLAN = {"nodes": [{"key": "step", "executor": "sim", "config": {"lane": "instant"}}]}
 BATCH = 1000
+RECEIVER = "https://hooks.example/qtg"
+"""The callback_url of the movements of the batched path's second run: each
+state change then writes a callback row (a movement without one writes none)."""
 PIPELINE = 1000
 PER_CALL_MAX = 2000  # the per-call path is slow: a sample of it is enough for its rate
 DRAIN_TIMEOUT = 300.0
@@ -49,9 +55,10 @@ def _creator(conn: psycopg.Connection[Any]) -> None:
     conn.execute("RESET SESSION AUTHORIZATION")
 
 
-def _items(prefix: str, start: int, n: int) -> list[dict[str, Any]]:
+def _items(prefix: str, start: int, n: int, receiver: str | None = None) -> list[dict[str, Any]]:
+    more = {} if receiver is None else {"callback_url": receiver}
     return [
-        {"external_id": f"{prefix}{i}", "amount": 100, "plan": INSTANT_PLAN}
+        {"external_id": f"{prefix}{i}", "amount": 100, "plan": INSTANT_PLAN, **more}
         for i in range(start, start + n)
     ]
 
@@ -79,17 +86,22 @@ def per_call(conn: psycopg.Connection[Any], count: int, prefix: str) -> float:
 
 
 def batched(
-    conn: psycopg.Connection[Any], count: int, prefix: str, batch: int = BATCH
+    conn: psycopg.Connection[Any],
+    count: int,
+    prefix: str,
+    batch: int = BATCH,
+    receiver: str | None = None,
 ) -> tuple[float, list[float]]:
     """``count`` movements through create_movements + approve_movements, ``batch``
-    a call; seconds taken, and each batch's create+approve seconds."""
+    a call, each naming ``receiver`` as its callback_url when given; seconds
+    taken, and each batch's create+approve seconds."""
     t0 = time.monotonic()
     each: list[float] = []
     done = 0
     while done < count:
         n = min(batch, count - done)
         t = time.monotonic()
-        created = procs.create_movements(_items(prefix, done, n)).all(conn)
+        created = procs.create_movements(_items(prefix, done, n, receiver)).all(conn)
         _approver(conn)
         try:
             approved = procs.approve_movements([c.movement_id for c in created]).all(conn)
@@ -112,7 +124,7 @@ def _counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
 
 def one_connection(cluster: Cluster, count: int, per_call_count: int) -> dict[str, Any]:
     out: dict[str, Any] = {"movements": count, "per_call_movements": per_call_count}
-    for mode in ("per_call", "batched"):
+    for mode in ("per_call", "batched", "batched_receiver"):
         name = f"qtg_bench_intake_{mode}"
         dsn = engine.clone(cluster, name)
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -121,6 +133,9 @@ def one_connection(cluster: Cluster, count: int, per_call_count: int) -> dict[st
             if mode == "per_call":
                 seconds = per_call(conn, per_call_count, "pc-")
                 n = per_call_count
+            elif mode == "batched_receiver":
+                seconds, _ = batched(conn, count, "r-", receiver=RECEIVER)
+                n = count
             else:
                 seconds, each = batched(conn, count, "b-")
                 n = count
@@ -232,6 +247,12 @@ def report_rows(cases: dict[str, Any], target_per_s: float) -> list[list[str]]:
             beside.append(f"create+approve of one batch p50 {batch_ms['p50']:,.0f} ms")
         if per_call_run:
             beside.append(f"{batched_run['per_s'] / per_call_run['per_s']:.1f}x the per-call path")
+        receiving = c6.get("batched_receiver")
+        if receiving:
+            beside.append(
+                f"each naming a callback receiver (a callback row a state): "
+                f"{receiving['per_s']:,.0f}/s"
+            )
         ok = batched_run["per_s"] >= target_per_s
         rows.append(
             [
