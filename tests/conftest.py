@@ -423,3 +423,16 @@ def nosfx_executor(conn: psycopg.Connection[Any]) -> str:
     """The executor "nosfx", registered on ``conn``: like "sim" but without a side effect."""
     register_sim(conn, "nosfx", has_side_effect=False)
     return "nosfx"
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Any]:
+    """A service endpoint on loopback that takes each request and answers none
+    until told to (``endpoint_support.Endpoint``)."""
+    from endpoint_support import Endpoint
+
+    server = Endpoint()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -13,7 +13,7 @@ answer, not silence."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,15 +27,6 @@ from qtg_runner.circuit import COOL_DOWN_S, MAX_COOL_DOWN_S, Circuit, endpoint_c
 from qtg_runner.exchanges.bybit import BybitClient, BybitUnavailable
 
 TIMEOUT_S = 0.3
-
-
-@pytest.fixture
-def endpoint() -> Iterator[Endpoint]:
-    server = Endpoint()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -75,16 +75,6 @@ def runner_clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
 
     pin(1)
     return pin
-
-
-@pytest.fixture
-def endpoint() -> Iterator[Endpoint]:
-    """A service endpoint that takes each request and answers none."""
-    server = Endpoint()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
