@@ -23,6 +23,12 @@ first, so an endpoint that answers its probes and no call is tried ever less
 often. No caller ever waits on a probe; a probe is sent only
 when a call is refused, so an endpoint nobody calls is never probed.
 
+An endpoint with no read that changes nothing (a callback receiver, whose
+one route is its deliveries) is probed by a call instead: once the cool-down
+has passed, the next call goes out as the probe (the one caller that may
+wait), the others still refused; its silence doubles the cool-down as a
+probe's does.
+
 Only silence opens a circuit: a refused connection, an HTTP error or a rate
 limit are answers, which the caller gets at once already.
 """
@@ -41,6 +47,10 @@ COOL_DOWN_S = 5.0
 """The first wait, after a call got no answer, before a probe is sent."""
 MAX_COOL_DOWN_S = 30.0
 """The longest wait between probes of an endpoint that answers none."""
+TRIAL_S = 60.0
+"""How long a call let out as the probe (no probe function) is waited for: a
+trial that never reported its answer or silence (its caller gone) lets the
+next call out after this."""
 
 Probe = Callable[[], Awaitable[object]]
 """One read that changes nothing, sent around the circuit (it must not call
@@ -65,18 +75,24 @@ class Circuit:
         silence now opens the circuit with the next, longer cool-down, so an
         endpoint that answers its probes and not the calls is probed ever less
         often."""
+        self._trial_until: float | None = None
+        """While a call let out as the probe is out (no probe function)."""
 
     @property
     def is_open(self) -> bool:
         return self._opened_at is not None
 
-    def refusal(self, probe: Probe) -> str | None:
+    def refusal(self, probe: Probe | None) -> str | None:
         """None when a call may go; else why it may not (sending ``probe`` in the
-        background when one is due). Called from a running event loop."""
+        background when one is due; without one, letting this call out as the
+        probe). Called from a running event loop."""
         if self._opened_at is None:
             return None
         now = self._clock()
-        if now >= self._probe_at and not self._probing():
+        if now >= self._probe_at and not self._probing(now):
+            if probe is None:
+                self._trial_until = now + TRIAL_S
+                return None
             self._probe = asyncio.get_running_loop().create_task(self._send(probe))
         return (
             f"not sent: {self.name} gave no answer to a call {now - self._opened_at:.0f} s ago"
@@ -87,6 +103,9 @@ class Circuit:
     def silent(self) -> None:
         """A call got no answer in time: open the circuit (if it is not)."""
         if self._opened_at is not None:
+            if self._trial_until is not None:  # the call let out as the probe
+                self._trial_until = None
+                self._wait_longer()
             return
         self._opened_at = self._clock()
         self._cool_down = (
@@ -103,11 +122,18 @@ class Circuit:
             return
         opened_for = self._clock() - self._opened_at
         self._opened_at = None
+        self._trial_until = None
         event(logging.INFO, "circuit_closed", endpoint=self.name, open_s=round(opened_for, 1))
 
-    def _probing(self) -> bool:
+    def _probing(self, now: float) -> bool:
+        if self._trial_until is not None and now < self._trial_until:
+            return True
         task = self._probe
         return task is not None and not task.done() and not task.get_loop().is_closed()
+
+    def _wait_longer(self) -> None:
+        self._cool_down = min(MAX_COOL_DOWN_S, self._cool_down * 2)
+        self._probe_at = self._clock() + self._cool_down
 
     async def _send(self, probe: Probe) -> None:
         with contextlib.suppress(Exception):  # the client told the circuit what came back
@@ -115,8 +141,7 @@ class Circuit:
         if self._opened_at is None:
             self._on_trial = True
         else:
-            self._cool_down = min(MAX_COOL_DOWN_S, self._cool_down * 2)
-            self._probe_at = self._clock() + self._cool_down
+            self._wait_longer()
 
 
 _CIRCUITS: dict[str, Circuit] = {}

@@ -27,6 +27,13 @@ host in the Host header and TLS SNI), so a second lookup cannot swap it.
 Redirects are not followed, proxies from the environment are not used, the
 response is read to at most 64 KiB, and every step has a timeout.
 
+A receiver that takes the connection and says nothing would hold a delivery
+slot for the timeout on each of its callbacks, and the round (and the other
+receivers' callbacks) with it: its first silence opens its circuit
+(qtg_runner.circuit), and its callbacks then fail at once, unsent, as a
+failed attempt the database retries with its backoff; once the cool-down has
+passed one delivery goes out as the probe.
+
 After each tick it calls prune_callbacks once, whose rule is in SQL: the SENT
 and NO_TARGET rows done with more than the network's keep_days ago go; a row
 still to deliver or an operator's to replay stays.
@@ -52,6 +59,7 @@ import httpx
 import psycopg
 from standardwebhooks.webhooks import Webhook
 
+from qtg_runner.circuit import endpoint_circuit
 from qtg_runner.db import procs
 from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
@@ -223,6 +231,10 @@ async def post(
         address, netloc = await checked_address(claim.url, claim.allow_private, resolve)
     except CallbackRefused as exc:
         return Attempt(None, str(exc))
+    circuit = endpoint_circuit(claim.url, f"the receiver {claim.target_name}")
+    refusal = circuit.refusal(None)  # a receiver's probe is a delivery
+    if refusal is not None:
+        return Attempt(None, refusal)
     body = body_of(claim.payload)
     sent_at = datetime.now(UTC)
     headers = {
@@ -254,9 +266,12 @@ async def post(
         finally:
             await response.aclose()
     except httpx.TimeoutException as exc:
+        circuit.silent()
         return Attempt(None, f"timeout: {type(exc).__name__}")
     except (httpx.HTTPError, OSError) as exc:
+        circuit.answered()
         return Attempt(None, f"no response: {type(exc).__name__}: {str(exc)[:300]}")
+    circuit.answered()
     if 200 <= response.status_code < 300:
         return Attempt(response.status_code, None)
     said = bytes(answer[:300]).decode("utf-8", "replace")

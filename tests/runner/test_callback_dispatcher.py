@@ -6,7 +6,9 @@ clock pinned and moved, never slept) and every callback arriving after it
 returns, a dispatcher that died after its POST repeating it under the same
 webhook-id; DEAD after N attempts and a replay; private, loopback, metadata
 and link-local addresses (literal or resolved) refused without a connection;
-an unregistered url never called; the address checks themselves."""
+an unregistered url never called; the address checks themselves; a receiver
+that takes the POSTs and answers none costs one wait, its later callbacks
+failing at once unsent."""
 
 from __future__ import annotations
 
@@ -22,11 +24,13 @@ from typing import Any
 import httpx
 import pytest
 from conftest import TestDatabase
+from endpoint_support import Endpoint
 from engine import approve, as_person, bind, node, pin_clock, plan
 from rows import Conn, iso_at, set_clock
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from qtg_runner.chains.local import free_port
+from qtg_runner.circuit import endpoint_circuit
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.loop import WorkerContext
@@ -235,6 +239,28 @@ def test_dead_after_n_attempts_then_replayed(
     assert procs.replay_callback(callback_id, "the receiver is fixed").one(operator) == "PENDING"
     dispatch(db, at)
     assert rows(conn)[0][2] == "SENT" and receiver.received[-1][0] == key
+
+
+def test_a_receiver_that_answers_nothing_costs_one_wait_not_one_a_round(
+    db: TestDatabase, conn: Conn, endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # it takes each POST and says nothing: the first round's deliveries wait
+    # their timeout (side by side), which opens its circuit; the next round's
+    # fail at once, unsent, as failed attempts the database retries
+    monkeypatch.setattr(callback_dispatcher, "TIMEOUT", httpx.Timeout(0.5))
+    url = endpoint.url + "/hooks/qtg"
+    register(conn, url)
+    movements(conn, url, 2)
+    assert dispatch(db, 1) == 4
+    assert len(endpoint.requests) == 4
+    assert {(r[2], r[3], r[4]) for r in rows(conn)} == {("PENDING", 1, "timeout: ReadTimeout")}
+
+    assert dispatch(db, 600) == 4  # due again after the backoff
+    assert len(endpoint.requests) == 4
+    for _, _, state, attempts, error in rows(conn):
+        assert (state, attempts) == ("PENDING", 2)
+        assert error.startswith("not sent: the receiver receiver gave no answer to a call")
+    endpoint_circuit(url, "").answered()  # leave the process's circuit closed
 
 
 class Recording(httpx.AsyncBaseTransport):

@@ -23,7 +23,13 @@ from endpoint_support import Endpoint
 from qtg_runner.chains.cctp_client import IrisClient, IrisStatus
 from qtg_runner.chains.evm_rpc import EvmRpc, RpcUnavailable
 from qtg_runner.chains.local import LOOPBACK, free_port
-from qtg_runner.circuit import COOL_DOWN_S, MAX_COOL_DOWN_S, Circuit, endpoint_circuit
+from qtg_runner.circuit import (
+    COOL_DOWN_S,
+    MAX_COOL_DOWN_S,
+    TRIAL_S,
+    Circuit,
+    endpoint_circuit,
+)
 from qtg_runner.exchanges.bybit import BybitClient, BybitUnavailable
 
 TIMEOUT_S = 0.3
@@ -198,6 +204,36 @@ def test_each_probe_without_an_answer_doubles_the_wait_to_the_next_up_to_the_cei
         circuit.silent()
         await refused_at(at + COOL_DOWN_S)
         assert probes[-1] == at + COOL_DOWN_S and not circuit.is_open
+
+    asyncio.run(scenario())
+
+
+def test_without_a_probe_one_call_goes_out_as_the_probe_once_the_wait_is_over() -> None:
+    # a callback receiver has no read that changes nothing: a delivery is the probe
+    clock = Clock()
+    circuit = Circuit("a receiver", clock=clock)
+
+    async def scenario() -> None:
+        circuit.silent()
+        opened = clock.now
+        clock.now += COOL_DOWN_S - 0.1
+        assert circuit.refusal(None) is not None
+        clock.now += 0.1
+        assert circuit.refusal(None) is None  # this call is the probe
+        assert circuit.refusal(None) is not None  # one at a time
+        circuit.silent()  # the probe's silence: twice the wait to the next
+        clock.now += 2 * COOL_DOWN_S - 0.1
+        assert circuit.refusal(None) is not None
+        clock.now += 0.1
+        assert circuit.refusal(None) is None
+        # a probe whose caller never tells what came back holds the next for TRIAL_S
+        clock.now += TRIAL_S - 0.1
+        assert circuit.refusal(None) is not None
+        clock.now += 0.1
+        assert circuit.refusal(None) is None
+        circuit.answered()
+        assert not circuit.is_open and circuit.refusal(None) is None
+        assert clock.now - opened == 3 * COOL_DOWN_S + TRIAL_S
 
     asyncio.run(scenario())
 
