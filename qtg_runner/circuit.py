@@ -1,27 +1,29 @@
 """Circuits: a service that stops answering costs one wait, not one per call.
 
 A call the service never answers holds its caller for the client's whole
-timeout (10 s for a chain's RPC, Iris and Bybit), and whatever waits on that
-caller with it: the observer's chunk of nodes (locked until its slowest
-observe() answers) and the batches after it, the dispatcher's batch. A
-service that takes connections and says nothing (an overloaded RPC provider,
-a load balancer with no backend) would make every call wait so, and with
-them the nodes of every other chain and venue the runner serves.
+timeout (10 s for a chain's RPC, Iris, Bybit and a callback receiver), and
+whatever waits on that caller with it: the observer's chunk of nodes (locked
+until its slowest observe() answers) and the batches after it, the
+dispatcher's batch, the callback dispatcher's round. A service that takes
+connections and says nothing (an overloaded RPC provider, a load balancer
+with no backend) would make every call wait so, and with them the nodes of
+every other chain and venue the runner serves.
 
-So each endpoint (a chain's RPC URL, Iris's and Bybit's base URL) has one
-Circuit in the process, shared by every client of that endpoint. A call that
-gets no answer in time opens it. While it is open every call fails at once,
-unsent, as the client's usual "unavailable" failure (retryable; its message
-says why), and a probe (a read that changes nothing: ``eth_chainId``, Iris's
-lookup of a hash nobody burnt, Bybit's server time) goes out in the
-background once the cool-down has passed: the cool-down is COOL_DOWN_S after
-the circuit opens and doubles after each probe that gets no answer, to at
-most MAX_COOL_DOWN_S. Any answer closes the circuit, the probe's or a call's
-sent before it opened; a call's silence right after a probe's answer (before
-any call has answered) opens it again with the next cool-down, not the
-first, so an endpoint that answers its probes and no call is tried ever less
-often. No caller ever waits on a probe; a probe is sent only
-when a call is refused, so an endpoint nobody calls is never probed.
+So each endpoint (a chain's RPC URL, Iris's and Bybit's base URL, a callback
+receiver's URL) has one Circuit in the process, shared by every client of
+that endpoint. A call that gets no answer in time opens it. While it is open
+every call fails at once, unsent, as the client's usual "unavailable"
+failure (retryable; its message says why), and a probe (a read that changes
+nothing: ``eth_chainId``, Iris's lookup of a hash nobody burnt, Bybit's
+server time) goes out in the background once the cool-down has passed: the
+cool-down is COOL_DOWN_S after the circuit opens and doubles after each
+probe that gets no answer, to at most MAX_COOL_DOWN_S. Any answer closes the
+circuit, the probe's or a call's sent before it opened; a call's silence
+right after a probe's answer (before any call has answered) opens it again
+with the next cool-down, not the first, so an endpoint that answers its
+probes and no call is tried ever less often. No caller waits on a
+background probe; one is sent only when a call is refused, so an endpoint
+nobody calls is never probed.
 
 An endpoint with no read that changes nothing (a callback receiver, whose
 one route is its deliveries) is probed by a call instead: once the cool-down
@@ -70,7 +72,7 @@ class Circuit:
         self._cool_down = COOL_DOWN_S
         self._probe_at = 0.0
         self._probe: asyncio.Task[None] | None = None
-        self._on_trial = False
+        self._on_probation = False
         """Closed by a probe's answer, and no call has answered since: a call's
         silence now opens the circuit with the next, longer cool-down, so an
         endpoint that answers its probes and not the calls is probed ever less
@@ -109,16 +111,16 @@ class Circuit:
             return
         self._opened_at = self._clock()
         self._cool_down = (
-            min(MAX_COOL_DOWN_S, self._cool_down * 2) if self._on_trial else COOL_DOWN_S
+            min(MAX_COOL_DOWN_S, self._cool_down * 2) if self._on_probation else COOL_DOWN_S
         )
-        self._on_trial = False
+        self._on_probation = False
         self._probe_at = self._opened_at + self._cool_down
         event(logging.WARNING, "circuit_opened", endpoint=self.name, probe_in_s=self._cool_down)
 
     def answered(self) -> None:
         """A call got an answer (any): close the circuit (if it is open)."""
         if self._opened_at is None:
-            self._on_trial = False  # the endpoint answers calls, not only probes
+            self._on_probation = False  # the endpoint answers calls, not only probes
             return
         opened_for = self._clock() - self._opened_at
         self._opened_at = None
@@ -139,7 +141,7 @@ class Circuit:
         with contextlib.suppress(Exception):  # the client told the circuit what came back
             await probe()
         if self._opened_at is None:
-            self._on_trial = True
+            self._on_probation = True
         else:
             self._wait_longer()
 
