@@ -10,6 +10,7 @@ differ. Layouts and event signatures: protocols.md, "Circle CCTP".
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import math
 from dataclasses import dataclass, field
@@ -196,20 +197,31 @@ class IrisAnswer:
 
 class IrisClient:
     """``GET /v2/messages/{sourceDomain}?transactionHash=``, read as the
-    executors need it."""
+    executors need it. ``client``: a shared httpx.AsyncClient (then the caller
+    closes it); without one, this object owns a client of its own (``aclose``)."""
 
     def __init__(
-        self, base_url: str, timeout: float = 10.0, *, circuit: Circuit | None = None
+        self,
+        base_url: str,
+        timeout: float = 10.0,
+        *,
+        client: httpx.AsyncClient | None = None,
+        circuit: Circuit | None = None,
     ) -> None:
         self._base = base_url.rstrip("/")
-        self._client = httpx.AsyncClient(timeout=timeout, verify=client_ssl_context())
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(timeout=timeout, verify=client_ssl_context())
+        self._deadline = timeout * 2
+        """httpx's timeout bounds each read; this the whole exchange (an answer
+        dripped a byte at a time)."""
         self.circuit = circuit or endpoint_circuit(self._base, f"Iris at {self._base}")
 
     async def _get(self, path: str, params: dict[str, str]) -> httpx.Response:
         """One GET, its answer or silence told to the circuit."""
         try:
-            response = await self._client.get(self._base + path, params=params)
-        except httpx.TimeoutException:
+            async with asyncio.timeout(self._deadline):
+                response = await self._client.get(self._base + path, params=params)
+        except (httpx.TimeoutException, TimeoutError):
             self.circuit.silent()
             raise
         except httpx.HTTPError:
@@ -232,7 +244,7 @@ class IrisClient:
             response = await self._get(
                 f"/v2/messages/{source_domain}", {"transactionHash": tx_hash}
             )
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, TimeoutError) as exc:
             return IrisAnswer(IrisStatus.UNAVAILABLE, detail=f"{type(exc).__name__}")
         if response.status_code == 429:
             try:
@@ -270,14 +282,15 @@ class IrisClient:
             return refusal
         try:
             response = await self._nobodys_burn()
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, TimeoutError) as exc:
             return f"unreachable: {type(exc).__name__}"
         if response.status_code == 429 or response.status_code >= 500:
             return f"HTTP {response.status_code}"
         return None
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._owns_client:
+            await self._client.aclose()
 
 
 def parse_message(hex_text: Any) -> tuple[CctpMessage, BurnBody, bytes]:

@@ -18,6 +18,7 @@ line, a repr or an exception message. ``request_id_for`` derives the requestId
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import hashlib
 import hmac
@@ -286,6 +287,9 @@ class BybitClient:
             if client is not None
             else httpx.AsyncClient(timeout=timeout, verify=client_ssl_context())
         )
+        self._deadline = timeout * 2
+        """httpx's timeout bounds each read; this the whole exchange (an answer
+        dripped a byte at a time)."""
         self.circuit = circuit or endpoint_circuit(self.base_url, f"Bybit at {self.base_url}")
 
     def __repr__(self) -> str:
@@ -345,10 +349,16 @@ class BybitClient:
     async def _send(self, request: httpx.Request, path: str) -> httpx.Response:
         """The request itself, its answer or silence told to the circuit."""
         try:
-            response = await self._client.send(request)
+            async with asyncio.timeout(self._deadline):
+                response = await self._client.send(request)
         except httpx.TimeoutException as exc:
             self.circuit.silent()
             raise BybitUnavailable(f"{request.method} {path}: {type(exc).__name__}") from None
+        except TimeoutError:
+            self.circuit.silent()
+            raise BybitUnavailable(
+                f"{request.method} {path}: no whole answer within {self._deadline:g} s"
+            ) from None
         except httpx.HTTPError as exc:
             self.circuit.answered()
             raise BybitUnavailable(f"{request.method} {path}: {type(exc).__name__}") from None

@@ -25,7 +25,8 @@ loopback, private and other non-global ones unless the target is
 `allow_private`. The POST then goes to the address that was checked (the url's
 host in the Host header and TLS SNI), so a second lookup cannot swap it.
 Redirects are not followed, proxies from the environment are not used, the
-response is read to at most 64 KiB, and every step has a timeout.
+response is read to at most 64 KiB, and every step has a timeout (a POST
+and its answer DELIVERY_DEADLINE_S in all).
 
 A receiver that takes the connection and says nothing would hold a delivery
 slot for the timeout on each of its callbacks, and the round (and the other
@@ -73,6 +74,10 @@ the keep, as when it is first shortened, goes over the next ticks)."""
 MAX_RESPONSE_BYTES = 64 * 1024
 """The most of a receiver's answer that is read (the rest is dropped)."""
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+DELIVERY_DEADLINE_S = 30.0
+"""The longest one POST may take, its answer read included: httpx's timeout
+bounds each read, and a receiver that drips its answer a byte at a time
+would otherwise hold a delivery slot, and the round, for as long as it likes."""
 RESOLVE_TIMEOUT = 5.0
 SECRETS_DIR_ENV = "QTG_CALLBACK_SECRETS_DIR"
 
@@ -256,18 +261,22 @@ async def post(
             headers=headers,
             extensions=extensions,
         )
-        response = await client.send(request, stream=True, follow_redirects=False)
-        try:
-            answer = bytearray()
-            async for chunk in response.aiter_raw():
-                answer += chunk[: MAX_RESPONSE_BYTES - len(answer)]
-                if len(answer) >= MAX_RESPONSE_BYTES:
-                    break
-        finally:
-            await response.aclose()
+        async with asyncio.timeout(DELIVERY_DEADLINE_S):
+            response = await client.send(request, stream=True, follow_redirects=False)
+            try:
+                answer = bytearray()
+                async for chunk in response.aiter_raw():
+                    answer += chunk[: MAX_RESPONSE_BYTES - len(answer)]
+                    if len(answer) >= MAX_RESPONSE_BYTES:
+                        break
+            finally:
+                await response.aclose()
     except httpx.TimeoutException as exc:
         circuit.silent()
         return Attempt(None, f"timeout: {type(exc).__name__}")
+    except TimeoutError:
+        circuit.silent()
+        return Attempt(None, f"timeout: no whole answer within {DELIVERY_DEADLINE_S:g} s")
     except (httpx.HTTPError, OSError) as exc:
         circuit.answered()
         return Attempt(None, f"no response: {type(exc).__name__}: {str(exc)[:300]}")

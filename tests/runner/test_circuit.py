@@ -13,10 +13,11 @@ answer, not silence."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 from endpoint_support import Endpoint
 
@@ -146,6 +147,43 @@ def test_a_silent_endpoint_is_called_once_then_refused_unsent_until_it_answers_a
             await client.aclose()
 
     asyncio.run(scenario())
+
+
+async def _drip() -> AsyncIterator[bytes]:
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        yield b" "
+
+
+DRIPPING = {
+    "evm_rpc": lambda client, circuit: EvmRpc(
+        "http://node.test/", timeout=TIMEOUT_S, client=client, circuit=circuit
+    ),
+    "iris": lambda client, circuit: IrisClient(
+        "http://iris.test", timeout=TIMEOUT_S, client=client, circuit=circuit
+    ),
+    "bybit": lambda client, circuit: BybitClient(
+        "http://bybit.test", "key", "secret", timeout=TIMEOUT_S, client=client, circuit=circuit
+    ),
+}
+
+
+@pytest.mark.parametrize("service", SERVICES, ids=lambda s: s.name)
+def test_an_answer_dripped_a_byte_at_a_time_is_cut_off_and_counts_as_silence(
+    service: Service,
+) -> None:
+    # each read comes within httpx's timeout, the whole answer never: the
+    # client's deadline for the whole exchange (twice its timeout) ends it
+    circuit = Circuit(service.name)
+
+    async def scenario() -> tuple[str, Any]:
+        transport = httpx.MockTransport(lambda request: httpx.Response(200, content=_drip()))
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await service.call(DRIPPING[service.name](client, circuit))
+
+    kind, reason = asyncio.run(scenario())
+    assert kind == "unavailable" and "not sent" not in reason, reason
+    assert circuit.is_open
 
 
 def test_each_probe_without_an_answer_doubles_the_wait_to_the_next_up_to_the_ceiling() -> None:
