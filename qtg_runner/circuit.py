@@ -41,7 +41,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+
+import httpx
 
 from qtg_runner.log import event
 
@@ -116,6 +118,21 @@ class Circuit:
         self._on_probation = False
         self._probe_at = self._opened_at + self._cool_down
         event(logging.WARNING, "circuit_opened", endpoint=self.name, probe_in_s=self._cool_down)
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Tell the circuit what the call inside came to: silence when it timed
+        out (httpx's timeout or the caller's own deadline), an answer when it
+        ended any other way, an error included (cancelled: nothing)."""
+        try:
+            yield
+        except (httpx.TimeoutException, TimeoutError):
+            self.silent()
+            raise
+        except Exception:
+            self.answered()
+            raise
+        self.answered()
 
     def answered(self) -> None:
         """A call got an answer (any): close the circuit (if it is open)."""

@@ -218,17 +218,9 @@ class IrisClient:
 
     async def _get(self, path: str, params: dict[str, str]) -> httpx.Response:
         """One GET, its answer or silence told to the circuit."""
-        try:
+        with self.circuit.watching():
             async with asyncio.timeout(self._deadline):
-                response = await self._client.get(self._base + path, params=params)
-        except (httpx.TimeoutException, TimeoutError):
-            self.circuit.silent()
-            raise
-        except httpx.HTTPError:
-            self.circuit.answered()
-            raise
-        self.circuit.answered()
-        return response
+                return await self._client.get(self._base + path, params=params)
 
     async def _nobodys_burn(self) -> httpx.Response:
         """The lookup of a hash nobody burnt in, on domain 0: whatever Iris

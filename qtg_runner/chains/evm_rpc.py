@@ -458,48 +458,18 @@ class EvmRpc:
         payload = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": list(params)}
         where = f"{method} on {self.display_url}"
         try:
-            # httpx's timeout bounds each read; asyncio's the whole exchange (a
-            # node that drips its answer byte by byte)
-            async with (
-                asyncio.timeout(self._timeout * 2),
-                self._client.stream(
-                    "POST", self._url, json=payload, timeout=self._timeout
-                ) as response,
-            ):
-                declared = response.headers.get("content-length")
-                if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:
-                    raise RpcBadResponse(
-                        f"{where}: the answer ({declared} bytes) is larger than "
-                        f"{self._max_bytes} bytes"
-                    )
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > self._max_bytes:
-                        raise RpcBadResponse(
-                            f"{where}: the answer is larger than {self._max_bytes} bytes"
-                        )
-                    chunks.append(chunk)
-                status = response.status_code
+            with self.circuit.watching():
+                body, status = await self._post(payload, where)
         except (httpx.TimeoutException, TimeoutError) as exc:
-            self.circuit.silent()
             raise RpcUnavailable(
                 f"{where}: no answer within {self._timeout}s ({type(exc).__name__})"
             ) from None
         except httpx.TransportError as exc:
-            self.circuit.answered()
             raise RpcUnavailable(
                 f"{where}: {type(exc).__name__}: {self._scrub(str(exc)) or 'transport error'}"
             ) from None
         except httpx.HTTPError as exc:
-            self.circuit.answered()
             raise RpcUnavailable(f"{where}: {type(exc).__name__}") from None
-        except RpcBadResponse:
-            self.circuit.answered()
-            raise
-        self.circuit.answered()
-        body = b"".join(chunks)
         if status >= 500 or status == 429:
             raise RpcUnavailable(f"{where}: HTTP {status}")
         answer = self._decode(body, where, status)
@@ -523,6 +493,30 @@ class EvmRpc:
         if "result" not in answer:
             raise RpcBadResponse(f"{where}: the answer has neither result nor error")
         return answer["result"]
+
+    async def _post(self, payload: dict[str, Any], where: str) -> tuple[bytes, int]:
+        """POST ``payload``: the answer's body (at most the bound) and status."""
+        # httpx's timeout bounds each read; asyncio's the whole exchange (a
+        # node that drips its answer byte by byte)
+        async with (
+            asyncio.timeout(self._timeout * 2),
+            self._client.stream("POST", self._url, json=payload, timeout=self._timeout) as response,
+        ):
+            declared = response.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:
+                raise RpcBadResponse(
+                    f"{where}: the answer ({declared} bytes) is larger than {self._max_bytes} bytes"
+                )
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > self._max_bytes:
+                    raise RpcBadResponse(
+                        f"{where}: the answer is larger than {self._max_bytes} bytes"
+                    )
+                chunks.append(chunk)
+            return b"".join(chunks), response.status_code
 
     def _decode(self, body: bytes, where: str, status: int) -> dict[str, Any]:
         if not _json_depth_ok(body):

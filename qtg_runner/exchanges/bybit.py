@@ -349,21 +349,15 @@ class BybitClient:
     async def _send(self, request: httpx.Request, path: str) -> httpx.Response:
         """The request itself, its answer or silence told to the circuit."""
         try:
-            async with asyncio.timeout(self._deadline):
-                response = await self._client.send(request)
-        except httpx.TimeoutException as exc:
-            self.circuit.silent()
-            raise BybitUnavailable(f"{request.method} {path}: {type(exc).__name__}") from None
+            with self.circuit.watching():
+                async with asyncio.timeout(self._deadline):
+                    return await self._client.send(request)
         except TimeoutError:
-            self.circuit.silent()
             raise BybitUnavailable(
                 f"{request.method} {path}: no whole answer within {self._deadline:g} s"
             ) from None
         except httpx.HTTPError as exc:
-            self.circuit.answered()
             raise BybitUnavailable(f"{request.method} {path}: {type(exc).__name__}") from None
-        self.circuit.answered()
-        return response
 
     async def _probe(self) -> None:
         path = "/v5/market/time"

@@ -261,26 +261,23 @@ async def post(
             headers=headers,
             extensions=extensions,
         )
-        async with asyncio.timeout(DELIVERY_DEADLINE_S):
-            response = await client.send(request, stream=True, follow_redirects=False)
-            try:
-                answer = bytearray()
-                async for chunk in response.aiter_raw():
-                    answer += chunk[: MAX_RESPONSE_BYTES - len(answer)]
-                    if len(answer) >= MAX_RESPONSE_BYTES:
-                        break
-            finally:
-                await response.aclose()
+        with circuit.watching():
+            async with asyncio.timeout(DELIVERY_DEADLINE_S):
+                response = await client.send(request, stream=True, follow_redirects=False)
+                try:
+                    answer = bytearray()
+                    async for chunk in response.aiter_raw():
+                        answer += chunk[: MAX_RESPONSE_BYTES - len(answer)]
+                        if len(answer) >= MAX_RESPONSE_BYTES:
+                            break
+                finally:
+                    await response.aclose()
     except httpx.TimeoutException as exc:
-        circuit.silent()
         return Attempt(None, f"timeout: {type(exc).__name__}")
     except TimeoutError:
-        circuit.silent()
         return Attempt(None, f"timeout: no whole answer within {DELIVERY_DEADLINE_S:g} s")
     except (httpx.HTTPError, OSError) as exc:
-        circuit.answered()
         return Attempt(None, f"no response: {type(exc).__name__}: {str(exc)[:300]}")
-    circuit.answered()
     if 200 <= response.status_code < 300:
         return Attempt(response.status_code, None)
     said = bytes(answer[:300]).decode("utf-8", "replace")
