@@ -43,7 +43,9 @@ class Service:
 
     name: str
     probe: str
-    client: Callable[[str, Circuit], Any]
+    client: Callable[[str, Circuit, httpx.AsyncClient | None], Any]
+    """The client of the service at a URL, over an httpx client of its own
+    (None) or the one given."""
     call: Callable[[Any], Awaitable[tuple[str, Any]]]
 
 
@@ -72,19 +74,23 @@ SERVICES = [
     Service(
         "evm_rpc",
         "POST /",
-        lambda url, circuit: EvmRpc(url + "/", timeout=TIMEOUT_S, circuit=circuit),
+        lambda url, circuit, http: EvmRpc(
+            url + "/", timeout=TIMEOUT_S, client=http, circuit=circuit
+        ),
         _chain_id,
     ),
     Service(
         "iris",
         "GET /v2/messages/0",
-        lambda url, circuit: IrisClient(url, timeout=TIMEOUT_S, circuit=circuit),
+        lambda url, circuit, http: IrisClient(url, timeout=TIMEOUT_S, client=http, circuit=circuit),
         _iris_lookup,
     ),
     Service(
         "bybit",
         "GET /v5/market/time",
-        lambda url, circuit: BybitClient(url, "key", "secret", timeout=TIMEOUT_S, circuit=circuit),
+        lambda url, circuit, http: BybitClient(
+            url, "key", "secret", timeout=TIMEOUT_S, client=http, circuit=circuit
+        ),
         _bybit_time,
     ),
 ]
@@ -114,7 +120,7 @@ def test_a_silent_endpoint_is_called_once_then_refused_unsent_until_it_answers_a
     circuit = Circuit(f"{service.name} at {endpoint.url}", clock=clock)
 
     async def scenario() -> None:
-        client = service.client(endpoint.url, circuit)
+        client = service.client(endpoint.url, circuit, None)
         try:
             # the first call waits its timeout and opens the circuit
             kind, reason = await service.call(client)
@@ -155,19 +161,6 @@ async def _drip() -> AsyncIterator[bytes]:
         yield b" "
 
 
-DRIPPING = {
-    "evm_rpc": lambda client, circuit: EvmRpc(
-        "http://node.test/", timeout=TIMEOUT_S, client=client, circuit=circuit
-    ),
-    "iris": lambda client, circuit: IrisClient(
-        "http://iris.test", timeout=TIMEOUT_S, client=client, circuit=circuit
-    ),
-    "bybit": lambda client, circuit: BybitClient(
-        "http://bybit.test", "key", "secret", timeout=TIMEOUT_S, client=client, circuit=circuit
-    ),
-}
-
-
 @pytest.mark.parametrize("service", SERVICES, ids=lambda s: s.name)
 def test_an_answer_dripped_a_byte_at_a_time_is_cut_off_and_counts_as_silence(
     service: Service,
@@ -179,7 +172,7 @@ def test_an_answer_dripped_a_byte_at_a_time_is_cut_off_and_counts_as_silence(
     async def scenario() -> tuple[str, Any]:
         transport = httpx.MockTransport(lambda request: httpx.Response(200, content=_drip()))
         async with httpx.AsyncClient(transport=transport) as client:
-            return await service.call(DRIPPING[service.name](client, circuit))
+            return await service.call(service.client("http://service.test", circuit, client))
 
     kind, reason = asyncio.run(scenario())
     assert kind == "unavailable" and "not sent" not in reason, reason
