@@ -8,7 +8,10 @@ reports it), the failure is one of three kinds:
               (psycopg.OperationalError and InterfaceError, PoolTimeout,
               OSError, TimeoutError). The node stays as it is, claimed, for
               recovery: at once once its claimer is known dead, else after the
-              claim's lease;
+              claim's lease. An executor's call that outlives the worker's
+              deadline over it (``within``: NoAnswer) is one too, but the
+              database did answer, so the worker reports the node's call as
+              failed, as it would the executor's own retryable refusal;
   stale       a procedure refused the node because it is someone else's now:
               not this claim's (QT030), moved on (QT021), gone (QT011). The
               result is dropped; its owner carries on;
@@ -25,10 +28,11 @@ The other nodes of the batch go on in every case, and the worker stays up.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -37,6 +41,31 @@ from qtg_runner.db import procs
 from qtg_runner.executors.base import NodeWork
 from qtg_runner.log import node_event
 from qtg_runner.loop import WorkerContext
+
+T = TypeVar("T")
+
+
+class NoAnswer(TimeoutError):
+    """An executor's call that gave no answer within the deadline its worker
+    sets over the whole call (``within``), whatever calls to services it made
+    on the way, each within its own client's bound."""
+
+
+async def within(seconds: float, call: str, action: Awaitable[T]) -> T:
+    """``action``, an executor's ``call`` (``"prepare()"``), cancelled once
+    ``seconds`` have passed, and then NoAnswer saying so. A worker's batch
+    waits for its slowest node: without this an executor that never answers
+    (a service that drips, a signer that hangs, a bug) would hold the batch,
+    its claims and the worker's loop for good. A TimeoutError of the action's
+    own is raised as it is."""
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            return await action
+    except TimeoutError:
+        if deadline.expired():
+            raise NoAnswer(f"{call} gave no answer in {seconds:g} s") from None
+        raise
 
 
 class Failure(enum.Enum):

@@ -14,6 +14,7 @@ from typing import Any
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import Executor, HealthResult, HealthStatus
+from qtg_runner.faults import NoAnswer, within
 from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
 
@@ -24,11 +25,9 @@ REASON_CHARS = 500
 async def check(executor: Executor) -> HealthResult:
     """The executor's health, or DOWN with why it could not be had."""
     try:
-        return await asyncio.wait_for(executor.health(), HEALTH_TIMEOUT_S)
-    except TimeoutError:
-        return HealthResult(
-            HealthStatus.DOWN, {"reason": f"health() took over {HEALTH_TIMEOUT_S:g} s"}
-        )
+        return await within(HEALTH_TIMEOUT_S, "health()", executor.health())
+    except NoAnswer as exc:
+        return HealthResult(HealthStatus.DOWN, {"reason": str(exc)})
     except Exception as exc:  # an executor's check failing is what this reports
         reason = f"health() raised {type(exc).__name__}: {exc}"[:REASON_CHARS]
         return HealthResult(HealthStatus.DOWN, {"reason": reason})

@@ -31,10 +31,12 @@ Every rule of the single-node procedures holds per node in the batch calls
 (fencing, lease, audit, DAG step, settle); a node the database refuses is
 reported in its own row and the rest of the batch goes on. One node's failure
 never stops the others nor the worker; each kind is handled in one place
-(``_failed``): the executor's refusal (ExecutorError, or a transient error
-before anything was signed) is reported through fail_submit, which decides
-(in SQL) between a retry, FAILED and recovery; a transient error once the
-intent is recorded leaves the node SUBMITTING for recovery; a refusal because
+(``_failed``): the executor's refusal (ExecutorError, a transient error
+before anything was signed, or a prepare or submit that outlives its deadline,
+PREPARE_DEADLINE_S and SUBMIT_DEADLINE_S) is reported through fail_submit,
+which decides (in SQL) between a retry, FAILED and recovery; any other
+transient error once the intent is recorded leaves the node SUBMITTING for
+recovery; a refusal because
 the node is someone else's now is dropped; anything else (an executor raising
 what it never should, the engine refusing the node's own data) quarantines
 the node (qtg_runner.faults). A batch call the database fails as a whole is
@@ -61,7 +63,15 @@ from qtg_runner.executors.base import (
     SubmitResult,
 )
 from qtg_runner.failpoints import failpoint
-from qtg_runner.faults import Failure, classify, classify_code, describe, quarantine
+from qtg_runner.faults import (
+    Failure,
+    NoAnswer,
+    classify,
+    classify_code,
+    describe,
+    quarantine,
+    within,
+)
 from qtg_runner.log import event, node_event
 from qtg_runner.loop import WorkerContext
 
@@ -79,6 +89,18 @@ NONCE_ATTEMPTS = 5
 """Times an EVM intent is recorded, signed again at the account's next nonce
 after each refusal because another dispatcher took its nonce (QT031)."""
 NONCE_TAKEN = "QT031"
+PREPARE_DEADLINE_S = 30.0
+"""The longest a node's preflight and prepare (or a signing again, resign)
+may take together. A batch's intents are recorded once every prepare has
+answered, so one that never does would hold the batch's claims and its loop
+for good; past this it is the executor's retryable refusal: fail_submit sends
+the node READY again after its backoff (nothing it signed was recorded, so
+nothing of it can go out)."""
+SUBMIT_DEADLINE_S = 30.0
+"""The longest one submit (or a group's submit_many) may take. Past it the
+side effect may be out or not: the node's submit is failed as retryable, and
+fail_submit makes a node whose intent is PREPARED UNKNOWN, so recovery reads
+what happened from its intent at once, not after the claim's lease."""
 
 
 T = TypeVar("T")
@@ -156,7 +178,12 @@ async def dispatch_claims(ctx: WorkerContext, works: Sequence[NodeWork]) -> None
 
     # 1. preflight and prepare: nothing is signed for a node the executor refuses
     async def prepare(node: _Node) -> _Prepared | None:
-        return await _guarded(ctx, [node.work], "prepare", lambda: _prepare(node))
+        return await _guarded(
+            ctx,
+            [node.work],
+            "prepare",
+            lambda: within(PREPARE_DEADLINE_S, "prepare()", _prepare(node)),
+        )
 
     prepared = [n for n in await _bounded(ctx, nodes, prepare) if n is not None]
     if not prepared:
@@ -197,6 +224,9 @@ async def _failed(
 ) -> None:
     """The one place a failed step of ``works`` is settled, by its kind (see the
     module's docstring and qtg_runner.faults). Never raises."""
+    if isinstance(exc, NoAnswer):
+        # the executor said nothing in time, the database is there to hear it
+        exc = ExecutorError(str(exc), retryable=True)
     if isinstance(exc, ExecutorError):
         await _fail_submits(ctx, works, step, exc)
         return
@@ -368,7 +398,12 @@ async def _resign(ctx: WorkerContext, nodes: Sequence[_Prepared]) -> list[_Prepa
         executor = node.executor
         assert isinstance(executor, NonceSigner)
         prepared = await _guarded(
-            ctx, [node.work], "prepare", lambda: executor.resign(node.work, node.prepared, nonce)
+            ctx,
+            [node.work],
+            "prepare",
+            lambda: within(
+                PREPARE_DEADLINE_S, "resign()", executor.resign(node.work, node.prepared, nonce)
+            ),
         )
         return None if prepared is None else _Prepared(node.work, node.executor, prepared)
 
@@ -400,7 +435,11 @@ async def _submit(ctx: WorkerContext, group: Sequence[_Prepared]) -> list[_Submi
     executor = group[0].executor
     if isinstance(executor, BatchSubmitter):
         try:
-            results = await executor.submit_many([(n.work, n.prepared) for n in group])
+            results = await within(
+                SUBMIT_DEADLINE_S,
+                "submit_many()",
+                executor.submit_many([(n.work, n.prepared) for n in group]),
+            )
             if len(results) != len(group):
                 raise RuntimeError(
                     f"submit_many answered {len(results)} results for {len(group)} nodes"
@@ -426,7 +465,12 @@ async def _submit(ctx: WorkerContext, group: Sequence[_Prepared]) -> list[_Submi
 
     async def one(node: _Prepared) -> _Submitted | None:
         result = await _guarded(
-            ctx, [node.work], "submit", lambda: node.executor.submit(node.work, node.prepared)
+            ctx,
+            [node.work],
+            "submit",
+            lambda: within(
+                SUBMIT_DEADLINE_S, "submit()", node.executor.submit(node.work, node.prepared)
+            ),
         )
         if result is None:
             return None

@@ -33,7 +33,15 @@ import psycopg
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, JsonObject, NodeWork
-from qtg_runner.faults import Failure, classify, classify_code, describe, quarantine
+from qtg_runner.faults import (
+    Failure,
+    NoAnswer,
+    classify,
+    classify_code,
+    describe,
+    quarantine,
+    within,
+)
 from qtg_runner.log import event, missing_executor, node_event
 from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
 
@@ -185,19 +193,13 @@ async def _observe(ctx: WorkerContext, work: NodeWork) -> tuple[str, JsonObject,
     executor = ctx.executor_for(work)
     if executor is None:
         return CALL_FAILED, {"error": missing_executor(WORKER, work)}, None
-    deadline = asyncio.timeout(OBSERVE_DEADLINE_S)
     try:
-        async with deadline:
-            result = await executor.observe(work)
+        result = await within(OBSERVE_DEADLINE_S, "observe()", executor.observe(work))
     except ExecutorError as exc:
         return CALL_FAILED, {"error": ctx.limits.text(str(exc))}, exc.retry_after
+    except NoAnswer as exc:
+        return CALL_FAILED, {"error": str(exc)}, None
     except Exception as exc:
-        if deadline.expired():
-            return (
-                CALL_FAILED,
-                {"error": f"observe() gave no answer in {OBSERVE_DEADLINE_S:g} s"},
-                None,
-            )
         if classify(exc) is not Failure.TRANSIENT:
             raise
         return CALL_FAILED, {"error": ctx.limits.text(describe(exc))}, None

@@ -19,12 +19,16 @@ import logging
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, NodeWork, RecoveryOutcome, RecoveryResult
-from qtg_runner.faults import Failure, classify, describe, quarantine
+from qtg_runner.faults import Failure, NoAnswer, classify, describe, quarantine, within
 from qtg_runner.log import missing_executor, node_event
 from qtg_runner.loop import WorkerContext
 
 WORKER = "node_recovery"
 BATCH_SIZE = 16
+RECOVER_DEADLINE_S = 30.0
+"""The longest one recover() may take. Recovery takes its nodes one at a time,
+so one that never answered would stop the recovery of every other node;
+past this it concludes nothing (STILL_UNKNOWN), as a failed call does."""
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
@@ -81,8 +85,9 @@ async def recover_one(ctx: WorkerContext, work: NodeWork, from_state: str) -> No
 
 
 async def _recover(ctx: WorkerContext, work: NodeWork) -> RecoveryResult:
-    """recover()'s evidence. A failed call (ExecutorError, or a transient error on
-    the way to the service; or no executor for the node in this runner)
+    """recover()'s evidence. A failed call (ExecutorError, a transient error on
+    the way to the service, no answer in RECOVER_DEADLINE_S; or no executor
+    for the node in this runner)
     concludes nothing: STILL_UNKNOWN, looked at again after the executor's hint,
     else after the lane's recovery_retry_seconds. Anything else is raised."""
     executor = ctx.executor_for(work)
@@ -90,13 +95,15 @@ async def _recover(ctx: WorkerContext, work: NodeWork) -> RecoveryResult:
         error = missing_executor(WORKER, work)
         return RecoveryResult(RecoveryOutcome.STILL_UNKNOWN, {"error": error})
     try:
-        return await executor.recover(work)
+        return await within(RECOVER_DEADLINE_S, "recover()", executor.recover(work))
     except ExecutorError as exc:
         return RecoveryResult(
             RecoveryOutcome.STILL_UNKNOWN,
             {"error": ctx.limits.text(str(exc))},
             retry_after=exc.retry_after or None,
         )
+    except NoAnswer as exc:
+        return RecoveryResult(RecoveryOutcome.STILL_UNKNOWN, {"error": str(exc)})
     except Exception as exc:
         if classify(exc) is not Failure.TRANSIENT:
             raise

@@ -2,7 +2,7 @@
 executor it carries and records the answer; an evm_transfer whose every chain
 is out of reach is DOWN, and from then on its READY nodes are not claimed
 (their attempts untouched) while the sim's are; a health() that raises is DOWN
-with the reason."""
+with the reason, and one that never answers is DOWN after HEALTH_TIMEOUT_S."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ SENDER, RECIPIENT = "0x" + "a1" * 20, "0x" + "b2" * 20
 class Broken(SimExecutor):
     async def health(self) -> Any:
         raise ConnectionError("the exchange answered 502")
+
+
+class Silent(SimExecutor):
+    async def health(self) -> Any:
+        await asyncio.Event().wait()  # a venue that takes the call and never answers
 
 
 def run(db: TestDatabase, make: Any) -> int:
@@ -83,3 +88,24 @@ def test_an_unreachable_executor_is_down_and_its_nodes_wait(db: TestDatabase, co
     )
     state, detail = status(conn)[SimExecutor.key]
     assert state == "DOWN" and "ConnectionError: the exchange answered 502" in detail
+
+
+def test_a_health_that_never_answers_is_down_at_the_timeout(
+    db: TestDatabase, conn: Conn, monkeypatch: Any
+) -> None:
+    evm = EvmTransferExecutor
+    procs.register_executor(evm.key, True, evm.node_config_schema, evm.description).one(conn)
+    monkeypatch.setattr(executor_health, "HEALTH_TIMEOUT_S", 0.2)
+
+    checked = run(
+        db,
+        lambda pool: {
+            evm.key: EvmTransferExecutor(pool, "testnet", env={}, rpc_timeout=1),
+            SimExecutor.key: Silent(pool, "testnet"),
+        },
+    )
+
+    assert checked == 2
+    seen = status(conn)
+    assert seen[SimExecutor.key] == ("DOWN", '{"reason": "health() gave no answer in 0.2 s"}')
+    assert seen[evm.key][0] == "HEALTHY"  # no chain to reach: checked beside it, not after it

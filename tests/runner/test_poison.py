@@ -9,6 +9,10 @@ What an operator relies on when one node's config, executor or outcome is poison
     run like the others;
   * a crash at prepare quarantines the node before anything is signed; an
     outage at prepare is a retry (READY again), not a claim left to its lease;
+  * an executor call that never answers is cut off at its worker's deadline
+    and the batch goes on: a prepare is a retry, a submit or a group's
+    submit_many makes its nodes UNKNOWN for recovery at once, a recover()
+    concludes nothing and recovery goes on to the next node;
   * a report the engine cannot apply to one node (QT050) quarantines that node
     and the others' reports stand;
   * the observer and recovery quarantine a node whose observe() or recover()
@@ -86,13 +90,18 @@ def sim_conn(conn: Conn) -> Conn:
     return conn
 
 
+WATCHDOG_S = 60
+"""The longest a test lets one batch run: a batch that would hang fails the test."""
+
+
 def run_batch(
     db: Any,
     batch: Batch,
     executors: Callable[[Any], list[Any]] = lambda pool: [SimExecutor(pool, NETWORK)],
     limits: ReportLimits | None = None,
 ) -> int:
-    """One batch of a worker, as a runner carrying ``executors`` runs it."""
+    """One batch of a worker, as a runner carrying ``executors`` runs it (within
+    WATCHDOG_S)."""
 
     async def scenario() -> int:
         conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "poison-test")
@@ -104,7 +113,7 @@ def run_batch(
             ctx = WorkerContext(NETWORK, pool, carried, "poison-test:1")
             if limits is not None:
                 ctx.limits = limits
-            return await batch(ctx, "worker@poison-test:1")
+            return await asyncio.wait_for(batch(ctx, "worker@poison-test:1"), WATCHDOG_S)
 
     return asyncio.run(scenario())
 
@@ -226,6 +235,110 @@ def test_a_report_the_engine_cannot_apply_quarantines_its_node_and_the_others_st
     assert "report: QT050" in quarantined(sim_conn)[poison]
     # its side effect went out: recovery concludes from it once an operator releases it
     assert side_effects(sim_conn)[poison] == 1
+
+
+class Stalling(SimExecutor):
+    """The sim, one node at a time (a BatchSubmitter no more), which never
+    answers prepare(), submit() or recover() for the nodes named in ``stall``
+    under that step (a signer or a venue that hangs, whatever the bounds of
+    each of its own calls)."""
+
+    key = "stalling"
+    submit_many = None  # type: ignore[assignment]  # not a BatchSubmitter
+
+    def __init__(self, pool: Any, stall: dict[str, set[int]]) -> None:
+        super().__init__(pool, NETWORK)
+        self.stall = stall
+
+    async def _maybe_stall(self, step: str, work: NodeWork) -> None:
+        if work.node_id in self.stall.get(step, set()):
+            await asyncio.Event().wait()
+
+    async def prepare(self, work: NodeWork) -> Prepared:
+        await self._maybe_stall("prepare", work)
+        return await super().prepare(work)
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        await self._maybe_stall("submit", work)
+        return await super().submit(work, prepared)
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        await self._maybe_stall("recover", work)
+        return await super().recover(work)
+
+
+def intent_state(conn: Conn, node_id: int) -> str:
+    row = conn.execute("SELECT intent_state FROM node_intents WHERE node_id = %s", (node_id,))
+    return str(row.fetchone()[0])  # type: ignore[index]
+
+
+def test_a_prepare_or_submit_that_never_answers_is_cut_off_and_recovery_takes_the_submit(
+    db: Any, sim_conn: Conn, runner_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the dispatcher's batch waits for its slowest node: a prepare or a submit
+    # that never answers would hold it, its claims and the loop for good
+    procs.register_executor("stalling", True, SimExecutor.node_config_schema).one(sim_conn)
+    ok, at_prepare, at_submit, at_both = one_node_movements(
+        sim_conn, "stall", 4, lane="cctp_fast", executor="stalling"
+    )
+    monkeypatch.setattr(node_dispatcher, "PREPARE_DEADLINE_S", 0.5)
+    monkeypatch.setattr(node_dispatcher, "SUBMIT_DEADLINE_S", 0.5)
+    monkeypatch.setattr(node_recovery, "RECOVER_DEADLINE_S", 0.5)
+    stall = {"prepare": {at_prepare}, "submit": {at_submit, at_both}}
+    assert run_batch(db, node_dispatcher.batch, lambda pool: [Stalling(pool, stall)]) == 4
+
+    assert node_row(sim_conn, ok)["node_state"] == "SUBMITTED"
+    # nothing it signed was recorded (the claim's intent closed, never PREPARED):
+    # a retry after the backoff
+    row = node_row(sim_conn, at_prepare)
+    assert (row["node_state"], intent_state(sim_conn, at_prepare)) == ("READY", "FAILED")
+    assert row["last_error"] == "prepare() gave no answer in 0.5 s"
+    assert row["not_before"] > T0 + timedelta(seconds=1)
+    # the intents are recorded and the side effects may be out: recovery's now
+    for node_id in (at_submit, at_both):
+        row = node_row(sim_conn, node_id)
+        assert (row["node_state"], intent_state(sim_conn, node_id)) == ("UNKNOWN", "PREPARED")
+        assert row["last_error"] == "submit() gave no answer in 0.5 s"
+    assert quarantined(sim_conn) == {}
+    assert side_effects(sim_conn) == {ok: 1}
+
+    # recovery takes them one at a time: the one whose recover() never answers
+    # concludes nothing, and the next is recovered (its prepared payload sent)
+    recovering = lambda pool: [Stalling(pool, {"recover": {at_both}})]  # noqa: E731
+    assert run_batch(db, node_recovery.batch, recovering) == 2
+    row = node_row(sim_conn, at_both)
+    assert row["node_state"] == "UNKNOWN"
+    assert row["evidence"] == {"error": "recover() gave no answer in 0.5 s"}
+    assert node_row(sim_conn, at_submit)["node_state"] == "SUBMITTED"
+    assert side_effects(sim_conn) == {ok: 1, at_submit: 1}
+
+
+class StallingGroup(SimExecutor):
+    """The sim, whose submit_many (its nodes' one INSERT) never answers."""
+
+    async def submit_many(self, items: Any) -> list[SubmitResult]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def test_a_group_submit_that_never_answers_leaves_each_of_its_nodes_to_recovery(
+    db: Any, sim_conn: Conn, runner_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes = one_node_movements(sim_conn, "group", 3, lane="cctp_fast")
+    monkeypatch.setattr(node_dispatcher, "SUBMIT_DEADLINE_S", 0.5)
+
+    assert run_batch(db, node_dispatcher.batch, lambda pool: [StallingGroup(pool, NETWORK)]) == 3
+
+    for node_id in nodes:
+        row = node_row(sim_conn, node_id)
+        assert (row["node_state"], row["last_error"]) == (
+            "UNKNOWN",
+            "submit_many() gave no answer in 0.5 s",
+        )
+    # the real sim's recovery sends each prepared payload, once
+    assert run_batch(db, node_recovery.batch) == 3
+    assert {node_row(sim_conn, n)["node_state"] for n in nodes} == {"SUBMITTED"}
+    assert side_effects(sim_conn) == dict.fromkeys(nodes, 1)
 
 
 class Wordy(SimExecutor):
