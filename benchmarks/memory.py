@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -45,6 +45,7 @@ from benchmarks import engine
 from benchmarks.cluster import Cluster
 from benchmarks.procs import QTG, Child, runner_env, spawn, wait_for
 from benchmarks.throughput import INSTANT_PLAN
+from qtg_runner.world.json_http import JsonHandler
 
 DRAIN_TIMEOUT = 300.0
 SETTLE_S = 5.0
@@ -68,33 +69,22 @@ def _rpc_env(chain_key: str) -> str:
     return "QTG_BENCH_RPC_" + chain_key.upper().replace("-", "_")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     """The stand-in outside world (see the module's header)."""
 
     server_version = "qtg-bench-outside"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _answer(self, status: int, body: Any) -> None:
-        raw = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
         length = int(self.headers.get("Content-Length") or 0)
         request = json.loads(self.rfile.read(length) or b"{}")
         if not path.startswith("/rpc/"):
-            self._answer(404, {"error": "not here"})
+            self.send_json(404, {"error": "not here"})
             return
         chain_id = int(path.removeprefix("/rpc/"))
         calls = request if isinstance(request, list) else [request]
         answers = [self._rpc(chain_id, call) for call in calls]
-        self._answer(200, answers if isinstance(request, list) else answers[0])
+        self.send_json(200, answers if isinstance(request, list) else answers[0])
 
     def _rpc(self, chain_id: int, call: dict[str, Any]) -> dict[str, Any]:
         method = call.get("method")
@@ -134,7 +124,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         now_ms = int(time.time() * 1000)
         if path.startswith("/iris/"):
-            self._answer(404, {"error": "Message not found"})
+            self.send_json(404, {"error": "Message not found"})
             return
         if path == "/bybit/v5/market/time":
             result: dict[str, Any] = {
@@ -146,9 +136,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path.startswith("/bybit/v5/"):
             result = {"rows": [], "nextPageCursor": ""}
         else:
-            self._answer(404, {"error": "not here"})
+            self.send_json(404, {"error": "not here"})
             return
-        self._answer(
+        self.send_json(
             200, {"retCode": 0, "retMsg": "OK", "result": result, "retExtInfo": {}, "time": now_ms}
         )
 

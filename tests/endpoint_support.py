@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
 
 from qtg_runner.chains.local import LOOPBACK, free_port
+from qtg_runner.world.json_http import JsonHandler
 
 SERVER_TIME = {
     "retCode": 0,
@@ -31,18 +31,7 @@ class Endpoint:
         self.released = threading.Event()
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _reply(self, status: int, body: object) -> None:
-                raw = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
+        class Handler(JsonHandler):
             def _heard(self) -> bool:
                 endpoint.requests.append(f"{self.command} {self.path.split('?')[0]}")
                 if not endpoint.answering.is_set():
@@ -53,14 +42,14 @@ class Endpoint:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if self._heard():
-                    self._reply(200, {"jsonrpc": "2.0", "id": body["id"], "result": "0x1"})
+                    self.send_json(200, {"jsonrpc": "2.0", "id": body["id"], "result": "0x1"})
 
             def do_GET(self) -> None:
                 if self._heard():
                     if self.path.startswith("/v5/market/time"):
-                        self._reply(200, SERVER_TIME)
+                        self.send_json(200, SERVER_TIME)
                     else:
-                        self._reply(404, {"error": "not found"})
+                        self.send_json(404, {"error": "not found"})
 
         self.server = ThreadingHTTPServer((LOOPBACK, free_port()), Handler)
         self.server.daemon_threads = True

@@ -74,6 +74,7 @@ from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
 from qtg_runner.chains.local import LOOPBACK, RunningChain
 from qtg_runner.log import event
 from qtg_runner.signers import Signer
+from qtg_runner.world.json_http import JsonHandler
 
 __all__ = [
     "EXCHANGE_KEYS",
@@ -513,32 +514,20 @@ _GET_ROUTES = {
 
 
 def _handler(ex: _Exchange) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
 
         def _answer(
             self, code: int, result: Any, headers: Mapping[str, str], message: str | None = None
         ) -> None:
-            body = json.dumps(
-                {
-                    "retCode": code,
-                    "retMsg": message or _MESSAGES.get(code, "error"),
-                    "result": result if result is not None else {},
-                    "retExtInfo": {},
-                    "time": ex.server_ms(),
-                },
-                separators=(",", ":"),
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
+            envelope = {
+                "retCode": code,
+                "retMsg": message or _MESSAGES.get(code, "error"),
+                "result": result if result is not None else {},
+                "retExtInfo": {},
+                "time": ex.server_ms(),
+            }
+            self.send_json(200, envelope, headers)
 
         def _serve(self, method: str) -> None:
             parts = urlsplit(self.path)

@@ -59,6 +59,7 @@ from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
 from qtg_runner.chains.local import LOOPBACK, RunningChain
 from qtg_runner.log import event
 from qtg_runner.signers import Signer
+from qtg_runner.world.json_http import JsonHandler
 
 __all__ = ["CcipConfig", "CcipHandle", "serve"]
 
@@ -307,36 +308,25 @@ def _api_status(tracked: _Tracked) -> str:
 
 
 def _handler(net: _Network) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _send(self, status: int, payload: Any) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
         def do_GET(self) -> None:
             if self.path == "/control/failures":
                 with net.lock:
-                    self._send(200, net.failures())
+                    self.send_json(200, net.failures())
                 return
             match = _MESSAGE_PATH.match(self.path)
             if not match:
-                self._send(404, {"error": "Not Found"})
+                self.send_json(404, {"error": "Not Found"})
                 return
             with net.lock:
                 tracked = net.messages.get(match.group(1).lower())
                 if tracked is None:
-                    self._send(404, {"error": "Message not found"})
+                    self.send_json(404, {"error": "Message not found"})
                     return
                 m = tracked.message
-                self._send(
+                self.send_json(
                     200,
                     {
                         "messageId": m.message_id_hex,
@@ -353,7 +343,7 @@ def _handler(net: _Network) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             if self.path != "/control/failures":
-                self._send(404, {"error": "Not Found"})
+                self.send_json(404, {"error": "Not Found"})
                 return
             try:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -373,9 +363,9 @@ def _handler(net: _Network) -> type[BaseHTTPRequestHandler]:
                         net.fail_receivers.add(receiver)
                     answer = net.failures()
             except (ValueError, TypeError) as exc:
-                self._send(400, {"error": str(exc)})
+                self.send_json(400, {"error": str(exc)})
                 return
-            self._send(200, answer)
+            self.send_json(200, answer)
 
     return Handler
 

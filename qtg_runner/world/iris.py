@@ -30,7 +30,6 @@ and returns the handle: ``.url``, ``.stop()``, ``.block()``, ``.unblock()``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import threading
@@ -54,6 +53,7 @@ from qtg_runner.chains.cctp import (
     read_domain,
 )
 from qtg_runner.chains.local import LOOPBACK, ChainError, RunningChain, rpc
+from qtg_runner.world.json_http import JsonHandler
 
 __all__ = ["MESSAGE_SENT_TOPIC", "IrisConfig", "IrisHandle", "serve"]
 
@@ -255,26 +255,13 @@ def _entry(state: _State, burn: _Burn, log_index: int, sent: bytes) -> dict[str,
 
 
 def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # quiet: the tests and `qtg world` show what matters
-
-        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
 
         def do_GET(self) -> None:
             blocked = state.admit()
             if blocked is not None:
-                self._send(
+                self.send_json(
                     429,
                     {"error": "Too Many Requests"},
                     {"Retry-After": str(max(1, math.ceil(blocked)))},
@@ -283,7 +270,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             fees = _FEES_PATH.match(url.path)
             if fees:
-                self._send(
+                self.send_json(
                     200,
                     [
                         {
@@ -299,29 +286,29 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 return
             match = _MESSAGES_PATH.match(url.path)
             if not match:
-                self._send(404, {"error": "Not Found"})
+                self.send_json(404, {"error": "Not Found"})
                 return
             domain = int(match.group(1))
             tx_hash = (parse_qs(url.query).get("transactionHash") or [""])[0]
             if domain not in state.chains:
-                self._send(400, {"error": f"Invalid source domain: {domain}"})
+                self.send_json(400, {"error": f"Invalid source domain: {domain}"})
                 return
             if not _TX_HASH.match(tx_hash):
-                self._send(400, {"error": "Invalid transactionHash: 0x and 64 hex digits"})
+                self.send_json(400, {"error": "Invalid transactionHash: 0x and 64 hex digits"})
                 return
             try:
                 burn = _find_burn(state, domain, tx_hash)
             except ChainError:
-                self._send(503, {"error": "source chain unreachable"})
+                self.send_json(503, {"error": "source chain unreachable"})
                 return
             if burn is None:
                 if state.config.not_found == "empty":
-                    self._send(200, {"messages": []})
+                    self.send_json(200, {"messages": []})
                 else:
-                    self._send(404, {"error": "Message not found"})
+                    self.send_json(404, {"error": "Message not found"})
                 return
             entries = [_entry(state, burn, index, sent) for index, sent in burn.logs]
-            self._send(200, {"messages": entries})
+            self.send_json(200, {"messages": entries})
 
     return Handler
 
