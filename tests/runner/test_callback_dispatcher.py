@@ -16,7 +16,7 @@ import asyncio
 import ipaddress
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -264,22 +264,17 @@ def test_a_receiver_that_answers_nothing_costs_one_wait_not_one_a_round(
 
 
 def test_a_receiver_that_drips_its_answer_is_cut_off_at_the_deadline(
-    db: TestDatabase, conn: Conn, monkeypatch: pytest.MonkeyPatch
+    db: TestDatabase, conn: Conn, endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # each read within httpx's timeout, the whole answer never: the delivery
     # ends at DELIVERY_DEADLINE_S, a failed attempt, and the slot is free
     monkeypatch.setattr(callback_dispatcher, "DELIVERY_DEADLINE_S", 0.3)
-
-    async def drip() -> AsyncIterator[bytes]:
-        for _ in range(200):
-            await asyncio.sleep(0.05)
-            yield b" "
-
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=drip()))
-    url = f"http://127.0.0.1:{free_port()}/hooks/drip"
+    endpoint.drip()
+    url = endpoint.url + "/hooks/drip"
     register(conn, url)
     movements(conn, url, 1)
-    assert dispatch(db, 1, transport=transport) == 2
+    assert dispatch(db, 1) == 2
+    assert len(endpoint.requests) == 2
     assert {(r[2], r[3], r[4]) for r in rows(conn)} == {
         ("PENDING", 1, "timeout: no whole answer within 0.3 s")
     }

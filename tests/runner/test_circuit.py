@@ -13,7 +13,7 @@ answer, not silence."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,28 +155,26 @@ def test_a_silent_endpoint_is_called_once_then_refused_unsent_until_it_answers_a
     asyncio.run(scenario())
 
 
-async def _drip() -> AsyncIterator[bytes]:
-    for _ in range(200):
-        await asyncio.sleep(0.05)
-        yield b" "
-
-
 @pytest.mark.parametrize("service", SERVICES, ids=lambda s: s.name)
 def test_an_answer_dripped_a_byte_at_a_time_is_cut_off_and_counts_as_silence(
-    service: Service,
+    service: Service, endpoint: Endpoint
 ) -> None:
     # each read comes within httpx's timeout, the whole answer never: the
     # client's deadline for the whole exchange (twice its timeout) ends it
     circuit = Circuit(service.name)
+    endpoint.drip()
 
     async def scenario() -> tuple[str, Any]:
-        transport = httpx.MockTransport(lambda request: httpx.Response(200, content=_drip()))
-        async with httpx.AsyncClient(transport=transport) as client:
-            return await service.call(service.client("http://service.test", circuit, client))
+        client = service.client(endpoint.url, circuit, None)
+        try:
+            return await service.call(client)
+        finally:
+            await client.aclose()
 
     kind, reason = asyncio.run(scenario())
     assert kind == "unavailable" and "not sent" not in reason, reason
     assert circuit.is_open
+    assert len(endpoint.requests) == 1  # sent, and dripped
 
 
 def test_each_probe_without_an_answer_doubles_the_wait_to_the_next_up_to_the_ceiling() -> None:
