@@ -36,11 +36,11 @@ before anything was signed, or a prepare or submit that outlives its deadline,
 PREPARE_DEADLINE_S and SUBMIT_DEADLINE_S) is reported through fail_submit,
 which decides (in SQL) between a retry, FAILED and recovery; any other
 transient error once the intent is recorded leaves the node SUBMITTING for
-recovery; a refusal because
-the node is someone else's now is dropped; anything else (an executor raising
-what it never should, the engine refusing the node's own data) quarantines
-the node (qtg_runner.faults). A batch call the database fails as a whole is
-made again for each node alone, so that such a failure lands on its node.
+recovery; a refusal because the node is someone else's now is dropped;
+anything else (an executor raising what it never should, the engine refusing
+the node's own data) quarantines the node (qtg_runner.faults). A batch call
+the database fails as a whole is made again for each node alone, so that such
+a failure lands on its node.
 """
 
 from __future__ import annotations
