@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 
@@ -119,13 +119,16 @@ class Circuit:
         self._probe_at = self._opened_at + self._cool_down
         event(logging.WARNING, "circuit_opened", endpoint=self.name, probe_in_s=self._cool_down)
 
-    @contextlib.contextmanager
-    def watching(self) -> Iterator[None]:
-        """Tell the circuit what the call inside came to: silence when it timed
-        out (httpx's timeout or the caller's own deadline), an answer when it
+    @contextlib.asynccontextmanager
+    async def watching(self, whole_s: float) -> AsyncIterator[None]:
+        """The call inside, bounded in all by ``whole_s`` (httpx's timeout
+        bounds each read, not an answer dripped a byte at a time: past this it
+        is a TimeoutError), and what it came to told to the circuit: silence
+        when it timed out (httpx's timeout or this bound), an answer when it
         ended any other way, an error included (cancelled: nothing)."""
         try:
-            yield
+            async with asyncio.timeout(whole_s):
+                yield
         except (httpx.TimeoutException, TimeoutError):
             self.silent()
             raise

@@ -10,7 +10,6 @@ differ. Layouts and event signatures: protocols.md, "Circle CCTP".
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import math
 from dataclasses import dataclass, field
@@ -218,9 +217,8 @@ class IrisClient:
 
     async def _get(self, path: str, params: dict[str, str]) -> httpx.Response:
         """One GET, its answer or silence told to the circuit."""
-        with self.circuit.watching():
-            async with asyncio.timeout(self._deadline):
-                return await self._client.get(self._base + path, params=params)
+        async with self.circuit.watching(self._deadline):
+            return await self._client.get(self._base + path, params=params)
 
     async def _nobodys_burn(self) -> httpx.Response:
         """The lookup of a hash nobody burnt in, on domain 0: whatever Iris

@@ -24,7 +24,6 @@ Addresses in every answer are 0x + 40 lower-case hex, hashes 0x + 64.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import itertools
 import json
@@ -458,7 +457,9 @@ class EvmRpc:
         payload = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": list(params)}
         where = f"{method} on {self.display_url}"
         try:
-            with self.circuit.watching():
+            # httpx's timeout bounds each read; the circuit's watch the whole
+            # exchange (a node that drips its answer byte by byte)
+            async with self.circuit.watching(self._timeout * 2):
                 body, status = await self._post(payload, where)
         except (httpx.TimeoutException, TimeoutError) as exc:
             raise RpcUnavailable(
@@ -496,12 +497,9 @@ class EvmRpc:
 
     async def _post(self, payload: dict[str, Any], where: str) -> tuple[bytes, int]:
         """POST ``payload``: the answer's body (at most the bound) and status."""
-        # httpx's timeout bounds each read; asyncio's the whole exchange (a
-        # node that drips its answer byte by byte)
-        async with (
-            asyncio.timeout(self._timeout * 2),
-            self._client.stream("POST", self._url, json=payload, timeout=self._timeout) as response,
-        ):
+        async with self._client.stream(
+            "POST", self._url, json=payload, timeout=self._timeout
+        ) as response:
             declared = response.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:
                 raise RpcBadResponse(

@@ -18,7 +18,6 @@ line, a repr or an exception message. ``request_id_for`` derives the requestId
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import hashlib
 import hmac
@@ -349,9 +348,8 @@ class BybitClient:
     async def _send(self, request: httpx.Request, path: str) -> httpx.Response:
         """The request itself, its answer or silence told to the circuit."""
         try:
-            with self.circuit.watching():
-                async with asyncio.timeout(self._deadline):
-                    return await self._client.send(request)
+            async with self.circuit.watching(self._deadline):
+                return await self._client.send(request)
         except TimeoutError:
             raise BybitUnavailable(
                 f"{request.method} {path}: no whole answer within {self._deadline:g} s"

@@ -261,17 +261,16 @@ async def post(
             headers=headers,
             extensions=extensions,
         )
-        with circuit.watching():
-            async with asyncio.timeout(DELIVERY_DEADLINE_S):
-                response = await client.send(request, stream=True, follow_redirects=False)
-                try:
-                    answer = bytearray()
-                    async for chunk in response.aiter_raw():
-                        answer += chunk[: MAX_RESPONSE_BYTES - len(answer)]
-                        if len(answer) >= MAX_RESPONSE_BYTES:
-                            break
-                finally:
-                    await response.aclose()
+        async with circuit.watching(DELIVERY_DEADLINE_S):
+            response = await client.send(request, stream=True, follow_redirects=False)
+            try:
+                answer = bytearray()
+                async for chunk in response.aiter_raw():
+                    answer += chunk[: MAX_RESPONSE_BYTES - len(answer)]
+                    if len(answer) >= MAX_RESPONSE_BYTES:
+                        break
+            finally:
+                await response.aclose()
     except httpx.TimeoutException as exc:
         return Attempt(None, f"timeout: {type(exc).__name__}")
     except TimeoutError:
