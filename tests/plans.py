@@ -39,24 +39,38 @@ def _walk(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _walk(child)
 
 
-def explained(
-    dsn: str,
-    call: str | sql.Composable,
-    analyze: bool = False,
-    at: str = LATER,
-    params: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Every plan node of every statement that ``call`` (with ``params``) ran at
-    ``at`` (nested ones included), as auto_explain reported them (with
-    ``analyze``, with the rows each node actually produced); the call's effects
-    are rolled back."""
-    plans: list[dict[str, Any]] = []
+class Explaining:
+    """One connection whose calls report their plans (``run``), every call's
+    effects kept until the session's transaction is rolled back."""
 
-    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self._plans: list[dict[str, Any]] = []
+        conn.add_notice_handler(self._on_notice)
+
+    def _on_notice(self, diag: psycopg.errors.Diagnostic) -> None:
         message = diag.message_primary or ""
         if "plan:" in message and "{" in message:
-            plans.append(json.loads(message[message.index("{") :]))
+            self._plans.append(json.loads(message[message.index("{") :]))
 
+    def run(
+        self, call: str | sql.Composable, params: Any = None
+    ) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
+        """The rows of ``call`` (with ``params``) and every plan node of every
+        statement it ran (nested ones included)."""
+        self._plans.clear()
+        rows = self.conn.execute(call, params).fetchall()
+        # a statement sent with parameters reports its plan when its portal is
+        # closed, which the next statement does (a utility one: no plan of its own)
+        self.conn.execute("SHOW auto_explain.log_format")
+        return rows, [node for plan in self._plans for node in _walk(plan["Plan"])]
+
+
+@contextmanager
+def explaining(dsn: str, analyze: bool = False, at: str = LATER) -> Iterator[Explaining]:
+    """A session whose calls run at ``at`` and report their plans as
+    auto_explain saw them (with ``analyze``, with the rows each node actually
+    produced); everything they did is rolled back at the end."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         bind(conn)
         pin_clock(conn, at)
@@ -68,11 +82,25 @@ def explained(
         if analyze:
             conn.execute("SET auto_explain.log_analyze = on")
         conn.execute("SET client_min_messages = notice")
-        conn.add_notice_handler(on_notice)
+        session = Explaining(conn)
         with conn.transaction(force_rollback=True):
-            rows = conn.execute(call, params).fetchall()
+            yield session
+
+
+def explained(
+    dsn: str,
+    call: str | sql.Composable,
+    analyze: bool = False,
+    at: str = LATER,
+    params: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Every plan node of every statement that ``call`` (with ``params``) ran at
+    ``at`` (nested ones included), as auto_explain reported them (with
+    ``analyze``, with the rows each node actually produced); the call's effects
+    are rolled back."""
+    with explaining(dsn, analyze, at) as session:
+        rows, nodes = session.run(call, params)
     assert rows, f"{call} returned nothing"
-    nodes = [node for plan in plans for node in _walk(plan["Plan"])]
     assert nodes, "auto_explain reported no plans"
     return nodes
 

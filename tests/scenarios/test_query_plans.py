@@ -17,7 +17,9 @@ ones first, the movements' taken before any of the live work was made and the
 nodes' after it (as a busy network's are between two autovacuum analyses of a
 large table: the planner thinks no movement is executing while hundreds are),
 then fresh ones. A plan that is right only while the statistics are current
-fails the first.
+fails the first. Besides the claims and lists, one walk calls every procedure
+a movement goes through (the dispatcher's, the observer's, recovery's, the
+sidecars', the operators') and bounds what each reads of the two large tables.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 import psycopg
 import pytest
 from engine import as_person, bind, node, plan
-from plans import explained, index_scans, plans_database, rows_read, seq_scanned
+from plans import explained, explaining, index_scans, plans_database, rows_read, seq_scanned
 
 from qtg_runner.api import reads
 
@@ -210,6 +212,126 @@ def test_observe_candidates_reads_the_due_end_of_the_index_and_stops(history_dsn
     assert SUBMITTED > 10
     assert not [n for n in nodes if n["Node Type"] == "Sort"]
     assert not {"movement_requests", "movement_request_nodes"} & seq_scanned(nodes)
+
+
+def test_the_observers_claim_reads_its_candidates_by_key(history_dsn: str) -> None:
+    """Stage two of the observer's claim: each candidate and its movement by
+    primary key, never the other movements in flight. The candidates are the
+    newest due nodes, whose movements come last among the executing ones."""
+    with psycopg.connect(history_dsn) as conn:
+        newest = [
+            node_id
+            for (node_id,) in conn.execute(
+                "SELECT id FROM testnet.movement_request_nodes WHERE node_state = 'SUBMITTED'"
+                " ORDER BY id DESC LIMIT 10"
+            )
+        ]
+    nodes = explained(
+        history_dsn,
+        "SELECT * FROM claim_observe_batch(%(ids)s, 'o1')",
+        analyze=True,
+        params={"ids": newest},
+    )
+
+    assert len(newest) == 10
+    assert not {"movement_requests", "movement_request_nodes"} & seq_scanned(nodes)
+    # a few reads by key a candidate (the claim's, its update's, its answer's),
+    # where reading the executing movements in turn to find each one's is
+    # hundreds here
+    assert rows_read(nodes, "movement_request_nodes") <= 5 * len(newest)
+    assert rows_read(nodes, "movement_requests") <= 5 * len(newest)
+
+
+# what one call may read of either large table: the live groups are 50-150
+# rows, the movements executing 300 and the history a million, so a call that
+# reads more than this reads past the rows it works on
+STEP_READ_BOUND = 100
+
+
+def test_each_step_of_a_movements_life_reads_only_the_rows_it_works_on(
+    history_dsn: str,
+) -> None:
+    """Every procedure a movement goes through, called as the workers and the
+    operators call them, reads its movements and nodes by key or from the
+    live rows' indexes: never the history, nor every movement in flight (a
+    settle that read every EXECUTING movement, on the stale statistics, did)."""
+    read: dict[str, dict[str, int]] = {}
+
+    with explaining(history_dsn, analyze=True) as session:
+
+        def step(name: str, call: str, params: Any = None) -> list[tuple[Any, ...]]:
+            rows, nodes = session.run(call, params)
+            read[name] = {
+                t: rows_read(nodes, t) for t in ("movement_requests", "movement_request_nodes")
+            }
+            return rows
+
+        # the dispatcher: a claim that starts approved movements, the intents, the submits
+        claimed = step(
+            "claim_ready_nodes",
+            "SELECT node_id, claim_secret FROM claim_ready_nodes('w1', 5, 300, NULL, 5)",
+        )
+        ids, secrets = [[row[k] for row in claimed] for k in (0, 1)]
+        step(
+            "record_intent_prepared_batch",
+            "SELECT * FROM record_intent_prepared_batch(%s::bigint[], %s::text[])",
+            (ids, secrets),
+        )
+        submitted = step(
+            "complete_submit_batch",
+            "SELECT node_state::text, error_code"
+            " FROM complete_submit_batch(%s::bigint[], %s::text[], %s::text[])",
+            (ids, secrets, [f"tx-{i}" for i in ids]),
+        )
+        retry, final = step(
+            "claim_ready_nodes, again",
+            "SELECT node_id, claim_secret FROM claim_ready_nodes('w2', 2)",
+        )
+        step("fail_submit, retryable", "SELECT fail_submit(%s, %s, 'busy', true)", retry)
+        step("fail_submit, final", "SELECT fail_submit(%s, %s, 'refused', false)", final)
+        # the observer: three due nodes, one still in flight (half an hour
+        # after its submit, past its lane's window: UNKNOWN, for recovery),
+        # one done (its movement completes), one failed (its movement fails)
+        due = step(
+            "claim_observe_batch",
+            "SELECT node_id, claim_secret"
+            " FROM claim_observe_batch(ARRAY(SELECT observe_candidates(3)), 'o1')",
+        )
+        observed = step(
+            "complete_observe_batch",
+            "SELECT node_state::text, error_code FROM complete_observe_batch(%s::bigint[],"
+            " %s::text[], '{PENDING,COMPLETED,FAILED}')",
+            ([row[0] for row in due], [row[1] for row in due]),
+        )
+        # recovery: the claims of the dispatcher that died
+        lost = step(
+            "claim_recovery_nodes",
+            "SELECT node_id, claim_secret FROM claim_recovery_nodes('r1', 5)",
+        )
+        step("complete_recovery", "SELECT complete_recovery(%s, %s, 'STILL_UNKNOWN')", lost[0])
+        # the sidecars
+        step("start_approved_movements", "SELECT start_approved_movements(10)")
+        step("expire_movements", "SELECT expire_movements(10)")
+        step("claim_callbacks", "SELECT count(*) FROM claim_callbacks('callback_dispatcher', 10)")
+        # the operators
+        ((executing,),) = session.conn.execute(
+            "SELECT max(id) FROM movement_requests WHERE request_state = 'EXECUTING'"
+        ).fetchall()
+        with as_person(session.conn, "alice"):
+            step("cancel_movement", "SELECT cancel_movement(%s)", (executing,))
+            step(
+                "create_movement",
+                "SELECT create_movement('walk-1', 100, %s::jsonb)",
+                (ONE_NODE_PLAN,),
+            )
+        ((created,),) = session.conn.execute("SELECT max(id) FROM movement_requests").fetchall()
+        with as_person(session.conn, "bob"):
+            step("approve_movement", "SELECT approve_movement(%s)", (created,))
+
+    assert submitted == [("SUBMITTED", None)] * 5
+    assert observed == [("UNKNOWN", None), ("COMPLETED", None), ("FAILED", None)]
+    assert lost
+    assert {name: r for name, r in read.items() if max(r.values()) > STEP_READ_BOUND} == {}
 
 
 def test_claim_recovery_nodes_reads_the_recoverable_index(history_dsn: str) -> None:

@@ -20,7 +20,11 @@
 -- (PostgreSQL's subtransaction cache overflows).
 -- Plans: one per statement for the session (force_generic_plan): each reaches
 -- its rows by primary key from the ids given; planned per call (PostgreSQL's
--- default for statements on an array), the claim took about 0.6 ms more.
+-- default for statements on an array), the claim took about 0.6 ms more. The
+-- per-ID claim names the movement's key (the node's request_id, read first):
+-- joined by the node alone, on statistics that thought no movement was
+-- executing the plan read the EXECUTING movements in turn until it met the
+-- node's, hundreds of rows a claim with hundreds in flight.
 -- Returns one row per node claimed, in id order; none when none qualifies.
 CREATE OR REPLACE FUNCTION claim_observe_batch(
     p_node_ids    bigint[],
@@ -63,6 +67,8 @@ BEGIN
               FROM movement_request_nodes
               JOIN movement_requests ON movement_requests.id = movement_request_nodes.request_id
              WHERE movement_request_nodes.id = v_id
+               AND movement_requests.id = (SELECT node.request_id FROM movement_request_nodes node
+                                            WHERE node.id = v_id)
                AND node_state IN ('SUBMITTED', 'OBSERVING')
                AND quarantined_at IS NULL
                AND movement_requests.request_state = 'EXECUTING'
