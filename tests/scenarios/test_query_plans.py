@@ -10,7 +10,7 @@ One database is built for the whole module: 250,000 COMPLETED movements with 4
 COMPLETED nodes each (one INSERT ... SELECT per table), plus a few hundred live
 movements made through the procedures: READY, SUBMITTED (due), SUBMITTING under
 a live lease but claimed by a dispatcher whose heartbeat stopped (one of them
-quarantined), and APPROVED not yet started.
+quarantined), APPROVED not yet started, and PENDING_APPROVAL.
 
 The plans are checked twice, on two sets of the planner's statistics: stale
 ones first, the movements' taken before any of the live work was made and the
@@ -41,6 +41,7 @@ LIVE_MOVEMENTS = 300  # started: READY, then some claimed and submitted
 CLAIMED = 150  # of those, claimed (SUBMITTING) ...
 SUBMITTED = 100  # ... and of those, submitted (observable)
 APPROVED = 50  # approved, not started
+QUEUED = 150  # created, waiting for their approval
 FAILED = 5  # the oldest movements of the history, failed, and carol's (the rest are alice's)
 
 SETUP_AT = "2026-01-01 00:00:00+00"
@@ -129,6 +130,12 @@ def _create_live(conn: psycopg.Connection[Any]) -> None:
         ([n for n, _ in claimed], [s for _, s in claimed], [f"tx-{n}" for n, _ in claimed]),
     )
     create_approved("waiting-", APPROVED)
+    with as_person(conn, "alice"):
+        conn.execute(
+            """SELECT count(*) FROM generate_series(1, %s) g
+                CROSS JOIN LATERAL create_movement('queued-' || g, 100, %s::jsonb)""",
+            (QUEUED, ONE_NODE_PLAN),
+        )
 
 
 def _analyze(conn: psycopg.Connection[Any]) -> None:
@@ -167,7 +174,7 @@ def history(pg_server: str, template_db: str) -> Iterator[str]:
             "READY": LIVE_MOVEMENTS - CLAIMED,
             "SUBMITTING": CLAIMED - SUBMITTED,
             "SUBMITTED": SUBMITTED,
-            "PENDING": APPROVED,
+            "PENDING": APPROVED + QUEUED,
         }
         yield dsn
 
@@ -324,13 +331,26 @@ def test_each_step_of_a_movements_life_reads_only_the_rows_it_works_on(
                 "SELECT create_movement('walk-1', 100, %s::jsonb)",
                 (ONE_NODE_PLAN,),
             )
-        ((created,),) = session.conn.execute("SELECT max(id) FROM movement_requests").fetchall()
+        # the newest of the approval queue, one and then five at a time
+        queued = [
+            movement_id
+            for (movement_id,) in session.conn.execute(
+                "SELECT id FROM movement_requests WHERE request_state = 'PENDING_APPROVAL'"
+                " ORDER BY id DESC LIMIT 6"
+            )
+        ]
         with as_person(session.conn, "bob"):
-            step("approve_movement", "SELECT approve_movement(%s)", (created,))
+            step("approve_movement", "SELECT approve_movement(%s)", (queued[0],))
+            approved = step(
+                "approve_movements",
+                "SELECT request_state::text, error_code FROM approve_movements(%s::bigint[])",
+                (queued[1:],),
+            )
 
     assert submitted == [("SUBMITTED", None)] * 5
     assert observed == [("UNKNOWN", None), ("COMPLETED", None), ("FAILED", None)]
     assert lost
+    assert approved == [("APPROVED", None)] * 5
     assert {name: r for name, r in read.items() if max(r.values()) > STEP_READ_BOUND} == {}
 
 
@@ -426,7 +446,7 @@ def test_pipeline_counts_reads_what_is_open_or_new_once_rolled_up(history: str) 
     for table in ("movement_requests", "movement_request_nodes"):
         assert table not in seq_scanned(nodes)
         # the live movements and nodes (300 started, 50 approved) by key, and the newest id
-        assert rows_read(nodes, table) <= LIVE_MOVEMENTS + APPROVED + 1, table
+        assert rows_read(nodes, table) <= LIVE_MOVEMENTS + APPROVED + QUEUED + 1, table
 
 
 PAGE = {"limit": 51}
@@ -471,7 +491,9 @@ def test_the_apis_list_of_completed_movements_walks_the_newest_first(history_dsn
     nodes = explained(history_dsn, reads.movements_page(["COMPLETED"]), analyze=True, params=PAGE)
 
     assert "movement_requests" not in seq_scanned(nodes)
-    assert rows_read(nodes, "movement_requests") <= LIVE_MOVEMENTS + APPROVED + PAGE["limit"]
+    assert (
+        rows_read(nodes, "movement_requests") <= LIVE_MOVEMENTS + APPROVED + QUEUED + PAGE["limit"]
+    )
 
 
 @pytest.fixture

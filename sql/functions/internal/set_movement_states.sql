@@ -39,6 +39,7 @@ BEGIN
                       coalesce(p_closed, array_fill(NULL::integer, ARRAY[v_n])),
                       coalesce(p_failed, array_fill(NULL::integer, ARRAY[v_n]))) AS i(id, to_state, actor, closed, failed)
          WHERE r.id = i.id
+           AND r.id = ANY (p_movement_ids)   -- named, not only joined: sql/README.md, "Statistics lag the work"
            AND r.request_state = p_from
         RETURNING r.id
     )

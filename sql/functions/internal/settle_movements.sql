@@ -12,8 +12,7 @@
 -- The movements are read by their keys (id = ANY (p_movement_ids)), not only
 -- joined to the input: on statistics that thought no movement was executing
 -- the join read every EXECUTING movement by the state index to find the few
--- given, a cost that grew with the work in flight (tests/scenarios/
--- test_query_plans.py plans it on such statistics).
+-- given (sql/README.md, "Statistics lag the work").
 CREATE OR REPLACE FUNCTION settle_movements(
     p_movement_ids bigint[],
     p_actors       text[],
