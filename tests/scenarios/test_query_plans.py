@@ -8,9 +8,10 @@ procedures as they are written rather than a copy of their queries.
 
 One database is built for the whole module: 250,000 COMPLETED movements with 4
 COMPLETED nodes each (one INSERT ... SELECT per table), plus a few hundred live
-movements made through the procedures: READY, SUBMITTED (due), SUBMITTING under
-a live lease but claimed by a dispatcher whose heartbeat stopped (one of them
-quarantined), APPROVED not yet started, and PENDING_APPROVAL.
+movements made through the procedures: READY, SUBMITTED (due; the oldest three
+are the roots of two-node movements), SUBMITTING under a live lease but claimed
+by a dispatcher whose heartbeat stopped (one of them quarantined), APPROVED not
+yet started, and PENDING_APPROVAL.
 
 The plans are checked twice, on two sets of the planner's statistics: stale
 ones first, the movements' taken before any of the live work was made and the
@@ -42,11 +43,14 @@ CLAIMED = 150  # of those, claimed (SUBMITTING) ...
 SUBMITTED = 100  # ... and of those, submitted (observable)
 APPROVED = 50  # approved, not started
 QUEUED = 150  # created, waiting for their approval
+CHAINS = 3  # the oldest live movements: two nodes, a -> b, their roots submitted
+OPEN = CHAINS + LIVE_MOVEMENTS + APPROVED + QUEUED  # the movements not finished
 FAILED = 5  # the oldest movements of the history, failed, and carol's (the rest are alice's)
 
 SETUP_AT = "2026-01-01 00:00:00+00"
 
 ONE_NODE_PLAN = json.dumps(plan(node("a")))
+CHAIN_PLAN = json.dumps(plan(node("a"), node("b", depends_on=["a"])))
 
 # building the module's database (a million nodes) takes seconds
 pytestmark = pytest.mark.slow
@@ -99,18 +103,19 @@ def _load_history(conn: psycopg.Connection[Any]) -> None:
 
 
 def _create_live(conn: psycopg.Connection[Any]) -> None:
-    def create_approved(prefix: str, count: int) -> None:
+    def create_approved(prefix: str, count: int, the_plan: str = ONE_NODE_PLAN) -> None:
         with as_person(conn, "alice"):
             conn.execute(
                 """SELECT count(*) FROM generate_series(1, %s) g
                     CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb)""",
-                (count, prefix, ONE_NODE_PLAN),
+                (count, prefix, the_plan),
             )
         conn.execute(
             "SELECT count(approve_movement(id)) FROM movement_requests"
             " WHERE request_state = 'PENDING_APPROVAL'"
         )
 
+    create_approved("chain-", CHAINS, CHAIN_PLAN)
     create_approved("live-", LIVE_MOVEMENTS)
     conn.execute("SELECT start_approved_movements(1000)")
     # a dispatcher that beat once and died holding its claims (their lease, an hour, lives on)
@@ -171,10 +176,10 @@ def history(pg_server: str, template_db: str) -> Iterator[str]:
         )
         assert counts == {
             "COMPLETED": HISTORY_MOVEMENTS * NODES_PER_MOVEMENT,
-            "READY": LIVE_MOVEMENTS - CLAIMED,
+            "READY": LIVE_MOVEMENTS + CHAINS - CLAIMED,
             "SUBMITTING": CLAIMED - SUBMITTED,
             "SUBMITTED": SUBMITTED,
-            "PENDING": APPROVED + QUEUED,
+            "PENDING": APPROVED + QUEUED + CHAINS,
         }
         yield dsn
 
@@ -296,9 +301,10 @@ def test_each_step_of_a_movements_life_reads_only_the_rows_it_works_on(
         )
         step("fail_submit, retryable", "SELECT fail_submit(%s, %s, 'busy', true)", retry)
         step("fail_submit, final", "SELECT fail_submit(%s, %s, 'refused', false)", final)
-        # the observer: three due nodes, one still in flight (half an hour
-        # after its submit, past its lane's window: UNKNOWN, for recovery),
-        # one done (its movement completes), one failed (its movement fails)
+        # the observer: the three longest due nodes, the chains' roots: one
+        # still in flight (half an hour after its submit, past its lane's
+        # window: UNKNOWN, for recovery), one done (its child READY), one
+        # failed (its child SKIPPED, its movement FAILED)
         due = step(
             "claim_observe_batch",
             "SELECT node_id, claim_secret"
@@ -310,6 +316,13 @@ def test_each_step_of_a_movements_life_reads_only_the_rows_it_works_on(
             " %s::text[], '{PENDING,COMPLETED,FAILED}')",
             ([row[0] for row in due], [row[1] for row in due]),
         )
+        children = session.conn.execute(
+            "SELECT child.node_state::text FROM movement_request_nodes root"
+            " JOIN movement_request_nodes child"
+            " ON child.request_id = root.request_id AND child.node_key = 'b'"
+            " WHERE root.id = ANY (%s) ORDER BY root.id",
+            ([row[0] for row in due],),
+        ).fetchall()
         # recovery: the claims of the dispatcher that died
         lost = step(
             "claim_recovery_nodes",
@@ -349,6 +362,7 @@ def test_each_step_of_a_movements_life_reads_only_the_rows_it_works_on(
 
     assert submitted == [("SUBMITTED", None)] * 5
     assert observed == [("UNKNOWN", None), ("COMPLETED", None), ("FAILED", None)]
+    assert children == [("PENDING",), ("READY",), ("SKIPPED",)]
     assert lost
     assert approved == [("APPROVED", None)] * 5
     assert {name: r for name, r in read.items() if max(r.values()) > STEP_READ_BOUND} == {}
@@ -443,10 +457,13 @@ def test_pipeline_counts_reads_what_is_open_or_new_once_rolled_up(history: str) 
     nodes = explained(
         history, "SELECT count(*) FROM pipeline_counts v WHERE v.total > 0", analyze=True
     )
-    for table in ("movement_requests", "movement_request_nodes"):
+    # the open movements and nodes (the chains' two nodes each) by key, and the newest id
+    for table, open_rows in (
+        ("movement_requests", OPEN),
+        ("movement_request_nodes", OPEN + CHAINS),
+    ):
         assert table not in seq_scanned(nodes)
-        # the live movements and nodes (300 started, 50 approved) by key, and the newest id
-        assert rows_read(nodes, table) <= LIVE_MOVEMENTS + APPROVED + QUEUED + 1, table
+        assert rows_read(nodes, table) <= open_rows + 1, table
 
 
 PAGE = {"limit": 51}
@@ -491,9 +508,7 @@ def test_the_apis_list_of_completed_movements_walks_the_newest_first(history_dsn
     nodes = explained(history_dsn, reads.movements_page(["COMPLETED"]), analyze=True, params=PAGE)
 
     assert "movement_requests" not in seq_scanned(nodes)
-    assert (
-        rows_read(nodes, "movement_requests") <= LIVE_MOVEMENTS + APPROVED + QUEUED + PAGE["limit"]
-    )
+    assert rows_read(nodes, "movement_requests") <= OPEN + PAGE["limit"]
 
 
 @pytest.fixture
