@@ -64,9 +64,9 @@ BEGIN
            array_agg(r.id ORDER BY i.ord) FILTER (WHERE r.created_by = v_actor)
       INTO v_approve, v_refuse
       FROM unnest(p_movement_ids) WITH ORDINALITY AS i(id, ord)
-      JOIN movement_requests r ON r.id = i.id
-     WHERE r.id = ANY (p_movement_ids)   -- named, not only joined: sql/README.md, "Statistics lag the work"
-       AND r.request_state = 'PENDING_APPROVAL';
+     -- each by its key: sql/README.md, "Statistics lag the work"
+     CROSS JOIN LATERAL (SELECT m.* FROM movement_requests m WHERE m.id = i.id OFFSET 0) r
+     WHERE r.request_state = 'PENDING_APPROVAL';
 
     IF v_refuse IS NOT NULL THEN
         PERFORM write_audit(array_agg((v_actor, 'request', i.id::text, i.id, 'approval_refused',

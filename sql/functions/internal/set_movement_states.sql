@@ -38,9 +38,12 @@ BEGIN
           FROM unnest(p_movement_ids, p_to, p_actors,
                       coalesce(p_closed, array_fill(NULL::integer, ARRAY[v_n])),
                       coalesce(p_failed, array_fill(NULL::integer, ARRAY[v_n]))) AS i(id, to_state, actor, closed, failed)
+          -- the from-state read by the movement's key (locked by the caller),
+          -- so the update reaches its rows by key alone: sql/README.md,
+          -- "Statistics lag the work"
+         CROSS JOIN LATERAL (SELECT m.request_state FROM movement_requests m WHERE m.id = i.id OFFSET 0) cur
          WHERE r.id = i.id
-           AND r.id = ANY (p_movement_ids)   -- named, not only joined: sql/README.md, "Statistics lag the work"
-           AND r.request_state = p_from
+           AND cur.request_state = p_from
         RETURNING r.id
     )
     SELECT array_agg(moved.id) INTO v_moved FROM moved;

@@ -9,10 +9,10 @@
 -- money before the cancel): the count of its nodes by state.
 -- The caller (finish_nodes) hands in only movements that settle: the counters
 -- of one left out here would not move.
--- The movements are read by their keys (id = ANY (p_movement_ids)), not only
--- joined to the input: on statistics that thought no movement was executing
--- the join read every EXECUTING movement by the state index to find the few
--- given (sql/README.md, "Statistics lag the work").
+-- Each movement is read by its key (sql/README.md, "Statistics lag the
+-- work"): joined, on statistics that thought no movement was executing, the
+-- plan read every EXECUTING movement through the state index to find the few
+-- given.
 CREATE OR REPLACE FUNCTION settle_movements(
     p_movement_ids bigint[],
     p_actors       text[],
@@ -42,15 +42,14 @@ BEGIN
            array_agg(s.failed ORDER BY r.id)
       INTO v_ids, v_finals, v_actors, v_details, v_closed, v_failed
       FROM unnest(p_movement_ids, p_actors, p_closed, p_failed) AS s(id, actor, closed, failed)
-      JOIN movement_requests r ON r.id = s.id
+     CROSS JOIN LATERAL (SELECT m.* FROM movement_requests m WHERE m.id = s.id OFFSET 0) r
       JOIN (SELECT c.request_id, jsonb_object_agg(c.node_state, c.total) AS nodes
               FROM (SELECT n.request_id, n.node_state, count(*) AS total
                       FROM movement_request_nodes n
                      WHERE n.request_id = ANY (p_movement_ids)
                      GROUP BY n.request_id, n.node_state) c
              GROUP BY c.request_id) counts ON counts.request_id = r.id
-     WHERE r.id = ANY (p_movement_ids)
-       AND r.request_state = 'EXECUTING'
+     WHERE r.request_state = 'EXECUTING'
        AND r.open_nodes = s.closed;
 
     IF v_ids IS NOT NULL THEN
