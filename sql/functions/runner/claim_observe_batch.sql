@@ -24,7 +24,10 @@
 -- per-ID claim names the movement's key (the node's request_id, read first):
 -- joined by the node alone, on statistics that thought no movement was
 -- executing the plan read the EXECUTING movements in turn until it met the
--- node's, hundreds of rows a claim with hundreds in flight.
+-- node's, hundreds of rows a claim with hundreds in flight. (Not the read in
+-- a subquery of its own that settle_movements uses: naming the key keeps the
+-- seed's claim as written, one join locked FOR UPDATE OF both tables SKIP
+-- LOCKED.)
 -- Returns one row per node claimed, in id order; none when none qualifies.
 CREATE OR REPLACE FUNCTION claim_observe_batch(
     p_node_ids    bigint[],
