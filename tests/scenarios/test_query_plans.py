@@ -7,7 +7,9 @@ statements, logged to the client as notices), so the test follows the
 procedures as they are written rather than a copy of their queries.
 
 One database is built for the whole module: 250,000 COMPLETED movements with 4
-COMPLETED nodes each (one INSERT ... SELECT per table), plus a few hundred live
+COMPLETED nodes each and a sent callback each (one INSERT ... SELECT per table),
+one treasury account's 100,000 sent and settled transactions (the first node
+of as many movements, its intent and its recorded transaction), plus a few hundred live
 movements made through the procedures: READY, SUBMITTED (due; the oldest three
 are the roots of two-node movements), SUBMITTING under a live lease but claimed
 by a dispatcher whose heartbeat stopped (one of them quarantined), APPROVED not
@@ -20,7 +22,8 @@ large table: the planner thinks no movement is executing while hundreds are),
 then fresh ones. A plan that is right only while the statistics are current
 fails the first. Besides the claims and lists, one walk calls every procedure
 a movement goes through (the dispatcher's, the observer's, recovery's, the
-sidecars', the operators') and bounds what each reads of the two large tables.
+sidecars' with the callbacks' reports and the nonce reaper's fill, the
+operators') and bounds what each reads of the large tables.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from typing import Any
 import psycopg
 import pytest
 from engine import as_person, bind, node, plan
+from evm_rows import FEES, signed
 from plans import explained, explaining, index_scans, plans_database, rows_read, seq_scanned
 
 from qtg_runner.api import reads
+from qtg_runner.chains.evm import self_transfer
 
 HISTORY_MOVEMENTS = 250_000
 NODES_PER_MOVEMENT = 4
@@ -46,8 +51,17 @@ QUEUED = 150  # created, waiting for their approval
 CHAINS = 3  # the oldest live movements: two nodes, a -> b, their roots submitted
 OPEN = CHAINS + LIVE_MOVEMENTS + APPROVED + QUEUED  # the movements not finished
 FAILED = 5  # the oldest movements of the history, failed, and carol's (the rest are alice's)
+# one treasury account's transactions: the first node of EVM_HISTORY finished
+# movements (its SUBMITTED intents are its whole history), then the submitted
+# live nodes', recorded at the setup's time; the reaper's mark SETTLING nonces
+# under the live ones, and GAPS nonces allocated past them and never used
+CHAIN, CHAIN_ID, SENDER = "plans-chain", 31999, "0x" + "5e" * 20
+EVM_HISTORY = 100_000
+SETTLING = 50
+GAPS = 5
 
 SETUP_AT = "2026-01-01 00:00:00+00"
+HOOKS = "https://hooks.example.test/qtg"
 
 ONE_NODE_PLAN = json.dumps(plan(node("a")))
 CHAIN_PLAN = json.dumps(plan(node("a"), node("b", depends_on=["a"])))
@@ -94,11 +108,56 @@ def _load_history(conn: psycopg.Connection[Any]) -> None:
         INSERT INTO callback_outbox (request_id, event_type, idempotency_key, target_url, payload,
                                      delivery_state, attempts, next_attempt_at, created_at, sent_at)
         SELECT r.id, 'movement.completed', 'testnet-' || r.id || '-completed',
-               'https://hooks.example.test/qtg', '{}', 'SENT', 1, r.finished_at, r.finished_at,
+               %(hooks)s, '{}', 'SENT', 1, r.finished_at, r.finished_at,
                r.finished_at + interval '5 minutes'
           FROM movement_requests r
          WHERE r.request_state = 'COMPLETED'
+        """,
+        {"hooks": HOOKS},
+    )
+
+
+def _load_evm_history(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SELECT upsert_chain(%s, %s, 'QTG_RPC_PLANS', 2, 1000)", (CHAIN, CHAIN_ID))
+    conn.execute("SELECT upsert_treasury_account(%s, %s, 'local:plans')", (CHAIN, SENDER))
+    conn.execute(
+        "INSERT INTO evm_nonces VALUES (%s, %s, %s, %s)",
+        (CHAIN, SENDER, EVM_HISTORY + SUBMITTED + GAPS, SETUP_AT),
+    )
+    conn.execute(
+        "INSERT INTO evm_nonce_marks VALUES (%s, %s, %s, %s)",
+        (CHAIN, SENDER, EVM_HISTORY - SETTLING, SETUP_AT),
+    )
+    conn.execute(
         """
+        INSERT INTO node_intents (node_id, claim_token, idempotency_key, claimed_by, intent_state,
+                                  nonce, signed_tx_hash, signed_tx_hashes, chain_key, sender,
+                                  created_at, prepared_at, finished_at)
+        SELECT h.id, 1, 'history-' || h.id, 'dispatcher', 'SUBMITTED', h.nonce, tx.hash,
+               ARRAY[tx.hash], %(chain)s, %(sender)s, h.submitted_at, h.submitted_at, h.submitted_at
+          FROM (SELECT n.id, n.submitted_at, row_number() OVER (ORDER BY n.id) - 1 AS nonce
+                  FROM movement_request_nodes n WHERE n.node_key = 'n1'
+                 ORDER BY n.id LIMIT %(n)s) h
+         CROSS JOIN LATERAL (SELECT '0x' || lpad(to_hex(h.nonce), 64, '0') AS hash) tx
+        """,
+        {"chain": CHAIN, "sender": SENDER, "n": EVM_HISTORY},
+    )
+    _record_transactions(conn)
+
+
+def _record_transactions(conn: psycopg.Connection[Any]) -> None:
+    """The evm_transactions row of each intent of the account that has none."""
+    conn.execute(
+        """
+        INSERT INTO evm_transactions (tx_hash, chain_key, sender, nonce, intent_id, purpose, raw_tx,
+                                      recorded_by, recorded_at)
+        SELECT i.signed_tx_hash, i.chain_key, i.sender, i.nonce, i.id, 'intent', '0x02',
+               'dispatcher', i.prepared_at
+          FROM node_intents i
+         WHERE i.chain_key = %s
+           AND NOT EXISTS (SELECT 1 FROM evm_transactions x WHERE x.intent_id = i.id)
+        """,
+        (CHAIN,),
     )
 
 
@@ -134,6 +193,22 @@ def _create_live(conn: psycopg.Connection[Any]) -> None:
         "SELECT count(*) FROM complete_submit_batch(%s::bigint[], %s::text[], %s::text[])",
         ([n for n, _ in claimed], [s for _, s in claimed], [f"tx-{n}" for n, _ in claimed]),
     )
+    # the submitted nodes' transactions, sent from the account after its history
+    conn.execute(
+        """
+        UPDATE node_intents i
+           SET chain_key = %(chain)s, sender = %(sender)s, nonce = x.nonce,
+               signed_tx_hash = x.hash, signed_tx_hashes = ARRAY[x.hash], prepared_at = clock()
+          FROM (SELECT live.id, %(base)s + row_number() OVER (ORDER BY live.id) - 1 AS nonce
+                  FROM node_intents live
+                  JOIN movement_request_nodes n ON n.id = live.node_id
+                 WHERE n.node_state = 'SUBMITTED') l
+         CROSS JOIN LATERAL (SELECT l.nonce, '0x' || lpad(to_hex(l.nonce), 64, '0') AS hash) x
+         WHERE i.id = l.id
+        """,
+        {"chain": CHAIN, "sender": SENDER, "base": EVM_HISTORY},
+    )
+    _record_transactions(conn)
     create_approved("waiting-", APPROVED)
     with as_person(conn, "alice"):
         conn.execute(
@@ -145,7 +220,8 @@ def _create_live(conn: psycopg.Connection[Any]) -> None:
 
 def _analyze(conn: psycopg.Connection[Any]) -> None:
     conn.execute(
-        "VACUUM ANALYZE movement_requests, movement_request_nodes, node_intents, callback_outbox"
+        "VACUUM ANALYZE movement_requests, movement_request_nodes, node_intents, callback_outbox,"
+        " evm_transactions"
     )
 
 
@@ -166,6 +242,7 @@ def history(pg_server: str, template_db: str) -> Iterator[str]:
             # consistent by construction: skip the per-row foreign key triggers
             conn.execute("SET LOCAL session_replication_role = replica")
             _load_history(conn)
+            _load_evm_history(conn)
         _analyze(conn)
         _create_live(conn)
         conn.execute("ANALYZE movement_request_nodes")
@@ -254,10 +331,18 @@ def test_the_observers_claim_reads_its_candidates_by_key(history_dsn: str) -> No
     assert rows_read(nodes, "movement_requests") <= 5 * len(newest)
 
 
-# what one call may read of either large table: the live groups are 50-150
-# rows, the movements executing 300 and the history a million, so a call that
-# reads more than this reads past the rows it works on
+# what one call may read of any large table: the live groups are 50-150
+# rows, the movements executing 300 and the history a million nodes, a
+# quarter of a million callbacks sent and a hundred thousand transactions,
+# so a call that reads more than this reads past the rows it works on
 STEP_READ_BOUND = 100
+LARGE_TABLES = (
+    "movement_requests",
+    "movement_request_nodes",
+    "node_intents",
+    "evm_transactions",
+    "callback_outbox",
+)
 
 
 def test_each_step_of_a_movements_life_reads_only_the_rows_it_works_on(
@@ -273,9 +358,7 @@ def test_each_step_of_a_movements_life_reads_only_the_rows_it_works_on(
 
         def step(name: str, call: str, params: Any = None) -> list[tuple[Any, ...]]:
             rows, nodes = session.run(call, params)
-            read[name] = {
-                t: rows_read(nodes, t) for t in ("movement_requests", "movement_request_nodes")
-            }
+            read[name] = {t: rows_read(nodes, t) for t in LARGE_TABLES}
             return rows
 
         # the dispatcher: a claim that starts approved movements, the intents, the submits
@@ -332,7 +415,34 @@ def test_each_step_of_a_movements_life_reads_only_the_rows_it_works_on(
         # the sidecars
         step("start_approved_movements", "SELECT start_approved_movements(10)")
         step("expire_movements", "SELECT expire_movements(10)")
-        step("claim_callbacks", "SELECT count(*) FROM claim_callbacks('callback_dispatcher', 10)")
+        # two callbacks due to a registered receiver, among the history's sent
+        # ones: one delivered, one refused by its receiver (due again later)
+        session.conn.execute(
+            "SELECT upsert_callback_target('hooks', %s, 'env:QTG_CB_HOOKS')", (HOOKS,)
+        )
+        session.conn.execute(
+            """INSERT INTO callback_outbox (request_id, event_type, idempotency_key, target_url,
+                                            payload, delivery_state, next_attempt_at, created_at)
+               SELECT id, 'movement.executing', 'walk-' || id, %s, '{}', 'PENDING', now, now
+                 FROM movement_requests, clock() now
+                WHERE request_state = 'EXECUTING' ORDER BY id DESC LIMIT 2""",
+            (HOOKS,),
+        )
+        callbacks = step(
+            "claim_callbacks",
+            "SELECT callback_id, claim_secret FROM claim_callbacks('callback_dispatcher', 10)",
+        )
+        delivered = [
+            step(f"complete_callback, {code}", "SELECT complete_callback(%s, %s, %s)", (*c, code))
+            for c, code in zip(callbacks, (200, 503), strict=True)
+        ]
+        # the nonce reaper: a fill of the first nonce allocated and never used
+        gap = EVM_HISTORY + SUBMITTED
+        filled = step(
+            "record_nonce_fill",
+            "SELECT record_nonce_fill(%s, %s, %s, %s, %s)",
+            (CHAIN, SENDER, gap, *signed(self_transfer(CHAIN_ID, SENDER, gap, FEES))),
+        )
         # the operators
         ((executing,),) = session.conn.execute(
             "SELECT max(id) FROM movement_requests WHERE request_state = 'EXECUTING'"
@@ -365,7 +475,37 @@ def test_each_step_of_a_movements_life_reads_only_the_rows_it_works_on(
     assert children == [("PENDING",), ("READY",), ("SKIPPED",)]
     assert lost
     assert approved == [("APPROVED", None)] * 5
+    assert delivered == [[("SENT",)], [("PENDING",)]]
+    assert filled == [(True,)]
     assert {name: r for name, r in read.items() if max(r.values()) > STEP_READ_BOUND} == {}
+
+
+@pytest.mark.parametrize(
+    ("call", "found"),
+    [
+        # the sent transactions waiting longest: the submitted nodes' (recorded
+        # half an hour before), never the account's history of sent intents
+        ("SELECT * FROM evm_stale_transactions(20, 60, 10)", 10),
+        # the nonces allocated past the live ones and never used
+        ("SELECT * FROM evm_nonce_gaps(10)", GAPS),
+        # the mark moves over the settled nonces under the live ones, each by key
+        (f"SELECT * FROM settle_evm_nonces(1000) WHERE moved = {SETTLING}", 1),
+    ],
+)
+def test_the_nonce_reapers_calls_read_the_nonces_in_flight_not_history(
+    history_dsn: str, call: str, found: int
+) -> None:
+    """The evm_nonce_reaper's calls, every few seconds: an account with a
+    hundred thousand transactions sent and settled, a hundred in flight."""
+    with explaining(history_dsn, analyze=True) as session:
+        rows, nodes = session.run(call)
+
+    assert len(rows) == found
+    assert nodes, "auto_explain reported no plans"
+    tables = ("movement_request_nodes", "node_intents", "evm_transactions")
+    assert not set(tables) & seq_scanned(nodes)
+    read = {t: rows_read(nodes, t) for t in tables}
+    assert max(read.values()) <= 3 * (SUBMITTED + SETTLING), read
 
 
 def test_claim_recovery_nodes_reads_the_recoverable_index(history_dsn: str) -> None:
@@ -420,7 +560,14 @@ def test_prune_callbacks_reads_only_what_it_deletes(
 
 @pytest.mark.parametrize(
     "view",
-    ["in_flight_nodes", "stuck_nodes", "executor_status", "lane_latency", "quarantined_nodes"],
+    [
+        "in_flight_nodes",
+        "stuck_nodes",
+        "executor_status",
+        "lane_latency",
+        "quarantined_nodes",
+        "evm_accounts",
+    ],
 )
 def test_the_dashboard_views_read_the_open_nodes_not_history(history_dsn: str, view: str) -> None:
     """What /metrics and `qtg status` read on every scrape: the nodes in flight,
@@ -431,9 +578,10 @@ def test_the_dashboard_views_read_the_open_nodes_not_history(history_dsn: str, v
         history_dsn, f"SELECT count(*) FROM {view} v WHERE to_jsonb(v) IS NOT NULL", analyze=True
     )
 
-    assert "movement_request_nodes" not in seq_scanned(nodes)
-    read = rows_read(nodes, "movement_request_nodes")
-    assert read <= 20 * LIVE_MOVEMENTS, (view, read)
+    tables = ("movement_request_nodes", "node_intents", "evm_transactions")
+    assert not set(tables) & seq_scanned(nodes)
+    read = {t: rows_read(nodes, t) for t in tables}
+    assert max(read.values()) <= 20 * LIVE_MOVEMENTS, (view, read)
 
 
 def test_pipeline_counts_reads_what_is_open_or_new_once_rolled_up(history: str) -> None:
