@@ -62,6 +62,9 @@ GAPS = 5
 
 SETUP_AT = "2026-01-01 00:00:00+00"
 HOOKS = "https://hooks.example.test/qtg"
+NODE_TABLES = ("movement_request_nodes", "node_intents", "evm_transactions")
+"""A node's rows in the tables that grow with history: the node, its intents,
+their recorded transactions."""
 
 ONE_NODE_PLAN = json.dumps(plan(node("a")))
 CHAIN_PLAN = json.dumps(plan(node("a"), node("b", depends_on=["a"])))
@@ -502,9 +505,8 @@ def test_the_nonce_reapers_calls_read_the_nonces_in_flight_not_history(
 
     assert len(rows) == found
     assert nodes, "auto_explain reported no plans"
-    tables = ("movement_request_nodes", "node_intents", "evm_transactions")
-    assert not set(tables) & seq_scanned(nodes)
-    read = {t: rows_read(nodes, t) for t in tables}
+    assert not set(NODE_TABLES) & seq_scanned(nodes)
+    read = {t: rows_read(nodes, t) for t in NODE_TABLES}
     assert max(read.values()) <= 3 * (SUBMITTED + SETTLING), read
 
 
@@ -578,9 +580,8 @@ def test_the_dashboard_views_read_the_open_nodes_not_history(history_dsn: str, v
         history_dsn, f"SELECT count(*) FROM {view} v WHERE to_jsonb(v) IS NOT NULL", analyze=True
     )
 
-    tables = ("movement_request_nodes", "node_intents", "evm_transactions")
-    assert not set(tables) & seq_scanned(nodes)
-    read = {t: rows_read(nodes, t) for t in tables}
+    assert not set(NODE_TABLES) & seq_scanned(nodes)
+    read = {t: rows_read(nodes, t) for t in NODE_TABLES}
     assert max(read.values()) <= 20 * LIVE_MOVEMENTS, (view, read)
 
 
