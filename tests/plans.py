@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 from conftest import module_database
-from engine import bind, pin_clock, register_sim
+from engine import as_person, bind, pin_clock, register_sim
 from psycopg import sql
 
 LATER = "2026-01-01 00:30:00+00"  # observations due, the dispatcher's heartbeat long stopped
@@ -31,6 +31,25 @@ def plans_database(
         pin_clock(conn, at)
         register_sim(conn)
         yield dsn, conn
+
+
+def create_movements(
+    conn: psycopg.Connection[Any], prefix: str, count: int, plan: str, approve: bool = True
+) -> None:
+    """``count`` movements of ``plan`` (JSON) made by alice in one statement,
+    external ids ``prefix`` 1..count; then, with ``approve``, every movement
+    waiting for approval approved (by the connection's own login)."""
+    with as_person(conn, "alice"):
+        conn.execute(
+            """SELECT count(*) FROM generate_series(1, %s) g
+                CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb)""",
+            (count, prefix, plan),
+        )
+    if approve:
+        conn.execute(
+            "SELECT count(approve_movement(id)) FROM movement_requests"
+            " WHERE request_state = 'PENDING_APPROVAL'"
+        )
 
 
 def _walk(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -36,7 +36,15 @@ import psycopg
 import pytest
 from engine import as_person, bind, node, plan
 from evm_rows import FEES, signed
-from plans import explained, explaining, index_scans, plans_database, rows_read, seq_scanned
+from plans import (
+    create_movements,
+    explained,
+    explaining,
+    index_scans,
+    plans_database,
+    rows_read,
+    seq_scanned,
+)
 
 from qtg_runner.api import reads
 from qtg_runner.chains.evm import self_transfer
@@ -165,20 +173,8 @@ def _record_transactions(conn: psycopg.Connection[Any]) -> None:
 
 
 def _create_live(conn: psycopg.Connection[Any]) -> None:
-    def create_approved(prefix: str, count: int, the_plan: str = ONE_NODE_PLAN) -> None:
-        with as_person(conn, "alice"):
-            conn.execute(
-                """SELECT count(*) FROM generate_series(1, %s) g
-                    CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb)""",
-                (count, prefix, the_plan),
-            )
-        conn.execute(
-            "SELECT count(approve_movement(id)) FROM movement_requests"
-            " WHERE request_state = 'PENDING_APPROVAL'"
-        )
-
-    create_approved("chain-", CHAINS, CHAIN_PLAN)
-    create_approved("live-", LIVE_MOVEMENTS)
+    create_movements(conn, "chain-", CHAINS, CHAIN_PLAN)
+    create_movements(conn, "live-", LIVE_MOVEMENTS, ONE_NODE_PLAN)
     conn.execute("SELECT start_approved_movements(1000)")
     # a dispatcher that beat once and died holding its claims (their lease, an hour, lives on)
     conn.execute("SELECT heartbeat('dispatcher', 'gone', 'core', 1.2)")
@@ -212,13 +208,8 @@ def _create_live(conn: psycopg.Connection[Any]) -> None:
         {"chain": CHAIN, "sender": SENDER, "base": EVM_HISTORY},
     )
     _record_transactions(conn)
-    create_approved("waiting-", APPROVED)
-    with as_person(conn, "alice"):
-        conn.execute(
-            """SELECT count(*) FROM generate_series(1, %s) g
-                CROSS JOIN LATERAL create_movement('queued-' || g, 100, %s::jsonb)""",
-            (QUEUED, ONE_NODE_PLAN),
-        )
+    create_movements(conn, "waiting-", APPROVED, ONE_NODE_PLAN)
+    create_movements(conn, "queued-", QUEUED, ONE_NODE_PLAN, approve=False)
 
 
 def _analyze(conn: psycopg.Connection[Any]) -> None:

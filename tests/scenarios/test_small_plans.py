@@ -21,8 +21,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from engine import as_person, bind, node, plan
-from plans import explained, plans_database, seq_scanned
+from engine import bind, node, plan
+from plans import create_movements, explained, plans_database, seq_scanned
 
 SETUP_AT = "2026-01-01 00:00:00+00"
 FINISHED = 250  # finished movements of 4 nodes: a thousand nodes of history
@@ -36,16 +36,7 @@ def small_dsn(pg_server: str, template_db: str) -> Iterator[str]:
     with plans_database(pg_server, template_db, "qtg_small_plans", SETUP_AT) as (dsn, conn):
 
         def started(prefix: str, count: int, the_plan: dict[str, Any]) -> None:
-            with as_person(conn, "alice"):
-                conn.execute(
-                    """SELECT count(*) FROM generate_series(1, %s) g
-                        CROSS JOIN LATERAL create_movement(%s || g, 100, %s::jsonb)""",
-                    (count, prefix, json.dumps(the_plan)),
-                )
-            conn.execute(
-                "SELECT count(approve_movement(id)) FROM movement_requests"
-                " WHERE request_state = 'PENDING_APPROVAL'"
-            )
+            create_movements(conn, prefix, count, json.dumps(the_plan))
             conn.execute("SELECT start_approved_movements(1000)")
 
         # the history: movements of four nodes in a row, each node settled at submit
