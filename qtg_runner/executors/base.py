@@ -68,6 +68,14 @@ class NodeWork:
     prepare, submit), None for a root node. An executor that needs it later
     keeps what it needs in its prepared payload or its external reference."""
 
+    @property
+    def route_problem(self) -> str | None:
+        """Why the recorded intent's payload is not what the node's approved
+        route says now (the claim's intent document, read in SQL), or None.
+        The observer and recovery act on nothing of such an intent."""
+        problem = (self.intent or {}).get("route_problem")
+        return str(problem) if problem else None
+
     @classmethod
     def from_claim(cls, row: ClaimedNode | ObserveClaim | RecoveryClaim, network: str) -> NodeWork:
         """From a row of claim_ready_nodes, claim_observe or claim_recovery_nodes."""

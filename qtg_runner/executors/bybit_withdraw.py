@@ -51,6 +51,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, ClassVar
 
@@ -116,7 +117,6 @@ class _Route:
     amount: str
     amount_units: str
     request_id: str
-    prepared_at_ms: int
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> _Route:
@@ -223,7 +223,6 @@ class BybitWithdrawExecutor:
             amount=row.amount,
             amount_units=str(int(row.amount_units)),
             request_id=request_id,
-            prepared_at_ms=int(time.time() * 1000),
         )
         # the venue's client is made now: a runner without its settings fails
         # here, before anything is recorded
@@ -275,13 +274,7 @@ class BybitWithdrawExecutor:
         """The venue's withdrawals that match the recorded one: its coin, chain,
         address and amount, made within the intent's time window."""
         client = self._client(route)
-        starts = [route.prepared_at_ms]
-        created = (work.intent or {}).get("created_at")
-        if isinstance(created, str):
-            from datetime import datetime
-
-            starts.append(int(datetime.fromisoformat(created).timestamp() * 1000))
-        start = min(starts) - WINDOW_BEFORE_MS
+        start = int(_claimed_at_s(work) * 1000) - WINDOW_BEFORE_MS
         amount = Decimal(route.amount)
         found: list[WithdrawalRecord] = []
         cursor: str | None = None
@@ -479,8 +472,9 @@ class BybitWithdrawExecutor:
 
     @staticmethod
     def _age_s(work: NodeWork, route: _Route) -> float:
-        """Seconds since the request was prepared (the runner's clock)."""
-        return time.time() - route.prepared_at_ms / 1000
+        """Seconds since the intent was claimed (the database's time of the
+        claim, read on the runner's clock)."""
+        return time.time() - _claimed_at_s(work)
 
     async def health(self) -> HealthResult:
         return await venue_health(self._pool, self._venues)
@@ -490,6 +484,17 @@ class BybitWithdrawExecutor:
         for rpc in self._rpcs.values():
             await rpc.aclose()
         self._rpcs.clear()
+
+
+def _claimed_at_s(work: NodeWork) -> float:
+    """When the node's intent was claimed, by the database's clock (the intent's
+    created_at, which observation and recovery are handed): before any request
+    was made. A dispatcher holds its claim of a moment ago and no intent
+    document: now. Never the payload's word."""
+    created = (work.intent or {}).get("created_at")
+    if not isinstance(created, str):
+        return time.time()
+    return datetime.fromisoformat(created).timestamp()
 
 
 async def venue_health(pool: AsyncConnectionPool[Any], venues: VenueClients) -> HealthResult:

@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 
 from qtg_runner.db import procs
-from qtg_runner.executors.base import ExecutorError, JsonObject, NodeWork
+from qtg_runner.executors.base import ExecutorError, JsonObject, NodeWork, ObserveStatus
 from qtg_runner.faults import (
     Failure,
     NoAnswer,
@@ -189,7 +189,13 @@ async def _observe(ctx: WorkerContext, work: NodeWork) -> tuple[str, JsonObject,
     executor for the node in this runner) is the ERROR outcome: the database
     decides when to look again (the hint, if any, else the lane's delay) and
     still escalates a node observed too long to UNKNOWN. Anything else the
-    executor raises is raised."""
+    executor raises is raised. An intent whose payload is not its route's
+    (NodeWork.route_problem) is not observed: UNKNOWN, for recovery and an
+    operator."""
+    problem = work.route_problem
+    if problem is not None:
+        # the recorded intent is not what its route says: nothing of it is read
+        return ObserveStatus.UNKNOWN.value, {"problem": ctx.limits.text(problem)}, None
     executor = ctx.executor_for(work)
     if executor is None:
         return CALL_FAILED, {"error": missing_executor(WORKER, work)}, None

@@ -89,7 +89,15 @@ async def _recover(ctx: WorkerContext, work: NodeWork) -> RecoveryResult:
     the way to the service, no answer in RECOVER_DEADLINE_S; or no executor
     for the node in this runner)
     concludes nothing: STILL_UNKNOWN, looked at again after the executor's hint,
-    else after the lane's recovery_retry_seconds. Anything else is raised."""
+    else after the lane's recovery_retry_seconds. An intent whose payload is
+    not its route's (NodeWork.route_problem) is not recovered: STILL_UNKNOWN.
+    Anything else is raised."""
+    if work.route_problem is not None:
+        # the recorded intent is not what its route says: nothing is repeated
+        # or concluded from it; an operator decides
+        return RecoveryResult(
+            RecoveryOutcome.STILL_UNKNOWN, {"problem": ctx.limits.text(work.route_problem)}
+        )
     executor = ctx.executor_for(work)
     if executor is None:
         error = missing_executor(WORKER, work)

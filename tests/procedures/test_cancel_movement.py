@@ -22,6 +22,7 @@ and to-state it checks.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -95,8 +96,8 @@ def test_cancel_while_executing_with_nothing_in_flight_cancels_at_once(conn: Con
 
 def recover(conn: Conn, node_id: int, secret: str, outcome: str, after: float | None = None) -> str:
     row = conn.execute(
-        "SELECT complete_recovery(%s, %s, %s, p_retry_after_seconds => %s)::text",
-        (node_id, secret, outcome, after),
+        "SELECT complete_recovery(%s, %s, %s, %s::jsonb, p_retry_after_seconds => %s)::text",
+        (node_id, secret, outcome, json.dumps({"found": outcome}), after),
     ).fetchone()
     assert row is not None
     return str(row[0])

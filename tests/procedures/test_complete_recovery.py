@@ -79,7 +79,7 @@ def lapsed_in_recovery(conn: Conn) -> tuple[int, int, str]:
 def recovered_logged(conn: Conn, node_id: int, secret: str, outcome: str) -> Any:
     return in_one_transaction(
         conn,
-        "SELECT complete_recovery(%s, %s, %s, NULL, 'ref-r')::text",
+        "SELECT complete_recovery(%s, %s, %s, '{\"seen\": \"ref-r\"}', 'ref-r')::text",
         (node_id, secret, outcome),
     )
 

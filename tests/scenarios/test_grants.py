@@ -115,7 +115,15 @@ INLINE = {
 }
 """Internal helpers PostgreSQL inlines (no search_path of their own): granted to nobody."""
 INTERNAL = {
+    "abi_uint",
     "approve_movement_rows",
+    "bridge_call_problem",
+    "intent_payload_problem",
+    "intent_route",
+    "json_same",
+    "jsonb_pick",
+    "recovery_evidence_problem",
+    "stargate_send_calldata",
     "ccip_send_tx_problem",
     "ccip_word",
     "treasury_signer",

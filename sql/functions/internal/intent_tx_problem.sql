@@ -11,8 +11,10 @@
 --         evm_transfer_route says (token, recipient, amount; no ether), and any
 --         other node may only approve() a bridge contract of the chain for at
 --         most the movement's amount; an evm_transfer node calls nothing else.
---         What a bridge call carries beyond its contract is its executor's
---         route's to decide (a ccip node: ccip_send_tx_problem).
+--         A bridge node's call is exactly the one its route says (ccip:
+--         ccip_send_tx_problem; cctp_burn, cctp_mint, stargate:
+--         bridge_call_problem); another executor's, any bridge contract of
+--         the chain.
 -- The answer is 'QTnnn message' (the batch reports it in the node's row).
 -- Reads only. Internal: record_intent_prepared_batch asks it for every raw
 -- transaction it records.
@@ -93,6 +95,9 @@ BEGIN
         END IF;
         RETURN format('QT032 %s: on the token %s a %s node may only approve a bridge contract of %s '
                       'for at most the movement''s amount', v_what, v_token.symbol, v_executor, p_chain_key);
+    END IF;
+    IF v_executor IN ('cctp_burn', 'cctp_mint', 'stargate') THEN
+        RETURN bridge_call_problem(p_node_id, v_executor, p_chain_key, v_tx.to_address, v_tx.value, v_tx.data);
     END IF;
     IF v_tx.to_address IS NOT NULL AND EXISTS (
            SELECT 1 FROM chain_protocols p, jsonb_each_text(p.contracts) c

@@ -14,6 +14,10 @@
 --                  operators.
 --   STILL_UNKNOWN  no conclusion yet: UNKNOWN, looked at again after
 --                  p_retry_after_seconds, or the lane's recovery_retry_seconds.
+-- COMPLETED and FAILED on a side effect that may be out stand on the
+-- executor's evidence, checked as far as SQL can (recovery_evidence_problem:
+-- QT002 none, QT032 evidence of another side effect or a payload that is no
+-- longer its route's); refused, nothing changes.
 -- Fenced by the claim's secret (QT030); accepted after the recovery lease ran out
 -- while no other recovery claim has taken the node (evidence stays evidence).
 -- Locks: request, node, intent. The DAG step and the settle: finish_nodes.
@@ -35,6 +39,7 @@ DECLARE
     v_stopping boolean;
     v_to       qtg.node_state;
     v_wait     numeric;
+    v_problem  text;
 BEGIN
     PERFORM check_args('complete_recovery', p_outcome => p_outcome,
                        p_outcomes => '{COMPLETED,FAILED,IN_FLIGHT,NOT_SUBMITTED,STILL_UNKNOWN}',
@@ -50,6 +55,8 @@ BEGIN
                   HINT = 'Resubmit the prepared payload and report IN_FLIGHT, conclude COMPLETED, FAILED or '
                          'STILL_UNKNOWN from evidence, or have two operators call requeue_node.';
     END IF;
+    v_problem := recovery_evidence_problem(p_node_id, p_outcome, p_evidence, p_external_ref);
+    PERFORM raise_node_error(left(v_problem, 5), substr(v_problem, 7));
     SELECT stop_reason IS NOT NULL INTO STRICT v_stopping FROM movement_requests WHERE id = v_node.request_id;
     SELECT * INTO STRICT v_pacing FROM observe_pacing(v_node.lane, v_now, v_now, p_retry_after_seconds);
     v_wait := coalesce(p_retry_after_seconds, (lane_of(v_node.lane)).recovery_retry_seconds);

@@ -35,6 +35,11 @@
 -- allows the node (QT032: an evm_transfer node exactly its route's transfer;
 -- another node a bridge contract of the chain, or approve() of one for at
 -- most the movement's amount).
+-- What is sent is what was approved: the payload (and an exchange's request
+-- id) must be what the node's route says now (intent_payload_problem: QT032,
+-- or QT002 for a payload that is not an object), whatever the executor; the
+-- payload kept from an earlier record of the claim is checked when none is
+-- given again.
 -- A node presented with a wrong secret is never locked.
 -- A recorded node gets one intent_prepared audit row (actor: the claimer),
 -- exactly as record_intent_prepared writes it; signed_tx_hashes keeps every
@@ -149,7 +154,7 @@ BEGIN
                                      WHERE a.chain_key = g.chain_key AND a.address = g.sender) THEN
                                format('QT014 record_intent_prepared: node %s: %s is not a treasury account of chain %s '
                                       'on this network', g.node_id, g.sender, g.chain_key)
-                           ELSE tx.problem
+                           ELSE coalesce(tx.problem, route.problem)
                        END AS refused
                   FROM given g
                   -- what the signed bytes do, read from them: their chain, nonce, fees and call
@@ -157,6 +162,14 @@ BEGIN
                       SELECT intent_tx_problem(g.node_id, g.chain_key, g.nonce, g.raw_tx) AS problem
                        WHERE g.raw_tx IS NOT NULL AND length(g.raw_tx) <= 2 + 2 * 131072
                   ) tx ON true
+                  -- what the payload says, against the approved route (kept when not given again)
+                  LEFT JOIN LATERAL (
+                      SELECT intent_payload_problem(g.node_id, t.idempotency_key, coalesce(g.payload, t.prepared_payload),
+                                                    coalesce(g.external_request_id, t.external_request_id)) AS problem
+                        FROM movement_request_nodes n
+                        JOIN node_intents t ON t.node_id = n.id AND t.claim_token = n.claim_token
+                       WHERE n.id = g.node_id
+                  ) route ON true
             ), input AS (
                 SELECT j.node_id, j.nonce, j.signed_tx_hash, j.external_request_id, j.payload,
                        j.chain_key, j.sender, j.raw_tx, j.ord,
