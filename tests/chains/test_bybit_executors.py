@@ -594,3 +594,104 @@ def test_health_says_whether_the_venue_answers(db: Any, world: Any, exchange: Ex
     result = health(down)
     assert result.status is HealthStatus.DOWN and result.detail["bybit"].startswith("down:")
     assert SECRET not in str(result.detail)
+
+
+# -- a runner login that forges what is sent -------------------------------------
+
+
+def test_a_runner_login_cannot_redirect_a_withdrawal_through_recovery(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    """The attack with the runner's database login alone (no exchange key):
+    claim a freshly approved withdrawal, record a payload of its own (another
+    recipient, another amount, another venue URL's or key file's variable,
+    another requestId) and fail the submit as retryable, hoping the recovery
+    worker, which holds the key, repeats "the prepared request". Each forged
+    record is refused (QT032) and changes nothing; the failed submit leaves
+    nothing prepared, so the honest dispatcher prepares the approved route and
+    the venue pays the approved recipient the approved amount, once."""
+    chain = exchange.chain_set.chains[0]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    thief = fresh_recipient(world, exchange, chain.key)  # even allow-listed everywhere
+    count = exchange.withdrawals()
+    node_id = start(world, [withdraw_node(chain.key, recipient)], Decimal("10"), "forged")["out"]
+
+    conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "evil")
+    with psycopg.connect(conninfo, autocommit=True) as runner:
+        [claimed] = procs.claim_ready_nodes("node_dispatcher", 1).all(runner)
+        assert claimed.node_id == node_id
+        route = procs.bybit_withdraw_route(node_id).one(runner)
+        salt = route.request_salt
+        request_id = request_id_for(f"{salt}:{claimed.idempotency_key}")
+        honest = {
+            "venue_key": route.venue_key,
+            "kind": route.kind,
+            "base_url_env": route.base_url_env,
+            "key_file_env": route.key_file_env,
+            "chain_key": route.chain_key,
+            "venue_chain": route.venue_chain,
+            "rpc_url_env": route.rpc_url_env,
+            "finality_depth": route.finality_depth,
+            "coin": route.coin,
+            "token_address": route.token_address,
+            "recipient": route.recipient,
+            "amount": route.amount,
+            "amount_units": str(int(route.amount_units)),
+            "request_id": request_id,
+        }
+        forgeries = [
+            (honest | {"recipient": thief}, request_id),
+            (honest | {"amount": "500", "amount_units": "500000000"}, request_id),
+            (honest | {"base_url_env": "EVIL_BYBIT_URL"}, request_id),
+            (honest | {"key_file_env": "HOME"}, request_id),
+            (honest | {"prepared_at_ms": 4_102_444_800_000}, request_id),
+            (honest, "0" * 32),
+            ({k: v for k, v in honest.items() if k != "recipient"}, request_id),
+        ]
+        before = intent_of(world, node_id)
+        for payload, external_id in forgeries:
+            with pytest.raises(psycopg.Error) as refused:
+                runner.execute(
+                    "SELECT record_intent_prepared(%s, %s, p_external_request_id => %s,"
+                    " p_payload => %s::jsonb)",
+                    (node_id, claimed.claim_secret, external_id, json.dumps(payload)),
+                )
+            assert refused.value.sqlstate == "QT032", payload
+            assert intent_of(world, node_id) == before
+        # the submit "fails": nothing was prepared, so nothing is for recovery to repeat
+        runner.execute(
+            "SELECT fail_submit(%s, %s, 'the venue is down', true)",
+            (node_id, claimed.claim_secret),
+        )
+    assert node_state(world, node_id) == "READY"
+    assert intent_of(world, node_id)["intent_state"] == "FAILED"  # never prepared
+    world.execute("UPDATE movement_request_nodes SET not_before = NULL WHERE id = %s", (node_id,))
+
+    assert dispatch(db, exchange) == 1
+    assert observe_until(db, world, exchange, node_id) == "COMPLETED"
+    assert exchange.withdrawals() == count + 1
+    assert usdc_balance(chain, recipient) == 10_000_000
+    assert usdc_balance(chain, thief) == 0
+
+
+def test_a_withdrawal_whose_route_changed_in_flight_is_left_to_an_operator(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    """Observation and recovery read the route again: once the registry no
+    longer says what the recorded request says (here the venue's key file
+    variable was renamed), neither reads the venue with the recorded names nor
+    repeats anything; the node waits in UNKNOWN with the reason."""
+    chain = exchange.chain_set.chains[1]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    node_id = start(world, [withdraw_node(chain.key, recipient)], Decimal("1.25"), "moved")["out"]
+    assert dispatch(db, exchange) == 1
+    requests = exchange.requests()
+    world.execute("UPDATE exchange_venues SET key_file_env = 'QTG_OTHER_KEY_FILE'")
+    try:
+        assert observe_once(db, world, exchange, node_id) == "UNKNOWN"
+        assert "key_file_env" in str(node_row(world, node_id)["evidence"]["problem"])
+        assert recover(db, world, exchange) == ["UNKNOWN"]
+        assert "key_file_env" in str(node_row(world, node_id)["evidence"]["problem"])
+        assert exchange.requests() == requests
+    finally:
+        world.execute(f"UPDATE exchange_venues SET key_file_env = '{BYBIT_KEY_FILE_ENV}'")

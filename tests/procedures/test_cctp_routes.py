@@ -12,16 +12,21 @@ only, so a refusal changes nothing."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
-from engine import assert_rejected, create, node, node_ids, plan
+from engine import approve, assert_rejected, create, node, node_ids, plan
+from evm_rows import FEES, call
 from rows import Conn
 
+from qtg_runner.chains.cctp import BurnBody, CctpMessage
+from qtg_runner.chains.cctp_client import deposit_for_burn_calldata, receive_message_calldata
 from qtg_runner.db import procs
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
+from qtg_runner.executors.cctp_burn import _Route as BurnRoute
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
 
 TREASURY = "0x" + "d" * 40
@@ -171,3 +176,172 @@ def test_the_fee_cap_is_a_bounded_share_of_the_amount(registry: Conn) -> None:
     with pytest.raises(psycopg.Error) as refused:
         movement(registry, "over-cap", max_fee_bps=101)
     assert refused.value.sqlstate == "QT001"
+
+
+# -- what a burn and a mint may record: the route's own call, nothing else -------
+
+RECORD = (
+    "SELECT record_intent_prepared(%s, %s, p_nonce => %s, p_signed_tx_hash => %s,"
+    " p_payload => %s::jsonb, p_chain_key => %s, p_sender => %s, p_raw_tx => %s)"
+)
+
+
+def claimed(registry: Conn, external_id: str, **kw: Any) -> dict[str, Any]:
+    """A started movement's claimed burn, with its route."""
+    ids = movement(registry, external_id, **kw)
+    approve(registry, next(iter(ids_of_movement(registry, ids["burn"]))))
+    procs.start_approved_movements(1000).one(registry)
+    [claim] = procs.claim_ready_nodes("w1", 1, 300).all(registry)
+    assert claim.node_id == ids["burn"]
+    return {"ids": ids, "secret": claim.claim_secret}
+
+
+def ids_of_movement(conn: Conn, node_id: int) -> list[int]:
+    row = conn.execute(
+        "SELECT request_id FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    assert row is not None
+    return [int(row[0])]
+
+
+def burn_call(route: Any, **change: Any) -> bytes:
+    fields = {
+        "amount": int(route.amount_units),
+        "destination_domain": int(route.destination_domain),
+        "mint_recipient": route.mint_recipient,
+        "burn_token": route.token_address,
+        "max_fee": int(route.max_fee_units),
+        "min_finality_threshold": int(route.min_finality_threshold),
+    } | change
+    return deposit_for_burn_calldata(**fields)
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"mint_recipient": STRANGER},
+        {"destination_domain": 102},
+        {"amount": 2_500_001},
+        {"max_fee": 2_500_000},
+        {"min_finality_threshold": 2000},
+        {"destination_caller": b"\x01" * 32},
+        {"to": "0x" + "9" * 40},  # another contract, though registered as nothing
+        {"value": 1},
+    ],
+    ids=lambda f: next(iter(f)),
+)
+def test_a_burn_records_only_its_routes_deposit_for_burn(
+    registry: Conn, forged: dict[str, Any]
+) -> None:
+    """The signed bytes of a burn are read in SQL: depositForBurn of the route's
+    amount to its mint recipient on its destination domain, byte for byte, on
+    its TokenMessengerV2. Another recipient, domain, amount, fee cap, finality,
+    destination caller, contract or ether is refused (QT032), nothing kept."""
+    c = claimed(registry, "forged-burn-" + next(iter(forged)))
+    node_id = c["ids"]["burn"]
+    route = procs.cctp_burn_route(node_id).one(registry)
+    payload = json.dumps(BurnRoute.from_row(route).payload(100_000, FEES))
+    change = dict(forged)
+    to = change.pop("to", MESSENGER_A)
+    value = change.pop("value", 0)
+    tx_hash, raw = call(1, 0, to, burn_call(route, **change), value)
+    assert_rejected(
+        registry, "QT032", RECORD,
+        (node_id, c["secret"], 0, tx_hash, payload, "chain-a", TREASURY, raw),
+    )  # fmt: skip
+    tx_hash, raw = call(1, 0, MESSENGER_A, burn_call(route))
+    registry.execute(RECORD, (node_id, c["secret"], 0, tx_hash, payload, "chain-a", TREASURY, raw))
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"mint_recipient": STRANGER},
+        {"amount_units": "250000000"},
+        {"destination_domain": 102},
+        {"token_messenger": "0x" + "9" * 40},
+        {"rpc_url_env": "QTG_RPC_CHAIN_C"},
+        {"signer_id": "env:OTHER_KEY"},
+        {"chain_key": "chain-b"},
+        {"finality_depth": 0},
+        {"refund_to": STRANGER},  # a key the executor never records
+    ],
+    ids=lambda f: next(iter(f)),
+)
+def test_a_burns_payload_is_its_route_or_refused(registry: Conn, forged: dict[str, Any]) -> None:
+    """The payload that observation and recovery read (and a replacement is
+    signed from) must say what the route says: a forged recipient, amount,
+    domain, contract, RPC or signer NAME, chain or finality, or a key of its
+    own, is refused with the honest bytes beside it (QT032), nothing kept."""
+    c = claimed(registry, "forged-payload-" + next(iter(forged)))
+    node_id = c["ids"]["burn"]
+    route = procs.cctp_burn_route(node_id).one(registry)
+    payload = BurnRoute.from_row(route).payload(100_000, FEES) | forged
+    tx_hash, raw = call(1, 0, MESSENGER_A, burn_call(route))
+    error = assert_rejected(
+        registry, "QT032", RECORD,
+        (node_id, c["secret"], 0, tx_hash, json.dumps(payload), "chain-a", TREASURY, raw),
+    )  # fmt: skip
+    assert next(iter(forged)) in str(error)
+
+
+def mint_message(route: Any, **change: Any) -> bytes:
+    """receiveMessage(message, attestation) of a burn message as the route says."""
+    fields = {
+        "source_domain": int(route.source_domain),
+        "destination_domain": int(route.destination_domain),
+        "burn_token": route.source_token,
+        "mint_recipient": route.mint_recipient,
+        "amount": int(route.amount_units),
+    } | change
+
+    def word(address: str) -> bytes:
+        return bytes(12) + bytes.fromhex(address[2:])
+
+    body = BurnBody(
+        1, word(fields["burn_token"]), word(fields["mint_recipient"]), fields["amount"],
+        word(TREASURY), int(route.max_fee_units), 0, 0, b"",
+    ).encode()  # fmt: skip
+    message = CctpMessage(
+        1, fields["source_domain"], fields["destination_domain"], b"\x07" * 32,
+        word(route.source_token_messenger), word(route.token_messenger), bytes(32),
+        1000, 1000, body,
+    ).encode()  # fmt: skip
+    return receive_message_calldata(message, b"\x99" * 65)
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"mint_recipient": STRANGER},
+        {"amount": 1},
+        {"source_domain": 102},
+        {"burn_token": "0x" + "9" * 40},
+        {"to": MESSENGER_B},
+    ],
+    ids=lambda f: next(iter(f)),
+)
+def test_a_mint_records_only_a_receive_of_its_routes_burn(
+    registry: Conn, forged: dict[str, Any]
+) -> None:
+    """A mint's signed bytes receive a burn message from the route's source
+    domain that pays the route's recipient the route's amount of the source's
+    USDC, on the destination's transmitter; anything else is refused."""
+    c = claimed(registry, "forged-mint-" + next(iter(forged)))
+    burn = c["ids"]["burn"]
+    registry.execute(
+        "SELECT complete_submit(%s, %s, 'burnt', p_settled => true)", (burn, c["secret"])
+    )
+    [mint] = procs.claim_ready_nodes("w1", 1, 300).all(registry)
+    route = procs.cctp_mint_route(mint.node_id).one(registry)
+    change = dict(forged)
+    to = change.pop("to", TRANSMITTER_B)
+    tx_hash, raw = call(2, 0, to, mint_message(route, **change))
+    assert_rejected(
+        registry, "QT032", RECORD,
+        (mint.node_id, mint.claim_secret, 0, tx_hash, None, "chain-b", TREASURY, raw),
+    )  # fmt: skip
+    tx_hash, raw = call(2, 0, TRANSMITTER_B, mint_message(route))
+    registry.execute(
+        RECORD, (mint.node_id, mint.claim_secret, 0, tx_hash, None, "chain-b", TREASURY, raw)
+    )
