@@ -12,7 +12,8 @@ One tick, for the process's network:
   3. on success reset the consecutive-error counter; on an operational error
      (database, network, executor) count it and back off exponentially, to a
      60 s ceiling;
-  4. sleep ``interval +- jitter`` (or the backoff), waking early when a
+  4. sleep ``interval +- jitter`` (or the backoff; or not at all when a
+     worker that drains a queue found work in it), waking early when a
      notification for this worker's kind of work arrives or the process stops
      (a woken tick skips step 1 when the last beat is under half an interval
      old: the notified work is claimed at once).
@@ -96,6 +97,12 @@ class WorkerEntry:
     tier: Tier
     wake_on: frozenset[str] = frozenset()
     """Notification kinds (see notify_work) that wake this worker early."""
+    drains: bool = True
+    """Whether the batch takes work off a queue (claims, an outbox): then a batch
+    that did some goes again at once, as more may be waiting. A periodic check
+    (health, balances, reapers that look at the same rows each round) does not
+    drain anything: it runs at its interval whatever its batch returns, so an
+    idle runner never calls its providers back to back."""
     loops: int = 1
     """Loops of this worker in one process, each running the skeleton on its
     own (one tick after another), all as the same worker instance (one
@@ -327,8 +334,9 @@ async def run_worker(
                     )
                 errors = 0
                 last_error = None
-                # work was found: more may be waiting, so go again at once
-                delay = 0.0 if processed > 0 else jittered(entry.interval, entry.jitter, rng)
+                # work was taken off a queue: more may be waiting, so go again at once
+                again = processed > 0 and entry.drains
+                delay = 0.0 if again else jittered(entry.interval, entry.jitter, rng)
             if beat and woken:
                 last_beat = clock()
                 await heartbeat(ctx, entry, expected, processed, errors, last_error)

@@ -24,6 +24,8 @@ from qtg_runner.workers import (
 )
 
 REGISTRY: tuple[WorkerEntry, ...] = (
+    # drains=False: a periodic check that takes nothing off a queue runs at its
+    # interval whatever its batch returns (an idle runner stays idle)
     # two loops: a node that becomes READY while one is in a batch (its side
     # effects, its reports) is claimed by the other at once
     WorkerEntry(
@@ -51,16 +53,31 @@ REGISTRY: tuple[WorkerEntry, ...] = (
     ),
     # each lane's poll schedule learned from its finished nodes
     WorkerEntry(
-        "lane_pacing_refresh", lane_pacing_refresh.batch, interval=60.0, jitter=10.0, tier="sidecar"
+        "lane_pacing_refresh",
+        lane_pacing_refresh.batch,
+        interval=60.0,
+        jitter=10.0,
+        tier="sidecar",
+        drains=False,
     ),
     # pipeline_counts' finished rows counted once, so reading it costs what is open
     WorkerEntry(
-        "pipeline_rollup", pipeline_rollup.batch, interval=60.0, jitter=10.0, tier="sidecar"
+        "pipeline_rollup",
+        pipeline_rollup.batch,
+        interval=60.0,
+        jitter=10.0,
+        tier="sidecar",
+        drains=False,
     ),
     # fills of nonces that will never broadcast, fee bumps of transactions
     # waiting more than 20 block times (at least a minute)
     WorkerEntry(
-        "evm_nonce_reaper", evm_nonce_reaper.batch, interval=15.0, jitter=3.0, tier="sidecar"
+        "evm_nonce_reaper",
+        evm_nonce_reaper.batch,
+        interval=15.0,
+        jitter=3.0,
+        tier="sidecar",
+        drains=False,
     ),
     # transfers into an exchange's deposit address, followed until credited
     WorkerEntry(
@@ -72,7 +89,12 @@ REGISTRY: tuple[WorkerEntry, ...] = (
     ),
     # every executor's health(); a DOWN one's nodes stay READY until it is up
     WorkerEntry(
-        "executor_health", executor_health.batch, interval=30.0, jitter=5.0, tier="sidecar"
+        "executor_health",
+        executor_health.batch,
+        interval=30.0,
+        jitter=5.0,
+        tier="sidecar",
+        drains=False,
     ),
     # the audit log's hash chain: a few seconds behind the outbox
     WorkerEntry(
@@ -93,10 +115,16 @@ REGISTRY: tuple[WorkerEntry, ...] = (
         interval=15.0,
         jitter=3.0,
         tier="sidecar",
+        drains=False,
     ),
     # the treasury's balances read from the chains and the venues, every minute
     WorkerEntry(
-        "balance_snapshot", balance_snapshot.batch, interval=60.0, jitter=5.0, tier="sidecar"
+        "balance_snapshot",
+        balance_snapshot.batch,
+        interval=60.0,
+        jitter=5.0,
+        tier="sidecar",
+        drains=False,
     ),
     # the snapshots against the engine's records: drift alerts and breakers
     WorkerEntry(
@@ -105,6 +133,7 @@ REGISTRY: tuple[WorkerEntry, ...] = (
         interval=10.0,
         jitter=2.0,
         tier="sidecar",
+        drains=False,
     ),
 )
 

@@ -26,9 +26,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from engine import bind
+from engine import SIM_SCHEMA, bind
 from psycopg_pool import AsyncConnectionPool
 
+from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.loop import WakeGroup, WorkerContext, WorkerEntry, run_worker
 
@@ -255,3 +256,56 @@ def test_a_notification_wakes_the_loop_asleep_longest_and_with_none_asleep_every
     assert asyncio.run(scenario()) == [(True, False), True, [True, True], True]
     with pytest.raises(ValueError, match="at least one loop"):
         WakeGroup(0)
+
+
+class CountingExecutor:
+    """An executor whose every call is counted: health() answers HEALTHY."""
+
+    key = "sim"
+    has_side_effect = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def health(self) -> Any:
+        from qtg_runner.executors.base import HealthResult, HealthStatus
+
+        self.calls += 1
+        return HealthResult(HealthStatus.HEALTHY, {})
+
+
+def test_an_idle_runner_calls_its_providers_only_at_the_health_interval(db: Any) -> None:
+    """With no movement in flight, every registered worker of `qtg run`
+    sleeps its interval after each batch, whatever its batch returned: a
+    periodic check (executor_health answers how many executors it checked)
+    is not a queue with more waiting. Counted over each worker's ticks: the
+    only external calls are health checks, one per executor per
+    executor_health interval."""
+    from qtg_runner.workers import REGISTRY
+
+    ticks = 4
+    executor = CountingExecutor()
+    procs.register_executor("sim", True, SIM_SCHEMA, "counted").one(bind(db.connect()))
+    slept: dict[str, list[float]] = {}
+
+    async def scenario() -> None:
+        async with runner_pool(db) as pool:
+            for entry in REGISTRY:
+                delays, sleep = stop_after(ticks)
+                ctx = WorkerContext("testnet", pool, {"sim": executor}, "idle-test:1")  # type: ignore[dict-item]
+                await run_worker(entry, ctx, sleep=sleep, rng=random.Random(3))
+                slept[entry.name] = delays
+
+    asyncio.run(scenario())
+    for entry in REGISTRY:
+        # a worker that drains a queue may have found the set-up's audit row at
+        # its first tick; after it, every worker sleeps its interval
+        delays = slept[entry.name][1:] if entry.drains else slept[entry.name]
+        # the interval, neither at once nor a backoff after an error
+        assert all(
+            entry.interval - entry.jitter <= d <= entry.interval + entry.jitter for d in delays
+        ), (entry.name, delays)
+    health = next(e for e in REGISTRY if e.name == "executor_health")
+    assert executor.calls == ticks  # one health() a tick, a tick an interval
+    per_minute = executor.calls / sum(slept["executor_health"]) * 60
+    assert per_minute <= 60 / (health.interval - health.jitter)
