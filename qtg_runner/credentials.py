@@ -7,7 +7,10 @@ environment dump, not in a log line. psql and every libpq client read it as
 they read ~/.pgpass. It holds the embedded server's superuser password and the
 password of every login `qtg operator|runner add` made (config.py says where it
 is: beside the embedded server's data directory, else ~/.config/qtg/pgpass, or
-QTG_CREDENTIALS_FILE).
+QTG_CREDENTIALS_FILE): it is the admin's. Each login's password is also written
+to a file of that login's own (login_file: ``logins/NAME.pgpass`` beside it),
+the one to hand over: a runner given its file holds its own password and no
+other.
 
 The file is only ever written whole: a new file is created next to it with
 O_EXCL and mode 0600 (so there is no moment when it is readable by anyone
@@ -57,6 +60,13 @@ class Entry:
     def line(self) -> str:
         fields = (self.host, self.port, self.database, self.user, self.password)
         return ":".join(_escape(f) for f in fields) + "\n"
+
+
+def login_file(credentials_file: Path, name: str) -> Path:
+    """The credentials file of the login ``name`` alone, beside the admin's
+    ``credentials_file`` (in its ``logins/`` directory): the file to hand to that
+    person or runner deployment, which holds no other password."""
+    return credentials_file.parent / "logins" / f"{name}.pgpass"
 
 
 def generate_password() -> str:

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from qtg_runner import credentials
 from qtg_runner.commands.common import NetworkOption, cli_errors, resolve_network
 from qtg_runner.config import load_settings
 from qtg_runner.db import logins
@@ -23,9 +24,10 @@ CredentialsFileOption = Annotated[
     typer.Option(
         "--credentials-file",
         help=(
-            "Write the password to this file (pgpass format, created 0600) instead of the "
-            "credentials file (QTG_CREDENTIALS_FILE, else beside the embedded server's data "
-            "directory, else ~/.config/qtg/pgpass): e.g. a file to hand to that person alone."
+            "Write the password to this file (pgpass format, created 0600) only, instead of "
+            "the login's own file (logins/NAME.pgpass) and the admin's credentials file "
+            "(QTG_CREDENTIALS_FILE, else beside the embedded server's data directory, else "
+            "~/.config/qtg/pgpass)."
         ),
     ),
 ]
@@ -64,8 +66,10 @@ def _make_app(kind: logins.Kind) -> typer.Typer:
         help=(
             f"Create the {kind} login NAME for {WHAT[kind]}.\n\n"
             f"A login role that is a member of {group}, with a generated password (256 "
-            "bits, scram-sha-256: only its verifier reaches the server) written once to the "
-            "credentials file (pgpass format, 0600), and the connection limit and the "
+            "bits, scram-sha-256: only its verifier reaches the server) written once to a "
+            "credentials file of that login's own (logins/NAME.pgpass beside the "
+            "credentials file, pgpass format, 0600: the file to hand over, holding no other "
+            "password) and to the admin's credentials file, and the connection limit and the "
             f"statement, lock and idle-transaction timeouts configured on {group} (ALTER "
             "ROLE on it changes them for the logins made afterwards). Refused when a role "
             "of that name exists."
@@ -85,11 +89,25 @@ def _make_app(kind: logins.Kind) -> typer.Typer:
         with cli_errors():
             settings = load_settings()
             net = resolve_network(network)
-            passfile = (credentials_file or settings.credentials_file).absolute()
-            dsn = logins.add(database_url(settings), kind, net, name, passfile)
+            if credentials_file is not None:
+                passfile, own = credentials_file.absolute(), None
+            else:
+                passfile = settings.credentials_file.absolute()
+                own = credentials.login_file(passfile, name)
+            dsn = logins.add(database_url(settings), kind, net, name, passfile, own)
         out.print(
             f"{kind} login [bold]{name}[/bold] created on {net} (member of "
-            f"{logins.group_role(kind, net)}); its password is in {passfile}",
+            f"{logins.group_role(kind, net)})",
+            highlight=False,
+        )
+        out.print(
+            f"its password is in {own or passfile}"
+            + (
+                f", a file of its own to hand to that {ONE_PER[kind]} (it holds no other "
+                f"password), and in the admin's credentials file {passfile}"
+                if own
+                else ""
+            ),
             highlight=False,
         )
         use = "qtg run --as" if kind == "runner" else "qtg movement ... --as"

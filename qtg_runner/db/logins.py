@@ -198,22 +198,33 @@ def check_member(conn: psycopg.Connection[Any], kind: Kind, network: NetworkMode
 # -- the admin's commands: the role and its line in the credentials file together ----
 
 
-def add(admin_dsn: str, kind: Kind, network: NetworkMode | str, name: str, passfile: Path) -> str:
+def add(
+    admin_dsn: str,
+    kind: Kind,
+    network: NetworkMode | str,
+    name: str,
+    passfile: Path,
+    own_file: Path | None = None,
+) -> str:
     """Create the ``kind`` login ``name`` of ``network`` with a generated password,
-    kept in ``passfile``; return its DSN (which names the file, not the password).
-    The role is committed only once the password is written, and the line is
-    taken out again if the commit fails."""
+    kept in ``passfile`` and, when given, in ``own_file``, a file of that login's
+    alone; return its DSN (which names the login's own file if any, else
+    ``passfile``; never the password). The role is committed only once the
+    password is written, and the lines are taken out again if the commit fails."""
     password = credentials.generate_password()
     host, port = credentials.server_of(admin_dsn)
+    files = [passfile] + ([own_file] if own_file is not None and own_file != passfile else [])
     with psycopg.connect(admin_dsn) as conn:
         create_login(conn, name, group_role(kind, network), password)
-        credentials.put(passfile, credentials.Entry(host, port, "*", name, password))
         try:
+            for file in files:
+                credentials.put(file, credentials.Entry(host, port, "*", name, password))
             conn.commit()
         except BaseException:
-            credentials.remove(passfile, host, port, name)
+            for file in files:
+                credentials.remove(file, host, port, name)
             raise
-    return credentials.login_dsn(admin_dsn, name, passfile)
+    return credentials.login_dsn(admin_dsn, name, files[-1])
 
 
 def remove(
@@ -224,6 +235,9 @@ def remove(
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         drop_login(conn, name, group_role(kind, network))
     host, port = credentials.server_of(admin_dsn)
+    own = credentials.login_file(passfile, name)
+    if own.exists():
+        credentials.remove(own, host, port, name)
     return credentials.remove(passfile, host, port, name)
 
 

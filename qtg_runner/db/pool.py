@@ -46,9 +46,14 @@ def bound_conninfo(dsn: str, network: NetworkMode, application_name: str) -> str
 
 def login_dsn(dsn: str, name: str | None, settings: Settings) -> str:
     """The DSN a command runs with: ``dsn`` itself, or with ``name`` (``--as NAME``)
-    the login ``name`` on the same server, its password in the credentials file."""
+    the login ``name`` on the same server, its password in the login's own
+    credentials file (credentials.login_file) when there is one, else in the
+    credentials file."""
     if name is None:
         return dsn
+    own = credentials.login_file(settings.credentials_file, name)
+    if own.exists() and credentials.password_for(own, dsn, name) is not None:
+        return credentials.login_dsn(dsn, name, own)
     passfile: Path = settings.credentials_file
     if credentials.password_for(passfile, dsn, name) is None:
         host, port = credentials.server_of(dsn)

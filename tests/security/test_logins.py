@@ -96,6 +96,33 @@ def test_add_makes_a_login_of_the_group_whose_password_only_the_file_holds(
     assert name not in other.stdout
 
 
+@pytest.mark.parametrize("kind", ["runner", "operator", "reader"])
+def test_a_login_is_handed_a_file_that_holds_its_password_alone(
+    db: TestDatabase, passfile: Path, kind: str
+) -> None:
+    """The documented hand-off: `add` writes the login's own credentials file
+    (logins/NAME.pgpass, 0600), which holds that login's password and no other
+    (not the admin's file, which holds every login's and, embedded, the
+    superuser's); `qtg db url --login NAME` names that file, and it connects."""
+    first, name = name_in(db, "mona"), name_in(db, "nell")
+    assert invoke(db, passfile, "operator", "add", first).exit_code == 0
+    result = invoke(db, passfile, kind, "add", name)
+    assert result.exit_code == 0, result.output
+    own = credentials.login_file(passfile, name)
+    assert str(own) in result.stdout.replace("\n", "")
+    [entry] = credentials.read(own)
+    assert entry.user == name
+    assert oct(own.stat().st_mode & 0o777) == "0o600"
+    assert {e.user for e in credentials.read(passfile)} == {first, name}  # the admin's
+    url = invoke(db, passfile, "db", "url", "--login", name)
+    assert url.exit_code == 0, url.output
+    assert f"passfile={own}" in url.stdout
+    with psycopg.connect(url.stdout.strip()) as conn:
+        assert conn.execute("SELECT session_user").fetchone() == (name,)
+    assert invoke(db, passfile, kind, "remove", name).exit_code == 0
+    assert credentials.read(own) == []
+
+
 @pytest.mark.parametrize(
     "bad, says",
     [
