@@ -1,6 +1,6 @@
-"""No credential takes the server from the others: every runner and operator
-login has a connection limit the server enforces, and default statement, lock
-and idle-transaction timeouts.
+"""No credential takes the server from the others: every runner, operator and
+reader login has a connection limit the server enforces, and default
+statement, lock and idle-transaction timeouts (a reader's shorter).
 
 PostgreSQL applies neither through membership in a group role, so each
 network's group role (qtg_<network>_runner | _operator, NOLOGIN) holds them as
@@ -22,11 +22,21 @@ from typer.testing import CliRunner
 from qtg_runner.cli import app
 from qtg_runner.credentials import login_dsn
 
-LIMITS = {"runner": 30, "operator": 10}
-TIMEOUTS = {
+LIMITS = {"runner": 30, "operator": 10, "reader": 5}
+ENGINE_TIMEOUTS = {
     "idle_in_transaction_session_timeout=5min",
     "lock_timeout=30s",
     "statement_timeout=60s",
+}
+TIMEOUTS = {
+    "runner": ENGINE_TIMEOUTS,
+    "operator": ENGINE_TIMEOUTS,
+    # a dashboard's reads are short: a stuck one lets go sooner
+    "reader": {
+        "idle_in_transaction_session_timeout=1min",
+        "lock_timeout=10s",
+        "statement_timeout=30s",
+    },
 }
 
 
@@ -56,31 +66,31 @@ def add(db: TestDatabase, kind: str, person: str, network: str, passfile: Path) 
 
 
 @pytest.mark.parametrize("network", ["mainnet", "testnet"])
-@pytest.mark.parametrize("kind", ["runner", "operator"])
+@pytest.mark.parametrize("kind", ["runner", "operator", "reader"])
 def test_every_group_role_holds_a_connection_limit_and_timeouts_and_cannot_log_in(
     db: TestDatabase, network: str, kind: str
 ) -> None:
     role = f"qtg_{network}_{kind}"
     conn = db.connect()
-    assert role_settings(conn, role) == (LIMITS[kind], TIMEOUTS)
+    assert role_settings(conn, role) == (LIMITS[kind], TIMEOUTS[kind])
     assert conn.execute(
         "SELECT rolcanlogin FROM pg_roles WHERE rolname = %s", (role,)
     ).fetchone() == (False,)
 
 
-@pytest.mark.parametrize("kind", ["runner", "operator"])
+@pytest.mark.parametrize("kind", ["runner", "operator", "reader"])
 def test_a_login_made_by_add_starts_with_its_groups_limit_and_timeouts(
     db: TestDatabase, tmp_path: Path, kind: str
 ) -> None:
     dsn = add(db, kind, "carol", "testnet", tmp_path / "pgpass")
     name = f"carol_{db.name}"
-    assert role_settings(db.connect(), name) == (LIMITS[kind], TIMEOUTS)
+    assert role_settings(db.connect(), name) == (LIMITS[kind], TIMEOUTS[kind])
     login = db.connect(dsn)
     assert login.execute("SELECT session_user").fetchone() == (name,)
     assert login.execute(
         "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'),"
         " current_setting('idle_in_transaction_session_timeout')"
-    ).fetchone() == ("1min", "30s", "5min")
+    ).fetchone() == {"reader": ("30s", "10s", "1min")}.get(kind, ("1min", "30s", "5min"))
 
 
 def test_an_operator_made_by_add_beyond_its_connection_limit_is_refused(
