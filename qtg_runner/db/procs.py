@@ -562,6 +562,17 @@ class NonceMark:
 
 
 @dataclass(frozen=True)
+class EndedSession:
+    """A row of end_stalled_sessions: a session held past the engine's bounds."""
+
+    pid: Integer
+    login: Text
+    state: Text
+    held_seconds: NumericValue
+    ended: Boolean
+
+
+@dataclass(frozen=True)
 class NonceGap:
     """A row of evm_nonce_gaps: a nonce that will never be broadcast unless filled."""
 
@@ -1498,6 +1509,16 @@ def complete_callback(
 ) -> Call[Text]:
     """One POST's result: 2xx SENT; otherwise PENDING after a backoff with jitter,
     or DEAD past the attempts or the age. Returns the new delivery_state."""
+
+
+@procedure("runner")
+def end_stalled_sessions(
+    worker: Text,
+    idle_seconds: Numeric | Default = DEFAULT,
+    statement_seconds: Numeric | Default = DEFAULT,
+) -> Call[EndedSession]:
+    """Ends the network's logins' sessions idle in a transaction or in one
+    statement past the engine's bounds, whatever their own timeouts."""
 
 
 @procedure("runner")

@@ -19,6 +19,7 @@ from qtg_runner.workers import (
     node_observer,
     node_recovery,
     pipeline_rollup,
+    session_watchdog,
     template_proposal_expiration,
     verify_drift_worker,
 )
@@ -123,6 +124,15 @@ REGISTRY: tuple[WorkerEntry, ...] = (
         balance_snapshot.batch,
         interval=60.0,
         jitter=5.0,
+        tier="sidecar",
+        drains=False,
+    ),
+    # sessions of the network's logins holding a transaction past the bounds
+    WorkerEntry(
+        "session_watchdog",
+        session_watchdog.batch,
+        interval=10.0,
+        jitter=2.0,
         tier="sidecar",
         drains=False,
     ),

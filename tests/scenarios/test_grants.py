@@ -36,6 +36,7 @@ RUNNER = {
     "settle_evm_nonces",
     "evm_stale_transactions",
     "evm_transfer_route",
+    "end_stalled_sessions",
     "bybit_withdraw_route",
     "bybit_deposit_route",
     "exchange_venue_list",

@@ -12,15 +12,16 @@
 --         the venue's salt and the intent's key, a stargate calldata other
 --         than the route's send, a cctp_mint fee outside 0..the route's
 --         maxFee, a bybit_deposit's paying parent or its transfer other than
---         a parent's evidence shows; an executor with no route the engine
---         knows and a side effect; or what the route procedure refuses now (QT014, QT032, QT002
---         are passed on as they are)
+--         a parent's evidence shows; or what the route procedure refuses
+--         now (QT014, QT032, QT002 are passed on as they are)
 --   QT002 a payload that is not a JSON object, one missing on an exchange's
 --         executor (an EVM node's signed bytes are checked by
 --         intent_tx_problem, with or without a payload), or a measured value
 --         that is an object or an array
--- sim moves no money, nor does an executor without a side effect that has no
--- route here: their payloads are free. The answer is 'QTnnn message'.
+-- sim moves no money; an executor the admin registered beyond the ones this
+-- build ships has no route the engine knows (the admin registers executors,
+-- never a runner, and a runner carries only registered ones): their payloads
+-- are their own. The answer is 'QTnnn message'.
 -- Reads only. Internal: record_intent_prepared_batch asks it for every record;
 -- intent_document for every intent it hands to an observer or recovery, so
 -- that a payload that no longer matches the registry is never acted on.
@@ -42,15 +43,8 @@ BEGIN
     EXCEPTION WHEN SQLSTATE 'QT002' OR SQLSTATE 'QT011' OR SQLSTATE 'QT014' OR SQLSTATE 'QT032' THEN
         RETURN SQLSTATE || ' ' || SQLERRM;
     END;
-    IF v_r.executor_key = 'sim' THEN
-        RETURN NULL;
-    END IF;
-    IF v_r.route IS NULL AND NOT (SELECT n.has_side_effect FROM movement_request_nodes n WHERE n.id = p_node_id) THEN
-        RETURN NULL;  -- nothing leaves the engine: nothing to send elsewhere
-    END IF;
     IF v_r.route IS NULL THEN
-        RETURN format('QT032 %s: executor %s has no route the engine knows, so nothing of it may be recorded',
-                      v_what, v_r.executor_key);
+        RETURN NULL;  -- sim, or an executor this build ships no route for
     END IF;
     IF p_payload IS NULL AND v_r.executor_key NOT LIKE 'bybit%' THEN
         RETURN NULL;  -- an EVM record without a payload: its signed bytes are what is checked

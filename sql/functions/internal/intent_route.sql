@@ -28,9 +28,8 @@
 -- priority_fee_cap) are carried freely, the signed bytes being held to the
 -- chain's caps when recorded (intent_tx_problem). "fees" is max_fee_per_gas
 -- and max_priority_fee_per_gas.
--- sim moves no money (its world is a table of the engine's): route NULL, and
--- its payload is free. Any other executor has no route here: route NULL and
--- extras NULL, and intent_payload_problem refuses its payloads.
+-- sim moves no money (its world is a table of the engine's), and an executor
+-- the admin registered beyond the shipped ones has no route here: route NULL.
 -- Raises what the route procedure raises (QT002, QT011, QT014, QT032).
 -- Reads only. Internal: intent_payload_problem.
 CREATE OR REPLACE FUNCTION intent_route(

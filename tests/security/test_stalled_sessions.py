@@ -1,0 +1,95 @@
+"""No login holds the engine's rows past the engine's bounds, whatever it does
+to its own limits: a login may SET its statement and idle timeouts to 0 (or
+ALTER ROLE itself), and a backend left in a psycopg pipeline stays idle in its
+transaction without its idle timer. end_stalled_sessions, which the runners'
+session_watchdog calls every 10 s, ends the network's logins' sessions idle in
+a transaction for more than a minute or in one statement for more than two:
+their transactions roll back and what they held is free. The bounds are the
+engine's: a caller cannot ask for shorter ones; a working session, a
+superuser's, another network's (the logins are matched by role) and another
+database's are left alone. Time is the database clock, pinned here."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import assert_rejected, bind, create_started, node, node_ids, pin_clock, plan
+
+Conn = psycopg.Connection[Any]
+
+
+def later(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+
+
+def pid_of(conn: Conn) -> int:
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_runner_idling_in_its_claim_with_its_timeouts_off_is_ended(
+    db: TestDatabase, conn: Conn
+) -> None:
+    movement = create_started(conn, plan(node("a"), node("b")), "stall-1")
+    ids = node_ids(conn, movement)
+    stalled = bind(db.connect(db.runner_dsn("testnet"), autocommit=False))
+    stalled.execute("SET statement_timeout = 0")
+    stalled.execute("SET idle_in_transaction_session_timeout = 0")
+    stalled.execute("SET lock_timeout = 0")
+    stalled.commit()
+    claimed = stalled.execute(
+        "SELECT node_id FROM claim_ready_nodes('dispatcher-x', 10)"
+    ).fetchall()
+    assert {row[0] for row in claimed} == set(ids.values())  # claimed, not committed: it idles
+    watchdog = bind(db.connect(db.runner_dsn("testnet")))
+    victim = pid_of(stalled)
+    login = stalled.execute("SELECT session_user").fetchone()
+
+    # a moment later it is working: nothing ended
+    pin_clock(watchdog, later(20))
+    assert (
+        watchdog.execute("SELECT * FROM end_stalled_sessions('session_watchdog')").fetchall() == []
+    )
+    # past the minute
+    pin_clock(watchdog, later(90))
+    [ended] = watchdog.execute(
+        "SELECT pid, state, ended FROM end_stalled_sessions('session_watchdog')"
+    ).fetchall()
+    assert ended == (victim, "idle in transaction", True)
+    with pytest.raises(psycopg.OperationalError):
+        stalled.execute("SELECT 1")
+    # its claim rolled back: another dispatcher claims the nodes now
+    pin_clock(watchdog, None)
+    again = watchdog.execute("SELECT node_id FROM claim_ready_nodes('dispatcher-y', 10)").fetchall()
+    assert {row[0] for row in again} == set(ids.values())
+    audited = conn.execute(
+        "SELECT actor, action, detail ->> 'login' FROM audit_outbox WHERE entity = 'session'"
+    ).fetchall()
+    assert login is not None
+    assert audited == [("session_watchdog", "session_ended", login[0])]
+
+
+def test_the_bounds_are_the_engines_and_other_sessions_are_left_alone(
+    db: TestDatabase, conn: Conn
+) -> None:
+    watchdog = bind(db.connect(db.runner_dsn("testnet")))
+    for idle, statement in ((29, 120), (60, 59), (None, 120)):
+        assert_rejected(
+            conn, "QT002",
+            "SELECT * FROM end_stalled_sessions('session_watchdog', %s, %s)", (idle, statement),
+        )  # fmt: skip
+    admin = db.connect(autocommit=False)  # a superuser, idle in a transaction
+    admin.execute("SELECT 1")
+    other = bind(db.connect(db.runner_dsn("mainnet"), autocommit=False), "mainnet")
+    other.execute("SELECT 1")  # another network's runner, idle in a transaction
+    pin_clock(watchdog, later(3600))
+    assert (
+        watchdog.execute("SELECT * FROM end_stalled_sessions('session_watchdog')").fetchall() == []
+    )
+    admin.execute("SELECT 1")
+    other.execute("SELECT 1")
