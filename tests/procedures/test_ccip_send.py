@@ -12,9 +12,11 @@ set on the newest), before anything is broadcast."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from typing import Any
 
+import pytest
 from engine import assert_rejected, create_started, node, node_ids, pin_clock, plan
 from evm_rows import call, register_transfers
 from rows import Conn, iso_at
@@ -25,8 +27,9 @@ from qtg_runner.chains.ccip import (
     ccip_send_calldata,
     manually_execute_calldata,
 )
+from qtg_runner.chains.evm import Fees
 from qtg_runner.db import procs
-from qtg_runner.executors.ccip import CcipExecutor
+from qtg_runner.executors.ccip import CcipExecutor, _Route
 
 SOURCE, DEST = "test-a", "test-b"
 SOURCE_ID, DEST_ID = 31401, 31402
@@ -136,6 +139,79 @@ def test_a_receiver_is_judged_on_the_destination_chain(conn: Conn) -> None:
     assert int(route.dest_selector) == SELECTOR_B
     outsider = ccip_nodes(conn, "c", to="0x" + "e5" * 20)["c"]  # allowed on the source only
     assert_rejected(conn, "QT032", "SELECT * FROM ccip_send_route(%s)", (outsider["node_id"],))
+
+
+RECORD_WITH_PAYLOAD = (
+    "SELECT record_intent_prepared(%s, %s, p_nonce => %s, p_signed_tx_hash => %s,"
+    " p_payload => %s::jsonb, p_chain_key => %s, p_sender => %s, p_raw_tx => %s)"
+)
+
+
+def honest_payload(conn: Conn, node_id: int) -> dict[str, Any]:
+    """What the ccip executor records for the node (its own payload builder)."""
+    route = _Route.from_row(procs.ccip_send_route(node_id).one(conn))
+    return route.payload(200_000, Fees(2 * 10**9, 10**9), 10**15, 7)
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"recipient": "0x" + "e5" * 20},
+        {"amount_units": str(UNITS * 10)},
+        {"dest_chain_key": SOURCE},
+        {"dest_rpc_url_env": "QTG_RPC_TEST_A"},
+        {"router": ONRAMP},
+        {"signer_id": "env:QTG_OTHER_KEY"},
+        {"dest_offramp": "0x" + "c4" * 20},
+        {"webhook": "https://example.invalid/"},  # a key the executor never records
+        {"gas": {"nested": True}},  # a measured value that is not a plain value
+    ],
+    ids=lambda f: next(iter(f)),
+)
+def test_a_ccip_payload_is_its_route_or_refused(conn: Conn, forged: dict[str, Any]) -> None:
+    """The payload recovery and observation read (where to look for the
+    message, which RPC and signer NAMES to use) is the route's, with the
+    honest signed send beside it: a forged field is refused and named."""
+    register(conn)
+    c = ccip_nodes(conn, "a")["a"]
+    tx_hash, raw = send(0)
+    payload = honest_payload(conn, c["node_id"]) | forged
+    error = assert_rejected(
+        conn, "QT032" if "gas" not in forged else "QT002", RECORD_WITH_PAYLOAD,
+        (c["node_id"], c["claim_secret"], 0, tx_hash, json.dumps(payload), SOURCE, SENDER, raw),
+    )  # fmt: skip
+    assert next(iter(forged)) in str(error)
+    conn.execute(
+        RECORD_WITH_PAYLOAD,
+        (
+            c["node_id"], c["claim_secret"], 0, tx_hash,
+            json.dumps(honest_payload(conn, c["node_id"])), SOURCE, SENDER, raw,
+        ),
+    )  # fmt: skip
+
+
+def test_a_recovery_verdict_on_a_send_names_a_transaction_it_signed(conn: Conn) -> None:
+    """COMPLETED or FAILED on a side effect that may be out stands on the
+    executor's evidence: for an EVM intent, a transaction the intent signed
+    (its external reference), with evidence; otherwise refused (QT032, QT002)
+    and nothing changes."""
+    register(conn)
+    c = ccip_nodes(conn, "a")["a"]
+    tx_hash, raw = send(0)
+    conn.execute(RECORD, (c["node_id"], c["claim_secret"], 0, tx_hash, SOURCE, SENDER, raw))
+    conn.execute("SELECT fail_submit(%s, %s, 'no answer', true)", (c["node_id"], c["claim_secret"]))
+    pin_clock(conn, iso_at(3600))
+    [rec] = procs.claim_recovery_nodes("node_recovery", 1, 120).all(conn)
+    verdict = "SELECT complete_recovery(%s, %s, %s, %s::jsonb, %s)"
+    seen = json.dumps({"tx_hash": tx_hash, "status": 1})
+    for outcome in ("COMPLETED", "FAILED"):
+        assert_rejected(
+            conn, "QT032", verdict, (rec.node_id, rec.claim_secret, outcome, seen, "0x" + "ab" * 32)
+        )
+        assert_rejected(
+            conn, "QT002", verdict, (rec.node_id, rec.claim_secret, outcome, None, tx_hash)
+        )
+    conn.execute(verdict, (rec.node_id, rec.claim_secret, "COMPLETED", seen, tx_hash))
 
 
 def stranded(conn: Conn) -> int:

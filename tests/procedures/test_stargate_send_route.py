@@ -11,11 +11,14 @@ import json
 from typing import Any
 
 import pytest
-from engine import assert_rejected, create, node, node_ids, plan
+from engine import approve, assert_rejected, create, node, node_ids, plan
+from eth_abi import encode
+from evm_rows import call
 from rows import Conn
 
 from qtg_runner.db import procs
-from qtg_runner.executors.stargate import StargateExecutor
+from qtg_runner.executors.evm_tx import ChainLeg
+from qtg_runner.executors.stargate import SEND, SEND_PARAM, StargateExecutor, _send_param
 
 SENDER = "0x" + "d" * 40
 TREASURY_B = "0x" + "e" * 40
@@ -112,3 +115,112 @@ def test_no_stargate_on_the_destination_is_qt014(chains: Conn) -> None:
     chains.execute("DELETE FROM chain_protocols WHERE chain_key = 'sg-b'")
     assert_rejected(chains, "QT014", ROUTE, (send_node(chains),))
     assert_rejected(chains, "QT011", ROUTE, (0,))
+
+
+# -- what a send may record: the route's own send, nothing else ------------------
+
+RECORD = (
+    "SELECT record_intent_prepared(%s, %s, p_nonce => 0, p_signed_tx_hash => %s,"
+    " p_payload => %s::jsonb, p_chain_key => 'sg-a', p_sender => %s, p_raw_tx => %s)"
+)
+POOL_A = "0x" + "1" * 39 + "f"
+NATIVE_FEE = 3 * 10**14
+
+
+def claimed_send(conn: Conn, **config: Any) -> tuple[int, str, Any]:
+    node_id = send_node(conn, "10", **config)
+    approve(conn, request_of(conn, node_id))
+    procs.start_approved_movements(10).one(conn)
+    [claim] = procs.claim_ready_nodes("w1", 1, 300).all(conn)
+    assert claim.node_id == node_id
+    return node_id, claim.claim_secret, procs.stargate_send_route(node_id).one(conn)
+
+
+def request_of(conn: Conn, node_id: int) -> int:
+    row = conn.execute(
+        "SELECT request_id FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def send_calldata(route: Any, fee: int = NATIVE_FEE, refund: str = SENDER, **change: Any) -> bytes:
+    """StargatePool.send as the executor encodes it, with ``change`` made to the route."""
+    fields = {k: getattr(route, k) for k in route.__dataclass_fields__} | change
+    row = type(route)(**fields)
+    return SEND + encode(
+        [SEND_PARAM, "(uint256,uint256)", "address"], [_send_param(row), (fee, 0), refund]
+    )
+
+
+def payload_of(route: Any, data: bytes) -> str:
+    """The payload the executor records for ``route`` (its prepare's keys),
+    carrying ``data`` as its calldata."""
+    return json.dumps(
+        ChainLeg.from_row(route).payload()
+        | {
+            "protocol": "stargate",
+            "token": route.token,
+            "token_address": route.token_address,
+            "recipient": route.recipient,
+            "amount_units": str(route.amount_units),
+            "gas": 300_000,
+            "max_fee_per_gas": "2000000000",
+            "max_priority_fee_per_gas": "1000000000",
+            "mode": route.mode,
+            "pool": route.src_pool,
+            "src_eid": route.src_eid,
+            "min_amount_units": str(route.min_amount_units),
+            "quoted_received_units": str(route.min_amount_units),
+            "native_fee": str(NATIVE_FEE),
+            "calldata": "0x" + data.hex(),
+            "dst_chain_key": route.dst_chain_key,
+            "dst_rpc_url_env": route.dst_rpc_url_env,
+            "dst_finality_depth": route.dst_finality_depth,
+            "dst_block_time_s": route.dst_block_time_ms / 1000,
+            "dst_eid": route.dst_eid,
+            "dst_pool": route.dst_pool,
+            "dst_from_block": 7,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"recipient": COUNTERPARTY},
+        {"dst_eid": 50903},
+        {"amount_units": 10_000_001},
+        {"min_amount_units": 1},
+        {"mode": "bus"},
+        {"refund": COUNTERPARTY},
+        {"to": "0x" + "2" * 39 + "f"},  # the destination's pool
+        {"value": NATIVE_FEE + 1},  # ether beyond the fee the call names
+    ],
+    ids=lambda f: next(iter(f)),
+)
+def test_a_send_records_only_its_routes_send(chains: Conn, forged: dict[str, Any]) -> None:
+    """The signed bytes of a stargate node are its route's send, byte for byte:
+    SendParam's endpoint, recipient, amount, least to receive and mode, the
+    refund address, on the source pool, paying in ether exactly the fee the
+    call names. Anything else is refused (QT032) and nothing is kept; the
+    payload's calldata must be the same send."""
+    node_id, secret, route = claimed_send(chains)
+    change = dict(forged)
+    to = change.pop("to", POOL_A)
+    value = change.pop("value", NATIVE_FEE)
+    refund = change.pop("refund", SENDER)
+    data = send_calldata(route, refund=refund, **change)
+    tx_hash, raw = call(1, 0, to, data, value)
+    assert_rejected(chains, "QT032", RECORD, (node_id, secret, tx_hash, None, SENDER, raw))
+    honest = send_calldata(route)
+    tx_hash, raw = call(1, 0, POOL_A, honest, NATIVE_FEE)
+    if change or refund != SENDER:
+        # the honest bytes beside a payload whose calldata (what a replacement
+        # is signed from) is the forged send
+        error = assert_rejected(
+            chains, "QT032", RECORD,
+            (node_id, secret, tx_hash, payload_of(route, data), SENDER, raw),
+        )  # fmt: skip
+        assert "calldata" in str(error)
+    chains.execute(RECORD, (node_id, secret, tx_hash, payload_of(route, honest), SENDER, raw))
