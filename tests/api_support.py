@@ -1,7 +1,8 @@
 """The HTTP API's tests: one real uvicorn server on loopback per test module,
 over a database of the module's own (cloned from the migrated template) with
-the sim executor, the README's lanes and four logins of their own: two
-operators (alice, bob), a runner and a reader."""
+the sim executor, the README's lanes and five logins of their own: two
+operators (alice, bob), a runner and a reader of testnet, which the API
+serves, and an operator of mainnet (stranger)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def api_world(pg_server: str, template_db: str) -> Iterator[ApiWorld]:
         "bob": "qtg_testnet_operator",
         "runner": "qtg_testnet_runner",
         "reader": "qtg_testnet_reader",
+        "stranger": "qtg_mainnet_operator",  # a login of the other network
     }
     people: dict[str, Person] = {}
     running: Running | None = None

@@ -15,9 +15,12 @@
     GET  /healthz  /readyz  /metrics        liveness, readiness, Prometheus
     GET  /  ...                             the operator page (api/page.py)
 
-Every endpoint but /healthz (and /readyz's reachability) opens a connection
-as the caller's login (api/identity.py) and closes it with the answer; every
-error is a problem+json body (api/problems.py).
+Every endpoint but /healthz (and /readyz's reachability) runs on a connection
+as the caller's login (api/identity.py), which the guard (api/guard.py) opens
+before the body is read and closes with the answer; the guard also bounds
+bodies as they arrive, refuses cross-site and non-JSON requests that change
+something, and throttles failed authentications. Every error is a
+problem+json body (api/problems.py).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from qtg_runner.api import metrics as metrics_text
 from qtg_runner.api import reads
-from qtg_runner.api.identity import Credentials, Database, parse_authorization
+from qtg_runner.api.guard import CALLER, Guard, Throttle
+from qtg_runner.api.identity import Credentials, Database
 from qtg_runner.api.models import (
     CREATE_EXAMPLE,
     CallbackTargetProposal,
@@ -45,15 +49,11 @@ from qtg_runner.api.models import (
     MovementBatch,
     MovementCreate,
 )
-from qtg_runner.api.problems import OTHER, PROBLEM_JSON, Problem, from_sqlstate
+from qtg_runner.api.problems import OTHER, Problem, from_sqlstate, problem_response
 from qtg_runner.db import procs
 from qtg_runner.db.migrate import sql_dir
 
 log = logging.getLogger("qtg.api")
-
-MAX_BODY_BYTES = 2 * 1024 * 1024
-"""A request body larger than this is refused (413) before it is parsed; the
-engine's own bound on a plan is 1 MiB (engine_limits.max_plan_bytes)."""
 
 
 @dataclass
@@ -64,6 +64,8 @@ class ApiConfig:
     """Mark the operator page's cookies Secure (set when serving TLS)."""
     session_seconds: float = 8 * 3600
     max_sessions: int = 200
+    throttle: Throttle = field(default_factory=Throttle)
+    """Failed authentications per login and client address (api/guard.py)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -73,15 +75,6 @@ def shipped_migrations() -> list[str]:
         p.name.removesuffix(".sql")
         for p in (sql_dir() / "schemas").glob("*.sql")
         if not p.name.endswith(".rollback.sql")
-    )
-
-
-def problem_response(problem: Problem) -> JSONResponse:
-    return JSONResponse(
-        problem.body(),
-        status_code=problem.status,
-        media_type=PROBLEM_JSON,
-        headers=problem.headers,
     )
 
 
@@ -110,15 +103,13 @@ def db_problem(exc: psycopg.Error) -> Problem:
     return Problem(500, "Internal error", f"the request failed; the API's log has it as {ref}")
 
 
-async def caller(request: Request) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    """A connection as the login the request's credentials name, closed with the answer."""
-    config: ApiConfig = request.app.state.config
-    credentials = parse_authorization(request.headers.get("authorization"))
-    conn = await config.database.connect(credentials)
-    try:
-        yield conn
-    finally:
-        await conn.close()
+def caller(request: Request) -> psycopg.AsyncConnection[Any]:
+    """The connection as the login the request's credentials name: the guard
+    opened it before the body was read, and closes it with the answer."""
+    conn: psycopg.AsyncConnection[Any] | None = request.scope.get(CALLER)
+    if conn is None:  # a route the guard does not authenticate: a bug, not a caller's doing
+        raise RuntimeError(f"no caller's connection for {request.url.path}: not under /v1")
+    return conn
 
 
 Conn = Annotated[psycopg.AsyncConnection[Any], Depends(caller)]
@@ -186,21 +177,7 @@ def create_app(config: ApiConfig) -> FastAPI:
             Problem(500, "Internal error", f"the request failed; the API's log has it as {ref}")
         )
 
-    @app.middleware("http")
-    async def _bounded(request: Request, call_next: Any) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return problem_response(
-                Problem(
-                    413,
-                    "Request body too large",
-                    f"a request body is at most {MAX_BODY_BYTES // (1024 * 1024)} MiB",
-                )
-            )
-        response: Response = await call_next(request)
-        response.headers.setdefault("Cache-Control", "no-store")
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        return response
+    app.add_middleware(Guard, database=config.database, throttle=config.throttle)
 
     def movement_id_ok(movement_id: int) -> int:
         if not 1 <= movement_id < 2**63:
@@ -411,8 +388,8 @@ def create_app(config: ApiConfig) -> FastAPI:
         responses={503: {"description": "Not ready: the reason in the problem"}},
     )
     async def readyz(request: Request) -> Response:
-        header = request.headers.get("authorization")
-        if header is None:
+        conn: psycopg.AsyncConnection[Any] | None = request.scope.get(CALLER)
+        if conn is None:  # no credentials: the guard opened nothing
             reachable = await server_answers(config.database)
             if not reachable:
                 raise Problem(
@@ -425,15 +402,11 @@ def create_app(config: ApiConfig) -> FastAPI:
                     "migrations": "not checked: send a login (e.g. a reader's)",
                 }
             )
-        conn = await config.database.connect(parse_authorization(header))
-        try:
-            cur = await conn.execute(
-                "SELECT coalesce(array_agg(migration_id ORDER BY migration_id), '{}')"
-                " FROM qtg.schema_migrations"
-            )
-            row = await cur.fetchone()
-        finally:
-            await conn.close()
+        cur = await conn.execute(
+            "SELECT coalesce(array_agg(migration_id ORDER BY migration_id), '{}')"
+            " FROM qtg.schema_migrations"
+        )
+        row = await cur.fetchone()
         applied = list(row[0]) if row else []
         shipped = shipped_migrations()
         pending = [m for m in shipped if m not in applied]

@@ -20,6 +20,12 @@ Nothing of the API host's own libpq environment may stand in for a missing
 password: every connection names a passfile that cannot exist (a pgpass file
 on the host, such as the credentials file, never fills in a password) and an
 empty password is refused before connecting.
+
+One API serves one network. A login is a member of a network's roles
+(``qtg_<network>_operator``, ``_runner``, ``_reader``); a login of the other
+network logs in to the same database but cannot see this network's schema, so
+it is refused at once (403, naming its network) rather than failing in the
+first procedure it calls.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from qtg_runner.api.problems import Problem
-from qtg_runner.config import NetworkMode
+from qtg_runner.config import NETWORK_MODES, NetworkMode
+from qtg_runner.db.logins import KINDS, group_role
 from qtg_runner.db.pool import bound_conninfo
 
 TOKEN_PREFIX = "qtg"
@@ -142,13 +149,48 @@ class Database:
         return make_conninfo("", **params)
 
     async def connect(self, credentials: Credentials) -> psycopg.AsyncConnection[Any]:
-        """A connection as the caller's login (autocommit), or the problem why not."""
+        """A connection as the caller's login (autocommit) of this network, or
+        the problem why not."""
         try:
-            return await psycopg.AsyncConnection.connect(
+            conn = await psycopg.AsyncConnection.connect(
                 self.caller_conninfo(credentials), password=credentials.password, autocommit=True
             )
         except psycopg.OperationalError as exc:
             raise connect_problem(exc, credentials.login) from None
+        try:
+            await self.check_network(conn, credentials.login)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def check_network(self, conn: psycopg.AsyncConnection[Any], login: str) -> None:
+        """403 unless ``login`` is a member of one of this network's roles."""
+        roles = {group_role(kind, net): net for net in NETWORK_MODES for kind in KINDS}
+        cur = await conn.execute(
+            "SELECT rolname FROM pg_roles"
+            " WHERE rolname = ANY(%s) AND pg_has_role(session_user, oid, 'MEMBER')",
+            [list(roles)],
+        )
+        networks = {roles[row[0]] for row in await cur.fetchall()}
+        if self.network in networks:
+            return
+        ours = ", ".join(group_role(kind, self.network) for kind in KINDS)
+        if networks:
+            theirs = " and ".join(sorted(networks))
+            raise Problem(
+                403,
+                "Login of another network",
+                f"login {login!r} belongs to another network ({theirs}): this API serves "
+                f"{self.network}; call the {theirs} API, or have the admin make a login "
+                f"of {self.network}",
+            )
+        raise Problem(
+            403,
+            "Login of no network",
+            f"login {login!r} is a member of none of this network's roles ({ours}): "
+            f"this API serves {self.network}",
+        )
 
 
 def connect_problem(exc: psycopg.OperationalError, login: str) -> Problem:

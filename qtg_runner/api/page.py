@@ -10,8 +10,14 @@ and every grant are the database's, exactly as in psql.
 Cross-site requests: the session cookie is HttpOnly and SameSite=Strict (and
 Secure when serving TLS); every form that changes something carries the
 session's CSRF token (256 random bits, compared in constant time), and a
-POST whose Origin (or Referer) is another site is refused. The page forbids
-framing and every script (Content-Security-Policy).
+POST from another site (api/guard.py's ``cross_site``: its Origin, else
+Sec-Fetch-Site, else Referer) is refused. The page forbids framing and every
+script (Content-Security-Policy).
+
+A form is read only once the POST is known to be this site's and, but for
+the sign-in, a session's; it is counted as it arrives and refused past
+16 KiB. Failed sign-ins count in the API's throttle (api/guard.py), per
+login and per address, like failed Basic credentials.
 
 A session ends after ``session_seconds`` (8 h), on sign-out, or when its
 connection ends (the server restarted, or the admin revoked the login:
@@ -28,7 +34,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import psycopg
 from fastapi import FastAPI, Request
@@ -36,6 +42,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from psycopg.rows import dict_row
 
 from qtg_runner.api import reads
+from qtg_runner.api.guard import authenticate, client_address, cross_site
 from qtg_runner.api.identity import LOGIN_PATTERN, MAX_PASSWORD, Credentials
 from qtg_runner.api.problems import Problem
 from qtg_runner.db import procs
@@ -173,20 +180,18 @@ def cell(column: str, value: Any) -> str:
 
 
 def same_origin(request: Request) -> bool:
-    """A POST from this site: its Origin (or, without one, its Referer) names
-    this host; neither header at all is accepted (a non-browser client, which
-    cannot be made to send the session cookie cross-site)."""
-    source = request.headers.get("origin") or request.headers.get("referer")
-    if not source or source == "null":
-        return source is None
-    parts = urlsplit(source)
-    return parts.netloc == request.headers.get("host", "")
+    """A POST from this site (none of Origin, Sec-Fetch-Site and Referer says
+    otherwise: a client that is not a browser sends none, and cannot be made
+    to send the session cookie cross-site)."""
+    return cross_site(request.headers) is None
 
 
 async def form_of(request: Request) -> dict[str, str]:
-    raw = await request.body()
-    if len(raw) > MAX_FORM_BYTES:
-        raise Problem(413, "Request body too large", "a form is at most 16 KiB")
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_FORM_BYTES:
+            raise Problem(413, "Request body too large", "a form is at most 16 KiB")
     try:
         parsed = parse_qs(raw.decode("utf-8"), keep_blank_values=True, max_num_fields=20)
     except (UnicodeDecodeError, ValueError):
@@ -245,9 +250,17 @@ def mount_page(app: FastAPI, config: Any) -> None:
         if not LOGIN_PATTERN.match(login) or not password or len(password) > MAX_PASSWORD:
             return signin_page("give your login and password", 401)
         try:
-            conn = await config.database.connect(Credentials(login, password))
+            conn = await authenticate(
+                config.database,
+                config.throttle,
+                Credentials(login, password),
+                client_address(request.scope),
+            )
         except Problem as problem:
-            return signin_page(problem.detail, problem.status)
+            refused = signin_page(problem.detail, problem.status)
+            if "Retry-After" in problem.headers:  # not a 401's Basic challenge: no dialog
+                refused.headers["Retry-After"] = problem.headers["Retry-After"]
+            return refused
         session = Session(
             login, conn, secrets.token_urlsafe(32), time.monotonic() + config.session_seconds
         )
@@ -264,22 +277,28 @@ def mount_page(app: FastAPI, config: Any) -> None:
         )
         return response
 
-    def checked(request: Request, session: Session | None, form: dict[str, str]) -> Session:
+    async def checked(request: Request) -> tuple[Session, dict[str, str]]:
+        """The request's session and form: its session and origin are checked
+        before its form is read, the form's CSRF token after."""
+        session = sessions.get(request)
         if session is None:
             raise Problem(401, "Authentication required", "sign in first (/signin)")
-        if not same_origin(request) or not hmac.compare_digest(
-            form.get("csrf", "").encode(), session.csrf.encode()
-        ):
+        if not same_origin(request):
+            raise Problem(
+                403, "Cross-site request refused", "this form is posted from another site"
+            )
+        form = await form_of(request)
+        if not hmac.compare_digest(form.get("csrf", "").encode(), session.csrf.encode()):
             raise Problem(
                 403,
                 "Cross-site request refused",
                 "the form's CSRF token is missing or not this session's",
             )
-        return session
+        return session, form
 
     @app.post("/signout", include_in_schema=False)
     async def signout(request: Request) -> Response:
-        checked(request, sessions.get(request), await form_of(request))
+        await checked(request)
         await sessions.drop(request)
         response = RedirectResponse("/signin", status_code=303)
         response.delete_cookie(COOKIE, path="/")
@@ -421,7 +440,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
         return layout(f"Movement {movement_id}", body, session)
 
     async def act(request: Request, movement_id: int, action: str) -> Response:
-        session = checked(request, sessions.get(request), form := await form_of(request))
+        session, form = await checked(request)
         async with session.lock:
             try:
                 if action == "approve":

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.responses import JSONResponse
+
 PROBLEM_JSON = "application/problem+json"
 
 
@@ -78,11 +80,14 @@ CLASS_STATUS: dict[str, Kind] = {
 
 OTHER = {
     401: "Authentication required",
+    403: "Forbidden",
     404: "Not found",
     405: "Method not allowed",
     406: "Not acceptable",
+    413: "Request body too large",
     415: "Unsupported media type",
     422: "Invalid request body",
+    429: "Too many requests",
     500: "Internal error",
 }
 
@@ -122,6 +127,15 @@ class Problem(Exception):
             body["hint"] = self.hint
         body.update(self.extra)
         return body
+
+
+def problem_response(problem: Problem) -> JSONResponse:
+    return JSONResponse(
+        problem.body(),
+        status_code=problem.status,
+        media_type=PROBLEM_JSON,
+        headers=problem.headers,
+    )
 
 
 def kind_of(sqlstate: str) -> Kind | None:

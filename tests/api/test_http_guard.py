@@ -1,0 +1,366 @@
+"""The guard of the HTTP API (qtg_runner/api/guard.py) against the attacks a
+red team played on it, each played again over real HTTP against the real
+server (uvicorn on loopback) and the module's own database.
+
+Pins: a 300 MiB chunked body is answered 401 without credentials (or with
+wrong ones) and 413 with them, and the server stops reading: the client's
+generator is drained of at most a few socket buffers, and a body that never
+ends is answered at once and the connection closed; a chunked body under
+the cap still goes through. A request that changes something under /v1 from
+another site (Origin, Sec-Fetch-Site, Referer) is 403, and a form's content
+type (or an undeclared one) 415, before any credential is tried. Failed
+authentications (Basic, bearer tokens, the operator page's sign-in) are
+throttled per login and per client address with a clock the test moves:
+429 with Retry-After, another address's failures block a login only through
+that login's own count, concurrent guesses cannot overrun the limit, and the
+window passes. A login of the other network gets 403 naming its network.
+Every refusal leaves the database as it was.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from api_support import ONE_NODE, ApiWorld, api_world
+from engine import fingerprint
+
+from qtg_runner.api.app import ApiConfig
+from qtg_runner.api.guard import MAX_BODY_BYTES, Throttle
+from qtg_runner.api.identity import Database, server_conninfo, token_for
+from qtg_runner.api.server import serve_in_thread
+
+CHUNK = 64 * 1024
+HUGE = 300 * 1024 * 1024
+READ_AT_MOST = 32 * 1024 * 1024
+"""What the client may push before the server's refusal stops it: the cap
+(2 MiB) and the two sockets' buffers on loopback (a few MiB each)."""
+
+
+@pytest.fixture(scope="module")
+def world(pg_server: str, template_db: str) -> Iterator[ApiWorld]:
+    yield from api_world(pg_server, template_db)
+
+
+def problem(response: httpx.Response, status: int, title: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status and body["detail"]
+    if title is not None:
+        assert body["title"] == title, body
+    return body
+
+
+class Chunks:
+    """A chunked body of ``total`` bytes that counts what the client took of it."""
+
+    def __init__(self, total: int = HUGE, prefix: bytes = b"") -> None:
+        self.total = total
+        self.prefix = prefix
+        self.sent = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        block = b"x" * CHUNK
+        if self.prefix:
+            self.sent += len(self.prefix)
+            yield self.prefix
+        while self.sent < self.total:
+            self.sent += CHUNK
+            yield block
+
+
+def post_chunked(client: httpx.Client, path: str, body: Chunks, **headers: str) -> httpx.Response:
+    response = client.post(
+        path, content=iter(body), headers={"content-type": "application/json", **headers}
+    )
+    assert "content-length" not in response.request.headers
+    assert response.request.headers["transfer-encoding"] == "chunked"
+    return response
+
+
+def answer_before_body_ends(url: str, head: str, start: bytes = b"") -> bytes:
+    """Send ``head`` and the ``start`` of a body that never ends; what the
+    server answers before it closes the connection (a server waiting for the
+    rest of the body would leave recv to time out)."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    request = head.replace("\n", "\r\n").encode() + b"\r\n"
+    got = b""
+    with socket.create_connection((parts.hostname, parts.port), timeout=20) as sock:
+        sock.sendall(request + start)
+        while True:
+            try:
+                data = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+            got += data
+    return got
+
+
+def test_an_unauthenticated_body_is_answered_401_unread(world: ApiWorld) -> None:
+    alice = world.people["alice"]
+    host = urlsplit(world.url).netloc
+    with world.admin() as admin:
+        before = fingerprint(admin)
+    # a body that never ends: the 401 comes at once and the connection is closed
+    for auth in ("", "Authorization: " + alice.basic()[:-4] + "AAA=\n"):
+        answer = answer_before_body_ends(
+            world.url,
+            f"POST /v1/movements HTTP/1.1\nHost: {host}\n{auth}"
+            "Content-Type: application/json\nTransfer-Encoding: chunked\n",
+            b"%x\r\n" % CHUNK + b"x" * CHUNK + b"\r\n",
+        )
+        head = answer.split(b"\r\n\r\n", 1)[0].lower()
+        assert head.startswith(b"http/1.1 401"), answer[:200]
+        assert b"\r\nconnection: close" in head and b"www-authenticate: basic" in head
+    # 300 MiB chunked, no credentials / a wrong password / a token that is not
+    # alice's: 401, and the client could push only what the sockets buffer
+    refusals = [
+        {},
+        {"Authorization": "Basic " + "bm9ib2R5Onh4eA=="},  # nobody:xxx
+        {"Authorization": f"Bearer {token_for(alice.login, 'A' * 43)}"},
+    ]
+    for headers in refusals:
+        body = Chunks()
+        with httpx.Client(base_url=world.url, timeout=30) as client:
+            problem(post_chunked(client, "/v1/movements", body, **headers), 401)
+        assert body.sent < READ_AT_MOST, body.sent
+    with world.admin() as admin:
+        assert fingerprint(admin) == before
+
+
+def test_a_body_is_bounded_while_it_streams(world: ApiWorld) -> None:
+    with world.admin() as admin:
+        before = fingerprint(admin)
+    with world.client("alice") as alice:
+        # as the login: refused (413) as soon as the cap is passed, the rest unread
+        body = Chunks(prefix=b'{"external_id": "huge", "amount": "1", "plan": "')
+        refused = post_chunked(alice, "/v1/movements", body)
+        problem(refused, 413, "Request body too large")
+        assert refused.headers["connection"] == "close"
+        assert MAX_BODY_BYTES < body.sent < READ_AT_MOST, body.sent
+        batch = Chunks(prefix=b'{"items": [')
+        problem(post_chunked(alice, "/v1/movements:batch", batch), 413)
+        assert batch.sent < READ_AT_MOST
+        # the page's sign-in reads its form unauthenticated, and only 16 KiB of it
+        form = Chunks()
+        signin = alice.post(
+            "/signin",
+            content=iter(form),
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
+        problem(signin, 413)
+        assert form.sent < READ_AT_MOST
+        with world.admin() as admin:
+            assert fingerprint(admin) == before
+        # a chunked body under the cap is read whole, as ever
+        whole = b'{"external_id": "chunked", "amount": "1", "plan": %s}' % (
+            httpx.Request("POST", "/", json=ONE_NODE).content
+        )
+        pieces = [whole[i : i + 7] for i in range(0, len(whole), 7)]
+        created = alice.post(
+            "/v1/movements", content=iter(pieces), headers={"content-type": "application/json"}
+        )
+        assert created.status_code == 201, created.text
+        assert created.json()["external_id"] == "chunked"
+    # a declared length over the cap is refused before a byte of it is sent
+    answer = answer_before_body_ends(
+        world.url,
+        f"POST /v1/movements HTTP/1.1\nHost: {urlsplit(world.url).netloc}\n"
+        f"Authorization: {world.people['alice'].basic()}\n"
+        f"Content-Type: application/json\nContent-Length: {300 * 2**20}\n",
+    )
+    assert answer.lower().startswith(b"http/1.1 413"), answer[:200]
+    assert b"\r\nconnection: close" in answer.lower()
+
+
+def test_cross_site_requests_that_change_something_are_refused(world: ApiWorld) -> None:
+    movement = {"external_id": "csrf", "amount": "100", "plan": ONE_NODE}
+    with world.client("bob") as bob:
+        made = bob.post("/v1/movements", json={**movement, "external_id": "csrf-target"})
+        assert made.status_code == 201, made.text
+        mid = made.json()["movement_id"]
+    with world.admin() as admin:
+        before = fingerprint(admin)
+    cross = [
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},  # a sandboxed frame, a data: URL
+        {"Origin": world.url.replace("127.0.0.1", "localhost")},  # another host
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},  # a sibling subdomain: still another origin
+        {"Referer": "https://evil.example/treasury.html"},
+    ]
+    with world.client("alice") as alice:
+        for headers in cross:
+            body = problem(
+                alice.post("/v1/movements", json=movement, headers=headers),
+                403,
+                "Cross-site request refused",
+            )
+            assert "own origin" in body["detail"], body
+            problem(alice.post(f"/v1/movements/{mid}/approve", headers=headers), 403)
+            problem(alice.post(f"/v1/movements/{mid}/cancel", headers=headers), 403)
+        # an HTML form (or a no-cors fetch) of another site: no JSON, so 415
+        for content_type, content in (
+            ("application/x-www-form-urlencoded", b""),
+            ("application/x-www-form-urlencoded", b"reason=x"),
+            ("multipart/form-data; boundary=b", b"--b\r\n\r\nx\r\n--b--\r\n"),
+            ("text/plain", b'{"reason": "x"}'),
+            ("text/plain;charset=UTF-8", b'{"reason": "x"}'),
+        ):
+            headers = {"content-type": content_type}
+            refused = alice.post(f"/v1/movements/{mid}/cancel", content=content, headers=headers)
+            problem(refused, 415, "Unsupported media type")
+        no_type = alice.post("/v1/movements", content=b'{"a": 1}')  # no Content-Type
+        assert "content-type" not in no_type.request.headers
+        problem(no_type, 415)
+        problem(
+            alice.post("/v1/movements", content=b"{}", headers={"content-type": "text/plain"}), 415
+        )
+        # refused before any credential is tried
+        with httpx.Client(base_url=world.url) as anonymous:
+            problem(anonymous.post("/v1/movements", json=movement, headers=cross[0]), 403)
+        with world.admin() as admin:
+            assert fingerprint(admin) == before
+        assert alice.get(f"/v1/movements/{mid}").json()["state"] == "PENDING_APPROVAL"
+        # the API's own origin (a browser on it), a client that is no browser, reads
+        own = alice.post(
+            "/v1/movements",
+            json={**movement, "external_id": "csrf-own"},
+            headers={"Origin": world.url, "Sec-Fetch-Site": "same-origin"},
+        )
+        assert own.status_code == 201, own.text
+        assert alice.post("/v1/movements", json=movement).status_code == 201
+        read = alice.get(f"/v1/movements/{mid}", headers=cross[0])
+        assert read.status_code == 200 and "access-control-allow-origin" not in read.headers
+
+
+def test_a_login_of_the_other_network_is_told_so(world: ApiWorld) -> None:
+    stranger = world.people["stranger"]
+    with world.admin() as admin:
+        before = fingerprint(admin)
+    with world.client("stranger") as client:
+        for response in (
+            client.get("/v1/movements"),
+            client.post(
+                "/v1/movements", json={"external_id": "x", "amount": "1", "plan": ONE_NODE}
+            ),
+            client.post("/v1/movements/1/approve"),
+            client.get("/metrics"),
+            client.get("/readyz"),
+        ):
+            body = problem(response, 403, "Login of another network")
+            assert "belongs to another network (mainnet)" in body["detail"]
+            assert "serves testnet" in body["detail"] and stranger.login in body["detail"]
+        page = client.post("/signin", data={"login": stranger.login, "password": stranger.password})
+        assert page.status_code == 403 and "another network (mainnet)" in page.text
+        assert "qtg_session" not in page.cookies
+    with world.admin() as admin:
+        assert fingerprint(admin) == before
+
+
+class Clock:
+    """The throttle's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextmanager
+def served(world: ApiWorld, throttle: Throttle) -> Iterator[str]:
+    """A second API over the module's database, with this throttle."""
+    config = ApiConfig(Database(server_conninfo(world.dsn), "testnet"), throttle=throttle)
+    running = serve_in_thread(config)
+    try:
+        yield running.url
+    finally:
+        running.stop()
+
+
+def client_from(url: str, address: str, auth: tuple[str, str] | None = None) -> httpx.Client:
+    transport = httpx.HTTPTransport(local_address=address)
+    return httpx.Client(base_url=url, auth=auth, transport=transport, timeout=30)
+
+
+def test_failed_authentications_are_throttled_per_login_and_address(world: ApiWorld) -> None:
+    alice, bob, reader, runner = (world.people[p] for p in ("alice", "bob", "reader", "runner"))
+    clock = Clock()
+    throttle = Throttle(window=60, per_login=3, per_address=5, clock=clock)
+    with world.admin() as admin:
+        before = fingerprint(admin)
+    with (
+        served(world, throttle) as url,
+        client_from(url, "127.0.0.2") as mallory,
+        client_from(url, "127.0.0.1") as here,
+    ):
+
+        def status(client: httpx.Client, who: str, password: str) -> int:
+            return client.get("/v1/movements", auth=(who, password)).status_code
+
+        # mallory guesses alice's password: three failures lock alice's login
+        assert [status(mallory, alice.login, f"guess-{i}") for i in range(3)] == [401] * 3
+        locked = mallory.get("/v1/movements", auth=(alice.login, alice.password))
+        body = problem(locked, 429, "Too many failed authentications")
+        assert locked.headers["retry-after"] == "60" and alice.login in body["detail"]
+        # ... for alice from anywhere (what the per-login limit means), not for bob
+        assert status(here, alice.login, alice.password) == 429
+        assert status(here, bob.login, bob.password) == 200
+        # two guesses at bob: mallory's address is at five failures, bob's login at two
+        assert [status(mallory, bob.login, f"guess-{i}") for i in range(2)] == [401] * 2
+        problem(mallory.get("/v1/movements", auth=(bob.login, bob.password)), 429)
+        problem(mallory.get("/v1/movements", headers={"Authorization": "Basic !!"}), 429)
+        page = mallory.post("/signin", data={"login": bob.login, "password": bob.password})
+        assert page.status_code == 429 and page.headers["retry-after"] == "60"
+        assert status(here, bob.login, bob.password) == 200  # bob himself, elsewhere
+        clock.now += 59
+        assert mallory.get("/v1/movements", auth=bob.auth).headers["retry-after"] == "1"
+        clock.now += 1.5  # the window has passed: the oldest failures no longer count
+        assert status(mallory, bob.login, bob.password) == 200
+        assert status(here, alice.login, alice.password) == 200
+
+        # bearer tokens and the page's sign-ins are the same attempts
+        clock.now += 61
+        for i in range(3):
+            bad_token = {"Authorization": f"Bearer {token_for(reader.login, f'{i}' * 43)}"}
+            problem(here.get("/v1/movements", headers=bad_token), 401)
+        assert status(here, reader.login, reader.password) == 429
+        clock.now += 61
+        for i in range(3):
+            page = here.post("/signin", data={"login": runner.login, "password": f"guess-{i}"})
+            assert page.status_code == 401, page.text
+        assert here.get("/v1/movements", auth=runner.auth).status_code == 429  # the same count
+        page = here.post("/signin", data={"login": runner.login, "password": runner.password})
+        assert page.status_code == 429 and "try again in 60 s" in page.text
+
+        # concurrent guesses: an attempt in flight counts, so exactly the limit get through
+        clock.now += 61
+        with ThreadPoolExecutor(12) as pool:
+            statuses = list(pool.map(lambda i: status(here, bob.login, f"parallel-{i}"), range(12)))
+        assert sorted(statuses) == [401] * 3 + [429] * 9
+        # successes are not failures
+        clock.now += 61
+        assert [status(here, alice.login, alice.password) for _ in range(8)] == [200] * 8
+    with world.admin() as admin:
+        assert fingerprint(admin) == before
+
+
+def test_the_throttle_tracks_a_bounded_number_of_keys() -> None:
+    clock = Clock()
+    throttle = Throttle(per_login=2, per_address=1000, clock=clock, max_keys=50)
+    for i in range(1000):
+        throttle.admit(f"login_{i}", f"10.0.{i // 250}.{i % 250}")
+    assert len(throttle.failures) <= 50
+    throttle.forgive(throttle.admit("alice", "10.9.9.9"))
+    assert "login alice" not in throttle.failures
