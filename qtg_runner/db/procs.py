@@ -562,6 +562,15 @@ class NonceMark:
 
 
 @dataclass(frozen=True)
+class ClaimCheck:
+    """One element of check_claims: NULL error when the claim still holds."""
+
+    node_id: BigInt
+    error_code: Text | None
+    error_message: Text | None
+
+
+@dataclass(frozen=True)
 class EndedSession:
     """A row of end_stalled_sessions: a session held past the engine's bounds."""
 
@@ -1373,6 +1382,11 @@ def complete_submit(
     settled: Boolean | Default = DEFAULT,
 ) -> Call[NodeState]:
     """SUBMITTING -> SUBMITTED, or COMPLETED when ``settled``."""
+
+
+@procedure("runner")
+def check_claims(node_ids: BigIntArray, claim_secrets: ClaimSecretArray) -> Call[ClaimCheck]:
+    """Whether each claim still holds (SUBMITTING, its secret, a live lease)."""
 
 
 @procedure("runner")

@@ -15,7 +15,9 @@ this process dies), then, for the claimed nodes together:
      An EVM transaction's nonce is allocated by that call; one refused because
      another dispatcher took the nonce first (QT031) is signed again at the
      account's next nonces (NonceSigner.resign) and recorded again;
-  3. submit the recorded nodes a group at a time (bounded concurrency): an
+  3. submit the recorded nodes a group at a time (bounded concurrency), each
+     group right after asking whether its claims still hold (check_claims: a
+     node recovery took over meanwhile is not sent again by this one): an
      executor that implements BatchSubmitter submits all its nodes in one call,
      any other submits each node as a group of one; a group call that fails
      is made again for each node alone, so that one node's failure is its own;
@@ -200,7 +202,10 @@ async def dispatch_claims(ctx: WorkerContext, works: Sequence[NodeWork]) -> None
 
     # 3. the side effects, a group at a time, and 4. each group's report after it
     async def submit_and_report(group: Sequence[_Prepared]) -> None:
-        submitted = await _submit(ctx, group)
+        held = await _holding(ctx, group)
+        if not held:
+            return
+        submitted = await _submit(ctx, held)
         if not submitted:
             return
         failpoint("after_submit")
@@ -421,6 +426,41 @@ def _groups(nodes: Sequence[_Prepared]) -> list[list[_Prepared]]:
         else:
             alone.append([node])
     return [*batched.values(), *alone]
+
+
+async def _holding(ctx: WorkerContext, group: Sequence[_Prepared]) -> list[_Prepared]:
+    """The nodes of ``group`` whose claims still hold, asked just before their
+    external calls (check_claims): a dispatcher that froze after recording its
+    intents may have been replaced by recovery, which resubmits the payload
+    itself. A node whose claim is gone is left to its new owner (no report: it
+    is not this dispatcher's any more). If the question cannot be asked, none
+    is submitted: each stays SUBMITTING with its intent recorded, and recovery
+    sends the same payload once the lease runs out."""
+    try:
+        async with ctx.pool.connection() as conn:
+            rows = await procs.check_claims(
+                [n.work.node_id for n in group], [n.work.claim_secret for n in group]
+            ).aall(conn)
+    except Exception as exc:
+        if classify(exc) is Failure.POISON:
+            raise
+        for node in group:
+            node_event(logging.WARNING, "claim_unchecked", WORKER, node.work, error=describe(exc))
+        return []
+    held: list[_Prepared] = []
+    for node, row in zip(group, rows, strict=True):
+        if row.error_code is None:
+            held.append(node)
+        else:
+            node_event(
+                logging.WARNING,
+                "claim_lost",
+                WORKER,
+                node.work,
+                code=row.error_code,
+                error=ctx.limits.text(row.error_message or ""),
+            )
+    return held
 
 
 async def _submit(ctx: WorkerContext, group: Sequence[_Prepared]) -> list[_Submitted]:

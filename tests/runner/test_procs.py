@@ -56,6 +56,7 @@ from engine import (
     node_ids,
     node_states,
     observe,
+    pin_clock,
     plan,
     register_sim,
     submit,
@@ -710,3 +711,38 @@ def test_a_node_ready_while_a_dispatcher_loop_waits_on_a_side_effect_is_submitte
         "SELECT instance_id, live FROM worker_heartbeats WHERE worker_name = 'node_dispatcher'"
     ).fetchall()
     assert rows == [("loops-test:1", False)]
+
+
+def test_a_dispatcher_replaced_after_its_intents_does_not_send_again(
+    db: Any, runner_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatcher freezes after committing its intents (the after_intent
+    point); meanwhile recovery takes the node over (a new claim, a new secret)
+    and resubmits the prepared payload itself. At wake-up the stale dispatcher
+    asks whether its claims still hold before its external calls, and sends
+    nothing: the payload goes out once, by recovery, and the node is not
+    reported by the stale claimer."""
+    conn = bind(db.connect())
+    plain = FakeExecutor("plain")
+    register_sim(conn, key=plain.key)
+    movement_id = create_started(conn, plan(node("a", executor="plain")), "frozen")
+    node_id = node_ids(conn, movement_id)["a"]
+    taken: list[Any] = []
+
+    def frozen_then_replaced(name: str) -> None:
+        if name != "after_intent":
+            return
+        pin_clock(conn, "2099-01-01T00:00:00+00:00")  # its lease has run out by now
+        taken.extend(procs.claim_recovery_nodes("node_recovery", 16, 120).all(conn))
+        pin_clock(conn, None)
+
+    monkeypatch.setattr(node_dispatcher, "failpoint", frozen_then_replaced)
+    assert run_batch(db, node_dispatcher.batch, plain) == 1
+    assert [c.node_id for c in taken] == [node_id]
+    assert plain.submitted == []  # the stale dispatcher sent nothing
+    row = node_row(conn, node_id)
+    assert row["node_state"] == "SUBMITTING"
+    intent = conn.execute(
+        "SELECT intent_state FROM node_intents WHERE node_id = %s", (node_id,)
+    ).fetchone()
+    assert intent == ("PREPARED",)  # recovery's to resubmit, as it is

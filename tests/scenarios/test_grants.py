@@ -22,6 +22,7 @@ RUNNER = {
     "cctp_mint_route",
     "claim_observe",
     "claim_observe_batch",
+    "check_claims",
     "claim_ready_nodes",
     "claim_recovery_nodes",
     "complete_callback",
