@@ -542,6 +542,12 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_evidence": "{}",
             "p_settled": False,
         },
+        "check_claims": {"p_node_ids": [w.claimed], "p_claim_secrets": [w.claimed_secret]},
+        "end_stalled_sessions": {
+            "p_worker": "watchdog",
+            "p_idle_seconds": 60,
+            "p_statement_seconds": 120,
+        },
         "complete_submit_batch": {
             "p_node_ids": [w.claimed],
             "p_claim_secrets": [w.claimed_secret],
@@ -1038,6 +1044,15 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_external_ref", "QT002", None, "", "   ")
             + each("p_external_ref", "QT005", BIG_TEXT)
             + each("p_evidence", "QT005", BIG_JSON)
+        ),
+        "check_claims": (
+            secret("p_claim_secrets", "p_node_ids")
+            + each("p_claim_secrets", "QT002", [w.claimed_secret, w.claimed_secret])
+        ),
+        "end_stalled_sessions": (
+            worker("p_worker")
+            + each("p_idle_seconds", "QT002", None, 29, -1, "NaN", "Infinity", 86401)
+            + each("p_statement_seconds", "QT002", None, 59, "NaN", "-Infinity", 86401)
         ),
         "complete_submit_batch": (
             secret("p_claim_secrets", "p_node_ids")

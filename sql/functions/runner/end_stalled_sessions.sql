@@ -8,8 +8,8 @@
 --   (default 120: the runner roles' statement_timeout is 60 s) -> the session
 --   is terminated (its transaction rolls back, its locks go; a claim it held
 --   is recovered as any dead claimer's is).
--- The bounds are at least 30 and 60 s whatever the caller asks (QT002
--- otherwise): a caller may end stalled sessions sooner than an idle timeout
+-- The bounds are at least 30 and 60 s whatever the caller asks, and at most a
+-- day (QT002 otherwise): a caller may end stalled sessions sooner than an idle timeout
 -- would, never a working one. Time is clock()'s (a pinned clock in a test
 -- database ages the sessions). Each ended session is in the audit outbox
 -- (entity 'session', actor: the caller's worker name). QT014 when the engine
@@ -29,9 +29,10 @@ DECLARE
     v_roles text[];
 BEGIN
     PERFORM check_worker('end_stalled_sessions', p_worker);
-    IF p_idle_seconds IS NULL OR p_idle_seconds < 30 OR p_statement_seconds IS NULL
-       OR p_statement_seconds < 60 THEN
-        RAISE EXCEPTION 'end_stalled_sessions: the bounds are at least 30 s idle and 60 s in a statement, got % and %',
+    -- (NaN and Infinity compare above every number: refused by the upper bound)
+    IF p_idle_seconds IS NULL OR p_idle_seconds < 30 OR p_idle_seconds > 86400 OR p_statement_seconds IS NULL
+       OR p_statement_seconds < 60 OR p_statement_seconds > 86400 THEN
+        RAISE EXCEPTION 'end_stalled_sessions: the bounds are 30 s to a day idle and 60 s to a day in a statement, got % and %',
                         coalesce(p_idle_seconds::text, 'NULL'), coalesce(p_statement_seconds::text, 'NULL')
             USING ERRCODE = 'QT002', HINT = 'Call it with the defaults, or longer bounds.';
     END IF;
