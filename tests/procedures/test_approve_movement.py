@@ -21,15 +21,22 @@ and to-state it checks.
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
+import psycopg
 import pytest
 from engine import (
+    approve,
     as_person,
     assert_rejected,
+    bind,
     create,
     in_one_transaction,
     node_states,
     pin_clock,
     request_state,
+    wait_until_blocked_on_a_lock,
 )
 from rows import ONE, Conn, audit_rows, iso_at, movement_in, request_row, time_at
 
@@ -114,3 +121,48 @@ def test_the_approver_approving_again_gets_the_state_as_it_is(conn: Conn) -> Non
 
 def test_approve_unknown_movement(conn: Conn) -> None:
     assert_rejected(conn, "QT010", "SELECT approve_movement(424242)")
+
+
+def test_an_approval_that_waited_past_the_expiry_is_late(db: Any, conn: Conn) -> None:
+    """The decision is taken at its own time, once its locks are held, not at
+    its statement's start: an approval that began before the expiry and waited
+    on the movement's lock until after it is refused (QT020), and nothing
+    changes. (The expiry moved under the waiting approval stands in for the
+    time a slow statement takes.)"""
+    movement_id = create(conn, ONE, "late")
+    holder = db.connect(autocommit=False)
+    bind(holder).execute("SELECT 1 FROM movement_requests WHERE id = %s FOR UPDATE", (movement_id,))
+    approver = bind(db.connect())
+    outcome: dict[str, Any] = {}
+
+    def approve_it() -> None:
+        try:
+            with as_person(approver, "bob"):
+                outcome["state"] = procs.approve_movement(movement_id).one(approver)
+        except psycopg.Error as exc:
+            outcome["refused"] = exc.sqlstate
+
+    thread = threading.Thread(target=approve_it)
+    thread.start()
+    wait_until_blocked_on_a_lock(conn, approver.info.backend_pid)
+    # past the approval's start, before its decision: it expires meanwhile
+    holder.execute(
+        "UPDATE movement_requests SET expires_at = clock_timestamp() WHERE id = %s", (movement_id,)
+    )
+    holder.commit()
+    thread.join(timeout=10)
+    assert outcome == {"refused": "QT020"}
+    assert request_row(conn, movement_id)["request_state"] == "PENDING_APPROVAL"
+
+
+def test_an_approval_is_never_recorded_before_its_movement_was_created(conn: Conn) -> None:
+    movement_id = create(conn, ONE, "order")
+    approve(conn, movement_id)
+    row = request_row(conn, movement_id)
+    assert row["approved_at"] >= row["created_at"]
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute(
+            "UPDATE movement_requests SET approved_at = created_at - interval '1 second'"
+            " WHERE id = %s",
+            (movement_id,),
+        )

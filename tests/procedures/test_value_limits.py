@@ -115,12 +115,51 @@ def test_a_daily_cap_counts_what_started_today(conn: Conn, lane: str) -> None:
     assert a != b
 
 
-def test_a_per_movement_limit_holds_a_larger_movement(conn: Conn, lane: str) -> None:
-    procs.set_value_limit("network", "*", None, None, 50).one(conn)
+def test_a_movement_its_per_movement_limit_never_lets_pass_is_refused_at_approval(
+    conn: Conn, lane: str
+) -> None:
+    procs.set_value_limit("lane", lane, None, None, 50).one(conn)
+    with as_person(conn, "alice"):
+        big = procs.create_movement("big", 100, plan=plan(node("a", lane=lane))).one(conn)
+    before = fingerprint(conn)
+    with as_person(conn, "bob"), pytest.raises(psycopg.Error) as refused:
+        procs.approve_movement(big.movement_id).one(conn)
+    assert refused.value.sqlstate == "QT062"
+    assert "100 USDC pass the per-movement limit of 50 of lane x" in str(refused.value)
+    assert fingerprint(conn) == before
+
+
+def test_a_per_movement_limit_lowered_after_approval_holds_the_larger_movement_alone(
+    conn: Conn, lane: str
+) -> None:
+    """A limit lowered after approval holds the larger movement for good; it
+    takes no room from the smaller ones behind it (here of a daily cap)."""
     big = movement(conn, "big", amount="100")
     small = movement(conn, "small", amount="40")
+    procs.set_value_limit("network", "*", None, None, 50).one(conn)
+    procs.set_value_limit("venue", "sim", None, 120, None).one(conn)
     assert [c["node_id"] for c in claim(conn)] == [small]
     assert "network *: the movement's 100 USDC pass its per-movement limit of 50" in held(conn)[big]
+
+
+@pytest.mark.parametrize("how", ["released", "failed before its intent"])
+def test_a_claim_that_started_nothing_gives_the_days_cap_back(
+    conn: Conn, lane: str, how: str
+) -> None:
+    procs.set_value_limit("venue", "sim", None, 150, None).one(conn)
+    first = movement(conn, "m1")
+    [claimed] = claim(conn)
+    if how == "released":
+        procs.release_nodes([first], [claimed["claim_secret"]], "not this runner's").all(conn)
+    else:
+        procs.fail_submit(first, claimed["claim_secret"], "the venue is busy", True).one(conn)
+    usage = conn.execute("SELECT started FROM value_usage WHERE scope = 'venue'").fetchone()
+    assert usage is not None and usage[0] == 0
+    second = movement(conn, "m2")
+    conn.execute("UPDATE movement_request_nodes SET not_before = NULL")
+    # the day's room is the cap's whole 150: one of the two, never both (100 + 100)
+    assert len(claim(conn)) == 1
+    assert {first, second} & set(held(conn))
 
 
 def test_repeated_failures_trip_a_breaker_that_two_operators_reset(conn: Conn, lane: str) -> None:

@@ -6,8 +6,12 @@
 --   - the login that approved it asks again: its state as it is now, nothing
 --     written (an approval is idempotent for its approver)
 --   - unknown (QT010), not PENDING_APPROVAL (QT020: approved by another
---     login, or past it) or past its expiry (QT020): an error, and nothing
---     changes for any movement of the set
+--     login, or past it) or past its expiry (QT020, by decision_clock once
+--     the locks are held, which is also the approval's recorded time): an
+--     error, and nothing changes for any movement of the set
+--   - over a per-movement value limit of a scope one of its side-effect
+--     steps falls under (QT062): it could never be claimed; an error, and
+--     nothing changes
 --   - created by the caller (four eyes): refused, left as it is, and the
 --     refusal kept as an `approval_refused` audit row; reported in its row
 --     (error_code QT022) and, with p_warn, as a WARNING with SQLSTATE QT022
@@ -28,11 +32,18 @@ DECLARE
     v_now      timestamptz := clock();
     v_id       bigint;
     v_state    qtg.request_state;
+    v_amount   numeric;
+    v_scope    text;
+    v_name     text;
+    v_limit    numeric;
     v_expires  timestamptz;
     v_approve  bigint[];
     v_refuse   bigint[];
 BEGIN
     PERFORM 1 FROM movement_requests r WHERE r.id = ANY (p_movement_ids) ORDER BY r.id FOR UPDATE;
+    -- the decision's time, once the locks are held: an approval that waited
+    -- past the expiry is late, and none is recorded before its movement existed
+    v_now := decision_clock();
 
     SELECT i.id INTO v_id
       FROM unnest(p_movement_ids) WITH ORDINALITY AS i(id, ord)
@@ -58,6 +69,25 @@ BEGIN
     ELSIF FOUND THEN
         RAISE EXCEPTION 'movement % expired at %', v_id, v_expires USING ERRCODE = 'QT020',
             HINT = 'Create a new movement with a later expiry.';
+    END IF;
+
+    -- a movement a per-movement limit of one of its steps' scopes can never let pass
+    SELECT r.id, r.amount, l.scope, l.name, l.max_per_movement INTO v_id, v_amount, v_scope, v_name, v_limit
+      FROM unnest(p_movement_ids) WITH ORDINALITY AS i(id, ord)
+      JOIN movement_requests r ON r.id = i.id
+      JOIN movement_request_nodes n ON n.request_id = r.id AND n.has_side_effect
+      JOIN value_limits l ON r.amount > l.max_per_movement
+                         AND ((l.scope = 'lane' AND l.name = n.lane)
+                           OR (l.scope = 'venue' AND l.name = n.executor_key)
+                           OR l.scope = 'network')
+     WHERE r.request_state = 'PENDING_APPROVAL'
+     ORDER BY i.ord
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'movement %: its % USDC pass the per-movement limit of % of % %: it could never start',
+                        v_id, trim_scale(v_amount), trim_scale(v_limit), v_scope, v_name
+            USING ERRCODE = 'QT062',
+                  HINT = 'Cancel it and create smaller movements, or have the admin raise the limit (set_value_limit).';
     END IF;
 
     SELECT array_agg(r.id ORDER BY i.ord) FILTER (WHERE r.created_by <> v_actor),
@@ -86,7 +116,7 @@ BEGIN
     IF v_approve IS NOT NULL THEN
         PERFORM set_movement_states(v_approve, 'PENDING_APPROVAL',
                                     array_fill('APPROVED'::qtg.request_state, ARRAY[cardinality(v_approve)]),
-                                    array_fill(v_actor, ARRAY[cardinality(v_approve)]));
+                                    array_fill(v_actor, ARRAY[cardinality(v_approve)]), p_at => v_now);
         PERFORM notify_work('approved');
     END IF;
 

@@ -11,7 +11,9 @@
 --                     this node and every node before it would pass it
 -- and a breaker tripped on its lane or venue. Counting the nodes before it
 -- whether or not they are held errs on the safe side: what a claim takes
--- together never passes a limit. The claim calls it after locking every
+-- together never passes a limit; but a node over a per-movement limit can
+-- never be taken (approval refuses such a movement; a limit lowered after it
+-- holds it for good), so it is not counted before the others. The claim calls it after locking every
 -- value_limits row (so two claims never spend the same room); the view
 -- limit_held_nodes() calls it for every READY node. What is in flight and
 -- started today per scope is value_limit_status's (one definition). Reads only.
@@ -20,7 +22,14 @@ RETURNS TABLE (node_id bigint, reason text)
 LANGUAGE sql STABLE
 AS $$
     WITH nodes AS (
-        SELECT n.id, n.lane, n.executor_key, r.amount, u.ord
+        SELECT n.id, n.lane, n.executor_key, r.amount, u.ord,
+               -- over a per-movement limit of one of its scopes: held for good, so it
+               -- takes no room of any scope from the nodes after it
+               EXISTS (SELECT 1 FROM value_limits l
+                        WHERE r.amount > l.max_per_movement
+                          AND ((l.scope = 'lane' AND l.name = n.lane)
+                            OR (l.scope = 'venue' AND l.name = n.executor_key)
+                            OR l.scope = 'network')) AS never
           FROM unnest(p_node_ids) WITH ORDINALITY AS u(id, ord)
           JOIN movement_request_nodes n ON n.id = u.id
           JOIN movement_requests r ON r.id = n.request_id
@@ -33,7 +42,8 @@ AS $$
     ), limited AS (
         SELECT scoped.id, scoped.ord, scoped.amount, scoped.scope, scoped.name,
                l.max_in_flight, l.max_per_day, l.max_per_movement,
-               sum(scoped.amount) OVER (PARTITION BY scoped.scope, scoped.name ORDER BY scoped.ord) AS upto
+               sum(CASE WHEN scoped.never THEN 0 ELSE scoped.amount END)
+                   OVER (PARTITION BY scoped.scope, scoped.name ORDER BY scoped.ord) AS upto
           FROM scoped
           JOIN value_limits l ON l.scope = scoped.scope AND l.name = scoped.name
     ), used AS (

@@ -6,7 +6,8 @@
 -- p_closed[i] and p_failed[i] (NULL: 0) move movement i's open_nodes down and
 -- failed_nodes up in the same row write: a movement that settles as its last
 -- nodes finish (settle_movements) is written once, not once for its counters
--- and once for its state.
+-- and once for its state. p_at: the time recorded (clock() when NULL; an
+-- approval passes the time of its decision).
 CREATE OR REPLACE FUNCTION set_movement_states(
     p_movement_ids bigint[],
     p_from         qtg.request_state,
@@ -14,12 +15,13 @@ CREATE OR REPLACE FUNCTION set_movement_states(
     p_actors       text[],
     p_details      jsonb[] DEFAULT NULL,
     p_closed       integer[] DEFAULT NULL,
-    p_failed       integer[] DEFAULT NULL
+    p_failed       integer[] DEFAULT NULL,
+    p_at           timestamptz DEFAULT NULL
 ) RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_now     timestamptz := clock();
+    v_now     timestamptz := coalesce(p_at, clock());
     v_n       integer := cardinality(p_movement_ids);
     v_details jsonb[] := coalesce(p_details, array_fill(NULL::jsonb, ARRAY[v_n]));
     v_moved   bigint[];

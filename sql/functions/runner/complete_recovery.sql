@@ -5,7 +5,8 @@
 --   FAILED         it happened and failed, or it can never happen.
 --   IN_FLIGHT      it is out and not finished: back to SUBMITTED (never
 --                  observed yet) or OBSERVING, with a fresh observation window.
---   NOT_SUBMITTED  evidence proves nothing went out: READY for a new attempt
+--   NOT_SUBMITTED  evidence proves nothing went out: READY for a new attempt,
+--                  the day's value usage of the claim given back
 --                  (SKIPPED if a stop was requested). Refused (QT021) once the
 --                  node's intent is PREPARED or SUBMITTED on a side-effecting
 --                  executor: a prepared payload may be out there, so it is
@@ -101,6 +102,9 @@ BEGIN
            finished_at  = CASE WHEN p_outcome = 'STILL_UNKNOWN' THEN finished_at ELSE v_now END
      WHERE id = (SELECT id FROM node_intents WHERE node_id = p_node_id ORDER BY claim_token DESC LIMIT 1);
 
+    IF p_outcome = 'NOT_SUBMITTED' THEN
+        PERFORM give_back_value(ARRAY[p_node_id]);  -- nothing went out: the claim started nothing
+    END IF;
     PERFORM write_audit(ARRAY[(v_node.claimed_by, 'node', p_node_id::text, v_node.request_id, 'recovered',
                                v_node.node_state::text, v_to::text,
                                jsonb_build_object('outcome', p_outcome, 'evidence', p_evidence,

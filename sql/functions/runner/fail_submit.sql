@@ -9,6 +9,8 @@
 --   UNKNOWN, for recovery to decide from evidence; never a blind retry.
 --   permanent: FAILED (the executor asserts nothing went out), and the DAG
 --   skips what depended on it.
+-- A claim whose intent was never PREPARED gives back the day's value usage it
+-- counted (give_back_value): nothing went out.
 -- Fenced by the claim's secret (QT030). Locks: request, node, intent. The DAG
 -- step and the settle: finish_nodes. Returns the node's state afterwards.
 CREATE OR REPLACE FUNCTION fail_submit(
@@ -66,6 +68,9 @@ BEGIN
            finished_at  = CASE WHEN v_to = 'UNKNOWN' THEN NULL ELSE v_now END
      WHERE node_id = p_node_id AND claim_token = v_node.claim_token;
 
+    IF v_to <> 'UNKNOWN' AND NOT coalesce(v_prepared, false) THEN
+        PERFORM give_back_value(ARRAY[p_node_id]);  -- nothing went out: the claim started nothing
+    END IF;
     PERFORM write_audit(ARRAY[(v_node.claimed_by, 'node', p_node_id::text, v_node.request_id, 'state_changed',
                                'SUBMITTING', v_to::text,
                                jsonb_build_object('error', p_error, 'retryable', p_retryable,

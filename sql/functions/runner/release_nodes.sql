@@ -1,7 +1,8 @@
 -- release_nodes: SUBMITTING -> READY (SKIPPED under a stop), for claims a
 -- runner gives back before preparing anything: it does not carry the node's
 -- executor. The attempt is not counted (submit_attempts goes back), the intent
--- is ABANDONED, and the node waits the lane's release_retry_seconds
+-- is ABANDONED, the day's value usage the claim counted is given back
+-- (give_back_value), and the node waits the lane's release_retry_seconds
 -- (not_before), so that a runner with the executor takes it; audited
 -- 'released' with the reason. Nothing was signed, so no side effect can have
 -- happened: a node whose intent is PREPARED is refused (QT021), recovery
@@ -101,6 +102,7 @@ BEGIN
               FROM released x, audited;
 
             IF v_released IS NOT NULL THEN
+                PERFORM give_back_value(v_released);  -- nothing was signed: the claim started nothing
                 PERFORM finish_nodes(v_released, v_actors);
             END IF;
             EXIT apply_each WHEN v_round = 0;
