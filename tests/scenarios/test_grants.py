@@ -154,6 +154,7 @@ INTERNAL = {
     "evm_decode_raw",
     "evm_nonce_closed",
     "finish_nodes",
+    "give_back_value",
     "follow_capital_transfers",
     "advance_balance_anchors",
     "running_transactions",
@@ -192,6 +193,7 @@ INTERNAL = {
 }
 COMMON = {
     "clock": "runner operator reader",
+    "decision_clock": "",
     "substitute_params": "",
     "validate_node_config": "",
 }
