@@ -328,12 +328,10 @@ def test_an_unexplained_loss_raises_one_alert_trips_the_breakers_and_two_operato
         ("local-a", T1, Decimal("700"), Decimal("-200")),
         ("local-b", T2, Decimal("0"), Decimal("-300")),
     ]
-    # the account's own lanes and venues; an account nothing touched: every venue
-    # (executor) that can move a chain account
+    # the account's own lanes and venues; an account nothing touched: none (one
+    # runner's reading may not stop every scope of the network)
     assert alerts[0][5] == ["lane:evm", "venue:evm_transfer"]
-    assert alerts[1][5] == [
-        "venue:bybit_withdraw", "venue:cctp_burn", "venue:cctp_mint", "venue:evm_transfer",
-    ]  # fmt: skip
+    assert alerts[1][5] == []
     tripped = conn.execute(
         "SELECT scope || ':' || name, tripped_by FROM breakers ORDER BY 1"
     ).fetchall()

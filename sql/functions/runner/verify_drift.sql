@@ -13,8 +13,10 @@
 --        alert is raised (expected range, actual, baseline, snapshot, audited
 --        'drift_alert_raised') and the breakers of the lanes and venues
 --        (executors) of the nodes touching the account since its baseline are
---        tripped through trip_breaker, by p_worker; with no such node, those of
---        every registered executor that can move that kind of account. An
+--        tripped through trip_breaker, by p_worker; with no such node, none (a
+--        reading is one runner's word: it may stop the scopes that moved the
+--        account, never every scope of the network; the alert is for the
+--        operators, who may stop more). An
 --        account with an OPEN alert keeps that one alert: a later drifting
 --        snapshot updates its latest snapshot, range and actual balance.
 -- Before it computes the ranges it moves the accounts' anchors
@@ -136,15 +138,6 @@ BEGIN
                 v_breakers := ARRAY(SELECT 'lane:' || l FROM unnest(v_row.lanes) l
                                     UNION
                                     SELECT 'venue:' || x FROM unnest(v_row.executors) x);
-                IF cardinality(v_breakers) = 0 THEN
-                    v_breakers := ARRAY(
-                        SELECT 'venue:' || x.executor_key FROM executors x
-                         WHERE x.has_side_effect
-                           AND x.executor_key = ANY (CASE v_row.account_kind
-                                   WHEN 'venue' THEN ARRAY['bybit_withdraw']
-                                   ELSE ARRAY['evm_transfer', 'cctp_burn', 'cctp_mint', 'ccip', 'stargate',
-                                              'bybit_withdraw'] END));
-                END IF;
                 v_breakers := ARRAY(SELECT b FROM unnest(v_breakers) b ORDER BY b);
                 FOREACH v_entity IN ARRAY v_breakers LOOP
                     v_scope := string_to_array(v_entity, ':');
