@@ -109,6 +109,11 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
+REPORT_RETRIES_S = (0.2, 1.0, 3.0)
+"""The waits between the attempts of a report that failed transiently (four
+attempts over about 4 s; see reported_again)."""
+
+
 def asynchronous_commit(call: procs.Call[T]) -> procs.Call[T]:
     """``call`` as one statement whose transaction (the autocommit statement's
     own) commits without waiting for its WAL to reach disk: synchronous_commit
@@ -519,17 +524,40 @@ async def _submit(ctx: WorkerContext, group: Sequence[_Prepared]) -> list[_Submi
     return [s for s in await _bounded(ctx, group, one) if s is not None]
 
 
+async def reported_again(call: Callable[[], Awaitable[T]]) -> T:
+    """A report (complete_submit_batch, fail_submit) made again after a transient
+    failure, REPORT_RETRIES_S apart, rather than left to the claim's lease
+    (300 s, then recovery): a connection dropped or a failover under the
+    report loses a few seconds, not minutes. A report that did commit before
+    its answer was lost is refused when made again (the node is no longer the
+    claim's: QT021/QT030), which the callers read as any refusal. Raises what
+    the last attempt raised."""
+    for wait in REPORT_RETRIES_S:
+        try:
+            return await call()
+        except Exception as exc:
+            if classify(exc) is not Failure.TRANSIENT:
+                raise
+            await asyncio.sleep(wait)
+    return await call()
+
+
 async def _complete_submits(ctx: WorkerContext, nodes: Sequence[_Submitted]) -> list[_Submitted]:
     """complete_submit_batch; returns the nodes whose report was accepted."""
     results = [n.result for n in nodes]
-    async with ctx.pool.connection() as conn:
-        rows = await procs.complete_submit_batch(
-            [n.work.node_id for n in nodes],
-            [n.work.claim_secret for n in nodes],
-            [r.external_ref for r in results],
-            [ctx.limits.document(r.evidence) for r in results],
-            [r.settled for r in results],
-        ).aall(conn)
+    report = procs.complete_submit_batch(
+        [n.work.node_id for n in nodes],
+        [n.work.claim_secret for n in nodes],
+        [r.external_ref for r in results],
+        [ctx.limits.document(r.evidence) for r in results],
+        [r.settled for r in results],
+    )
+
+    async def call() -> list[procs.NodeOutcome]:
+        async with ctx.pool.connection() as conn:
+            return await report.aall(conn)
+
+    rows = await reported_again(call)
     reported = []
     for node, row in zip(nodes, rows, strict=True):
         if await _accepted(ctx, node.work, row, "report"):
@@ -557,9 +585,13 @@ async def _fail_submits(
         fail = procs.fail_submit(
             work.node_id, work.claim_secret, error, refused.retryable, refused.retry_after
         )
-        try:
+
+        async def call(fail: procs.Call[procs.NodeState] = fail) -> procs.NodeState:
             async with ctx.pool.connection() as conn:
-                state = await fail.aone(conn)
+                return await fail.aone(conn)
+
+        try:
+            state = await reported_again(call)
         except Exception as exc:
             await _failed(ctx, [work], "fail_submit", exc)
             continue

@@ -746,3 +746,36 @@ def test_a_dispatcher_replaced_after_its_intents_does_not_send_again(
         "SELECT intent_state FROM node_intents WHERE node_id = %s", (node_id,)
     ).fetchone()
     assert intent == ("PREPARED",)  # recovery's to resubmit, as it is
+
+
+def test_a_report_that_fails_transiently_is_made_again_not_left_to_the_lease(
+    db: Any, runner_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The executor refuses the node (retryable); the dispatcher's fail_submit
+    meets a dropped connection once. It is made again at once rather than
+    leaving the node SUBMITTING for its claim's 300 s lease."""
+    conn = bind(db.connect())
+    plain = FakeExecutor("plain", refuse={"a"})
+    register_sim(conn, key=plain.key)
+    movement_id = create_started(conn, plan(node("a", executor="plain")), "dropped")
+    node_id = node_ids(conn, movement_id)["a"]
+    real = procs.fail_submit
+    dropped = 0
+
+    class Dropped:
+        def __init__(self, call: Any) -> None:
+            self.call = call
+
+        async def aone(self, conn: Any) -> Any:
+            nonlocal dropped
+            if dropped == 0:
+                dropped += 1
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            return await self.call.aone(conn)
+
+    monkeypatch.setattr(procs, "fail_submit", lambda *a, **k: Dropped(real(*a, **k)))
+    monkeypatch.setattr(node_dispatcher, "REPORT_RETRIES_S", (0.0, 0.0, 0.0))
+    assert run_batch(db, node_dispatcher.batch, plain) == 1
+    assert dropped == 1
+    row = node_row(conn, node_id)
+    assert (row["node_state"], row["last_error"]) == ("READY", "a refused")
