@@ -11,13 +11,26 @@ database's are left alone. Time is the database clock, pinned here."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import assert_rejected, bind, create_started, node, node_ids, pin_clock, plan
+from engine import (
+    assert_rejected,
+    bind,
+    cancel,
+    claim,
+    create_started,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+    submit,
+    wait_until_blocked_on_a_lock,
+)
 
 Conn = psycopg.Connection[Any]
 
@@ -93,3 +106,48 @@ def test_the_bounds_are_the_engines_and_other_sessions_are_left_alone(
     )
     admin.execute("SELECT 1")
     other.execute("SELECT 1")
+
+
+def test_an_operators_cancel_waits_for_a_frozen_observer_no_longer_than_the_bound(
+    db: TestDatabase, conn: Conn
+) -> None:
+    """An observer frozen inside its chunk's transaction (SIGSTOP, or a pipeline
+    whose backend never started its idle timer) holds its nodes and their
+    movements; an operator's cancel of such a movement waits on it. The
+    watchdog ends the frozen session once past the bound, and the cancel goes
+    through; the node is observed again later as before."""
+    movement = create_started(conn, plan(node("a")), "frozen-observer")
+    node_id = node_ids(conn, movement)["a"]
+    [claimed] = claim(conn)
+    submit(conn, claimed)
+    conn.execute(
+        "UPDATE movement_request_nodes SET next_observe_at = now() - interval '1 second'"
+        " WHERE id = %s",
+        (node_id,),
+    )
+    observer = bind(db.connect(db.runner_dsn("testnet"), autocommit=False))
+    observer.commit()
+    got = observer.execute(
+        "SELECT node_id FROM claim_observe_batch(ARRAY[%s]::bigint[], 'node_observer')", (node_id,)
+    ).fetchall()
+    assert got == [(node_id,)]  # locked, and the observer freezes in its chunk
+    frozen = pid_of(observer)
+    operator = bind(db.connect())
+    outcome: dict[str, Any] = {}
+
+    def cancel_it() -> None:
+        outcome["state"] = cancel(operator, movement)
+
+    thread = threading.Thread(target=cancel_it)
+    thread.start()
+    wait_until_blocked_on_a_lock(conn, operator.info.backend_pid)
+    watchdog = bind(db.connect(db.runner_dsn("testnet")))
+    pin_clock(watchdog, later(90))
+    ended = watchdog.execute("SELECT pid FROM end_stalled_sessions('session_watchdog')").fetchall()
+    assert ended == [(frozen,)]
+    thread.join(timeout=10)
+    assert outcome["state"] in ("EXECUTING", "CANCELLED")
+    row = conn.execute(
+        "SELECT stop_reason IS NOT NULL FROM movement_requests WHERE id = %s", (movement,)
+    ).fetchone()
+    assert row == (True,)  # the cancel was taken
