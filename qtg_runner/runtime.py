@@ -59,6 +59,45 @@ def new_instance_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def pool_connections(max_concurrency: int) -> int:
+    """The most connections one runtime opens: its two pools at their size
+    (Runtime.open) and the notification listener's own connection."""
+    return (max_concurrency + 4) + (max_concurrency + 2) + 1
+
+
+async def warn_if_over_connection_limit(
+    conn: psycopg.AsyncConnection[Any], network: str, needed: int
+) -> int | None:
+    """Say at start when this runtime's pools may need more connections than its
+    login's connection limit leaves (the server refuses the ones past it, so a
+    pool would wait and its workers stall): the limit, the login's sessions
+    already open, and what this one may open. Returns the room left, or None
+    when the login has no limit."""
+    row = await (
+        await conn.execute(
+            """SELECT r.rolconnlimit,
+                      (SELECT count(*) FROM pg_stat_activity a WHERE a.usename = session_user)
+                 FROM pg_roles r WHERE r.rolname = session_user"""
+        )
+    ).fetchone()
+    if row is None or int(row[0]) < 0:
+        return None
+    limit, open_now = int(row[0]), int(row[1])
+    room = limit - open_now + 1  # this connection closes before the pools open
+    if needed > room:
+        event(
+            logging.WARNING,
+            "connection_limit_short",
+            network=network,
+            login_limit=limit,
+            sessions_open=open_now - 1,
+            pools_may_open=needed,
+            advice="lower --concurrency, run fewer processes as this login, or give each "
+            "process a runner login of its own (qtg runner add)",
+        )
+    return room
+
+
 @dataclass
 class Runtime:
     network: NetworkMode
@@ -87,6 +126,8 @@ class Runtime:
         async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
             await check_deployment(conn, network, SHIPPED)
             limits = await read_report_limits(conn)
+            await warn_if_over_connection_limit(conn, network, pool_connections(max_concurrency))
+        # sizes as pool_connections says
         pool = open_pool(conninfo, name=f"{name}-engine", min_size=1, max_size=max_concurrency + 4)
         side_pool = open_pool(
             conninfo, name=f"{name}-executors", min_size=1, max_size=max_concurrency + 2

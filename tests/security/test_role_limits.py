@@ -129,3 +129,34 @@ def test_a_limit_the_admin_sets_on_the_group_role_holds_for_the_logins_made_afte
     finally:
         for conn in opened:
             conn.close()
+
+
+def test_a_runner_says_at_start_when_its_pools_may_pass_its_logins_limit(
+    db: TestDatabase, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two runner processes at the default concurrency open up to 2 x 23
+    connections; a runner login allows 30. The runtime says so at start
+    (connection_limit_short, with the limit, what is open and what it may
+    open) rather than stalling on a pool that cannot fill."""
+    import asyncio
+
+    from qtg_runner.runtime import pool_connections, warn_if_over_connection_limit
+
+    dsn = add(db, "runner", "rita", "testnet", tmp_path / "pgpass")
+    others = [db.connect(dsn) for _ in range(10)]  # another process's connections
+
+    async def room(needed: int) -> int | None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            return await warn_if_over_connection_limit(conn, "testnet", needed)
+
+    assert pool_connections(8) == 23
+    with caplog.at_level("WARNING", logger="qtg"):
+        assert asyncio.run(room(pool_connections(8))) == 30 - 10
+    assert "event=connection_limit_short" in caplog.text
+    assert "login_limit=30" in caplog.text and "sessions_open=10" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="qtg"):
+        asyncio.run(room(pool_connections(2)))  # 11: fits
+    assert "connection_limit_short" not in caplog.text
+    for other in others:
+        other.close()
