@@ -63,7 +63,12 @@ class ApiConfig:
     secure_cookies: bool = False
     """Mark the operator page's cookies Secure (set when serving TLS)."""
     session_seconds: float = 8 * 3600
-    max_sessions: int = 200
+    max_sessions: int = 40
+    """Operator-page sessions at once, each holding its login's connection: well
+    under the server's slots, which runners and the admin need too."""
+    max_sessions_per_login: int = 3
+    """Operator-page sessions of one login at once: its oldest is signed out by
+    a new sign-in, so signing in again and again holds no more connections."""
     throttle: Throttle = field(default_factory=Throttle)
     """Failed authentications per login and client address (api/guard.py)."""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -66,9 +66,10 @@ class Session:
 
 
 class Sessions:
-    def __init__(self, ttl: float, limit: int) -> None:
+    def __init__(self, ttl: float, limit: int, per_login: int = 3) -> None:
         self.ttl = ttl
         self.limit = limit
+        self.per_login = per_login
         self.by_id: dict[str, Session] = {}
         self.closing: set[asyncio.Future[None]] = set()
 
@@ -91,6 +92,10 @@ class Sessions:
             if old.expires < now or old.conn.closed:
                 del self.by_id[sid]
                 await old.conn.close()
+        # one login's sessions are bounded: its oldest goes (insertion order)
+        mine = [sid for sid, old in self.by_id.items() if old.login == session.login]
+        for sid in mine[: max(0, len(mine) - self.per_login + 1)]:
+            await self.by_id.pop(sid).conn.close()
         if len(self.by_id) >= self.limit:
             await session.conn.close()
             raise Problem(503, "Too many sessions", "too many people are signed in; try later")
@@ -220,7 +225,7 @@ def dag_levels(nodes: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def mount_page(app: FastAPI, config: Any) -> None:
-    sessions = Sessions(config.session_seconds, config.max_sessions)
+    sessions = Sessions(config.session_seconds, config.max_sessions, config.max_sessions_per_login)
     app.state.sessions = sessions
 
     def signin_page(message: str | None = None, status: int = 200) -> HTMLResponse:

@@ -364,3 +364,28 @@ def test_the_throttle_tracks_a_bounded_number_of_keys() -> None:
     assert len(throttle.failures) <= 50
     throttle.forgive(throttle.admit("alice", "10.9.9.9"))
     assert "login alice" not in throttle.failures
+
+
+def test_signing_in_again_and_again_holds_a_bounded_number_of_connections(
+    world: ApiWorld,
+) -> None:
+    """Each operator-page session holds its login's connection for its life
+    (8 h): a login signing in again and again keeps at most
+    max_sessions_per_login (3) of them; its oldest sessions are signed out."""
+    bob = world.people["bob"]
+    cookies = []
+    for _ in range(6):
+        with world.client() as client:
+            page = client.post("/signin", data={"login": bob.login, "password": bob.password})
+            assert page.status_code in (200, 303), page.text
+            cookies.append(client.cookies.get("qtg_session"))
+    with world.admin() as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (bob.login,)
+        ).fetchone()
+    assert row is not None and row[0] <= 3
+    with world.client() as client:
+        client.cookies.set("qtg_session", cookies[0])
+        assert "signed in as" not in client.get("/").text  # the oldest was signed out
+        client.cookies.set("qtg_session", cookies[-1])
+        assert "signed in as" in client.get("/").text
