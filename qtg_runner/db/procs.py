@@ -1635,6 +1635,19 @@ def reset_breaker(scope: Text, name: Text) -> Call[Text]:
 
 
 @procedure("operator")
+def confirm_balance_baseline(
+    account_kind: Text,
+    account_key: Text,
+    address: Text,
+    asset: Text,
+    snapshot_id: BigInt,
+    reason: Text,
+) -> Call[Text]:
+    """An operator confirms an account's baseline (one runner's first reading):
+    drifts from it trip breakers from then on. Returns who confirmed it."""
+
+
+@procedure("operator")
 def acknowledge_drift_alert(alert_id: BigInt, reason: Text) -> Call[Text]:
     """Two different operators accept a drifted balance: the first gets
     ACK_REQUESTED, the second ACKNOWLEDGED (the account re-baselined); the same

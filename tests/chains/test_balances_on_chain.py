@@ -3,7 +3,10 @@ balance_snapshot sidecar reads every treasury account's USDC at one block per
 chain (what balanceOf says there), a chain it cannot reach is recorded as a
 failed read, never as a zero, and a transfer made outside the engine (a raw
 ERC-20 transfer signed with a treasury key) is seen by verify_drift_worker as
-drift: one alert, the breaker tripped."""
+drift: one alert for the operators. No breaker trips: nothing of the engine's
+moved that account, and a reading is one runner's word (it trips only the
+scopes of the nodes that moved an account, from a baseline an operator
+confirmed)."""
 
 from __future__ import annotations
 
@@ -118,6 +121,5 @@ def test_the_sidecars_read_the_chains_and_see_a_transfer_made_outside_the_engine
         "SELECT account_key, address, unexplained, breakers FROM drift_alerts"
         " WHERE alert_state = 'OPEN'"
     ).fetchall()
-    assert alerts == [(chain.key, victim, Decimal("-3"), ["venue:evm_transfer"])]
-    tripped = conn.execute("SELECT scope, name, tripped_by FROM breakers").fetchall()
-    assert tripped == [("venue", "evm_transfer", "verify_drift_worker@test")]
+    assert alerts == [(chain.key, victim, Decimal("-3"), [])]
+    assert conn.execute("SELECT count(*) FROM breakers").fetchone() == (0,)

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import dsn_for
-from engine import as_person, bind, claim, create_started, node, node_ids, plan
+from engine import as_person, bind, claim, create_started, fingerprint, node, node_ids, plan
 from plans import explained, rows_read
 from rich.console import Console
 from rows import T0, Conn, iso_at, person, plant_history, set_clock
@@ -184,6 +184,18 @@ def claim_ready(conn: Conn) -> None:
         CLAIMS[c["node_id"]] = c["claim_secret"]
 
 
+def confirm_baselines(conn: Conn, person: str = "alice") -> list[str]:
+    """An operator confirms every account's baseline, as balance_status shows it."""
+    rows = conn.execute(
+        "SELECT account_kind, account_key, address, asset, baseline_snapshot_id"
+        " FROM balance_status WHERE baseline_snapshot_id IS NOT NULL"
+    ).fetchall()
+    with as_person(conn, person):
+        return [
+            procs.confirm_balance_baseline(*row, "matches the explorer").one(conn) for row in rows
+        ]
+
+
 BASE: dict[Account, str | None] = {
     chain("local-a", T1): "1000",
     chain("local-a", T2): "0",
@@ -301,6 +313,7 @@ def test_an_unexplained_loss_raises_one_alert_trips_the_breakers_and_two_operato
     at = clocks(conn, runner)
     read(runner, BASE)
     verify(runner)
+    assert set(confirm_baselines(conn)) == {"alice"}
     at(10)
     paid = run(conn, [transfer("pay", T1, T2)], "paid", "100")["pay"]
     at(20)
@@ -378,10 +391,10 @@ def test_an_unexplained_loss_raises_one_alert_trips_the_breakers_and_two_operato
         (f"chain:local-a:{T1}:USDC",),
     ).fetchall()
     assert [a[0] for a in audit] == [
-        "balance_baseline_set", "drift_alert_raised", "drift_ack_requested", "drift_ack_refused",
-        "drift_acknowledged",
+        "balance_baseline_set", "balance_baseline_confirmed", "drift_alert_raised",
+        "drift_ack_requested", "drift_ack_refused", "drift_acknowledged",
     ]  # fmt: skip
-    assert [a[1] for a in audit[2:]] == ["alice", "alice", "bob"]
+    assert [a[1] for a in audit[3:]] == ["alice", "alice", "bob"]
     for code, alert_id in (("QT082", alert), ("QT081", 10**9)):
         with as_person(conn, "carol"), pytest.raises(psycopg.Error) as err:
             procs.acknowledge_drift_alert(alert_id, "once more").one(conn)
@@ -393,6 +406,55 @@ def test_an_unexplained_loss_raises_one_alert_trips_the_breakers_and_two_operato
     checked = verify(runner)
     assert checked[chain("local-a", T1)] == ("OK", Decimal("690"), Decimal("690"))
     assert conn.execute("SELECT count(*) FROM breakers").fetchone() == (len(tripped),)
+
+
+def test_a_baseline_is_one_runners_word_until_an_operator_confirms_it(
+    conn: Conn, runner: Conn
+) -> None:
+    """A runner login that invents an account's first reading sets its
+    baseline, but not a verdict: a drift from an unconfirmed baseline raises
+    the alert and trips no breaker. An operator confirms the baseline they
+    checked (naming its snapshot: a baseline changed since is refused, QT083);
+    a runner cannot; from then on the account's drifts trip its scopes."""
+    at = clocks(conn, runner)
+    read(runner, {**BASE, chain("local-a", T1): "1000000"})  # invented
+    verify(runner)
+    at(10)
+    paid = run(conn, [transfer("pay", T1, T2)], "paid", "100")["pay"]
+    at(20)
+    land(conn, paid)
+    at(30)
+    read(runner, {**BASE, chain("local-a", T1): "900", chain("local-a", T2): "100"})
+    assert verify(runner)[chain("local-a", T1)][0] == "DRIFT"
+    [breakers] = conn.execute(
+        "SELECT breakers FROM drift_alerts WHERE account_key = 'local-a'"
+    ).fetchone()  # type: ignore[misc]
+    assert breakers == []
+    assert conn.execute("SELECT count(*) FROM breakers").fetchone() == (0,)
+
+    key = ("chain", "local-a", T2, "USDC")
+    [base] = conn.execute(
+        "SELECT baseline_snapshot_id FROM balance_status WHERE account_key = %s AND address = %s",
+        key[1:3],
+    ).fetchone()  # type: ignore[misc]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        runner.execute("SELECT confirm_balance_baseline(%s, %s, %s, %s, %s, 'mine')", (*key, base))
+    before = fingerprint(conn)
+    with as_person(conn, "alice"), pytest.raises(psycopg.Error) as stale:
+        procs.confirm_balance_baseline(*key, base + 1000, "what I saw").one(conn)
+    assert stale.value.sqlstate == "QT083"
+    assert fingerprint(conn) == before
+    with as_person(conn, "alice"):
+        assert procs.confirm_balance_baseline(*key, base, "explorer").one(conn) == "alice"
+    with as_person(conn, "bob"):  # again: the first confirmation stands
+        assert procs.confirm_balance_baseline(*key, base, "explorer").one(conn) == "alice"
+    at(40)
+    read(runner, {**BASE, chain("local-a", T1): "900", chain("local-a", T2): "40"})
+    assert verify(runner)[chain("local-a", T2)][0] == "DRIFT"
+    [breakers] = conn.execute(
+        "SELECT breakers FROM drift_alerts WHERE account_key = 'local-a' AND address = %s", (T2,)
+    ).fetchone()  # type: ignore[misc]
+    assert breakers == ["lane:evm", "venue:evm_transfer"]
 
 
 def counts(conn: Conn) -> list[int]:

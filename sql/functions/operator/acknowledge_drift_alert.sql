@@ -5,8 +5,8 @@
 -- and why (audited 'drift_ack_requested', returns ACK_REQUESTED); a second
 -- call by another login acknowledges it (audited 'drift_acknowledged' with
 -- both logins, both reasons, the old and the new baseline) and makes the
--- account's latest successful snapshot its baseline, so the expectation
--- starts again from the balance the operators accepted. The same login asking
+-- account's latest successful snapshot its baseline, confirmed (two
+-- operators accepted it), so the expectation starts again from it. The same login asking
 -- twice is a four-eyes refusal: an audited WARNING with SQLSTATE QT022, the
 -- alert unchanged. The breakers the alert tripped stay tripped: two operators
 -- reset them (reset_breaker) once the cause is dealt with.
@@ -68,7 +68,7 @@ BEGIN
        AND b.address = v_alert.address AND b.asset = v_alert.asset
        FOR UPDATE;
     UPDATE balance_baselines
-       SET snapshot_id = v_new, set_at = v_now, set_by = v_actor,
+       SET snapshot_id = v_new, set_at = v_now, set_by = v_actor, confirmed_by = v_actor, confirmed_at = v_now,
            reason = format('drift alert %s acknowledged: %s', p_alert_id, p_reason)
      WHERE account_kind = v_alert.account_kind AND account_key = v_alert.account_key
        AND address = v_alert.address AND asset = v_alert.asset;

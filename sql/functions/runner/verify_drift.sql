@@ -3,7 +3,8 @@
 -- take one), and for each:
 --   a failed read                        FAILED_READ: nothing is concluded
 --   an account without a baseline        its first successful snapshot becomes
---                                        the baseline (audited: BASELINE)
+--                                        the baseline, unconfirmed (audited:
+--                                        BASELINE)
 --   older than the account's baseline    BEFORE_BASELINE (re-baselined since)
 --   otherwise                            the expected range from the engine's own
 --                                        records (balance_expectations); the
@@ -13,7 +14,10 @@
 --        alert is raised (expected range, actual, baseline, snapshot, audited
 --        'drift_alert_raised') and the breakers of the lanes and venues
 --        (executors) of the nodes touching the account since its baseline are
---        tripped through trip_breaker, by p_worker; with no such node, none (a
+--        tripped through trip_breaker, by p_worker, once an operator
+--        confirmed the account's baseline (confirm_balance_baseline: until
+--        then it is one runner's reading, and trips nothing); with no such
+--        node, none (a
 --        reading is one runner's word: it may stop the scopes that moved the
 --        account, never every scope of the network; the alert is for the
 --        operators, who may stop more). An
@@ -103,7 +107,7 @@ BEGIN
     FOR v_row IN
         SELECT s.id, s.account_kind, s.account_key, s.address, s.asset, s.balance,
                e.baseline_snapshot_id, e.expected_low, e.expected_high, e.lanes, e.executors,
-               bl.snapshot_id AS base_id
+               bl.snapshot_id AS base_id, bl.confirmed_by IS NOT NULL AS confirmed
           FROM balance_snapshots s
           LEFT JOIN balance_baselines bl ON bl.account_kind = s.account_kind AND bl.account_key = s.account_key
                                         AND bl.address = s.address AND bl.asset = s.asset
@@ -136,8 +140,10 @@ BEGIN
             RETURNING d.id, (d.xmax = 0) INTO v_alert, v_inserted;
             IF v_inserted THEN
                 v_breakers := ARRAY(SELECT 'lane:' || l FROM unnest(v_row.lanes) l
+                                     WHERE v_row.confirmed
                                     UNION
-                                    SELECT 'venue:' || x FROM unnest(v_row.executors) x);
+                                    SELECT 'venue:' || x FROM unnest(v_row.executors) x
+                                     WHERE v_row.confirmed);
                 v_breakers := ARRAY(SELECT b FROM unnest(v_breakers) b ORDER BY b);
                 FOREACH v_entity IN ARRAY v_breakers LOOP
                     v_scope := string_to_array(v_entity, ':');

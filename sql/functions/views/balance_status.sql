@@ -2,7 +2,8 @@
 -- successful snapshot (balance, block, when it was read), the range the
 -- engine's records expected it in and the outcome when verify_drift verified
 -- it (NULL until then), the baseline, the latest read if it failed (and why),
--- and its open drift alert. The range is verify_drift's, stored on the
+-- its open drift alert, and who confirmed the baseline (NULL: one runner's
+-- reading, unconfirmed: confirm_balance_baseline). The range is verify_drift's, stored on the
 -- snapshot: reading the view computes nothing over the nodes, and it reads a
 -- few index entries per account, however many snapshots are kept.
 CREATE OR REPLACE VIEW balance_status AS
@@ -60,7 +61,8 @@ SELECT good.account_kind,
        good.latest_error AS latest_read_error,
        d.id AS open_alert_id,
        good.verified_at,
-       good.outcome
+       good.outcome,
+       bl.confirmed_by AS baseline_confirmed_by
   FROM good
   LEFT JOIN balance_baselines bl ON bl.account_kind = good.account_kind AND bl.account_key = good.account_key
                                 AND bl.address = good.address AND bl.asset = good.asset
