@@ -416,7 +416,7 @@ async def reconcile_balances(
         ).fetchall()
     return accounts, [
         f"drift alert {a[0]}: {a[1]} on {a[2]} holds {a[3]:,} USDC, expected {a[4]:,} to "
-        f"{a[5]:,}; breakers tripped: {', '.join(a[6])}"
+        f"{a[5]:,}; " + (f"breakers tripped: {', '.join(a[6])}" if a[6] else "no breaker tripped")
         for a in alerts
     ]
 
