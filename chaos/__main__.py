@@ -4,7 +4,7 @@ Environment:
   QTG_CHAOS_SCALE      full (default: 1,000 movements under kills, 300 to 500 in
                        each other scenario) or small (a CI-sized run, a few minutes)
   QTG_CHAOS_SCENARIOS  a subset, e.g. "kills,poison" (default: all, in the order
-                       kills, restarts, backends, poison, failover)
+                       kills, restarts, backends, poison, freezes, failover)
   QTG_CHAOS_SEED       the random seed (default: a new one, printed)
   QTG_CHAOS_OUT        results folder (default chaos/results): chaos.md, chaos.json,
                        and the runners' and servers' logs

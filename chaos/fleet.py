@@ -66,6 +66,7 @@ class Fleet:
     log_dir: Path
     runners: list[Runner] = field(default_factory=list)
     kills: int = 0
+    freezes: int = 0
     exits: Counter[str] = field(default_factory=Counter)
     """How processes ended, other than by the harness's kill -9: 'exit 1', ..."""
     crash_logs: list[str] = field(default_factory=list)
@@ -132,6 +133,31 @@ class Fleet:
             self.kills += 1
             return runner.label
 
+    def freeze_random(self, rng: random.Random, seconds: float) -> str | None:
+        """SIGSTOP one live runner process for ``seconds``, then SIGCONT it: a
+        process that froze (a stalled VM, a debugger, swap) inside whatever it
+        was doing, and wakes up later believing its claims are still its own.
+        Its label, or None when none is up."""
+        with self._lock:
+            alive = [r for r in self.runners if r.alive() and r.ended_at is None]
+            if not alive:
+                return None
+            runner = rng.choice(alive)
+            assert runner.proc is not None
+            pid = runner.proc.pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+            self.freezes += 1
+
+        def thaw() -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+        timer = threading.Timer(seconds, thaw)
+        timer.daemon = True
+        timer.start()
+        return runner.label
+
     def pids(self) -> list[int]:
         with self._lock:
             return [r.proc.pid for r in self.runners if r.proc is not None and r.alive()]
@@ -146,6 +172,7 @@ class Fleet:
             for runner in live:
                 assert runner.proc is not None
                 with contextlib.suppress(ProcessLookupError):
+                    runner.proc.send_signal(signal.SIGCONT)  # a frozen one hears its SIGTERM
                     runner.proc.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + timeout
             for runner in live:

@@ -67,7 +67,14 @@ class Scale:
 SCALES = {
     "full": Scale(
         "full",
-        {"kills": 1000, "restarts": 500, "backends": 500, "poison": 300, "failover": 500},
+        {
+            "kills": 1000,
+            "restarts": 500,
+            "backends": 500,
+            "poison": 300,
+            "failover": 500,
+            "freezes": 500,
+        },
         rate=9.0,
         burst=40,
         settle_seconds=180,
@@ -76,7 +83,14 @@ SCALES = {
     ),
     "small": Scale(
         "small",
-        {"kills": 120, "restarts": 80, "backends": 80, "poison": 60, "failover": 80},
+        {
+            "kills": 120,
+            "restarts": 80,
+            "backends": 80,
+            "poison": 60,
+            "failover": 80,
+            "freezes": 80,
+        },
         rate=5.0,
         burst=16,
         settle_seconds=120,
@@ -521,6 +535,19 @@ def backends(chaos: Chaos) -> str:
     return f"{terminated} runner backends terminated"
 
 
+def freezes(chaos: Chaos) -> str:
+    """SIGSTOP of a random runner process for 2 to 15 s, every 2 to 5 s: long
+    enough for recovery to take a frozen dispatcher's claims (its heartbeat two
+    ticks late) and resubmit their prepared payloads, and for a frozen
+    observer to hold its chunk's rows. At wake-up a stale dispatcher must not
+    send again (check_claims); the checker counts each key's submissions to
+    the sim's outside world (resubmits) beside the duplicates."""
+    rng = random.Random(chaos.run.rng.random())
+    while chaos.sleep(rng.uniform(2.0, 5.0)):
+        chaos.fleet.freeze_random(rng, rng.uniform(2.0, 15.0))
+    return f"{chaos.fleet.freezes} SIGSTOPs of 2 to 15 s"
+
+
 def poison(chaos: Chaos) -> str:
     """Nothing more than the poison nodes planted in the feed's bursts."""
     while chaos.sleep(1.0):
@@ -578,7 +605,7 @@ def _wait_writable(dsn: str, timeout: float) -> bool:
 # -- the run ------------------------------------------------------------------------------
 
 
-SCENARIOS = ("kills", "restarts", "backends", "poison", "failover")
+SCENARIOS = ("kills", "restarts", "backends", "poison", "freezes", "failover")
 
 
 def plan_for(name: str, scale: Scale, rng: random.Random) -> list[workload.Planned]:
@@ -602,6 +629,7 @@ def run_one(run: Run, name: str) -> ScenarioResult:
         "backends": backends,
         "poison": poison,
         "failover": failover,
+        "freezes": freezes,
     }
     return run_scenario(
         run,
