@@ -264,7 +264,13 @@ def test_concurrent_batches_with_a_shared_external_id_make_it_once(
 BAD_ITEMS: dict[str, tuple[dict[str, Any], str, str]] = {
     "zero amount": (item("x", 0), "QT002", "amount must be positive, got 0"),
     "seven decimals": (item("x", "1.0000001"), "QT002", "more than 6 decimal places"),
-    "amount beyond the limit": (item("x", "1e300"), "QT005", "amount must be a finite number"),
+    "amount beyond the limit": (
+        item("x", "1" + "0" * 30),
+        "QT005",
+        "amount must be a finite number",
+    ),
+    "amount with an exponent": (item("x", "1e3"), "QT002", "numeric string written plainly"),
+    "amount with a blank": (item("x", " 7"), "QT002", "numeric string written plainly"),
     "expiry in the past": (item("x", expires_at=iso_at(-1)), "QT002", "not in the future"),
     "infinite expiry": (item("x", expires_at="infinity"), "QT005", "finite time"),
     "blank external id": (item(" "), "QT002", "external id must be 1 to 200 characters"),

@@ -943,6 +943,8 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
                 {"amount": 0},
                 {"amount": "ten"},
                 {"amount": "NaN"},
+                {"amount": "1e3"},
+                {"amount": " 7"},
                 {"asset": "usdc"},
                 {"expires_at": "soon"},
                 {"expires_at": iso_at(NOW)},
@@ -952,7 +954,10 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
                 {"colour": "red"},
             )
             + bad_items(
-                "QT005", {"amount": "1e300"}, {"expires_at": "infinity"}, {"callback_url": BIG_TEXT}
+                "QT005",
+                {"amount": "1" + "0" * 30},
+                {"expires_at": "infinity"},
+                {"callback_url": BIG_TEXT},
             )
             + bad_items("QT001", {"plan": json.loads(nodes(node("a", ["a"])))})
             + bad_items("QT003", {"plan": None, "template": "nope"})

@@ -22,8 +22,10 @@
 -- Here, QT002: p_items not an array of 1 to 1,000 objects (split a larger
 -- batch), an item with a field not listed above, or a field of the wrong JSON
 -- type (external_id, template, asset, callback_url: strings; amount: a number
--- or a numeric string; expires_at: a time as a string; priority: a whole
--- number within integer's range).
+-- or a numeric string written plainly, digits with an optional fraction, at
+-- most 64 either side: no sign, exponent or blanks, "250000.5" but not "2.5e5"
+-- or " 7"; expires_at: a time as a string; priority: a whole number within
+-- integer's range).
 -- Returns one row per item, in p_items' order: the movement, its state now,
 -- and whether this call created it.
 CREATE OR REPLACE FUNCTION create_movements(p_items jsonb)
@@ -70,10 +72,15 @@ BEGIN
                          WHERE k <> ALL (v_fields) ORDER BY k LIMIT 1), array_to_string(v_fields, ', '))
             WHEN jsonb_typeof(i.item -> 'external_id') NOT IN ('string', 'null') THEN
                 format('external_id must be a string, got %s', jsonb_typeof(i.item -> 'external_id'))
-            WHEN jsonb_typeof(i.item -> 'amount') NOT IN ('string', 'number', 'null')
-              OR (jsonb_typeof(i.item -> 'amount') = 'string'
-                  AND i.item ->> 'amount' !~ '^\s*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?\s*$') THEN
+            WHEN jsonb_typeof(i.item -> 'amount') NOT IN ('string', 'number', 'null') THEN
                 format('amount must be a number or a numeric string, got %s', left((i.item -> 'amount')::text, 64))
+            -- a numeric string only in its plain form: PostgreSQL reads "1e3" and " 7" as
+            -- numbers, where the system that wrote them may have meant something else
+            WHEN jsonb_typeof(i.item -> 'amount') = 'string'
+             AND i.item ->> 'amount' !~ '^[0-9]{1,64}(\.[0-9]{1,64})?$' THEN
+                format('amount must be a number or a numeric string written plainly, digits with an optional '
+                       'fraction (no sign, exponent or blanks; at most 64 digits either side: "250000.5"), got %s',
+                       left((i.item -> 'amount')::text, 64))
             WHEN jsonb_typeof(i.item -> 'template') NOT IN ('string', 'null') THEN
                 format('template must be a template''s name, got %s', jsonb_typeof(i.item -> 'template'))
             WHEN jsonb_typeof(i.item -> 'asset') NOT IN ('string', 'null') THEN
