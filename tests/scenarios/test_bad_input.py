@@ -826,7 +826,10 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         )
 
     def worker(arg: str) -> list[tuple[str, Any, str]]:
-        return each(arg, "QT002", None, "", "   ") + each(arg, "QT005", BIG_TEXT)
+        # not a worker's name; a person's (engine.PEOPLE's alice, in any case)
+        return each(arg, "QT002", None, "", "   ", "a worker", "alice", "ALICE@h:1") + each(
+            arg, "QT005", BIG_TEXT
+        )
 
     def instance(arg: str) -> list[tuple[str, Any, str]]:  # NULL: the claim names none
         return each(arg, "QT002", "", "   ") + each(arg, "QT005", BIG_TEXT)
@@ -1106,7 +1109,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "expire_movements": each("p_max", "QT002", None, 0, 10001) + worker("p_actor"),
         "expire_proposals": each("p_max", "QT002", None, 0, 10001) + worker("p_actor"),
         "heartbeat": (
-            each("p_worker_name", "QT002", None, "", " ")
+            worker("p_worker_name")
             + each("p_instance_id", "QT002", None, "")
             + each("p_tier", "QT002", None, "CORE", "main")
             + each("p_expected_interval_seconds", "QT002", None, 0, -1, "-Infinity")
@@ -1116,7 +1119,6 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_processed", "QT002", -1)
             + each("p_consecutive_errors", "QT002", -1)
             + each("p_pid", "QT002", 0, -1)
-            + each("p_worker_name", "QT005", BIG_TEXT)
             + each("p_last_error", "QT005", BIG_TEXT)
             + each("p_host", "QT005", BIG_TEXT)
         ),
@@ -1129,8 +1131,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "report_executor_health": (
             each("p_executor_key", "QT012", None, "nope")
             + each("p_status", "QT002", None, "", "healthy", "UP")
-            + each("p_reported_by", "QT002", None, "", " ")
-            + each("p_reported_by", "QT005", BIG_TEXT)
+            + worker("p_reported_by")
             + each("p_detail", "QT005", BIG_JSON)
         ),
         "register_template": (

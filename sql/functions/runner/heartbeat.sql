@@ -4,10 +4,11 @@
 -- When an instance beats for the first time (a worker started), instances
 -- silent for longer than engine_limits.heartbeat_retention_seconds (stopped,
 -- or dead long ago) are pruned, so the table does not grow with every
--- restart; a tick of a running worker does no more than its upsert. Texts
--- are bounded, and the interval is a finite number of seconds from 0.01 to
--- engine_limits.max_wait_seconds (QT005); counts are not negative and a pid
--- is positive (QT002).
+-- restart; a tick of a running worker does no more than its upsert. The
+-- worker's name is check_worker's (a worker's, never a person's: QT002);
+-- texts are bounded, and the interval is a finite number of seconds from
+-- 0.01 to engine_limits.max_wait_seconds (QT005); counts are not negative
+-- and a pid is positive (QT002).
 CREATE OR REPLACE FUNCTION heartbeat(
     p_worker_name               text,
     p_instance_id               text,
@@ -42,7 +43,8 @@ BEGIN
     -- stalled_workers doubles the interval: a finite one of a centisecond to max_wait_seconds
     PERFORM check_number('heartbeat', 'the expected interval (seconds)', p_expected_interval_seconds,
                          0.01, (SELECT max_wait_seconds FROM engine_limits));
-    PERFORM check_limits('heartbeat', p_text => ARRAY[p_worker_name, p_instance_id, p_last_error, p_host]);
+    PERFORM check_worker('heartbeat', p_worker_name);
+    PERFORM check_limits('heartbeat', p_text => ARRAY[p_instance_id, p_last_error, p_host]);
 
     INSERT INTO worker_heartbeats AS hb (worker_name, instance_id, tier, expected_interval_seconds, live, host, pid,
                                          started_at, last_tick_at, ticks, last_processed, consecutive_errors, last_error)

@@ -1,7 +1,7 @@
 -- report_executor_health: records an executor's latest health check.
 -- Refused, changing nothing: a status other than HEALTHY, DEGRADED or DOWN,
--- or no reporter (QT002); a detail or a name beyond engine_limits (QT005); an
--- executor not registered (QT012).
+-- or a reporter that is not a worker's name (check_worker: QT002); a detail
+-- or a name beyond engine_limits (QT005); an executor not registered (QT012).
 CREATE OR REPLACE FUNCTION report_executor_health(
     p_executor_key text,
     p_status       text,
@@ -11,11 +11,8 @@ CREATE OR REPLACE FUNCTION report_executor_health(
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF p_reported_by IS NULL OR btrim(p_reported_by) = '' THEN
-        RAISE EXCEPTION 'report_executor_health needs the reporter''s name' USING ERRCODE = 'QT002',
-            HINT = 'Name the worker that ran the health check, e.g. executor_health.';
-    END IF;
-    PERFORM check_limits('report_executor_health', p_json => ARRAY[p_detail], p_text => ARRAY[p_reported_by]);
+    PERFORM check_worker('report_executor_health', p_reported_by);
+    PERFORM check_limits('report_executor_health', p_json => ARRAY[p_detail]);
     IF p_status IS NULL OR p_status NOT IN ('HEALTHY', 'DEGRADED', 'DOWN') THEN
         RAISE EXCEPTION 'executor health must be HEALTHY, DEGRADED or DOWN, got %', coalesce(p_status, 'NULL')
             USING ERRCODE = 'QT002';
