@@ -4,7 +4,9 @@ document or a text beyond its size, a plan beyond its node count are refused
 with QT005 and a message that says the limit, and nothing changes. In a batch
 report, the side effects of the other nodes went out: only the oversized
 element is refused, in its own row. Heartbeat rows of long-silent instances
-are pruned.
+are pruned, and a runner login cannot make up more than 64 instances of a
+worker or 256 worker names (in one call or over many): a new one takes the
+place of the oldest dead one, and with none dead it is refused (QT005).
 """
 
 from __future__ import annotations
@@ -145,3 +147,62 @@ def test_heartbeat_rows_of_long_silent_instances_are_pruned(conn: Conn, runner: 
     conn.execute("SELECT heartbeat('node_dispatcher', 'new', 'core', 1)")
     instances = conn.execute("SELECT instance_id FROM worker_heartbeats ORDER BY 1").fetchall()
     assert instances == [("new",)]
+
+
+def instances(conn: Conn) -> list[str]:
+    rows = conn.execute("SELECT instance_id FROM worker_heartbeats ORDER BY 1").fetchall()
+    return [r[0] for r in rows]
+
+
+def test_a_runner_cannot_beat_for_more_than_64_instances_of_a_worker(
+    conn: Conn, runner: Conn
+) -> None:
+    beat = "SELECT heartbeat('node_dispatcher', %s, 'core', 1)"
+    limit = "max_heartbeat_instances"
+    refused(
+        conn,
+        runner,
+        "SELECT count(heartbeat('node_dispatcher', 'i-' || g, 'core', 1))"
+        " FROM generate_series(1, 20000) g",
+        (),
+        limit,
+    )
+    for i in range(64):
+        runner.execute(beat, (f"i-{i:02}",))
+    refused(conn, runner, beat, ("i-64",), limit)
+    runner.execute(beat, ("i-00",))  # a live instance beats on
+    # a stopped instance makes room
+    runner.execute("SELECT worker_stopped('node_dispatcher', 'i-05')")
+    runner.execute(beat, ("i-64",))
+    assert len(instances(conn)) == 64 and "i-05" not in instances(conn)
+    refused(conn, runner, beat, ("i-65",), limit)
+    # instances that missed two ticks are dead: a new one takes the oldest's place
+    runner.execute("SELECT set_config('qtg.now', %s, false)", (iso_at(3),))
+    runner.execute(beat, ("i-00",))
+    runner.execute(beat, ("i-65",))
+    assert len(instances(conn)) == 64
+    assert "i-00" in instances(conn) and "i-01" not in instances(conn)
+    # another worker's instances are its own
+    runner.execute("SELECT heartbeat('node_observer', 'i-00', 'core', 1)")
+
+
+def test_a_runner_cannot_beat_for_more_than_256_worker_names(conn: Conn, runner: Conn) -> None:
+    limit = "max_heartbeat_workers"
+    refused(
+        conn,
+        runner,
+        "SELECT count(heartbeat('w-' || g, 'i', 'core', 1)) FROM generate_series(1, 20000) g",
+        (),
+        limit,
+    )
+    runner.execute(
+        "SELECT count(heartbeat('w-' || g, 'i', 'core', 1)) FROM generate_series(1, 256) g"
+    )
+    refused(conn, runner, "SELECT heartbeat('w-257', 'i', 'core', 1)", (), limit)
+    runner.execute("SELECT worker_stopped('w-9', 'i')")
+    runner.execute("SELECT heartbeat('w-257', 'i', 'core', 1)")
+    names = conn.execute("SELECT count(DISTINCT worker_name) FROM worker_heartbeats").fetchone()
+    assert names == (256,)
+    assert conn.execute(
+        "SELECT count(*) FROM worker_heartbeats WHERE worker_name = 'w-9'"
+    ).fetchone() == (0,)

@@ -4,11 +4,18 @@
 -- When an instance beats for the first time (a worker started), instances
 -- silent for longer than engine_limits.heartbeat_retention_seconds (stopped,
 -- or dead long ago) are pruned, so the table does not grow with every
--- restart; a tick of a running worker does no more than its upsert. The
--- worker's name is check_worker's (a worker's, never a person's: QT002);
--- texts are bounded, and the interval is a finite number of seconds from
--- 0.01 to engine_limits.max_wait_seconds (QT005); counts are not negative
--- and a pid is positive (QT002).
+-- restart, and the table's bounds are kept: at most max_heartbeat_instances
+-- instances of a worker name and max_heartbeat_workers names. Past one, the
+-- new instance takes the place of the oldest dead ones (not live, or two
+-- expected ticks missed: what recovery calls dead), and with none dead it
+-- is refused (QT005): a runner login cannot fill the table with made-up
+-- instances. First beats are serialised on an advisory lock (the table's
+-- oid) so that concurrent ones count each other. A tick of a running
+-- worker does no more than its upsert. The worker's name is check_worker's
+-- (a worker's, never a person's: QT002); texts are bounded, and the
+-- interval is a finite number of seconds from 0.01 to
+-- engine_limits.max_wait_seconds (QT005); counts are not negative and a pid
+-- is positive (QT002).
 CREATE OR REPLACE FUNCTION heartbeat(
     p_worker_name               text,
     p_instance_id               text,
@@ -23,8 +30,12 @@ CREATE OR REPLACE FUNCTION heartbeat(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_now   timestamptz := clock();
-    v_first boolean;
+    v_now       timestamptz := clock();
+    v_first     boolean;
+    v_limits    engine_limits;
+    v_instances bigint;    -- the instances of p_worker_name, this one included
+    v_removed   bigint;
+    v_workers   bigint;
 BEGIN
     IF p_worker_name IS NULL OR btrim(p_worker_name) = '' OR p_instance_id IS NULL OR btrim(p_instance_id) = '' THEN
         RAISE EXCEPTION 'heartbeat needs a worker name and an instance id' USING ERRCODE = 'QT002';
@@ -64,10 +75,56 @@ BEGIN
            last_error                = excluded.last_error
     RETURNING hb.ticks = 1 INTO v_first;
 
-    IF v_first THEN
-        DELETE FROM worker_heartbeats
-         WHERE last_tick_at < v_now - make_interval(secs => (SELECT heartbeat_retention_seconds
-                                                               FROM engine_limits)::double precision);
+    IF NOT v_first THEN
+        RETURN;
+    END IF;
+    SELECT * INTO STRICT v_limits FROM engine_limits;
+    PERFORM pg_advisory_xact_lock('worker_heartbeats'::regclass::oid::bigint);
+    DELETE FROM worker_heartbeats
+     WHERE last_tick_at < v_now - make_interval(secs => v_limits.heartbeat_retention_seconds::double precision);
+
+    -- the instances of this worker name: the oldest dead ones make room
+    SELECT count(*) INTO v_instances FROM worker_heartbeats WHERE worker_name = p_worker_name;
+    IF v_instances > v_limits.max_heartbeat_instances THEN
+        DELETE FROM worker_heartbeats hb
+         WHERE hb.worker_name = p_worker_name
+           AND hb.instance_id IN (
+                SELECT d.instance_id
+                  FROM worker_heartbeats d
+                 WHERE d.worker_name = p_worker_name
+                   AND d.instance_id <> p_instance_id
+                   AND (NOT d.live OR v_now - d.last_tick_at > d.expected_interval_seconds * 2)
+                 ORDER BY d.last_tick_at, d.instance_id
+                 LIMIT v_instances - v_limits.max_heartbeat_instances);
+        GET DIAGNOSTICS v_removed = ROW_COUNT;
+        IF v_instances - v_removed > v_limits.max_heartbeat_instances THEN
+            RAISE EXCEPTION 'heartbeat: worker % already has % live instances, the limit (engine_limits.max_heartbeat_instances)',
+                            p_worker_name, v_limits.max_heartbeat_instances
+                USING ERRCODE = 'QT005',
+                      HINT = 'An instance is one runner process: reuse its instance id on each beat, and stop (worker_stopped) the ones that end.';
+        END IF;
+    END IF;
+
+    -- the worker names: a new one takes the place of the names whose instances are all dead
+    IF v_instances = 1 THEN
+        SELECT count(DISTINCT worker_name) INTO v_workers FROM worker_heartbeats;
+        IF v_workers > v_limits.max_heartbeat_workers THEN
+            DELETE FROM worker_heartbeats hb
+             WHERE hb.worker_name IN (
+                    SELECT d.worker_name
+                      FROM worker_heartbeats d
+                     WHERE d.worker_name <> p_worker_name
+                     GROUP BY d.worker_name
+                    HAVING bool_and(NOT d.live OR v_now - d.last_tick_at > d.expected_interval_seconds * 2)
+                     ORDER BY max(d.last_tick_at), d.worker_name
+                     LIMIT v_workers - v_limits.max_heartbeat_workers);
+            IF (SELECT count(DISTINCT worker_name) FROM worker_heartbeats) > v_limits.max_heartbeat_workers THEN
+                RAISE EXCEPTION 'heartbeat: % worker names already have live instances, the limit (engine_limits.max_heartbeat_workers)',
+                                v_limits.max_heartbeat_workers
+                    USING ERRCODE = 'QT005',
+                          HINT = 'Name each worker as the runner registers it (node_dispatcher, ...): an instance id tells its processes apart.';
+            END IF;
+        END IF;
     END IF;
 END
 $$;
