@@ -102,6 +102,17 @@ def register(conn: Conn, url: str, name: str = "receiver", allow_private: bool =
     procs.upsert_callback_target(name, url, "env:QTG_CB_RECEIVER", allow_private).one(conn)
 
 
+def plant(conn: Conn, url: str, name: str, allow_private: bool) -> None:
+    """A target written to its table directly, as one registered before the
+    registration refused an address no callback may reach (check_callback_target
+    refuses these urls now): the dispatcher's own check refuses it all the same."""
+    conn.execute(
+        "INSERT INTO callback_targets (target_name, url, secret_ref, allow_private, created_at,"
+        " updated_at) VALUES (%s, %s, 'env:QTG_CB_RECEIVER', %s, clock(), clock())",
+        (name, url, allow_private),
+    )
+
+
 def movements(conn: Conn, url: str | None, count: int, prefix: str = "m") -> list[int]:
     """``count`` movements created and approved: two callbacks each."""
     ids = []
@@ -307,11 +318,14 @@ def test_private_metadata_and_link_local_targets_are_refused_without_a_connectio
         "unspecified": "http://0.0.0.0/x",
     }
     for name, url in urls.items():
-        register(conn, url, name, allow_private=False)
+        if name == "rebind":
+            register(conn, url, name, allow_private=False)
+        else:
+            plant(conn, url, name, allow_private=False)
         movements(conn, url, 1, name)
     # allowed private, yet never metadata or link-local
     for name, url in (("meta-ok", "http://169.254.169.254/a"), ("ll-ok", "http://[fe80::2]/a")):
-        register(conn, url, name, allow_private=True)
+        plant(conn, url, name, allow_private=True)
         movements(conn, url, 1, name)
 
     async def resolve(host: str, port: int) -> Sequence[str]:

@@ -155,6 +155,7 @@ INTERNAL = {
     "evm_nonce_closed",
     "finish_nodes",
     "give_back_value",
+    "host_address_problem",
     "follow_capital_transfers",
     "advance_balance_anchors",
     "running_transactions",

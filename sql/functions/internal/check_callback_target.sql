@@ -2,11 +2,16 @@
 -- admin registers one (upsert_callback_target) and when an operator proposes
 -- one and a second approves it (propose_callback_target, approve_proposal).
 --   p_target_name    lower-case letters, digits, '_' and '-'
---   p_url            http(s)://host[:port][/path], no user or password, at most 2 KiB
+--   p_url            http(s)://host[:port][/path], no user or password, at most 2 KiB;
+--                    a host written as an address passes host_address_problem:
+--                    never link-local, a cloud metadata address, an IPv6 form that
+--                    carries an IPv4 address (::ffff:127.0.0.1, 2002:a9fe:a9fe::,
+--                    64:ff9b::7f00:1, ...) or an IPv4 one not written plainly;
+--                    loopback and private ones only with p_allow_private
 --   p_secret_ref     'env:NAME' or 'file:NAME', never the secret itself
 --   p_allow_private, p_enabled   true or false
--- QT002 anything malformed, a secret given instead of its reference, or a url
--- another target has. Internal.
+-- QT002 anything malformed, an address no callback may reach, a secret given
+-- instead of its reference, or a url another target has. Internal.
 CREATE OR REPLACE FUNCTION check_callback_target(
     p_call          text,
     p_target_name   text,
@@ -17,6 +22,9 @@ CREATE OR REPLACE FUNCTION check_callback_target(
 ) RETURNS void
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_host    text;
+    v_problem text;
 BEGIN
     IF p_target_name IS NULL OR p_target_name !~ '^[a-z][a-z0-9_-]{0,62}$' THEN
         RAISE EXCEPTION '%: a target name is 1 to 63 lower-case letters, digits, _ or -, starting with a letter, got %', p_call,
@@ -24,10 +32,18 @@ BEGIN
             USING ERRCODE = 'QT002', HINT = 'Name the receiver, e.g. treasury-ops.';
     END IF;
     IF p_url IS NULL OR octet_length(p_url) > 2048
-       OR p_url !~ '^https?://[A-Za-z0-9.:\[\]_-]+(/[!-~]*)?$' THEN
+       OR p_url !~ '^https?://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[!-~]*)?$' THEN
         RAISE EXCEPTION '%: % needs an http(s) url of at most 2 KiB with a host and no user or password, got %', p_call,
                         p_target_name, coalesce(quote_literal(left(p_url, 80)), 'NULL')
             USING ERRCODE = 'QT002', HINT = 'Give e.g. https://hooks.example.com/qtg.';
+    END IF;
+    v_host := substring(p_url FROM '^https?://(\[[^]]*\]|[^:/]*)');
+    v_problem := host_address_problem(v_host, coalesce(p_allow_private, false));
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION '%: the url of % names no address a callback may reach: %', p_call, p_target_name, v_problem
+            USING ERRCODE = 'QT002',
+                  HINT = 'Give the receiver''s name or its own address; loopback and private addresses need allow_private, '
+                         'link-local and cloud metadata addresses are never a target.';
     END IF;
     IF p_secret_ref ~ '^whsec_' THEN
         RAISE EXCEPTION '%: % was given a secret, not where to find it', p_call, p_target_name
