@@ -78,8 +78,9 @@ def describe_id(signer_id: object) -> str:
 def load(signer_id: str, env: Mapping[str, str] | None = None) -> Signer:
     """The Signer a signer id names (treasury_accounts.signer_id):
 
-    - ``env:NAME``: the private key (0x and 64 hex digits) is in the environment
-      variable NAME;
+    - ``env:QTG_SIGNER_NAME``: the private key (0x and 64 hex digits) is in the
+      environment variable QTG_SIGNER_NAME (an id that names a variable without
+      that prefix, HOME or QTG_DATABASE_URL say, is refused before it is read);
     - ``keystore:NAME``: the encrypted keystore file (eth-account's ``Account.encrypt``
       JSON, scrypt or pbkdf2) ``NAME.json`` in the directory ``QTG_KEYSTORE_DIR``,
       its password in ``QTG_KEYSTORE_PASSWORD`` or, when that is unset or empty, in

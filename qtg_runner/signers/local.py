@@ -1,6 +1,13 @@
 """The local signer: a private key held in this process's memory, from the
-environment (``env:NAME``) or an encrypted keystore file (``keystore:NAME``), and
-signing with eth-account.
+environment (``env:QTG_SIGNER_NAME``) or an encrypted keystore file
+(``keystore:NAME``), and signing with eth-account.
+
+An ``env:`` id names a variable whose name starts with ENV_NAME_PREFIX, and no
+other: the runner's environment holds other secrets (QTG_DATABASE_URL with its
+password, the keystore password, keys meant for something else), and a signer id
+is data in the chain registry, so an id that could name any variable would have
+the runner load, sign with or report on whichever of them it names. Any other
+name is refused before the variable is read.
 
 What stays secret, and how:
 
@@ -43,13 +50,16 @@ from qtg_runner.signers import SignedTransaction, SignerError, describe_id
 
 ENV_PREFIX = "env:"
 KEYSTORE_PREFIX = "keystore:"
+ENV_NAME_PREFIX = "QTG_SIGNER_"
+"""The only variables an ``env:`` signer id may name start with this."""
 
 KEYSTORE_DIR_ENV = "QTG_KEYSTORE_DIR"
 KEYSTORE_PASSWORD_ENV = "QTG_KEYSTORE_PASSWORD"
 KEYSTORE_PASSWORD_FILE_ENV = "QTG_KEYSTORE_PASSWORD_FILE"
 
 ACCEPTED_FORMS = (
-    "env:NAME (the private key, 0x and 64 hex digits, in the environment variable NAME) "
+    f"env:{ENV_NAME_PREFIX}NAME (the private key, 0x and 64 hex digits, in the environment "
+    f"variable {ENV_NAME_PREFIX}NAME) "
     f"or keystore:NAME (the encrypted keystore file NAME.json in ${KEYSTORE_DIR_ENV}, its "
     f"password in ${KEYSTORE_PASSWORD_ENV} or in the file ${KEYSTORE_PASSWORD_FILE_ENV})"
 )
@@ -144,7 +154,7 @@ def _reason(exc: Exception) -> str:
 
 
 def load_local(signer_id: str, env: Mapping[str, str]) -> LocalSigner:
-    """qtg_runner.signers.load for the local forms (env:NAME, keystore:NAME)."""
+    """qtg_runner.signers.load for the local forms (env:QTG_SIGNER_NAME, keystore:NAME)."""
     if not isinstance(signer_id, str) or describe_id(signer_id) != signer_id:
         _refuse(signer_id, f"not a signer id; the accepted forms are {ACCEPTED_FORMS}")
     if signer_id.startswith(ENV_PREFIX):
@@ -166,6 +176,13 @@ def _parse_key(text: str) -> bytes | None:
 def _from_env(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSigner:
     if not _ENV_NAME.match(name):
         _refuse(signer_id, f"{name!r} is not an environment variable name (letters, digits, _)")
+    if not name.startswith(ENV_NAME_PREFIX) or name == ENV_NAME_PREFIX:
+        _refuse(
+            signer_id,
+            f"{name} is not a signer's variable: an env: signer id names a variable whose name "
+            f"starts with {ENV_NAME_PREFIX} (env:{ENV_NAME_PREFIX}TREASURY), never another of the "
+            "runner's environment; put the key in such a variable and register that id",
+        )
     value = env.get(name)
     if value is None or not value.strip():
         _refuse(

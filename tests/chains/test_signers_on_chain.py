@@ -60,7 +60,7 @@ def test_an_env_signer_sends_eth_that_anvil_accepts(local_chains: list[RunningCh
     chain = local_chains[0]
     w3 = _web3(chain)
     account = Account.create()
-    signer = load("env:QTG_TEST_SIGNER_KEY", {"QTG_TEST_SIGNER_KEY": "0x" + account.key.hex()})
+    signer = load("env:QTG_SIGNER_TEST", {"QTG_SIGNER_TEST": "0x" + account.key.hex()})
     assert signer.address == account.address.lower()
     rpc(chain.rpc_url, "anvil_setBalance", [account.address, hex(10**18)])
     recipient = Web3.to_checksum_address(Account.create().address)

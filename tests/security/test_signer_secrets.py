@@ -6,7 +6,10 @@ pasted where a signer id belongs, a damaged or altered keystore) or to sign
 raises a SignerError whose message, repr and formatted traceback hold neither
 the key (in any case, with or without 0x) nor the password, with no exception
 chained to it; a signer's repr and str show its id and address only, and it is
-never pickled or copied. Nothing the signers do logs the key.
+never pickled or copied. Nothing the signers do logs the key. An env: signer
+id names a QTG_SIGNER_ variable only: one that names HOME, PATH,
+QTG_DATABASE_URL or any other of the runner's environment is refused before
+the variable is read.
 
 With the local chains (marker chain): `qtg chains up` run as a real process
 prints neither, no file of the chains' directory but the encrypted keystore
@@ -113,7 +116,7 @@ def assert_secret_free_error(error: SignerError, s: Secrets, *names: str) -> Non
 
 
 def test_a_signer_loads_from_the_environment_and_from_keystores(s: Secrets) -> None:
-    by_env = load("env:TREASURY_KEY", {"TREASURY_KEY": s.key})
+    by_env = load("env:QTG_SIGNER_TREASURY", {"QTG_SIGNER_TREASURY": s.key})
     by_scrypt = load("keystore:treasury", s.env(QTG_KEYSTORE_PASSWORD=s.password))
     by_pbkdf2 = load("keystore:cold", s.env(QTG_KEYSTORE_PASSWORD_FILE=str(s.password_file)))
     for signer in (by_env, by_scrypt, by_pbkdf2):
@@ -217,16 +220,16 @@ def test_a_signer_loads_from_the_environment_and_from_keystores(s: Secrets) -> N
             id="path-outside-the-keystore",
         ),
         pytest.param(
-            "env:TREASURY_KEY",
+            "env:QTG_SIGNER_TREASURY",
             lambda s: {},
-            ["env:TREASURY_KEY", "TREASURY_KEY is not set"],
+            ["env:QTG_SIGNER_TREASURY", "QTG_SIGNER_TREASURY is not set"],
             id="missing-variable",
         ),
         *(
             pytest.param(
-                "env:TREASURY_KEY",
-                lambda s, bad=bad: {"TREASURY_KEY": bad(s)},
-                ["env:TREASURY_KEY", "does not hold a private key", "not shown"],
+                "env:QTG_SIGNER_TREASURY",
+                lambda s, bad=bad: {"QTG_SIGNER_TREASURY": bad(s)},
+                ["env:QTG_SIGNER_TREASURY", "does not hold a private key", "not shown"],
                 id=f"malformed-key-{name}",
             )
             for name, bad in [
@@ -244,7 +247,7 @@ def test_a_signer_loads_from_the_environment_and_from_keystores(s: Secrets) -> N
         pytest.param(
             "vault:treasury",
             lambda s: {},
-            ["vault:treasury", "unknown signer id form", "env:NAME", "keystore:NAME"],
+            ["vault:treasury", "unknown signer id form", "env:QTG_SIGNER_NAME", "keystore:NAME"],
             id="unknown-form",
         ),
     ],
@@ -256,6 +259,48 @@ def test_a_signer_that_cannot_load_says_what_to_do_and_nothing_secret(
     with pytest.raises(SignerError) as caught:
         load(signer_id, env)
     assert_secret_free_error(caught.value, s, *names)
+
+
+class Watched(dict[str, str]):
+    """An environment that remembers which variables were read."""
+
+    def __init__(self, **values: str) -> None:
+        super().__init__(values)
+        self.read: list[str] = []
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.append(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> str:
+        self.read.append(key)
+        return super().__getitem__(key)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HOME",
+        "PATH",
+        "QTG_DATABASE_URL",
+        "QTG_KEYSTORE_PASSWORD",
+        "QTG_BYBIT_KEY_FILE",
+        "TREASURY_KEY",
+        "qtg_signer_treasury",  # another variable: names are case-sensitive
+        "QTG_SIGNER_",
+        "X_QTG_SIGNER_TREASURY",
+    ],
+)
+def test_an_env_signer_id_names_a_signer_variable_only_and_no_other_is_read(
+    s: Secrets, name: str
+) -> None:
+    env = Watched(**{name: s.key})  # a key in it: loaded, it would sign
+    with pytest.raises(SignerError) as caught:
+        load(f"env:{name}", env)
+    assert env.read == []
+    assert_secret_free_error(
+        caught.value, s, f"env:{name}", "is not a signer's variable", "QTG_SIGNER_"
+    )
 
 
 @pytest.mark.parametrize("form", ["0x", "bare", "upper", "env:"])
@@ -286,8 +331,10 @@ def test_a_keystore_password_file_must_be_private_even_when_the_password_is_righ
 
 
 def test_a_signer_shows_its_id_and_address_only_and_is_never_copied(s: Secrets) -> None:
-    signer = load("env:TREASURY_KEY", {"TREASURY_KEY": s.key})
-    assert repr(signer) == f"LocalSigner(signer_id='env:TREASURY_KEY', address='{s.address}')"
+    signer = load("env:QTG_SIGNER_TREASURY", {"QTG_SIGNER_TREASURY": s.key})
+    assert (
+        repr(signer) == f"LocalSigner(signer_id='env:QTG_SIGNER_TREASURY', address='{s.address}')"
+    )
     assert str(signer) == repr(signer)
     assert not hasattr(signer, "__dict__")
     assert not any(name.endswith("key") for name in dir(signer) if not name.startswith("_"))
@@ -299,11 +346,11 @@ def test_a_signer_shows_its_id_and_address_only_and_is_never_copied(s: Secrets) 
 
 
 def test_a_transaction_the_signer_refuses_names_its_fields_never_the_key(s: Secrets) -> None:
-    signer = load("env:TREASURY_KEY", {"TREASURY_KEY": s.key})
+    signer = load("env:QTG_SIGNER_TREASURY", {"QTG_SIGNER_TREASURY": s.key})
     for bad in ({**TX, "to": "not an address"}, {**TX, "nonce": -1}, {"gas": 1}):
         with pytest.raises(SignerError) as caught:
             asyncio.run(signer.sign_transaction(bad))
-        assert_secret_free_error(caught.value, s, "env:TREASURY_KEY", "refused to sign")
+        assert_secret_free_error(caught.value, s, "env:QTG_SIGNER_TREASURY", "refused to sign")
         signed_repr = repr(asyncio.run(signer.sign_transaction(TX)))
         assert "raw" not in signed_repr and s.key_hex not in signed_repr
 
@@ -311,28 +358,29 @@ def test_a_transaction_the_signer_refuses_names_its_fields_never_the_key(s: Secr
 def test_a_signer_set_refuses_a_key_of_another_account(s: Secrets) -> None:
     other = Account.create()
     signers = SignerSet.load(
-        ["env:A", "env:B", "env:A"], {"A": s.key, "B": "0x" + bytes(other.key).hex()}
+        ["env:QTG_SIGNER_A", "env:QTG_SIGNER_B", "env:QTG_SIGNER_A"],
+        {"QTG_SIGNER_A": s.key, "QTG_SIGNER_B": "0x" + bytes(other.key).hex()},
     )
     assert len(signers) == 2
-    assert signers.for_account(s.address.upper().replace("0X", "0x"), "env:A").address == (
-        s.address
-    )
+    assert signers.for_account(
+        s.address.upper().replace("0X", "0x"), "env:QTG_SIGNER_A"
+    ).address == (s.address)
     with pytest.raises(SignerError) as caught:
-        signers.for_account(other.address, "env:A")
-    assert_secret_free_error(caught.value, s, "env:A", other.address.lower(), s.address)
+        signers.for_account(other.address, "env:QTG_SIGNER_A")
+    assert_secret_free_error(caught.value, s, "env:QTG_SIGNER_A", other.address.lower(), s.address)
     with pytest.raises(SignerError) as missing:
-        signers.get("env:C")
-    assert "env:C" in str(missing.value) and "not loaded" in str(missing.value)
+        signers.get("env:QTG_SIGNER_C")
+    assert "env:QTG_SIGNER_C" in str(missing.value) and "not loaded" in str(missing.value)
 
 
 def test_nothing_a_signer_does_logs_the_key_or_the_password(
     s: Secrets, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    env = s.env(QTG_KEYSTORE_PASSWORD=s.password, TREASURY_KEY=s.key)
+    env = s.env(QTG_KEYSTORE_PASSWORD=s.password, QTG_SIGNER_TREASURY=s.key)
     signer = load("keystore:treasury", env)
     asyncio.run(signer.sign_transaction(TX))
-    SignerSet.load(["env:TREASURY_KEY", "keystore:cold"], env)
+    SignerSet.load(["env:QTG_SIGNER_TREASURY", "keystore:cold"], env)
     with pytest.raises(SignerError):
         load("keystore:treasury", s.env(QTG_KEYSTORE_PASSWORD="wrong"))
     out, err = capfd.readouterr()
@@ -342,8 +390,8 @@ def test_nothing_a_signer_does_logs_the_key_or_the_password(
 def test_local_signer_refuses_a_key_out_of_range(s: Secrets) -> None:
     for bad in (b"\0" * 32, SECP256K1_N.to_bytes(32, "big"), b"\1" * 31):
         with pytest.raises(SignerError) as caught:
-            LocalSigner("env:X", bad)
-        assert_secret_free_error(caught.value, s, "env:X")
+            LocalSigner("env:QTG_SIGNER_X", bad)
+        assert_secret_free_error(caught.value, s, "env:QTG_SIGNER_X")
 
 
 def _damage_ciphertext(path: Path) -> None:
