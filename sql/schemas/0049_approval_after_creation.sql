@@ -1,4 +1,4 @@
--- depends: 0047_session_watchdog
+-- depends: 0048_heartbeat_bounds
 --
 -- An approval is never recorded before the movement it approves was created:
 -- approvals record the time of their decision (decision_clock) once their

@@ -82,6 +82,7 @@ ALL_WORKERS = {
     "callback_dispatcher",
     "balance_snapshot",
     "verify_drift_worker",
+    "session_watchdog",
 }
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}

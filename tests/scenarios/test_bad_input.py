@@ -142,6 +142,7 @@ class World:
     stargate: int = 0  # a stargate node world-a -> world-b, treasury 0xdd.. -> 0xff..
     balance_read: int = 0  # a balance read handed out, not recorded
     drift_alert: int = 0  # an OPEN drift alert of world-a's 0xdd.. (baselined at 1000)
+    baseline: int = 0  # the snapshot of that baseline (unconfirmed)
 
 
 WORLD_SENDER = "0x" + "d" * 40
@@ -424,6 +425,9 @@ def build_world(conn: Conn) -> World:
         baseline, *([v] for v in account), [Decimal(1000)], [7], [None]
     ).one(conn)
     procs.verify_drift("drift", 1000).all(conn)
+    baseline_snapshot = conn.execute(
+        "SELECT snapshot_id FROM balance_baselines WHERE account_key = 'world-a'"
+    ).fetchone()[0]  # type: ignore[index]
     drift_alert = conn.execute(
         "INSERT INTO balance_drift_alerts (account_kind, account_key, address, asset, alert_state,"
         "   baseline_snapshot_id, first_snapshot_id, last_snapshot_id, expected_low, expected_high,"
@@ -467,6 +471,7 @@ def build_world(conn: Conn) -> World:
         cctp_mint=cctp_nodes["mint"],
         balance_read=balance_read,
         drift_alert=drift_alert,
+        baseline=baseline_snapshot,
     )
 
 
@@ -733,6 +738,14 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "prune_balance_snapshots": {"p_worker": "drift", "p_max": 10},
         "prune_callbacks": {"p_worker": "cb", "p_max": 10},
         "acknowledge_drift_alert": {"p_alert_id": w.drift_alert, "p_reason": "topped up"},
+        "confirm_balance_baseline": {
+            "p_account_kind": "chain",
+            "p_account_key": "world-a",
+            "p_address": "0x" + "d" * 40,
+            "p_asset": "USDC",
+            "p_snapshot_id": w.baseline,
+            "p_reason": "matches the explorer",
+        },
         "set_balance_settings": {
             "p_drift_threshold": "0.02",
             "p_venue_withdraw_fee_cap": 2,
@@ -1199,6 +1212,16 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "prune_balance_snapshots": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
         "roll_up_pipeline_counts": each("p_max", "QT002", None, 0, 1000001),
         "prune_callbacks": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),
+        "confirm_balance_baseline": (
+            each("p_account_kind", "QT002", None)
+            + each("p_account_key", "QT083", "world-z", "")
+            + each("p_address", "QT083", "0x" + "e" * 40)
+            + each("p_snapshot_id", "QT002", None)
+            + each("p_snapshot_id", "QT083", -1, 2**62)
+            + each("p_reason", "QT002", None, "", "   ")
+            + each("p_reason", "QT005", BIG_TEXT)
+            + each("p_address", "QT005", BIG_TEXT)
+        ),
         "acknowledge_drift_alert": (
             each("p_alert_id", "QT081", None, -1, 2**62)
             + each("p_reason", "QT002", None, "", "   ")

@@ -90,6 +90,7 @@ OPERATOR = {
     "release_quarantine",
     "replay_callback",
     "acknowledge_drift_alert",
+    "confirm_balance_baseline",
 }
 ADMIN = {
     "allow_destination",

@@ -72,15 +72,18 @@ BEGIN
     END IF;
 
     -- a movement a per-movement limit of one of its steps' scopes can never let pass
+    -- (each movement by its key: sql/README.md, "Statistics lag the work"; none
+    -- read at all while no per-movement limit is set)
     SELECT r.id, r.amount, l.scope, l.name, l.max_per_movement INTO v_id, v_amount, v_scope, v_name, v_limit
       FROM unnest(p_movement_ids) WITH ORDINALITY AS i(id, ord)
-      JOIN movement_requests r ON r.id = i.id
+     CROSS JOIN LATERAL (SELECT m.* FROM movement_requests m WHERE m.id = i.id OFFSET 0) r
       JOIN movement_request_nodes n ON n.request_id = r.id AND n.has_side_effect
       JOIN value_limits l ON r.amount > l.max_per_movement
                          AND ((l.scope = 'lane' AND l.name = n.lane)
                            OR (l.scope = 'venue' AND l.name = n.executor_key)
                            OR l.scope = 'network')
      WHERE r.request_state = 'PENDING_APPROVAL'
+       AND EXISTS (SELECT 1 FROM value_limits x WHERE x.max_per_movement IS NOT NULL)
      ORDER BY i.ord
      LIMIT 1;
     IF FOUND THEN
