@@ -119,17 +119,25 @@ class Fleet:
             self.exits[f"exit {code}"] += 1
             self.crash_logs.append(str(self.log_dir / f"{runner.label}.{runner.starts:03d}.stderr"))
 
+    def _signal_random(self, rng: random.Random, signum: int) -> Runner | None:
+        """Send ``signum`` to one live runner process (the caller holds the lock);
+        it, or None when none is up."""
+        alive = [r for r in self.runners if r.alive() and r.ended_at is None]
+        if not alive:
+            return None
+        runner = rng.choice(alive)
+        assert runner.proc is not None
+        runner.killed = runner.killed or signum == signal.SIGKILL
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(runner.proc.pid, signum)
+        return runner
+
     def kill_random(self, rng: random.Random) -> str | None:
         """kill -9 one live runner process; its label, or None when none is up."""
         with self._lock:
-            alive = [r for r in self.runners if r.alive() and r.ended_at is None]
-            if not alive:
+            runner = self._signal_random(rng, signal.SIGKILL)
+            if runner is None:
                 return None
-            runner = rng.choice(alive)
-            assert runner.proc is not None
-            runner.killed = True
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(runner.proc.pid, signal.SIGKILL)
             self.kills += 1
             return runner.label
 
@@ -139,14 +147,11 @@ class Fleet:
         was doing, and wakes up later believing its claims are still its own.
         Its label, or None when none is up."""
         with self._lock:
-            alive = [r for r in self.runners if r.alive() and r.ended_at is None]
-            if not alive:
+            runner = self._signal_random(rng, signal.SIGSTOP)
+            if runner is None:
                 return None
-            runner = rng.choice(alive)
             assert runner.proc is not None
             pid = runner.proc.pid
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
             self.freezes += 1
 
         def thaw() -> None:
