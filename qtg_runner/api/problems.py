@@ -56,11 +56,13 @@ SQLSTATE_STATUS: dict[str, Kind] = {
     "QT050": Kind(409, "Outcome could not be applied"),
     "QT060": Kind(409, "Audit log is append-only"),
     "QT061": Kind(409, "No breaker tripped"),
+    "QT062": Kind(409, "Movement over a per-movement limit"),
     "QT070": Kind(404, "Callback not found"),
     "QT071": Kind(409, "Callback cannot be replayed"),
     "QT080": Kind(409, "Balance read unknown, recorded, or another login's"),
     "QT081": Kind(404, "Drift alert not found"),
     "QT082": Kind(409, "Drift alert acknowledged already"),
+    "QT083": Kind(409, "Not the account's baseline"),
     "QT099": Kind(500, "Internal engine error"),
 }
 """Every QT SQLSTATE a procedure raises (README, "Errors"), as an HTTP status."""

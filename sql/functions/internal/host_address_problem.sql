@@ -45,10 +45,14 @@ DECLARE
 BEGIN
     IF v_host ~ '^\[.*\]$' THEN
         v_host := substr(v_host, 2, length(v_host) - 2);
-        IF v_host !~ ':' OR NOT pg_input_is_valid(v_host, 'inet') OR v_host ~ '/' THEN
+        IF v_host !~ ':' OR v_host ~ '/' THEN
             RETURN format('%s is not an IPv6 address', p_host);
         END IF;
-        v_address := v_host::inet;
+        BEGIN  -- (not pg_input_is_valid: PostgreSQL 15 has none)
+            v_address := v_host::inet;
+        EXCEPTION WHEN invalid_text_representation THEN
+            RETURN format('%s is not an IPv6 address', p_host);
+        END;
     ELSIF v_host ~ '(^|\.)([0-9]+|0x[0-9a-f]*)\.?$' THEN
         IF v_host !~ '^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$' THEN
             RETURN format('%s ends in a number, which makes it an IPv4 address to a resolver: write one as four '
