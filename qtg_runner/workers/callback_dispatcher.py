@@ -47,6 +47,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import socket
 import stat
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -111,10 +112,40 @@ class Attempt:
     error: str | None
 
 
+CARRYING_NETWORKS = (
+    (ipaddress.ip_network("2002::/16"), "6to4"),
+    (ipaddress.ip_network("2001::/32"), "Teredo"),
+    (ipaddress.ip_network("64:ff9b::/96"), "NAT64"),
+    (ipaddress.ip_network("64:ff9b:1::/48"), "NAT64"),
+    (ipaddress.ip_network("::ffff:0:0:0/96"), "IPv4-translated"),
+    (ipaddress.ip_network("::/96"), "IPv4-compatible"),
+)
+"""IPv6 ranges whose addresses carry an IPv4 address that a stack, a gateway or
+a relay takes them to (2002:a9fe:a9fe:: is 169.254.169.254 over 6to4) while
+they read as global IPv6: refused, as check_callback_target refuses them in
+a url (host_address_problem). IPv4-mapped ones are read as the IPv4 address."""
+
+
+def carried_ipv4(address: ipaddress.IPv6Address) -> str | None:
+    """The convention by which ``address`` carries an IPv4 address, or None."""
+    if address in (ipaddress.IPv6Address("::"), ipaddress.IPv6Address("::1")):
+        return None
+    for network, how in CARRYING_NETWORKS:
+        if address in network:
+            return how
+    if (int(address) >> 32) & 0xFDFF_FFFF == 0x0000_5EFE:  # interface id 0:5efe or 200:5efe
+        return "ISATAP"
+    return None
+
+
 def address_problem(address: Address, allow_private: bool) -> str | None:
     """Why a callback may not connect to ``address``, or None when it may."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        how = carried_ipv4(address)
+        if how is not None:
+            return f"{address} carries an IPv4 address ({how}): a target names that address itself"
     if address in METADATA_ADDRESSES:
         return f"{address} is a cloud metadata address"
     if address.is_link_local:
@@ -182,10 +213,14 @@ def pinned_url(url: str, address: Address) -> str:
 
 
 def load_secret(secret_ref: str, env: Mapping[str, str]) -> str:
-    """The signing secret ``secret_ref`` names (env:NAME or file:NAME). Errors name
-    the reference, never a value."""
+    """The signing secret ``secret_ref`` names (env:QTG_CB_NAME or file:NAME).
+    Errors name the reference, never a value."""
     kind, _, name = secret_ref.partition(":")
     if kind == "env":
+        if not re.fullmatch(r"QTG_CB_[A-Z0-9_]{1,120}", name):
+            # before the variable is read: a target names a callback secret,
+            # never another of the runner's variables (its database URL, a key)
+            raise CallbackRefused(f"the secret {secret_ref} is not a QTG_CB_ variable")
         value = env.get(name, "").strip()
         if not value:
             raise CallbackRefused(f"the secret {secret_ref} is not set where this runner runs")

@@ -236,9 +236,9 @@ def test_the_admin_registers_targets_and_no_runner_reads_a_secret(
     for url in ("ftp://x.test/", "https://user:pw@x.test/", "https:///x", "x.test"):
         refused(
             conn, "QT002",
-            procs.upsert_callback_target("ops", url, "env:A"),
+            procs.upsert_callback_target("ops", url, "env:QTG_CB_A"),
         )  # fmt: skip
-    refused(conn, "QT002", procs.upsert_callback_target("other", URL, "env:A"))
+    refused(conn, "QT002", procs.upsert_callback_target("other", URL, "env:QTG_CB_A"))
 
     runner = bind(db.connect(db.runner_dsn("testnet")))
     pin_clock(runner, iso_at(0))
@@ -246,7 +246,7 @@ def test_the_admin_registers_targets_and_no_runner_reads_a_secret(
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             runner.execute(f"SELECT * FROM {table}")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        runner.execute("SELECT upsert_callback_target('x', %s, 'env:A')", (URL,))
+        runner.execute("SELECT upsert_callback_target('x', %s, 'env:QTG_CB_A')", (URL,))
     # the secret is nowhere in the database, for any login: every row of every table
     # of both networks read as text by the superuser
     target(conn)  # enabled again

@@ -393,6 +393,17 @@ def test_a_missing_secret_sends_nothing(db: TestDatabase, conn: Conn, receiver: 
         ("::ffff:10.0.0.1", False, "private"),
         ("0.0.0.0", True, "not a unicast"),
         ("224.0.0.1", True, "not a unicast"),
+        # IPv6 forms that carry an IPv4 address, refused whatever they carry
+        ("2002:a9fe:a9fe::", True, "6to4"),  # 169.254.169.254
+        ("2002:7f00:1::", True, "6to4"),  # 127.0.0.1
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", True, "Teredo"),  # client 127.0.0.1
+        ("64:ff9b::a9fe:a9fe", True, "NAT64"),
+        ("64:ff9b:1::7f00:1", True, "NAT64"),
+        ("::127.0.0.1", True, "IPv4-compatible"),
+        ("::ffff:0:a9fe:a9fe", True, "IPv4-translated"),
+        ("fe80::5efe:a9fe:a9fe", True, "ISATAP"),
+        ("2606:4700::200:5efe:7f00:1", True, "ISATAP"),
+        ("2606:4700:4700::1111", False, None),  # a global IPv6 address passes
     ],
 )
 def test_address_checks(address: str, allow_private: bool, refused: str | None) -> None:
@@ -415,10 +426,10 @@ def test_a_file_secret_must_be_private(tmp_path: Any) -> None:
         load("file:missing", env)
     with pytest.raises(callback_dispatcher.CallbackRefused, match="QTG_CALLBACK_SECRETS_DIR"):
         load("file:ops.secret", {})
-    assert load("env:X", {"X": SECRET}) == SECRET
+    assert load("env:QTG_CB_X", {"QTG_CB_X": SECRET}) == SECRET
     bad = callback_dispatcher.signer_for
     with pytest.raises(callback_dispatcher.CallbackRefused, match="not a Standard Webhooks"):
-        bad("whsec_", "env:X")
+        bad("whsec_", "env:QTG_CB_X")
 
 
 def test_one_tick_drains_a_backlog_beyond_a_batch(
@@ -447,3 +458,23 @@ def test_one_tick_drains_a_backlog_beyond_a_batch(
         "SELECT actor, detail->>'callbacks' FROM audit_outbox WHERE action = 'callbacks_pruned'"
     ).fetchall()
     assert pruned == [("callback_dispatcher@callbacks-test:1", "30")]
+
+
+@pytest.mark.parametrize(
+    "name", ["HOME", "QTG_DATABASE_URL", "QTG_SIGNER_TREASURY", "qtg_cb_x", "QTG_CB_"]
+)
+def test_a_callback_secret_names_a_qtg_cb_variable_only(name: str) -> None:
+    """A target's env: secret is read from the runner's environment: it may
+    name a QTG_CB_ variable and no other (its database URL, a key, HOME would
+    sign callbacks with the runner's own secrets). Refused before it is read."""
+    read: list[str] = []
+
+    class Recording(dict[str, str]):
+        def get(self, key: str, default: Any = None) -> Any:
+            read.append(key)
+            return super().get(key, default)
+
+    env = Recording({name: "the runner's own secret"})
+    with pytest.raises(callback_dispatcher.CallbackRefused, match="not a QTG_CB_ variable") as err:
+        callback_dispatcher.load_secret(f"env:{name}", env)
+    assert read == [] and "own secret" not in str(err.value)

@@ -66,10 +66,10 @@ def test_the_receiver_accepts_what_the_dispatcher_signs_and_refuses_anything_els
     assert ref == "file:demo"
     assert stat.S_IMODE(os.stat(folder / "demo").st_mode) == 0o600
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
-    env = {callback_dispatcher.SECRETS_DIR_ENV: str(folder), "OTHER": new_secret()}
+    env = {callback_dispatcher.SECRETS_DIR_ENV: str(folder), "QTG_CB_OTHER": new_secret()}
     with CallbackReceiver(secret) as receiver:
         good = claim("testnet-7-approved", 7, "approved", receiver.url, ref)
-        forged = claim("testnet-7-completed", 7, "completed", receiver.url, "env:OTHER")
+        forged = claim("testnet-7-completed", 7, "completed", receiver.url, "env:QTG_CB_OTHER")
         lying = claim("testnet-8-approved", 7, "approved", receiver.url, ref)
         elsewhere = claim("testnet-9-approved", 9, "approved", receiver.url + "/x", ref)
         errors = send([good, good, forged, lying, elsewhere], env)

@@ -270,7 +270,7 @@ def build_world(conn: Conn) -> World:
         ),
     )["s"]
     pending = create(conn, plan(node("a")), "pending")
-    procs.upsert_callback_target("world", WORLD_HOOK, "env:WORLD_CB").one(conn)
+    procs.upsert_callback_target("world", WORLD_HOOK, "env:QTG_CB_WORLD").one(conn)
     for external_id in ("called", "dead-call"):
         with as_person(conn, "alice"):
             procs.create_movement(
@@ -772,14 +772,14 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "propose_callback_target": {
             "p_target_name": "proposed",
             "p_url": "https://proposed.test/cb",
-            "p_secret_ref": "env:PROPOSED_CB",
+            "p_secret_ref": "env:QTG_CB_PROPOSED",
             "p_allow_private": False,
             "p_enabled": True,
         },
         "upsert_callback_target": {
             "p_target_name": "other",
             "p_url": "https://other.test/cb",
-            "p_secret_ref": "env:OTHER_CB",
+            "p_secret_ref": "env:QTG_CB_OTHER",
             "p_allow_private": False,
             "p_enabled": True,
         },
@@ -1261,7 +1261,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             each("p_target_name", "QT002", None, "", "Other", "a" * 64, BIG_TEXT)
             + each("p_url", "QT002", None, "", "ftp://other.test/", "https://u:p@other.test/")
             + each("p_url", "QT002", "other.test", WORLD_HOOK, "https://o.test/" + BIG_TEXT)
-            + each("p_secret_ref", "QT002", None, "", "whsec_c2VjcmV0", "env:", "vault:x", BIG_TEXT)
+            + each("p_secret_ref", "QT002", None, "", "whsec_c2VjcmV0", "env:", "env:HOME", "env:QTG_DATABASE_URL", "vault:x", BIG_TEXT)
             + each("p_allow_private", "QT002", None)
             + each("p_enabled", "QT002", None)
         ),
@@ -1269,7 +1269,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             each("p_target_name", "QT002", None, "", "Other", "a" * 64, BIG_TEXT)
             + each("p_url", "QT002", None, "", "ftp://other.test/", "https://u:p@other.test/")
             + each("p_url", "QT002", "other.test", WORLD_HOOK, "https://o.test/" + BIG_TEXT)
-            + each("p_secret_ref", "QT002", None, "", "whsec_c2VjcmV0", "env:", "vault:x", BIG_TEXT)
+            + each("p_secret_ref", "QT002", None, "", "whsec_c2VjcmV0", "env:", "env:HOME", "env:QTG_DATABASE_URL", "vault:x", BIG_TEXT)
             + each("p_allow_private", "QT002", None)
             + each("p_enabled", "QT002", None)
         ),

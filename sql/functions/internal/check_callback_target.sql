@@ -8,7 +8,9 @@
 --                    carries an IPv4 address (::ffff:127.0.0.1, 2002:a9fe:a9fe::,
 --                    64:ff9b::7f00:1, ...) or an IPv4 one not written plainly;
 --                    loopback and private ones only with p_allow_private
---   p_secret_ref     'env:NAME' or 'file:NAME', never the secret itself
+--   p_secret_ref     'env:QTG_CB_NAME' or 'file:NAME', never the secret itself
+--                    (a variable of the QTG_CB_ prefix only: never another
+--                    of the runner's, its database URL or a key)
 --   p_allow_private, p_enabled   true or false
 -- QT002 anything malformed, an address no callback may reach, a secret given
 -- instead of its reference, or a url another target has. Internal.
@@ -50,11 +52,13 @@ BEGIN
             USING ERRCODE = 'QT002',
                   HINT = 'The secret never enters the database: put it in a variable or a 0600 file where the runners run and give env:NAME or file:NAME.';
     END IF;
-    IF p_secret_ref IS NULL OR p_secret_ref !~ '^(env|file):[A-Za-z_][A-Za-z0-9_.-]{0,127}$' THEN
-        RAISE EXCEPTION '%: the secret of % is named env:NAME or file:NAME, got %', p_call,
+    IF p_secret_ref IS NULL OR p_secret_ref !~ '^(env:QTG_CB_[A-Z0-9_]{1,120}|file:[A-Za-z_][A-Za-z0-9_.-]{0,127})$' THEN
+        RAISE EXCEPTION '%: the secret of % is named env:QTG_CB_NAME or file:NAME, got %', p_call,
                         p_target_name, coalesce(quote_literal(left(p_secret_ref, 20) || '...'), 'NULL')
             USING ERRCODE = 'QT002',
-                  HINT = 'env:NAME is a variable of the runner''s environment, file:NAME a 0600 file in QTG_CALLBACK_SECRETS_DIR.';
+                  HINT = 'env:QTG_CB_NAME is a variable of the runner''s environment (only those: a target may not name '
+                         'another of the runner''s variables, QTG_DATABASE_URL or a key''s), file:NAME a 0600 file in '
+                         'QTG_CALLBACK_SECRETS_DIR.';
     END IF;
     IF p_allow_private IS NULL OR p_enabled IS NULL THEN
         RAISE EXCEPTION '%: allow_private and enabled must be true or false', p_call
