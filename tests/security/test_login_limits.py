@@ -1,0 +1,50 @@
+"""A login may change its own session defaults (ALTER ROLE itself SET ...):
+PostgreSQL allows it and no trigger sees it. login_limits shows each login of
+the network beside its group's limit and defaults, and says which differ, so
+a login that turned its own timeouts off shows; and what it could then hold
+is bounded all the same (tests/security/test_stalled_sessions.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import TestDatabase
+from engine import bind
+from typer.testing import CliRunner
+
+from qtg_runner.cli import app
+from qtg_runner.credentials import login_dsn
+
+
+def test_a_login_that_changed_its_own_defaults_shows(db: TestDatabase, tmp_path: Path) -> None:
+    passfile = tmp_path / "pgpass"
+    name = f"rory_{db.name}"
+    db.logins.append(name)
+    result = CliRunner().invoke(
+        app,
+        ["runner", "add", name, "--network", "testnet"],
+        env={"QTG_DATABASE_URL": db.dsn, "QTG_CREDENTIALS_FILE": str(passfile)},
+    )
+    assert result.exit_code == 0, result.output
+    admin = bind(db.connect())
+
+    def row() -> tuple[object, ...] | None:
+        return admin.execute(
+            "SELECT group_role, connection_limit, differs FROM login_limits WHERE login = %s",
+            (name,),
+        ).fetchone()
+
+    assert row() == ("qtg_testnet_runner", 30, False)
+    login = db.connect(login_dsn(db.dsn, name, passfile))
+    login.execute(f'ALTER ROLE "{name}" SET statement_timeout = 0')  # its own, allowed
+    assert row() == ("qtg_testnet_runner", 30, True)
+    # the other network's view does not list it
+    assert bind(db.connect(), "mainnet").execute(
+        "SELECT count(*) FROM login_limits WHERE login = %s", (name,)
+    ).fetchone() == (0,)
+
+
+def test_a_dashboard_reads_it(db: TestDatabase) -> None:
+    dashboard = bind(db.connect(db.login("dash", "qtg_testnet_reader").dsn))
+    rows = dashboard.execute("SELECT login, group_role FROM login_limits").fetchall()
+    assert any(group == "qtg_testnet_reader" for _, group in rows)
