@@ -232,6 +232,12 @@ async def route_row(pool: AsyncConnectionPool[Any], call: Call[R]) -> R:
 class Executor(Protocol):
     key: ClassVar[str]
     has_side_effect: ClassVar[bool]
+    deduplicated_by: ClassVar[str]
+    """What makes its outside world take a repeated submission of the same
+    prepared payload once (an EVM nonce, a venue's request id): recovery
+    resubmits a prepared payload only for an executor that names it; one that
+    names nothing is never resubmitted (its UNKNOWN nodes wait for evidence or
+    an operator)."""
     node_config_schema: ClassVar[JsonObject]
     description: ClassVar[str]
 

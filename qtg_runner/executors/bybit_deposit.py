@@ -91,6 +91,7 @@ class _Wait:
 class BybitDepositExecutor:
     key: ClassVar[str] = "bybit_deposit"
     has_side_effect: ClassVar[bool] = False
+    deduplicated_by: ClassVar[str] = "nothing is sent: it only reads the venue's deposit records"
     description: ClassVar[str] = (
         "Waits until an exchange venue (Bybit v5) credits the deposit a parent step sent to its "
         "deposit address; no side effect"

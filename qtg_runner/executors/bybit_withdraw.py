@@ -129,6 +129,9 @@ class _Route:
 class BybitWithdrawExecutor:
     key: ClassVar[str] = "bybit_withdraw"
     has_side_effect: ClassVar[bool] = True
+    deduplicated_by: ClassVar[str] = (
+        "the venue's requestId, repeated only within REPEAT_WINDOW_S of the claim"
+    )
     description: ClassVar[str] = (
         "Withdrawal from an exchange venue (Bybit v5) to a treasury account or an allow-listed "
         "address, idempotent on a requestId derived from the intent; complete when the chain "

@@ -495,6 +495,10 @@ class EvmExecutor(abc.ABC):
     URLs and signers from ``env`` (the process environment by default)."""
 
     has_side_effect: ClassVar[bool] = True
+    deduplicated_by: ClassVar[str] = (
+        "the account's nonce: the recorded bytes, or a replacement at their nonce, are mined "
+        "once at most"
+    )
     landed: ClassVar[str]
     """The reading's status of a send that landed: the node is COMPLETED."""
     sends: ClassVar[str]

@@ -94,6 +94,7 @@ def _bounded(value: Any, low: float, high: float, default: float) -> float:
 class SimExecutor:
     key: ClassVar[str] = "sim"
     has_side_effect: ClassVar[bool] = True
+    deduplicated_by: ClassVar[str] = "the sim world's idempotency key (qtg_sim.side_effects)"
     description: ClassVar[str] = "simulated lane with configurable latency and outcomes"
     node_config_schema: ClassVar[JsonObject] = {
         "type": "object",

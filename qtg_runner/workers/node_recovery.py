@@ -102,6 +102,16 @@ async def _recover(ctx: WorkerContext, work: NodeWork) -> RecoveryResult:
     if executor is None:
         error = missing_executor(WORKER, work)
         return RecoveryResult(RecoveryOutcome.STILL_UNKNOWN, {"error": error})
+    if executor.has_side_effect and not getattr(executor, "deduplicated_by", ""):
+        # its outside world may take a repeated submission twice: recovery never
+        # resubmits, and only evidence or an operator concludes
+        return RecoveryResult(
+            RecoveryOutcome.STILL_UNKNOWN,
+            {
+                "problem": f"executor {work.executor_key} names nothing that deduplicates "
+                "a resubmission"
+            },
+        )
     try:
         return await within(RECOVER_DEADLINE_S, "recover()", executor.recover(work))
     except ExecutorError as exc:

@@ -374,6 +374,7 @@ class Chatty:
 
     key = "chatty"
     has_side_effect = False
+    deduplicated_by = "nothing is sent"
     node_config_schema = SimExecutor.node_config_schema
     description = "test double"
 

@@ -370,6 +370,7 @@ class FakeExecutor:
     """An executor whose calls are recorded and may be made to fail."""
 
     has_side_effect = True
+    deduplicated_by = "the test's record of calls"
     node_config_schema = SIM_SCHEMA
     description = "test double"
 
@@ -779,3 +780,38 @@ def test_a_report_that_fails_transiently_is_made_again_not_left_to_the_lease(
     assert dropped == 1
     row = node_row(conn, node_id)
     assert (row["node_state"], row["last_error"]) == ("READY", "a refused")
+
+
+class NoDedupExecutor(FakeExecutor):
+    """An executor whose outside world names nothing that deduplicates a
+    repeated submission."""
+
+    deduplicated_by = ""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.recovered = 0
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        self.recovered += 1
+        return RecoveryResult(RecoveryOutcome.IN_FLIGHT, {"resubmitted": True})
+
+
+def test_recovery_never_resubmits_for_an_executor_whose_world_does_not_deduplicate(
+    db: Any, runner_env: None
+) -> None:
+    conn = bind(db.connect())
+    plain = NoDedupExecutor("plain")
+    register_sim(conn, key=plain.key)
+    procs.upsert_lane_baseline("nodedup_lane", 5).one(conn)
+    node_id = submitted_node(conn, plain.key, "nodedup_lane")
+    conn.execute(
+        "UPDATE movement_request_nodes SET node_state = 'UNKNOWN', lease_until = now()"
+        " WHERE id = %s",
+        (node_id,),
+    )
+    assert run_batch(db, node_recovery.batch, plain) == 1
+    assert plain.recovered == 0
+    row = node_row(conn, node_id)
+    assert row["node_state"] == "UNKNOWN"
+    assert "deduplicates" in row["evidence"]["problem"]

@@ -263,6 +263,7 @@ class CountingExecutor:
 
     key = "sim"
     has_side_effect = True
+    deduplicated_by = "nothing is sent"
 
     def __init__(self) -> None:
         self.calls = 0

@@ -1261,7 +1261,18 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             each("p_target_name", "QT002", None, "", "Other", "a" * 64, BIG_TEXT)
             + each("p_url", "QT002", None, "", "ftp://other.test/", "https://u:p@other.test/")
             + each("p_url", "QT002", "other.test", WORLD_HOOK, "https://o.test/" + BIG_TEXT)
-            + each("p_secret_ref", "QT002", None, "", "whsec_c2VjcmV0", "env:", "env:HOME", "env:QTG_DATABASE_URL", "vault:x", BIG_TEXT)
+            + each(
+                "p_secret_ref",
+                "QT002",
+                None,
+                "",
+                "whsec_c2VjcmV0",
+                "env:",
+                "env:HOME",
+                "env:QTG_DATABASE_URL",
+                "vault:x",
+                BIG_TEXT,
+            )
             + each("p_allow_private", "QT002", None)
             + each("p_enabled", "QT002", None)
         ),
@@ -1269,7 +1280,18 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             each("p_target_name", "QT002", None, "", "Other", "a" * 64, BIG_TEXT)
             + each("p_url", "QT002", None, "", "ftp://other.test/", "https://u:p@other.test/")
             + each("p_url", "QT002", "other.test", WORLD_HOOK, "https://o.test/" + BIG_TEXT)
-            + each("p_secret_ref", "QT002", None, "", "whsec_c2VjcmV0", "env:", "env:HOME", "env:QTG_DATABASE_URL", "vault:x", BIG_TEXT)
+            + each(
+                "p_secret_ref",
+                "QT002",
+                None,
+                "",
+                "whsec_c2VjcmV0",
+                "env:",
+                "env:HOME",
+                "env:QTG_DATABASE_URL",
+                "vault:x",
+                BIG_TEXT,
+            )
             + each("p_allow_private", "QT002", None)
             + each("p_enabled", "QT002", None)
         ),

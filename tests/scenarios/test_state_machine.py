@@ -384,7 +384,7 @@ class MovementMachine(RuleBasedStateMachine):
 
     def do_recover(self, node_id: int, secret: str, outcome: str, hint: int | None) -> None:
         rows, error = self.completion(
-            "SELECT complete_recovery(%s, %s, %s, '{\"seen\": \"the sim record\"}', NULL, %s)::text",
+            'SELECT complete_recovery(%s, %s, %s, \'{"seen": "the sim"}\', NULL, %s)::text',
             node_id,
             secret,
             {"UNKNOWN", "SUBMITTING"},
