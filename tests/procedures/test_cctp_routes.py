@@ -28,6 +28,7 @@ from qtg_runner.db import procs
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_burn import _Route as BurnRoute
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
+from qtg_runner.executors.cctp_mint import _Route as MintRoute
 
 TREASURY = "0x" + "d" * 40
 OTHER_TREASURY = "0x" + "e" * 40
@@ -344,4 +345,49 @@ def test_a_mint_records_only_a_receive_of_its_routes_burn(
     tx_hash, raw = call(2, 0, TRANSMITTER_B, mint_message(route))
     registry.execute(
         RECORD, (mint.node_id, mint.claim_secret, 0, tx_hash, None, "chain-b", TREASURY, raw)
+    )
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"mint_recipient": STRANGER},
+        {"amount_units": "1"},
+        {"source_domain": 102},
+        {"fee_executed": "2501"},  # above the route's maxFee: observation would expect less
+        {"fee_executed": "-1"},
+        {"rpc_url_env": "QTG_RPC_CHAIN_A"},
+    ],
+    ids=lambda f: f"{next(iter(f))}={next(iter(f.values()))}",
+)
+def test_a_mints_payload_is_its_route_or_refused(registry: Conn, forged: dict[str, Any]) -> None:
+    """What a mint's observation reads (the recipient and amount the received
+    message must show, less the fee the burn paid) is its route's: a forged
+    one is refused beside the honest receiveMessage (QT032)."""
+    c = claimed(registry, "forged-mint-payload-" + next(iter(forged)) + str(forged))
+    registry.execute(
+        "SELECT complete_submit(%s, %s, 'burnt', p_settled => true)",
+        (c["ids"]["burn"], c["secret"]),
+    )
+    [mint] = procs.claim_ready_nodes("w1", 1, 300).all(registry)
+    route = procs.cctp_mint_route(mint.node_id).one(registry)
+    honest = MintRoute.from_row(route).payload() | {
+        "message_nonce": "0x" + "07" * 32,
+        "fee_executed": "0",
+        "source_tx_hash": "0x" + "ab" * 32,
+        "search_from_block": 10,
+        "gas": 200_000,
+        "max_fee_per_gas": "2000000000",
+        "max_priority_fee_per_gas": "1000000000",
+    }
+    tx_hash, raw = call(2, 0, TRANSMITTER_B, mint_message(route))
+    error = assert_rejected(
+        registry, "QT032", RECORD,
+        (mint.node_id, mint.claim_secret, 0, tx_hash, json.dumps(honest | forged), "chain-b",
+         TREASURY, raw),
+    )  # fmt: skip
+    assert next(iter(forged)) in str(error)
+    registry.execute(
+        RECORD,
+        (mint.node_id, mint.claim_secret, 0, tx_hash, json.dumps(honest), "chain-b", TREASURY, raw),
     )
