@@ -112,6 +112,34 @@ def test_an_operator_made_by_add_beyond_its_connection_limit_is_refused(
             conn.close()
 
 
+def test_a_reader_opening_connection_after_connection_leaves_runners_and_operators_working(
+    db: TestDatabase, tmp_path: Path
+) -> None:
+    """A dashboard or scraper that opens 200 connections gets its 5; the
+    rest are refused by the server, and a runner and an operator still log in
+    and work."""
+    passfile = tmp_path / "pgpass"
+    reader = add(db, "reader", "gail", "testnet", passfile)
+    runner = add(db, "runner", "hugo", "testnet", passfile)
+    operator = add(db, "operator", "iris", "testnet", passfile)
+    opened: list[psycopg.Connection[Any]] = []
+    refused = 0
+    try:
+        for _ in range(200):
+            try:
+                opened.append(psycopg.connect(reader))
+            except psycopg.OperationalError as exc:
+                assert "too many connections for role" in str(exc)
+                refused += 1
+        assert (len(opened), refused) == (LIMITS["reader"], 200 - LIMITS["reader"])
+        for dsn in (runner, operator):
+            with psycopg.connect(dsn, options="-c search_path=testnet,qtg") as conn:
+                assert conn.execute("SELECT count(*) FROM pipeline_counts").fetchone() is not None
+    finally:
+        for conn in opened:
+            conn.close()
+
+
 def test_a_limit_the_admin_sets_on_the_group_role_holds_for_the_logins_made_after(
     db: TestDatabase, tmp_path: Path
 ) -> None:
