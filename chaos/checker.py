@@ -111,6 +111,8 @@ class CheckResult:
     lost: int = 0
     duplicates: int = 0
     resubmits: int = 0
+    most_submits: int = 0
+    """The most submissions one idempotency key got (the sim counts every submit)."""
     side_effects: int = 0
     by_state: dict[str, int] = field(default_factory=dict)
     violations: dict[str, int] = field(default_factory=dict)
@@ -245,11 +247,13 @@ def check(
     )
     totals = _rows(
         conn,
-        sql.SQL("SELECT count(*), count(*) FILTER (WHERE submit_count > 1) FROM {effects}").format(
-            effects=effects
-        ),
+        sql.SQL(
+            "SELECT count(*), count(*) FILTER (WHERE submit_count > 1),"
+            " coalesce(max(submit_count), 0) FROM {effects}"
+        ).format(effects=effects),
     )[0]
     result.side_effects, result.resubmits = int(totals[0]), int(totals[1])
+    result.most_submits = int(totals[2])
 
     duplicates = _rows(
         conn,
