@@ -9,10 +9,13 @@ allow-listed) and bybit_deposit_route."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
+from typing import Any
 
+import psycopg
 import pytest
-from engine import assert_rejected, create_started, node, node_ids, plan
+from engine import assert_rejected, bind, create_started, fingerprint, node, node_ids, plan
 from rows import Conn
 from test_upsert_chain import REGISTRY, chain_audit
 
@@ -177,3 +180,59 @@ def test_the_deposit_route_names_the_deposit_address(conn: Conn, venue: str) -> 
     assert (route.venue_chain, route.coin, route.deposit_address, route.amount) == (
         "ETH", "USDC", DEPOSIT.lower(), "100",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"tx_hash": "0x" + "bb" * 32},  # another transfer into the exchange
+        {"parent": "other"},
+        {"transfer_value": "100000001"},
+        {"deposit_address": "0x" + "5e" * 20},
+        {"key_file_env": "QTG_SIGNER_TREASURY"},
+    ],
+    ids=lambda f: next(iter(f)),
+)
+def test_a_deposit_step_waits_only_for_its_parents_transfer(
+    db: Any, conn: Conn, venue: str, forged: dict[str, str]
+) -> None:
+    """What a bybit_deposit step records is what it waits for: the transfer its
+    paying parent's evidence shows into the venue's deposit address, at the
+    venue the route names. Another transfer, parent, value, address or key
+    variable is refused (QT032), as the runner login records it."""
+    procs.register_executor(
+        BybitDepositExecutor.key, False, BybitDepositExecutor.node_config_schema, "d"
+    ).one(conn)
+    procs.upsert_venue_deposit_address(venue, "local-a", "USDC", DEPOSIT).one(conn)
+    movement = create_started(
+        conn,
+        plan(
+            node("pay"),
+            node("in", ["pay"], executor="bybit_deposit", venue=venue, chain="local-a"),
+        ),
+        "deposit-" + next(iter(forged)),
+    )
+    ids = node_ids(conn, movement)
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    [paying] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
+    sent = {"tx_hash": "0x" + "aa" * 32, "transfer": {"to": DEPOSIT.lower(), "value": "100000000"}}
+    procs.complete_submit(ids["pay"], paying.claim_secret, sent["tx_hash"], sent, settled=True).one(
+        runner
+    )
+    [waiting] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
+    route = procs.bybit_deposit_route(ids["in"]).one(runner)
+    honest = {
+        "venue_key": route.venue_key, "kind": route.kind, "base_url_env": route.base_url_env,
+        "key_file_env": route.key_file_env, "chain_key": route.chain_key,
+        "venue_chain": route.venue_chain, "coin": route.coin,
+        "deposit_address": route.deposit_address, "amount": route.amount,
+        "tx_hash": sent["tx_hash"], "parent": "pay", "transfer_value": "100000000",
+        "since_ms": 1_700_000_000_000,
+    }  # fmt: skip
+    record = "SELECT record_intent_prepared(%s, %s, p_payload => %s::jsonb)"
+    before = fingerprint(conn)
+    with pytest.raises(psycopg.Error) as refused:
+        runner.execute(record, (ids["in"], waiting.claim_secret, json.dumps(honest | forged)))
+    assert refused.value.sqlstate == "QT032"
+    assert fingerprint(conn) == before
+    runner.execute(record, (ids["in"], waiting.claim_secret, json.dumps(honest)))
