@@ -275,18 +275,47 @@ class CountingExecutor:
         return HealthResult(HealthStatus.HEALTHY, {})
 
 
+def count_row_writes(admin: Any) -> None:
+    """A counter of the rows written to each table of the network from now on
+    (a trigger on each, run as the test's superuser): the test's own means of
+    counting, left in its database."""
+    admin.execute(
+        """
+        CREATE TABLE public.idle_writes (tbl text PRIMARY KEY, n bigint NOT NULL);
+        CREATE FUNCTION public.count_write() RETURNS trigger LANGUAGE plpgsql
+        SECURITY DEFINER SET search_path = public AS $$
+        BEGIN
+            INSERT INTO idle_writes VALUES (TG_TABLE_NAME, 1)
+            ON CONFLICT (tbl) DO UPDATE SET n = idle_writes.n + 1;
+            RETURN NULL;
+        END $$;
+        """
+    )
+    tables = admin.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'testnet'"
+    ).fetchall()
+    for (table,) in tables:
+        admin.execute(
+            f'CREATE TRIGGER count_write AFTER INSERT OR UPDATE OR DELETE ON testnet."{table}"'
+            " FOR EACH ROW EXECUTE FUNCTION public.count_write()"
+        )
+
+
 def test_an_idle_runner_calls_its_providers_only_at_the_health_interval(db: Any) -> None:
     """With no movement in flight, every registered worker of `qtg run`
     sleeps its interval after each batch, whatever its batch returned: a
     periodic check (executor_health answers how many executors it checked)
     is not a queue with more waiting. Counted over each worker's ticks: the
     only external calls are health checks, one per executor per
-    executor_health interval."""
+    executor_health interval, and the only rows written each worker's
+    heartbeat and the health reports, one a tick."""
     from qtg_runner.workers import REGISTRY
 
     ticks = 4
     executor = CountingExecutor()
-    procs.register_executor("sim", True, SIM_SCHEMA, "counted").one(bind(db.connect()))
+    admin = bind(db.connect())
+    procs.register_executor("sim", True, SIM_SCHEMA, "counted").one(admin)
+    count_row_writes(admin)
     slept: dict[str, list[float]] = {}
 
     async def scenario() -> None:
@@ -310,3 +339,16 @@ def test_an_idle_runner_calls_its_providers_only_at_the_health_interval(db: Any)
     assert executor.calls == ticks  # one health() a tick, a tick an interval
     per_minute = executor.calls / sum(slept["executor_health"]) * 60
     assert per_minute <= 60 / (health.interval - health.jitter)
+    # rows written: a few a worker's tick, whatever the ticks returned: so many
+    # per interval, not a figure that grows with how fast the loops can go
+    writes = dict(admin.execute("SELECT tbl, n FROM public.idle_writes").fetchall())
+    most = {
+        "worker_heartbeats": (ticks + 1) * len(REGISTRY),  # a beat a tick, and the stop
+        "executor_health": ticks,  # a report a tick (one executor)
+        "balance_reads": ticks,  # the snapshot's read a tick (no account to read)
+        "pipeline_rollups": ticks * 5,  # the rollup's rows, a tick
+        "audit_batches": 1,  # the set-up's audit row, promoted once
+        "audit_log": 1,
+        "audit_chain_head": 1,
+    }
+    assert {t: n for t, n in writes.items() if n > most.get(t, 0)} == {}, writes
