@@ -49,11 +49,19 @@ class MovementCreate(BaseModel):
     callback_url: Annotated[str | None, Field(max_length=2048)] = None
     priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = 0
 
+    @field_validator("amount", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: Any) -> Any:
+        # JSON true would otherwise pass as the integer 1: one USDC nobody wrote
+        if isinstance(value, bool):
+            raise ValueError("an amount is a decimal string or a number, not true or false")
+        return value
+
     @field_validator("amount")
     @classmethod
     def _amount(cls, value: str | int) -> str:
         text = str(value)
-        if isinstance(value, bool) or not AMOUNT.match(text) or Decimal(text) <= 0:
+        if not AMOUNT.match(text) or Decimal(text) <= 0:
             raise ValueError('a positive decimal with at most 6 places, e.g. "250000.5"')
         return text
 

@@ -389,3 +389,19 @@ def test_signing_in_again_and_again_holds_a_bounded_number_of_connections(
         assert "signed in as" not in client.get("/").text  # the oldest was signed out
         client.cookies.set("qtg_session", cookies[-1])
         assert "signed in as" in client.get("/").text
+
+
+@pytest.mark.parametrize("amount", [True, False])
+def test_a_boolean_is_not_an_amount(world: ApiWorld, amount: bool) -> None:
+    """JSON true passed the amount's type as the integer 1: a 1 USDC movement
+    nobody wrote. Refused (422), nothing made."""
+    with world.admin() as admin:
+        before = fingerprint(admin)
+    with world.client("alice") as alice:
+        response = alice.post(
+            "/v1/movements", json={"external_id": "bool-amount", "amount": amount, "plan": ONE_NODE}
+        )
+    assert response.status_code == 422, response.text
+    assert "not true or false" in response.text
+    with world.admin() as admin:
+        assert fingerprint(admin) == before
