@@ -22,7 +22,8 @@ QTG_CREDENTIALS_FILE  the credentials file: the generated passwords of the login
                       superuser password) when QTG_DATABASE_URL is unset, else
                       $XDG_CONFIG_HOME/qtg/pgpass (~/.config/qtg/pgpass).
 QTG_NETWORK_MODE      mainnet | testnet (default testnet): the network a process is bound to.
-MG_WORKERS_ENABLED    true | false (default false): with false nothing advances.
+QTG_WORKERS_ENABLED   true | false (default false): with false nothing advances
+                      (MG_WORKERS_ENABLED, the seed's name, is read when it is unset).
 """
 
 from __future__ import annotations
@@ -92,6 +93,25 @@ def _parse_bool(name: str, raw: str) -> bool:
     raise ConfigError(f"{name}={raw!r} is not a boolean (use true or false)")
 
 
+def _workers_enabled(e: Mapping[str, str]) -> bool:
+    """The workers' gate: QTG_WORKERS_ENABLED, else the seed's MG_WORKERS_ENABLED,
+    else off. Both set and saying different things is an error, not a guess."""
+    ours = e.get("QTG_WORKERS_ENABLED")
+    seeds = e.get("MG_WORKERS_ENABLED")
+    if (
+        ours is not None
+        and seeds is not None
+        and _parse_bool("QTG_WORKERS_ENABLED", ours) != _parse_bool("MG_WORKERS_ENABLED", seeds)
+    ):
+        raise ConfigError(
+            f"QTG_WORKERS_ENABLED={ours!r} and MG_WORKERS_ENABLED={seeds!r} disagree: "
+            "set one of them"
+        )
+    if ours is not None:
+        return _parse_bool("QTG_WORKERS_ENABLED", ours)
+    return _parse_bool("MG_WORKERS_ENABLED", seeds if seeds is not None else "false")
+
+
 def _parse_network(raw: str) -> NetworkMode:
     value = raw.strip().lower()
     if value not in NETWORK_MODES:
@@ -117,6 +137,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         database_url=url,
         data_dir=data_dir,
         network_mode=_parse_network(e.get("QTG_NETWORK_MODE", "testnet")),
-        workers_enabled=_parse_bool("MG_WORKERS_ENABLED", e.get("MG_WORKERS_ENABLED", "false")),
+        workers_enabled=_workers_enabled(e),
         credentials_file=credentials,
     )

@@ -92,15 +92,25 @@ def start(
     max_concurrency: int,
     name: str,
     as_login: str | Sequence[str] | None = None,
+    idle_if_disabled: bool = False,
 ) -> None:
     configure()
     settings = load_settings()
     networks = resolve_networks(network)
     logins = _logins_for(networks, as_login)
     if not settings.workers_enabled:
+        if not idle_if_disabled:
+            typer.echo(
+                "qtg: error: the workers' gate is off (QTG_WORKERS_ENABLED, or MG_WORKERS_ENABLED, "
+                "is not true): this runner would start no worker and move nothing. Set "
+                "QTG_WORKERS_ENABLED=true to run the workers, or pass --idle-if-disabled to wait "
+                "as a standby that starts nothing.",
+                err=True,
+            )
+            raise typer.Exit(2)
         typer.echo(
-            "MG_WORKERS_ENABLED is false: no worker started. Movements can be created and approved "
-            "and stay APPROVED; set MG_WORKERS_ENABLED=true to run them."
+            "the workers' gate is off (QTG_WORKERS_ENABLED is not true): no worker started, as "
+            "--idle-if-disabled asks. Movements can be created and approved and stay APPROVED."
             " Waiting for SIGTERM/SIGINT.",
             err=True,
         )
@@ -161,6 +171,16 @@ NetworksOption = Annotated[
     ),
 ]
 
+IdleOption = Annotated[
+    bool,
+    typer.Option(
+        "--idle-if-disabled",
+        help="With the workers' gate off (QTG_WORKERS_ENABLED not true), wait for "
+        "SIGTERM/SIGINT and start nothing instead of exiting 2: a standby that is meant "
+        "to idle. Without it a runner whose gate is off refuses to start.",
+    ),
+]
+
 AsLoginsOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -189,6 +209,7 @@ def run_cmd(
         ),
     ] = 8,
     as_login: AsLoginsOption = None,
+    idle_if_disabled: IdleOption = False,
 ) -> None:
     """Run the supervisor: every worker (or --only some) for one network, or for
     each --network given.
@@ -203,7 +224,8 @@ def run_cmd(
     crash stops the process with exit code 1 (every network's workers). Sidecars
     (the rest) are isolated: a crash is logged and the rest keep running.
     SIGTERM/SIGINT stop cleanly with exit code 0. Nothing starts unless
-    MG_WORKERS_ENABLED=true.
+    QTG_WORKERS_ENABLED=true (or the seed's MG_WORKERS_ENABLED=true); with the
+    gate off it exits 2, unless --idle-if-disabled asks it to wait.
     """
     names = only or [entry.name for entry in REGISTRY]
     unknown = [n for n in names if n not in BY_NAME]
@@ -212,7 +234,7 @@ def run_cmd(
             f"unknown worker {', '.join(unknown)} (workers: {', '.join(BY_NAME)})",
             param_hint="--only",
         )
-    start([BY_NAME[n] for n in names], network, concurrency, "qtg-run", as_login)
+    start([BY_NAME[n] for n in names], network, concurrency, "qtg-run", as_login, idle_if_disabled)
 
 
 def worker_cmd(
@@ -229,9 +251,10 @@ def worker_cmd(
         ),
     ] = 8,
     as_login: AsOption = None,
+    idle_if_disabled: IdleOption = False,
 ) -> None:
     """Run one worker alone in this process (one process per worker), as a runner
     login (see `qtg run --help`)."""
     if name not in BY_NAME:
         raise typer.BadParameter(f"unknown worker {name!r} (workers: {', '.join(BY_NAME)})")
-    start([BY_NAME[name]], network, concurrency, f"qtg-{name}", as_login)
+    start([BY_NAME[name]], network, concurrency, f"qtg-{name}", as_login, idle_if_disabled)

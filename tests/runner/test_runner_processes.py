@@ -8,7 +8,8 @@ What an operator relies on when running `qtg run` / `qtg worker`:
     a crashing sidecar is logged and the others keep beating and doing their work;
   * a worker that stops ticking is listed by stalled_workers, one that was
     stopped cleanly is not;
-  * with MG_WORKERS_ENABLED=false no worker or sidecar starts and nothing advances;
+  * with the gate off (QTG_WORKERS_ENABLED not true) a runner refuses to start, or with
+    --idle-if-disabled waits: no worker or sidecar starts and nothing advances;
   * two dispatcher processes claim every node exactly once between them;
   * a dispatcher killed between intent and submit, or between submit and
     report, is resolved by recovery without a duplicate side effect;
@@ -355,6 +356,26 @@ def holds_for(seconds: float, check: Callable[[], None], every: float = 0.05) ->
     check()
 
 
+def test_a_runner_whose_gate_is_off_refuses_to_start_unless_told_to_idle(
+    db: Any, procs: Runners
+) -> None:
+    """A deployment missing its one variable must not look healthy and move
+    nothing: `qtg run` and `qtg worker` with the gate off exit 2 with the reason
+    and what to set. QTG_WORKERS_ENABLED is the gate's name (the seed's
+    MG_WORKERS_ENABLED is read when it is unset); the two disagreeing is an
+    error too."""
+    env = runner_env(db.runner_dsn("testnet"), workers=False)
+    for args in (("run",), ("worker", "node_dispatcher")):
+        process = procs.start(*args, env=env)
+        assert process.wait(30) == 2, process.describe()
+        assert "QTG_WORKERS_ENABLED=true" in process.stderr()
+        assert "--idle-if-disabled" in process.stderr()
+    disagree = env | {"QTG_WORKERS_ENABLED": "true"}  # MG_WORKERS_ENABLED=false beside it
+    process = procs.start("run", env=disagree)
+    assert process.wait(30) != 0, process.describe()
+    assert "disagree" in process.stderr()
+
+
 def test_with_the_gate_off_no_worker_or_sidecar_starts_and_nothing_moves(
     db: Any, real_clock_conn: psycopg.Connection[Any], procs: Runners
 ) -> None:
@@ -362,7 +383,10 @@ def test_with_the_gate_off_no_worker_or_sidecar_starts_and_nothing_moves(
     movement stays APPROVED, its callbacks undelivered, its audit rows unpromoted,
     no executor's health checked."""
     env = runner_env(db.runner_dsn("testnet"), workers=False)
-    gated = [procs.start("run", env=env), procs.start("worker", "callback_dispatcher", env=env)]
+    gated = [
+        procs.start("run", "--idle-if-disabled", env=env),
+        procs.start("worker", "callback_dispatcher", "--idle-if-disabled", env=env),
+    ]
     for process in gated:
         wait_until(
             lambda p=process: "no worker started" in p.stderr(), 20, "the message", alive=[process]
