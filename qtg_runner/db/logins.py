@@ -105,9 +105,18 @@ def create_login(conn: psycopg.Connection[Any], name: str, group: str, password:
     )
     for setting in settings:
         key, _, value = setting.partition("=")
+        listed: sql.Composable
+        if key == "search_path":
+            # a list: each schema its own identifier (one literal would name a
+            # single schema called "testnet, qtg")
+            listed = sql.SQL(", ").join(
+                sql.Identifier(part.strip().strip('"')) for part in value.split(",")
+            )
+        else:
+            listed = sql.Literal(value)
         conn.execute(
             sql.SQL("ALTER ROLE {} SET {} = {}").format(
-                sql.Identifier(name), sql.Identifier(key), sql.Literal(value)
+                sql.Identifier(name), sql.Identifier(key), listed
             )
         )
 

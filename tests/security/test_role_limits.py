@@ -72,7 +72,10 @@ def test_every_group_role_holds_a_connection_limit_and_timeouts_and_cannot_log_i
 ) -> None:
     role = f"qtg_{network}_{kind}"
     conn = db.connect()
-    assert role_settings(conn, role) == (LIMITS[kind], TIMEOUTS[kind])
+    assert role_settings(conn, role) == (
+        LIMITS[kind],
+        TIMEOUTS[kind] | {f"search_path={network}, qtg"},
+    )
     assert conn.execute(
         "SELECT rolcanlogin FROM pg_roles WHERE rolname = %s", (role,)
     ).fetchone() == (False,)
@@ -84,9 +87,15 @@ def test_a_login_made_by_add_starts_with_its_groups_limit_and_timeouts(
 ) -> None:
     dsn = add(db, kind, "carol", "testnet", tmp_path / "pgpass")
     name = f"carol_{db.name}"
-    assert role_settings(db.connect(), name) == (LIMITS[kind], TIMEOUTS[kind])
+    assert role_settings(db.connect(), name) == (
+        LIMITS[kind],
+        TIMEOUTS[kind] | {"search_path=testnet, qtg"},
+    )
     login = db.connect(dsn)
     assert login.execute("SELECT session_user").fetchone() == (name,)
+    # psql as the login lands in its network: its procedures and views by name
+    assert login.execute("SHOW search_path").fetchone() == ("testnet, qtg",)
+    assert login.execute("SELECT count(*) >= 0 FROM pipeline_counts").fetchone() == (True,)
     assert login.execute(
         "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'),"
         " current_setting('idle_in_transaction_session_timeout')"
