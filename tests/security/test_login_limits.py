@@ -10,22 +10,12 @@ from pathlib import Path
 
 from conftest import TestDatabase
 from engine import bind, register_sim
-from typer.testing import CliRunner
-
-from qtg_runner.cli import app
-from qtg_runner.credentials import login_dsn
+from test_role_limits import add
 
 
 def test_a_login_that_changed_its_own_defaults_shows(db: TestDatabase, tmp_path: Path) -> None:
-    passfile = tmp_path / "pgpass"
+    dsn = add(db, "runner", "rory", "testnet", tmp_path / "pgpass")
     name = f"rory_{db.name}"
-    db.logins.append(name)
-    result = CliRunner().invoke(
-        app,
-        ["runner", "add", name, "--network", "testnet"],
-        env={"QTG_DATABASE_URL": db.dsn, "QTG_CREDENTIALS_FILE": str(passfile)},
-    )
-    assert result.exit_code == 0, result.output
     admin = bind(db.connect())
 
     def row() -> tuple[object, ...] | None:
@@ -35,7 +25,7 @@ def test_a_login_that_changed_its_own_defaults_shows(db: TestDatabase, tmp_path:
         ).fetchone()
 
     assert row() == ("qtg_testnet_runner", 30, False)
-    login = db.connect(login_dsn(db.dsn, name, passfile))
+    login = db.connect(dsn)
     login.execute(f'ALTER ROLE "{name}" SET statement_timeout = 0')  # its own, allowed
     assert row() == ("qtg_testnet_runner", 30, True)
     # the other network's view does not list it
@@ -56,22 +46,12 @@ def test_an_operator_in_psql_finds_movements_by_the_names_they_guess(
     """A login lands in its network (its default search_path): `movements`
     lists the movements and the procedures answer by name, no SET first."""
     passfile = tmp_path / "pgpass"
-    names = {}
-    for person in ("sana", "tom"):
-        name = f"{person}_{db.name}"
-        db.logins.append(name)
-        result = CliRunner().invoke(
-            app,
-            ["operator", "add", name, "--network", "testnet"],
-            env={"QTG_DATABASE_URL": db.dsn, "QTG_CREDENTIALS_FILE": str(passfile)},
-        )
-        assert result.exit_code == 0, result.output
-        names[person] = name
+    sana = db.connect(add(db, "operator", "sana", "testnet", passfile))
+    tom = db.connect(add(db, "operator", "tom", "testnet", passfile))
+    names = {"sana": f"sana_{db.name}", "tom": f"tom_{db.name}"}
     admin = bind(db.connect())
     register_sim(admin)
     admin.execute("SELECT upsert_lane_baseline('psql_lane', 5)")
-    sana = db.connect(login_dsn(db.dsn, names["sana"], passfile))
-    tom = db.connect(login_dsn(db.dsn, names["tom"], passfile))
     plan = '{"nodes": [{"key": "a", "executor": "sim", "config": {"lane": "psql_lane"}}]}'
     row = sana.execute(
         "SELECT movement_id FROM create_movement('psql-1', 5, %s::jsonb)", (plan,)
