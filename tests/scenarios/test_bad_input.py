@@ -934,6 +934,26 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         json.dumps(plan(*(node(f"n{i}") for i in range(201)))),
         json.dumps(plan({**node("a"), "config": {"lane": "default", "pad": "x" * 1_100_000}})),
     )
+    # a callback target, as an operator proposes it or the admin registers it
+    a_target = (
+        each("p_target_name", "QT002", None, "", "Other", "a" * 64, BIG_TEXT)
+        + each("p_url", "QT002", None, "", "ftp://other.test/", "https://u:p@other.test/")
+        + each("p_url", "QT002", "other.test", WORLD_HOOK, "https://o.test/" + BIG_TEXT)
+        + each(
+            "p_secret_ref",
+            "QT002",
+            None,
+            "",
+            "whsec_c2VjcmV0",
+            "env:",
+            "env:HOME",
+            "env:QTG_DATABASE_URL",
+            "vault:x",
+            BIG_TEXT,
+        )
+        + each("p_allow_private", "QT002", None)
+        + each("p_enabled", "QT002", None)
+    )
     plan_args = {"p_plan", "p_template"}
 
     calls: dict[str, list[tuple[str, Any, str]]] = {
@@ -1257,44 +1277,8 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_reason", "QT002", None, "", "  ")
             + each("p_reason", "QT005", BIG_TEXT)
         ),
-        "propose_callback_target": (
-            each("p_target_name", "QT002", None, "", "Other", "a" * 64, BIG_TEXT)
-            + each("p_url", "QT002", None, "", "ftp://other.test/", "https://u:p@other.test/")
-            + each("p_url", "QT002", "other.test", WORLD_HOOK, "https://o.test/" + BIG_TEXT)
-            + each(
-                "p_secret_ref",
-                "QT002",
-                None,
-                "",
-                "whsec_c2VjcmV0",
-                "env:",
-                "env:HOME",
-                "env:QTG_DATABASE_URL",
-                "vault:x",
-                BIG_TEXT,
-            )
-            + each("p_allow_private", "QT002", None)
-            + each("p_enabled", "QT002", None)
-        ),
-        "upsert_callback_target": (
-            each("p_target_name", "QT002", None, "", "Other", "a" * 64, BIG_TEXT)
-            + each("p_url", "QT002", None, "", "ftp://other.test/", "https://u:p@other.test/")
-            + each("p_url", "QT002", "other.test", WORLD_HOOK, "https://o.test/" + BIG_TEXT)
-            + each(
-                "p_secret_ref",
-                "QT002",
-                None,
-                "",
-                "whsec_c2VjcmV0",
-                "env:",
-                "env:HOME",
-                "env:QTG_DATABASE_URL",
-                "vault:x",
-                BIG_TEXT,
-            )
-            + each("p_allow_private", "QT002", None)
-            + each("p_enabled", "QT002", None)
-        ),
+        "propose_callback_target": a_target,
+        "upsert_callback_target": a_target,
         "verify_audit_chain": (
             each("p_expected_seq", "QT002", 1) + each("p_expected_hash", "QT002", "0x" + "a" * 64)
         ),
