@@ -13,6 +13,7 @@
     GET  /v1/proposals                      open configuration proposals
     POST /v1/proposals/{id}/approve         approve one (four eyes)
     GET  /healthz  /readyz  /metrics        liveness, readiness, Prometheus
+    GET  /docs                              Swagger UI, served offline (api/docs.py)
     GET  /  ...                             the operator page (api/page.py)
 
 Every endpoint but /healthz (and /readyz's reachability) runs on a connection
@@ -129,6 +130,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(config: ApiConfig) -> FastAPI:
     app = FastAPI(
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's /docs and /redoc load from a CDN: api/docs.py's instead
+        redoc_url=None,
         title="QTG engine API",
         version="1",
         description=(
@@ -460,8 +463,10 @@ def create_app(config: ApiConfig) -> FastAPI:
             "see": "README.md, Errors",
         }
 
+    from qtg_runner.api.docs import mount_docs
     from qtg_runner.api.page import mount_page
 
+    mount_docs(app)
     mount_page(app, config)
     return app
 
