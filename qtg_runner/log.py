@@ -74,7 +74,11 @@ def missing_executor(worker: str, work: NodeRef) -> str:
     return f"no executor {work.executor_key!r} in this runner"
 
 
-def configure(level: int = logging.INFO) -> None:
+def configure(level: int | None = None) -> None:
+    """Log the ``qtg`` loggers' events from ``level`` on to stderr: by default
+    INFO, or DEBUG under `qtg -v` (its root logger's level)."""
+    if level is None:
+        level = logging.DEBUG if logging.getLogger().isEnabledFor(logging.DEBUG) else logging.INFO
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     root = logging.getLogger("qtg")

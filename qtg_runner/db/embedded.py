@@ -506,7 +506,7 @@ def embedded_server(settings: Settings | None = None) -> EmbeddedServer:
             "stop the server and move the data directory away to start afresh"
         )
     check_connection(dsn)
-    log.info(
+    log.debug(  # every command on the embedded server says it: only with `qtg -v`
         "event=embedded_postgres action=%s data_dir=%s log=%s pid=%d dsn=%s",
         "started" if server.started else "reused",
         server.data_dir,
