@@ -103,5 +103,13 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy --strict qtg_runner chaos
 
+# docs/reference/ from the code (qtg_runner/reference.py): the SQL routines and
+# views as a newly migrated database installs them (on a throwaway embedded
+# server), the qtg commands, the QT codes; tests/scenarios/test_reference.py
+# fails when a committed file differs
+.PHONY: docs
+docs: install
+	$(BIN)/python -m qtg_runner.reference
+
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache node_modules

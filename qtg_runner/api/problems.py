@@ -9,10 +9,11 @@ trace, a query or a parameter never reaches a client: an error the API did
 not expect is a 500 whose detail names a request id, and the traceback goes
 to the API's log under that id.
 
-``SQLSTATE_STATUS`` maps every QT code of README's errors table to its HTTP
-status (tests/api/test_http_api.py checks that none is missing), plus the
-PostgreSQL classes a caller can cause: a login refused (401), a missing grant
-(403), a value beyond its type (422), the server unreachable or saturated (503).
+``SQLSTATE_STATUS`` maps every QT code to its HTTP status and title, as
+qtg_runner/errors.py (the error contract's one table) gives them;
+``CLASS_STATUS`` maps the PostgreSQL classes a caller can cause: a login
+refused (401), a missing grant (403), a value beyond its type (422), the
+server unreachable or saturated (503).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import JSONResponse
+
+from qtg_runner.errors import QT_ERRORS
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -32,40 +35,9 @@ class Kind:
 
 
 SQLSTATE_STATUS: dict[str, Kind] = {
-    "QT001": Kind(422, "Invalid plan"),
-    "QT002": Kind(422, "Invalid argument"),
-    "QT003": Kind(422, "Unknown template or missing template parameter"),
-    "QT004": Kind(409, "External id names a different movement"),
-    "QT005": Kind(422, "Value beyond its bound"),
-    "QT010": Kind(404, "Movement not found"),
-    "QT011": Kind(404, "Node not found"),
-    "QT012": Kind(404, "Executor not found"),
-    "QT013": Kind(404, "Configuration proposal not found"),
-    "QT014": Kind(422, "Not registered on this network"),
-    "QT020": Kind(409, "Illegal movement transition"),
-    "QT021": Kind(409, "Illegal node transition"),
-    "QT022": Kind(403, "Four eyes: a second login must do this"),
-    "QT023": Kind(409, "Proposal is not open"),
-    "QT024": Kind(409, "Proposal subject changed since it was proposed"),
-    "QT030": Kind(409, "Stale claim"),
-    "QT031": Kind(409, "EVM nonce already allocated"),
-    "QT032": Kind(422, "Recipient not allowed"),
-    "QT033": Kind(409, "EVM nonce not the caller's"),
-    "QT040": Kind(500, "Clock pinned outside a test database"),
-    "QT041": Kind(409, "Change would weaken money safety"),
-    "QT050": Kind(409, "Outcome could not be applied"),
-    "QT060": Kind(409, "Audit log is append-only"),
-    "QT061": Kind(409, "No breaker tripped"),
-    "QT062": Kind(409, "Movement over a per-movement limit"),
-    "QT070": Kind(404, "Callback not found"),
-    "QT071": Kind(409, "Callback cannot be replayed"),
-    "QT080": Kind(409, "Balance read unknown, recorded, or another login's"),
-    "QT081": Kind(404, "Drift alert not found"),
-    "QT082": Kind(409, "Drift alert acknowledged already"),
-    "QT083": Kind(409, "Not the account's baseline"),
-    "QT099": Kind(500, "Internal engine error"),
+    code: Kind(error.status, error.title) for code, error in QT_ERRORS.items()
 }
-"""Every QT SQLSTATE a procedure raises (README, "Errors"), as an HTTP status."""
+"""Every QT SQLSTATE a procedure raises (qtg_runner/errors.py), as an HTTP status."""
 
 CLASS_STATUS: dict[str, Kind] = {
     "28": Kind(401, "Authentication failed"),  # invalid authorization specification

@@ -10,13 +10,12 @@ is) and cancel is idempotent; every error is a problem+json body with its
 code and hint and never a trace; 404 and 422; pagination by cursor never
 repeats or skips; callback targets are proposed by one login and registered
 by a second; /healthz, /readyz and /metrics (parsed with prometheus_client);
-the OpenAPI document carries README's psql example; every QT code of
-README's errors table has a status.
+the OpenAPI document carries README's psql example; every QT code of the
+error table (qtg_runner/errors.py) answers with its status and title.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from qtg_runner.api import tokens
 from qtg_runner.api.models import CREATE_EXAMPLE
-from qtg_runner.api.problems import SQLSTATE_STATUS
+from qtg_runner.api.problems import from_sqlstate
+from qtg_runner.errors import QT_ERRORS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -389,10 +389,19 @@ def test_readiness_says_when_migrations_are_pending(world: ApiWorld) -> None:
             admin.execute("INSERT INTO qtg.schema_migrations VALUES ('0029_http_api', now())")
 
 
-def test_every_documented_code_has_a_status() -> None:
-    table = README.read_text().split("## Errors", 1)[1].split("\n## ", 1)[0]
-    documented = set(re.findall(r"`(QT\d{3})`", table))
-    assert documented and documented == set(SQLSTATE_STATUS)
+def test_every_documented_code_answers_with_its_status() -> None:
+    """A refusal with a QT code is the problem its row of the error table names;
+    a code no caller can cause (500) is left to the API's own 500."""
+    assert QT_ERRORS
+    for code, error in QT_ERRORS.items():
+        problem = from_sqlstate(code, "the message", "the hint")
+        if error.status == 500:
+            assert problem is None, code
+            continue
+        assert problem is not None, code
+        body = problem.body()
+        assert (body["status"], body["title"], body["code"]) == (error.status, error.title, code)
+        assert body["type"] == f"/problems/{code}"
 
 
 def test_the_api_keeps_no_credential_of_whoever_started_it() -> None:

@@ -1,5 +1,6 @@
 """One error contract: every refusal the SQL can produce carries a QT SQLSTATE
-that README's errors table documents.
+that the error table (qtg_runner/errors.py, from which docs/reference/errors.md
+is generated) documents.
 
 Read from the source, so that a new RAISE cannot escape the table: every
 RAISE EXCEPTION names an ERRCODE, every ERRCODE it names is a QT code (or,
@@ -14,8 +15,8 @@ import re
 from pathlib import Path
 
 from qtg_runner.db.migrate import sql_dir
+from qtg_runner.errors import QT_ERRORS
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 QT_CODE = re.compile(r"'(QT[0-9A-Z]{3})'")
 
 
@@ -38,16 +39,8 @@ def raise_statements(text: str) -> list[str]:
 
 
 def documented_codes() -> set[str]:
-    """The codes in the first column of README's errors table."""
-    text = README.read_text()
-    table = text[text.index("## Errors") :]
-    table = table[: table.index("\n## ", 1)] if "\n## " in table[1:] else table
-    codes: set[str] = set()
-    for line in table.splitlines():
-        if line.startswith("| `QT"):
-            first = line.split("|")[1]
-            codes.update(re.findall(r"`(QT[0-9A-Z]{3})`", first))
-    return codes
+    """The codes of the error table."""
+    return set(QT_ERRORS)
 
 
 def test_every_raise_names_a_qt_errcode() -> None:
@@ -75,13 +68,25 @@ def test_every_qt_code_in_the_sql_is_documented_and_every_documented_code_is_use
         for code in QT_CODE.findall(re.sub(r"--[^\n]*", "", path.read_text())):
             used.setdefault(code, []).append(str(path.relative_to(sql_dir())))
     documented = documented_codes()
-    assert documented, "README's errors table was not found"
+    assert documented, "the error table (qtg_runner/errors.py) is empty"
     undocumented = {code: files for code, files in used.items() if code not in documented}
-    assert undocumented == {}, f"QT codes the SQL raises but README's table lacks: {undocumented}"
-    assert documented - set(used) == set(), "codes README documents but no SQL raises"
+    assert undocumented == {}, (
+        f"QT codes the SQL raises but qtg_runner/errors.py lacks: {undocumented}"
+    )
+    assert documented - set(used) == set(), (
+        "codes qtg_runner/errors.py documents but no SQL raises"
+    )
 
 
-def test_the_table_is_read_from_the_readme() -> None:
-    """The parser sees the codes as written, shared rows included (QT010 / QT011 / ...)."""
-    documented = documented_codes()
-    assert {"QT001", "QT005", "QT010", "QT011", "QT012", "QT013", "QT022", "QT099"} <= documented
+def test_each_row_of_the_table_is_a_code_with_a_meaning_and_a_status() -> None:
+    """Keyed by its own code, in code order, each with a meaning, a title and
+    an HTTP status (an error status: 4xx for a caller's refusal, 500 for one no
+    caller can cause)."""
+    assert list(QT_ERRORS) == sorted(QT_ERRORS)
+    for code, error in QT_ERRORS.items():
+        assert error.code == code and re.fullmatch(r"QT[0-9A-Z]{3}", code), code
+        assert error.meaning.strip() and error.title.strip(), code
+        assert 400 <= error.status < 500 or error.status == 500, code
+    assert {"QT001", "QT005", "QT010", "QT011", "QT012", "QT013", "QT022", "QT099"} <= set(
+        QT_ERRORS
+    )
