@@ -83,8 +83,10 @@ def allow_local_burns(
 ) -> None:
     """The local world's setup step: every treasury account allows its chain's
     TokenMessengerV2 ``amount`` of USDC (chains without the CCTP double are
-    left alone). A keystore is decrypted only for an account whose allowance
-    is short: `up` again, with every allowance set, decrypts none."""
+    left alone), set again only where burns took it below half: the approval
+    is the account's own transaction, and one sent on every `up` would take
+    the nonce the engine hands out next. A keystore is decrypted only for an
+    account whose allowance is short: `up` again decrypts none."""
     from qtg_runner.signers.local import KEYSTORE_DIR_ENV, KEYSTORE_PASSWORD_FILE_ENV
 
     env = {
@@ -101,7 +103,7 @@ def allow_local_burns(
             async with EvmRpc(chain.rpc_url) as rpc:
                 chain_id = await rpc.chain_id()
                 for key in treasury:
-                    if await allowance(rpc, token, key.address, messenger) >= amount:
+                    if await allowance(rpc, token, key.address, messenger) >= amount // 2:
                         continue
                     if key.signer_id not in signers:
                         signers[key.signer_id] = await load_async(key.signer_id, env)

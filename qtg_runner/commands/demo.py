@@ -52,6 +52,7 @@ from qtg_runner.commands.demo_sidecars import (
     start_receiver,
 )
 from qtg_runner.commands.demo_world import (
+    DEMO_CONCURRENCY,
     WorldMovement,
     WorldView,
     run_world_demo,
@@ -307,8 +308,10 @@ async def _run_sim_demo(
     timeout: float,
     receiver: CallbackReceiver,
 ) -> int:
-    runtime = await Runtime.open(people.runner.dsn, network, name="qtg-demo", max_concurrency=16)
-    ctx = runtime.context(16)
+    runtime = await Runtime.open(
+        people.runner.dsn, network, name="qtg-demo", max_concurrency=DEMO_CONCURRENCY
+    )
+    ctx = runtime.context(DEMO_CONCURRENCY)
     run_tag = time.strftime("%Y%m%d-%H%M%S")
     ids: dict[int, DemoMovement] = {}
     creator = bound_conninfo(people.creator.dsn, network, "qtg-demo-creator")

@@ -82,6 +82,10 @@ STARGATE_FEE_BPS = 1
 CRASH_DEADLINE_S = 60.0
 """How long the crashing dispatcher may take to claim, broadcast and die."""
 
+DEMO_CONCURRENCY = 8
+"""The demo's runtime: its pools (runtime.pool_connections: 23 connections) fit
+in the runner login's connection limit (30) with room for the balance reads."""
+
 
 @dataclass(frozen=True)
 class Change:
@@ -617,8 +621,10 @@ async def _run_world_demo(
         soft_wrap=True,
     )
 
-    runtime = await Runtime.open(people.runner.dsn, network, name="qtg-demo", max_concurrency=16)
-    ctx = runtime.context(16)
+    runtime = await Runtime.open(
+        people.runner.dsn, network, name="qtg-demo", max_concurrency=DEMO_CONCURRENCY
+    )
+    ctx = runtime.context(DEMO_CONCURRENCY)
     supervisor = asyncio.create_task(supervise(ctx, entries, Wakeup(runtime.conninfo, network)))
     finished = False
     async with await AsyncConnection.connect(admin, autocommit=True) as conn:
