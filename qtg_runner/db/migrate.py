@@ -3,9 +3,10 @@
 migrate(dsn)
   1. applies the versioned migrations in sql/schemas (NNNN_name.sql, each with its
      NNNN_name.rollback.sql) through yoyo, under yoyo's database lock;
-  2. re-installs every function and view in ONE transaction, as qtg_owner: drops
-     those in schema qtg and in every network schema (never qtg_admin, never
-     objects that belong to an extension), then runs sql/functions/common/*.sql
+  2. re-installs every routine (function or procedure) and view in ONE
+     transaction, as qtg_owner: drops those in schema qtg and in every network
+     schema (never qtg_admin, never objects that belong to an extension),
+     then runs sql/functions/common/*.sql
      in schema qtg, and for each network in qtg_admin.networks the folders of
      ROUTINE_FOLDERS then views/, in the network's schema;
   3. records the applied migrations' ids in qtg.schema_migrations (/readyz).
@@ -15,7 +16,9 @@ of truth for it: each file defines the routine it is named after, and the
 installer sets every routine's search_path (its network, then qtg) and
 PLANNER_SETTINGS, makes the public ones (runner/, operator/) SECURITY DEFINER
 with the comment 'access: <caller>' (which qtg_admin.grant_network_privileges
-turns into EXECUTE for the network's role), leaves the admin deploy steps
+turns into EXECUTE for the network's role, ON ROUTINE: a procedure, which
+GRANT ... ON FUNCTION refuses and REVOKE ... ON ALL FUNCTIONS leaves to PUBLIC,
+is granted as a function is, 0052_routine_grants), leaves the admin deploy steps
 (admin/, comment 'access: admin') and the internal helpers SECURITY INVOKER
 with no grant: only the owner and the admin (a member of qtg_owner) may call
 them. The routines of

@@ -708,6 +708,15 @@ class CreatedMovement:
 
 
 @dataclass(frozen=True)
+class TrippedBreaker:
+    """trip_breaker's answer: the breaker's state (TRIPPED) and whether this call
+    tripped it (false: it was tripped already)."""
+
+    breaker_state: Text
+    tripped: Boolean
+
+
+@dataclass(frozen=True)
 class IntakeMovement:
     """One item of create_movements: its movement, the state it is in now, and
     whether this call created it (false: its external id named it already)."""
@@ -1629,6 +1638,12 @@ def verify_audit_chain(
 
 
 @procedure("operator")
+def trip_breaker(scope: Text, name: Text, reason: Text) -> Call[TrippedBreaker]:
+    """One operator stops a lane or a venue (an executor with a side effect),
+    with a reason; a breaker tripped already stays so, a reset asked for withdrawn."""
+
+
+@procedure("operator")
 def reset_breaker(scope: Text, name: Text) -> Call[Text]:
     """A tripped breaker closes when two different operators ask: the first gets
     RESET_REQUESTED, the second CLOSED; the same login twice is Refused (QT022)."""
@@ -1756,6 +1771,25 @@ def approve_proposal(proposal_id: BigInt) -> Call[ProposalState]:
 @procedure("operator")
 def reject_proposal(proposal_id: BigInt, reason: Text) -> Call[ProposalState]:
     """PROPOSED -> REJECTED, with a reason."""
+
+
+CALL_FORMS: Final[Mapping[str, str]] = {
+    "movement_create": "create_movement",
+    "movement_approve": "approve_movement",
+    "movement_cancel": "cancel_movement",
+    "node_requeue": "requeue_node",
+    "proposal_approve": "approve_proposal",
+    "proposal_reject": "reject_proposal",
+    "quarantine_release": "release_quarantine",
+    "breaker_trip": "trip_breaker",
+    "breaker_reset": "reset_breaker",
+}
+"""The operator's procedures, for CALL in psql (``CALL movement_approve(21)``,
+named as the CLI's ``qtg movement approve``), each with the function it calls
+(a wrapper above): they take its arguments (names, types, defaults), then
+answer its result in INOUT parameters that default to NULL, so psql prints
+the row. They have no wrapper of their own (Python SELECTs the functions);
+tests/runner/test_procs.py checks this table against pg_proc."""
 
 
 # -- deploy steps: the owner's (admin) connection only ----------------------------

@@ -4,9 +4,9 @@ What a treasury relies on: what the dispatcher claims never takes a lane, a
 venue (executor) or the network past its USDC in flight, its daily cap or its
 per-movement limit, even with two dispatchers claiming at once; a held node
 stays READY with its attempts untouched and the reason visible
-(limit_held_nodes); repeated failures trip a breaker that stops the scope's
-claims until two different operators reset it; no runner login can change a
-limit or a breaker.
+(limit_held_nodes); repeated failures, or one operator by hand, trip a
+breaker that stops the scope's claims until two different operators reset
+it; no runner login can change a limit or a breaker.
 """
 
 from __future__ import annotations
@@ -196,6 +196,69 @@ def test_repeated_failures_trip_a_breaker_that_two_operators_reset(conn: Conn, l
     assert missing.value.sqlstate == "QT061"
 
 
+def test_one_operator_trips_a_breaker_by_hand_and_two_close_it(conn: Conn, lane: str) -> None:
+    """Anyone may pull the brake; a pull while a reset is asked withdraws the
+    request, so the two who close it have seen the last pull."""
+    waiting = movement(conn, "held")
+    with as_person(conn, "alice"):
+        tripped = procs.trip_breaker("lane", lane, "the bridge paused").one(conn)
+    assert tripped == procs.TrippedBreaker("TRIPPED", True)
+    assert conn.execute("SELECT tripped_by, reason FROM breakers").fetchall() == [
+        ("alice", "the bridge paused")
+    ]
+    assert claim(conn) == []
+    assert "the lane breaker of x is tripped (the bridge paused" in held(conn)[waiting]
+    with as_person(conn, "bob"):
+        assert procs.reset_breaker("lane", lane).one(conn) == "RESET_REQUESTED"
+    with as_person(conn, "carol"):
+        again = procs.trip_breaker("lane", lane, "and the fees doubled").one(conn)
+    assert again == procs.TrippedBreaker("TRIPPED", False)
+    assert conn.execute(
+        "SELECT tripped_by, reason, reset_requested_by FROM breakers"
+    ).fetchall() == [("alice", "the bridge paused", None)]
+    with as_person(conn, "alice"):
+        assert procs.reset_breaker("lane", lane).one(conn) == "RESET_REQUESTED"
+    assert claim(conn) == []
+    with as_person(conn, "bob"):
+        assert procs.reset_breaker("lane", lane).one(conn) == "CLOSED"
+    assert [c["node_id"] for c in claim(conn)] == [waiting]
+    audit = conn.execute(
+        "SELECT actor, action, detail->>'reason', detail->>'withdrawn_reset_request_by'"
+        " FROM audit_outbox WHERE entity = 'breaker' ORDER BY id"
+    ).fetchall()
+    assert audit == [
+        ("alice", "breaker_tripped", "the bridge paused", None),
+        ("bob", "breaker_reset_requested", None, None),
+        ("carol", "breaker_tripped", "and the fees doubled", "bob"),
+        ("alice", "breaker_reset_requested", None, None),
+        ("bob", "breaker_reset", "the bridge paused", None),
+    ]
+
+
+def test_a_breaker_is_tripped_only_on_a_lane_or_venue_the_network_has(
+    conn: Conn, lane: str
+) -> None:
+    """A lane of lane_baselines or an executor's key (a node naming no lane runs
+    in its executor's); a venue is an executor with a side effect (limit_holds
+    holds no other node)."""
+    procs.register_executor("quiet", False, {}, "no side effect").one(conn)
+    for scope, name in (("lane", lane), ("lane", "sim"), ("venue", "sim")):
+        with conn.transaction(force_rollback=True), as_person(conn, "alice"):
+            assert procs.trip_breaker(scope, name, "why").one(conn).tripped
+    refusals = {
+        ("network", "*"): "scope must be lane or venue",
+        ("lane", "nowhere"): "is no lane",
+        ("venue", "nowhere"): "is no venue",
+        ("venue", lane): "is no venue",
+        ("venue", "quiet"): "is no venue",
+    }
+    for (scope, name), message in refusals.items():
+        with as_person(conn, "alice"), pytest.raises(psycopg.Error) as refused:
+            procs.trip_breaker(scope, name, "why").one(conn)
+        assert (refused.value.sqlstate, message in str(refused.value)) == ("QT002", True)
+    assert conn.execute("SELECT count(*) FROM breakers").fetchone() == (0,)
+
+
 def test_a_runner_login_cannot_move_a_limit_or_a_breaker(
     db: TestDatabase, conn: Conn, lane: str
 ) -> None:
@@ -209,6 +272,7 @@ def test_a_runner_login_cannot_move_a_limit_or_a_breaker(
         lambda: runner.execute("DELETE FROM breakers"),
         lambda: runner.execute("DELETE FROM value_usage"),
         lambda: procs.reset_breaker("venue", "sim").one(runner),
+        lambda: procs.trip_breaker("lane", lane, "a runner's word").one(runner),
     ):
         with pytest.raises(psycopg.Error) as refused:
             attack()

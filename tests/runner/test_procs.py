@@ -206,11 +206,46 @@ def test_every_wrapper_matches_its_procedure_in_pg_proc(db: Any) -> None:
 
 
 def test_every_routine_granted_to_a_runner_or_an_operator_has_a_wrapper(db: Any) -> None:
-    granted = {r.name for r in routines(db.connect()) if r.granted}
+    granted = {r.name for r in routines(db.connect()) if r.granted and r.kind == "f"}
     assert granted, "no routine is granted to the network's roles: the query is wrong"
     assert granted - set(procs.PROCEDURES) == set(), "granted routines without a wrapper"
     granted_wrappers = {name for name, p in procs.PROCEDURES.items() if p.access != "owner"}
     assert granted_wrappers - granted == set(), "wrappers of routines nobody may EXECUTE"
+
+
+def test_every_procedure_is_the_call_form_of_its_wrapped_function(db: Any) -> None:
+    """A procedure (CALL in psql) takes its function's arguments as they are
+    declared, defaults included, then the function's result as INOUT
+    parameters defaulting to NULL, and is granted as the function is: so
+    procs.CALL_FORMS, which the bad-input suite reads, says what each one is."""
+    conn = db.connect()
+    found = {r.name: r for r in routines(conn)}
+    procedures = {name for name, r in found.items() if r.kind == "p"}
+    assert procedures == set(procs.CALL_FORMS), "procedures and procs.CALL_FORMS differ"
+    declared = dict(
+        conn.execute(
+            "SELECT proname, pg_get_function_arguments(oid) FROM pg_proc"
+            " WHERE pronamespace = %s::regnamespace",
+            [NETWORK],
+        ).fetchall()
+    )
+    problems: list[str] = []
+    for name, function in sorted(procs.CALL_FORMS.items()):
+        routine, wrapper = found[name], procs.PROCEDURES[function]
+        results = routine.out_columns  # the INOUT parameters
+        if wrapper.columns:
+            expected = tuple((c.name, c.type) for c in wrapper.columns)
+            problems += [f"{name}: {m}" for m in differ("INOUT", expected, results)]
+        elif tuple(t for _, t in results) != (wrapper.returns,):
+            problems.append(f"{name}: INOUT {results}, {function} returns {wrapper.returns}")
+        inout = ", ".join(f"INOUT {n} {t} DEFAULT NULL::{t}" for n, t in results)
+        arguments = ", ".join(a for a in (declared[function], inout) if a)
+        # a procedure's input arguments are spelt with their mode, IN
+        if re.sub(r"(^|, )IN ", r"\1", declared[name]) != arguments:
+            problems.append(f"{name}({declared[name]}): expected ({arguments})")
+        if routine.granted != found[function].granted:
+            problems.append(f"{name}: granted to {sorted(routine.granted)}, {function} otherwise")
+    assert not problems, "procedures differ from their functions:\n  " + "\n  ".join(problems)
 
 
 def test_the_state_enums_hold_the_labels_of_the_qtg_enum_types(db: Any) -> None:

@@ -14,7 +14,9 @@ template); its bad inputs replace one argument at a time. After its bad
 inputs, the valid call itself must succeed (in a transaction rolled back
 after it): the refusals were the bad value's, not a broken baseline's. The
 batch procedures refuse an element in its own row: every row must carry a QT
-code and nothing may change.
+code and nothing may change. The operator's procedures (procs.CALL_FORMS:
+CALL movement_approve(21) in psql) are CALLed with their functions' valid
+calls and bad inputs.
 
 `test_any_value_gets_a_result_or_a_qt_code` adds hypothesis: random values of
 each argument's type (NULL, NaN, Infinity, huge and tiny numbers, any text,
@@ -33,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -76,6 +78,7 @@ from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 from qtg_runner.executors.stargate import StargateExecutor
 
 Conn = psycopg.Connection[Any]
+T = TypeVar("T")
 
 NOW = 1000  # the world's clock: T0 + 1000 s (the submitted node is due, no lease ran out)
 BIG_TEXT = "x" * 5000  # beyond max_text_bytes (4 KiB)
@@ -489,7 +492,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "p_release_retry_seconds": 5,
     }
     schema = json.dumps(SIM_SCHEMA)
-    return {
+    calls: dict[str, dict[str, Any]] = {
         # operator
         "create_movement": {
             "p_external_id": "new",
@@ -722,6 +725,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_max_per_movement": None,
         },
         "reset_breaker": {"p_scope": "venue", "p_name": "unused"},
+        "trip_breaker": {"p_scope": "venue", "p_name": "sim", "p_reason": "the sim paused"},
         "limit_held_nodes": {},
         "begin_balance_read": {},
         "record_balance_snapshots": {
@@ -820,6 +824,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_address": "0x" + "e" * 40,
         },
     }
+    return with_call_forms(calls)
 
 
 def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
@@ -1211,6 +1216,15 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         ),
         "reset_breaker": each("p_scope", "QT061", None, "nowhere")
         + each("p_name", "QT005", BIG_TEXT),
+        "trip_breaker": (
+            each("p_scope", "QT002", None, "", "network", "Venue", "planet")
+            + each("p_scope", "QT005", BIG_TEXT)
+            # no executor; a lane, not a venue; an executor without a side effect
+            + each("p_name", "QT002", None, "", "nowhere", "default", "bybit_deposit")
+            + each("p_name", "QT005", BIG_TEXT)
+            + each("p_reason", "QT002", None, "", "  ")
+            + each("p_reason", "QT005", BIG_TEXT)
+        ),
         "record_balance_snapshots": (
             each("p_read_id", "QT080", None, -1, 2**62)
             + each("p_balances", "QT005", ["NaN", None], ["Infinity", None], [-1, None])
@@ -1443,7 +1457,16 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_evidence", "QT005", BIG_JSON)
         ),
     }
-    return calls
+    return with_call_forms(calls)
+
+
+def with_call_forms(by_function: dict[str, T]) -> dict[str, T]:
+    """``by_function`` with the operator's procedures (procs.CALL_FORMS: CALL
+    movement_approve(21) in psql) added, each with its function's entry: it
+    takes the same arguments, succeeds on the same call and refuses the same
+    values with the same codes (its body is the function's call)."""
+    forms = {name: by_function[f] for name, f in procs.CALL_FORMS.items() if f in by_function}
+    return by_function | forms
 
 
 TEMPLATE_BAD_PARAMS: list[tuple[Any, str]] = [
@@ -1459,9 +1482,15 @@ TEMPLATE_BAD_PARAMS: list[tuple[Any, str]] = [
 # --- the calls --------------------------------------------------------------------------------
 
 
+def wrapped(name: str) -> procs.Procedure:
+    """The function ``name`` is, or calls when it is a procedure (procs.CALL_FORMS)."""
+    return procs.PROCEDURES[procs.CALL_FORMS.get(name, name)]
+
+
 def call_query(name: str, args: dict[str, Any]) -> tuple[sql.Composed, list[Any]]:
-    """SELECT * FROM name(p_a => %s::type, ...) for the arguments given."""
-    procedure = procs.PROCEDURES[name]
+    """SELECT * FROM name(p_a => %s::type, ...) for the arguments given; CALL
+    name(...) for a procedure."""
+    procedure = wrapped(name)
     parts, params = [], []
     for arg in procedure.args:
         if arg.name in args:
@@ -1469,7 +1498,8 @@ def call_query(name: str, args: dict[str, Any]) -> tuple[sql.Composed, list[Any]
                 sql.SQL("{} => %s::{}").format(sql.Identifier(arg.name), sql.SQL(arg.type))
             )
             params.append(args[arg.name])
-    query = sql.SQL("SELECT * FROM {}({})").format(sql.Identifier(name), sql.SQL(", ").join(parts))
+    call = "CALL {}({})" if name in procs.CALL_FORMS else "SELECT * FROM {}({})"
+    query = sql.SQL(call).format(sql.Identifier(name), sql.SQL(", ").join(parts))
     return query, params
 
 
@@ -1540,11 +1570,25 @@ def world_conn(world_db: tuple[str, World]) -> Iterator[Conn]:
         yield conn
 
 
-WORLD_PROCEDURES = sorted(p.name for p in procs.PROCEDURES.values())
+WORLD_PROCEDURES = sorted([*procs.PROCEDURES, *procs.CALL_FORMS])
+"""Every function with a wrapper, and every procedure."""
+
+
+def test_every_routine_a_runner_or_an_operator_may_call_is_in_the_suite(
+    world_conn: Conn,
+) -> None:
+    granted = world_conn.execute(
+        """SELECT p.proname FROM pg_proc p
+            WHERE p.pronamespace = 'testnet'::regnamespace
+              AND (has_function_privilege('qtg_testnet_runner', p.oid, 'EXECUTE')
+                OR has_function_privilege('qtg_testnet_operator', p.oid, 'EXECUTE'))"""
+    ).fetchall()
+    assert {name for (name,) in granted} - set(WORLD_PROCEDURES) == set()
 
 
 def test_every_public_procedure_is_in_the_suite() -> None:
-    """A procedure added to procs.py without bad inputs here fails this test."""
+    """A procedure added to procs.py (or procs.CALL_FORMS) without bad inputs
+    here fails this test."""
     placeholder = World(0, 0, "", 0, "", 0, "", 0, 0)
     assert set(valid_calls(placeholder)) == set(WORLD_PROCEDURES)
     # worker_stopped: any name is a valid name (it stops nothing that is not
@@ -1702,7 +1746,7 @@ def fresh_world(db: TestDatabase) -> tuple[Conn, World]:
 def test_any_value_gets_a_result_or_a_qt_code(fresh_world: tuple[Conn, World], data: Any) -> None:
     conn, world = fresh_world
     name = data.draw(st.sampled_from(WORLD_PROCEDURES), label="procedure")
-    procedure = procs.PROCEDURES[name]
+    procedure = wrapped(name)
     args = dict(valid_calls(world)[name])
     for arg in procedure.args:
         if data.draw(st.booleans(), label=f"replace {arg.name}"):

@@ -77,6 +77,7 @@ OPERATOR = {
     "audit_export",
     "limit_held_nodes",
     "reset_breaker",
+    "trip_breaker",
     "verify_audit_chain",
     "approve_proposal",
     "cancel_movement",
@@ -92,6 +93,19 @@ OPERATOR = {
     "acknowledge_drift_alert",
     "confirm_balance_baseline",
 }
+OPERATOR_PROCEDURES = {
+    "movement_create",
+    "movement_approve",
+    "movement_cancel",
+    "node_requeue",
+    "proposal_approve",
+    "proposal_reject",
+    "quarantine_release",
+    "breaker_trip",
+    "breaker_reset",
+}
+"""The operator's actions as procedures (CALL in psql), granted as the operator's
+functions are; every other routine is a function."""
 ADMIN = {
     "allow_destination",
     "disallow_destination",
@@ -182,7 +196,7 @@ INTERNAL = {
     "set_movement_states",
     "set_proposal_states",
     "set_quarantine",
-    "trip_breaker",
+    "set_breaker",
     "trip_breakers",
     "settle_movements",
     "start_movement_rows",
@@ -200,10 +214,11 @@ COMMON = {
     "validate_node_config": "",
 }
 
+# a routine never granted or revoked has no proacl: its default, EXECUTE for PUBLIC
 GRANTS = """
     SELECT p.proname, p.prosecdef, coalesce(obj_description(p.oid, 'pg_proc'), ''),
            coalesce((SELECT string_agg(g.name, ' ' ORDER BY g.name)
-                       FROM aclexplode(p.proacl) a
+                       FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
                       CROSS JOIN LATERAL (SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
                                                       ELSE pg_get_userbyid(a.grantee) END AS name) g
                       WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner), '')
@@ -219,7 +234,7 @@ def test_the_folders_are_the_surface_listed_here() -> None:
     }
     assert folders == {
         "runner": RUNNER,
-        "operator": OPERATOR,
+        "operator": OPERATOR | OPERATOR_PROCEDURES,
         "admin": ADMIN,
         "inline": INLINE,
         "internal": INTERNAL,
@@ -234,7 +249,10 @@ def test_every_routine_of_a_network_has_exactly_its_folders_grantees(
     rows = db.connect().execute(GRANTS, (network,)).fetchall()
     expected = sorted(
         [(name, True, "access: runner", f"qtg_{network}_runner") for name in RUNNER]
-        + [(name, True, "access: operator", f"qtg_{network}_operator") for name in OPERATOR]
+        + [
+            (name, True, "access: operator", f"qtg_{network}_operator")
+            for name in OPERATOR | OPERATOR_PROCEDURES
+        ]
         + [(name, False, "access: admin", "") for name in ADMIN]
         + [(name, False, "", "") for name in INTERNAL | INLINE]
     )
@@ -252,3 +270,15 @@ def test_the_shared_routines_run_as_their_caller_and_only_the_clock_is_granted(
     )
     roles = {"runner operator reader": " ".join(every_role), "": ""}
     assert rows == [(name, False, "", roles[COMMON[name]]) for name in sorted(COMMON)]
+
+
+def test_the_procedures_are_the_operators_call_forms_and_every_other_routine_a_function(
+    db: TestDatabase,
+) -> None:
+    query = """SELECT n.nspname, p.proname
+                 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                WHERE n.nspname IN ('qtg', 'mainnet', 'testnet') AND p.prokind <> 'f'"""
+    rows = db.connect().execute(query).fetchall()
+    assert sorted(rows) == sorted(
+        (network, name) for network in ("mainnet", "testnet") for name in OPERATOR_PROCEDURES
+    )

@@ -1,8 +1,10 @@
--- trip_breaker: trips the breaker of a lane or venue (an executor) with the
--- reason, audited as entity 'breaker' by p_actor; a tripped breaker stays as
--- it is (0 returned). From then on limit_holds holds that scope's READY nodes
--- until two operators reset it (reset_breaker).
-CREATE OR REPLACE FUNCTION trip_breaker(p_scope text, p_name text, p_reason text, p_actor text) RETURNS integer
+-- set_breaker: CLOSED -> TRIPPED, the one place a breaker of a lane or venue
+-- (an executor) is tripped: with the reason, audited as entity 'breaker' by
+-- p_actor. A tripped breaker stays as it is (0 returned, nothing written).
+-- From then on limit_holds holds that scope's READY nodes until two operators
+-- reset it (reset_breaker). Called by trip_breakers (repeated failures),
+-- verify_drift (a drift alert) and trip_breaker (an operator).
+CREATE OR REPLACE FUNCTION set_breaker(p_scope text, p_name text, p_reason text, p_actor text) RETURNS integer
 LANGUAGE plpgsql
 AS $$
 DECLARE

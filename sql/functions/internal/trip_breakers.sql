@@ -3,7 +3,7 @@
 -- that many of its nodes failed within trip_window_seconds (the FAILED
 -- nodes' own index). A breaker already tripped stays as it is. Audited as
 -- entity 'breaker' by p_actor. finish_nodes calls it for the nodes it fails;
--- a drift alert trips one through trip_breaker. Returns how many tripped.
+-- a drift alert trips one through set_breaker. Returns how many tripped.
 CREATE OR REPLACE FUNCTION trip_breakers(p_failed bigint[], p_actor text) RETURNS integer
 LANGUAGE plpgsql
 AS $$
@@ -28,7 +28,7 @@ BEGIN
                AND CASE v_scope.scope WHEN 'lane' THEN f.lane = v_scope.name
                                       ELSE f.executor_key = v_scope.name END) >= v_scope.trip_after_failures
         THEN
-            v_tripped := v_tripped + trip_breaker(v_scope.scope, v_scope.name,
+            v_tripped := v_tripped + set_breaker(v_scope.scope, v_scope.name,
                 format('%s failed nodes within %s s', v_scope.trip_after_failures, v_scope.trip_window_seconds),
                 p_actor);
         END IF;

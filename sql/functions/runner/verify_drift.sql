@@ -14,13 +14,13 @@
 --        alert is raised (expected range, actual, baseline, snapshot, audited
 --        'drift_alert_raised') and the breakers of the lanes and venues
 --        (executors) of the nodes touching the account since its baseline are
---        tripped through trip_breaker, by p_worker, once an operator
+--        tripped through set_breaker, by p_worker, once an operator
 --        confirmed the account's baseline (confirm_balance_baseline: until
 --        then it is one runner's reading, and trips nothing); with no such
 --        node, none (a
 --        reading is one runner's word: it may stop the scopes that moved the
 --        account, never every scope of the network; the alert is for the
---        operators, who may stop more). An
+--        operators, who may stop more: trip_breaker). An
 --        account with an OPEN alert keeps that one alert: a later drifting
 --        snapshot updates its latest snapshot, range and actual balance.
 -- Before it computes the ranges it moves the accounts' anchors
@@ -147,7 +147,7 @@ BEGIN
                 v_breakers := ARRAY(SELECT b FROM unnest(v_breakers) b ORDER BY b);
                 FOREACH v_entity IN ARRAY v_breakers LOOP
                     v_scope := string_to_array(v_entity, ':');
-                    PERFORM trip_breaker(v_scope[1], v_scope[2],
+                    PERFORM set_breaker(v_scope[1], v_scope[2],
                         format('drift alert %s: %s %s %s holds %s %s, expected %s to %s', v_alert,
                                v_row.account_kind, v_row.account_key, v_row.address, trim_scale(v_row.balance),
                                v_row.asset, trim_scale(v_row.expected_low), trim_scale(v_row.expected_high)),
