@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import json
 import logging
 import math
@@ -169,9 +170,13 @@ class QtgGroup(TyperGroup):
                 # the help's listing: its line, the command left unloaded
                 return TyperCommand(cmd_name, short_help=self.lazy[cmd_name].summary)
             self.add_command(_load_command(cmd_name, self.lazy[cmd_name]))
-        return super().get_command(ctx, cmd_name)
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            readable(command)
+        return command
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        readable(self)
         ctx.meta[_LISTING] = True
         try:
             super().format_help(ctx, formatter)
@@ -225,6 +230,42 @@ class QtgGroup(TyperGroup):
 
 _LISTING = "qtg.listing"
 """ctx.meta's mark while the root's help is written: its commands are listed, not loaded."""
+
+
+def paragraphs(text: str) -> str:
+    """Help written as hard-wrapped lines (a docstring) as paragraphs of one line
+    each, for the help to wrap them at the terminal's width: typer's rich help
+    prints a docstring's line breaks as they are. A paragraph that starts with
+    click's \\b, or whose lines after its first are indented or start a list
+    item (an example, a table), keeps its lines."""
+    kept = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        lines = paragraph.split("\n")
+        if paragraph.startswith("\b") or any(
+            line.startswith((" ", "\t", "- ", "* ")) for line in lines[1:]
+        ):
+            kept.append(paragraph)
+        else:
+            kept.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(kept)
+
+
+def readable(command: click.Command) -> None:
+    """The help of ``command``, its parameters' and its sub-commands' as
+    paragraphs (``paragraphs``), once."""
+    if getattr(command, "_qtg_readable", False):
+        return
+    command._qtg_readable = True  # type: ignore[attr-defined]
+    for name in ("help", "short_help"):
+        text = getattr(command, name)
+        if text:
+            setattr(command, name, paragraphs(text))
+    for param in command.params:
+        text = getattr(param, "help", None)
+        if text:
+            param.help = paragraphs(text)  # type: ignore[attr-defined]
+    for sub in getattr(command, "commands", {}).values():
+        readable(sub)
 
 
 def _load_command(name: str, lazy: LazyCommand) -> click.Command:
