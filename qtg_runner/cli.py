@@ -11,10 +11,10 @@ import psycopg
 import typer
 from psycopg.conninfo import conninfo_to_dict
 from rich.console import Console
-from rich.table import Table
 
 import qtg_runner.db.migrate as migrations
 from qtg_runner.commands.common import LazyCommand, QtgGroup, cli_errors
+from qtg_runner.commands.tables import Grid, WideOption, show
 from qtg_runner.config import ConfigError, load_settings
 from qtg_runner.credentials import without_password
 from qtg_runner.db.embedded import database_url, stop_embedded
@@ -178,7 +178,7 @@ def url_cmd(
 
 
 @db_app.command("migrate")
-def migrate_cmd() -> None:
+def migrate_cmd(wide: WideOption = False) -> None:
     """Apply pending schema migrations, then re-install all functions and views.
 
     Schema migrations come from sql/schemas (yoyo); every function, procedure and
@@ -192,14 +192,16 @@ def migrate_cmd() -> None:
         out.print("applied migrations: " + ", ".join(result.applied), highlight=False)
     else:
         out.print("schema up to date: no pending migrations")
-    table = Table(title="installed functions and views")
-    table.add_column("schema")
-    table.add_column("routines", justify="right")
-    table.add_column("views", justify="right")
+    table = Grid(
+        "installed functions and views",
+        ["schema", "routines", "views"],
+        right=["routines", "views"],
+        wide=wide,
+    )
     table.add_row("qtg (common)", str(result.common_routines), "-")
     for network, count in result.routines.items():
         table.add_row(network, str(count), str(result.views.get(network, 0)))
-    out.print(table)
+    show(out, table)
 
 
 @db_app.command("rollback")

@@ -16,9 +16,11 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from psycopg import sql
 
 from qtg_runner.commands.common import BIGINT_MAX, AsOption, NetworkOption
 from qtg_runner.commands.movement import connect, out, rows_table
+from qtg_runner.commands.tables import WideOption, show
 from qtg_runner.db import procs
 
 app = typer.Typer(
@@ -26,32 +28,65 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+EXPECTED = sql.SQL(
+    "CASE WHEN expected_low = expected_high THEN trim_scale(expected_low)::text"
+    " ELSE trim_scale(expected_low) || ' to ' || trim_scale(expected_high) END AS expected"
+)
+"""The range the engine's records expect a balance in, as one column: one
+amount when the range is one, else 'LOW to HIGH'."""
+
 AlertId = Annotated[int, typer.Argument(min=1, max=BIGINT_MAX, help="Drift alert id.")]
 
 
 @app.command("list")
-def list_cmd(network: NetworkOption = None, as_login: AsOption = None) -> None:
+def list_cmd(
+    wide: WideOption = False, network: NetworkOption = None, as_login: AsOption = None
+) -> None:
     """Each account's latest balance, the range the engine expects, and the drift alerts."""
     with connect(network, as_login) as conn:
-        out.print(
+        show(
+            out,
             rows_table(
                 conn.execute(
-                    "SELECT account_kind, account_key, address, asset, balance, expected_low,"
-                    " expected_high, block_number, read_started_at, latest_read_error,"
-                    " open_alert_id FROM balance_status"
+                    sql.SQL(
+                        "SELECT account_kind, account_key, address, asset, balance, {},"
+                        " block_number, read_started_at, latest_read_error, open_alert_id"
+                        " FROM balance_status"
+                    ).format(EXPECTED)
                 ),
                 "balances (latest successful read; expected from the engine's records)",
-            )
-        )
-        out.print(
+                text=["latest_read_error"],
+                drop=[
+                    "block_number",
+                    "read_started_at",
+                    "account_kind",
+                    "asset",
+                    "latest_read_error",
+                    "open_alert_id",
+                    "account_key",
+                ],
+                wide=wide,
+            ),
             rows_table(
                 conn.execute(
-                    "SELECT alert_id, alert_state, account_key, address, actual, expected_low,"
-                    " expected_high, unexplained, raised_at, breakers, ack_requested_by,"
-                    " acknowledged_by FROM drift_alerts LIMIT 50"
+                    sql.SQL(
+                        "SELECT alert_id, alert_state, account_key, address, actual, {},"
+                        " unexplained, raised_at, breakers, ack_requested_by, acknowledged_by"
+                        " FROM drift_alerts LIMIT 50"
+                    ).format(EXPECTED)
                 ),
                 "drift alerts",
-            )
+                text=["breakers"],
+                drop=[
+                    "acknowledged_by",
+                    "ack_requested_by",
+                    "breakers",
+                    "raised_at",
+                    "expected",
+                    "account_key",
+                ],
+                wide=wide,
+            ),
         )
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from qtg_runner.commands.common import BIGINT_MAX, USAGE, AsOption, CommandError, NetworkOption
-from qtg_runner.commands.movement import _fmt, connect, out
+from qtg_runner.commands.movement import connect, out
+from qtg_runner.commands.tables import Grid, WideOption, cell, show
 from qtg_runner.db import procs
 
 app = typer.Typer(no_args_is_help=True)  # its help: its line in cli.Qtg.lazy
@@ -38,6 +38,7 @@ def list_cmd(
         bool, typer.Option("--dead", help="Only the dead letters (DEAD and REFUSED).")
     ] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10000)] = 50,
+    wide: WideOption = False,
     network: NetworkOption = None,
     as_login: AsOption = None,
 ) -> None:
@@ -63,15 +64,19 @@ def list_cmd(
     if not rows:
         out.print("no callbacks")
         return
-    table = Table()
-    for col in ("id", "movement", "event", "state", "target", "attempts", "next", "last"):
-        table.add_column(col, overflow="fold")
+    table = Grid(
+        None,
+        ["id", "movement", "event", "state", "target", "attempts", "next", "last"],
+        text=["target", "last"],
+        drop=["attempts", "next", "event"],
+        wide=wide,
+    )
     for cid, mid, event_type, st, target, attempts, due, status, error in rows:
         last = " ".join(x for x in (str(status) if status else "", error or "") if x)
         table.add_row(
-            str(cid), str(mid), event_type, st, target or "", str(attempts), _fmt(due), last
+            str(cid), str(mid), event_type, st, target or "", str(attempts), cell(due), last
         )
-    out.print(table)
+    show(out, table)
 
 
 @app.command("replay")

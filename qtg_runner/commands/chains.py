@@ -11,7 +11,6 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from qtg_runner.chains.keys import LocalKey
 from qtg_runner.chains.local import (
@@ -35,6 +34,7 @@ from qtg_runner.commands.common import (
     cli_errors,
     resolve_network,
 )
+from qtg_runner.commands.tables import Grid, WideOption, show
 from qtg_runner.config import load_settings
 from qtg_runner.db.embedded import database_url
 
@@ -65,10 +65,14 @@ def local_state_dir() -> Path:
     return chains_dir(load_settings().data_dir)
 
 
-def _table(chains: list[RunningChain], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for column in ("chain", "chain id", "block time", "rpc url", "pid", "state", "head", "USDC"):
-        table.add_column(column)
+def _table(chains: list[RunningChain], title: str, wide: bool = False) -> Grid:
+    table = Grid(
+        title,
+        ["chain", "chain id", "block time", "rpc url", "pid", "state", "head", "USDC"],
+        text=["rpc url"],
+        drop=["block time", "pid", "head", "chain id"],
+        wide=wide,
+    )
     for c in chains:
         running = is_running(c)
         head = head_block(c) if running else None
@@ -100,6 +104,7 @@ def up_cmd(
         help="Record the chains, their USDC and treasury accounts in the network's chain "
         "registry, as the admin (QTG_DATABASE_URL, or the embedded server's superuser).",
     ),
+    wide: WideOption = False,
     network: NetworkOption = None,
 ) -> None:
     """Start the local chains (local-a: chain id 31337, 1s blocks; local-b: chain id
@@ -113,7 +118,7 @@ def up_cmd(
     they are (and recorded again)."""
     with chain_errors():
         started = bring_up(port_base, registry, network)
-    print_up(started)
+    print_up(started, wide=wide)
 
 
 @dataclass(frozen=True)
@@ -145,10 +150,10 @@ def bring_up(port_base: int, registry: bool, network: str | None) -> ChainsUp:
     return ChainsUp(state_dir, chains, treasury, net)
 
 
-def print_up(started: ChainsUp, env: bool = True) -> None:
+def print_up(started: ChainsUp, env: bool = True, wide: bool = False) -> None:
     """What `qtg chains up` prints: the chains, the treasury accounts, the registry
     and (``env``) the runner's environment as exports (never a key or a password)."""
-    out.print(_table(started.chains, f"local chains ({started.state_dir / 'state.json'})"))
+    show(out, _table(started.chains, f"local chains ({started.state_dir / 'state.json'})", wide))
     for account in started.treasury:
         typer.echo(f"treasury account {account.address} (signer {account.signer_id})")
     if started.network is not None:
@@ -174,7 +179,7 @@ def down_cmd() -> None:
 
 
 @app.command("status")
-def status_cmd() -> None:
+def status_cmd(wide: WideOption = False) -> None:
     """Say which local chains run: pid, RPC URL, head block, contract address."""
     with chain_errors():
         state_dir = local_state_dir()
@@ -182,6 +187,6 @@ def status_cmd() -> None:
     if not chains:
         typer.echo("no local chains: `qtg chains up` starts them")
         return
-    out.print(_table(chains, f"local chains ({state_dir / 'state.json'})"))
+    show(out, _table(chains, f"local chains ({state_dir / 'state.json'})", wide))
     if not all(is_running(c) for c in chains):
         raise typer.Exit(1)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from qtg_runner.commands.common import NetworkOption, cli_errors, resolve_network
+from qtg_runner.commands.tables import Grid, WideOption, show
 from qtg_runner.config import load_settings
 from qtg_runner.db.embedded import database_url
 from qtg_runner.executors.registry import SHIPPED, register_shipped
@@ -17,7 +17,7 @@ out = Console()
 
 
 @app.command("register")
-def register_cmd(network: NetworkOption = None) -> None:
+def register_cmd(wide: WideOption = False, network: NetworkOption = None) -> None:
     """Register the executors this build ships (today: sim) in the network's registry.
 
     Run it as the admin (QTG_DATABASE_URL, or the embedded server's superuser)
@@ -30,9 +30,7 @@ def register_cmd(network: NetworkOption = None) -> None:
     with cli_errors():
         net = resolve_network(network)
         results = register_shipped(database_url(load_settings()), net)
-    table = Table(title=f"executors of {net}", title_justify="left")
-    for column in ("executor", "has side effect", "registration"):
-        table.add_column(column)
+    table = Grid(f"executors of {net}", ["executor", "has side effect", "registration"], wide=wide)
     for executor, status in zip(SHIPPED, results, strict=True):
         table.add_row(executor.key, str(executor.has_side_effect).lower(), status)
-    out.print(table)
+    show(out, table)

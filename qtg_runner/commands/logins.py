@@ -9,10 +9,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from qtg_runner import credentials
 from qtg_runner.commands.common import NetworkOption, cli_errors, resolve_network
+from qtg_runner.commands.tables import Grid, WideOption, show
 from qtg_runner.config import load_settings
 from qtg_runner.db import logins
 from qtg_runner.db.embedded import database_url
@@ -123,16 +123,20 @@ def _make_app(kind: logins.Kind) -> typer.Typer:
             )
 
     @app.command("list")
-    def list_cmd(network: NetworkOption = None) -> None:
+    def list_cmd(wide: WideOption = False, network: NetworkOption = None) -> None:
         """List the logins of the network with their limits and open sessions."""
         with cli_errors():
             settings = load_settings()
             net = resolve_network(network)
             dsn = database_url(settings)
             rows = logins.listed(dsn, kind, net, settings.credentials_file)
-        table = Table(title=f"{kind} logins of {net}", title_justify="left")
-        for column in ("login", "connection limit", "defaults", "sessions", "in credentials file"):
-            table.add_column(column)
+        table = Grid(
+            f"{kind} logins of {net}",
+            ["login", "connection limit", "defaults", "sessions", "in credentials file"],
+            text=["defaults"],
+            drop=["in credentials file", "connection limit"],
+            wide=wide,
+        )
         for row, in_file in rows:
             table.add_row(
                 row.name,
@@ -141,7 +145,7 @@ def _make_app(kind: logins.Kind) -> typer.Typer:
                 str(row.sessions),
                 "yes" if in_file else "no",
             )
-        out.print(table)
+        show(out, table)
 
     @app.command(
         "remove",

@@ -12,16 +12,15 @@ included, is one `qtg: error:` line.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import psycopg
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from qtg_runner.commands.common import (
     BIGINT_MAX,
@@ -34,6 +33,7 @@ from qtg_runner.commands.common import (
     read_json_file,
     resolve_network,
 )
+from qtg_runner.commands.tables import Grid, WideOption, cell, show
 from qtg_runner.config import load_settings
 from qtg_runner.db import procs
 from qtg_runner.db.embedded import database_url
@@ -161,32 +161,26 @@ def cancel_cmd(
         )
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-    if isinstance(value, timedelta):
-        return str(value - timedelta(microseconds=value.microseconds))
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return str(value)
-
-
-def rows_table(cur: psycopg.Cursor[Any], title: str, columns: list[str] | None = None) -> Table:
+def rows_table(
+    cur: psycopg.Cursor[Any],
+    title: str,
+    *,
+    text: Sequence[str] = (),
+    drop: Sequence[str] = (),
+    wide: bool = False,
+) -> Grid:
+    """The rows of ``cur`` as a grid (commands/tables.py): its columns named as
+    the query names them; ``text`` the free-text ones, ``drop`` the ones left out
+    first when the terminal is too narrow, the least important first."""
     names = [c.name for c in cur.description or ()]
-    keep = [names.index(c) for c in columns] if columns else list(range(len(names)))
-    table = Table(title=title, title_justify="left")
-    for i in keep:
-        table.add_column(names[i])
-    for row in cur.fetchall():
-        table.add_row(*(_fmt(row[i]) for i in keep))
-    return table
+    rows = [[cell(value) for value in row] for row in cur.fetchall()]
+    return Grid(title, names, rows, text=text, drop=drop, wide=wide)
 
 
 @app.command("show")
 def show_cmd(
     movement_id: MovementId,
+    wide: WideOption = False,
     network: NetworkOption = None,
     as_login: AsOption = None,
 ) -> None:
@@ -197,19 +191,36 @@ def show_cmd(
         if row is None:
             raise CommandError(f"movement {movement_id} does not exist on this network")
         names = [c.name for c in cur.description or ()]
-        summary = Table(show_header=False, title=f"movement {movement_id}", title_justify="left")
-        summary.add_column("field")
-        summary.add_column("value")
-        for name, value in zip(names, row, strict=True):
-            summary.add_row(name, _fmt(value))
-        out.print(summary)
+        summary = Grid(
+            f"movement {movement_id}",
+            ["field", "value"],
+            [[name, cell(value)] for name, value in zip(names, row, strict=True)],
+            text=["value"],
+            wide=wide,
+            show_header=False,
+        )
         cur = conn.execute(
             "SELECT node_id, node_key, depends_on, executor_key, lane, node_state, observe_phase,"
             " observe_count, next_observe_at, external_ref, last_error"
             " FROM movement_nodes WHERE movement_id = %s ORDER BY node_id",
             (movement_id,),
         )
-        out.print(rows_table(cur, "nodes"))
+        nodes = rows_table(
+            cur,
+            "nodes",
+            text=["node_key", "depends_on", "external_ref", "last_error"],
+            drop=[
+                "observe_count",
+                "next_observe_at",
+                "observe_phase",
+                "depends_on",
+                "lane",
+                "external_ref",
+                "executor_key",
+            ],
+            wide=wide,
+        )
+        show(out, summary, nodes)
 
 
 @app.command("list")
@@ -220,6 +231,7 @@ def list_cmd(
     limit: Annotated[
         int, typer.Option(min=1, max=10000, help="At most this many, newest first.")
     ] = 20,
+    wide: WideOption = False,
     network: NetworkOption = None,
     as_login: AsOption = None,
 ) -> None:
@@ -241,4 +253,13 @@ def list_cmd(
             " ORDER BY movement_id DESC LIMIT %s",
             (state, state, limit),
         )
-        out.print(rows_table(cur, "movements"))
+        show(
+            out,
+            rows_table(
+                cur,
+                "movements",
+                text=["external_id"],
+                drop=["in_flight", "settled", "created_at"],
+                wide=wide,
+            ),
+        )

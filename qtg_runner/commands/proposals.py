@@ -14,10 +14,10 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from qtg_runner.commands.common import BIGINT_MAX, AsOption, CommandError, NetworkOption
-from qtg_runner.commands.movement import _fmt, connect, out
+from qtg_runner.commands.movement import connect, out
+from qtg_runner.commands.tables import Grid, WideOption, cell, show
 from qtg_runner.db import procs
 
 app = typer.Typer(
@@ -34,7 +34,9 @@ def _compact(value: Any) -> str:
 
 
 @app.command("list")
-def list_cmd(network: NetworkOption = None, as_login: AsOption = None) -> None:
+def list_cmd(
+    wide: WideOption = False, network: NetworkOption = None, as_login: AsOption = None
+) -> None:
     """The open proposals (the open_proposals view): who proposed what, until
     when, and each setting that changes, from its value now to the proposed one."""
     with connect(network, as_login) as conn:
@@ -47,16 +49,13 @@ def list_cmd(network: NetworkOption = None, as_login: AsOption = None) -> None:
     for proposal_id, kind, subject, changes, by, at, expires_in in rows:
         out.print(
             f"[bold]proposal {proposal_id}[/bold]: {kind} {subject}, proposed by {by}"
-            f" at {_fmt(at)}, expires in {_fmt(expires_in)}",
+            f" at {cell(at)}, expires in {cell(expires_in)}",
             highlight=False,
-            soft_wrap=True,
         )
-        table = Table()
-        for col in ("setting", "from", "to"):
-            table.add_column(col, overflow="fold")
+        table = Grid(None, ["setting", "from", "to"], text=["from", "to"], wide=wide)
         for key, change in sorted((changes or {}).items()):
             table.add_row(key, _compact(change["from"]), _compact(change["to"]))
-        out.print(table)
+        show(out, table)
 
 
 @app.command("approve")

@@ -7,28 +7,29 @@ from typing import Annotated, Any
 
 import psycopg
 import typer
+from psycopg import sql
 from rich.console import Group
 from rich.live import Live
-from rich.table import Table
 
+from qtg_runner.commands.balances import EXPECTED
 from qtg_runner.commands.common import AsOption, NetworkOption, finite
 from qtg_runner.commands.movement import connect, out, rows_table
+from qtg_runner.commands.tables import Grid, WideOption, show
 
 
-def pipeline_table(conn: psycopg.Connection[Any]) -> Table:
+def pipeline_table(conn: psycopg.Connection[Any], wide: bool = False) -> Grid:
     rows = conn.execute(
         "SELECT entity, state, total FROM pipeline_counts ORDER BY entity DESC, state"
     ).fetchall()
-    table = Table(title="pipeline", title_justify="left")
-    table.add_column("entity")
-    table.add_column("state")
-    table.add_column("count", justify="right")
+    table = Grid("pipeline", ["entity", "state", "count"], right=["count"], wide=wide)
     for entity, state, total in rows:
         table.add_row(entity, state, str(total))
     return table
 
 
-def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
+def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15, wide: bool = False) -> Group:
+    """Every table of `qtg status`, each fitted to the width it is printed in
+    (commands/tables.py), or in full with ``wide``."""
     in_flight = rows_table(
         conn.execute(
             "SELECT node_id, movement_id, node_key, lane, node_state, observe_phase, observe_count,"
@@ -36,6 +37,9 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
             (in_flight_limit,),
         ),
         "in-flight nodes",
+        text=["node_key"],
+        drop=["observe_count", "observe_phase", "lane", "next_observe_at"],
+        wide=wide,
     )
     workers = rows_table(
         conn.execute(
@@ -48,6 +52,9 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
             " ORDER BY worker_name, instance_id"
         ),
         "workers",
+        text=["instance_id", "last_error"],
+        drop=["expected_interval_seconds", "tier", "ticks", "last_processed", "instance_id"],
+        wide=wide,
     )
     stuck = rows_table(
         conn.execute(
@@ -55,6 +62,9 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
             " FROM stuck_nodes ORDER BY node_id LIMIT 10"
         ),
         "stuck nodes",
+        text=["node_key", "reason"],
+        drop=["movement_id"],
+        wide=wide,
     )
     executors = rows_table(
         conn.execute(
@@ -62,6 +72,9 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
             " left(detail::text, 120) AS detail FROM executor_status ORDER BY executor_key"
         ),
         "executors (a DOWN one's nodes stay READY)",
+        text=["detail"],
+        drop=["checked_at"],
+        wide=wide,
     )
     limits = rows_table(
         conn.execute(
@@ -70,6 +83,9 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
             " FROM value_limit_status ORDER BY scope, name"
         ),
         "value limits and breakers (limit_held_nodes() lists the nodes they hold)",
+        text=["tripped_because"],
+        drop=["reset_requested_by", "max_per_movement", "started_today", "max_per_day"],
+        wide=wide,
     )
     latency = rows_table(
         conn.execute(
@@ -77,6 +93,8 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
             " baseline_seconds FROM lane_latency ORDER BY lane"
         ),
         "lane latency, last day (seconds from submit to completion)",
+        drop=["p99_seconds", "max_seconds"],
+        wide=wide,
     )
     callbacks = rows_table(
         conn.execute(
@@ -84,17 +102,30 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15) -> Group:
             " FROM callback_backlog ORDER BY target_name"
         ),
         "callbacks not delivered (dead_callbacks lists the dead; qtg callbacks replay ID)",
+        wide=wide,
     )
     drift = rows_table(
         conn.execute(
-            "SELECT alert_id, account_kind, account_key, address, actual, expected_low,"
-            " expected_high, unexplained, raised_at, breakers, ack_requested_by"
-            " FROM drift_alerts WHERE alert_state = 'OPEN'"
+            sql.SQL(
+                "SELECT alert_id, account_kind, account_key, address, actual, {}, unexplained,"
+                " raised_at, breakers, ack_requested_by"
+                " FROM drift_alerts WHERE alert_state = 'OPEN'"
+            ).format(EXPECTED)
         ),
         "open drift alerts (qtg balances list; two operators: qtg balances acknowledge ID)",
+        text=["breakers"],
+        drop=[
+            "ack_requested_by",
+            "account_kind",
+            "breakers",
+            "raised_at",
+            "expected",
+            "account_key",
+        ],
+        wide=wide,
     )
     return Group(
-        pipeline_table(conn),
+        pipeline_table(conn, wide),
         in_flight,
         workers,
         executors,
@@ -111,6 +142,7 @@ def status_cmd(
     interval: Annotated[
         float, typer.Option(min=0.2, max=3600, help="Seconds between refreshes with --watch.")
     ] = 1.0,
+    wide: WideOption = False,
     network: NetworkOption = None,
     as_login: AsOption = None,
 ) -> None:
@@ -118,12 +150,12 @@ def status_cmd(
     finite(interval, "--interval", 0.2, 3600)
     with connect(network, as_login) as conn:
         if not watch:
-            out.print(render(conn))
+            show(out, render(conn, wide=wide))
             return
         try:
-            with Live(render(conn), console=out, refresh_per_second=4) as live:
+            with Live(render(conn, wide=wide), console=out, refresh_per_second=4) as live:
                 while True:
                     time.sleep(interval)
-                    live.update(render(conn))
+                    live.update(render(conn, wide=wide))
         except KeyboardInterrupt:
             pass

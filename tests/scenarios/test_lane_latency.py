@@ -55,4 +55,4 @@ def test_qtg_status_shows_the_lanes(conn: Conn) -> None:
     shown = console.export_text()
     assert "lane latency, last day" in shown
     rows = [line.split("│")[1:4] for line in shown.splitlines() if "│ fast " in line]
-    assert [[cell.strip() for cell in row] for row in rows] == [["fast", "1", "2.000"]]
+    assert [[cell.strip() for cell in row] for row in rows] == [["fast", "1", "2"]]
