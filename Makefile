@@ -71,12 +71,12 @@ test-quick: install
 # the demo: migrate the default database (embedded unless QTG_DATABASE_URL) and
 # run a batch of realistic movements end to end with every worker
 run: install
-	MG_WORKERS_ENABLED=true $(BIN)/qtg demo
+	QTG_WORKERS_ENABLED=true $(BIN)/qtg demo
 
 # one USDC transfer between the local treasury accounts through the whole
 # engine (the local chains started when none run; `qtg chains down` stops them)
 drill-evm: install
-	MG_WORKERS_ENABLED=true $(BIN)/qtg drill evm-transfer
+	QTG_WORKERS_ENABLED=true $(BIN)/qtg drill evm-transfer
 
 # the benchmarks: the engine beside Procrastinate, PgQueuer, DBOS Transact and (when Node.js is
 # present) Graphile Worker, on an embedded PostgreSQL of their own (or

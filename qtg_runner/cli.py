@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Mapping
 from typing import Annotated, ClassVar
@@ -175,6 +176,35 @@ def url_cmd(
             err=True,
         )
     sys.stdout.write(dsn + "\n")
+
+
+@db_app.command(
+    "psql", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def psql_cmd(
+    ctx: typer.Context,
+    login: Annotated[
+        str | None,
+        typer.Option("--login", "-l", help="Connect as this login instead of the admin."),
+    ] = None,
+) -> None:
+    """Open psql on the database, as the admin or as --login NAME.
+
+    The psql the embedded server ships (no PostgreSQL client needs installing),
+    on the DSN `qtg db url` prints; what follows -- goes to psql, e.g.
+    qtg db psql --login alice -- -c 'SELECT * FROM movements'.
+    """
+    from qtg_runner.db.embedded import bin_dir
+
+    with cli_errors():
+        settings = load_settings()
+        dsn = _dsn()
+        if login is not None:
+            dsn = login_dsn(dsn, login, settings)
+        dsn, _ = without_password(dsn)
+        psql = str(bin_dir() / "psql")
+    sys.stdout.flush()
+    os.execv(psql, [psql, dsn, *ctx.args])
 
 
 @db_app.command("migrate")

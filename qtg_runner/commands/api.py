@@ -74,7 +74,7 @@ def serve_cmd(
 
     Every request logs in to the database as the caller (HTTP Basic or a bearer
     token); the process holds no credential of its own. It runs with or without
-    workers: with MG_WORKERS_ENABLED=false (API-only mode) movements are created
+    workers: with QTG_WORKERS_ENABLED not true (API-only mode) movements are created
     and approved and stay APPROVED.
     """
     if ctx.invoked_subcommand is not None:
@@ -95,7 +95,7 @@ def serve_cmd(
     out.print(
         f"qtg api on {config.database.network}: API {where}/v1 (docs {where}/docs), "
         f"operator page {where}/ , metrics {where}/metrics"
-        + ("" if config.workers_enabled else " · MG_WORKERS_ENABLED=false: API-only mode"),
+        + ("" if config.workers_enabled else " · QTG_WORKERS_ENABLED is not true: API-only mode"),
         highlight=False,
     )
     server = uvicorn.Server(uvicorn_config(config, host, port, tls_cert=tls_cert, tls_key=tls_key))

@@ -16,8 +16,11 @@ executor's lanes, scaled down 60x, with a live progress view.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -39,6 +42,7 @@ from qtg_runner.chains.registry import LOCAL_FINALITY_DEPTH
 from qtg_runner.commands.chains import chain_errors
 from qtg_runner.commands.common import (
     ENVIRONMENT,
+    USAGE,
     CommandError,
     NetworkOption,
     cli_errors,
@@ -62,7 +66,7 @@ from qtg_runner.commands.demo_world import (
 from qtg_runner.commands.world import bring_up_world
 from qtg_runner.config import NetworkMode, Settings, load_settings
 from qtg_runner.db import logins, procs
-from qtg_runner.db.embedded import database_url
+from qtg_runner.db.embedded import database_url, reset_database
 from qtg_runner.db.migrate import migrate
 from qtg_runner.db.pool import bound_conninfo
 from qtg_runner.executors.registry import register_shipped
@@ -96,14 +100,15 @@ def demo_login_name(person: str, network: NetworkMode) -> str:
 
 
 def require_workers(what: str, how: str) -> Settings:
-    """The settings, once MG_WORKERS_ENABLED is true: ``what`` (the demo, a
-    drill) runs workers and refuses to start without it (exit 2), saying ``how``
-    to run it."""
+    """The settings, once the workers' gate is on: ``what`` (the demo, a drill)
+    runs workers and refuses to start without it (exit 2), saying ``how`` to
+    run it."""
     settings = load_settings()
     if not settings.workers_enabled:
         raise CommandError(
-            f"MG_WORKERS_ENABLED is false: {what} runs workers and refuses to start. "
-            f"Run it with MG_WORKERS_ENABLED=true {how}."
+            f"the workers' gate is off (QTG_WORKERS_ENABLED, or the seed's "
+            f"MG_WORKERS_ENABLED, is not true): {what} runs workers and refuses to start. "
+            f"Run it with QTG_WORKERS_ENABLED=true {how}."
         )
     return settings
 
@@ -448,6 +453,27 @@ def demo_cmd(
             "next chain, the attestation service and the exchange (as `qtg world up`).",
         ),
     ] = DEFAULT_CHAINS[0].port,
+    reset: Annotated[
+        bool,
+        typer.Option(
+            "--reset",
+            help="Start from an empty database: the embedded server's database is dropped "
+            "and made again first (the logins and their passwords stay). Refused with "
+            "QTG_DATABASE_URL.",
+        ),
+    ] = False,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            "--serve",
+            help="After the movements, keep the operator page and the API up on --port "
+            "until Ctrl-C.",
+        ),
+    ] = False,
+    port: Annotated[
+        int,
+        typer.Option(min=1, max=65535, help="The API's port with --serve (else a free one)."),
+    ] = 8080,
 ) -> None:
     """Run a batch of realistic movements end to end, checked at the end.
 
@@ -458,7 +484,11 @@ def demo_cmd(
     run as runner1, each over their own login. On the local outside world
     (the default) the movements are real transactions: their hashes are
     printed, and the balances on every chain are checked against what they
-    moved. Needs MG_WORKERS_ENABLED=true (`make run` sets it), like every drill.
+    moved. The database and the world are left running to explore; when the
+    world was started afresh after this database used an earlier one (`qtg
+    world down`, a reboot), the embedded server's database is started afresh
+    with it. Needs QTG_WORKERS_ENABLED=true (`make run` sets it), like every
+    drill.
     """
     finite(scale, "--scale", 1, 10000)
     finite(timeout, "--timeout", 10, 86400)
@@ -466,22 +496,26 @@ def demo_cmd(
     configure(logging.WARNING)
     net = resolve_network(network)
     with cli_errors():
-        dsn = database_url(settings)
-        migrate(dsn)
-        register_shipped(dsn, net)
-        passfile = settings.credentials_file
-        people = demo_logins(dsn, net, passfile)
+        if reset:
+            reset_database(settings)
+            out.print("the embedded server's database was dropped and made again (--reset)")
+        dsn, people = prepare_database(settings, net)
     out.print(
         f"database migrated, executors registered; network {net}; logins "
         f"{people.creator.name}, {people.approver.name} (operators) and {people.runner.name} "
-        f"(runner), their passwords in {passfile}",
+        f"(runner), their passwords in {settings.credentials_file}",
         highlight=False,
     )
     # the API's server (fastapi, uvicorn) is imported here, not by every `qtg`
     from qtg_runner.api.app import ApiConfig
     from qtg_runner.api.server import serve_in_thread
 
-    api = serve_in_thread(ApiConfig(Database(server_conninfo(dsn), net), workers_enabled=True))
+    config = ApiConfig(Database(server_conninfo(dsn), net), workers_enabled=True)
+    with cli_errors():
+        try:
+            api = serve_in_thread(config, port=port if serve else 0)
+        except RuntimeError as exc:
+            raise CommandError(f"{exc}: is --port {port} taken? give another", USAGE) from exc
     out.print(
         f"HTTP API {api.url}/v1 (docs {api.url}/docs), operator page {api.url}/ : sign "
         f"in as {people.creator.name} or {people.approver.name}",
@@ -496,18 +530,86 @@ def demo_cmd(
     if sim:
         with cli_errors():
             code = asyncio.run(run_demo(dsn, people, net, scale, timeout, settings.data_dir))
-        raise typer.Exit(code)
-
-    code = run_world_movements(
-        dsn, people, net, world_movements, scale, port_base, timeout, settings.data_dir
-    )
+    else:
+        code = run_world_movements(
+            dsn,
+            people,
+            net,
+            world_movements,
+            scale,
+            port_base,
+            timeout,
+            settings.data_dir,
+            on_stale=None if settings.database_url else lambda: start_afresh(settings, net),
+        )
+    print_next_steps(people, api.url if serve else None)
+    if serve:
+        out.print(f"serving the operator page on {api.url}/ until Ctrl-C", highlight=False)
+        with contextlib.suppress(KeyboardInterrupt):
+            api.thread.join()
     raise typer.Exit(code)
 
 
-def check_chains_known(dsn: str, network: NetworkMode, view: WorldView) -> None:
-    """Refuse (CommandError, exit 1) chains that restarted from genesis after this
-    database used them: the engine's next nonce of a treasury account ahead of
-    the chain's count means every new transaction would wait behind a gap."""
+def prepare_database(settings: Settings, network: NetworkMode) -> tuple[str, DemoLogins]:
+    """As the admin: the database migrated, the shipped executors registered and
+    the demo's logins made where missing; the admin's DSN and the logins."""
+    dsn = database_url(settings)
+    migrate(dsn)
+    register_shipped(dsn, network)
+    return dsn, demo_logins(dsn, network, settings.credentials_file)
+
+
+def start_afresh(settings: Settings, network: NetworkMode) -> None:
+    """The embedded server's database dropped, made and prepared again: a world
+    started afresh cannot serve a database that used the one before."""
+    reset_database(settings)
+    prepare_database(settings, network)
+
+
+def command_name() -> str:
+    """How this shell reaches `qtg`: by name when it is on the PATH, else by the
+    path it was run as (`.venv/bin/qtg` after `make run`)."""
+    ran = Path(sys.argv[0])
+    found = shutil.which("qtg")
+    if found is not None and Path(found).resolve() == ran.resolve():
+        return "qtg"
+    try:
+        return str(ran.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(ran.resolve())
+
+
+def print_next_steps(people: DemoLogins, serving: str | None) -> None:
+    """What the demo leaves and how to look at it, as the two operators."""
+    qtg = command_name()
+    alice, bob = people.creator.name, people.approver.name
+    page = (
+        f"open {serving}/ (up until Ctrl-C)"
+        if serving
+        else f"{qtg} api   (then open http://127.0.0.1:8080/; Ctrl-C stops it)"
+    )
+    rows = [
+        (f"psql as {alice}", f"{qtg} db psql --login {alice}   then  SELECT * FROM movements;"),
+        (f"psql as {bob}", f"{qtg} db psql --login {bob}"),
+        ("the operator page", page),
+        ("its passwords", f"{qtg} operator password {alice}  (and {bob}; nothing changes)"),
+        ("the demo, page kept up", f"{qtg} demo --serve"),
+        ("what to do next", 'README.md, "Five minutes as an operator"'),
+    ]
+    out.print(
+        "\n[bold]Explore what the demo left[/bold] (the database and the local world keep "
+        f"running; `{qtg} world down` and `{qtg} db stop` stop them, and the next run starts "
+        "them again):",
+        highlight=False,
+    )
+    for what, how in rows:
+        out.print(f"  {what + ':':<24}{how}", highlight=False, soft_wrap=True)
+
+
+def chains_behind(dsn: str, network: NetworkMode, view: WorldView) -> list[str]:
+    """The treasury accounts whose chain restarted from genesis after this
+    database used it: the engine's next nonce ahead of the chain's count, so
+    every new transaction would wait behind a gap. One line each."""
     ahead = []
     with psycopg.connect(bound_conninfo(dsn, network, "qtg-demo-admin"), autocommit=True) as conn:
         for chain in view.chains.values():
@@ -516,14 +618,7 @@ def check_chains_known(dsn: str, network: NetworkMode, view: WorldView) -> None:
                 count = int(rpc(chain.rpc_url, "eth_getTransactionCount", [address, "pending"]), 16)
                 if engine is not None and engine > count:
                     ahead.append(f"{address} on {chain.key}: engine {engine}, chain {count}")
-    if ahead:
-        raise CommandError(
-            "the local chains were started afresh after this database used the old ones ("
-            + "; ".join(ahead)
-            + "): their nonces would never line up. Keep the world running between runs, "
-            "or run on a fresh database (QTG_DATA_DIR naming a new directory)",
-            ENVIRONMENT,
-        )
+    return ahead
 
 
 def run_world_movements(
@@ -535,13 +630,43 @@ def run_world_movements(
     port_base: int,
     timeout: float,
     receiver_data_dir: Path | None = None,
+    on_stale: Callable[[], None] | None = None,
 ) -> int:
     """The local outside world brought up (left running), then the movements
     ``pick`` makes of it run through every worker and checked (run_world_demo):
     the demo's and each drill's; the demo's (``receiver_data_dir`` given) with its
-    callbacks and the audit chain checked too."""
+    callbacks and the audit chain checked too. Chains started afresh after the
+    database used earlier ones are refused (exit 1), unless ``on_stale`` starts
+    the database afresh too; the world is then recorded in it again."""
     with chain_errors():
         up = bring_up_world(port_base, True, network, time_scale=scale)
+    view = WorldView(
+        {c.key: c for c in up.chains.chains},
+        [a.address for a in up.chains.treasury],
+        up.state.deposit_address,
+    )
+    with cli_errors():
+        behind = chains_behind(dsn, network, view)
+        if behind and on_stale is None:
+            raise CommandError(
+                "the local chains were started afresh after this database used the old ones ("
+                + "; ".join(behind)
+                + "): their nonces would never line up. Keep the world running between "
+                "runs, or run on a fresh database (`qtg demo --reset` makes the embedded "
+                "server's database afresh; for QTG_DATABASE_URL create a new one)",
+                ENVIRONMENT,
+            )
+        if behind and on_stale is not None:
+            out.print(
+                "[yellow]The local chains were started afresh (`qtg world down`, or a "
+                "reboot) after this database used the old ones: the transactions it "
+                "recorded are on chains that no longer exist. The embedded server's "
+                "database is started afresh with them (the movements of earlier runs go; "
+                "the logins stay).[/yellow]"
+            )
+            on_stale()
+            with chain_errors():
+                up = bring_up_world(port_base, True, network, time_scale=scale)
     os.environ.update(up.env)
     chains = {c.key: c for c in up.chains.chains}
     out.print(
@@ -550,9 +675,6 @@ def run_world_movements(
         f"{up.state.time_scale:g}x; `qtg world down` stops it",
         highlight=False,
     )
-    view = WorldView(chains, [a.address for a in up.chains.treasury], up.state.deposit_address)
-    with cli_errors():
-        check_chains_known(dsn, network, view)
     finality_s = max(c.block_time for c in chains.values()) * (LOCAL_FINALITY_DEPTH + 1)
     with cli_errors():
         return asyncio.run(

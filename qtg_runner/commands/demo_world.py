@@ -431,7 +431,10 @@ async def accept_drift(people: DemoLogins, admin: str, network: NetworkMode) -> 
     started (the local world changed outside this database) takes."""
     creator = bound_conninfo(people.creator.dsn, network, "qtg-demo-creator")
     approver = bound_conninfo(people.approver.dsn, network, "qtg-demo-approver")
-    reason = "the local world changed outside this database since it was last read"
+    reason = (
+        "the demo found USDC moved on the local chains outside the engine before it "
+        "started, and accepts the balances as they are so that it can run"
+    )
     async with (
         await AsyncConnection.connect(admin, autocommit=True) as conn,
         await AsyncConnection.connect(creator, autocommit=True) as alice,
@@ -465,7 +468,7 @@ async def _create(
 def crash_dispatcher(network: str, runner_login: str, log: Path) -> subprocess.Popen[bytes]:
     """A dispatcher process as the runner login with the after_submit failpoint
     armed: it claims what is READY, broadcasts, and SIGKILLs itself."""
-    env = dict(os.environ, QTG_FAILPOINTS="after_submit", MG_WORKERS_ENABLED="true")
+    env = dict(os.environ, QTG_FAILPOINTS="after_submit", QTG_WORKERS_ENABLED="true")
     qtg = str(Path(sys.executable).with_name("qtg"))
     args = [qtg, "worker", "node_dispatcher", "--network", network, "--as", runner_login]
     with log.open("ab") as sink:
@@ -576,9 +579,12 @@ async def _run_world_demo(
     read, drift = await reconcile_balances(people, admin, network)
     if drift:
         out.print(
-            "[yellow]drift before the demo started (USDC moved outside this database since "
-            "it last read the balances, e.g. `qtg world up` topping the treasury up): alice "
-            "and bob accept it and reset the breakers it tripped[/yellow]"
+            "[yellow]Before the demo started, the treasury's balances differ from what this "
+            "database expected: USDC moved on the local chains outside the engine (by hand, "
+            "or by another tool). On a real treasury an operator finds out why before "
+            "anything moves; so that the demo can run, alice and bob acknowledge each alert "
+            "(two operators, audited with that reason) and reset the breakers it tripped:"
+            "[/yellow]"
         )
         for line in drift:
             out.print(f"[yellow]  {line}[/yellow]")
@@ -614,6 +620,14 @@ async def _run_world_demo(
         for i, m in enumerate(movements):
             if not m.crash_after_submit:
                 ids[await _create(alice, bob, tag, i, m, callback_url)] = m
+    failing = [str(mid) for mid, m in ids.items() if m.expected != "COMPLETED"]
+    if failing:
+        out.print(
+            f"movements {', '.join(sorted(failing, key=int))} are meant to end "
+            f"{'/'.join(sorted({ids[int(f)].expected for f in failing}))}: the WARNING lines "
+            "the workers log about them are those refusals, as they happen",
+            soft_wrap=True,
+        )
     out.print(
         f"{len(ids)} movements created by {people.creator.name} and approved by "
         f"{people.approver.name}; the workers run as {people.runner.name}"

@@ -77,7 +77,7 @@ app = typer.Typer(
     help=(
         "Drills: real movements through the whole engine, over the logins a deployment "
         "uses (alice creates, bob approves, the workers run as runner1). They run "
-        "workers, so they need MG_WORKERS_ENABLED=true."
+        "workers, so they need QTG_WORKERS_ENABLED=true."
     ),
     no_args_is_help=True,
 )
@@ -376,7 +376,7 @@ def evm_transfer_cmd(
     workers run in this process as runner1 until the node finishes. Prints the
     transaction hash, its block and confirmations, the node's path through its
     states with times, and the balances before and after. Exit 0 when the node is
-    COMPLETED, 1 otherwise. Needs MG_WORKERS_ENABLED=true, like every drill.
+    COMPLETED, 1 otherwise. Needs QTG_WORKERS_ENABLED=true, like every drill.
     """
     finite(timeout, "--timeout", 5, 3600)
     with cli_errors():
@@ -480,7 +480,7 @@ def _world_drill(path: str, about: str) -> None:
         "not run), over the logins a deployment uses: alice creates, bob approves, the "
         "workers run in this process as runner1. Prints each node's path and "
         "transaction hashes and checks the balances on every chain. Exit 0 when it ends "
-        "as it should. Needs MG_WORKERS_ENABLED=true, like every drill."
+        "as it should. Needs QTG_WORKERS_ENABLED=true, like every drill."
     )
     app.command(path)(command)
 

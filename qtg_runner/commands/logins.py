@@ -148,6 +148,27 @@ def _make_app(kind: logins.Kind) -> typer.Typer:
         show(out, table)
 
     @app.command(
+        "password",
+        help=(
+            f"Print the password of the {kind} login NAME, as the admin's credentials file "
+            "holds it, and nothing else: to sign in to the operator page or hand it over. "
+            "Nothing changes (`qtg api token issue` sets a new one). Refused for a name "
+            f"that is not a login of {group}."
+        ),
+    )
+    def password_cmd(
+        name: Annotated[str, typer.Argument(help="The login.")],
+        network: NetworkOption = None,
+        credentials_file: CredentialsFileOption = None,
+    ) -> None:
+        with cli_errors():
+            settings = load_settings()
+            net = resolve_network(network)
+            passfile = (credentials_file or settings.credentials_file).absolute()
+            password = logins.password(database_url(settings), kind, net, name, passfile)
+        typer.echo(password)
+
+    @app.command(
         "remove",
         help=(
             f"Remove the {kind} login NAME: drop the role, end its open sessions and take "

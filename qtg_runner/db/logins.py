@@ -250,6 +250,26 @@ def remove(
     return credentials.remove(passfile, host, port, name)
 
 
+def password(
+    admin_dsn: str, kind: Kind, network: NetworkMode | str, name: str, passfile: Path
+) -> str:
+    """The password ``passfile`` holds for the ``kind`` login ``name`` of
+    ``network`` (LoginError when it is not such a login, or the file holds none)."""
+    group = group_role(kind, network)
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        _check_group(conn, group)
+        names = {row.name for row in list_logins(conn, group)}
+    if name not in names:
+        raise LoginError(f"{name} is not a login of {group}: `qtg {kind} list` shows them")
+    found = credentials.password_for(passfile, admin_dsn, name)
+    if found is None:
+        raise LoginError(
+            f"{passfile} holds no password for {name}: the file it was written to "
+            "(`add` said where) has it, or `qtg api token issue` sets a new one"
+        )
+    return found
+
+
 def listed(
     admin_dsn: str, kind: Kind, network: NetworkMode | str, passfile: Path
 ) -> list[tuple[LoginRow, bool]]:

@@ -1,5 +1,6 @@
 """`qtg demo` on the local outside world, as `make run` runs it, on a fresh
-embedded server and fresh local chains on free ports: every movement ends as
+embedded server and fresh local chains on free ports, then again, then after
+`qtg world down` and `qtg db stop`: every time every movement ends as
 it should (a lost receipt recovered from chain evidence after its dispatcher
 was killed right after the broadcast, a fan-out over both chains, a path
 refused before anything is signed), each transaction hash is printed, and the
@@ -28,33 +29,72 @@ pytestmark = [pytest.mark.chain, pytest.mark.slow]
 QTG = str(Path(sys.executable).with_name("qtg"))
 
 
-def test_the_demo_moves_real_usdc_and_checks_every_balance() -> None:
+def demo_run(env: dict[str, str], port_base: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [QTG, "demo", "--port-base", str(port_base), "--timeout", "240"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+
+
+def unexpected_log_lines(shown: str) -> list[str]:
+    """The WARNING and ERROR lines of a demo's output but for the refusals of the
+    movements it says are meant to fail."""
+    meant = re.search(r"movements ([0-9, ]+) are meant to end", shown)
+    failing = set(meant.group(1).replace(" ", "").split(",")) if meant else set()
+    unexpected = []
+    for line in shown.splitlines():
+        if not re.match(r"\d{4}-\d\d-\d\d [\d:,.]+ (WARNING|ERROR) ", line):
+            continue
+        refusal = re.search(r"event=(?:prepare|submit)_failed .*? movement=(\d+) ", line)
+        if refusal is None or refusal.group(1) not in failing:
+            unexpected.append(line)
+    return unexpected
+
+
+def test_the_demo_moves_real_usdc_again_and_again_and_after_a_stop() -> None:
+    """Three runs as a newcomer makes them: the first on a fresh server, the
+    second in a row (no ERROR, no warning to act on: nothing the demo did
+    itself reads as drift or takes a nonce), the third after `qtg world down`
+    and `qtg db stop` (the world starts afresh, and the demo's database with it)."""
     anvil_or_skip()
     parent = server_parent_dir()
     data_dir = parent / "pg18"
     light_keystore(parent / "chains")
     env = runner_env(None, QTG_DATA_DIR=str(data_dir), COLUMNS="200")
+    port_base = free_port_base(4)
+    runs = []
     try:
-        demo = subprocess.run(
-            [QTG, "demo", "--port-base", str(free_port_base(4)), "--timeout", "240"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=420,
-        )
+        runs.append(demo_run(env, port_base))
+        runs.append(demo_run(env, port_base))
+        for stop in (["world", "down"], ["db", "stop"]):
+            done = subprocess.run([QTG, *stop], env=env, capture_output=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+        runs.append(demo_run(env, port_base))
     finally:
         subprocess.run([QTG, "world", "down"], env=env, capture_output=True, timeout=120)
         stop_embedded(data_dir)
         shutil.rmtree(parent, ignore_errors=True)
-    shown = demo.stdout + demo.stderr
-    assert demo.returncode == 0, shown
-    assert "every balance moved by exactly what they moved" in demo.stdout, shown
-    hashes = re.findall(r"tx local-[ab] (0x[0-9a-f]{64})", demo.stdout)
-    assert len(hashes) == len(set(hashes)) >= 5, shown
+    for demo in runs:
+        shown = demo.stdout + demo.stderr
+        assert demo.returncode == 0, shown
+        assert "every balance moved by exactly what they moved" in demo.stdout, shown
+        assert_demo_sidecars(demo.stdout, {"completed": 6, "failed": 3})
+        # it ends by saying how to look around, as the two operators
+        assert "db psql --login alice" in demo.stdout and "operator password alice" in demo.stdout
+    first, second, third = (run.stdout + run.stderr for run in runs)
+    hashes = re.findall(r"tx local-[ab] (0x[0-9a-f]{64})", first)
+    assert len(hashes) == len(set(hashes)) >= 5, first
     # the lost receipt: the node went from SUBMITTING to COMPLETED through recovery
-    assert re.search(r"pay \(evm_transfer\): READY -> SUBMITTING -> .*\(recovery\)", demo.stdout)
-    assert "QT032" in demo.stdout  # the refused path says why
-    assert "below the node's minimum" in demo.stdout  # as does the one the bridge refused
-    # every state change of the 9 movements reported to the demo's receiver, signed;
-    # the audit chain promoted and verified
-    assert_demo_sidecars(demo.stdout, {"completed": 6, "failed": 3})
+    assert re.search(r"pay \(evm_transfer\): READY -> SUBMITTING -> .*\(recovery\)", first)
+    assert "QT032" in first  # the refused path says why
+    assert "below the node's minimum" in first  # as does the one the bridge refused
+    assert unexpected_log_lines(first) == []
+    assert unexpected_log_lines(second) == [], second
+    assert "Before the demo started" not in second  # no drift of its own making
+    assert "started afresh" not in second
+    # after the stop: the database is started afresh with the world, said in words
+    assert "The local chains were started afresh" in third, third
+    assert unexpected_log_lines(third) == [], third

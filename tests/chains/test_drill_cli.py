@@ -135,7 +135,7 @@ def test_the_drill_refuses_with_the_gate_off_and_starts_nothing(processes: Runne
         shutil.rmtree(parent, ignore_errors=True)
     lines = drill.stderr().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("qtg: error: "), lines
-    assert "MG_WORKERS_ENABLED is false" in lines[0]
-    assert "MG_WORKERS_ENABLED=true" in lines[0]
+    assert "the workers' gate is off" in lines[0]
+    assert "QTG_WORKERS_ENABLED=true" in lines[0]
     assert drill.stdout() == ""
     assert leftovers == [], "the drill started a server or chains although it refused to run"

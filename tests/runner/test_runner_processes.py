@@ -33,6 +33,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from conftest import server_parent_dir
@@ -61,6 +62,7 @@ from runner_helpers import (
     wait_until,
 )
 
+from qtg_runner.chains.local import free_port
 from qtg_runner.db import procs as procs_
 from qtg_runner.db.embedded import stop_embedded
 
@@ -600,15 +602,35 @@ def test_one_process_runs_every_worker_once_per_network_each_with_its_own_heartb
 # -- 8. the demo -----------------------------------------------------------------------
 
 
-def test_qtg_demo_completes_on_a_fresh_embedded_server(procs: Runners) -> None:
-    """The sim executor's demo (`--sim`); on the local outside world it is in
+def test_qtg_demo_completes_on_a_fresh_embedded_server_and_serves_its_page(
+    procs: Runners,
+) -> None:
+    """The sim executor's demo (`--sim`), with --serve: its operator page stays up
+    after the movements until Ctrl-C; on the local outside world it is in
     tests/chains/test_demo_world.py."""
     data_dir = server_parent_dir() / "pg18"
+    port = free_port()
     try:
         demo = procs.start(
-            "demo", "--sim", env=runner_env(None, QTG_DATA_DIR=str(data_dir), COLUMNS="200")
+            "demo",
+            "--sim",
+            "--serve",
+            "--port",
+            str(port),
+            env=runner_env(None, QTG_DATA_DIR=str(data_dir), COLUMNS="200"),
         )
-        assert demo.wait(timeout=150) == 0, demo.describe() + "\nstdout:\n" + demo.stdout()
+        wait_until(
+            lambda: "serving the operator page" in demo.stdout(),
+            150,
+            "the demo's movements, then its page served",
+            every=0.2,
+            alive=[demo],
+        )
+        page = httpx.get(f"http://127.0.0.1:{port}/", timeout=10, follow_redirects=True)
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        assert demo.alive()  # still serving
+        demo.signal(signal.SIGINT)
+        assert demo.wait(timeout=30) == 0, demo.describe() + "\nstdout:\n" + demo.stdout()
     finally:
         stop_embedded(data_dir)
         shutil.rmtree(data_dir.parent, ignore_errors=True)
@@ -626,8 +648,8 @@ def test_qtg_demo_refuses_to_start_with_the_gate_off(procs: Runners) -> None:
         stop_embedded(data_dir)
         exists = data_dir.exists()
         shutil.rmtree(data_dir.parent, ignore_errors=True)
-    assert "MG_WORKERS_ENABLED is false" in demo.stderr()
-    assert "MG_WORKERS_ENABLED=true" in demo.stderr()
+    assert "the workers' gate is off" in demo.stderr()
+    assert "QTG_WORKERS_ENABLED=true" in demo.stderr()
     assert not exists, "the demo started a database although it refused to run"
 
 

@@ -311,6 +311,50 @@ def add_login(db: TestDatabase, kind: str, person: str, passfile: Path) -> str:
     return name
 
 
+def test_operator_password_prints_the_kept_password_and_changes_nothing(
+    db: TestDatabase, tmp_path: Path
+) -> None:
+    passfile = tmp_path / "pgpass"
+    alice = add_login(db, "operator", "alice", passfile)
+    runner = add_login(db, "runner", "runner", passfile)
+    env = cli_env(db, passfile)
+    shown = qtg("operator", "password", alice, env=env)
+    assert shown.returncode == 0, shown.stderr
+    kept = credentials.password_for(passfile, db.dsn, alice)
+    assert shown.stdout == f"{kept}\n"
+    # the password still logs in: nothing was rotated
+    params = conninfo_to_dict(db.dsn)
+    params.pop("passfile", None)
+    params.update(user=alice, password=shown.stdout.strip())
+    with psycopg.connect(make_conninfo(**params)) as conn:
+        assert conn.execute("SELECT session_user").fetchone() == (alice,)
+    # only a login of the group asked for: not a runner, not the admin
+    for name in (runner, SUPERUSER):
+        refused = qtg("operator", "password", name, env=env)
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert "is not a login of qtg_testnet_operator" in refused.stderr
+
+
+def test_db_psql_opens_the_shipped_psql_as_the_login(db: TestDatabase, tmp_path: Path) -> None:
+    passfile = tmp_path / "pgpass"
+    alice = add_login(db, "operator", "alice", passfile)
+    env = cli_env(db, passfile)
+    done = qtg("db", "psql", "--login", alice, "--", "-tAc", "SELECT session_user", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == alice
+
+
+def test_demo_reset_refuses_a_database_it_did_not_create(db: TestDatabase) -> None:
+    conn = bind(db.connect())
+    before = conn.execute("SELECT count(*) FROM movement_requests").fetchone()
+    done = qtg("demo", "--reset", env=runner_env(db.dsn))
+    assert done.returncode == 1
+    assert "QTG_DATABASE_URL is set: qtg resets only the embedded server's database" in (
+        done.stderr
+    )
+    assert conn.execute("SELECT count(*) FROM movement_requests").fetchone() == before
+
+
 def test_a_login_made_by_operator_add_creates_but_cannot_approve_its_own_movement(
     db: TestDatabase, tmp_path: Path
 ) -> None:
