@@ -451,16 +451,19 @@ def create_app(config: ApiConfig) -> FastAPI:
     @app.get("/problems/{code}", tags=["operations"], summary="What a problem type means")
     async def problem_type(code: str) -> dict[str, Any]:
         from qtg_runner.api.problems import SQLSTATE_STATUS
+        from qtg_runner.errors import QT_ERRORS
 
         kind = SQLSTATE_STATUS.get(code)
         if kind is None:
             raise Problem(404, "Not found", f"no problem type {code[:10]!r}")
+        described = QT_ERRORS.get(code)
         return {
             "type": f"/problems/{code}",
             "code": code,
             "title": kind.title,
             "status": kind.status,
-            "see": "README.md, Errors",
+            **({"meaning": described.meaning} if described is not None else {}),
+            "see": "docs/reference/errors.md",
         }
 
     from qtg_runner.api.docs import mount_docs

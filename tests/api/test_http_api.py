@@ -10,8 +10,9 @@ is) and cancel is idempotent; every error is a problem+json body with its
 code and hint and never a trace; 404 and 422; pagination by cursor never
 repeats or skips; callback targets are proposed by one login and registered
 by a second; /healthz, /readyz and /metrics (parsed with prometheus_client);
-the OpenAPI document carries README's psql example; every QT code of the
-error table (qtg_runner/errors.py) answers with its status and title.
+the OpenAPI document carries the example of docs/operators.md's psql session;
+every QT code of the error table (qtg_runner/errors.py) answers with its status
+and title.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from qtg_runner.api.models import CREATE_EXAMPLE
 from qtg_runner.api.problems import from_sqlstate
 from qtg_runner.errors import QT_ERRORS
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATORS = Path(__file__).resolve().parents[2] / "docs" / "operators.md"
 
 
 @pytest.fixture(scope="module")
@@ -195,12 +196,12 @@ def test_the_readme_example_and_the_dag(world: ApiWorld) -> None:
         ("deposit", ["mint"], "PENDING"),
     ]
     assert all(n["evidence"] is None and n["intents"] == [] for n in nodes)
-    # what OpenAPI shows is README's psql session
-    readme = README.read_text()
-    assert f"p_external_id => '{CREATE_EXAMPLE['external_id']}'" in readme
-    assert f"p_amount      => {CREATE_EXAMPLE['amount']}," in readme
+    # what OpenAPI shows is the psql session of docs/operators.md
+    session = OPERATORS.read_text()
+    assert f"p_external_id => '{CREATE_EXAMPLE['external_id']}'" in session
+    assert f"p_amount      => {CREATE_EXAMPLE['amount']}," in session
     for node in CREATE_EXAMPLE["plan"]["nodes"]:
-        assert f'{{"key": "{node["key"]}", ' in readme
+        assert f'{{"key": "{node["key"]}", ' in session
     with httpx.Client(base_url=world.url) as anonymous:
         spec = anonymous.get("/openapi.json").json()
         assert anonymous.get("/docs").status_code == 200
@@ -402,6 +403,18 @@ def test_every_documented_code_answers_with_its_status() -> None:
         body = problem.body()
         assert (body["status"], body["title"], body["code"]) == (error.status, error.title, code)
         assert body["type"] == f"/problems/{code}"
+
+
+def test_a_problem_type_says_what_it_means(world: ApiWorld) -> None:
+    with httpx.Client(base_url=world.url) as anonymous:
+        described = anonymous.get("/problems/QT022")
+        assert described.status_code == 200
+        body = described.json()
+        assert (body["code"], body["status"]) == ("QT022", QT_ERRORS["QT022"].status)
+        assert body["meaning"] == QT_ERRORS["QT022"].meaning
+        assert body["see"] == "docs/reference/errors.md"
+        assert (Path(__file__).resolve().parents[2] / body["see"]).is_file()
+        problem(anonymous.get("/problems/QT999"), 404)
 
 
 def test_the_api_keeps_no_credential_of_whoever_started_it() -> None:
