@@ -1,4 +1,4 @@
-"""`qtg world up|down|status`: the local outside world in one command: the local
+"""`qtg world up|down|status|env`: the local outside world in one command: the local
 chains (as `qtg chains up` makes them) and one background process serving the
 fake Iris and the fake Bybit over them (qtg_runner/world/local.py)."""
 
@@ -258,6 +258,29 @@ def status_cmd() -> None:
         typer.echo(line)
     if not ok:
         raise typer.Exit(1)
+
+
+@app.command("env")
+def env_cmd() -> None:
+    """Print the environment a runner needs for the local outside world that was
+    brought up (the lines `qtg world up` ends with), one `export NAME=value` a
+    line, for a shell: eval "$(qtg world env)". URLs and file names, never a key,
+    secret or password. Exit 1 when no world is recorded; a note on stderr when
+    what is recorded does not run."""
+    with chain_errors():
+        state_dir = local_state_dir()
+        env = runner_env(state_dir)
+        world = read_world(state_dir)
+        stopped = [c.key for c in read_state(state_dir) if not is_running(c)]
+    if world is not None and not serve_running(world):
+        stopped.append("the serve process")
+    if stopped:
+        typer.echo(
+            f"qtg: note: {', '.join(stopped)} recorded but not running "
+            "(`qtg world up` starts what is missing)",
+            err=True,
+        )
+    print_env(env)
 
 
 @app.command("down")

@@ -1,5 +1,6 @@
-"""`qtg chains` where a chain cannot be had: one `qtg: error:` line, exit 1,
-nothing started and no state file (no anvil is needed for these)."""
+"""`qtg chains` (and `qtg world env`) where a chain cannot be had: one `qtg:
+error:` line, exit 1, nothing started and no state file (no anvil is needed for
+these)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,17 @@ def test_an_unreadable_state_file_is_one_error_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("qtg: error: the chains' state file") and "unreadable" in line
+
+
+def test_world_env_with_no_world_is_one_error_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [QTG, "world", "env"],
+        env={**os.environ, "QTG_DATA_DIR": str(tmp_path / "pg18")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"qtg: error: no local outside world recorded in {tmp_path / 'chains'}: `qtg world up`"
+    ]

@@ -1,9 +1,10 @@
-"""`qtg world up|status|down` as real processes: `up` starts the local chains and
+"""`qtg world up|status|env|down` as real processes: `up` starts the local chains and
 one serve process hosting the fake Iris and the fake Bybit on free loopback ports;
 both answer over HTTP (a signed Bybit call with the key file's credentials pays a
 local treasury account with real USDC from the exchange's hot wallet); no secret
-is printed; `up` again starts only what is missing; `down` stops every pid and
-`status` then says nothing runs."""
+is printed; `env` prints the runner's environment `up` printed, with a note when
+the serve process is gone, and refuses once nothing is recorded; `up` again starts
+only what is missing; `down` stops every pid and `status` then says nothing runs."""
 
 from __future__ import annotations
 
@@ -134,7 +135,14 @@ def test_world_up_status_down(tmp_path: Path, db: TestDatabase) -> None:
         assert f"bybit API key file {key_file}" in up.stdout
         assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
         assert stat.S_IMODE(world_dir(state_dir).stat().st_mode) == 0o700
-        _no_secret(state_dir, up)
+        # `env` prints the same lines again, starting nothing
+        printed = _qtg(env, "env")
+        assert printed.returncode == 0 and printed.stderr == "", printed.stderr
+        assert [line.split("=")[0] for line in printed.stdout.splitlines()] == [
+            f"export {name}" for name in runner_env(state_dir)
+        ]
+        assert exports_of(printed.stdout) == exports
+        _no_secret(state_dir, up, printed)
         # the local exchange recorded as the venue bybit, its deposit address allow-listed
         assert "recorded as venue bybit in the registry of testnet" in up.stdout
         with psycopg.connect(db.dsn) as admin:
@@ -195,6 +203,12 @@ def test_world_up_status_down(tmp_path: Path, db: TestDatabase) -> None:
         assert broken.returncode == 1
         assert "serve    stopped" in broken.stdout and "iris     down" in broken.stdout
         assert broken.stdout.count("running") == 2  # the chains still run
+        stale = _qtg(env, "env")  # what is recorded, and a note that it does not all run
+        assert stale.returncode == 0 and exports_of(stale.stdout) == exports
+        assert stale.stderr.strip().splitlines() == [
+            "qtg: note: the serve process recorded but not running "
+            "(`qtg world up` starts what is missing)"
+        ]
         restarted = _qtg(env, *up_args)
         assert restarted.returncode == 0, restarted.stderr
         assert "world serve started" in restarted.stdout
@@ -213,3 +227,8 @@ def test_world_up_status_down(tmp_path: Path, db: TestDatabase) -> None:
     assert api_key_file(state_dir).exists()  # kept, like the keystore
     after = _qtg(env, "status")
     assert after.returncode == 0 and "nothing runs" in after.stdout
+    gone = _qtg(env, "env")
+    assert gone.returncode == 1 and gone.stdout == ""
+    assert gone.stderr.strip().splitlines() == [
+        f"qtg: error: no local outside world recorded in {state_dir}: `qtg world up`"
+    ]
