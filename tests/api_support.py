@@ -1,8 +1,8 @@
 """The HTTP API's tests: one real uvicorn server on loopback per test module,
 over a database of the module's own (cloned from the migrated template) with
-the sim executor, the README's lanes and five logins of their own: two
-operators (alice, bob), a runner and a reader of testnet, which the API
-serves, and an operator of mainnet (stranger)."""
+the sim executor, the lanes of docs/operators.md's psql session and five
+logins of their own: two operators (alice, bob), a runner and a reader of
+testnet, which the API serves, and an operator of mainnet (stranger)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from qtg_runner.db.logins import create_login
 
 _names = itertools.count()
 ONE_NODE = {"nodes": [{"key": "a", "executor": "sim", "config": {"lane": "default"}}]}
-README_LANES = ("cctp_fast", "bybit_deposit")
+SESSION_LANES = ("cctp_fast", "bybit_deposit")
+"""The sim lanes the psql session of docs/operators.md (and the OpenAPI example) names."""
 
 
 @dataclass
@@ -75,7 +76,7 @@ def api_world(pg_server: str, template_db: str) -> Iterator[ApiWorld]:
         with psycopg.connect(dsn, autocommit=True) as admin:
             bind(admin)
             register_sim(admin)
-            add_lanes(admin, *README_LANES)
+            add_lanes(admin, *SESSION_LANES)
             for person, group in roles.items():
                 login = f"{person}_{name}"[:63]
                 password = secrets.token_urlsafe(24)

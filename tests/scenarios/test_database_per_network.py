@@ -1,4 +1,4 @@
-"""A database per network: the full isolation README.md describes, run as it says.
+"""A database per network: the full isolation docs/deploying.md describes, run as it says.
 
 Two empty databases are migrated (`qtg db migrate`), each dedicated to one
 network (CONNECT only for that network's roles), with the executors
@@ -41,7 +41,7 @@ DEDICATE = """
 
 
 def dedicate(database: TestDatabase, network: str) -> None:
-    """README's statements: only the network's roles (and the admin) may connect."""
+    """docs/deploying.md's statements: only the network's roles (and the admin) may connect."""
     with psycopg.connect(database.dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL(DEDICATE).format(
