@@ -211,7 +211,7 @@ def create_app(config: ApiConfig) -> FastAPI:
                     "application/json": {
                         "examples": {
                             "psql-session": {
-                                "summary": "README's psql session: burn, mint, deposit",
+                                "summary": "docs/operators.md's psql session: burn, mint, deposit",
                                 "value": CREATE_EXAMPLE,
                             }
                         }

@@ -53,7 +53,7 @@ NO_PASSFILE = "/proc/self/qtg-no-passfile"
 """A passfile nobody can create: libpq finds no password there, silently."""
 
 CHALLENGE = {"WWW-Authenticate": REALM}
-"""The header a 401 carries: Basic (or a bearer token, see the README)."""
+"""The header a 401 carries: Basic (or a bearer token, see docs/integrating.md)."""
 
 SERVER_KEYS = frozenset(
     {

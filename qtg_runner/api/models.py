@@ -1,4 +1,4 @@
-"""The request bodies the API accepts, with the examples of README's psql session."""
+"""The request bodies the API accepts, with the examples of docs/operators.md's psql session."""
 
 from __future__ import annotations
 

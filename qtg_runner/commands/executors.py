@@ -18,7 +18,7 @@ out = Console()
 
 @app.command("register")
 def register_cmd(wide: WideOption = False, network: NetworkOption = None) -> None:
-    """Register the executors this build ships (today: sim) in the network's registry.
+    """Register the executors this build ships in the network's registry.
 
     Run it as the admin (QTG_DATABASE_URL, or the embedded server's superuser)
     when deploying a build, before its runners start: a runner refuses to start

@@ -159,7 +159,15 @@ def _make_app(kind: logins.Kind) -> typer.Typer:
     def password_cmd(
         name: Annotated[str, typer.Argument(help="The login.")],
         network: NetworkOption = None,
-        credentials_file: CredentialsFileOption = None,
+        credentials_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--credentials-file",
+                help="Read it from this file (pgpass format) instead of the admin's "
+                "credentials file (QTG_CREDENTIALS_FILE, else beside the embedded server's "
+                "data directory, else ~/.config/qtg/pgpass).",
+            ),
+        ] = None,
     ) -> None:
         with cli_errors():
             settings = load_settings()

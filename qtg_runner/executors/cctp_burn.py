@@ -249,7 +249,7 @@ class CctpBurnExecutor(EvmExecutor):
                 f"{route.leg.sender} allows TokenMessengerV2 {route.token_messenger} on "
                 f"{route.leg.chain_key} {allowed} base units of USDC, the burn needs "
                 f"{route.amount_units}: an operator raises the bounded allowance "
-                "(the CCTP setup step: README, CCTP executors)",
+                "(the CCTP setup step: docs/executors.md, CCTP v2)",
                 retryable=True,
                 retry_after=RETRY_LATER_S,
             )

@@ -1,6 +1,7 @@
 -- movement_create: create_movement as a procedure, for CALL in psql:
 -- (none) -> PENDING_APPROVAL, idempotent on p_external_id.
---   CALL movement_create('payout-7', 250, p_template => 'cctp_fast', p_params => '{"lane": "cctp_fast"}');
+--   CALL movement_create('payout-7', 250, p_template => 'transfer',
+--       p_params => '{"chain": "local-a", "from": "0x...", "to": "0x..."}');
 -- Takes create_movement's arguments (names and defaults) and answers its row
 -- in the INOUT parameters: the movement's id and whether this call created it
 -- (false: the external id named it already). The rules, the refusals and the
