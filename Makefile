@@ -11,9 +11,11 @@ NODE_STAMP := node_modules/.installed
 
 .PHONY: install test test-quick run drill-evm bench chaos lint clean contracts browser
 
-# Python into .venv; anvil and solc-js into node_modules (npm ci from the committed
-# package-lock.json) when node and npm are on the machine: without them the chain
-# tests are skipped, each with its reason
+# Python into .venv; anvil, solc-js and the protocols' published contracts and
+# ABIs into node_modules (npm ci from the committed package-lock.json, no
+# package's install script run but anvil's, which places its binary) when node
+# and npm are on the machine: without them the chain tests are skipped, each
+# with its reason
 install: $(STAMP) $(NODE_STAMP) browser
 
 # Debian's chromium for the operator page's browser test (tests/api), installed
@@ -32,7 +34,8 @@ $(STAMP): pyproject.toml
 
 $(NODE_STAMP): package.json package-lock.json
 	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
-		npm ci --no-audit --no-fund --loglevel=error && touch $(NODE_STAMP); \
+		npm ci --ignore-scripts --no-audit --no-fund --loglevel=error \
+		&& npm rebuild --loglevel=error @foundry-rs/anvil && touch $(NODE_STAMP); \
 	else echo "node/npm not found: anvil and solc-js are not installed, the chain tests will be skipped"; fi
 
 # the Solidity sources in contracts/ compiled by solc-js (pinned in package.json)
