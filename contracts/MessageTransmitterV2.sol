@@ -14,6 +14,12 @@ pragma solidity 0.8.37;
 /// bytes32 at 76, destinationCaller bytes32 at 108, minFinalityThreshold u32 at 140,
 /// finalityThresholdExecuted u32 at 144, messageBody at 148.
 ///
+/// The recipient's handler reverts a message it refuses, and that revert reaches
+/// the caller of `receiveMessage` as it is, the nonce left unused: past a fast
+/// message's expirationBlock, TokenMessengerV2's "Message expired and must be
+/// re-signed" (as in Circle's v2.1 contracts, where the messenger checks it too),
+/// so that the message re-attested by Iris can still be received once.
+///
 /// Differences from the production contract: no proxy, pauser or rescuer; the
 /// owner is the attester manager; only the local token messenger may send; a
 /// message attested below its own minFinalityThreshold is refused here (the

@@ -13,16 +13,29 @@ import {MockUSDC} from "./MockUSDC.sol";
 /// Burn body layout (byte offsets): version u32 at 0, burnToken bytes32 at 4,
 /// mintRecipient bytes32 at 36, amount u256 at 68, messageSender bytes32 at 100,
 /// maxFee u256 at 132, feeExecuted u256 at 164, expirationBlock u256 at 196, hookData at 228.
+///
+/// As v2.1 runs it: a burn must allow at least the minimum fee (`minFee`, in
+/// 1/1000 basis points of the amount, set by the min fee controller; 0 is no
+/// minimum) or it reverts "Insufficient max fee"; a mint past the message's
+/// `expirationBlock` (non-zero on fast attestations) reverts "Message expired
+/// and must be re-signed", the revert reaching `receiveMessage`'s caller and
+/// leaving the nonce unused for a re-attested message.
 contract TokenMessengerV2 {
     uint32 public constant messageBodyVersion = 1;
     uint32 public constant FINALITY_THRESHOLD_FINALIZED = 2000;
     // the lowest finality an unfinalized (fast) message may have been attested at
     uint32 public constant TOKEN_MESSENGER_MIN_FINALITY_THRESHOLD = 500;
     uint256 private constant BURN_BODY_LENGTH = 228;
+    /// @notice minFee's unit: 1/1000 of a basis point of the amount
+    uint256 public constant MIN_FEE_MULTIPLIER = 10_000_000;
 
     address public immutable owner;
     MessageTransmitterV2 public immutable localMessageTransmitter;
     address public feeRecipient;
+    /// @notice who may change minFee (the deployer at first)
+    address public minFeeController;
+    /// @notice the lowest maxFee a burn may name, in 1/1000 basis points of its amount
+    uint256 public minFee;
 
     /// @notice the TokenMessengerV2 of each remote domain (bytes32(0): none)
     mapping(uint32 => bytes32) public remoteTokenMessengers;
@@ -50,6 +63,8 @@ contract TokenMessengerV2 {
     event TokenPairLinked(address localToken, uint32 remoteDomain, bytes32 remoteToken);
     event SetBurnLimitPerMessage(address indexed token, uint256 burnLimitPerMessage);
     event FeeRecipientSet(address feeRecipient);
+    event MinFeeControllerSet(address minFeeController);
+    event MinFeeSet(uint256 minFee);
 
     constructor(MessageTransmitterV2 transmitter, address feeRecipient_) {
         require(address(transmitter) != address(0), "MessageTransmitter not set");
@@ -57,10 +72,17 @@ contract TokenMessengerV2 {
         owner = msg.sender;
         localMessageTransmitter = transmitter;
         feeRecipient = feeRecipient_;
+        minFeeController = msg.sender;
+        emit MinFeeControllerSet(msg.sender);
     }
 
     modifier onlyOwner() {
         require(msg.sender == owner, "Caller is not the owner");
+        _;
+    }
+
+    modifier onlyMinFeeController() {
+        require(msg.sender == minFeeController, "Caller is not the min fee controller");
         _;
     }
 
@@ -94,6 +116,32 @@ contract TokenMessengerV2 {
         emit FeeRecipientSet(feeRecipient_);
     }
 
+    function setMinFeeController(address controller) external onlyOwner {
+        require(controller != address(0), "Zero address not allowed");
+        minFeeController = controller;
+        emit MinFeeControllerSet(controller);
+    }
+
+    /// @notice The minimum fee of every burn from now on, in 1/1000 basis points.
+    function setMinFee(uint256 minFee_) external onlyMinFeeController {
+        require(minFee_ < MIN_FEE_MULTIPLIER, "Min fee too high");
+        minFee = minFee_;
+        emit MinFeeSet(minFee_);
+    }
+
+    /// @notice The least maxFee a burn of `amount` may name (0 while there is no minimum).
+    function getMinFeeAmount(uint256 amount) external view returns (uint256) {
+        if (minFee == 0) return 0;
+        require(amount > 1, "Amount too low");
+        return _minFeeAmount(amount);
+    }
+
+    /// @dev minFee's share of `amount`, rounded down but never below one unit
+    function _minFeeAmount(uint256 amount) private view returns (uint256) {
+        uint256 least = amount * minFee / MIN_FEE_MULTIPLIER;
+        return least == 0 ? 1 : least;
+    }
+
     // ---------------------------------------------------------------- burn
 
     /// @notice Burn `amount` of the caller's `burnToken` (pulled with
@@ -112,6 +160,9 @@ contract TokenMessengerV2 {
         require(amount > 0, "Amount must be nonzero");
         require(mintRecipient != bytes32(0), "Mint recipient must be nonzero");
         require(maxFee < amount, "Max fee must be less than amount");
+        if (minFee > 0) {
+            require(maxFee >= _minFeeAmount(amount), "Insufficient max fee");
+        }
         bytes32 destinationMessenger = remoteTokenMessengers[destinationDomain];
         require(destinationMessenger != bytes32(0), "No TokenMessenger for domain");
         uint256 limit = burnLimitsPerMessage[burnToken];

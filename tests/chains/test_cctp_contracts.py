@@ -2,7 +2,8 @@
 `qtg chains up`): a burn on test-a, its message filled in and attested here with
 the local attester keys, minted on test-b through MessageTransmitterV2; the
 refusals the real contracts make (replay, signer order, threshold, unknown
-attester, tampering, bad burns) each seen as the revert reason."""
+attester, tampering, bad burns, v2.1's minimum fee, a fast message past its
+expiration block) each seen as the revert reason."""
 
 from __future__ import annotations
 
@@ -253,3 +254,81 @@ def test_bad_burns_are_refused(sides: tuple[Side, Side]) -> None:
     with pytest.raises(ContractLogicError):
         a.usdc.functions.burn(1).call({"from": depositor})
     assert a.balance(depositor) == held + 10_000
+
+
+def test_a_burn_must_allow_the_minimum_fee_the_controller_sets(sides: tuple[Side, Side]) -> None:
+    """v2.1's minFee (1/1000 basis points of the amount, 0 by default here): a
+    burn whose maxFee is below amount * minFee / 10^7 (at least one unit)
+    reverts "Insufficient max fee"; only the min fee controller sets it."""
+    a, b = sides
+    depositor = a.w3.eth.accounts[14 % len(a.w3.eth.accounts)]
+    a.mined(a.usdc.functions.mint(depositor, 2_000_000).transact({"from": a.owner}))
+    a.mined(a.usdc.functions.approve(a.tm.address, 2_000_000).transact({"from": depositor}))
+    to = address_to_bytes32(depositor)
+    assert a.tm.functions.minFee().call() == 0
+    assert a.tm.functions.MIN_FEE_MULTIPLIER().call() == 10_000_000
+    assert a.tm.functions.minFeeController().call() == a.owner
+    assert a.tm.functions.getMinFeeAmount(1_000_000).call() == 0
+
+    def burn(amount: int, max_fee: int, finality: int = FINALITY_FAST) -> Any:
+        return a.tm.functions.depositForBurn(
+            amount, b.domain, to, a.usdc.address, bytes(32), max_fee, finality
+        )
+
+    burn(1_000_000, 0).call({"from": depositor})  # no minimum yet
+    assert "not the min fee controller" in _revert_reason(a.tm.functions.setMinFee(1), depositor)
+    assert "Min fee too high" in _revert_reason(a.tm.functions.setMinFee(10_000_000), a.owner)
+    a.mined(a.tm.functions.setMinFee(1_000).transact({"from": a.owner}))  # 1 basis point
+    try:
+        assert a.tm.functions.getMinFeeAmount(1_000_000).call() == 100
+        assert a.tm.functions.getMinFeeAmount(5_000).call() == 1  # never below one unit
+        assert "Amount too low" in _revert_reason(a.tm.functions.getMinFeeAmount(1), depositor)
+        for finality in (FINALITY_FAST, FINALITY_STANDARD):  # every burn, as v2.1's
+            reason = _revert_reason(burn(1_000_000, 99, finality), depositor)
+            assert "Insufficient max fee" in reason
+            burn(1_000_000, 100, finality).call({"from": depositor})
+    finally:
+        a.mined(a.tm.functions.setMinFee(0).transact({"from": a.owner}))
+
+
+def test_a_fast_message_past_its_expiration_block_waits_for_its_re_attestation(
+    sides: tuple[Side, Side], attesters: list[Attester]
+) -> None:
+    """A fast attestation names an expirationBlock on the destination: a mint
+    at or past it reverts "Message expired and must be re-signed" through
+    receiveMessage and leaves the nonce unused, so the same message
+    re-attested as finalized (expirationBlock 0) mints, once."""
+    from qtg_runner.chains.local import rpc
+
+    a, b = sides
+    depositor, recipient, relayer = (
+        a.w3.eth.accounts[15 % len(a.w3.eth.accounts)],
+        b.w3.eth.accounts[16 % len(b.w3.eth.accounts)],
+        b.w3.eth.accounts[17 % len(b.w3.eth.accounts)],
+    )
+    amount, fee = 1_000_000, 100
+    _, sent = _burn(a, b, depositor, recipient, amount, 1_000, FINALITY_FAST)
+    nonce = secrets.token_bytes(32)
+    expiration = int(b.w3.eth.block_number) + 5
+    body = replace(BurnBody.decode(sent.body), fee_executed=fee, expiration_block=expiration)
+    fast = replace(
+        sent, nonce=nonce, finality_threshold_executed=FINALITY_FAST, body=body.encode()
+    ).encode()
+    b.mt.functions.receiveMessage(fast, attest(fast, attesters)).call({"from": relayer})
+    rpc(b.chain.rpc_url, "anvil_mine", [hex(10)])
+    reason = _revert_reason(b.mt.functions.receiveMessage(fast, attest(fast, attesters)), relayer)
+    assert "Message expired and must be re-signed" in reason
+    assert b.mt.functions.usedNonces(nonce).call() == 0
+
+    again = replace(
+        CctpMessage.decode(fast),
+        finality_threshold_executed=FINALITY_STANDARD,
+        body=replace(body, expiration_block=0).encode(),
+    ).encode()
+    before = b.balance(recipient)
+    mint = b.mt.functions.receiveMessage(again, attest(again, attesters))
+    b.mined(mint.transact({"from": relayer}))
+    assert b.balance(recipient) == before + amount - fee
+    assert b.mt.functions.usedNonces(nonce).call() == 1
+    reason = _revert_reason(b.mt.functions.receiveMessage(fast, attest(fast, attesters)), relayer)
+    assert "Nonce already used" in reason
