@@ -16,8 +16,24 @@ keys their MessageTransmitterV2 trusts (qtg_runner.chains.cctp).
   the same burn gets the same nonce from any instance, so a restart never opens a
   second mint), ``finalityThresholdExecuted`` 1000 (fast) or 2000 (standard),
   ``feeExecuted`` (``fast_fee_bps`` / ``standard_fee_bps`` of the amount, never
-  above ``maxFee``), and the attestation: keccak256(message) signed by every
-  attester, in ascending signer order.
+  above ``maxFee``), ``expirationBlock`` (fast only: the destination chain's
+  head when first attested plus ``fast_expiration_blocks``; 0 for standard, as
+  Circle's), and the attestation: keccak256(message) signed by every attester,
+  in ascending signer order.
+
+``POST /v2/reattest/{nonce}`` (the message's ``eventNonce``) asks for a fast
+message again as finalized, as Circle's re-attestation does ("can also be used
+to broadcast expired fast burns, by setting expiration block to 0", Circle's
+API reference; Circle's SDK, @circle-fin/provider-cctp-v2, polls the messages
+until ``expirationBlock`` is "0"). 200 ``{"message": "Re-attestation
+successfully requested for nonce.", "nonce": ...}``; asked again, the same.
+Once the burn's block is ``standard_delay_s`` old (finalized), the messages
+answer the message re-attested: ``finalityThresholdExecuted`` 2000,
+``expirationBlock`` 0, the same nonce and fee executed, signed again; until
+then the fast attestation as it was. Errors (Circle documents none; the
+fake's reading): 400 a nonce that is not 0x and 64 hex digits, 404 a nonce
+this instance has not attested (its GET comes first, as in Circle's SDK), 400
+a message that is not pre-finality (minFinalityThreshold above 1000).
 
 Numbers in ``decodedMessage`` are strings, as Iris gives them. Rate limit: more
 than ``rate_limit_per_s`` requests within one second, or ``IrisHandle.block()``,
@@ -55,7 +71,7 @@ from qtg_runner.chains.cctp import (
 from qtg_runner.chains.local import LOOPBACK, ChainError, RunningChain, rpc
 from qtg_runner.world.json_http import JsonHandler
 
-__all__ = ["MESSAGE_SENT_TOPIC", "IrisConfig", "IrisHandle", "serve"]
+__all__ = ["MESSAGE_SENT_TOPIC", "REATTEST_REQUESTED", "IrisConfig", "IrisHandle", "serve"]
 
 MESSAGE_SENT_TOPIC = "0x" + keccak(text="MessageSent(bytes)").hex()
 """topic0 of ``MessageSent(bytes message)``."""
@@ -63,6 +79,9 @@ MESSAGE_SENT_TOPIC = "0x" + keccak(text="MessageSent(bytes)").hex()
 _TX_HASH = re.compile(r"^0x[0-9a-fA-F]{64}$")
 _MESSAGES_PATH = re.compile(r"^/v2/messages/(\d{1,10})$")
 _FEES_PATH = re.compile(r"^/v2/burn/USDC/fees/(\d{1,10})/(\d{1,10})$")
+_REATTEST_PATH = re.compile(r"^/v2/reattest/([^/]{0,200})$")
+_NONCE = re.compile(r"^0x[0-9a-fA-F]{64}$")
+REATTEST_REQUESTED = "Re-attestation successfully requested for nonce."
 
 
 @dataclass(frozen=True)
@@ -81,6 +100,9 @@ class IrisConfig:
     """How long a client over the rate limit gets 429: Circle's is five minutes."""
     fast_fee_bps: int = 1
     standard_fee_bps: int = 0
+    fast_expiration_blocks: int = 7200
+    """How far ahead of the destination's head a fast attestation expires, in
+    that chain's blocks (Circle publishes no window; a day of 12 s blocks)."""
 
     def delay(self, min_finality_threshold: int) -> float:
         base = (
@@ -105,6 +127,12 @@ class _State:
     chains: dict[int, RunningChain]
     attesters: list[Attester]
     burns: dict[tuple[int, str], _Burn] = field(default_factory=dict)
+    nonces: dict[bytes, int] = field(default_factory=dict)
+    """The minFinalityThreshold of every nonce answered so far."""
+    expirations: dict[bytes, int] = field(default_factory=dict)
+    """The expirationBlock of each fast attestation, fixed when first attested."""
+    reattest: set[bytes] = field(default_factory=set)
+    """The nonces asked for again as finalized."""
     recent: deque[float] = field(default_factory=deque)
     blocked_until: float = 0.0
     requests: int = 0
@@ -212,11 +240,31 @@ def _decoded(message: CctpMessage) -> dict[str, Any]:
     return decoded
 
 
+def _expiration(state: _State, nonce: bytes, destination_domain: int) -> int:
+    """The expirationBlock of the fast attestation of ``nonce``: the destination
+    chain's head when first attested plus the window (0 for a domain this
+    instance does not serve), the same on every later answer."""
+    with state.lock:
+        known = state.expirations.get(nonce)
+    if known is not None:
+        return known
+    chain = state.chains.get(destination_domain)
+    expiration = 0
+    if chain is not None:
+        expiration = int(rpc(chain.rpc_url, "eth_blockNumber", []), 16)
+        expiration += state.config.fast_expiration_blocks
+    with state.lock:
+        return state.expirations.setdefault(nonce, expiration)
+
+
 def _entry(state: _State, burn: _Burn, log_index: int, sent: bytes) -> dict[str, Any]:
     message = CctpMessage.decode(sent)
     nonce = _nonce(burn.source_domain, burn.tx_hash, log_index)
     delay = state.config.delay(message.min_finality_threshold)
     fast = message.min_finality_threshold <= FINALITY_FAST
+    with state.lock:
+        state.nonces[nonce] = message.min_finality_threshold
+        asked_again = nonce in state.reattest
     if time.time() < burn.block_timestamp + delay:
         return {
             "message": "0x",
@@ -227,6 +275,9 @@ def _entry(state: _State, burn: _Burn, log_index: int, sent: bytes) -> dict[str,
             "status": "pending_confirmations",
             "delayReason": None,
         }
+    finalized = asked_again and time.time() >= burn.block_timestamp + state.config.delay(
+        FINALITY_STANDARD
+    )
     body = message.body
     try:
         burn_body = BurnBody.decode(body)
@@ -235,11 +286,14 @@ def _entry(state: _State, burn: _Burn, log_index: int, sent: bytes) -> dict[str,
     else:
         bps = state.config.fast_fee_bps if fast else state.config.standard_fee_bps
         fee = min(burn_body.max_fee, burn_body.amount * bps // 10_000)
-        body = replace(burn_body, fee_executed=fee).encode()
+        expiration = 0
+        if fast and not finalized:
+            expiration = _expiration(state, nonce, message.destination_domain)
+        body = replace(burn_body, fee_executed=fee, expiration_block=expiration).encode()
     filled = replace(
         message,
         nonce=nonce,
-        finality_threshold_executed=FINALITY_FAST if fast else FINALITY_STANDARD,
+        finality_threshold_executed=FINALITY_FAST if fast and not finalized else FINALITY_STANDARD,
         body=body,
     )
     raw = filled.encode()
@@ -254,11 +308,27 @@ def _entry(state: _State, burn: _Burn, log_index: int, sent: bytes) -> dict[str,
     }
 
 
+def _reattest(state: _State, nonce_text: str) -> tuple[int, dict[str, Any]]:
+    """The answer to ``POST /v2/reattest/{nonce}``: status and body."""
+    if not _NONCE.match(nonce_text):
+        return 400, {"error": "Invalid nonce: 0x and 64 hex digits"}
+    nonce = bytes.fromhex(nonce_text[2:])
+    with state.lock:
+        threshold = state.nonces.get(nonce)
+        if threshold is not None and threshold <= FINALITY_FAST:
+            state.reattest.add(nonce)
+    if threshold is None:
+        return 404, {"error": "Message not found"}
+    if threshold > FINALITY_FAST:
+        return 400, {"error": "Message is not a pre-finality message"}
+    return 200, {"message": REATTEST_REQUESTED, "nonce": nonce_text}
+
+
 def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
     class Handler(JsonHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_GET(self) -> None:
+        def _admitted(self) -> bool:
             blocked = state.admit()
             if blocked is not None:
                 self.send_json(
@@ -266,6 +336,22 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                     {"error": "Too Many Requests"},
                     {"Retry-After": str(max(1, math.ceil(blocked)))},
                 )
+            return blocked is None
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if 0 < length <= 65536:
+                self.rfile.read(length)  # the body is not read by Iris: "{}" at most
+            if not self._admitted():
+                return
+            match = _REATTEST_PATH.match(urlsplit(self.path).path)
+            if not match:
+                self.send_json(404, {"error": "Not Found"})
+                return
+            self.send_json(*_reattest(state, match.group(1)))
+
+        def do_GET(self) -> None:
+            if not self._admitted():
                 return
             url = urlsplit(self.path)
             fees = _FEES_PATH.match(url.path)
@@ -307,7 +393,11 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 else:
                     self.send_json(404, {"error": "Message not found"})
                 return
-            entries = [_entry(state, burn, index, sent) for index, sent in burn.logs]
+            try:
+                entries = [_entry(state, burn, index, sent) for index, sent in burn.logs]
+            except ChainError:
+                self.send_json(503, {"error": "destination chain unreachable"})
+                return
             self.send_json(200, {"messages": entries})
 
     return Handler

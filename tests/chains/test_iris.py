@@ -1,7 +1,9 @@
 """The fake Iris (qtg_runner.world.iris) over real HTTP against the local chains:
 an unseen burn is 404 (or an empty list), then pending, then complete after its
 finality's delay; the complete message and attestation mint on the destination
-through MessageTransmitterV2; fast completes before standard; the rate limit's
+through MessageTransmitterV2; fast completes before standard; a fast
+attestation expires at a block of the destination, and its re-attestation
+(POST /v2/reattest/{nonce}, with its errors) mints past it; the rate limit's
 429 and its block window. Every wait polls a condition under a deadline."""
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -26,8 +29,8 @@ from qtg_runner.chains.cctp import (
     cctp_domain,
     load_attesters,
 )
-from qtg_runner.chains.local import RunningChain, load_artifact
-from qtg_runner.world.iris import IrisConfig, IrisHandle, serve
+from qtg_runner.chains.local import RunningChain, load_artifact, rpc
+from qtg_runner.world.iris import REATTEST_REQUESTED, IrisConfig, IrisHandle, serve
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -144,6 +147,13 @@ def test_unseen_then_pending_then_complete_and_the_attestation_mints(
     body = BurnBody.decode(message.body)
     assert body.fee_executed == amount * 10 // 10_000 <= max_fee
     assert entry["decodedMessage"]["decodedMessageBody"]["amount"] == str(amount)
+    # a fast attestation expires a window of the destination's blocks ahead
+    window = IrisConfig().fast_expiration_blocks
+    assert wb.eth.block_number < body.expiration_block <= wb.eth.block_number + window
+    assert entry["decodedMessage"]["decodedMessageBody"]["expirationBlock"] == str(
+        body.expiration_block
+    )
+    assert _get(iris, src, tx_hash).json()["messages"][0]["message"] == entry["message"]
     assert entry["decodedMessage"]["finalityThresholdExecuted"] == "1000"
 
     # a restarted Iris attests the same nonce: no second mint is ever possible
@@ -185,6 +195,90 @@ def test_fast_completes_before_standard(local_chain_set: LocalChainSet, iris: Ir
     message = CctpMessage.decode(bytes.fromhex(entry["message"][2:]))
     assert message.finality_threshold_executed == FINALITY_STANDARD
     assert BurnBody.decode(message.body).fee_executed == 0
+    assert BurnBody.decode(message.body).expiration_block == 0  # standard never expires
+
+
+def _reattest(handle: IrisHandle, nonce: str) -> httpx.Response:
+    return httpx.post(f"{handle.url}/v2/reattest/{nonce}", json={})
+
+
+def test_an_expired_fast_attestation_is_re_attested_as_finalized_and_mints_once(
+    local_chain_set: LocalChainSet, attesters: list[Attester]
+) -> None:
+    """Past its expirationBlock a fast message reverts on the destination;
+    POST /v2/reattest/{nonce} (200 as Circle's; 400 or 404 for what it cannot
+    re-attest) and, once the burn is finalized, the messages answer the same
+    message as finalized with expirationBlock 0: it mints, once."""
+    window, standard_s = 4, 3.0
+    handle = serve(
+        local_chain_set.chains,
+        attesters,
+        IrisConfig(fast_delay_s=0, standard_delay_s=standard_s, fast_expiration_blocks=window),
+    )
+    a, b = local_chain_set.chains
+    src = cctp_domain(a)
+    wa, wb = _w3(a), _w3(b)
+    depositor, recipient = wa.eth.accounts[14 % len(wa.eth.accounts)], wb.eth.accounts[5]
+    relayer = wb.eth.accounts[16 % len(wb.eth.accounts)]
+    try:
+        assert _reattest(handle, "0x1234").status_code == 400
+        unknown = _reattest(handle, "0x" + secrets.token_hex(32))
+        assert unknown.status_code == 404
+        standard = _send_burn(a, b, depositor, recipient, 1_000_000, 0, FINALITY_STANDARD)
+        _mined(wa, a, standard)
+        standard_nonce = _get(handle, src, standard).json()["messages"][0]["eventNonce"]
+        assert _reattest(handle, standard_nonce).status_code == 400  # not pre-finality
+
+        amount, max_fee = 2_000_000, 2_000
+        tx_hash = _send_burn(a, b, depositor, recipient, amount, max_fee, FINALITY_FAST)
+        _mined(wa, a, tx_hash)
+        _wait_for("complete", lambda: _status(handle, src, tx_hash) == "complete", 10)
+        (fast,) = _get(handle, src, tx_hash).json()["messages"]
+        message = CctpMessage.decode(bytes.fromhex(fast["message"][2:]))
+        body = BurnBody.decode(message.body)
+        assert 0 < body.expiration_block <= wb.eth.block_number + window
+        mt_b = _contract(wb, b, "MessageTransmitterV2")
+        receive = mt_b.functions.receiveMessage(
+            bytes.fromhex(fast["message"][2:]), bytes.fromhex(fast["attestation"][2:])
+        )
+        rpc(b.rpc_url, "anvil_mine", [hex(window + 1)])  # the destination past expirationBlock
+        with pytest.raises(Exception, match="Message expired and must be re-signed"):
+            receive.call({"from": relayer})
+
+        answer = _reattest(handle, fast["eventNonce"])
+        assert answer.status_code == 200
+        assert answer.json() == {"message": REATTEST_REQUESTED, "nonce": fast["eventNonce"]}
+        assert _reattest(handle, fast["eventNonce"]).status_code == 200  # asked again: the same
+
+        def reattested() -> Any:
+            (entry,) = _get(handle, src, tx_hash).json()["messages"]
+            expiration = entry["decodedMessage"]["decodedMessageBody"]["expirationBlock"]
+            return entry if expiration == "0" else None
+
+        entry = _wait_for("the re-attestation", reattested, standard_s + 5)
+        block_ts = wa.eth.get_block(wa.eth.get_transaction_receipt(tx_hash)["blockNumber"])
+        assert time.time() >= block_ts["timestamp"] + standard_s  # once the burn is final
+        again = CctpMessage.decode(bytes.fromhex(entry["message"][2:]))
+        assert entry["eventNonce"] == fast["eventNonce"] and again.nonce == message.nonce
+        assert again.finality_threshold_executed == FINALITY_STANDARD
+        assert BurnBody.decode(again.body) == replace(body, expiration_block=0)
+        assert replace(again, finality_threshold_executed=FINALITY_FAST, body=message.body) == (
+            message
+        )
+
+        usdc_b = _contract(wb, b, "MockUSDC")
+        before = int(usdc_b.functions.balanceOf(recipient).call())
+        mint = mt_b.functions.receiveMessage(
+            bytes.fromhex(entry["message"][2:]), bytes.fromhex(entry["attestation"][2:])
+        )
+        _mined(wb, b, mint.transact({"from": relayer}))
+        assert int(usdc_b.functions.balanceOf(recipient).call()) == (
+            before + amount - body.fee_executed
+        )
+        with pytest.raises(Exception, match="Nonce already used"):
+            mint.call({"from": relayer})
+    finally:
+        handle.stop()
 
 
 def test_empty_list_mode(local_chain_set: LocalChainSet, attesters: list[Attester]) -> None:
