@@ -102,9 +102,12 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 chaos: install
 	$(BIN)/python -m chaos
 
+# ruff and mypy, and the commit messages since the rule was checked
+# (scripts/check-commits.py: subjects of at most 72 characters, imperative)
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy --strict qtg_runner chaos
+	$(BIN)/python scripts/check-commits.py
 
 # docs/reference/ from the code (qtg_runner/reference.py): the SQL routines and
 # views as a newly migrated database installs them (on a throwaway embedded
