@@ -1,15 +1,17 @@
-"""A Bybit v5 asset API client (withdrawals, deposits, the FUND balance), async
-over httpx.
+"""A Bybit v5 asset API client (withdrawals, deposits, the FUND balance, the
+address book, coin info), async over httpx.
 
 Each request is signed over the exact bytes it carries: a GET's query string as
 httpx encodes it into the request line, a POST's JSON body as sent. The signature
 is the lower-case hex HMAC-SHA256 with the API secret over timestamp + key +
 recvWindow + that payload (``sign``). An answer with a retCode other than 0
-raises BybitError(ret_code, message, retry_after): for 10006 ``retry_after`` is
-the seconds until ``X-Bapi-Limit-Reset-Timestamp``. ``classify`` tells an
-executor what a failure means: retry (the same requestId again is safe), stop
-(permanent), or "already requested" (131082: a withdrawal with this requestId
-exists, find it by query-record).
+raises BybitError(ret_code, message, retry_after); no v5 answer (a transport
+error, an HTTP status other than 200, a body that is not the envelope) raises
+BybitUnavailable. What a code means, and how long to wait before the same
+request again (10006: until ``X-Bapi-Limit-Reset-Timestamp``), is the table of
+qtg_runner.exchanges.bybit_codes; ``classify`` gives a failure's kind:
+retryable, permanent (refused before anything was done) or unknown (whether
+the request took effect is not said).
 
 The API secret lives in an object whose repr is ``***``; it never enters a log
 line, a repr or an exception message. ``request_id_for`` derives the requestId
@@ -18,7 +20,6 @@ line, a repr or an exception message. ``request_id_for`` derives the requestId
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import hmac
 import json
@@ -32,21 +33,20 @@ from typing import Any
 import httpx
 
 from qtg_runner.circuit import Circuit, endpoint_circuit
+from qtg_runner.exchanges.bybit_codes import HTTP_STATUSES, Code, Kind, lookup
 from qtg_runner.log import event
 from qtg_runner.tls import client_ssl_context
 
 __all__ = [
-    "ALREADY_REQUESTED",
-    "PERMANENT_CODES",
-    "RETRYABLE_CODES",
     "WITHDRAWAL_TERMINAL",
+    "AddressBookEntry",
     "BybitClient",
     "BybitError",
     "BybitUnavailable",
+    "CoinChain",
     "DepositAddress",
     "DepositPage",
     "DepositRecord",
-    "Disposition",
     "WithdrawalPage",
     "WithdrawalRecord",
     "classify",
@@ -56,16 +56,8 @@ __all__ = [
 
 DEFAULT_RECV_WINDOW = 5000
 
-RETRYABLE_CODES = frozenset({10000, 10002, 10006, 10016, 10429})
-"""Server timeout, outside the recv window (the next request has a fresh
-timestamp), too many visits, server error, system-level frequency protection."""
-
-ALREADY_REQUESTED = 131082
-"""'Do not repeat the request': a withdrawal with this requestId exists."""
-
-PERMANENT_CODES = frozenset({10001, 10003, 10004, 10005, 10010, 131093, 131212})
-"""Params, invalid key, bad signature, permission, unmatched IP, address not
-whitelisted, insufficient balance: retrying the same request cannot succeed."""
+ADDRESS_BOOK_PAGES = 10
+"""Pages of the address book (50 entries each) read looking for an address."""
 
 WITHDRAWAL_TERMINAL = frozenset({"success", "Fail", "Reject", "CancelByUser"})
 
@@ -97,7 +89,8 @@ class _Secret:
 
 class BybitError(Exception):
     """A v5 answer with a retCode other than 0. ``retry_after``: seconds to wait
-    before trying again, where the exchange said (10006's reset timestamp)."""
+    before the same request again, where the exchange said (10006's reset
+    timestamp) or documents it (bybit_codes); ``code``: the table's row."""
 
     def __init__(self, ret_code: int, message: str, retry_after: float | None = None) -> None:
         super().__init__(ret_code, message, retry_after)
@@ -105,35 +98,53 @@ class BybitError(Exception):
         self.message = message
         self.retry_after = retry_after
 
+    @property
+    def code(self) -> Code:
+        return lookup(self.ret_code)
+
     def __str__(self) -> str:
         hint = f" (retry after {self.retry_after:.3f}s)" if self.retry_after is not None else ""
         return f"Bybit retCode {self.ret_code}: {self.message}{hint}"
 
 
 class BybitUnavailable(Exception):
-    """No v5 answer: a transport error, an HTTP status other than 200, or a body
-    that is not the v5 envelope. The request may or may not have been applied."""
+    """No v5 answer: a transport error, an HTTP status other than 200
+    (``status``), or a body that is not the v5 envelope. The request may or may
+    not have been applied, unless it was never sent (``sent``: refused here
+    while the venue's circuit is open) or its status says it was not taken
+    (bybit_codes.HTTP_STATUSES, with the wait in ``retry_after``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        sent: bool = True,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.sent = sent
+        self.retry_after = retry_after
 
 
-class Disposition(enum.Enum):
-    RETRYABLE = "retryable"
-    PERMANENT = "permanent"
-    ALREADY_REQUESTED = "already_requested"
-
-
-def classify(exc: BaseException) -> Disposition:
-    """What a failed call means for the executor. Transport failures and the
-    codes of RETRYABLE_CODES are retryable (a withdrawal retried with the same
-    requestId cannot pay twice); 131082 is ALREADY_REQUESTED; anything else,
-    including codes this client does not know, is PERMANENT (an operator looks)."""
-    if isinstance(exc, BybitUnavailable | httpx.TransportError):
-        return Disposition.RETRYABLE
+def classify(exc: BaseException) -> Kind:
+    """What a failed call means (bybit_codes.Kind). A retCode: its row in the
+    table, UNKNOWN for a code the table does not have. No v5 answer: UNKNOWN
+    (the request may have been applied), but RETRYABLE when it was never sent
+    or its HTTP status says it was not taken. Anything else was raised here
+    before sending (a bad amount): PERMANENT."""
     if isinstance(exc, BybitError):
-        if exc.ret_code == ALREADY_REQUESTED:
-            return Disposition.ALREADY_REQUESTED
-        if exc.ret_code in RETRYABLE_CODES:
-            return Disposition.RETRYABLE
-    return Disposition.PERMANENT
+        return exc.code.kind
+    if isinstance(exc, BybitUnavailable):
+        if not exc.sent:
+            return Kind.RETRYABLE
+        if exc.status is not None and exc.status in HTTP_STATUSES:
+            return HTTP_STATUSES[exc.status].kind
+        return Kind.UNKNOWN
+    if isinstance(exc, httpx.TransportError):
+        return Kind.UNKNOWN
+    return Kind.PERMANENT
 
 
 def request_id_for(idempotency_key: str) -> str:
@@ -250,6 +261,41 @@ class DepositAddress:
     tag: str
 
 
+@dataclass(frozen=True)
+class AddressBookEntry:
+    """A withdrawal address of the account's address book
+    (GET /v5/asset/withdraw/query-address). ``coin`` "baseCoin" is a universal
+    address (any coin of the chain). ``address`` is spelled as the book holds
+    it: withdraw/create compares it case-sensitively."""
+
+    coin: str
+    chain: str
+    address: str
+    tag: str
+    status: int
+    """0 normal; 1 a new address, no withdrawal to it for 24 hours."""
+    verified: bool
+
+
+@dataclass(frozen=True)
+class CoinChain:
+    """One chain of a coin (GET /v5/asset/coin/query-info)."""
+
+    coin: str
+    chain: str
+    chain_type: str
+    confirmation: int
+    withdraw_fee: Decimal | None
+    """None: the coin cannot be withdrawn on this chain (the docs' empty fee)."""
+    withdraw_min: Decimal
+    withdraw_max: Decimal | None
+    """None: no limit (the docs' -1)."""
+    min_accuracy: int
+    deposit_open: bool
+    withdraw_open: bool
+    contract_address: str
+
+
 def _amount_text(amount: Decimal) -> str:
     if not amount.is_finite() or amount <= 0:
         raise ValueError(f"a withdrawal amount is positive: {amount}")
@@ -322,10 +368,16 @@ class BybitClient:
         (qtg_runner.circuit): BybitUnavailable at once."""
         refusal = self.circuit.refusal(self._probe)
         if refusal is not None:
-            raise BybitUnavailable(f"{request.method} {path}: {refusal}")
+            raise BybitUnavailable(f"{request.method} {path}: {refusal}", sent=False)
         response = await self._send(request, path)
         if response.status_code != 200:
-            raise BybitUnavailable(f"{request.method} {path}: HTTP {response.status_code}")
+            known = HTTP_STATUSES.get(response.status_code)
+            raise BybitUnavailable(
+                f"{request.method} {path}: HTTP {response.status_code}"
+                + (f" ({known.meaning})" if known else ""),
+                status=response.status_code,
+                retry_after=known.wait_s if known else None,
+            )
         try:
             body = response.json()
             code = int(body["retCode"])
@@ -333,12 +385,20 @@ class BybitClient:
         except (ValueError, KeyError, TypeError):
             raise BybitUnavailable(f"{request.method} {path}: not a v5 envelope") from None
         if code != 0:
-            retry_after = None
-            if code == 10006:
+            row = lookup(code)
+            retry_after = row.wait_s
+            if row.reset_header:
                 reset = _int(response.headers.get("X-Bapi-Limit-Reset-Timestamp"), 0)
                 server_ms = _int(body.get("time"), int(self._clock() * 1000))
                 retry_after = max(0.0, (reset - server_ms) / 1000) if reset else 1.0
-            event(logging.INFO, "bybit_refused", path=path, ret_code=code, message=message)
+            event(
+                logging.INFO,
+                "bybit_refused",
+                path=path,
+                ret_code=code,
+                kind=row.kind.value,
+                message=message,
+            )
             raise BybitError(code, message, retry_after)
         result = body.get("result")
         if not isinstance(result, dict):
@@ -485,6 +545,63 @@ class BybitClient:
             )
             for c in chains
         ]
+
+    async def address_book(
+        self, *, chain: str | None = None, coin: str | None = None
+    ) -> list[AddressBookEntry]:
+        """GET /v5/asset/withdraw/query-address: the withdrawal address book (on
+        ``chain``, with its universal addresses; or for ``coin``), every page up
+        to ADDRESS_BOOK_PAGES."""
+        entries: list[AddressBookEntry] = []
+        cursor: str | None = None
+        for _ in range(ADDRESS_BOOK_PAGES):
+            result = await self._get(
+                "/v5/asset/withdraw/query-address",
+                {"coin": coin, "chain": chain, "limit": 50, "cursor": cursor},
+            )
+            entries.extend(
+                AddressBookEntry(
+                    coin=str(row.get("coin", "")),
+                    chain=str(row.get("chain", "")),
+                    address=str(row.get("address", "")),
+                    tag=str(row.get("tag") or ""),
+                    status=_int(row.get("status")),
+                    verified=_int(row.get("verified")) == 1,
+                )
+                for row in result.get("rows") or []
+            )
+            cursor = str(result.get("nextPageCursor") or "") or None
+            if cursor is None:
+                break
+        return entries
+
+    async def coin_info(self, coin: str) -> list[CoinChain]:
+        """GET /v5/asset/coin/query-info: ``coin``'s chains, their fees, limits
+        and whether deposits and withdrawals are open."""
+        result = await self._get("/v5/asset/coin/query-info", {"coin": coin})
+        chains: list[CoinChain] = []
+        for row in result.get("rows") or []:
+            if row.get("coin") != coin:
+                continue
+            for c in row.get("chains") or []:
+                fee = str(c.get("withdrawFee") or "")
+                most = str(c.get("withdrawMax") or "-1")
+                chains.append(
+                    CoinChain(
+                        coin=coin,
+                        chain=str(c.get("chain", "")),
+                        chain_type=str(c.get("chainType", "")),
+                        confirmation=_int(c.get("confirmation")),
+                        withdraw_fee=_decimal(fee, "withdrawFee") if fee else None,
+                        withdraw_min=_decimal(c.get("withdrawMin") or "0", "withdrawMin"),
+                        withdraw_max=None if most == "-1" else _decimal(most, "withdrawMax"),
+                        min_accuracy=_int(c.get("minAccuracy")),
+                        deposit_open=str(c.get("chainDeposit")) == "1",
+                        withdraw_open=str(c.get("chainWithdraw")) == "1",
+                        contract_address=str(c.get("contractAddress") or ""),
+                    )
+                )
+        return chains
 
     async def server_time(self) -> int:
         """GET /v5/market/time (unsigned): the exchange's clock in milliseconds."""

@@ -9,38 +9,46 @@ the coin's token contract there, a recipient that is a treasury account or
 allow-listed on the chain (QT032 otherwise: nothing is requested, the node
 fails), and the amount as the exchange's decimal string.
 
+What the venue's answers mean is one table (qtg_runner.exchanges.bybit_codes):
+retryable (nothing done, the same request later), permanent (refused, nothing
+done) or unknown (whether a withdrawal exists is not said: a server error, "do
+not repeat the request", a code the table lacks, no answer at all).
+
     preflight  the route.
     prepare    the requestId, request_id_for(the venue's request salt and the
                intent's idempotency key: the key is unique in one database, the
                salt is made when the venue is registered in it), and the route
                as the prepared payload: the dispatcher records both on the
                intent (external_request_id) BEFORE the request.
-    submit     withdraw/create with the recorded requestId. A repeated
-               requestId answers the original withdrawal's id, or 131082
-               ("already requested"), after which the withdrawal is found by
-               query-record (coin, address, amount and the intent's time
-               window). 10006 (too many visits) is retryable with the reset
-               header as the retry hint; 131093 (address not on the venue's
-               address book), 131212 (insufficient balance) and the other
-               permanent codes fail the node with the venue's reason (nothing
-               was created). No answer at all: retryable, and since the intent
-               is recorded the node goes to recovery.
+    submit     withdraw/create with the recorded requestId, to the recipient
+               spelled as the venue's address book holds it (the venue compares
+               addresses case-sensitively; the registry keeps them lower-case).
+               Its id, also the original one for a repeated requestId.
+               Permanent: the node fails with the venue's reason (nothing was
+               created). Retryable (10006, the withdrawal interval): recovery
+               repeats it after the venue's wait. Unknown: logged
+               (bybit_withdraw_unknown_answer), the node's error says so, and
+               recovery decides from the venue's records; never failed.
     observe    query-record by withdrawID: SecurityCheck, Pending,
                BlockchainConfirmed -> PENDING; success with its txID ->
                COMPLETED only once the chain shows that transaction, at the
                chain's finality depth, with exactly the Transfer of the token
                to the recipient for the amount (evidence: withdrawId, txID,
                amount, fee, block, confirmations, the Transfer); Fail, Reject,
-               CancelByUser -> FAILED. 10006 while reading: the observation's
-               retry hint (the node's next_observe_at).
-    recover    the withdrawal by its recorded withdrawId; else by the recorded
-               requestId: the request repeated with it (the venue's documented
-               idempotency key) answers the original id, or 131082 and the
-               withdrawal is found by coin, chain, address, amount and the
-               intent's time window, or creates it if the first request never
-               reached the venue. Then read as observe does (IN_FLIGHT while it
-               walks). An intent older than REPEAT_WINDOW_S is only searched
-               for; none or several found: STILL_UNKNOWN, for an operator.
+               CancelByUser -> FAILED. A failed read: the observation's retry
+               hint (the venue's wait, e.g. 10006's reset).
+    recover    the withdrawal by its recorded withdrawId; else the request
+               repeated with the recorded requestId (the venue's documented
+               idempotency key: it answers the original id, or creates the
+               withdrawal if the first request never reached it). A repeat
+               answered retryable waits (STILL_UNKNOWN after the venue's wait);
+               answered unknown or refused, it proves nothing of the first
+               request, so the venue's records decide: the one withdrawal of
+               the coin, chain, address and amount in the intent's time window
+               is it; none after a refusal: FAILED (nothing was made); none
+               after an unknown answer, or several: STILL_UNKNOWN, for an
+               operator. Then read as observe does (IN_FLIGHT while it walks).
+               An intent older than REPEAT_WINDOW_S is only searched for.
                Never a request with a new requestId.
     health     every registered venue this runner has settings for answers
                its server time and a signed balance read.
@@ -48,6 +56,7 @@ fails), and the amount as the exchange's decimal string.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -60,15 +69,14 @@ from psycopg_pool import AsyncConnectionPool
 from qtg_runner.chains.evm import EvmRpc, EvmRpcError, decode_transfers
 from qtg_runner.db import procs
 from qtg_runner.exchanges.bybit import (
-    PERMANENT_CODES,
     BybitClient,
     BybitError,
     BybitUnavailable,
-    Disposition,
     WithdrawalRecord,
     classify,
     request_id_for,
 )
+from qtg_runner.exchanges.bybit_codes import Kind
 from qtg_runner.executors.base import (
     ADDRESS_PATTERN,
     ExecutorError,
@@ -85,6 +93,7 @@ from qtg_runner.executors.base import (
     route_row,
 )
 from qtg_runner.executors.venues import RETRY_LATER_S, VenueClients, venue_error
+from qtg_runner.log import event
 
 WINDOW_BEFORE_MS = 5 * 60 * 1000
 """How far before the intent's times a withdrawal is looked for (clocks differ)."""
@@ -124,6 +133,18 @@ class _Route:
 
     def payload(self) -> JsonObject:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """withdraw/create answered without an id: the answer's kind
+    (bybit_codes.Kind), what it said, its retCode if any and the wait before
+    the same request again."""
+
+    kind: Kind
+    error: str
+    ret_code: int | None
+    retry_after: float | None
 
 
 class BybitWithdrawExecutor:
@@ -234,44 +255,93 @@ class BybitWithdrawExecutor:
 
     async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
         route = self._recorded(work, prepared)
-        withdraw_id = await self._request(work, route)
+        answer = await self._ask(work, route)
+        if isinstance(answer, _Refused):
+            raise self._submit_error(work, route, answer)
         return SubmitResult(
-            withdraw_id,
-            {"withdraw_id": withdraw_id, "request_id": route.request_id, "amount": route.amount},
+            answer,
+            {"withdraw_id": answer, "request_id": route.request_id, "amount": route.amount},
         )
 
-    async def _request(self, work: NodeWork, route: _Route) -> str:
+    def _submit_error(self, work: NodeWork, route: _Route, answer: _Refused) -> ExecutorError:
+        """The dispatcher's word on a submit the venue answered without an id:
+        permanent fails the node (nothing was created); retryable and unknown
+        leave it to recovery (its intent is recorded), after the venue's wait."""
+        venue = f"venue {route.venue_key}"
+        if answer.kind is Kind.PERMANENT:
+            return ExecutorError(f"{venue} refused the withdrawal: {answer.error}", retryable=False)
+        if answer.kind is Kind.RETRYABLE:
+            return ExecutorError(
+                f"{venue} did not take the withdrawal now: {answer.error}; the same request "
+                "again after its wait",
+                retryable=True,
+                retry_after=answer.retry_after if answer.retry_after is not None else RETRY_LATER_S,
+            )
+        self._unknown(work, route, answer, "submit")
+        return ExecutorError(
+            f"{venue} answered requestId {route.request_id} with {answer.error}: whether the "
+            "withdrawal exists is unknown; left for recovery",
+            retryable=True,
+            retry_after=answer.retry_after,
+        )
+
+    @staticmethod
+    def _unknown(work: NodeWork, route: _Route, answer: _Refused, step: str) -> None:
+        event(
+            logging.WARNING,
+            "bybit_withdraw_unknown_answer",
+            network=work.network,
+            movement=work.request_id,
+            node=work.node_id,
+            step=step,
+            venue=route.venue_key,
+            request_id=route.request_id,
+            ret_code=answer.ret_code,
+            error=answer.error,
+        )
+
+    async def _ask(self, work: NodeWork, route: _Route) -> str | _Refused:
         """withdraw/create with the recorded requestId: the withdrawal's id (the
-        original one for a repeat, found by query-record after 131082)."""
+        original one for a repeated requestId), or what the venue answered
+        instead. Nothing here concludes anything from an answer without an id."""
         client = self._client(route)
+        address = await self._spelling(work, route, client)
         try:
             return await client.withdraw(
                 coin=route.coin,
                 chain=route.venue_chain,
-                address=route.recipient,
+                address=address,
                 amount=Decimal(route.amount),
                 request_id=route.request_id,
             )
         except (BybitError, BybitUnavailable) as exc:
-            disposition = classify(exc)
-            if disposition is Disposition.ALREADY_REQUESTED:
-                found = await self._search(work, route)
-                if len(found) == 1:
-                    return found[0].withdraw_id
-                raise ExecutorError(
-                    f"venue {route.venue_key} says requestId {route.request_id} was requested, "
-                    f"and query-record shows {len(found)} withdrawals that match it",
-                    retryable=True,
-                    retry_after=RETRY_LATER_S,
-                ) from None
-            if disposition is Disposition.PERMANENT:
-                code = exc.ret_code if isinstance(exc, BybitError) else None
-                known = "" if code in PERMANENT_CODES else " (a code this runner does not know)"
-                raise ExecutorError(
-                    f"venue {route.venue_key} refused the withdrawal{known}: {exc}",
-                    retryable=False,
-                ) from None
-            raise venue_error(route.venue_key, exc) from None
+            return _Refused(
+                classify(exc),
+                str(exc),
+                exc.ret_code if isinstance(exc, BybitError) else None,
+                exc.retry_after,
+            )
+
+    async def _spelling(self, work: NodeWork, route: _Route, client: BybitClient) -> str:
+        """The recipient as the venue's address book spells it (on the chain, or
+        as a universal address): withdraw/create compares the address
+        case-sensitively ("use the exact same address added in address book",
+        v5 withdraw docs), and the registry keeps EVM addresses lower-case.
+        Without such an entry, or when the book cannot be read for good (the
+        key may not list it), the node config's spelling of the same address:
+        the venue then refuses an address not on its book (131093). A book
+        not read for now: retryable, nothing requested."""
+        try:
+            book = await client.address_book(chain=route.venue_chain)
+        except (BybitError, BybitUnavailable) as exc:
+            if classify(exc) is not Kind.PERMANENT:
+                raise venue_error(route.venue_key, exc) from None
+            book = []
+        for entry in book:
+            if entry.address.lower() == route.recipient and entry.coin in (route.coin, "baseCoin"):
+                return entry.address
+        configured = str(work.node_config.get("to") or "")
+        return configured if configured.lower() == route.recipient else route.recipient
 
     async def _search(self, work: NodeWork, route: _Route) -> list[WithdrawalRecord]:
         """The venue's withdrawals that match the recorded one: its coin, chain,
@@ -425,27 +495,54 @@ class BybitWithdrawExecutor:
         route = self._recorded(work)
         withdraw_id = work.external_ref or intent.get("external_ref")
         evidence: JsonObject = {"request_id": route.request_id}
+        record: WithdrawalRecord | None = None
         if not withdraw_id and self._age_s(work, route) <= REPEAT_WINDOW_S:
             # by the recorded requestId: the venue answers a repeat with the
-            # original withdrawal (or 131082, then it is searched for), and
-            # creates it only if the first request never reached it
-            try:
-                withdraw_id = await self._request(work, route)
-            except ExecutorError as exc:
-                if exc.retryable:
-                    raise
-                # refused outright: no withdrawal exists for the requestId
-                return RecoveryResult(
-                    RecoveryOutcome.FAILED, evidence | {"problem": str(exc), "found": False}
-                )
-            evidence["requested_again"] = True
-        record: WithdrawalRecord | None = None
-        if withdraw_id:
+            # original withdrawal, and creates it only if the first request
+            # never reached it
+            answer = await self._ask(work, route)
+            if not isinstance(answer, _Refused):
+                withdraw_id = answer
+                evidence["requested_again"] = True
+            elif answer.kind is Kind.RETRYABLE:
+                raise self._submit_error(work, route, answer)
+            else:
+                # refused or unknown, the answer to a REPEATED request says
+                # nothing of the first one: the venue's records decide
+                if answer.kind is Kind.UNKNOWN:
+                    self._unknown(work, route, answer, "recover")
+                evidence["repeat_answer"] = answer.error
+                found = await self._search(work, route)
+                if len(found) == 1:
+                    record = found[0]
+                elif not found and answer.kind is Kind.PERMANENT:
+                    return RecoveryResult(
+                        RecoveryOutcome.FAILED,
+                        evidence
+                        | {
+                            "problem": f"venue {route.venue_key} refused the request "
+                            "and shows no withdrawal that matches it",
+                            "found": False,
+                        },
+                    )
+                else:
+                    return RecoveryResult(
+                        RecoveryOutcome.STILL_UNKNOWN,
+                        evidence
+                        | {
+                            "problem": f"venue {route.venue_key} answered the repeated request "
+                            f"with {answer.error}, and {len(found)} withdrawals match it: "
+                            "an operator decides",
+                            "candidates": [r.withdraw_id for r in found],
+                        },
+                        retry_after=answer.retry_after,
+                    )
+        if record is None and withdraw_id:
             try:
                 record = await self._client(route).withdrawal(str(withdraw_id))
             except (BybitError, BybitUnavailable) as exc:
                 raise venue_error(route.venue_key, exc) from None
-        else:
+        elif record is None:
             # too old to repeat the request: only what the venue shows counts
             found = await self._search(work, route)
             if len(found) == 1:

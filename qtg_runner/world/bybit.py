@@ -17,14 +17,24 @@ received, without ``?``) or the raw body bytes of a POST. Checked in this order:
     10004  signature mismatch
 
 Every answer is HTTP 200 with the v5 envelope ``{"retCode", "retMsg", "result",
-"retExtInfo", "time"}``.
+"retExtInfo", "time"}``; each code and its message come from the engine's table
+of Bybit's codes (qtg_runner.exchanges.bybit_codes, transcribed from
+https://bybit-exchange.github.io/docs/v5/error). ``inject_error`` makes the next
+requests of a path answer a code of the test's choosing (one Bybit does not
+document, say) without doing anything.
 
-Withdrawals (``POST /v5/asset/withdraw/create``): 10001 for a malformed request,
-131093 unless the address is whitelisted (``whitelist``), 131212 when the FUND
-balance is below amount + fee. The amount (and fee) leave the balance at once and
-come back on Fail or Reject. A repeated ``requestId`` answers the original id
-(``repeat_mode="original"``) or 131082 (``"error"``): the docs are silent, so
-both are here. The walk, each delay in exchange seconds times ``time_scale``:
+Withdrawals (``POST /v5/asset/withdraw/create``): 10001 for a malformed request;
+a repeated ``requestId`` answers the original id (``repeat_mode="original"``) or
+131082 (``"error"``): the docs are silent, so both are here; then 90040 within
+the documented interval (one withdrawal per chain and coin every 10 exchange
+seconds, ``set_withdraw_interval``) after the key's last one, 131093 unless the
+address is on the address book exactly as spelled (``whitelist``: Bybit compares
+it case-sensitively), 131212 when the FUND balance is below amount + fee. The
+amount (and fee) leave the balance at once and come back on Fail or Reject. The
+address book reads at ``GET /v5/asset/withdraw/query-address`` (an address
+whitelisted for any chain is a universal address, coin ``baseCoin``), the
+coin's chains at ``GET /v5/asset/coin/query-info``. The walk, each delay in
+exchange seconds times ``time_scale``:
 
     SecurityCheck --security_check_s--> Pending   (or Reject, when injected)
     Pending --pending_s--> the transfer is signed by the hot wallet and broadcast
@@ -72,6 +82,19 @@ from qtg_runner.chains.evm import (
 )
 from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
 from qtg_runner.chains.local import LOOPBACK, RunningChain
+from qtg_runner.exchanges.bybit_codes import (
+    BAD_SIGNATURE,
+    INSUFFICIENT_BALANCE,
+    INVALID_KEY,
+    NOT_WHITELISTED,
+    OUTSIDE_RECV_WINDOW,
+    PARAMETER_ERROR,
+    REPEATED_REQUEST,
+    TOO_MANY_VISITS,
+    WITHDRAW_INTERVAL,
+    WITHDRAW_INTERVAL_S,
+    lookup,
+)
 from qtg_runner.log import event
 from qtg_runner.signers import Signer
 from qtg_runner.world.json_http import JsonHandler
@@ -102,17 +125,9 @@ THIRTY_DAYS_MS = 30 * 24 * 3600 * 1000
 
 TERMINAL = frozenset({"success", "Fail", "Reject", "CancelByUser"})
 
-_MESSAGES = {
-    0: "OK",
-    10001: "params error",
-    10002: "invalid request, please check your server timestamp or recv_window param",
-    10003: "API key is invalid.",
-    10004: "error sign! origin_string",
-    10006: "Too many visits!",
-    131082: "Do not repeat the request",
-    131093: "The withdrawal address is not in the whitelist",
-    131212: "Insufficient balance",
-}
+
+def _message(code: int) -> str:
+    return "OK" if code == 0 else lookup(code).meaning
 
 
 @dataclass(frozen=True)
@@ -171,6 +186,8 @@ class BybitConfig:
     rate_limits: Mapping[str, int] = field(default_factory=lambda: {"/v5/asset/withdraw/create": 5})
     """Requests per second per key and path; paths not named get ``default_rate_limit``."""
     default_rate_limit: int = 50
+    withdraw_interval_s: float = WITHDRAW_INTERVAL_S
+    """One withdrawal per key, chain and coin within this many exchange seconds."""
     tick_s: float = 0.05
     """The back office's period, real seconds."""
 
@@ -257,7 +274,7 @@ class _Refusal(Exception):
     def __init__(self, code: int, message: str | None = None) -> None:
         super().__init__(code)
         self.code = code
-        self.message = message or _MESSAGES[code]
+        self.message = message or _message(code)
 
 
 def _fmt(value: Decimal) -> str:
@@ -288,7 +305,12 @@ class _Exchange:
         self.repeat_mode: RepeatMode = config.repeat_mode
         self.clock_offset_ms = 0
         self.balances: dict[str, Decimal] = {}
-        self.whitelist: set[tuple[str | None, str]] = set()
+        self.whitelist: dict[tuple[str | None, str], int] = {}
+        """The address book: (chain or None for any, address as spelled) -> added ms."""
+        self.last_withdrawal: dict[tuple[str, str, str], float] = {}
+        """(key, chain, coin) -> when (monotonic) its last withdrawal was made."""
+        self.withdraw_interval: float | None = None
+        """The interval in real seconds (set_withdraw_interval), else the config's."""
         self.withdrawals: dict[str, _Withdrawal] = {}
         self.by_request: dict[tuple[str, str], str] = {}
         self.deposits: dict[tuple[str, str, int], _Deposit] = {}
@@ -296,6 +318,8 @@ class _Exchange:
         self.injections: list[_Injection] = []
         self.forced_limits: list[tuple[str | None, int]] = []
         """(path or None, reset delay ms) per forced 10006, first first."""
+        self.forced_errors: list[tuple[str | None, int, str | None]] = []
+        """(path or None, retCode, message) per injected answer, first first."""
         self.windows: dict[tuple[str, str], deque[float]] = {}
         self.next_id = 10_000
         self.requests = 0
@@ -315,6 +339,13 @@ class _Exchange:
         return time.monotonic() + exchange_seconds * self.time_scale
 
     # -- rate limit (under lock) -------------------------------------------------
+
+    def forced_error(self, path: str) -> _Refusal | None:
+        for i, (forced_path, code, message) in enumerate(self.forced_errors):
+            if forced_path is None or forced_path == path:
+                del self.forced_errors[i]
+                return _Refusal(code, message)
+        return None
 
     def admit(self, key: str, path: str) -> tuple[int, int, int | None]:
         """(limit, remaining, reset ms when refused else None)."""
@@ -352,40 +383,50 @@ class _Exchange:
         request_id = body.get("requestId")
         account_type = body.get("accountType")
         if not isinstance(body.get("timestamp"), int):
-            raise _Refusal(10001, "timestamp (ms, an integer) is required")
+            raise _Refusal(PARAMETER_ERROR, "timestamp (ms, an integer) is required")
         if coin != "USDC":
-            raise _Refusal(10001, f"coin {coin!r} is not supported (USDC only)")
+            raise _Refusal(PARAMETER_ERROR, f"coin {coin!r} is not supported (USDC only)")
         if not isinstance(chain_name, str) or chain_name not in self.chains:
-            raise _Refusal(10001, f"chain {chain_name!r} is not supported")
+            raise _Refusal(PARAMETER_ERROR, f"chain {chain_name!r} is not supported")
         if account_type not in ("FUND", "UTA"):
-            raise _Refusal(10001, "accountType is required: FUND or UTA")
+            raise _Refusal(PARAMETER_ERROR, "accountType is required: FUND or UTA")
         if not isinstance(address, str) or not address:
-            raise _Refusal(10001, "address is required")
+            raise _Refusal(PARAMETER_ERROR, "address is required")
         if not isinstance(amount_text, str):
-            raise _Refusal(10001, "amount is a string")
+            raise _Refusal(PARAMETER_ERROR, "amount is a string")
         try:
             amount = Decimal(amount_text)
         except InvalidOperation:
-            raise _Refusal(10001, f"amount {amount_text!r} is not a number") from None
+            raise _Refusal(PARAMETER_ERROR, f"amount {amount_text!r} is not a number") from None
         if not amount.is_finite() or amount <= 0 or amount.as_tuple().exponent < -USDC_DECIMALS:  # type: ignore[operator]
-            raise _Refusal(10001, f"amount {amount_text!r}: positive, at most 6 decimals")
+            raise _Refusal(PARAMETER_ERROR, f"amount {amount_text!r}: positive, at most 6 decimals")
         if request_id is not None and (
             not isinstance(request_id, str)
             or not (1 <= len(request_id) <= 32)
             or not request_id.isascii()
             or not request_id.isalnum()
         ):
-            raise _Refusal(10001, "requestId is 1-32 letters and digits")
+            raise _Refusal(PARAMETER_ERROR, "requestId is 1-32 letters and digits")
         if request_id is not None and (key, request_id) in self.by_request:
             if self.repeat_mode == "error":
-                raise _Refusal(131082)
+                raise _Refusal(REPEATED_REQUEST)
             return {"id": self.by_request[(key, request_id)]}
+        interval = (
+            self.withdraw_interval
+            if self.withdraw_interval is not None
+            else self.config.withdraw_interval_s * self.time_scale
+        )
+        last = self.last_withdrawal.get((key, chain_name, coin))
+        if last is not None and time.monotonic() - last < interval:
+            raise _Refusal(WITHDRAW_INTERVAL)
+        # the address book compares the address as spelled (Bybit: "the address
+        # is case sensitive, so use the exact same address added in address book")
         if (chain_name, address) not in self.whitelist and (None, address) not in self.whitelist:
-            raise _Refusal(131093)
+            raise _Refusal(NOT_WHITELISTED)
         chain = self.chains[chain_name]
         total = amount + chain.withdraw_fee
         if self.balances.get(coin, Decimal(0)) < total:
-            raise _Refusal(131212)
+            raise _Refusal(INSUFFICIENT_BALANCE)
         self.balances[coin] -= total
         now_ms = self.server_ms()
         wid = str(self.next_id)
@@ -407,6 +448,7 @@ class _Exchange:
         )
         if request_id:
             self.by_request[(key, request_id)] = wid
+        self.last_withdrawal[(key, chain_name, coin)] = time.monotonic()
         event(logging.INFO, "bybit_double_withdrawal", id=wid, chain=chain_name, amount=amount)
         return {"id": wid}
 
@@ -425,9 +467,9 @@ def _window(query: Mapping[str, str], now_ms: int) -> tuple[int, int]:
         end = int(query["endTime"]) if "endTime" in query else now_ms
         start = int(query["startTime"]) if "startTime" in query else end - THIRTY_DAYS_MS
     except ValueError:
-        raise _Refusal(10001, "startTime and endTime are integers (ms)") from None
+        raise _Refusal(PARAMETER_ERROR, "startTime and endTime are integers (ms)") from None
     if start > end or end - start > THIRTY_DAYS_MS:
-        raise _Refusal(10001, "endTime - startTime must be within 30 days")
+        raise _Refusal(PARAMETER_ERROR, "endTime - startTime must be within 30 days")
     return start, end
 
 
@@ -436,9 +478,11 @@ def _page(rows: list[dict[str, Any]], query: Mapping[str, str]) -> dict[str, Any
         limit = int(query.get("limit", "50"))
         offset = int(query["cursor"]) if query.get("cursor") else 0
     except ValueError:
-        raise _Refusal(10001, "limit is an integer and cursor one this server gave") from None
+        raise _Refusal(
+            PARAMETER_ERROR, "limit is an integer and cursor one this server gave"
+        ) from None
     if not 1 <= limit <= 50 or offset < 0:
-        raise _Refusal(10001, "limit is 1-50")
+        raise _Refusal(PARAMETER_ERROR, "limit is 1-50")
     chunk = rows[offset : offset + limit]
     more = offset + limit < len(rows)
     return {"rows": chunk, "nextPageCursor": str(offset + limit) if more else ""}
@@ -472,7 +516,7 @@ def _deposit_records(ex: _Exchange, query: Mapping[str, str]) -> dict[str, Any]:
 
 def _deposit_address(ex: _Exchange, query: Mapping[str, str]) -> dict[str, Any]:
     if query.get("coin") != "USDC":
-        raise _Refusal(10001, "coin: USDC only")
+        raise _Refusal(PARAMETER_ERROR, "coin: USDC only")
     wanted = query.get("chainType")
     chains = [
         {
@@ -489,9 +533,65 @@ def _deposit_address(ex: _Exchange, query: Mapping[str, str]) -> dict[str, Any]:
     return {"coin": "USDC", "chains": chains}
 
 
+def _address_book(ex: _Exchange, query: Mapping[str, str]) -> dict[str, Any]:
+    """The withdrawal address book as GET /v5/asset/withdraw/query-address
+    lists it: an address for one chain is a regular address (coin USDC), one
+    for any chain a universal address (coin baseCoin) on each chain; ``coin``
+    baseCoin lists the universal ones, another coin its regular ones, ``chain``
+    both kinds on that chain."""
+    coin, chain = query.get("coin"), query.get("chain")
+    if query.get("addressType", "0") not in ("0", "2"):
+        return {"rows": [], "nextPageCursor": ""}
+    rows: list[dict[str, Any]] = []
+    for (on, address), added_ms in ex.whitelist.items():
+        for name in [on] if on is not None else list(ex.chains):
+            row_coin = "USDC" if on is not None else "baseCoin"
+            if coin not in (None, row_coin) or chain not in (None, name):
+                continue
+            rows.append(
+                {
+                    "coin": row_coin,
+                    "chain": name,
+                    "address": address,
+                    "tag": "",
+                    "remark": "" if on is not None else "Universal Address",
+                    "status": 0,
+                    "addressType": 0,
+                    "verified": 1,
+                    "createAt": str(added_ms // 1000),
+                }
+            )
+    return _page(rows, query)
+
+
+def _coin_info(ex: _Exchange, query: Mapping[str, str]) -> dict[str, Any]:
+    """GET /v5/asset/coin/query-info: USDC on each chain, open both ways."""
+    if query.get("coin", "USDC") != "USDC":
+        return {"rows": []}
+    chains = [
+        {
+            "chain": c.name,
+            "chainType": c.name,
+            "confirmation": str(c.deposit_confirmations),
+            "withdrawFee": _fmt(c.withdraw_fee),
+            "depositMin": "0",
+            "withdrawMin": "0.000001",
+            "minAccuracy": str(USDC_DECIMALS),
+            "chainDeposit": "1",
+            "chainWithdraw": "1",
+            "withdrawPercentageFee": "0",
+            "contractAddress": c.usdc,
+            "safeConfirmNumber": str(c.deposit_confirmations),
+            "withdrawMax": "-1",
+        }
+        for c in ex.chains.values()
+    ]
+    return {"rows": [{"name": "USDC", "coin": "USDC", "remainAmount": "", "chains": chains}]}
+
+
 def _balance(ex: _Exchange, query: Mapping[str, str]) -> dict[str, Any]:
     if query.get("accountType") not in ("FUND", "UNIFIED"):
-        raise _Refusal(10001, "accountType: FUND or UNIFIED")
+        raise _Refusal(PARAMETER_ERROR, "accountType: FUND or UNIFIED")
     coins = [c for c in query.get("coin", "USDC").split(",") if c]
     rows = [
         {
@@ -507,6 +607,8 @@ def _balance(ex: _Exchange, query: Mapping[str, str]) -> dict[str, Any]:
 
 _GET_ROUTES = {
     "/v5/asset/withdraw/query-record",
+    "/v5/asset/withdraw/query-address",
+    "/v5/asset/coin/query-info",
     "/v5/asset/deposit/query-record",
     "/v5/asset/deposit/query-address",
     "/v5/asset/transfer/query-account-coins-balance",
@@ -522,7 +624,7 @@ def _handler(ex: _Exchange) -> type[BaseHTTPRequestHandler]:
         ) -> None:
             envelope = {
                 "retCode": code,
-                "retMsg": message or _MESSAGES.get(code, "error"),
+                "retMsg": message or _message(code),
                 "result": result if result is not None else {},
                 "retExtInfo": {},
                 "time": ex.server_ms(),
@@ -550,7 +652,7 @@ def _handler(ex: _Exchange) -> type[BaseHTTPRequestHandler]:
                 key = self.headers.get("X-BAPI-API-KEY") or ""
                 secret = ex.secret_of(key)
                 if secret is None:
-                    raise _Refusal(10003)
+                    raise _Refusal(INVALID_KEY)
                 with ex.lock:
                     limit, remaining, reset_ms = ex.admit(key, parts.path)
                     now_ms = ex.server_ms()
@@ -560,16 +662,16 @@ def _handler(ex: _Exchange) -> type[BaseHTTPRequestHandler]:
                     "X-Bapi-Limit-Reset-Timestamp": str(reset_ms or now_ms),
                 }
                 if reset_ms is not None:
-                    raise _Refusal(10006)
+                    raise _Refusal(TOO_MANY_VISITS)
                 timestamp = self.headers.get("X-BAPI-TIMESTAMP") or ""
                 recv_window = self.headers.get("X-BAPI-RECV-WINDOW") or ""
                 try:
                     ts = int(timestamp)
                     window = int(recv_window) if recv_window else 5000
                 except ValueError:
-                    raise _Refusal(10002) from None
+                    raise _Refusal(OUTSIDE_RECV_WINDOW) from None
                 if not (now_ms - window <= ts < now_ms + 1000):
-                    raise _Refusal(10002)
+                    raise _Refusal(OUTSIDE_RECV_WINDOW)
                 payload = parts.query.encode() if method == "GET" else raw
                 expected = hmac.new(
                     secret.encode(),
@@ -578,7 +680,11 @@ def _handler(ex: _Exchange) -> type[BaseHTTPRequestHandler]:
                 ).hexdigest()
                 given = self.headers.get("X-BAPI-SIGN") or ""
                 if not hmac.compare_digest(expected, given.lower()):
-                    raise _Refusal(10004)
+                    raise _Refusal(BAD_SIGNATURE)
+                with ex.lock:
+                    forced = ex.forced_error(parts.path)
+                if forced is not None:
+                    raise forced
                 result = self._route(method, parts.path, parts.query, raw, key)
             except _Refusal as refusal:
                 self._answer(refusal.code, None, headers, refusal.message)
@@ -590,9 +696,9 @@ def _handler(ex: _Exchange) -> type[BaseHTTPRequestHandler]:
                 try:
                     body = json.loads(raw)
                 except ValueError:
-                    raise _Refusal(10001, "the body is not JSON") from None
+                    raise _Refusal(PARAMETER_ERROR, "the body is not JSON") from None
                 if not isinstance(body, dict):
-                    raise _Refusal(10001, "the body is a JSON object")
+                    raise _Refusal(PARAMETER_ERROR, "the body is a JSON object")
                 with ex.lock:
                     return ex.withdraw(key, body)
             query = dict(parse_qsl(query_text, keep_blank_values=True))
@@ -603,6 +709,10 @@ def _handler(ex: _Exchange) -> type[BaseHTTPRequestHandler]:
                     return _deposit_records(ex, query)
                 if path == "/v5/asset/deposit/query-address":
                     return _deposit_address(ex, query)
+                if path == "/v5/asset/withdraw/query-address":
+                    return _address_book(ex, query)
+                if path == "/v5/asset/coin/query-info":
+                    return _coin_info(ex, query)
                 return _balance(ex, query)
 
         def do_GET(self) -> None:
@@ -816,9 +926,10 @@ class BybitHandle:
     # -- controls -------------------------------------------------------------
 
     def whitelist(self, address: str, chain: str | None = None) -> None:
-        """Add ``address`` to the withdrawal address book (for ``chain``, or any)."""
+        """Add ``address`` to the withdrawal address book (for ``chain``, or any),
+        spelled as given: a withdrawal must name it in the same case."""
         with self._ex.lock:
-            self._ex.whitelist.add((chain, address))
+            self._ex.whitelist.setdefault((chain, address), self._ex.server_ms())
 
     def credit(self, amount: Decimal, coin: str = "USDC") -> None:
         """Add ``amount`` to the FUND balance (as an internal transfer would)."""
@@ -853,6 +964,24 @@ class BybitHandle:
         10006 with a reset ``reset_in_ms`` after the server's now."""
         with self._ex.lock:
             self._ex.forced_limits.extend([(path, reset_in_ms)] * count)
+
+    def inject_error(
+        self, code: int, *, count: int = 1, path: str | None = None, message: str | None = None
+    ) -> None:
+        """The next ``count`` authenticated requests (to ``path``, or any) answer
+        retCode ``code`` (with ``message``, else the table's) and do nothing."""
+        if code == 0 or count < 1:
+            raise ValueError(f"an injected answer is an error, count >= 1: {code}, {count}")
+        with self._ex.lock:
+            self._ex.forced_errors.extend([(path, code, message)] * count)
+
+    def set_withdraw_interval(self, real_seconds: float | None) -> None:
+        """The withdrawal interval per key, chain and coin in real seconds; None:
+        the config's (exchange seconds times the time scale)."""
+        if real_seconds is not None and real_seconds < 0:
+            raise ValueError(f"an interval is not negative: {real_seconds}")
+        with self._ex.lock:
+            self._ex.withdraw_interval = real_seconds
 
     def set_clock_offset(self, offset_ms: int) -> None:
         """Move the server's clock (for the recv window) by ``offset_ms``."""

@@ -1,8 +1,10 @@
 """The Bybit v5 client against the fake exchange over loopback, without a chain:
 the signature over the exact bytes, the recv window, the refusals a withdrawal
-can meet before anything moves, the rate limit and its retry hint, the repeated
-requestId in both modes, the error classification, and the API secret kept out
-of every log line, repr and error. (The walk on chain and the deposits:
+can meet before anything moves, the rate limit and its retry hint, the
+withdrawal interval, the repeated requestId in both modes, the address book
+compared in the address's case, coin info, the classification from the table
+of codes (an unknown code is unknown, never permanent), and the API secret
+kept out of every log line, repr and error. (The walk on chain and the deposits:
 tests/chains/test_bybit_double.py.)
 
 The exchange's one chain points at a closed port: withdrawals stay in
@@ -21,15 +23,16 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from qtg_runner.exchanges import bybit_codes
 from qtg_runner.exchanges.bybit import (
     BybitClient,
     BybitError,
     BybitUnavailable,
-    Disposition,
     classify,
     request_id_for,
     sign,
 )
+from qtg_runner.exchanges.bybit_codes import Kind
 from qtg_runner.world.bybit import BybitChain, BybitConfig, BybitHandle, serve
 
 KEY = "testkey1"
@@ -121,13 +124,13 @@ def test_the_signature_covers_the_exact_query_string(exchange: BybitHandle) -> N
 def test_a_wrong_secret_is_a_bad_signature(exchange: BybitHandle) -> None:
     error = refused(lambda c: c.fund_balance("USDC"), exchange.url, secret="not-the-secret")
     assert error.ret_code == 10004
-    assert classify(error) is Disposition.PERMANENT
+    assert classify(error) is Kind.PERMANENT
 
 
 def test_an_unknown_key_is_refused(exchange: BybitHandle) -> None:
     error = refused(lambda c: c.fund_balance("USDC"), exchange.url, key="nobody")
     assert error.ret_code == 10003
-    assert classify(error) is Disposition.PERMANENT
+    assert classify(error) is Kind.PERMANENT
 
 
 def test_the_recv_window(exchange: BybitHandle) -> None:
@@ -135,7 +138,7 @@ def test_the_recv_window(exchange: BybitHandle) -> None:
     url = exchange.url
     stale = refused(lambda c: c.fund_balance("USDC"), url, clock=lambda: time.time() - 6)
     assert stale.ret_code == 10002
-    assert classify(stale) is Disposition.RETRYABLE
+    assert classify(stale) is Kind.RETRYABLE
     ahead = refused(lambda c: c.fund_balance("USDC"), url, clock=lambda: time.time() + 2)
     assert ahead.ret_code == 10002
     # a wider window takes the same stale timestamp
@@ -152,7 +155,7 @@ def test_an_address_off_the_whitelist_is_refused(exchange: BybitHandle) -> None:
     exchange.credit(Decimal(100))
     error = refused(withdraw(), exchange.url)
     assert error.ret_code == 131093
-    assert classify(error) is Disposition.PERMANENT
+    assert classify(error) is Kind.PERMANENT
     assert exchange.balance() == Decimal(100)
     # whitelisted for another chain only: still refused
     exchange.whitelist(ADDRESS, chain="elsewhere")
@@ -164,7 +167,7 @@ def test_more_than_the_balance_is_refused(exchange: BybitHandle) -> None:
     exchange.credit(Decimal("9.999999"))
     error = refused(withdraw("10"), exchange.url)
     assert error.ret_code == 131212
-    assert classify(error) is Disposition.PERMANENT
+    assert classify(error) is Kind.PERMANENT
     assert exchange.balance() == Decimal("9.999999")
     run(withdraw("9.999999"), exchange.url)
     assert exchange.balance() == Decimal(0)
@@ -193,14 +196,77 @@ def test_a_repeated_request_id(exchange: BybitHandle, mode: Any) -> None:
     else:
         error = refused(withdraw("30", request_id=request_id), exchange.url)
         assert error.ret_code == 131082
-        assert classify(error) is Disposition.ALREADY_REQUESTED
+        # it says the requestId was used, not whether a withdrawal exists
+        assert classify(error) is Kind.UNKNOWN
     # one withdrawal either way: one debit, one row
     assert exchange.balance() == Decimal(70)
     page = run(lambda c: c.withdrawals(coin="USDC"), exchange.url)
     assert [r.withdraw_id for r in page.rows] == [first]
-    # another requestId is another withdrawal
+    # another requestId is another withdrawal, once the interval has passed
+    exchange.set_withdraw_interval(0)
     assert run(withdraw("30", request_id=request_id_for("intent-43")), exchange.url) != first
     assert exchange.balance() == Decimal(40)
+
+
+def test_one_withdrawal_per_chain_and_coin_within_the_interval(exchange: BybitHandle) -> None:
+    """withdraw/create docs: "you can only withdraw once every 10 seconds per
+    chain/coin combination". Within it the venue answers 90040, retryable after
+    the documented 10 s; a repeat of the same requestId still answers the
+    original id; nothing moves."""
+    exchange.whitelist(ADDRESS)
+    exchange.credit(Decimal(100))
+    first = run(withdraw("1", request_id="first1"), exchange.url)
+    error = refused(withdraw("2", request_id="second2"), exchange.url)
+    assert error.ret_code == bybit_codes.WITHDRAW_INTERVAL
+    assert classify(error) is Kind.RETRYABLE and error.retry_after == 10.0
+    assert exchange.balance() == Decimal(99)
+    assert run(withdraw("1", request_id="first1"), exchange.url) == first
+    exchange.set_withdraw_interval(0)
+    assert run(withdraw("2", request_id="second2"), exchange.url) != first
+    assert exchange.balance() == Decimal(97)
+
+
+def test_the_address_book_is_compared_in_the_addresss_case(exchange: BybitHandle) -> None:
+    """Bybit: "the address is case sensitive, so use the exact same address
+    added in address book". The book lists the address as it was added."""
+    checksummed = "0x" + "cD" * 20
+    exchange.whitelist(checksummed, chain=CHAIN)
+    exchange.whitelist(ADDRESS)  # any chain: a universal address
+    exchange.credit(Decimal(10))
+    assert refused(withdraw(address=checksummed.lower()), exchange.url).ret_code == 131093
+    book = run(lambda c: c.address_book(chain=CHAIN), exchange.url)
+    assert [(e.coin, e.chain, e.address) for e in book] == [
+        ("USDC", CHAIN, checksummed),
+        ("baseCoin", CHAIN, ADDRESS),
+    ]
+    assert run(lambda c: c.address_book(coin="baseCoin"), exchange.url)[0].address == ADDRESS
+    wid = run(withdraw("1", address=checksummed), exchange.url)
+    record = run(lambda c: c.withdrawal(wid), exchange.url)
+    assert record is not None and record.to_address == checksummed
+
+
+def test_coin_info(exchange: BybitHandle) -> None:
+    [chain] = run(lambda c: c.coin_info("USDC"), exchange.url)
+    assert (chain.chain, chain.withdraw_open, chain.deposit_open) == (CHAIN, True, True)
+    assert (chain.withdraw_fee, chain.withdraw_min, chain.withdraw_max) == (
+        Decimal(0),
+        Decimal("0.000001"),
+        None,
+    )
+    assert chain.min_accuracy == 6 and chain.contract_address == "0x" + "11" * 20
+    assert run(lambda c: c.coin_info("BTC"), exchange.url) == []
+
+
+def test_an_answer_the_table_does_not_know_is_unknown(exchange: BybitHandle) -> None:
+    """A code missing from the table says nothing of what happened: UNKNOWN,
+    never PERMANENT, and the venue did nothing."""
+    exchange.whitelist(ADDRESS)
+    exchange.credit(Decimal(10))
+    exchange.inject_error(199_999, path="/v5/asset/withdraw/create", message="something new")
+    error = refused(withdraw("1"), exchange.url)
+    assert (error.ret_code, error.message) == (199_999, "something new")
+    assert classify(error) is Kind.UNKNOWN and error.retry_after is None
+    assert exchange.balance() == Decimal(10)
 
 
 def test_the_rate_limit_gives_a_retry_hint(exchange: BybitHandle) -> None:
@@ -222,7 +288,7 @@ def test_the_rate_limit_gives_a_retry_hint(exchange: BybitHandle) -> None:
     assert codes == [131093] * 5 + [10006]
     limited = results[-1]
     assert isinstance(limited, BybitError)
-    assert classify(limited) is Disposition.RETRYABLE
+    assert classify(limited) is Kind.RETRYABLE
     assert limited.retry_after is not None and 0 < limited.retry_after <= 1.0
 
     exchange.inject_rate_limit(
@@ -252,13 +318,51 @@ def test_the_rate_limit_headers_are_on_every_answer(exchange: BybitHandle) -> No
 
 
 def test_classify() -> None:
-    assert classify(BybitUnavailable("timeout")) is Disposition.RETRYABLE
-    assert classify(httpx.ConnectError("refused")) is Disposition.RETRYABLE
-    assert classify(BybitError(10006, "Too many visits!", 1.0)) is Disposition.RETRYABLE
-    assert classify(BybitError(131082, "Do not repeat")) is Disposition.ALREADY_REQUESTED
-    for code in (10001, 10003, 10004, 131093, 131212, 999999):
-        assert classify(BybitError(code, "x")) is Disposition.PERMANENT
-    assert classify(ValueError("bad amount")) is Disposition.PERMANENT
+    # no answer: the request may have been applied
+    assert classify(BybitUnavailable("timeout")) is Kind.UNKNOWN
+    assert classify(httpx.ConnectError("refused")) is Kind.UNKNOWN
+    assert classify(BybitUnavailable("HTTP 502", status=502)) is Kind.UNKNOWN
+    # never sent, or a status that says it was not taken
+    assert classify(BybitUnavailable("circuit open", sent=False)) is Kind.RETRYABLE
+    assert classify(BybitUnavailable("HTTP 429", status=429)) is Kind.RETRYABLE
+    assert classify(BybitError(10006, "Too many visits!", 1.0)) is Kind.RETRYABLE
+    assert classify(BybitError(90040, "Please wait")) is Kind.RETRYABLE
+    for code in (10000, 10014, 10016, 131082, 999999):
+        assert classify(BybitError(code, "x")) is Kind.UNKNOWN
+    for code in (10001, 10003, 10004, 131093, 131212):
+        assert classify(BybitError(code, "x")) is Kind.PERMANENT
+    assert classify(ValueError("bad amount")) is Kind.PERMANENT
+
+
+def test_the_table_of_codes() -> None:
+    """One row per code, each with Bybit's words and a kind; the waits where
+    the docs give them; 131228/131229/131232 are the transfer's, not here."""
+    codes = bybit_codes.CODES
+    assert all(row.code == code and row.meaning for code, row in codes.items())
+    assert codes[10006].reset_header and codes[10006].kind is Kind.RETRYABLE
+    assert codes[90040].wait_s == 10.0 and codes[10002].wait_s == 0
+    assert bybit_codes.HTTP_STATUSES[403].wait_s == 600
+    assert not {131228, 131229, 131232} & set(codes)
+    assert bybit_codes.lookup(123).kind is Kind.UNKNOWN
+
+
+def test_an_http_status_carries_its_documented_wait() -> None:
+    def ban(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(403, text="access too frequent")
+
+    async def go() -> BybitUnavailable:
+        transport = httpx.MockTransport(ban)
+        async with (
+            httpx.AsyncClient(transport=transport) as http,
+            BybitClient("http://bybit.invalid", KEY, SECRET, client=http) as client,
+        ):
+            with pytest.raises(BybitUnavailable) as info:
+                await client.fund_balance("USDC")
+            return info.value
+
+    error = asyncio.run(go())
+    assert (error.status, error.retry_after, classify(error)) == (403, 600, Kind.RETRYABLE)
+    assert SECRET not in str(error)
 
 
 def test_request_id_for() -> None:
@@ -275,7 +379,7 @@ def test_an_unreachable_exchange_is_unavailable() -> None:
     with pytest.raises(BybitUnavailable) as info:
         run(lambda c: c.fund_balance("USDC"), "http://127.0.0.1:9")
     error = info.value
-    assert classify(error) is Disposition.RETRYABLE
+    assert classify(error) is Kind.UNKNOWN
 
 
 def test_the_secret_is_never_shown(exchange: BybitHandle, caplog: pytest.LogCaptureFixture) -> None:

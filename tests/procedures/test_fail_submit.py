@@ -124,6 +124,23 @@ def test_retryable_failure_after_prepare_with_a_side_effect_is_unknown(conn: Con
     assert set(recovery_claims(conn)) == {node_id}
 
 
+def test_retryable_failure_after_prepare_waits_for_the_hint_before_recovery(conn: Conn) -> None:
+    """The outside world said when to ask again (an exchange's rate-limit
+    reset): recovery, which repeats the recorded request, takes the node only
+    then."""
+    movement_id = create_started(conn, ONE, "m1")
+    node_id = node_ids(conn, movement_id)["a"]
+    claimed = claim_of(conn, node_id)
+    prepare(conn, claimed)
+    assert fail(conn, claimed, retryable=True, after=9) == "UNKNOWN"
+    row = node_row(conn, node_id)
+    assert (row["not_before"], row["lease_until"]) == (None, time_at(9))
+    pin_clock(conn, iso_at(8))
+    assert recovery_claims(conn) == {}
+    pin_clock(conn, iso_at(9))
+    assert set(recovery_claims(conn)) == {node_id}
+
+
 @pytest.mark.usefixtures("nosfx_executor")
 def test_retryable_failure_after_prepare_without_a_side_effect_retries(conn: Conn) -> None:
     movement_id = create_started(conn, plan(node("a", executor="nosfx")), "m1")

@@ -7,6 +7,8 @@
 --   requested meanwhile the node is SKIPPED.
 --   retryable, but the intent was PREPARED (a broadcast may have happened):
 --   UNKNOWN, for recovery to decide from evidence; never a blind retry.
+--   Recovery takes it at once, or after p_retry_after_seconds (the outside
+--   world's own wait, e.g. an exchange's rate-limit reset).
 --   permanent: FAILED (the executor asserts nothing went out), and the DAG
 --   skips what depended on it.
 -- A claim whose intent was never PREPARED gives back the day's value usage it
@@ -55,7 +57,9 @@ BEGIN
        SET node_state       = v_to,
            last_error       = p_error,
            not_before       = CASE WHEN v_to = 'READY' THEN v_now + make_interval(secs => v_backoff::double precision) END,
-           lease_until      = CASE WHEN v_to = 'UNKNOWN' THEN v_now END,
+           lease_until      = CASE WHEN v_to = 'UNKNOWN'
+                                   THEN v_now + make_interval(secs => coalesce(p_retry_after_seconds, 0)::double precision)
+                              END,
            finished_at      = CASE WHEN v_to IN ('FAILED', 'SKIPPED') THEN v_now END,
            claimer_worker   = NULL,   -- the claim ends, and its worker lived to report
            claimer_instance = NULL,
