@@ -144,6 +144,16 @@ def _dsn() -> str:
     return dsn
 
 
+def _dsn_of(login: str | None) -> tuple[str, str | None]:
+    """The admin's DSN, or with ``login`` that login's on the same server, without
+    a password; and the password QTG_DATABASE_URL carried, if it did."""
+    dsn = _dsn()
+    if login is not None:
+        dsn = login_dsn(dsn, login, load_settings())
+    password = conninfo_to_dict(dsn).get("password")
+    return without_password(dsn)[0], None if password is None else str(password)
+
+
 @db_app.command("url")
 def url_cmd(
     login: Annotated[
@@ -164,12 +174,8 @@ def url_cmd(
     a password in QTG_DATABASE_URL is left out (and said so on stderr).
     """
     with cli_errors():
-        settings = load_settings()
-        dsn = _dsn()
-        if login is not None:
-            dsn = login_dsn(dsn, login, settings)
-        dsn, had_password = without_password(dsn)
-    if had_password:
+        dsn, password = _dsn_of(login)
+    if password is not None:
         typer.echo(
             "qtg: note: the password in QTG_DATABASE_URL is left out; give it to libpq "
             "another way (a pgpass file, passfile=...)",
@@ -197,14 +203,12 @@ def psql_cmd(
     from qtg_runner.db.embedded import bin_dir
 
     with cli_errors():
-        settings = load_settings()
-        dsn = _dsn()
-        if login is not None:
-            dsn = login_dsn(dsn, login, settings)
-        dsn, _ = without_password(dsn)
+        dsn, password = _dsn_of(login)
         psql = str(bin_dir() / "psql")
     sys.stdout.flush()
-    os.execv(psql, [psql, dsn, *ctx.args])
+    # a password QTG_DATABASE_URL carries goes to psql in its environment, never its argv
+    env = os.environ if password is None else {**os.environ, "PGPASSWORD": password}
+    os.execve(psql, [psql, dsn, *ctx.args], env)
 
 
 @db_app.command("migrate")
