@@ -8,7 +8,10 @@ Refusals: QT032 a recipient neither treasury nor allow-listed where the money
 lands (an address allowed only on the source chain is not enough), QT014 a
 chain without its CCTP row or a sender that is no treasury account, QT002 the
 same chain on both sides or an amount over CCTP's 10M USDC a burn; each reads
-only, so a refusal changes nothing."""
+only, so a refusal changes nothing. A mint's bytes and payload are of its
+burn's message nonce, whatever else it signs; and a mint that reverted past
+its message's expirationBlock (and only that) may be tried again by recovery
+(NOT_SUBMITTED), with the message re-attested at the same nonce."""
 
 from __future__ import annotations
 
@@ -18,9 +21,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from engine import approve, assert_rejected, create, node, node_ids, plan
+from engine import approve, assert_rejected, create, node, node_ids, pin_clock, plan
 from evm_rows import FEES, call
-from rows import Conn
+from rows import Conn, recovery_claims
 
 from qtg_runner.chains.cctp import BurnBody, CctpMessage
 from qtg_runner.chains.cctp_client import deposit_for_burn_calldata, receive_message_calldata
@@ -36,6 +39,9 @@ STRANGER = "0x" + "5a" * 20
 USDC_A, USDC_B = "0x" + "1" * 40, "0x" + "2" * 40
 MESSENGER_A, MESSENGER_B = "0x" + "3" * 40, "0x" + "4" * 40
 TRANSMITTER_A, TRANSMITTER_B = "0x" + "6" * 40, "0x" + "7" * 40
+NONCE = b"\x07" * 32
+"""The nonce of the burn's attested message (its evidence's)."""
+BURNT = json.dumps({"nonce": "0x" + NONCE.hex()})
 
 
 @pytest.fixture
@@ -294,6 +300,8 @@ def mint_message(route: Any, **change: Any) -> bytes:
         "burn_token": route.source_token,
         "mint_recipient": route.mint_recipient,
         "amount": int(route.amount_units),
+        "nonce": NONCE,
+        "expiration_block": 0,
     } | change
 
     def word(address: str) -> bytes:
@@ -301,10 +309,10 @@ def mint_message(route: Any, **change: Any) -> bytes:
 
     body = BurnBody(
         1, word(fields["burn_token"]), word(fields["mint_recipient"]), fields["amount"],
-        word(TREASURY), int(route.max_fee_units), 0, 0, b"",
+        word(TREASURY), int(route.max_fee_units), 0, fields["expiration_block"], b"",
     ).encode()  # fmt: skip
     message = CctpMessage(
-        1, fields["source_domain"], fields["destination_domain"], b"\x07" * 32,
+        1, fields["source_domain"], fields["destination_domain"], fields["nonce"],
         word(route.source_token_messenger), word(route.token_messenger), bytes(32),
         1000, 1000, body,
     ).encode()  # fmt: skip
@@ -318,6 +326,7 @@ def mint_message(route: Any, **change: Any) -> bytes:
         {"amount": 1},
         {"source_domain": 102},
         {"burn_token": "0x" + "9" * 40},
+        {"nonce": b"\x08" * 32},  # another message than the burn's, however attested
         {"to": MESSENGER_B},
     ],
     ids=lambda f: next(iter(f)),
@@ -327,11 +336,13 @@ def test_a_mint_records_only_a_receive_of_its_routes_burn(
 ) -> None:
     """A mint's signed bytes receive a burn message from the route's source
     domain that pays the route's recipient the route's amount of the source's
-    USDC, on the destination's transmitter; anything else is refused."""
+    USDC, at the nonce its burn's evidence shows, on the destination's
+    transmitter; anything else is refused."""
     c = claimed(registry, "forged-mint-" + next(iter(forged)))
     burn = c["ids"]["burn"]
     registry.execute(
-        "SELECT complete_submit(%s, %s, 'burnt', p_settled => true)", (burn, c["secret"])
+        "SELECT complete_submit(%s, %s, 'burnt', %s::jsonb, p_settled => true)",
+        (burn, c["secret"], BURNT),
     )
     [mint] = procs.claim_ready_nodes("w1", 1, 300).all(registry)
     route = procs.cctp_mint_route(mint.node_id).one(registry)
@@ -356,6 +367,7 @@ def test_a_mint_records_only_a_receive_of_its_routes_burn(
         {"source_domain": 102},
         {"fee_executed": "2501"},  # above the route's maxFee: observation would expect less
         {"fee_executed": "-1"},
+        {"message_nonce": "0x" + "08" * 32},
         {"rpc_url_env": "QTG_RPC_CHAIN_A"},
     ],
     ids=lambda f: f"{next(iter(f))}={next(iter(f.values()))}",
@@ -366,14 +378,16 @@ def test_a_mints_payload_is_its_route_or_refused(registry: Conn, forged: dict[st
     one is refused beside the honest receiveMessage (QT032)."""
     c = claimed(registry, "forged-mint-payload-" + next(iter(forged)) + str(forged))
     registry.execute(
-        "SELECT complete_submit(%s, %s, 'burnt', p_settled => true)",
-        (c["ids"]["burn"], c["secret"]),
+        "SELECT complete_submit(%s, %s, 'burnt', %s::jsonb, p_settled => true)",
+        (c["ids"]["burn"], c["secret"], BURNT),
     )
     [mint] = procs.claim_ready_nodes("w1", 1, 300).all(registry)
     route = procs.cctp_mint_route(mint.node_id).one(registry)
     honest = MintRoute.from_row(route).payload() | {
         "message_nonce": "0x" + "07" * 32,
         "fee_executed": "0",
+        "expiration_block": "0",
+        "reattested": False,
         "source_tx_hash": "0x" + "ab" * 32,
         "search_from_block": 10,
         "gas": 200_000,
@@ -391,3 +405,101 @@ def test_a_mints_payload_is_its_route_or_refused(registry: Conn, forged: dict[st
         RECORD,
         (mint.node_id, mint.claim_secret, 0, tx_hash, json.dumps(honest), "chain-b", TREASURY, raw),
     )
+
+
+def test_a_burn_without_a_message_nonce_gets_no_mint_signed(registry: Conn) -> None:
+    """The burn's evidence names no nonce (edited, or never attested): no
+    receiveMessage is recorded for its mint, whatever message it carries."""
+    c = claimed(registry, "no-nonce")
+    registry.execute(
+        "SELECT complete_submit(%s, %s, 'burnt', '{}'::jsonb, p_settled => true)",
+        (c["ids"]["burn"], c["secret"]),
+    )
+    [mint] = procs.claim_ready_nodes("w1", 1, 300).all(registry)
+    route = procs.cctp_mint_route(mint.node_id).one(registry)
+    tx_hash, raw = call(2, 0, TRANSMITTER_B, mint_message(route))
+    error = assert_rejected(
+        registry, "QT032", RECORD,
+        (mint.node_id, mint.claim_secret, 0, tx_hash, None, "chain-b", TREASURY, raw),
+    )  # fmt: skip
+    assert "no such parent shows a message nonce" in str(error)
+
+
+RECOVER = "SELECT complete_recovery(%s, %s, 'NOT_SUBMITTED', %s::jsonb, %s)"
+
+
+def test_recovery_tries_again_only_a_mint_that_reverted_past_its_expiration(
+    registry: Conn,
+) -> None:
+    """A mint recorded with a fast message expiring at block 50, sent, and in
+    doubt: recovery may report it NOT_SUBMITTED only on evidence that it
+    reverted at block 50 or later with the nonce unused (QT021 otherwise,
+    nothing changed); then the node is READY, and its new mint is held to the
+    same nonce (the message re-attested, expirationBlock 0)."""
+    c = claimed(registry, "expired-mint")
+    registry.execute(
+        "SELECT complete_submit(%s, %s, 'burnt', %s::jsonb, p_settled => true)",
+        (c["ids"]["burn"], c["secret"], BURNT),
+    )
+    [mint] = procs.claim_ready_nodes("w1", 1, 300).all(registry)
+    route = procs.cctp_mint_route(mint.node_id).one(registry)
+    tx_hash, raw = call(2, 0, TRANSMITTER_B, mint_message(route, expiration_block=50))
+    registry.execute(
+        RECORD, (mint.node_id, mint.claim_secret, 0, tx_hash, None, "chain-b", TREASURY, raw)
+    )
+    assert (
+        registry.execute(
+            "SELECT fail_submit(%s, %s, 'in doubt', true)", (mint.node_id, mint.claim_secret)
+        ).fetchone()
+        == ("UNKNOWN",)
+    )
+    pin_clock(registry, "2099-01-01T00:00:00+00:00")
+    secret = recovery_claims(registry)[mint.node_id]["claim_secret"]
+    expired = {"tx_hash": tx_hash, "block_number": 50, "status": 0, "expired": True,
+               "used_nonce": False}  # fmt: skip
+    for wrong, ref in (
+        ({"block_number": 49}, tx_hash),  # before the expiration: it reverted for another reason
+        ({"status": 1}, tx_hash),
+        ({"used_nonce": True}, tx_hash),  # minted: completed, never tried again
+        ({"expired": None}, tx_hash),
+        ({}, "0x" + "ab" * 32),  # a transaction the intent never signed
+    ):
+        evidence = {k: v for k, v in (expired | wrong).items() if v is not None}
+        assert_rejected(
+            registry, "QT021", RECOVER, (mint.node_id, secret, json.dumps(evidence), ref)
+        )
+    assert registry.execute(
+        RECOVER, (mint.node_id, secret, json.dumps(expired), tx_hash)
+    ).fetchone() == ("READY",)
+    pin_clock(registry, None)
+
+    [again] = procs.claim_ready_nodes("w1", 1, 300).all(registry)
+    assert again.node_id == mint.node_id
+    tx_hash, raw = call(2, 1, TRANSMITTER_B, mint_message(route, nonce=b"\x08" * 32))
+    assert_rejected(
+        registry, "QT032", RECORD,
+        (again.node_id, again.claim_secret, 1, tx_hash, None, "chain-b", TREASURY, raw),
+    )  # fmt: skip
+    tx_hash, raw = call(2, 1, TRANSMITTER_B, mint_message(route))
+    registry.execute(
+        RECORD, (again.node_id, again.claim_secret, 1, tx_hash, None, "chain-b", TREASURY, raw)
+    )
+
+
+def test_recovery_may_not_try_again_another_bridge_step(registry: Conn) -> None:
+    """The exception is the mint's alone: a prepared burn in doubt is never
+    NOT_SUBMITTED, whatever its evidence says."""
+    c = claimed(registry, "burn-in-doubt")
+    node_id = c["ids"]["burn"]
+    route = procs.cctp_burn_route(node_id).one(registry)
+    tx_hash, raw = call(1, 0, MESSENGER_A, burn_call(route))
+    registry.execute(RECORD, (node_id, c["secret"], 0, tx_hash, None, "chain-a", TREASURY, raw))
+    registry.execute("SELECT fail_submit(%s, %s, 'in doubt', true)", (node_id, c["secret"]))
+    pin_clock(registry, "2099-01-01T00:00:00+00:00")
+    secret = recovery_claims(registry)[node_id]["claim_secret"]
+    evidence = {"tx_hash": tx_hash, "block_number": 50, "status": 0, "expired": True,
+                "used_nonce": False}  # fmt: skip
+    error = assert_rejected(
+        registry, "QT021", RECOVER, (node_id, secret, json.dumps(evidence), tx_hash)
+    )
+    assert "requeue_node" in str(error)

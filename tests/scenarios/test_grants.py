@@ -135,6 +135,8 @@ INTERNAL = {
     "abi_uint",
     "approve_movement_rows",
     "bridge_call_problem",
+    "cctp_mint_expiry_problem",
+    "cctp_received_message",
     "intent_payload_problem",
     "intent_route",
     "json_same",

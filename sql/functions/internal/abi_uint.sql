@@ -1,6 +1,6 @@
 -- abi_uint: the 32-byte ABI word at byte offset p_at (0-based) of p_data as a
 -- whole number (big endian); NULL when the data ends before the word.
--- Internal: reading the offsets and lengths of calldata (bridge_call_problem).
+-- Internal: reading the offsets and lengths of calldata (cctp_received_message).
 CREATE OR REPLACE FUNCTION abi_uint(p_data bytea, p_at integer) RETURNS numeric
 LANGUAGE plpgsql IMMUTABLE
 AS $$

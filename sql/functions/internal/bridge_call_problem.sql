@@ -12,7 +12,11 @@
 --              route's transmitter, with no ether, of a message from the
 --              route's source domain to its destination domain whose burn
 --              body burns the route's source USDC to its mint recipient for
---              its amount (the attestation is the transmitter's to check).
+--              its amount, at the nonce of the message its one cctp_burn
+--              parent attested (its evidence's nonce): every mint a node
+--              signs (a message re-attested after its expiry included) is of
+--              that one message, which the transmitter receives once (the
+--              attestation is the transmitter's to check).
 --   stargate   StargatePool.send exactly as stargate_send_calldata encodes it
 --              on the route's source pool, the ether sent being the messaging
 --              fee it names, at most 1 ether (a sanity bound).
@@ -30,8 +34,8 @@ AS $$
 DECLARE
     v_what    text := format('record_intent_prepared: node %s', p_node_id);
     v_route   jsonb;
-    v_offset  numeric;
     v_message bytea;
+    v_nonce   text;
 BEGIN
     BEGIN
         v_route := CASE p_executor
@@ -66,15 +70,19 @@ BEGIN
     END IF;
 
     IF p_executor = 'cctp_mint' THEN
-        IF p_to = v_route ->> 'message_transmitter' AND p_value = 0 AND length(p_data) >= 4 + 64
-           AND substring(p_data FROM 1 FOR 4) = '\x57ecfd28'::bytea THEN  -- receiveMessage(bytes,bytes)
-            v_offset := abi_uint(p_data, 4);
-            IF v_offset <= length(p_data) - 36 THEN
-                v_message := substring(p_data FROM (5 + v_offset + 32)::integer
-                                       FOR least(abi_uint(p_data, (4 + v_offset)::integer), 65536)::integer);
-            END IF;
+        IF p_to = v_route ->> 'message_transmitter' AND p_value = 0 THEN
+            v_message := cctp_received_message(p_data);
+        END IF;
+        SELECT CASE WHEN count(*) = 1 THEN lower(min(parent.evidence ->> 'nonce')) END INTO v_nonce
+          FROM movement_plan_edges edge
+          JOIN movement_request_nodes parent ON parent.id = edge.parent_node_id
+         WHERE edge.child_node_id = p_node_id AND parent.executor_key = 'cctp_burn';
+        IF v_nonce IS NULL OR v_nonce !~ '^0x[0-9a-f]{64}$' THEN
+            RETURN format('QT032 %s: a cctp_mint node mints the message its one cctp_burn parent attested, and no '
+                          'such parent shows a message nonce', v_what);
         END IF;
         IF length(v_message) >= 148 + 100
+           AND substring(v_message FROM 13 FOR 32) = decode(substr(v_nonce, 3), 'hex')
            AND substring(v_message FROM 5 FOR 4) = substring(ccip_word((v_route ->> 'source_domain')::numeric) FROM 29)
            AND substring(v_message FROM 9 FOR 4) = substring(ccip_word((v_route ->> 'destination_domain')::numeric) FROM 29)
            AND substring(v_message FROM 149 + 4 FOR 32) = decode(lpad(substr(v_route ->> 'source_token', 3), 64, '0'), 'hex')
@@ -82,9 +90,9 @@ BEGIN
            AND substring(v_message FROM 149 + 68 FOR 32) = ccip_word((v_route ->> 'amount_units')::numeric) THEN
             RETURN NULL;
         END IF;
-        RETURN format('QT032 %s: a cctp_mint node signs receiveMessage on %s''s MessageTransmitterV2 %s of a burn from '
-                      'domain %s of %s base units to %s, and nothing else',
-                      v_what, p_chain_key, v_route ->> 'message_transmitter', v_route ->> 'source_domain',
+        RETURN format('QT032 %s: a cctp_mint node signs receiveMessage on %s''s MessageTransmitterV2 %s of its burn''s '
+                      'message (nonce %s) from domain %s of %s base units to %s, and nothing else',
+                      v_what, p_chain_key, v_route ->> 'message_transmitter', v_nonce, v_route ->> 'source_domain',
                       v_route ->> 'amount_units', v_route ->> 'mint_recipient');
     END IF;
 

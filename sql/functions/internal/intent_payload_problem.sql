@@ -11,7 +11,8 @@
 --         bybit_withdraw external request id other than the one derived from
 --         the venue's salt and the intent's key, a stargate calldata other
 --         than the route's send, a cctp_mint fee outside 0..the route's
---         maxFee, a bybit_deposit's paying parent or its transfer other than
+--         maxFee or a message nonce other than its cctp_burn parent's
+--         evidence shows, a bybit_deposit's paying parent or its transfer other than
 --         a parent's evidence shows; or what the route procedure refuses
 --         now (QT014, QT032, QT002 are passed on as they are)
 --   QT002 a payload that is not a JSON object, one missing on an exchange's
@@ -91,6 +92,15 @@ BEGIN
            AND coalesce(p_payload ->> 'fee_executed', '0')::numeric <= (v_r.route ->> 'max_fee_units')::numeric) THEN
         RETURN format('QT032 %s: a cctp_mint payload''s fee_executed is at most its route''s max_fee_units (%s)',
                       v_what, v_r.route ->> 'max_fee_units');
+    END IF;
+    IF v_r.executor_key = 'cctp_mint' AND (
+           SELECT count(*) <> 1
+                  OR lower(min(parent.evidence ->> 'nonce')) IS DISTINCT FROM lower(p_payload ->> 'message_nonce')
+             FROM movement_plan_edges edge
+             JOIN movement_request_nodes parent ON parent.id = edge.parent_node_id
+            WHERE edge.child_node_id = p_node_id AND parent.executor_key = 'cctp_burn') THEN
+        RETURN format('QT032 %s: a cctp_mint payload''s message_nonce is the nonce its cctp_burn parent''s evidence '
+                      'shows, not %s', v_what, left(p_payload ->> 'message_nonce', 70));
     END IF;
     IF v_r.executor_key = 'bybit_deposit' AND NOT EXISTS (
            SELECT 1

@@ -12,7 +12,8 @@
 --                   mint_recipient, amount_units, max_fee_units,
 --                   min_finality_threshold
 --   cctp_mint       chain leg, both domains' contracts, the      the message's nonce, fee_executed,
---                   expected mint_recipient and amount           source tx, search_from_block, gas, fees
+--                   expected mint_recipient and amount           expiration_block, reattested, source
+--                                                                tx, search_from_block, gas, fees
 --   ccip            chain leg, Router, OnRamp, the destination's gas, fees, ccip_fee, dest_from_block
 --                   chain, OffRamp and token, recipient, amount
 --   stargate        chain leg, pools and endpoint ids, token,    gas, fees, native_fee, calldata, the
@@ -62,7 +63,8 @@ BEGIN
             route := jsonb_pick(v_row, '{token_address,destination_domain,message_transmitter,token_messenger,'
                                        'source_chain,source_domain,source_token_messenger,source_token,'
                                        'mint_recipient,amount_units,max_fee_units}');
-            extras := c_fees || '{message_nonce,fee_executed,source_tx_hash,search_from_block}'::text[];
+            extras := c_fees || '{message_nonce,fee_executed,expiration_block,reattested,source_tx_hash,'
+                                'search_from_block}'::text[];
         WHEN 'ccip' THEN
             SELECT to_jsonb(r) INTO v_row FROM ccip_send_route(p_node_id) r;
             route := jsonb_pick(v_row, '{token_address,source_selector,router,onramp,dest_chain_key,dest_chain_id,'

@@ -12,7 +12,10 @@
 --                  executor: a prepared payload may be out there, so it is
 --                  resubmitted as it is (and reported IN_FLIGHT) or concluded
 --                  from evidence; a fresh payload needs requeue_node by two
---                  operators.
+--                  operators. One exception: a cctp_mint whose mint reverted
+--                  past its message's expirationBlock, nothing minted
+--                  (cctp_mint_expiry_problem), is READY for a mint of the
+--                  message re-attested, the same nonce, received once.
 --   STILL_UNKNOWN  no conclusion yet: UNKNOWN, looked at again after
 --                  p_retry_after_seconds, or the lane's recovery_retry_seconds.
 -- COMPLETED and FAILED on a side effect that may be out stand on the
@@ -51,7 +54,11 @@ BEGIN
     IF p_outcome = 'NOT_SUBMITTED' AND v_node.has_side_effect AND (
            SELECT intent.intent_state IN ('PREPARED', 'SUBMITTED') FROM node_intents intent
             WHERE intent.node_id = p_node_id ORDER BY intent.claim_token DESC LIMIT 1) THEN
-        RAISE EXCEPTION 'node %: its side effect was prepared, so recovery cannot report it NOT_SUBMITTED', p_node_id
+        v_problem := cctp_mint_expiry_problem(p_node_id, p_evidence, p_external_ref);
+    END IF;
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION 'node %: its side effect was prepared, so recovery cannot report it NOT_SUBMITTED (%)',
+                        p_node_id, v_problem
             USING ERRCODE = 'QT021',
                   HINT = 'Resubmit the prepared payload and report IN_FLIGHT, conclude COMPLETED, FAILED or '
                          'STILL_UNKNOWN from evidence, or have two operators call requeue_node.';
