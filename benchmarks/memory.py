@@ -57,7 +57,7 @@ TREASURY = "0x" + "a1" * 20
 USDC = {"bench-a": "0x" + "c1" * 20, "bench-b": "0x" + "c2" * 20}
 PROTOCOLS: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {
     "cctp": ({"bench-a": 100, "bench-b": 101}, ("MessageTransmitterV2", "TokenMessengerV2")),
-    "stargate": ({"bench-a": 50_101, "bench-b": 50_102}, ("StargatePool",)),
+    "stargate": ({"bench-a": 50_101, "bench-b": 50_102}, ("StargatePool", "TokenMessaging")),
     "ccip": (
         {"bench-a": 1_001, "bench-b": 1_002},
         ("CcipRouter", "CcipOnRamp", "CcipOffRamp"),

@@ -1,9 +1,14 @@
-"""What the Stargate tests share (tests/chains): one chain's pool, token and
-accounts through web3, the pool's events decoded from a receipt or the logs,
-and a revert's custom error by name."""
+"""What the Stargate tests share (tests/chains): one chain's Stargate contracts
+(the pool, TokenMessaging, LayerZero's endpoint and message library: the
+published ones, qtg_runner.chains.stargate), token and accounts through web3,
+their events decoded from a receipt or the logs, a revert's custom error by
+name, the bus driven and the packets delivered by hand as the relayer does,
+and a payout made impossible for a while (the pool's USDC lent out)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from eth_utils.crypto import keccak
@@ -11,16 +16,29 @@ from web3 import HTTPProvider, Web3
 from web3.exceptions import ContractCustomError, ContractLogicError
 from web3.logs import DISCARD
 
-from qtg_runner.chains.local import RunningChain, load_artifact
-from qtg_runner.chains.stargate import RELAYER_ACCOUNT_INDEX, stargate_eid
+from qtg_runner.chains import layerzero
+from qtg_runner.chains.local import RunningChain, load_artifact, rpc
+from qtg_runner.chains.stargate import (
+    RELAYER_ACCOUNT_INDEX,
+    pool_abi,
+    stargate_eid,
+    token_messaging_abi,
+)
 
 
 def _error_selectors() -> dict[str, str]:
     out = {}
-    for entry in load_artifact("StargatePool")["abi"]:
-        if entry["type"] == "error":
-            signature = f"{entry['name']}({','.join(i['type'] for i in entry['inputs'])})"
-            out["0x" + keccak(text=signature)[:4].hex()] = entry["name"]
+    abis = (
+        pool_abi(),
+        token_messaging_abi(),
+        layerzero.npm_artifact(*layerzero.ENDPOINT_ARTIFACT)["abi"],
+        layerzero.npm_artifact(*layerzero.SIMPLE_LIB_ARTIFACT)["abi"],
+    )
+    for abi in abis:
+        for entry in abi:
+            if entry["type"] == "error":
+                signature = f"{entry['name']}({','.join(i['type'] for i in entry['inputs'])})"
+                out["0x" + keccak(text=signature)[:4].hex()] = entry["name"]
     return out
 
 
@@ -40,7 +58,8 @@ def revert_name(call: Any, tx: dict[str, Any]) -> str:
 
 
 class Side:
-    """One chain's web3, pool, token and accounts (anvil's unlocked ones)."""
+    """One chain's web3, Stargate and LayerZero contracts, token and accounts
+    (anvil's unlocked ones)."""
 
     def __init__(self, chain: RunningChain) -> None:
         self.chain = chain
@@ -49,14 +68,15 @@ class Side:
         self.owner = accounts[0]
         self.relayer = accounts[RELAYER_ACCOUNT_INDEX]
         self.eid = stargate_eid(chain)
-        self.pool = self.w3.eth.contract(
-            address=Web3.to_checksum_address(chain.contracts["StargatePool"]),
-            abi=load_artifact("StargatePool")["abi"],
-        )
-        self.usdc = self.w3.eth.contract(
-            address=Web3.to_checksum_address(chain.contracts["MockUSDC"]),
-            abi=load_artifact("MockUSDC")["abi"],
-        )
+        self.pool = self._at("StargatePool", pool_abi())
+        self.tm = self._at("TokenMessaging", token_messaging_abi())
+        self.endpoint = layerzero.endpoint_contract(self.w3, chain)
+        self.lib = layerzero.lib_contract(self.w3, chain)
+        self.usdc = self._at("MockUSDC", load_artifact("MockUSDC")["abi"])
+
+    def _at(self, name: str, abi: list[Any]) -> Any:
+        address = Web3.to_checksum_address(self.chain.contracts[name])
+        return self.w3.eth.contract(address=address, abi=abi)
 
     def mined(self, tx_hash: Any) -> Any:
         receipt = self.w3.eth.wait_for_transaction_receipt(
@@ -65,11 +85,22 @@ class Side:
         assert receipt["status"] == 1, receipt
         return receipt
 
-    def events(self, receipt: Any, name: str) -> list[Any]:
+    def events(self, receipt: Any, name: str, contract: Any = None) -> list[Any]:
+        """``name`` events of ``contract`` (the pool by default) in ``receipt``."""
+        source = self.pool if contract is None else contract
         return [
             e["args"]
-            for e in getattr(self.pool.events, name)().process_receipt(receipt, errors=DISCARD)
+            for e in getattr(source.events, name)().process_receipt(receipt, errors=DISCARD)
+            if e["address"] == source.address
         ]
+
+    def topics(self, receipt: Any, contract: Any) -> set[str]:
+        """The events (topic 0) ``contract`` emitted in ``receipt``, its ABI aside."""
+        return {
+            "0x" + bytes(log["topics"][0]).hex()
+            for log in receipt["logs"]
+            if log["address"] == contract.address and log["topics"]
+        }
 
     def balance(self, address: str) -> int:
         return int(self.usdc.functions.balanceOf(Web3.to_checksum_address(address)).call())
@@ -80,6 +111,67 @@ class Side:
         self.mined(
             self.usdc.functions.approve(self.pool.address, 2**256 - 1).transact({"from": account})
         )
+
+    def packets(self, to: Side, from_block: int = 0) -> list[layerzero.Packet]:
+        """The packets this chain's endpoint sent to ``to`` since ``from_block``."""
+        head = int(self.w3.eth.block_number)
+        found = layerzero.packets_sent(self.w3, self.endpoint.address, from_block, head)
+        return [p for p in found if p.dst_eid == to.eid]
+
+    def relay(self, to: Side) -> list[Any]:
+        """Every packet this chain sent to ``to`` verified and executed there (in
+        nonce order, as the relayer does; those executed before are left):
+        the lzReceive receipts."""
+        receipts = []
+        for packet in sorted(self.packets(to), key=lambda p: p.nonce):
+            receipt = layerzero.deliver_now(packet, to.chain, to.relayer)
+            if receipt is not None:
+                receipts.append(receipt)
+        return receipts
+
+    def waiting(self, to: Side) -> tuple[int, int]:
+        """The bus to ``to``: (its first waiting ticket, how many wait)."""
+        _max, _fare, _drop, waiting, first = self.tm.functions.busQueues(to.eid).call()
+        return int(first), int(waiting)
+
+    def passengers(self, to: Side) -> bytes:
+        """The waiting passengers of the bus to ``to``, as their BusRode gave them."""
+        first, waiting = self.waiting(to)
+        rides = {
+            int(e["args"]["ticketId"]): bytes(e["args"]["passenger"])
+            for e in self.tm.events.BusRode().get_logs(from_block=0)
+            if e["args"]["dstEid"] == to.eid
+        }
+        return b"".join(rides[t] for t in range(first, first + waiting))
+
+    def drive(self, to: Side, driver: str) -> Any:
+        """The bus to ``to`` driven by ``driver`` with every waiting passenger,
+        paying quoteDriveBus: its receipt."""
+        passengers = self.passengers(to)
+        fee = self.tm.functions.quoteDriveBus(to.eid, passengers).call()[0]
+        return self.mined(
+            self.tm.functions.driveBus(to.eid, passengers).transact({"from": driver, "value": fee})
+        )
+
+    @contextlib.contextmanager
+    def payouts_held(self) -> Iterator[None]:
+        """Within the block the pool holds no USDC (lent to the owner, sent as
+        the pool through anvil's impersonation), so a payout it owes fails and
+        is cached; after it, the pool has its USDC back."""
+        pool = self.pool.address
+        held = self.balance(pool)
+        gas = self.w3.eth.get_balance(pool)
+        rpc(self.chain.rpc_url, "anvil_impersonateAccount", [pool])
+        rpc(self.chain.rpc_url, "anvil_setBalance", [pool, hex(gas + 10**18)])
+        try:
+            self.mined(self.usdc.functions.transfer(self.owner, held).transact({"from": pool}))
+        finally:
+            rpc(self.chain.rpc_url, "anvil_stopImpersonatingAccount", [pool])
+            rpc(self.chain.rpc_url, "anvil_setBalance", [pool, hex(gas)])
+        try:
+            yield
+        finally:
+            self.mined(self.usdc.functions.transfer(pool, held).transact({"from": self.owner}))
 
 
 def send_param(

@@ -35,6 +35,7 @@ from psycopg import AsyncConnection
 from rich.console import Console
 
 from qtg_runner.chains.local import RunningChain, load_artifact
+from qtg_runner.chains.stargate import FEE_MILLIONTH as STARGATE_FEE_MILLIONTH
 from qtg_runner.commands.demo_sidecars import (
     callback_summary,
     check_callbacks,
@@ -76,8 +77,10 @@ the demo sets each to its timing divided by the world's time scale."""
 CCTP_MAX_FEE_BPS = 10
 """The most a demo burn may pay for a fast attestation (0.1%)."""
 
-STARGATE_FEE_BPS = 1
-"""The local Stargate pools' fee (1 basis point)."""
+STARGATE_FEE_BPS = Decimal(STARGATE_FEE_MILLIONTH) / 100
+STARGATE_FEE_ROUNDING = Decimal("0.000001")
+"""The local Stargate pools' fee: 1 basis point (their fee library's), which
+it rounds up by a base unit."""
 
 CRASH_DEADLINE_S = 60.0
 """How long the crashing dispatcher may take to claim, broadcast and die."""
@@ -224,11 +227,17 @@ def venue_step(key: str, executor: str, chain: str, *after: str, **config: str) 
 
 
 def bridged(
-    source: str, destination: str, sender: str, recipient: str, amount: Decimal, fee_bps: int
+    source: str,
+    destination: str,
+    sender: str,
+    recipient: str,
+    amount: Decimal,
+    fee_bps: Decimal | int,
+    fee_rounding: Decimal = Decimal(0),
 ) -> list[Change]:
     """What a bridge moves: the amount leaves the sender, the amount less at most
-    its fee arrives."""
-    fee = amount * fee_bps / 10_000
+    its fee (``fee_bps`` of it, and ``fee_rounding`` USDC more) arrives."""
+    fee = amount * fee_bps / 10_000 + fee_rounding
     return [
         Change(source, sender, -amount, -amount),
         Change(destination, recipient, amount - fee, amount),
@@ -290,7 +299,7 @@ def world_movements(w: WorldView) -> list[WorldMovement]:
             ],
             "COMPLETED",
             [
-                *bridged(a, b, t1, t2, Decimal("75"), STARGATE_FEE_BPS),
+                *bridged(a, b, t1, t2, Decimal("75"), STARGATE_FEE_BPS, STARGATE_FEE_ROUNDING),
                 Change(b, t2, Decimal("75"), Decimal("75")),
             ],
             exchange_change=Decimal("-75"),
@@ -753,7 +762,7 @@ def drill_movements(w: WorldView) -> dict[str, list[WorldMovement]]:
                 Decimal("20"),
                 [stargate("taxi", a, b, t1, t2, "taxi")],
                 "COMPLETED",
-                bridged(a, b, t1, t2, Decimal("20"), STARGATE_FEE_BPS),
+                bridged(a, b, t1, t2, Decimal("20"), STARGATE_FEE_BPS, STARGATE_FEE_ROUNDING),
             )
         ],
         "cctp": [

@@ -404,6 +404,7 @@ class StargateRoute:
     mode: Text
     src_eid: BigInt
     src_pool: Text
+    src_token_messaging: Text
     dst_chain_key: Text
     dst_chain_id: BigInt
     dst_rpc_url_env: Text

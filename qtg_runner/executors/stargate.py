@@ -5,9 +5,10 @@ bus is driven).
 
 What it may sign is the registry's word, read again before every signature
 (stargate_send_route, in SQL): both chains and their Stargate rows (endpoint
-id, pool), the token on both, the sender (a treasury account of the source),
-a recipient that is a treasury account or allow-listed on the DESTINATION, the
-amount and the least the recipient must receive, in base units.
+id, pool; the source's TokenMessaging), the token on both, the sender (a
+treasury account of the source), a recipient that is a treasury account or
+allow-listed on the DESTINATION, the amount and the least the recipient must
+receive, in base units.
 
 The pool pulls the amount from the sender: the allowance is given once, up
 front, by the admin's deploy step (qtg_runner.chains.stargate.approve_pool on
@@ -29,9 +30,11 @@ the allowance is short, so nothing is signed that would revert.
     submit     evm_tx.broadcast: the recorded bytes, "already known"
                and a mined "nonce too low" are the same transaction.
     observe    the source receipt, final, with exactly one OFTSent from the
-               sender for the amount; the guid from it (taxi) or from the
-               BusDriven covering the receipt's BusRode ticket (bus: the
-               OFTSent's guid is empty); then the destination pool's
+               sender for the amount (the pool emits it); the guid from it
+               (taxi) or from the BusDriven covering the receipt's BusRode
+               ticket (bus: the OFTSent's guid is empty; TokenMessaging, the
+               registry's other Stargate contract, emits BusRode in the send
+               and BusDriven when the bus is driven); then the destination pool's
                OFTReceived for that guid, recipient and amount, final:
                COMPLETED with the evidence. UnreceivedTokenCached for it: the
                payout is cached, PENDING (retryReceiveToken is permissionless:
@@ -255,6 +258,7 @@ class StargateExecutor(EvmExecutor):
             "max_priority_fee_per_gas": str(fees.max_priority_fee_per_gas),
             "mode": row.mode,
             "pool": row.src_pool,
+            "token_messaging": row.src_token_messaging,
             "src_eid": row.src_eid,
             "min_amount_units": str(row.min_amount_units),
             "quoted_received_units": str(quote.amount_received),
@@ -358,7 +362,8 @@ class StargateExecutor(EvmExecutor):
         evidence |= {"amount_sent": str(amounts[0][1]), "amount_received": str(received)}
         guid = sent[0].topics[1]
         if payload["mode"] == "bus":
-            ticket = _ticket(receipt, pool)
+            messaging = normalize_address(str(payload["token_messaging"]))
+            ticket = _ticket(receipt, messaging)
             if ticket is None:
                 return TxReading(
                     "refused",
@@ -366,7 +371,7 @@ class StargateExecutor(EvmExecutor):
                     receipt.tx_hash,
                 )
             evidence["ticket_id"] = ticket
-            driven = await _bus_driven(rpc, pool, int(payload["dst_eid"]), ticket, receipt)
+            driven = await _bus_driven(rpc, messaging, int(payload["dst_eid"]), ticket, receipt)
             if driven is None:
                 wait = max(source.block_time_s * 5, 5.0)
                 return TxReading(
@@ -425,9 +430,10 @@ class StargateExecutor(EvmExecutor):
         return TxReading("sent", evidence | {"waiting_for": "delivery"}, tx_hash, wait)
 
 
-def _ticket(receipt: Receipt, pool: str) -> int | None:
+def _ticket(receipt: Receipt, messaging: str) -> int | None:
+    """The ticket of the receipt's bus ride (TokenMessaging's BusRode)."""
     for log in receipt.logs:
-        if log.address == pool and log.topics[:1] == (BUS_RODE_TOPIC,):
+        if log.address == messaging and log.topics[:1] == (BUS_RODE_TOPIC,):
             _dst, ticket, _fare, _passenger = decode(
                 ["uint32", "uint72", "uint80", "bytes"], log.data
             )
@@ -436,11 +442,12 @@ def _ticket(receipt: Receipt, pool: str) -> int | None:
 
 
 async def _bus_driven(
-    rpc: EvmRpc, pool: str, dst_eid: int, ticket: int, receipt: Receipt
+    rpc: EvmRpc, messaging: str, dst_eid: int, ticket: int, receipt: Receipt
 ) -> tuple[str, JsonObject] | None:
-    """The guid of the bus that carried ``ticket``, and what BusDriven said."""
+    """The guid of the bus that carried ``ticket``, and what BusDriven (on
+    TokenMessaging) said."""
     logs = await rpc.get_logs(
-        address=pool, topics=[BUS_DRIVEN_TOPIC], from_block=receipt.block_number
+        address=messaging, topics=[BUS_DRIVEN_TOPIC], from_block=receipt.block_number
     )
     for log in logs:
         dst, start, count, guid = decode(["uint32", "uint72", "uint8", "bytes32"], log.data)

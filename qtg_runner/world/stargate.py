@@ -1,27 +1,40 @@
-"""The Stargate v2 relayer for the local pools (qtg_runner.chains.stargate): what
-LayerZero's DVNs and executor and Stargate's planner do for a real pool, in one
-thread of the world's serve process.
+"""The Stargate v2 relayer for the local chains (qtg_runner.chains.stargate):
+what LayerZero's DVN and executor and Stargate's planner do for the real
+contracts deployed there, in one thread of the world's serve process.
 
-Every ``poll_s`` it reads each chain's StargatePool logs since the last block it
-read (from the first block at start: a restart finds what is owed again, and
-the pool's ``delivered`` makes a second delivery impossible):
+Every ``poll_s`` it reads each chain's logs since the last block it read (from
+the first block at start: a restart finds what is owed again, and the
+endpoint executes a message once, so nothing is delivered twice):
 
-- ``OFTSent`` with a guid (a taxi): the message (``taxiMessage``) is delivered
-  on the destination pool (``deliverTaxi``) ``taxi_delay_s`` after it was seen;
-- ``BusDriven``: the bus's tickets are delivered together (``deliverBus``) under
-  its guid ``bus_delay_s`` after it was seen;
-- a bus whose first passenger has waited ``bus_wait_s`` by the chain's clock is
-  driven (``driveBus`` with the drive fee), unless ``bus_wait_s`` is None (the
-  tests then drive it themselves);
-- ``UnreceivedTokenCached`` (a payout the destination pool could not make):
-  when ``retry_cached`` is set, ``retryReceiveToken`` is sent every
+- ``PacketSent`` on LayerZero's EndpointV2 (a taxi or a bus from
+  TokenMessaging, credits from CreditMessaging): ``taxi_delay_s`` after it was
+  seen (``bus_delay_s`` for a bus), the packet is verified on the destination
+  through its SimpleMessageLib (``validatePacket``: the DVN's part; only the
+  relayer's account may), then executed (``EndpointV2.lzReceive`` with the
+  value its executor options ask for: the executor's part), then each compose
+  the receiver queued in that execution (``lzCompose``, where the composer has
+  code). A packet whose turn comes brings the earlier packets of its path
+  with it. An execution that would revert (the dry run says so) is tried
+  again every ``retry_every_s``;
+- ``BusRode`` on TokenMessaging: the passenger, kept for the bus. A bus is
+  driven when ``PLANNED_PASSENGERS`` wait, or when its first passenger has
+  waited ``bus_wait_s`` by the chain's clock, as Stargate's planner does:
+  ``quoteDriveBus(dstEid, passengers)`` then ``driveBus`` with that fee and
+  the waiting passengers (at most the bus's maximum), their bytes as
+  ``BusRode`` gave them. With ``bus_wait_s`` None it drives nothing (the
+  tests then drive themselves);
+- ``UnreceivedTokenCached`` on the pool (a payout the destination pool could
+  not make): when ``retry_cached`` is set, ``retryReceiveToken`` is sent every
   ``retry_every_s`` once a dry run says the pool can pay, as any keeper may
   (the retry is permissionless); it pays once, the pool forgets the entry.
 
 Every duration is in protocol seconds, times ``time_scale`` (real seconds per
 protocol second). The relayer sends from anvil's unlocked account that the
-pools trust (chains.stargate.RELAYER_ACCOUNT_INDEX): no key of ours.
-``serve(chains, config)`` starts it; the handle's ``stop()`` ends it.
+message libraries trust and that is the pools' planner
+(chains.stargate.RELAYER_ACCOUNT_INDEX): no key of ours. Nothing waits on a
+transaction: each step is sent, and the next is taken once a later round
+finds it mined. ``serve(chains, config)`` starts it; the handle's ``stop()``
+ends it.
 """
 
 from __future__ import annotations
@@ -35,11 +48,20 @@ from typing import Any
 
 from eth_utils.crypto import keccak
 
-from qtg_runner.chains.local import RunningChain, load_artifact
-from qtg_runner.chains.stargate import RELAYER_ACCOUNT_INDEX, stargate_eid
+from qtg_runner.chains import layerzero
+from qtg_runner.chains.layerzero import Packet
+from qtg_runner.chains.local import RunningChain
+from qtg_runner.chains.stargate import (
+    PLANNED_PASSENGERS,
+    RELAYER_ACCOUNT_INDEX,
+    pool_abi,
+    stargate_eid,
+    token_messaging_abi,
+)
 
 __all__ = [
     "BUS_DRIVEN_TOPIC",
+    "BUS_RODE_TOPIC",
     "OFT_RECEIVED_TOPIC",
     "OFT_SENT_TOPIC",
     "UNRECEIVED_TOPIC",
@@ -60,7 +82,8 @@ OFT_RECEIVED_TOPIC = _topic("OFTReceived(bytes32,uint32,address,uint256)")
 BUS_RODE_TOPIC = _topic("BusRode(uint32,uint72,uint80,bytes)")
 BUS_DRIVEN_TOPIC = _topic("BusDriven(uint32,uint72,uint8,bytes32)")
 UNRECEIVED_TOPIC = _topic("UnreceivedTokenCached(bytes32,uint8,uint32,address,uint256,bytes)")
-ZERO_GUID = bytes(32)
+ZERO_HASH = bytes(32)
+MSG_TYPE_BUS = 2
 
 
 @dataclass(frozen=True)
@@ -68,13 +91,15 @@ class RelayerConfig:
     """How the relayer behaves; durations in protocol seconds, times ``time_scale``."""
 
     taxi_delay_s: float = 45.0
-    """From a taxi's OFTSent to its delivery (source finality and verification)."""
+    """From a packet sent (a taxi, credits) to its verification and execution
+    (source finality and the DVN's verification)."""
     bus_delay_s: float = 45.0
-    """From BusDriven to the bus's delivery."""
+    """From a bus's packet (BusDriven) to its verification and execution."""
     bus_wait_s: float | None = 480.0
-    """How long the first passenger waits before the relayer drives the bus."""
+    """How long the first passenger waits before the planner drives the bus."""
     retry_cached: bool = True
     retry_every_s: float = 60.0
+    """Between two tries of a cached payout, and of an execution that would revert."""
     time_scale: float = 1.0
     poll_s: float = 0.2
     """Real seconds between two reads of the chains."""
@@ -83,10 +108,11 @@ class RelayerConfig:
 @dataclass
 class _Delivery:
     due: float
-    src: RunningChain
+    packet: Packet
     dst: RunningChain
-    guid: bytes
-    bus: tuple[int, int] | None  # (startTicketId, numPassengers) for a bus
+    kind: str  # taxi, bus, credits, message
+    verify_tx: Any = None
+    receive_tx: Any = None
 
 
 @dataclass
@@ -99,17 +125,31 @@ class _Cached:
 
 
 @dataclass
+class _Side:
+    """One chain's contracts as the relayer reaches them."""
+
+    chain: RunningChain
+    w3: Any
+    endpoint: Any
+    lib: Any
+    pool: Any
+    tm: Any
+    relayer: str
+    next_block: int = 0
+    rides: dict[tuple[int, int], tuple[bytes, int]] = field(default_factory=dict)
+    """(destination eid, ticket id) -> (the passenger's bytes, when it rode)."""
+    driving: dict[int, tuple[int, Any]] = field(default_factory=dict)
+    """destination eid -> (the first ticket of the bus driven, its transaction)."""
+    block_times: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
 class _State:
     config: RelayerConfig
-    chains: list[RunningChain]
-    by_eid: dict[int, RunningChain]
-    w3: dict[str, Any]
-    pools: dict[str, Any]
-    relayer: dict[str, str]
-    next_block: dict[str, int]
+    sides: dict[str, _Side]
+    by_eid: dict[int, _Side]
     deliveries: list[_Delivery] = field(default_factory=list)
     cached: dict[tuple[str, bytes, int], _Cached] = field(default_factory=dict)
-    driving: dict[tuple[str, int], int] = field(default_factory=dict)
     delivered: int = 0
     driven: int = 0
     retried: int = 0
@@ -121,124 +161,228 @@ class _State:
 def _state(chains: Sequence[RunningChain], config: RelayerConfig) -> _State:
     from web3 import HTTPProvider, Web3
 
-    abi = load_artifact("StargatePool")["abi"]
-    w3s = {c.key: Web3(HTTPProvider(c.rpc_url, request_kwargs={"timeout": 10})) for c in chains}
+    sides: dict[str, _Side] = {}
+    for c in chains:
+        w3 = Web3(HTTPProvider(c.rpc_url, request_kwargs={"timeout": 10}))
+        sides[c.key] = _Side(
+            chain=c,
+            w3=w3,
+            endpoint=layerzero.endpoint_contract(w3, c),
+            lib=layerzero.lib_contract(w3, c),
+            pool=w3.eth.contract(
+                address=Web3.to_checksum_address(c.contracts["StargatePool"]), abi=pool_abi()
+            ),
+            tm=w3.eth.contract(
+                address=Web3.to_checksum_address(c.contracts["TokenMessaging"]),
+                abi=token_messaging_abi(),
+            ),
+            relayer=str(w3.eth.accounts[RELAYER_ACCOUNT_INDEX]),
+        )
     return _State(
         config=config,
-        chains=list(chains),
-        by_eid={stargate_eid(c): c for c in chains},
-        w3=w3s,
-        pools={
-            c.key: w3s[c.key].eth.contract(
-                address=Web3.to_checksum_address(c.contracts["StargatePool"]), abi=abi
-            )
-            for c in chains
-        },
-        relayer={c.key: str(w3s[c.key].eth.accounts[RELAYER_ACCOUNT_INDEX]) for c in chains},
-        next_block={c.key: 0 for c in chains},
+        sides=sides,
+        by_eid={stargate_eid(s.chain): s for s in sides.values()},
     )
 
 
-def _scan(state: _State, chain: RunningChain, now: float) -> None:
-    """The pool's new logs on ``chain``: deliveries owed, cached payouts."""
-    w3, pool = state.w3[chain.key], state.pools[chain.key]
+def _block_time(side: _Side, number: int) -> int:
+    if number not in side.block_times:
+        side.block_times[number] = int(side.w3.eth.get_block(number)["timestamp"])
+    return side.block_times[number]
+
+
+def _scan(state: _State, side: _Side, now: float) -> None:
+    """The chain's new logs: packets owed, passengers waiting, cached payouts.
+    All read before any is kept, so a round that fails reads them again whole."""
+    w3 = side.w3
     head = int(w3.eth.block_number)
-    start = state.next_block[chain.key]
+    start = side.next_block
     if head < start:
         return
-    logs = w3.eth.get_logs(
-        {
-            "address": pool.address,
-            "fromBlock": start,
-            "toBlock": head,
-            "topics": [[OFT_SENT_TOPIC, BUS_DRIVEN_TOPIC, UNRECEIVED_TOPIC]],
-        }
-    )
-    for entry in logs:
-        topic = "0x" + bytes(entry["topics"][0]).hex()
-        if topic == OFT_SENT_TOPIC:
-            args = pool.events.OFTSent().process_log(entry)["args"]
-            guid = bytes(args["guid"])
-            dst = state.by_eid.get(int(args["dstEid"]))
-            if guid != ZERO_GUID and dst is not None:
-                due = now + state.scaled(state.config.taxi_delay_s)
-                state.deliveries.append(_Delivery(due, chain, dst, guid, None))
-        elif topic == BUS_DRIVEN_TOPIC:
-            args = pool.events.BusDriven().process_log(entry)["args"]
-            dst = state.by_eid.get(int(args["dstEid"]))
-            if dst is not None:
-                due = now + state.scaled(state.config.bus_delay_s)
-                bus = (int(args["startTicketId"]), int(args["numPassengers"]))
-                state.deliveries.append(_Delivery(due, chain, dst, bytes(args["guid"]), bus))
-        elif topic == UNRECEIVED_TOPIC:
-            args = pool.events.UnreceivedTokenCached().process_log(entry)["args"]
-            key = (chain.key, bytes(args["guid"]), int(args["index"]))
-            state.cached[key] = _Cached(
-                chain,
-                (
-                    bytes(args["guid"]),
-                    int(args["index"]),
-                    int(args["srcEid"]),
-                    args["receiver"],
-                    int(args["amountLD"]),
-                    bytes(args["composeMsg"]),
-                ),
-                now + state.scaled(state.config.retry_every_s),
-            )
-    state.next_block[chain.key] = head + 1
-
-
-def _deliver(state: _State, d: _Delivery) -> None:
-    src_pool, dst_pool = state.pools[d.src.key], state.pools[d.dst.key]
-    src_eid = stargate_eid(d.src)
-    if dst_pool.functions.delivered(src_eid, d.guid).call():
-        return
-    sender = {"from": state.relayer[d.dst.key]}
-    if d.bus is None:
-        _, _, receiver, amount = src_pool.functions.taxiMessage(d.guid).call()
-        dst_pool.functions.deliverTaxi(d.guid, src_eid, receiver, amount).transact(sender)
-        log.info("stargate: taxi %s delivered on %s", "0x" + d.guid.hex(), d.dst.key)
-    else:
-        start, count = d.bus
-        dst_eid = stargate_eid(d.dst)
-        tickets = [
-            src_pool.functions.tickets(dst_eid, t).call() for t in range(start, start + count)
-        ]
-        dst_pool.functions.deliverBus(
-            d.guid, src_eid, [t[0] for t in tickets], [int(t[1]) for t in tickets]
-        ).transact(sender)
-        log.info(
-            "stargate: bus %s (%d passengers) delivered on %s",
-            "0x" + d.guid.hex(),
-            count,
-            d.dst.key,
+    packets = layerzero.packets_sent(w3, side.endpoint.address, start, head)
+    rode = side.tm.events.BusRode().get_logs(from_block=start, to_block=head)
+    cached = side.pool.events.UnreceivedTokenCached().get_logs(from_block=start, to_block=head)
+    rides = {
+        (int(e["args"]["dstEid"]), int(e["args"]["ticketId"])): (
+            bytes(e["args"]["passenger"]),
+            _block_time(side, int(e["blockNumber"])),
         )
-    state.delivered += 1
+        for e in rode
+    }
+    side.block_times.clear()
+
+    tm_word = layerzero.address_word(side.tm.address)
+    cm_word = layerzero.address_word(side.chain.contracts["CreditMessaging"])
+    for packet in packets:
+        dst = state.by_eid.get(packet.dst_eid)
+        if dst is None:
+            continue
+        if packet.sender == tm_word:
+            kind = "bus" if packet.message[:1] == bytes([MSG_TYPE_BUS]) else "taxi"
+        else:
+            kind = "credits" if packet.sender == cm_word else "message"
+        delay = state.config.bus_delay_s if kind == "bus" else state.config.taxi_delay_s
+        state.deliveries.append(_Delivery(now + state.scaled(delay), packet, dst.chain, kind))
+    side.rides.update(rides)
+    for entry in cached:
+        args = entry["args"]
+        key = (side.chain.key, bytes(args["guid"]), int(args["index"]))
+        state.cached[key] = _Cached(
+            side.chain,
+            (
+                bytes(args["guid"]),
+                int(args["index"]),
+                int(args["srcEid"]),
+                args["receiver"],
+                int(args["amountLD"]),
+                bytes(args["composeMsg"]),
+            ),
+            now + state.scaled(state.config.retry_every_s),
+        )
+    side.next_block = head + 1
 
 
-def _drive_buses(state: _State, chain: RunningChain) -> None:
+def _mined(side: _Side, tx_hash: Any) -> Any:
+    """The receipt of ``tx_hash``, or None while it is not mined."""
+    from web3.exceptions import TransactionNotFound
+
+    try:
+        return side.w3.eth.get_transaction_receipt(tx_hash)
+    except TransactionNotFound:
+        return None
+
+
+def _later(state: _State, d: _Delivery, now: float, why: str) -> None:
+    d.due = now + state.scaled(state.config.retry_every_s)
+    log.warning(
+        "stargate relayer: %s packet %s to %s: %s; tried again later",
+        d.kind,
+        d.packet.guid_hex,
+        d.dst.key,
+        why,
+    )
+
+
+def _advance(state: _State, d: _Delivery, now: float) -> bool:
+    """One step of ``d``'s delivery; True when it is done (or was done before)."""
+    side = state.sides[d.dst.key]
+    if d.receive_tx is not None:
+        receipt = _mined(side, d.receive_tx)
+        if receipt is None:
+            return False
+        d.receive_tx = None
+        if receipt["status"] != 1:
+            _later(state, d, now, "lzReceive reverted")
+            return False
+        state.delivered += 1
+        log.info(
+            "stargate: %s %s executed on %s (nonce %d)",
+            d.kind,
+            d.packet.guid_hex,
+            d.dst.key,
+            d.packet.nonce,
+        )
+        _compose(side, d.packet, receipt)
+        return True
+    if d.verify_tx is not None:
+        receipt = _mined(side, d.verify_tx)
+        if receipt is None:
+            return False
+        d.verify_tx = None
+        if receipt["status"] != 1:
+            _later(state, d, now, "verification reverted")
+            return False
+    elif layerzero.delivered(side.endpoint, d.packet):
+        return True
+    elif not layerzero.verified(side.endpoint, d.packet):
+        d.verify_tx = layerzero.verify_call(side.lib, d.packet).transact({"from": side.relayer})
+        return False
+    try:
+        d.receive_tx = layerzero.send_estimated(
+            layerzero.receive_call(side.endpoint, d.packet),
+            side.relayer,
+            d.packet.executor.lz_receive_value,
+        )
+    except Exception as exc:  # the dry run reverts: not now
+        _later(state, d, now, f"lzReceive would revert ({str(exc)[:200]})")
+    return False
+
+
+def _compose(side: _Side, packet: Packet, receipt: Any) -> None:
+    """lzCompose for each compose the execution queued, as LayerZero's executor."""
+    for compose in layerzero.compose_messages(receipt, side.endpoint.address):
+        if not side.w3.eth.get_code(compose.to):
+            log.info("stargate: compose %s for %s, which has no code", packet.guid_hex, compose.to)
+            continue
+        _gas, value = packet.executor.compose.get(compose.index, (0, 0))
+        try:
+            layerzero.send_estimated(
+                layerzero.compose_call(side.endpoint, compose), side.relayer, value
+            )
+        except Exception as exc:
+            log.warning("stargate: lzCompose of %s would revert: %s", packet.guid_hex, exc)
+
+
+def _deliver(state: _State, now: float) -> None:
+    """The deliveries due, path by path in nonce order: a due packet brings the
+    earlier ones of its path (the endpoint executes a nonce only once every
+    earlier one is verified)."""
+    paths: dict[tuple[int, bytes, int, str], list[_Delivery]] = {}
+    for d in state.deliveries:
+        paths.setdefault(d.packet.path, []).append(d)
+    for queue in paths.values():
+        queue.sort(key=lambda d: d.packet.nonce)
+        last_due = max((i for i, d in enumerate(queue) if d.due <= now), default=-1)
+        for d in queue[: last_due + 1]:
+            if _advance(state, d, now):
+                state.deliveries.remove(d)
+
+
+def _drive_buses(state: _State, side: _Side) -> None:
     wait = state.config.bus_wait_s
     if wait is None:
         return
-    w3, pool = state.w3[chain.key], state.pools[chain.key]
-    chain_now = int(w3.eth.get_block("latest")["timestamp"])
-    for other in state.chains:
-        if other is chain:
+    chain_now = int(side.w3.eth.get_block("latest")["timestamp"])
+    for eid, other in state.by_eid.items():
+        if other is side:
             continue
-        eid = stargate_eid(other)
-        next_ticket, first_waiting, since = pool.functions.buses(eid).call()
-        if next_ticket <= first_waiting or since == 0:
+        max_passengers, _fare, _drop_fare, waiting, first = side.tm.functions.busQueues(eid).call()
+        if waiting == 0:
             continue
-        if chain_now - int(since) < state.scaled(wait):
+        driving = side.driving.get(eid)
+        if driving is not None and driving[0] == first:
+            receipt = _mined(side, driving[1])
+            if receipt is None or receipt["status"] == 1:
+                continue  # driven, not yet seen as such
+            del side.driving[eid]
+        ride = side.rides.get((eid, first))
+        if ride is None:
+            continue  # its BusRode not read yet
+        if waiting < PLANNED_PASSENGERS and chain_now - ride[1] < state.scaled(wait):
             continue
-        if state.driving.get((chain.key, eid)) == first_waiting:
-            continue  # driven already, not yet mined
-        fee = int(pool.functions.quoteDriveBus(eid).call()[0])
-        pool.functions.driveBus(eid).transact({"from": state.relayer[chain.key], "value": fee})
-        state.driving[(chain.key, eid)] = first_waiting
+        count = min(waiting, max_passengers)
+        rides = [side.rides.get((eid, t)) for t in range(first, first + count)]
+        if any(r is None for r in rides):
+            continue
+        passengers = b"".join(r[0] for r in rides if r is not None)
+        fee = int(side.tm.functions.quoteDriveBus(eid, passengers).call()[0])
+        try:
+            tx_hash = layerzero.send_estimated(
+                side.tm.functions.driveBus(eid, passengers), side.relayer, fee
+            )
+        except Exception as exc:  # driven by someone else meanwhile: read again
+            log.info(
+                "stargate: bus %s -> %s not driven now: %s", side.chain.key, other.chain.key, exc
+            )
+            continue
+        side.driving[eid] = (first, tx_hash)
         state.driven += 1
         log.info(
-            "stargate: bus %s -> %s driven from ticket %d", chain.key, other.key, first_waiting
+            "stargate: bus %s -> %s driven with tickets %d..%d",
+            side.chain.key,
+            other.chain.key,
+            first,
+            first + count - 1,
         )
 
 
@@ -248,41 +392,32 @@ def _retry_cached(state: _State, now: float) -> None:
     for key, entry in list(state.cached.items()):
         if now < entry.next_try:
             continue
-        pool = state.pools[entry.dst.key]
+        side = state.sides[entry.dst.key]
         guid, index = entry.args[0], entry.args[1]
         entry.next_try = now + state.scaled(state.config.retry_every_s)
         if entry.sent is not None:
-            from web3.exceptions import TransactionNotFound
-
-            try:
-                state.w3[entry.dst.key].eth.get_transaction_receipt(entry.sent)
-            except TransactionNotFound:
+            if _mined(side, entry.sent) is None:
                 continue  # not mined yet: never a second retry meanwhile
             entry.sent = None
-        if pool.functions.unreceivedTokens(guid, index).call() == ZERO_GUID:
+        if bytes(side.pool.functions.unreceivedTokens(guid, index).call()) == ZERO_HASH:
             del state.cached[key]
             continue
-        call = pool.functions.retryReceiveToken(*entry.args)
-        sender = {"from": state.relayer[entry.dst.key]}
+        call = side.pool.functions.retryReceiveToken(*entry.args)
         try:
-            call.call(sender)
+            entry.sent = layerzero.send_estimated(call, side.relayer)
         except Exception:  # the pool still cannot pay: try later
             continue
-        entry.sent = call.transact(sender)
         state.retried += 1
         log.info("stargate: cached payout %s/%d retried on %s", "0x" + guid.hex(), index, key[0])
 
 
 def _tick(state: _State) -> None:
     now = time.monotonic()
-    for chain in state.chains:
-        _scan(state, chain, now)
-    due = [d for d in state.deliveries if d.due <= now]
-    for d in due:
-        _deliver(state, d)
-        state.deliveries.remove(d)
-    for chain in state.chains:
-        _drive_buses(state, chain)
+    for side in state.sides.values():
+        _scan(state, side, now)
+    _deliver(state, now)
+    for side in state.sides.values():
+        _drive_buses(state, side)
     _retry_cached(state, now)
 
 
@@ -305,8 +440,8 @@ class RelayerHandle:
 
 
 def serve(chains: Sequence[RunningChain], config: RelayerConfig) -> RelayerHandle:
-    """The relayer over the pools of ``chains`` in a daemon thread."""
-    state = _state([c for c in chains if "StargatePool" in c.contracts], config)
+    """The relayer over the Stargate contracts of ``chains`` in a daemon thread."""
+    state = _state([c for c in chains if "TokenMessaging" in c.contracts], config)
     stop = threading.Event()
 
     def run() -> None:

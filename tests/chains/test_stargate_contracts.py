@@ -1,9 +1,12 @@
-"""The Stargate v2 double on the local chains (deployed and wired by the same code
-as `qtg chains up`): a taxi from test-a to test-b delivered by the relayer's key
-once; a bus whose rides carry an empty guid until it is driven (BusDriven
-brings the guid, the delivery's OFTReceived carries it); a payout the pool
-cannot make cached and paid later by anyone, once; the refusals the executor
-relies on (slippage, fee, path, lzToken, delivery by another key, replay)."""
+"""Stargate v2's published contracts over LayerZero's EndpointV2 on the local
+chains (deployed and configured by the same code as `qtg chains up`): the
+paths wired as a real deployment's (peers, credits, fees, fares); a taxi whose
+packet only the trusted verifier can verify and that executes once; a bus
+whose rides carry an empty guid and whose BusRode and BusDriven come from
+TokenMessaging, not the pool (driving it takes the passengers as BusRode gave
+them and quoteDriveBus's fee); a payout the pool cannot make cached and paid
+later by anyone, once; the refusals the executor relies on (slippage, fee,
+path, LZ token)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,9 @@ import pytest
 from chain_support import LocalChainSet
 from stargate_support import Side, revert_name, send_param
 
-from qtg_runner.chains.stargate import POOL_LIQUIDITY, stargate_eid
+from qtg_runner.chains import layerzero
+from qtg_runner.chains.stargate import ASSET_ID, POOL_LIQUIDITY, stargate_fee
+from qtg_runner.world.stargate import BUS_DRIVEN_TOPIC, BUS_RODE_TOPIC
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -42,54 +47,80 @@ def _send(src: Side, sender: str, param: tuple[Any, ...]) -> Any:
     )
 
 
-def test_the_pools_are_wired(sides: tuple[Side, Side]) -> None:
+def test_the_paths_are_wired_as_a_deployment(sides: tuple[Side, Side]) -> None:
     a, b = sides
     assert (a.eid, b.eid) == (50111, 50112)
     for side, other in ((a, b), (b, a)):
+        assert side.endpoint.functions.eid().call() == side.eid
         assert side.pool.functions.localEid().call() == side.eid
-        assert side.pool.functions.peers(other.eid).call() == other.pool.address
-        assert side.pool.functions.relayer().call() == side.relayer
+        config = side.pool.functions.getAddressConfig().call()
+        assert (config[1], config[3]) == (side.relayer, side.tm.address)  # planner, messaging
+        assert side.tm.functions.assetIds(side.pool.address).call() == ASSET_ID
+        assert side.tm.functions.peers(other.eid).call() == layerzero.address_word(other.tm.address)
+        assert side.tm.functions.planner().call() == side.relayer
+        # the credit the other chain sent for this path, and the liquidity behind it
+        assert side.pool.functions.paths(other.eid).call() >= POOL_LIQUIDITY // 2
         assert side.balance(side.pool.address) >= POOL_LIQUIDITY // 2
-    # the OFT selectors are the real ones (IOFT.send, quoteSend, quoteOFT)
+        # only the relayer verifies; every message pays the library's fee
+        assert side.lib.functions.whitelistCaller().call() == side.relayer
+        assert side.lib.functions.nativeFee().call() == layerzero.MESSAGE_FEE
+        _max, fare, _drop, _waiting, _first = side.tm.functions.busQueues(other.eid).call()
+        assert 0 < fare < layerzero.MESSAGE_FEE
+    # the OFT selectors the engine signs and quotes with (IOFT.send, quoteSend, quoteOFT)
     param = send_param(b.eid, a.owner, 1, 1)
     assert a.pool.functions.send(param, (0, 0), a.owner).selector == "0xc7c7f5b3"
     assert a.pool.functions.quoteSend(param, False).selector == "0x3b6f743b"
     assert a.pool.functions.quoteOFT(param).selector == "0x0d35b415"
 
 
-def test_a_taxi_is_delivered_by_the_relayer_once(sides: tuple[Side, Side]) -> None:
+def test_a_taxi_is_verified_by_the_relayer_and_executed_once(sides: tuple[Side, Side]) -> None:
     a, b = sides
+    a.relay(b)  # whatever an earlier test left on the path
     amount = 250_000_000
     sender, receiver = _sender(a, amount), b.w3.eth.accounts[7]
     limit, details, oft = a.pool.functions.quoteOFT(send_param(b.eid, receiver, amount, 0)).call()
-    assert limit[1] >= amount and oft[0] == amount and oft[1] == amount - amount // 10_000
-    assert details[0][0] == -(amount // 10_000)
-    param = send_param(b.eid, receiver, amount, oft[1])
+    received = amount - stargate_fee(amount)
+    assert limit[1] >= amount and tuple(oft) == (amount, received)
+    assert tuple(details[0]) == (-stargate_fee(amount), "protocol fee")
+    param = send_param(b.eid, receiver, amount, received)
     pool_before, receiver_before = a.balance(a.pool.address), b.balance(receiver)
     receipt = _send(a, sender, param)
     (sent,) = a.events(receipt, "OFTSent")
     guid = bytes(sent["guid"])
     assert guid != ZERO_GUID and sent["dstEid"] == b.eid and sent["fromAddress"] == sender
-    assert (sent["amountSentLD"], sent["amountReceivedLD"]) == (amount, oft[1])
+    assert (sent["amountSentLD"], sent["amountReceivedLD"]) == (amount, received)
     assert a.balance(a.pool.address) == pool_before + amount
-    dst_eid, _, to, amount_ld = a.pool.functions.taxiMessage(guid).call()
-    assert (dst_eid, to, amount_ld) == (b.eid, receiver, oft[1])
+    # the message is LayerZero's packet from TokenMessaging to its peer
+    (packet,) = [p for p in a.packets(b, receipt["blockNumber"]) if p.guid == guid]
+    assert packet.sender == layerzero.address_word(a.tm.address)
+    assert packet.receiver == b.tm.address and packet.executor.lz_receive_gas > 0
 
-    deliver = b.pool.functions.deliverTaxi(guid, a.eid, receiver, oft[1])
-    assert revert_name(deliver, {"from": b.owner}) == "NotRelayer"
-    received = b.mined(deliver.transact({"from": b.relayer}))
-    (got,) = b.events(received, "OFTReceived")
+    # only the verifier the library trusts may verify
+    stranger = b.w3.eth.accounts[9]
+    verify = layerzero.verify_call(b.lib, packet)
+    assert revert_name(verify, {"from": stranger}) == "OnlyWhitelistCaller"
+    assert revert_name(layerzero.receive_call(b.endpoint, packet), {"from": stranger}) == (
+        "LZ_InvalidNonce"
+    )  # not verified: nothing to execute
+    executed = layerzero.deliver_now(packet, b.chain, b.relayer)
+    (got,) = b.events(executed, "OFTReceived")
     assert (bytes(got["guid"]), got["srcEid"], got["toAddress"], got["amountReceivedLD"]) == (
-        guid, a.eid, receiver, oft[1],
+        guid, a.eid, receiver, received,
     )  # fmt: skip
-    assert b.balance(receiver) == receiver_before + oft[1]
-    assert b.pool.functions.delivered(a.eid, guid).call()
-    # a guid is delivered once
-    assert revert_name(deliver, {"from": b.relayer}) == "AlreadyDelivered"
+    assert b.balance(receiver) == receiver_before + received
+    # a packet executes once
+    assert layerzero.deliver_now(packet, b.chain, b.relayer) is None
+    assert revert_name(layerzero.receive_call(b.endpoint, packet), {"from": stranger}) == (
+        "LZ_PayloadHashNotFound"
+    )
+    assert revert_name(verify, {"from": b.relayer}) == "LZ_PathNotVerifiable"
 
 
-def test_a_bus_carries_an_empty_guid_until_driven(sides: tuple[Side, Side]) -> None:
+def test_a_bus_rides_on_token_messaging_and_carries_its_guid_when_driven(
+    sides: tuple[Side, Side],
+) -> None:
     a, b = sides
+    a.relay(b)
     amount = 10_000_000
     sender = _sender(a, 2 * amount)
     receivers = [b.w3.eth.accounts[7], b.w3.eth.accounts[8]]
@@ -98,84 +129,78 @@ def test_a_bus_carries_an_empty_guid_until_driven(sides: tuple[Side, Side]) -> N
         receipt = _send(a, sender, send_param(b.eid, receiver, amount, 0, bus=True))
         (sent,) = a.events(receipt, "OFTSent")
         assert bytes(sent["guid"]) == ZERO_GUID
-        (rode,) = a.events(receipt, "BusRode")
+        # the ticket is TokenMessaging's event, not the pool's; no packet yet
+        assert BUS_RODE_TOPIC not in a.topics(receipt, a.pool)
+        (rode,) = a.events(receipt, "BusRode", a.tm)
         assert rode["dstEid"] == b.eid
+        assert not any(p.dst_eid == b.eid for p in a.packets(b, receipt["blockNumber"]))
         rides.append(rode["ticketId"])
     assert rides[1] == rides[0] + 1
-    # driving needs the fee
-    assert revert_name(a.pool.functions.driveBus(b.eid), {"from": a.owner, "value": 0}) == (
-        "InsufficientFee"
+    first, waiting = a.waiting(b)
+    assert first <= rides[0] and rides[1] == first + waiting - 1
+
+    passengers = a.passengers(b)
+    fee = a.tm.functions.quoteDriveBus(b.eid, passengers).call()[0]
+    assert fee == layerzero.MESSAGE_FEE
+    drive = a.tm.functions.driveBus(b.eid, passengers)
+    assert revert_name(drive, {"from": a.owner, "value": 0}) == "LZ_InsufficientFee"
+    forged = passengers[:-1] + bytes([passengers[-1] ^ 1])
+    assert revert_name(a.tm.functions.driveBus(b.eid, forged), {"from": a.owner, "value": fee}) == (
+        "Bus_InvalidPassenger"
     )
-    fee = a.pool.functions.quoteDriveBus(b.eid).call()[0]
-    stranger = a.w3.eth.accounts[9]
-    driven = a.mined(a.pool.functions.driveBus(b.eid).transact({"from": stranger, "value": fee}))
-    (bus,) = a.events(driven, "BusDriven")
+    driven = a.drive(b, a.w3.eth.accounts[9])  # anyone may drive
+    assert BUS_DRIVEN_TOPIC not in a.topics(driven, a.pool)
+    (bus,) = a.events(driven, "BusDriven", a.tm)
     guid = bytes(bus["guid"])
     assert guid != ZERO_GUID and bus["dstEid"] == b.eid
-    assert (
-        bus["startTicketId"] <= rides[0] and rides[1] < bus["startTicketId"] + bus["numPassengers"]
-    )
-    # an empty bus is not driven
-    assert revert_name(a.pool.functions.driveBus(b.eid), {"from": a.owner, "value": fee}) == (
-        "BusEmpty"
-    )
-    tickets = [
-        a.pool.functions.tickets(b.eid, t).call()
-        for t in range(bus["startTicketId"], bus["startTicketId"] + bus["numPassengers"])
-    ]
-    received = b.mined(
-        b.pool.functions.deliverBus(
-            guid, a.eid, [t[0] for t in tickets], [t[1] for t in tickets]
-        ).transact({"from": b.relayer})
-    )
-    got = b.events(received, "OFTReceived")
+    assert (bus["startTicketId"], bus["numPassengers"]) == (first, waiting)
+    assert a.waiting(b)[1] == 0
+    (packet,) = [p for p in a.packets(b, driven["blockNumber"]) if p.guid == guid]
+
+    (executed,) = [r for r in a.relay(b) if b.events(r, "OFTReceived")]
+    got = b.events(executed, "OFTReceived")
     assert {bytes(g["guid"]) for g in got} == {guid}
     assert {g["toAddress"] for g in got} >= set(receivers)
+    assert layerzero.deliver_now(packet, b.chain, b.relayer) is None
 
 
 def test_a_cached_payout_is_retried_once_by_anyone(sides: tuple[Side, Side]) -> None:
     a, b = sides
+    a.relay(b)
     amount = 5_000_000
     sender, receiver = _sender(a, amount), b.w3.eth.accounts[8]
     receipt = _send(a, sender, send_param(b.eid, receiver, amount, 0))
     guid = bytes(a.events(receipt, "OFTSent")[0]["guid"])
-    received_ld = amount - amount // 10_000
-    b.mined(b.pool.functions.setPayoutsHeld(True).transact({"from": b.owner}))
-    try:
+    received = amount - stargate_fee(amount)
+    stranger = b.w3.eth.accounts[9]
+    with b.payouts_held():
         before = b.balance(receiver)
-        delivery = b.mined(
-            b.pool.functions.deliverTaxi(guid, a.eid, receiver, received_ld).transact(
-                {"from": b.relayer}
-            )
-        )
+        (delivery,) = a.relay(b)
         assert b.events(delivery, "OFTReceived") == []
         (cached,) = b.events(delivery, "UnreceivedTokenCached")
         assert (bytes(cached["guid"]), cached["index"], cached["srcEid"]) == (guid, 0, a.eid)
         assert (cached["receiver"], cached["amountLD"], bytes(cached["composeMsg"])) == (
-            receiver, received_ld, b"",
+            receiver, received, b"",
         )  # fmt: skip
         assert b.balance(receiver) == before
-        retry = b.pool.functions.retryReceiveToken(guid, 0, a.eid, receiver, received_ld, b"")
+        retry = b.pool.functions.retryReceiveToken(guid, 0, a.eid, receiver, received, b"")
         # still held: the retry fails and the cache stays
-        assert revert_name(retry, {"from": b.w3.eth.accounts[9]}) == "OutflowFailed"
-    finally:
-        b.mined(b.pool.functions.setPayoutsHeld(False).transact({"from": b.owner}))
+        assert revert_name(retry, {"from": stranger}) == "Stargate_OutflowFailed"
     # a wrong amount is not the cached payout
-    wrong = b.pool.functions.retryReceiveToken(guid, 0, a.eid, receiver, received_ld + 1, b"")
-    assert revert_name(wrong, {"from": b.w3.eth.accounts[9]}) == "UnreceivedTokenNotFound"
-    paid = b.mined(retry.transact({"from": b.w3.eth.accounts[9]}))
+    wrong = b.pool.functions.retryReceiveToken(guid, 0, a.eid, receiver, received + 1, b"")
+    assert revert_name(wrong, {"from": stranger}) == "Stargate_UnreceivedTokenNotFound"
+    paid = b.mined(retry.transact({"from": stranger}))
     (got,) = b.events(paid, "OFTReceived")
     assert (bytes(got["guid"]), got["toAddress"], got["amountReceivedLD"]) == (
-        guid, receiver, received_ld,
+        guid, receiver, received,
     )  # fmt: skip
-    assert b.balance(receiver) == before + received_ld
-    assert revert_name(retry, {"from": b.w3.eth.accounts[9]}) == "UnreceivedTokenNotFound"
-    # and the delivery itself is not replayed
-    again = b.pool.functions.deliverTaxi(guid, a.eid, receiver, received_ld)
-    assert revert_name(again, {"from": b.relayer}) == "AlreadyDelivered"
+    assert b.balance(receiver) == before + received
+    assert revert_name(retry, {"from": stranger}) == "Stargate_UnreceivedTokenNotFound"
+    # and the message itself is not executed again
+    assert a.relay(b) == []
 
 
-def test_sends_the_pool_refuses(sides: tuple[Side, Side], local_chain_set: LocalChainSet) -> None:
+def test_sends_the_pool_refuses(sides: tuple[Side, Side]) -> None:
     a, b = sides
     amount = 1_000_000
     sender = _sender(a, amount)
@@ -183,19 +208,27 @@ def test_sends_the_pool_refuses(sides: tuple[Side, Side], local_chain_set: Local
     param = send_param(b.eid, receiver, amount, amount)  # no room for the fee
     fee = a.pool.functions.quoteSend(param, False).call()
     tx = {"from": sender, "value": fee[0]}
-    assert revert_name(a.pool.functions.send(param, tuple(fee), sender), tx) == "SlippageTooHigh"
+    assert revert_name(a.pool.functions.send(param, tuple(fee), sender), tx) == (
+        "Stargate_SlippageTooHigh"
+    )
     ok = send_param(b.eid, receiver, amount, 0)
     assert revert_name(a.pool.functions.send(ok, (0, 0), sender), {"from": sender}) == (
-        "InsufficientFee"
+        "LZ_InsufficientFee"
+    )
+    bus = send_param(b.eid, receiver, amount, 0, bus=True)
+    assert revert_name(a.pool.functions.send(bus, (0, 0), sender), {"from": sender}) == (
+        "Stargate_InsufficientFare"
     )
     assert revert_name(a.pool.functions.quoteSend(ok, True), {"from": sender}) == (
-        "LzTokenUnavailable"
+        "LZ_LzTokenUnavailable"
     )
-    unknown = send_param(stargate_eid(local_chain_set.chains[0]), receiver, amount, 0)
-    assert revert_name(a.pool.functions.quoteOFT(unknown), {"from": sender}) == "InvalidPath"
-    odd = (*ok[:6], b"\x00\x00")
-    assert revert_name(a.pool.functions.quoteSend(odd, False), {"from": sender}) == (
-        "InvalidOftCmd"
+    # a chain without a path: no credit to send with, no peer to quote
+    unknown = send_param(40161, receiver, amount, 0)
+    limit, _details, _oft = a.pool.functions.quoteOFT(unknown).call()
+    assert limit[1] == 0
+    assert revert_name(a.pool.functions.quoteSend(unknown, False), {"from": sender}) == "NoPeer"
+    assert revert_name(a.pool.functions.send(unknown, tuple(fee), sender), tx) == (
+        "Path_InsufficientCredit"
     )
 
 
@@ -225,7 +258,7 @@ def test_the_worlds_serve_process_relays_a_taxi_and_drives_a_bus(
         taxi = _send(a, sender, send_param(b.eid, receiver, amount, 0))
         bus = _send(a, sender, send_param(b.eid, receiver, amount, 0, bus=True))
         taxi_guid = bytes(a.events(taxi, "OFTSent")[0]["guid"])
-        ticket = a.events(bus, "BusRode")[0]["ticketId"]
+        ticket = a.events(bus, "BusRode", a.tm)[0]["ticketId"]
         deadline = time.monotonic() + 60
         while True:
             got = b.pool.events.OFTReceived().get_logs(
@@ -236,7 +269,7 @@ def test_the_worlds_serve_process_relays_a_taxi_and_drives_a_bus(
                 break
             assert time.monotonic() < deadline, f"delivered so far: {guids}"
             time.sleep(0.5)
-        driven = a.pool.events.BusDriven().get_logs(from_block=bus["blockNumber"])
+        driven = a.tm.events.BusDriven().get_logs(from_block=bus["blockNumber"])
         covering = [
             e["args"]
             for e in driven

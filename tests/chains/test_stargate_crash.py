@@ -38,11 +38,10 @@ from stargate_support import (
     start_send,
 )
 
+from qtg_runner.chains.stargate import stargate_fee
 from qtg_runner.world import stargate as relayer
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
-
-FEE_BPS = 1
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +136,7 @@ def test_a_runner_killed_mid_send_leaves_each_send_done_once(
 
     on_chain = delivered = 0
     for src, dst, _mode, amount in sends:
-        received = amount - amount * FEE_BPS // 10_000
+        received = amount - stargate_fee(amount)
         sent = oft_sent_from(src, sender, start[src.chain.key])
         got = [
             e
@@ -152,8 +151,8 @@ def test_a_runner_killed_mid_send_leaves_each_send_done_once(
     taxi, bus = sends[0][3], sends[1][3]
     assert a.balance(sender) == before[(a.chain.key, sender)] - taxi
     assert b.balance(sender) == before[(b.chain.key, sender)] - bus
-    assert b.balance(recipient) == before[(b.chain.key, recipient)] + taxi - taxi // 10_000
-    assert a.balance(recipient) == before[(a.chain.key, recipient)] + bus - bus // 10_000
+    assert b.balance(recipient) == before[(b.chain.key, recipient)] + taxi - stargate_fee(taxi)
+    assert a.balance(recipient) == before[(a.chain.key, recipient)] + bus - stargate_fee(bus)
     print(
         f"\nstargate crash {case}: at the kill {dict(at_kill)}, {sent_at_kill} sent;"
         f" sends attempted {len(sends)}, on chain {on_chain}, delivered {delivered},"

@@ -3,9 +3,12 @@ a runner login, the real local chains, and the Stargate relayer running beside
 them for the module (qtg_runner.world.stargate, at the tests' time scale; it
 drives a bus after 100 protocol seconds, 1 s here).
 
-What a treasury relies on: a taxi and a bus each send their amount once from
-the source pool and complete only on the destination's OFTReceived for the
-guid (the bus's from BusDriven, the source's OFTSent carrying none); a payout
+The contracts are Stargate v2's own over LayerZero's EndpointV2
+(qtg_runner.chains.stargate). What a treasury relies on: a taxi and a bus each
+send their amount once from the source pool and complete only on the
+destination's OFTReceived for the guid (the bus's from the BusDriven that
+TokenMessaging emits for the ticket of the send's BusRode, also
+TokenMessaging's, the pool's OFTSent carrying none); a payout
 the destination pool could not make stays PENDING while cached and completes
 on the OFTReceived of the retry that follows; a recipient that is allow-listed
 on the source but not on the destination is never signed for (QT032)."""
@@ -31,9 +34,11 @@ from stargate_support import (
 )
 from web3 import Web3
 
+from qtg_runner.chains.stargate import stargate_fee
 from qtg_runner.db import procs
 from qtg_runner.workers import node_dispatcher, node_observer
 from qtg_runner.world import stargate as relayer
+from qtg_runner.world.stargate import BUS_RODE_TOPIC
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -100,16 +105,24 @@ def test_a_send_moves_once_and_completes_on_the_destinations_oft_received(
     state, evidence = observe_until(db, world, local_chain_set, node_id)
     assert state == "COMPLETED", evidence
 
-    received = amount - amount // 10_000  # the double's 1 bp fee
+    received = amount - stargate_fee(amount)  # the fee library's 1 bp, rounded up
     (sent,) = oft_sent_from(a, sender, start_a)
     guid = "0x" + bytes(sent["guid"]).hex()
     if mode == "taxi":
         assert guid == evidence["guid"]
     else:
-        # a bus ride's OFTSent carries no guid: BusDriven brings it
+        # a bus ride's OFTSent carries no guid: the BusDriven for its ticket
+        # brings it, and both BusRode and BusDriven are TokenMessaging's
         assert guid == "0x" + "00" * 32
-        assert evidence["bus"]["start_ticket_id"] <= evidence["ticket_id"]
-        assert evidence["guid"] != guid
+        send = a.w3.eth.get_transaction_receipt(evidence["tx_hash"])
+        assert BUS_RODE_TOPIC not in a.topics(send, a.pool)
+        (rode,) = a.events(send, "BusRode", a.tm)
+        assert rode["ticketId"] == evidence["ticket_id"] and rode["dstEid"] == b.eid
+        drive = a.w3.eth.get_transaction_receipt(evidence["bus"]["tx_hash"])
+        (bus,) = a.events(drive, "BusDriven", a.tm)
+        assert bus["startTicketId"] == evidence["bus"]["start_ticket_id"] <= rode["ticketId"]
+        assert rode["ticketId"] < bus["startTicketId"] + bus["numPassengers"]
+        assert "0x" + bytes(bus["guid"]).hex() == evidence["guid"] != guid
     assert (sent["amountSentLD"], sent["amountReceivedLD"]) == (amount, received)
     (got,) = oft_received_by(b, recipient, start_b)
     assert "0x" + bytes(got["guid"]).hex() == evidence["guid"]
@@ -128,8 +141,7 @@ def test_a_cached_payout_stays_pending_and_completes_on_the_retry(
     start_b = head(b.chain) + 1
     recipient_before = b.balance(recipient)
     retried_before = relay.counts["retried"]
-    b.mined(b.pool.functions.setPayoutsHeld(True).transact({"from": b.owner}))
-    try:
+    with b.payouts_held():
         _, node_id = start_send(
             world, a.chain.key, b.chain.key, sender, recipient, Decimal("2"), "cached"
         )
@@ -140,14 +152,12 @@ def test_a_cached_payout_stays_pending_and_completes_on_the_retry(
         assert state == "OBSERVING"
         assert evidence["payout_cached"]["guid"] == evidence["guid"]
         assert b.balance(recipient) == recipient_before
-    finally:
-        b.mined(b.pool.functions.setPayoutsHeld(False).transact({"from": b.owner}))
     state, evidence = observe_until(db, world, local_chain_set, node_id)
     assert state == "COMPLETED", evidence
     assert relay.counts["retried"] == retried_before + 1
     (got,) = oft_received_by(b, recipient, start_b)
     assert "0x" + bytes(got["guid"]).hex() == evidence["guid"]
-    assert b.balance(recipient) == recipient_before + 2_000_000 - 200
+    assert b.balance(recipient) == recipient_before + 2_000_000 - stargate_fee(2_000_000)
 
 
 def test_a_recipient_allowed_only_on_the_source_is_never_signed_for(

@@ -1,5 +1,6 @@
 """stargate_send_route: what a Stargate send node may sign, from the registry:
-both chains with their Stargate rows, the token on both, a treasury sender on
+both chains with their Stargate rows (the pool on both, the source's
+TokenMessaging, where a bus ride's events are read), the token on both, a treasury sender on
 the source, a recipient that is a treasury account or allow-listed on the
 DESTINATION (QT032 otherwise, even when the source allows it), the amount and
 the least to receive in base units (min_amount, else max_slippage_bps, 50 by
@@ -34,7 +35,10 @@ def chains(conn: Conn) -> Conn:
         )
         procs.upsert_chain_token(key, "USDC", "0x" + digit * 40, 6).one(conn)
         procs.upsert_chain_protocol(
-            key, "stargate", eid, {"StargatePool": "0x" + digit * 39 + "f"}
+            key,
+            "stargate",
+            eid,
+            {"StargatePool": "0x" + digit * 39 + "f", "TokenMessaging": "0x" + digit * 38 + "ee"},
         ).one(conn)
     procs.upsert_treasury_account("sg-a", SENDER, "env:KEY_A").one(conn)
     procs.upsert_treasury_account("sg-b", TREASURY_B, "env:KEY_B").one(conn)
@@ -60,6 +64,7 @@ def test_a_taxi_to_a_treasury_account_of_the_destination(chains: Conn) -> None:
         "sg-a", "sg-b", 50901, 50902,
     )  # fmt: skip
     assert (row.src_pool, row.dst_pool) == ("0x" + "1" * 39 + "f", "0x" + "2" * 39 + "f")
+    assert row.src_token_messaging == "0x" + "1" * 38 + "ee"
     assert (row.sender, row.recipient, row.recipient_kind, row.mode) == (
         SENDER, TREASURY_B, "treasury", "taxi",
     )  # fmt: skip
@@ -117,6 +122,20 @@ def test_no_stargate_on_the_destination_is_qt014(chains: Conn) -> None:
     assert_rejected(chains, "QT011", ROUTE, (0,))
 
 
+def test_a_source_without_its_token_messaging_is_qt014(chains: Conn) -> None:
+    """A bus ride's ticket and its bus are TokenMessaging's events: a source
+    whose row names no TokenMessaging is no route (its sends could not be
+    followed). The destination needs only its pool."""
+    node_id = send_node(chains)
+    procs.upsert_chain_protocol(
+        "sg-b", "stargate", 50902, {"StargatePool": "0x" + "2" * 39 + "f"}
+    ).one(chains)
+    assert procs.stargate_send_route(node_id).one(chains).dst_pool == "0x" + "2" * 39 + "f"
+    procs.upsert_chain_protocol("sg-a", "stargate", 50901, {"StargatePool": POOL_A}).one(chains)
+    error = assert_rejected(chains, "QT014", ROUTE, (node_id,))
+    assert "TokenMessaging" in str(error)
+
+
 # -- what a send may record: the route's own send, nothing else ------------------
 
 RECORD = (
@@ -169,6 +188,7 @@ def payload_of(route: Any, data: bytes) -> str:
             "max_priority_fee_per_gas": "1000000000",
             "mode": route.mode,
             "pool": route.src_pool,
+            "token_messaging": route.src_token_messaging,
             "src_eid": route.src_eid,
             "min_amount_units": str(route.min_amount_units),
             "quoted_received_units": str(route.min_amount_units),
@@ -195,6 +215,7 @@ def payload_of(route: Any, data: bytes) -> str:
         {"mode": "bus"},
         {"refund": COUNTERPARTY},
         {"to": "0x" + "2" * 39 + "f"},  # the destination's pool
+        {"to": "0x" + "1" * 38 + "ee"},  # the source's TokenMessaging
         {"value": NATIVE_FEE + 1},  # ether beyond the fee the call names
     ],
     ids=lambda f: next(iter(f)),
@@ -223,4 +244,18 @@ def test_a_send_records_only_its_routes_send(chains: Conn, forged: dict[str, Any
             (node_id, secret, tx_hash, payload_of(route, data), SENDER, raw),
         )  # fmt: skip
         assert "calldata" in str(error)
+    chains.execute(RECORD, (node_id, secret, tx_hash, payload_of(route, honest), SENDER, raw))
+
+
+def test_a_payload_names_the_routes_token_messaging(chains: Conn) -> None:
+    """Observation reads a bus ride's BusRode and BusDriven where the payload
+    says TokenMessaging is: a payload naming another contract is not the route."""
+    node_id, secret, route = claimed_send(chains, mode="bus")
+    honest = send_calldata(route)
+    tx_hash, raw = call(1, 0, POOL_A, honest, NATIVE_FEE)
+    forged = json.loads(payload_of(route, honest)) | {"token_messaging": "0x" + "3" * 40}
+    error = assert_rejected(
+        chains, "QT032", RECORD, (node_id, secret, tx_hash, json.dumps(forged), SENDER, raw)
+    )
+    assert "token_messaging" in str(error)
     chains.execute(RECORD, (node_id, secret, tx_hash, payload_of(route, honest), SENDER, raw))

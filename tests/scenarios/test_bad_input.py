@@ -257,11 +257,10 @@ def build_world(conn: Conn) -> World:
             "cctp",
         ),
     )
-    # a Stargate pool on each chain, for a stargate node
+    # a Stargate pool and TokenMessaging on each chain, for a stargate node
     for chain, eid, digit in (("world-a", 50901, "7"), ("world-b", 50902, "8")):
-        procs.upsert_chain_protocol(
-            chain, "stargate", eid, {"StargatePool": "0x" + digit * 40}
-        ).one(conn)
+        contracts = {"StargatePool": "0x" + digit * 40, "TokenMessaging": "0x" + digit * 39 + "e"}
+        procs.upsert_chain_protocol(chain, "stargate", eid, contracts).one(conn)
     sg = StargateExecutor
     procs.register_executor(sg.key, True, sg.node_config_schema, sg.description).one(conn)
     stargate = node_ids(

@@ -16,8 +16,9 @@
 --                                                                tx, search_from_block, gas, fees
 --   ccip            chain leg, Router, OnRamp, the destination's gas, fees, ccip_fee, dest_from_block
 --                   chain, OffRamp and token, recipient, amount
---   stargate        chain leg, pools and endpoint ids, token,    gas, fees, native_fee, calldata, the
---                   recipient, amount, least to receive, mode    quote, dst_from_block
+--   stargate        chain leg, pools and endpoint ids, the       gas, fees, native_fee, calldata, the
+--                   source's TokenMessaging, token, recipient,   quote, dst_from_block
+--                   amount, least to receive, mode
 --   bybit_withdraw  the venue (the NAMES of its URL's and key    nothing
 --                   file's variables), its chain, coin, token,
 --                   recipient, amount, and request_id (the
@@ -77,6 +78,7 @@ BEGIN
             route := jsonb_pick(v_row, '{token,token_address,recipient,amount_units,mode,src_eid,min_amount_units,'
                                        'dst_chain_key,dst_rpc_url_env,dst_finality_depth,dst_eid,dst_pool}')
                      || jsonb_build_object('protocol', 'stargate', 'pool', v_row -> 'src_pool',
+                                           'token_messaging', v_row -> 'src_token_messaging',
                                            'dst_block_time_s', (v_row ->> 'dst_block_time_ms')::numeric / 1000);
             extras := c_fees || '{native_fee,calldata,quoted_received_units,dst_from_block}'::text[];
         WHEN 'bybit_withdraw' THEN

@@ -8,15 +8,18 @@
 -- allow-listed there), the amount and the least the recipient must receive in
 -- the token's base units (min_amount, else the amount less max_slippage_bps,
 -- 50 when neither is given), the mode (taxi or bus), both chains' Stargate
--- rows (endpoint id and pool: chain_protocols), the destination chain's
--- reading parameters and the sender's next nonce as the engine has it. An
--- executor signs only what this returns, read again before every signature.
--- QT011 no such node; QT014 a chain, the token, Stargate on either chain or
--- the sender is not registered (the sender: not a treasury account of the
--- source); QT032 the recipient is neither a treasury account nor allow-listed
--- on the destination; QT002 a config without these keys, the same chain at
--- both ends, a mode other than taxi or bus, an amount finer than the token's
--- decimals, or a minimum above the amount. Reads only; takes no lock.
+-- rows (endpoint id and pool: chain_protocols; on the source also its
+-- TokenMessaging, which emits a bus ride's BusRode and BusDriven), the
+-- destination chain's reading parameters and the sender's next nonce as the
+-- engine has it. An executor signs only what this returns, read again before
+-- every signature (the call goes to the source pool, never to TokenMessaging).
+-- QT011 no such node; QT014 a chain, the token, Stargate on either chain (the
+-- pool on both, TokenMessaging on the source) or the sender is not registered
+-- (the sender: not a treasury account of the source); QT032 the recipient is
+-- neither a treasury account nor allow-listed on the destination; QT002 a
+-- config without these keys, the same chain at both ends, a mode other than
+-- taxi or bus, an amount finer than the token's decimals, or a minimum above
+-- the amount. Reads only; takes no lock.
 CREATE OR REPLACE FUNCTION stargate_send_route(p_node_id bigint)
 RETURNS TABLE (
     chain_key                text,
@@ -38,6 +41,7 @@ RETURNS TABLE (
     mode                     text,
     src_eid                  bigint,
     src_pool                 text,
+    src_token_messaging      text,
     dst_chain_key            text,
     dst_chain_id             bigint,
     dst_rpc_url_env          text,
@@ -119,10 +123,13 @@ BEGIN
     END IF;
     v_src_sg := chain_protocol(v_src.chain_key, 'stargate');
     v_dst_sg := chain_protocol(v_dst.chain_key, 'stargate');
-    IF NOT (v_src_sg.contracts ? 'StargatePool' AND v_dst_sg.contracts ? 'StargatePool') THEN
-        RAISE EXCEPTION 'stargate_send_route: node %: the Stargate rows of % and % name no StargatePool', p_node_id,
+    IF NOT (v_src_sg.contracts ?& ARRAY['StargatePool', 'TokenMessaging'] AND v_dst_sg.contracts ? 'StargatePool') THEN
+        RAISE EXCEPTION 'stargate_send_route: node %: the Stargate rows of % and % do not name the source''s '
+                        'StargatePool and TokenMessaging and the destination''s StargatePool', p_node_id,
                         v_src.chain_key, v_dst.chain_key
-            USING ERRCODE = 'QT014', HINT = 'Register each chain''s pool as contracts.StargatePool with upsert_chain_protocol.';
+            USING ERRCODE = 'QT014',
+                  HINT = 'Register each chain''s pool and TokenMessaging as contracts.StargatePool and '
+                         'contracts.TokenMessaging with upsert_chain_protocol.';
     END IF;
     v_signer := treasury_signer(format('stargate_send_route: node %s: from', p_node_id), v_src.chain_key, v_sender);
     v_kind := destination_kind(format('stargate_send_route: node %s: to, on the destination chain', p_node_id),
@@ -152,6 +159,7 @@ BEGIN
                         v_token.symbol, v_token.address, v_token.decimals, v_sender, v_signer, v_recipient, v_kind,
                         trunc(v_units), trunc(v_min), v_mode,
                         v_src_sg.remote_id::bigint, v_src_sg.contracts ->> 'StargatePool',
+                        v_src_sg.contracts ->> 'TokenMessaging',
                         v_dst.chain_key, v_dst.chain_id, v_dst.rpc_url_env, v_dst.finality_depth, v_dst.block_time_ms,
                         v_dst_sg.remote_id::bigint, v_dst_sg.contracts ->> 'StargatePool', v_dst_token.address,
                         (SELECT e.next_nonce FROM evm_nonces e
