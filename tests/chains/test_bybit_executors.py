@@ -7,9 +7,13 @@ What a treasury relies on: a withdrawal pays its recipient exactly once and
 completes only when the chain shows the transfer at its finality depth; its
 requestId is on the intent before the request; a repeated request (the venue
 answering the original id, or 131082) and a crash at any step are recovered to
-ONE withdrawal; the venue's rate limit becomes the node's pacing; the venue's
-refusals fail the node; a recipient off the allow-list is never requested; a
-transfer into the exchange's deposit address is followed until credited, by a
+ONE withdrawal; an answer that does not say whether the withdrawal exists
+(131082 to the first request, a code nobody documents) leaves the node to
+recovery and says so, never FAILED; the venue's waits (10006's reset, the
+withdrawal interval) are recovery's, on the database's clock; the recipient
+goes to the venue spelled as its address book holds it; the venue's refusals
+fail the node; a recipient off the allow-list is never requested; a transfer
+into the exchange's deposit address is followed until credited, by a
 bybit_deposit step or by the capital_transfer_followup sidecar.
 
 One fake exchange for the module, at time scale 0.005 (a minute of its walk
@@ -19,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -32,6 +38,7 @@ import pytest
 from chain_support import TEST_KDF_ITERATIONS, LocalChainSet
 from engine import approve, as_person, pin_clock
 from eth_account import Account
+from eth_utils import to_checksum_address
 from evm_support import (
     head,
     make_due,
@@ -46,7 +53,8 @@ from qtg_runner import signers
 from qtg_runner.chains.registry import fund_treasury, register_venue
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
-from qtg_runner.exchanges.bybit import request_id_for
+from qtg_runner.exchanges import bybit_codes
+from qtg_runner.exchanges.bybit import BybitClient, request_id_for
 from qtg_runner.executors.base import NodeWork
 from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
 from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
@@ -258,6 +266,26 @@ def recover(db: Any, conn: Any, exchange: Exchange) -> list[str]:
     return [node_state(conn, c.node_id) for c in claims]
 
 
+def recover_at(db: Any, conn: Any, exchange: Exchange, seconds: float) -> list[str]:
+    """One recovery batch with the database's clock ``seconds`` ahead of now:
+    the states of the nodes it claimed (none: their waits have not passed)."""
+    (now,) = conn.execute("SELECT clock_timestamp()").fetchone()
+    pin_clock(conn, (now + timedelta(seconds=seconds)).isoformat())
+    try:
+        claims = procs.claim_recovery_nodes("node_recovery", 16, 120).all(conn)
+    finally:
+        pin_clock(conn, None)
+
+    async def job(ctx: WorkerContext) -> None:
+        for claim in claims:
+            await node_recovery.recover_one(
+                ctx, NodeWork.from_claim(claim, NETWORK), claim.node_state
+            )
+
+    run(db, exchange, job)
+    return [node_state(conn, c.node_id) for c in claims]
+
+
 def node_row(conn: Any, node_id: int) -> dict[str, Any]:
     row = conn.execute(
         "SELECT node_state::text, evidence, last_error, external_ref, next_observe_at - now(),"
@@ -399,6 +427,9 @@ def test_a_crash_is_recovered_to_exactly_one_withdrawal(
 def test_the_rate_limit_reset_becomes_the_nodes_pacing(
     db: Any, world: Any, exchange: Exchange
 ) -> None:
+    """10006 carries X-Bapi-Limit-Reset-Timestamp: the request is repeated by
+    recovery (its intent is recorded) only once the database's clock has passed
+    the reset, as the submit's and as the repeat's wait."""
     chain = exchange.chain_set.chains[0]
     recipient = fresh_recipient(world, exchange, chain.key)
     count = exchange.withdrawals()
@@ -409,11 +440,14 @@ def test_the_rate_limit_reset_becomes_the_nodes_pacing(
     row = node_row(world, node_id)
     # the intent was recorded, so a failed request goes to recovery, never a blind retry
     assert row["state"] == "UNKNOWN" and "10006" in row["last_error"]
-    assert recover(db, world, exchange) == ["UNKNOWN"]
+    assert 7 <= row["lease_in"].total_seconds() <= 9, row["lease_in"]  # the reset, not at once
+    assert recover_at(db, world, exchange, 5) == []
+    assert recover_at(db, world, exchange, 10) == ["UNKNOWN"]
     row = node_row(world, node_id)
     assert 7 <= row["lease_in"].total_seconds() <= 10, row["lease_in"]  # the reset, not a default
     assert exchange.withdrawals() == count
-    assert recover(db, world, exchange) == ["SUBMITTED"]
+    assert recover_at(db, world, exchange, 5) == []
+    assert recover_at(db, world, exchange, 10) == ["SUBMITTED"]
 
     # while observing: the next observation waits for the reset
     exchange.handle.inject_rate_limit(1, reset_in_ms=8000, path="/v5/asset/withdraw/query-record")
@@ -423,6 +457,150 @@ def test_the_rate_limit_reset_becomes_the_nodes_pacing(
     assert 6 <= row["observe_in"].total_seconds() <= 9, row["observe_in"]
     assert observe_until(db, world, exchange, node_id) == "COMPLETED"
     assert exchange.withdrawals() == count + 1
+
+
+def test_the_withdrawal_interval_is_waited_for_not_failed(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    """One withdrawal per chain and coin every 10 s (withdraw/create docs): the
+    second within it is answered 90040; the node waits in UNKNOWN for the
+    documented 10 s on the database's clock and recovery repeats the same
+    request then. Two withdrawals, one each."""
+    chain = exchange.chain_set.chains[1]
+    first, second = (fresh_recipient(world, exchange, chain.key) for _ in range(2))
+    count = exchange.withdrawals()
+    a = start(world, [withdraw_node(chain.key, first)], Decimal("1.1"), "interval-a")["out"]
+    assert dispatch(db, exchange) == 1
+    assert node_state(world, a) == "SUBMITTED"
+    exchange.handle.set_withdraw_interval(60)
+    try:
+        b = start(world, [withdraw_node(chain.key, second)], Decimal("2.2"), "interval-b")["out"]
+        dispatch(db, exchange)
+        row = node_row(world, b)
+        assert row["state"] == "UNKNOWN", row
+        assert str(bybit_codes.WITHDRAW_INTERVAL) in row["last_error"]
+        assert 9 <= row["lease_in"].total_seconds() <= 10, row["lease_in"]
+        assert exchange.withdrawals() == count + 1
+        assert recover_at(db, world, exchange, 5) == []
+    finally:
+        exchange.handle.set_withdraw_interval(None)
+    assert recover_at(db, world, exchange, 11) == ["SUBMITTED"]
+    for node_id in (a, b):
+        assert observe_until(db, world, exchange, node_id) == "COMPLETED"
+    assert exchange.withdrawals() == count + 2
+    assert (usdc_balance(chain, first), usdc_balance(chain, second)) == (1_100_000, 2_200_000)
+
+
+def requested_before(exchange: Exchange) -> Hook:
+    """The request with the node's recorded requestId was made once already,
+    its answer lost (a runner that died, a database restored from a backup):
+    the dispatcher's submit is the venue's second sight of the requestId."""
+
+    def hook(executors: dict[str, Any]) -> None:
+        executor = executors[BybitWithdrawExecutor.key]
+        real = executor.submit
+
+        async def submit(work: NodeWork, prepared: Any) -> Any:
+            route = prepared.payload
+            async with BybitClient(exchange.handle.url, KEY, SECRET) as client:
+                await client.withdraw(
+                    coin=route["coin"],
+                    chain=route["venue_chain"],
+                    address=route["recipient"],
+                    amount=Decimal(route["amount"]),
+                    request_id=prepared.external_request_id,
+                )
+            return await real(work, prepared)
+
+        executor.submit = submit
+
+    return hook
+
+
+def test_a_duplicate_request_answer_is_left_to_recovery_which_finds_the_one_withdrawal(
+    db: Any, world: Any, exchange: Exchange, caplog: pytest.LogCaptureFixture
+) -> None:
+    """131082 "Do not repeat the request" to the dispatcher's submit does not
+    say whether a withdrawal exists: the node goes to recovery, never FAILED and
+    never adopting a look-alike; the answer is logged and is the node's error.
+    Recovery repeats the request with the recorded requestId (131082 again)
+    and settles the node from the venue's one record of it. One withdrawal."""
+    chain = exchange.chain_set.chains[0]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    count = exchange.withdrawals()
+    exchange.handle.set_repeat_mode("error")
+    caplog.set_level(logging.WARNING, logger="qtg")
+    try:
+        node_id = start(world, [withdraw_node(chain.key, recipient)], Decimal("3.3"), "dup")["out"]
+        dispatch(db, exchange, requested_before(exchange))
+        row = node_row(world, node_id)
+        assert row["state"] == "UNKNOWN", row
+        assert "131082" in row["last_error"] and "unknown" in row["last_error"]
+        assert row["external_ref"] is None
+        reported = [r.getMessage() for r in caplog.records if "unknown_answer" in r.getMessage()]
+        assert any(f"node={node_id}" in m and "ret_code=131082" in m for m in reported)
+        assert exchange.withdrawals() == count + 1
+
+        assert recover(db, world, exchange) == ["SUBMITTED"]
+        row = node_row(world, node_id)
+        assert "131082" in row["evidence"]["repeat_answer"]
+        assert exchange.handle.withdrawal(row["external_ref"])["toAddress"] == recipient
+    finally:
+        exchange.handle.set_repeat_mode("original")
+    assert observe_until(db, world, exchange, node_id) == "COMPLETED"
+    assert exchange.withdrawals() == count + 1
+    assert usdc_balance(chain, recipient) == 3_300_000
+
+
+def test_an_undocumented_answer_is_left_to_recovery_never_failed(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    """A code the table does not know answers the withdrawal: UNKNOWN with the
+    venue's words, for recovery; its repeat with the recorded requestId is
+    the venue's first sight of it here, so it makes the one withdrawal."""
+    chain = exchange.chain_set.chains[1]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    count = exchange.withdrawals()
+    code = 131_999
+    assert code not in bybit_codes.CODES
+    exchange.handle.inject_error(
+        code, path="/v5/asset/withdraw/create", message="a new kind of trouble"
+    )
+    node_id = start(world, [withdraw_node(chain.key, recipient)], Decimal("0.6"), "undoc")["out"]
+    dispatch(db, exchange)
+    row = node_row(world, node_id)
+    assert row["state"] == "UNKNOWN", row
+    assert str(code) in row["last_error"] and "a new kind of trouble" in row["last_error"]
+    assert exchange.withdrawals() == count
+    assert recover(db, world, exchange) == ["SUBMITTED"]
+    assert node_row(world, node_id)["evidence"]["requested_again"] is True
+    assert observe_until(db, world, exchange, node_id) == "COMPLETED"
+    assert exchange.withdrawals() == count + 1
+
+
+def test_the_recipient_goes_to_the_venue_as_its_address_book_spells_it(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    """The registry keeps EVM addresses lower-case; the venue's address book
+    holds this one checksummed and compares case-sensitively ("use the exact
+    same address added in address book"). The request names it as the book
+    does; the chain's Transfer is to the same address."""
+    chain = exchange.chain_set.chains[0]
+    recipient = str(Account.create().address).lower()
+    spelled = to_checksum_address(recipient)
+    assert spelled != recipient
+    procs.allow_destination(chain.key, spelled, "a counterparty").one(world)
+    exchange.handle.whitelist(spelled, chain=chain.key)
+    count = exchange.withdrawals()
+    node_id = start(world, [withdraw_node(chain.key, recipient)], Decimal("4.4"), "case")["out"]
+    assert dispatch(db, exchange) == 1
+    row = node_row(world, node_id)
+    assert row["state"] == "SUBMITTED", row
+    assert exchange.handle.withdrawal(row["external_ref"])["toAddress"] == spelled
+    assert observe_until(db, world, exchange, node_id) == "COMPLETED"
+    assert node_row(world, node_id)["evidence"]["transfer"]["to"] == recipient
+    assert exchange.withdrawals() == count + 1
+    assert usdc_balance(chain, recipient) == 4_400_000
 
 
 @pytest.mark.parametrize("code", ["131093", "131212"])
