@@ -186,6 +186,16 @@ def layerzero(name: str) -> Contract:
     return _hardhat(LAYERZERO, name)
 
 
+@functools.cache
+def ccip_v1_5(name: str) -> Contract:
+    """A CCIP v1.5 contract (evm_2_evm_onramp, evm_2_evm_offramp) as
+    contracts-ccip 2.0.0 ships its ABIs (abi/v1_5_0)."""
+    path = package_dir(CCIP_2) / "abi" / "v1_5_0" / f"{name}.json"
+    raw = json.loads(path.read_text())
+    abi = raw if isinstance(raw, list) else raw["abi"]
+    return Contract(f"{name} v1.5.0", CCIP_2, package_version(CCIP_2), tuple(abi))
+
+
 def usdc() -> Contract:
     """Circle's USDC (FiatTokenV2_2), the token our ERC-20 calls and MockUSDC stand for."""
     return stargate("FiatTokenV2_2")
