@@ -940,6 +940,41 @@ class BybitHandle:
         with self._ex.lock:
             return self._ex.balances.get(coin, Decimal(0))
 
+    def record_deposit(
+        self,
+        chain: str,
+        tx_id: str,
+        amount: Decimal,
+        *,
+        log_index: int = 0,
+        block_number: int = 1,
+        status: int = 3,
+    ) -> None:
+        """A deposit to ``chain``'s deposit address as the watcher records one,
+        for reading the deposit records without a chain: credited to FUND
+        when ``status`` is 3 (success)."""
+        if chain not in self._ex.chains or status not in (0, 1, 2, 3, 4):
+            raise ValueError(f"a chain of this exchange and a status 0-4: {chain!r}, {status}")
+        with self._ex.lock:
+            now_ms = self._ex.server_ms()
+            self._ex.deposits[(chain, tx_id, log_index)] = _Deposit(
+                id=str(self._ex.next_id),
+                chain=chain,
+                tx_id=tx_id,
+                log_index=log_index,
+                block_number=block_number,
+                block_hash="0x" + "00" * 32,
+                to_address=self._ex.chains[chain].deposit_address,
+                amount=amount,
+                status=status,
+                confirmations=self._ex.chains[chain].deposit_confirmations,
+                seen_ms=now_ms,
+                success_ms=now_ms if status == 3 else 0,
+            )
+            self._ex.next_id += 1
+            if status == 3:
+                self._ex.balances["USDC"] = self._ex.balances.get("USDC", Decimal(0)) + amount
+
     def set_repeat_mode(self, mode: RepeatMode) -> None:
         """What a repeated requestId answers: the original id, or 131082."""
         if mode not in ("original", "error"):
