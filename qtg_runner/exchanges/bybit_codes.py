@@ -44,6 +44,7 @@ __all__ = [
     "PARAMETER_ERROR",
     "REPEATED_REQUEST",
     "TOO_MANY_VISITS",
+    "WITHDRAWALS_CLOSED",
     "WITHDRAW_INTERVAL",
     "WITHDRAW_INTERVAL_S",
     "Code",
@@ -95,6 +96,7 @@ TOO_MANY_VISITS: Final = 10006
 REPEATED_REQUEST: Final = 131082
 NOT_WHITELISTED: Final = 131093
 INSUFFICIENT_BALANCE: Final = 131212
+WITHDRAWALS_CLOSED: Final = 131097
 WITHDRAW_INTERVAL: Final = 90040
 WITHDRAW_INTERVAL_S: Final = 10.0
 """One withdrawal per chain and coin within this many seconds."""
@@ -164,7 +166,7 @@ CODES: Final[Mapping[int, Code]] = _table(
     Code(131094, "UserId is not in the whitelist", _P),
     Code(131095, "Withdrawl amount exceeds the 24 hour platform limit", _P),
     Code(131096, "Withdraw amount does not satify the lower limit or upper limit", _P),
-    Code(131097, "Withdrawal of this currency has been closed", _P),
+    Code(WITHDRAWALS_CLOSED, "Withdrawal of this currency has been closed", _P),
     Code(131098, "Withdrawal currently is not availble from new address", _P),
     Code(INSUFFICIENT_BALANCE, "Insufficient balance", _P),
     Code(131230, "The system is busy, please try again later", _R),

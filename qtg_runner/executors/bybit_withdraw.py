@@ -598,10 +598,12 @@ def _claimed_at_s(work: NodeWork) -> float:
 
 
 async def venue_health(pool: AsyncConnectionPool[Any], venues: VenueClients) -> HealthResult:
-    """Every registered venue: its server time (unsigned) and a signed balance
-    read answer. A venue this runner has no settings for, or one of several
-    that does not answer (or refuses the signed read), is DEGRADED; DOWN, which
-    keeps the executor's nodes READY, only when no venue answers."""
+    """Every registered venue: its server time (unsigned), a signed balance
+    read and its coin info for USDC (GET /v5/asset/coin/query-info). A venue
+    this runner has no settings for, one of several that does not answer (or
+    refuses a signed read), or one that has suspended USDC withdrawals on a
+    chain is DEGRADED; DOWN, which keeps the executor's nodes READY, only when
+    no venue answers."""
     async with pool.connection() as conn:
         rows = await procs.exchange_venue_list().aall(conn)
     detail: JsonObject = {}
@@ -617,12 +619,17 @@ async def venue_health(pool: AsyncConnectionPool[Any], venues: VenueClients) -> 
         try:
             server_ms = await client.server_time()
             await client.fund_balance("USDC")
+            chains = await client.coin_info("USDC")
         except (BybitError, BybitUnavailable) as exc:
             detail[row.venue_key] = f"down: {exc}"
             down += 1
             continue
         skew = server_ms / 1000 - time.time()
         detail[row.venue_key] = f"answers, clock skew {skew:+.1f} s"
+        suspended = sorted(c.chain for c in chains if not c.withdraw_open)
+        if suspended:
+            detail[row.venue_key] += f"; USDC withdrawals suspended on {', '.join(suspended)}"
+            worst = HealthStatus.DEGRADED
     if rows and down == len(rows):
         worst = HealthStatus.DOWN
     elif down:

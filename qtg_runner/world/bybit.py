@@ -33,8 +33,9 @@ it case-sensitively), 131212 when the FUND balance is below amount + fee. The
 amount (and fee) leave the balance at once and come back on Fail or Reject. The
 address book reads at ``GET /v5/asset/withdraw/query-address`` (an address
 whitelisted for any chain is a universal address, coin ``baseCoin``), the
-coin's chains at ``GET /v5/asset/coin/query-info``. The walk, each delay in
-exchange seconds times ``time_scale``:
+coin's chains at ``GET /v5/asset/coin/query-info`` (``suspend_withdrawals``
+closes a chain: chainWithdraw 0, and withdraw/create answers 131097). The walk,
+each delay in exchange seconds times ``time_scale``:
 
     SecurityCheck --security_check_s--> Pending   (or Reject, when injected)
     Pending --pending_s--> the transfer is signed by the hot wallet and broadcast
@@ -93,6 +94,7 @@ from qtg_runner.exchanges.bybit_codes import (
     TOO_MANY_VISITS,
     WITHDRAW_INTERVAL,
     WITHDRAW_INTERVAL_S,
+    WITHDRAWALS_CLOSED,
     lookup,
 )
 from qtg_runner.log import event
@@ -309,6 +311,8 @@ class _Exchange:
         """The address book: (chain or None for any, address as spelled) -> added ms."""
         self.last_withdrawal: dict[tuple[str, str, str], float] = {}
         """(key, chain, coin) -> when (monotonic) its last withdrawal was made."""
+        self.suspended: set[str] = set()
+        """Chains whose USDC withdrawals are suspended (suspend_withdrawals)."""
         self.withdraw_interval: float | None = None
         """The interval in real seconds (set_withdraw_interval), else the config's."""
         self.withdrawals: dict[str, _Withdrawal] = {}
@@ -411,6 +415,8 @@ class _Exchange:
             if self.repeat_mode == "error":
                 raise _Refusal(REPEATED_REQUEST)
             return {"id": self.by_request[(key, request_id)]}
+        if chain_name in self.suspended:
+            raise _Refusal(WITHDRAWALS_CLOSED)
         interval = (
             self.withdraw_interval
             if self.withdraw_interval is not None
@@ -565,7 +571,8 @@ def _address_book(ex: _Exchange, query: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _coin_info(ex: _Exchange, query: Mapping[str, str]) -> dict[str, Any]:
-    """GET /v5/asset/coin/query-info: USDC on each chain, open both ways."""
+    """GET /v5/asset/coin/query-info: USDC on each chain, deposits open,
+    withdrawals unless suspended."""
     if query.get("coin", "USDC") != "USDC":
         return {"rows": []}
     chains = [
@@ -578,7 +585,7 @@ def _coin_info(ex: _Exchange, query: Mapping[str, str]) -> dict[str, Any]:
             "withdrawMin": "0.000001",
             "minAccuracy": str(USDC_DECIMALS),
             "chainDeposit": "1",
-            "chainWithdraw": "1",
+            "chainWithdraw": "0" if c.name in ex.suspended else "1",
             "withdrawPercentageFee": "0",
             "contractAddress": c.usdc,
             "safeConfirmNumber": str(c.deposit_confirmations),
@@ -1009,6 +1016,18 @@ class BybitHandle:
             raise ValueError(f"an injected answer is an error, count >= 1: {code}, {count}")
         with self._ex.lock:
             self._ex.forced_errors.extend([(path, code, message)] * count)
+
+    def suspend_withdrawals(self, chain: str, suspended: bool = True) -> None:
+        """Coin info shows USDC withdrawals on ``chain`` suspended (chainWithdraw
+        0), and withdraw/create on it answers 131097, as the venue does while
+        a chain's withdrawals are closed."""
+        if chain not in self._ex.chains:
+            raise ValueError(f"not a chain of this exchange: {chain!r}")
+        with self._ex.lock:
+            if suspended:
+                self._ex.suspended.add(chain)
+            else:
+                self._ex.suspended.discard(chain)
 
     def set_withdraw_interval(self, real_seconds: float | None) -> None:
         """The withdrawal interval per key, chain and coin in real seconds; None:

@@ -768,6 +768,15 @@ def test_health_says_whether_the_venue_answers(db: Any, world: Any, exchange: Ex
 
     result = health(exchange.env)
     assert result.status is HealthStatus.HEALTHY and "answers" in result.detail["bybit"]
+    # the venue's coin info shows USDC withdrawals suspended on a chain
+    suspended = exchange.chain_set.chains[1].key
+    exchange.handle.suspend_withdrawals(suspended)
+    try:
+        result = health(exchange.env)
+    finally:
+        exchange.handle.suspend_withdrawals(suspended, False)
+    assert result.status is HealthStatus.DEGRADED
+    assert f"USDC withdrawals suspended on {suspended}" in result.detail["bybit"]
     unset = {k: v for k, v in exchange.env.items() if k != BYBIT_URL_ENV}
     result = health(unset)
     assert result.status is HealthStatus.DEGRADED and BYBIT_URL_ENV in result.detail["bybit"]

@@ -255,6 +255,17 @@ def test_coin_info(exchange: BybitHandle) -> None:
     )
     assert chain.min_accuracy == 6 and chain.contract_address == "0x" + "11" * 20
     assert run(lambda c: c.coin_info("BTC"), exchange.url) == []
+    # withdrawals suspended on the chain: coin info says so, withdraw/create refuses
+    exchange.suspend_withdrawals(CHAIN)
+    [chain] = run(lambda c: c.coin_info("USDC"), exchange.url)
+    assert (chain.withdraw_open, chain.deposit_open) == (False, True)
+    exchange.whitelist(ADDRESS)
+    exchange.credit(Decimal(10))
+    error = refused(withdraw("1"), exchange.url)
+    assert error.ret_code == bybit_codes.WITHDRAWALS_CLOSED
+    assert classify(error) is Kind.PERMANENT
+    exchange.suspend_withdrawals(CHAIN, False)
+    assert run(withdraw("1"), exchange.url)
 
 
 def test_an_answer_the_table_does_not_know_is_unknown(exchange: BybitHandle) -> None:
