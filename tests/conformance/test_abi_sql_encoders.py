@@ -1,0 +1,228 @@
+"""The selectors and encodings in SQL against the real ABIs: every four-byte
+literal of sql/functions (SQL_SELECTORS, found complete by reading the files)
+is the real contract's selector; and the bytes the SQL builds or expects are
+the real ABI's encoding: stargate_send_calldata's bytes decoded by web3 with
+StargatePool's ABI, and ccip_send_tx_problem and bridge_call_problem accepting
+exactly the call the real ABI encodes for their route (the test database of
+tests/conftest.py: no chain)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from conformance_abis import (
+    REPO,
+    Contract,
+    ccip,
+    ccip_constant,
+    circle,
+    known,
+    node_modules,
+    plain,
+    stargate,
+    usdc,
+)
+from engine import create, create_started, node, node_ids, plan
+from eth_abi.abi import encode
+from eth_utils import to_checksum_address
+from evm_rows import register_transfers
+from rows import Conn
+
+from qtg_runner.db import procs
+from qtg_runner.executors.ccip import CcipExecutor
+from qtg_runner.executors.cctp_burn import CctpBurnExecutor
+from qtg_runner.executors.cctp_mint import CctpMintExecutor
+
+SQL = REPO / "sql" / "functions"
+
+SQL_SELECTORS: dict[str, tuple[Callable[[], Contract], str, tuple[Any, ...]]] = {
+    "c7c7f5b3": (lambda: stargate("StargatePool"), "send", ()),
+    "96f4e9f9": (lambda: ccip("Router"), "ccipSend", ()),
+    "8e0250ee": (lambda: circle("TokenMessengerV2"), "depositForBurn", ()),
+    "57ecfd28": (lambda: circle("MessageTransmitterV2"), "receiveMessage", ()),
+    "a9059cbb": (usdc, "transfer", ()),
+    "095ea7b3": (usdc, "approve", ()),
+    "dcf652b2": (
+        lambda: ccip("OffRamp"),
+        "manuallyExecute",
+        (
+            known(
+                "ccip",
+                "record_ccip_manual_execution expects 0xdcf652b2, the double's "
+                "manuallyExecute; v1.6's is 0x5e7bb008",
+            ),
+        ),
+    ),
+}
+"""Each four-byte selector written in sql/functions: the real function it stands for."""
+
+NOT_ABI = {
+    "181dcf10": "Client.GENERIC_EXTRA_ARGS_V2_TAG (checked on its own)",
+    "00005efe": "an IPv6 ISATAP interface id (host_address_problem)",
+    "02005efe": "an IPv6 ISATAP interface id (host_address_problem)",
+}
+
+_LITERAL = re.compile(r"'(?:\\x)?([0-9a-f]{8})'")
+
+
+def sql_literals() -> dict[str, list[str]]:
+    """Every four-byte hex literal of sql/functions: hex -> ['file:line', ...]."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(SQL.rglob("*.sql")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for hex_ in _LITERAL.findall(line.split("--")[0]):
+                found.setdefault(hex_, []).append(f"{path.relative_to(REPO)}:{number}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "hex_", [pytest.param(h, marks=v[2], id=f"{h}-{v[1]}") for h, v in SQL_SELECTORS.items()]
+)
+def test_the_sql_selectors_are_the_real_contracts(hex_: str) -> None:
+    contract, function, _ = SQL_SELECTORS[hex_]
+    real = contract().selectors(function)
+    where = sql_literals().get(hex_, ["nowhere"])
+    assert "0x" + hex_ in real, f"{where}: 0x{hex_}, but {contract()}'s {function} is {real}"
+
+
+def test_the_table_holds_every_four_byte_literal_of_the_sql() -> None:
+    found = sql_literals()
+    listed = set(SQL_SELECTORS) | set(NOT_ABI)
+    assert not set(found) - listed, {h: found[h] for h in set(found) - listed}
+    assert not set(SQL_SELECTORS) - set(found), f"gone: {set(SQL_SELECTORS) - set(found)}"
+
+
+def test_the_sqls_extra_args_tag_is_v1_6s() -> None:
+    node_modules()
+    assert sql_literals()["181dcf10"], "ccip_send_tx_problem writes the tag"
+    assert ccip_constant("Client.sol", "GENERIC_EXTRA_ARGS_V2_TAG") == "0x181dcf10"
+
+
+# -- the encoders, on the test database ---------------------------------------------------
+
+SENDER, RECIPIENT = "0x" + "a1" * 20, "0x" + "d4" * 20
+
+
+@pytest.mark.parametrize("mode", ["taxi", "bus"])
+def test_stargate_send_calldata_is_the_pools_send(conn: Conn, mode: str) -> None:
+    node_modules()
+    route = {
+        "sender": SENDER, "dst_eid": 30184, "recipient": RECIPIENT,
+        "amount_units": "1000000", "min_amount_units": "999000", "mode": mode,
+    }  # fmt: skip
+    (data,) = conn.execute(
+        "SELECT stargate_send_calldata(%s::jsonb, %s)", (json.dumps(route), 123456)
+    ).fetchone()
+    func, params = stargate("StargatePool").web3().decode_function_input(bytes(data))
+    assert func.fn_name == "send"
+    assert {k: plain(v) for k, v in params.items()} == {
+        "_sendParam": (
+            30184, "0x" + "00" * 12 + RECIPIENT[2:], 1_000_000, 999_000, "0x", "0x",
+            "0x00" if mode == "bus" else "0x",
+        ),
+        "_fee": (123456, 0),
+        "_refundAddress": SENDER,
+    }  # fmt: skip
+
+
+def _real_call(contract: Contract, function: str, args: list[Any]) -> bytes:
+    """``function(args)`` as the real ABI encodes it (web3)."""
+    return bytes.fromhex(contract.web3().encode_abi(function, args)[2:])
+
+
+def test_ccip_send_tx_problem_accepts_the_routers_encoding(conn: Conn) -> None:
+    """The bytes a ccip node must sign are the Router's own encoding of
+    ccipSend(dest, EVM2AnyMessage{abi.encode(receiver), "", [(token, amount)],
+    native fee, GenericExtraArgsV2(200000, true)})."""
+    node_modules()
+    token, router = "0x" + "70" * 20, "0x" + "c1" * 20
+    register_transfers(conn, "test-a", 31401, SENDER, token, "0x" + "e5" * 20)
+    procs.upsert_chain("test-b", 31402, "QTG_RPC_TEST_B", 2, 1000).one(conn)
+    procs.upsert_chain_token("test-b", "USDC", "0x" + "71" * 20, 6).one(conn)
+    procs.allow_destination("test-b", RECIPIENT, "the receiver").one(conn)
+    for chain, selector, base in (("test-a", 11, "c"), ("test-b", 22, "f")):
+        contracts = {
+            "CcipRouter": router if chain == "test-a" else "0x" + base * 40,
+            "CcipOnRamp": "0x" + "c2" * 20 if chain == "test-a" else "0x" + "f2" * 20,
+            "CcipOffRamp": "0x" + "c3" * 20 if chain == "test-a" else "0x" + "f3" * 20,
+        }
+        procs.upsert_chain_protocol(chain, "ccip", selector, contracts).one(conn)
+    procs.register_executor(
+        CcipExecutor.key, True, CcipExecutor.node_config_schema, CcipExecutor.description
+    ).one(conn)
+    config = {"chain": "test-a", "destination_chain": "test-b", "from": SENDER, "to": RECIPIENT}
+    movement = create_started(conn, plan(node("a", [], CcipExecutor.key, "ccip", **config)), "m")
+    node_id = node_ids(conn, movement)["a"]
+    route = procs.ccip_send_route(node_id).one(conn)
+    tag = bytes.fromhex(ccip_constant("Client.sol", "GENERIC_EXTRA_ARGS_V2_TAG")[2:])
+    message = (
+        encode(["address"], [RECIPIENT]),
+        b"",
+        [(to_checksum_address(token), int(route.amount_units))],
+        to_checksum_address("0x" + "00" * 20),
+        tag + encode(["uint256", "bool"], [200_000, True]),
+    )
+    data = _real_call(ccip("Router"), "ccipSend", [int(route.dest_selector), message])
+    (problem,) = conn.execute(
+        "SELECT ccip_send_tx_problem(%s, 'test-a', %s, %s, %s)", (node_id, router, 10**15, data)
+    ).fetchone()
+    assert problem is None
+
+
+def test_bridge_call_problem_accepts_circles_deposit_for_burn(conn: Conn) -> None:
+    """The bytes a cctp_burn node must sign are Circle's TokenMessengerV2
+    encoding of depositForBurn for its route (no destination caller)."""
+    messenger = circle("TokenMessengerV2")
+    usdc_a, messenger_a, treasury, other = ("0x" + c * 40 for c in "13de")
+    for key, chain_id, usdc_address, contracts, domain in (
+        ("chain-a", 1, usdc_a, {"TokenMessengerV2": messenger_a,
+                                "MessageTransmitterV2": "0x" + "6" * 40}, 100),
+        ("chain-b", 2, "0x" + "2" * 40, {"TokenMessengerV2": "0x" + "4" * 40,
+                                         "MessageTransmitterV2": "0x" + "7" * 40}, 101),
+    ):  # fmt: skip
+        procs.upsert_chain(key, chain_id, f"QTG_RPC_{key[-1].upper()}", 2, 1000).one(conn)
+        procs.upsert_chain_token(key, "USDC", usdc_address, 6).one(conn)
+        for address in (treasury, other):
+            procs.upsert_treasury_account(key, address, "env:KEY").one(conn)
+        procs.upsert_chain_protocol(key, "cctp", domain, contracts).one(conn)
+    for executor in (CctpBurnExecutor, CctpMintExecutor):
+        procs.register_executor(
+            executor.key, True, executor.node_config_schema, executor.description
+        ).one(conn)
+    burn = node(
+        "burn",
+        [],
+        CctpBurnExecutor.key,
+        "cctp-fast",
+        chain="chain-a",
+        destination_chain="chain-b",
+        to=other,
+        finality="fast",
+        **{"from": treasury},
+    )
+    mint = node("mint", ["burn"], CctpMintExecutor.key, chain="chain-b", source_chain="chain-a",
+                to=other, **{"from": treasury})  # fmt: skip
+    ids = node_ids(conn, create(conn, plan(burn, mint), "burn", "2.5"))
+    route = procs.cctp_burn_route(ids["burn"]).one(conn)
+    data = _real_call(
+        messenger,
+        "depositForBurn",
+        [
+            int(route.amount_units),
+            int(route.destination_domain),
+            encode(["address"], [route.mint_recipient]),
+            to_checksum_address(route.token_address),
+            bytes(32),
+            int(route.max_fee_units),
+            int(route.min_finality_threshold),
+        ],
+    )
+    (problem,) = conn.execute(
+        "SELECT bridge_call_problem(%s, 'cctp_burn', 'chain-a', %s, 0, %s)",
+        (ids["burn"], route.token_messenger, data),
+    ).fetchone()
+    assert problem is None
