@@ -51,7 +51,8 @@ not repeat the request", a code the table lacks, no answer at all).
                An intent older than REPEAT_WINDOW_S is only searched for.
                Never a request with a new requestId.
     health     every registered venue this runner has settings for answers
-               its server time and a signed balance read.
+               its server time, a signed balance read and its coin info
+               (USDC withdrawals suspended on a chain: DEGRADED).
 """
 
 from __future__ import annotations
