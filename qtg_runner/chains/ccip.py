@@ -424,8 +424,8 @@ def deploy_ccip(
         router, onramp, offramp = (contract(n) for n in CCIP_CONTRACTS)
         usdc = contract("MockUSDC")
         calls = [
-            usdc.functions.setMinter(onramp.address, True),
-            usdc.functions.setMinter(offramp.address, True),
+            usdc.functions.configureMinter(onramp.address, 2**256 - 1),
+            usdc.functions.configureMinter(offramp.address, 2**256 - 1),
             offramp.functions.setTransmitter(cs(don.address), True),
         ]
         for other in chains:

@@ -345,7 +345,7 @@ def deploy_cctp(
             mt.functions.setTokenMessenger(tm.address),
             *(mt.functions.enableAttester(Web3.to_checksum_address(a.address)) for a in attesters),
             mt.functions.setSignatureThreshold(SIGNATURE_THRESHOLD),
-            usdc.functions.setMinter(tm.address, True),
+            usdc.functions.configureMinter(tm.address, 2**256 - 1),
             tm.functions.setMaxBurnAmountPerMessage(usdc_address, BURN_LIMIT_PER_MESSAGE),
         ]
         for other in chains:
