@@ -52,7 +52,7 @@ SKIP_REASON = (
     "`make install` installs them from npm"
 )
 
-PARTS = {"stargate": 1, "ccip": 2, "cctp": 3}
+PARTS = {"stargate": 2, "ccip": 3, "cctp": 4}
 """The part of issue 38 that owns each protocol's fixes (executors, SQL, doubles)."""
 
 STARGATE = "@stargatefinance/stg-evm-v2"
