@@ -1,7 +1,9 @@
 """What the CCTP v2 executors say to the chains and to Circle's attestation
 service (Iris): the calldata of ``depositForBurn``, ``receiveMessage``,
-``usedNonces`` and ERC-20 ``allowance``; the ``DepositForBurn`` and
-``MessageReceived`` events decoded from logs; and an Iris client.
+``usedNonces``, v2.1's ``minFee`` and ERC-20 ``allowance``; the
+``DepositForBurn`` and ``MessageReceived`` events decoded from logs, and a
+search for logs in block ranges a provider accepts; and an Iris client
+(messages, and re-attestation of an expired fast message).
 
 The same code talks to the real contracts and Iris and to the local doubles
 (qtg_runner.chains.cctp, qtg_runner.world.iris): only addresses and the URL
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +25,7 @@ from eth_utils.crypto import keccak
 
 from qtg_runner.chains.cctp import BurnBody, CctpMessage, address_to_bytes32
 from qtg_runner.chains.evm import normalize_address
-from qtg_runner.chains.evm_rpc import EvmRpc, Log
+from qtg_runner.chains.evm_rpc import EvmRpc, Log, RpcError, RpcErrorKind
 from qtg_runner.circuit import Circuit, endpoint_circuit
 from qtg_runner.tls import client_ssl_context
 
@@ -40,7 +43,10 @@ __all__ = [
     "allowance",
     "decode_deposit_for_burn",
     "decode_message_received",
+    "decode_receive_message",
     "deposit_for_burn_calldata",
+    "logs_newest_first",
+    "min_fee_amount",
     "parse_message",
     "receive_message_calldata",
     "used_nonce",
@@ -51,6 +57,9 @@ DEPOSIT_FOR_BURN = bytes.fromhex("8e0250ee")
 _RECEIVE_MESSAGE = keccak(text="receiveMessage(bytes,bytes)")[:4]
 _USED_NONCES = keccak(text="usedNonces(bytes32)")[:4]
 _ALLOWANCE = keccak(text="allowance(address,address)")[:4]
+_MIN_FEE = keccak(text="minFee()")[:4]
+MIN_FEE_MULTIPLIER = 10_000_000
+"""v2.1's minFee unit: 1/1000 of a basis point."""
 
 DEPOSIT_FOR_BURN_TOPIC = (
     "0x"
@@ -93,6 +102,56 @@ def deposit_for_burn_calldata(
 
 def receive_message_calldata(message: bytes, attestation: bytes) -> bytes:
     return _RECEIVE_MESSAGE + abi_encode(["bytes", "bytes"], [message, attestation])
+
+
+def decode_receive_message(calldata: bytes) -> tuple[bytes, bytes]:
+    """(message, attestation) of receiveMessage calldata (ValueError when it is not one)."""
+    if calldata[:4] != _RECEIVE_MESSAGE:
+        raise ValueError("not a receiveMessage call")
+    try:
+        message, attestation = abi_decode(["bytes", "bytes"], calldata[4:])
+    except Exception as exc:  # eth_abi raises its own types
+        raise ValueError(f"receiveMessage's arguments: {type(exc).__name__}") from None
+    return bytes(message), bytes(attestation)
+
+
+async def min_fee_amount(rpc: EvmRpc, token_messenger: str, amount: int) -> tuple[int, int]:
+    """(minFee, the least maxFee a burn of ``amount`` may name) on a v2.1
+    TokenMessengerV2, as its depositForBurn computes it (amount * minFee / 10^7,
+    at least one unit; nothing while minFee is 0). A messenger without minFee
+    (v2.0: the call reverts) has no minimum: (0, 0)."""
+    try:
+        out = await rpc.call(normalize_address(token_messenger), _MIN_FEE)
+    except RpcError as exc:
+        if exc.kind is RpcErrorKind.REVERTED:
+            return 0, 0
+        raise
+    min_fee = int.from_bytes(out[-32:], "big") if out else 0
+    if min_fee == 0:
+        return 0, 0
+    return min_fee, max(1, amount * min_fee // MIN_FEE_MULTIPLIER)
+
+
+async def logs_newest_first(
+    rpc: EvmRpc,
+    *,
+    address: str,
+    topics: Sequence[str | None],
+    from_block: int,
+    to_block: int,
+    block_range: int,
+) -> AsyncIterator[list[Log]]:
+    """eth_getLogs over [from_block, to_block] in ranges of at most
+    ``block_range`` blocks (providers cap a request's range, 2,000 to 10,000
+    blocks for most), the newest range first, so that a caller looking for one
+    event stops at the range that holds it."""
+    if block_range < 1:
+        raise ValueError("a block range is at least one block")
+    high = to_block
+    while high >= from_block:
+        low = max(from_block, high - block_range + 1)
+        yield await rpc.get_logs(address=address, topics=topics, from_block=low, to_block=high)
+        high = low - 1
 
 
 async def used_nonce(rpc: EvmRpc, transmitter: str, nonce: bytes) -> bool:
@@ -237,12 +296,7 @@ class IrisClient:
         except (httpx.HTTPError, TimeoutError) as exc:
             return IrisAnswer(IrisStatus.UNAVAILABLE, detail=f"{type(exc).__name__}")
         if response.status_code == 429:
-            try:
-                hinted = float(response.headers.get("Retry-After", "0"))
-            except ValueError:
-                hinted = 0.0
-            wait = max(RATE_LIMITED_MIN_WAIT_S, hinted if math.isfinite(hinted) else 0.0)
-            return IrisAnswer(IrisStatus.RATE_LIMITED, retry_after=wait, detail="HTTP 429")
+            return _rate_limited(response)
         if response.status_code == 404:
             return IrisAnswer(IrisStatus.NOT_FOUND, detail="HTTP 404")
         if response.status_code != 200:
@@ -260,6 +314,32 @@ class IrisClient:
             return IrisAnswer(IrisStatus.COMPLETE, messages)
         return IrisAnswer(
             IrisStatus.PENDING, messages, detail=str(messages[0].get("status", "?"))[:64]
+        )
+
+    async def reattest(self, nonce: str) -> IrisAnswer:
+        """``POST /v2/reattest/{nonce}``: Circle's re-attestation of a
+        pre-finality message as finalized (an expired fast message's way to a
+        mint: its expirationBlock becomes 0). COMPLETE when Iris took the
+        request (200; the messages then answer the message re-attested once it
+        is signed), NOT_FOUND for a nonce it does not know (404), RATE_LIMITED,
+        or UNAVAILABLE (unreachable, the circuit open, any other answer, with
+        the status and Iris's words in ``detail``)."""
+        refusal = self.circuit.refusal(self._nobodys_burn)
+        if refusal is not None:
+            return IrisAnswer(IrisStatus.UNAVAILABLE, detail=refusal)
+        try:
+            async with self.circuit.watching(self._deadline):
+                response = await self._client.post(f"{self._base}/v2/reattest/{nonce}", json={})
+        except (httpx.HTTPError, TimeoutError) as exc:
+            return IrisAnswer(IrisStatus.UNAVAILABLE, detail=f"{type(exc).__name__}")
+        if response.status_code == 429:
+            return _rate_limited(response)
+        if response.status_code == 404:
+            return IrisAnswer(IrisStatus.NOT_FOUND, detail="HTTP 404")
+        if response.status_code == 200:
+            return IrisAnswer(IrisStatus.COMPLETE)
+        return IrisAnswer(
+            IrisStatus.UNAVAILABLE, detail=f"HTTP {response.status_code}: {response.text[:200]}"
         )
 
     async def reachable(self) -> str | None:
@@ -281,6 +361,16 @@ class IrisClient:
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.aclose()
+
+
+def _rate_limited(response: httpx.Response) -> IrisAnswer:
+    """A 429: no request sooner than its Retry-After, nor than 5 s."""
+    try:
+        hinted = float(response.headers.get("Retry-After", "0"))
+    except ValueError:
+        hinted = 0.0
+    wait = max(RATE_LIMITED_MIN_WAIT_S, hinted if math.isfinite(hinted) else 0.0)
+    return IrisAnswer(IrisStatus.RATE_LIMITED, retry_after=wait, detail="HTTP 429")
 
 
 def parse_message(hex_text: Any) -> tuple[CctpMessage, BurnBody, bytes]:

@@ -22,7 +22,12 @@ transaction at one nonce, and a second transaction per node would need a second
 recorded side effect and its own recovery. preflight refuses (retryable) while
 the allowance is short, so nothing is signed that would revert.
 
-    preflight  the route; the sender holds the amount and the allowance covers it.
+    preflight  the route; the sender holds the amount and the allowance covers
+               it; the route's maxFee is at least TokenMessengerV2's minimum
+               fee for the amount (v2.1's minFee, read from the chain; below
+               it the burn would revert "Insufficient max fee": refused, not
+               retried, nothing signed: the movement needs a higher
+               max_fee_bps, which is the operators' to approve).
     prepare    EIP-1559 fees under the chain's caps, gas from the node's
                estimate, the nonce at the greater of the chain's pending count
                and the engine's next one, signed (resign: the same call at
@@ -57,6 +62,7 @@ from qtg_runner.chains.cctp_client import (
     allowance,
     decode_deposit_for_burn,
     deposit_for_burn_calldata,
+    min_fee_amount,
     parse_message,
 )
 from qtg_runner.chains.evm import Fees, balance_of, build_call, estimate_gas, suggest_fees
@@ -236,6 +242,16 @@ class CctpBurnExecutor(EvmExecutor):
             held = await balance_of(rpc, route.token_address, route.leg.sender)
             allowed = await allowance(
                 rpc, route.token_address, route.leg.sender, route.token_messenger
+            )
+            min_fee, least = await min_fee_amount(rpc, route.token_messenger, route.amount_units)
+        if route.max_fee_units < least:
+            raise ExecutorError(
+                f"the burn's maxFee, {route.max_fee_units} base units of {route.amount_units}, "
+                f"is below the minimum fee of TokenMessengerV2 {route.token_messenger} on "
+                f"{route.leg.chain_key}, {least} (minFee {min_fee} in 1/1000 basis points): "
+                "the burn would revert \"Insufficient max fee\"; nothing is signed, and the "
+                "movement needs a max_fee_bps that covers it",
+                retryable=False,
             )
         if held < route.amount_units:
             raise ExecutorError(

@@ -10,20 +10,43 @@ its sender and recipient (the two chains' TokenMessengerV2), the burn token
 treasury account or allow-listed on this chain), the amount (the movement's)
 and the fee executed (at most the route's basis-point cap). A mismatch fails
 the node with nothing signed. The attestation itself is checked by the
-transmitter (gas estimation runs it before signing).
+transmitter (gas estimation runs it before signing). The engine records a
+mint's bytes only when the message is its burn's, at the nonce the burn's
+evidence shows (bridge_call_problem), so every mint a node signs is of that
+one message.
 
 Minting is idempotent and open to anyone (destinationCaller 0): the message's
 nonce is spent once (``usedNonces``). So a mint that reverts "Nonce already
 used", or finds the nonce used with a ``MessageReceived`` by another
 transaction, is COMPLETED with that transaction as evidence.
 
+A fast attestation expires: its burn body names an ``expirationBlock`` of this
+chain, and a mint mined at or past it reverts "Message expired and must be
+re-signed", the nonce unused. Circle re-attests such a message as finalized
+(``POST /v2/reattest/{nonce}``; expirationBlock 0, never expires), and so does
+this executor, before it signs a message that is expired or within
+EXPIRY_MARGIN_BLOCKS of it: it reads the messages of the burn's transaction
+from Iris (``QTG_IRIS_URL``), asks for the re-attestation, and signs the
+message re-attested once Iris has it, after checking it is the burn's message
+(the same nonce, domains, parties, token, amount and max fee; the fee executed
+within the cap); until then the node waits (retryable, nothing signed). A
+mint sent in time but mined past the expiration reverted without minting: its
+reading is ``expired``, which observe hands to recovery (UNKNOWN) and recovery
+reports NOT_SUBMITTED with the receipt as evidence, which the engine accepts
+for a cctp_mint alone and only on that evidence (cctp_mint_expiry_problem);
+the node is READY, and its next prepare re-attests. Never a second mint: the
+same nonce, which the transmitter receives once; never FAILED for an expiry.
+
     preflight  the route and the burn's evidence, checked.
-    prepare    the same, then fees, gas (the transmitter's estimate; a fixed
-               limit when the nonce is already used, so the mint still goes
-               out and its revert is the evidence), the nonce at the greater of
-               the chain's pending count and the engine's next one, signed.
-               The payload keeps the message nonce: observe and recover have
-               no inputs.
+    prepare    the same, then fees, the nonce's state (used: the mint goes
+               out with the burn's message as it is, to revert "Nonce already
+               used" for evidence), the message re-attested when it expires
+               within the margin, gas (the transmitter's estimate; a fixed
+               limit when the nonce is already used), the nonce at the greater
+               of the chain's pending count and the engine's next one, signed.
+               The payload keeps the message's nonce, fee executed and
+               expiration block: observe and recover have no inputs.
+    resign     the recorded call at another nonce (its message checked again).
     submit     the recorded bytes broadcast (evm_tx.broadcast).
     observe    final with the MessageReceived of the nonce and the amount less
                the fee executed minted to the recipient -> COMPLETED (the
@@ -31,23 +54,34 @@ transaction, is COMPLETED with that transaction as evidence.
                -> UNKNOWN with the evidence; final and reverted, or the nonce taken by an
                unrecorded transaction, with usedNonces(nonce) = 1 and a
                MessageReceived for it -> COMPLETED with that transaction;
-               reverted with the nonce unused -> FAILED; not mined: the
-               recorded bytes rebroadcast.
-    recover    the same reading, from usedNonces and MessageReceived.
+               reverted at or past the message's expirationBlock with the
+               nonce unused -> UNKNOWN (``expired``, for recovery); reverted
+               otherwise with the nonce unused -> FAILED; not mined: the
+               recorded bytes rebroadcast. The MessageReceived of another
+               transaction is searched for newest blocks first, at most
+               ``QTG_LOG_BLOCK_RANGE`` blocks (2,000) an eth_getLogs, as
+               providers cap a request's range.
+    recover    the same reading, from usedNonces and MessageReceived;
+               ``expired`` -> NOT_SUBMITTED.
     health     the chains (as evm_transfer's). Not Iris: the attested message
-               is in hand, and a DOWN report would stop mints that can be done.
+               is in hand, and a DOWN report would stop mints that can be
+               done (one that must be re-attested waits for Iris in prepare).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from qtg_runner.chains.cctp import address_to_bytes32
 from qtg_runner.chains.cctp_client import (
     MESSAGE_RECEIVED_TOPIC,
+    IrisClient,
+    IrisStatus,
     decode_message_received,
+    decode_receive_message,
+    logs_newest_first,
     parse_message,
     receive_message_calldata,
     used_nonce,
@@ -55,6 +89,7 @@ from qtg_runner.chains.cctp_client import (
 from qtg_runner.chains.evm import (
     Fees,
     build_call,
+    decode_raw,
     decode_transfers,
     estimate_gas,
     suggest_fees,
@@ -67,17 +102,23 @@ from qtg_runner.executors.base import (
     ExecutorError,
     JsonObject,
     NodeWork,
+    ObserveResult,
+    ObserveStatus,
     Prepared,
+    RecoveryOutcome,
+    RecoveryResult,
     route_row,
 )
-from qtg_runner.executors.cctp_burn import CctpBurnExecutor
+from qtg_runner.executors.cctp_burn import CctpBurnExecutor, iris_client
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
     ChainLeg,
     EvmExecutor,
     chain_errors,
+    observed,
     read_recorded,
     recorded_payload,
+    recovered,
 )
 from qtg_runner.signers import Signer
 
@@ -87,6 +128,18 @@ enough for the transmitter to check the attestation and revert."""
 LOG_LOOKBACK_BLOCKS = 50_000
 """How far before the mint's prepare MessageReceived is looked for (another
 minter's transaction comes after the attestation, which comes before it)."""
+LOG_BLOCK_RANGE_ENV = "QTG_LOG_BLOCK_RANGE"
+DEFAULT_LOG_BLOCK_RANGE = 2_000
+"""Blocks an eth_getLogs of the search asks for at most (QTG_LOG_BLOCK_RANGE):
+providers refuse wider ranges (Alchemy, Infura and most others cap them
+between 2,000 and 10,000 blocks, some by the size of the answer)."""
+EXPIRY_MARGIN_BLOCKS = 10
+"""A fast message that expires within this many blocks of the destination's
+head is re-attested before it is signed: the mint must be mined before its
+expirationBlock, and a message re-attested as finalized never expires."""
+REATTEST_WAIT_S = 10.0
+"""How soon a mint that waits for Iris's re-attestation asks again (Iris
+signs it once the burn is final on its chain)."""
 ZERO_ADDRESS = "0x" + "00" * 20
 
 
@@ -169,9 +222,16 @@ class _Burn:
     nonce: str
     fee_executed: int
     source_tx_hash: str | None
+    expiration_block: int = 0
+    """The destination block at which the attestation expires (0: never)."""
+    reattested: bool = False
 
     def calldata(self) -> bytes:
         return receive_message_calldata(self.message, self.attestation)
+
+    def expires_by(self, block: int) -> bool:
+        """Whether a mint mined at ``block`` would find the message expired."""
+        return self.expiration_block != 0 and block >= self.expiration_block
 
 
 def burn_evidence(work: NodeWork) -> JsonObject:
@@ -244,7 +304,40 @@ def checked_burn(route: _Route, evidence: JsonObject) -> _Burn:
         "0x" + message.nonce.hex(),
         body.fee_executed,
         str(source_tx) if source_tx else None,
+        body.expiration_block,
     )
+
+
+def checked_reattested(route: _Route, burn: _Burn, entry: Mapping[str, Any]) -> _Burn:
+    """An Iris entry's message when it is ``burn``'s message re-attested (the
+    route's checks again, and the same nonce, domains, parties, token,
+    recipient, amount, sender, max fee and hook data; the finality executed,
+    the fee executed within the cap, and the expiration may differ), else a
+    non-retryable ExecutorError: nothing is signed for it."""
+    again = checked_burn(
+        route,
+        {
+            "message": entry.get("message"),
+            "attestation": entry.get("attestation"),
+            "source_tx_hash": burn.source_tx_hash,
+        },
+    )
+    old_message, old_body, _ = parse_message("0x" + burn.message.hex())
+    new_message, new_body, _ = parse_message("0x" + again.message.hex())
+    same_header = replace(
+        new_message,
+        finality_threshold_executed=old_message.finality_threshold_executed,
+        body=old_message.body,
+    )
+    same_body = replace(
+        new_body, fee_executed=old_body.fee_executed, expiration_block=old_body.expiration_block
+    )
+    if same_header != old_message or same_body != old_body:
+        raise ExecutorError(
+            f"Iris re-attested nonce {burn.nonce} as a message that is not the burn's",
+            retryable=False,
+        )
+    return replace(again, reattested=True)
 
 
 @dataclass(frozen=True)
@@ -280,6 +373,28 @@ class CctpMintExecutor(EvmExecutor):
         "additionalProperties": False,
     }
 
+    _iris: IrisClient | None = None
+    """Made on first use (a re-attestation), closed by aclose."""
+
+    def _iris_client(self) -> IrisClient:
+        if self._iris is None:
+            self._iris = iris_client(self._env)
+        return self._iris
+
+    def _log_block_range(self) -> int:
+        raw = self._env.get(LOG_BLOCK_RANGE_ENV, "").strip()
+        if not raw:
+            return DEFAULT_LOG_BLOCK_RANGE
+        if not raw.isdigit() or not 1 <= int(raw) <= 1_000_000:
+            raise ExecutorError(
+                f"{LOG_BLOCK_RANGE_ENV}={raw[:20]!r} is not a number of blocks from 1 to "
+                f"1000000 (the widest eth_getLogs range the RPC providers accept; default "
+                f"{DEFAULT_LOG_BLOCK_RANGE})",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
+            )
+        return int(raw)
+
     async def _route(self, work: NodeWork) -> _Route:
         row = await route_row(self._pool, procs.cctp_mint_route(work.node_id))
         return _Route.from_row(row)
@@ -300,15 +415,28 @@ class CctpMintExecutor(EvmExecutor):
                 rpc, max_fee_cap=route.leg.max_fee_cap, priority_fee_cap=route.leg.priority_fee_cap
             )
             head = await rpc.block_number()
+            minted = await used_nonce(rpc, route.message_transmitter, bytes.fromhex(burn.nonce[2:]))
+        if not minted and burn.expires_by(head + EXPIRY_MARGIN_BLOCKS):
+            burn = await self._reattested(route, burn, head)
+        async with chain_errors(route.leg.chain_key):
             try:
                 gas = await estimate_gas(
                     rpc, route.leg.sender, route.message_transmitter, burn.calldata()
                 )
             except RpcError as exc:
-                if (
-                    exc.kind is not RpcErrorKind.REVERTED
-                    or "nonce already used" not in str(exc).lower()
-                ):
+                reason = str(exc).lower()
+                if exc.kind is not RpcErrorKind.REVERTED:
+                    raise
+                if "expired" in reason:
+                    # it expired since the head was read: re-attested on the next try
+                    raise ExecutorError(
+                        f"the attestation of nonce {burn.nonce} expired at block "
+                        f"{burn.expiration_block} of {route.leg.chain_key}: it is re-attested "
+                        "before the next try",
+                        retryable=True,
+                        retry_after=route.leg.block_time_s,
+                    ) from None
+                if "nonce already used" not in reason:
                     raise
                 # minted already (anyone may): the mint still goes out, and its
                 # revert with the nonce used is the evidence observe reads
@@ -324,6 +452,8 @@ class CctpMintExecutor(EvmExecutor):
         payload = route.payload() | {
             "message_nonce": burn.nonce,
             "fee_executed": str(burn.fee_executed),
+            "expiration_block": str(burn.expiration_block),
+            "reattested": burn.reattested,
             "source_tx_hash": burn.source_tx_hash,
             "search_from_block": max(0, head - LOG_LOOKBACK_BLOCKS),
             "gas": gas,
@@ -333,10 +463,90 @@ class CctpMintExecutor(EvmExecutor):
         nonce = max(chain_next, route.engine_next_nonce or 0)
         return await self._sign(route, signer, burn.calldata(), payload, nonce, gas, fees)
 
+    async def _reattested(self, route: _Route, burn: _Burn, head: int) -> _Burn:
+        """``burn``'s message as Iris re-attests it (expirationBlock 0, or past
+        the margin), asking Iris for it when it does not have it yet. Raises a
+        retryable ExecutorError while it is not signed yet (nothing is signed
+        here meanwhile), a non-retryable one when Iris answers another message."""
+        if burn.source_tx_hash is None:
+            raise ExecutorError(
+                f"the attestation of nonce {burn.nonce} expires at block "
+                f"{burn.expiration_block} and the burn's evidence names no source "
+                "transaction to ask Iris for it again",
+                retryable=False,
+            )
+        iris = self._iris_client()
+        what = (
+            f"the attestation of nonce {burn.nonce} expires at block {burn.expiration_block} "
+            f"of {route.leg.chain_key} (head {head})"
+        )
+        entry, waited = await self._iris_entry(iris, route, burn, head)
+        if entry is None and waited is None:
+            asked = await iris.reattest(burn.nonce)
+            if asked.status is IrisStatus.RATE_LIMITED:
+                waited = asked.retry_after
+            elif asked.status is not IrisStatus.COMPLETE:
+                raise ExecutorError(
+                    f"{what}; Iris did not take its re-attestation: {asked.status.value} "
+                    f"{asked.detail}",
+                    retryable=True,
+                    retry_after=RETRY_LATER_S,
+                )
+            else:
+                entry, waited = await self._iris_entry(iris, route, burn, head)
+        if entry is None:
+            raise ExecutorError(
+                f"{what}: waiting for Iris's re-attestation",
+                retryable=True,
+                retry_after=waited or REATTEST_WAIT_S,
+            )
+        return checked_reattested(route, burn, entry)
+
+    async def _iris_entry(
+        self, iris: IrisClient, route: _Route, burn: _Burn, head: int
+    ) -> tuple[Mapping[str, Any] | None, float | None]:
+        """Iris's entry of ``burn``'s nonce when it is attested to expire no
+        sooner than the margin (re-attested), with None; else None with how
+        long to wait when Iris asks for a wait (429) or cannot be read."""
+        assert burn.source_tx_hash is not None
+        answer = await iris.messages(route.source_domain, burn.source_tx_hash)
+        if answer.status is IrisStatus.RATE_LIMITED:
+            return None, answer.retry_after
+        if answer.status is IrisStatus.UNAVAILABLE:
+            return None, RETRY_LATER_S
+        for entry in answer.messages:
+            if (
+                str(entry.get("eventNonce", "")).lower() != burn.nonce
+                or entry.get("status") != "complete"
+            ):
+                continue
+            try:
+                _, body, _ = parse_message(entry.get("message"))
+            except ValueError:
+                continue
+            if body.expiration_block == 0 or body.expiration_block > head + EXPIRY_MARGIN_BLOCKS:
+                return entry, None
+        return None, None
+
     async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
         assert prepared.payload is not None and prepared.raw_tx is not None
         route = _Route.from_payload(prepared.payload)
-        burn = checked_burn(route, burn_evidence(work))
+        try:
+            message, attestation = decode_receive_message(
+                decode_raw(bytes.fromhex(prepared.raw_tx[2:])).data
+            )
+        except ValueError as exc:
+            raise ExecutorError(f"the prepared mint: {exc}", retryable=False) from None
+        burn = checked_burn(
+            route,
+            {
+                "message": "0x" + message.hex(),
+                "attestation": "0x" + attestation.hex(),
+                "source_tx_hash": prepared.payload.get("source_tx_hash"),
+            },
+        )
+        if burn.nonce != str(prepared.payload["message_nonce"]):
+            raise ExecutorError("the prepared mint is of another nonce", retryable=False)
         rpc = self._evm.leg_rpc(route.leg)
         async with chain_errors(route.leg.chain_key):
             chain_next = await rpc.transaction_count(route.leg.sender, "pending")
@@ -374,6 +584,26 @@ class CctpMintExecutor(EvmExecutor):
     def sending_leg(self, payload: JsonObject) -> ChainLeg:
         return _Route.from_payload(payload).leg
 
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        reading = await self.read(work)
+        if reading.status == "expired":
+            # nothing minted and nothing will be: recovery reports it, and the
+            # node mints the message re-attested
+            return ObserveResult(ObserveStatus.UNKNOWN, reading.evidence)
+        return observed(reading, self.landed)
+
+    async def recover(self, work: NodeWork) -> RecoveryResult:
+        if not (work.intent or {}).get("transactions"):
+            return await recovered(work, self.landed, self.read)
+        reading = await self.read(work)
+        if reading.status == "expired":
+            return RecoveryResult(RecoveryOutcome.NOT_SUBMITTED, reading.evidence, reading.tx_hash)
+
+        async def read_once(_: NodeWork) -> _Reading:
+            return reading
+
+        return await recovered(work, self.landed, read_once)
+
     async def read(self, work: NodeWork) -> _Reading:
         payload = recorded_payload(work)
         route = _Route.from_payload(payload)
@@ -389,12 +619,38 @@ class CctpMintExecutor(EvmExecutor):
             if tx.status in ("final", "reverted", "foreign", "refused"):
                 # not minted by our transaction: by another one?
                 elsewhere = await _minted_elsewhere(
-                    rpc, route, nonce, int(payload.get("search_from_block", 0)), expected
+                    rpc,
+                    route,
+                    nonce,
+                    int(payload.get("search_from_block", 0)),
+                    expected,
+                    self._log_block_range(),
                 )
                 if elsewhere is not None:
                     return _Reading(
                         _verdict(elsewhere),
                         elsewhere | {"our_transaction": tx.evidence},
+                        tx.tx_hash,
+                    )
+                expiration = int(payload.get("expiration_block") or 0)
+                mined_at = tx.evidence.get("block_number")
+                if (
+                    tx.status == "reverted"
+                    and expiration != 0
+                    and isinstance(mined_at, int)
+                    and mined_at >= expiration
+                ):
+                    # mined at or past the message's expirationBlock, the nonce
+                    # unused: "Message expired and must be re-signed"
+                    return _Reading(
+                        "expired",
+                        tx.evidence
+                        | {
+                            "expired": True,
+                            "used_nonce": False,
+                            "message_nonce": nonce,
+                            "expiration_block": expiration,
+                        },
                         tx.tx_hash,
                     )
                 if tx.status == "final":
@@ -405,6 +661,12 @@ class CctpMintExecutor(EvmExecutor):
                         tx.tx_hash,
                     )
         return _Reading(tx.status, tx.evidence, tx.tx_hash, tx.wait_s)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._iris is not None:
+            await self._iris.aclose()
+            self._iris = None
 
 
 def _verdict(minted: JsonObject) -> str:
@@ -449,23 +711,30 @@ def _minted(route: _Route, nonce: str, receipt: Receipt, expected: int) -> JsonO
 
 
 async def _minted_elsewhere(
-    rpc: EvmRpc, route: _Route, nonce: str, from_block: int, expected: int
+    rpc: EvmRpc, route: _Route, nonce: str, from_block: int, expected: int, block_range: int
 ) -> JsonObject | None:
     """usedNonces(nonce) = 1 with a MessageReceived for it: the evidence of the
-    transaction that minted it (None when the nonce is unused)."""
+    transaction that minted it (None when the nonce is unused). The logs are
+    read from the head back to ``from_block``, ``block_range`` blocks a
+    request, until the MessageReceived (there is one at most: the nonce is
+    spent once)."""
     if not await used_nonce(rpc, route.message_transmitter, bytes.fromhex(nonce[2:])):
         return None
-    logs = await rpc.get_logs(
+    ranges = logs_newest_first(
+        rpc,
         address=route.message_transmitter,
         topics=[MESSAGE_RECEIVED_TOPIC, None, nonce],
         from_block=from_block,
+        to_block=await rpc.block_number(),
+        block_range=block_range,
     )
-    for log in logs:
-        receipt = await rpc.receipt(log.tx_hash)
-        if receipt is not None and receipt.succeeded:
-            minted = _minted(route, nonce, receipt, expected)
-            if minted is not None:
-                return minted | {"minted_elsewhere": True}
+    async for logs in ranges:
+        for log in logs:
+            receipt = await rpc.receipt(log.tx_hash)
+            if receipt is not None and receipt.succeeded:
+                minted = _minted(route, nonce, receipt, expected)
+                if minted is not None:
+                    return minted | {"minted_elsewhere": True}
     return {
         "nonce": nonce,
         "used_nonce": True,

@@ -10,8 +10,11 @@ moving on their EVM chains. Two jobs, each round:
    is consumed already, and then a receipt of a hash the engine recorded there
    (a FAILED intent's transaction mined after all: money moved for a node the
    engine holds failed) is logged as an error and recorded for an operator
-   (record_nonce_closed 'found_mined', the audit row nonce_found_mined);
-   otherwise it is recorded 'consumed'. A recorded transaction of that nonce
+   (record_nonce_closed 'found_mined', the audit row nonce_found_mined) -- a
+   warning when its receipt shows it reverted (it moved nothing but gas: a
+   CCTP mint that reverted past its message's expiration, given up for a
+   mint of the message re-attested, leaves one); otherwise it is recorded
+   'consumed'. A recorded transaction of that nonce
    still in the node's pool is never replaced by a fill. The gap search reads
    each account from its settled mark up, so the round first moves the marks
    (settle_evm_nonces) over the nonces settled since the last one.
@@ -237,6 +240,13 @@ async def _report_consumed(
         detail = {"tx_hash": tx_hash}
         if tx_hash in fills:
             how, level, name = "fill_mined", logging.INFO, "nonce_fill_mined"
+        elif not receipt.succeeded:
+            how, level, name = "found_mined", logging.WARNING, "nonce_found_mined"
+            detail |= {
+                "block_number": receipt.block_number,
+                "problem": "a transaction of a failed or abandoned intent is mined, reverted: "
+                "it moved nothing but its gas",
+            }
         else:
             how, level, name = "found_mined", logging.ERROR, "nonce_found_mined"
             detail |= {

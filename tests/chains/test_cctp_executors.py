@@ -13,7 +13,11 @@ while waiting for the attestation, after the mint's prepare, after its
 broadcast), recovery finishes the movement from the chains' and Iris's
 evidence alone: one DepositForBurn, one MessageReceived, never a second burn or
 mint. A mint someone else made first completes the node with their
-transaction as evidence.
+transaction as evidence, found by a log search in ranges a provider accepts.
+A burn below the chain's minimum fee is never signed. A fast mint late past
+its attestation's expirationBlock (the destination driven there with
+anvil_mine), before it was signed or after it was sent, is re-attested by Iris
+and minted exactly once, never FAILED.
 """
 
 from __future__ import annotations
@@ -31,17 +35,22 @@ from engine import approve, as_person, pin_clock
 from evm_support import head, make_due, mine, node_state, register_world, superuser, usdc_balance
 from web3 import HTTPProvider, Web3
 
-from qtg_runner.chains.cctp import load_attesters
+from qtg_runner.chains.cctp import BurnBody, CctpMessage, load_attesters
 from qtg_runner.chains.cctp_client import (
     DEPOSIT_FOR_BURN_TOPIC,
     MESSAGE_RECEIVED_TOPIC,
 )
+from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
 from qtg_runner.chains.local import RunningChain, load_artifact, rpc
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import Executor, NodeWork, RecoveryOutcome
 from qtg_runner.executors.cctp_burn import IRIS_URL_ENV, CctpBurnExecutor
-from qtg_runner.executors.cctp_mint import CctpMintExecutor
+from qtg_runner.executors.cctp_mint import (
+    EXPIRY_MARGIN_BLOCKS,
+    LOG_BLOCK_RANGE_ENV,
+    CctpMintExecutor,
+)
 from qtg_runner.loop import WorkerContext
 from qtg_runner.workers import node_dispatcher, node_observer, node_recovery
 from qtg_runner.world.iris import IrisConfig, IrisHandle, serve
@@ -55,7 +64,12 @@ standard one (15 min) in 4.5 s."""
 FAST_LANE, STANDARD_LANE, MINT_LANE = "cctp-fast", "cctp-standard", "cctp-mint"
 UNITS = 10**6
 FAST_FEE_BPS = 1
+EXPIRATION_BLOCKS = 100
+"""Iris's expiry window here, in the destination's blocks: far beyond what a
+mint takes, a moment of anvil_mine to pass."""
 EXECUTORS = (CctpBurnExecutor, CctpMintExecutor)
+EXTRA_ENV: dict[str, str] = {}
+"""What a test adds to the runners' environment (monkeypatch.setitem)."""
 
 
 # -- the world --------------------------------------------------------------------
@@ -66,7 +80,11 @@ def iris(local_chain_set: LocalChainSet) -> Iterator[IrisHandle]:
     handle = serve(
         local_chain_set.chains,
         load_attesters(local_chain_set.state_dir),
-        IrisConfig(time_scale=TIME_SCALE, fast_fee_bps=FAST_FEE_BPS),
+        IrisConfig(
+            time_scale=TIME_SCALE,
+            fast_fee_bps=FAST_FEE_BPS,
+            fast_expiration_blocks=EXPIRATION_BLOCKS,
+        ),
     )
     yield handle
     handle.stop()
@@ -94,7 +112,7 @@ def world(db: Any, local_chain_set: LocalChainSet, iris: IrisHandle) -> Any:
 
 
 def runner_env(chain_set: LocalChainSet, iris: IrisHandle) -> dict[str, str]:
-    return chain_set.runner_env() | {IRIS_URL_ENV: iris.url}
+    return chain_set.runner_env() | {IRIS_URL_ENV: iris.url} | EXTRA_ENV
 
 
 def run_batch(
@@ -684,3 +702,250 @@ def test_health_names_the_chains_and_iris(
     assert result.status is HealthStatus.DEGRADED and result.detail["iris"] == "HTTP 429"
     result = asyncio.run(health(CctpMintExecutor, nowhere))
     assert result.status is HealthStatus.HEALTHY and "iris" not in result.detail
+
+
+# -- CCTP v2.1 as Circle runs it: the minimum fee, expiring fast attestations --------
+
+
+def _contract(chain: RunningChain, name: str) -> tuple[Web3, Any]:
+    w3 = Web3(HTTPProvider(chain.rpc_url, request_kwargs={"timeout": 10}))
+    contract = w3.eth.contract(
+        address=Web3.to_checksum_address(chain.contracts[name]), abi=load_artifact(name)["abi"]
+    )
+    return w3, contract
+
+
+def set_min_fee(chain: RunningChain, min_fee: int) -> None:
+    """TokenMessengerV2.setMinFee as its controller (the deployer)."""
+    w3, messenger = _contract(chain, "TokenMessengerV2")
+    controller = messenger.functions.minFeeController().call()
+    sent = messenger.functions.setMinFee(min_fee).transact({"from": controller})
+    assert w3.eth.wait_for_transaction_receipt(sent, timeout=20)["status"] == 1
+
+
+def test_a_burn_whose_max_fee_is_below_the_chains_minimum_fee_is_never_signed(
+    db: Any, world: Any, local_chain_set: LocalChainSet, iris: IrisHandle
+) -> None:
+    """v2.1's minFee at 20 basis points, the movement's maxFee at the default
+    10: the burn would revert "Insufficient max fee", so the burn's preflight
+    refuses it (FAILED, not retried: the approved fee cap is too low), nothing
+    is signed or burnt, and the mint never runs."""
+    a = local_chain_set.chains[0]
+    ledger = Ledger(local_chain_set)
+    set_min_fee(a, 200_000)  # 20 bps, in 1/1000 basis points
+    try:
+        burn_id, mint_id = start_cctp(world, local_chain_set, Decimal("1"), "under-min-fee")
+        run_batch(db, node_dispatcher.batch, local_chain_set, iris)
+        assert node_state(world, burn_id) == "FAILED"
+        error = last_error(world, burn_id)
+        assert "minimum fee" in error and "20000" in error and "Insufficient max fee" in error
+        assert signed_for(world, burn_id) == 0
+        assert burns_from(ledger.a, ledger.sender, ledger.first_block) == 0
+        assert node_state(world, mint_id) in {"PENDING", "SKIPPED"}
+    finally:
+        set_min_fee(a, 0)
+
+
+def expiration_of(evidence: dict[str, Any]) -> int:
+    """The expirationBlock of the message a burn's evidence holds."""
+    message = CctpMessage.decode(bytes.fromhex(evidence["message"][2:]))
+    return BurnBody.decode(message.body).expiration_block
+
+
+def past(chain: RunningChain, block: int) -> None:
+    """The chain's head at ``block`` or beyond, by anvil_mine (no waiting)."""
+    missing = block - head(chain)
+    if missing > 0:
+        mine(chain, missing)
+    assert head(chain) >= block
+
+
+def ready_now(conn: Any, node_id: int) -> None:
+    """A READY node's retry wait over (the test stands in for the time it waits)."""
+    conn.execute(
+        "UPDATE movement_request_nodes SET not_before = now() - interval '1 second'"
+        " WHERE id = %s AND node_state = 'READY'",
+        (node_id,),
+    )
+
+
+def reattested_by_iris(iris: IrisHandle, evidence: dict[str, Any]) -> bool:
+    """Iris answers the burn's message re-attested (expirationBlock 0)."""
+    import httpx
+
+    response = httpx.get(
+        f"{iris.url}/v2/messages/{evidence['source_domain']}",
+        params={"transactionHash": evidence["source_tx_hash"]},
+    )
+    entry = response.json()["messages"][0]
+    return bool(entry["decodedMessage"]["decodedMessageBody"]["expirationBlock"] == "0")
+
+
+def mint_reattested(
+    db: Any,
+    conn: Any,
+    chain_set: LocalChainSet,
+    iris: IrisHandle,
+    burn: dict[str, Any],
+    mint_id: int,
+) -> None:
+    """Dispatch the mint until it is signed: the first try asks Iris for the
+    re-attestation (or finds it); while Iris has not signed it yet the node
+    waits, READY with nothing signed; once Iris answers it the mint is signed."""
+    signed_before = signed_for(conn, mint_id)
+    run_batch(db, node_dispatcher.batch, chain_set, iris)
+    if node_state(conn, mint_id) == "READY":
+        assert "waiting for Iris's re-attestation" in last_error(conn, mint_id)
+        assert signed_for(conn, mint_id) == signed_before
+        deadline = time.monotonic() + 30
+        while not reattested_by_iris(iris, burn):
+            assert time.monotonic() < deadline, "Iris never re-attested"
+            time.sleep(0.1)
+        ready_now(conn, mint_id)
+        run_batch(db, node_dispatcher.batch, chain_set, iris)
+    assert node_state(conn, mint_id) == "SUBMITTED", last_error(conn, mint_id)
+    assert signed_for(conn, mint_id) == signed_before + 1
+
+
+def recorded_payloads(conn: Any, node_id: int) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT prepared_payload FROM node_intents WHERE node_id = %s AND prepared_payload IS"
+        " NOT NULL ORDER BY claim_token",
+        (node_id,),
+    ).fetchall()
+    return [dict(r[0]) for r in rows]
+
+
+def test_a_fast_mint_claimed_after_its_attestation_expired_is_re_attested_and_minted_once(
+    db: Any, world: Any, local_chain_set: LocalChainSet, iris: IrisHandle
+) -> None:
+    """The burn attested fast (expirationBlock set on the destination), then
+    the destination past it before the mint is claimed: the mint is not signed
+    with the expired message, which would revert; it asks Iris to re-attest
+    (POST /v2/reattest/{nonce}), waits, and mints the same message as
+    finalized (expirationBlock 0), once."""
+    b = local_chain_set.chains[1]
+    ledger = Ledger(local_chain_set)
+    amount = Decimal("2.75")
+    burn_id, mint_id = start_cctp(world, local_chain_set, amount, "late-mint")
+    run_batch(db, node_dispatcher.batch, local_chain_set, iris)
+    observe_until(db, world, local_chain_set, iris, burn_id, {"COMPLETED"})
+    burn = evidence_of(world, burn_id)
+    expiration = expiration_of(burn)
+    assert head(b) < expiration <= head(b) + EXPIRATION_BLOCKS
+    past(b, expiration)
+
+    mint_reattested(db, world, local_chain_set, iris, burn, mint_id)
+    observe_until(db, world, local_chain_set, iris, mint_id, {"COMPLETED"})
+    nonce = ledger.check_once(world, burn_id, mint_id, amount)
+    assert nonce == burn["nonce"]
+    mint = evidence_of(world, mint_id)
+    assert mint["finality_threshold_executed"] == 2000  # the message re-attested as finalized
+    [payload] = recorded_payloads(world, mint_id)
+    assert payload["reattested"] is True and payload["expiration_block"] == "0"
+    assert payload["message_nonce"] == nonce
+    assert signed_for(world, mint_id) == 1
+
+
+def test_a_fast_mint_mined_past_its_expiration_is_re_attested_and_minted_once(
+    db: Any, world: Any, local_chain_set: LocalChainSet, iris: IrisHandle
+) -> None:
+    """The mint signed in time with the fast message, but the destination is
+    past its expirationBlock when it lands: it reverts "Message expired and
+    must be re-signed", nothing minted, the nonce unused. Not FAILED: observe
+    hands it to recovery (UNKNOWN), recovery's evidence (the reverted receipt
+    at or past the expiration) makes it READY, and the next mint is of the
+    same message re-attested: one MessageReceived, the amount once."""
+    b = local_chain_set.chains[1]
+    ledger = Ledger(local_chain_set)
+    amount = Decimal("3.5")
+    burn_id, mint_id = start_cctp(world, local_chain_set, amount, "expired-in-flight")
+    run_batch(db, node_dispatcher.batch, local_chain_set, iris)
+    observe_until(db, world, local_chain_set, iris, burn_id, {"COMPLETED"})
+    burn = evidence_of(world, burn_id)
+    expiration = expiration_of(burn)
+
+    def late(executors: dict[str, Executor]) -> None:
+        mint_executor = executors[CctpMintExecutor.key]
+        real = mint_executor.submit
+
+        async def submit_late(*args: Any) -> Any:
+            past(b, expiration)  # the chain moves on before the mint lands
+            return await real(*args)
+
+        mint_executor.submit = submit_late  # type: ignore[method-assign]
+
+    assert head(b) + EXPIRY_MARGIN_BLOCKS < expiration  # fresh: signed as attested
+    run_batch(db, node_dispatcher.batch, local_chain_set, iris, late)
+    [first] = recorded_payloads(world, mint_id)
+    assert first["reattested"] is False and int(first["expiration_block"]) == expiration
+    assert observe_until(db, world, local_chain_set, iris, mint_id, {"UNKNOWN"}) == "UNKNOWN"
+    reverted = evidence_of(world, mint_id)
+    assert reverted["expired"] is True and reverted["used_nonce"] is False
+    assert reverted["block_number"] >= expiration and reverted["status"] == 0
+    assert mints_of(b, burn["nonce"]) == []
+
+    assert recover(db, world, local_chain_set, iris) == ["UNKNOWN"]
+    assert node_state(world, mint_id) == "READY"  # never FAILED
+    mint_reattested(db, world, local_chain_set, iris, burn, mint_id)
+    observe_until(db, world, local_chain_set, iris, mint_id, {"COMPLETED"})
+    nonce = ledger.check_once(world, burn_id, mint_id, amount)
+    assert signed_for(world, mint_id) == 2  # the expired one, reverted, and the one that minted
+    second = recorded_payloads(world, mint_id)[-1]
+    assert second["reattested"] is True and second["message_nonce"] == nonce
+    assert evidence_of(world, mint_id)["mint_tx_hash"] != reverted["tx_hash"]
+
+
+def test_a_mint_found_by_another_transaction_is_searched_in_ranges_the_provider_accepts(
+    db: Any,
+    world: Any,
+    local_chain_set: LocalChainSet,
+    iris: IrisHandle,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Someone else minted the message, blocks ago; the RPC refuses an
+    eth_getLogs wider than QTG_LOG_BLOCK_RANGE (5 here), as providers cap
+    ranges: the mint's search for their MessageReceived goes back from the
+    head five blocks a request, and finds it."""
+    block_range = 5
+    monkeypatch.setitem(EXTRA_ENV, LOG_BLOCK_RANGE_ENV, str(block_range))
+    asked: list[tuple[int, int]] = []
+    real_get_logs = EvmRpc.get_logs
+
+    async def capped_get_logs(self: EvmRpc, **query: Any) -> Any:
+        low, high = query["from_block"], query["to_block"]
+        if isinstance(low, int) and isinstance(high, int):
+            asked.append((low, high))
+            if high - low + 1 > block_range:
+                raise RpcError(
+                    -32005, "query exceeds max block range 5", RpcErrorKind.OTHER,
+                    method="eth_getLogs",
+                )  # fmt: skip
+        else:
+            asked.append((-1, -1))
+            raise RpcError(-32005, "query exceeds max block range 5", RpcErrorKind.OTHER)
+        return await real_get_logs(self, **query)
+
+    monkeypatch.setattr(EvmRpc, "get_logs", capped_get_logs)
+    ledger = Ledger(local_chain_set)
+    amount = Decimal("1.6")
+    burn_id, mint_id = start_cctp(world, local_chain_set, amount, "ranged-search")
+    run_batch(db, node_dispatcher.batch, local_chain_set, iris)
+    observe_until(db, world, local_chain_set, iris, burn_id, {"COMPLETED"})
+    burn = evidence_of(world, burn_id)
+    b = local_chain_set.chains[1]
+    w3, transmitter = _contract(b, "MessageTransmitterV2")
+    theirs = transmitter.functions.receiveMessage(
+        bytes.fromhex(burn["message"][2:]), bytes.fromhex(burn["attestation"][2:])
+    ).transact({"from": w3.eth.accounts[9]})
+    minted_at = int(w3.eth.wait_for_transaction_receipt(theirs, timeout=20)["blockNumber"])
+    mine(b, 4 * block_range)  # their mint several ranges behind the head
+
+    run_batch(db, node_dispatcher.batch, local_chain_set, iris)
+    observe_until(db, world, local_chain_set, iris, mint_id, {"COMPLETED"})
+    mint = evidence_of(world, mint_id)
+    assert mint["minted_elsewhere"] is True and mint["mint_tx_hash"] == "0x" + bytes(theirs).hex()
+    assert ledger.check_once(world, burn_id, mint_id, amount) == burn["nonce"]
+    assert asked and all(0 <= high - low < block_range for low, high in asked), asked
+    assert any(low <= minted_at <= high for low, high in asked)
+    assert len(asked) >= 4  # more than one range: newest first, back to their block
