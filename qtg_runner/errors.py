@@ -108,7 +108,8 @@ _TABLE: tuple[QtError, ...] = (
         "chain not registered on the network (the chain registry's admin procedures); for a route "
         "function (`evm_transfer_route`, `cctp_burn_route`, `cctp_mint_route`, `ccip_send_route`) "
         "also a token, a treasury sender or a bridge protocol (`chain_protocols`) not registered "
-        "on the chain; an exchange venue, its name for a chain or its deposit address not "
+        "on the chain, or a CCIP lane between the chains not recorded (`ccip_lanes`, "
+        "`upsert_ccip_lane`); an exchange venue, its name for a chain or its deposit address not "
         "registered (the venue steps, `bybit_withdraw_route`, `bybit_deposit_route`)"
     ),
     QtError("QT020", 409, "Illegal movement transition", _ILLEGAL_TRANSITION),
@@ -166,7 +167,9 @@ _TABLE: tuple[QtError, ...] = (
         "transfer; another node anything but a bridge contract of the chain, or an approval of "
         "one above the movement's amount): nothing is recorded or allocated. A CCIP send's "
         "receiver is judged on its DESTINATION chain (`ccip_send_route`), and a `ccip` node's "
-        "signed bytes must be exactly its route's `ccipSend` (`ccip_send_tx_problem`)"
+        "signed bytes must be exactly its route's token-only `ccipSend` (gas limit 0), paying "
+        "the Router's quote its payload records and the lane's margin of it, at most the lane's "
+        "cap (`ccip_send_tx_problem`)"
     ),
     QtError(
         "QT033",

@@ -9,7 +9,8 @@ ids ``keystore:local-treasury-1`` / ``keystore:local-treasury-2``, each funded
 first (``fund_treasury``) with ETH for gas and with mocked USDC by the deployer
 (anvil's account 0, the token's owner); and the bridge doubles deployed on it
 (chain_protocols: the CCTP domain and contracts, the Stargate endpoint id and
-pool, the CCIP selector and Router/OnRamp/OffRamp). `qtg world up` also records the
+pool, the CCIP selector and Router/OnRamp/OffRamp; ccip_lanes: the v1.6 CCIP
+lanes between the chains, USDC over CCTP). `qtg world up` also records the
 local exchange (``record_venue``): the venue ``bybit`` with the NAMES of the
 variables of its URL and key file, its name for each chain (the chain's key, as
 the double names it) and its deposit address there for USDC. No key is read,
@@ -44,6 +45,7 @@ __all__ = [
     "prepare_treasury",
     "record_chains",
     "record_venue",
+    "register_ccip_lanes",
     "register_chain",
     "register_venue",
     "rpc_url_env",
@@ -152,6 +154,23 @@ def register_chain(
         procs.upsert_treasury_account(chain.key, account.address, account.signer_id).one(conn)
     for protocol, remote_id, contracts in local_protocols(chain):
         procs.upsert_chain_protocol(chain.key, protocol, remote_id, contracts).one(conn)
+    register_ccip_lanes(conn, chain)
+
+
+def register_ccip_lanes(conn: psycopg.Connection[Any], chain: RunningChain) -> None:
+    """The CCIP lanes between ``chain`` and every chain registered with a ccip
+    row before it, both ways: v1.6 (the chains' OnRamp and OffRamp), their
+    USDC over CCTP (token_data 'cctp'), the default fee margin and cap."""
+    if not all(name in chain.contracts for name in CCIP_CONTRACTS):
+        return
+    others = conn.execute(
+        "SELECT chain_key FROM chain_protocols WHERE protocol = 'ccip' AND chain_key <> %s "
+        "ORDER BY chain_key",
+        (chain.key,),
+    ).fetchall()
+    for (other,) in others:
+        for source, dest in ((chain.key, other), (other, chain.key)):
+            procs.upsert_ccip_lane(source, dest, "1.6", token_data="cctp").one(conn)
 
 
 def record_chains(

@@ -323,6 +323,10 @@ class CcipSendRoute:
     recipient_kind: Text
     amount_units: NumericValue
     next_nonce: BigInt | None
+    ccip_version: Text
+    gas_limit: Integer
+    fee_margin_bps: Integer
+    max_fee_wei: NumericValue
 
 
 @dataclass(frozen=True)
@@ -542,6 +546,7 @@ class StrandedCcipSend:
     source_rpc_url_env: Text
     source_tx: Text
     source_onramp: Text
+    token_data: Text
     dest_chain_key: Text
     dest_chain_id: BigInt
     dest_rpc_url_env: Text
@@ -1219,7 +1224,8 @@ def evm_transfer_route(node_id: BigInt) -> Call[TransferRoute]:
 @procedure("runner")
 def ccip_send_route(node_id: BigInt) -> Call[CcipSendRoute]:
     """What a CCIP send node may sign: source chain, Router, sender, destination
-    chain and OffRamp, a receiver allowed there, the amount in base units."""
+    chain, the lane (version, ramps, fee margin and cap), a receiver allowed
+    there, the amount in base units, the token-only gas limit."""
 
 
 @procedure("runner")
@@ -1873,6 +1879,22 @@ def upsert_chain_protocol(
 ) -> Call[None]:
     """Records a bridge protocol on a registered chain: its id in the protocol
     (CCTP domain, CCIP chain selector, LayerZero endpoint id) and its contracts."""
+
+
+@procedure("owner")
+def upsert_ccip_lane(
+    source_chain_key: Text,
+    dest_chain_key: Text,
+    version: Text,
+    token_data: Text | Default = DEFAULT,
+    fee_margin_bps: Integer | Default = DEFAULT,
+    max_fee_wei: Numeric | Default = DEFAULT,
+    onramp: Text | Default | None = DEFAULT,
+    offramp: Text | Default | None = DEFAULT,
+) -> Call[None]:
+    """Records a CCIP lane between two registered chains: its version (1.5 or
+    1.6), ramps, the token pool's offchain data (cctp or none), the fee
+    margin over the Router's quote and the most a send pays."""
 
 
 @procedure("owner")

@@ -3,31 +3,41 @@ treasury account on one chain to a treasury account or an allow-listed
 address on another, the fee paid in the native coin.
 
 What it may sign is the registry's word, read again before every signature
-(ccip_send_route, in SQL): both chains, the token on each, the source Router
-and OnRamp, the destination OffRamp, the sender (a treasury account and its
-signer's id), a receiver that is a treasury account or allow-listed on the
-DESTINATION chain (QT032 otherwise: nothing is signed), the amount in base
-units. One transaction per node, at a nonce the engine allocates, like
-evm_transfer: the Router's allowance of the sender's token is a standing,
-bounded approval set up beforehand (qtg_runner.chains.ccip.approve_router; a
-treasury's setup step), not a second transaction of the node: a second
-transaction would be a second nonce per node with a crash window between the
-two. preflight refuses (retry later) while the allowance is short.
+(ccip_send_route, in SQL): both chains, the token on each, the source Router,
+the lane (ccip_lanes: its CCIP version, the OnRamp on the source and the
+OffRamp on the destination, the fee margin and cap), the sender (a treasury
+account and its signer's id), a receiver that is a treasury account or
+allow-listed on the DESTINATION chain (QT032 otherwise: nothing is signed),
+the amount in base units. The message is token-only (no data) with gas limit 0
+in its GenericExtraArgsV2: no receiver callback runs on the destination, so no
+destination gas is paid for; it pays the Router's quote and the lane's margin
+of it (qtg_runner.chains.ccip.fee_with_margin), so a fee risen by up to the
+margin between the quote and the send's block does not revert the send; SQL
+holds the signed bytes to exactly that (ccip_send_tx_problem). One transaction
+per node, at a nonce the engine allocates, like evm_transfer: the Router's
+allowance of the sender's token is a standing, bounded approval set up
+beforehand (qtg_runner.chains.ccip.approve_router; a treasury's setup step),
+not a second transaction of the node: a second transaction would be a second
+nonce per node with a crash window between the two. preflight refuses (retry
+later) while the allowance is short.
 
     preflight  the route; the sender holds the amount, the Router's allowance
                covers it, the Router quotes a fee for the destination.
-    prepare    the fee (Router.getFee), the gas (estimated with the fee as the
-               value), EIP-1559 fees under the chain's caps, the nonce at the
-               greater of the chain's pending count and the engine's next one,
-               signed; the destination's head is recorded, where the search for
-               the execution starts.
+    prepare    the quote (Router.getFee) and the fee paid (the quote and the
+               lane's margin, at most the lane's cap), the gas (estimated with
+               that fee as the value), EIP-1559 fees under the chain's caps,
+               the nonce at the greater of the chain's pending count and the
+               engine's next one, signed; the quote and the destination's head
+               (where the search for the execution starts) are recorded.
     submit     eth_sendRawTransaction of the recorded bytes ("already known"
                and a mined "nonce too low" are the same transaction).
     observe    the source receipt of a recorded hash, final at the chain's
-               depth, with exactly one CCIPMessageSent of the route's OnRamp
-               for this sender, receiver, destination and amount: its message
-               id. Then the destination OffRamp's ExecutionStateChanged for
-               that id: SUCCESS -> COMPLETED with the evidence (message id,
+               depth, with exactly one message of the lane's OnRamp for this
+               sender, receiver, destination and amount, read by the lane's
+               version (v1.6 CCIPMessageSent, v1.5 CCIPSendRequested): its
+               message id. Then the lane's OffRamp's ExecutionStateChanged for
+               it (v1.6: source selector, sequence number and id; v1.5:
+               sequence number and id): SUCCESS -> COMPLETED with the evidence (message id,
                source and destination transactions, amount); FAILURE -> still
                PENDING, the evidence saying ``ccip_state: FAILURE`` (the money
                is not lost: a manual execution completes it, and the
@@ -57,12 +67,14 @@ from typing import Any, ClassVar
 
 from qtg_runner.chains.ccip import (
     CCIP_MESSAGE_SENT_TOPIC,
-    EXECUTION_STATE_CHANGED_TOPIC,
+    CCIP_SEND_REQUESTED_TOPIC,
     SUCCESS,
     ExecutionStateChanged,
     SentMessage,
     ccip_send_calldata,
     ccip_transaction,
+    execution_state_topics,
+    fee_with_margin,
     get_fee_calldata,
 )
 from qtg_runner.chains.evm import Fees, balance_of, suggest_fees
@@ -116,6 +128,10 @@ class _Route:
     dest_token_address: str
     recipient: str
     amount_units: int
+    ccip_version: str
+    gas_limit: int
+    fee_margin_bps: int
+    max_fee_wei: int
     engine_next_nonce: int | None = None
 
     @classmethod
@@ -136,6 +152,10 @@ class _Route:
             dest_token_address=row.dest_token_address,
             recipient=row.recipient,
             amount_units=int(row.amount_units),
+            ccip_version=row.ccip_version,
+            gas_limit=row.gas_limit,
+            fee_margin_bps=row.fee_margin_bps,
+            max_fee_wei=int(row.max_fee_wei),
             engine_next_nonce=row.next_nonce,
         )
 
@@ -144,9 +164,10 @@ class _Route:
         "token_address", "source_selector", "router", "onramp", "dest_chain_key",
         "dest_chain_id", "dest_rpc_url_env", "dest_finality_depth", "dest_block_time_s",
         "dest_selector", "dest_offramp", "dest_token_address", "recipient", "amount_units",
+        "ccip_version", "gas_limit", "fee_margin_bps", "max_fee_wei",
     )  # fmt: skip
-    _INTS = ("dest_chain_id", "dest_finality_depth")
-    _BIG = ("source_selector", "dest_selector", "amount_units")
+    _INTS = ("dest_chain_id", "dest_finality_depth", "gas_limit", "fee_margin_bps")
+    _BIG = ("source_selector", "dest_selector", "amount_units", "max_fee_wei")
     _FLOATS = ("dest_block_time_s",)
 
     @classmethod
@@ -161,6 +182,10 @@ class _Route:
             else:
                 fields[name] = str(value)
         return cls(leg=ChainLeg.from_payload(payload), **fields)
+
+    def fee(self, quote: int) -> int:
+        """What the send pays for ``quote``: the quote and the lane's margin of it."""
+        return fee_with_margin(quote, self.fee_margin_bps)
 
     def payload(self, gas: int, fees: Fees, fee: int, dest_from_block: int) -> JsonObject:
         out = self.leg.payload()
@@ -256,7 +281,11 @@ class CcipExecutor(EvmExecutor):
             answer = await rpc.call(
                 route.router,
                 get_fee_calldata(
-                    route.dest_selector, route.recipient, route.token_address, route.amount_units
+                    route.dest_selector,
+                    route.recipient,
+                    route.token_address,
+                    route.amount_units,
+                    route.gas_limit,
                 ),
                 sender=route.leg.sender,
             )
@@ -276,28 +305,41 @@ class CcipExecutor(EvmExecutor):
         dest = self._evm.rpc(route.dest_chain_key, route.dest_rpc_url_env)
         signer = await self._evm.signer(route.leg)
         data = ccip_send_calldata(
-            route.dest_selector, route.recipient, route.token_address, route.amount_units
+            route.dest_selector,
+            route.recipient,
+            route.token_address,
+            route.amount_units,
+            route.gas_limit,
         )
         async with chain_errors(route.leg.chain_key):
-            fee = await self._fee(rpc, route)
+            quote = await self._fee(rpc, route)
+            paid = route.fee(quote)
+            if paid > route.max_fee_wei:
+                raise ExecutorError(
+                    f"the CCIP fee from {route.leg.chain_key} to {route.dest_chain_key} is {quote} "
+                    f"wei, {paid} with the lane's margin: over the lane's cap of "
+                    f"{route.max_fee_wei} wei",
+                    retryable=True,
+                    retry_after=RETRY_LATER_S,
+                )
             chain_next = await rpc.transaction_count(route.leg.sender, "pending")
             fees = await suggest_fees(
                 rpc, max_fee_cap=route.leg.max_fee_cap, priority_fee_cap=route.leg.priority_fee_cap
             )
-            estimate = await rpc.estimate_gas(route.leg.sender, route.router, data, fee)
+            estimate = await rpc.estimate_gas(route.leg.sender, route.router, data, paid)
             funds = await rpc.balance(route.leg.sender)
         async with chain_errors(route.dest_chain_key):
             dest_from_block = await dest.block_number()
         gas = math.ceil(estimate * GAS_HEADROOM)
-        if funds < gas * fees.max_fee_per_gas + fee:
+        if funds < gas * fees.max_fee_per_gas + paid:
             raise ExecutorError(
                 f"{route.leg.sender} holds {funds} wei on {route.leg.chain_key}, the gas and the "
-                f"CCIP fee need up to {gas * fees.max_fee_per_gas + fee}",
+                f"CCIP fee need up to {gas * fees.max_fee_per_gas + paid}",
                 retryable=True,
                 retry_after=RETRY_LATER_S,
             )
         nonce = max(chain_next, route.engine_next_nonce or 0)
-        payload = route.payload(gas, fees, fee, dest_from_block)
+        payload = route.payload(gas, fees, quote, dest_from_block)
         return await self._sign(route, signer, nonce, payload)
 
     async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
@@ -317,9 +359,13 @@ class CcipExecutor(EvmExecutor):
             route.leg.chain_id,
             route.router,
             ccip_send_calldata(
-                route.dest_selector, route.recipient, route.token_address, route.amount_units
+                route.dest_selector,
+                route.recipient,
+                route.token_address,
+                route.amount_units,
+                route.gas_limit,
             ),
-            int(payload["ccip_fee"]),
+            route.fee(int(payload["ccip_fee"])),
             nonce,
             fees,
             int(payload["gas"]),
@@ -360,19 +406,40 @@ def _word(address: str) -> bytes:
     return bytes(12) + bytes.fromhex(address.removeprefix("0x"))
 
 
-def _message(route: _Route, tx: TxReading) -> tuple[_Reading, SentMessage | None]:
-    """A final source transaction's message: "sent" with it when the receipt
-    shows exactly the CCIP message the intent recorded, "refused" otherwise."""
-    receipt = tx.receipt
-    assert receipt is not None
-    evidence = tx.evidence
-    sent = [
+def _sent_messages(route: _Route, receipt: Any) -> list[SentMessage]:
+    """The messages of the lane's OnRamp in ``receipt``, read by the lane's version."""
+    if route.ccip_version == "1.5":
+        return [
+            SentMessage.from_v1_5_log(
+                log.address,
+                log.topics,
+                log.data,
+                log.tx_hash,
+                log.block_number,
+                log.log_index,
+                route.dest_selector,
+            )
+            for log in receipt.logs
+            if log.address == route.onramp
+            and log.topics
+            and log.topics[0] == CCIP_SEND_REQUESTED_TOPIC
+        ]
+    return [
         SentMessage.from_log(
             log.address, log.topics, log.data, log.tx_hash, log.block_number, log.log_index
         )
         for log in receipt.logs
         if log.address == route.onramp and log.topics and log.topics[0] == CCIP_MESSAGE_SENT_TOPIC
     ]
+
+
+def _message(route: _Route, tx: TxReading) -> tuple[_Reading, SentMessage | None]:
+    """A final source transaction's message: "sent" with it when the receipt
+    shows exactly the CCIP message the intent recorded, "refused" otherwise."""
+    receipt = tx.receipt
+    assert receipt is not None
+    evidence = tx.evidence
+    sent = _sent_messages(route, receipt)
     expected = [
         m
         for m in sent
@@ -404,15 +471,10 @@ def _message(route: _Route, tx: TxReading) -> tuple[_Reading, SentMessage | None
 async def _destination(
     rpc: EvmRpc, route: _Route, from_block: int, sent: SentMessage, source: _Reading
 ) -> _Reading:
-    """The destination OffRamp's ExecutionStateChanged for the message: SUCCESS
-    final at the destination's depth is the end; FAILURE waits for a manual
-    execution; none yet waits for the executing network."""
-    topics = [
-        EXECUTION_STATE_CHANGED_TOPIC,
-        "0x" + sent.source_selector.to_bytes(32, "big").hex(),
-        "0x" + sent.sequence_number.to_bytes(32, "big").hex(),
-        sent.message_id_hex,
-    ]
+    """The lane's OffRamp's ExecutionStateChanged for the message (by the lane's
+    version): SUCCESS final at the destination's depth is the end; FAILURE
+    waits for a manual execution; none yet waits for the executing network."""
+    topics = execution_state_topics(route.ccip_version, sent)
     logs = await rpc.get_logs(
         address=route.dest_offramp, topics=topics, from_block=from_block, to_block="latest"
     )

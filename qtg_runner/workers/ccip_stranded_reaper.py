@@ -2,19 +2,26 @@
 destination execution FAILED. The `ccip` executor leaves such a node
 OBSERVING with the evidence ``ccip_state: FAILURE`` (the tokens are not lost:
 the OffRamp lets anyone execute a failed message again); each round this
-worker takes them (ccip_stranded_sends) and, for each:
+worker takes them (ccip_stranded_sends: sends on v1.6 lanes) and, for each:
 
-1. asks the destination OffRamp (getExecutionStateById): SUCCESS already ->
-   nothing to do, the observer completes the node; not FAILURE -> left.
+1. reads the message again from the source transaction's receipt (the lane's
+   OnRamp's CCIPMessageSent with that id) and asks the lane's OffRamp
+   (getExecutionState(sourceChainSelector, sequenceNumber)): SUCCESS already
+   -> nothing to do, the observer completes the node; not FAILURE -> left.
 2. looks at the manual executions recorded for the message: the newest one
    pending in the node's pool -> wait; not known to the node and the keeper's
    nonce still free (a reaper died between its record and its broadcast, or
    the bytes were dropped) -> the RECORDED bytes broadcast again, nothing new
    signed; mined (executed and FAILED again) or its nonce taken -> a new
    attempt, at most MAX_ATTEMPTS per message (then an error for an operator).
-3. a new attempt: the message read again from the source transaction's
-   receipt (the OnRamp's CCIPMessageSent with that id, on the registry's
-   OnRamp), OffRamp.manuallyExecute of it signed by the keeper account
+3. a new attempt: OffRamp 1.6's manuallyExecute(ExecutionReport[],
+   GasLimitOverride[][]) of a one-message report: the message as the OffRamp
+   executes it (Any2EVMRampMessage), its merkle proof (the DON committed it
+   as a one-leaf tree: no proofs, proofFlagBits 0), no gas overrides, and per
+   token the pool's offchain data: on a lane whose token_data is 'cctp' the
+   burn's CCTP message and attestation from the attestation service
+   (``QTG_IRIS_URL``, as the CCTP executors read it; not attested yet -> left
+   for the next round), else empty. Signed by the keeper account
    (``QTG_CCIP_KEEPER_SIGNER``, default ``keystore:ccip-keeper``: never a
    treasury account), recorded with record_ccip_manual_execution FIRST, then
    broadcast (the failpoint ``ccip_after_manual_record`` kills the runner in
@@ -22,7 +29,7 @@ worker takes them (ccip_stranded_sends) and, for each:
 
 A crash anywhere leaves at most a recorded attempt that the next round sends
 as it was recorded; and the OffRamp lets a message succeed once whatever
-happens (a second manual execution of a SUCCESS reverts: AlreadyExecuted).
+happens (a later execution of a SUCCESS is skipped: SkippedAlreadyExecutedMessage).
 The node is never moved here: the observer completes it on the SUCCESS.
 """
 
@@ -44,9 +51,12 @@ from qtg_runner.chains.ccip import (
     SUCCESS,
     SentMessage,
     ccip_transaction,
+    execution_state_calldata,
     manually_execute_calldata,
-    state_by_id_calldata,
+    match_attested,
+    usdc_token_data,
 )
+from qtg_runner.chains.cctp_client import IrisClient, IrisStatus
 from qtg_runner.chains.evm import (
     EvmRpc,
     EvmRpcError,
@@ -57,6 +67,7 @@ from qtg_runner.chains.evm import (
     suggest_fees,
 )
 from qtg_runner.db import procs
+from qtg_runner.executors.cctp_burn import IRIS_URL_ENV
 from qtg_runner.failpoints import failpoint
 from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
@@ -93,11 +104,12 @@ async def run_round(
         return 0
     rpcs: dict[str, EvmRpc] = {}
     keeper: list[Signer] = []
+    iris: list[IrisClient] = []
     acted = 0
     try:
         for row in rows:
             try:
-                acted += await _reap(ctx, row, environ, rpcs, keeper, before_broadcast)
+                acted += await _reap(ctx, row, environ, rpcs, keeper, iris, before_broadcast)
             except (EvmRpcError, FeeCapExceeded, SignerError, ValueError) as exc:
                 event(
                     logging.WARNING,
@@ -123,6 +135,8 @@ async def run_round(
     finally:
         for rpc in rpcs.values():
             await rpc.aclose()
+        for client in iris:
+            await client.aclose()
     return acted
 
 
@@ -141,11 +155,12 @@ async def _reap(
     env: Mapping[str, str],
     rpcs: dict[str, EvmRpc],
     keeper: list[Signer],
+    iris: list[IrisClient],
     before_broadcast: Callable[[], None] | None,
 ) -> int:
     dest = _rpc(rpcs, env, row.dest_chain_key, row.dest_rpc_url_env)
-    message_id = bytes.fromhex(row.message_id[2:])
-    answer = await dest.call(row.dest_offramp, state_by_id_calldata(message_id))
+    sent = await _message(rpcs, env, row)
+    answer = await dest.call(row.dest_offramp, execution_state_calldata(sent))
     state = int.from_bytes(answer[-32:], "big") if answer else 0
     if state == SUCCESS:
         return 0  # executed since: the observer completes the node
@@ -196,12 +211,21 @@ async def _reap(
             )
             return 0
 
-    sent = await _message(rpcs, env, row)
+    token_data = await _token_data(row, sent, env, iris)
+    if token_data is None:
+        event(
+            logging.INFO,
+            "ccip_reaper_waiting_attestation",
+            network=ctx.network,
+            node=row.node_id,
+            message_id=row.message_id,
+        )
+        return 0
     if not keeper:
         signer_id = env.get(KEEPER_SIGNER_ENV) or DEFAULT_KEEPER
         keeper.append(await load_async(signer_id, env))
     signer = keeper[0]
-    data = manually_execute_calldata(sent)
+    data = manually_execute_calldata(sent, token_data)
     nonce = await dest.transaction_count(signer.address, "pending")
     fees = await suggest_fees(
         dest,
@@ -248,3 +272,38 @@ async def _message(
             if sent.message_id_hex == row.message_id:
                 return sent
     raise ValueError(f"{row.source_tx} emitted no CCIPMessageSent {row.message_id}")
+
+
+async def _token_data(
+    row: procs.StrandedCcipSend,
+    sent: SentMessage,
+    env: Mapping[str, str],
+    iris: list[IrisClient],
+) -> list[bytes] | None:
+    """Each token's offchain data for the destination's pool: on a 'cctp'
+    lane a USDC transfer's burn message and attestation, as the attestation
+    service answers for the source transaction (None while it has not
+    attested); empty otherwise."""
+    if row.token_data != "cctp":
+        return [b""] * len(sent.tokens)
+    data: list[bytes] = []
+    for payload in sent.usdc_payloads():
+        if payload is None:
+            data.append(b"")
+            continue
+        if not iris:
+            url = env.get(IRIS_URL_ENV)
+            if not url:
+                raise ValueError(
+                    f"{IRIS_URL_ENV} (the attestation service's URL) is not set in this runner: "
+                    "a USDC message cannot be executed without its attestation"
+                )
+            iris.append(IrisClient(url))
+        answer = await iris[0].messages(payload.source_domain, sent.tx_hash)
+        if answer.status is not IrisStatus.COMPLETE:
+            return None
+        attested = match_attested(payload, answer.messages)
+        if attested is None:
+            return None
+        data.append(usdc_token_data(*attested))
+    return data

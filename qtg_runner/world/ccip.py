@@ -1,9 +1,14 @@
-"""The local CCIP executing network (the "DON") for the CCIP double: a thread
-in the world's serve process that watches every chain's CcipOnRamp for
+"""The local CCIP executing network (the "DON") for the CCIP v1.6 double: a
+thread in the world's serve process that watches every chain's CcipOnRamp for
 ``CCIPMessageSent`` and, once the send is final on its source chain and the
-commit-and-execute delay has passed, executes the message on the destination
-chain's CcipOffRamp with the transmitter key (qtg_runner.chains.ccip), which
-emits ``ExecutionStateChanged`` SUCCESS, or FAILURE when one is injected.
+commit-and-execute delay has passed, does what the committing and executing
+DONs do on the destination chain's CcipOffRamp with the transmitter key
+(qtg_runner.chains.ccip): ``commit`` of the message's leaf as a one-leaf
+merkle root (roots of a source are committed in sequence order), then, once
+the attestation service (``attestation_url``, the fake Iris) has attested
+the USDC burn, ``execute`` of a one-message report carrying the attestation
+as the USDC pool's offchain data; the OffRamp emits ``ExecutionStateChanged``
+SUCCESS, or FAILURE when one is injected.
 
 Timing (every duration times ``time_scale``, real seconds per protocol
 second): the send's block ``finality_depth`` blocks deep, then
@@ -13,17 +18,19 @@ its L2s: 15-25 minutes all told; the default 17 minutes after finality).
 Failure injection, for the stranded path: ``fail_next(n)`` makes the next n
 executions FAIL, ``fail_receiver(address)`` every execution to that receiver,
 ``clear_failures()`` neither. A failure is a real one on chain: the DON
-executes with a gas limit the release cannot run in (``failure_gas``), the
-OffRamp records FAILURE, and the message waits for a manual execution (the
-executing network never retries a failed message itself). The same over HTTP:
+executes without the USDC pool's offchain data (the attestation), the
+release reverts, the OffRamp records FAILURE, and the message waits for a
+manual execution that carries it (the executing network never retries a
+failed message itself). The same over HTTP:
 ``POST /control/failures`` with ``{"next": n}``, ``{"receiver": "0x..."}`` or
 ``{"clear": true}``; ``GET /control/failures``.
 
 Nothing is kept on disk: after a restart it scans every chain from block 0
-and asks the OffRamp (``getExecutionStateById``) before executing, so a
-message is never executed twice by the network (and the OffRamp refuses it
-anyway). ``GET /v2/messages/{messageId}`` answers like the CCIP API: status
-SENT, SOURCE_FINALIZED, COMMITTED, SUCCESS or FAILED, with the source and
+and asks the OffRamp (``getExecutionState``, ``getMerkleRoot``) before
+committing or executing, so a message is never committed or executed twice
+by the network (and the OffRamp refuses it anyway). ``GET
+/v2/messages/{messageId}`` answers like the CCIP API: status SENT,
+SOURCE_FINALIZED, COMMITTED, SUCCESS or FAILED, with the source and
 destination transactions; 404 for an id it has not seen.
 
 ``serve(chains, don, config)`` starts the HTTP server and the watcher (daemon
@@ -47,13 +54,21 @@ from typing import Any
 from qtg_runner.chains.ccip import (
     CCIP_MESSAGE_SENT_TOPIC,
     EXECUTION_STATE_CHANGED_TOPIC,
+    UNTOUCHED,
     ExecutionStateChanged,
     SentMessage,
     ccip_selector,
     ccip_transaction,
+    commit_calldata,
+    decode_next_sequence,
     execute_calldata,
-    state_by_id_calldata,
+    execution_state_calldata,
+    match_attested,
+    merkle_root_calldata,
+    next_sequence_calldata,
+    usdc_token_data,
 )
+from qtg_runner.chains.cctp_client import IrisClient, IrisStatus
 from qtg_runner.chains.evm import sign, suggest_fees
 from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
 from qtg_runner.chains.local import LOOPBACK, RunningChain
@@ -65,8 +80,10 @@ __all__ = ["CcipConfig", "CcipHandle", "serve"]
 
 MAX_FEE_CAP = 1_000 * 10**9
 PRIORITY_FEE_CAP = 5 * 10**9
-EXECUTE_GAS = 600_000
-"""The transmitter's gas for one execute: the release's 200k and the OffRamp's own."""
+COMMIT_GAS = 300_000
+EXECUTE_GAS = 800_000
+"""The transmitter's gas for one execute: the release's 180k (a CCTP receive
+and mint) and the OffRamp's own (hashing, the proof, the states)."""
 
 _MESSAGE_PATH = re.compile(r"^/v2/messages/(0x[0-9a-fA-F]{64})$")
 
@@ -82,8 +99,8 @@ class CcipConfig:
     time_scale: float = 1.0
     tick_s: float = 0.25
     """How often the watcher reads the chains (real seconds)."""
-    failure_gas: int = 5_000
-    """The gas limit of an injected failure: the release runs out of gas."""
+    attestation_url: str = ""
+    """The CCTP attestation service (the fake Iris) the USDC transfers' attestations come from."""
 
     def delay(self) -> float:
         return self.execution_delay_s * self.time_scale
@@ -94,6 +111,7 @@ class _Tracked:
     message: SentMessage
     block_timestamp: int
     status: str = "SENT"
+    commit_tx: str | None = None
     exec_tx: str | None = None
     exec_raw: bytes = b""
     injected: bool = False
@@ -128,6 +146,7 @@ class _Watcher:
     def __init__(self, net: _Network) -> None:
         self.net = net
         self.rpcs: dict[int, EvmRpc] = {}
+        self.iris: IrisClient | None = None
 
     def rpc(self, selector: int) -> EvmRpc:
         if selector not in self.rpcs:
@@ -144,6 +163,8 @@ class _Watcher:
         finally:
             for rpc in self.rpcs.values():
                 await rpc.aclose()
+            if self.iris is not None:
+                await self.iris.aclose()
 
     def note(self, where: str, exc: Exception) -> None:
         text = f"{type(exc).__name__}: {exc}"[:300]
@@ -160,7 +181,10 @@ class _Watcher:
             except Exception as exc:
                 self.note(f"scan {selector}", exc)
         with self.net.lock:
-            active = [t for t in self.net.messages.values() if t.status not in ("SUCCESS",)]
+            active = sorted(
+                (t for t in self.net.messages.values() if t.status not in ("SUCCESS",)),
+                key=lambda t: (t.message.source_selector, t.message.sequence_number),
+            )
         for tracked in active:
             try:
                 await self.advance(tracked)
@@ -232,12 +256,18 @@ class _Watcher:
                 half = tracked.block_timestamp + self.net.config.delay() / 2
                 tracked.status = "COMMITTED" if now >= half else "SOURCE_FINALIZED"
                 return
-            state = await self.state(dest, offramp, message.message_id)
-            if state != 0:
+            state = await self.state(dest, offramp, message)
+            if state != UNTOUCHED:
                 # executed already (by an earlier instance, or manually)
                 tracked.status = "SUCCESS" if state == 2 else "FAILED"
                 return
-            await self.execute(tracked, dest_chain, dest, offramp)
+            if not await self.committed(tracked, dest_chain, dest, offramp):
+                return
+            tracked.status = "COMMITTED"
+            token_data = await self.token_data(message)
+            if token_data is None:
+                return  # the attestation is not there yet
+            await self.execute(tracked, dest_chain, dest, offramp, token_data)
             return
         if tracked.status == "EXECUTING":
             assert tracked.exec_tx is not None
@@ -249,7 +279,7 @@ class _Watcher:
                     except RpcError as exc:
                         if exc.kind is not RpcErrorKind.NONCE_TOO_LOW:
                             raise
-                        state = await self.state(dest, offramp, message.message_id)
+                        state = await self.state(dest, offramp, message)
                         if state in (2, 3):
                             tracked.status = "SUCCESS" if state == 2 else "FAILED"
                 return
@@ -263,7 +293,7 @@ class _Watcher:
                         tracked.dest_tx = changed.tx_hash
             if tracked.status == "EXECUTING":
                 # reverted (executed meanwhile by someone else?): ask the OffRamp
-                state = await self.state(dest, offramp, message.message_id)
+                state = await self.state(dest, offramp, message)
                 tracked.status = {2: "SUCCESS", 3: "FAILED"}.get(state, "SENT")
             event(
                 logging.INFO,
@@ -276,29 +306,106 @@ class _Watcher:
             return
         if tracked.status == "FAILED":
             # a manual execution may have rescued it since
-            state = await self.state(dest, offramp, message.message_id)
+            state = await self.state(dest, offramp, message)
             if state == 2:
                 tracked.status = "SUCCESS"
 
-    async def state(self, rpc: EvmRpc, offramp: str, message_id: bytes) -> int:
-        answer = await rpc.call(offramp, state_by_id_calldata(message_id))
+    async def state(self, rpc: EvmRpc, offramp: str, message: SentMessage) -> int:
+        answer = await rpc.call(offramp, execution_state_calldata(message))
         return int.from_bytes(answer[-32:], "big") if answer else 0
 
-    async def execute(
+    async def committed(
         self, tracked: _Tracked, chain: RunningChain, rpc: EvmRpc, offramp: str
-    ) -> None:
+    ) -> bool:
+        """Whether the message's root is committed; when not, its commit is
+        sent once the OffRamp expects its sequence number (False meanwhile)."""
+        message = tracked.message
+        answer = await rpc.call(
+            offramp, merkle_root_calldata(message.source_selector, message.leaf())
+        )
+        if answer and int.from_bytes(answer[-32:], "big") != 0:
+            return True
+        if tracked.commit_tx is not None:
+            receipt = await rpc.receipt(tracked.commit_tx)
+            if receipt is None and await rpc.transaction(tracked.commit_tx) is not None:
+                return False  # in the pool
+            tracked.commit_tx = None  # reverted or dropped: committed again below
+        expected = decode_next_sequence(
+            await rpc.call(offramp, next_sequence_calldata(message.source_selector))
+        )
+        if expected != message.sequence_number:
+            if expected > message.sequence_number:
+                raise RuntimeError(
+                    f"the OffRamp expects sequence number {expected} of source "
+                    f"{message.source_selector}, past this uncommitted message's "
+                    f"{message.sequence_number}"
+                )
+            return False  # an earlier message of the source is committed first
+        tracked.commit_tx = await self.transmit(
+            chain, rpc, offramp, commit_calldata(message), COMMIT_GAS
+        )
+        return False
+
+    async def token_data(self, message: SentMessage) -> list[bytes] | None:
+        """Each token's USDC pool data (the burn's CCTP message and its
+        attestation), or None while the attestation service has not attested."""
+        data: list[bytes] = []
+        for payload in message.usdc_payloads():
+            if payload is None:
+                data.append(b"")
+                continue
+            if self.iris is None:
+                if not self.net.config.attestation_url:
+                    raise RuntimeError(
+                        "no attestation service: a USDC transfer cannot execute without it"
+                    )
+                self.iris = IrisClient(self.net.config.attestation_url, timeout=5.0)
+            answer = await self.iris.messages(payload.source_domain, message.tx_hash)
+            if answer.status is not IrisStatus.COMPLETE:
+                return None
+            attested = match_attested(payload, answer.messages)
+            if attested is None:
+                return None
+            data.append(usdc_token_data(*attested))
+        return data
+
+    async def transmit(
+        self, chain: RunningChain, rpc: EvmRpc, offramp: str, data: bytes, gas: int
+    ) -> str:
+        """Sign and send ``data`` to the OffRamp as the transmitter: its hash."""
+        raw, tx_hash = await self.signed(chain, rpc, offramp, data, gas)
+        await rpc.send_raw_transaction(raw)
+        return tx_hash
+
+    async def signed(
+        self, chain: RunningChain, rpc: EvmRpc, offramp: str, data: bytes, gas: int
+    ) -> tuple[bytes, str]:
         don = self.net.don
         if don is None:
             raise RuntimeError("the executing network has no transmitter key: nothing executes")
-        injected = self.net.take_failure(tracked.message.receiver)
-        data = execute_calldata(tracked.message, self.net.config.failure_gas if injected else 0)
         nonce = await rpc.transaction_count(don.address, "pending")
         fees = await suggest_fees(rpc, max_fee_cap=MAX_FEE_CAP, priority_fee_cap=PRIORITY_FEE_CAP)
-        tx = ccip_transaction(chain.chain_id, offramp, data, 0, nonce, fees, EXECUTE_GAS)
-        signed = await sign(don, tx)
-        tracked.exec_tx, tracked.exec_raw, tracked.injected = signed.tx_hash, signed.raw, injected
+        signed = await sign(
+            don, ccip_transaction(chain.chain_id, offramp, data, 0, nonce, fees, gas)
+        )
+        return signed.raw, signed.tx_hash
+
+    async def execute(
+        self,
+        tracked: _Tracked,
+        chain: RunningChain,
+        rpc: EvmRpc,
+        offramp: str,
+        token_data: list[bytes],
+    ) -> None:
+        injected = self.net.take_failure(tracked.message.receiver)
+        if injected:
+            token_data = [b""] * len(token_data)  # no attestation: the release reverts
+        data = execute_calldata(tracked.message, token_data)
+        raw, tx_hash = await self.signed(chain, rpc, offramp, data, EXECUTE_GAS)
+        tracked.exec_tx, tracked.exec_raw, tracked.injected = tx_hash, raw, injected
         tracked.status = "EXECUTING"
-        await rpc.send_raw_transaction(signed.raw)
+        await rpc.send_raw_transaction(raw)
         with self.net.lock:
             self.net.executed += 1
 
@@ -434,7 +541,8 @@ def serve(
     port: int = 0,
 ) -> CcipHandle:
     """Start the executing network over ``chains`` (each with the CCIP double)
-    signing with ``don`` (the OffRamps' transmitter); port 0 picks a free one."""
+    signing with ``don`` (the OffRamps' transmitter), the USDC attestations
+    from ``config.attestation_url``; port 0 picks a free one."""
     net = _Network(
         {ccip_selector(c): c for c in chains if "CcipOffRamp" in c.contracts},
         don,

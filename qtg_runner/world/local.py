@@ -484,7 +484,12 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         handles.append(
             stargate.serve(chains, stargate.RelayerConfig(bus_wait_s=bus_wait, time_scale=scale))
         )
-        network = ccip.serve(chains, don, ccip.CcipConfig(time_scale=scale), port=args.ccip_port)
+        network = ccip.serve(
+            chains,
+            don,
+            ccip.CcipConfig(time_scale=scale, attestation_url=iris_handle.url),
+            port=args.ccip_port,
+        )
         handles.append(network)
         # the local treasury accounts are on the address book, on every chain
         for account in ensure_treasury_keys(state_dir):

@@ -1,16 +1,22 @@
 """The `ccip` executor and the `ccip_stranded_reaper` end to end: the real
 dispatcher, observer, recovery and reaper batches as a runner login, the CCIP
-double on the session's local chains and its executing network running in
-this process (qtg_runner.world.ccip, one per module, on a time scale that
-makes CCIP's 17 minutes 2 seconds).
+double on the session's local chains, its executing network and the fake
+Iris that attests the USDC burns running in this process (qtg_runner.world.ccip
+and qtg_runner.world.iris, one each per module, on a time scale that makes
+CCIP's 17 minutes 2 seconds).
 
-What a treasury relies on: a send completes only when the destination
+What a treasury relies on: a send is token-only (gas limit 0) and pays the
+Router's quote and the lane's margin, so a fee risen between the quote and
+the send's block does not revert it; it completes only when the destination
 executed it with SUCCESS, with the message id, both transactions and the
-amount as evidence; a receiver that is not allowed on the DESTINATION chain is
+amount as evidence, on a v1.6 lane as on a v1.5 lane (each lane's events read
+by its version); a receiver that is not allowed on the DESTINATION chain is
 never signed for; a runner dying after the prepare, after the broadcast or
 while observing is recovered from the recorded hashes and the chains' events
 with exactly one send each; a FAILED execution is executed manually by the
-reaper, recorded first, and a reaper dying between its record and its
+reaper with the real OffRamp's manuallyExecute (0x5e7bb008: a one-message
+report, its one-leaf proof, the CCTP attestation as the USDC pool's offchain
+data), recorded first, and a reaper dying between its record and its
 broadcast sends the recorded bytes, once."""
 
 from __future__ import annotations
@@ -25,17 +31,30 @@ import httpx
 import pytest
 from chain_support import LocalChainSet
 from engine import approve, as_person, pin_clock
+from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
-from evm_support import make_due, node_state, register_world, superuser, usdc_balance
+from evm_support import make_due, node_state, register_world, superuser, usdc_balance, web3_of
+from web3 import Web3
 
 from qtg_runner import signers
 from qtg_runner.chains.ccip import (
     CCIP_MESSAGE_SENT_TOPIC,
+    CCIP_SEND_REQUESTED_TOPIC,
+    MANUALLY_EXECUTE_SELECTOR,
+    SUCCESS,
     SentMessage,
+    approve_router,
+    ccip_selector,
+    deploy_v1_5_lane,
     ensure_don_key,
+    execution_state_calldata,
+    fee_with_margin,
     manually_execute_calldata,
+    match_attested,
+    usdc_token_data,
 )
-from qtg_runner.chains.local import ChainError, RunningChain, rpc
+from qtg_runner.chains.cctp import load_attesters
+from qtg_runner.chains.local import RunningChain, load_artifact, rpc
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import NodeWork, RecoveryOutcome
@@ -43,6 +62,7 @@ from qtg_runner.executors.ccip import CcipExecutor
 from qtg_runner.loop import WorkerContext
 from qtg_runner.workers import ccip_stranded_reaper, node_dispatcher, node_observer, node_recovery
 from qtg_runner.world import ccip as ccip_world
+from qtg_runner.world import iris as iris_world
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -59,16 +79,39 @@ class Died(BaseException):
 
 
 @pytest.fixture(scope="module")
-def network(local_chain_set: LocalChainSet) -> Iterator[ccip_world.CcipHandle]:
-    env = local_chain_set.runner_env()
-    don = signers.load(ensure_don_key(local_chain_set.state_dir).signer_id, env=env)
-    handle = ccip_world.serve(
-        local_chain_set.chains, don, ccip_world.CcipConfig(time_scale=SCALE, tick_s=0.1)
+def iris(local_chain_set: LocalChainSet) -> Iterator[iris_world.IrisHandle]:
+    """The fake Iris attesting the CCIP sends' USDC burns on the network's time scale."""
+    handle = iris_world.serve(
+        local_chain_set.chains,
+        load_attesters(local_chain_set.state_dir),
+        iris_world.IrisConfig(time_scale=SCALE),
     )
     try:
         yield handle
     finally:
         handle.stop()
+
+
+@pytest.fixture(scope="module")
+def network(
+    local_chain_set: LocalChainSet, iris: iris_world.IrisHandle
+) -> Iterator[ccip_world.CcipHandle]:
+    env = local_chain_set.runner_env()
+    don = signers.load(ensure_don_key(local_chain_set.state_dir).signer_id, env=env)
+    handle = ccip_world.serve(
+        local_chain_set.chains,
+        don,
+        ccip_world.CcipConfig(time_scale=SCALE, tick_s=0.1, attestation_url=iris.url),
+    )
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+def runner_env(chain_set: LocalChainSet, iris: iris_world.IrisHandle) -> dict[str, str]:
+    """The runner's environment: the chains' and the attestation service's."""
+    return chain_set.runner_env() | {"QTG_IRIS_URL": iris.url}
 
 
 @pytest.fixture
@@ -161,11 +204,17 @@ def observe(
 
 
 def reap(
-    db: Any, chain_set: LocalChainSet, before_broadcast: Callable[[], None] | None = None
+    db: Any,
+    chain_set: LocalChainSet,
+    iris: iris_world.IrisHandle,
+    before_broadcast: Callable[[], None] | None = None,
 ) -> int:
     async def body(ctx: WorkerContext, executor: CcipExecutor) -> int:
         return await ccip_stranded_reaper.run_round(
-            ctx, "worker@ccip-test:1", env=chain_set.runner_env(), before_broadcast=before_broadcast
+            ctx,
+            "worker@ccip-test:1",
+            env=runner_env(chain_set, iris),
+            before_broadcast=before_broadcast,
         )
 
     return int(run_ccip(db, chain_set, body))
@@ -230,7 +279,7 @@ def head(chain: RunningChain) -> int:
     return int(rpc(chain.rpc_url, "eth_blockNumber"), 16)
 
 
-def test_a_send_completes_on_the_destinations_success_with_its_evidence(
+def test_a_token_only_send_pays_a_margin_that_absorbs_a_fee_rise_and_completes(
     db: Any, world: Any, local_chain_set: LocalChainSet
 ) -> None:
     source, dest = local_chain_set.chains
@@ -238,13 +287,46 @@ def test_a_send_completes_on_the_destinations_success_with_its_evidence(
     start = head(source)
     held, received = usdc_balance(source, sender), usdc_balance(dest, recipient)
     node_id = start_send(world, source.key, dest.key, sender, recipient, Decimal("3.25"), "c1")
-    assert dispatch(db, local_chain_set) == 1
-    assert node_state(world, node_id) == "SUBMITTED"
-    intent = world.execute("SELECT intent_document(%s)", (node_id,)).fetchone()[0]
-    (tx,) = intent["transactions"]
-    assert intent["chain_key"] == source.key and intent["sender"] == sender
-    assert intent["prepared_payload"]["router"] == source.contracts["CcipRouter"].lower()
-    assert int(intent["prepared_payload"]["ccip_fee"]) > 0
+    onramp = web3_of(source).eth.contract(
+        address=Web3.to_checksum_address(source.contracts["CcipOnRamp"]),
+        abi=load_artifact("CcipOnRamp")["abi"],
+    )
+    base, per_gas = int(onramp.functions.feeBase().call()), int(onramp.functions.feePerGas().call())
+    owner = Web3.to_checksum_address(source.deployer)
+
+    def fee_rises_before_the_broadcast(executor: CcipExecutor) -> None:
+        real = executor.submit
+
+        async def submit(work: NodeWork, prep: Any) -> Any:
+            # quoted and signed at the old fee; the chain's fee rises 6 % before it lands
+            web3_of(source).eth.wait_for_transaction_receipt(
+                onramp.functions.setFeeConfig(base * 106 // 100, per_gas).transact({"from": owner})
+            )
+            return await real(work, prep)
+
+        executor.submit = submit  # type: ignore[method-assign]
+
+    try:
+        assert dispatch(db, local_chain_set, fee_rises_before_the_broadcast) == 1
+        assert node_state(world, node_id) == "SUBMITTED"
+        intent = world.execute("SELECT intent_document(%s)", (node_id,)).fetchone()[0]
+        (tx,) = intent["transactions"]
+        payload = intent["prepared_payload"]
+        assert intent["chain_key"] == source.key and intent["sender"] == sender
+        assert payload["router"] == source.contracts["CcipRouter"].lower()
+        assert (payload["gas_limit"], payload["fee_margin_bps"], payload["ccip_version"]) == (
+            0,
+            1000,
+            "1.6",
+        )
+        quote = int(payload["ccip_fee"])
+        assert quote == base  # a token-only message pays for no destination gas
+        sent_tx = rpc(source.rpc_url, "eth_getTransactionByHash", [tx["tx_hash"]])
+        assert int(sent_tx["value"], 16) == fee_with_margin(quote, 1000)
+    finally:
+        web3_of(source).eth.wait_for_transaction_receipt(
+            onramp.functions.setFeeConfig(base, per_gas).transact({"from": owner})
+        )
 
     observe_until(db, world, local_chain_set, [node_id])
     assert node_state(world, node_id) == "COMPLETED"
@@ -256,6 +338,8 @@ def test_a_send_completes_on_the_destinations_success_with_its_evidence(
     assert evidence["amount_units"] == "3250000" and evidence["receiver"] == recipient
     assert [e["state"] for e in evidence["executions"]] == ["SUCCESS"]
     assert evidence["dest_tx"] == evidence["executions"][0]["dest_tx"]
+    assert evidence["gas_limit"] == 0 and evidence["ccip_version"] == "1.6"
+    assert sent.gas_limit == 0 and sent.fee_amount == fee_with_margin(quote, 1000)
     assert usdc_balance(source, sender) == held - 3_250_000
     assert usdc_balance(dest, recipient) == received + 3_250_000
 
@@ -399,13 +483,18 @@ def test_a_runner_dying_after_prepare_after_broadcast_or_while_observing_sends_o
 
 
 def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_and_once(
-    db: Any, world: Any, local_chain_set: LocalChainSet, network: ccip_world.CcipHandle
+    db: Any,
+    world: Any,
+    local_chain_set: LocalChainSet,
+    network: ccip_world.CcipHandle,
+    iris: iris_world.IrisHandle,
 ) -> None:
     source, dest = local_chain_set.chains
     sender, recipient = (k.address for k in local_chain_set.treasury)
     start = head(source)
     received = usdc_balance(dest, recipient)
-    # the failure injected over the network's control endpoint, as an operator would
+    # the failure injected over the network's control endpoint, as an operator
+    # would: the DON executes without the attestation, the release reverts
     injected = httpx.post(f"{network.url}/control/failures", json={"next": 1})
     assert injected.status_code == 200 and injected.json()["next"] == 1
     node_id = start_send(world, source.key, dest.key, sender, recipient, Decimal("2.5"), "c-f")
@@ -421,24 +510,57 @@ def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_an
     assert usdc_balance(dest, recipient) == received
     (stranded,) = procs.ccip_stranded_sends(10).all(world)
     assert stranded.node_id == node_id and stranded.message_id == evidence["message_id"]
+    assert (stranded.token_data, stranded.dest_offramp) == (
+        "cctp",
+        dest.contracts["CcipOffRamp"].lower(),
+    )
     status = httpx.get(f"{network.url}/v2/messages/{evidence['message_id']}").json()
     assert status["status"] == "FAILED" and status["sendTransactionHash"] == evidence["source_tx"]
+    (sent,) = sends_from(source, sender, start)
+    offramp = dest.contracts["CcipOffRamp"]
+
+    def offramp_state() -> int:
+        answer = rpc(
+            dest.rpc_url,
+            "eth_call",
+            [{"to": offramp, "data": "0x" + execution_state_calldata(sent).hex()}, "latest"],
+        )
+        return int(str(answer), 16)
+
+    assert offramp_state() == 3  # getExecutionState(source selector, sequence number): FAILURE
 
     # the reaper dies between its record and its broadcast: recorded, not sent
     def dies() -> None:
         raise Died("before the broadcast")
 
     with pytest.raises(Died):
-        reap(db, local_chain_set, dies)
+        reap(db, local_chain_set, iris, dies)
     (recorded,) = world.execute(
-        "SELECT tx_hash, executor FROM ccip_manual_executions WHERE node_id = %s", (node_id,)
+        "SELECT tx_hash, executor, raw_tx FROM ccip_manual_executions WHERE node_id = %s",
+        (node_id,),
     ).fetchall()
     assert recorded[1] not in {k.address for k in local_chain_set.treasury}
     assert rpc(dest.rpc_url, "eth_getTransactionByHash", [recorded[0]]) is None
 
     # its next round sends the recorded bytes: the same hash, nothing new signed
-    assert reap(db, local_chain_set) == 1
-    assert rpc(dest.rpc_url, "eth_getTransactionByHash", [recorded[0]]) is not None
+    assert reap(db, local_chain_set, iris) == 1
+    manual_tx = rpc(dest.rpc_url, "eth_getTransactionByHash", [recorded[0]])
+    assert manual_tx is not None and manual_tx["to"].lower() == offramp.lower()
+    # the real OffRamp 1.6 manuallyExecute: a one-message report of the
+    # message as executed, its one-leaf proof, the burn's attestation
+    attested = match_attested(
+        sent.usdc_payloads()[0],  # type: ignore[arg-type]
+        httpx.get(
+            f"{iris.url}/v2/messages/{sent.usdc_payloads()[0].source_domain}",  # type: ignore[union-attr]
+            params={"transactionHash": sent.tx_hash},
+        ).json()["messages"],
+    )
+    assert attested is not None
+    assert (
+        manual_tx["input"]
+        == "0x" + manually_execute_calldata(sent, [usdc_token_data(*attested)]).hex()
+    )
+    assert manual_tx["input"][:10] == "0x" + MANUALLY_EXECUTE_SELECTOR.hex() == "0x5e7bb008"
     assert (
         world.execute(
             "SELECT count(*) FROM ccip_manual_executions WHERE node_id = %s", (node_id,)
@@ -451,30 +573,102 @@ def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_an
     evidence = evidence_of(world, node_id)
     assert [e["state"] for e in evidence["executions"]] == ["FAILURE", "SUCCESS"]
     assert evidence["dest_tx"] == recorded[0]
+    assert offramp_state() == SUCCESS
     assert usdc_balance(dest, recipient) == received + 2_500_000
     assert len(sends_from(source, sender, start)) == 1
     deadline = time.monotonic() + DEADLINE_S
     while httpx.get(f"{network.url}/v2/messages/{evidence['message_id']}").json()["status"] != (
         "SUCCESS"
     ):
-        assert time.monotonic() < deadline, "the network never saw the manual execution"
+        assert time.monotonic() < deadline, "the network did not see the manual execution"
         time.sleep(0.2)
 
-    # nothing stranded any more; and the OffRamp refuses a second execution anyway
+    # nothing stranded any more; and the OffRamp lets the message succeed once:
+    # a later execution is skipped, nothing minted again
     assert procs.ccip_stranded_sends(10).all(world) == []
-    assert reap(db, local_chain_set) == 0
-    (sent,) = sends_from(source, sender, start)
-    with pytest.raises(ChainError) as refused:
-        rpc(
-            dest.rpc_url,
-            "eth_call",
-            [
-                {
-                    "to": dest.contracts["CcipOffRamp"],
-                    "data": "0x" + manually_execute_calldata(sent).hex(),
-                },
-                "latest",
-            ],
-        )
-    assert keccak(text="AlreadyExecuted(uint64,uint64)")[:4].hex() in str(refused.value)
+    assert reap(db, local_chain_set, iris) == 0
+    again = rpc(
+        dest.rpc_url,
+        "eth_call",
+        [{"to": offramp, "data": manual_tx["input"]}, "latest"],
+    )
+    assert again == "0x"
     assert usdc_balance(dest, recipient) == received + 2_500_000
+
+
+def test_the_observer_completes_a_send_on_a_v1_5_lane(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    """A lane recorded as v1.5 (its own Router, EVM2EVMOnRamp and
+    EVM2EVMOffRamp): the send goes through the lane's Router, the observer
+    finds its CCIPSendRequested on the lane's OnRamp and its v1.5
+    ExecutionStateChanged (sequence number and message id) on the lane's
+    OffRamp, and completes it with the evidence."""
+    source, dest = local_chain_set.chains
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    lane = deploy_v1_5_lane(source, dest, dest.deployer)
+    approve_router(source, local_chain_set.treasury, router=lane.router)
+    router_row = world.execute(
+        "SELECT remote_id, contracts FROM chain_protocols"
+        " WHERE chain_key = %s AND protocol = 'ccip'",
+        (source.key,),
+    ).fetchone()
+    procs.upsert_chain_protocol(
+        source.key, "ccip", router_row[0], router_row[1] | {"CcipRouter": lane.router}
+    ).one(world)
+    procs.upsert_ccip_lane(
+        source.key, dest.key, "1.5", onramp=lane.onramp, offramp=lane.offramp
+    ).one(world)
+    received = usdc_balance(dest, recipient)
+    start = head(source)
+    node_id = start_send(world, source.key, dest.key, sender, recipient, Decimal("1.5"), "c-15")
+    assert dispatch(db, local_chain_set) == 1
+    # the lane's executing network, played here: the message as the OnRamp emitted it
+    deadline = time.monotonic() + DEADLINE_S
+    logs: list[Any] = []
+    while not logs:
+        assert time.monotonic() < deadline, "the v1.5 send was not mined"
+        logs = rpc(
+            source.rpc_url,
+            "eth_getLogs",
+            [{"address": lane.onramp, "fromBlock": hex(start), "toBlock": "latest",
+              "topics": [CCIP_SEND_REQUESTED_TOPIC]}],
+        )  # fmt: skip
+        time.sleep(0.2)
+    (log,) = logs
+    sent = SentMessage.from_v1_5_log(
+        log["address"], log["topics"], bytes.fromhex(log["data"][2:]), log["transactionHash"],
+        int(log["blockNumber"], 16), int(log["logIndex"], 16), ccip_selector(dest),
+    )  # fmt: skip
+    assert sent.gas_limit == 0 and sent.receiver == recipient
+    execute = keccak(
+        text="executeMessages((uint64,address,address,uint64,uint256,bool,uint64,address,uint256,"
+        "bytes,(address,uint256)[],bytes[],bytes32)[])"
+    )[:4]
+    (raw,) = decode(
+        ["(uint64,address,address,uint64,uint256,bool,uint64,address,uint256,bytes,"
+         "(address,uint256)[],bytes[],bytes32)"],
+        bytes.fromhex(log["data"][2:]),
+    )  # fmt: skip
+    w3 = web3_of(dest)
+    w3.eth.wait_for_transaction_receipt(
+        w3.eth.send_transaction(
+            {
+                "from": Web3.to_checksum_address(dest.deployer),
+                "to": Web3.to_checksum_address(lane.offramp),
+                "data": "0x" + (execute + encode(
+                    ["(uint64,address,address,uint64,uint256,bool,uint64,address,uint256,bytes,"
+                     "(address,uint256)[],bytes[],bytes32)[]"],
+                    [[raw]],
+                )).hex(),
+            }
+        )
+    )  # fmt: skip
+
+    observe_until(db, world, local_chain_set, [node_id])
+    assert node_state(world, node_id) == "COMPLETED"
+    evidence = evidence_of(world, node_id)
+    assert evidence["ccip_version"] == "1.5" and evidence["ccip_state"] == "SUCCESS"
+    assert evidence["message_id"] == sent.message_id_hex and evidence["onramp"] == lane.onramp
+    assert [e["state"] for e in evidence["executions"]] == ["SUCCESS"]
+    assert usdc_balance(dest, recipient) == received + 1_500_000

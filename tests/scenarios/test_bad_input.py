@@ -72,6 +72,7 @@ from qtg_runner.db import procs
 from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
 from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
 from qtg_runner.executors.ccip import CcipExecutor
+from qtg_runner.executors.ccip import _Route as CcipRoute
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
@@ -169,6 +170,7 @@ CCIP_MESSAGE = "0x" + "ab" * 32
 def ccip_manual_execution(nonce: int = 0) -> tuple[str, str]:
     """A keeper's manuallyExecute of CCIP_MESSAGE on world-c's OffRamp."""
     message = SentMessage(
+        version="1.6",
         message_id=bytes.fromhex(CCIP_MESSAGE[2:]),
         source_selector=CCIP_SELECTORS["world-a"],
         dest_selector=CCIP_SELECTORS["world-c"],
@@ -177,16 +179,17 @@ def ccip_manual_execution(nonce: int = 0) -> tuple[str, str]:
         sender="0x" + "f" * 40,
         data=b"",
         receiver=WORLD_SENDER,
+        gas_limit=0,
         extra_args=b"",
         fee_token="0x" + "0" * 40,
         fee_amount=1,
-        tokens=(TokenTransfer("0x" + "8" * 39 + "6", "0x" + "2" * 40, 10**8, b""),),
+        tokens=(TokenTransfer("0x" + "8" * 39 + "6", "0x" + "2" * 40, 10**8, b"", 180_000),),
         onramp="0x" + "8" * 39 + "6",
         tx_hash="0x" + "12" * 32,
         block_number=1,
         log_index=0,
     )
-    data = manually_execute_calldata(message)
+    data = manually_execute_calldata(message, [b"\x05" * 300])
     return world_tx(
         ccip_transaction(3, CCIP_OFFRAMP_C, data, 0, nonce, Fees(2 * 10**9, 10**9), 500_000)
     )
@@ -349,6 +352,8 @@ def build_world(conn: Conn) -> World:
             "CcipOffRamp": "0x" + "9" * 39 + digit,
         }
         procs.upsert_chain_protocol(chain, "ccip", CCIP_SELECTORS[chain], contracts).one(conn)
+    # the v1.6 lane world-a -> world-c, paying the quote without a margin
+    procs.upsert_ccip_lane("world-a", "world-c", "1.6", "cctp", fee_margin_bps=0).one(conn)
     ccip = CcipExecutor
     procs.register_executor(ccip.key, True, ccip.node_config_schema, ccip.description).one(conn)
     # from world-a's 0xff.. (0xdd..'s nonces are the nonce procedures' world), to 0xdd..
@@ -375,8 +380,10 @@ def build_world(conn: Conn) -> World:
             500_000,
         )
     )
+    ccip_route = CcipRoute.from_row(procs.ccip_send_route(ccip_stranded).one(conn))
     procs.record_intent_prepared(
         ccip_stranded, ccip_claim.claim_secret, nonce=0, signed_tx_hash=send_hash,
+        payload=ccip_route.payload(500_000, Fees(2 * 10**9, 10**9), 10**15, 0),
         chain_key="world-a", sender="0x" + "f" * 40, raw_tx=send_raw,
     ).one(conn)  # fmt: skip
     procs.complete_submit(ccip_stranded, ccip_claim.claim_secret, send_hash).one(conn)
@@ -793,6 +800,16 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_protocol": "cctp",
             "p_remote_id": 7,
             "p_contracts": json.dumps({"TokenMessengerV2": "0x" + "A" * 40}),
+        },
+        "upsert_ccip_lane": {
+            "p_source_chain_key": "world-c",
+            "p_dest_chain_key": "world-a",
+            "p_version": "1.6",
+            "p_token_data": "none",
+            "p_fee_margin_bps": 500,
+            "p_max_fee_wei": 10**17,
+            "p_onramp": None,
+            "p_offramp": "0x" + "B" * 40,
         },
         "upsert_treasury_account": {
             "p_chain_key": "world-a",
@@ -1320,6 +1337,18 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
                     ],
                 ),
             )
+        ),
+        "upsert_ccip_lane": (
+            chain_keys("p_source_chain_key")
+            + chain_keys("p_dest_chain_key")
+            + each("p_dest_chain_key", "QT002", "world-c")  # the source itself
+            + each("p_dest_chain_key", "QT014", "world-b")  # registered, no CCIP there
+            + each("p_version", "QT002", None, "", "2.0", "1.2", BIG_TEXT)
+            + each("p_token_data", "QT002", None, "", "lock_release", BIG_TEXT)
+            + each("p_fee_margin_bps", "QT002", None, -1, 10001)
+            + each("p_max_fee_wei", "QT002", None, 0, -1, 1.5, "NaN", "Infinity", "1e21")
+            + each("p_onramp", "QT002", "", "0x12", "0x" + "g" * 40, BIG_TEXT)
+            + each("p_offramp", "QT002", "", "0x12", "0x" + "g" * 40, BIG_TEXT)
         ),
         "upsert_treasury_account": (
             chain_keys("p_chain_key")

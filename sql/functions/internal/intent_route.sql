@@ -14,8 +14,9 @@
 --   cctp_mint       chain leg, both domains' contracts, the      the message's nonce, fee_executed,
 --                   expected mint_recipient and amount           expiration_block, reattested, source
 --                                                                tx, search_from_block, gas, fees
---   ccip            chain leg, Router, OnRamp, the destination's gas, fees, ccip_fee, dest_from_block
---                   chain, OffRamp and token, recipient, amount
+--   ccip            chain leg, Router, OnRamp, the destination's gas, fees, ccip_fee (the quote),
+--                   chain, OffRamp and token, recipient, amount, dest_from_block
+--                   the lane's version, gas limit and fee rule
 --   stargate        chain leg, pools and endpoint ids, the       gas, fees, native_fee, calldata, the
 --                   source's TokenMessaging, token, recipient,   quote, dst_from_block
 --                   amount, least to receive, mode
@@ -70,7 +71,8 @@ BEGIN
             SELECT to_jsonb(r) INTO v_row FROM ccip_send_route(p_node_id) r;
             route := jsonb_pick(v_row, '{token_address,source_selector,router,onramp,dest_chain_key,dest_chain_id,'
                                        'dest_rpc_url_env,dest_finality_depth,dest_selector,dest_offramp,'
-                                       'dest_token_address,recipient,amount_units}')
+                                       'dest_token_address,recipient,amount_units,ccip_version,gas_limit,'
+                                       'fee_margin_bps,max_fee_wei}')
                      || jsonb_build_object('dest_block_time_s', (v_row ->> 'dest_block_time_ms')::numeric / 1000);
             extras := c_fees || '{ccip_fee,dest_from_block}'::text[];
         WHEN 'stargate' THEN

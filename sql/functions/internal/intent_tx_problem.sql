@@ -12,7 +12,8 @@
 --         other node may only approve() a bridge contract of the chain for at
 --         most the movement's amount; an evm_transfer node calls nothing else.
 --         A bridge node's call is exactly the one its route says (ccip:
---         ccip_send_tx_problem; cctp_burn, cctp_mint, stargate:
+--         ccip_send_tx_problem, its fee against the quote in p_payload, the
+--         payload recorded with the bytes; cctp_burn, cctp_mint, stargate:
 --         bridge_call_problem); another executor's, any bridge contract of
 --         the chain.
 -- The answer is 'QTnnn message' (the batch reports it in the node's row).
@@ -22,7 +23,8 @@ CREATE OR REPLACE FUNCTION intent_tx_problem(
     p_node_id   bigint,
     p_chain_key text,
     p_nonce     bigint,
-    p_raw       text
+    p_raw       text,
+    p_payload   jsonb DEFAULT NULL
 ) RETURNS text
 LANGUAGE plpgsql STABLE
 AS $$
@@ -84,7 +86,7 @@ BEGIN
                       v_what, v_route.recipient, v_route.amount_units, v_route.chain_key, v_route.token);
     END IF;
     IF v_executor = 'ccip' THEN
-        RETURN ccip_send_tx_problem(p_node_id, p_chain_key, v_tx.to_address, v_tx.value, v_tx.data);
+        RETURN ccip_send_tx_problem(p_node_id, p_chain_key, v_tx.to_address, v_tx.value, v_tx.data, p_payload);
     END IF;
     IF v_token.address IS NOT NULL THEN
         IF v_selector = '095ea7b3' AND v_arg1 IS NOT NULL AND v_tx.value = 0

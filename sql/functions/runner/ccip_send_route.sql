@@ -2,19 +2,24 @@
 -- From the node's config (chain, destination_chain, from, to, token) and its
 -- movement's amount: the source chain (id, the NAME of its RPC URL's
 -- environment variable, finality depth, block time, fee caps), the token and
--- its contract there, its CCIP row (selector, Router, OnRamp), the sender (a
+-- its contract there, its CCIP row (selector, Router), the sender (a
 -- treasury account of the source chain, with its signer's id), the
 -- destination chain (id, RPC URL's variable, finality depth, block time), its
--- CCIP row (selector, OffRamp) and its token's contract, the receiver (a
--- treasury account or allow-listed on the DESTINATION chain, the chain the
--- money lands on), the amount in base units, and the sender's next nonce as
--- the engine has it. The send signs only what this returns, read again before
+-- CCIP row (selector) and its token's contract, the lane (ccip_lanes: its
+-- CCIP version, the OnRamp on the source and the OffRamp on the destination
+-- whose events tell the send's fate, the fee margin over the Router's quote
+-- in basis points and the most a send pays), the receiver (a treasury account
+-- or allow-listed on the DESTINATION chain, the chain the money lands on), the
+-- amount in base units, the message's gas limit (0: the engine's sends are
+-- token-only, to an account, so no receiver callback runs on the destination
+-- and no destination gas is paid for), and the sender's next nonce as the
+-- engine has it. The send signs only what this returns, read again before
 -- every signature.
--- QT011 no such node; QT014 a chain, the token on either chain, a CCIP row or
--- the sender not registered; QT032 the receiver neither a treasury account nor
--- allow-listed on the destination chain; QT002 a config without these keys,
--- the same chain on both sides, or an amount finer than the token's decimals
--- or not above zero. Reads only; takes no lock.
+-- QT011 no such node; QT014 a chain, the token on either chain, a CCIP row,
+-- the lane or the sender not registered; QT032 the receiver neither a
+-- treasury account nor allow-listed on the destination chain; QT002 a config
+-- without these keys, the same chain on both sides, or an amount finer than
+-- the token's decimals or not above zero. Reads only; takes no lock.
 CREATE OR REPLACE FUNCTION ccip_send_route(p_node_id bigint)
 RETURNS TABLE (
     chain_key                text,
@@ -42,7 +47,11 @@ RETURNS TABLE (
     recipient                text,
     recipient_kind           text,
     amount_units             numeric,
-    next_nonce               bigint
+    next_nonce               bigint,
+    ccip_version             text,
+    gas_limit                integer,
+    fee_margin_bps           integer,
+    max_fee_wei              numeric
 )
 LANGUAGE plpgsql STABLE
 AS $$
@@ -58,6 +67,7 @@ DECLARE
     v_dest_token chain_tokens;
     v_source     chain_protocols;
     v_dest       chain_protocols;
+    v_lane       ccip_lanes;
     v_sender     text;
     v_signer     text;
     v_recipient  text;
@@ -101,6 +111,7 @@ BEGIN
     END IF;
     v_source := chain_protocol(v_chain.chain_key, 'ccip');
     v_dest := chain_protocol(v_dest_chain.chain_key, 'ccip');
+    v_lane := ccip_lane(v_chain.chain_key, v_dest_chain.chain_key);
     v_signer := treasury_signer(v_what || ': from', v_chain.chain_key, v_sender);
     v_kind := destination_kind(v_what || ': to, on the destination chain', v_dest_chain.chain_key, v_recipient);
     v_units := token_units(v_what || ': amount', v_amount, v_token);
@@ -108,13 +119,14 @@ BEGIN
     RETURN QUERY SELECT v_chain.chain_key, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
                         v_chain.block_time_ms, v_chain.max_fee_per_gas, v_chain.max_priority_fee_per_gas,
                         v_token.symbol, v_token.address, v_source.remote_id,
-                        v_source.contracts ->> 'CcipRouter', v_source.contracts ->> 'CcipOnRamp',
+                        v_source.contracts ->> 'CcipRouter', v_lane.onramp,
                         v_sender, v_signer,
                         v_dest_chain.chain_key, v_dest_chain.chain_id, v_dest_chain.rpc_url_env,
                         v_dest_chain.finality_depth, v_dest_chain.block_time_ms, v_dest.remote_id,
-                        v_dest.contracts ->> 'CcipOffRamp', v_dest_token.address,
+                        v_lane.offramp, v_dest_token.address,
                         v_recipient, v_kind, v_units,
                         (SELECT e.next_nonce FROM evm_nonces e
-                          WHERE e.chain_key = v_chain.chain_key AND e.address = v_sender);
+                          WHERE e.chain_key = v_chain.chain_key AND e.address = v_sender),
+                        v_lane.version, 0, v_lane.fee_margin_bps, v_lane.max_fee_wei;
 END
 $$;

@@ -1,11 +1,15 @@
 -- ccip_stranded_sends: the CCIP sends whose destination execution FAILED and
 -- that wait for a manual execution, for the ccip_stranded_reaper: ccip nodes
 -- still OBSERVING whose last evidence says ccip_state FAILURE (the executor
--- writes it from the OffRamp's ExecutionStateChanged). Each with what the
+-- writes it from the OffRamp's ExecutionStateChanged), on a v1.6 lane (the
+-- reaper executes v1.6 OffRamps; a v1.5 lane's stranded send is left to an
+-- operator, the node stays OBSERVING with its evidence). Each with what the
 -- reaper needs from the registry (never from the evidence): the source chain's
--- RPC URL's variable and OnRamp, to read the message again from the source
--- transaction; the destination chain (id, RPC URL's variable, fee caps) and
--- its OffRamp; and the manual executions recorded for the message so far,
+-- RPC URL's variable and the lane's OnRamp, to read the message again from
+-- the source transaction; what the destination's token pool needs with it
+-- (token_data: 'cctp', the burn's CCTP attestation, or 'none'); the
+-- destination chain (id, RPC URL's variable, fee caps) and the lane's
+-- OffRamp; and the manual executions recorded for the message so far,
 -- oldest first ({tx_hash, nonce, executor, raw_tx}), so a reaper that died
 -- before its broadcast sends the recorded bytes instead of new ones.
 -- QT002 p_max outside 1..1000. Reads only (the partial index
@@ -18,6 +22,7 @@ RETURNS TABLE (
     source_rpc_url_env       text,
     source_tx                text,
     source_onramp            text,
+    token_data               text,
     dest_chain_key           text,
     dest_chain_id            bigint,
     dest_rpc_url_env         text,
@@ -36,7 +41,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT n.id, n.evidence ->> 'message_id', s.chain_key, s.rpc_url_env, n.evidence ->> 'source_tx',
-           sp.contracts ->> 'CcipOnRamp', d.chain_key, d.chain_id, d.rpc_url_env, dp.contracts ->> 'CcipOffRamp',
+           l.onramp, l.token_data, d.chain_key, d.chain_id, d.rpc_url_env, l.offramp,
            d.max_fee_per_gas, d.max_priority_fee_per_gas,
            coalesce((SELECT jsonb_agg(jsonb_build_object('tx_hash', m.tx_hash, 'nonce', m.nonce,
                                                          'executor', m.executor, 'raw_tx', m.raw_tx) ORDER BY m.id)
@@ -45,8 +50,7 @@ BEGIN
       FROM movement_request_nodes n
       JOIN chains s ON s.chain_key = n.evidence ->> 'source_chain'
       JOIN chains d ON d.chain_key = n.evidence ->> 'dest_chain'
-      JOIN chain_protocols sp ON sp.chain_key = s.chain_key AND sp.protocol = 'ccip'
-      JOIN chain_protocols dp ON dp.chain_key = d.chain_key AND dp.protocol = 'ccip'
+      JOIN ccip_lanes l ON l.source_chain_key = s.chain_key AND l.dest_chain_key = d.chain_key AND l.version = '1.6'
      WHERE n.executor_key = 'ccip' AND n.node_state = 'OBSERVING' AND n.evidence ->> 'ccip_state' = 'FAILURE'
      ORDER BY n.id
      LIMIT p_max;

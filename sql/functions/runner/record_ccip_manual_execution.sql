@@ -3,12 +3,16 @@
 -- ccip_manual_executions BEFORE the ccip_stranded_reaper broadcasts it.
 -- Refuses, changing nothing:
 --   QT002 a malformed hash, address, nonce or raw transaction, or bytes that
---         are not a manuallyExecute of p_message_id on the destination chain's
---         registered OffRamp (its chain id, p_nonce, no value; read from the
---         RLP and the calldata here), or fees above the chain's caps;
+--         are not a manuallyExecute of p_message_id on the OffRamp of the
+--         send's v1.6 lane (its chain id, p_nonce, no value; read from the RLP
+--         and the calldata here: OffRamp 1.6's manuallyExecute(
+--         ExecutionReport[], GasLimitOverride[][]), selector 0x5e7bb008, of
+--         one report of the lane's source selector holding one message, the
+--         message's id p_message_id), or fees above the chain's caps;
 --   QT005 a raw transaction over 128 KiB;
 --   QT011 no such node;
---   QT014 the destination chain or its CCIP row is not registered;
+--   QT014 the destination chain, the source chain's CCIP row or the send's
+--         v1.6 lane is not registered;
 --   QT021 the node is not a stranded CCIP send of that message (a ccip node
 --         OBSERVING whose evidence says ccip_state FAILURE for p_message_id),
 --         or an attempt was recorded for the message and this one does not
@@ -29,15 +33,16 @@ CREATE OR REPLACE FUNCTION record_ccip_manual_execution(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    -- bytes4(keccak256("manuallyExecute(((bytes32,uint64,uint64,uint64,uint64),bytes,bytes,address,uint256,
-    -- (bytes,address,uint32,bytes,uint256)[]),uint256)")), the double's OffRamp
-    c_selector  CONSTANT bytea := '\xdcf652b2';
+    -- bytes4(keccak256("manuallyExecute((uint64,((bytes32,uint64,uint64,uint64,uint64),bytes,bytes,address,
+    -- uint256,(bytes,address,uint32,bytes,uint256)[])[],bytes[][],bytes32[],uint256)[],(uint256,uint32[])[][])"))
+    c_selector  CONSTANT bytea := '\x5e7bb008';
     v_now       timestamptz := clock();
     v_what      text := format('record_ccip_manual_execution: node %s', coalesce(p_node_id::text, 'NULL'));
     v_executor  text := evm_address('record_ccip_manual_execution: the executor', p_executor);
     v_node      movement_request_nodes;
     v_chain     chains;
-    v_ccip      chain_protocols;
+    v_source    chain_protocols;
+    v_lane      ccip_lanes;
     v_newest    text;
     v_tx        record;
 BEGIN
@@ -72,15 +77,29 @@ BEGIN
                         coalesce(quote_literal(v_node.evidence ->> 'dest_chain'), 'NULL')
             USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
     END IF;
-    v_ccip := chain_protocol(v_chain.chain_key, 'ccip');
+    v_source := chain_protocol(v_node.evidence ->> 'source_chain', 'ccip');
+    v_lane := ccip_lane(v_source.chain_key, v_chain.chain_key);
+    IF v_lane.version <> '1.6' THEN
+        RAISE EXCEPTION '%: the send''s lane from % to % is CCIP v%: the engine executes v1.6 OffRamps by hand only',
+                        v_what, v_source.chain_key, v_chain.chain_key, v_lane.version
+            USING ERRCODE = 'QT014', HINT = 'Execute a v1.5 lane''s message by hand outside the engine.';
+    END IF;
     SELECT * INTO v_tx FROM evm_decode_raw(v_what || ': the raw transaction', p_raw_tx);
+    -- the canonical ABI layout of one report with one message: the reports'
+    -- offset (64), one report at offset 32, its source selector, its messages'
+    -- offset (160), one message at offset 32, whose header begins with its id
     IF v_tx.chain_id <> v_chain.chain_id OR v_tx.nonce <> p_nonce
-       OR v_tx.to_address IS DISTINCT FROM v_ccip.contracts ->> 'CcipOffRamp' OR v_tx.value <> 0
-       OR length(v_tx.data) < 4 + 96 OR substr(v_tx.data, 1, 4) <> c_selector
-       OR substr(v_tx.data, 4 + 64 + 1, 32) <> decode(substr(p_message_id, 3), 'hex') THEN
-        RAISE EXCEPTION '%: the raw transaction is not a manuallyExecute of % on the OffRamp % of % at nonce % '
+       OR v_tx.to_address IS DISTINCT FROM v_lane.offramp OR v_tx.value <> 0
+       OR length(v_tx.data) < 388 OR substr(v_tx.data, 1, 4) <> c_selector
+       OR substr(v_tx.data, 5, 32) <> ccip_word(64)
+       OR substr(v_tx.data, 69, 32) <> ccip_word(1) OR substr(v_tx.data, 101, 32) <> ccip_word(32)
+       OR substr(v_tx.data, 133, 32) <> ccip_word(v_source.remote_id)
+       OR substr(v_tx.data, 165, 32) <> ccip_word(160)
+       OR substr(v_tx.data, 293, 32) <> ccip_word(1) OR substr(v_tx.data, 325, 32) <> ccip_word(32)
+       OR substr(v_tx.data, 357, 32) <> decode(substr(p_message_id, 3), 'hex') THEN
+        RAISE EXCEPTION '%: the raw transaction is not a manuallyExecute of % alone on the OffRamp % of % at nonce % '
                         '(it is to %, value %, nonce %, chain id %)', v_what, p_message_id,
-                        v_ccip.contracts ->> 'CcipOffRamp', v_chain.chain_key, p_nonce,
+                        v_lane.offramp, v_chain.chain_key, p_nonce,
                         coalesce(v_tx.to_address, 'nobody'), v_tx.value, v_tx.nonce, v_tx.chain_id
             USING ERRCODE = 'QT002', HINT = 'Sign the OffRamp''s manuallyExecute of the message ccip_stranded_sends listed.';
     END IF;

@@ -159,7 +159,12 @@ BEGIN
                   FROM given g
                   -- what the signed bytes do, read from them: their chain, nonce, fees and call
                   LEFT JOIN LATERAL (
-                      SELECT intent_tx_problem(g.node_id, g.chain_key, g.nonce, g.raw_tx) AS problem
+                      SELECT intent_tx_problem(g.node_id, g.chain_key, g.nonce, g.raw_tx,
+                                               coalesce(g.payload, (
+                                                   SELECT t.prepared_payload
+                                                     FROM movement_request_nodes n
+                                                     JOIN node_intents t ON t.node_id = n.id AND t.claim_token = n.claim_token
+                                                    WHERE n.id = g.node_id))) AS problem
                        WHERE g.raw_tx IS NOT NULL AND length(g.raw_tx) <= 2 + 2 * 131072
                   ) tx ON true
                   -- what the payload says, against the approved route (kept when not given again)
