@@ -137,9 +137,6 @@ EXPIRY_MARGIN_BLOCKS = 10
 """A fast message that expires within this many blocks of the destination's
 head is re-attested before it is signed: the mint must be mined before its
 expirationBlock, and a message re-attested as finalized never expires."""
-REATTEST_WAIT_S = 10.0
-"""How soon a mint that waits for Iris's re-attestation asks again (Iris
-signs it once the burn is final on its chain)."""
 ZERO_ADDRESS = "0x" + "00" * 20
 
 
@@ -495,10 +492,13 @@ class CctpMintExecutor(EvmExecutor):
             else:
                 entry, waited = await self._iris_entry(iris, route, burn, head)
         if entry is None:
+            # Iris signs it once the burn is final on its chain (13 to 19 minutes
+            # from Ethereum and its L2s): no hint, so the engine's backoff (2 s,
+            # doubling, at most 300 s) paces the questions over its attempts
             raise ExecutorError(
                 f"{what}: waiting for Iris's re-attestation",
                 retryable=True,
-                retry_after=waited or REATTEST_WAIT_S,
+                retry_after=waited,
             )
         return checked_reattested(route, burn, entry)
 
