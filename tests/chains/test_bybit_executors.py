@@ -864,6 +864,34 @@ def test_a_runner_login_cannot_redirect_a_withdrawal_through_recovery(
     assert usdc_balance(chain, thief) == 0
 
 
+def test_one_withdrawal_never_settles_two_nodes(db: Any, world: Any, exchange: Exchange) -> None:
+    """Two withdrawals of the same amount to the same address: the first paid and
+    COMPLETED; the second's request recorded, its process dead before it. A
+    recovery verdict that names the first's withdrawal for the second (a
+    look-alike record, or a forged verdict with the second's requestId and the
+    first's Transfer) is refused: one withdrawal settles one node."""
+    chain = exchange.chain_set.chains[0]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    first = start(world, [withdraw_node(chain.key, recipient)], Decimal("0.5"), "twin-1")["out"]
+    assert dispatch(db, exchange) == 1
+    assert observe_until(db, world, exchange, first) == "COMPLETED"
+    paid = node_row(world, first)
+    second = start(world, [withdraw_node(chain.key, recipient)], Decimal("0.5"), "twin-2")["out"]
+    with pytest.raises(BaseException):  # noqa: B017 - the "process" dies before the request
+        dispatch(db, exchange, dies_in("submit"))
+    intent = intent_of(world, second)
+    evidence = dict(paid["evidence"], request_id=intent["external_request_id"])
+    for ref, refused in ((paid["external_ref"], True), ("a-withdrawal-nobody-holds", False)):
+        problem = world.execute(
+            "SELECT recovery_evidence_problem(%s, 'COMPLETED', %s::jsonb, %s)",
+            (second, json.dumps(evidence), ref),
+        ).fetchone()[0]
+        if refused:
+            assert problem.startswith("QT032") and f"settled node {first} already" in problem
+        else:
+            assert problem is None or "settled node" not in problem, problem
+
+
 def test_a_withdrawal_whose_route_changed_in_flight_is_left_to_an_operator(
     db: Any, world: Any, exchange: Exchange
 ) -> None:

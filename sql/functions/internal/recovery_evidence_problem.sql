@@ -8,7 +8,8 @@
 --         (intent_payload_problem): nothing is concluded from it; an EVM
 --         intent's verdict names (as its external reference) a transaction
 --         that is not one the intent signed; a bybit_withdraw verdict for
---         another requestId than the intent's, COMPLETED without the
+--         another requestId than the intent's, COMPLETED naming a withdrawal
+--         id another node holds already, COMPLETED without the
 --         withdrawal's id and the chain's Transfer of exactly the recorded
 --         amount to the recorded recipient, FAILED without the venue's final
 --         status (Fail, Reject, CancelByUser) or its refusal of the request
@@ -28,6 +29,7 @@ DECLARE
     v_intent  node_intents;
     v_ref     text;
     v_problem text;
+    v_other   bigint;
 BEGIN
     IF p_outcome NOT IN ('COMPLETED', 'FAILED') THEN
         RETURN NULL;
@@ -56,6 +58,13 @@ BEGIN
         IF p_evidence ->> 'request_id' IS DISTINCT FROM v_intent.external_request_id THEN
             RETURN format('QT032 %s: the evidence is of requestId %s, the intent''s is %s', v_what,
                           coalesce(left(p_evidence ->> 'request_id', 70), 'none'), v_intent.external_request_id);
+        END IF;
+        SELECT o.id INTO v_other FROM movement_request_nodes o
+         WHERE o.executor_key = 'bybit_withdraw' AND o.external_ref = v_ref AND o.id <> p_node_id
+         LIMIT 1;
+        IF p_outcome = 'COMPLETED' AND v_other IS NOT NULL THEN
+            RETURN format('QT032 %s: withdrawal %s settled node %s already: one withdrawal settles one node',
+                          v_what, left(v_ref, 70), v_other);
         END IF;
         IF p_outcome = 'COMPLETED' AND NOT (
                v_ref IS NOT NULL
