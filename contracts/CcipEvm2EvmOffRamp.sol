@@ -20,17 +20,17 @@ import {MockUSDC} from "./MockUSDC.sol";
 /// OCR2 reports, RMN, rate limits or receiver callback, and no manual
 /// execution: it serves a v1.5 lane in tests, the local world's lanes are v1.6.
 contract CcipEvm2EvmOffRamp {
-    uint8 public constant UNTOUCHED = 0;
-    uint8 public constant SUCCESS = 2;
-    uint8 public constant FAILURE = 3;
+    uint8 internal constant UNTOUCHED = 0;
+    uint8 internal constant SUCCESS = 2;
+    uint8 internal constant FAILURE = 3;
 
     address public immutable owner;
-    uint64 public immutable sourceChainSelector;
-    uint64 public immutable chainSelector;
-    address public immutable onRamp;
-    MockUSDC public immutable token;
+    uint64 internal immutable sourceChainSelector;
+    uint64 internal immutable chainSelector;
+    address internal immutable onRamp;
+    MockUSDC internal immutable token;
 
-    mapping(address => bool) public isTransmitter;
+    mapping(address => bool) internal isTransmitter;
     mapping(uint64 => uint8) private s_states;
 
     event ExecutionStateChanged(

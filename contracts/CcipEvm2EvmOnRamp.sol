@@ -19,17 +19,17 @@ import {MockUSDC} from "./MockUSDC.sol";
 /// wei); one token, the chain's USDC; no price registry, RMN, rate limits or
 /// nop fees. It serves a v1.5 lane in tests: the local world's lanes are v1.6.
 contract CcipEvm2EvmOnRamp {
-    bytes4 public constant GENERIC_EXTRA_ARGS_V2_TAG = 0x181dcf10;
-    uint256 public constant DEFAULT_GAS_LIMIT = 200_000;
-    uint32 public constant DEST_GAS_AMOUNT = 90_000;
-    uint256 public constant FEE_BASE = 100_000_000_000_000;
-    uint256 public constant FEE_PER_GAS = 1_000_000_000;
+    bytes4 internal constant GENERIC_EXTRA_ARGS_V2_TAG = 0x181dcf10;
+    uint256 internal constant DEFAULT_GAS_LIMIT = 200_000;
+    uint32 internal constant DEST_GAS_AMOUNT = 90_000;
+    uint256 internal constant FEE_BASE = 100_000_000_000_000;
+    uint256 internal constant FEE_PER_GAS = 1_000_000_000;
 
-    uint64 public immutable sourceChainSelector;
-    uint64 public immutable destChainSelector;
-    address public immutable router;
-    MockUSDC public immutable token;
-    address public immutable destToken;
+    uint64 internal immutable sourceChainSelector;
+    uint64 internal immutable destChainSelector;
+    address internal immutable router;
+    MockUSDC internal immutable token;
+    address internal immutable destToken;
 
     uint64 private s_sequenceNumber;
     mapping(address => uint64) private s_senderNonces;

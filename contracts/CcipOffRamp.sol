@@ -70,24 +70,24 @@ interface ICctpMessageTransmitterV2 {
 /// `data` is carried but not delivered; ordered messages keep their inbound
 /// nonce here, not in a NonceManager; one token, the chain's USDC.
 contract CcipOffRamp {
-    uint8 public constant UNTOUCHED = 0;
-    uint8 public constant IN_PROGRESS = 1;
-    uint8 public constant SUCCESS = 2;
-    uint8 public constant FAILURE = 3;
-    uint32 public constant CCTP_MESSAGE_VERSION = 1;
-    uint32 public constant CCTP_FINALITY_THRESHOLD = 2000;
+    uint8 internal constant UNTOUCHED = 0;
+    uint8 internal constant IN_PROGRESS = 1;
+    uint8 internal constant SUCCESS = 2;
+    uint8 internal constant FAILURE = 3;
+    uint32 internal constant CCTP_MESSAGE_VERSION = 1;
+    uint32 internal constant CCTP_FINALITY_THRESHOLD = 2000;
     uint8 private constant CCTP_V2 = 2;
     uint256 private constant GAS_FOR_CALL_EXACT_CHECK = 5_000;
     uint256 private constant MAX_RET_BYTES = 4 + 4 * 32;
 
     address public immutable owner;
-    uint64 public immutable localChainSelector;
-    MockUSDC public immutable token;
-    ICctpMessageTransmitterV2 public immutable messageTransmitter;
-    uint32 public immutable localDomain;
-    uint32 public immutable permissionLessExecutionThresholdSeconds;
+    uint64 internal immutable localChainSelector;
+    MockUSDC internal immutable token;
+    ICctpMessageTransmitterV2 internal immutable messageTransmitter;
+    uint32 internal immutable localDomain;
+    uint32 internal immutable permissionLessExecutionThresholdSeconds;
 
-    mapping(address => bool) public isTransmitter;
+    mapping(address => bool) internal isTransmitter;
     mapping(uint64 => SourceChainConfig) private s_sourceChainConfigs;
     mapping(uint64 => mapping(uint64 => uint256)) private s_executionStates;
     mapping(uint64 => mapping(bytes32 => uint256)) private s_roots;

@@ -40,9 +40,12 @@ interface ICctpTokenMessengerV2 {
 ///
 /// Per destination: a sequence number from 1; a per-sender nonce for ordered
 /// messages (0 when allowOutOfOrderExecution). extraArgs: empty (gasLimit
-/// DEFAULT_GAS_LIMIT, in order) or GenericExtraArgsV2 (0x181dcf10 ‖
-/// abi.encode(uint256 gasLimit, bool allowOutOfOrderExecution)); gas limit 0
-/// is a token-only message (no receiver callback on the destination).
+/// DEFAULT_GAS_LIMIT, in order), EVMExtraArgsV1 (0x97a657c9 ‖
+/// abi.encode(uint256 gasLimit), in order) or GenericExtraArgsV2 (0x181dcf10 ‖
+/// abi.encode(uint256 gasLimit, bool allowOutOfOrderExecution)), emitted
+/// converted to GenericExtraArgsV2 as the real OnRamp emits the FeeQuoter's
+/// conversion; gas limit 0 is a token-only message (no receiver callback on
+/// the destination).
 ///
 /// Simplified: the fee is native only, feeBase + gasLimit * feePerGas wei,
 /// both the owner's (`setFeeConfig`; the real fee follows the FeeQuoter's
@@ -50,20 +53,21 @@ interface ICctpTokenMessengerV2 {
 /// feeValueJuels is 0; one token, the chain's USDC; no RMN, allowlists or
 /// message interceptor.
 contract CcipOnRamp {
-    bytes4 public constant GENERIC_EXTRA_ARGS_V2_TAG = 0x181dcf10;
-    uint256 public constant DEFAULT_GAS_LIMIT = 200_000;
-    uint256 public constant MAX_GAS_LIMIT = 3_000_000;
-    uint32 public constant DEST_GAS_AMOUNT = 180_000;
-    uint32 public constant CCTP_FINALITY_THRESHOLD = 2000;
+    bytes4 internal constant GENERIC_EXTRA_ARGS_V2_TAG = 0x181dcf10;
+    bytes4 internal constant EVM_EXTRA_ARGS_V1_TAG = 0x97a657c9;
+    uint256 internal constant DEFAULT_GAS_LIMIT = 200_000;
+    uint256 internal constant MAX_GAS_LIMIT = 3_000_000;
+    uint32 internal constant DEST_GAS_AMOUNT = 180_000;
+    uint32 internal constant CCTP_FINALITY_THRESHOLD = 2000;
     uint8 private constant CCTP_V2 = 2;
     uint256 private constant EVM_PRECOMPILE_SPACE = 1024;
 
     address public immutable owner;
-    address public immutable router;
-    uint64 public immutable localChainSelector;
-    MockUSDC public immutable token;
-    ICctpTokenMessengerV2 public immutable tokenMessenger;
-    uint32 public immutable localDomain;
+    address internal immutable router;
+    uint64 internal immutable localChainSelector;
+    MockUSDC internal immutable token;
+    ICctpTokenMessengerV2 internal immutable tokenMessenger;
+    uint32 internal immutable localDomain;
 
     struct DestChain {
         uint64 sequenceNumber;
@@ -74,8 +78,8 @@ contract CcipOnRamp {
 
     mapping(uint64 => DestChain) private s_destChains;
     mapping(uint64 => mapping(address => uint64)) private s_senderNonces;
-    uint256 public feeBase = 100_000_000_000_000; // 0.0001 native
-    uint256 public feePerGas = 1_000_000_000; // 1 gwei a unit of destination gas
+    uint256 internal feeBase = 100_000_000_000_000; // 0.0001 native
+    uint256 internal feePerGas = 1_000_000_000; // 1 gwei a unit of destination gas
 
     event CCIPMessageSent(
         uint64 indexed destChainSelector, uint64 indexed sequenceNumber, EVM2AnyRampMessage message
@@ -158,12 +162,17 @@ contract CcipOnRamp {
     }
 
     /// @notice (gasLimit, allowOutOfOrderExecution) of a message's extraArgs.
-    function parseExtraArgs(bytes calldata extraArgs) public pure returns (uint256, bool) {
+    function _parseExtraArgs(bytes calldata extraArgs) internal pure returns (uint256, bool) {
         if (extraArgs.length == 0) return (DEFAULT_GAS_LIMIT, false);
-        if (extraArgs.length != 68 || bytes4(extraArgs[0:4]) != GENERIC_EXTRA_ARGS_V2_TAG) {
+        uint256 gasLimit;
+        bool outOfOrder;
+        if (extraArgs.length == 68 && bytes4(extraArgs[0:4]) == GENERIC_EXTRA_ARGS_V2_TAG) {
+            (gasLimit, outOfOrder) = abi.decode(extraArgs[4:], (uint256, bool));
+        } else if (extraArgs.length == 36 && bytes4(extraArgs[0:4]) == EVM_EXTRA_ARGS_V1_TAG) {
+            gasLimit = abi.decode(extraArgs[4:], (uint256));
+        } else {
             revert InvalidExtraArgsTag();
         }
-        (uint256 gasLimit, bool outOfOrder) = abi.decode(extraArgs[4:], (uint256, bool));
         if (gasLimit > MAX_GAS_LIMIT) revert MessageGasLimitTooHigh();
         return (gasLimit, outOfOrder);
     }
@@ -173,7 +182,7 @@ contract CcipOnRamp {
             revert InvalidDestChainConfig(destChainSelector);
         }
         _receiver(message.receiver);
-        (uint256 gasLimit,) = parseExtraArgs(message.extraArgs);
+        (uint256 gasLimit,) = _parseExtraArgs(message.extraArgs);
         return feeBase + gasLimit * feePerGas;
     }
 
@@ -196,7 +205,7 @@ contract CcipOnRamp {
         DestChain storage dest = s_destChains[destChainSelector];
         if (dest.destToken.length == 0) revert InvalidDestChainConfig(destChainSelector);
         address receiver = _receiver(message.receiver);
-        (, bool outOfOrder) = parseExtraArgs(message.extraArgs);
+        (uint256 gasLimit, bool outOfOrder) = _parseExtraArgs(message.extraArgs);
 
         EVM2AnyRampMessage memory sent = EVM2AnyRampMessage({
             header: RampMessageHeader({
@@ -209,7 +218,7 @@ contract CcipOnRamp {
             sender: originalSender,
             data: message.data,
             receiver: message.receiver,
-            extraArgs: message.extraArgs,
+            extraArgs: abi.encodeWithSelector(GENERIC_EXTRA_ARGS_V2_TAG, gasLimit, outOfOrder),
             feeToken: message.feeToken,
             feeTokenAmount: feeTokenAmount,
             feeValueJuels: 0,

@@ -43,7 +43,7 @@ contract CcipRouter {
     }
 
     address public immutable owner;
-    uint64 public immutable localChainSelector;
+    uint64 internal immutable localChainSelector;
 
     mapping(uint64 => address) private s_onRamps;
     mapping(uint64 => mapping(address => bool)) private s_offRamps;

@@ -342,7 +342,9 @@ class SentMessage:
     sender: str
     data: bytes
     receiver: str
-    gas_limit: int
+    gas_limit: int | None
+    """The destination's gas limit (the EVM extraArgs'); None where the
+    extraArgs are another chain family's."""
     extra_args: bytes
     fee_token: str
     fee_amount: int
@@ -377,7 +379,10 @@ class SentMessage:
         header, sender, payload, receiver, extra, fee_token, fee_amount, _juels, tokens = raw
         message_id, source, dest, seq, nonce = header
         (receiver_address,) = decode(["address"], bytes(receiver))
-        gas_limit, _ = parse_extra_args(bytes(extra))
+        try:
+            gas_limit: int | None = parse_extra_args(bytes(extra))[0]
+        except ValueError:
+            gas_limit = None
         return cls(
             version="1.6",
             message_id=bytes(message_id),
@@ -499,8 +504,11 @@ class SentMessage:
 
     def any2evm(self) -> tuple[Any, ...]:
         """The Any2EVMRampMessage a v1.6 OffRamp executes for this message."""
-        if self.version != "1.6":
-            raise ValueError(f"a v{self.version} message is not a v1.6 Any2EVMRampMessage")
+        if self.version != "1.6" or self.gas_limit is None:
+            raise ValueError(
+                f"a v{self.version} message (gas limit {self.gas_limit}) is not a v1.6 "
+                "Any2EVMRampMessage"
+            )
         return (
             (
                 self.message_id,
@@ -531,6 +539,7 @@ class SentMessage:
         source and destination selectors, keccak256(abi.encode(onRamp)))."""
         message = self.any2evm()
         header = message[0]
+        assert self.gas_limit is not None
         metadata = keccak(
             encode(
                 ["bytes32", "uint64", "uint64", "bytes32"],

@@ -51,6 +51,7 @@ from qtg_runner.chains.ccip import (
     ensure_don_key,
     execute_calldata,
     execution_state_calldata,
+    extra_args,
     fee_with_margin,
     get_fee_calldata,
     manually_execute_calldata,
@@ -176,6 +177,28 @@ def quote(source: RunningChain, dest: RunningChain, sender: str, receiver: str) 
     return int.from_bytes(call(source, sender, source.contracts["CcipRouter"], data), "big")
 
 
+def fee_config(
+    source: RunningChain, dest: RunningChain, sender: str, receiver: str
+) -> tuple[int, int]:
+    """(feeBase, feePerGas) of the source OnRamp, read through the Router's quotes
+    for a gas limit of 0 and of 1 (the real fee follows the FeeQuoter's prices;
+    the double's is these two numbers, the owner's)."""
+    usdc, router = source.contracts["MockUSDC"], source.contracts["CcipRouter"]
+    fees = [
+        int.from_bytes(
+            call(
+                source,
+                sender,
+                router,
+                get_fee_calldata(ccip_selector(dest), receiver, usdc, AMOUNT, gas),
+            ),
+            "big",
+        )
+        for gas in (0, 1)
+    ]
+    return fees[0], fees[1] - fees[0]
+
+
 def send(
     source: RunningChain, dest: RunningChain, sender: str, receiver: str
 ) -> tuple[SentMessage, Any]:
@@ -277,6 +300,27 @@ def test_a_token_only_send_burns_through_cctp_and_its_ids_are_the_real_hashes(
     assert usdc_balance(source, sender) == held - AMOUNT
     assert int(supply.call()) == supply_before - AMOUNT  # burned, not locked
     commit(dest, don, sent)
+
+
+def test_the_onramp_emits_extra_args_converted_to_generic_extra_args_v2(pair: Any) -> None:
+    """As the real OnRamp emits the FeeQuoter's conversion: empty extraArgs are
+    GenericExtraArgsV2(200000, in order), EVMExtraArgsV1 too with its gas limit."""
+    source, dest, sender, receiver, don = pair
+    router, usdc = source.contracts["CcipRouter"], source.contracts["MockUSDC"]
+    v1 = bytes.fromhex("97a657c9") + encode(["uint256"], [70_000])
+    for given, expected in ((b"", (200_000, False)), (v1, (70_000, False))):
+        data = bytearray(ccip_send_calldata(ccip_selector(dest), receiver, usdc, AMOUNT))
+        # the message's extraArgs are its last field: cut the 68 bytes and their
+        # length word, put the given ones (padded) in their place
+        head_len = len(data) - 32 - 96
+        message = data[:head_len] + encode(["bytes"], [given])[32:]
+        receipt = send_tx(source, sender, router, bytes(message), 10**16)
+        assert receipt["status"] == 1
+        sent = sent_of(receipt)
+        assert sent.extra_args == extra_args(*expected) and sent.gas_limit == expected[0]
+        assert sent.nonce != 0  # in order: the sender's nonce
+        assert sent.computed_id() == sent.message_id
+        commit(dest, don, sent)
 
 
 def test_the_don_commits_a_one_leaf_root_and_executes_with_the_attestation_once(
@@ -415,8 +459,9 @@ def test_a_fee_raised_after_the_quote_is_absorbed_by_the_margin(
         address=Web3.to_checksum_address(source.contracts["CcipOnRamp"]),
         abi=load_artifact("CcipOnRamp")["abi"],
     )
-    base, per_gas = int(onramp.functions.feeBase().call()), int(onramp.functions.feePerGas().call())
+    base, per_gas = fee_config(source, dest, sender, receiver)
     quoted = quote(source, dest, sender, receiver)
+    assert quoted == base  # a token-only message pays for no destination gas
     paid = fee_with_margin(quoted, 1_000)  # 10 %
     assert paid == quoted + quoted // 10 + (1 if quoted % 10 else 0)
     data = ccip_send_calldata(ccip_selector(dest), receiver, source.contracts["MockUSDC"], AMOUNT)

@@ -49,6 +49,7 @@ from qtg_runner.chains.ccip import (
     ensure_don_key,
     execution_state_calldata,
     fee_with_margin,
+    get_fee_calldata,
     manually_execute_calldata,
     match_attested,
     usdc_token_data,
@@ -275,6 +276,19 @@ def sends_from(chain: RunningChain, sender: str, from_block: int) -> list[SentMe
     return [m for m in sent if m.sender == sender.lower()]
 
 
+def router_fee(source: RunningChain, dest: RunningChain, receiver: str, gas_limit: int) -> int:
+    """The source Router's quote of a send of 1 USDC to ``receiver`` with ``gas_limit``."""
+    data = get_fee_calldata(
+        ccip_selector(dest), receiver, source.contracts["MockUSDC"], 10**6, gas_limit
+    )
+    answer = rpc(
+        source.rpc_url,
+        "eth_call",
+        [{"to": source.contracts["CcipRouter"], "data": "0x" + data.hex()}, "latest"],
+    )
+    return int(str(answer), 16)
+
+
 def head(chain: RunningChain) -> int:
     return int(rpc(chain.rpc_url, "eth_blockNumber"), 16)
 
@@ -291,7 +305,9 @@ def test_a_token_only_send_pays_a_margin_that_absorbs_a_fee_rise_and_completes(
         address=Web3.to_checksum_address(source.contracts["CcipOnRamp"]),
         abi=load_artifact("CcipOnRamp")["abi"],
     )
-    base, per_gas = int(onramp.functions.feeBase().call()), int(onramp.functions.feePerGas().call())
+    # the OnRamp's fee parameters, read through the Router's quotes of a gas limit of 0 and 1
+    base = router_fee(source, dest, recipient, 0)
+    per_gas = router_fee(source, dest, recipient, 1) - base
     owner = Web3.to_checksum_address(source.deployer)
 
     def fee_rises_before_the_broadcast(executor: CcipExecutor) -> None:
