@@ -8,8 +8,12 @@ doubles must match.
                      as Stargate builds it)
     LayerZero v2     @layerzerolabs/lz-evm-protocol-v2 artifacts (EndpointV2)
     CCIP v1.6        @chainlink/contracts-ccip-1.6 (1.6.2) abi/<Contract>.abi.json,
-                     and its Client.sol / Internal.sol for the tag, the extra
-                     args struct and the execution states
+                     and its Client.sol / Internal.sol for the tags, the extra
+                     args structs, the hash domains and the execution states
+                     (OffRamp.sol's CommitReport, USDCTokenPool.sol's payload)
+    CCIP v1.5        @chainlink/contracts-ccip (2.0.0) abi/v1_5_0/
+                     evm_2_evm_onramp.json and evm_2_evm_offramp.json: the
+                     EVM2EVMOnRamp and EVM2EVMOffRamp of a v1.5 lane
     CCTP v2          Circle's ABI arrays (messageTransmitterV2Abi,
                      tokenMessengerV2Abi) from the index.mjs of whichever
                      @circle-fin package holds them; Circle's response types
@@ -389,11 +393,14 @@ def circle_layouts() -> dict[str, tuple[LayoutField, ...]]:
 
 @functools.cache
 def _ccip_source(file: str) -> str:
-    return (package_dir(CCIP) / "contracts" / "libraries" / file).read_text()
+    """A CCIP 1.6 source: a library's file name (Client.sol) or a path under
+    contracts/ (offRamp/OffRamp.sol)."""
+    root = package_dir(CCIP) / "contracts"
+    return (root / file if "/" in file else root / "libraries" / file).read_text()
 
 
 def ccip_constant(file: str, name: str) -> str:
-    """The literal of ``<type> ... constant <name> = <literal>;`` in a CCIP library."""
+    """The literal of ``<type> ... constant <name> = <literal>;`` in a CCIP source."""
     match = re.search(rf"\bconstant {re.escape(name)}\s*=\s*([^;]+);", _ccip_source(file))
     if match is None:
         pytest.fail(f"{CCIP}'s {file} declares no constant {name}")
@@ -401,7 +408,8 @@ def ccip_constant(file: str, name: str) -> str:
 
 
 def ccip_struct(file: str, name: str) -> list[tuple[str, str]]:
-    """(type, name) of each field of ``struct <name>`` in a CCIP library, in order."""
+    """(type, name) of each field of ``struct <name>`` in a CCIP source, in
+    order (a qualified type by its last name: Internal.MerkleRoot[] is MerkleRoot[])."""
     match = re.search(rf"\bstruct {re.escape(name)}\s*\{{(.*?)\}}", _ccip_source(file), re.S)
     if match is None:
         pytest.fail(f"{CCIP}'s {file} declares no struct {name}")

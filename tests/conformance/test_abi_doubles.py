@@ -1,10 +1,17 @@
 """Every function and event our local doubles expose (contracts/build/*.json)
 against the real contract each stands for (REAL): the same signature (its
 selector or topic), the same indexed inputs, outputs and payability, and the
-same field names inside its structs. A double's own plumbing (the setters the
-local world wires it with, the roles it folds in) is a mismatch like any other:
-KNOWN lists those another part of issue 38 owns, as strict xfails; a fixed one
-whose mark stays fails test_every_known_mismatch_is_still_there."""
+same field names inside its structs.
+
+A double's own control surface (the setters and getters the local world wires
+it with, the constants its tests read) is no part of the real contract: OWN
+lists it, double by double, each entry with the reason it is the double's own,
+and holds it to that: an OWN entry the real contract also names is not the
+double's own but a real entry that must match, and one the double no longer
+exposes is taken out. Everything else a double exposes claims to be the real
+contract's: a mismatch there is listed in KNOWN when another part of issue 38
+owns it, as a strict xfail; a fixed one whose mark stays fails
+test_every_known_mismatch_is_still_there."""
 
 from __future__ import annotations
 
@@ -43,76 +50,89 @@ REAL: dict[str, tuple[str | None, Callable[[], list[Contract]]]] = {
 """Each double: the protocol whose part of issue 38 owns it (None: no part) and
 the real contracts it stands for."""
 
-ABSENT = "the double's own, absent from the real contract"
+ABSENT = "absent (the double's own control surface goes into OWN, with its reason)"
+
+_CONSTANT = "a constant of the double, public for its tests"
+_TRANSMITTER = (
+    "the owner's enabling of the executing network's key (no OCR: the real "
+    "OffRamp's transmitters are its OCR config's)"
+)
+
+OWN: dict[str, dict[str, str]] = {
+    "CcipOnRamp": {
+        "FeeConfigSet": "the event of setFeeConfig",
+        "setFeeConfig": "the owner's native fee, base + gasLimit * per gas wei "
+        "(the real OnRamp's fee follows the FeeQuoter's prices)",
+        "setDestChain": "the owner's wiring of a destination: its token, CCTP domain "
+        "and OffRamp (the real OnRamp's applyDestChainConfigUpdates and its USDC "
+        "pool's setDomains)",
+    },
+    "CcipOffRamp": {
+        "TransmitterSet": "the event of setTransmitter",
+        "setTransmitter": _TRANSMITTER,
+    },
+    "CcipEvm2EvmOffRamp": {
+        "setTransmitter": _TRANSMITTER,
+        "executeMessages": "the executing network's delivery of the lane's messages "
+        "without commit store or proofs (the real network calls transmit with an "
+        "OCR2 report of committed messages)",
+        "failMessages": "records FAILURE for the given messages, for the tests of a "
+        "stranded message",
+    },
+    "MessageTransmitterV2": {
+        "TokenMessengerSet": "the event of setTokenMessenger",
+        "setTokenMessenger": "the owner's wiring of the one local TokenMessengerV2 "
+        "that may send (the real transmitter's sendMessage takes any sender)",
+        "tokenMessenger": "setTokenMessenger's messenger",
+        "FINALITY_THRESHOLD_FINALIZED": _CONSTANT + ": Circle's FinalityThresholds "
+        "constant, no getter of the real contract",
+    },
+    "TokenMessengerV2": {
+        "FINALITY_THRESHOLD_FINALIZED": _CONSTANT + ": Circle's FinalityThresholds "
+        "constant, no getter of the real contract",
+        "TOKEN_MESSENGER_MIN_FINALITY_THRESHOLD": _CONSTANT + ": Circle's "
+        "FinalityThresholds constant, no getter of the real contract",
+    },
+}
+"""Each double's own additions, by double and entry name, with the reason it
+is the double's own: none of them is the real contract's."""
+
+_MIN_FEE = (
+    "v2.1's minimum fee, as the double names it; Circle's installed "
+    "TokenMessengerV2 ABI has no minimum fee"
+)
+_MINTER = "TokenMinterV2's (folded in), not TokenMessengerV2's"
 
 KNOWN: dict[str, dict[str, str]] = {
     "CcipOffRamp": {
-        "SourceChainConfigSet": "v1.6's carries the SourceChainConfig struct, ours bytes",
-        "TransmitterSet": ABSENT,
-        "FAILURE": ABSENT,
-        "IN_PROGRESS": ABSENT,
-        "SUCCESS": ABSENT,
-        "UNTOUCHED": ABSENT,
-        "execute": "v1.6's takes an OCR3 report: execute(bytes32[2],bytes)",
-        "executeSingleMessage": "v1.6's also takes offchainTokenData and tokenGasOverrides",
-        "getExecutionStateById": "v1.6 has getExecutionState(uint64,uint64)",
-        "isTransmitter": ABSENT,
-        "localChainSelector": ABSENT,
-        "manuallyExecute": "v1.6's is manuallyExecute(ExecutionReport[],GasLimitOverride[][])",
-        "setSourceChain": ABSENT,
-        "setTransmitter": ABSENT,
-        "sourceOnRamp": ABSENT,
-        "token": ABSENT,
-    },
-    "CcipOnRamp": {
-        "DestChainConfigSet": "v1.6's is (uint64 indexed,uint64,address,bool)",
-        "DEFAULT_GAS_LIMIT": ABSENT,
-        "EVM_2_ANY_MESSAGE_HASH": ABSENT,
-        "EVM_EXTRA_ARGS_V2_TAG": ABSENT,
-        "FEE_BASE": ABSENT,
-        "FEE_PER_GAS": ABSENT,
-        "MAX_GAS_LIMIT": ABSENT,
-        "destToken": ABSENT,
-        "localChainSelector": ABSENT,
-        "parseExtraArgs": ABSENT,
-        "router": ABSENT,
-        "senderNonces": ABSENT,
-        "sequenceNumbers": ABSENT,
-        "setDestChain": ABSENT,
-        "token": ABSENT,
-    },
-    "CcipRouter": {
-        "localChainSelector": ABSENT,
-        "setOnRamp": "v1.6 sets ramps with applyRampUpdates",
+        "releaseOrMint": "the folded-in USDC pool's releaseOrMint(Any2EVMTokenTransfer,"
+        "uint64,address,bytes), self-call only; the real USDCTokenPoolCCTPV2's is "
+        "releaseOrMint(ReleaseOrMintInV1) returns (ReleaseOrMintOutV1), 0x39077537, "
+        "on the pool",
     },
     "MessageTransmitterV2": {
-        "TokenMessengerSet": ABSENT,
-        "FINALITY_THRESHOLD_FINALIZED": ABSENT,
         "enabledAttesterCount": "Circle's is getNumEnabledAttesters()",
-        "setTokenMessenger": ABSENT,
-        "tokenMessenger": ABSENT,
     },
     "TokenMessengerV2": {
-        "MinFeeControllerSet": ABSENT,
-        "MinFeeSet": ABSENT,
-        "SetBurnLimitPerMessage": "TokenMinterV2's (folded in), not TokenMessengerV2's",
-        "TokenPairLinked": "TokenMinterV2's (folded in), not TokenMessengerV2's",
-        "FINALITY_THRESHOLD_FINALIZED": ABSENT,
-        "MIN_FEE_MULTIPLIER": ABSENT,
-        "TOKEN_MESSENGER_MIN_FINALITY_THRESHOLD": ABSENT,
-        "burnLimitsPerMessage": "TokenMinterV2's (folded in), not TokenMessengerV2's",
-        "getMinFeeAmount": ABSENT,
-        "linkTokenPair": "TokenMinterV2's (folded in), not TokenMessengerV2's",
-        "minFee": ABSENT,
-        "minFeeController": ABSENT,
-        "remoteTokensToLocalTokens": "TokenMinterV2's (folded in), not TokenMessengerV2's",
-        "setMaxBurnAmountPerMessage": "TokenMinterV2's (folded in), not TokenMessengerV2's",
-        "setMinFee": ABSENT,
-        "setMinFeeController": ABSENT,
+        "MinFeeControllerSet": _MIN_FEE,
+        "MinFeeSet": _MIN_FEE,
+        "MIN_FEE_MULTIPLIER": _MIN_FEE,
+        "getMinFeeAmount": _MIN_FEE,
+        "minFee": _MIN_FEE,
+        "minFeeController": _MIN_FEE,
+        "setMinFee": _MIN_FEE,
+        "setMinFeeController": _MIN_FEE,
+        "SetBurnLimitPerMessage": _MINTER,
+        "TokenPairLinked": _MINTER,
+        "burnLimitsPerMessage": _MINTER,
+        "linkTokenPair": _MINTER,
+        "remoteTokensToLocalTokens": _MINTER,
+        "setMaxBurnAmountPerMessage": _MINTER,
     },
 }
 """Mismatches of the doubles that the owning part of issue 38 is fixing, by
-double and entry name."""
+double and entry name: entries that claim to be the real contract's and are
+not (absent from it, or different)."""
 
 
 def doubles() -> dict[str, list[dict[str, Any]]]:
@@ -150,6 +170,20 @@ def test_the_double_exposes_only_the_real_contracts_functions_and_events(
 ) -> None:
     assert double in REAL, f"contracts/build/{double}.json: REAL names no real contract for it"
     reals = REAL[double][1]()
+    own = OWN.get(double, {}).get(entry["name"])
+    if own is not None:
+        named = [
+            described(e)
+            for r in reals
+            for kind in ("function", "event")
+            for e in r.entries(kind, entry["name"])
+        ]
+        assert not named, (
+            f"{double}.{entry['name']} is in OWN ({own}), but "
+            f"{' / '.join(str(r) for r in reals)} has {named}: not the double's own, "
+            "it must match"
+        )
+        return
     same_name = [e for real in reals for e in real.entries(entry["type"], entry["name"])]
     matching = [e for e in same_name if described(e) == described(entry)]
     assert matching, (
@@ -183,3 +217,18 @@ def test_every_known_mismatch_is_still_there() -> None:
             if not entries or (reals is not None and all(described(e) in real for e in entries)):
                 stale.append(f"{double}.{name}")
     assert not stale, f"fixed, remove from KNOWN: {stale}"
+
+
+def test_every_own_addition_is_the_doubles_and_still_there() -> None:
+    """OWN names only entries the double exposes, none also a known mismatch,
+    each with its reason."""
+    present = doubles()
+    stale, twice, unexplained = [], [], []
+    for double, names in OWN.items():
+        exposed = {e["name"] for e in present.get(double, [])}
+        stale += [f"{double}.{n}" for n in names if n not in exposed]
+        twice += [f"{double}.{n}" for n in names if n in KNOWN.get(double, {})]
+        unexplained += [f"{double}.{n}" for n, why in names.items() if not why.strip()]
+    assert not stale, f"no longer exposed, remove from OWN: {stale}"
+    assert not twice, f"in OWN and in KNOWN: {twice}"
+    assert not unexplained, f"OWN gives no reason for {unexplained}"

@@ -33,6 +33,7 @@ from conformance_abis import (
     ccip_constant,
     ccip_enum,
     ccip_struct,
+    ccip_v1_5,
     circle,
     event_log,
     known,
@@ -114,6 +115,14 @@ def _offramp() -> Contract:
     return ccip("OffRamp")
 
 
+def _onramp_v1_5() -> Contract:
+    return ccip_v1_5("evm_2_evm_onramp")
+
+
+def _offramp_v1_5() -> Contract:
+    return ccip_v1_5("evm_2_evm_offramp")
+
+
 def _endpoint() -> Contract:
     return layerzero("EndpointV2")
 
@@ -124,6 +133,20 @@ SELECTORS = [
     Hashed(CCTP, "_RECEIVE_MESSAGE", "function", _mt, "receiveMessage"),
     Hashed(CCTP, "_USED_NONCES", "function", _mt, "usedNonces"),
     Hashed(CCTP, "_ALLOWANCE", "function", usdc, "allowance"),
+    Hashed(
+        CCTP,
+        "_MIN_FEE",
+        "function",
+        _tm,
+        "minFee",
+        (
+            known(
+                "cctp",
+                "cctp_client._MIN_FEE is v2.1's minFee(), 0x24ec7590; Circle's installed "
+                "TokenMessengerV2 ABI has no minFee to hold it to",
+            ),
+        ),
+    ),
     Hashed(CCTP, "DEPOSIT_FOR_BURN_TOPIC", "event", _tm, "DepositForBurn"),
     Hashed(CCTP, "MESSAGE_SENT_TOPIC", "event", _mt, "MessageSent"),
     Hashed(CCTP, "MESSAGE_RECEIVED_TOPIC", "event", _mt, "MessageReceived"),
@@ -138,48 +161,18 @@ SELECTORS = [
     Hashed(CCIP_, "_GET_FEE", "function", _router, "getFee"),
     Hashed(CCIP_, "CCIP_MESSAGE_SENT_TOPIC", "event", _onramp, "CCIPMessageSent"),
     Hashed(CCIP_, "EXECUTION_STATE_CHANGED_TOPIC", "event", _offramp, "ExecutionStateChanged"),
+    Hashed(CCIP_, "_COMMIT", "function", _offramp, "commit"),
+    Hashed(CCIP_, "_EXECUTE", "function", _offramp, "execute"),
+    Hashed(CCIP_, "_MANUALLY_EXECUTE", "function", _offramp, "manuallyExecute"),
+    Hashed(CCIP_, "_GET_EXECUTION_STATE", "function", _offramp, "getExecutionState"),
+    Hashed(CCIP_, "_GET_MERKLE_ROOT", "function", _offramp, "getMerkleRoot"),
+    Hashed(CCIP_, "_GET_SOURCE_CHAIN_CONFIG", "function", _offramp, "getSourceChainConfig"),
+    # CCIP v1.5: a lane's EVM2EVMOnRamp and EVM2EVMOffRamp
+    Hashed(CCIP_, "CCIP_SEND_REQUESTED_TOPIC", "event", _onramp_v1_5, "CCIPSendRequested"),
     Hashed(
-        CCIP_,
-        "_EXECUTE",
-        "function",
-        _offramp,
-        "execute",
-        (
-            known(
-                "ccip",
-                "OffRamp.execute takes an OCR3 report, execute(bytes32[2],bytes), "
-                "not execute(Any2EVMRampMessage,uint256)",
-            ),
-        ),
+        CCIP_, "EXECUTION_STATE_CHANGED_V1_5_TOPIC", "event", _offramp_v1_5, "ExecutionStateChanged"
     ),
-    Hashed(
-        CCIP_,
-        "_MANUALLY_EXECUTE",
-        "function",
-        _offramp,
-        "manuallyExecute",
-        (
-            known(
-                "ccip",
-                "OffRamp.manuallyExecute is 0x5e7bb008 (ExecutionReport[], "
-                "GasLimitOverride[][]), ours 0xdcf652b2",
-            ),
-        ),
-    ),
-    Hashed(
-        CCIP_,
-        "_STATE_BY_ID",
-        "function",
-        _offramp,
-        "getExecutionStateById",
-        (
-            known(
-                "ccip",
-                "the v1.6 OffRamp has getExecutionState(uint64,uint64), "
-                "no getExecutionStateById(bytes32)",
-            ),
-        ),
-    ),
+    Hashed(CCIP_, "_GET_EXECUTION_STATE_V1_5", "function", _offramp_v1_5, "getExecutionState"),
     Hashed("qtg_runner.executors.ccip", "_ALLOWANCE", "function", usdc, "allowance"),
     # Stargate v2: the pool, and TokenMessaging's bus events
     Hashed(SG, "SEND", "function", _pool, "send"),
@@ -202,8 +195,14 @@ SELECTORS = [
 ]
 """What each hard-coded or computed selector and topic of qtg_runner/ stands for."""
 
-NOT_ABI = {("qtg_runner.chains.ccip", "EXTRA_ARGS_V2_TAG")}
-"""Four-byte constants that are no selector or topic (checked on their own below)."""
+NOT_ABI = {
+    (CCIP_, "EXTRA_ARGS_V2_TAG"): "test_extra_args_are_generic_extra_args_v2",
+    (CCIP_, "EVM_EXTRA_ARGS_V1_TAG"): "test_extra_args_v1_are_clients",
+    (CCIP_, "_ANY_2_EVM_MESSAGE_HASH"): "test_the_message_hash_domains_are_internals",
+    (CCIP_, "_EVM_2_ANY_MESSAGE_HASH"): "test_the_message_hash_domains_are_internals",
+}
+"""Hashed or four-byte constants that are no selector or topic: the test that
+checks each against its real constant."""
 
 
 @pytest.mark.parametrize(
@@ -253,7 +252,7 @@ def _hashed_constants() -> set[tuple[str, str]]:
 def test_the_table_holds_every_selector_and_topic_of_qtg_runner() -> None:
     """A new hard-coded selector or topic joins SELECTORS (or NOT_ABI) with the
     real contract it stands for; one gone is taken out."""
-    listed = {(h.module, h.name) for h in SELECTORS} | NOT_ABI
+    listed = {(h.module, h.name) for h in SELECTORS} | set(NOT_ABI)
     found = _hashed_constants()
     assert not found - listed, f"not in SELECTORS: {sorted(found - listed)}"
     assert not listed - found, f"in SELECTORS, no longer in qtg_runner/: {sorted(listed - found)}"
@@ -341,6 +340,7 @@ def _sent_message(**change: Any) -> Any:
     from qtg_runner.chains.ccip import SentMessage, TokenTransfer
 
     fields: dict[str, Any] = {
+        "version": "1.6",
         "message_id": WORD,
         "source_selector": 5009297550715157269,
         "dest_selector": 4949039107694359620,
@@ -349,10 +349,11 @@ def _sent_message(**change: Any) -> Any:
         "sender": ADDRESS_A,
         "data": b"",
         "receiver": ADDRESS_B,
-        "extra_args": bytes.fromhex("181dcf10") + encode(["uint256", "bool"], [200_000, True]),
+        "gas_limit": 0,
+        "extra_args": bytes.fromhex("181dcf10") + encode(["uint256", "bool"], [0, True]),
         "fee_token": "0x" + "00" * 20,
         "fee_amount": 10**15,
-        "tokens": (TokenTransfer("0x" + "c3" * 20, "0x" + "d4" * 20, 5, encode(["uint32"], [9])),),
+        "tokens": (TokenTransfer("0x" + "c3" * 20, "0x" + "d4" * 20, 5, b"\x01\x02", 9),),
         "onramp": "0x" + "e5" * 20,
         "tx_hash": "0x" + "f6" * 32,
         "block_number": 1,
@@ -361,12 +362,118 @@ def _sent_message(**change: Any) -> Any:
     return SentMessage(**(fields | change))
 
 
-@known("ccip", "manuallyExecute(Any2EVMRampMessage,uint256) is not the v1.6 OffRamp's")
+def _abi_word(address: str) -> str:
+    return plain(encode(["address"], [address]))
+
+
+def _report(message: Any, token_data: list[bytes]) -> tuple[Any, ...]:
+    """The ExecutionReport of ``message`` alone, as the real ABI reads it back."""
+    [token] = message.tokens
+    any2evm = (
+        (plain(message.message_id), message.source_selector, message.dest_selector,
+         message.sequence_number, message.nonce),
+        _abi_word(message.sender),
+        plain(message.data),
+        message.receiver,
+        message.gas_limit,
+        ((_abi_word(token.source_pool), token.dest_token, token.dest_gas_amount,
+          plain(token.extra_data), token.amount),),
+    )  # fmt: skip
+    return (message.source_selector, (any2evm,), (tuple(plain(d) for d in token_data),), (), 0)
+
+
 def test_manual_execution_is_the_offramps_call() -> None:
+    """manuallyExecute([the message's one-leaf report], [[no overrides]])."""
     from qtg_runner.chains.ccip import manually_execute_calldata
 
-    params = decoded(_offramp(), manually_execute_calldata(_sent_message()), "manuallyExecute")
-    assert params["reports"][0][1][0][0][0] == plain(WORD)
+    message, token_data = _sent_message(), [b"attested"]
+    params = decoded(_offramp(), manually_execute_calldata(message, token_data), "manuallyExecute")
+    assert list(params.values()) == [(_report(message, token_data),), (((0, (0,)),),)]
+
+
+def test_execute_is_the_offramps_call() -> None:
+    """execute(reportContext, abi.encode(ExecutionReport[])): the report read
+    with the real manuallyExecute's ExecutionReport type."""
+    from qtg_runner.chains.ccip import execute_calldata
+
+    message, token_data = _sent_message(), [b"attested"]
+    context, report = decoded(_offramp(), execute_calldata(message, token_data), "execute").values()
+    assert context == (plain(bytes(32)), plain(message.sequence_number.to_bytes(32, "big")))
+    reports = _offramp().one("function", "manuallyExecute")["inputs"][0]
+    assert plain(decode([canonical(reports)], bytes.fromhex(report[2:]))) == (
+        (_report(message, token_data),),
+    )
+
+
+def _commit_report_type() -> str:
+    """OffRamp.sol's CommitReport, its parts as the real ABI spells them."""
+    fields = ccip_struct("offRamp/OffRamp.sol", "CommitReport")
+    assert fields == [
+        ("PriceUpdates", "priceUpdates"),
+        ("MerkleRoot[]", "blessedMerkleRoots"),
+        ("MerkleRoot[]", "unblessedMerkleRoots"),
+        ("Signature[]", "rmnSignatures"),
+    ]
+    accepted = {p["name"]: p for p in _offramp().one("event", "CommitReportAccepted")["inputs"]}
+    [signatures] = [
+        p
+        for p in ccip("RMNRemote").one("function", "verify")["inputs"]
+        if p["name"] == "signatures"
+    ]
+    return (
+        f"({canonical(accepted['priceUpdates'])},{canonical(accepted['blessedMerkleRoots'])},"
+        f"{canonical(accepted['unblessedMerkleRoots'])},{canonical(signatures)})"
+    )
+
+
+def test_commit_is_the_offramps_call() -> None:
+    """commit of one unblessed root, the message's leaf, its sequence number
+    both ends: the report read with OffRamp.sol's CommitReport."""
+    from qtg_runner.chains.ccip import commit_calldata
+
+    message = _sent_message()
+    params = decoded(_offramp(), commit_calldata(message), "commit")
+    context, report, rs, ss, raw_vs = params.values()
+    assert context == (plain(bytes(32)), plain(message.sequence_number.to_bytes(32, "big")))
+    assert (rs, ss, raw_vs) == ((), (), plain(bytes(32)))
+    root = (
+        message.source_selector,
+        _abi_word(message.onramp),
+        message.sequence_number,
+        message.sequence_number,
+        plain(message.leaf()),
+    )
+    assert plain(decode([_commit_report_type()], bytes.fromhex(report[2:]))) == (
+        (((), ()), (), (root,), ()),
+    )
+
+
+def test_the_offramp_reads_are_the_offramps_calls_and_answers() -> None:
+    """getExecutionState (v1.6 and v1.5), getMerkleRoot, getSourceChainConfig,
+    and getSourceChainConfig's answer as decode_next_sequence reads it."""
+    from qtg_runner.chains.ccip import (
+        decode_next_sequence,
+        execution_state_calldata,
+        merkle_root_calldata,
+        next_sequence_calldata,
+    )
+
+    message = _sent_message()
+    state = decoded(_offramp(), execution_state_calldata(message), "getExecutionState")
+    assert list(state.values()) == [message.source_selector, message.sequence_number]
+    v1_5 = execution_state_calldata(_sent_message(version="1.5"))
+    assert list(decoded(_offramp_v1_5(), v1_5, "getExecutionState").values()) == [
+        message.sequence_number
+    ]
+    root = decoded(_offramp(), merkle_root_calldata(11, WORD), "getMerkleRoot")
+    assert list(root.values()) == [11, plain(WORD)]
+    config = decoded(_offramp(), next_sequence_calldata(11), "getSourceChainConfig")
+    assert list(config.values()) == [11]
+    outputs = _offramp().one("function", "getSourceChainConfig")["outputs"]
+    assert [c["name"] for c in outputs[0]["components"]][2] == "minSeqNr"
+    answer = [sample(p, i + 1) for i, p in enumerate(outputs)]
+    raw = encode([canonical(p) for p in outputs], answer)
+    assert decode_next_sequence(raw) == answer[0][2]
 
 
 def _stargate_route(mode: str) -> Any:
@@ -494,7 +601,7 @@ def test_deposit_for_burn_and_message_received_read_circles_events() -> None:
 
 
 def test_ccip_message_sent_reads_the_onramps_event() -> None:
-    from qtg_runner.chains.ccip import SentMessage
+    from qtg_runner.chains.ccip import SentMessage, extra_args
 
     entry = _onramp().one("event", "CCIPMessageSent")
     values = samples(entry)
@@ -503,10 +610,13 @@ def test_ccip_message_sent_reads_the_onramps_event() -> None:
     message[3] = encode(["address"], [ADDRESS_B])  # receiver: abi.encode(address)
     token = list(message[8][0])
     token[1] = encode(["address"], [ADDRESS_A])  # destTokenAddress: abi.encode(address)
+    token[4] = encode(["uint32"], [90_000])  # destExecData: abi.encode(uint32 destGasAmount)
     message[8] = [tuple(token)]
+    message[4] = extra_args(250_000, True)  # GenericExtraArgsV2
     values["message"] = tuple(message)
     log = _log(_onramp(), "CCIPMessageSent", values)
     ours = SentMessage.from_log(log.address, log.topics, log.data, log.tx_hash, 1, 0)
+    assert (ours.version, ours.gas_limit) == ("1.6", 250_000)
     assert (ours.message_id, ours.source_selector, ours.dest_selector) == header[:3]
     assert (ours.sequence_number, ours.nonce) == header[3:]
     assert (ours.sender, ours.receiver, ours.data) == (message[1].lower(), ADDRESS_B, message[2])
@@ -521,7 +631,57 @@ def test_ccip_message_sent_reads_the_onramps_event() -> None:
         ADDRESS_A,
         token[3],
     )
-    assert ours_token.dest_exec_data == token[4]
+    assert (ours_token.extra_data, ours_token.dest_gas_amount) == (token[2], 90_000)
+
+
+def test_ccip_send_requested_reads_the_v1_5_onramps_event() -> None:
+    """CCIPSendRequested(EVM2EVMMessage) of a v1.5 EVM2EVMOnRamp, each token's
+    sourceTokenData an Internal.SourceTokenData."""
+    from qtg_runner.chains.ccip import _V1_5_SOURCE_TOKEN_DATA, SentMessage
+
+    source_token = ccip_struct("Internal.sol", "SourceTokenData")
+    assert "(" + ",".join(t for t, _ in source_token) + ")" == _V1_5_SOURCE_TOKEN_DATA
+    entry = _onramp_v1_5().one("event", "CCIPSendRequested")
+    values = samples(entry)
+    fields = [c["name"] for c in entry["inputs"][0]["components"]]
+    message = dict(zip(fields, values["message"], strict=True))
+    message["tokenAmounts"] = message["tokenAmounts"][:1]
+    message["sourceTokenData"] = [
+        encode(
+            [_V1_5_SOURCE_TOKEN_DATA],
+            [(encode(["address"], [ADDRESS_A]), encode(["address"], [ADDRESS_B]), b"\x07", 90_000)],
+        )
+    ]
+    values["message"] = tuple(message.values())
+    log = _log(_onramp_v1_5(), "CCIPSendRequested", values)
+    ours = SentMessage.from_v1_5_log(log.address, log.topics, log.data, log.tx_hash, 1, 0, 77)
+    assert ours.version == "1.5"
+    assert (ours.message_id, ours.source_selector, ours.dest_selector) == (
+        message["messageId"],
+        message["sourceChainSelector"],
+        77,
+    )
+    assert (ours.sequence_number, ours.nonce, ours.gas_limit) == (
+        message["sequenceNumber"],
+        message["nonce"],
+        message["gasLimit"],
+    )
+    assert (ours.sender, ours.receiver, ours.data) == (
+        message["sender"].lower(),
+        message["receiver"].lower(),
+        message["data"],
+    )
+    assert (ours.fee_token, ours.fee_amount) == (
+        message["feeToken"].lower(),
+        message["feeTokenAmount"],
+    )
+    [ours_token] = ours.tokens
+    assert (ours_token.source_pool, ours_token.dest_token, ours_token.amount) == (
+        ADDRESS_A,
+        ADDRESS_B,
+        message["tokenAmounts"][0][1],
+    )
+    assert (ours_token.extra_data, ours_token.dest_gas_amount) == (b"\x07", 90_000)
 
 
 def test_execution_state_changed_reads_the_offramps_event() -> None:
@@ -539,6 +699,39 @@ def test_execution_state_changed_reads_the_offramps_event() -> None:
         "return_data": plain(ours.return_data),
         "gas_used": ours.gas_used,
     }
+
+
+def test_execution_state_changed_reads_the_v1_5_offramps_event() -> None:
+    from qtg_runner.chains.ccip import ExecutionStateChanged
+
+    values = samples(_offramp_v1_5().one("event", "ExecutionStateChanged"))
+    log = _log(_offramp_v1_5(), "ExecutionStateChanged", values)
+    ours = ExecutionStateChanged.from_log(log.topics, log.data, log.tx_hash, 1, 0)
+    assert {snake(k): plain(v) for k, v in values.items()} == {
+        "sequence_number": ours.sequence_number,
+        "message_id": ours.message_id,
+        "state": ours.state,
+        "return_data": plain(ours.return_data),
+    }
+    assert (ours.source_selector, ours.message_hash, ours.gas_used) == (None, None, None)
+
+
+@pytest.mark.parametrize("version", ["1.6", "1.5"])
+def test_the_execution_state_filter_is_the_offramps_event(version: str) -> None:
+    """execution_state_topics of a message: the topics its destination's
+    ExecutionStateChanged is emitted with."""
+    from qtg_runner.chains.ccip import execution_state_topics
+
+    message = _sent_message(version=version)
+    offramp = _offramp() if version == "1.6" else _offramp_v1_5()
+    entry = offramp.one("event", "ExecutionStateChanged")
+    values = samples(entry) | {
+        "sourceChainSelector": message.source_selector,
+        "sequenceNumber": message.sequence_number,
+        "messageId": message.message_id,
+    }
+    topics, _ = event_log(entry, values)
+    assert execution_state_topics(version, message) == topics
 
 
 def test_erc20_transfers_read_usdcs_event() -> None:
@@ -594,6 +787,7 @@ def test_stargate_decoders_read_the_pool_and_messaging_events() -> None:
         # executors/ccip.py: the filter [topic, source selector, sequence number, message id]
         (_offramp, "ExecutionStateChanged", ["sourceChainSelector", "sequenceNumber", "messageId"]),
         (_onramp, "CCIPMessageSent", ["destChainSelector", "sequenceNumber"]),
+        (_offramp_v1_5, "ExecutionStateChanged", ["sequenceNumber", "messageId"]),
         # executors/stargate.py: OFTSent topics[1] guid, topics[2] the sender; the
         # OFTReceived filter [topic, guid, recipient]
         (_pool, "OFTSent", ["guid", "fromAddress"]),
@@ -666,6 +860,76 @@ def test_extra_args_are_generic_extra_args_v2() -> None:
     raw = extra_args(321_000, True)
     assert raw[:4] == EXTRA_ARGS_V2_TAG
     assert decode([t for t, _ in fields], raw[4:]) == (321_000, True)
+
+
+def test_ccip_report_structs_are_v1_6s() -> None:
+    """The execution and commit reports, as the OffRamp takes them."""
+    from qtg_runner.chains import ccip as ours
+
+    reports, overrides = _offramp().one("function", "manuallyExecute")["inputs"]
+    assert canonical(reports) == ours._EXEC_REPORT + "[]"
+    assert canonical(overrides) == ours._GAS_OVERRIDE + "[][]"
+    any2evm = _offramp().one("function", "executeSingleMessage")["inputs"][0]
+    tokens = {c["name"]: c for c in any2evm["components"]}["tokenAmounts"]
+    assert canonical(tokens) == ours._ANY2EVM_TOKEN + "[]"
+    accepted = {p["name"]: p for p in _offramp().one("event", "CommitReportAccepted")["inputs"]}
+    assert canonical(accepted["unblessedMerkleRoots"]) == ours._MERKLE_ROOT + "[]"
+    assert canonical(accepted["priceUpdates"]) == ours._PRICE_UPDATES
+    assert _commit_report_type() == ours._COMMIT_REPORT
+
+
+def test_ccip_v1_5_message_is_the_onramps() -> None:
+    from qtg_runner.chains import ccip as ours
+
+    sent = _onramp_v1_5().one("event", "CCIPSendRequested")["inputs"][0]
+    assert canonical(sent) == ours._EVM2EVM
+    executed = _offramp_v1_5().one("function", "executeSingleMessage")["inputs"][0]
+    assert canonical(executed) == ours._EVM2EVM
+
+
+def test_usdc_token_data_is_the_usdc_pools() -> None:
+    """The USDC pool's SourceTokenDataPayload (a transfer's extraData) and
+    MessageAndAttestation (its offchain token data), and CCTPVersion.CCTP_V2."""
+    from qtg_runner.chains import ccip as ours
+
+    pool = "pools/USDC/USDCTokenPool.sol"
+    versions = ccip_enum(pool, "CCTPVersion")
+    payload = [
+        "uint8" if t == "CCTPVersion" else t for t, _ in ccip_struct(pool, "SourceTokenDataPayload")
+    ]
+    assert "(" + ",".join(payload) + ")" == ours._USDC_PAYLOAD
+    assert versions.index("CCTP_V2") == ours._CCTP_V2
+    fields = ccip_struct(pool, "MessageAndAttestation")
+    assert fields == [("bytes", "message"), ("bytes", "attestation")]
+    (decoded_data,) = decode(["(bytes,bytes)"], ours.usdc_token_data(b"m" * 40, b"a" * 65))
+    assert decoded_data == (b"m" * 40, b"a" * 65)
+
+
+def test_extra_args_v1_are_clients() -> None:
+    from qtg_runner.chains.ccip import EVM_EXTRA_ARGS_V1_TAG, parse_extra_args
+
+    assert "0x" + EVM_EXTRA_ARGS_V1_TAG.hex() == ccip_constant(
+        "Client.sol", "EVM_EXTRA_ARGS_V1_TAG"
+    )
+    assert ccip_struct("Client.sol", "EVMExtraArgsV1") == [("uint256", "gasLimit")]
+    assert parse_extra_args(EVM_EXTRA_ARGS_V1_TAG + encode(["uint256"], [123_456])) == (
+        123_456,
+        False,
+    )
+
+
+def test_the_message_hash_domains_are_internals() -> None:
+    from eth_utils import keccak
+
+    from qtg_runner.chains import ccip as ours
+
+    for name, value in (
+        ("ANY_2_EVM_MESSAGE_HASH", ours._ANY_2_EVM_MESSAGE_HASH),
+        ("EVM_2_ANY_MESSAGE_HASH", ours._EVM_2_ANY_MESSAGE_HASH),
+    ):
+        literal = re.fullmatch(r'keccak256\("(\w+)"\)', ccip_constant("Internal.sol", name))
+        assert literal is not None, f"Internal.{name} is not keccak256 of a string"
+        assert value == keccak(text=literal.group(1)), name
 
 
 def test_execution_states_are_internals() -> None:

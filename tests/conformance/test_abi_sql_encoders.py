@@ -20,7 +20,6 @@ from conformance_abis import (
     ccip,
     ccip_constant,
     circle,
-    known,
     node_modules,
     plain,
     stargate,
@@ -46,17 +45,7 @@ SQL_SELECTORS: dict[str, tuple[Callable[[], Contract], str, tuple[Any, ...]]] = 
     "57ecfd28": (lambda: circle("MessageTransmitterV2"), "receiveMessage", ()),
     "a9059cbb": (usdc, "transfer", ()),
     "095ea7b3": (usdc, "approve", ()),
-    "dcf652b2": (
-        lambda: ccip("OffRamp"),
-        "manuallyExecute",
-        (
-            known(
-                "ccip",
-                "record_ccip_manual_execution expects 0xdcf652b2, the double's "
-                "manuallyExecute; v1.6's is 0x5e7bb008",
-            ),
-        ),
-    ),
+    "5e7bb008": (lambda: ccip("OffRamp"), "manuallyExecute", ()),
 }
 """Each four-byte selector written in sql/functions: the real function it stands for."""
 
@@ -137,7 +126,8 @@ def _real_call(contract: Contract, function: str, args: list[Any]) -> bytes:
 def test_ccip_send_tx_problem_accepts_the_routers_encoding(conn: Conn) -> None:
     """The bytes a ccip node must sign are the Router's own encoding of
     ccipSend(dest, EVM2AnyMessage{abi.encode(receiver), "", [(token, amount)],
-    native fee, GenericExtraArgsV2(200000, true)})."""
+    native fee, GenericExtraArgsV2(the route's gas limit, true)}), paying the
+    recorded quote and the lane's margin."""
     node_modules()
     token, router = "0x" + "70" * 20, "0x" + "c1" * 20
     register_transfers(conn, "test-a", 31401, SENDER, token, "0x" + "e5" * 20)
@@ -151,6 +141,7 @@ def test_ccip_send_tx_problem_accepts_the_routers_encoding(conn: Conn) -> None:
             "CcipOffRamp": "0x" + "c3" * 20 if chain == "test-a" else "0x" + "f3" * 20,
         }
         procs.upsert_chain_protocol(chain, "ccip", selector, contracts).one(conn)
+    procs.upsert_ccip_lane("test-a", "test-b", "1.6", "cctp", fee_margin_bps=1000).one(conn)
     procs.register_executor(
         CcipExecutor.key, True, CcipExecutor.node_config_schema, CcipExecutor.description
     ).one(conn)
@@ -164,11 +155,13 @@ def test_ccip_send_tx_problem_accepts_the_routers_encoding(conn: Conn) -> None:
         b"",
         [(to_checksum_address(token), int(route.amount_units))],
         to_checksum_address("0x" + "00" * 20),
-        tag + encode(["uint256", "bool"], [200_000, True]),
+        tag + encode(["uint256", "bool"], [int(route.gas_limit), True]),
     )
     data = _real_call(ccip("Router"), "ccipSend", [int(route.dest_selector), message])
+    quote = 10**15
     (problem,) = conn.execute(
-        "SELECT ccip_send_tx_problem(%s, 'test-a', %s, %s, %s)", (node_id, router, 10**15, data)
+        "SELECT ccip_send_tx_problem(%s, 'test-a', %s, %s, %s, %s::jsonb)",
+        (node_id, router, quote + quote // 10, data, json.dumps({"ccip_fee": str(quote)})),
     ).fetchone()
     assert problem is None
 
