@@ -216,8 +216,10 @@ def _decoded(message: CctpMessage) -> dict[str, Any]:
         "sourceDomain": str(message.source_domain),
         "destinationDomain": str(message.destination_domain),
         "nonce": _hex(message.nonce),
-        "sender": _hex(message.sender),
-        "recipient": _hex(message.recipient),
+        # Circle gives the sending and receiving contracts as 20-byte EVM
+        # addresses, the destination caller as the 32-byte word it is
+        "sender": _hex(message.sender[12:]),
+        "recipient": _hex(message.recipient[12:]),
         "destinationCaller": _hex(message.destination_caller),
         "minFinalityThreshold": str(message.min_finality_threshold),
         "finalityThresholdExecuted": str(message.finality_threshold_executed),

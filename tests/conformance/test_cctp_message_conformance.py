@@ -22,7 +22,6 @@ from conformance_abis import (
     circle_example_attestation,
     circle_layouts,
     circle_type,
-    known,
     node_modules,
 )
 
@@ -109,11 +108,6 @@ def test_circles_example_attestation_reads_as_circle_decoded_it() -> None:
     assert example["eventNonce"] == "0x" + message.nonce.hex()
 
 
-@known(
-    "cctp",
-    "the fake Iris writes sender and recipient as 32-byte words; Circle's "
-    "decodedMessage gives them as 20-byte addresses",
-)
 def test_the_fake_iris_decodes_a_message_as_circle_does() -> None:
     """Circle's example message, rendered by the fake Iris, is Circle's decodedMessage."""
     example = circle_example_attestation()
