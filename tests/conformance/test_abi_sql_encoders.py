@@ -2,9 +2,10 @@
 literal of sql/functions (SQL_SELECTORS, found complete by reading the files)
 is the real contract's selector; and the bytes the SQL builds or expects are
 the real ABI's encoding: stargate_send_calldata's bytes decoded by web3 with
-StargatePool's ABI, and ccip_send_tx_problem and bridge_call_problem accepting
-exactly the call the real ABI encodes for their route (the test database of
-tests/conftest.py: no chain)."""
+StargatePool's ABI; ccip_send_tx_problem and bridge_call_problem accepting
+the call the real ABI encodes for their route, and record_ccip_manual_execution
+the OffRamp's own encoding of a stranded message's manuallyExecute (the test
+database of tests/conftest.py: no chain)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,14 @@ from conformance_abis import (
     stargate,
     usdc,
 )
-from engine import create, create_started, node, node_ids, plan
+from engine import create, create_started, node, node_ids, pin_clock, plan
 from eth_abi.abi import encode
 from eth_utils import to_checksum_address
-from evm_rows import register_transfers
-from rows import Conn
+from evm_rows import FEES, call, register_transfers
+from rows import Conn, iso_at
 
 from qtg_runner.db import procs
-from qtg_runner.executors.ccip import CcipExecutor
+from qtg_runner.executors.ccip import CcipExecutor, _Route
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
 
@@ -123,23 +124,27 @@ def _real_call(contract: Contract, function: str, args: list[Any]) -> bytes:
     return bytes.fromhex(contract.web3().encode_abi(function, args)[2:])
 
 
-def test_ccip_send_tx_problem_accepts_the_routers_encoding(conn: Conn) -> None:
-    """The bytes a ccip node must sign are the Router's own encoding of
-    ccipSend(dest, EVM2AnyMessage{abi.encode(receiver), "", [(token, amount)],
-    native fee, GenericExtraArgsV2(the route's gas limit, true)}), paying the
-    recorded quote and the lane's margin."""
-    node_modules()
-    token, router = "0x" + "70" * 20, "0x" + "c1" * 20
-    register_transfers(conn, "test-a", 31401, SENDER, token, "0x" + "e5" * 20)
+CCIP_TOKEN, CCIP_ROUTER, CCIP_ONRAMP = "0x" + "70" * 20, "0x" + "c1" * 20, "0x" + "c2" * 20
+CCIP_DEST_TOKEN, CCIP_OFFRAMP_B = "0x" + "71" * 20, "0x" + "f3" * 20
+CCIP_SELECTOR_A, CCIP_SELECTOR_B = 11, 22
+CCIP_QUOTE = 10**15
+"""The Router's quote a send records (ccip_fee); the lane's margin is 10 %."""
+
+
+def _ccip_node(conn: Conn) -> tuple[int, Any]:
+    """A ccip node from test-a to test-b on their v1.6 lane (USDC over CCTP, a
+    10 % fee margin), and its route."""
+    register_transfers(conn, "test-a", 31401, SENDER, CCIP_TOKEN, "0x" + "e5" * 20)
     procs.upsert_chain("test-b", 31402, "QTG_RPC_TEST_B", 2, 1000).one(conn)
-    procs.upsert_chain_token("test-b", "USDC", "0x" + "71" * 20, 6).one(conn)
+    procs.upsert_chain_token("test-b", "USDC", CCIP_DEST_TOKEN, 6).one(conn)
     procs.allow_destination("test-b", RECIPIENT, "the receiver").one(conn)
-    for chain, selector, base in (("test-a", 11, "c"), ("test-b", 22, "f")):
-        contracts = {
-            "CcipRouter": router if chain == "test-a" else "0x" + base * 40,
-            "CcipOnRamp": "0x" + "c2" * 20 if chain == "test-a" else "0x" + "f2" * 20,
-            "CcipOffRamp": "0x" + "c3" * 20 if chain == "test-a" else "0x" + "f3" * 20,
-        }
+    for chain, selector, contracts in (
+        ("test-a", CCIP_SELECTOR_A,
+         {"CcipRouter": CCIP_ROUTER, "CcipOnRamp": CCIP_ONRAMP, "CcipOffRamp": "0x" + "c3" * 20}),
+        ("test-b", CCIP_SELECTOR_B,
+         {"CcipRouter": "0x" + "f1" * 20, "CcipOnRamp": "0x" + "f2" * 20,
+          "CcipOffRamp": CCIP_OFFRAMP_B}),
+    ):  # fmt: skip
         procs.upsert_chain_protocol(chain, "ccip", selector, contracts).one(conn)
     procs.upsert_ccip_lane("test-a", "test-b", "1.6", "cctp", fee_margin_bps=1000).one(conn)
     procs.register_executor(
@@ -148,22 +153,79 @@ def test_ccip_send_tx_problem_accepts_the_routers_encoding(conn: Conn) -> None:
     config = {"chain": "test-a", "destination_chain": "test-b", "from": SENDER, "to": RECIPIENT}
     movement = create_started(conn, plan(node("a", [], CcipExecutor.key, "ccip", **config)), "m")
     node_id = node_ids(conn, movement)["a"]
-    route = procs.ccip_send_route(node_id).one(conn)
+    return node_id, procs.ccip_send_route(node_id).one(conn)
+
+
+def _ccip_send(route: Any) -> bytes:
+    """The Router's own encoding of ccipSend(dest, EVM2AnyMessage{abi.encode(
+    receiver), "", [(token, amount)], native fee, GenericExtraArgsV2(the
+    route's gas limit, true)})."""
     tag = bytes.fromhex(ccip_constant("Client.sol", "GENERIC_EXTRA_ARGS_V2_TAG")[2:])
     message = (
         encode(["address"], [RECIPIENT]),
         b"",
-        [(to_checksum_address(token), int(route.amount_units))],
+        [(to_checksum_address(CCIP_TOKEN), int(route.amount_units))],
         to_checksum_address("0x" + "00" * 20),
         tag + encode(["uint256", "bool"], [int(route.gas_limit), True]),
     )
-    data = _real_call(ccip("Router"), "ccipSend", [int(route.dest_selector), message])
-    quote = 10**15
+    return _real_call(ccip("Router"), "ccipSend", [int(route.dest_selector), message])
+
+
+def test_ccip_send_tx_problem_accepts_the_routers_encoding(conn: Conn) -> None:
+    """The bytes a ccip node must sign are the Router's own encoding of the
+    token-only ccipSend of its route, paying the recorded quote and the
+    lane's margin."""
+    node_modules()
+    node_id, route = _ccip_node(conn)
     (problem,) = conn.execute(
         "SELECT ccip_send_tx_problem(%s, 'test-a', %s, %s, %s, %s::jsonb)",
-        (node_id, router, quote + quote // 10, data, json.dumps({"ccip_fee": str(quote)})),
+        (
+            node_id,
+            CCIP_ROUTER,
+            CCIP_QUOTE + CCIP_QUOTE // 10,
+            _ccip_send(route),
+            json.dumps({"ccip_fee": str(CCIP_QUOTE)}),
+        ),
     ).fetchone()
     assert problem is None
+
+
+def test_record_ccip_manual_execution_accepts_the_offramps_encoding(conn: Conn) -> None:
+    """The manual execution of a stranded send the reaper may record is
+    OffRamp 1.6's own encoding of manuallyExecute([a report of the message
+    alone], [[no overrides]]) to the lane's OffRamp on the destination."""
+    node_modules()
+    node_id, route = _ccip_node(conn)
+    claimed = {c.node_id: c for c in procs.claim_ready_nodes("w1", 100, 300).all(conn)}
+    payload = _Route.from_row(route).payload(200_000, FEES, CCIP_QUOTE, 7)
+    tx_hash, raw = call(31401, 0, CCIP_ROUTER, _ccip_send(route), CCIP_QUOTE + CCIP_QUOTE // 10)
+    procs.record_intent_prepared(
+        node_id, claimed[node_id].claim_secret, nonce=0, signed_tx_hash=tx_hash,
+        payload=payload, chain_key="test-a", sender=SENDER, raw_tx=raw,
+    ).one(conn)  # fmt: skip
+    procs.complete_submit(node_id, claimed[node_id].claim_secret, tx_hash).one(conn)
+    pin_clock(conn, iso_at(600))
+    observed = procs.claim_observe(node_id, "obs").one(conn)
+    message_id = bytes([0xAB] * 32)
+    evidence = {"ccip_state": "FAILURE", "message_id": "0x" + message_id.hex(),
+                "source_chain": "test-a", "dest_chain": "test-b", "source_tx": tx_hash}  # fmt: skip
+    procs.complete_observe(node_id, observed.claim_secret, "PENDING", evidence).one(conn)
+
+    any2evm = (
+        (message_id, CCIP_SELECTOR_A, CCIP_SELECTOR_B, 1, 0),
+        encode(["address"], [SENDER]),
+        b"",
+        to_checksum_address(RECIPIENT),
+        0,
+        [(encode(["address"], [CCIP_ONRAMP]), to_checksum_address(CCIP_DEST_TOKEN), 180_000,
+          b"\x01" * 320, int(route.amount_units))],
+    )  # fmt: skip
+    report = (CCIP_SELECTOR_A, [any2evm], [[b"\x05" * 600]], [], 0)
+    data = _real_call(ccip("OffRamp"), "manuallyExecute", [[report], [[(0, [0])]]])
+    manual_hash, manual_raw = call(31402, 0, CCIP_OFFRAMP_B, data)
+    assert procs.record_ccip_manual_execution(
+        node_id, "0x" + message_id.hex(), "0x" + "4e" * 20, 0, manual_hash, manual_raw
+    ).one(conn)
 
 
 def test_bridge_call_problem_accepts_circles_deposit_for_burn(conn: Conn) -> None:
