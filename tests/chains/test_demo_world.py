@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from chain_support import anvil_or_skip, light_keystore
 from conftest import server_parent_dir
+from readme_session import run_readme_session
 from runner_helpers import assert_demo_sidecars, runner_env
 
 from qtg_runner.chains.local import free_port_base
@@ -55,10 +56,12 @@ def unexpected_log_lines(shown: str) -> list[str]:
 
 
 def test_the_demo_moves_real_usdc_again_and_again_and_after_a_stop() -> None:
-    """Three runs as a newcomer makes them: the first on a fresh server, the
-    second in a row (no ERROR, no warning to act on: nothing the demo did
-    itself reads as drift or takes a nonce), the third after `qtg world down`
-    and `qtg db stop` (the world starts afresh, and the demo's database with it)."""
+    """Three runs as a newcomer makes them: the first on a fresh server, then
+    README's five-minute session on what it left (tests/readme_session.py), the
+    second in a row (no ERROR, no warning to act on: nothing the demo or the
+    session did reads as drift or takes a nonce), the third after `qtg world
+    down` and `qtg db stop` (the world starts afresh, and the demo's database
+    with it)."""
     anvil_or_skip()
     parent = server_parent_dir()
     data_dir = parent / "pg18"
@@ -68,6 +71,10 @@ def test_the_demo_moves_real_usdc_again_and_again_and_after_a_stop() -> None:
     runs = []
     try:
         runs.append(demo_run(env, port_base))
+        assert runs[0].returncode == 0, runs[0].stdout + runs[0].stderr
+        # README's session as printed, on what this first run left; the gate
+        # as a newcomer's shell has it: unset
+        run_readme_session(parent, {k: v for k, v in env.items() if k != "MG_WORKERS_ENABLED"})
         runs.append(demo_run(env, port_base))
         for stop in (["world", "down"], ["db", "stop"]):
             done = subprocess.run([QTG, *stop], env=env, capture_output=True, timeout=120)
