@@ -881,6 +881,22 @@ def test_one_withdrawal_never_settles_two_nodes(db: Any, world: Any, exchange: E
         dispatch(db, exchange, dies_in("submit"))
     intent = intent_of(world, second)
     evidence = dict(paid["evidence"], request_id=intent["external_request_id"])
+    # the verdict as the runner login would report it: refused, nothing changed
+    conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "twin")
+    with psycopg.connect(conninfo, autocommit=True) as runner:
+        pin_clock(runner, "2099-01-01T00:00:00+00:00")  # the dead claim's lease ran out
+        [claim] = procs.claim_recovery_nodes("node_recovery", 16, 120).all(runner)
+        assert claim.node_id == second
+        before = node_row(world, second)
+        with pytest.raises(psycopg.Error) as refused:
+            runner.execute(
+                "SELECT complete_recovery(%s, %s, 'COMPLETED', %s::jsonb, %s)",
+                (second, claim.claim_secret, json.dumps(evidence), paid["external_ref"]),
+            )
+        assert refused.value.sqlstate == "QT032"
+        assert f"settled node {first} already" in str(refused.value)
+        assert node_row(world, second)["state"] == before["state"]
+        assert node_row(world, second)["external_ref"] is None
     for ref, refused in ((paid["external_ref"], True), ("a-withdrawal-nobody-holds", False)):
         problem = world.execute(
             "SELECT recovery_evidence_problem(%s, 'COMPLETED', %s::jsonb, %s)",
