@@ -11,6 +11,8 @@ import {
     MerkleRoot,
     MessageAndAttestation,
     PriceUpdates,
+    ReleaseOrMintInV1,
+    ReleaseOrMintOutV1,
     SourceChainConfig,
     SourceChainConfigArgs,
     SourceTokenDataPayload
@@ -432,12 +434,15 @@ contract CcipOffRamp {
             if (tokenGasOverrides.length != 0 && tokenGasOverrides[i] != 0) {
                 transfer.destGasAmount = tokenGasOverrides[i];
             }
-            _releaseOrMintSingleToken(transfer, message.receiver, message.header.sourceChainSelector, offchainTokenData[i]);
+            _releaseOrMintSingleToken(
+                transfer, message.sender, message.receiver, message.header.sourceChainSelector, offchainTokenData[i]
+            );
         }
     }
 
     function _releaseOrMintSingleToken(
         Any2EVMTokenTransfer memory transfer,
+        bytes memory originalSender,
         address receiver,
         uint64 sourceChainSelector,
         bytes memory offchainTokenData
@@ -448,8 +453,21 @@ contract CcipOffRamp {
         // back), or a caller short of gas could make a good message FAIL
         if (gasleft() < gasLimit + gasLimit / 63 + GAS_FOR_CALL_EXACT_CHECK) revert NotEnoughGasForCall();
         uint256 balancePre = token.balanceOf(receiver);
-        try this.releaseOrMint{gas: gasLimit}(transfer, sourceChainSelector, receiver, offchainTokenData) {}
-        catch (bytes memory err) {
+        uint256 released;
+        try this.releaseOrMint{gas: gasLimit}(
+            ReleaseOrMintInV1({
+                originalSender: originalSender,
+                remoteChainSelector: sourceChainSelector,
+                receiver: receiver,
+                sourceDenominatedAmount: transfer.amount,
+                localToken: transfer.destTokenAddress,
+                sourcePoolAddress: transfer.sourcePoolAddress,
+                sourcePoolData: transfer.extraData,
+                offchainTokenData: offchainTokenData
+            })
+        ) returns (ReleaseOrMintOutV1 memory out) {
+            released = out.destinationAmount;
+        } catch (bytes memory err) {
             if (err.length > MAX_RET_BYTES) {
                 assembly {
                     mstore(err, 132) // MAX_RET_BYTES
@@ -458,29 +476,35 @@ contract CcipOffRamp {
             revert TokenHandlingError(address(this), err);
         }
         uint256 balancePost = token.balanceOf(receiver);
-        if (balancePost < balancePre || balancePost - balancePre != transfer.amount) {
-            revert ReleaseOrMintBalanceMismatch(transfer.amount, balancePre, balancePost);
+        if (balancePost < balancePre || balancePost - balancePre != released) {
+            revert ReleaseOrMintBalanceMismatch(released, balancePre, balancePost);
         }
     }
 
-    /// @notice The USDC pool's releaseOrMint (USDCTokenPoolCCTPV2): the CCTP
-    /// message and attestation of the offchain token data, checked against the
-    /// source's payload, received by the chain's MessageTransmitterV2 (which
-    /// mints to the receiver). This contract only.
-    function releaseOrMint(
-        Any2EVMTokenTransfer memory transfer,
-        uint64 sourceChainSelector,
-        address receiver,
-        bytes memory offchainTokenData
-    ) external {
+    /// @notice The USDC pool's releaseOrMint (USDCTokenPoolCCTPV2's
+    /// signature): the CCTP message and attestation of the offchain token
+    /// data, checked against the source's payload (sourcePoolData), received
+    /// by the chain's MessageTransmitterV2, which mints to the receiver; the
+    /// amount released is the amount sent (USDC has 6 decimals on every
+    /// chain). Only this contract may call it: the double is its own pool,
+    /// where the real pool accepts the Router's OffRamps.
+    function releaseOrMint(ReleaseOrMintInV1 calldata releaseOrMintIn)
+        external
+        returns (ReleaseOrMintOutV1 memory)
+    {
         if (msg.sender != address(this)) revert CanOnlySelfCall();
-        if (keccak256(transfer.sourcePoolAddress) != keccak256(_enabledSource(sourceChainSelector).onRamp)) {
-            revert NotACompatiblePool(receiver);
+        if (releaseOrMintIn.localToken != address(token)) revert NotACompatiblePool(address(0));
+        if (
+            keccak256(releaseOrMintIn.sourcePoolAddress)
+                != keccak256(_enabledSource(releaseOrMintIn.remoteChainSelector).onRamp)
+        ) {
+            revert NotACompatiblePool(releaseOrMintIn.receiver);
         }
-        MessageAndAttestation memory given = abi.decode(offchainTokenData, (MessageAndAttestation));
-        SourceTokenDataPayload memory payload = abi.decode(transfer.extraData, (SourceTokenDataPayload));
+        MessageAndAttestation memory given = abi.decode(releaseOrMintIn.offchainTokenData, (MessageAndAttestation));
+        SourceTokenDataPayload memory payload = abi.decode(releaseOrMintIn.sourcePoolData, (SourceTokenDataPayload));
         _validateMessage(given.message, payload);
         if (!messageTransmitter.receiveMessage(given.message, given.attestation)) revert UnlockingUSDCFailed();
+        return ReleaseOrMintOutV1({destinationAmount: releaseOrMintIn.sourceDenominatedAmount});
     }
 
     function _validateMessage(bytes memory usdcMessage, SourceTokenDataPayload memory sourceTokenData)

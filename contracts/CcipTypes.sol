@@ -177,6 +177,24 @@ struct SourceTokenDataPayload {
     uint32 minFinalityThreshold;
 }
 
+/// @notice Pool.ReleaseOrMintInV1: what the OffRamp hands a token pool's
+/// releaseOrMint for one transfer.
+struct ReleaseOrMintInV1 {
+    bytes originalSender;
+    uint64 remoteChainSelector;
+    address receiver;
+    uint256 sourceDenominatedAmount;
+    address localToken;
+    bytes sourcePoolAddress;
+    bytes sourcePoolData;
+    bytes offchainTokenData;
+}
+
+/// @notice Pool.ReleaseOrMintOutV1: what the pool released, in local units.
+struct ReleaseOrMintOutV1 {
+    uint256 destinationAmount;
+}
+
 /// The USDC pool's offchain token data on the destination: the CCTP message
 /// as attested and its attestation (USDCTokenPool.MessageAndAttestation).
 struct MessageAndAttestation {

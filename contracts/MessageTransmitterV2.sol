@@ -36,7 +36,7 @@ contract MessageTransmitterV2 {
     address public immutable owner;
     address public tokenMessenger;
     uint256 public signatureThreshold;
-    uint256 public enabledAttesterCount;
+    uint256 private _enabledAttesterCount;
 
     mapping(address => bool) public isEnabledAttester;
     mapping(bytes32 => uint256) public usedNonces;
@@ -78,21 +78,25 @@ contract MessageTransmitterV2 {
         require(attester != address(0), "New attester must be nonzero");
         require(!isEnabledAttester[attester], "Attester already enabled");
         isEnabledAttester[attester] = true;
-        enabledAttesterCount += 1;
+        _enabledAttesterCount += 1;
         emit AttesterEnabled(attester);
     }
 
     function disableAttester(address attester) external onlyOwner {
         require(isEnabledAttester[attester], "Attester already disabled");
-        require(enabledAttesterCount > signatureThreshold, "Signature threshold is too low");
+        require(_enabledAttesterCount > signatureThreshold, "Signature threshold is too low");
         isEnabledAttester[attester] = false;
-        enabledAttesterCount -= 1;
+        _enabledAttesterCount -= 1;
         emit AttesterDisabled(attester);
+    }
+
+    function getNumEnabledAttesters() external view returns (uint256) {
+        return _enabledAttesterCount;
     }
 
     function setSignatureThreshold(uint256 threshold) external onlyOwner {
         require(threshold > 0, "Invalid signature threshold");
-        require(threshold <= enabledAttesterCount, "New signature threshold too high");
+        require(threshold <= _enabledAttesterCount, "New signature threshold too high");
         require(threshold != signatureThreshold, "Signature threshold already set");
         emit SignatureThresholdUpdated(signatureThreshold, threshold);
         signatureThreshold = threshold;

@@ -21,14 +21,13 @@ doubles must match.
                      @circle-fin/provider-cctp-v2; the message layout table of
                      Circle's IMessageTransmitter as @chainlink/contracts-ccip
                      2.0.0 ships it
+    CCTP v2.1        what Circle publishes on GitHub only (v2.1's minimum fee,
+                     TokenMinterV2): the entries we use, recorded in
+                     CIRCLE_GITHUB with the file and commit they were read at
 
 Where node_modules is missing (no npm on the machine) every test skips with
 SKIP_REASON; a package missing from a node_modules that exists is a failure
 (`make install` is behind).
-
-Known mismatches that another part of issue 38 is fixing are marked with
-``known(protocol, what)``: a strict xfail that fails once the mismatch is gone,
-so the mark is removed with the fix. PARTS says which part owns which protocol.
 """
 
 from __future__ import annotations
@@ -56,9 +55,6 @@ SKIP_REASON = (
     "`make install` installs them from npm"
 )
 
-PARTS = {"stargate": 2, "ccip": 3, "cctp": 4}
-"""The part of issue 38 that owns each protocol's fixes (executors, SQL, doubles)."""
-
 STARGATE = "@stargatefinance/stg-evm-v2"
 CCIP = "@chainlink/contracts-ccip-1.6"
 CCIP_2 = "@chainlink/contracts-ccip"
@@ -69,14 +65,6 @@ CIRCLE_ABI_PACKAGE = "@circle-fin/adapter-viem-v2"
 """Where Circle publishes the CCTP v2 contract ABIs on npm today (its
 messageTransmitterV2Abi and tokenMessengerV2Abi): @circle-fin/provider-cctp-v2
 carries none, only the response types."""
-
-
-def known(protocol: str, what: str) -> pytest.MarkDecorator:
-    """A strict xfail for a mismatch part PARTS[protocol] of issue 38 is fixing:
-    only an AssertionError (the comparison) counts as the expected failure."""
-    return pytest.mark.xfail(
-        strict=True, raises=AssertionError, reason=f"issue 38 part {PARTS[protocol]}: {what}"
-    )
 
 
 def node_modules() -> Path:
@@ -296,6 +284,17 @@ def _circle_abis() -> dict[str, tuple[str, str, tuple[dict[str, Any], ...]]]:
     return found
 
 
+@functools.cache
+def circle_npm_contracts() -> frozenset[str]:
+    """The contracts whose ABI an installed @circle-fin package exports
+    (``const tokenMessengerV2Abi = [`` gives TokenMessengerV2)."""
+    names = set()
+    for index in (node_modules() / "@circle-fin").glob("*/index.mjs"):
+        for const in re.findall(r"\bconst (\w+)Abi = \[", index.read_text()):
+            names.add(const[0].upper() + const[1:])
+    return frozenset(names)
+
+
 def circle_abi_problem() -> str | None:
     """Why Circle's contract ABIs cannot be read, or None when they can."""
     missing = {"MessageTransmitterV2", "TokenMessengerV2"} - set(_circle_abis())
@@ -318,6 +317,103 @@ def circle(name: str) -> Contract:
         pytest.skip(f"Circle's contract ABIs are not installed: {problem}")
     package, version, abi = _circle_abis()[name]
     return Contract(name, package, version, abi)
+
+
+# -- what Circle publishes on GitHub only -------------------------------------------------
+
+CIRCLE_REPO = "github.com/circlefin/evm-cctp-contracts"
+
+
+@dataclass(frozen=True)
+class GithubAbi:
+    """Entries of a Circle ABI that no npm package carries, as the file at
+    ``path`` in CIRCLE_REPO at ``commit`` gives them (each as ``described``
+    prints it): recorded here, since a test cannot reach GitHub. Only the
+    entries a double or a client of ours names; ``npm`` is the installed
+    contract the entries extend (they must be absent from it: once Circle
+    ships them on npm the test reads them there and the record goes)."""
+
+    name: str
+    path: str
+    commit: str
+    npm: str | None
+    entries: tuple[str, ...]
+
+
+CIRCLE_GITHUB = {
+    # v2.1's minimum fee ("standard fee switch"), in TokenMessengerV2 and its
+    # BaseTokenMessenger; Circle's npm ABIs (adapter-viem-v2) are v2.0's
+    "TokenMessengerV2 v2.1": GithubAbi(
+        "TokenMessengerV2 v2.1",
+        "docs/abis/cctp/v2.1/TokenMessengerV2.json",
+        "3decba91696c584821af689623fd3cdf466de5e5",
+        "TokenMessengerV2",
+        (
+            "function MIN_FEE_MULTIPLIER() returns (uint256)",
+            "function getMinFeeAmount(uint256) returns (uint256)",
+            "function minFee() returns (uint256)",
+            "function minFeeController() returns (address)",
+            "function setMinFee(uint256) returns ()",
+            "function setMinFeeController(address) returns ()",
+            "event MinFeeControllerSet(address) indexed []",
+            "event MinFeeSet(uint256) indexed []",
+        ),
+    ),
+    # the minter TokenMessengerV2 mints and burns through (its localMinter);
+    # the same in v2 and v2.1
+    "TokenMinterV2": GithubAbi(
+        "TokenMinterV2",
+        "docs/abis/cctp/v2/TokenMinterV2.json",
+        "49a5e83fb69deee992bf65c6874ed4b12515d3ab",
+        None,
+        (
+            "function burnLimitsPerMessage(address) returns (uint256)",
+            "function linkTokenPair(address,uint32,bytes32) returns ()",
+            "function remoteTokensToLocalTokens(bytes32) returns (address)",
+            "function setMaxBurnAmountPerMessage(address,uint256) returns ()",
+            "event SetBurnLimitPerMessage(address,uint256) indexed [0]",
+            "event TokenPairLinked(address,uint32,bytes32) indexed []",
+        ),
+    ),
+}
+
+_DESCRIBED = re.compile(
+    r"^(function|event) (\w+)\(([\w,\[\]]*)\)"
+    r"(?: indexed \[([\d, ]*)\])?( payable)?(?: returns \(([\w,\[\]]*)\))?$"
+)
+
+
+def _entry(text: str) -> dict[str, Any]:
+    """The ABI entry ``described`` prints as ``text`` (no tuples)."""
+    match = _DESCRIBED.match(text)
+    assert match is not None, f"not a described entry: {text!r}"
+    kind, name, inputs, indexed, payable, outputs = match.groups()
+    marked = {int(i) for i in indexed.split(",") if i.strip()} if indexed else set()
+    params = [
+        {"name": "", "type": t, **({"indexed": i in marked} if kind == "event" else {})}
+        for i, t in enumerate(inputs.split(",") if inputs else [])
+    ]
+    entry: dict[str, Any] = {"type": kind, "name": name, "inputs": params}
+    if kind == "function":
+        entry["outputs"] = [
+            {"name": "", "type": t} for t in (outputs.split(",") if outputs else [])
+        ]
+        entry["stateMutability"] = "payable" if payable else "nonpayable"
+    else:
+        entry["anonymous"] = False
+    assert described(entry) == text, (described(entry), text)
+    return entry
+
+
+def circle_github(name: str) -> Contract:
+    """The recorded entries of CIRCLE_GITHUB[name], as a contract."""
+    record = CIRCLE_GITHUB[name]
+    return Contract(
+        name,
+        f"{CIRCLE_REPO} {record.path}",
+        record.commit[:12],
+        tuple(_entry(text) for text in record.entries),
+    )
 
 
 @functools.cache

@@ -9,9 +9,14 @@ lists it, double by double, each entry with the reason it is the double's own,
 and holds it to that: an OWN entry the real contract also names is not the
 double's own but a real entry that must match, and one the double no longer
 exposes is taken out. Everything else a double exposes claims to be the real
-contract's: a mismatch there is listed in KNOWN when another part of issue 38
-owns it, as a strict xfail; a fixed one whose mark stays fails
-test_every_known_mismatch_is_still_there."""
+contract's and must match it.
+
+A double may stand for more than one real contract where the local world
+folds them into one: TokenMessengerV2 with its TokenMinterV2 (the minter's
+token pairs and burn limits), CcipOffRamp with Chainlink's USDC pool
+(releaseOrMint). Where Circle publishes an ABI on GitHub only (v2.1's
+minimum fee, TokenMinterV2), the entries are read from its record in
+conformance_abis.CIRCLE_GITHUB, which names the file and commit."""
 
 from __future__ import annotations
 
@@ -26,29 +31,37 @@ from conformance_abis import (
     ccip,
     ccip_v1_5,
     circle,
+    circle_github,
     described,
-    known,
     signature,
     usdc,
 )
 
 BUILD = REPO / "contracts" / "build"
 
-REAL: dict[str, tuple[str | None, Callable[[], list[Contract]]]] = {
-    "MessageTransmitterV2": ("cctp", lambda: [circle("MessageTransmitterV2")]),
-    "TokenMessengerV2": ("cctp", lambda: [circle("TokenMessengerV2")]),
-    "CcipRouter": ("ccip", lambda: [ccip("Router")]),
-    "CcipOnRamp": ("ccip", lambda: [ccip("OnRamp")]),
-    "CcipOffRamp": ("ccip", lambda: [ccip("OffRamp")]),
-    "CcipEvm2EvmOnRamp": ("ccip", lambda: [ccip_v1_5("evm_2_evm_onramp")]),
-    "CcipEvm2EvmOffRamp": ("ccip", lambda: [ccip_v1_5("evm_2_evm_offramp")]),
-    "ICctpMessageTransmitterV2": ("cctp", lambda: [circle("MessageTransmitterV2")]),
-    "ICctpTokenMessengerV2": ("cctp", lambda: [circle("TokenMessengerV2")]),
-    "IEVM2AnyOnRampClient": ("ccip", lambda: [ccip("OnRamp")]),
-    "MockUSDC": (None, lambda: [usdc()]),
+
+def _messenger() -> list[Contract]:
+    return [
+        circle("TokenMessengerV2"),
+        circle_github("TokenMessengerV2 v2.1"),
+        circle_github("TokenMinterV2"),
+    ]
+
+
+REAL: dict[str, Callable[[], list[Contract]]] = {
+    "MessageTransmitterV2": lambda: [circle("MessageTransmitterV2")],
+    "TokenMessengerV2": _messenger,
+    "CcipRouter": lambda: [ccip("Router")],
+    "CcipOnRamp": lambda: [ccip("OnRamp")],
+    "CcipOffRamp": lambda: [ccip("OffRamp"), ccip("USDCTokenPoolCCTPV2")],
+    "CcipEvm2EvmOnRamp": lambda: [ccip_v1_5("evm_2_evm_onramp")],
+    "CcipEvm2EvmOffRamp": lambda: [ccip_v1_5("evm_2_evm_offramp")],
+    "ICctpMessageTransmitterV2": lambda: [circle("MessageTransmitterV2")],
+    "ICctpTokenMessengerV2": _messenger,
+    "IEVM2AnyOnRampClient": lambda: [ccip("OnRamp")],
+    "MockUSDC": lambda: [usdc()],
 }
-"""Each double: the protocol whose part of issue 38 owns it (None: no part) and
-the real contracts it stands for."""
+"""Each double and the real contracts it stands for."""
 
 ABSENT = "absent (the double's own control surface goes into OWN, with its reason)"
 
@@ -97,43 +110,6 @@ OWN: dict[str, dict[str, str]] = {
 """Each double's own additions, by double and entry name, with the reason it
 is the double's own: none of them is the real contract's."""
 
-_MIN_FEE = (
-    "v2.1's minimum fee, as the double names it; Circle's installed "
-    "TokenMessengerV2 ABI has no minimum fee"
-)
-_MINTER = "TokenMinterV2's (folded in), not TokenMessengerV2's"
-
-KNOWN: dict[str, dict[str, str]] = {
-    "CcipOffRamp": {
-        "releaseOrMint": "the folded-in USDC pool's releaseOrMint(Any2EVMTokenTransfer,"
-        "uint64,address,bytes), self-call only; the real USDCTokenPoolCCTPV2's is "
-        "releaseOrMint(ReleaseOrMintInV1) returns (ReleaseOrMintOutV1), 0x39077537, "
-        "on the pool",
-    },
-    "MessageTransmitterV2": {
-        "enabledAttesterCount": "Circle's is getNumEnabledAttesters()",
-    },
-    "TokenMessengerV2": {
-        "MinFeeControllerSet": _MIN_FEE,
-        "MinFeeSet": _MIN_FEE,
-        "MIN_FEE_MULTIPLIER": _MIN_FEE,
-        "getMinFeeAmount": _MIN_FEE,
-        "minFee": _MIN_FEE,
-        "minFeeController": _MIN_FEE,
-        "setMinFee": _MIN_FEE,
-        "setMinFeeController": _MIN_FEE,
-        "SetBurnLimitPerMessage": _MINTER,
-        "TokenPairLinked": _MINTER,
-        "burnLimitsPerMessage": _MINTER,
-        "linkTokenPair": _MINTER,
-        "remoteTokensToLocalTokens": _MINTER,
-        "setMaxBurnAmountPerMessage": _MINTER,
-    },
-}
-"""Mismatches of the doubles that the owning part of issue 38 is fixing, by
-double and entry name: entries that claim to be the real contract's and are
-not (absent from it, or different)."""
-
 
 def doubles() -> dict[str, list[dict[str, Any]]]:
     """Each compiled double's functions and events, by contract name."""
@@ -147,14 +123,11 @@ def doubles() -> dict[str, list[dict[str, Any]]]:
 
 
 def _cases() -> list[Any]:
-    cases = []
-    for double, entries in doubles().items():
-        owner = REAL.get(double, (None, None))[0]
-        for entry in entries:
-            what = KNOWN.get(double, {}).get(entry["name"])
-            marks = [known(owner, f"{double}.{entry['name']}: {what}")] if owner and what else []
-            cases.append(pytest.param(double, entry, marks=marks, id=f"{double}.{entry['name']}"))
-    return cases
+    return [
+        pytest.param(double, entry, id=f"{double}.{entry['name']}")
+        for double, entries in doubles().items()
+        for entry in entries
+    ]
 
 
 def struct_names(param: dict[str, Any]) -> Any:
@@ -169,7 +142,7 @@ def test_the_double_exposes_only_the_real_contracts_functions_and_events(
     double: str, entry: dict[str, Any]
 ) -> None:
     assert double in REAL, f"contracts/build/{double}.json: REAL names no real contract for it"
-    reals = REAL[double][1]()
+    reals = REAL[double]()
     own = OWN.get(double, {}).get(entry["name"])
     if own is not None:
         named = [
@@ -196,39 +169,13 @@ def test_the_double_exposes_only_the_real_contracts_functions_and_events(
     )
 
 
-def test_every_known_mismatch_is_still_there() -> None:
-    """A mark in KNOWN whose entry the double no longer exposes, or now exposes
-    as the real contract does, has done its work: take it out."""
-    present = doubles()
-    stale = []
-    for double, names in KNOWN.items():
-        try:
-            reals: list[Contract] | None = REAL[double][1]()
-        except pytest.skip.Exception:
-            reals = None  # its real contract is not installed: judged by presence alone
-        for name in names:
-            entries = [e for e in present.get(double, []) if e["name"] == name]
-            real = {
-                described(e)
-                for r in reals or []
-                for x in entries
-                for e in r.entries(x["type"], name)
-            }
-            if not entries or (reals is not None and all(described(e) in real for e in entries)):
-                stale.append(f"{double}.{name}")
-    assert not stale, f"fixed, remove from KNOWN: {stale}"
-
-
 def test_every_own_addition_is_the_doubles_and_still_there() -> None:
-    """OWN names only entries the double exposes, none also a known mismatch,
-    each with its reason."""
+    """OWN names only entries the double exposes, each with its reason."""
     present = doubles()
-    stale, twice, unexplained = [], [], []
+    stale, unexplained = [], []
     for double, names in OWN.items():
         exposed = {e["name"] for e in present.get(double, [])}
         stale += [f"{double}.{n}" for n in names if n not in exposed]
-        twice += [f"{double}.{n}" for n in names if n in KNOWN.get(double, {})]
         unexplained += [f"{double}.{n}" for n, why in names.items() if not why.strip()]
     assert not stale, f"no longer exposed, remove from OWN: {stale}"
-    assert not twice, f"in OWN and in KNOWN: {twice}"
     assert not unexplained, f"OWN gives no reason for {unexplained}"

@@ -17,10 +17,14 @@ from typing import Any
 import httpx
 import pytest
 from conformance_abis import (
+    CIRCLE_GITHUB,
     CIRCLE_PROVIDER,
+    circle,
     circle_abi_problem,
     circle_example_attestation,
+    circle_github,
     circle_layouts,
+    circle_npm_contracts,
     circle_type,
     node_modules,
 )
@@ -50,6 +54,30 @@ def test_circle_contract_abis_are_installed() -> None:
     node_modules()
     problem = circle_abi_problem()
     assert problem is None, problem
+
+
+@pytest.mark.parametrize("record", sorted(CIRCLE_GITHUB))
+def test_what_circle_publishes_on_github_only_is_not_on_npm(record: str) -> None:
+    """Each entry recorded from Circle's GitHub extends an installed contract
+    that lacks it: where Circle's npm ABI names one, the test reads it there,
+    and the record is taken out."""
+    extends = CIRCLE_GITHUB[record].npm
+    if extends is None:
+        assert "TokenMinterV2" not in circle_npm_contracts(), (
+            f"Circle now ships {record} on npm: read it there, remove the record"
+        )
+        return
+    installed = circle(extends)
+    shipped = [
+        text
+        for text, entry in zip(
+            CIRCLE_GITHUB[record].entries, circle_github(record).abi, strict=True
+        )
+        if installed.entries(entry["type"], entry["name"])
+    ]
+    assert not shipped, (
+        f"{installed} now names {shipped}: read them there, remove them from {record}"
+    )
 
 
 @pytest.mark.parametrize("layout", ["message", "burn body"])
