@@ -22,6 +22,7 @@ from dataclasses import asdict
 from typing import Any
 
 import pytest
+from conftest import TestDatabase
 from engine import assert_rejected, create_started, node, node_ids, pin_clock, plan
 from eth_abi.abi import decode, encode
 from evm_rows import call, register_transfers
@@ -37,6 +38,7 @@ from qtg_runner.chains.ccip import (
 )
 from qtg_runner.chains.evm import Fees
 from qtg_runner.db import procs
+from qtg_runner.db.migrate import MigrationError, applied_migrations, migrate, rollback
 from qtg_runner.executors.ccip import CcipExecutor, _Route
 
 SOURCE, DEST = "test-a", "test-b"
@@ -413,16 +415,50 @@ def test_a_manual_execution_is_recorded_for_a_stranded_send_once_per_attempt(con
 
 def test_a_stranded_send_on_a_v1_5_lane_is_left_to_an_operator(conn: Conn) -> None:
     """The reaper executes v1.6 OffRamps: a send stranded on a v1.5 lane is
-    not listed, and no manual execution is recorded for it."""
+    not listed, and no manual execution is recorded for it; stuck_nodes tells
+    the operator it is theirs to execute (on a v1.6 lane, the reaper's)."""
     register(conn)
     node_id = stranded(conn)
+    stuck = "SELECT reason FROM stuck_nodes WHERE node_id = %s"
+    [(reason,)] = conn.execute(stuck, (node_id,)).fetchall()
+    assert reason.startswith("CCIP execution FAILED") and "stranded reaper's manual" in reason
     procs.upsert_ccip_lane(SOURCE, DEST, "1.5", onramp="0x" + "15" * 20, offramp=OFFRAMP_B).one(
         conn
     )
     assert procs.ccip_stranded_sends(10).all(conn) == []
+    [(reason,)] = conn.execute(stuck, (node_id,)).fetchall()
+    assert "not a v1.6 lane" in reason and "manuallyExecute" in reason, reason
     first = manual(0)
     assert_rejected(
         conn, "QT014",
         "SELECT record_ccip_manual_execution(%s, %s, %s, %s, %s, %s)",
         (node_id, MESSAGE, "0x" + "4e" * 20, 0, first[0], first[1]),
     )  # fmt: skip
+
+
+def test_an_upgrade_waits_for_sends_the_previous_version_prepared(
+    db: TestDatabase, conn: Conn
+) -> None:
+    """A send prepared by a version before the lanes has no ccip_version in its
+    payload: the new runners could not observe or recover it, so migrating
+    past 0055 is refused (55000, naming the node) and changes nothing, until
+    no unfinished node holds such an intent."""
+    register(conn)
+    c = ccip_nodes(conn, "u")["u"]
+    tx_hash, raw = send(0)
+    payload = json.dumps(honest_payload(conn, c["node_id"]))
+    conn.execute(
+        RECORD, (c["node_id"], c["claim_secret"], 0, tx_hash, payload, SOURCE, SENDER, raw)
+    )
+    procs.complete_submit(c["node_id"], c["claim_secret"], tx_hash).one(conn)
+    guard = applied_migrations(db.dsn)[-1]
+    assert guard == "0055_upgrade_in_flight_guard"
+    assert rollback(db.dsn, 1) == [guard]
+    old = "UPDATE node_intents SET prepared_payload = prepared_payload {} WHERE node_id = %s"
+    conn.execute(old.format("- 'ccip_version'"), (c["node_id"],))
+    refused = rf"upgrade refused on network testnet.*: {c['node_id']} \(ccip, SUBMITTED\)"
+    with pytest.raises(MigrationError, match=refused):
+        migrate(db.dsn)
+    assert guard not in applied_migrations(db.dsn)
+    conn.execute(old.format('|| \'{"ccip_version": "1.6"}\''), (c["node_id"],))
+    assert migrate(db.dsn).applied == [guard]

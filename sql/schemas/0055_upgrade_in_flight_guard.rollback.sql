@@ -1,0 +1,2 @@
+-- 0055 changes nothing (a check before the upgrade): nothing to undo.
+SELECT 1;
