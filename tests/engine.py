@@ -289,11 +289,16 @@ def assert_rejected(
     query: str,
     params: Sequence[Any] = (),
     tables: Sequence[str] | None = None,
+    *,
+    watcher: psycopg.Connection[Any] | None = None,
 ) -> psycopg.Error:
     """Run ``query`` on an autocommit connection and expect it to fail with
-    ``sqlstate`` and to leave every table (see ``snapshot``) as it was.
+    ``sqlstate`` and to leave every table (see ``snapshot``) as it was, as
+    ``watcher`` reads them (default ``conn``; a login that may not read the
+    tables, a runner's, is watched by the test's superuser connection).
     Returns the error, for checks on its message."""
-    before = snapshot(conn) if tables is None else snapshot(conn, tables)
+    watch = watcher or conn
+    before = snapshot(watch) if tables is None else snapshot(watch, tables)
     try:
         conn.execute(query, params)
     except psycopg.Error as exc:
@@ -301,7 +306,7 @@ def assert_rejected(
         error = exc
     else:
         raise AssertionError(f"expected {sqlstate}, but the call succeeded: {query} {params}")
-    after = snapshot(conn) if tables is None else snapshot(conn, tables)
+    after = snapshot(watch) if tables is None else snapshot(watch, tables)
     assert after == before, f"a call rejected with {sqlstate} changed the tables"
     return error
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from conftest import TestDatabase
-from engine import assert_rejected, create_started, node, node_ids, pin_clock, plan
+from engine import assert_rejected, bind, create_started, node, node_ids, pin_clock, plan
 from eth_abi.abi import decode, encode
 from evm_rows import call, register_transfers
 from rows import Conn, iso_at
@@ -89,13 +89,23 @@ def register(conn: Conn, lane: bool = True) -> None:
         ).one(conn)
 
 
-def ccip_nodes(conn: Conn, keys: str, to: str = RECEIVER) -> dict[str, dict[str, Any]]:
+@pytest.fixture
+def runner(db: TestDatabase) -> Conn:
+    """The runner login's connection, the one a dispatcher holds."""
+    return bind(db.connect(db.runner_dsn("testnet")))
+
+
+def ccip_nodes(
+    conn: Conn, keys: str, to: str = RECEIVER, claimer: Conn | None = None
+) -> dict[str, dict[str, Any]]:
+    """The ccip nodes ``keys``, started and claimed (by ``claimer``, default ``conn``)."""
     config = {"chain": SOURCE, "destination_chain": DEST, "from": SENDER, "to": to}
     movement = create_started(
         conn, plan(*(node(k, [], CcipExecutor.key, "ccip", **config) for k in keys)), "m-" + keys
     )
     ids = node_ids(conn, movement)
-    claimed = {c.node_id: asdict(c) for c in procs.claim_ready_nodes("w1", 100, 300).all(conn)}
+    claims = procs.claim_ready_nodes("w1", 100, 300).all(claimer or conn)
+    claimed = {c.node_id: asdict(c) for c in claims}
     return {key: claimed[node_id] for key, node_id in ids.items()}
 
 
@@ -120,14 +130,17 @@ def honest_payload(conn: Conn, node_id: int, quote: int = QUOTE) -> dict[str, An
 
 
 def test_a_ccip_node_records_only_its_routes_token_only_send_paying_quote_and_margin(
-    conn: Conn,
+    conn: Conn, runner: Conn
 ) -> None:
+    """Played with the runner login: the signed bytes of another receiver,
+    amount, contract, destination, gas limit or fee are refused beside the
+    honest payload, and nothing changes."""
     register(conn)
-    c = ccip_nodes(conn, "abcdefghijk")
+    c = ccip_nodes(conn, "abcdefghijk", claimer=runner)
 
     def args(key: str, nonce: int, signed: tuple[str, str], quote: int = QUOTE) -> tuple[Any, ...]:
         node_id = c[key]["node_id"]
-        payload = json.dumps(honest_payload(conn, node_id, quote))
+        payload = json.dumps(honest_payload(runner, node_id, quote))
         return (
             node_id,
             c[key]["claim_secret"],
@@ -139,7 +152,7 @@ def test_a_ccip_node_records_only_its_routes_token_only_send_paying_quote_and_ma
             signed[1],
         )
 
-    conn.execute(RECORD, args("a", 0, send(0)))
+    runner.execute(RECORD, args("a", 0, send(0)))
     refused = [
         send(1, receiver="0x" + "e5" * 20),  # allowed on the source, not where it lands
         send(1, units=UNITS + 1),
@@ -151,17 +164,19 @@ def test_a_ccip_node_records_only_its_routes_token_only_send_paying_quote_and_ma
         send(1, value=10**18 + 1),
     ]
     for key, signed in zip("bcdefghi", refused, strict=True):
-        assert_rejected(conn, "QT032", RECORD, args(key, 1, signed))
+        assert_rejected(runner, "QT032", RECORD, args(key, 1, signed), watcher=conn)
     # a quote whose margin passes the lane's cap of 1 ether: refused too
     big = 10**18 - 10**15
     assert_rejected(
-        conn, "QT032", RECORD, args("j", 1, send(1, value=fee_with_margin(big, 1000)), big)
-    )
+        runner, "QT032", RECORD, args("j", 1, send(1, value=fee_with_margin(big, 1000)), big),
+        watcher=conn,
+    )  # fmt: skip
     # bytes without the quote they pay: nothing to hold the fee to
     bare = send(1)
     error = assert_rejected(
-        conn, "QT032", RECORD_BARE,
+        runner, "QT032", RECORD_BARE,
         (c["k"]["node_id"], c["k"]["claim_secret"], 1, bare[0], SOURCE, SENDER, bare[1]),
+        watcher=conn,
     )  # fmt: skip
     assert "ccip_fee" in str(error)
     assert procs.evm_next_nonce(SOURCE, SENDER).one(conn) == 1
@@ -257,24 +272,28 @@ def test_the_admin_records_a_lane_with_its_version_ramps_and_fee_rule(conn: Conn
     ],
     ids=lambda f: next(iter(f)),
 )
-def test_a_ccip_payload_is_its_route_or_refused(conn: Conn, forged: dict[str, Any]) -> None:
+def test_a_ccip_payload_is_its_route_or_refused(
+    conn: Conn, runner: Conn, forged: dict[str, Any]
+) -> None:
     """The payload recovery and observation read (where to look for the
     message, which RPC and signer NAMES to use) is the route's, with the
-    honest signed send beside it: a forged field is refused and named."""
+    honest signed send beside it: a forged field, recorded by the runner
+    login, is refused and named, and nothing changes."""
     register(conn)
-    c = ccip_nodes(conn, "a")["a"]
+    c = ccip_nodes(conn, "a", claimer=runner)["a"]
     tx_hash, raw = send(0)
-    payload = honest_payload(conn, c["node_id"]) | forged
+    payload = honest_payload(runner, c["node_id"]) | forged
     error = assert_rejected(
-        conn, "QT032" if "gas" not in forged else "QT002", RECORD,
+        runner, "QT032" if "gas" not in forged else "QT002", RECORD,
         (c["node_id"], c["claim_secret"], 0, tx_hash, json.dumps(payload), SOURCE, SENDER, raw),
+        watcher=conn,
     )  # fmt: skip
     assert next(iter(forged)) in str(error)
-    conn.execute(
+    runner.execute(
         RECORD,
         (
             c["node_id"], c["claim_secret"], 0, tx_hash,
-            json.dumps(honest_payload(conn, c["node_id"])), SOURCE, SENDER, raw,
+            json.dumps(honest_payload(runner, c["node_id"])), SOURCE, SENDER, raw,
         ),
     )  # fmt: skip
 
@@ -361,10 +380,15 @@ def two_reports(nonce: int) -> tuple[str, str]:
     return call(DEST_ID, nonce, OFFRAMP_B, data)
 
 
-def test_a_manual_execution_is_recorded_for_a_stranded_send_once_per_attempt(conn: Conn) -> None:
+def test_a_manual_execution_is_recorded_for_a_stranded_send_once_per_attempt(
+    conn: Conn, runner: Conn
+) -> None:
+    """Played with the runner login, as the stranded reaper holds it: only the
+    stranded message's one-report manual execution on the lane's OffRamp is
+    recorded, once per attempt, each attempt naming the newest."""
     register(conn)
     node_id = stranded(conn)
-    (row,) = procs.ccip_stranded_sends(10).all(conn)
+    (row,) = procs.ccip_stranded_sends(10).all(runner)
     assert (row.node_id, row.message_id, row.dest_offramp, row.attempts) == (
         node_id,
         MESSAGE,
@@ -384,27 +408,29 @@ def test_a_manual_execution_is_recorded_for_a_stranded_send_once_per_attempt(con
         two_reports(0),
     ):
         assert_rejected(
-            conn, "QT002",
+            runner, "QT002",
             "SELECT record_ccip_manual_execution(%s, %s, %s, %s, %s, %s)",
             (node_id, MESSAGE, keeper, 0, bad[0], bad[1]),
+            watcher=conn,
         )  # fmt: skip
     assert procs.record_ccip_manual_execution(node_id, MESSAGE, keeper, 0, first[0], first[1]).one(
-        conn
+        runner
     )
     # the same again changes nothing
     assert not procs.record_ccip_manual_execution(
         node_id, MESSAGE, keeper, 0, first[0], first[1]
-    ).one(conn)
+    ).one(runner)
     # a second attempt must name the newest: another reaper's is refused
     second = manual(1)
     assert_rejected(
-        conn, "QT021",
+        runner, "QT021",
         "SELECT record_ccip_manual_execution(%s, %s, %s, %s, %s, %s)",
         (node_id, MESSAGE, keeper, 1, second[0], second[1]),
+        watcher=conn,
     )  # fmt: skip
     assert procs.record_ccip_manual_execution(
         node_id, MESSAGE, keeper, 1, second[0], second[1], first[0]
-    ).one(conn)
+    ).one(runner)
     (row,) = procs.ccip_stranded_sends(10).all(conn)
     assert [a["tx_hash"] for a in row.attempts] == [first[0], second[0]]
     audit = conn.execute(

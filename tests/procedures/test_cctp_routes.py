@@ -21,7 +21,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from engine import approve, assert_rejected, create, node, node_ids, pin_clock, plan
+from conftest import TestDatabase
+from engine import approve, assert_rejected, bind, create, node, node_ids, pin_clock, plan
 from evm_rows import FEES, call
 from rows import Conn, recovery_claims
 
@@ -193,12 +194,20 @@ RECORD = (
 )
 
 
-def claimed(registry: Conn, external_id: str, **kw: Any) -> dict[str, Any]:
-    """A started movement's claimed burn, with its route."""
+@pytest.fixture
+def runner(db: TestDatabase) -> Conn:
+    """The runner login's connection, the one a dispatcher holds."""
+    return bind(db.connect(db.runner_dsn("testnet")))
+
+
+def claimed(
+    registry: Conn, external_id: str, claimer: Conn | None = None, **kw: Any
+) -> dict[str, Any]:
+    """A started movement's burn, claimed by ``claimer`` (default ``registry``)."""
     ids = movement(registry, external_id, **kw)
     approve(registry, next(iter(ids_of_movement(registry, ids["burn"]))))
     procs.start_approved_movements(1000).one(registry)
-    [claim] = procs.claim_ready_nodes("w1", 1, 300).all(registry)
+    [claim] = procs.claim_ready_nodes("w1", 1, 300).all(claimer or registry)
     assert claim.node_id == ids["burn"]
     return {"ids": ids, "secret": claim.claim_secret}
 
@@ -238,26 +247,27 @@ def burn_call(route: Any, **change: Any) -> bytes:
     ids=lambda f: next(iter(f)),
 )
 def test_a_burn_records_only_its_routes_deposit_for_burn(
-    registry: Conn, forged: dict[str, Any]
+    registry: Conn, runner: Conn, forged: dict[str, Any]
 ) -> None:
     """The signed bytes of a burn are read in SQL: depositForBurn of the route's
     amount to its mint recipient on its destination domain, byte for byte, on
     its TokenMessengerV2. Another recipient, domain, amount, fee cap, finality,
     destination caller, contract or ether is refused (QT032), nothing kept."""
-    c = claimed(registry, "forged-burn-" + next(iter(forged)))
+    c = claimed(registry, "forged-burn-" + next(iter(forged)), runner)
     node_id = c["ids"]["burn"]
-    route = procs.cctp_burn_route(node_id).one(registry)
+    route = procs.cctp_burn_route(node_id).one(runner)
     payload = json.dumps(BurnRoute.from_row(route).payload(100_000, FEES))
     change = dict(forged)
     to = change.pop("to", MESSENGER_A)
     value = change.pop("value", 0)
     tx_hash, raw = call(1, 0, to, burn_call(route, **change), value)
     assert_rejected(
-        registry, "QT032", RECORD,
+        runner, "QT032", RECORD,
         (node_id, c["secret"], 0, tx_hash, payload, "chain-a", TREASURY, raw),
+        watcher=registry,
     )  # fmt: skip
     tx_hash, raw = call(1, 0, MESSENGER_A, burn_call(route))
-    registry.execute(RECORD, (node_id, c["secret"], 0, tx_hash, payload, "chain-a", TREASURY, raw))
+    runner.execute(RECORD, (node_id, c["secret"], 0, tx_hash, payload, "chain-a", TREASURY, raw))
 
 
 @pytest.mark.parametrize(
@@ -275,19 +285,22 @@ def test_a_burn_records_only_its_routes_deposit_for_burn(
     ],
     ids=lambda f: next(iter(f)),
 )
-def test_a_burns_payload_is_its_route_or_refused(registry: Conn, forged: dict[str, Any]) -> None:
+def test_a_burns_payload_is_its_route_or_refused(
+    registry: Conn, runner: Conn, forged: dict[str, Any]
+) -> None:
     """The payload that observation and recovery read (and a replacement is
     signed from) must say what the route says: a forged recipient, amount,
     domain, contract, RPC or signer NAME, chain or finality, or a key of its
     own, is refused with the honest bytes beside it (QT032), nothing kept."""
-    c = claimed(registry, "forged-payload-" + next(iter(forged)))
+    c = claimed(registry, "forged-payload-" + next(iter(forged)), runner)
     node_id = c["ids"]["burn"]
-    route = procs.cctp_burn_route(node_id).one(registry)
+    route = procs.cctp_burn_route(node_id).one(runner)
     payload = BurnRoute.from_row(route).payload(100_000, FEES) | forged
     tx_hash, raw = call(1, 0, MESSENGER_A, burn_call(route))
     error = assert_rejected(
-        registry, "QT032", RECORD,
+        runner, "QT032", RECORD,
         (node_id, c["secret"], 0, tx_hash, json.dumps(payload), "chain-a", TREASURY, raw),
+        watcher=registry,
     )  # fmt: skip
     assert next(iter(forged)) in str(error)
 
@@ -332,29 +345,30 @@ def mint_message(route: Any, **change: Any) -> bytes:
     ids=lambda f: next(iter(f)),
 )
 def test_a_mint_records_only_a_receive_of_its_routes_burn(
-    registry: Conn, forged: dict[str, Any]
+    registry: Conn, runner: Conn, forged: dict[str, Any]
 ) -> None:
     """A mint's signed bytes receive a burn message from the route's source
     domain that pays the route's recipient the route's amount of the source's
     USDC, at the nonce its burn's evidence shows, on the destination's
     transmitter; anything else is refused."""
-    c = claimed(registry, "forged-mint-" + next(iter(forged)))
+    c = claimed(registry, "forged-mint-" + next(iter(forged)), runner)
     burn = c["ids"]["burn"]
-    registry.execute(
+    runner.execute(
         "SELECT complete_submit(%s, %s, 'burnt', %s::jsonb, p_settled => true)",
         (burn, c["secret"], BURNT),
     )
-    [mint] = procs.claim_ready_nodes("w1", 1, 300).all(registry)
-    route = procs.cctp_mint_route(mint.node_id).one(registry)
+    [mint] = procs.claim_ready_nodes("w1", 1, 300).all(runner)
+    route = procs.cctp_mint_route(mint.node_id).one(runner)
     change = dict(forged)
     to = change.pop("to", TRANSMITTER_B)
     tx_hash, raw = call(2, 0, to, mint_message(route, **change))
     assert_rejected(
-        registry, "QT032", RECORD,
+        runner, "QT032", RECORD,
         (mint.node_id, mint.claim_secret, 0, tx_hash, None, "chain-b", TREASURY, raw),
+        watcher=registry,
     )  # fmt: skip
     tx_hash, raw = call(2, 0, TRANSMITTER_B, mint_message(route))
-    registry.execute(
+    runner.execute(
         RECORD, (mint.node_id, mint.claim_secret, 0, tx_hash, None, "chain-b", TREASURY, raw)
     )
 
@@ -372,17 +386,19 @@ def test_a_mint_records_only_a_receive_of_its_routes_burn(
     ],
     ids=lambda f: f"{next(iter(f))}={next(iter(f.values()))}",
 )
-def test_a_mints_payload_is_its_route_or_refused(registry: Conn, forged: dict[str, Any]) -> None:
+def test_a_mints_payload_is_its_route_or_refused(
+    registry: Conn, runner: Conn, forged: dict[str, Any]
+) -> None:
     """What a mint's observation reads (the recipient and amount the received
     message must show, less the fee the burn paid) is its route's: a forged
     one is refused beside the honest receiveMessage (QT032)."""
-    c = claimed(registry, "forged-mint-payload-" + next(iter(forged)) + str(forged))
-    registry.execute(
+    c = claimed(registry, "forged-mint-payload-" + next(iter(forged)) + str(forged), runner)
+    runner.execute(
         "SELECT complete_submit(%s, %s, 'burnt', %s::jsonb, p_settled => true)",
         (c["ids"]["burn"], c["secret"], BURNT),
     )
-    [mint] = procs.claim_ready_nodes("w1", 1, 300).all(registry)
-    route = procs.cctp_mint_route(mint.node_id).one(registry)
+    [mint] = procs.claim_ready_nodes("w1", 1, 300).all(runner)
+    route = procs.cctp_mint_route(mint.node_id).one(runner)
     honest = MintRoute.from_row(route).payload() | {
         "message_nonce": "0x" + "07" * 32,
         "fee_executed": "0",
@@ -396,12 +412,13 @@ def test_a_mints_payload_is_its_route_or_refused(registry: Conn, forged: dict[st
     }
     tx_hash, raw = call(2, 0, TRANSMITTER_B, mint_message(route))
     error = assert_rejected(
-        registry, "QT032", RECORD,
+        runner, "QT032", RECORD,
         (mint.node_id, mint.claim_secret, 0, tx_hash, json.dumps(honest | forged), "chain-b",
          TREASURY, raw),
+        watcher=registry,
     )  # fmt: skip
     assert next(iter(forged)) in str(error)
-    registry.execute(
+    runner.execute(
         RECORD,
         (mint.node_id, mint.claim_secret, 0, tx_hash, json.dumps(honest), "chain-b", TREASURY, raw),
     )
@@ -447,12 +464,9 @@ def test_recovery_tries_again_only_a_mint_that_reverted_past_its_expiration(
     registry.execute(
         RECORD, (mint.node_id, mint.claim_secret, 0, tx_hash, None, "chain-b", TREASURY, raw)
     )
-    assert (
-        registry.execute(
-            "SELECT fail_submit(%s, %s, 'in doubt', true)", (mint.node_id, mint.claim_secret)
-        ).fetchone()
-        == ("UNKNOWN",)
-    )
+    assert registry.execute(
+        "SELECT fail_submit(%s, %s, 'in doubt', true)", (mint.node_id, mint.claim_secret)
+    ).fetchone() == ("UNKNOWN",)
     pin_clock(registry, "2099-01-01T00:00:00+00:00")
     secret = recovery_claims(registry)[mint.node_id]["claim_secret"]
     expired = {"tx_hash": tx_hash, "block_number": 50, "status": 0, "expired": True,

@@ -12,7 +12,8 @@ import json
 from typing import Any
 
 import pytest
-from engine import approve, assert_rejected, create, node, node_ids, plan
+from conftest import TestDatabase
+from engine import approve, assert_rejected, bind, create, node, node_ids, plan
 from eth_abi import encode
 from evm_rows import call
 from rows import Conn
@@ -146,13 +147,20 @@ POOL_A = "0x" + "1" * 39 + "f"
 NATIVE_FEE = 3 * 10**14
 
 
-def claimed_send(conn: Conn, **config: Any) -> tuple[int, str, Any]:
+@pytest.fixture
+def runner(db: TestDatabase) -> Conn:
+    """The runner login's connection, the one a dispatcher holds."""
+    return bind(db.connect(db.runner_dsn("testnet")))
+
+
+def claimed_send(conn: Conn, runner: Conn, **config: Any) -> tuple[int, str, Any]:
+    """A started send node, claimed by the runner login, and its route."""
     node_id = send_node(conn, "10", **config)
     approve(conn, request_of(conn, node_id))
     procs.start_approved_movements(10).one(conn)
-    [claim] = procs.claim_ready_nodes("w1", 1, 300).all(conn)
+    [claim] = procs.claim_ready_nodes("w1", 1, 300).all(runner)
     assert claim.node_id == node_id
-    return node_id, claim.claim_secret, procs.stargate_send_route(node_id).one(conn)
+    return node_id, claim.claim_secret, procs.stargate_send_route(node_id).one(runner)
 
 
 def request_of(conn: Conn, node_id: int) -> int:
@@ -220,42 +228,48 @@ def payload_of(route: Any, data: bytes) -> str:
     ],
     ids=lambda f: next(iter(f)),
 )
-def test_a_send_records_only_its_routes_send(chains: Conn, forged: dict[str, Any]) -> None:
+def test_a_send_records_only_its_routes_send(
+    chains: Conn, runner: Conn, forged: dict[str, Any]
+) -> None:
     """The signed bytes of a stargate node are its route's send, byte for byte:
     SendParam's endpoint, recipient, amount, least to receive and mode, the
     refund address, on the source pool, paying in ether exactly the fee the
-    call names. Anything else is refused (QT032) and nothing is kept; the
-    payload's calldata must be the same send."""
-    node_id, secret, route = claimed_send(chains)
+    call names. Anything else, recorded by the runner login, is refused
+    (QT032) and nothing is kept; the payload's calldata must be the same send."""
+    node_id, secret, route = claimed_send(chains, runner)
     change = dict(forged)
     to = change.pop("to", POOL_A)
     value = change.pop("value", NATIVE_FEE)
     refund = change.pop("refund", SENDER)
     data = send_calldata(route, refund=refund, **change)
     tx_hash, raw = call(1, 0, to, data, value)
-    assert_rejected(chains, "QT032", RECORD, (node_id, secret, tx_hash, None, SENDER, raw))
+    assert_rejected(
+        runner, "QT032", RECORD, (node_id, secret, tx_hash, None, SENDER, raw), watcher=chains
+    )
     honest = send_calldata(route)
     tx_hash, raw = call(1, 0, POOL_A, honest, NATIVE_FEE)
     if change or refund != SENDER:
         # the honest bytes beside a payload whose calldata (what a replacement
         # is signed from) is the forged send
         error = assert_rejected(
-            chains, "QT032", RECORD,
+            runner, "QT032", RECORD,
             (node_id, secret, tx_hash, payload_of(route, data), SENDER, raw),
+            watcher=chains,
         )  # fmt: skip
         assert "calldata" in str(error)
-    chains.execute(RECORD, (node_id, secret, tx_hash, payload_of(route, honest), SENDER, raw))
+    runner.execute(RECORD, (node_id, secret, tx_hash, payload_of(route, honest), SENDER, raw))
 
 
-def test_a_payload_names_the_routes_token_messaging(chains: Conn) -> None:
+def test_a_payload_names_the_routes_token_messaging(chains: Conn, runner: Conn) -> None:
     """Observation reads a bus ride's BusRode and BusDriven where the payload
     says TokenMessaging is: a payload naming another contract is not the route."""
-    node_id, secret, route = claimed_send(chains, mode="bus")
+    node_id, secret, route = claimed_send(chains, runner, mode="bus")
     honest = send_calldata(route)
     tx_hash, raw = call(1, 0, POOL_A, honest, NATIVE_FEE)
     forged = json.loads(payload_of(route, honest)) | {"token_messaging": "0x" + "3" * 40}
     error = assert_rejected(
-        chains, "QT032", RECORD, (node_id, secret, tx_hash, json.dumps(forged), SENDER, raw)
-    )
+        runner, "QT032", RECORD, (node_id, secret, tx_hash, json.dumps(forged), SENDER, raw),
+        watcher=chains,
+    )  # fmt: skip
     assert "token_messaging" in str(error)
-    chains.execute(RECORD, (node_id, secret, tx_hash, payload_of(route, honest), SENDER, raw))
+    runner.execute(RECORD, (node_id, secret, tx_hash, payload_of(route, honest), SENDER, raw))
