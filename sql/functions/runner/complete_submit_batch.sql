@@ -89,14 +89,10 @@ BEGIN
     -- refused in its row (QT050) and left SUBMITTING while the others'
     -- reports, whose side effects went out too, are applied
     v_states := array_fill(NULL::qtg.node_state, ARRAY[v_n]);
-    v_mask := v_codes;
     <<apply_each>>
     FOR v_round IN 0 .. v_n LOOP
-        IF v_round > 0 THEN
-            CONTINUE apply_each WHEN v_codes[v_round] IS NOT NULL;
-            v_mask := array_fill('-'::text, ARRAY[v_n]);
-            v_mask[v_round] := NULL;
-        END IF;
+        v_mask := apply_mask(v_codes, v_round);
+        CONTINUE apply_each WHEN v_mask IS NULL;  -- a node refused already
         BEGIN
             WITH taken AS (
                 SELECT i.ord, i.external_ref, i.evidence, coalesce(i.settled, false) AS settled,
@@ -162,11 +158,10 @@ BEGIN
             IF transient_error(SQLSTATE) THEN
                 RAISE;
             END IF;
-            IF v_round > 0 THEN
-                v_codes[v_round] := 'QT050';
-                v_messages[v_round] := format('complete_submit: node %s: its report could not be applied: %s (%s)',
-                                              p_node_ids[v_round], SQLERRM, SQLSTATE);
-            END IF;
+            SELECT * INTO v_codes, v_messages
+              FROM apply_refusal(v_codes, v_messages, v_round,
+                                 format('complete_submit: node %s: its report could not be applied', p_node_ids[v_round]),
+                                 SQLERRM, SQLSTATE);
         END;
     END LOOP;
 

@@ -104,14 +104,10 @@ BEGIN
     -- does): should one node break a rule inside the engine, the statement runs
     -- again for one node at a time, and that node alone is refused (QT050)
     v_intents := array_fill(NULL::bigint, ARRAY[v_n]);
-    v_mask := v_codes;
     <<apply_each>>
     FOR v_round IN 0 .. v_n LOOP
-        IF v_round > 0 THEN
-            CONTINUE apply_each WHEN v_codes[v_round] IS NOT NULL;
-            v_mask := array_fill('-'::text, ARRAY[v_n]);
-            v_mask[v_round] := NULL;
-        END IF;
+        v_mask := apply_mask(v_codes, v_round);
+        CONTINUE apply_each WHEN v_mask IS NULL;  -- a node refused already
         BEGIN
             WITH given AS (
                 SELECT u.*
@@ -310,11 +306,10 @@ BEGIN
             IF transient_error(SQLSTATE) THEN
                 RAISE;
             END IF;
-            IF v_round > 0 THEN
-                v_codes[v_round] := 'QT050';
-                v_messages[v_round] := format('record_intent_prepared: node %s: its record could not be applied: %s (%s)',
-                                              p_node_ids[v_round], SQLERRM, SQLSTATE);
-            END IF;
+            SELECT * INTO v_codes, v_messages
+              FROM apply_refusal(v_codes, v_messages, v_round,
+                                 format('record_intent_prepared: node %s: its record could not be applied', p_node_ids[v_round]),
+                                 SQLERRM, SQLSTATE);
         END;
     END LOOP;
 

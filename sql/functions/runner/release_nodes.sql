@@ -57,14 +57,10 @@ BEGIN
     -- each node on its own (apply_each, as complete_submit_batch does): a node
     -- the engine cannot release (say its lane's wait is out of range) is
     -- refused alone (QT050) and the others are released
-    v_mask := v_codes;
     <<apply_each>>
     FOR v_round IN 0 .. v_n LOOP
-        IF v_round > 0 THEN
-            CONTINUE apply_each WHEN v_codes[v_round] IS NOT NULL;
-            v_mask := array_fill('-'::text, ARRAY[v_n]);
-            v_mask[v_round] := NULL;
-        END IF;
+        v_mask := apply_mask(v_codes, v_round);
+        CONTINUE apply_each WHEN v_mask IS NULL;  -- a node refused already
         BEGIN
             WITH released AS (
                 UPDATE movement_request_nodes n
@@ -110,11 +106,10 @@ BEGIN
             IF transient_error(SQLSTATE) THEN
                 RAISE;
             END IF;
-            IF v_round > 0 THEN
-                v_codes[v_round] := 'QT050';
-                v_messages[v_round] := format('release_nodes: node %s could not be released: %s (%s)',
-                                              p_node_ids[v_round], SQLERRM, SQLSTATE);
-            END IF;
+            SELECT * INTO v_codes, v_messages
+              FROM apply_refusal(v_codes, v_messages, v_round,
+                                 format('release_nodes: node %s could not be released', p_node_ids[v_round]),
+                                 SQLERRM, SQLSTATE);
         END;
     END LOOP;
 
