@@ -130,6 +130,7 @@ INLINE = {
     "balance_state",
     "balance_change",
     "balance_decided",
+    "apply_mask",
 }
 """Internal helpers PostgreSQL inlines (no search_path of their own): granted to nobody."""
 INTERNAL = {
@@ -210,6 +211,12 @@ INTERNAL = {
     "write_audit",
     "node_balance_effects",
     "balance_expectations",
+    "apply_refusal",
+    "route_node",
+    "route_chain",
+    "route_token",
+    "route_venue",
+    "route_venue_chain",
 }
 COMMON = {
     "clock": "runner operator reader",

@@ -30,32 +30,16 @@ DECLARE
     v_coin    text;
     v_address text;
 BEGIN
-    SELECT n.node_config, r.amount INTO v_config, v_amount
-      FROM movement_request_nodes n
-      JOIN movement_requests r ON r.id = n.request_id
-     WHERE n.id = p_node_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'bybit_deposit_route: node % does not exist', coalesce(p_node_id::text, 'NULL')
-            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of a bybit_deposit step.';
-    END IF;
-    IF NOT (v_config ?& ARRAY['venue', 'chain']) THEN
-        RAISE EXCEPTION 'bybit_deposit_route: node % has no venue and chain in its config', p_node_id
-            USING ERRCODE = 'QT002', HINT = 'A bybit_deposit step names its venue and chain (and coin, USDC unless given).';
-    END IF;
+    SELECT * INTO v_config, v_amount
+      FROM route_node(p_node_id, ARRAY['venue', 'chain'],
+                      format('bybit_deposit_route: node %s does not exist', coalesce(p_node_id::text, 'NULL')),
+                      'Pass the id of a node of a bybit_deposit step.',
+                      format('bybit_deposit_route: node %s has no venue and chain in its config', p_node_id),
+                      'A bybit_deposit step names its venue and chain (and coin, USDC unless given).');
     v_coin := coalesce(v_config ->> 'coin', 'USDC');
-    SELECT * INTO v_venue FROM exchange_venues v WHERE v.venue_key = v_config ->> 'venue';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'bybit_deposit_route: node %: venue % is not registered on this network', p_node_id,
-                        quote_literal(left(v_config ->> 'venue', 80))
-            USING ERRCODE = 'QT014', HINT = 'The exchange_venues table lists the registered venues.';
-    END IF;
-    SELECT vc.venue_chain INTO v_name FROM venue_chains vc
-     WHERE vc.venue_key = v_venue.venue_key AND vc.chain_key = v_config ->> 'chain';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'bybit_deposit_route: node %: venue % has no name for chain %', p_node_id,
-                        v_venue.venue_key, quote_literal(left(v_config ->> 'chain', 80))
-            USING ERRCODE = 'QT014', HINT = 'The admin names the chain at the venue with upsert_venue_chain.';
-    END IF;
+    v_venue := route_venue(format('bybit_deposit_route: node %s', p_node_id), v_config ->> 'venue');
+    v_name := route_venue_chain(format('bybit_deposit_route: node %s', p_node_id), v_venue.venue_key,
+                                v_config ->> 'chain', quote_literal(left(v_config ->> 'chain', 80)));
     SELECT d.address INTO v_address FROM venue_deposit_addresses d
      WHERE d.venue_key = v_venue.venue_key AND d.chain_key = v_config ->> 'chain' AND d.coin = v_coin;
     IF NOT FOUND THEN

@@ -49,39 +49,18 @@ DECLARE
     v_kind      text;
     v_units     numeric;
 BEGIN
-    SELECT n.node_config, r.amount INTO v_config, v_amount
-      FROM movement_request_nodes n
-      JOIN movement_requests r ON r.id = n.request_id
-     WHERE n.id = p_node_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'bybit_withdraw_route: node % does not exist', coalesce(p_node_id::text, 'NULL')
-            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of a bybit_withdraw step.';
-    END IF;
-    IF NOT (v_config ?& ARRAY['venue', 'coin', 'chain', 'to']) THEN
-        RAISE EXCEPTION 'bybit_withdraw_route: node % has no venue, coin, chain and to in its config', p_node_id
-            USING ERRCODE = 'QT002', HINT = 'A bybit_withdraw step names its venue, coin, chain and to.';
-    END IF;
+    SELECT * INTO v_config, v_amount
+      FROM route_node(p_node_id, ARRAY['venue', 'coin', 'chain', 'to'],
+                      format('bybit_withdraw_route: node %s does not exist', coalesce(p_node_id::text, 'NULL')),
+                      'Pass the id of a node of a bybit_withdraw step.',
+                      format('bybit_withdraw_route: node %s has no venue, coin, chain and to in its config', p_node_id),
+                      'A bybit_withdraw step names its venue, coin, chain and to.');
     v_recipient := evm_address(format('bybit_withdraw_route: node %s: to', p_node_id), v_config ->> 'to');
 
-    SELECT * INTO v_venue FROM exchange_venues v WHERE v.venue_key = v_config ->> 'venue';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'bybit_withdraw_route: node %: venue % is not registered on this network', p_node_id,
-                        quote_literal(left(v_config ->> 'venue', 80))
-            USING ERRCODE = 'QT014', HINT = 'The exchange_venues table lists the registered venues.';
-    END IF;
-    SELECT * INTO v_chain FROM chains c WHERE c.chain_key = v_config ->> 'chain';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'bybit_withdraw_route: node %: chain % is not registered on this network', p_node_id,
-                        quote_literal(left(v_config ->> 'chain', 80))
-            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
-    END IF;
-    SELECT vc.venue_chain INTO v_name FROM venue_chains vc
-     WHERE vc.venue_key = v_venue.venue_key AND vc.chain_key = v_chain.chain_key;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'bybit_withdraw_route: node %: venue % has no name for chain %', p_node_id,
-                        v_venue.venue_key, v_chain.chain_key
-            USING ERRCODE = 'QT014', HINT = 'The admin names the chain at the venue with upsert_venue_chain.';
-    END IF;
+    v_venue := route_venue(format('bybit_withdraw_route: node %s', p_node_id), v_config ->> 'venue');
+    v_chain := route_chain(format('bybit_withdraw_route: node %s: chain', p_node_id), v_config ->> 'chain');
+    v_name := route_venue_chain(format('bybit_withdraw_route: node %s', p_node_id), v_venue.venue_key,
+                                v_chain.chain_key, v_chain.chain_key);
     SELECT * INTO v_token FROM chain_tokens t
      WHERE t.chain_key = v_chain.chain_key AND t.symbol = v_config ->> 'coin';
     IF NOT FOUND THEN

@@ -74,18 +74,11 @@ DECLARE
     v_kind       text;
     v_units      numeric;
 BEGIN
-    SELECT n.node_config, r.amount INTO v_config, v_amount
-      FROM movement_request_nodes n
-      JOIN movement_requests r ON r.id = n.request_id
-     WHERE n.id = p_node_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION '%: no such node', v_what
-            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of a ccip step.';
-    END IF;
-    IF NOT (v_config ?& ARRAY['chain', 'destination_chain', 'from', 'to']) THEN
-        RAISE EXCEPTION '%: its config needs chain, destination_chain, from and to', v_what
-            USING ERRCODE = 'QT002', HINT = 'A ccip step names both chains, the sender and the receiver.';
-    END IF;
+    SELECT * INTO v_config, v_amount
+      FROM route_node(p_node_id, ARRAY['chain', 'destination_chain', 'from', 'to'], v_what || ': no such node',
+                      'Pass the id of a node of a ccip step.',
+                      v_what || ': its config needs chain, destination_chain, from and to',
+                      'A ccip step names both chains, the sender and the receiver.');
     IF v_config ->> 'chain' = v_config ->> 'destination_chain' THEN
         RAISE EXCEPTION '%: chain and destination_chain are both %', v_what, v_config ->> 'chain'
             USING ERRCODE = 'QT002', HINT = 'A CCIP send moves tokens to another chain; on one chain use evm_transfer.';
@@ -94,21 +87,12 @@ BEGIN
     v_recipient := evm_address(v_what || ': to', v_config ->> 'to');
     v_symbol := coalesce(v_config ->> 'token', 'USDC');
 
-    SELECT * INTO v_chain FROM chains c WHERE c.chain_key = v_config ->> 'chain';
-    SELECT * INTO v_dest_chain FROM chains c WHERE c.chain_key = v_config ->> 'destination_chain';
-    IF v_chain.chain_key IS NULL OR v_dest_chain.chain_key IS NULL THEN
-        RAISE EXCEPTION '%: chain % is not registered on this network', v_what,
-                        quote_literal(CASE WHEN v_chain.chain_key IS NULL THEN v_config ->> 'chain'
-                                           ELSE v_config ->> 'destination_chain' END)
-            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
-    END IF;
-    SELECT * INTO v_token FROM chain_tokens t WHERE t.chain_key = v_chain.chain_key AND t.symbol = v_symbol;
-    SELECT * INTO v_dest_token FROM chain_tokens t WHERE t.chain_key = v_dest_chain.chain_key AND t.symbol = v_symbol;
-    IF v_token.chain_key IS NULL OR v_dest_token.chain_key IS NULL THEN
-        RAISE EXCEPTION '%: token % is not registered on chain %', v_what, quote_literal(v_symbol),
-                        CASE WHEN v_token.chain_key IS NULL THEN v_chain.chain_key ELSE v_dest_chain.chain_key END
-            USING ERRCODE = 'QT014', HINT = 'The chain_tokens table lists the tokens of each chain: a send needs it on both.';
-    END IF;
+    v_chain := route_chain(v_what || ': chain', v_config ->> 'chain');
+    v_dest_chain := route_chain(v_what || ': chain', v_config ->> 'destination_chain');
+    v_token := route_token(v_what, v_chain.chain_key, v_symbol,
+                           'The chain_tokens table lists the tokens of each chain: a send needs it on both.');
+    v_dest_token := route_token(v_what, v_dest_chain.chain_key, v_symbol,
+                                'The chain_tokens table lists the tokens of each chain: a send needs it on both.');
     v_source := chain_protocol(v_chain.chain_key, 'ccip');
     v_dest := chain_protocol(v_dest_chain.chain_key, 'ccip');
     v_lane := ccip_lane(v_chain.chain_key, v_dest_chain.chain_key);

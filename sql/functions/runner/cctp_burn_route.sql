@@ -56,19 +56,15 @@ DECLARE
     v_recipient text;
     v_bps       numeric;
     v_units     numeric;
+    v_needs     text := 'its config needs chain, destination_chain, from, to and finality (fast or standard)';
+    v_needs_why text := 'A cctp_burn step names both chains, from, to and its finality.';
 BEGIN
-    SELECT n.node_config, r.amount INTO v_config, v_amount
-      FROM movement_request_nodes n
-      JOIN movement_requests r ON r.id = n.request_id
-     WHERE n.id = p_node_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION '%: no such node', v_what
-            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of a cctp_burn step.';
-    END IF;
-    IF NOT (v_config ?& ARRAY['chain', 'destination_chain', 'from', 'to', 'finality'])
-       OR v_config ->> 'finality' NOT IN ('fast', 'standard') THEN
-        RAISE EXCEPTION '%: its config needs chain, destination_chain, from, to and finality (fast or standard)', v_what
-            USING ERRCODE = 'QT002', HINT = 'A cctp_burn step names both chains, from, to and its finality.';
+    SELECT * INTO v_config, v_amount
+      FROM route_node(p_node_id, ARRAY['chain', 'destination_chain', 'from', 'to', 'finality'],
+                      v_what || ': no such node', 'Pass the id of a node of a cctp_burn step.',
+                      v_what || ': ' || v_needs, v_needs_why);
+    IF v_config ->> 'finality' NOT IN ('fast', 'standard') THEN
+        RAISE EXCEPTION '%: %', v_what, v_needs USING ERRCODE = 'QT002', HINT = v_needs_why;
     END IF;
     IF v_config ->> 'chain' = v_config ->> 'destination_chain' THEN
         RAISE EXCEPTION '%: chain and destination_chain are both %', v_what, v_config ->> 'chain'
@@ -82,11 +78,7 @@ BEGIN
             USING ERRCODE = 'QT002', HINT = 'The burn''s maxFee is capped at 1% of its amount.';
     END IF;
 
-    SELECT * INTO v_chain FROM chains c WHERE c.chain_key = v_config ->> 'chain';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION '%: chain % is not registered on this network', v_what, quote_literal(v_config ->> 'chain')
-            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
-    END IF;
+    v_chain := route_chain(v_what || ': chain', v_config ->> 'chain');
     SELECT * INTO v_token FROM chain_tokens t WHERE t.chain_key = v_chain.chain_key AND t.symbol = 'USDC';
     IF NOT FOUND THEN
         RAISE EXCEPTION '%: USDC is not registered on chain %', v_what, v_chain.chain_key

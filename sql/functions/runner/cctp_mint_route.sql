@@ -57,18 +57,11 @@ DECLARE
     v_bps          numeric;
     v_units        numeric;
 BEGIN
-    SELECT n.node_config, r.amount INTO v_config, v_amount
-      FROM movement_request_nodes n
-      JOIN movement_requests r ON r.id = n.request_id
-     WHERE n.id = p_node_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION '%: no such node', v_what
-            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of a cctp_mint step.';
-    END IF;
-    IF NOT (v_config ?& ARRAY['chain', 'source_chain', 'from', 'to']) THEN
-        RAISE EXCEPTION '%: its config needs chain, source_chain, from and to', v_what
-            USING ERRCODE = 'QT002', HINT = 'A cctp_mint step names both chains, the gas payer and the recipient.';
-    END IF;
+    SELECT * INTO v_config, v_amount
+      FROM route_node(p_node_id, ARRAY['chain', 'source_chain', 'from', 'to'],
+                      v_what || ': no such node', 'Pass the id of a node of a cctp_mint step.',
+                      v_what || ': its config needs chain, source_chain, from and to',
+                      'A cctp_mint step names both chains, the gas payer and the recipient.');
     IF v_config ->> 'chain' = v_config ->> 'source_chain' THEN
         RAISE EXCEPTION '%: chain and source_chain are both %', v_what, v_config ->> 'chain'
             USING ERRCODE = 'QT002', HINT = 'A mint lands a burn from another chain.';
@@ -81,11 +74,7 @@ BEGIN
             USING ERRCODE = 'QT002', HINT = 'The fee a mint accepts is capped at 1% of the amount.';
     END IF;
 
-    SELECT * INTO v_chain FROM chains c WHERE c.chain_key = v_config ->> 'chain';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION '%: chain % is not registered on this network', v_what, quote_literal(v_config ->> 'chain')
-            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
-    END IF;
+    v_chain := route_chain(v_what || ': chain', v_config ->> 'chain');
     SELECT * INTO v_token FROM chain_tokens t WHERE t.chain_key = v_chain.chain_key AND t.symbol = 'USDC';
     SELECT * INTO v_source_token FROM chain_tokens t WHERE t.chain_key = v_config ->> 'source_chain' AND t.symbol = 'USDC';
     IF v_token.address IS NULL OR v_source_token.address IS NULL THEN

@@ -45,34 +45,18 @@ DECLARE
     v_signer    text;
     v_kind      text;
 BEGIN
-    SELECT n.node_config, r.amount INTO v_config, v_amount
-      FROM movement_request_nodes n
-      JOIN movement_requests r ON r.id = n.request_id
-     WHERE n.id = p_node_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'evm_transfer_route: node % does not exist', coalesce(p_node_id::text, 'NULL')
-            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of an evm_transfer step.';
-    END IF;
-    IF NOT (v_config ?& ARRAY['chain', 'from', 'to']) THEN
-        RAISE EXCEPTION 'evm_transfer_route: node % has no chain, from and to in its config', p_node_id
-            USING ERRCODE = 'QT002', HINT = 'An evm_transfer step names its chain, from and to.';
-    END IF;
+    SELECT * INTO v_config, v_amount
+      FROM route_node(p_node_id, ARRAY['chain', 'from', 'to'],
+                      format('evm_transfer_route: node %s does not exist', coalesce(p_node_id::text, 'NULL')),
+                      'Pass the id of a node of an evm_transfer step.',
+                      format('evm_transfer_route: node %s has no chain, from and to in its config', p_node_id),
+                      'An evm_transfer step names its chain, from and to.');
     v_sender := evm_address(format('evm_transfer_route: node %s: from', p_node_id), v_config ->> 'from');
     v_recipient := evm_address(format('evm_transfer_route: node %s: to', p_node_id), v_config ->> 'to');
 
-    SELECT * INTO v_chain FROM chains c WHERE c.chain_key = v_config ->> 'chain';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'evm_transfer_route: node %: chain % is not registered on this network', p_node_id,
-                        quote_literal(v_config ->> 'chain')
-            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
-    END IF;
-    SELECT * INTO v_token FROM chain_tokens t
-     WHERE t.chain_key = v_chain.chain_key AND t.symbol = coalesce(v_config ->> 'token', 'USDC');
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'evm_transfer_route: node %: token % is not registered on chain %', p_node_id,
-                        quote_literal(coalesce(v_config ->> 'token', 'USDC')), v_chain.chain_key
-            USING ERRCODE = 'QT014', HINT = 'The chain_tokens table lists the tokens of each chain.';
-    END IF;
+    v_chain := route_chain(format('evm_transfer_route: node %s: chain', p_node_id), v_config ->> 'chain');
+    v_token := route_token(format('evm_transfer_route: node %s', p_node_id), v_chain.chain_key,
+                           coalesce(v_config ->> 'token', 'USDC'));
     v_signer := treasury_signer(format('evm_transfer_route: node %s: from', p_node_id), v_chain.chain_key, v_sender);
     v_kind := destination_kind(format('evm_transfer_route: node %s: to', p_node_id), v_chain.chain_key, v_recipient);
     RETURN QUERY SELECT v_chain.chain_key, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,

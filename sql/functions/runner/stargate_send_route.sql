@@ -74,18 +74,13 @@ DECLARE
     v_min       numeric;
     v_bps       numeric;
 BEGIN
-    SELECT n.node_config, r.amount INTO v_config, v_amount
-      FROM movement_request_nodes n
-      JOIN movement_requests r ON r.id = n.request_id
-     WHERE n.id = p_node_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'stargate_send_route: node % does not exist', coalesce(p_node_id::text, 'NULL')
-            USING ERRCODE = 'QT011', HINT = 'Pass the id of a node of a stargate step.';
-    END IF;
-    IF NOT (v_config ?& ARRAY['source', 'destination', 'from', 'to']) THEN
-        RAISE EXCEPTION 'stargate_send_route: node % has no source, destination, from and to in its config', p_node_id
-            USING ERRCODE = 'QT002', HINT = 'A stargate step names its source and destination chains, from and to.';
-    END IF;
+    SELECT * INTO v_config, v_amount
+      FROM route_node(p_node_id, ARRAY['source', 'destination', 'from', 'to'],
+                      format('stargate_send_route: node %s does not exist', coalesce(p_node_id::text, 'NULL')),
+                      'Pass the id of a node of a stargate step.',
+                      format('stargate_send_route: node %s has no source, destination, from and to in its config',
+                             p_node_id),
+                      'A stargate step names its source and destination chains, from and to.');
     IF v_config ->> 'source' = v_config ->> 'destination' THEN
         RAISE EXCEPTION 'stargate_send_route: node %: source and destination are the same chain %', p_node_id,
                         quote_literal(v_config ->> 'source')
@@ -99,18 +94,9 @@ BEGIN
     v_sender := evm_address(format('stargate_send_route: node %s: from', p_node_id), v_config ->> 'from');
     v_recipient := evm_address(format('stargate_send_route: node %s: to', p_node_id), v_config ->> 'to');
 
-    SELECT * INTO v_src FROM chains c WHERE c.chain_key = v_config ->> 'source';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'stargate_send_route: node %: source chain % is not registered on this network', p_node_id,
-                        quote_literal(v_config ->> 'source')
-            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
-    END IF;
-    SELECT * INTO v_dst FROM chains c WHERE c.chain_key = v_config ->> 'destination';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'stargate_send_route: node %: destination chain % is not registered on this network', p_node_id,
-                        quote_literal(v_config ->> 'destination')
-            USING ERRCODE = 'QT014', HINT = 'The chains table lists the registered chains.';
-    END IF;
+    v_src := route_chain(format('stargate_send_route: node %s: source chain', p_node_id), v_config ->> 'source');
+    v_dst := route_chain(format('stargate_send_route: node %s: destination chain', p_node_id),
+                         v_config ->> 'destination');
     v_symbol := coalesce(v_config ->> 'token', 'USDC');
     SELECT * INTO v_token FROM chain_tokens t WHERE t.chain_key = v_src.chain_key AND t.symbol = v_symbol;
     IF FOUND THEN
