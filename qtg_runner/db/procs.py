@@ -6,7 +6,11 @@ its arguments (the SQL names without ``p_``, in the SQL order), their
 PostgreSQL types (the ``Pg`` in each ``Annotated`` alias below), which have a
 default, and its result (a frozen dataclass per row type, or a scalar).
 ``@procedure`` turns the signature into a call; the function bodies are
-empty on purpose. tests/runner/test_procs.py compares every signature with pg_proc,
+empty on purpose. What two procedures share is declared once: a row type
+that begins with another's columns is its subclass (the routes begin with
+their chain, the claims with the node and the claim's secret), and a
+procedure that takes another's arguments is declared ``like=`` it, with only
+its result. tests/runner/test_procs.py compares every signature with pg_proc,
 so a change of a procedure fails that test instead of a runner.
 
 A wrapper returns a ``Call``: the SQL text in named-argument notation with an
@@ -48,6 +52,7 @@ from typing import (
     get_args,
     get_origin,
     get_type_hints,
+    overload,
 )
 
 import psycopg
@@ -164,15 +169,24 @@ ENUM_TYPES: Final[dict[type[enum.StrEnum], str]] = {
 
 
 # -- result rows ----------------------------------------------------------------
+# A row type that begins with another's columns is declared as its subclass:
+# the shared columns are written once, in the order both have them.
 
 
 @dataclass(frozen=True)
-class ClaimedNode:
-    """A node claim_ready_nodes moved to SUBMITTING, with its new intent."""
+class NodeClaim:
+    """What every claim of a node starts with: the node, its movement, and the
+    secret that proves the claim."""
 
     node_id: BigInt
     request_id: BigInt
     claim_secret: ClaimSecret = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ClaimedNode(NodeClaim):
+    """A node claim_ready_nodes moved to SUBMITTING, with its new intent."""
+
     intent_id: BigInt
     idempotency_key: Text
     node_key: Text
@@ -189,12 +203,9 @@ class ClaimedNode:
 
 
 @dataclass(frozen=True)
-class ObserveClaim:
+class ObserveClaim(NodeClaim):
     """A node claim_observe locked for one observation."""
 
-    node_id: BigInt
-    request_id: BigInt
-    claim_secret: ClaimSecret = field(repr=False)
     node_key: Text
     executor_key: Text
     node_config: JsonValue
@@ -208,12 +219,9 @@ class ObserveClaim:
 
 
 @dataclass(frozen=True)
-class RecoveryClaim:
+class RecoveryClaim(NodeClaim):
     """A node claim_recovery_nodes leased for reconciliation, with its latest intent."""
 
-    node_id: BigInt
-    request_id: BigInt
-    claim_secret: ClaimSecret = field(repr=False)
     node_state: NodeState
     node_key: Text
     executor_key: Text
@@ -272,16 +280,30 @@ class ObservedNode:
 
 
 @dataclass(frozen=True)
-class TransferRoute:
-    """evm_transfer_route: what an ERC-20 transfer node may sign, from the registry."""
+class EvmChain:
+    """A row of evm_chains."""
 
     chain_key: Text
     chain_id: BigInt
     rpc_url_env: Text
     finality_depth: Integer
     block_time_ms: Integer
+
+
+@dataclass(frozen=True)
+class SigningChain(EvmChain):
+    """What every route a node signs on an EVM chain starts with: the chain and
+    the fee caps of its transactions."""
+
     max_fee_per_gas: NumericValue
     max_priority_fee_per_gas: NumericValue
+
+
+@dataclass(frozen=True)
+class TokenSend(SigningChain):
+    """What every route that sends a token from a treasury account starts with:
+    the token, the account and its signer, the recipient and the amount."""
+
     token: Text
     token_address: Text
     decimals: SmallInt
@@ -290,20 +312,19 @@ class TransferRoute:
     recipient: Text
     recipient_kind: Text
     amount_units: NumericValue
+
+
+@dataclass(frozen=True)
+class TransferRoute(TokenSend):
+    """evm_transfer_route: what an ERC-20 transfer node may sign, from the registry."""
+
     next_nonce: BigInt | None
 
 
 @dataclass(frozen=True)
-class CcipSendRoute:
+class CcipSendRoute(SigningChain):
     """ccip_send_route: what a CCIP send node may sign, from the registry (both chains)."""
 
-    chain_key: Text
-    chain_id: BigInt
-    rpc_url_env: Text
-    finality_depth: Integer
-    block_time_ms: Integer
-    max_fee_per_gas: NumericValue
-    max_priority_fee_per_gas: NumericValue
     token: Text
     token_address: Text
     source_selector: NumericValue
@@ -330,16 +351,9 @@ class CcipSendRoute:
 
 
 @dataclass(frozen=True)
-class CctpBurnRoute:
+class CctpBurnRoute(SigningChain):
     """cctp_burn_route: what a CCTP v2 burn node may sign, from the registry."""
 
-    chain_key: Text
-    chain_id: BigInt
-    rpc_url_env: Text
-    finality_depth: Integer
-    block_time_ms: Integer
-    max_fee_per_gas: NumericValue
-    max_priority_fee_per_gas: NumericValue
     token_address: Text
     source_domain: BigInt
     token_messenger: Text
@@ -358,16 +372,9 @@ class CctpBurnRoute:
 
 
 @dataclass(frozen=True)
-class CctpMintRoute:
+class CctpMintRoute(SigningChain):
     """cctp_mint_route: what a CCTP v2 mint node may sign and what its burn must show."""
 
-    chain_key: Text
-    chain_id: BigInt
-    rpc_url_env: Text
-    finality_depth: Integer
-    block_time_ms: Integer
-    max_fee_per_gas: NumericValue
-    max_priority_fee_per_gas: NumericValue
     token_address: Text
     destination_domain: BigInt
     message_transmitter: Text
@@ -386,24 +393,9 @@ class CctpMintRoute:
 
 
 @dataclass(frozen=True)
-class StargateRoute:
+class StargateRoute(TokenSend):
     """stargate_send_route: what a Stargate send node may sign, from the registry."""
 
-    chain_key: Text
-    chain_id: BigInt
-    rpc_url_env: Text
-    finality_depth: Integer
-    block_time_ms: Integer
-    max_fee_per_gas: NumericValue
-    max_priority_fee_per_gas: NumericValue
-    token: Text
-    token_address: Text
-    decimals: SmallInt
-    sender: Text
-    signer_id: Text
-    recipient: Text
-    recipient_kind: Text
-    amount_units: NumericValue
     min_amount_units: NumericValue
     mode: Text
     src_eid: BigInt
@@ -421,13 +413,19 @@ class StargateRoute:
 
 
 @dataclass(frozen=True)
-class WithdrawRoute:
-    """bybit_withdraw_route: what an exchange withdrawal node may request, from the registry."""
+class ExchangeVenue:
+    """A row of exchange_venue_list."""
 
     venue_key: Text
     kind: Text
     base_url_env: Text
     key_file_env: Text
+
+
+@dataclass(frozen=True)
+class WithdrawRoute(ExchangeVenue):
+    """bybit_withdraw_route: what an exchange withdrawal node may request, from the registry."""
+
     request_salt: Text
     chain_key: Text
     venue_chain: Text
@@ -445,28 +443,14 @@ class WithdrawRoute:
 
 
 @dataclass(frozen=True)
-class DepositRoute:
+class DepositRoute(ExchangeVenue):
     """bybit_deposit_route: where an exchange deposit node waits for its credit."""
 
-    venue_key: Text
-    kind: Text
-    base_url_env: Text
-    key_file_env: Text
     chain_key: Text
     venue_chain: Text
     coin: Text
     deposit_address: Text
     amount: Text
-
-
-@dataclass(frozen=True)
-class ExchangeVenue:
-    """A row of exchange_venue_list."""
-
-    venue_key: Text
-    kind: Text
-    base_url_env: Text
-    key_file_env: Text
 
 
 @dataclass(frozen=True)
@@ -523,17 +507,6 @@ class DriftCheck:
     expected_high: NumericValue | None
     outcome: Text
     alert_id: BigInt | None
-
-
-@dataclass(frozen=True)
-class EvmChain:
-    """A row of evm_chains."""
-
-    chain_key: Text
-    chain_id: BigInt
-    rpc_url_env: Text
-    finality_depth: Integer
-    block_time_ms: Integer
 
 
 @dataclass(frozen=True)
@@ -1110,14 +1083,31 @@ def _scalar_decoder(hint: Any) -> Decoder:
     return lambda row: None if row[0] is None else conv(row[0])
 
 
-def procedure(access: Access) -> Callable[[Callable[P, Call[R]]], Callable[P, Call[R]]]:
-    """Make the decorated signature a wrapper of the procedure of the same name,
-    EXECUTE-granted to ``access``'s role."""
+@overload
+def procedure(access: Access) -> Callable[[Callable[P, Call[R]]], Callable[P, Call[R]]]: ...
 
-    def wrap(signature: Callable[P, Call[R]]) -> Callable[P, Call[R]]:
+
+@overload
+def procedure(
+    access: Access, *, like: Callable[P, Call[Any]]
+) -> Callable[[Callable[[], Call[R]]], Callable[P, Call[R]]]: ...
+
+
+def procedure(access: Access, *, like: Callable[..., Call[Any]] | None = None) -> Any:
+    """Make the decorated signature a wrapper of the procedure of the same name,
+    EXECUTE-granted to ``access``'s role. With ``like`` (a wrapper declared
+    above), the procedure takes that one's arguments, as they are declared
+    there: the decorated signature declares no arguments, only the result."""
+
+    def wrap(signature: Callable[..., Call[R]]) -> Callable[..., Call[R]]:
         name = signature.__name__
         sig = inspect.signature(signature)
-        hints = get_type_hints(signature, include_extras=True)
+        (result,) = get_args(get_type_hints(signature, include_extras=True)["return"])
+        if like is not None:
+            if sig.parameters:
+                raise TypeError(f"{name}: a wrapper like {like.__name__} declares no arguments")
+            sig = inspect.signature(like).replace(return_annotation=sig.return_annotation)
+        hints = get_type_hints(inspect.unwrap(like or signature), include_extras=True)
         args: list[Arg] = []
         for param in sig.parameters.values():
             if param.default is not inspect.Parameter.empty and param.default is not DEFAULT:
@@ -1125,7 +1115,6 @@ def procedure(access: Access) -> Callable[[Callable[P, Call[R]]], Callable[P, Ca
             args.append(
                 Arg(f"p_{param.name}", _pg_type(hints[param.name]), param.default is DEFAULT)
             )
-        (result,) = get_args(hints["return"])
         if is_dataclass(result):
             assert isinstance(result, type)
             decode, columns = _row_decoder(result)
@@ -1142,7 +1131,7 @@ def procedure(access: Access) -> Callable[[Callable[P, Call[R]]], Callable[P, Ca
             return f"SELECT * FROM {name}({named})"
 
         @functools.wraps(signature)
-        def call(*a: P.args, **kw: P.kwargs) -> Call[R]:
+        def call(*a: Any, **kw: Any) -> Call[R]:
             bound = sig.bind(*a, **kw)
             sent: list[int] = []
             params: list[Any] = []
@@ -1153,13 +1142,16 @@ def procedure(access: Access) -> Callable[[Callable[P, Call[R]]], Callable[P, Ca
                     params.append(_adapt(arg.type, value))
             return Call(name, query(tuple(sent)), tuple(params), decode, column_names)
 
+        call.__signature__ = sig  # type: ignore[attr-defined]
         return call
 
     return wrap
 
 
 # -- runner procedures ----------------------------------------------------------
-# The bodies are empty: @procedure builds each call from its signature.
+# The bodies are empty: @procedure builds each call from its signature. A
+# procedure that takes another's arguments says so (``like=``) and declares
+# only its result.
 
 
 @procedure("runner")
@@ -1902,14 +1894,8 @@ def upsert_treasury_account(chain_key: Text, address: Text, signer_id: Text) -> 
     """Records a treasury account on a registered chain with its signer's id (never a key)."""
 
 
-@procedure("owner")
-def upsert_callback_target(
-    target_name: Text,
-    url: Text,
-    secret_ref: Text,
-    allow_private: Boolean | Default = DEFAULT,
-    enabled: Boolean | Default = DEFAULT,
-) -> Call[None]:
+@procedure("owner", like=propose_callback_target)
+def upsert_callback_target() -> Call[None]:
     """Registers or changes a receiver of signed callbacks: its url, where its
     signing secret is (env:NAME or file:NAME, never the secret), whether it may be
     private, whether it is enabled."""
@@ -1951,20 +1937,8 @@ def register_template(
     """Adds or replaces a named plan template at once (operators propose_template)."""
 
 
-@procedure("owner")
-def upsert_lane_baseline(
-    lane: Text,
-    baseline_seconds: Numeric,
-    min_poll_seconds: Numeric | Default | None = DEFAULT,
-    max_poll_seconds: Numeric | Default | None = DEFAULT,
-    first_poll_fraction: Numeric | Default | None = DEFAULT,
-    poll_fraction: Numeric | Default | None = DEFAULT,
-    over_factor: Numeric | Default | None = DEFAULT,
-    fatal_factor: Numeric | Default | None = DEFAULT,
-    observe_error_retry_seconds: Numeric | Default | None = DEFAULT,
-    recovery_retry_seconds: Numeric | Default | None = DEFAULT,
-    release_retry_seconds: Numeric | Default | None = DEFAULT,
-) -> Call[LaneBaseline]:
+@procedure("owner", like=propose_lane_baseline)
+def upsert_lane_baseline() -> Call[LaneBaseline]:
     """Sets a lane's pacing and retry parameters at once; NULL keeps the current
     value (operators propose_lane_baseline)."""
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import itertools
 import logging
 import re
@@ -295,6 +296,19 @@ def test_only_default_may_stand_for_a_default() -> None:
         def claim_ready_nodes(
             worker: procs.Text, max: procs.Integer = 10
         ) -> procs.Call[procs.ClaimedNode]: ...
+
+
+def test_a_wrapper_like_another_takes_its_arguments_and_declares_none() -> None:
+    like = procs.PROCEDURES["upsert_lane_baseline"]
+    assert like.args == procs.PROCEDURES["propose_lane_baseline"].args
+    assert like.returns == "lane_baselines"
+    assert inspect.signature(procs.upsert_lane_baseline).parameters == (
+        inspect.signature(procs.propose_lane_baseline).parameters
+    )
+    with pytest.raises(TypeError, match="declares no arguments"):
+
+        @procs.procedure("owner", like=procs.propose_lane_baseline)
+        def upsert_lane_baseline(lane: procs.Text) -> procs.Call[None]: ...
 
 
 def test_the_same_calls_run_on_a_sync_and_an_async_connection(db: Any) -> None:
