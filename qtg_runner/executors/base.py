@@ -25,11 +25,13 @@ results. It never decides a node's state: the procedures do, from its answers.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Sequence
+import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Protocol, Self, TypeVar, runtime_checkable
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -42,6 +44,24 @@ ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
 """An EVM address in a node config's JSON schema."""
 CHAIN_PATTERN = "^[a-z][a-z0-9-]{0,62}$"
 """A chain key in a node config's JSON schema, as the registry spells it."""
+
+LANE: JsonObject = {"type": "string", "minLength": 1}
+KEY: JsonObject = {"type": "string", "pattern": CHAIN_PATTERN}
+"""A chain's or a venue's key."""
+ADDRESS: JsonObject = {"type": "string", "pattern": ADDRESS_PATTERN}
+TOKEN: JsonObject = {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"}
+"""A token's or a coin's symbol."""
+
+
+def config_schema(required: Sequence[str], properties: JsonObject) -> JsonObject:
+    """A node config's JSON schema: an object of ``properties`` after its
+    ``lane`` (a string), the ``required`` ones, nothing else."""
+    return {
+        "type": "object",
+        "required": list(required),
+        "properties": {"lane": LANE} | properties,
+        "additionalProperties": False,
+    }
 
 
 @dataclass(frozen=True)
@@ -140,6 +160,59 @@ class Prepared:
             sender=intent.get("sender"),
             raw_tx=transactions[-1]["raw_tx"] if transactions else None,
         )
+
+
+BIG: Mapping[str, Any] = {"big": True}
+"""A route field's metadata (``field(metadata=BIG)``): an integer its payload
+keeps as a string, as a uint256 (or a uint64 selector) is beyond what a JSON
+number holds exactly."""
+
+
+class Recorded:
+    """A frozen dataclass that a prepared payload records flat, one key a field
+    (what an executor's route or wait was when it prepared), so that observation
+    and recovery never depend on a registry changed since. ``recorded`` writes
+    the fields, ``from_payload`` reads them back, each as its annotation says
+    (int, float or str; a BIG int written as a string)."""
+
+    @classmethod
+    def recorded_fields(cls) -> tuple[RecordedField, ...]:
+        """The plain fields (int, float, str) in their order: not the ones of
+        another type (an EVM route's leg) nor the keyword-only ones (what the
+        registry said that the payload does not keep)."""
+        found = _RECORDED_FIELDS.get(cls)
+        if found is None:
+            hints = typing.get_type_hints(cls)
+            found = _RECORDED_FIELDS[cls] = tuple(
+                RecordedField(f.name, hints[f.name], f.metadata)
+                for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+                if hints[f.name] in (int, float, str) and not f.kw_only
+            )
+        return found
+
+    @classmethod
+    def recorded_values(cls, payload: Mapping[str, Any]) -> dict[str, Any]:
+        return {f.name: f.kind(payload[f.name]) for f in cls.recorded_fields()}
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> Self:
+        return cls(**cls.recorded_values(payload))
+
+    def recorded(self) -> JsonObject:
+        return {
+            f.name: str(getattr(self, f.name)) if f.metadata.get("big") else getattr(self, f.name)
+            for f in self.recorded_fields()
+        }
+
+
+@dataclass(frozen=True)
+class RecordedField:
+    name: str
+    kind: type[int] | type[float] | type[str]
+    metadata: Mapping[str, Any]
+
+
+_RECORDED_FIELDS: dict[type[Recorded], tuple[RecordedField, ...]] = {}
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,8 @@ from psycopg_pool import AsyncConnectionPool
 from qtg_runner.db import procs
 from qtg_runner.exchanges.bybit import DEPOSIT_FAILED, BybitError, BybitUnavailable
 from qtg_runner.executors.base import (
+    KEY,
+    TOKEN,
     ExecutorError,
     HealthResult,
     JsonObject,
@@ -53,6 +55,7 @@ from qtg_runner.executors.base import (
     RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
+    config_schema,
     route_row,
 )
 from qtg_runner.executors.bybit_withdraw import venue_health
@@ -96,17 +99,14 @@ class BybitDepositExecutor:
         "Waits until an exchange venue (Bybit v5) credits the deposit a parent step sent to its "
         "deposit address; no side effect"
     )
-    node_config_schema: ClassVar[JsonObject] = {
-        "type": "object",
-        "required": ["lane", "venue", "chain"],
-        "properties": {
-            "lane": {"type": "string", "minLength": 1},
-            "venue": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
-            "chain": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
-            "coin": {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"},
+    node_config_schema: ClassVar[JsonObject] = config_schema(
+        ["lane", "venue", "chain"],
+        {
+            "venue": KEY,
+            "chain": KEY,
+            "coin": TOKEN,
         },
-        "additionalProperties": False,
-    }
+    )
 
     def __init__(
         self,

@@ -79,7 +79,9 @@ from qtg_runner.exchanges.bybit import (
 )
 from qtg_runner.exchanges.bybit_codes import Kind
 from qtg_runner.executors.base import (
-    ADDRESS_PATTERN,
+    ADDRESS,
+    KEY,
+    TOKEN,
     ExecutorError,
     HealthResult,
     HealthStatus,
@@ -91,6 +93,7 @@ from qtg_runner.executors.base import (
     RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
+    config_schema,
     route_row,
 )
 from qtg_runner.executors.venues import RETRY_LATER_S, VenueClients, venue_error
@@ -159,18 +162,15 @@ class BybitWithdrawExecutor:
         "address, idempotent on a requestId derived from the intent; complete when the chain "
         "shows the transfer at its finality depth"
     )
-    node_config_schema: ClassVar[JsonObject] = {
-        "type": "object",
-        "required": ["lane", "venue", "coin", "chain", "to"],
-        "properties": {
-            "lane": {"type": "string", "minLength": 1},
-            "venue": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
-            "coin": {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"},
-            "chain": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
-            "to": {"type": "string", "pattern": ADDRESS_PATTERN},
+    node_config_schema: ClassVar[JsonObject] = config_schema(
+        ["lane", "venue", "coin", "chain", "to"],
+        {
+            "venue": KEY,
+            "coin": TOKEN,
+            "chain": KEY,
+            "to": ADDRESS,
         },
-        "additionalProperties": False,
-    }
+    )
 
     def __init__(
         self,

@@ -61,8 +61,7 @@ later) while the allowance is short.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from qtg_runner.chains.ccip import (
@@ -72,34 +71,41 @@ from qtg_runner.chains.ccip import (
     ExecutionStateChanged,
     SentMessage,
     ccip_send_calldata,
-    ccip_transaction,
     execution_state_topics,
     fee_with_margin,
     get_fee_calldata,
 )
-from qtg_runner.chains.evm import Fees, balance_of, suggest_fees
+from qtg_runner.chains.evm import Fees, balance_of
 from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
-    ADDRESS_PATTERN,
-    CHAIN_PATTERN,
+    ADDRESS,
+    BIG,
+    KEY,
+    TOKEN,
     ExecutorError,
     JsonObject,
     NodeWork,
     Prepared,
+    config_schema,
     route_row,
 )
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
-    ChainLeg,
     EvmExecutor,
+    EvmRoute,
     Reading,
+    Send,
     TxReading,
     chain_errors,
+    gas_payload,
+    pending_nonce_and_fees,
     read_recorded,
     recorded_payload,
+    require_funds,
+    seconds_from_ms,
+    signed,
 )
-from qtg_runner.signers import Signer
 
 STRANDED_RETRY_S = 60.0
 """How often a send whose execution FAILED is looked at again (the reaper acts)."""
@@ -108,99 +114,51 @@ _ALLOWANCE = bytes.fromhex("dd62ed3e")  # allowance(address,address)
 
 
 @dataclass(frozen=True)
-class _Route:
+class _Route(EvmRoute):
     """ccip_send_route's word on one node, kept in the intent's payload at
-    prepare: observation never depends on a registry changed since."""
+    prepare: observation never depends on a registry changed since. Its leg
+    is the source chain and the account the send is signed for."""
 
-    leg: ChainLeg
-    """The source chain and the account the send is signed for."""
     token_address: str
-    source_selector: int
+    source_selector: int = field(metadata=BIG)
     router: str
     onramp: str
     dest_chain_key: str
     dest_chain_id: int
     dest_rpc_url_env: str
     dest_finality_depth: int
-    dest_block_time_s: float
-    dest_selector: int
+    dest_block_time_s: float = field(metadata=seconds_from_ms("dest_block_time_ms"))
+    dest_selector: int = field(metadata=BIG)
     dest_offramp: str
     dest_token_address: str
     recipient: str
-    amount_units: int
+    amount_units: int = field(metadata=BIG)
     ccip_version: str
     gas_limit: int
     fee_margin_bps: int
-    max_fee_wei: int
-    engine_next_nonce: int | None = None
-
-    @classmethod
-    def from_row(cls, row: procs.CcipSendRoute) -> _Route:
-        return cls(
-            leg=ChainLeg.from_row(row),
-            token_address=row.token_address,
-            source_selector=int(row.source_selector),
-            router=row.router,
-            onramp=row.onramp,
-            dest_chain_key=row.dest_chain_key,
-            dest_chain_id=row.dest_chain_id,
-            dest_rpc_url_env=row.dest_rpc_url_env,
-            dest_finality_depth=row.dest_finality_depth,
-            dest_block_time_s=row.dest_block_time_ms / 1000,
-            dest_selector=int(row.dest_selector),
-            dest_offramp=row.dest_offramp,
-            dest_token_address=row.dest_token_address,
-            recipient=row.recipient,
-            amount_units=int(row.amount_units),
-            ccip_version=row.ccip_version,
-            gas_limit=row.gas_limit,
-            fee_margin_bps=row.fee_margin_bps,
-            max_fee_wei=int(row.max_fee_wei),
-            engine_next_nonce=row.next_nonce,
-        )
-
-    # the payload is flat: the leg's keys (ChainLeg.payload) beside these
-    _OWN = (
-        "token_address", "source_selector", "router", "onramp", "dest_chain_key",
-        "dest_chain_id", "dest_rpc_url_env", "dest_finality_depth", "dest_block_time_s",
-        "dest_selector", "dest_offramp", "dest_token_address", "recipient", "amount_units",
-        "ccip_version", "gas_limit", "fee_margin_bps", "max_fee_wei",
-    )  # fmt: skip
-    _INTS = ("dest_chain_id", "dest_finality_depth", "gas_limit", "fee_margin_bps")
-    _BIG = ("source_selector", "dest_selector", "amount_units", "max_fee_wei")
-    _FLOATS = ("dest_block_time_s",)
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> _Route:
-        fields: dict[str, Any] = {}
-        for name in cls._OWN:
-            value = payload[name]
-            if name in cls._INTS or name in cls._BIG:
-                fields[name] = int(value)
-            elif name in cls._FLOATS:
-                fields[name] = float(value)
-            else:
-                fields[name] = str(value)
-        return cls(leg=ChainLeg.from_payload(payload), **fields)
+    max_fee_wei: int = field(metadata=BIG)
 
     def fee(self, quote: int) -> int:
         """What the send pays for ``quote``: the quote and the lane's margin of it."""
         return fee_with_margin(quote, self.fee_margin_bps)
 
     def payload(self, gas: int, fees: Fees, fee: int, dest_from_block: int) -> JsonObject:
-        out = self.leg.payload()
-        for name in self._OWN:
-            value = getattr(self, name)
-            # a uint64 selector or a uint256 amount is beyond what a JSON number holds exactly
-            out[name] = str(value) if name in self._BIG else value
-        out.update(
-            gas=gas,
-            max_fee_per_gas=str(fees.max_fee_per_gas),
-            max_priority_fee_per_gas=str(fees.max_priority_fee_per_gas),
-            ccip_fee=str(fee),
-            dest_from_block=dest_from_block,
+        return (
+            self.recorded()
+            | gas_payload(gas, fees)
+            | {"ccip_fee": str(fee), "dest_from_block": dest_from_block}
         )
-        return out
+
+    def send(self, quote: int) -> Send:
+        """Router.ccipSend of the route, paying ``quote`` and the lane's margin."""
+        data = ccip_send_calldata(
+            self.dest_selector,
+            self.recipient,
+            self.token_address,
+            self.amount_units,
+            self.gas_limit,
+        )
+        return Send(self.router, data, self.fee(quote))
 
 
 @dataclass(frozen=True)
@@ -226,19 +184,16 @@ class CcipExecutor(EvmExecutor):
         "to a treasury account or an allow-listed address on another chain; complete when the "
         "destination OffRamp executed it with SUCCESS"
     )
-    node_config_schema: ClassVar[JsonObject] = {
-        "type": "object",
-        "required": ["lane", "chain", "destination_chain", "from", "to"],
-        "properties": {
-            "lane": {"type": "string", "minLength": 1},
-            "chain": {"type": "string", "pattern": CHAIN_PATTERN},
-            "destination_chain": {"type": "string", "pattern": CHAIN_PATTERN},
-            "token": {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"},
-            "from": {"type": "string", "pattern": ADDRESS_PATTERN},
-            "to": {"type": "string", "pattern": ADDRESS_PATTERN},
+    node_config_schema: ClassVar[JsonObject] = config_schema(
+        ["lane", "chain", "destination_chain", "from", "to"],
+        {
+            "chain": KEY,
+            "destination_chain": KEY,
+            "token": TOKEN,
+            "from": ADDRESS,
+            "to": ADDRESS,
         },
-        "additionalProperties": False,
-    }
+    )
 
     async def _route(self, work: NodeWork) -> _Route:
         row = await route_row(self._pool, procs.ccip_send_route(work.node_id))
@@ -304,84 +259,36 @@ class CcipExecutor(EvmExecutor):
         rpc = self._evm.leg_rpc(route.leg)
         dest = self._evm.rpc(route.dest_chain_key, route.dest_rpc_url_env)
         signer = await self._evm.signer(route.leg)
-        data = ccip_send_calldata(
-            route.dest_selector,
-            route.recipient,
-            route.token_address,
-            route.amount_units,
-            route.gas_limit,
-        )
         async with chain_errors(route.leg.chain_key):
             quote = await self._fee(rpc, route)
-            paid = route.fee(quote)
-            if paid > route.max_fee_wei:
+            send = route.send(quote)
+            if send.value > route.max_fee_wei:
                 raise ExecutorError(
                     f"the CCIP fee from {route.leg.chain_key} to {route.dest_chain_key} is {quote} "
-                    f"wei, {paid} with the lane's margin: over the lane's cap of "
+                    f"wei, {send.value} with the lane's margin: over the lane's cap of "
                     f"{route.max_fee_wei} wei",
                     retryable=True,
                     retry_after=RETRY_LATER_S,
                 )
-            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
-            fees = await suggest_fees(
-                rpc, max_fee_cap=route.leg.max_fee_cap, priority_fee_cap=route.leg.priority_fee_cap
-            )
-            estimate = await rpc.estimate_gas(route.leg.sender, route.router, data, paid)
+            chain_next, fees = await pending_nonce_and_fees(rpc, route.leg)
+            estimate = await rpc.estimate_gas(route.leg.sender, send.to, send.data, send.value)
             funds = await rpc.balance(route.leg.sender)
         async with chain_errors(route.dest_chain_key):
             dest_from_block = await dest.block_number()
         gas = math.ceil(estimate * GAS_HEADROOM)
-        if funds < gas * fees.max_fee_per_gas + paid:
-            raise ExecutorError(
-                f"{route.leg.sender} holds {funds} wei on {route.leg.chain_key}, the gas and the "
-                f"CCIP fee need up to {gas * fees.max_fee_per_gas + paid}",
-                retryable=True,
-                retry_after=RETRY_LATER_S,
-            )
-        nonce = max(chain_next, route.engine_next_nonce or 0)
+        require_funds(
+            route.leg,
+            funds,
+            gas * fees.max_fee_per_gas + send.value,
+            "the gas and the CCIP fee need up to {}",
+        )
         payload = route.payload(gas, fees, quote, dest_from_block)
-        return await self._sign(route, signer, nonce, payload)
+        return await signed(signer, route.leg, send, route.nonce(chain_next), payload)
 
-    async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
+    def recorded_send(self, prepared: Prepared) -> Send:
         assert prepared.payload is not None
         route = _Route.from_payload(prepared.payload)
-        rpc = self._evm.leg_rpc(route.leg)
-        async with chain_errors(route.leg.chain_key):
-            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
-        signer = await self._evm.signer(route.leg)
-        return await self._sign(route, signer, max(nonce, chain_next), prepared.payload)
-
-    async def _sign(
-        self, route: _Route, signer: Signer, nonce: int, payload: JsonObject
-    ) -> Prepared:
-        fees = Fees(int(payload["max_fee_per_gas"]), int(payload["max_priority_fee_per_gas"]))
-        tx = ccip_transaction(
-            route.leg.chain_id,
-            route.router,
-            ccip_send_calldata(
-                route.dest_selector,
-                route.recipient,
-                route.token_address,
-                route.amount_units,
-                route.gas_limit,
-            ),
-            route.fee(int(payload["ccip_fee"])),
-            nonce,
-            fees,
-            int(payload["gas"]),
-        )
-        signed = await signer.sign_transaction(tx)
-        return Prepared(
-            nonce=nonce,
-            signed_tx_hash=signed.tx_hash,
-            payload=payload,
-            chain_key=route.leg.chain_key,
-            sender=route.leg.sender,
-            raw_tx=signed.raw_hex,
-        )
-
-    def sending_leg(self, payload: JsonObject) -> ChainLeg:
-        return _Route.from_payload(payload).leg
+        return route.send(int(prepared.payload["ccip_fee"]))
 
     async def read(self, work: NodeWork) -> Reading:
         """The chains' word on the node's send, from its recorded hashes only: the

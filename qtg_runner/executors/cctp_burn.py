@@ -52,8 +52,8 @@ the allowance is short, so nothing is signed that would revert.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from qtg_runner.chains.cctp import address_to_bytes32
 from qtg_runner.chains.cctp_client import (
@@ -65,30 +65,36 @@ from qtg_runner.chains.cctp_client import (
     min_fee_amount,
     parse_message,
 )
-from qtg_runner.chains.evm import Fees, balance_of, build_call, estimate_gas, suggest_fees
+from qtg_runner.chains.evm import Fees, balance_of, estimate_gas
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
-    ADDRESS_PATTERN,
-    CHAIN_PATTERN,
+    ADDRESS,
+    BIG,
+    KEY,
     ExecutorError,
     HealthResult,
     HealthStatus,
     JsonObject,
     NodeWork,
     Prepared,
+    config_schema,
     route_row,
 )
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
-    ChainLeg,
     EvmExecutor,
+    EvmRoute,
+    Send,
     TxReading,
     chain_errors,
+    gas_payload,
+    pending_nonce_and_fees,
     read_recorded,
     recorded_payload,
+    require_funds,
+    signed,
     worse,
 )
-from qtg_runner.signers import Signer
 
 IRIS_URL_ENV = "QTG_IRIS_URL"
 
@@ -105,10 +111,9 @@ def iris_client(env: Mapping[str, str]) -> IrisClient:
 
 
 @dataclass(frozen=True)
-class _Route:
+class _Route(EvmRoute):
     """cctp_burn_route's word on one node, as recorded in the prepared payload."""
 
-    leg: ChainLeg
     token_address: str
     source_domain: int
     token_messenger: str
@@ -117,72 +122,25 @@ class _Route:
     destination_domain: int
     destination_token_messenger: str
     mint_recipient: str
-    amount_units: int
-    max_fee_units: int
+    amount_units: int = field(metadata=BIG)
+    max_fee_units: int = field(metadata=BIG)
     min_finality_threshold: int
-    engine_next_nonce: int | None = None
-
-    @classmethod
-    def from_row(cls, row: procs.CctpBurnRoute) -> _Route:
-        return cls(
-            leg=ChainLeg.from_row(row),
-            token_address=row.token_address,
-            source_domain=int(row.source_domain),
-            token_messenger=row.token_messenger,
-            message_transmitter=row.message_transmitter,
-            destination_chain=row.destination_chain,
-            destination_domain=int(row.destination_domain),
-            destination_token_messenger=row.destination_token_messenger,
-            mint_recipient=row.mint_recipient,
-            amount_units=int(row.amount_units),
-            max_fee_units=int(row.max_fee_units),
-            min_finality_threshold=row.min_finality_threshold,
-            engine_next_nonce=row.next_nonce,
-        )
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> _Route:
-        return cls(
-            leg=ChainLeg.from_payload(payload),
-            token_address=str(payload["token_address"]),
-            source_domain=int(payload["source_domain"]),
-            token_messenger=str(payload["token_messenger"]),
-            message_transmitter=str(payload["message_transmitter"]),
-            destination_chain=str(payload["destination_chain"]),
-            destination_domain=int(payload["destination_domain"]),
-            destination_token_messenger=str(payload["destination_token_messenger"]),
-            mint_recipient=str(payload["mint_recipient"]),
-            amount_units=int(payload["amount_units"]),
-            max_fee_units=int(payload["max_fee_units"]),
-            min_finality_threshold=int(payload["min_finality_threshold"]),
-        )
 
     def payload(self, gas: int, fees: Fees) -> JsonObject:
-        return self.leg.payload() | {
-            "token_address": self.token_address,
-            "source_domain": self.source_domain,
-            "token_messenger": self.token_messenger,
-            "message_transmitter": self.message_transmitter,
-            "destination_chain": self.destination_chain,
-            "destination_domain": self.destination_domain,
-            "destination_token_messenger": self.destination_token_messenger,
-            "mint_recipient": self.mint_recipient,
-            "amount_units": str(self.amount_units),
-            "max_fee_units": str(self.max_fee_units),
-            "min_finality_threshold": self.min_finality_threshold,
-            "gas": gas,
-            "max_fee_per_gas": str(fees.max_fee_per_gas),
-            "max_priority_fee_per_gas": str(fees.max_priority_fee_per_gas),
-        }
+        return self.recorded() | gas_payload(gas, fees)
 
-    def calldata(self) -> bytes:
-        return deposit_for_burn_calldata(
-            self.amount_units,
-            self.destination_domain,
-            self.mint_recipient,
-            self.token_address,
-            self.max_fee_units,
-            self.min_finality_threshold,
+    def send(self) -> Send:
+        """TokenMessengerV2.depositForBurn of the route."""
+        return Send(
+            self.token_messenger,
+            deposit_for_burn_calldata(
+                self.amount_units,
+                self.destination_domain,
+                self.mint_recipient,
+                self.token_address,
+                self.max_fee_units,
+                self.min_finality_threshold,
+            ),
         )
 
 
@@ -198,7 +156,25 @@ class _Reading:
     wait_s: float | None = None
 
 
-class CctpBurnExecutor(EvmExecutor):
+class IrisExecutor(EvmExecutor):
+    """A CCTP executor, which asks Iris (``QTG_IRIS_URL``) for attestations:
+    its client made on first use, closed by aclose."""
+
+    _iris: IrisClient | None = None
+
+    def _iris_client(self) -> IrisClient:
+        if self._iris is None:
+            self._iris = iris_client(self._env)
+        return self._iris
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._iris is not None:
+            await self._iris.aclose()
+            self._iris = None
+
+
+class CctpBurnExecutor(IrisExecutor):
     key: ClassVar[str] = "cctp_burn"
     landed: ClassVar[str] = "attested"
     sends: ClassVar[str] = "burn"
@@ -206,28 +182,17 @@ class CctpBurnExecutor(EvmExecutor):
         "CCTP v2 depositForBurn of USDC from a treasury account, done when final on the "
         "source chain and attested by Iris; its evidence is what the cctp_mint child needs"
     )
-    node_config_schema: ClassVar[JsonObject] = {
-        "type": "object",
-        "required": ["lane", "chain", "destination_chain", "from", "to", "finality"],
-        "properties": {
-            "lane": {"type": "string", "minLength": 1},
-            "chain": {"type": "string", "pattern": CHAIN_PATTERN},
-            "destination_chain": {"type": "string", "pattern": CHAIN_PATTERN},
-            "from": {"type": "string", "pattern": ADDRESS_PATTERN},
-            "to": {"type": "string", "pattern": ADDRESS_PATTERN},
+    node_config_schema: ClassVar[JsonObject] = config_schema(
+        ["lane", "chain", "destination_chain", "from", "to", "finality"],
+        {
+            "chain": KEY,
+            "destination_chain": KEY,
+            "from": ADDRESS,
+            "to": ADDRESS,
             "finality": {"type": "string", "enum": ["fast", "standard"]},
             "max_fee_bps": {"type": "integer", "minimum": 0, "maximum": 100},
         },
-        "additionalProperties": False,
-    }
-
-    _iris: IrisClient | None = None
-    """Made on first use, closed by aclose."""
-
-    def _iris_client(self) -> IrisClient:
-        if self._iris is None:
-            self._iris = iris_client(self._env)
-        return self._iris
+    )
 
     async def _route(self, work: NodeWork) -> _Route:
         row = await route_row(self._pool, procs.cctp_burn_route(work.node_id))
@@ -249,7 +214,7 @@ class CctpBurnExecutor(EvmExecutor):
                 f"the burn's maxFee, {route.max_fee_units} base units of {route.amount_units}, "
                 f"is below the minimum fee of TokenMessengerV2 {route.token_messenger} on "
                 f"{route.leg.chain_key}, {least} (minFee {min_fee} in 1/1000 basis points): "
-                "the burn would revert \"Insufficient max fee\"; nothing is signed, and the "
+                'the burn would revert "Insufficient max fee"; nothing is signed, and the '
                 "movement needs a max_fee_bps that covers it",
                 retryable=False,
             )
@@ -274,56 +239,18 @@ class CctpBurnExecutor(EvmExecutor):
         route = await self._route(work)
         rpc = self._evm.leg_rpc(route.leg)
         signer = await self._evm.signer(route.leg)
+        send = route.send()
         async with chain_errors(route.leg.chain_key):
-            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
-            fees = await suggest_fees(
-                rpc, max_fee_cap=route.leg.max_fee_cap, priority_fee_cap=route.leg.priority_fee_cap
-            )
-            gas = await estimate_gas(rpc, route.leg.sender, route.token_messenger, route.calldata())
+            chain_next, fees = await pending_nonce_and_fees(rpc, route.leg)
+            gas = await estimate_gas(rpc, route.leg.sender, send.to, send.data)
             funds = await rpc.balance(route.leg.sender)
-        if funds < gas * fees.max_fee_per_gas:
-            raise ExecutorError(
-                f"{route.leg.sender} holds {funds} wei on {route.leg.chain_key}, the gas needs "
-                f"up to {gas * fees.max_fee_per_gas}",
-                retryable=True,
-                retry_after=RETRY_LATER_S,
-            )
-        nonce = max(chain_next, route.engine_next_nonce or 0)
-        return await self._sign(route, signer, nonce, gas, fees)
+        require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
+        payload = route.payload(gas, fees)
+        return await signed(signer, route.leg, send, route.nonce(chain_next), payload)
 
-    async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
+    def recorded_send(self, prepared: Prepared) -> Send:
         assert prepared.payload is not None
-        route = _Route.from_payload(prepared.payload)
-        rpc = self._evm.leg_rpc(route.leg)
-        async with chain_errors(route.leg.chain_key):
-            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
-        fees = Fees(
-            int(prepared.payload["max_fee_per_gas"]),
-            int(prepared.payload["max_priority_fee_per_gas"]),
-        )
-        signer = await self._evm.signer(route.leg)
-        return await self._sign(
-            route, signer, max(nonce, chain_next), int(prepared.payload["gas"]), fees
-        )
-
-    async def _sign(
-        self, route: _Route, signer: Signer, nonce: int, gas: int, fees: Fees
-    ) -> Prepared:
-        tx = build_call(
-            route.leg.chain_id, route.token_messenger, route.calldata(), nonce, fees, gas
-        )
-        signed = await signer.sign_transaction(tx)
-        return Prepared(
-            nonce=nonce,
-            signed_tx_hash=signed.tx_hash,
-            payload=route.payload(gas, fees),
-            chain_key=route.leg.chain_key,
-            sender=route.leg.sender,
-            raw_tx=signed.raw_hex,
-        )
-
-    def sending_leg(self, payload: JsonObject) -> ChainLeg:
-        return _Route.from_payload(payload).leg
+        return _Route.from_payload(prepared.payload).send()
 
     async def read(self, work: NodeWork) -> _Reading:
         payload = recorded_payload(work)
@@ -408,12 +335,6 @@ class CctpBurnExecutor(EvmExecutor):
 
     async def health(self) -> HealthResult:
         return await iris_health(await super().health(), self._env)
-
-    async def aclose(self) -> None:
-        await super().aclose()
-        if self._iris is not None:
-            await self._iris.aclose()
-            self._iris = None
 
 
 def _burn_problem(route: _Route, tx: TxReading) -> JsonObject | None:

@@ -71,7 +71,7 @@ same nonce, which the transmitter receives once; never FAILED for an expiry.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from qtg_runner.chains.cctp import address_to_bytes32
@@ -87,18 +87,16 @@ from qtg_runner.chains.cctp_client import (
     used_nonce,
 )
 from qtg_runner.chains.evm import (
-    Fees,
-    build_call,
     decode_raw,
     decode_transfers,
     estimate_gas,
-    suggest_fees,
 )
 from qtg_runner.chains.evm_rpc import EvmRpc, Receipt, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
-    ADDRESS_PATTERN,
-    CHAIN_PATTERN,
+    ADDRESS,
+    BIG,
+    KEY,
     ExecutorError,
     JsonObject,
     NodeWork,
@@ -107,20 +105,24 @@ from qtg_runner.executors.base import (
     Prepared,
     RecoveryOutcome,
     RecoveryResult,
+    config_schema,
     route_row,
 )
-from qtg_runner.executors.cctp_burn import CctpBurnExecutor, iris_client
+from qtg_runner.executors.cctp_burn import CctpBurnExecutor, IrisExecutor
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
-    ChainLeg,
-    EvmExecutor,
+    EvmRoute,
+    Send,
     chain_errors,
+    gas_payload,
     observed,
+    pending_nonce_and_fees,
     read_recorded,
     recorded_payload,
     recovered,
+    require_funds,
+    signed,
 )
-from qtg_runner.signers import Signer
 
 USED_NONCE_GAS = 200_000
 """The gas limit of a mint whose nonce is already used (the estimate reverts):
@@ -141,11 +143,10 @@ ZERO_ADDRESS = "0x" + "00" * 20
 
 
 @dataclass(frozen=True)
-class _Route:
+class _Route(EvmRoute):
     """cctp_mint_route's word on one node, as recorded in the prepared payload
     (with the message's nonce and what it mints)."""
 
-    leg: ChainLeg
     token_address: str
     destination_domain: int
     message_transmitter: str
@@ -155,59 +156,11 @@ class _Route:
     source_token_messenger: str
     source_token: str
     mint_recipient: str
-    amount_units: int
-    max_fee_units: int
-    engine_next_nonce: int | None = None
-
-    @classmethod
-    def from_row(cls, row: procs.CctpMintRoute) -> _Route:
-        return cls(
-            leg=ChainLeg.from_row(row),
-            token_address=row.token_address,
-            destination_domain=int(row.destination_domain),
-            message_transmitter=row.message_transmitter,
-            token_messenger=row.token_messenger,
-            source_chain=row.source_chain,
-            source_domain=int(row.source_domain),
-            source_token_messenger=row.source_token_messenger,
-            source_token=row.source_token,
-            mint_recipient=row.mint_recipient,
-            amount_units=int(row.amount_units),
-            max_fee_units=int(row.max_fee_units),
-            engine_next_nonce=row.next_nonce,
-        )
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> _Route:
-        return cls(
-            leg=ChainLeg.from_payload(payload),
-            token_address=str(payload["token_address"]),
-            destination_domain=int(payload["destination_domain"]),
-            message_transmitter=str(payload["message_transmitter"]),
-            token_messenger=str(payload["token_messenger"]),
-            source_chain=str(payload["source_chain"]),
-            source_domain=int(payload["source_domain"]),
-            source_token_messenger=str(payload["source_token_messenger"]),
-            source_token=str(payload["source_token"]),
-            mint_recipient=str(payload["mint_recipient"]),
-            amount_units=int(payload["amount_units"]),
-            max_fee_units=int(payload["max_fee_units"]),
-        )
+    amount_units: int = field(metadata=BIG)
+    max_fee_units: int = field(metadata=BIG)
 
     def payload(self) -> JsonObject:
-        return self.leg.payload() | {
-            "token_address": self.token_address,
-            "destination_domain": self.destination_domain,
-            "message_transmitter": self.message_transmitter,
-            "token_messenger": self.token_messenger,
-            "source_chain": self.source_chain,
-            "source_domain": self.source_domain,
-            "source_token_messenger": self.source_token_messenger,
-            "source_token": self.source_token,
-            "mint_recipient": self.mint_recipient,
-            "amount_units": str(self.amount_units),
-            "max_fee_units": str(self.max_fee_units),
-        }
+        return self.recorded()
 
 
 @dataclass(frozen=True)
@@ -223,8 +176,11 @@ class _Burn:
     """The destination block at which the attestation expires (0: never)."""
     reattested: bool = False
 
-    def calldata(self) -> bytes:
-        return receive_message_calldata(self.message, self.attestation)
+    def send(self, route: _Route) -> Send:
+        """MessageTransmitterV2.receiveMessage of the message and attestation."""
+        return Send(
+            route.message_transmitter, receive_message_calldata(self.message, self.attestation)
+        )
 
     def expires_by(self, block: int) -> bool:
         """Whether a mint mined at ``block`` would find the message expired."""
@@ -348,7 +304,9 @@ class _Reading:
     wait_s: float | None = None
 
 
-class CctpMintExecutor(EvmExecutor):
+class CctpMintExecutor(IrisExecutor):
+    """Its Iris client is made on first use (a re-attestation)."""
+
     key: ClassVar[str] = "cctp_mint"
     landed: ClassVar[str] = "minted"
     sends: ClassVar[str] = "mint"
@@ -356,27 +314,16 @@ class CctpMintExecutor(EvmExecutor):
         "CCTP v2 receiveMessage on the destination chain with its cctp_burn parent's attested "
         "message, checked against the movement first; idempotent (usedNonces, MessageReceived)"
     )
-    node_config_schema: ClassVar[JsonObject] = {
-        "type": "object",
-        "required": ["lane", "chain", "source_chain", "from", "to"],
-        "properties": {
-            "lane": {"type": "string", "minLength": 1},
-            "chain": {"type": "string", "pattern": CHAIN_PATTERN},
-            "source_chain": {"type": "string", "pattern": CHAIN_PATTERN},
-            "from": {"type": "string", "pattern": ADDRESS_PATTERN},
-            "to": {"type": "string", "pattern": ADDRESS_PATTERN},
+    node_config_schema: ClassVar[JsonObject] = config_schema(
+        ["lane", "chain", "source_chain", "from", "to"],
+        {
+            "chain": KEY,
+            "source_chain": KEY,
+            "from": ADDRESS,
+            "to": ADDRESS,
             "max_fee_bps": {"type": "integer", "minimum": 0, "maximum": 100},
         },
-        "additionalProperties": False,
-    }
-
-    _iris: IrisClient | None = None
-    """Made on first use (a re-attestation), closed by aclose."""
-
-    def _iris_client(self) -> IrisClient:
-        if self._iris is None:
-            self._iris = iris_client(self._env)
-        return self._iris
+    )
 
     def _log_block_range(self) -> int:
         raw = self._env.get(LOG_BLOCK_RANGE_ENV, "").strip()
@@ -407,19 +354,15 @@ class CctpMintExecutor(EvmExecutor):
         rpc = self._evm.leg_rpc(route.leg)
         signer = await self._evm.signer(route.leg)
         async with chain_errors(route.leg.chain_key):
-            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
-            fees = await suggest_fees(
-                rpc, max_fee_cap=route.leg.max_fee_cap, priority_fee_cap=route.leg.priority_fee_cap
-            )
+            chain_next, fees = await pending_nonce_and_fees(rpc, route.leg)
             head = await rpc.block_number()
             minted = await used_nonce(rpc, route.message_transmitter, bytes.fromhex(burn.nonce[2:]))
         if not minted and burn.expires_by(head + EXPIRY_MARGIN_BLOCKS):
             burn = await self._reattested(route, burn, head)
+        send = burn.send(route)
         async with chain_errors(route.leg.chain_key):
             try:
-                gas = await estimate_gas(
-                    rpc, route.leg.sender, route.message_transmitter, burn.calldata()
-                )
+                gas = await estimate_gas(rpc, route.leg.sender, send.to, send.data)
             except RpcError as exc:
                 reason = str(exc).lower()
                 if exc.kind is not RpcErrorKind.REVERTED:
@@ -439,26 +382,20 @@ class CctpMintExecutor(EvmExecutor):
                 # revert with the nonce used is the evidence observe reads
                 gas = USED_NONCE_GAS
             funds = await rpc.balance(route.leg.sender)
-        if funds < gas * fees.max_fee_per_gas:
-            raise ExecutorError(
-                f"{route.leg.sender} holds {funds} wei on {route.leg.chain_key}, the gas needs "
-                f"up to {gas * fees.max_fee_per_gas}",
-                retryable=True,
-                retry_after=RETRY_LATER_S,
-            )
-        payload = route.payload() | {
-            "message_nonce": burn.nonce,
-            "fee_executed": str(burn.fee_executed),
-            "expiration_block": str(burn.expiration_block),
-            "reattested": burn.reattested,
-            "source_tx_hash": burn.source_tx_hash,
-            "search_from_block": max(0, head - LOG_LOOKBACK_BLOCKS),
-            "gas": gas,
-            "max_fee_per_gas": str(fees.max_fee_per_gas),
-            "max_priority_fee_per_gas": str(fees.max_priority_fee_per_gas),
-        }
-        nonce = max(chain_next, route.engine_next_nonce or 0)
-        return await self._sign(route, signer, burn.calldata(), payload, nonce, gas, fees)
+        require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
+        payload = (
+            route.payload()
+            | {
+                "message_nonce": burn.nonce,
+                "fee_executed": str(burn.fee_executed),
+                "expiration_block": str(burn.expiration_block),
+                "reattested": burn.reattested,
+                "source_tx_hash": burn.source_tx_hash,
+                "search_from_block": max(0, head - LOG_LOOKBACK_BLOCKS),
+            }
+            | gas_payload(gas, fees)
+        )
+        return await signed(signer, route.leg, send, route.nonce(chain_next), payload)
 
     async def _reattested(self, route: _Route, burn: _Burn, head: int) -> _Burn:
         """``burn``'s message as Iris re-attests it (expirationBlock 0, or past
@@ -528,7 +465,8 @@ class CctpMintExecutor(EvmExecutor):
                 return entry, None
         return None, None
 
-    async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
+    def recorded_send(self, prepared: Prepared) -> Send:
+        """The recorded mint, its message checked again against the route."""
         assert prepared.payload is not None and prepared.raw_tx is not None
         route = _Route.from_payload(prepared.payload)
         try:
@@ -547,42 +485,7 @@ class CctpMintExecutor(EvmExecutor):
         )
         if burn.nonce != str(prepared.payload["message_nonce"]):
             raise ExecutorError("the prepared mint is of another nonce", retryable=False)
-        rpc = self._evm.leg_rpc(route.leg)
-        async with chain_errors(route.leg.chain_key):
-            chain_next = await rpc.transaction_count(route.leg.sender, "pending")
-        fees = Fees(
-            int(prepared.payload["max_fee_per_gas"]),
-            int(prepared.payload["max_priority_fee_per_gas"]),
-        )
-        signer = await self._evm.signer(route.leg)
-        gas = int(prepared.payload["gas"])
-        return await self._sign(
-            route, signer, burn.calldata(), prepared.payload, max(nonce, chain_next), gas, fees
-        )
-
-    async def _sign(
-        self,
-        route: _Route,
-        signer: Signer,
-        calldata: bytes,
-        payload: JsonObject,
-        nonce: int,
-        gas: int,
-        fees: Fees,
-    ) -> Prepared:
-        tx = build_call(route.leg.chain_id, route.message_transmitter, calldata, nonce, fees, gas)
-        signed = await signer.sign_transaction(tx)
-        return Prepared(
-            nonce=nonce,
-            signed_tx_hash=signed.tx_hash,
-            payload=payload,
-            chain_key=route.leg.chain_key,
-            sender=route.leg.sender,
-            raw_tx=signed.raw_hex,
-        )
-
-    def sending_leg(self, payload: JsonObject) -> ChainLeg:
-        return _Route.from_payload(payload).leg
+        return burn.send(route)
 
     async def observe(self, work: NodeWork) -> ObserveResult:
         reading = await self.read(work)
@@ -661,12 +564,6 @@ class CctpMintExecutor(EvmExecutor):
                         tx.tx_hash,
                     )
         return _Reading(tx.status, tx.evidence, tx.tx_hash, tx.wait_s)
-
-    async def aclose(self) -> None:
-        await super().aclose()
-        if self._iris is not None:
-            await self._iris.aclose()
-            self._iris = None
 
 
 def _verdict(minted: JsonObject) -> str:

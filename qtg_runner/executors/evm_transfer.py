@@ -40,54 +40,55 @@ from the environment variable the registry names; the key from the signer
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from qtg_runner.chains.evm import (
     Fees,
     balance_of,
-    build_transfer,
     decode_transfers,
     estimate_gas,
-    suggest_fees,
     transfer_calldata,
 )
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
-    ADDRESS_PATTERN,
+    ADDRESS,
+    BIG,
+    KEY,
+    TOKEN,
     ExecutorError,
     JsonObject,
     NodeWork,
     Prepared,
+    config_schema,
     route_row,
 )
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
-    ChainLeg,
     EvmExecutor,
+    EvmRoute,
+    Send,
     TxReading,
     chain_errors,
+    gas_payload,
+    pending_nonce_and_fees,
     read_recorded,
     recorded_payload,
+    require_funds,
+    signed,
 )
-from qtg_runner.signers import Signer
 
 
 @dataclass(frozen=True)
-class _Route:
+class _Route(EvmRoute):
     """The registry's word on one node (evm_transfer_route), as recorded in the
     intent's payload at prepare so that observation never depends on a registry
     changed since the transaction was signed."""
 
-    leg: ChainLeg
     token: str
     token_address: str
     recipient: str
-    amount_units: int
-    engine_next_nonce: int | None = None
-    """The sender's next nonce as the engine had it when the route was read
-    (not recorded in the payload: a nonce is allocated when it is recorded)."""
+    amount_units: int = field(metadata=BIG)
 
     @property
     def chain_key(self) -> str:
@@ -97,38 +98,11 @@ class _Route:
     def sender(self) -> str:
         return self.leg.sender
 
-    @classmethod
-    def from_row(cls, row: procs.TransferRoute) -> _Route:
-        return cls(
-            leg=ChainLeg.from_row(row),
-            token=row.token,
-            token_address=row.token_address,
-            recipient=row.recipient,
-            amount_units=int(row.amount_units),
-            engine_next_nonce=row.next_nonce,
-        )
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> _Route:
-        return cls(
-            leg=ChainLeg.from_payload(payload),
-            token=str(payload["token"]),
-            token_address=str(payload["token_address"]),
-            recipient=str(payload["recipient"]),
-            amount_units=int(payload["amount_units"]),
-        )
-
     def payload(self, gas: int, fees: Fees) -> JsonObject:
-        return self.leg.payload() | {
-            "token": self.token,
-            "token_address": self.token_address,
-            "recipient": self.recipient,
-            # a string: a uint256 is beyond what a JSON number holds exactly
-            "amount_units": str(self.amount_units),
-            "gas": gas,
-            "max_fee_per_gas": str(fees.max_fee_per_gas),
-            "max_priority_fee_per_gas": str(fees.max_priority_fee_per_gas),
-        }
+        return self.recorded() | gas_payload(gas, fees)
+
+    def send(self) -> Send:
+        return Send(self.token_address, transfer_calldata(self.recipient, self.amount_units))
 
 
 class EvmTransferExecutor(EvmExecutor):
@@ -139,18 +113,15 @@ class EvmTransferExecutor(EvmExecutor):
         "ERC-20 transfer from a treasury account to a treasury account or an allow-listed "
         "address, signed at a nonce the engine allocates, final at the chain's finality depth"
     )
-    node_config_schema: ClassVar[JsonObject] = {
-        "type": "object",
-        "required": ["lane", "chain", "from", "to"],
-        "properties": {
-            "lane": {"type": "string", "minLength": 1},
-            "chain": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
-            "token": {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"},
-            "from": {"type": "string", "pattern": ADDRESS_PATTERN},
-            "to": {"type": "string", "pattern": ADDRESS_PATTERN},
+    node_config_schema: ClassVar[JsonObject] = config_schema(
+        ["lane", "chain", "from", "to"],
+        {
+            "chain": KEY,
+            "token": TOKEN,
+            "from": ADDRESS,
+            "to": ADDRESS,
         },
-        "additionalProperties": False,
-    }
+    )
 
     # -- what the registry and the environment say -----------------------------
 
@@ -180,67 +151,18 @@ class EvmTransferExecutor(EvmExecutor):
         route = await self._route(work)
         rpc = self._evm.leg_rpc(route.leg)
         signer = await self._evm.signer(route.leg)
+        send = route.send()
         async with chain_errors(route.chain_key):
-            chain_next = await rpc.transaction_count(route.sender, "pending")
-            fees = await suggest_fees(
-                rpc, max_fee_cap=route.leg.max_fee_cap, priority_fee_cap=route.leg.priority_fee_cap
-            )
-            gas = await estimate_gas(
-                rpc,
-                route.sender,
-                route.token_address,
-                transfer_calldata(route.recipient, route.amount_units),
-            )
+            chain_next, fees = await pending_nonce_and_fees(rpc, route.leg)
+            gas = await estimate_gas(rpc, route.sender, send.to, send.data)
             funds = await rpc.balance(route.sender)
-        if funds < gas * fees.max_fee_per_gas:
-            raise ExecutorError(
-                f"{route.sender} holds {funds} wei on {route.chain_key}, the gas needs up to "
-                f"{gas * fees.max_fee_per_gas}",
-                retryable=True,
-                retry_after=RETRY_LATER_S,
-            )
-        nonce = max(chain_next, route.engine_next_nonce or 0)
-        return await self._sign(route, signer, nonce, gas, fees)
+        require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
+        payload = route.payload(gas, fees)
+        return await signed(signer, route.leg, send, route.nonce(chain_next), payload)
 
-    async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
+    def recorded_send(self, prepared: Prepared) -> Send:
         assert prepared.payload is not None
-        route = _Route.from_payload(prepared.payload)
-        rpc = self._evm.leg_rpc(route.leg)
-        async with chain_errors(route.chain_key):
-            chain_next = await rpc.transaction_count(route.sender, "pending")
-        fees = Fees(
-            int(prepared.payload["max_fee_per_gas"]),
-            int(prepared.payload["max_priority_fee_per_gas"]),
-        )
-        signer = await self._evm.signer(route.leg)
-        return await self._sign(
-            route, signer, max(nonce, chain_next), int(prepared.payload["gas"]), fees
-        )
-
-    async def _sign(
-        self, route: _Route, signer: Signer, nonce: int, gas: int, fees: Fees
-    ) -> Prepared:
-        tx = build_transfer(
-            route.leg.chain_id,
-            route.token_address,
-            route.recipient,
-            route.amount_units,
-            nonce,
-            fees,
-            gas,
-        )
-        signed = await signer.sign_transaction(tx)
-        return Prepared(
-            nonce=nonce,
-            signed_tx_hash=signed.tx_hash,
-            payload=route.payload(gas, fees),
-            chain_key=route.chain_key,
-            sender=route.sender,
-            raw_tx=signed.raw_hex,
-        )
-
-    def sending_leg(self, payload: JsonObject) -> ChainLeg:
-        return _Route.from_payload(payload).leg
+        return _Route.from_payload(prepared.payload).send()
 
     async def read(self, work: NodeWork) -> TxReading:
         """The chain's word on the node's transaction, from its recorded hashes;

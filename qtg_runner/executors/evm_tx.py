@@ -29,11 +29,14 @@ node's outcome, the same way for every executor: ``done`` completes the node,
 STILL_UNKNOWN), and anything else is still on its way.
 
 ``EvmExecutor`` is what the five executors have in common as classes: the
-broadcast of the prepared transaction, observe and recover through
-``observed`` and ``recovered``, the chains' health and closing the clients. A
-subclass names the status of its landed send (``landed``), what its broadcast
-is (``sends``), the leg its payload sends from (``sending_leg``) and how it
-reads its send (``read``); prepare and preflight are its own.
+broadcast of the prepared transaction, signing the recorded call again at
+another nonce (``resign``), observe and recover through ``observed`` and
+``recovered``, the chains' health and closing the clients. A subclass names
+the status of its landed send (``landed``), what its broadcast is (``sends``),
+the call its payload records (``recorded_send``) and how it reads its send
+(``read``); prepare and preflight are its own, from the pieces here: its
+route (``EvmRoute``: the route procedure's row, recorded flat in the payload),
+the pending nonce and fees, the funds for the gas, and ``signed``.
 """
 
 from __future__ import annotations
@@ -44,13 +47,13 @@ import math
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
 from psycopg_pool import AsyncConnectionPool
 
-from qtg_runner.chains.evm import FeeCapExceeded
+from qtg_runner.chains.evm import FeeCapExceeded, Fees, _eip1559, suggest_fees
 from qtg_runner.chains.evm_rpc import EvmRpc, EvmRpcError, Receipt, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
@@ -62,6 +65,7 @@ from qtg_runner.executors.base import (
     ObserveResult,
     ObserveStatus,
     Prepared,
+    Recorded,
     RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
@@ -154,6 +158,112 @@ class ChainLeg:
             "max_fee_cap": str(self.max_fee_cap),
             "priority_fee_cap": str(self.priority_fee_cap),
         }
+
+
+class RouteRow(LegRow, Protocol):
+    """A route procedure's row: the leg's columns and the engine's next nonce."""
+
+    @property
+    def next_nonce(self) -> int | None: ...
+
+
+def seconds_from_ms(column: str) -> Mapping[str, Any]:
+    """The metadata of a route field in seconds (``field(metadata=...)``) that
+    the route procedure's row has in milliseconds, in ``column``."""
+    return {"ms": column}
+
+
+@dataclass(frozen=True)
+class EvmRoute(Recorded):
+    """A route procedure's word on one node (evm_transfer_route,
+    cctp_burn_route...): the leg and the executor's own fields, read from the
+    row by their names and recorded flat beside the leg's keys in the prepared
+    payload. The engine's next nonce is the row's only."""
+
+    leg: ChainLeg
+    engine_next_nonce: int | None = field(default=None, kw_only=True)
+    """The sender's next nonce as the engine had it when the route was read
+    (not recorded in the payload: a nonce is allocated when it is recorded)."""
+
+    @classmethod
+    def from_row(cls, row: RouteRow) -> Self:
+        values: dict[str, Any] = {}
+        for f in cls.recorded_fields():
+            ms = f.metadata.get("ms")
+            values[f.name] = getattr(row, ms) / 1000 if ms else f.kind(getattr(row, f.name))
+        return cls(leg=ChainLeg.from_row(row), engine_next_nonce=row.next_nonce, **values)
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> Self:
+        return cls(leg=ChainLeg.from_payload(payload), **cls.recorded_values(payload))
+
+    def recorded(self) -> JsonObject:
+        return self.leg.payload() | super().recorded()
+
+    def nonce(self, chain_next: int) -> int:
+        """The nonce to sign at: the greater of the chain's pending count and
+        the engine's next one."""
+        return max(chain_next, self.engine_next_nonce or 0)
+
+
+def gas_payload(gas: int, fees: Fees) -> JsonObject:
+    """The gas and fees a prepared payload records (what a resign signs again)."""
+    return {
+        "gas": gas,
+        "max_fee_per_gas": str(fees.max_fee_per_gas),
+        "max_priority_fee_per_gas": str(fees.max_priority_fee_per_gas),
+    }
+
+
+async def pending_nonce_and_fees(rpc: EvmRpc, leg: ChainLeg) -> tuple[int, Fees]:
+    """The account's pending transaction count and EIP-1559 fees under the
+    leg's caps (inside the caller's chain_errors)."""
+    chain_next = await rpc.transaction_count(leg.sender, "pending")
+    fees = await suggest_fees(
+        rpc, max_fee_cap=leg.max_fee_cap, priority_fee_cap=leg.priority_fee_cap
+    )
+    return chain_next, fees
+
+
+def require_funds(
+    leg: ChainLeg, funds: int, needed: int, what: str = "the gas needs up to {}"
+) -> None:
+    """Retry later, nothing signed, while the sender's ``funds`` (wei) are
+    short of ``needed``; ``what`` says what needs it."""
+    if funds < needed:
+        raise ExecutorError(
+            f"{leg.sender} holds {funds} wei on {leg.chain_key}, " + what.format(needed),
+            retryable=True,
+            retry_after=RETRY_LATER_S,
+        )
+
+
+@dataclass(frozen=True)
+class Send:
+    """What a node's transaction calls: the contract, the calldata and the wei
+    it pays."""
+
+    to: str
+    data: bytes
+    value: int = 0
+
+
+async def signed(
+    signer: Signer, leg: ChainLeg, send: Send, nonce: int, payload: JsonObject
+) -> Prepared:
+    """``send`` signed at ``nonce`` with the gas and fees ``payload`` records, as
+    the intent records it."""
+    fees = Fees(int(payload["max_fee_per_gas"]), int(payload["max_priority_fee_per_gas"]))
+    tx = _eip1559(leg.chain_id, nonce, send.to, send.value, send.data, int(payload["gas"]), fees)
+    signature = await signer.sign_transaction(tx)
+    return Prepared(
+        nonce=nonce,
+        signed_tx_hash=signature.tx_hash,
+        payload=payload,
+        chain_key=leg.chain_key,
+        sender=leg.sender,
+        raw_tx=signature.raw_hex,
+    )
 
 
 class EvmAccess:
@@ -516,13 +626,30 @@ class EvmExecutor(abc.ABC):
         self._env = os.environ if env is None else env
         self._evm = EvmAccess(self._env, rpc_timeout)
 
-    @abc.abstractmethod
     def sending_leg(self, payload: JsonObject) -> ChainLeg:
-        """The chain and account a prepared payload sends from."""
+        """The chain and account a prepared payload sends from (its leg's keys)."""
+        return ChainLeg.from_payload(payload)
 
     @abc.abstractmethod
     async def read(self, work: NodeWork) -> Reading:
         """The chains' word on the node's send, from what its intent recorded."""
+
+    @abc.abstractmethod
+    def recorded_send(self, prepared: Prepared) -> Send:
+        """The call a prepared payload records, to sign again at another nonce
+        (checked again where there is something to check)."""
+
+    async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
+        """The recorded call signed again at ``nonce``, or the chain's pending
+        count when that is greater, with the recorded gas and fees."""
+        assert prepared.payload is not None
+        send = self.recorded_send(prepared)
+        leg = self.sending_leg(prepared.payload)
+        rpc = self._evm.leg_rpc(leg)
+        async with chain_errors(leg.chain_key):
+            chain_next = await rpc.transaction_count(leg.sender, "pending")
+        signer = await self._evm.signer(leg)
+        return await signed(signer, leg, send, max(nonce, chain_next), prepared.payload)
 
     async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
         assert prepared.payload is not None

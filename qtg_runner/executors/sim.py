@@ -42,6 +42,7 @@ from qtg_runner.executors.base import (
     RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
+    config_schema,
 )
 
 
@@ -96,11 +97,9 @@ class SimExecutor:
     has_side_effect: ClassVar[bool] = True
     deduplicated_by: ClassVar[str] = "the sim world's idempotency key (qtg_sim.side_effects)"
     description: ClassVar[str] = "simulated lane with configurable latency and outcomes"
-    node_config_schema: ClassVar[JsonObject] = {
-        "type": "object",
-        "required": ["lane"],
-        "properties": {
-            "lane": {"type": "string", "minLength": 1},
+    node_config_schema: ClassVar[JsonObject] = config_schema(
+        ["lane"],
+        {
             "time_scale": {"type": "number", "minimum": MIN_TIME_SCALE, "maximum": MAX_TIME_SCALE},
             "min_latency_s": {"type": "number", "minimum": 0, "maximum": MAX_LATENCY_SECONDS},
             "max_latency_s": {"type": "number", "minimum": 0, "maximum": MAX_LATENCY_SECONDS},
@@ -110,8 +109,7 @@ class SimExecutor:
             "crash_at": {"type": "string", "enum": ["prepare", "submit", "observe", "recover"]},
             "amount": {"type": "number", "exclusiveMinimum": 0},
         },
-        "additionalProperties": False,
-    }
+    )
 
     def __init__(self, pool: AsyncConnectionPool[Any], network: str) -> None:
         self._pool = pool

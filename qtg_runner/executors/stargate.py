@@ -58,27 +58,34 @@ from typing import Any, ClassVar
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
 
-from qtg_runner.chains.evm import Fees, _eip1559, balance_of, normalize_address, suggest_fees
+from qtg_runner.chains.evm import balance_of, normalize_address
 from qtg_runner.chains.evm_rpc import EvmRpc, Log, Receipt
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
-    ADDRESS_PATTERN,
+    ADDRESS,
+    KEY,
+    TOKEN,
     ExecutorError,
     JsonObject,
     NodeWork,
     Prepared,
+    config_schema,
     route_row,
 )
 from qtg_runner.executors.evm_tx import (
     RETRY_LATER_S,
     ChainLeg,
     EvmExecutor,
+    Send,
     TxReading,
     chain_errors,
+    gas_payload,
+    pending_nonce_and_fees,
     read_recorded,
     recorded_payload,
+    require_funds,
+    signed,
 )
-from qtg_runner.signers import Signer
 
 
 def _selector(signature: str) -> bytes:
@@ -141,22 +148,19 @@ class StargateExecutor(EvmExecutor):
         "a treasury account or an allow-listed address on the destination; complete on the "
         "destination's OFTReceived"
     )
-    node_config_schema: ClassVar[JsonObject] = {
-        "type": "object",
-        "required": ["lane", "source", "destination", "from", "to"],
-        "properties": {
-            "lane": {"type": "string", "minLength": 1},
-            "source": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
-            "destination": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
-            "token": {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"},
-            "from": {"type": "string", "pattern": ADDRESS_PATTERN},
-            "to": {"type": "string", "pattern": ADDRESS_PATTERN},
+    node_config_schema: ClassVar[JsonObject] = config_schema(
+        ["lane", "source", "destination", "from", "to"],
+        {
+            "source": KEY,
+            "destination": KEY,
+            "token": TOKEN,
+            "from": ADDRESS,
+            "to": ADDRESS,
             "mode": {"enum": ["taxi", "bus"]},
             "min_amount": {"type": "string", "pattern": "^[0-9]{1,30}(\\.[0-9]{1,30})?$"},
             "max_slippage_bps": {"type": "integer", "minimum": 0, "maximum": 10000},
         },
-        "additionalProperties": False,
-    }
+    )
 
     # -- the registry's word ----------------------------------------------------------
 
@@ -231,21 +235,17 @@ class StargateExecutor(EvmExecutor):
                 [SEND_PARAM, "(uint256,uint256)", "address"],
                 [_send_param(row), (quote.native_fee, 0), row.sender],
             )
-            chain_next = await rpc.transaction_count(row.sender, "pending")
-            fees = await suggest_fees(
-                rpc, max_fee_cap=source.max_fee_cap, priority_fee_cap=source.priority_fee_cap
-            )
+            chain_next, fees = await pending_nonce_and_fees(rpc, source)
             estimate = await rpc.estimate_gas(row.sender, row.src_pool, data, quote.native_fee)
             gas = math.ceil(estimate * GAS_HEADROOM)
             funds = await rpc.balance(row.sender)
             dst_head = await dst_rpc.block_number()
-        if funds < gas * fees.max_fee_per_gas + quote.native_fee:
-            raise ExecutorError(
-                f"{row.sender} holds {funds} wei on {row.chain_key}, the send needs up to "
-                f"{gas * fees.max_fee_per_gas + quote.native_fee} (gas and the Stargate fee)",
-                retryable=True,
-                retry_after=RETRY_LATER_S,
-            )
+        require_funds(
+            source,
+            funds,
+            gas * fees.max_fee_per_gas + quote.native_fee,
+            "the send needs up to {} (gas and the Stargate fee)",
+        )
         payload = source.payload() | {
             "protocol": "stargate",
             "token": row.token,
@@ -253,9 +253,7 @@ class StargateExecutor(EvmExecutor):
             "recipient": row.recipient,
             # strings: a uint256 is beyond what a JSON number holds exactly
             "amount_units": str(row.amount_units),
-            "gas": gas,
-            "max_fee_per_gas": str(fees.max_fee_per_gas),
-            "max_priority_fee_per_gas": str(fees.max_priority_fee_per_gas),
+            **gas_payload(gas, fees),
             "mode": row.mode,
             "pool": row.src_pool,
             "token_messaging": row.src_token_messaging,
@@ -273,42 +271,11 @@ class StargateExecutor(EvmExecutor):
             "dst_from_block": dst_head,
         }
         nonce = max(chain_next, row.next_nonce or 0)
-        return await self._sign_send(source, signer, nonce, payload)
+        return await signed(signer, source, _recorded_send(payload), nonce, payload)
 
-    async def resign(self, work: NodeWork, prepared: Prepared, nonce: int) -> Prepared:
+    def recorded_send(self, prepared: Prepared) -> Send:
         assert prepared.payload is not None
-        source = ChainLeg.from_payload(prepared.payload)
-        rpc = self._evm.leg_rpc(source)
-        async with chain_errors(source.chain_key):
-            chain_next = await rpc.transaction_count(source.sender, "pending")
-        signer = await self._evm.signer(source)
-        return await self._sign_send(source, signer, max(nonce, chain_next), prepared.payload)
-
-    async def _sign_send(
-        self, source: ChainLeg, signer: Signer, nonce: int, payload: JsonObject
-    ) -> Prepared:
-        fees = Fees(int(payload["max_fee_per_gas"]), int(payload["max_priority_fee_per_gas"]))
-        tx = _eip1559(
-            source.chain_id,
-            nonce,
-            str(payload["pool"]),
-            int(payload["native_fee"]),
-            bytes.fromhex(str(payload["calldata"])[2:]),
-            int(payload["gas"]),
-            fees,
-        )
-        signed = await signer.sign_transaction(tx)
-        return Prepared(
-            nonce=nonce,
-            signed_tx_hash=signed.tx_hash,
-            payload=payload,
-            chain_key=source.chain_key,
-            sender=source.sender,
-            raw_tx=signed.raw_hex,
-        )
-
-    def sending_leg(self, payload: JsonObject) -> ChainLeg:
-        return ChainLeg.from_payload(payload)
+        return _recorded_send(prepared.payload)
 
     # -- reading both chains ----------------------------------------------------------
 
@@ -428,6 +395,15 @@ class StargateExecutor(EvmExecutor):
                 max(CACHED_RETRY_S, wait),
             )
         return TxReading("sent", evidence | {"waiting_for": "delivery"}, tx_hash, wait)
+
+
+def _recorded_send(payload: JsonObject) -> Send:
+    """The pool's send as the payload records it, its calldata and fee."""
+    return Send(
+        str(payload["pool"]),
+        bytes.fromhex(str(payload["calldata"])[2:]),
+        int(payload["native_fee"]),
+    )
 
 
 def _ticket(receipt: Receipt, messaging: str) -> int | None:
