@@ -51,8 +51,6 @@ from qtg_runner.workers.dispatch import (
     groups,
 )
 
-__all__ = ["WORKER", "asynchronous_commit", "batch", "dispatch_claims"]
-
 BATCH_SIZE = 64
 """Nodes claimed per tick."""
 BATCH_SIZE_BATCHED = 256
