@@ -212,6 +212,7 @@ INTERNAL = {
     "node_balance_effects",
     "balance_expectations",
     "apply_refusal",
+    "check_reason",
     "route_node",
     "route_chain",
     "route_token",

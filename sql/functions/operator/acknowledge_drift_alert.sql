@@ -24,11 +24,9 @@ DECLARE
     v_old    bigint;
     v_new    bigint;
 BEGIN
-    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
-        RAISE EXCEPTION 'acknowledge_drift_alert: give the reason the balance is accepted'
-            USING ERRCODE = 'QT002', HINT = 'Say what explains the drift (e.g. a top-up from outside, a theft written off).';
-    END IF;
-    PERFORM check_limits('acknowledge_drift_alert', p_text => ARRAY[p_reason]);
+    PERFORM check_reason('acknowledge_drift_alert', p_reason,
+                         'Say what explains the drift (e.g. a top-up from outside, a theft written off).',
+                         p_blank => 'acknowledge_drift_alert: give the reason the balance is accepted');
     SELECT * INTO v_alert FROM balance_drift_alerts WHERE id = p_alert_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'acknowledge_drift_alert: no drift alert %', coalesce(p_alert_id::text, 'NULL')

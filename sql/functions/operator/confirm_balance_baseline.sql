@@ -31,11 +31,8 @@ BEGIN
         RAISE EXCEPTION 'confirm_balance_baseline: name the account (kind, key, address, asset) and the baseline''s snapshot'
             USING ERRCODE = 'QT002', HINT = 'balance_status lists each account with its baseline_snapshot_id.';
     END IF;
-    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
-        RAISE EXCEPTION 'confirm_balance_baseline: say how the balance was checked'
-            USING ERRCODE = 'QT002', HINT = 'E.g. "matches the custodian''s statement of 2026-12-05".';
-    END IF;
-    PERFORM check_limits('confirm_balance_baseline',
+    PERFORM check_reason('confirm_balance_baseline', p_reason, 'E.g. "matches the custodian''s statement of 2026-12-05".',
+                         p_blank => 'confirm_balance_baseline: say how the balance was checked',
                          p_text => ARRAY[p_reason, p_account_kind, p_account_key, p_address, p_asset]);
     SELECT * INTO v_base FROM balance_baselines b
      WHERE b.account_kind = p_account_kind AND b.account_key = p_account_key

@@ -10,11 +10,7 @@ AS $$
 DECLARE
     v_proposal config_proposals;
 BEGIN
-    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
-        RAISE EXCEPTION 'reject_proposal needs a reason' USING ERRCODE = 'QT002',
-            HINT = 'Say why: it is kept with the proposal and in the audit log.';
-    END IF;
-    PERFORM check_limits('reject_proposal', p_text => ARRAY[p_reason]);
+    PERFORM check_reason('reject_proposal', p_reason, 'Say why: it is kept with the proposal and in the audit log.');
     SELECT * INTO v_proposal FROM config_proposals WHERE id = p_proposal_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'proposal % does not exist', coalesce(p_proposal_id::text, 'NULL') USING ERRCODE = 'QT013',

@@ -20,11 +20,8 @@ DECLARE
     v_request_id bigint;
     v_node       movement_request_nodes;
 BEGIN
-    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
-        RAISE EXCEPTION 'release_quarantine needs a reason' USING ERRCODE = 'QT002',
-            HINT = 'Say what was wrong and why the node may run again, e.g. the executor was fixed.';
-    END IF;
-    PERFORM check_limits('release_quarantine', p_text => ARRAY[p_reason]);
+    PERFORM check_reason('release_quarantine', p_reason,
+                         'Say what was wrong and why the node may run again, e.g. the executor was fixed.');
 
     SELECT node.request_id INTO v_request_id FROM movement_request_nodes node WHERE node.id = p_node_id;
     IF NOT FOUND THEN

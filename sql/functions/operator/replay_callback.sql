@@ -15,11 +15,8 @@ DECLARE
     v_now timestamptz := clock();
     v_row callback_outbox;
 BEGIN
-    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
-        RAISE EXCEPTION 'replay_callback needs a reason' USING ERRCODE = 'QT002',
-            HINT = 'Say what was wrong and why it may be sent now, e.g. the receiver is back.';
-    END IF;
-    PERFORM check_limits('replay_callback', p_text => ARRAY[p_reason]);
+    PERFORM check_reason('replay_callback', p_reason,
+                         'Say what was wrong and why it may be sent now, e.g. the receiver is back.');
 
     SELECT * INTO v_row FROM callback_outbox WHERE id = p_callback_id FOR UPDATE;
     IF NOT FOUND THEN

@@ -37,11 +37,8 @@ DECLARE
     v_intent     node_intents;
     v_open       node_requeues;
 BEGIN
-    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
-        RAISE EXCEPTION 'requeue_node needs a reason' USING ERRCODE = 'QT002',
-            HINT = 'Say what the evidence shows, e.g. the transaction was dropped and its nonce reused.';
-    END IF;
-    PERFORM check_limits('requeue_node', p_text => ARRAY[p_reason]);
+    PERFORM check_reason('requeue_node', p_reason,
+                         'Say what the evidence shows, e.g. the transaction was dropped and its nonce reused.');
 
     SELECT node.request_id INTO v_request_id FROM movement_request_nodes node WHERE node.id = p_node_id;
     IF NOT FOUND THEN

@@ -20,11 +20,8 @@ DECLARE
     v_actor     text := session_user;
     v_requested text;
 BEGIN
-    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
-        RAISE EXCEPTION 'trip_breaker needs a reason' USING ERRCODE = 'QT002',
-            HINT = 'Say why the scope must stop: the reason is kept in the audit log.';
-    END IF;
-    PERFORM check_limits('trip_breaker', p_text => ARRAY[p_scope, p_name, p_reason]);
+    PERFORM check_reason('trip_breaker', p_reason, 'Say why the scope must stop: the reason is kept in the audit log.',
+                         p_text => ARRAY[p_scope, p_name, p_reason]);
     IF p_scope IS NULL OR p_scope NOT IN ('lane', 'venue') THEN
         RAISE EXCEPTION 'trip_breaker: scope must be lane or venue, got %', coalesce(quote_literal(p_scope), 'NULL')
             USING ERRCODE = 'QT002',
