@@ -106,7 +106,7 @@ chaos: install
 # (scripts/check-commits.py: subjects of at most 72 characters, imperative)
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy --strict qtg_runner chaos
+	$(BIN)/mypy --strict qtg_runner qtg_world qtg_cli chaos
 	$(BIN)/python scripts/check-commits.py
 
 # docs/reference/ from the code (qtg_runner/reference.py): the SQL routines and
@@ -115,7 +115,7 @@ lint: install
 # fails when a committed file differs
 .PHONY: docs
 docs: install
-	$(BIN)/python -m qtg_runner.reference
+	$(BIN)/python -m qtg_runner.reference --app qtg_cli:app
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache node_modules

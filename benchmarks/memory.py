@@ -45,7 +45,7 @@ from benchmarks import engine
 from benchmarks.cluster import Cluster
 from benchmarks.procs import QTG, Child, runner_env, spawn, wait_for
 from benchmarks.throughput import INSTANT_PLAN
-from qtg_runner.world.json_http import JsonHandler
+from qtg_world.json_http import JsonHandler
 
 DRAIN_TIMEOUT = 300.0
 SETTLE_S = 5.0

@@ -1,4 +1,7 @@
-"""The `qtg` command line: database lifecycle, runners, movements, status and the demo."""
+"""The runtime's `qtg` command line: database lifecycle, runners, movements,
+status, logins, the API. The local outside world's commands (demo, chains,
+world, drill) are qtg_world's: the `qtg` console script is qtg_cli's app,
+built here (``build_app``) from these commands and those."""
 
 from __future__ import annotations
 
@@ -21,84 +24,57 @@ from qtg_runner.credentials import without_password
 from qtg_runner.db.embedded import database_url, stop_embedded
 from qtg_runner.db.pool import login_dsn
 
+RUNTIME_COMMANDS: Mapping[str, LazyCommand] = {
+    "run": LazyCommand(
+        "qtg_runner.commands.run:run_cmd", "Run the workers of one or more networks."
+    ),
+    "worker": LazyCommand(
+        "qtg_runner.commands.run:worker_cmd", "Run one worker alone in this process."
+    ),
+    "status": LazyCommand(
+        "qtg_runner.commands.status:status_cmd",
+        "Pipeline counts, in-flight nodes, workers and stuck nodes.",
+    ),
+    "operator": LazyCommand(
+        "qtg_runner.commands.logins:operator_app", "Operator logins, one per person."
+    ),
+    "runner": LazyCommand(
+        "qtg_runner.commands.logins:runner_app", "Runner logins, one per runner deployment."
+    ),
+    "executors": LazyCommand(
+        "qtg_runner.commands.executors:app",
+        "The executor registry of a network (an admin deploy step).",
+    ),
+    "movement": LazyCommand(
+        "qtg_runner.commands.movement:app", "Create, approve, cancel and inspect movements."
+    ),
+    "proposals": LazyCommand(
+        "qtg_runner.commands.proposals:app",
+        "List, approve and reject configuration proposals.",
+    ),
+    "audit": LazyCommand(
+        "qtg_runner.commands.audit:app",
+        "The audit log: verify its hash chain, export it.",
+    ),
+    "callbacks": LazyCommand(
+        "qtg_runner.commands.callbacks:app",
+        "Signed callbacks: list the deliveries, replay a dead one.",
+    ),
+    "balances": LazyCommand(
+        "qtg_runner.commands.balances:app",
+        "The treasury's balances against the engine's records.",
+    ),
+    "api": LazyCommand(
+        "qtg_runner.commands.api:app", "The HTTP API and the operator page; bearer tokens."
+    ),
+    "reader": LazyCommand(
+    "qtg_runner.commands.logins:reader_app",
+    "Reader logins, one per dashboard or metrics scraper.",
+    ),
+}
+"""The runtime's sub-commands, each loaded when it is run and listed by its
+summary (commands/common.py), in the order `qtg --help` lists them."""
 
-class Qtg(QtgGroup):
-    """`qtg`: every error as one `qtg: error:` line, each sub-command loaded when
-    it is run and listed by its summary here (commands/common.py)."""
-
-    lazy: ClassVar[Mapping[str, LazyCommand]] = {
-        "run": LazyCommand(
-            "qtg_runner.commands.run:run_cmd", "Run the workers of one or more networks."
-        ),
-        "worker": LazyCommand(
-            "qtg_runner.commands.run:worker_cmd", "Run one worker alone in this process."
-        ),
-        "status": LazyCommand(
-            "qtg_runner.commands.status:status_cmd",
-            "Pipeline counts, in-flight nodes, workers and stuck nodes.",
-        ),
-        "demo": LazyCommand(
-            "qtg_runner.commands.demo:demo_cmd",
-            "Run realistic movements end to end and check them.",
-        ),
-        "operator": LazyCommand(
-            "qtg_runner.commands.logins:operator_app", "Operator logins, one per person."
-        ),
-        "runner": LazyCommand(
-            "qtg_runner.commands.logins:runner_app", "Runner logins, one per runner deployment."
-        ),
-        "executors": LazyCommand(
-            "qtg_runner.commands.executors:app",
-            "The executor registry of a network (an admin deploy step).",
-        ),
-        "movement": LazyCommand(
-            "qtg_runner.commands.movement:app", "Create, approve, cancel and inspect movements."
-        ),
-        "proposals": LazyCommand(
-            "qtg_runner.commands.proposals:app",
-            "List, approve and reject configuration proposals.",
-        ),
-        "chains": LazyCommand(
-            "qtg_runner.commands.chains:app", "Local EVM chains for development and tests."
-        ),
-        "world": LazyCommand(
-            "qtg_runner.commands.world:app",
-            "The local outside world: chains, fake Iris, fake Bybit.",
-        ),
-        "drill": LazyCommand(
-            "qtg_runner.commands.drill:app", "Drills: real movements through the whole engine."
-        ),
-        "audit": LazyCommand(
-            "qtg_runner.commands.audit:app",
-            "The audit log: verify its hash chain, export it.",
-        ),
-        "callbacks": LazyCommand(
-            "qtg_runner.commands.callbacks:app",
-            "Signed callbacks: list the deliveries, replay a dead one.",
-        ),
-        "balances": LazyCommand(
-            "qtg_runner.commands.balances:app",
-            "The treasury's balances against the engine's records.",
-        ),
-        "api": LazyCommand(
-            "qtg_runner.commands.api:app", "The HTTP API and the operator page; bearer tokens."
-        ),
-        "reader": LazyCommand(
-            "qtg_runner.commands.logins:reader_app",
-            "Reader logins, one per dashboard or metrics scraper.",
-        ),
-    }
-
-
-app = typer.Typer(
-    name="qtg",
-    help="QTG engine: a Postgres-native orchestration engine for treasury movements.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    suggest_commands=False,  # Qtg suggests from every command, loaded or not
-    cls=Qtg,
-)
 db_app = typer.Typer(
     short_help="Database lifecycle, as the admin: migrate, roll back, stop, DSNs.",
     help=(
@@ -111,12 +87,10 @@ db_app = typer.Typer(
     ),
     no_args_is_help=True,
 )
-app.add_typer(db_app, name="db")
 
 out = Console()
 
 
-@app.callback()
 def main(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log details (to stderr).")
@@ -309,8 +283,36 @@ def mark_test_cmd(
     out.print("test database: pinned clocks are honoured" if not off else "not a test database")
 
 
+def build_app(commands: Mapping[str, LazyCommand] = RUNTIME_COMMANDS) -> typer.Typer:
+    """A `qtg` app: the database group (`qtg db`), then ``commands`` in their order."""
+
+    class Qtg(QtgGroup):
+        """`qtg`: every error as one `qtg: error:` line, each sub-command loaded when
+        it is run and listed by its summary here (commands/common.py)."""
+
+        lazy: ClassVar[Mapping[str, LazyCommand]] = dict(commands)
+
+    built = typer.Typer(
+        name="qtg",
+        help="QTG engine: a Postgres-native orchestration engine for treasury movements.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        suggest_commands=False,  # Qtg suggests from every command, loaded or not
+        cls=Qtg,
+    )
+    built.add_typer(db_app, name="db")
+    built.callback()(main)
+    return built
+
+
+app = build_app()
+"""The runtime's commands alone; qtg_cli.app has every command."""
+
+
 def run() -> None:
-    """The `qtg` console script. Every error, whatever raised it, ends as one
+    """The runtime's commands alone, as the `qtg` console script runs them
+    (qtg_cli.run). Every error, whatever raised it, ends as one
     `qtg: error: ...` line on stderr and a non-zero exit (QtgGroup: 2 for a
     bad input or a procedure's refusal, 1 for the environment), never a
     traceback."""

@@ -6,13 +6,15 @@
                    as the installed catalog gives it (pg_proc, pg_attribute) and
                    the header comment at the top of its file
     cli.md         every `qtg` command with its help, arguments and options, read
-                   from the Typer app's click tree
+                   from the Typer app's click tree: the app is given (``--app``,
+                   qtg_cli:app for the whole `qtg`: the runtime knows only its
+                   own commands, not the world's)
     errors.md      every QT SQLSTATE with its meaning, HTTP status and problem
                    title (qtg_runner/errors.py), and the PostgreSQL SQLSTATEs the
                    API maps (qtg_runner/api/problems.py)
     README.md      the index
 
-``python -m qtg_runner.reference`` migrates a new database on a throwaway
+``python -m qtg_runner.reference --app qtg_cli:app`` migrates a new database on a throwaway
 embedded server (its own temporary data directory, stopped and removed
 afterwards), reads the catalog there and writes the four files; ``--check``
 writes nothing and exits 1 naming the files that differ.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import inspect
 import re
 import shutil
@@ -39,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import typer
 from psycopg import sql
 from typer import _click as click  # typer vendors click
 from typer.core import TyperGroup
@@ -372,11 +376,9 @@ def first_sentence(text: str) -> str:
     return paragraph[: end.end()] if end else paragraph
 
 
-def cli_md() -> str:
-    """docs/reference/cli.md, read from the Typer app."""
+def cli_md(app: typer.Typer) -> str:
+    """docs/reference/cli.md, read from the Typer app ``app`` (qtg_cli.app)."""
     import typer.main
-
-    from qtg_runner.cli import app
 
     root = typer.main.get_command(app)
     commands = list(_commands(root, ("qtg",), click.Context(root, info_name="qtg")))
@@ -505,7 +507,7 @@ def index_md() -> str:
         "call it, with its installed signature and its file's header comment "
         "(`sql/functions/`)\n"
         "- [cli.md](cli.md): every `qtg` command with its help, arguments and options "
-        "(`qtg_runner/cli.py`, `qtg_runner/commands/`)\n"
+        "(`qtg_cli/`, `qtg_runner/cli.py`, `qtg_runner/commands/`, `qtg_world/commands/`)\n"
         "- [errors.md](errors.md): every QT SQLSTATE with its meaning and the HTTP "
         "status the API answers it with (`qtg_runner/errors.py`, "
         "`qtg_runner/api/problems.py`)",
@@ -516,12 +518,13 @@ FILES = ("README.md", "procedures.md", "cli.md", "errors.md")
 """The files of docs/reference/, every one generated."""
 
 
-def render(conn: psycopg.Connection[Any]) -> dict[str, str]:
-    """Every file of docs/reference/ (FILES), by name; the catalog read from ``conn``."""
+def render(conn: psycopg.Connection[Any], app: typer.Typer) -> dict[str, str]:
+    """Every file of docs/reference/ (FILES), by name; the catalog read from
+    ``conn``, the commands from ``app``."""
     return {
         "README.md": index_md(),
         "procedures.md": procedures_md(conn),
-        "cli.md": cli_md(),
+        "cli.md": cli_md(app),
         "errors.md": errors_md(),
     }
 
@@ -565,11 +568,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write docs/reference/ from the code (on a throwaway embedded server).",
     )
     parser.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:NAME",
+        help="the Typer app whose commands cli.md lists (qtg_cli:app: every `qtg` command)",
+    )
+    parser.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 when a file is stale"
     )
     args = parser.parse_args(argv)
+    module, _, name = args.app.partition(":")
+    app = getattr(importlib.import_module(module), name)
+    if not isinstance(app, typer.Typer):
+        parser.error(f"{args.app} is not a Typer app")
     with throwaway_database() as dsn, psycopg.connect(dsn) as conn:
-        rendered = render(conn)
+        rendered = render(conn, app)
     if args.check:
         names = stale(rendered)
         for name in names:

@@ -81,8 +81,6 @@ from qtg_runner.chains.evm import (
     suggest_fees,
     transfer_calldata,
 )
-from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
-from qtg_runner.chains.local import LOOPBACK, RunningChain
 from qtg_runner.exchanges.bybit_codes import (
     BAD_SIGNATURE,
     INSUFFICIENT_BALANCE,
@@ -99,7 +97,9 @@ from qtg_runner.exchanges.bybit_codes import (
 )
 from qtg_runner.log import event
 from qtg_runner.signers import Signer
-from qtg_runner.world.json_http import JsonHandler
+from qtg_world.chains.keys import LocalKey, ensure_treasury_keys
+from qtg_world.chains.local import LOOPBACK, RunningChain
+from qtg_world.json_http import JsonHandler
 
 __all__ = [
     "EXCHANGE_KEYS",
@@ -169,7 +169,7 @@ def ensure_exchange_keys(state_dir: Path, kdf_iterations: int | None = None) -> 
     """The exchange's hot wallet and deposit key, kept in the chains' keystore beside
     the treasury keys (made where missing): signers ``keystore:local-bybit-hot`` and
     ``keystore:local-bybit-deposit``. Fund the hot wallet with
-    qtg_runner.chains.registry.fund_treasury(chain, [keys.hot])."""
+    qtg_world.chains.registry.fund_treasury(chain, [keys.hot])."""
     hot, deposit = ensure_treasury_keys(state_dir, EXCHANGE_KEYS, kdf_iterations=kdf_iterations)
     return ExchangeKeys(hot=hot, deposit=deposit)
 

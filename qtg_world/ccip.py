@@ -71,10 +71,10 @@ from qtg_runner.chains.ccip import (
 from qtg_runner.chains.cctp_client import IrisClient, IrisStatus
 from qtg_runner.chains.evm import sign, suggest_fees
 from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
-from qtg_runner.chains.local import LOOPBACK, RunningChain
 from qtg_runner.log import event
 from qtg_runner.signers import Signer
-from qtg_runner.world.json_http import JsonHandler
+from qtg_world.chains.local import LOOPBACK, RunningChain
+from qtg_world.json_http import JsonHandler
 
 __all__ = ["CcipConfig", "CcipHandle", "serve"]
 

@@ -68,8 +68,8 @@ from qtg_runner.chains.cctp import (
     attest,
     read_domain,
 )
-from qtg_runner.chains.local import LOOPBACK, ChainError, RunningChain, rpc
-from qtg_runner.world.json_http import JsonHandler
+from qtg_world.chains.local import LOOPBACK, ChainError, RunningChain, rpc
+from qtg_world.json_http import JsonHandler
 
 __all__ = ["MESSAGE_SENT_TOPIC", "REATTEST_REQUESTED", "IrisConfig", "IrisHandle", "serve"]
 

@@ -1,9 +1,9 @@
 """The local outside world as one background process: the fake Iris, the fake
 Bybit and the CCIP executing network served side by side on loopback, and the
-Stargate relayer (qtg_runner.world.stargate), over the local chains of a state
-directory (qtg_runner.chains.local).
+Stargate relayer (qtg_world.stargate), over the local chains of a state
+directory (qtg_world.chains.local).
 
-`qtg world up|down|status` (qtg_runner/commands/world.py) and the tests use
+`qtg world up|down|status` (qtg_world/commands/world.py) and the tests use
 this module alike. Beside the chains' state (``chains/state.json``) it keeps:
 
     chains/world/                   mode 0700
@@ -11,7 +11,7 @@ this module alike. Beside the chains' state (``chains/state.json``) it keeps:
     chains/world/bybit-api-key.json 0600, the engine's API key and secret
     chains/world/serve.log          the serve process's log (never a secret)
 
-``start_world`` spawns ``python -m qtg_runner.world`` in a session of its own;
+``start_world`` spawns ``python -m qtg_world`` in a session of its own;
 that process (``serve_main``) decrypts the attester keys and the exchange's hot
 wallet from the chains' keystore, starts both doubles, whitelists the local
 treasury accounts at the exchange, credits its FUND account, and only then
@@ -39,14 +39,14 @@ from typing import Any
 
 import httpx
 
-from qtg_runner.chains.local import (
+from qtg_world.chains.local import (
     ChainError,
     RunningChain,
     is_running,
     pid_alive,
     read_state,
 )
-from qtg_runner.chains.local import runner_env as chains_runner_env
+from qtg_world.chains.local import runner_env as chains_runner_env
 
 __all__ = [
     "BYBIT_KEY_FILE_ENV",
@@ -94,7 +94,7 @@ STOP_TIMEOUT_S = 10.0
 STATE_FILE_NAME = "state.json"
 KEY_FILE_NAME = "bybit-api-key.json"
 LOG_FILE_NAME = "serve.log"
-MODULE = "qtg_runner.world"
+MODULE = "qtg_world"
 
 log = logging.getLogger("qtg.world")
 
@@ -118,7 +118,7 @@ class WorldState:
     stargate_eids: dict[str, int] = field(default_factory=dict)
     """Each chain's LayerZero endpoint id, as the Stargate relayer serves it."""
     ccip_url: str = ""
-    """The CCIP executing network's status and control endpoint (qtg_runner.world.ccip)."""
+    """The CCIP executing network's status and control endpoint (qtg_world.ccip)."""
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> WorldState:
@@ -231,7 +231,7 @@ def serve_running(state: WorldState) -> bool:
 
 def runner_env(state_dir: Path) -> dict[str, str]:
     """Everything a runner, a test or a drill needs for the local outside world:
-    the chains' environment (qtg_runner.chains.local.runner_env) and the doubles'
+    the chains' environment (qtg_world.chains.local.runner_env) and the doubles'
     URLs and the key file's path (QTG_IRIS_URL, QTG_BYBIT_URL,
     QTG_BYBIT_KEY_FILE). Names of files, never a key, secret or password."""
     state = read_world(state_dir)
@@ -424,13 +424,13 @@ def stop_world(state_dir: Path, timeout: float = STOP_TIMEOUT_S) -> WorldState |
 
 
 def serve_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m qtg_runner.world``: both doubles in this process until SIGTERM."""
+    """``python -m qtg_world``: both doubles in this process until SIGTERM."""
     from qtg_runner import signers
     from qtg_runner.chains.ccip import ensure_don_key
     from qtg_runner.chains.cctp import load_attesters, read_domain
-    from qtg_runner.chains.keys import ensure_treasury_keys
-    from qtg_runner.chains.stargate import stargate_eid
-    from qtg_runner.world import bybit, ccip, iris, stargate
+    from qtg_world import bybit, ccip, iris, stargate
+    from qtg_world.chains.keys import ensure_treasury_keys
+    from qtg_world.chains.stargate import stargate_eid
 
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     parser.add_argument("--state-dir", type=Path, required=True)

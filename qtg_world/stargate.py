@@ -1,4 +1,4 @@
-"""The Stargate v2 relayer for the local chains (qtg_runner.chains.stargate):
+"""The Stargate v2 relayer for the local chains (qtg_world.chains.stargate):
 what LayerZero's DVN and executor and Stargate's planner do for the real
 contracts deployed there, in one thread of the world's serve process.
 
@@ -48,10 +48,10 @@ from typing import Any
 
 from eth_utils.crypto import keccak
 
-from qtg_runner.chains import layerzero
-from qtg_runner.chains.layerzero import Packet
-from qtg_runner.chains.local import RunningChain
-from qtg_runner.chains.stargate import (
+from qtg_world.chains import layerzero
+from qtg_world.chains.layerzero import Packet
+from qtg_world.chains.local import RunningChain
+from qtg_world.chains.stargate import (
     PLANNED_PASSENGERS,
     RELAYER_ACCOUNT_INDEX,
     pool_abi,

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
-from qtg_runner.chains.local import (
+from qtg_world.chains.keys import LocalKey, ensure_treasury_keys
+from qtg_world.chains.local import (
     AnvilNotFound,
     ChainSpec,
     RunningChain,
@@ -31,7 +31,7 @@ from qtg_runner.chains.local import (
     start_chains,
     stop_chains,
 )
-from qtg_runner.chains.registry import prepare_treasury
+from qtg_world.chains.registry import prepare_treasury
 
 TEST_CHAINS = (("test-a", 31401, 1), ("test-b", 31402, 2))
 """(key, chain id, block time in seconds): two chains, each its own id and pace."""
@@ -111,7 +111,7 @@ def light_keystore(state_dir: Path) -> None:
     pay the default strength (most of a second a key, to make and to read)."""
     from qtg_runner.chains.ccip import DON_KEY, KEEPER_KEY
     from qtg_runner.chains.cctp import ensure_attester_keys
-    from qtg_runner.world.bybit import ensure_exchange_keys
+    from qtg_world.bybit import ensure_exchange_keys
 
     ensure_treasury_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
     ensure_attester_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)

@@ -9,8 +9,8 @@ import json
 import threading
 from http.server import ThreadingHTTPServer
 
-from qtg_runner.chains.local import LOOPBACK, free_port
-from qtg_runner.world.json_http import JsonHandler
+from qtg_world.chains.local import LOOPBACK, free_port
+from qtg_world.json_http import JsonHandler
 
 SERVER_TIME = {
     "retCode": 0,

@@ -20,12 +20,12 @@ from engine import approve, as_person, bind
 from web3 import HTTPProvider, Web3
 
 from qtg_runner.chains.evm import TRANSFER_TOPIC
-from qtg_runner.chains.local import RunningChain, load_artifact, rpc
-from qtg_runner.chains.registry import register_chain
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 from qtg_runner.loop import WorkerContext
+from qtg_world.chains.local import RunningChain, load_artifact, rpc
+from qtg_world.chains.registry import register_chain
 
 NETWORK = "testnet"
 LANE = "evm"

@@ -1,6 +1,6 @@
 """What the Stargate tests share (tests/chains): one chain's Stargate contracts
 (the pool, TokenMessaging, LayerZero's endpoint and message library: the
-published ones, qtg_runner.chains.stargate), token and accounts through web3,
+published ones, qtg_world.chains.stargate), token and accounts through web3,
 their events decoded from a receipt or the logs, a revert's custom error by
 name, the bus driven and the packets delivered by hand as the relayer does,
 and a payout made impossible for a while (the pool's USDC lent out)."""
@@ -16,9 +16,9 @@ from web3 import HTTPProvider, Web3
 from web3.exceptions import ContractCustomError, ContractLogicError
 from web3.logs import DISCARD
 
-from qtg_runner.chains import layerzero
-from qtg_runner.chains.local import RunningChain, load_artifact, rpc
-from qtg_runner.chains.stargate import (
+from qtg_world.chains import layerzero
+from qtg_world.chains.local import RunningChain, load_artifact, rpc
+from qtg_world.chains.stargate import (
     RELAYER_ACCOUNT_INDEX,
     pool_abi,
     stargate_eid,

@@ -1,6 +1,6 @@
 """Chainlink CCIP on the local chains and on real ones: the ABI codec the
 `ccip` executor, the `ccip_stranded_reaper` and the local executing network
-(qtg_runner.world.ccip) share, and the deployment of the local double
+(qtg_world.ccip) share, and the deployment of the local double
 (contracts/, CcipRouter, CcipOnRamp and CcipOffRamp for v1.6) by
 `start_chains`, so `qtg chains up` and the test fixtures get the same.
 
@@ -50,8 +50,8 @@ from typing import Any
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
 
-from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
-from qtg_runner.chains.local import ChainError, RunningChain, load_artifact, rpc
+from qtg_world.chains.keys import LocalKey, ensure_treasury_keys
+from qtg_world.chains.local import ChainError, RunningChain, load_artifact, rpc
 
 __all__ = [
     "CCIP_CONTRACTS",

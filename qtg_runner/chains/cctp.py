@@ -15,7 +15,7 @@ transmitter's ``localDomain()`` (``read_domain``) and ``cctp_domain`` picks it.
 The attesters are fresh keys in the chains' encrypted keystore beside the
 treasury's (``keystore/cctp-attester-N.json``, the same password file):
 ``load_attesters`` decrypts them for the attestation service
-(qtg_runner.world.iris). No key is logged or shown: an ``Attester`` prints its
+(qtg_world.iris). No key is logged or shown: an ``Attester`` prints its
 address only.
 """
 
@@ -29,8 +29,8 @@ from typing import Any, NoReturn
 
 from eth_keys.datatypes import PrivateKey
 
-from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys, read_password
-from qtg_runner.chains.local import (
+from qtg_world.chains.keys import LocalKey, ensure_treasury_keys, read_password
+from qtg_world.chains.local import (
     ChainError,
     RunningChain,
     keystore_dir,

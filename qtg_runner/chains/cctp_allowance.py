@@ -26,9 +26,9 @@ from eth_utils.crypto import keccak
 from qtg_runner.chains.cctp_client import allowance
 from qtg_runner.chains.evm import build_call, estimate_gas, normalize_address, suggest_fees
 from qtg_runner.chains.evm_rpc import EvmRpc
-from qtg_runner.chains.keys import LocalKey
-from qtg_runner.chains.local import ChainError, RunningChain, keystore_dir, password_file
 from qtg_runner.signers import Signer, load_async
+from qtg_world.chains.keys import LocalKey
+from qtg_world.chains.local import ChainError, RunningChain, keystore_dir, password_file
 
 __all__ = ["LOCAL_BURN_ALLOWANCE", "allow_local_burns", "approve_calldata", "set_burn_allowance"]
 

@@ -6,7 +6,7 @@ search for logs in block ranges a provider accepts; and an Iris client
 (messages, and re-attestation of an expired fast message).
 
 The same code talks to the real contracts and Iris and to the local doubles
-(qtg_runner.chains.cctp, qtg_runner.world.iris): only addresses and the URL
+(qtg_runner.chains.cctp, qtg_world.iris): only addresses and the URL
 differ. Layouts and event signatures: protocols.md, "Circle CCTP".
 """
 

@@ -8,7 +8,7 @@ every local chain).
     <chains dir>/keystore/local-treasury-N.json  0600, eth-account's keystore JSON
 
 A runner finds them through QTG_KEYSTORE_DIR and QTG_KEYSTORE_PASSWORD_FILE
-(qtg_runner.chains.local.runner_env). Files that exist are reused as they are:
+(qtg_world.chains.local.runner_env). Files that exist are reused as they are:
 `qtg chains up` run again keeps the accounts, and their funds. Nothing here reads
 a key back: the address comes from the keystore's ``address`` field, the key is
 decrypted only by the signer that uses it.
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from qtg_runner.chains.local import ChainError, keystore_dir, password_file
 from qtg_runner.signers.local import KEYSTORE_PREFIX, write_keystore
+from qtg_world.chains.local import ChainError, keystore_dir, password_file
 
 TREASURY_KEYS = ("local-treasury-1", "local-treasury-2")
 """The keystore names of the local chains' treasury accounts."""

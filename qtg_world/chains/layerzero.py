@@ -9,7 +9,7 @@ the destination endpoint's ``verify``: the DVN's part) and its execution
 (``EndpointV2.lzReceive``, then ``lzCompose`` for each compose the receiver
 queued: the executor's part).
 
-Deployed by qtg_runner.chains.stargate before the Stargate contracts, on the
+Deployed by qtg_world.chains.stargate before the Stargate contracts, on the
 chain's LayerZero endpoint id. On each chain: the endpoint owned by the
 deployer; the library registered and made the default send and receive
 library to and from every other chain, its message fee ``MESSAGE_FEE`` (the
@@ -19,7 +19,7 @@ unlocked account) the only one that may verify a packet with it
 accept a message. Execution is permissionless, as on LayerZero. The addresses
 go into the chain's ``contracts`` (``EndpointV2``, ``SimpleMessageLib``).
 
-The world's relayer (qtg_runner.world.stargate) reads the packets and delivers
+The world's relayer (qtg_world.stargate) reads the packets and delivers
 them; ``deliver_now`` does the same at once, waiting for each step (the deploy
 step uses it for the credit messages that open the Stargate paths).
 """
@@ -33,7 +33,7 @@ from typing import Any
 
 from eth_utils.crypto import keccak
 
-from qtg_runner.chains.local import REPO_ROOT, ChainError, RunningChain
+from qtg_world.chains.local import REPO_ROOT, ChainError, RunningChain
 
 __all__ = [
     "COMPOSE_SENT_TOPIC",

@@ -13,7 +13,7 @@ installs into the repository's node_modules (``npm ci``); ``QTG_ANVIL`` names
 another binary. Nothing here holds a private key: anvil's own accounts are
 unlocked, so the deployer is anvil's first account and the RPC signs for it.
 The treasury accounts are keys of our own in an encrypted keystore beside the
-state file (qtg_runner.chains.keys); ``runner_env`` gives a runner what it needs
+state file (qtg_world.chains.keys); ``runner_env`` gives a runner what it needs
 to reach the chains and load those signers.
 """
 
@@ -108,7 +108,7 @@ def chains_dir(data_dir: Path) -> Path:
 
 
 def keystore_dir(state_dir: Path) -> Path:
-    """The local treasury's encrypted keystore files (qtg_runner.chains.keys)."""
+    """The local treasury's encrypted keystore files (qtg_world.chains.keys)."""
     return state_dir / "keystore"
 
 
@@ -410,12 +410,12 @@ def start_chains(
     contracts on each (MockUSDC, then the CCTP double wired across the chains:
     qtg_runner.chains.cctp, its attester keys in the keystore beside the state,
     scrypt n ``kdf_iterations`` when new; then the Stargate pools:
-    qtg_runner.chains.stargate; then the CCIP double, qtg_runner.chains.ccip, its
+    qtg_world.chains.stargate; then the CCIP double, qtg_runner.chains.ccip, its
     transmitter key there too) and record them. A chain that fails
     stops every chain this call started, and the state file is left as it was."""
     from qtg_runner.chains.ccip import deploy_ccip
     from qtg_runner.chains.cctp import deploy_cctp
-    from qtg_runner.chains.stargate import deploy_stargate
+    from qtg_world.chains.stargate import deploy_stargate
 
     existing = [c for c in read_state(state_dir) if is_running(c)]
     if existing:

@@ -3,7 +3,7 @@
 
 Each chain is registered with the NAME of the environment variable that holds
 its RPC URL (QTG_RPC_<KEY>), never the URL; its MockUSDC as the token USDC (6
-decimals); and the local treasury accounts (qtg_runner.chains.keys: keys of
+decimals); and the local treasury accounts (qtg_world.chains.keys: keys of
 our own in an encrypted keystore, the same on every chain) with their signer
 ids ``keystore:local-treasury-1`` / ``keystore:local-treasury-2``, each funded
 first (``fund_treasury``) with ETH for gas and with mocked USDC by the deployer
@@ -27,8 +27,9 @@ from psycopg.conninfo import make_conninfo
 
 from qtg_runner.chains.ccip import CCIP_CONTRACTS, approve_router, ccip_selector
 from qtg_runner.chains.cctp import CCTP_CONTRACTS, cctp_domain
-from qtg_runner.chains.keys import LocalKey, ensure_treasury_keys
-from qtg_runner.chains.local import (
+from qtg_runner.db import procs
+from qtg_world.chains.keys import LocalKey, ensure_treasury_keys
+from qtg_world.chains.local import (
     ChainError,
     RunningChain,
     load_artifact,
@@ -36,8 +37,7 @@ from qtg_runner.chains.local import (
     rpc,
     rpc_url_env,
 )
-from qtg_runner.chains.stargate import STARGATE_CONTRACTS, approve_pool, stargate_eid
-from qtg_runner.db import procs
+from qtg_world.chains.stargate import STARGATE_CONTRACTS, approve_pool, stargate_eid
 
 __all__ = [
     "fund_treasury",
@@ -99,7 +99,7 @@ def prepare_treasury(
     state_dir: Path, chains: Sequence[RunningChain], kdf_iterations: int | None = None
 ) -> list[LocalKey]:
     """The local treasury accounts of ``state_dir`` (their keystore made where
-    missing, qtg_runner.chains.keys.ensure_treasury_keys), funded on each chain,
+    missing, qtg_world.chains.keys.ensure_treasury_keys), funded on each chain,
     each with its bounded allowance to the chain's CCTP TokenMessengerV2
     (qtg_runner.chains.cctp_allowance) and to its CCIP Router (approve_router)."""
     from qtg_runner.chains.cctp_allowance import allow_local_burns
@@ -199,7 +199,7 @@ def register_venue(
     network, ``chains`` registered): the venue (its URL and key file named by
     QTG_BYBIT_URL and QTG_BYBIT_KEY_FILE), its name for each chain (the chain's
     key) and its USDC deposit address there (which allow-lists it)."""
-    from qtg_runner.world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV
+    from qtg_world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV
 
     procs.upsert_exchange_venue(venue_key, "bybit", BYBIT_URL_ENV, BYBIT_KEY_FILE_ENV).one(conn)
     for chain in chains:

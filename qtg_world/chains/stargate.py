@@ -1,6 +1,6 @@
 """Stargate v2 on the local chains: Stargate's own published contracts (npm
 @stargatefinance/stg-evm-v2, their bytecode and ABI read from node_modules
-when deployed) over LayerZero's own EndpointV2 (qtg_runner.chains.layerzero),
+when deployed) over LayerZero's own EndpointV2 (qtg_world.chains.layerzero),
 deployed and configured on every chain by `start_chains` as a real deployment
 is, so `qtg chains up` and the test fixtures get the same.
 
@@ -33,7 +33,7 @@ The addresses go into the chain's ``contracts`` in state.json
 ``BusDriven``). The pool pulls what it sends from the sender: ``approve_pool``
 gives it an unlimited allowance from the local treasury accounts (sent as the
 account through anvil's impersonation, so no key is read), called where the
-treasury is funded. The relayer (qtg_runner.world.stargate) delivers the
+treasury is funded. The relayer (qtg_world.stargate) delivers the
 messages and drives the buses.
 """
 
@@ -42,8 +42,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from qtg_runner.chains import layerzero
-from qtg_runner.chains.local import ChainError, RunningChain, load_artifact, rpc
+from qtg_world.chains import layerzero
+from qtg_world.chains.local import ChainError, RunningChain, load_artifact, rpc
 
 __all__ = [
     "ASSET_ID",
@@ -124,7 +124,7 @@ MAX_PASSENGERS = 20
 
 PLANNED_PASSENGERS = 10
 """How many riders the planner prices a bus for (``quoteFares``), and drives
-at once when that many wait (qtg_runner.world.stargate)."""
+at once when that many wait (qtg_world.stargate)."""
 
 TAXI_GAS = 150_000
 BUS_GAS = 38_000

@@ -12,8 +12,18 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from qtg_runner.chains.keys import LocalKey
-from qtg_runner.chains.local import (
+from qtg_runner.commands.common import (
+    ENVIRONMENT,
+    CommandError,
+    NetworkOption,
+    cli_errors,
+    resolve_network,
+)
+from qtg_runner.commands.tables import Grid, WideOption, show
+from qtg_runner.config import load_settings
+from qtg_runner.db.embedded import database_url
+from qtg_world.chains.keys import LocalKey
+from qtg_world.chains.local import (
     DEFAULT_CHAINS,
     ChainError,
     ChainSpec,
@@ -26,17 +36,7 @@ from qtg_runner.chains.local import (
     start_chains,
     stop_chains,
 )
-from qtg_runner.chains.registry import prepare_treasury, record_chains
-from qtg_runner.commands.common import (
-    ENVIRONMENT,
-    CommandError,
-    NetworkOption,
-    cli_errors,
-    resolve_network,
-)
-from qtg_runner.commands.tables import Grid, WideOption, show
-from qtg_runner.config import load_settings
-from qtg_runner.db.embedded import database_url
+from qtg_world.chains.registry import prepare_treasury, record_chains
 
 app = typer.Typer(
     help=(

@@ -8,8 +8,8 @@ creates a batch of realistic movements, bob approves them, and every worker
 runs in this process as runner1; it ends with a summary checked against each
 movement's expected end, the callbacks a local receiver got (one per movement
 state change, each signature verified) and the audit chain verified
-(qtg_runner/commands/demo_sidecars.py). By default the movements are real transactions on the
-local outside world (qtg_runner/commands/demo_world.py); `--sim` runs the sim
+(qtg_world/commands/demo_sidecars.py). By default the movements are real transactions on the
+local outside world (qtg_world/commands/demo_world.py); `--sim` runs the sim
 executor's lanes, scaled down 60x, with a live progress view.
 """
 
@@ -37,9 +37,6 @@ from rich.table import Table
 
 from qtg_runner import credentials
 from qtg_runner.api.identity import Database, server_conninfo
-from qtg_runner.chains.local import DEFAULT_CHAINS, AnvilNotFound, find_anvil, rpc
-from qtg_runner.chains.registry import LOCAL_FINALITY_DEPTH
-from qtg_runner.commands.chains import chain_errors
 from qtg_runner.commands.common import (
     ENVIRONMENT,
     USAGE,
@@ -49,21 +46,6 @@ from qtg_runner.commands.common import (
     finite,
     resolve_network,
 )
-from qtg_runner.commands.demo_sidecars import (
-    callback_summary,
-    check_callbacks,
-    finish_audit,
-    start_receiver,
-)
-from qtg_runner.commands.demo_world import (
-    DEMO_CONCURRENCY,
-    WorldMovement,
-    WorldView,
-    run_world_demo,
-    scaled_lanes,
-    world_movements,
-)
-from qtg_runner.commands.world import bring_up_world
 from qtg_runner.config import NetworkMode, Settings, load_settings
 from qtg_runner.db import logins, procs
 from qtg_runner.db.embedded import database_url, reset_database
@@ -76,7 +58,25 @@ from qtg_runner.loop import WorkerEntry
 from qtg_runner.runtime import Runtime, supervise
 from qtg_runner.wakeup import Wakeup
 from qtg_runner.workers import BY_NAME
-from qtg_runner.world.callback_receiver import CallbackReceiver
+from qtg_world.callback_receiver import CallbackReceiver
+from qtg_world.chains.local import DEFAULT_CHAINS, AnvilNotFound, find_anvil, rpc
+from qtg_world.chains.registry import LOCAL_FINALITY_DEPTH
+from qtg_world.commands.chains import chain_errors
+from qtg_world.commands.demo_sidecars import (
+    callback_summary,
+    check_callbacks,
+    finish_audit,
+    start_receiver,
+)
+from qtg_world.commands.demo_world import (
+    DEMO_CONCURRENCY,
+    WorldMovement,
+    WorldView,
+    run_world_demo,
+    scaled_lanes,
+    world_movements,
+)
+from qtg_world.commands.world import bring_up_world
 
 out = Console()
 

@@ -37,7 +37,7 @@ from qtg_runner.db import procs
 from qtg_runner.loop import WorkerContext
 from qtg_runner.workers import audit_outbox_promoter
 from qtg_runner.workers.callback_dispatcher import SECRETS_DIR_ENV
-from qtg_runner.world.callback_receiver import CallbackReceiver, Delivery, new_secret
+from qtg_world.callback_receiver import CallbackReceiver, Delivery, new_secret
 
 TARGET = "qtg-demo-receiver"
 """The demo receiver's callback target, and its secret's file name."""

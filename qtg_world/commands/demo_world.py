@@ -34,14 +34,6 @@ from typing import TYPE_CHECKING, Any
 from psycopg import AsyncConnection
 from rich.console import Console
 
-from qtg_runner.chains.local import RunningChain, load_artifact
-from qtg_runner.chains.stargate import FEE_MILLIONTH as STARGATE_FEE_MILLIONTH
-from qtg_runner.commands.demo_sidecars import (
-    callback_summary,
-    check_callbacks,
-    finish_audit,
-    start_receiver,
-)
 from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
@@ -49,10 +41,18 @@ from qtg_runner.loop import WorkerContext, WorkerEntry
 from qtg_runner.runtime import Runtime, supervise
 from qtg_runner.wakeup import Wakeup
 from qtg_runner.workers import balance_snapshot, verify_drift_worker
-from qtg_runner.world.callback_receiver import CallbackReceiver
+from qtg_world.callback_receiver import CallbackReceiver
+from qtg_world.chains.local import RunningChain, load_artifact
+from qtg_world.chains.stargate import FEE_MILLIONTH as STARGATE_FEE_MILLIONTH
+from qtg_world.commands.demo_sidecars import (
+    callback_summary,
+    check_callbacks,
+    finish_audit,
+    start_receiver,
+)
 
 if TYPE_CHECKING:
-    from qtg_runner.commands.demo import DemoLogins
+    from qtg_world.commands.demo import DemoLogins
 
 out = Console(highlight=False)
 
@@ -403,7 +403,7 @@ async def exchange_fund() -> Decimal:
     """The local exchange's FUND balance of USDC, read over its signed API as the
     engine reads it (QTG_BYBIT_URL, QTG_BYBIT_KEY_FILE)."""
     from qtg_runner.exchanges.bybit import BybitClient
-    from qtg_runner.world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV, load_api_key
+    from qtg_world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV, load_api_key
 
     key, secret = load_api_key(os.environ[BYBIT_KEY_FILE_ENV])
     async with BybitClient(os.environ[BYBIT_URL_ENV], key, secret) as client:

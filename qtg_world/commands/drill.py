@@ -31,20 +31,6 @@ from psycopg.conninfo import make_conninfo
 from rich.console import Console
 
 from qtg_runner.chains.evm_rpc import redact_url
-from qtg_runner.chains.local import (
-    DEFAULT_CHAINS,
-    ChainError,
-    ChainSpec,
-    RunningChain,
-    chains_dir,
-    is_running,
-    load_artifact,
-    read_state,
-    rpc,
-    runner_env,
-    start_chains,
-)
-from qtg_runner.chains.registry import prepare_treasury, record_chains
 from qtg_runner.commands.common import (
     ENVIRONMENT,
     CommandError,
@@ -53,13 +39,6 @@ from qtg_runner.commands.common import (
     finite,
     resolve_network,
 )
-from qtg_runner.commands.demo import (
-    DemoLogins,
-    demo_logins,
-    require_workers,
-    run_world_movements,
-)
-from qtg_runner.commands.demo_world import drill_movements
 from qtg_runner.config import NetworkMode, load_settings
 from qtg_runner.db import procs
 from qtg_runner.db.embedded import database_url
@@ -72,6 +51,27 @@ from qtg_runner.loop import WorkerEntry
 from qtg_runner.runtime import Runtime, supervise
 from qtg_runner.wakeup import Wakeup
 from qtg_runner.workers import BY_NAME
+from qtg_world.chains.local import (
+    DEFAULT_CHAINS,
+    ChainError,
+    ChainSpec,
+    RunningChain,
+    chains_dir,
+    is_running,
+    load_artifact,
+    read_state,
+    rpc,
+    runner_env,
+    start_chains,
+)
+from qtg_world.chains.registry import prepare_treasury, record_chains
+from qtg_world.commands.demo import (
+    DemoLogins,
+    demo_logins,
+    require_workers,
+    run_world_movements,
+)
+from qtg_world.commands.demo_world import drill_movements
 
 app = typer.Typer(
     help=(

@@ -1,6 +1,6 @@
 """`qtg world up|down|status|env`: the local outside world in one command: the local
 chains (as `qtg chains up` makes them) and one background process serving the
-fake Iris and the fake Bybit over them (qtg_runner/world/local.py)."""
+fake Iris and the fake Bybit over them (qtg_world/local.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ from pathlib import Path
 
 import typer
 
-from qtg_runner.chains.local import (
+from qtg_runner.commands.common import USAGE, CommandError, NetworkOption
+from qtg_runner.config import load_settings
+from qtg_runner.db.embedded import database_url
+from qtg_world.bybit import ExchangeKeys, ensure_exchange_keys
+from qtg_world.chains.local import (
     DEFAULT_CHAINS,
     head_block,
     is_running,
@@ -18,8 +22,8 @@ from qtg_runner.chains.local import (
     read_state,
     stop_chains,
 )
-from qtg_runner.chains.registry import fund_treasury, record_venue
-from qtg_runner.commands.chains import (
+from qtg_world.chains.registry import fund_treasury, record_venue
+from qtg_world.commands.chains import (
     ChainsUp,
     bring_up,
     chain_errors,
@@ -27,11 +31,7 @@ from qtg_runner.commands.chains import (
     print_env,
     print_up,
 )
-from qtg_runner.commands.common import USAGE, CommandError, NetworkOption
-from qtg_runner.config import load_settings
-from qtg_runner.db.embedded import database_url
-from qtg_runner.world.bybit import ExchangeKeys, ensure_exchange_keys
-from qtg_runner.world.local import (
+from qtg_world.local import (
     DEFAULT_FUND_BALANCE,
     DEFAULT_TIME_SCALE,
     WorldState,

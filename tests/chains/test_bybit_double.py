@@ -30,9 +30,8 @@ from qtg_runner.chains.evm import (
     suggest_fees,
     transfer_calldata,
 )
-from qtg_runner.chains.registry import fund_treasury
 from qtg_runner.exchanges.bybit import BybitClient, DepositRecord, WithdrawalRecord
-from qtg_runner.world.bybit import (
+from qtg_world.bybit import (
     BybitConfig,
     BybitHandle,
     ExchangeKeys,
@@ -40,6 +39,7 @@ from qtg_runner.world.bybit import (
     ensure_exchange_keys,
     serve,
 )
+from qtg_world.chains.registry import fund_treasury
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 

@@ -50,7 +50,6 @@ from evm_support import (
 )
 
 from qtg_runner import signers
-from qtg_runner.chains.registry import fund_treasury, register_venue
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.exchanges import bybit_codes
@@ -66,14 +65,15 @@ from qtg_runner.workers import (
     node_observer,
     node_recovery,
 )
-from qtg_runner.world.bybit import (
+from qtg_world.bybit import (
     BybitConfig,
     BybitHandle,
     bybit_chain,
     ensure_exchange_keys,
     serve,
 )
-from qtg_runner.world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV
+from qtg_world.chains.registry import fund_treasury, register_venue
+from qtg_world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -753,8 +753,8 @@ def test_the_followup_sees_a_bare_transfer_into_the_exchange_credited(
 
 
 def test_health_says_whether_the_venue_answers(db: Any, world: Any, exchange: Exchange) -> None:
-    from qtg_runner.chains.local import free_port
     from qtg_runner.executors.base import HealthStatus
+    from qtg_world.chains.local import free_port
 
     def health(env: dict[str, str]) -> Any:
         async def job(ctx: WorkerContext) -> Any:

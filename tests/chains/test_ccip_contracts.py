@@ -66,7 +66,7 @@ from qtg_runner.chains.cctp import (
     cctp_domain,
     load_attesters,
 )
-from qtg_runner.chains.local import ChainError, RunningChain, load_artifact, rpc
+from qtg_world.chains.local import ChainError, RunningChain, load_artifact, rpc
 
 pytestmark = [pytest.mark.chain]
 

@@ -1,8 +1,8 @@
 """The `ccip` executor and the `ccip_stranded_reaper` end to end: the real
 dispatcher, observer, recovery and reaper batches as a runner login, the CCIP
 double on the session's local chains, its executing network and the fake
-Iris that attests the USDC burns running in this process (qtg_runner.world.ccip
-and qtg_runner.world.iris, one each per module, on a time scale that makes
+Iris that attests the USDC burns running in this process (qtg_world.ccip
+and qtg_world.iris, one each per module, on a time scale that makes
 CCIP's 17 minutes 2 seconds).
 
 What a treasury relies on: a send is token-only (gas limit 0) and pays the
@@ -55,15 +55,15 @@ from qtg_runner.chains.ccip import (
     usdc_token_data,
 )
 from qtg_runner.chains.cctp import load_attesters
-from qtg_runner.chains.local import RunningChain, load_artifact, rpc
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import NodeWork, RecoveryOutcome
 from qtg_runner.executors.ccip import CcipExecutor
 from qtg_runner.loop import WorkerContext
 from qtg_runner.workers import ccip_stranded_reaper, node_dispatcher, node_observer, node_recovery
-from qtg_runner.world import ccip as ccip_world
-from qtg_runner.world import iris as iris_world
+from qtg_world import ccip as ccip_world
+from qtg_world import iris as iris_world
+from qtg_world.chains.local import RunningChain, load_artifact, rpc
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 

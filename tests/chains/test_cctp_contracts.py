@@ -29,7 +29,7 @@ from qtg_runner.chains.cctp import (
     load_attesters,
     read_domain,
 )
-from qtg_runner.chains.local import RunningChain, load_artifact
+from qtg_world.chains.local import RunningChain, load_artifact
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -298,7 +298,7 @@ def test_a_fast_message_past_its_expiration_block_waits_for_its_re_attestation(
     at or past it reverts "Message expired and must be re-signed" through
     receiveMessage and leaves the nonce unused, so the same message
     re-attested as finalized (expirationBlock 0) mints, once."""
-    from qtg_runner.chains.local import rpc
+    from qtg_world.chains.local import rpc
 
     a, b = sides
     depositor, recipient, relayer = (

@@ -41,7 +41,6 @@ from qtg_runner.chains.cctp_client import (
     MESSAGE_RECEIVED_TOPIC,
 )
 from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
-from qtg_runner.chains.local import RunningChain, load_artifact, rpc
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import Executor, NodeWork, RecoveryOutcome
@@ -53,7 +52,8 @@ from qtg_runner.executors.cctp_mint import (
 )
 from qtg_runner.loop import WorkerContext
 from qtg_runner.workers import node_dispatcher, node_observer, node_recovery
-from qtg_runner.world.iris import IrisConfig, IrisHandle, serve
+from qtg_world.chains.local import RunningChain, load_artifact, rpc
+from qtg_world.iris import IrisConfig, IrisHandle, serve
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -674,8 +674,8 @@ def test_health_names_the_chains_and_iris(
     """The burn's health is the chains' and Iris's (DOWN when Iris does not
     answer: no new burn starts; DEGRADED while it rate-limits); the mint's is
     the chains' alone (its message is in hand)."""
-    from qtg_runner.chains.local import free_port
     from qtg_runner.executors.base import HealthStatus
+    from qtg_world.chains.local import free_port
 
     async def health(executor_class: Any, env: dict[str, str]) -> Any:
         conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "cctp-test")

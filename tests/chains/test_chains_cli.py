@@ -19,7 +19,8 @@ from conftest import TestDatabase
 from rows import Conn
 from web3 import HTTPProvider, Web3
 
-from qtg_runner.chains.local import (
+from qtg_runner.signers import SignerSet
+from qtg_world.chains.local import (
     free_port_base,
     load_artifact,
     pid_alive,
@@ -27,8 +28,7 @@ from qtg_runner.chains.local import (
     rpc,
     runner_env,
 )
-from qtg_runner.chains.registry import TREASURY_FUNDING, TREASURY_GAS
-from qtg_runner.signers import SignerSet
+from qtg_world.chains.registry import TREASURY_FUNDING, TREASURY_GAS
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 

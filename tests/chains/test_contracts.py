@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from chain_support import SKIP_PREFIX, node_or_skip
 
-from qtg_runner.chains.local import CONTRACTS_BUILD, REPO_ROOT
+from qtg_world.chains.local import CONTRACTS_BUILD, REPO_ROOT
 
 pytestmark = pytest.mark.chain
 

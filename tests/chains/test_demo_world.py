@@ -22,8 +22,8 @@ from conftest import server_parent_dir
 from readme_session import run_readme_session
 from runner_helpers import assert_demo_sidecars, runner_env
 
-from qtg_runner.chains.local import free_port_base
 from qtg_runner.db.embedded import stop_embedded
+from qtg_world.chains.local import free_port_base
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 

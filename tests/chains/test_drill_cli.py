@@ -19,7 +19,8 @@ from conftest import server_parent_dir
 from runner_helpers import Runners, runner_env, runners
 
 from qtg_runner.chains.evm import TRANSFER_TOPIC
-from qtg_runner.chains.local import (
+from qtg_runner.db.embedded import stop_embedded
+from qtg_world.chains.local import (
     RunningChain,
     chains_dir,
     free_port_base,
@@ -27,7 +28,6 @@ from qtg_runner.chains.local import (
     rpc,
     stop_chains,
 )
-from qtg_runner.db.embedded import stop_embedded
 
 
 @pytest.fixture

@@ -32,8 +32,8 @@ from qtg_runner.chains.evm import (
     RpcUnavailable,
     Transfer,
 )
-from qtg_runner.chains.local import RunningChain, free_port, load_artifact, rpc
 from qtg_runner.signers import SignedTransaction, Signer
+from qtg_world.chains.local import RunningChain, free_port, load_artifact, rpc
 
 pytestmark = pytest.mark.chain
 

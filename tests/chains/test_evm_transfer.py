@@ -35,11 +35,11 @@ from evm_support import (
 )
 
 from qtg_runner.chains.evm import Fees, build_transfer
-from qtg_runner.chains.local import rpc
 from qtg_runner.db import procs
 from qtg_runner.executors.base import NodeWork
 from qtg_runner.signers import load
 from qtg_runner.workers import node_dispatcher, node_observer, node_recovery
+from qtg_world.chains.local import rpc
 
 pytestmark = [pytest.mark.chain]
 
@@ -341,10 +341,10 @@ def test_concurrent_dispatchers_of_one_account_share_no_nonce_and_leave_no_gap(
 def test_health_says_which_chain_is_down_or_out_of_reach(
     db: Any, world: Any, local_chain_set: LocalChainSet
 ) -> None:
-    from qtg_runner.chains.local import free_port, rpc_url_env
     from qtg_runner.db.pool import bound_conninfo, open_pool
     from qtg_runner.executors.base import HealthStatus
     from qtg_runner.executors.evm_transfer import EvmTransferExecutor
+    from qtg_world.chains.local import free_port, rpc_url_env
 
     a, b = local_chain_set.chains
     healthy = local_chain_set.runner_env()

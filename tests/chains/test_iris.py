@@ -1,4 +1,4 @@
-"""The fake Iris (qtg_runner.world.iris) over real HTTP against the local chains:
+"""The fake Iris (qtg_world.iris) over real HTTP against the local chains:
 an unseen burn is 404 (or an empty list), then pending, then complete after its
 finality's delay; the complete message and attestation mint on the destination
 through MessageTransmitterV2; fast completes before standard; a fast
@@ -29,8 +29,8 @@ from qtg_runner.chains.cctp import (
     cctp_domain,
     load_attesters,
 )
-from qtg_runner.chains.local import RunningChain, load_artifact, rpc
-from qtg_runner.world.iris import REATTEST_REQUESTED, IrisConfig, IrisHandle, serve
+from qtg_world.chains.local import RunningChain, load_artifact, rpc
+from qtg_world.iris import REATTEST_REQUESTED, IrisConfig, IrisHandle, serve
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 

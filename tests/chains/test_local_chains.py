@@ -12,7 +12,7 @@ from chain_support import TEST_CHAINS
 from web3 import HTTPProvider, Web3
 from web3.exceptions import ContractLogicError
 
-from qtg_runner.chains.local import RunningChain, load_artifact, mined_at_once, rpc
+from qtg_world.chains.local import RunningChain, load_artifact, mined_at_once, rpc
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""The local chains' treasury keystore (qtg_runner.chains.keys), without a chain:
+"""The local chains' treasury keystore (qtg_world.chains.keys), without a chain:
 made private (directory 0700, files 0600), reused as it is, and loadable by a
 runner from exactly the environment `runner_env` gives."""
 
@@ -11,9 +11,9 @@ import pytest
 from chain_support import TEST_KDF_ITERATIONS
 
 from qtg_runner.chains.cctp import ensure_attester_keys, load_attesters
-from qtg_runner.chains.keys import TREASURY_KEYS, ensure_treasury_keys
-from qtg_runner.chains.local import ChainError, runner_env
 from qtg_runner.signers import SignerSet
+from qtg_world.chains.keys import TREASURY_KEYS, ensure_treasury_keys
+from qtg_world.chains.local import ChainError, runner_env
 
 
 def _mode(path: Path) -> int:

@@ -33,9 +33,9 @@ from evm_support import (
 from psycopg import sql
 
 from qtg_runner.chains.evm import EvmRpc, decode_raw, tx_hash_of
-from qtg_runner.chains.local import rpc
 from qtg_runner.executors.base import ExecutorError
 from qtg_runner.workers import evm_nonce_reaper, node_dispatcher, node_observer
+from qtg_world.chains.local import rpc
 
 pytestmark = [pytest.mark.chain]
 

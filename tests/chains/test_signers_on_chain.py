@@ -13,8 +13,8 @@ from chain_support import LocalChainSet
 from eth_account import Account
 from web3 import HTTPProvider, Web3
 
-from qtg_runner.chains.local import RunningChain, load_artifact, rpc
 from qtg_runner.signers import SignedTransaction, Signer, SignerSet, load
+from qtg_world.chains.local import RunningChain, load_artifact, rpc
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 

@@ -17,9 +17,9 @@ import pytest
 from chain_support import LocalChainSet
 from stargate_support import Side, revert_name, send_param
 
-from qtg_runner.chains import layerzero
-from qtg_runner.chains.stargate import ASSET_ID, POOL_LIQUIDITY, stargate_fee
-from qtg_runner.world.stargate import BUS_DRIVEN_TOPIC, BUS_RODE_TOPIC
+from qtg_world.chains import layerzero
+from qtg_world.chains.stargate import ASSET_ID, POOL_LIQUIDITY, stargate_fee
+from qtg_world.stargate import BUS_DRIVEN_TOPIC, BUS_RODE_TOPIC
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -239,9 +239,9 @@ def test_the_worlds_serve_process_relays_a_taxi_and_drives_a_bus(
     bus driven (after its scaled wait) and delivered without anyone else."""
     from chain_support import TEST_KDF_ITERATIONS, light_keystore
 
-    from qtg_runner.chains.registry import fund_treasury
-    from qtg_runner.world.bybit import ensure_exchange_keys
-    from qtg_runner.world.local import start_world, stop_world
+    from qtg_world.bybit import ensure_exchange_keys
+    from qtg_world.chains.registry import fund_treasury
+    from qtg_world.local import start_world, stop_world
 
     a, b = sides
     state_dir = local_chain_set.state_dir

@@ -38,8 +38,8 @@ from stargate_support import (
     start_send,
 )
 
-from qtg_runner.chains.stargate import stargate_fee
-from qtg_runner.world import stargate as relayer
+from qtg_world import stargate as relayer
+from qtg_world.chains.stargate import stargate_fee
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 

@@ -1,10 +1,10 @@
 """The stargate executor end to end: the real dispatcher and observer batches as
 a runner login, the real local chains, and the Stargate relayer running beside
-them for the module (qtg_runner.world.stargate, at the tests' time scale; it
+them for the module (qtg_world.stargate, at the tests' time scale; it
 drives a bus after 100 protocol seconds, 1 s here).
 
 The contracts are Stargate v2's own over LayerZero's EndpointV2
-(qtg_runner.chains.stargate). What a treasury relies on: a taxi and a bus each
+(qtg_world.chains.stargate). What a treasury relies on: a taxi and a bus each
 send their amount once from the source pool and complete only on the
 destination's OFTReceived for the guid (the bus's from the BusDriven that
 TokenMessaging emits for the ticket of the send's BusRode, also
@@ -34,11 +34,11 @@ from stargate_support import (
 )
 from web3 import Web3
 
-from qtg_runner.chains.stargate import stargate_fee
 from qtg_runner.db import procs
 from qtg_runner.workers import node_dispatcher, node_observer
-from qtg_runner.world import stargate as relayer
-from qtg_runner.world.stargate import BUS_RODE_TOPIC
+from qtg_world import stargate as relayer
+from qtg_world.chains.stargate import stargate_fee
+from qtg_world.stargate import BUS_RODE_TOPIC
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 

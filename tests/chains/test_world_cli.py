@@ -25,10 +25,10 @@ from chain_support import anvil_or_skip, exports_of, light_keystore
 from conftest import TestDatabase
 from evm_support import usdc_balance
 
-from qtg_runner.chains.keys import ensure_treasury_keys
-from qtg_runner.chains.local import free_port_base, pid_alive, read_state
 from qtg_runner.exchanges.bybit import BybitClient
-from qtg_runner.world.local import (
+from qtg_world.chains.keys import ensure_treasury_keys
+from qtg_world.chains.local import free_port_base, pid_alive, read_state
+from qtg_world.local import (
     DEFAULT_FUND_BALANCE,
     api_key_file,
     load_api_key,

@@ -82,8 +82,8 @@ def where(module: str, name: str) -> str:
 
 
 CCTP, CCIP_ = "qtg_runner.chains.cctp_client", "qtg_runner.chains.ccip"
-SG, SG_WORLD = "qtg_runner.executors.stargate", "qtg_runner.world.stargate"
-LZ = "qtg_runner.chains.layerzero"
+SG, SG_WORLD = "qtg_runner.executors.stargate", "qtg_world.stargate"
+LZ = "qtg_world.chains.layerzero"
 
 
 def _mt() -> Contract:
@@ -140,7 +140,7 @@ SELECTORS = [
     Hashed(CCTP, "DEPOSIT_FOR_BURN_TOPIC", "event", _tm, "DepositForBurn"),
     Hashed(CCTP, "MESSAGE_SENT_TOPIC", "event", _mt, "MessageSent"),
     Hashed(CCTP, "MESSAGE_RECEIVED_TOPIC", "event", _mt, "MessageReceived"),
-    Hashed("qtg_runner.world.iris", "MESSAGE_SENT_TOPIC", "event", _mt, "MessageSent"),
+    Hashed("qtg_world.iris", "MESSAGE_SENT_TOPIC", "event", _mt, "MessageSent"),
     Hashed("qtg_runner.chains.cctp_allowance", "_APPROVE", "function", usdc, "approve"),
     # ERC-20: Circle's USDC
     Hashed("qtg_runner.chains.evm", "ERC20_TRANSFER", "function", usdc, "transfer"),
@@ -211,14 +211,16 @@ def test_our_selectors_and_topics_are_the_real_contracts(item: Hashed) -> None:
 
 
 def _hashed_constants() -> set[tuple[str, str]]:
-    """(module, name) of every module-level constant of qtg_runner/ whose value is
+    """(module, name) of every module-level constant of qtg_runner/ (and
+    qtg_world/, the doubles') whose value is
     a keccak of a signature (keccak(text=...), a _selector/_topic helper) or a
     four-byte literal (bytes.fromhex of 8 hex digits)."""
     found = set()
     hashing = re.compile(
         r"keccak\(\s*text=|\b_selector\(|\b_topic\(|fromhex\(\s*\"[0-9a-fA-F]{8}\"\)"
     )
-    for path in sorted((REPO / "qtg_runner").rglob("*.py")):
+    packages = ("qtg_runner", "qtg_world")
+    for path in sorted(p for pkg in packages for p in (REPO / pkg).rglob("*.py")):
         source = path.read_text()
         module = ".".join(path.relative_to(REPO).with_suffix("").parts)
         for node in ast.parse(source).body:

@@ -44,7 +44,7 @@ from qtg_runner.exchanges.bybit import (
     request_id_for,
     sign,
 )
-from qtg_runner.world.bybit import BybitChain, BybitConfig, BybitHandle, serve
+from qtg_world.bybit import BybitChain, BybitConfig, BybitHandle, serve
 
 KEY = "pybitkey1"
 SECRET = "pybit-Secret-Not-For-Logs-0123456789"

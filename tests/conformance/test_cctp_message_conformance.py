@@ -2,7 +2,7 @@
 codec (qtg_runner.chains.cctp) reads and writes, against the layout table of
 Circle's IMessageTransmitter and Circle's own example attestation (a real
 attested fast burn, in @circle-fin/provider-cctp-v2); the JSON the fake Iris
-(qtg_runner.world.iris) serves and the fields our client (cctp_client,
+(qtg_world.iris) serves and the fields our client (cctp_client,
 cctp_burn) reads, against Circle's response types (AttestationMessage,
 DecodedMessage, DecodedMessageBody in the provider's index.d.ts) and its fee
 tiers' check. No chain and no database: the fake Iris answers from memory."""
@@ -36,7 +36,7 @@ from qtg_runner.chains.cctp import (
     BurnBody,
     CctpMessage,
 )
-from qtg_runner.world import iris
+from qtg_world import iris
 
 OURS = {"message": (CctpMessage, MESSAGE_HEADER_LENGTH), "burn body": (BurnBody, BURN_BODY_LENGTH)}
 RENAMED = {"messageBody": "body"}

@@ -33,7 +33,7 @@ from qtg_runner.exchanges.bybit import (
     sign,
 )
 from qtg_runner.exchanges.bybit_codes import Kind
-from qtg_runner.world.bybit import BybitChain, BybitConfig, BybitHandle, serve
+from qtg_world.bybit import BybitChain, BybitConfig, BybitHandle, serve
 
 KEY = "testkey1"
 SECRET = "s3cr3t-Value-Never-Shown-0123456789"

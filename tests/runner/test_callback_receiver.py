@@ -1,4 +1,4 @@
-"""The demo's callback receiver (qtg_runner.world.callback_receiver) as a real
+"""The demo's callback receiver (qtg_world.callback_receiver) as a real
 HTTP server on loopback, fed by the callback_dispatcher's own signing code: a
 signed POST is accepted, one signed with another secret or with its body
 changed is refused with 401 and counted as a bad signature, a repeat under
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 
-from qtg_runner.commands.demo_sidecars import CallbackCheck, callback_summary, provision_secret
 from qtg_runner.db import procs
 from qtg_runner.workers import callback_dispatcher
-from qtg_runner.world.callback_receiver import CallbackReceiver, new_secret
+from qtg_world.callback_receiver import CallbackReceiver, new_secret
+from qtg_world.commands.demo_sidecars import CallbackCheck, callback_summary, provision_secret
 
 
 def claim(key: str, movement: int, state: str, url: str, ref: str) -> procs.ClaimedCallback:

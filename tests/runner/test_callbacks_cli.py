@@ -14,7 +14,7 @@ from engine import as_person, node, plan
 from rows import Conn, iso_at, person
 from typer.testing import CliRunner
 
-from qtg_runner.cli import app
+from qtg_cli import app
 from qtg_runner.db import procs
 
 

@@ -23,7 +23,6 @@ from endpoint_support import Endpoint
 
 from qtg_runner.chains.cctp_client import IrisClient, IrisStatus
 from qtg_runner.chains.evm_rpc import EvmRpc, RpcUnavailable
-from qtg_runner.chains.local import LOOPBACK, free_port
 from qtg_runner.circuit import (
     COOL_DOWN_S,
     MAX_COOL_DOWN_S,
@@ -32,6 +31,7 @@ from qtg_runner.circuit import (
     endpoint_circuit,
 )
 from qtg_runner.exchanges.bybit import BybitClient, BybitUnavailable
+from qtg_world.chains.local import LOOPBACK, free_port
 
 TIMEOUT_S = 0.3
 

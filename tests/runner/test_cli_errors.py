@@ -33,7 +33,7 @@ from rows import Conn, iso_at
 from runner_helpers import QTG
 from typer.testing import CliRunner, Result
 
-from qtg_runner.cli import app
+from qtg_cli import app
 from qtg_runner.commands import common
 from qtg_runner.signers import SignerError
 from qtg_runner.signers import load as load_signer
@@ -383,7 +383,7 @@ def test_an_operators_command_loads_none_of_the_runner(argv: list[str], module: 
     listing) none of them."""
     probe = (
         "import contextlib, io, json, sys\n"
-        "from qtg_runner.cli import app\n"
+        "from qtg_cli import app\n"
         "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
         f"    app({[*argv, '--help']!r})\n"
         "print(json.dumps(sorted(sys.modules)))\n"
@@ -406,8 +406,8 @@ def test_eth_account_is_loaded_by_a_signer_alone() -> None:
     probe = (
         "import contextlib, io, json, sys\n"
         "import qtg_runner.runtime, qtg_runner.executors.registry\n"
-        "import qtg_runner.chains.registry, qtg_runner.chains.cctp, qtg_runner.chains.keys\n"
-        "from qtg_runner.cli import app\n"
+        "import qtg_world.chains.registry, qtg_runner.chains.cctp, qtg_world.chains.keys\n"
+        "from qtg_cli import app\n"
         "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
         "    app(['--help'])\n"
         "before = sorted(m for m in sys.modules\n"

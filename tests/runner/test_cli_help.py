@@ -13,7 +13,7 @@ from typer import _click as click  # typer vendors click
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
-from qtg_runner.cli import app
+from qtg_cli import app
 
 
 def every_command() -> Iterator[tuple[list[str], Any]]:

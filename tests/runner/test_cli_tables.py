@@ -35,7 +35,7 @@ from engine import (
 from rows import Conn, iso_at, person, set_clock
 from typer.testing import CliRunner, Result
 
-from qtg_runner.cli import app
+from qtg_cli import app
 from qtg_runner.db import procs
 
 WIDTH = 100

@@ -12,6 +12,7 @@ import difflib
 import psycopg
 from conftest import TestDatabase
 
+from qtg_cli import app
 from qtg_runner import reference
 
 DIFF_LINES = 40
@@ -39,7 +40,7 @@ def test_the_procedures_reference_is_current(db: TestDatabase) -> None:
 
 
 def test_the_cli_reference_is_current() -> None:
-    assert_current("cli.md", reference.cli_md())
+    assert_current("cli.md", reference.cli_md(app))
 
 
 def test_the_errors_reference_is_current() -> None:
