@@ -218,6 +218,7 @@ INTERNAL = {
     "route_token",
     "route_venue",
     "route_venue_chain",
+    "registry_row",
 }
 COMMON = {
     "clock": "runner operator reader",
