@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,21 +46,41 @@ ADDRESS_PATTERN = "^0x[0-9a-fA-F]{40}$"
 CHAIN_PATTERN = "^[a-z][a-z0-9-]{0,62}$"
 """A chain key in a node config's JSON schema, as the registry spells it."""
 
-LANE: JsonObject = {"type": "string", "minLength": 1}
-KEY: JsonObject = {"type": "string", "pattern": CHAIN_PATTERN}
-"""A chain's or a venue's key."""
-ADDRESS: JsonObject = {"type": "string", "pattern": ADDRESS_PATTERN}
-TOKEN: JsonObject = {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"}
-"""A token's or a coin's symbol."""
+_KEY: JsonObject = {"type": "string", "pattern": CHAIN_PATTERN}
+_ADDRESS: JsonObject = {"type": "string", "pattern": ADDRESS_PATTERN}
+_SYMBOL: JsonObject = {"type": "string", "pattern": "^[A-Za-z0-9.]{1,16}$"}
+
+NODE_CONFIG: Mapping[str, JsonObject] = {
+    "lane": {"type": "string", "minLength": 1},
+    "chain": _KEY,
+    "source_chain": _KEY,
+    "destination_chain": _KEY,
+    "source": _KEY,
+    "destination": _KEY,
+    "venue": _KEY,
+    "token": _SYMBOL,
+    "coin": _SYMBOL,
+    "from": _ADDRESS,
+    "to": _ADDRESS,
+    "max_fee_bps": {"type": "integer", "minimum": 0, "maximum": 100},
+}
+"""What a node config's key means, the same in every executor's schema: a
+chain's or a venue's key, a token's or a coin's symbol, an account's address,
+a fee cap in basis points."""
 
 
-def config_schema(required: Sequence[str], properties: JsonObject) -> JsonObject:
-    """A node config's JSON schema: an object of ``properties`` after its
-    ``lane`` (a string), the ``required`` ones, nothing else."""
+def config_schema(
+    required: Sequence[str], optional: Sequence[str] = (), own: JsonObject | None = None
+) -> JsonObject:
+    """An executor's node config schema: its ``lane`` and the ``required`` keys
+    (in that order), the ``optional`` ones, nothing else; each as NODE_CONFIG
+    says, or as the executor's ``own`` properties say."""
+    own = own or {}
+    names = ("lane", *required, *optional)
     return {
         "type": "object",
-        "required": list(required),
-        "properties": {"lane": LANE} | properties,
+        "required": ["lane", *required],
+        "properties": {name: own.get(name) or NODE_CONFIG[name] for name in names} | own,
         "additionalProperties": False,
     }
 
@@ -162,6 +183,12 @@ class Prepared:
         )
 
 
+def seconds_from_ms(column: str) -> Mapping[str, Any]:
+    """The metadata of a Recorded field in seconds (``field(metadata=...)``)
+    that the procedure's row has in milliseconds, in ``column``."""
+    return {"ms": column}
+
+
 BIG: Mapping[str, Any] = {"big": True}
 """A route field's metadata (``field(metadata=BIG)``): an integer its payload
 keeps as a string, as a uint256 (or a uint64 selector) is beyond what a JSON
@@ -193,6 +220,21 @@ class Recorded:
     @classmethod
     def recorded_values(cls, payload: Mapping[str, Any]) -> dict[str, Any]:
         return {f.name: f.kind(payload[f.name]) for f in cls.recorded_fields()}
+
+    @classmethod
+    def row_values(cls, row: Any, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The fields from a procedure's row, by their names (a field in
+        seconds from its column in milliseconds), but for the ``given`` ones."""
+        values = dict(given)
+        for f in cls.recorded_fields():
+            if f.name not in values:
+                ms = f.metadata.get("ms")
+                values[f.name] = getattr(row, ms) / 1000 if ms else f.kind(getattr(row, f.name))
+        return values
+
+    @classmethod
+    def from_row(cls, row: Any, **given: Any) -> Self:
+        return cls(**cls.row_values(row, given))
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> Self:
@@ -299,6 +341,27 @@ async def route_row(pool: AsyncConnectionPool[Any], call: Call[R]) -> R:
             message = exc.diag.message_primary or str(exc)
             raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
         raise
+
+
+class ExecutorBase:
+    """What a shipped executor is built with: the registry makes one with the
+    runner's pool and network; its settings (RPC URLs, signers' keys, venues'
+    key files) come from ``env``, the process environment by default, never
+    from the database. A subclass sets what the Executor protocol asks of its
+    class."""
+
+    key: ClassVar[str]
+    has_side_effect: ClassVar[bool]
+    deduplicated_by: ClassVar[str]
+    node_config_schema: ClassVar[JsonObject]
+    description: ClassVar[str]
+
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], network: str, env: Mapping[str, str] | None = None
+    ) -> None:
+        self._pool = pool
+        self._network = network
+        self._env = os.environ if env is None else env
 
 
 @runtime_checkable

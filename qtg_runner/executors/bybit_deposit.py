@@ -31,22 +31,14 @@ step is left to it.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, ClassVar
-
-from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.db import procs
 from qtg_runner.exchanges.bybit import DEPOSIT_FAILED, BybitError, BybitUnavailable
 from qtg_runner.executors.base import (
-    KEY,
-    TOKEN,
     ExecutorError,
-    HealthResult,
     JsonObject,
     NodeWork,
     ObserveResult,
@@ -58,8 +50,8 @@ from qtg_runner.executors.base import (
     config_schema,
     route_row,
 )
-from qtg_runner.executors.bybit_withdraw import venue_health
-from qtg_runner.executors.venues import VenueClients, deposit_evidence, deposits_for, venue_error
+from qtg_runner.executors.bybit_withdraw import VenueExecutor, VenueRecord
+from qtg_runner.executors.venues import deposit_evidence, deposits_for, venue_error
 
 WINDOW_BEFORE_MS = 24 * 3600 * 1000
 """How far before the prepare the venue's deposit records are read: the venue
@@ -69,13 +61,9 @@ down)."""
 
 
 @dataclass(frozen=True)
-class _Wait:
+class _Wait(VenueRecord):
     """What the node waits for, as recorded in its prepared payload."""
 
-    venue_key: str
-    kind: str
-    base_url_env: str
-    key_file_env: str
     chain_key: str
     venue_chain: str
     coin: str
@@ -86,38 +74,16 @@ class _Wait:
     transfer_value: str
     since_ms: int
 
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> _Wait:
-        return cls(**{k: payload[k] for k in cls.__dataclass_fields__})
 
-
-class BybitDepositExecutor:
-    key: ClassVar[str] = "bybit_deposit"
-    has_side_effect: ClassVar[bool] = False
-    deduplicated_by: ClassVar[str] = "nothing is sent: it only reads the venue's deposit records"
-    description: ClassVar[str] = (
+class BybitDepositExecutor(VenueExecutor):
+    key = "bybit_deposit"
+    has_side_effect = False
+    deduplicated_by = "nothing is sent: it only reads the venue's deposit records"
+    description = (
         "Waits until an exchange venue (Bybit v5) credits the deposit a parent step sent to its "
         "deposit address; no side effect"
     )
-    node_config_schema: ClassVar[JsonObject] = config_schema(
-        ["lane", "venue", "chain"],
-        {
-            "venue": KEY,
-            "chain": KEY,
-            "coin": TOKEN,
-        },
-    )
-
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[Any],
-        network: str,
-        env: Mapping[str, str] | None = None,
-        timeout: float = 10.0,
-    ) -> None:
-        self._pool = pool
-        self._network = network
-        self._venues = VenueClients(os.environ if env is None else env, timeout)
+    node_config_schema = config_schema(("venue", "chain"), optional=("coin",))
 
     async def _route(self, work: NodeWork) -> procs.DepositRoute:
         return await route_row(self._pool, procs.bybit_deposit_route(work.node_id))
@@ -128,22 +94,14 @@ class BybitDepositExecutor:
     async def prepare(self, work: NodeWork) -> Prepared:
         route = await self._route(work)
         parent, tx_hash, value = _paying_parent(work, route.deposit_address)
-        wait = _Wait(
-            venue_key=route.venue_key,
-            kind=route.kind,
-            base_url_env=route.base_url_env,
-            key_file_env=route.key_file_env,
-            chain_key=route.chain_key,
-            venue_chain=route.venue_chain,
-            coin=route.coin,
-            deposit_address=route.deposit_address,
-            amount=route.amount,
+        wait = _Wait.from_row(
+            route,
             tx_hash=tx_hash,
             parent=parent,
             transfer_value=value,
             since_ms=int(time.time() * 1000) - WINDOW_BEFORE_MS,
         )
-        return Prepared(payload=asdict(wait))
+        return Prepared(payload=wait.recorded())
 
     async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
         assert prepared.payload is not None
@@ -165,12 +123,9 @@ class BybitDepositExecutor:
         if not payload:
             raise ExecutorError(f"node {work.node_id} has no recorded deposit", retryable=False)
         wait = _Wait.from_payload(payload)
-        client = self._venues.client(
-            wait.venue_key, wait.kind, wait.base_url_env, wait.key_file_env
-        )
         try:
             records = await deposits_for(
-                client, wait.coin, wait.tx_hash, wait.deposit_address, wait.since_ms
+                self._client(wait), wait.coin, wait.tx_hash, wait.deposit_address, wait.since_ms
             )
         except (BybitError, BybitUnavailable) as exc:
             raise venue_error(wait.venue_key, exc) from None
@@ -211,12 +166,6 @@ class BybitDepositExecutor:
             "mismatch": RecoveryOutcome.STILL_UNKNOWN,
         }.get(status, RecoveryOutcome.IN_FLIGHT)
         return RecoveryResult(outcome, evidence, external_ref=str(evidence["tx_hash"]))
-
-    async def health(self) -> HealthResult:
-        return await venue_health(self._pool, self._venues)
-
-    async def aclose(self) -> None:
-        await self._venues.aclose()
 
 
 def _paying_parent(work: NodeWork, deposit_address: str) -> tuple[str, str, str]:

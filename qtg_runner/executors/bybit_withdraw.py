@@ -57,13 +57,14 @@ not repeat the request", a code the table lacks, no answer at all).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, ClassVar
+from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -79,9 +80,7 @@ from qtg_runner.exchanges.bybit import (
 )
 from qtg_runner.exchanges.bybit_codes import Kind
 from qtg_runner.executors.base import (
-    ADDRESS,
-    KEY,
-    TOKEN,
+    ExecutorBase,
     ExecutorError,
     HealthResult,
     HealthStatus,
@@ -90,12 +89,14 @@ from qtg_runner.executors.base import (
     ObserveResult,
     ObserveStatus,
     Prepared,
+    Recorded,
     RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
     config_schema,
     route_row,
 )
+from qtg_runner.executors.evm_tx import EvmAccess
 from qtg_runner.executors.venues import RETRY_LATER_S, VenueClients, venue_error
 from qtg_runner.log import event
 
@@ -111,15 +112,49 @@ so that a venue forgetting old requestIds can never be asked to pay twice."""
 
 
 @dataclass(frozen=True)
-class _Route:
-    """The registry's word on one node (bybit_withdraw_route), as recorded in
-    the intent's payload, so that observation and recovery never depend on a
-    registry changed since the request."""
+class VenueRecord(Recorded):
+    """The venue a payload names: its key, kind and the NAMES of the environment
+    variables of its base URL and API key file (never a URL or a key)."""
 
     venue_key: str
     kind: str
     base_url_env: str
     key_file_env: str
+
+
+class VenueExecutor(ExecutorBase):
+    """What the exchange executors share: a venue's client made once, the
+    venues' health."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        network: str,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        super().__init__(pool, network, env)
+        self._timeout = timeout
+        self._venues = VenueClients(self._env, timeout)
+
+    def _client(self, venue: VenueRecord) -> BybitClient:
+        return self._venues.client(
+            venue.venue_key, venue.kind, venue.base_url_env, venue.key_file_env
+        )
+
+    async def health(self) -> HealthResult:
+        return await venue_health(self._pool, self._venues)
+
+    async def aclose(self) -> None:
+        await self._venues.aclose()
+
+
+@dataclass(frozen=True)
+class _Route(VenueRecord):
+    """The registry's word on one node (bybit_withdraw_route), as recorded in
+    the intent's payload, so that observation and recovery never depend on a
+    registry changed since the request."""
+
     chain_key: str
     venue_chain: str
     rpc_url_env: str
@@ -130,13 +165,6 @@ class _Route:
     amount: str
     amount_units: str
     request_id: str
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> _Route:
-        return cls(**{k: payload[k] for k in cls.__dataclass_fields__})
-
-    def payload(self) -> JsonObject:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -151,66 +179,29 @@ class _Refused:
     retry_after: float | None
 
 
-class BybitWithdrawExecutor:
-    key: ClassVar[str] = "bybit_withdraw"
-    has_side_effect: ClassVar[bool] = True
-    deduplicated_by: ClassVar[str] = (
-        "the venue's requestId, repeated only within REPEAT_WINDOW_S of the claim"
-    )
-    description: ClassVar[str] = (
+class BybitWithdrawExecutor(VenueExecutor):
+    key = "bybit_withdraw"
+    has_side_effect = True
+    deduplicated_by = "the venue's requestId, repeated only within REPEAT_WINDOW_S of the claim"
+    description = (
         "Withdrawal from an exchange venue (Bybit v5) to a treasury account or an allow-listed "
         "address, idempotent on a requestId derived from the intent; complete when the chain "
         "shows the transfer at its finality depth"
     )
-    node_config_schema: ClassVar[JsonObject] = config_schema(
-        ["lane", "venue", "coin", "chain", "to"],
-        {
-            "venue": KEY,
-            "coin": TOKEN,
-            "chain": KEY,
-            "to": ADDRESS,
-        },
-    )
+    node_config_schema = config_schema(("venue", "coin", "chain", "to"))
 
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[Any],
-        network: str,
-        env: Mapping[str, str] | None = None,
-        timeout: float = 10.0,
-    ) -> None:
-        import os
-
-        self._pool = pool
-        self._network = network
-        self._env = os.environ if env is None else env
-        self._venues = VenueClients(self._env, timeout)
-        self._rpcs: dict[str, EvmRpc] = {}
-        self._timeout = timeout
+    @functools.cached_property
+    def _evm(self) -> EvmAccess:
+        """The chains the venue pays out on, read for its withdrawals' transfers."""
+        return EvmAccess(self._env, self._timeout)
 
     # -- the registry and the environment ----------------------------------------
 
     async def _route_row(self, work: NodeWork) -> procs.WithdrawRoute:
         return await route_row(self._pool, procs.bybit_withdraw_route(work.node_id))
 
-    def _client(self, route: _Route) -> BybitClient:
-        return self._venues.client(
-            route.venue_key, route.kind, route.base_url_env, route.key_file_env
-        )
-
     def _rpc(self, route: _Route) -> EvmRpc:
-        url = self._env.get(route.rpc_url_env)
-        if not url:
-            raise ExecutorError(
-                f"chain {route.chain_key}: the environment variable {route.rpc_url_env} (its RPC "
-                "URL) is not set in this runner",
-                retryable=True,
-                retry_after=RETRY_LATER_S,
-            )
-        rpc = self._rpcs.get(url)
-        if rpc is None:
-            rpc = self._rpcs[url] = EvmRpc(url, timeout=self._timeout)
-        return rpc
+        return self._evm.rpc(route.chain_key, route.rpc_url_env)
 
     @staticmethod
     def _recorded(work: NodeWork, prepared: Prepared | None = None) -> _Route:
@@ -233,26 +224,11 @@ class BybitWithdrawExecutor:
         # the intent's key, unique in this database, with the venue's salt made
         # in this database: unique at the venue across databases too
         request_id = request_id_for(f"{row.request_salt}:{work.idempotency_key}")
-        route = _Route(
-            venue_key=row.venue_key,
-            kind=row.kind,
-            base_url_env=row.base_url_env,
-            key_file_env=row.key_file_env,
-            chain_key=row.chain_key,
-            venue_chain=row.venue_chain,
-            rpc_url_env=row.rpc_url_env,
-            finality_depth=row.finality_depth,
-            coin=row.coin,
-            token_address=row.token_address,
-            recipient=row.recipient,
-            amount=row.amount,
-            amount_units=str(int(row.amount_units)),
-            request_id=request_id,
-        )
+        route = _Route.from_row(row, amount_units=str(int(row.amount_units)), request_id=request_id)
         # the venue's client is made now: a runner without its settings fails
         # here, before anything is recorded
         self._client(route)
-        return Prepared(external_request_id=request_id, payload=route.payload())
+        return Prepared(external_request_id=request_id, payload=route.recorded())
 
     async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
         route = self._recorded(work, prepared)
@@ -577,14 +553,9 @@ class BybitWithdrawExecutor:
         claim, read on the runner's clock)."""
         return time.time() - _claimed_at_s(work)
 
-    async def health(self) -> HealthResult:
-        return await venue_health(self._pool, self._venues)
-
     async def aclose(self) -> None:
-        await self._venues.aclose()
-        for rpc in self._rpcs.values():
-            await rpc.aclose()
-        self._rpcs.clear()
+        await super().aclose()
+        await self._evm.aclose()
 
 
 def _claimed_at_s(work: NodeWork) -> float:

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from qtg_runner.chains.ccip import (
     CCIP_MESSAGE_SENT_TOPIC,
@@ -78,33 +78,16 @@ from qtg_runner.chains.ccip import (
 from qtg_runner.chains.evm import Fees, balance_of
 from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
 from qtg_runner.db import procs
+from qtg_runner.executors import evm_tx
 from qtg_runner.executors.base import (
-    ADDRESS,
     BIG,
-    KEY,
-    TOKEN,
     ExecutorError,
     JsonObject,
     NodeWork,
     Prepared,
     config_schema,
     route_row,
-)
-from qtg_runner.executors.evm_tx import (
-    RETRY_LATER_S,
-    EvmExecutor,
-    EvmRoute,
-    Reading,
-    Send,
-    TxReading,
-    chain_errors,
-    gas_payload,
-    pending_nonce_and_fees,
-    read_recorded,
-    recorded_payload,
-    require_funds,
     seconds_from_ms,
-    signed,
 )
 
 STRANDED_RETRY_S = 60.0
@@ -114,7 +97,7 @@ _ALLOWANCE = bytes.fromhex("dd62ed3e")  # allowance(address,address)
 
 
 @dataclass(frozen=True)
-class _Route(EvmRoute):
+class _Route(evm_tx.EvmRoute):
     """ccip_send_route's word on one node, kept in the intent's payload at
     prepare: observation never depends on a registry changed since. Its leg
     is the source chain and the account the send is signed for."""
@@ -145,11 +128,11 @@ class _Route(EvmRoute):
     def payload(self, gas: int, fees: Fees, fee: int, dest_from_block: int) -> JsonObject:
         return (
             self.recorded()
-            | gas_payload(gas, fees)
+            | evm_tx.gas_payload(gas, fees)
             | {"ccip_fee": str(fee), "dest_from_block": dest_from_block}
         )
 
-    def send(self, quote: int) -> Send:
+    def send(self, quote: int) -> evm_tx.Send:
         """Router.ccipSend of the route, paying ``quote`` and the lane's margin."""
         data = ccip_send_calldata(
             self.dest_selector,
@@ -158,7 +141,7 @@ class _Route(EvmRoute):
             self.amount_units,
             self.gas_limit,
         )
-        return Send(self.router, data, self.fee(quote))
+        return evm_tx.Send(self.router, data, self.fee(quote))
 
 
 @dataclass(frozen=True)
@@ -175,24 +158,17 @@ class _Reading:
     wait_s: float | None = None
 
 
-class CcipExecutor(EvmExecutor):
-    key: ClassVar[str] = "ccip"
-    landed: ClassVar[str] = "executed"
-    sends: ClassVar[str] = "CCIP send"
-    description: ClassVar[str] = (
+class CcipExecutor(evm_tx.EvmExecutor):
+    key = "ccip"
+    landed = "executed"
+    sends = "CCIP send"
+    description = (
         "Chainlink CCIP token transfer (Router.ccipSend, native fee) from a treasury account "
         "to a treasury account or an allow-listed address on another chain; complete when the "
         "destination OffRamp executed it with SUCCESS"
     )
-    node_config_schema: ClassVar[JsonObject] = config_schema(
-        ["lane", "chain", "destination_chain", "from", "to"],
-        {
-            "chain": KEY,
-            "destination_chain": KEY,
-            "token": TOKEN,
-            "from": ADDRESS,
-            "to": ADDRESS,
-        },
+    node_config_schema = config_schema(
+        ("chain", "destination_chain", "from", "to"), optional=("token",)
     )
 
     async def _route(self, work: NodeWork) -> _Route:
@@ -204,7 +180,7 @@ class CcipExecutor(EvmExecutor):
     async def preflight(self, work: NodeWork) -> None:
         route = await self._route(work)
         rpc = self._evm.leg_rpc(route.leg)
-        async with chain_errors(route.leg.chain_key):
+        async with evm_tx.chain_errors(route.leg.chain_key):
             held = await balance_of(rpc, route.token_address, route.leg.sender)
             allowance = int.from_bytes(
                 await rpc.call(
@@ -219,7 +195,7 @@ class CcipExecutor(EvmExecutor):
                 f"{route.leg.sender} holds {held} base units on {route.leg.chain_key}, "
                 f"the CCIP send needs {route.amount_units}",
                 retryable=True,
-                retry_after=RETRY_LATER_S,
+                retry_after=evm_tx.RETRY_LATER_S,
             )
         if allowance < route.amount_units:
             raise ExecutorError(
@@ -228,7 +204,7 @@ class CcipExecutor(EvmExecutor):
                 "the treasury's standing approval of the Router is short (`qtg chains up` sets it "
                 "on the local chains)",
                 retryable=True,
-                retry_after=RETRY_LATER_S,
+                retry_after=evm_tx.RETRY_LATER_S,
             )
 
     async def _fee(self, rpc: EvmRpc, route: _Route) -> int:
@@ -259,7 +235,7 @@ class CcipExecutor(EvmExecutor):
         rpc = self._evm.leg_rpc(route.leg)
         dest = self._evm.rpc(route.dest_chain_key, route.dest_rpc_url_env)
         signer = await self._evm.signer(route.leg)
-        async with chain_errors(route.leg.chain_key):
+        async with evm_tx.chain_errors(route.leg.chain_key):
             quote = await self._fee(rpc, route)
             send = route.send(quote)
             if send.value > route.max_fee_wei:
@@ -268,36 +244,36 @@ class CcipExecutor(EvmExecutor):
                     f"wei, {send.value} with the lane's margin: over the lane's cap of "
                     f"{route.max_fee_wei} wei",
                     retryable=True,
-                    retry_after=RETRY_LATER_S,
+                    retry_after=evm_tx.RETRY_LATER_S,
                 )
-            chain_next, fees = await pending_nonce_and_fees(rpc, route.leg)
+            chain_next, fees = await evm_tx.pending_nonce_and_fees(rpc, route.leg)
             estimate = await rpc.estimate_gas(route.leg.sender, send.to, send.data, send.value)
             funds = await rpc.balance(route.leg.sender)
-        async with chain_errors(route.dest_chain_key):
+        async with evm_tx.chain_errors(route.dest_chain_key):
             dest_from_block = await dest.block_number()
         gas = math.ceil(estimate * GAS_HEADROOM)
-        require_funds(
+        evm_tx.require_funds(
             route.leg,
             funds,
             gas * fees.max_fee_per_gas + send.value,
             "the gas and the CCIP fee need up to {}",
         )
         payload = route.payload(gas, fees, quote, dest_from_block)
-        return await signed(signer, route.leg, send, route.nonce(chain_next), payload)
+        return await evm_tx.signed(signer, route.leg, send, route.nonce(chain_next), payload)
 
-    def recorded_send(self, prepared: Prepared) -> Send:
+    def recorded_send(self, prepared: Prepared) -> evm_tx.Send:
         assert prepared.payload is not None
         route = _Route.from_payload(prepared.payload)
         return route.send(int(prepared.payload["ccip_fee"]))
 
-    async def read(self, work: NodeWork) -> Reading:
+    async def read(self, work: NodeWork) -> evm_tx.Reading:
         """The chains' word on the node's send, from its recorded hashes only: the
         source transaction as every EVM executor reads it (read_recorded), then,
         once final, its message (exactly the one the intent recorded) and the
         destination's execution of it."""
-        payload = recorded_payload(work)
+        payload = evm_tx.recorded_payload(work)
         route = _Route.from_payload(payload)
-        tx = await read_recorded(self._evm.leg_rpc(route.leg), route.leg, work)
+        tx = await evm_tx.read_recorded(self._evm.leg_rpc(route.leg), route.leg, work)
         if tx.status != "final":
             return tx
         assert tx.receipt is not None
@@ -305,7 +281,7 @@ class CcipExecutor(EvmExecutor):
         if sent is None:
             return reading
         dest = self._evm.rpc(route.dest_chain_key, route.dest_rpc_url_env)
-        async with chain_errors(route.dest_chain_key):
+        async with evm_tx.chain_errors(route.dest_chain_key):
             return await _destination(dest, route, int(payload["dest_from_block"]), sent, reading)
 
 
@@ -340,7 +316,7 @@ def _sent_messages(route: _Route, receipt: Any) -> list[SentMessage]:
     ]
 
 
-def _message(route: _Route, tx: TxReading) -> tuple[_Reading, SentMessage | None]:
+def _message(route: _Route, tx: evm_tx.TxReading) -> tuple[_Reading, SentMessage | None]:
     """A final source transaction's message: "sent" with it when the receipt
     shows exactly the CCIP message the intent recorded, "refused" otherwise."""
     receipt = tx.receipt

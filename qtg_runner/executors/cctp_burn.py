@@ -53,7 +53,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from qtg_runner.chains.cctp import address_to_bytes32
 from qtg_runner.chains.cctp_client import (
@@ -67,10 +66,9 @@ from qtg_runner.chains.cctp_client import (
 )
 from qtg_runner.chains.evm import Fees, balance_of, estimate_gas
 from qtg_runner.db import procs
+from qtg_runner.executors import evm_tx
 from qtg_runner.executors.base import (
-    ADDRESS,
     BIG,
-    KEY,
     ExecutorError,
     HealthResult,
     HealthStatus,
@@ -79,21 +77,6 @@ from qtg_runner.executors.base import (
     Prepared,
     config_schema,
     route_row,
-)
-from qtg_runner.executors.evm_tx import (
-    RETRY_LATER_S,
-    EvmExecutor,
-    EvmRoute,
-    Send,
-    TxReading,
-    chain_errors,
-    gas_payload,
-    pending_nonce_and_fees,
-    read_recorded,
-    recorded_payload,
-    require_funds,
-    signed,
-    worse,
 )
 
 IRIS_URL_ENV = "QTG_IRIS_URL"
@@ -105,13 +88,13 @@ def iris_client(env: Mapping[str, str]) -> IrisClient:
         raise ExecutorError(
             f"{IRIS_URL_ENV} (the attestation service's URL) is not set in this runner",
             retryable=True,
-            retry_after=RETRY_LATER_S,
+            retry_after=evm_tx.RETRY_LATER_S,
         )
     return IrisClient(url)
 
 
 @dataclass(frozen=True)
-class _Route(EvmRoute):
+class _Route(evm_tx.EvmRoute):
     """cctp_burn_route's word on one node, as recorded in the prepared payload."""
 
     token_address: str
@@ -127,11 +110,11 @@ class _Route(EvmRoute):
     min_finality_threshold: int
 
     def payload(self, gas: int, fees: Fees) -> JsonObject:
-        return self.recorded() | gas_payload(gas, fees)
+        return self.recorded() | evm_tx.gas_payload(gas, fees)
 
-    def send(self) -> Send:
+    def send(self) -> evm_tx.Send:
         """TokenMessengerV2.depositForBurn of the route."""
-        return Send(
+        return evm_tx.Send(
             self.token_messenger,
             deposit_for_burn_calldata(
                 self.amount_units,
@@ -156,7 +139,7 @@ class _Reading:
     wait_s: float | None = None
 
 
-class IrisExecutor(EvmExecutor):
+class IrisExecutor(evm_tx.EvmExecutor):
     """A CCTP executor, which asks Iris (``QTG_IRIS_URL``) for attestations:
     its client made on first use, closed by aclose."""
 
@@ -175,22 +158,18 @@ class IrisExecutor(EvmExecutor):
 
 
 class CctpBurnExecutor(IrisExecutor):
-    key: ClassVar[str] = "cctp_burn"
-    landed: ClassVar[str] = "attested"
-    sends: ClassVar[str] = "burn"
-    description: ClassVar[str] = (
+    key = "cctp_burn"
+    landed = "attested"
+    sends = "burn"
+    description = (
         "CCTP v2 depositForBurn of USDC from a treasury account, done when final on the "
         "source chain and attested by Iris; its evidence is what the cctp_mint child needs"
     )
-    node_config_schema: ClassVar[JsonObject] = config_schema(
-        ["lane", "chain", "destination_chain", "from", "to", "finality"],
-        {
-            "chain": KEY,
-            "destination_chain": KEY,
-            "from": ADDRESS,
-            "to": ADDRESS,
+    node_config_schema = config_schema(
+        ("chain", "destination_chain", "from", "to", "finality"),
+        optional=("max_fee_bps",),
+        own={
             "finality": {"type": "string", "enum": ["fast", "standard"]},
-            "max_fee_bps": {"type": "integer", "minimum": 0, "maximum": 100},
         },
     )
 
@@ -203,7 +182,7 @@ class CctpBurnExecutor(IrisExecutor):
     async def preflight(self, work: NodeWork) -> None:
         route = await self._route(work)
         rpc = self._evm.leg_rpc(route.leg)
-        async with chain_errors(route.leg.chain_key):
+        async with evm_tx.chain_errors(route.leg.chain_key):
             held = await balance_of(rpc, route.token_address, route.leg.sender)
             allowed = await allowance(
                 rpc, route.token_address, route.leg.sender, route.token_messenger
@@ -223,7 +202,7 @@ class CctpBurnExecutor(IrisExecutor):
                 f"{route.leg.sender} holds {held} base units of USDC on {route.leg.chain_key}, "
                 f"the burn needs {route.amount_units}",
                 retryable=True,
-                retry_after=RETRY_LATER_S,
+                retry_after=evm_tx.RETRY_LATER_S,
             )
         if allowed < route.amount_units:
             raise ExecutorError(
@@ -232,7 +211,7 @@ class CctpBurnExecutor(IrisExecutor):
                 f"{route.amount_units}: an operator raises the bounded allowance "
                 "(the CCTP setup step: docs/executors.md, CCTP v2)",
                 retryable=True,
-                retry_after=RETRY_LATER_S,
+                retry_after=evm_tx.RETRY_LATER_S,
             )
 
     async def prepare(self, work: NodeWork) -> Prepared:
@@ -240,22 +219,22 @@ class CctpBurnExecutor(IrisExecutor):
         rpc = self._evm.leg_rpc(route.leg)
         signer = await self._evm.signer(route.leg)
         send = route.send()
-        async with chain_errors(route.leg.chain_key):
-            chain_next, fees = await pending_nonce_and_fees(rpc, route.leg)
+        async with evm_tx.chain_errors(route.leg.chain_key):
+            chain_next, fees = await evm_tx.pending_nonce_and_fees(rpc, route.leg)
             gas = await estimate_gas(rpc, route.leg.sender, send.to, send.data)
             funds = await rpc.balance(route.leg.sender)
-        require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
+        evm_tx.require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
         payload = route.payload(gas, fees)
-        return await signed(signer, route.leg, send, route.nonce(chain_next), payload)
+        return await evm_tx.signed(signer, route.leg, send, route.nonce(chain_next), payload)
 
-    def recorded_send(self, prepared: Prepared) -> Send:
+    def recorded_send(self, prepared: Prepared) -> evm_tx.Send:
         assert prepared.payload is not None
         return _Route.from_payload(prepared.payload).send()
 
     async def read(self, work: NodeWork) -> _Reading:
-        payload = recorded_payload(work)
+        payload = evm_tx.recorded_payload(work)
         route = _Route.from_payload(payload)
-        tx = await read_recorded(self._evm.leg_rpc(route.leg), route.leg, work)
+        tx = await evm_tx.read_recorded(self._evm.leg_rpc(route.leg), route.leg, work)
         if tx.status != "final":
             return _Reading(tx.status, tx.evidence, tx.tx_hash, tx.wait_s)
         problem = _burn_problem(route, tx)
@@ -272,7 +251,7 @@ class CctpBurnExecutor(IrisExecutor):
             return _Reading("unattested", evidence, tx_hash, answer.retry_after)
         if answer.status is IrisStatus.UNAVAILABLE:
             return _Reading(
-                "unattested", evidence | {"detail": answer.detail}, tx_hash, RETRY_LATER_S
+                "unattested", evidence | {"detail": answer.detail}, tx_hash, evm_tx.RETRY_LATER_S
             )
         if answer.status is not IrisStatus.COMPLETE:
             return _Reading("unattested", evidence | {"detail": answer.detail}, tx_hash)
@@ -337,7 +316,7 @@ class CctpBurnExecutor(IrisExecutor):
         return await iris_health(await super().health(), self._env)
 
 
-def _burn_problem(route: _Route, tx: TxReading) -> JsonObject | None:
+def _burn_problem(route: _Route, tx: evm_tx.TxReading) -> JsonObject | None:
     """None when the final receipt holds exactly one DepositForBurn of the
     TokenMessengerV2, and it is the intent's; else what is wrong."""
     assert tx.receipt is not None
@@ -375,7 +354,7 @@ async def iris_health(chains: HealthResult, env: Mapping[str, str]) -> HealthRes
     url = env.get(IRIS_URL_ENV)
     if not url:
         detail["iris"] = f"{IRIS_URL_ENV} is not set in this runner"
-        return HealthResult(worse(chains.status, HealthStatus.DEGRADED), detail)
+        return HealthResult(evm_tx.worse(chains.status, HealthStatus.DEGRADED), detail)
     client = IrisClient(url, timeout=5.0)
     try:
         problem = await client.reachable()
@@ -386,5 +365,5 @@ async def iris_health(chains: HealthResult, env: Mapping[str, str]) -> HealthRes
         return HealthResult(chains.status, detail)
     limited = problem == "HTTP 429"
     return HealthResult(
-        worse(chains.status, HealthStatus.DEGRADED if limited else HealthStatus.DOWN), detail
+        evm_tx.worse(chains.status, HealthStatus.DEGRADED if limited else HealthStatus.DOWN), detail
     )

@@ -72,7 +72,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any
 
 from qtg_runner.chains.cctp import address_to_bytes32
 from qtg_runner.chains.cctp_client import (
@@ -93,10 +93,9 @@ from qtg_runner.chains.evm import (
 )
 from qtg_runner.chains.evm_rpc import EvmRpc, Receipt, RpcError, RpcErrorKind
 from qtg_runner.db import procs
+from qtg_runner.executors import evm_tx
 from qtg_runner.executors.base import (
-    ADDRESS,
     BIG,
-    KEY,
     ExecutorError,
     JsonObject,
     NodeWork,
@@ -109,20 +108,6 @@ from qtg_runner.executors.base import (
     route_row,
 )
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor, IrisExecutor
-from qtg_runner.executors.evm_tx import (
-    RETRY_LATER_S,
-    EvmRoute,
-    Send,
-    chain_errors,
-    gas_payload,
-    observed,
-    pending_nonce_and_fees,
-    read_recorded,
-    recorded_payload,
-    recovered,
-    require_funds,
-    signed,
-)
 
 USED_NONCE_GAS = 200_000
 """The gas limit of a mint whose nonce is already used (the estimate reverts):
@@ -143,7 +128,7 @@ ZERO_ADDRESS = "0x" + "00" * 20
 
 
 @dataclass(frozen=True)
-class _Route(EvmRoute):
+class _Route(evm_tx.EvmRoute):
     """cctp_mint_route's word on one node, as recorded in the prepared payload
     (with the message's nonce and what it mints)."""
 
@@ -176,9 +161,9 @@ class _Burn:
     """The destination block at which the attestation expires (0: never)."""
     reattested: bool = False
 
-    def send(self, route: _Route) -> Send:
+    def send(self, route: _Route) -> evm_tx.Send:
         """MessageTransmitterV2.receiveMessage of the message and attestation."""
-        return Send(
+        return evm_tx.Send(
             route.message_transmitter, receive_message_calldata(self.message, self.attestation)
         )
 
@@ -307,22 +292,15 @@ class _Reading:
 class CctpMintExecutor(IrisExecutor):
     """Its Iris client is made on first use (a re-attestation)."""
 
-    key: ClassVar[str] = "cctp_mint"
-    landed: ClassVar[str] = "minted"
-    sends: ClassVar[str] = "mint"
-    description: ClassVar[str] = (
+    key = "cctp_mint"
+    landed = "minted"
+    sends = "mint"
+    description = (
         "CCTP v2 receiveMessage on the destination chain with its cctp_burn parent's attested "
         "message, checked against the movement first; idempotent (usedNonces, MessageReceived)"
     )
-    node_config_schema: ClassVar[JsonObject] = config_schema(
-        ["lane", "chain", "source_chain", "from", "to"],
-        {
-            "chain": KEY,
-            "source_chain": KEY,
-            "from": ADDRESS,
-            "to": ADDRESS,
-            "max_fee_bps": {"type": "integer", "minimum": 0, "maximum": 100},
-        },
+    node_config_schema = config_schema(
+        ("chain", "source_chain", "from", "to"), optional=("max_fee_bps",)
     )
 
     def _log_block_range(self) -> int:
@@ -335,7 +313,7 @@ class CctpMintExecutor(IrisExecutor):
                 f"1000000 (the widest eth_getLogs range the RPC providers accept; default "
                 f"{DEFAULT_LOG_BLOCK_RANGE})",
                 retryable=True,
-                retry_after=RETRY_LATER_S,
+                retry_after=evm_tx.RETRY_LATER_S,
             )
         return int(raw)
 
@@ -353,14 +331,14 @@ class CctpMintExecutor(IrisExecutor):
         burn = checked_burn(route, burn_evidence(work))
         rpc = self._evm.leg_rpc(route.leg)
         signer = await self._evm.signer(route.leg)
-        async with chain_errors(route.leg.chain_key):
-            chain_next, fees = await pending_nonce_and_fees(rpc, route.leg)
+        async with evm_tx.chain_errors(route.leg.chain_key):
+            chain_next, fees = await evm_tx.pending_nonce_and_fees(rpc, route.leg)
             head = await rpc.block_number()
             minted = await used_nonce(rpc, route.message_transmitter, bytes.fromhex(burn.nonce[2:]))
         if not minted and burn.expires_by(head + EXPIRY_MARGIN_BLOCKS):
             burn = await self._reattested(route, burn, head)
         send = burn.send(route)
-        async with chain_errors(route.leg.chain_key):
+        async with evm_tx.chain_errors(route.leg.chain_key):
             try:
                 gas = await estimate_gas(rpc, route.leg.sender, send.to, send.data)
             except RpcError as exc:
@@ -382,7 +360,7 @@ class CctpMintExecutor(IrisExecutor):
                 # revert with the nonce used is the evidence observe reads
                 gas = USED_NONCE_GAS
             funds = await rpc.balance(route.leg.sender)
-        require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
+        evm_tx.require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
         payload = (
             route.payload()
             | {
@@ -393,9 +371,9 @@ class CctpMintExecutor(IrisExecutor):
                 "source_tx_hash": burn.source_tx_hash,
                 "search_from_block": max(0, head - LOG_LOOKBACK_BLOCKS),
             }
-            | gas_payload(gas, fees)
+            | evm_tx.gas_payload(gas, fees)
         )
-        return await signed(signer, route.leg, send, route.nonce(chain_next), payload)
+        return await evm_tx.signed(signer, route.leg, send, route.nonce(chain_next), payload)
 
     async def _reattested(self, route: _Route, burn: _Burn, head: int) -> _Burn:
         """``burn``'s message as Iris re-attests it (expirationBlock 0, or past
@@ -424,7 +402,7 @@ class CctpMintExecutor(IrisExecutor):
                     f"{what}; Iris did not take its re-attestation: {asked.status.value} "
                     f"{asked.detail}",
                     retryable=True,
-                    retry_after=RETRY_LATER_S,
+                    retry_after=evm_tx.RETRY_LATER_S,
                 )
             else:
                 entry, waited = await self._iris_entry(iris, route, burn, head)
@@ -450,7 +428,7 @@ class CctpMintExecutor(IrisExecutor):
         if answer.status is IrisStatus.RATE_LIMITED:
             return None, answer.retry_after
         if answer.status is IrisStatus.UNAVAILABLE:
-            return None, RETRY_LATER_S
+            return None, evm_tx.RETRY_LATER_S
         for entry in answer.messages:
             if (
                 str(entry.get("eventNonce", "")).lower() != burn.nonce
@@ -465,7 +443,7 @@ class CctpMintExecutor(IrisExecutor):
                 return entry, None
         return None, None
 
-    def recorded_send(self, prepared: Prepared) -> Send:
+    def recorded_send(self, prepared: Prepared) -> evm_tx.Send:
         """The recorded mint, its message checked again against the route."""
         assert prepared.payload is not None and prepared.raw_tx is not None
         route = _Route.from_payload(prepared.payload)
@@ -493,11 +471,11 @@ class CctpMintExecutor(IrisExecutor):
             # nothing minted and nothing will be: recovery reports it, and the
             # node mints the message re-attested
             return ObserveResult(ObserveStatus.UNKNOWN, reading.evidence)
-        return observed(reading, self.landed)
+        return evm_tx.observed(reading, self.landed)
 
     async def recover(self, work: NodeWork) -> RecoveryResult:
         if not (work.intent or {}).get("transactions"):
-            return await recovered(work, self.landed, self.read)
+            return await evm_tx.recovered(work, self.landed, self.read)
         reading = await self.read(work)
         if reading.status == "expired":
             return RecoveryResult(RecoveryOutcome.NOT_SUBMITTED, reading.evidence, reading.tx_hash)
@@ -505,16 +483,16 @@ class CctpMintExecutor(IrisExecutor):
         async def read_once(_: NodeWork) -> _Reading:
             return reading
 
-        return await recovered(work, self.landed, read_once)
+        return await evm_tx.recovered(work, self.landed, read_once)
 
     async def read(self, work: NodeWork) -> _Reading:
-        payload = recorded_payload(work)
+        payload = evm_tx.recorded_payload(work)
         route = _Route.from_payload(payload)
         nonce = str(payload["message_nonce"])
         expected = route.amount_units - int(payload["fee_executed"])
         rpc = self._evm.leg_rpc(route.leg)
-        tx = await read_recorded(rpc, route.leg, work)
-        async with chain_errors(route.leg.chain_key):
+        tx = await evm_tx.read_recorded(rpc, route.leg, work)
+        async with evm_tx.chain_errors(route.leg.chain_key):
             if tx.status == "final" and tx.receipt is not None:
                 minted = _minted(route, nonce, tx.receipt, expected)
                 if minted is not None:

@@ -41,7 +41,6 @@ from the environment variable the registry names; the key from the signer
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from qtg_runner.chains.evm import (
     Fees,
@@ -51,11 +50,9 @@ from qtg_runner.chains.evm import (
     transfer_calldata,
 )
 from qtg_runner.db import procs
+from qtg_runner.executors import evm_tx
 from qtg_runner.executors.base import (
-    ADDRESS,
     BIG,
-    KEY,
-    TOKEN,
     ExecutorError,
     JsonObject,
     NodeWork,
@@ -63,24 +60,10 @@ from qtg_runner.executors.base import (
     config_schema,
     route_row,
 )
-from qtg_runner.executors.evm_tx import (
-    RETRY_LATER_S,
-    EvmExecutor,
-    EvmRoute,
-    Send,
-    TxReading,
-    chain_errors,
-    gas_payload,
-    pending_nonce_and_fees,
-    read_recorded,
-    recorded_payload,
-    require_funds,
-    signed,
-)
 
 
 @dataclass(frozen=True)
-class _Route(EvmRoute):
+class _Route(evm_tx.EvmRoute):
     """The registry's word on one node (evm_transfer_route), as recorded in the
     intent's payload at prepare so that observation never depends on a registry
     changed since the transaction was signed."""
@@ -99,29 +82,21 @@ class _Route(EvmRoute):
         return self.leg.sender
 
     def payload(self, gas: int, fees: Fees) -> JsonObject:
-        return self.recorded() | gas_payload(gas, fees)
+        return self.recorded() | evm_tx.gas_payload(gas, fees)
 
-    def send(self) -> Send:
-        return Send(self.token_address, transfer_calldata(self.recipient, self.amount_units))
+    def send(self) -> evm_tx.Send:
+        return evm_tx.Send(self.token_address, transfer_calldata(self.recipient, self.amount_units))
 
 
-class EvmTransferExecutor(EvmExecutor):
-    key: ClassVar[str] = "evm_transfer"
-    landed: ClassVar[str] = "final"
-    sends: ClassVar[str] = "transfer"
-    description: ClassVar[str] = (
+class EvmTransferExecutor(evm_tx.EvmExecutor):
+    key = "evm_transfer"
+    landed = "final"
+    sends = "transfer"
+    description = (
         "ERC-20 transfer from a treasury account to a treasury account or an allow-listed "
         "address, signed at a nonce the engine allocates, final at the chain's finality depth"
     )
-    node_config_schema: ClassVar[JsonObject] = config_schema(
-        ["lane", "chain", "from", "to"],
-        {
-            "chain": KEY,
-            "token": TOKEN,
-            "from": ADDRESS,
-            "to": ADDRESS,
-        },
-    )
+    node_config_schema = config_schema(("chain", "from", "to"), optional=("token",))
 
     # -- what the registry and the environment say -----------------------------
 
@@ -137,14 +112,14 @@ class EvmTransferExecutor(EvmExecutor):
     async def preflight(self, work: NodeWork) -> None:
         route = await self._route(work)
         rpc = self._evm.leg_rpc(route.leg)
-        async with chain_errors(route.chain_key):
+        async with evm_tx.chain_errors(route.chain_key):
             held = await balance_of(rpc, route.token_address, route.sender)
             if held < route.amount_units:
                 raise ExecutorError(
                     f"{route.sender} holds {held} base units of {route.token} on "
                     f"{route.chain_key}, the transfer needs {route.amount_units}",
                     retryable=True,
-                    retry_after=RETRY_LATER_S,
+                    retry_after=evm_tx.RETRY_LATER_S,
                 )
 
     async def prepare(self, work: NodeWork) -> Prepared:
@@ -152,29 +127,29 @@ class EvmTransferExecutor(EvmExecutor):
         rpc = self._evm.leg_rpc(route.leg)
         signer = await self._evm.signer(route.leg)
         send = route.send()
-        async with chain_errors(route.chain_key):
-            chain_next, fees = await pending_nonce_and_fees(rpc, route.leg)
+        async with evm_tx.chain_errors(route.chain_key):
+            chain_next, fees = await evm_tx.pending_nonce_and_fees(rpc, route.leg)
             gas = await estimate_gas(rpc, route.sender, send.to, send.data)
             funds = await rpc.balance(route.sender)
-        require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
+        evm_tx.require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
         payload = route.payload(gas, fees)
-        return await signed(signer, route.leg, send, route.nonce(chain_next), payload)
+        return await evm_tx.signed(signer, route.leg, send, route.nonce(chain_next), payload)
 
-    def recorded_send(self, prepared: Prepared) -> Send:
+    def recorded_send(self, prepared: Prepared) -> evm_tx.Send:
         assert prepared.payload is not None
         return _Route.from_payload(prepared.payload).send()
 
-    async def read(self, work: NodeWork) -> TxReading:
+    async def read(self, work: NodeWork) -> evm_tx.TxReading:
         """The chain's word on the node's transaction, from its recorded hashes;
         a final receipt must show exactly the transfer the intent recorded."""
-        route = _Route.from_payload(recorded_payload(work))
-        reading = await read_recorded(self._evm.leg_rpc(route.leg), route.leg, work)
+        route = _Route.from_payload(evm_tx.recorded_payload(work))
+        reading = await evm_tx.read_recorded(self._evm.leg_rpc(route.leg), route.leg, work)
         if reading.status != "final" or reading.receipt is None:
             return reading
         return _checked_transfer(route, reading)
 
 
-def _checked_transfer(route: _Route, reading: TxReading) -> TxReading:
+def _checked_transfer(route: _Route, reading: evm_tx.TxReading) -> evm_tx.TxReading:
     """A final receipt with exactly one Transfer log of the token from the
     sender, to the recipient for the amount: final; anything else: refused."""
     assert reading.receipt is not None
@@ -187,7 +162,7 @@ def _checked_transfer(route: _Route, reading: TxReading) -> TxReading:
         t for t in transfers if t.recipient == route.recipient and t.value == route.amount_units
     ]
     if len(transfers) != 1 or len(expected) != 1:
-        return TxReading(
+        return evm_tx.TxReading(
             "refused",
             reading.evidence
             | {
@@ -206,7 +181,7 @@ def _checked_transfer(route: _Route, reading: TxReading) -> TxReading:
             reading.tx_hash,
         )
     transfer = expected[0]
-    return TxReading(
+    return evm_tx.TxReading(
         "final",
         reading.evidence
         | {

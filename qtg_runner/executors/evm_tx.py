@@ -44,7 +44,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import math
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ from qtg_runner.chains.evm import FeeCapExceeded, Fees, _eip1559, suggest_fees
 from qtg_runner.chains.evm_rpc import EvmRpc, EvmRpcError, Receipt, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
+    ExecutorBase,
     ExecutorError,
     HealthResult,
     HealthStatus,
@@ -167,12 +167,6 @@ class RouteRow(LegRow, Protocol):
     def next_nonce(self) -> int | None: ...
 
 
-def seconds_from_ms(column: str) -> Mapping[str, Any]:
-    """The metadata of a route field in seconds (``field(metadata=...)``) that
-    the route procedure's row has in milliseconds, in ``column``."""
-    return {"ms": column}
-
-
 @dataclass(frozen=True)
 class EvmRoute(Recorded):
     """A route procedure's word on one node (evm_transfer_route,
@@ -186,12 +180,14 @@ class EvmRoute(Recorded):
     (not recorded in the payload: a nonce is allocated when it is recorded)."""
 
     @classmethod
-    def from_row(cls, row: RouteRow) -> Self:
-        values: dict[str, Any] = {}
-        for f in cls.recorded_fields():
-            ms = f.metadata.get("ms")
-            values[f.name] = getattr(row, ms) / 1000 if ms else f.kind(getattr(row, f.name))
-        return cls(leg=ChainLeg.from_row(row), engine_next_nonce=row.next_nonce, **values)
+    def from_row(cls, row: Any, **given: Any) -> Self:
+        """From a route procedure's row (a RouteRow)."""
+        route_row: RouteRow = row
+        return cls(
+            leg=ChainLeg.from_row(route_row),
+            engine_next_nonce=route_row.next_nonce,
+            **cls.row_values(route_row, given),
+        )
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> Self:
@@ -599,13 +595,12 @@ def recorded_payload(work: NodeWork) -> JsonObject:
     return dict(payload)
 
 
-class EvmExecutor(abc.ABC):
+class EvmExecutor(ExecutorBase, abc.ABC):
     """The part of an EVM executor that is the same in each (the module's
-    header): built by the registry with the runner's pool and network, its RPC
-    URLs and signers from ``env`` (the process environment by default)."""
+    header): its RPC clients and signers made once (``EvmAccess``)."""
 
-    has_side_effect: ClassVar[bool] = True
-    deduplicated_by: ClassVar[str] = (
+    has_side_effect = True
+    deduplicated_by = (
         "the account's nonce: the recorded bytes, or a replacement at their nonce, are mined "
         "once at most"
     )
@@ -621,9 +616,7 @@ class EvmExecutor(abc.ABC):
         env: Mapping[str, str] | None = None,
         rpc_timeout: float = 10.0,
     ) -> None:
-        self._pool = pool
-        self._network = network
-        self._env = os.environ if env is None else env
+        super().__init__(pool, network, env)
         self._evm = EvmAccess(self._env, rpc_timeout)
 
     def sending_leg(self, payload: JsonObject) -> ChainLeg:

@@ -27,14 +27,12 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, ClassVar
-
-from psycopg_pool import AsyncConnectionPool
+from typing import Any
 
 from qtg_runner.executors.base import (
+    ExecutorBase,
     HealthResult,
     HealthStatus,
-    JsonObject,
     NodeWork,
     ObserveResult,
     ObserveStatus,
@@ -92,14 +90,14 @@ def _bounded(value: Any, low: float, high: float, default: float) -> float:
     return min(max(number, low), high)
 
 
-class SimExecutor:
-    key: ClassVar[str] = "sim"
-    has_side_effect: ClassVar[bool] = True
-    deduplicated_by: ClassVar[str] = "the sim world's idempotency key (qtg_sim.side_effects)"
-    description: ClassVar[str] = "simulated lane with configurable latency and outcomes"
-    node_config_schema: ClassVar[JsonObject] = config_schema(
-        ["lane"],
-        {
+class SimExecutor(ExecutorBase):
+    key = "sim"
+    has_side_effect = True
+    deduplicated_by = "the sim world's idempotency key (qtg_sim.side_effects)"
+    description = "simulated lane with configurable latency and outcomes"
+    node_config_schema = config_schema(
+        (),
+        own={
             "time_scale": {"type": "number", "minimum": MIN_TIME_SCALE, "maximum": MAX_TIME_SCALE},
             "min_latency_s": {"type": "number", "minimum": 0, "maximum": MAX_LATENCY_SECONDS},
             "max_latency_s": {"type": "number", "minimum": 0, "maximum": MAX_LATENCY_SECONDS},
@@ -110,10 +108,6 @@ class SimExecutor:
             "amount": {"type": "number", "exclusiveMinimum": 0},
         },
     )
-
-    def __init__(self, pool: AsyncConnectionPool[Any], network: str) -> None:
-        self._pool = pool
-        self._network = network
 
     # -- what a lane does --------------------------------------------------
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
@@ -61,30 +61,14 @@ from eth_utils.crypto import keccak
 from qtg_runner.chains.evm import balance_of, normalize_address
 from qtg_runner.chains.evm_rpc import EvmRpc, Log, Receipt
 from qtg_runner.db import procs
+from qtg_runner.executors import evm_tx
 from qtg_runner.executors.base import (
-    ADDRESS,
-    KEY,
-    TOKEN,
     ExecutorError,
     JsonObject,
     NodeWork,
     Prepared,
     config_schema,
     route_row,
-)
-from qtg_runner.executors.evm_tx import (
-    RETRY_LATER_S,
-    ChainLeg,
-    EvmExecutor,
-    Send,
-    TxReading,
-    chain_errors,
-    gas_payload,
-    pending_nonce_and_fees,
-    read_recorded,
-    recorded_payload,
-    require_funds,
-    signed,
 )
 
 
@@ -139,23 +123,19 @@ class _Quote:
     native_fee: int
 
 
-class StargateExecutor(EvmExecutor):
-    key: ClassVar[str] = "stargate"
-    landed: ClassVar[str] = "delivered"
-    sends: ClassVar[str] = "Stargate send"
-    description: ClassVar[str] = (
+class StargateExecutor(evm_tx.EvmExecutor):
+    key = "stargate"
+    landed = "delivered"
+    sends = "Stargate send"
+    description = (
         "USDC across chains through a Stargate v2 pool (taxi or bus) from a treasury account to "
         "a treasury account or an allow-listed address on the destination; complete on the "
         "destination's OFTReceived"
     )
-    node_config_schema: ClassVar[JsonObject] = config_schema(
-        ["lane", "source", "destination", "from", "to"],
-        {
-            "source": KEY,
-            "destination": KEY,
-            "token": TOKEN,
-            "from": ADDRESS,
-            "to": ADDRESS,
+    node_config_schema = config_schema(
+        ("source", "destination", "from", "to"),
+        optional=("token",),
+        own={
             "mode": {"enum": ["taxi", "bus"]},
             "min_amount": {"type": "string", "pattern": "^[0-9]{1,30}(\\.[0-9]{1,30})?$"},
             "max_slippage_bps": {"type": "integer", "minimum": 0, "maximum": 10000},
@@ -183,7 +163,7 @@ class StargateExecutor(EvmExecutor):
                 f"the pool on {row.chain_key} may send at most {quote.max_amount} base units to "
                 f"{row.dst_chain_key} now, the send is {row.amount_units}",
                 retryable=True,
-                retry_after=RETRY_LATER_S,
+                retry_after=evm_tx.RETRY_LATER_S,
             )
         if quote.amount_received < int(row.min_amount_units):
             raise ExecutorError(
@@ -197,16 +177,16 @@ class StargateExecutor(EvmExecutor):
 
     async def preflight(self, work: NodeWork) -> None:
         row = await self._sg_route(work)
-        source = ChainLeg.from_row(row)
+        source = evm_tx.ChainLeg.from_row(row)
         rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
-        async with chain_errors(source.chain_key):
+        async with evm_tx.chain_errors(source.chain_key):
             held = await balance_of(rpc, row.token_address, row.sender)
             if held < int(row.amount_units):
                 raise ExecutorError(
                     f"{row.sender} holds {held} base units of {row.token} on {row.chain_key}, "
                     f"the send needs {row.amount_units}",
                     retryable=True,
-                    retry_after=RETRY_LATER_S,
+                    retry_after=evm_tx.RETRY_LATER_S,
                 )
             raw = await rpc.call(
                 row.token_address,
@@ -219,28 +199,28 @@ class StargateExecutor(EvmExecutor):
                     f"{allowed} base units of {row.token}, the send needs {row.amount_units}: "
                     "the admin approves the pool for the treasury account",
                     retryable=True,
-                    retry_after=RETRY_LATER_S,
+                    retry_after=evm_tx.RETRY_LATER_S,
                 )
             await self._quote(rpc, row)
 
     async def prepare(self, work: NodeWork) -> Prepared:
         row = await self._sg_route(work)
-        source = ChainLeg.from_row(row)
+        source = evm_tx.ChainLeg.from_row(row)
         rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
         dst_rpc = self._evm.rpc(row.dst_chain_key, row.dst_rpc_url_env)
         signer = await self._evm.signer(source)
-        async with chain_errors(source.chain_key):
+        async with evm_tx.chain_errors(source.chain_key):
             quote = await self._quote(rpc, row)
             data = SEND + encode(
                 [SEND_PARAM, "(uint256,uint256)", "address"],
                 [_send_param(row), (quote.native_fee, 0), row.sender],
             )
-            chain_next, fees = await pending_nonce_and_fees(rpc, source)
+            chain_next, fees = await evm_tx.pending_nonce_and_fees(rpc, source)
             estimate = await rpc.estimate_gas(row.sender, row.src_pool, data, quote.native_fee)
             gas = math.ceil(estimate * GAS_HEADROOM)
             funds = await rpc.balance(row.sender)
             dst_head = await dst_rpc.block_number()
-        require_funds(
+        evm_tx.require_funds(
             source,
             funds,
             gas * fees.max_fee_per_gas + quote.native_fee,
@@ -253,7 +233,7 @@ class StargateExecutor(EvmExecutor):
             "recipient": row.recipient,
             # strings: a uint256 is beyond what a JSON number holds exactly
             "amount_units": str(row.amount_units),
-            **gas_payload(gas, fees),
+            **evm_tx.gas_payload(gas, fees),
             "mode": row.mode,
             "pool": row.src_pool,
             "token_messaging": row.src_token_messaging,
@@ -271,35 +251,35 @@ class StargateExecutor(EvmExecutor):
             "dst_from_block": dst_head,
         }
         nonce = max(chain_next, row.next_nonce or 0)
-        return await signed(signer, source, _recorded_send(payload), nonce, payload)
+        return await evm_tx.signed(signer, source, _recorded_send(payload), nonce, payload)
 
-    def recorded_send(self, prepared: Prepared) -> Send:
+    def recorded_send(self, prepared: Prepared) -> evm_tx.Send:
         assert prepared.payload is not None
         return _recorded_send(prepared.payload)
 
     # -- reading both chains ----------------------------------------------------------
 
-    async def read(self, work: NodeWork) -> TxReading:
+    async def read(self, work: NodeWork) -> evm_tx.TxReading:
         """The chains' word on the node's send: the source transaction from its
         recorded hashes, then the message on the destination by its guid."""
-        payload = recorded_payload(work)
-        source = ChainLeg.from_payload(payload)
+        payload = evm_tx.recorded_payload(work)
+        source = evm_tx.ChainLeg.from_payload(payload)
         rpc = self._evm.leg_rpc(source)
-        reading = await read_recorded(rpc, source, work)
+        reading = await evm_tx.read_recorded(rpc, source, work)
         if reading.status != "final":
             return reading
         assert reading.receipt is not None
-        async with chain_errors(source.chain_key):
+        async with evm_tx.chain_errors(source.chain_key):
             return await self._sent(rpc, source, payload, reading, reading.receipt)
 
     async def _sent(
         self,
         rpc: EvmRpc,
-        source: ChainLeg,
+        source: evm_tx.ChainLeg,
         payload: JsonObject,
-        reading: TxReading,
+        reading: evm_tx.TxReading,
         receipt: Receipt,
-    ) -> TxReading:
+    ) -> evm_tx.TxReading:
         evidence: JsonObject = reading.evidence | {"mode": payload["mode"]}
         amount_units = int(payload["amount_units"])
         pool = normalize_address(str(payload["pool"]))
@@ -313,7 +293,7 @@ class StargateExecutor(EvmExecutor):
         ]
         amounts = [decode(["uint32", "uint256", "uint256"], log.data) for log in sent]
         if len(sent) != 1 or int(amounts[0][1]) != amount_units:
-            return TxReading(
+            return evm_tx.TxReading(
                 "refused",
                 evidence
                 | {
@@ -332,7 +312,7 @@ class StargateExecutor(EvmExecutor):
             messaging = normalize_address(str(payload["token_messaging"]))
             ticket = _ticket(receipt, messaging)
             if ticket is None:
-                return TxReading(
+                return evm_tx.TxReading(
                     "refused",
                     evidence | {"problem": "a bus send without a BusRode ticket"},
                     receipt.tx_hash,
@@ -341,7 +321,7 @@ class StargateExecutor(EvmExecutor):
             driven = await _bus_driven(rpc, messaging, int(payload["dst_eid"]), ticket, receipt)
             if driven is None:
                 wait = max(source.block_time_s * 5, 5.0)
-                return TxReading(
+                return evm_tx.TxReading(
                     "sent", evidence | {"waiting_for": "the bus"}, receipt.tx_hash, wait
                 )
             guid, evidence["bus"] = driven
@@ -350,7 +330,7 @@ class StargateExecutor(EvmExecutor):
 
     async def _destination(
         self, payload: JsonObject, evidence: JsonObject, guid: str, amount: int, tx_hash: str
-    ) -> TxReading:
+    ) -> evm_tx.TxReading:
         dst_key = str(payload["dst_chain_key"])
         rpc = self._evm.rpc(dst_key, str(payload["dst_rpc_url_env"]))
         pool = normalize_address(str(payload["dst_pool"]))
@@ -378,8 +358,10 @@ class StargateExecutor(EvmExecutor):
                 "confirmations": depth + 1,
             }
             if depth < int(payload["dst_finality_depth"]):
-                return TxReading("sent", evidence | {"oft_received": received}, tx_hash, wait)
-            return TxReading("delivered", evidence | {"oft_received": received}, tx_hash)
+                return evm_tx.TxReading(
+                    "sent", evidence | {"oft_received": received}, tx_hash, wait
+                )
+            return evm_tx.TxReading("delivered", evidence | {"oft_received": received}, tx_hash)
         cached = [
             _unreceived(log)
             for log in await rpc.get_logs(
@@ -388,18 +370,18 @@ class StargateExecutor(EvmExecutor):
         ]
         mine = [c for c in cached if c["guid"] == guid and c["receiver"] == recipient]
         if mine:
-            return TxReading(
+            return evm_tx.TxReading(
                 "cached",
                 evidence | {"payout_cached": mine[0]},
                 tx_hash,
                 max(CACHED_RETRY_S, wait),
             )
-        return TxReading("sent", evidence | {"waiting_for": "delivery"}, tx_hash, wait)
+        return evm_tx.TxReading("sent", evidence | {"waiting_for": "delivery"}, tx_hash, wait)
 
 
-def _recorded_send(payload: JsonObject) -> Send:
+def _recorded_send(payload: JsonObject) -> evm_tx.Send:
     """The pool's send as the payload records it, its calldata and fee."""
-    return Send(
+    return evm_tx.Send(
         str(payload["pool"]),
         bytes.fromhex(str(payload["calldata"])[2:]),
         int(payload["native_fee"]),
