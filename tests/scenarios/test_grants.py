@@ -219,6 +219,7 @@ INTERNAL = {
     "route_venue",
     "route_venue_chain",
     "registry_row",
+    "node_answers",
 }
 COMMON = {
     "clock": "runner operator reader",

@@ -53,10 +53,6 @@ BEGIN
       WHERE u.code IS NULL
      HAVING count(*) > 0;
 
-    RETURN QUERY
-    SELECT u.node_id, CASE WHEN u.code IS NULL THEN n.node_state END, u.code, u.message
-      FROM unnest(p_node_ids, v_codes, v_messages) WITH ORDINALITY AS u(node_id, code, message, ord)
-      LEFT JOIN movement_request_nodes n ON n.id = u.node_id
-     ORDER BY u.ord;
+    RETURN QUERY SELECT * FROM node_answers(p_node_ids, v_codes, v_messages);
 END
 $$;
