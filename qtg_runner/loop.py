@@ -38,7 +38,7 @@ import random
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -50,6 +50,7 @@ from qtg_runner.failpoints import crash_point
 from qtg_runner.limits import ReportLimits
 from qtg_runner.log import event
 
+R = TypeVar("R")
 Tier = Literal["core", "sidecar"]
 BACKOFF_CEILING_SECONDS = 60.0
 OPERATIONAL_ERRORS: tuple[type[BaseException], ...] = (
@@ -82,8 +83,38 @@ class WorkerContext:
         worker reports that through its own procedure)."""
         return self.executors.get(work.executor_key)
 
+    def log(self, level: int, name: str, worker: str, /, **fields: Any) -> None:
+        """``event`` of a worker of this network: the network and the worker,
+        then ``fields``."""
+        event(level, name, network=self.network, worker=worker, **fields)
+
+    async def one(self, call: procs.Call[R]) -> R:
+        """The one row of ``call``, on a connection of its own from the pool."""
+        async with self.pool.connection() as conn:
+            return await call.aone(conn)
+
+    async def all(self, call: procs.Call[R]) -> list[R]:
+        """The rows of ``call``, on a connection of its own from the pool."""
+        async with self.pool.connection() as conn:
+            return await call.aall(conn)
+
 
 BatchFunction = Callable[[WorkerContext, str], Awaitable[int]]
+
+
+def counting_batch(
+    call: Callable[[str], procs.Call[int]], done: str, worker: str, level: int = logging.INFO
+) -> BatchFunction:
+    """The batch of a sidecar whose procedure does the work and says how much
+    it did (``call`` of the worker id): logged as ``done`` when it did any."""
+
+    async def batch(ctx: WorkerContext, worker_id: str) -> int:
+        count = await ctx.one(call(worker_id))
+        if count:
+            ctx.log(level, done, worker, count=count)
+        return count
+
+    return batch
 
 
 @dataclass(frozen=True)
@@ -211,12 +242,8 @@ async def heartbeat(
                 os.getpid(),
             ).aone(conn)
     except Exception as exc:  # a failing heartbeat must never break the worker
-        event(
-            logging.WARNING,
-            "heartbeat_failed",
-            network=ctx.network,
-            worker=entry.name,
-            error=f"{type(exc).__name__}: {exc}",
+        ctx.log(
+            logging.WARNING, "heartbeat_failed", entry.name, error=f"{type(exc).__name__}: {exc}"
         )
 
 
@@ -273,11 +300,10 @@ async def run_worker(
     processed = 0
     last_error: str | None = None
     delay = entry.interval
-    event(
+    ctx.log(
         logging.INFO,
         "worker_started",
-        network=ctx.network,
-        worker=entry.name,
+        entry.name,
         instance=ctx.instance_id,
         tier=entry.tier,
         interval=entry.interval,
@@ -314,24 +340,17 @@ async def run_worker(
                 processed = 0
                 last_error = f"{type(exc).__name__}: {exc}"[:500]
                 delay = backoff_delay(errors, entry.interval)
-                event(
+                ctx.log(
                     logging.WARNING,
                     "batch_failed",
-                    network=ctx.network,
-                    worker=entry.name,
+                    entry.name,
                     consecutive_errors=errors,
                     backoff_s=delay,
                     error=last_error,
                 )
             else:
                 if errors:
-                    event(
-                        logging.INFO,
-                        "worker_recovered",
-                        network=ctx.network,
-                        worker=entry.name,
-                        after_errors=errors,
-                    )
+                    ctx.log(logging.INFO, "worker_recovered", entry.name, after_errors=errors)
                 errors = 0
                 last_error = None
                 # work was taken off a queue: more may be waiting, so go again at once
@@ -342,10 +361,4 @@ async def run_worker(
                 await heartbeat(ctx, entry, expected, processed, errors, last_error)
             woken = bool(await sleep(delay, ctx.stopping, wake))
     finally:
-        event(
-            logging.INFO,
-            "worker_stopped",
-            network=ctx.network,
-            worker=entry.name,
-            instance=ctx.instance_id,
-        )
+        ctx.log(logging.INFO, "worker_stopped", entry.name, instance=ctx.instance_id)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 
 from qtg_runner.db import procs
-from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
 
 BATCH_SIZE = 1000
@@ -22,17 +21,10 @@ the worker past its heartbeat for long."""
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
     promoted = 0
     for _ in range(MAX_BATCHES):
-        async with ctx.pool.connection() as conn:
-            count = await procs.promote_audit(worker_id, BATCH_SIZE).aone(conn)
+        count = await ctx.one(procs.promote_audit(worker_id, BATCH_SIZE))
         promoted += count
         if count < BATCH_SIZE:
             break
     if promoted:
-        event(
-            logging.DEBUG,
-            "audit_promoted",
-            network=ctx.network,
-            worker="audit_outbox_promoter",
-            count=promoted,
-        )
+        ctx.log(logging.DEBUG, "audit_promoted", "audit_outbox_promoter", count=promoted)
     return promoted

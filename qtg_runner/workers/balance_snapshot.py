@@ -27,7 +27,6 @@ from qtg_runner.db import procs
 from qtg_runner.exchanges.bybit import BybitError, BybitUnavailable
 from qtg_runner.executors.base import ExecutorError
 from qtg_runner.executors.venues import VenueClients
-from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
 
 WORKER = "balance_snapshot"
@@ -57,8 +56,7 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
 async def run_round(ctx: WorkerContext, env: Mapping[str, str] | None = None) -> int:
     """One read of every account, recorded; how many accounts."""
     environ = os.environ if env is None else env
-    async with ctx.pool.connection() as conn:
-        accounts = await procs.begin_balance_read().aall(conn)
+    accounts = await ctx.all(procs.begin_balance_read())
     if not accounts:
         return 0
     reads = await read_all(accounts, environ)
@@ -66,11 +64,10 @@ async def run_round(ctx: WorkerContext, env: Mapping[str, str] | None = None) ->
         await record(reads).aone(conn)
     failed = [r for r in reads if r.error is not None]
     if failed:
-        event(
+        ctx.log(
             logging.WARNING,
             "balance_reads_failed",
-            network=ctx.network,
-            worker=WORKER,
+            WORKER,
             read=accounts[0].read_id,
             failed=len(failed),
             accounts=len(reads),

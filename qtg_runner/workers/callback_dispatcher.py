@@ -63,7 +63,6 @@ from standardwebhooks.webhooks import Webhook
 
 from qtg_runner.circuit import endpoint_circuit
 from qtg_runner.db import procs
-from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
 from qtg_runner.tls import client_ssl_context
 
@@ -331,10 +330,9 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
         handled += count
         if count < BATCH_SIZE or ctx.stopping.is_set():
             break
-    async with ctx.pool.connection() as conn:
-        pruned = await procs.prune_callbacks(worker_id, PRUNE_SIZE).aone(conn)
+    pruned = await ctx.one(procs.prune_callbacks(worker_id, PRUNE_SIZE))
     if pruned:
-        event(logging.INFO, "callbacks_pruned", network=ctx.network, worker=WORKER, count=pruned)
+        ctx.log(logging.INFO, "callbacks_pruned", WORKER, count=pruned)
     return handled
 
 
@@ -348,8 +346,7 @@ async def run_round(
     max_rows: int = BATCH_SIZE,
 ) -> int:
     """Claim, POST and report one batch; returns how many callbacks were handled."""
-    async with ctx.pool.connection() as conn:
-        claims = await procs.claim_callbacks(worker_id, max_rows).aall(conn)
+    claims = await ctx.all(procs.claim_callbacks(worker_id, max_rows))
     if not claims:
         return 0
     environment = os.environ if env is None else env
@@ -381,11 +378,10 @@ async def report(ctx: WorkerContext, claim: procs.ClaimedCallback, attempt: Atte
         if exc.sqlstate != "QT030":
             raise
         state = "lost (claimed again)"
-    event(
+    ctx.log(
         logging.INFO if attempt.error is None else logging.WARNING,
         "callback_sent" if attempt.error is None else "callback_failed",
-        network=ctx.network,
-        worker=WORKER,
+        WORKER,
         movement=claim.movement_id,
         callback=claim.callback_id,
         target=claim.target_name,

@@ -38,7 +38,6 @@ from qtg_runner.db import procs
 from qtg_runner.exchanges.bybit import DEPOSIT_FAILED, BybitError, BybitUnavailable
 from qtg_runner.executors.base import ExecutorError
 from qtg_runner.executors.venues import VenueClients, deposit_evidence, deposits_for
-from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
 
 WORKER = "capital_transfer_followup"
@@ -59,8 +58,7 @@ async def run_round(ctx: WorkerContext, env: Mapping[str, str] | None = None) ->
     """One round: the due followups checked at their venues; how many."""
     venues = VenueClients(env)
     try:
-        async with ctx.pool.connection() as conn:
-            rows = await procs.claim_capital_transfers(BATCH_SIZE).aall(conn)
+        rows = await ctx.all(procs.claim_capital_transfers(BATCH_SIZE))
         for row in rows:
             await _check(ctx, venues, row)
     finally:
@@ -99,22 +97,14 @@ async def _check(ctx: WorkerContext, venues: VenueClients, row: procs.CapitalTra
     except psycopg.Error as exc:
         if exc.sqlstate not in REFUSALS:
             raise
-        event(
-            logging.ERROR,
-            "followup_refused",
-            network=ctx.network,
-            worker=WORKER,
-            node=row.node_id,
-            error=exc.sqlstate,
-        )
+        ctx.log(logging.ERROR, "followup_refused", WORKER, node=row.node_id, error=exc.sqlstate)
         return
     level = logging.WARNING if state in ("MISMATCH", "FAILED") or error else logging.INFO
     if state != "WAITING" or error:
-        event(
+        ctx.log(
             level,
             "capital_transfer_checked",
-            network=ctx.network,
-            worker=WORKER,
+            WORKER,
             node=row.node_id,
             movement=row.request_id,
             venue=row.venue_key,

@@ -98,8 +98,7 @@ async def run_round(
     recorded ones again). ``before_broadcast`` runs between the record and the
     broadcast (a test's crash)."""
     environ = os.environ if env is None else env
-    async with ctx.pool.connection() as conn:
-        rows = await procs.ccip_stranded_sends(BATCH_SIZE).aall(conn)
+    rows = await ctx.all(procs.ccip_stranded_sends(BATCH_SIZE))
     if not rows:
         return 0
     rpcs: dict[str, EvmRpc] = {}
@@ -111,11 +110,10 @@ async def run_round(
             try:
                 acted += await _reap(ctx, row, environ, rpcs, keeper, iris, before_broadcast)
             except (EvmRpcError, FeeCapExceeded, SignerError, ValueError) as exc:
-                event(
+                ctx.log(
                     logging.WARNING,
                     "ccip_reaper_left",
-                    network=ctx.network,
-                    worker=worker_id,
+                    worker_id,
                     node=row.node_id,
                     message_id=row.message_id,
                     error=f"{type(exc).__name__}: {exc}"[:300],
@@ -123,11 +121,10 @@ async def run_round(
             except psycopg.Error as exc:
                 if exc.sqlstate not in REFUSALS:
                     raise
-                event(
+                ctx.log(
                     logging.WARNING,
                     "ccip_reaper_refused",
-                    network=ctx.network,
-                    worker=worker_id,
+                    worker_id,
                     node=row.node_id,
                     sqlstate=exc.sqlstate,
                     error=(exc.diag.message_primary or str(exc))[:300],
@@ -138,6 +135,14 @@ async def run_round(
         for client in iris:
             await client.aclose()
     return acted
+
+
+def _log(
+    ctx: WorkerContext, level: int, name: str, row: procs.StrandedCcipSend, /, **fields: Any
+) -> None:
+    """An event about one stranded message: the network, its node and its id,
+    then ``fields``."""
+    event(level, name, network=ctx.network, node=row.node_id, message_id=row.message_id, **fields)
 
 
 def _rpc(rpcs: dict[str, EvmRpc], env: Mapping[str, str], chain_key: str, variable: str) -> EvmRpc:
@@ -165,12 +170,11 @@ async def _reap(
     if state == SUCCESS:
         return 0  # executed since: the observer completes the node
     if state != FAILURE:
-        event(
+        _log(
+            ctx,
             logging.WARNING,
             "ccip_reaper_not_failed",
-            network=ctx.network,
-            node=row.node_id,
-            message_id=row.message_id,
+            row,
             state=state,
         )
         return 0
@@ -191,34 +195,31 @@ async def _reap(
                 except RpcError as exc:
                     if exc.kind not in (RpcErrorKind.ALREADY_KNOWN, RpcErrorKind.NONCE_TOO_LOW):
                         raise
-                event(
+                _log(
+                    ctx,
                     logging.INFO,
                     "ccip_manual_execution_rebroadcast",
-                    network=ctx.network,
-                    node=row.node_id,
-                    message_id=row.message_id,
+                    row,
                     tx=replaces,
                 )
                 return 1
         if len(attempts) >= MAX_ATTEMPTS:
-            event(
+            _log(
+                ctx,
                 logging.ERROR,
                 "ccip_reaper_gave_up",
-                network=ctx.network,
-                node=row.node_id,
-                message_id=row.message_id,
+                row,
                 attempts=len(attempts),
             )
             return 0
 
     token_data = await _token_data(row, sent, env, iris)
     if token_data is None:
-        event(
+        _log(
+            ctx,
             logging.INFO,
             "ccip_reaper_waiting_attestation",
-            network=ctx.network,
-            node=row.node_id,
-            message_id=row.message_id,
+            row,
         )
         return 0
     if not keeper:
@@ -244,12 +245,11 @@ async def _reap(
     if before_broadcast is not None:
         before_broadcast()
     await dest.send_raw_transaction(signed.raw)
-    event(
+    _log(
+        ctx,
         logging.INFO,
         "ccip_manual_execution_sent",
-        network=ctx.network,
-        node=row.node_id,
-        message_id=row.message_id,
+        row,
         tx=signed.tx_hash,
         nonce=nonce,
     )

@@ -111,6 +111,11 @@ class _Round:
         for rpc in self.rpcs.values():
             await rpc.aclose()
 
+    def log(self, level: int, name: str, chain_key: str, sender: str, /, **fields: Any) -> None:
+        """An event about one account's nonces: the network, the chain and the
+        sender, then ``fields``."""
+        event(level, name, network=self.ctx.network, chain=chain_key, sender=sender, **fields)
+
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
     return await run_round(ctx, worker_id)
@@ -158,12 +163,11 @@ async def _guarded(state: _Round, chain_key: str, sender: str, nonce: int, work:
         if exc.sqlstate not in REFUSALS:
             raise
         problem = f"{exc.sqlstate}: {exc.diag.message_primary or exc}"
-    event(
+    state.log(
         logging.WARNING,
         "nonce_reaper_skipped",
-        network=state.ctx.network,
-        chain=chain_key,
-        sender=sender,
+        chain_key,
+        sender,
         nonce=nonce,
         problem=problem,
     )
@@ -174,7 +178,6 @@ async def _close_gap(state: _Round, gap: procs.NonceGap) -> int:
     rpc = state.rpc(gap.chain_key, gap.rpc_url_env)
     if rpc is None:
         return 0
-    where = {"network": state.ctx.network, "chain": gap.chain_key, "sender": gap.sender}
     latest = await rpc.transaction_count(gap.sender, "latest")
     if latest > gap.nonce:
         await _report_consumed(
@@ -184,7 +187,14 @@ async def _close_gap(state: _Round, gap: procs.NonceGap) -> int:
     for tx_hash in gap.tx_hashes:
         if await rpc.transaction(tx_hash) is not None:
             # a failed intent's bytes are out there after all: never replaced by a fill
-            event(logging.WARNING, "nonce_gap_occupied", **where, nonce=gap.nonce, tx_hash=tx_hash)
+            state.log(
+                logging.WARNING,
+                "nonce_gap_occupied",
+                gap.chain_key,
+                gap.sender,
+                nonce=gap.nonce,
+                tx_hash=tx_hash,
+            )
             return 0
     signer = await state.signer(gap.signer_id, gap.sender)
     fees = await suggest_fees(
@@ -198,10 +208,11 @@ async def _close_gap(state: _Round, gap: procs.NonceGap) -> int:
             gap.chain_key, gap.sender, gap.nonce, signed.tx_hash, signed.raw_hex
         ).aone(conn)
     answer = await _broadcast(rpc, signed.raw)
-    event(
+    state.log(
         logging.INFO,
         "nonce_filled",
-        **where,
+        gap.chain_key,
+        gap.sender,
         nonce=gap.nonce,
         tx_hash=signed.tx_hash,
         answer=answer,
@@ -257,12 +268,11 @@ async def _report_consumed(
         break
     async with state.ctx.pool.connection() as conn:
         await procs.record_nonce_closed(chain_key, sender, nonce, how, evidence).aone(conn)
-    event(
+    state.log(
         level,
         name,
-        network=state.ctx.network,
-        chain=chain_key,
-        sender=sender,
+        chain_key,
+        sender,
         nonce=nonce,
         **detail,
     )
@@ -272,7 +282,6 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
     rpc = state.rpc(row.chain_key, row.rpc_url_env)
     if rpc is None:
         return 0
-    where = {"network": state.ctx.network, "chain": row.chain_key, "sender": row.sender}
     is_fill = row.kind == "fill"
     latest = await rpc.transaction_count(row.sender, "latest")
     if latest > row.nonce:
@@ -296,10 +305,11 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
             if exc.kind is not RpcErrorKind.UNDERPRICED:
                 raise
         else:
-            event(
+            state.log(
                 logging.INFO,
                 "nonce_reaper_rebroadcast",
-                **where,
+                row.chain_key,
+                row.sender,
                 nonce=row.nonce,
                 tx_hash=row.tx_hash,
                 kind=row.kind,
@@ -318,10 +328,11 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
     try:
         fees = bump(decoded.fees, at_least=fresh, **caps)
     except FeeCapExceeded as exc:
-        event(
+        state.log(
             logging.WARNING,
             "nonce_reaper_bump_over_cap",
-            **where,
+            row.chain_key,
+            row.sender,
             nonce=row.nonce,
             tx_hash=row.tx_hash,
             problem=str(exc),
@@ -345,10 +356,11 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
                 conn
             )
     answer = await _broadcast(rpc, signed.raw)
-    event(
+    state.log(
         logging.INFO,
         "nonce_reaper_bumped",
-        **where,
+        row.chain_key,
+        row.sender,
         nonce=row.nonce,
         kind=row.kind,
         replaced=row.tx_hash,

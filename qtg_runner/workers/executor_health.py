@@ -15,7 +15,6 @@ from typing import Any
 from qtg_runner.db import procs
 from qtg_runner.executors.base import Executor, HealthResult, HealthStatus
 from qtg_runner.faults import NoAnswer, within
-from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
 
 HEALTH_TIMEOUT_S = 10.0
@@ -48,11 +47,10 @@ async def batch(ctx: WorkerContext, worker_id: str) -> int:
                 key, result.status.value, ctx.limits.document(result.detail), worker_id
             ).aone(conn)
             if before.get(key) != result.status.value:
-                event(
+                ctx.log(
                     logging.WARNING if result.status is HealthStatus.DOWN else logging.INFO,
                     "executor_health_changed",
-                    network=ctx.network,
-                    worker="executor_health",
+                    "executor_health",
                     executor=key,
                     status=result.status.value,
                     previous=before.get(key),

@@ -3,24 +3,13 @@ side effect has started (then the expiry is waived and the movement runs on)."""
 
 from __future__ import annotations
 
-import logging
-
 from qtg_runner.db import procs
-from qtg_runner.log import event
-from qtg_runner.loop import WorkerContext
+from qtg_runner.loop import counting_batch
 
 BATCH_SIZE = 100
 
-
-async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    async with ctx.pool.connection() as conn:
-        expired = await procs.expire_movements(BATCH_SIZE, worker_id).aone(conn)
-    if expired:
-        event(
-            logging.INFO,
-            "movements_expired",
-            network=ctx.network,
-            worker="expiration_checker",
-            count=expired,
-        )
-    return expired
+batch = counting_batch(
+    lambda worker_id: procs.expire_movements(BATCH_SIZE, worker_id),
+    "movements_expired",
+    "expiration_checker",
+)

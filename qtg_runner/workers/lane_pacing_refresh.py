@@ -7,20 +7,17 @@ from __future__ import annotations
 import logging
 
 from qtg_runner.db import procs
-from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    async with ctx.pool.connection() as conn:
-        lanes = await procs.refresh_lane_pacing().aall(conn)
+    lanes = await ctx.all(procs.refresh_lane_pacing())
     learned = [lane for lane in lanes if lane.learned]
     if learned:
-        event(
+        ctx.log(
             logging.DEBUG,
             "lane_pacing_refreshed",
-            network=ctx.network,
-            worker="lane_pacing_refresh",
+            "lane_pacing_refresh",
             lanes=",".join(lane.lane for lane in learned),
         )
     return len(learned)

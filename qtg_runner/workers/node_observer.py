@@ -42,7 +42,7 @@ from qtg_runner.faults import (
     quarantine,
     within,
 )
-from qtg_runner.log import event, missing_executor, node_event
+from qtg_runner.log import missing_executor, node_event
 from qtg_runner.loop import OPERATIONAL_ERRORS, WorkerContext
 
 WORKER = "node_observer"
@@ -67,8 +67,7 @@ _Report = tuple[str, JsonObject, float | None]
 
 
 async def batch(ctx: WorkerContext, worker_id: str, movement_id: int | None = None) -> int:
-    async with ctx.pool.connection() as conn:
-        candidates = await procs.observe_candidates(BATCH_SIZE, movement_id).aall(conn)
+    candidates = await ctx.all(procs.observe_candidates(BATCH_SIZE, movement_id))
 
     size = max(1, min(CHUNK_LIMIT, ctx.max_concurrency))
     observed = 0
@@ -77,11 +76,10 @@ async def batch(ctx: WorkerContext, worker_id: str, movement_id: int | None = No
         try:
             observed += await observe_chunk(ctx, worker_id, chunk, movement_id)
         except OPERATIONAL_ERRORS as exc:
-            event(
+            ctx.log(
                 logging.ERROR,
                 "observe_failed",
-                network=ctx.network,
-                worker=WORKER,
+                WORKER,
                 nodes=chunk,
                 error=ctx.limits.text(describe(exc)),
             )

@@ -14,21 +14,18 @@ from __future__ import annotations
 import logging
 
 from qtg_runner.db import procs
-from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
 
 WORKER = "session_watchdog"
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    async with ctx.pool.connection() as conn:
-        ended = await procs.end_stalled_sessions(worker_id).aall(conn)
+    ended = await ctx.all(procs.end_stalled_sessions(worker_id))
     for session in ended:
-        event(
+        ctx.log(
             logging.WARNING,
             "session_ended",
-            network=ctx.network,
-            worker=WORKER,
+            WORKER,
             pid=session.pid,
             login=session.login,
             state=session.state,

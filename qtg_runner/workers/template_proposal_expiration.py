@@ -5,24 +5,13 @@ this closes it, so open_proposals and the audit log say what became of it."""
 
 from __future__ import annotations
 
-import logging
-
 from qtg_runner.db import procs
-from qtg_runner.log import event
-from qtg_runner.loop import WorkerContext
+from qtg_runner.loop import counting_batch
 
 BATCH_SIZE = 100
 
-
-async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    async with ctx.pool.connection() as conn:
-        expired = await procs.expire_proposals(BATCH_SIZE, worker_id).aone(conn)
-    if expired:
-        event(
-            logging.INFO,
-            "proposals_expired",
-            network=ctx.network,
-            worker="template_proposal_expiration",
-            count=expired,
-        )
-    return expired
+batch = counting_batch(
+    lambda worker_id: procs.expire_proposals(BATCH_SIZE, worker_id),
+    "proposals_expired",
+    "template_proposal_expiration",
+)

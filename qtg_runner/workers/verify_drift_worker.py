@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 
 from qtg_runner.db import procs
-from qtg_runner.log import event
 from qtg_runner.loop import WorkerContext
 
 WORKER = "verify_drift_worker"
@@ -33,16 +32,9 @@ a thousand accounts; a backlog goes over the next ticks)."""
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
     done = await run_round(ctx, worker_id)
-    async with ctx.pool.connection() as conn:
-        pruned = await procs.prune_balance_snapshots(worker_id, PRUNE_SIZE).aone(conn)
+    pruned = await ctx.one(procs.prune_balance_snapshots(worker_id, PRUNE_SIZE))
     if pruned:
-        event(
-            logging.INFO,
-            "balance_snapshots_pruned",
-            network=ctx.network,
-            worker=WORKER,
-            count=pruned,
-        )
+        ctx.log(logging.INFO, "balance_snapshots_pruned", WORKER, count=pruned)
     return done
 
 
@@ -50,16 +42,14 @@ async def run_round(ctx: WorkerContext, worker_id: str) -> int:
     """Every unverified snapshot verified (up to MAX_ROUNDS batches); how many."""
     done = 0
     for _ in range(MAX_ROUNDS):
-        async with ctx.pool.connection() as conn:
-            rows = await procs.verify_drift(worker_id, BATCH_SIZE).aall(conn)
+        rows = await ctx.all(procs.verify_drift(worker_id, BATCH_SIZE))
         done += len(rows)
         for row in rows:
             if row.outcome == "DRIFT":
-                event(
+                ctx.log(
                     logging.ERROR,
                     "balance_drift",
-                    network=ctx.network,
-                    worker=WORKER,
+                    WORKER,
                     alert=row.alert_id,
                     account=f"{row.account_kind}:{row.account_key}:{row.address}",
                     asset=row.asset,
