@@ -96,9 +96,10 @@ from qtg_runner.exchanges.bybit_codes import (
     lookup,
 )
 from qtg_runner.log import event
+from qtg_runner.ports import LOOPBACK
 from qtg_runner.signers import Signer
 from qtg_world.chains.keys import LocalKey, ensure_treasury_keys
-from qtg_world.chains.local import LOOPBACK, RunningChain
+from qtg_world.chains.local import RunningChain
 from qtg_world.json_http import JsonHandler
 
 __all__ = [

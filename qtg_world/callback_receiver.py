@@ -28,7 +28,7 @@ from typing import Any
 
 from standardwebhooks.webhooks import Webhook
 
-from qtg_world.chains.local import LOOPBACK
+from qtg_runner.ports import LOOPBACK
 
 __all__ = ["CallbackReceiver", "Delivery", "new_secret"]
 

@@ -57,7 +57,6 @@ from qtg_runner.chains.ccip import (
     UNTOUCHED,
     ExecutionStateChanged,
     SentMessage,
-    ccip_selector,
     ccip_transaction,
     commit_calldata,
     decode_next_sequence,
@@ -72,8 +71,10 @@ from qtg_runner.chains.cctp_client import IrisClient, IrisStatus
 from qtg_runner.chains.evm import sign, suggest_fees
 from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
 from qtg_runner.log import event
+from qtg_runner.ports import LOOPBACK
 from qtg_runner.signers import Signer
-from qtg_world.chains.local import LOOPBACK, RunningChain
+from qtg_world.chains.ccip import ccip_selector
+from qtg_world.chains.local import RunningChain
 from qtg_world.json_http import JsonHandler
 
 __all__ = ["CcipConfig", "CcipHandle", "serve"]

@@ -59,16 +59,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from eth_utils.crypto import keccak
 
-from qtg_runner.chains.cctp import (
-    FINALITY_FAST,
-    FINALITY_STANDARD,
-    Attester,
-    BurnBody,
-    CctpMessage,
-    attest,
-    read_domain,
-)
-from qtg_world.chains.local import LOOPBACK, ChainError, RunningChain, rpc
+from qtg_runner.chains.cctp import FINALITY_FAST, FINALITY_STANDARD, BurnBody, CctpMessage
+from qtg_runner.chains.errors import ChainError
+from qtg_runner.ports import LOOPBACK
+from qtg_world.chains.cctp import Attester, attest, read_domain
+from qtg_world.chains.local import RunningChain, rpc
 from qtg_world.json_http import JsonHandler
 
 __all__ = ["MESSAGE_SENT_TOPIC", "REATTEST_REQUESTED", "IrisConfig", "IrisHandle", "serve"]

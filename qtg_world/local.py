@@ -39,13 +39,9 @@ from typing import Any
 
 import httpx
 
-from qtg_world.chains.local import (
-    ChainError,
-    RunningChain,
-    is_running,
-    pid_alive,
-    read_state,
-)
+from qtg_runner.chains.errors import ChainError
+from qtg_runner.venue_keys import load_api_key
+from qtg_world.chains.local import RunningChain, is_running, pid_alive, read_state
 from qtg_world.chains.local import runner_env as chains_runner_env
 
 __all__ = [
@@ -169,27 +165,6 @@ def ensure_api_key(state_dir: Path) -> Path:
             f.write(content + "\n")
     load_api_key(path)  # refuses a file open to others or malformed
     return path
-
-
-def load_api_key(path: Path | str) -> tuple[str, str]:
-    """(api key, api secret) from a key file; refused when it is open to others."""
-    p = Path(path)
-    try:
-        mode = p.stat().st_mode & 0o777
-        raw = json.loads(p.read_text())
-        pair = (str(raw["api_key"]), str(raw["api_secret"]))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ChainError(
-            f"the Bybit key file {p} is missing or unreadable ({type(exc).__name__}): "
-            "`qtg world up` makes it"
-        ) from None
-    if mode & 0o077:
-        raise ChainError(
-            f"the Bybit key file {p} is open to others (mode {mode:04o}): `chmod 600 {p}`"
-        )
-    if not all(pair):
-        raise ChainError(f"the Bybit key file {p} has an empty key or secret")
-    return pair
 
 
 def read_world(state_dir: Path) -> WorldState | None:
@@ -426,9 +401,9 @@ def stop_world(state_dir: Path, timeout: float = STOP_TIMEOUT_S) -> WorldState |
 def serve_main(argv: Sequence[str] | None = None) -> int:
     """``python -m qtg_world``: both doubles in this process until SIGTERM."""
     from qtg_runner import signers
-    from qtg_runner.chains.ccip import ensure_don_key
-    from qtg_runner.chains.cctp import load_attesters, read_domain
     from qtg_world import bybit, ccip, iris, stargate
+    from qtg_world.chains.ccip import ensure_don_key
+    from qtg_world.chains.cctp import load_attesters, read_domain
     from qtg_world.chains.keys import ensure_treasury_keys
     from qtg_world.chains.stargate import stargate_eid
 

@@ -20,18 +20,18 @@ from pathlib import Path
 
 import pytest
 
+from qtg_runner.ports import free_port
 from qtg_world.chains.keys import LocalKey, ensure_treasury_keys
 from qtg_world.chains.local import (
     AnvilNotFound,
     ChainSpec,
     RunningChain,
     find_anvil,
-    free_port,
     runner_env,
-    start_chains,
     stop_chains,
 )
 from qtg_world.chains.registry import prepare_treasury
+from qtg_world.chains.start import start_chains
 
 TEST_CHAINS = (("test-a", 31401, 1), ("test-b", 31402, 2))
 """(key, chain id, block time in seconds): two chains, each its own id and pace."""
@@ -109,9 +109,10 @@ def light_keystore(state_dir: Path) -> None:
     command runs: the
     command reuses existing files, so a test that is not about the KDF does not
     pay the default strength (most of a second a key, to make and to read)."""
-    from qtg_runner.chains.ccip import DON_KEY, KEEPER_KEY
-    from qtg_runner.chains.cctp import ensure_attester_keys
+    from qtg_runner.chains.ccip import KEEPER_KEY
     from qtg_world.bybit import ensure_exchange_keys
+    from qtg_world.chains.ccip import DON_KEY
+    from qtg_world.chains.cctp import ensure_attester_keys
 
     ensure_treasury_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)
     ensure_attester_keys(state_dir, kdf_iterations=TEST_KDF_ITERATIONS)

@@ -9,7 +9,7 @@ import json
 import threading
 from http.server import ThreadingHTTPServer
 
-from qtg_world.chains.local import LOOPBACK, free_port
+from qtg_runner.ports import LOOPBACK, free_port
 from qtg_world.json_http import JsonHandler
 
 SERVER_TIME = {

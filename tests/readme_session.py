@@ -29,7 +29,7 @@ import psycopg
 import pytest
 
 from qtg_runner.db.embedded import bin_dir
-from qtg_world.chains.local import free_port
+from qtg_runner.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

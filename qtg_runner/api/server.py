@@ -11,7 +11,7 @@ from pathlib import Path
 import uvicorn
 
 from qtg_runner.api.app import ApiConfig, create_app
-from qtg_world.chains.local import free_port
+from qtg_runner.ports import free_port
 
 
 def uvicorn_config(

@@ -1,8 +1,8 @@
-"""Chainlink CCIP on the local chains and on real ones: the ABI codec the
-`ccip` executor, the `ccip_stranded_reaper` and the local executing network
-(qtg_world.ccip) share, and the deployment of the local double
-(contracts/, CcipRouter, CcipOnRamp and CcipOffRamp for v1.6) by
-`start_chains`, so `qtg chains up` and the test fixtures get the same.
+"""Chainlink CCIP on real chains and the local ones: the ABI codec the `ccip`
+executor, the `ccip_stranded_reaper` and the local executing network
+(qtg_world.ccip) share. The deployment of the local double (contracts/:
+CcipRouter, CcipOnRamp and CcipOffRamp for v1.6, a v1.5 lane), its keys and
+the Router's allowance are the world's (qtg_world.chains.ccip).
 
 The codec speaks the real interfaces (@chainlink/contracts-ccip 1.6.2 and
 v1.5's EVM2EVM ramps): Router ``ccipSend`` / ``getFee`` with a token-only
@@ -21,43 +21,22 @@ burn's CCTP message as the attestation service returns it. v1.5 lanes:
 ``ExecutionStateChanged(sequenceNumber, messageId, state, returnData)`` of its
 EVM2EVMOffRamp, read by the observer (no manual execution of v1.5 here).
 
-On each local chain: the Router with the chain's selector, an OnRamp (the
-Router's for every other chain, burning USDC through the chain's CCTP
-TokenMessengerV2 as Chainlink's USDC pool does) and an OffRamp (every other
-chain's OnRamp a source; the executing network's key its only transmitter;
-USDC received through the chain's MessageTransmitterV2). The addresses go
-into the chain's ``contracts`` in state.json (``CcipRouter``, ``CcipOnRamp``,
-``CcipOffRamp``); ``ccip_selector`` is the chain's selector. A v1.5 lane
-(``deploy_v1_5_lane``: a Router of its own, an EVM2EVMOnRamp and an
-EVM2EVMOffRamp) is deployed by the tests that need one.
-
-The executing network's key ("DON") and the ccip_stranded_reaper's keeper
-account are keys of our own in the chains' encrypted keystore
-(``keystore/ccip-don.json``, ``keystore/ccip-keeper.json``), funded with ETH
-for gas on every chain. ``approve_router`` gives the Router a bounded standing
-allowance of the treasury accounts' USDC (``ROUTER_ALLOWANCE``), as a
-treasury's setup step: the `ccip` executor signs the send alone (see its
-module).
+The ccip_stranded_reaper's keeper account (KEEPER_KEY) is a key of the
+treasury's keystore: on the local chains, ``keystore/ccip-keeper.json``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
 
-from qtg_world.chains.keys import LocalKey, ensure_treasury_keys
-from qtg_world.chains.local import ChainError, RunningChain, load_artifact, rpc
-
 __all__ = [
-    "CCIP_CONTRACTS",
     "CCIP_MESSAGE_SENT_TOPIC",
     "CCIP_SEND_REQUESTED_TOPIC",
-    "DON_KEY",
     "EXECUTION_STATE_CHANGED_TOPIC",
     "EXECUTION_STATE_CHANGED_V1_5_TOPIC",
     "EXTRA_ARGS_V2_TAG",
@@ -65,9 +44,7 @@ __all__ = [
     "GENERIC_EXTRA_ARGS_V2_TAG",
     "KEEPER_KEY",
     "KEEPER_SIGNER_ENV",
-    "LOCAL_SELECTOR_BASE",
     "MANUALLY_EXECUTE_SELECTOR",
-    "ROUTER_ALLOWANCE",
     "SUCCESS",
     "TOKEN_ONLY_GAS_LIMIT",
     "UNTOUCHED",
@@ -75,15 +52,10 @@ __all__ = [
     "ExecutionStateChanged",
     "SentMessage",
     "UsdcPayload",
-    "V15Lane",
-    "approve_router",
-    "ccip_selector",
+    "abi_address",
     "ccip_send_calldata",
     "ccip_transaction",
     "commit_calldata",
-    "deploy_ccip",
-    "deploy_v1_5_lane",
-    "ensure_don_key",
     "execute_calldata",
     "execution_state_calldata",
     "extra_args",
@@ -94,16 +66,10 @@ __all__ = [
     "merkle_root_calldata",
     "next_sequence_calldata",
     "usdc_token_data",
-    "with_contracts",
 ]
-
-CCIP_CONTRACTS = ("CcipRouter", "CcipOnRamp", "CcipOffRamp")
 
 VERSIONS = ("1.5", "1.6")
 """The CCIP versions whose events the engine reads (a lane's ``version``)."""
-
-DON_KEY = "ccip-don"
-"""The keystore name of the local executing network's transmitter key."""
 
 KEEPER_KEY = "ccip-keeper"
 """The keystore name of the ccip_stranded_reaper's account on the local chains:
@@ -112,22 +78,6 @@ account, so the engine's nonces of treasury accounts are not touched."""
 
 KEEPER_SIGNER_ENV = "QTG_CCIP_KEEPER_SIGNER"
 """The signer id of the reaper's keeper account (default ``keystore:ccip-keeper``)."""
-
-LOCAL_SELECTOR_BASE = 7_700_000_000_000_000_000
-"""A local chain's CCIP selector is this plus its chain id: distinct per chain
-(chain ids are), fits a uint64, and far from every real selector (Ethereum's is
-5009297550715157269) so a local message is never mistaken for a real one."""
-
-DON_GAS = 1_000 * 10**18
-"""ETH (wei) the transmitter key is set to on each chain."""
-
-ROUTER_ALLOWANCE = 10_000_000 * 10**6
-"""The Router's standing allowance of each treasury account's USDC: 10M USDC,
-topped up again by `qtg chains up` when below half."""
-
-PERMISSIONLESS_EXECUTION_S = 8 * 3600
-"""The local OffRamps' permissionLessExecutionThresholdSeconds: a message the
-DON never executed may be executed by anyone this long after its commit."""
 
 EXTRA_ARGS_V2_TAG = bytes.fromhex("181dcf10")
 GENERIC_EXTRA_ARGS_V2_TAG = EXTRA_ARGS_V2_TAG
@@ -201,11 +151,6 @@ _CCTP_V2 = 2
 """USDCTokenPool.CCTPVersion.CCTP_V2."""
 
 
-def ccip_selector(chain: RunningChain) -> int:
-    """The CCIP chain selector ``chain`` is deployed with."""
-    return LOCAL_SELECTOR_BASE + chain.chain_id
-
-
 def _address(value: str) -> str:
     raw = value.lower()
     if len(raw) != 42 or not raw.startswith("0x"):
@@ -213,7 +158,8 @@ def _address(value: str) -> str:
     return raw
 
 
-def _abi_address(value: str) -> bytes:
+def abi_address(value: str) -> bytes:
+    """An address as one ABI word (32 bytes, left-padded)."""
     return encode(["address"], [_address(value)])
 
 
@@ -242,7 +188,7 @@ def parse_extra_args(raw: bytes) -> tuple[int, bool]:
 
 def _message(receiver: str, token: str, amount: int, gas_limit: int) -> tuple[Any, ...]:
     return (
-        _abi_address(receiver),
+        abi_address(receiver),
         b"",
         [(_address(token), amount)],
         "0x" + "00" * 20,
@@ -486,7 +432,7 @@ class SentMessage:
             [f"{_SENT_TOKEN}[]"],
             [
                 [
-                    (t.source_pool, _abi_address(t.dest_token), t.extra_data, t.amount,
+                    (t.source_pool, abi_address(t.dest_token), t.extra_data, t.amount,
                      encode(["uint32"], [t.dest_gas_amount]))
                     for t in self.tokens
                 ]
@@ -496,7 +442,7 @@ class SentMessage:
             _LEAF_DOMAIN_SEPARATOR
             + metadata
             + fixed
-            + keccak(_abi_address(self.receiver))
+            + keccak(abi_address(self.receiver))
             + keccak(self.data)
             + keccak(tokens)
             + keccak(self.extra_args)
@@ -517,13 +463,13 @@ class SentMessage:
                 self.sequence_number,
                 self.nonce,
             ),
-            _abi_address(self.sender),
+            abi_address(self.sender),
             self.data,
             self.receiver,
             self.gas_limit,
             [
                 (
-                    _abi_address(t.source_pool),
+                    abi_address(t.source_pool),
                     t.dest_token,
                     t.dest_gas_amount,
                     t.extra_data,
@@ -547,7 +493,7 @@ class SentMessage:
                     _ANY_2_EVM_MESSAGE_HASH,
                     self.source_selector,
                     self.dest_selector,
-                    keccak(_abi_address(self.onramp)),
+                    keccak(abi_address(self.onramp)),
                 ],
             )
         )
@@ -773,7 +719,7 @@ def commit_calldata(message: SentMessage) -> bytes:
     sequence number both ends of the interval (the DON's)."""
     root = (
         message.source_selector,
-        _abi_address(message.onramp),
+        abi_address(message.onramp),
         message.sequence_number,
         message.sequence_number,
         message.leaf(),
@@ -789,236 +735,6 @@ def execute_calldata(message: SentMessage, token_data: Sequence[bytes]) -> bytes
     """OffRamp.execute(reportContext, abi.encode([report of ``message``])): the DON's."""
     report = encode([f"{_EXEC_REPORT}[]"], [[_report(message, token_data)]])
     return _EXECUTE + encode(["bytes32[2]", "bytes"], [_context(message.sequence_number), report])
-
-
-# -- deployment ------------------------------------------------------------------
-
-
-def ensure_don_key(state_dir: Path, kdf_iterations: int | None = None) -> LocalKey:
-    """The executing network's transmitter key (made where missing, reused where there)."""
-    return ensure_treasury_keys(state_dir, (DON_KEY,), kdf_iterations=kdf_iterations)[0]
-
-
-def _wait_all(
-    w3s: Sequence[Any], chains: Sequence[RunningChain], sent: Sequence[Any], what: str
-) -> list[Any]:
-    receipts = []
-    for w3, chain, tx_hash in zip(w3s, chains, sent, strict=True):
-        receipt = w3.eth.wait_for_transaction_receipt(
-            tx_hash, timeout=max(10.0, chain.block_time * 5.0), poll_latency=0.1
-        )
-        if receipt["status"] != 1:
-            raise ChainError(f"{what} on {chain.key} failed: {receipt}")
-        receipts.append(receipt)
-    return receipts
-
-
-def deploy_ccip(
-    state_dir: Path, chains: Sequence[RunningChain], kdf_iterations: int | None = None
-) -> None:
-    """Deploy and wire the CCIP v1.6 double on ``chains`` (each already has
-    MockUSDC and the CCTP double): each round's transactions go out on every
-    chain before any is awaited. The addresses go into each ``chain.contracts``."""
-    from web3 import HTTPProvider, Web3
-
-    from qtg_runner.chains.cctp import cctp_domain
-
-    don = ensure_don_key(state_dir, kdf_iterations=kdf_iterations)
-    keeper = ensure_treasury_keys(state_dir, (KEEPER_KEY,), kdf_iterations=kdf_iterations)[0]
-    w3s = [Web3(HTTPProvider(c.rpc_url, request_kwargs={"timeout": 10})) for c in chains]
-    owners = [c.deployer or w3.eth.accounts[0] for c, w3 in zip(chains, w3s, strict=True)]
-    arts = {name: load_artifact(name) for name in CCIP_CONTRACTS}
-    cs = Web3.to_checksum_address
-
-    def deploy_round(name: str, args: Any) -> None:
-        sent = [
-            w3.eth.contract(abi=arts[name]["abi"], bytecode=arts[name]["bytecode"])
-            .constructor(*args(c))
-            .transact({"from": owner})
-            for c, w3, owner in zip(chains, w3s, owners, strict=True)
-        ]
-        for chain, r in zip(chains, _wait_all(w3s, chains, sent, f"deploying {name}"), strict=True):
-            chain.contracts[name] = str(r["contractAddress"])
-
-    deploy_round("CcipRouter", lambda c: (ccip_selector(c),))
-    deploy_round(
-        "CcipOnRamp",
-        lambda c: (
-            ccip_selector(c),
-            cs(c.contracts["CcipRouter"]),
-            cs(c.contracts["MockUSDC"]),
-            cs(c.contracts["TokenMessengerV2"]),
-            cctp_domain(c),
-        ),
-    )
-    deploy_round(
-        "CcipOffRamp",
-        lambda c: (
-            ccip_selector(c),
-            cs(c.contracts["MockUSDC"]),
-            cs(c.contracts["MessageTransmitterV2"]),
-            cctp_domain(c),
-            PERMISSIONLESS_EXECUTION_S,
-        ),
-    )
-
-    pending: list[tuple[Any, RunningChain, Any]] = []
-    for chain, w3, owner in zip(chains, w3s, owners, strict=True):
-        tx: Any = {"from": owner, "gas": 500_000}
-
-        def contract(name: str, c: RunningChain = chain, w: Any = w3) -> Any:
-            return w.eth.contract(address=cs(c.contracts[name]), abi=arts[name]["abi"])
-
-        router, onramp, offramp = (contract(n) for n in CCIP_CONTRACTS)
-        others = [other for other in chains if other is not chain]
-        calls = [
-            offramp.functions.setTransmitter(cs(don.address), True),
-            router.functions.applyRampUpdates(
-                [(ccip_selector(o), onramp.address) for o in others],
-                [],
-                [(ccip_selector(o), offramp.address) for o in others],
-            ),
-            offramp.functions.applySourceChainConfigUpdates(
-                [
-                    (
-                        router.address,
-                        ccip_selector(o),
-                        True,
-                        True,
-                        _abi_address(o.contracts["CcipOnRamp"]),
-                    )
-                    for o in others
-                ]
-            ),
-        ]
-        calls.extend(
-            onramp.functions.setDestChain(
-                ccip_selector(o),
-                cs(o.contracts["MockUSDC"]),
-                cctp_domain(o),
-                cs(o.contracts["CcipOffRamp"]),
-            )
-            for o in others
-        )
-        pending.extend((w3, chain, call.transact(tx)) for call in calls)
-        for funded in (don, keeper):
-            rpc(chain.rpc_url, "anvil_setBalance", [cs(funded.address), hex(DON_GAS)])
-    _wait_all(
-        [p[0] for p in pending], [p[1] for p in pending], [p[2] for p in pending], "wiring CCIP"
-    )
-
-
-@dataclass(frozen=True)
-class V15Lane:
-    """A v1.5 lane deployed by ``deploy_v1_5_lane``."""
-
-    router: str
-    onramp: str
-    offramp: str
-
-
-def deploy_v1_5_lane(source: RunningChain, dest: RunningChain, transmitter: str) -> V15Lane:
-    """Deploy a CCIP v1.5 lane from ``source`` to ``dest`` (each with MockUSDC):
-    a Router of its own on the source (the chain's v1.6 Router keeps its
-    lanes) routing to a new EVM2EVMOnRamp, and an EVM2EVMOffRamp on the
-    destination that ``transmitter`` executes; the ramps are minters of their
-    chain's MockUSDC (the lane burns and mints). Sent from each chain's deployer."""
-    from web3 import HTTPProvider, Web3
-
-    cs = Web3.to_checksum_address
-    src = Web3(HTTPProvider(source.rpc_url, request_kwargs={"timeout": 10}))
-    dst = Web3(HTTPProvider(dest.rpc_url, request_kwargs={"timeout": 10}))
-    src_owner = source.deployer or src.eth.accounts[0]
-    dst_owner = dest.deployer or dst.eth.accounts[0]
-    usdc_abi = load_artifact("MockUSDC")["abi"]
-
-    def deployed(w3: Any, chain: RunningChain, owner: str, name: str, *args: Any) -> Any:
-        art = load_artifact(name)
-        tx_hash = (
-            w3.eth.contract(abi=art["abi"], bytecode=art["bytecode"])
-            .constructor(*args)
-            .transact({"from": owner})
-        )
-        (receipt,) = _wait_all([w3], [chain], [tx_hash], f"deploying {name}")
-        return w3.eth.contract(address=receipt["contractAddress"], abi=art["abi"])
-
-    def done(w3: Any, chain: RunningChain, call: Any, owner: str, what: str) -> None:
-        _wait_all([w3], [chain], [call.transact({"from": owner, "gas": 300_000})], what)
-
-    router = deployed(src, source, src_owner, "CcipRouter", ccip_selector(source))
-    onramp = deployed(
-        src, source, src_owner, "CcipEvm2EvmOnRamp", ccip_selector(source), ccip_selector(dest),
-        router.address, cs(source.contracts["MockUSDC"]), cs(dest.contracts["MockUSDC"]),
-    )  # fmt: skip
-    offramp = deployed(
-        dst, dest, dst_owner, "CcipEvm2EvmOffRamp", ccip_selector(source), ccip_selector(dest),
-        onramp.address, cs(dest.contracts["MockUSDC"]),
-    )  # fmt: skip
-    done(
-        src, source,
-        router.functions.applyRampUpdates([(ccip_selector(dest), onramp.address)], [], []),
-        src_owner, "routing the v1.5 lane",
-    )  # fmt: skip
-    src_usdc = src.eth.contract(address=cs(source.contracts["MockUSDC"]), abi=usdc_abi)
-    dst_usdc = dst.eth.contract(address=cs(dest.contracts["MockUSDC"]), abi=usdc_abi)
-    any_amount = 2**256 - 1
-    ramp_minter = "making the v1.5 ramp a minter"
-    make_onramp_minter = src_usdc.functions.configureMinter(onramp.address, any_amount)
-    make_offramp_minter = dst_usdc.functions.configureMinter(offramp.address, any_amount)
-    done(src, source, make_onramp_minter, src_owner, ramp_minter)
-    done(dst, dest, make_offramp_minter, dst_owner, ramp_minter)
-    done(dst, dest, offramp.functions.setTransmitter(cs(transmitter), True), dst_owner, "DON")
-    return V15Lane(
-        str(router.address).lower(), str(onramp.address).lower(), str(offramp.address).lower()
-    )
-
-
-def approve_router(
-    chain: RunningChain, treasury: Sequence[LocalKey], router: str | None = None
-) -> None:
-    """Each treasury account's standing allowance of USDC to ``chain``'s Router
-    (or ``router``), set to ROUTER_ALLOWANCE where below half of it: bounded,
-    never unlimited. Sent as the account through anvil's impersonation (a
-    local chain's setup step, before the engine signs for the account, its gas
-    given back so the account's ETH is as it was; on a real chain the
-    treasury signs this approval once through its own change process)."""
-    from web3 import HTTPProvider, Web3
-
-    if router is None and "CcipRouter" not in chain.contracts:
-        return
-    w3 = Web3(HTTPProvider(chain.rpc_url, request_kwargs={"timeout": 10}))
-    usdc = w3.eth.contract(
-        address=Web3.to_checksum_address(chain.contracts["MockUSDC"]),
-        abi=load_artifact("MockUSDC")["abi"],
-    )
-    spender = Web3.to_checksum_address(router or chain.contracts["CcipRouter"])
-    pending = []
-    balances: dict[str, int] = {}
-    for account in treasury:
-        address = Web3.to_checksum_address(account.address)
-        if int(usdc.functions.allowance(address, spender).call()) >= ROUTER_ALLOWANCE // 2:
-            continue
-        balances[address] = int(w3.eth.get_balance(address))
-        if balances[address] < DON_GAS // 1000:
-            rpc(chain.rpc_url, "anvil_setBalance", [address, hex(DON_GAS // 1000)])
-        rpc(chain.rpc_url, "anvil_impersonateAccount", [address])
-        try:
-            pending.append(
-                usdc.functions.approve(spender, ROUTER_ALLOWANCE).transact(
-                    {"from": address, "gas": 100_000}
-                )
-            )
-        finally:
-            rpc(chain.rpc_url, "anvil_stopImpersonatingAccount", [address])
-    for tx_hash in pending:
-        receipt = w3.eth.wait_for_transaction_receipt(
-            tx_hash, timeout=max(10.0, chain.block_time * 5.0), poll_latency=0.1
-        )
-        if receipt["status"] != 1:
-            raise ChainError(f"approving the CCIP Router on {chain.key} failed: {receipt}")
-    # the approvals' gas given back: each account's ETH as it was before
-    for account_address, balance in balances.items():
-        rpc(chain.rpc_url, "anvil_setBalance", [account_address, hex(balance)])
 
 
 def ccip_transaction(
@@ -1042,8 +758,3 @@ def ccip_transaction(
         "maxPriorityFeePerGas": fees.max_priority_fee_per_gas,
         "accessList": [],
     }
-
-
-def with_contracts(chain: RunningChain, **contracts: str) -> RunningChain:
-    """``chain`` with some contracts replaced (a v1.5 lane's Router, say)."""
-    return replace(chain, contracts={**chain.contracts, **contracts})

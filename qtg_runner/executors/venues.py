@@ -4,7 +4,7 @@ environment variables of its base URL and API key file, never a URL or a key
 from the database), and a venue's deposit records read for one transaction.
 
 The key file is JSON ``{"api_key": ..., "api_secret": ...}``, mode 0600 (as
-`qtg world up` writes the local exchange's; qtg_world.local.load_api_key
+`qtg world up` writes the local exchange's; qtg_runner.venue_keys.load_api_key
 refuses one open to others). The secret stays inside the client
 (qtg_runner.exchanges.bybit), never in a log line, an error or evidence.
 """
@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from qtg_runner.chains.errors import ChainError
 from qtg_runner.exchanges.bybit import BybitClient, BybitError, BybitUnavailable, DepositRecord
 from qtg_runner.executors.base import ExecutorError, JsonObject
-from qtg_world.chains.local import ChainError
+from qtg_runner.venue_keys import load_api_key
 
 __all__ = ["RETRY_LATER_S", "VenueClients", "deposit_evidence", "deposits_for", "venue_error"]
 
@@ -60,8 +61,6 @@ class VenueClients:
         url, key_file = self.settings(venue_key, base_url_env, key_file_env)
         client = self._clients.get((url, key_file))
         if client is None:
-            from qtg_world.local import load_api_key
-
             try:
                 api_key, api_secret = load_api_key(key_file)
             except ChainError as exc:

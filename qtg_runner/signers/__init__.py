@@ -12,67 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
 
+from qtg_runner.signers.base import (
+    SIGNER_ID_PATTERN,
+    SignedTransaction,
+    Signer,
+    SignerError,
+    describe_id,
+)
 
-@dataclass(frozen=True)
-class SignedTransaction:
-    """A signed EVM transaction: the raw bytes to broadcast and their hash."""
-
-    raw: bytes = field(repr=False)
-    tx_hash: str
-    """0x + 64 lower-case hex digits (keccak-256 of ``raw``)."""
-
-    @property
-    def raw_hex(self) -> str:
-        return "0x" + self.raw.hex()
-
-
-@runtime_checkable
-class Signer(Protocol):
-    """One account's key, wherever it lives."""
-
-    @property
-    def signer_id(self) -> str: ...
-
-    @property
-    def address(self) -> str:
-        """The account's address, 0x + 40 lower-case hex digits."""
-        ...
-
-    async def sign_transaction(self, tx: dict[str, Any]) -> SignedTransaction:
-        """Sign ``tx`` (an EIP-1559 transaction as eth-account takes it: chainId,
-        nonce, to, value, data, gas, maxFeePerGas, maxPriorityFeePerGas, type 2).
-        Never broadcasts."""
-        ...
-
-
-SIGNER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
-"""What treasury_accounts.signer_id accepts."""
-
-_KEY_LIKE = re.compile(r"[0-9a-fA-F]{64}")
-
-
-class SignerError(Exception):
-    """A signer could not be loaded, or could not sign. Its message names the signer
-    id and what to do; it never holds key material or a password, and it is raised
-    with no exception chained to it (whatever failed inside stays inside)."""
-
-
-def describe_id(signer_id: object) -> str:
-    """A signer id as an error message may show it: the id itself when it is a
-    well-formed id, else only its type and length (a key pasted where an id
-    belongs is never echoed)."""
-    if isinstance(signer_id, str) and SIGNER_ID_PATTERN.match(signer_id):
-        if _KEY_LIKE.search(signer_id):
-            return f"<an id that holds what looks like a private key, {len(signer_id)} characters>"
-        return signer_id
-    if isinstance(signer_id, str):
-        return f"<a malformed signer id, {len(signer_id)} characters>"
-    return f"<a {type(signer_id).__name__}, not a signer id>"
+__all__ = [
+    "SIGNER_ID_PATTERN",
+    "SignedTransaction",
+    "Signer",
+    "SignerError",
+    "SignerSet",
+    "describe_id",
+    "load",
+    "load_async",
+]
 
 
 def load(signer_id: str, env: Mapping[str, str] | None = None) -> Signer:

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from qtg_runner.signers import SignedTransaction, SignerError, describe_id
+from qtg_runner.signers.base import SignedTransaction, SignerError, describe_id
 
 ENV_PREFIX = "env:"
 KEYSTORE_PREFIX = "keystore:"

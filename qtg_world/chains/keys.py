@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from qtg_runner.chains.errors import ChainError
 from qtg_runner.signers.local import KEYSTORE_PREFIX, write_keystore
-from qtg_world.chains.local import ChainError, keystore_dir, password_file
+from qtg_world.chains.local import keystore_dir, password_file
 
 TREASURY_KEYS = ("local-treasury-1", "local-treasury-2")
 """The keystore names of the local chains' treasury accounts."""

@@ -33,7 +33,8 @@ from typing import Any
 
 from eth_utils.crypto import keccak
 
-from qtg_world.chains.local import REPO_ROOT, ChainError, RunningChain
+from qtg_runner.chains.errors import ChainError
+from qtg_world.chains.local import REPO_ROOT, RunningChain
 
 __all__ = [
     "COMPOSE_SENT_TOPIC",

@@ -1,7 +1,8 @@
 """Local EVM chains: anvil processes on loopback ports, each with its own chain id
-and block time, with the committed contracts deployed on each. While they are
-set up, a chain mines each transaction as it arrives (`mined_at_once`), then
-one block per its block time.
+and block time, with the committed contracts deployed on each
+(qtg_world.chains.start). While they are set up, a chain mines each
+transaction as it arrives (`mined_at_once`), then one block per its block
+time.
 
 `qtg chains up|down|status` and the test fixtures use this module alike. The
 state of the chains that run (pids, ports, RPC URLs, contract addresses) is a
@@ -23,11 +24,9 @@ import contextlib
 import json
 import os
 import platform
-import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -37,19 +36,17 @@ from typing import Any, cast
 
 import httpx
 
+from qtg_runner.chains.errors import ChainError
+from qtg_runner.ports import LOOPBACK
+
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 """The repository (the supported install is editable): node_modules and contracts/."""
 
 CONTRACTS_BUILD = REPO_ROOT / "contracts" / "build"
 STATE_FILE_NAME = "state.json"
-LOOPBACK = "127.0.0.1"
 
 START_TIMEOUT_S = 20.0
 """How long a fresh anvil may take to answer eth_chainId."""
-
-
-class ChainError(RuntimeError):
-    """A local chain could not be started, reached, deployed to or stopped."""
 
 
 class AnvilNotFound(ChainError):
@@ -168,51 +165,6 @@ def find_anvil(env: Mapping[str, str] | None = None) -> Path:
     )
 
 
-EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
-"""Where Linux says which ports it hands out itself: to a socket bound to port 0
-and to every outgoing connection (32768-60999 by default)."""
-
-
-def _assignable_ports() -> range:
-    """The loopback ports the kernel never hands out on its own, so that a port
-    found free stays free until its server binds it (an ephemeral one may be
-    taken meanwhile by any outgoing connection on the machine)."""
-    try:
-        low, high = (int(part) for part in EPHEMERAL_PORTS.read_text().split())
-    except (OSError, ValueError):
-        low, high = 32768, 60999
-    below, above = range(10000, low), range(high + 1, 65536)
-    return below if len(below) >= len(above) else above
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A port of ``host`` free right now, outside the kernel's ephemeral range."""
-    return free_port_base(1, host)
-
-
-def free_port_base(count: int, host: str = LOOPBACK) -> int:
-    """The first of ``count`` consecutive ports of ``host`` all free right now
-    (for a `--port-base` that starts several chains and services), outside the
-    kernel's ephemeral range, picked at random so that concurrent callers
-    rarely try the same."""
-    ports = _assignable_ports()
-    for _ in range(200):
-        base = random.randrange(ports.start, ports.stop - count + 1)
-        sockets: list[socket.socket] = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sockets.append(s)
-                s.bind((host, port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError(f"no {count} consecutive free ports found on {host}")
-
-
 def rpc(url: str, method: str, params: Sequence[Any] = (), timeout: float = 5.0) -> Any:
     """One JSON-RPC call; raises ChainError on a transport error or an RPC error."""
     try:
@@ -275,7 +227,7 @@ def load_artifact(name: str) -> dict[str, Any]:
         raise ChainError(f"contract artifact {path} is missing: run `make contracts`") from exc
 
 
-def _start_anvil(anvil: Path, spec: ChainSpec, log_dir: Path) -> RunningChain:
+def start_anvil(anvil: Path, spec: ChainSpec, log_dir: Path) -> RunningChain:
     log_file = log_dir / f"{spec.key}.log"
     args = [
         str(anvil),
@@ -316,14 +268,14 @@ def _start_anvil(anvil: Path, spec: ChainSpec, log_dir: Path) -> RunningChain:
             answered = None
         if answered is not None:
             if answered != spec.chain_id:
-                _terminate(proc.pid)
+                terminate(proc.pid)
                 raise ChainError(
                     f"port {spec.port} answers chain id {answered}, not {spec.chain_id}: "
                     "another node holds it"
                 )
             return chain
         if time.monotonic() > deadline:
-            _terminate(proc.pid)
+            terminate(proc.pid)
             raise ChainError(f"anvil for {spec.key} did not answer within {START_TIMEOUT_S}s")
         time.sleep(0.1)
 
@@ -385,75 +337,7 @@ def write_state(state_dir: Path, chains: Sequence[RunningChain]) -> Path:
     return path
 
 
-DEPLOYED = (
-    "MockUSDC",
-    "MessageTransmitterV2",
-    "TokenMessengerV2",
-    "EndpointV2",
-    "StargatePool",
-    "TokenMessaging",
-    "CcipRouter",
-    "CcipOnRamp",
-    "CcipOffRamp",
-)
-"""The contracts start_chains deploys on every chain: chains running without
-one of them were started by an older build."""
-
-
-def start_chains(
-    state_dir: Path,
-    specs: Sequence[ChainSpec] = DEFAULT_CHAINS,
-    anvil: Path | None = None,
-    kdf_iterations: int | None = None,
-) -> list[RunningChain]:
-    """Start ``specs`` (unless the state file says they already run), deploy the
-    contracts on each (MockUSDC, then the CCTP double wired across the chains:
-    qtg_runner.chains.cctp, its attester keys in the keystore beside the state,
-    scrypt n ``kdf_iterations`` when new; then the Stargate pools:
-    qtg_world.chains.stargate; then the CCIP double, qtg_runner.chains.ccip, its
-    transmitter key there too) and record them. A chain that fails
-    stops every chain this call started, and the state file is left as it was."""
-    from qtg_runner.chains.ccip import deploy_ccip
-    from qtg_runner.chains.cctp import deploy_cctp
-    from qtg_world.chains.stargate import deploy_stargate
-
-    existing = [c for c in read_state(state_dir) if is_running(c)]
-    if existing:
-        wanted = {s.key for s in specs}
-        if wanted <= {c.key for c in existing}:
-            stale = sorted({n for c in existing for n in DEPLOYED if n not in c.contracts})
-            if stale:
-                raise ChainError(
-                    f"the chains running from {state_dir} were deployed by an older build "
-                    f"(no {', '.join(stale)}): `qtg world down` (or `qtg chains down`), "
-                    "then up again"
-                )
-            return existing
-        raise ChainError(
-            f"chains already run from {state_dir} ({', '.join(c.key for c in existing)}): "
-            "`qtg chains down` first"
-        )
-    binary = anvil or find_anvil()
-    state_dir.mkdir(parents=True, exist_ok=True)
-    started: list[RunningChain] = []
-    try:
-        for spec in specs:
-            started.append(_start_anvil(binary, spec, state_dir))
-        with mined_at_once(started):
-            for chain in started:
-                deploy_contracts(chain)
-            deploy_cctp(state_dir, started, kdf_iterations=kdf_iterations)
-            deploy_stargate(started)
-            deploy_ccip(state_dir, started, kdf_iterations=kdf_iterations)
-    except BaseException:
-        for chain in started:
-            _terminate(chain.pid)
-        raise
-    write_state(state_dir, started)
-    return started
-
-
-def _terminate(pid: int, timeout: float = 10.0) -> None:
+def terminate(pid: int, timeout: float = 10.0) -> None:
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -481,6 +365,6 @@ def stop_chains(state_dir: Path) -> list[RunningChain]:
     chains = read_state(state_dir)
     for chain in chains:
         if is_running(chain):
-            _terminate(chain.pid)
+            terminate(chain.pid)
     (state_dir / STATE_FILE_NAME).unlink(missing_ok=True)
     return chains

@@ -25,18 +25,12 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from qtg_runner.chains.ccip import CCIP_CONTRACTS, approve_router, ccip_selector
-from qtg_runner.chains.cctp import CCTP_CONTRACTS, cctp_domain
+from qtg_runner.chains.errors import ChainError
 from qtg_runner.db import procs
+from qtg_world.chains.ccip import CCIP_CONTRACTS, approve_router, ccip_selector
+from qtg_world.chains.cctp import CCTP_CONTRACTS, cctp_domain
 from qtg_world.chains.keys import LocalKey, ensure_treasury_keys
-from qtg_world.chains.local import (
-    ChainError,
-    RunningChain,
-    load_artifact,
-    mined_at_once,
-    rpc,
-    rpc_url_env,
-)
+from qtg_world.chains.local import RunningChain, load_artifact, mined_at_once, rpc, rpc_url_env
 from qtg_world.chains.stargate import STARGATE_CONTRACTS, approve_pool, stargate_eid
 
 __all__ = [
@@ -102,7 +96,7 @@ def prepare_treasury(
     missing, qtg_world.chains.keys.ensure_treasury_keys), funded on each chain,
     each with its bounded allowance to the chain's CCTP TokenMessengerV2
     (qtg_runner.chains.cctp_allowance) and to its CCIP Router (approve_router)."""
-    from qtg_runner.chains.cctp_allowance import allow_local_burns
+    from qtg_world.chains.cctp import allow_local_burns
 
     treasury = ensure_treasury_keys(state_dir, kdf_iterations=kdf_iterations)
     with mined_at_once(chains):

@@ -42,8 +42,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from qtg_runner.chains.errors import ChainError
 from qtg_world.chains import layerzero
-from qtg_world.chains.local import ChainError, RunningChain, load_artifact, rpc
+from qtg_world.chains.local import RunningChain, load_artifact, rpc
 
 __all__ = [
     "ASSET_ID",

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from qtg_runner.chains.errors import ChainError
 from qtg_runner.commands.common import (
     ENVIRONMENT,
     CommandError,
@@ -25,7 +26,6 @@ from qtg_runner.db.embedded import database_url
 from qtg_world.chains.keys import LocalKey
 from qtg_world.chains.local import (
     DEFAULT_CHAINS,
-    ChainError,
     ChainSpec,
     RunningChain,
     chains_dir,
@@ -33,10 +33,10 @@ from qtg_world.chains.local import (
     is_running,
     read_state,
     runner_env,
-    start_chains,
     stop_chains,
 )
 from qtg_world.chains.registry import prepare_treasury, record_chains
+from qtg_world.chains.start import start_chains
 
 app = typer.Typer(
     help=(

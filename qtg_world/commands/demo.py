@@ -35,7 +35,6 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from qtg_runner import credentials
 from qtg_runner.api.identity import Database, server_conninfo
 from qtg_runner.commands.common import (
     ENVIRONMENT,
@@ -47,7 +46,7 @@ from qtg_runner.commands.common import (
     resolve_network,
 )
 from qtg_runner.config import NetworkMode, Settings, load_settings
-from qtg_runner.db import logins, procs
+from qtg_runner.db import procs
 from qtg_runner.db.embedded import database_url, reset_database
 from qtg_runner.db.migrate import migrate
 from qtg_runner.db.pool import bound_conninfo
@@ -62,6 +61,7 @@ from qtg_world.callback_receiver import CallbackReceiver
 from qtg_world.chains.local import DEFAULT_CHAINS, AnvilNotFound, find_anvil, rpc
 from qtg_world.chains.registry import LOCAL_FINALITY_DEPTH
 from qtg_world.commands.chains import chain_errors
+from qtg_world.commands.demo_logins import DemoLogins, demo_logins
 from qtg_world.commands.demo_sidecars import (
     callback_summary,
     check_callbacks,
@@ -81,24 +81,6 @@ from qtg_world.commands.world import bring_up_world
 out = Console()
 
 
-@dataclass(frozen=True)
-class DemoLogin:
-    name: str
-    dsn: str  # names the credentials file, never a password
-
-
-@dataclass(frozen=True)
-class DemoLogins:
-    creator: DemoLogin
-    approver: DemoLogin
-    runner: DemoLogin
-
-
-def demo_login_name(person: str, network: NetworkMode) -> str:
-    """alice on testnet, alice_mainnet on mainnet: logins are shared by the server's databases."""
-    return person if network == "testnet" else f"{person}_{network}"
-
-
 def require_workers(what: str, how: str) -> Settings:
     """The settings, once the workers' gate is on: ``what`` (the demo, a drill)
     runs workers and refuses to start without it (exit 2), saying ``how`` to
@@ -111,33 +93,6 @@ def require_workers(what: str, how: str) -> Settings:
             f"Run it with QTG_WORKERS_ENABLED=true {how}."
         )
     return settings
-
-
-def demo_logins(admin_dsn: str, network: NetworkMode, passfile: Path) -> DemoLogins:
-    """alice and bob (operators) and runner1 (a runner), made when missing."""
-    return DemoLogins(
-        creator=ensure_login(admin_dsn, "operator", network, "alice", passfile),
-        approver=ensure_login(admin_dsn, "operator", network, "bob", passfile),
-        runner=ensure_login(admin_dsn, "runner", network, "runner1", passfile),
-    )
-
-
-def ensure_login(
-    admin_dsn: str, kind: logins.Kind, network: NetworkMode, person: str, passfile: Path
-) -> DemoLogin:
-    """The demo's login ``person``: made now, or the one an earlier demo made (its
-    password still in the credentials file)."""
-    name = demo_login_name(person, network)
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        existing = {row.name for row in logins.list_logins(conn, logins.group_role(kind, network))}
-    if name not in existing:
-        return DemoLogin(name, logins.add(admin_dsn, kind, network, name, passfile))
-    if credentials.password_for(passfile, admin_dsn, name) is None:
-        raise logins.LoginError(
-            f"the demo's {kind} login {name} exists but {passfile} holds no password for it: "
-            f"remove it (`qtg {kind} remove {name} --network {network}`) and run the demo again"
-        )
-    return DemoLogin(name, credentials.login_dsn(admin_dsn, name, passfile))
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg import AsyncConnection
 from rich.console import Console
@@ -44,15 +44,13 @@ from qtg_runner.workers import balance_snapshot, verify_drift_worker
 from qtg_world.callback_receiver import CallbackReceiver
 from qtg_world.chains.local import RunningChain, load_artifact
 from qtg_world.chains.stargate import FEE_MILLIONTH as STARGATE_FEE_MILLIONTH
+from qtg_world.commands.demo_logins import DemoLogins
 from qtg_world.commands.demo_sidecars import (
     callback_summary,
     check_callbacks,
     finish_audit,
     start_receiver,
 )
-
-if TYPE_CHECKING:
-    from qtg_world.commands.demo import DemoLogins
 
 out = Console(highlight=False)
 
@@ -403,7 +401,8 @@ async def exchange_fund() -> Decimal:
     """The local exchange's FUND balance of USDC, read over its signed API as the
     engine reads it (QTG_BYBIT_URL, QTG_BYBIT_KEY_FILE)."""
     from qtg_runner.exchanges.bybit import BybitClient
-    from qtg_world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV, load_api_key
+    from qtg_runner.venue_keys import load_api_key
+    from qtg_world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV
 
     key, secret = load_api_key(os.environ[BYBIT_KEY_FILE_ENV])
     async with BybitClient(os.environ[BYBIT_URL_ENV], key, secret) as client:

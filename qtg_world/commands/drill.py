@@ -30,6 +30,7 @@ from psycopg import AsyncConnection
 from psycopg.conninfo import make_conninfo
 from rich.console import Console
 
+from qtg_runner.chains.errors import ChainError
 from qtg_runner.chains.evm_rpc import redact_url
 from qtg_runner.commands.common import (
     ENVIRONMENT,
@@ -53,7 +54,6 @@ from qtg_runner.wakeup import Wakeup
 from qtg_runner.workers import BY_NAME
 from qtg_world.chains.local import (
     DEFAULT_CHAINS,
-    ChainError,
     ChainSpec,
     RunningChain,
     chains_dir,
@@ -62,15 +62,11 @@ from qtg_world.chains.local import (
     read_state,
     rpc,
     runner_env,
-    start_chains,
 )
 from qtg_world.chains.registry import prepare_treasury, record_chains
-from qtg_world.commands.demo import (
-    DemoLogins,
-    demo_logins,
-    require_workers,
-    run_world_movements,
-)
+from qtg_world.chains.start import start_chains
+from qtg_world.commands.demo import require_workers, run_world_movements
+from qtg_world.commands.demo_logins import DemoLogins, demo_logins
 from qtg_world.commands.demo_world import drill_movements
 
 app = typer.Typer(

@@ -754,7 +754,7 @@ def test_the_followup_sees_a_bare_transfer_into_the_exchange_credited(
 
 def test_health_says_whether_the_venue_answers(db: Any, world: Any, exchange: Exchange) -> None:
     from qtg_runner.executors.base import HealthStatus
-    from qtg_world.chains.local import free_port
+    from qtg_runner.ports import free_port
 
     def health(env: dict[str, str]) -> Any:
         async def job(ctx: WorkerContext) -> Any:

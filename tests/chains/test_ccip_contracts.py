@@ -44,11 +44,8 @@ from qtg_runner.chains.ccip import (
     SUCCESS,
     ExecutionStateChanged,
     SentMessage,
-    ccip_selector,
     ccip_send_calldata,
     commit_calldata,
-    deploy_v1_5_lane,
-    ensure_don_key,
     execute_calldata,
     execution_state_calldata,
     extra_args,
@@ -58,15 +55,11 @@ from qtg_runner.chains.ccip import (
     match_attested,
     usdc_token_data,
 )
-from qtg_runner.chains.cctp import (
-    FINALITY_STANDARD,
-    BurnBody,
-    CctpMessage,
-    attest,
-    cctp_domain,
-    load_attesters,
-)
-from qtg_world.chains.local import ChainError, RunningChain, load_artifact, rpc
+from qtg_runner.chains.cctp import FINALITY_STANDARD, BurnBody, CctpMessage
+from qtg_runner.chains.errors import ChainError
+from qtg_world.chains.ccip import ccip_selector, deploy_v1_5_lane, ensure_don_key
+from qtg_world.chains.cctp import attest, cctp_domain, load_attesters
+from qtg_world.chains.local import RunningChain, load_artifact, rpc
 
 pytestmark = [pytest.mark.chain]
 

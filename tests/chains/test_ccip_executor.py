@@ -43,10 +43,6 @@ from qtg_runner.chains.ccip import (
     MANUALLY_EXECUTE_SELECTOR,
     SUCCESS,
     SentMessage,
-    approve_router,
-    ccip_selector,
-    deploy_v1_5_lane,
-    ensure_don_key,
     execution_state_calldata,
     fee_with_margin,
     get_fee_calldata,
@@ -54,7 +50,6 @@ from qtg_runner.chains.ccip import (
     match_attested,
     usdc_token_data,
 )
-from qtg_runner.chains.cctp import load_attesters
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import NodeWork, RecoveryOutcome
@@ -63,6 +58,8 @@ from qtg_runner.loop import WorkerContext
 from qtg_runner.workers import ccip_stranded_reaper, node_dispatcher, node_observer, node_recovery
 from qtg_world import ccip as ccip_world
 from qtg_world import iris as iris_world
+from qtg_world.chains.ccip import approve_router, ccip_selector, deploy_v1_5_lane, ensure_don_key
+from qtg_world.chains.cctp import load_attesters
 from qtg_world.chains.local import RunningChain, load_artifact, rpc
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]

@@ -20,15 +20,11 @@ from web3.logs import DISCARD
 from qtg_runner.chains.cctp import (
     FINALITY_FAST,
     FINALITY_STANDARD,
-    Attester,
     BurnBody,
     CctpMessage,
     address_to_bytes32,
-    attest,
-    cctp_domain,
-    load_attesters,
-    read_domain,
 )
+from qtg_world.chains.cctp import Attester, attest, cctp_domain, load_attesters, read_domain
 from qtg_world.chains.local import RunningChain, load_artifact
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]

@@ -35,7 +35,7 @@ from engine import approve, as_person, pin_clock
 from evm_support import head, make_due, mine, node_state, register_world, superuser, usdc_balance
 from web3 import HTTPProvider, Web3
 
-from qtg_runner.chains.cctp import BurnBody, CctpMessage, load_attesters
+from qtg_runner.chains.cctp import BurnBody, CctpMessage
 from qtg_runner.chains.cctp_client import (
     DEPOSIT_FOR_BURN_TOPIC,
     MESSAGE_RECEIVED_TOPIC,
@@ -52,6 +52,7 @@ from qtg_runner.executors.cctp_mint import (
 )
 from qtg_runner.loop import WorkerContext
 from qtg_runner.workers import node_dispatcher, node_observer, node_recovery
+from qtg_world.chains.cctp import load_attesters
 from qtg_world.chains.local import RunningChain, load_artifact, rpc
 from qtg_world.iris import IrisConfig, IrisHandle, serve
 
@@ -675,7 +676,7 @@ def test_health_names_the_chains_and_iris(
     answer: no new burn starts; DEGRADED while it rate-limits); the mint's is
     the chains' alone (its message is in hand)."""
     from qtg_runner.executors.base import HealthStatus
-    from qtg_world.chains.local import free_port
+    from qtg_runner.ports import free_port
 
     async def health(executor_class: Any, env: dict[str, str]) -> Any:
         conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "cctp-test")

@@ -19,15 +19,9 @@ from conftest import TestDatabase
 from rows import Conn
 from web3 import HTTPProvider, Web3
 
+from qtg_runner.ports import free_port_base
 from qtg_runner.signers import SignerSet
-from qtg_world.chains.local import (
-    free_port_base,
-    load_artifact,
-    pid_alive,
-    read_state,
-    rpc,
-    runner_env,
-)
+from qtg_world.chains.local import load_artifact, pid_alive, read_state, rpc, runner_env
 from qtg_world.chains.registry import TREASURY_FUNDING, TREASURY_GAS
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]

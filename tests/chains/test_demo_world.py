@@ -23,7 +23,7 @@ from readme_session import run_readme_session
 from runner_helpers import assert_demo_sidecars, runner_env
 
 from qtg_runner.db.embedded import stop_embedded
-from qtg_world.chains.local import free_port_base
+from qtg_runner.ports import free_port_base
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 

@@ -20,14 +20,8 @@ from runner_helpers import Runners, runner_env, runners
 
 from qtg_runner.chains.evm import TRANSFER_TOPIC
 from qtg_runner.db.embedded import stop_embedded
-from qtg_world.chains.local import (
-    RunningChain,
-    chains_dir,
-    free_port_base,
-    read_state,
-    rpc,
-    stop_chains,
-)
+from qtg_runner.ports import free_port_base
+from qtg_world.chains.local import RunningChain, chains_dir, read_state, rpc, stop_chains
 
 
 @pytest.fixture

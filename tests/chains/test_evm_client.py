@@ -32,8 +32,9 @@ from qtg_runner.chains.evm import (
     RpcUnavailable,
     Transfer,
 )
+from qtg_runner.ports import free_port
 from qtg_runner.signers import SignedTransaction, Signer
-from qtg_world.chains.local import RunningChain, free_port, load_artifact, rpc
+from qtg_world.chains.local import RunningChain, load_artifact, rpc
 
 pytestmark = pytest.mark.chain
 

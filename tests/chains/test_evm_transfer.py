@@ -344,7 +344,8 @@ def test_health_says_which_chain_is_down_or_out_of_reach(
     from qtg_runner.db.pool import bound_conninfo, open_pool
     from qtg_runner.executors.base import HealthStatus
     from qtg_runner.executors.evm_transfer import EvmTransferExecutor
-    from qtg_world.chains.local import free_port, rpc_url_env
+    from qtg_runner.ports import free_port
+    from qtg_world.chains.local import rpc_url_env
 
     a, b = local_chain_set.chains
     healthy = local_chain_set.runner_env()

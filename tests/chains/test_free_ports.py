@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from qtg_world.chains import local
-from qtg_world.chains.local import LOOPBACK, free_port, free_port_base
+from qtg_runner import ports as local
+from qtg_runner.ports import LOOPBACK, free_port, free_port_base
 
 
 def _ephemeral() -> range:

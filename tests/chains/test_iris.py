@@ -22,13 +22,11 @@ from web3 import HTTPProvider, Web3
 from qtg_runner.chains.cctp import (
     FINALITY_FAST,
     FINALITY_STANDARD,
-    Attester,
     BurnBody,
     CctpMessage,
     address_to_bytes32,
-    cctp_domain,
-    load_attesters,
 )
+from qtg_world.chains.cctp import Attester, cctp_domain, load_attesters
 from qtg_world.chains.local import RunningChain, load_artifact, rpc
 from qtg_world.iris import REATTEST_REQUESTED, IrisConfig, IrisHandle, serve
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from chain_support import TEST_KDF_ITERATIONS
 
-from qtg_runner.chains.cctp import ensure_attester_keys, load_attesters
+from qtg_runner.chains.errors import ChainError
 from qtg_runner.signers import SignerSet
+from qtg_world.chains.cctp import ensure_attester_keys, load_attesters
 from qtg_world.chains.keys import TREASURY_KEYS, ensure_treasury_keys
-from qtg_world.chains.local import ChainError, runner_env
+from qtg_world.chains.local import runner_env
 
 
 def _mode(path: Path) -> int:

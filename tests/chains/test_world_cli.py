@@ -26,16 +26,11 @@ from conftest import TestDatabase
 from evm_support import usdc_balance
 
 from qtg_runner.exchanges.bybit import BybitClient
+from qtg_runner.ports import free_port_base
+from qtg_runner.venue_keys import load_api_key
 from qtg_world.chains.keys import ensure_treasury_keys
-from qtg_world.chains.local import free_port_base, pid_alive, read_state
-from qtg_world.local import (
-    DEFAULT_FUND_BALANCE,
-    api_key_file,
-    load_api_key,
-    read_world,
-    runner_env,
-    world_dir,
-)
+from qtg_world.chains.local import pid_alive, read_state
+from qtg_world.local import DEFAULT_FUND_BALANCE, api_key_file, read_world, runner_env, world_dir
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 

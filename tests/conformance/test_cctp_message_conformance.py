@@ -29,14 +29,9 @@ from conformance_abis import (
     node_modules,
 )
 
-from qtg_runner.chains.cctp import (
-    BURN_BODY_LENGTH,
-    MESSAGE_HEADER_LENGTH,
-    Attester,
-    BurnBody,
-    CctpMessage,
-)
+from qtg_runner.chains.cctp import BURN_BODY_LENGTH, MESSAGE_HEADER_LENGTH, BurnBody, CctpMessage
 from qtg_world import iris
+from qtg_world.chains.cctp import Attester
 
 OURS = {"message": (CctpMessage, MESSAGE_HEADER_LENGTH), "burn body": (BurnBody, BURN_BODY_LENGTH)}
 RENAMED = {"messageBody": "body"}

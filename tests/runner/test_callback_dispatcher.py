@@ -33,9 +33,9 @@ from qtg_runner.circuit import endpoint_circuit
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.loop import WorkerContext
+from qtg_runner.ports import free_port
 from qtg_runner.workers import callback_dispatcher
 from qtg_runner.workers.callback_dispatcher import address_problem
-from qtg_world.chains.local import free_port
 
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 ENV = {"QTG_CB_RECEIVER": SECRET}

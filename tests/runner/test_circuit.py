@@ -31,7 +31,7 @@ from qtg_runner.circuit import (
     endpoint_circuit,
 )
 from qtg_runner.exchanges.bybit import BybitClient, BybitUnavailable
-from qtg_world.chains.local import LOOPBACK, free_port
+from qtg_runner.ports import LOOPBACK, free_port
 
 TIMEOUT_S = 0.3
 

@@ -18,8 +18,8 @@ from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 from qtg_runner.executors.sim import SimExecutor
 from qtg_runner.loop import WorkerContext
+from qtg_runner.ports import free_port
 from qtg_runner.workers import executor_health
-from qtg_world.chains.local import free_port
 
 SENDER, RECIPIENT = "0x" + "a1" * 20, "0x" + "b2" * 20
 

@@ -64,7 +64,7 @@ from runner_helpers import (
 
 from qtg_runner.db import procs as procs_
 from qtg_runner.db.embedded import stop_embedded
-from qtg_world.chains.local import free_port
+from qtg_runner.ports import free_port
 
 # real processes, real waits: seconds each (`make test-quick` leaves them out)
 pytestmark = pytest.mark.slow

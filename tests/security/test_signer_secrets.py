@@ -43,9 +43,10 @@ from eth_account import Account
 from psycopg import sql
 from web3 import HTTPProvider, Web3
 
+from qtg_runner.ports import free_port_base
 from qtg_runner.signers import SignerError, SignerSet, load
 from qtg_runner.signers.local import LocalSigner, write_keystore
-from qtg_world.chains.local import free_port_base, read_state
+from qtg_world.chains.local import read_state
 from qtg_world.chains.registry import record_chains
 
 N = 2**10  # scrypt's n for the tests' keystores (eth-account's default takes 0.7 s)
