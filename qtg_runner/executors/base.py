@@ -85,6 +85,13 @@ def config_schema(
     }
 
 
+_CLAIMED = (
+    "node_id", "request_id", "claim_secret", "node_key", "executor_key", "node_config", "lane",
+    "amount", "asset",
+)  # fmt: skip
+"""NodeWork's fields that every claim's row has, by the same names."""
+
+
 @dataclass(frozen=True)
 class NodeWork:
     """One node as a procedure handed it to the runner."""
@@ -132,15 +139,7 @@ class NodeWork:
             key = (intent or {}).get("idempotency_key")
             external_ref = row.external_ref
         return cls(
-            node_id=row.node_id,
-            request_id=row.request_id,
-            claim_secret=row.claim_secret,
-            node_key=row.node_key,
-            executor_key=row.executor_key,
-            node_config=row.node_config,
-            lane=row.lane,
-            amount=row.amount,
-            asset=row.asset,
+            **{name: getattr(row, name) for name in _CLAIMED},
             idempotency_key=key,
             external_ref=external_ref,
             intent=intent,
@@ -293,6 +292,49 @@ class RecoveryResult:
     evidence: JsonObject = field(default_factory=dict)
     external_ref: str | None = None
     retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """What an executor's readings mean for the node: the status of its work
+    done, the status of its work failed for good, the statuses no retry
+    settles (for a person); any other is still on its way."""
+
+    done: str
+    failed: str
+    unsettled: frozenset[str]
+
+    def observation(
+        self, status: str, evidence: JsonObject, retry_after: float | None = None
+    ) -> ObserveResult:
+        """COMPLETED, FAILED, UNKNOWN, or PENDING (looked at again after
+        ``retry_after``, if given)."""
+        if status == self.done:
+            return ObserveResult(ObserveStatus.COMPLETED, evidence)
+        if status == self.failed:
+            return ObserveResult(ObserveStatus.FAILED, evidence)
+        if status in self.unsettled:
+            return ObserveResult(ObserveStatus.UNKNOWN, evidence)
+        return ObserveResult(ObserveStatus.PENDING, evidence, retry_after=retry_after)
+
+    def recovery(
+        self,
+        status: str,
+        evidence: JsonObject,
+        external_ref: str | None = None,
+        retry_after: float | None = None,
+    ) -> RecoveryResult:
+        """COMPLETED, FAILED, STILL_UNKNOWN, or IN_FLIGHT (the observer follows
+        it from there)."""
+        if status == self.done:
+            outcome = RecoveryOutcome.COMPLETED
+        elif status == self.failed:
+            outcome = RecoveryOutcome.FAILED
+        elif status in self.unsettled:
+            outcome = RecoveryOutcome.STILL_UNKNOWN
+        else:
+            outcome = RecoveryOutcome.IN_FLIGHT
+        return RecoveryResult(outcome, evidence, external_ref, retry_after)
 
 
 class HealthStatus(enum.StrEnum):

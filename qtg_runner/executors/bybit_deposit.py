@@ -42,11 +42,11 @@ from qtg_runner.executors.base import (
     JsonObject,
     NodeWork,
     ObserveResult,
-    ObserveStatus,
     Prepared,
     RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
+    Verdicts,
     config_schema,
     route_row,
 )
@@ -58,6 +58,11 @@ WINDOW_BEFORE_MS = 24 * 3600 * 1000
 records a deposit when it sees it mined, which may be long before this step is
 prepared (the parent waited for its finality, the dispatcher may have been
 down)."""
+
+
+VERDICTS = Verdicts("credited", "failed", frozenset({"mismatch"}))
+"""What a reading of the deposit means: credited as sent, failed at the venue,
+credited for another amount (a mismatch) for a person."""
 
 
 @dataclass(frozen=True)
@@ -147,25 +152,13 @@ class BybitDepositExecutor(VenueExecutor):
 
     async def observe(self, work: NodeWork) -> ObserveResult:
         status, evidence = await self._read(work)
-        return ObserveResult(
-            {
-                "credited": ObserveStatus.COMPLETED,
-                "failed": ObserveStatus.FAILED,
-                "mismatch": ObserveStatus.UNKNOWN,
-            }.get(status, ObserveStatus.PENDING),
-            evidence,
-        )
+        return VERDICTS.observation(status, evidence)
 
     async def recover(self, work: NodeWork) -> RecoveryResult:
         if not (work.intent or {}).get("prepared_payload"):
             return RecoveryResult(RecoveryOutcome.NOT_SUBMITTED, {})
         status, evidence = await self._read(work)
-        outcome = {
-            "credited": RecoveryOutcome.COMPLETED,
-            "failed": RecoveryOutcome.FAILED,
-            "mismatch": RecoveryOutcome.STILL_UNKNOWN,
-        }.get(status, RecoveryOutcome.IN_FLIGHT)
-        return RecoveryResult(outcome, evidence, external_ref=str(evidence["tx_hash"]))
+        return VERDICTS.recovery(status, evidence, external_ref=str(evidence["tx_hash"]))
 
 
 def _paying_parent(work: NodeWork, deposit_address: str) -> tuple[str, str, str]:

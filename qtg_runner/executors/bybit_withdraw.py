@@ -93,6 +93,7 @@ from qtg_runner.executors.base import (
     RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
+    Verdicts,
     config_schema,
     route_row,
 )
@@ -105,6 +106,9 @@ WINDOW_BEFORE_MS = 5 * 60 * 1000
 SEARCH_PAGES = 10
 """Pages of query-record (50 rows each) read when looking for a withdrawal."""
 FAILED_STATUSES = frozenset({"Fail", "Reject", "CancelByUser"})
+VERDICTS = Verdicts("final", "failed", frozenset({"refused"}))
+"""What a reading of a withdrawal means: final on the chain, failed at the venue,
+refused (not the withdrawal requested) for a person."""
 REPEAT_WINDOW_S = 3600.0
 """Recovery repeats a request with its recorded requestId (the venue's documented
 idempotency key) only this long after it was prepared; later it only searches,
@@ -364,14 +368,7 @@ class BybitWithdrawExecutor(VenueExecutor):
                 },
             )
         status, evidence = await self._read(route, record)
-        return ObserveResult(
-            {
-                "final": ObserveStatus.COMPLETED,
-                "failed": ObserveStatus.FAILED,
-                "refused": ObserveStatus.UNKNOWN,
-            }.get(status, ObserveStatus.PENDING),
-            evidence,
-        )
+        return VERDICTS.observation(status, evidence)
 
     async def _read(self, route: _Route, record: WithdrawalRecord) -> tuple[str, JsonObject]:
         """(final | failed | refused | pending, evidence) of a withdrawal record,
@@ -540,12 +537,7 @@ class BybitWithdrawExecutor(VenueExecutor):
                 evidence | {"problem": f"venue {route.venue_key} has no withdrawal {withdraw_id}"},
             )
         status, read = await self._read(route, record)
-        outcome = {
-            "final": RecoveryOutcome.COMPLETED,
-            "failed": RecoveryOutcome.FAILED,
-            "refused": RecoveryOutcome.STILL_UNKNOWN,
-        }.get(status, RecoveryOutcome.IN_FLIGHT)
-        return RecoveryResult(outcome, evidence | read, external_ref=record.withdraw_id)
+        return VERDICTS.recovery(status, evidence | read, external_ref=record.withdraw_id)
 
     @staticmethod
     def _age_s(work: NodeWork, route: _Route) -> float:

@@ -63,12 +63,12 @@ from qtg_runner.executors.base import (
     JsonObject,
     NodeWork,
     ObserveResult,
-    ObserveStatus,
     Prepared,
     Recorded,
     RecoveryOutcome,
     RecoveryResult,
     SubmitResult,
+    Verdicts,
 )
 from qtg_runner.signers import Signer, SignerError, load_async
 
@@ -427,17 +427,17 @@ class Reading(Protocol):
     def wait_s(self) -> float | None: ...
 
 
+def verdicts(done: str) -> Verdicts:
+    """What an EVM executor's readings mean: ``done`` (its status of a send
+    that landed), reverted failed, UNSETTLED for a person."""
+    return Verdicts(done, "reverted", UNSETTLED)
+
+
 def observed(reading: Reading, done: str) -> ObserveResult:
     """The observation ``reading`` makes: ``done`` (the executor's status of a
     send that landed) COMPLETED, reverted FAILED, UNSETTLED UNKNOWN, anything
     else PENDING, looked at again after the reading's wait (if it has one)."""
-    if reading.status == done:
-        return ObserveResult(ObserveStatus.COMPLETED, reading.evidence)
-    if reading.status == "reverted":
-        return ObserveResult(ObserveStatus.FAILED, reading.evidence)
-    if reading.status in UNSETTLED:
-        return ObserveResult(ObserveStatus.UNKNOWN, reading.evidence)
-    return ObserveResult(ObserveStatus.PENDING, reading.evidence, retry_after=reading.wait_s)
+    return verdicts(done).observation(reading.status, reading.evidence, reading.wait_s)
 
 
 async def recovered(
@@ -454,15 +454,9 @@ async def recovered(
             RecoveryOutcome.NOT_SUBMITTED, {"intent_state": intent.get("intent_state")}
         )
     reading = await read(work)
-    if reading.status == done:
-        outcome = RecoveryOutcome.COMPLETED
-    elif reading.status == "reverted":
-        outcome = RecoveryOutcome.FAILED
-    elif reading.status in UNSETTLED:
-        outcome = RecoveryOutcome.STILL_UNKNOWN
-    else:
-        outcome = RecoveryOutcome.IN_FLIGHT
-    return RecoveryResult(outcome, reading.evidence, reading.tx_hash, reading.wait_s)
+    return verdicts(done).recovery(
+        reading.status, reading.evidence, reading.tx_hash, reading.wait_s
+    )
 
 
 async def read_recorded(rpc: EvmRpc, leg: ChainLeg, work: NodeWork) -> TxReading:

@@ -170,13 +170,7 @@ async def _reap(
     if state == SUCCESS:
         return 0  # executed since: the observer completes the node
     if state != FAILURE:
-        _log(
-            ctx,
-            logging.WARNING,
-            "ccip_reaper_not_failed",
-            row,
-            state=state,
-        )
+        _log(ctx, logging.WARNING, "ccip_reaper_not_failed", row, state=state)
         return 0
     attempts: list[dict[str, Any]] = list(row.attempts)
     replaces: str | None = None
@@ -195,32 +189,15 @@ async def _reap(
                 except RpcError as exc:
                     if exc.kind not in (RpcErrorKind.ALREADY_KNOWN, RpcErrorKind.NONCE_TOO_LOW):
                         raise
-                _log(
-                    ctx,
-                    logging.INFO,
-                    "ccip_manual_execution_rebroadcast",
-                    row,
-                    tx=replaces,
-                )
+                _log(ctx, logging.INFO, "ccip_manual_execution_rebroadcast", row, tx=replaces)
                 return 1
         if len(attempts) >= MAX_ATTEMPTS:
-            _log(
-                ctx,
-                logging.ERROR,
-                "ccip_reaper_gave_up",
-                row,
-                attempts=len(attempts),
-            )
+            _log(ctx, logging.ERROR, "ccip_reaper_gave_up", row, attempts=len(attempts))
             return 0
 
     token_data = await _token_data(row, sent, env, iris)
     if token_data is None:
-        _log(
-            ctx,
-            logging.INFO,
-            "ccip_reaper_waiting_attestation",
-            row,
-        )
+        _log(ctx, logging.INFO, "ccip_reaper_waiting_attestation", row)
         return 0
     if not keeper:
         signer_id = env.get(KEEPER_SIGNER_ENV) or DEFAULT_KEEPER
@@ -245,14 +222,7 @@ async def _reap(
     if before_broadcast is not None:
         before_broadcast()
     await dest.send_raw_transaction(signed.raw)
-    _log(
-        ctx,
-        logging.INFO,
-        "ccip_manual_execution_sent",
-        row,
-        tx=signed.tx_hash,
-        nonce=nonce,
-    )
+    _log(ctx, logging.INFO, "ccip_manual_execution_sent", row, tx=signed.tx_hash, nonce=nonce)
     return 1
 
 

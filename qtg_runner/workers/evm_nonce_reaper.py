@@ -111,10 +111,20 @@ class _Round:
         for rpc in self.rpcs.values():
             await rpc.aclose()
 
-    def log(self, level: int, name: str, chain_key: str, sender: str, /, **fields: Any) -> None:
-        """An event about one account's nonces: the network, the chain and the
-        sender, then ``fields``."""
-        event(level, name, network=self.ctx.network, chain=chain_key, sender=sender, **fields)
+    def log(
+        self, level: int, name: str, chain_key: str, sender: str, nonce: int, /, **fields: Any
+    ) -> None:
+        """An event about one nonce of an account: the network, the chain, the
+        sender and the nonce, then ``fields``."""
+        event(
+            level,
+            name,
+            network=self.ctx.network,
+            chain=chain_key,
+            sender=sender,
+            nonce=nonce,
+            **fields,
+        )
 
 
 async def batch(ctx: WorkerContext, worker_id: str) -> int:
@@ -163,14 +173,7 @@ async def _guarded(state: _Round, chain_key: str, sender: str, nonce: int, work:
         if exc.sqlstate not in REFUSALS:
             raise
         problem = f"{exc.sqlstate}: {exc.diag.message_primary or exc}"
-    state.log(
-        logging.WARNING,
-        "nonce_reaper_skipped",
-        chain_key,
-        sender,
-        nonce=nonce,
-        problem=problem,
-    )
+    state.log(logging.WARNING, "nonce_reaper_skipped", chain_key, sender, nonce, problem=problem)
     return 0
 
 
@@ -192,7 +195,7 @@ async def _close_gap(state: _Round, gap: procs.NonceGap) -> int:
                 "nonce_gap_occupied",
                 gap.chain_key,
                 gap.sender,
-                nonce=gap.nonce,
+                gap.nonce,
                 tx_hash=tx_hash,
             )
             return 0
@@ -213,7 +216,7 @@ async def _close_gap(state: _Round, gap: procs.NonceGap) -> int:
         "nonce_filled",
         gap.chain_key,
         gap.sender,
-        nonce=gap.nonce,
+        gap.nonce,
         tx_hash=signed.tx_hash,
         answer=answer,
     )
@@ -268,14 +271,7 @@ async def _report_consumed(
         break
     async with state.ctx.pool.connection() as conn:
         await procs.record_nonce_closed(chain_key, sender, nonce, how, evidence).aone(conn)
-    state.log(
-        level,
-        name,
-        chain_key,
-        sender,
-        nonce=nonce,
-        **detail,
-    )
+    state.log(level, name, chain_key, sender, nonce, **detail)
 
 
 async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
@@ -310,7 +306,7 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
                 "nonce_reaper_rebroadcast",
                 row.chain_key,
                 row.sender,
-                nonce=row.nonce,
+                row.nonce,
                 tx_hash=row.tx_hash,
                 kind=row.kind,
             )
@@ -333,7 +329,7 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
             "nonce_reaper_bump_over_cap",
             row.chain_key,
             row.sender,
-            nonce=row.nonce,
+            row.nonce,
             tx_hash=row.tx_hash,
             problem=str(exc),
         )
@@ -361,7 +357,7 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
         "nonce_reaper_bumped",
         row.chain_key,
         row.sender,
-        nonce=row.nonce,
+        row.nonce,
         kind=row.kind,
         replaced=row.tx_hash,
         tx_hash=signed.tx_hash,
