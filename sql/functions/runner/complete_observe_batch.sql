@@ -67,13 +67,9 @@ DECLARE
     v_mask     text[];     -- NULL for each node this round applies
     v_round    integer;
 BEGIN
-    IF coalesce(cardinality(p_claim_secrets), 0) <> v_n
-       OR coalesce(cardinality(p_outcomes), 0) <> v_n
-       OR (p_evidence IS NOT NULL AND cardinality(p_evidence) <> v_n)
-       OR (p_retry_after_seconds IS NOT NULL AND cardinality(p_retry_after_seconds) <> v_n) THEN
-        RAISE EXCEPTION 'complete_observe_batch: every array must have one element per node (% nodes)', v_n
-            USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_arrays('complete_observe_batch', v_n,
+                         ARRAY[cardinality(p_claim_secrets), cardinality(p_outcomes)],
+                         ARRAY[cardinality(p_evidence), cardinality(p_retry_after_seconds)]);
     IF v_n = 0 THEN
         RETURN;
     END IF;

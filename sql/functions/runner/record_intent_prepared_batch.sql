@@ -79,17 +79,10 @@ DECLARE
     v_mask     text[];     -- NULL for each node this round applies
     v_round    integer;
 BEGIN
-    IF coalesce(cardinality(p_claim_secrets), 0) <> v_n
-       OR (p_nonces IS NOT NULL AND cardinality(p_nonces) <> v_n)
-       OR (p_signed_tx_hashes IS NOT NULL AND cardinality(p_signed_tx_hashes) <> v_n)
-       OR (p_external_request_ids IS NOT NULL AND cardinality(p_external_request_ids) <> v_n)
-       OR (p_payloads IS NOT NULL AND cardinality(p_payloads) <> v_n)
-       OR (p_chain_keys IS NOT NULL AND cardinality(p_chain_keys) <> v_n)
-       OR (p_senders IS NOT NULL AND cardinality(p_senders) <> v_n)
-       OR (p_raw_txs IS NOT NULL AND cardinality(p_raw_txs) <> v_n) THEN
-        RAISE EXCEPTION 'record_intent_prepared_batch: every array must have one element per node (% nodes)', v_n
-            USING ERRCODE = 'QT002';
-    END IF;
+    PERFORM check_arrays('record_intent_prepared_batch', v_n, ARRAY[cardinality(p_claim_secrets)],
+                         ARRAY[cardinality(p_nonces), cardinality(p_signed_tx_hashes),
+                               cardinality(p_external_request_ids), cardinality(p_payloads),
+                               cardinality(p_chain_keys), cardinality(p_senders), cardinality(p_raw_txs)]);
     IF v_n = 0 THEN
         RETURN;
     END IF;
