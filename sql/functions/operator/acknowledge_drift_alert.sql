@@ -47,12 +47,11 @@ BEGIN
         RETURN 'ACK_REQUESTED';
     END IF;
     IF v_alert.ack_requested_by = v_actor THEN
-        PERFORM write_audit(ARRAY[(v_actor, 'balance', v_entity, NULL, 'drift_ack_refused', 'OPEN', 'OPEN',
-                                   jsonb_build_object('alert_id', p_alert_id,
-                                                      'reason', 'the same operator asked twice'))::qtg.audit_event]);
-        RAISE WARNING 'drift alert % was asked to be acknowledged by % already; a second operator must confirm it',
-                      p_alert_id, v_actor
-            USING ERRCODE = 'QT022', HINT = 'Another operator, logged in as themselves, calls acknowledge_drift_alert.';
+        PERFORM refuse_four_eyes('balance', v_entity, NULL, 'drift_ack_refused', 'OPEN',
+                                 jsonb_build_object('alert_id', p_alert_id, 'reason', 'the same operator asked twice'),
+                                 format('drift alert %s was asked to be acknowledged by %s already; '
+                                        'a second operator must confirm it', p_alert_id, v_actor),
+                                 'Another operator, logged in as themselves, calls acknowledge_drift_alert.');
         RETURN 'ACK_REQUESTED';
     END IF;
 

@@ -43,11 +43,11 @@ BEGIN
             HINT = 'Propose the change again.';
     END IF;
     IF v_proposal.proposed_by = v_actor THEN
-        PERFORM write_audit(ARRAY[(v_actor, 'proposal', p_proposal_id::text, NULL, 'approval_refused', 'PROPOSED',
-                                   'PROPOSED', jsonb_build_object('kind', v_proposal.kind, 'subject', v_proposal.subject,
-                                                                  'reason', 'the proposer cannot approve'))::qtg.audit_event]);
-        RAISE WARNING 'proposal % was made by %, who cannot also approve it', p_proposal_id, v_actor
-            USING ERRCODE = 'QT022', HINT = 'A second operator must approve.';
+        PERFORM refuse_four_eyes('proposal', p_proposal_id::text, NULL, 'approval_refused', 'PROPOSED',
+                                 jsonb_build_object('kind', v_proposal.kind, 'subject', v_proposal.subject,
+                                                    'reason', 'the proposer cannot approve'),
+                                 format('proposal %s was made by %s, who cannot also approve it', p_proposal_id, v_actor),
+                                 'A second operator must approve.');
         RETURN v_proposal.proposal_state;
     END IF;
 

@@ -81,13 +81,11 @@ BEGIN
     END IF;
 
     IF v_open.requested_by = v_actor THEN
-        PERFORM write_audit(ARRAY[(v_actor, 'node', p_node_id::text, v_request_id, 'requeue_refused',
-                                   'UNKNOWN', 'UNKNOWN',
-                                   jsonb_build_object('requeue_id', v_open.id,
-                                                      'reason', 'the requester cannot confirm'))::qtg.audit_event]);
-        RAISE WARNING 'requeue % of node % was requested by %, who cannot also confirm it; the refusal is recorded in the audit log',
-                      v_open.id, p_node_id, v_actor
-            USING ERRCODE = 'QT022', HINT = 'A second operator, logged in as themselves, must confirm.';
+        PERFORM refuse_four_eyes('node', p_node_id::text, v_request_id, 'requeue_refused', 'UNKNOWN',
+                                 jsonb_build_object('requeue_id', v_open.id, 'reason', 'the requester cannot confirm'),
+                                 format('requeue %s of node %s was requested by %s, who cannot also confirm it; '
+                                        'the refusal is recorded in the audit log', v_open.id, p_node_id, v_actor),
+                                 'A second operator, logged in as themselves, must confirm.');
         RETURN QUERY SELECT v_open.id, 'REQUESTED'::text, 'UNKNOWN'::qtg.node_state;
         RETURN;
     END IF;

@@ -27,10 +27,11 @@ BEGIN
         RETURN 'RESET_REQUESTED';
     END IF;
     IF v_breaker.reset_requested_by = v_actor THEN
-        PERFORM write_audit(ARRAY[(v_actor, 'breaker', v_id, NULL, 'breaker_reset_refused', 'TRIPPED', 'TRIPPED',
-                                   jsonb_build_object('reason', 'the same operator asked twice'))::qtg.audit_event]);
-        RAISE WARNING 'breaker % was asked to reset by % already; a second operator must reset it', v_id, v_actor
-            USING ERRCODE = 'QT022', HINT = 'Another operator, logged in as themselves, calls reset_breaker.';
+        PERFORM refuse_four_eyes('breaker', v_id, NULL, 'breaker_reset_refused', 'TRIPPED',
+                                 jsonb_build_object('reason', 'the same operator asked twice'),
+                                 format('breaker %s was asked to reset by %s already; a second operator must reset it',
+                                        v_id, v_actor),
+                                 'Another operator, logged in as themselves, calls reset_breaker.');
         RETURN 'RESET_REQUESTED';
     END IF;
     DELETE FROM breakers WHERE scope = p_scope AND name = p_name;
