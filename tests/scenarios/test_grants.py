@@ -220,6 +220,9 @@ INTERNAL = {
     "route_venue_chain",
     "registry_row",
     "node_answers",
+    "check_arrays",
+    "refuse_four_eyes",
+    "engine_next_nonce",
 }
 COMMON = {
     "clock": "runner operator reader",

@@ -109,8 +109,7 @@ BEGIN
                         v_dest_chain.finality_depth, v_dest_chain.block_time_ms, v_dest.remote_id,
                         v_lane.offramp, v_dest_token.address,
                         v_recipient, v_kind, v_units,
-                        (SELECT e.next_nonce FROM evm_nonces e
-                          WHERE e.chain_key = v_chain.chain_key AND e.address = v_sender),
+                        engine_next_nonce(v_chain.chain_key, v_sender),
                         v_lane.version, 0, v_lane.fee_margin_bps, v_lane.max_fee_wei;
 END
 $$;

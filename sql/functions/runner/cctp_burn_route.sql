@@ -101,7 +101,6 @@ BEGIN
                         v_recipient, destination_kind(v_what || ': to', v_dest.chain_key, v_recipient),
                         v_units, trunc(v_units * v_bps / 10000),
                         CASE v_config ->> 'finality' WHEN 'fast' THEN 1000 ELSE 2000 END,
-                        (SELECT e.next_nonce FROM evm_nonces e
-                          WHERE e.chain_key = v_chain.chain_key AND e.address = v_sender);
+                        engine_next_nonce(v_chain.chain_key, v_sender);
 END
 $$;

@@ -95,7 +95,6 @@ BEGIN
                         v_source_token.address,
                         v_recipient, destination_kind(v_what || ': to', v_chain.chain_key, v_recipient),
                         v_units, trunc(v_units * v_bps / 10000),
-                        (SELECT e.next_nonce FROM evm_nonces e
-                          WHERE e.chain_key = v_chain.chain_key AND e.address = v_sender);
+                        engine_next_nonce(v_chain.chain_key, v_sender);
 END
 $$;

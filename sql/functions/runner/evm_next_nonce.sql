@@ -17,6 +17,6 @@ BEGIN
             USING ERRCODE = 'QT014',
                   HINT = 'The treasury_accounts table lists the accounts the engine signs for.';
     END IF;
-    RETURN (SELECT e.next_nonce FROM evm_nonces e WHERE e.chain_key = p_chain_key AND e.address = v_sender);
+    RETURN engine_next_nonce(p_chain_key, v_sender);
 END
 $$;

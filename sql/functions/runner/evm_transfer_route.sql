@@ -63,7 +63,6 @@ BEGIN
                         v_chain.block_time_ms, v_chain.max_fee_per_gas, v_chain.max_priority_fee_per_gas,
                         v_token.symbol, v_token.address, v_token.decimals, v_sender, v_signer, v_recipient, v_kind,
                         token_units(format('evm_transfer_route: node %s: amount', p_node_id), v_amount, v_token),
-                        (SELECT e.next_nonce FROM evm_nonces e
-                          WHERE e.chain_key = v_chain.chain_key AND e.address = v_sender);
+                        engine_next_nonce(v_chain.chain_key, v_sender);
 END
 $$;

@@ -148,7 +148,6 @@ BEGIN
                         v_src_sg.contracts ->> 'TokenMessaging',
                         v_dst.chain_key, v_dst.chain_id, v_dst.rpc_url_env, v_dst.finality_depth, v_dst.block_time_ms,
                         v_dst_sg.remote_id::bigint, v_dst_sg.contracts ->> 'StargatePool', v_dst_token.address,
-                        (SELECT e.next_nonce FROM evm_nonces e
-                          WHERE e.chain_key = v_src.chain_key AND e.address = v_sender);
+                        engine_next_nonce(v_src.chain_key, v_sender);
 END
 $$;
