@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import httpx
 
@@ -63,6 +63,8 @@ WITHDRAWAL_TERMINAL = frozenset({"success", "Fail", "Reject", "CancelByUser"})
 
 DEPOSIT_CREDITED = 3
 DEPOSIT_FAILED = 4
+
+R = TypeVar("R")
 
 
 class _Secret:
@@ -209,10 +211,25 @@ class WithdrawalRecord:
         )
 
 
+class RecordQuery(TypedDict, total=False):
+    """What a query-record call (withdrawals, deposits) filters on, and its page."""
+
+    coin: str | None
+    start_time_ms: int | None
+    end_time_ms: int | None
+    limit: int | None
+    cursor: str | None
+
+
 @dataclass(frozen=True)
-class WithdrawalPage:
-    rows: list[WithdrawalRecord]
+class Page(Generic[R]):
+    """One page of a query-record: its rows and the next page's cursor ("" for none)."""
+
+    rows: list[R]
     next_cursor: str
+
+
+WithdrawalPage = Page[WithdrawalRecord]
 
 
 @dataclass(frozen=True)
@@ -247,10 +264,7 @@ class DepositRecord:
         )
 
 
-@dataclass(frozen=True)
-class DepositPage:
-    rows: list[DepositRecord]
-    next_cursor: str
+DepositPage = Page[DepositRecord]
 
 
 @dataclass(frozen=True)
@@ -474,59 +488,39 @@ class BybitClient:
         *,
         withdraw_id: str | None = None,
         tx_id: str | None = None,
-        coin: str | None = None,
-        start_time_ms: int | None = None,
-        end_time_ms: int | None = None,
-        limit: int | None = None,
-        cursor: str | None = None,
+        **query: Unpack[RecordQuery],
     ) -> WithdrawalPage:
         """GET /v5/asset/withdraw/query-record (on-chain withdrawals, newest first)."""
-        result = await self._get(
-            "/v5/asset/withdraw/query-record",
-            {
-                "withdrawID": withdraw_id,
-                "txID": tx_id,
-                "coin": coin,
-                "startTime": start_time_ms,
-                "endTime": end_time_ms,
-                "limit": limit,
-                "cursor": cursor or None,
-            },
-        )
-        rows = result.get("rows") or []
-        return WithdrawalPage(
-            [WithdrawalRecord.from_row(r) for r in rows], str(result.get("nextPageCursor") or "")
-        )
+        filters = {"withdrawID": withdraw_id, "txID": tx_id}
+        rows, cursor = await self._records("/v5/asset/withdraw/query-record", filters, query)
+        return WithdrawalPage([WithdrawalRecord.from_row(r) for r in rows], cursor)
 
     async def withdrawal(self, withdraw_id: str) -> WithdrawalRecord | None:
         """One withdrawal by its id (None when the exchange has none)."""
         page = await self.withdrawals(withdraw_id=withdraw_id)
         return next((r for r in page.rows if r.withdraw_id == withdraw_id), None)
 
-    async def deposits(
-        self,
-        *,
-        coin: str | None = None,
-        start_time_ms: int | None = None,
-        end_time_ms: int | None = None,
-        limit: int | None = None,
-        cursor: str | None = None,
-    ) -> DepositPage:
+    async def deposits(self, **query: Unpack[RecordQuery]) -> DepositPage:
         """GET /v5/asset/deposit/query-record."""
+        rows, cursor = await self._records("/v5/asset/deposit/query-record", {}, query)
+        return DepositPage([DepositRecord.from_row(r) for r in rows], cursor)
+
+    async def _records(
+        self, path: str, filters: Mapping[str, Any], query: RecordQuery
+    ) -> tuple[list[Any], str]:
+        """A query-record page: its rows and the next page's cursor ("" for none)."""
         result = await self._get(
-            "/v5/asset/deposit/query-record",
+            path,
             {
-                "coin": coin,
-                "startTime": start_time_ms,
-                "endTime": end_time_ms,
-                "limit": limit,
-                "cursor": cursor or None,
+                **filters,
+                "coin": query.get("coin"),
+                "startTime": query.get("start_time_ms"),
+                "endTime": query.get("end_time_ms"),
+                "limit": query.get("limit"),
+                "cursor": query.get("cursor") or None,
             },
         )
-        rows = result.get("rows") or []
-        return DepositPage(
-            [DepositRecord.from_row(r) for r in rows], str(result.get("nextPageCursor") or "")
-        )
+        return list(result.get("rows") or []), str(result.get("nextPageCursor") or "")
 
     async def deposit_addresses(
         self, coin: str, chain_type: str | None = None
