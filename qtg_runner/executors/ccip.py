@@ -190,13 +190,7 @@ class CcipExecutor(evm_tx.EvmExecutor):
                 "big",
             )
             await self._fee(rpc, route)
-        if held < route.amount_units:
-            raise ExecutorError(
-                f"{route.leg.sender} holds {held} base units on {route.leg.chain_key}, "
-                f"the CCIP send needs {route.amount_units}",
-                retryable=True,
-                retry_after=evm_tx.RETRY_LATER_S,
-            )
+        evm_tx.require_tokens(route.leg, held, route.amount_units, None, self.sends)
         if allowance < route.amount_units:
             raise ExecutorError(
                 f"the CCIP Router {route.router} on {route.leg.chain_key} may take {allowance} "

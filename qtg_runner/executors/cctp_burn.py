@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from qtg_runner.chains.cctp import address_to_bytes32
+from qtg_runner.chains.cctp import CctpMessage, address_to_bytes32
 from qtg_runner.chains.cctp_client import (
     IrisClient,
     IrisStatus,
@@ -64,7 +64,7 @@ from qtg_runner.chains.cctp_client import (
     min_fee_amount,
     parse_message,
 )
-from qtg_runner.chains.evm import Fees, balance_of, estimate_gas
+from qtg_runner.chains.evm import balance_of
 from qtg_runner.db import procs
 from qtg_runner.executors import evm_tx
 from qtg_runner.executors.base import (
@@ -74,7 +74,6 @@ from qtg_runner.executors.base import (
     HealthStatus,
     JsonObject,
     NodeWork,
-    Prepared,
     config_schema,
     route_row,
 )
@@ -94,23 +93,29 @@ def iris_client(env: Mapping[str, str]) -> IrisClient:
 
 
 @dataclass(frozen=True)
-class _Route(evm_tx.EvmRoute):
-    """cctp_burn_route's word on one node, as recorded in the prepared payload."""
+class CctpRoute(evm_tx.EvmRoute):
+    """What a CCTP v2 route procedure (cctp_burn_route, cctp_mint_route) says
+    of both halves: the leg's chain's USDC, TokenMessengerV2 and
+    MessageTransmitterV2, the two domains, the mint recipient, the amount and
+    the cap of the fee."""
 
     token_address: str
-    source_domain: int
     token_messenger: str
     message_transmitter: str
-    destination_chain: str
+    source_domain: int
     destination_domain: int
-    destination_token_messenger: str
     mint_recipient: str
     amount_units: int = field(metadata=BIG)
     max_fee_units: int = field(metadata=BIG)
-    min_finality_threshold: int
 
-    def payload(self, gas: int, fees: Fees) -> JsonObject:
-        return self.recorded() | evm_tx.gas_payload(gas, fees)
+
+@dataclass(frozen=True)
+class _Route(CctpRoute, evm_tx.CallRoute):
+    """cctp_burn_route's word on one node, as recorded in the prepared payload."""
+
+    destination_chain: str
+    destination_token_messenger: str
+    min_finality_threshold: int
 
     def send(self) -> evm_tx.Send:
         """TokenMessengerV2.depositForBurn of the route."""
@@ -157,7 +162,8 @@ class IrisExecutor(evm_tx.EvmExecutor):
             self._iris = None
 
 
-class CctpBurnExecutor(IrisExecutor):
+class CctpBurnExecutor(IrisExecutor, evm_tx.CallExecutor):
+    route_type = _Route
     key = "cctp_burn"
     landed = "attested"
     sends = "burn"
@@ -197,13 +203,7 @@ class CctpBurnExecutor(IrisExecutor):
                 "movement needs a max_fee_bps that covers it",
                 retryable=False,
             )
-        if held < route.amount_units:
-            raise ExecutorError(
-                f"{route.leg.sender} holds {held} base units of USDC on {route.leg.chain_key}, "
-                f"the burn needs {route.amount_units}",
-                retryable=True,
-                retry_after=evm_tx.RETRY_LATER_S,
-            )
+        evm_tx.require_tokens(route.leg, held, route.amount_units, "USDC", self.sends)
         if allowed < route.amount_units:
             raise ExecutorError(
                 f"{route.leg.sender} allows TokenMessengerV2 {route.token_messenger} on "
@@ -213,23 +213,6 @@ class CctpBurnExecutor(IrisExecutor):
                 retryable=True,
                 retry_after=evm_tx.RETRY_LATER_S,
             )
-
-    async def prepare(self, work: NodeWork) -> Prepared:
-        route = await self._route(work)
-        rpc = self._evm.leg_rpc(route.leg)
-        signer = await self._evm.signer(route.leg)
-        send = route.send()
-        async with evm_tx.chain_errors(route.leg.chain_key):
-            chain_next, fees = await evm_tx.pending_nonce_and_fees(rpc, route.leg)
-            gas = await estimate_gas(rpc, route.leg.sender, send.to, send.data)
-            funds = await rpc.balance(route.leg.sender)
-        evm_tx.require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
-        payload = route.payload(gas, fees)
-        return await evm_tx.signed(signer, route.leg, send, route.nonce(chain_next), payload)
-
-    def recorded_send(self, prepared: Prepared) -> evm_tx.Send:
-        assert prepared.payload is not None
-        return _Route.from_payload(prepared.payload).send()
 
     async def read(self, work: NodeWork) -> _Reading:
         payload = evm_tx.recorded_payload(work)
@@ -278,13 +261,8 @@ class CctpBurnExecutor(IrisExecutor):
             "message sender": (body.message_sender, address_to_bytes32(route.leg.sender)),
             "max fee": (body.max_fee, route.max_fee_units),
         }
-        wrong = [name for name, (got, want) in expected.items() if got != want]
-        if body.fee_executed > body.max_fee:
-            wrong.append("fee executed above max fee")
-        if message.nonce == bytes(32):
-            wrong.append("nonce not filled")
-        if not attestation or len(attestation) % 65:
-            wrong.append("attestation length")
+        fee_over = ["fee executed above max fee"] if body.fee_executed > body.max_fee else []
+        wrong = attested_problems(expected, fee_over, message, attestation, "nonce not filled")
         if wrong:
             return _Reading(
                 "mismatch",
@@ -314,6 +292,25 @@ class CctpBurnExecutor(IrisExecutor):
 
     async def health(self) -> HealthResult:
         return await iris_health(await super().health(), self._env)
+
+
+def attested_problems(
+    expected: Mapping[str, tuple[object, object]],
+    also: list[str],
+    message: CctpMessage,
+    attestation: bytes,
+    unfilled: str,
+) -> list[str]:
+    """What an attested CCTP v2 message gets wrong, by name: each ``expected``
+    field whose value (got, want) differs, ``also`` (what the caller found
+    besides), the nonce not filled (``unfilled`` says so), an attestation that
+    is not whole 65-byte signatures."""
+    wrong = [name for name, (got, want) in expected.items() if got != want] + also
+    if message.nonce == bytes(32):
+        wrong.append(unfilled)
+    if not attestation or len(attestation) % 65:
+        wrong.append("attestation length")
+    return wrong
 
 
 def _burn_problem(route: _Route, tx: evm_tx.TxReading) -> JsonObject | None:

@@ -71,7 +71,7 @@ same nonce, which the transmitter receives once; never FAILED for an expiry.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from qtg_runner.chains.cctp import address_to_bytes32
@@ -95,7 +95,6 @@ from qtg_runner.chains.evm_rpc import EvmRpc, Receipt, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors import evm_tx
 from qtg_runner.executors.base import (
-    BIG,
     ExecutorError,
     JsonObject,
     NodeWork,
@@ -107,7 +106,12 @@ from qtg_runner.executors.base import (
     config_schema,
     route_row,
 )
-from qtg_runner.executors.cctp_burn import CctpBurnExecutor, IrisExecutor
+from qtg_runner.executors.cctp_burn import (
+    CctpBurnExecutor,
+    CctpRoute,
+    IrisExecutor,
+    attested_problems,
+)
 
 USED_NONCE_GAS = 200_000
 """The gas limit of a mint whose nonce is already used (the estimate reverts):
@@ -128,21 +132,13 @@ ZERO_ADDRESS = "0x" + "00" * 20
 
 
 @dataclass(frozen=True)
-class _Route(evm_tx.EvmRoute):
+class _Route(CctpRoute):
     """cctp_mint_route's word on one node, as recorded in the prepared payload
     (with the message's nonce and what it mints)."""
 
-    token_address: str
-    destination_domain: int
-    message_transmitter: str
-    token_messenger: str
     source_chain: str
-    source_domain: int
     source_token_messenger: str
     source_token: str
-    mint_recipient: str
-    amount_units: int = field(metadata=BIG)
-    max_fee_units: int = field(metadata=BIG)
 
     def payload(self) -> JsonObject:
         return self.recorded()
@@ -221,15 +217,18 @@ def checked_burn(route: _Route, evidence: JsonObject) -> _Burn:
         "mint recipient": (body.mint_recipient, address_to_bytes32(route.mint_recipient)),
         "amount": (body.amount, route.amount_units),
     }
-    wrong = [f"{name}" for name, (got, want) in expected.items() if got != want]
+    also = []
     if message.destination_caller not in (bytes(32), address_to_bytes32(route.leg.sender)):
-        wrong.append("destination caller (neither anyone nor this sender)")
+        also.append("destination caller (neither anyone nor this sender)")
     if body.fee_executed > min(body.max_fee, route.max_fee_units):
-        wrong.append(f"fee executed {body.fee_executed} over the cap {route.max_fee_units}")
-    if message.nonce == bytes(32):
-        wrong.append("nonce not filled (the source log's message, not the attested one)")
-    if not attestation or len(attestation) % 65:
-        wrong.append("attestation length")
+        also.append(f"fee executed {body.fee_executed} over the cap {route.max_fee_units}")
+    wrong = attested_problems(
+        expected,
+        also,
+        message,
+        attestation,
+        "nonce not filled (the source log's message, not the attested one)",
+    )
     if wrong:
         raise ExecutorError(
             "the burn's attested message does not match the mint's route: " + "; ".join(wrong),

@@ -43,27 +43,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from qtg_runner.chains.evm import (
-    Fees,
     balance_of,
     decode_transfers,
-    estimate_gas,
     transfer_calldata,
 )
 from qtg_runner.db import procs
 from qtg_runner.executors import evm_tx
 from qtg_runner.executors.base import (
     BIG,
-    ExecutorError,
-    JsonObject,
     NodeWork,
-    Prepared,
     config_schema,
     route_row,
 )
 
 
 @dataclass(frozen=True)
-class _Route(evm_tx.EvmRoute):
+class _Route(evm_tx.CallRoute):
     """The registry's word on one node (evm_transfer_route), as recorded in the
     intent's payload at prepare so that observation never depends on a registry
     changed since the transaction was signed."""
@@ -81,14 +76,12 @@ class _Route(evm_tx.EvmRoute):
     def sender(self) -> str:
         return self.leg.sender
 
-    def payload(self, gas: int, fees: Fees) -> JsonObject:
-        return self.recorded() | evm_tx.gas_payload(gas, fees)
-
     def send(self) -> evm_tx.Send:
         return evm_tx.Send(self.token_address, transfer_calldata(self.recipient, self.amount_units))
 
 
-class EvmTransferExecutor(evm_tx.EvmExecutor):
+class EvmTransferExecutor(evm_tx.CallExecutor):
+    route_type = _Route
     key = "evm_transfer"
     landed = "final"
     sends = "transfer"
@@ -114,30 +107,7 @@ class EvmTransferExecutor(evm_tx.EvmExecutor):
         rpc = self._evm.leg_rpc(route.leg)
         async with evm_tx.chain_errors(route.chain_key):
             held = await balance_of(rpc, route.token_address, route.sender)
-            if held < route.amount_units:
-                raise ExecutorError(
-                    f"{route.sender} holds {held} base units of {route.token} on "
-                    f"{route.chain_key}, the transfer needs {route.amount_units}",
-                    retryable=True,
-                    retry_after=evm_tx.RETRY_LATER_S,
-                )
-
-    async def prepare(self, work: NodeWork) -> Prepared:
-        route = await self._route(work)
-        rpc = self._evm.leg_rpc(route.leg)
-        signer = await self._evm.signer(route.leg)
-        send = route.send()
-        async with evm_tx.chain_errors(route.chain_key):
-            chain_next, fees = await evm_tx.pending_nonce_and_fees(rpc, route.leg)
-            gas = await estimate_gas(rpc, route.sender, send.to, send.data)
-            funds = await rpc.balance(route.sender)
-        evm_tx.require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
-        payload = route.payload(gas, fees)
-        return await evm_tx.signed(signer, route.leg, send, route.nonce(chain_next), payload)
-
-    def recorded_send(self, prepared: Prepared) -> evm_tx.Send:
-        assert prepared.payload is not None
-        return _Route.from_payload(prepared.payload).send()
+            evm_tx.require_tokens(route.leg, held, route.amount_units, route.token, self.sends)
 
     async def read(self, work: NodeWork) -> evm_tx.TxReading:
         """The chain's word on the node's transaction, from its recorded hashes;

@@ -52,7 +52,7 @@ from typing import Any, ClassVar, Protocol, Self
 
 from psycopg_pool import AsyncConnectionPool
 
-from qtg_runner.chains.evm import FeeCapExceeded, Fees, _eip1559, suggest_fees
+from qtg_runner.chains.evm import FeeCapExceeded, Fees, _eip1559, estimate_gas, suggest_fees
 from qtg_runner.chains.evm_rpc import EvmRpc, EvmRpcError, Receipt, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
@@ -234,6 +234,19 @@ def require_funds(
         )
 
 
+def require_tokens(leg: ChainLeg, held: int, needed: int, token: str | None, send: str) -> None:
+    """Retry later, nothing signed, while the sender's ``held`` base units of
+    ``token`` are short of what its ``send`` needs."""
+    if held < needed:
+        of = f" of {token}" if token else ""
+        raise ExecutorError(
+            f"{leg.sender} holds {held} base units{of} on {leg.chain_key}, "
+            f"the {send} needs {needed}",
+            retryable=True,
+            retry_after=RETRY_LATER_S,
+        )
+
+
 @dataclass(frozen=True)
 class Send:
     """What a node's transaction calls: the contract, the calldata and the wei
@@ -260,6 +273,20 @@ async def signed(
         sender=leg.sender,
         raw_tx=signature.raw_hex,
     )
+
+
+@dataclass(frozen=True)
+class CallRoute(EvmRoute, abc.ABC):
+    """The route of a send that is one call (evm_transfer's transfer,
+    cctp_burn's depositForBurn): its payload is the route with the gas and
+    fees."""
+
+    @abc.abstractmethod
+    def send(self) -> Send:
+        """The call the route makes."""
+
+    def payload(self, gas: int, fees: Fees) -> JsonObject:
+        return self.recorded() | gas_payload(gas, fees)
 
 
 class EvmAccess:
@@ -654,3 +681,32 @@ class EvmExecutor(ExecutorBase, abc.ABC):
 
     async def aclose(self) -> None:
         await self._evm.aclose()
+
+
+class CallExecutor(EvmExecutor):
+    """An EVM executor whose send is its route's one call (``CallRoute``):
+    prepared with the chain's gas estimate for it, at the fees under the
+    chain's caps, once the sender holds the gas."""
+
+    route_type: ClassVar[type[CallRoute]]
+
+    @abc.abstractmethod
+    async def _route(self, work: NodeWork) -> CallRoute:
+        """The registry's word on the node, read again before every signature."""
+
+    async def prepare(self, work: NodeWork) -> Prepared:
+        route = await self._route(work)
+        rpc = self._evm.leg_rpc(route.leg)
+        signer = await self._evm.signer(route.leg)
+        send = route.send()
+        async with chain_errors(route.leg.chain_key):
+            chain_next, fees = await pending_nonce_and_fees(rpc, route.leg)
+            gas = await estimate_gas(rpc, route.leg.sender, send.to, send.data)
+            funds = await rpc.balance(route.leg.sender)
+        require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
+        payload = route.payload(gas, fees)
+        return await signed(signer, route.leg, send, route.nonce(chain_next), payload)
+
+    def recorded_send(self, prepared: Prepared) -> Send:
+        assert prepared.payload is not None
+        return self.route_type.from_payload(prepared.payload).send()

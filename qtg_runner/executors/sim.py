@@ -166,12 +166,18 @@ class SimExecutor(ExecutorBase):
             payload={"lane": work.lane, "amount": str(work.amount)},
         )
 
-    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+    def _drawn(self, work: NodeWork) -> tuple[float, bool, bool]:
+        """What the node's submit does, drawn from its seed: (latency, failed,
+        hidden). A node whose config asks for it crashes here."""
         self._crash_point(work, "submit")
         rng = self._rng(work)
         latency = self._latency(work, rng)
         failed = rng.random() < self._chance(work, "fail_p")
         hidden = rng.random() < self._chance(work, "unknown_p")
+        return latency, failed, hidden
+
+    async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
+        latency, failed, hidden = self._drawn(work)
         async with self._pool.connection() as conn:
             row = await (
                 await conn.execute(
@@ -210,14 +216,7 @@ class SimExecutor(ExecutorBase):
         results as one submit() per node, in one transaction."""
         if not items:
             return []
-        drawn = []
-        for work, _prepared in items:
-            self._crash_point(work, "submit")
-            rng = self._rng(work)
-            latency = self._latency(work, rng)
-            failed = rng.random() < self._chance(work, "fail_p")
-            hidden = rng.random() < self._chance(work, "unknown_p")
-            drawn.append((work, latency, failed, hidden))
+        drawn = [(work, *self._drawn(work)) for work, _prepared in items]
         async with self._pool.connection() as conn:
             rows = await (
                 await conn.execute(

@@ -181,13 +181,7 @@ class StargateExecutor(evm_tx.EvmExecutor):
         rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
         async with evm_tx.chain_errors(source.chain_key):
             held = await balance_of(rpc, row.token_address, row.sender)
-            if held < int(row.amount_units):
-                raise ExecutorError(
-                    f"{row.sender} holds {held} base units of {row.token} on {row.chain_key}, "
-                    f"the send needs {row.amount_units}",
-                    retryable=True,
-                    retry_after=evm_tx.RETRY_LATER_S,
-                )
+            evm_tx.require_tokens(source, held, int(row.amount_units), row.token, "send")
             raw = await rpc.call(
                 row.token_address,
                 ALLOWANCE + encode(["address", "address"], [row.sender, row.src_pool]),
