@@ -86,7 +86,6 @@ from qtg_runner.executors.base import (
     NodeWork,
     Prepared,
     config_schema,
-    route_row,
     seconds_from_ms,
 )
 
@@ -101,6 +100,8 @@ class _Route(evm_tx.EvmRoute):
     """ccip_send_route's word on one node, kept in the intent's payload at
     prepare: observation never depends on a registry changed since. Its leg
     is the source chain and the account the send is signed for."""
+
+    procedure = procs.ccip_send_route
 
     token_address: str
     source_selector: int = field(metadata=BIG)
@@ -171,14 +172,10 @@ class CcipExecutor(evm_tx.EvmExecutor):
         ("chain", "destination_chain", "from", "to"), optional=("token",)
     )
 
-    async def _route(self, work: NodeWork) -> _Route:
-        row = await route_row(self._pool, procs.ccip_send_route(work.node_id))
-        return _Route.from_row(row)
-
     # -- the protocol ------------------------------------------------------------
 
     async def preflight(self, work: NodeWork) -> None:
-        route = await self._route(work)
+        route = await _Route.of(self._pool, work)
         rpc = self._evm.leg_rpc(route.leg)
         async with evm_tx.chain_errors(route.leg.chain_key):
             held = await balance_of(rpc, route.token_address, route.leg.sender)
@@ -225,7 +222,7 @@ class CcipExecutor(evm_tx.EvmExecutor):
         return int.from_bytes(answer[:32], "big")
 
     async def prepare(self, work: NodeWork) -> Prepared:
-        route = await self._route(work)
+        route = await _Route.of(self._pool, work)
         rpc = self._evm.leg_rpc(route.leg)
         dest = self._evm.rpc(route.dest_chain_key, route.dest_rpc_url_env)
         signer = await self._evm.signer(route.leg)

@@ -75,7 +75,6 @@ from qtg_runner.executors.base import (
     JsonObject,
     NodeWork,
     config_schema,
-    route_row,
 )
 
 IRIS_URL_ENV = "QTG_IRIS_URL"
@@ -112,6 +111,8 @@ class CctpRoute(evm_tx.EvmRoute):
 @dataclass(frozen=True)
 class _Route(CctpRoute, evm_tx.CallRoute):
     """cctp_burn_route's word on one node, as recorded in the prepared payload."""
+
+    procedure = procs.cctp_burn_route
 
     destination_chain: str
     destination_token_messenger: str
@@ -179,14 +180,10 @@ class CctpBurnExecutor(IrisExecutor, evm_tx.CallExecutor):
         },
     )
 
-    async def _route(self, work: NodeWork) -> _Route:
-        row = await route_row(self._pool, procs.cctp_burn_route(work.node_id))
-        return _Route.from_row(row)
-
     # -- the protocol ------------------------------------------------------------
 
     async def preflight(self, work: NodeWork) -> None:
-        route = await self._route(work)
+        route = await _Route.of(self._pool, work)
         rpc = self._evm.leg_rpc(route.leg)
         async with evm_tx.chain_errors(route.leg.chain_key):
             held = await balance_of(rpc, route.token_address, route.leg.sender)

@@ -104,7 +104,6 @@ from qtg_runner.executors.base import (
     RecoveryOutcome,
     RecoveryResult,
     config_schema,
-    route_row,
 )
 from qtg_runner.executors.cctp_burn import (
     CctpBurnExecutor,
@@ -135,6 +134,8 @@ ZERO_ADDRESS = "0x" + "00" * 20
 class _Route(CctpRoute):
     """cctp_mint_route's word on one node, as recorded in the prepared payload
     (with the message's nonce and what it mints)."""
+
+    procedure = procs.cctp_mint_route
 
     source_chain: str
     source_token_messenger: str
@@ -316,17 +317,13 @@ class CctpMintExecutor(IrisExecutor):
             )
         return int(raw)
 
-    async def _route(self, work: NodeWork) -> _Route:
-        row = await route_row(self._pool, procs.cctp_mint_route(work.node_id))
-        return _Route.from_row(row)
-
     # -- the protocol ------------------------------------------------------------
 
     async def preflight(self, work: NodeWork) -> None:
-        checked_burn(await self._route(work), burn_evidence(work))
+        checked_burn(await _Route.of(self._pool, work), burn_evidence(work))
 
     async def prepare(self, work: NodeWork) -> Prepared:
-        route = await self._route(work)
+        route = await _Route.of(self._pool, work)
         burn = checked_burn(route, burn_evidence(work))
         rpc = self._evm.leg_rpc(route.leg)
         signer = await self._evm.signer(route.leg)

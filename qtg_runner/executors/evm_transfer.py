@@ -53,7 +53,6 @@ from qtg_runner.executors.base import (
     BIG,
     NodeWork,
     config_schema,
-    route_row,
 )
 
 
@@ -62,6 +61,8 @@ class _Route(evm_tx.CallRoute):
     """The registry's word on one node (evm_transfer_route), as recorded in the
     intent's payload at prepare so that observation never depends on a registry
     changed since the transaction was signed."""
+
+    procedure = procs.evm_transfer_route
 
     token: str
     token_address: str
@@ -93,17 +94,10 @@ class EvmTransferExecutor(evm_tx.CallExecutor):
 
     # -- what the registry and the environment say -----------------------------
 
-    async def _route(self, work: NodeWork) -> _Route:
-        """The registry's word on the node. A refusal (a destination not
-        allowed, an account or a chain not registered) fails the node before
-        anything is signed; the message says what to change."""
-        row = await route_row(self._pool, procs.evm_transfer_route(work.node_id))
-        return _Route.from_row(row)
-
     # -- the protocol ------------------------------------------------------------
 
     async def preflight(self, work: NodeWork) -> None:
-        route = await self._route(work)
+        route = await _Route.of(self._pool, work)
         rpc = self._evm.leg_rpc(route.leg)
         async with evm_tx.chain_errors(route.chain_key):
             held = await balance_of(rpc, route.token_address, route.sender)

@@ -69,6 +69,7 @@ from qtg_runner.executors.base import (
     RecoveryResult,
     SubmitResult,
     Verdicts,
+    route_row,
 )
 from qtg_runner.signers import Signer, SignerError, load_async
 
@@ -174,6 +175,9 @@ class EvmRoute(Recorded):
     row by their names and recorded flat beside the leg's keys in the prepared
     payload. The engine's next nonce is the row's only."""
 
+    procedure: ClassVar[Callable[[int], procs.Call[Any]]]
+    """The route procedure, of a node id."""
+
     leg: ChainLeg
     engine_next_nonce: int | None = field(default=None, kw_only=True)
     """The sender's next nonce as the engine had it when the route was read
@@ -188,6 +192,12 @@ class EvmRoute(Recorded):
             engine_next_nonce=route_row.next_nonce,
             **cls.row_values(route_row, given),
         )
+
+    @classmethod
+    async def of(cls, pool: AsyncConnectionPool[Any], work: NodeWork) -> Self:
+        """The registry's word on the node: its route procedure's row, read
+        again before every signature (a refusal fails the node: route_row)."""
+        return cls.from_row(await route_row(pool, cls.procedure(work.node_id)))
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> Self:
@@ -690,12 +700,8 @@ class CallExecutor(EvmExecutor):
 
     route_type: ClassVar[type[CallRoute]]
 
-    @abc.abstractmethod
-    async def _route(self, work: NodeWork) -> CallRoute:
-        """The registry's word on the node, read again before every signature."""
-
     async def prepare(self, work: NodeWork) -> Prepared:
-        route = await self._route(work)
+        route = await self.route_type.of(self._pool, work)
         rpc = self._evm.leg_rpc(route.leg)
         signer = await self._evm.signer(route.leg)
         send = route.send()
