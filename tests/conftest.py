@@ -463,3 +463,48 @@ def endpoint() -> Iterator[Any]:
         yield server
     finally:
         server.close()
+
+
+LONGEST_FIRST = (
+    "tests/chains/test_demo_world.py",
+    "tests/runner/test_runner_processes.py",
+    "tests/security/test_server_auth.py",
+    "tests/chains/test_cctp_executors.py",
+    "tests/chains/test_bybit_executors.py",
+    "tests/scenarios/test_bad_input.py",
+    "tests/scenarios/test_migrations.py",
+    "tests/chains/test_chains_cli.py",
+    "tests/chains/test_ccip_executor.py",
+    "tests/scenarios/test_query_plans.py",
+    "tests/chains/test_evm_crash.py",
+    "tests/chains/test_stargate_crash.py",
+    "tests/security/test_signer_secrets.py",
+    "tests/chains/test_stargate_contracts.py",
+    "tests/chains/test_stargate_executor.py",
+    "tests/chains/test_world_cli.py",
+    "tests/chains/test_ccip_contracts.py",
+    "tests/chains/test_drill_cli.py",
+    "tests/chains/test_iris.py",
+    "tests/runner/test_cli_errors.py",
+    "tests/chains/test_contracts.py",
+)
+"""The files that take longest (half a minute to three minutes each on two
+cores), longest first as measured: `make test` hands whole files to its
+pytest-xdist workers in the order collected (--dist loadfile, pyproject.toml's
+--no-loadscope-reorder), so these start first and the short files fill in
+behind them, and the workers finish together instead of one starting the
+longest file when the others are nearly done. A file missing from the list
+only runs later; a file named here but gone is ignored."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of LONGEST_FIRST first, in its order; then the others, those
+    with the most tests first (pytest-xdist's own order for --dist loadfile);
+    each file's tests in their order."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    rank = {path: k for k, path in enumerate(LONGEST_FIRST)}
+    order = sorted(files, key=lambda path: (rank.get(path, len(rank)), -len(files[path])))
+    items[:] = [item for path in order for item in files[path]]
