@@ -56,6 +56,10 @@ contracts: $(NODE_STAMP)
 PG15_LOG := .pytest-pg15.log
 TEST_WORKERS ?= 3
 PG15_WORKERS ?= 2
+# pytest keeps each test module's rewritten asserts beside it (__pycache__/,
+# ignored by git) unless PYTHONDONTWRITEBYTECODE is set: then each of the five
+# pytest processes rewrites all of them again, some 10 s of CPU each
+test test-quick: export PYTHONDONTWRITEBYTECODE :=
 test: install
 	@scripts/test-on-postgres.sh /usr/lib/postgresql/15/bin -p no:cacheprovider \
 		-n $(PG15_WORKERS) --dist loadfile --ignore=tests/runner --ignore=tests/chains \
