@@ -22,7 +22,7 @@ __all__ = [
 
 FINALITY_FAST = 1000
 FINALITY_STANDARD = 2000
-
+"""A v2 burn's finality thresholds: fast (confirmed) and standard (finalized)."""
 
 MESSAGE_HEADER_LENGTH = 148
 BURN_BODY_LENGTH = 228
