@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
-from catalog import diff, snapshot
-from conftest import NewDatabase, TestDatabase
+from catalog import Snapshot, diff, snapshot
+from conftest import NewDatabase, TestDatabase, create_database, drop_database, dsn_for
 from psycopg.conninfo import conninfo_to_dict
 from typer.testing import CliRunner
 from yoyo.connections import parse_uri
@@ -30,6 +34,30 @@ QTG_SCHEMAS = {"qtg", "qtg_admin", "mainnet", "testnet"}
 ALL_MIGRATIONS = sorted(
     p.stem for p in (sql_dir() / "schemas").glob("*.sql") if not p.name.endswith(".rollback.sql")
 )
+
+
+@dataclass(frozen=True)
+class FreshInstall:
+    dsn: str
+    catalog: Snapshot
+
+
+@pytest.fixture(scope="module")
+def fresh_install(pg_server: str) -> Iterator[FreshInstall]:
+    """An empty database migrated once for this module, and its catalog: what
+    the tests compare a cycled or cloned schema with (a migration from nothing
+    takes 3-4 s, and each of them made its own)."""
+    name = f"qtg_fresh_install_{os.getpid()}"
+    drop_database(pg_server, name)
+    create_database(pg_server, name)
+    try:
+        dsn = dsn_for(pg_server, dbname=name)
+        migrate(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            catalog = snapshot(conn)
+        yield FreshInstall(dsn, catalog)
+    finally:
+        drop_database(pg_server, name)
 
 
 def _schemas(database: TestDatabase) -> set[str]:
@@ -68,12 +96,11 @@ def test_migrate_rollback_all_migrate(new_database: NewDatabase) -> None:
     assert _schemas(database) == QTG_SCHEMAS
 
 
-def test_rollback_one_then_migrate(new_database: NewDatabase) -> None:
-    database = new_database(template=None)
-    migrate(database.dsn)
-    assert rollback(database.dsn, 1) == [ALL_MIGRATIONS[-1]]
-    assert applied_migrations(database.dsn) == ALL_MIGRATIONS[:-1]
-    assert migrate(database.dsn).applied == [ALL_MIGRATIONS[-1]]
+def test_rollback_one_then_migrate(db: TestDatabase) -> None:
+    # a clone of the template, migrated from nothing (test_template_clone_equals_fresh_install)
+    assert rollback(db.dsn, 1) == [ALL_MIGRATIONS[-1]]
+    assert applied_migrations(db.dsn) == ALL_MIGRATIONS[:-1]
+    assert migrate(db.dsn).applied == [ALL_MIGRATIONS[-1]]
 
 
 def test_the_login_in_the_audit_chain_is_not_rolled_back_once_a_row_carries_it(
@@ -83,8 +110,8 @@ def test_the_login_in_the_audit_chain_is_not_rolled_back_once_a_row_carries_it(
     refused after others says which went and what to run; refused first, it
     rolls nothing back, and says that today's functions and views need the
     migrations after it (pipeline_counts reads 0039's tables)."""
-    database = new_database(template=None)
-    migrate(database.dsn)
+    # a clone of the template, migrated from nothing (test_template_clone_equals_fresh_install)
+    database = new_database()
     conn = database.connect()
     conn.execute("SET search_path = testnet, qtg")
     with conn.transaction():
@@ -148,10 +175,10 @@ def test_a_rollback_refused_first_installs_the_functions_again(
 
 
 @pytest.mark.parametrize("undo", ["all", "last"])
-def test_migrated_schema_equals_fresh_install(new_database: NewDatabase, undo: str) -> None:
-    fresh = new_database(template=None)
-    migrate(fresh.dsn)
-    expected = snapshot(fresh.connect())
+def test_migrated_schema_equals_fresh_install(
+    new_database: NewDatabase, fresh_install: FreshInstall, undo: str
+) -> None:
+    expected = fresh_install.catalog
     assert expected["functions"] or expected["relations"]  # the snapshot sees something
 
     cycled = new_database(template=None)
@@ -165,9 +192,10 @@ def test_migrated_schema_equals_fresh_install(new_database: NewDatabase, undo: s
     assert got == expected, "\n".join(diff(expected, got))
 
     # re-running migrate on an up-to-date database changes nothing
-    result = migrate(fresh.dsn)
+    result = migrate(fresh_install.dsn)
     assert result.applied == []
-    again = snapshot(fresh.connect())
+    with psycopg.connect(fresh_install.dsn, autocommit=True) as conn:
+        again = snapshot(conn)
     assert again == expected, "\n".join(diff(expected, again))
 
 
@@ -252,10 +280,8 @@ def test_the_audit_chains_hash_is_inlined_where_it_is_computed(db: TestDatabase)
     assert "audit_row_hash(" not in plan and "audit_canonical(" not in plan, plan
 
 
-def test_template_clone_equals_fresh_install(db: TestDatabase, new_database: NewDatabase) -> None:
-    fresh = new_database(template=None)
-    migrate(fresh.dsn)
-    expected = snapshot(fresh.connect())
+def test_template_clone_equals_fresh_install(db: TestDatabase, fresh_install: FreshInstall) -> None:
+    expected = fresh_install.catalog
     got = snapshot(db.connect())
     assert got == expected, "\n".join(diff(expected, got))
 
