@@ -192,7 +192,9 @@ _TABLE: tuple[QtError, ...] = (
         409,
         "Change would weaken money safety",
         "the change would weaken money safety (e.g. registering an executor that has nodes as "
-        "having no side effect)"
+        "having no side effect; a migration past `0055_upgrade_in_flight_guard` while a ccip or "
+        "stargate send the previous build prepared is in flight, which the new build could not "
+        "observe or recover)"
     ),
     QtError(
         "QT050",

@@ -11,7 +11,7 @@
 -- an intent (PREPARED or SUBMITTED): run the previous build without its
 -- dispatcher (`qtg run --only node_observer --only node_recovery`: no new
 -- sends) until those nodes finish (in_flight_nodes), and migrate again. Nothing is changed here; the
--- refusal (SQLSTATE 55000, object not in prerequisite state) leaves the
+-- refusal (QT041, the change would weaken money safety) leaves the
 -- migrations before it applied and the function layer as it was.
 
 SET LOCAL ROLE qtg_owner;
@@ -33,7 +33,7 @@ BEGIN
     IF v_nodes IS NOT NULL THEN
         RAISE EXCEPTION 'upgrade refused on network %: these ccip / stargate nodes hold a send prepared by the previous version, which this version cannot observe or recover: %',
                         current_schema(), left(v_nodes, 2000)
-            USING ERRCODE = '55000',
+            USING ERRCODE = 'QT041',
                   HINT = 'Run the previous build without its dispatcher (qtg run --only node_observer --only node_recovery) until these nodes finish (in_flight_nodes), then migrate again. For ccip, record each lane first (upsert_ccip_lane).';
     END IF;
 END

@@ -467,7 +467,7 @@ def test_an_upgrade_waits_for_sends_the_previous_version_prepared(
 ) -> None:
     """A send prepared by a version before the lanes has no ccip_version in its
     payload: the new runners could not observe or recover it, so migrating
-    past 0055 is refused (55000, naming the node) and changes nothing, until
+    past 0055 is refused (QT041, naming the node) and changes nothing, until
     no unfinished node holds such an intent."""
     register(conn)
     c = ccip_nodes(conn, "u")["u"]
