@@ -186,11 +186,11 @@ class EvmRoute(Recorded):
     @classmethod
     def from_row(cls, row: Any, **given: Any) -> Self:
         """From a route procedure's row (a RouteRow)."""
-        route_row: RouteRow = row
+        leg_row: RouteRow = row
         return cls(
-            leg=ChainLeg.from_row(route_row),
-            engine_next_nonce=route_row.next_nonce,
-            **cls.row_values(route_row, given),
+            leg=ChainLeg.from_row(leg_row),
+            engine_next_nonce=leg_row.next_nonce,
+            **cls.row_values(leg_row, given),
         )
 
     @classmethod
