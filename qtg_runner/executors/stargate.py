@@ -11,7 +11,7 @@ allow-listed on the DESTINATION, the amount and the least the recipient must
 receive, in base units.
 
 The pool pulls the amount from the sender: the allowance is given once, up
-front, by the admin's deploy step (qtg_runner.chains.stargate.approve_pool on
+front, by the admin's deploy step (qtg_world.chains.stargate.approve_pool on
 the local chains), not by the executor. One node is one recorded transaction
 at one engine-allocated nonce; an approval per send would be a second signed
 transaction the node's intent cannot hold. Preflight refuses (retryable) while
