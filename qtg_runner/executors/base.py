@@ -194,6 +194,12 @@ keeps as a string, as a uint256 (or a uint64 selector) is beyond what a JSON
 number holds exactly."""
 
 
+def big_from(column: str) -> Mapping[str, Any]:
+    """The metadata of a BIG Recorded field that the procedure's row has under
+    another name, ``column``."""
+    return {**BIG, "column": column}
+
+
 class Recorded:
     """A frozen dataclass that a prepared payload records flat, one key a field
     (what an executor's route or wait was when it prepared), so that observation
@@ -223,12 +229,14 @@ class Recorded:
     @classmethod
     def row_values(cls, row: Any, given: Mapping[str, Any]) -> dict[str, Any]:
         """The fields from a procedure's row, by their names (a field in
-        seconds from its column in milliseconds), but for the ``given`` ones."""
+        seconds from its column in milliseconds, one named apart from its
+        column by that column), but for the ``given`` ones."""
         values = dict(given)
         for f in cls.recorded_fields():
             if f.name not in values:
                 ms = f.metadata.get("ms")
-                values[f.name] = getattr(row, ms) / 1000 if ms else f.kind(getattr(row, f.name))
+                column = f.metadata.get("column", f.name)
+                values[f.name] = getattr(row, ms) / 1000 if ms else f.kind(getattr(row, column))
         return values
 
     @classmethod
@@ -347,6 +355,21 @@ class HealthStatus(enum.StrEnum):
 class HealthResult:
     status: HealthStatus
     detail: JsonObject = field(default_factory=dict)
+
+
+def parts_health(parts: Mapping[str, tuple[HealthStatus, str]]) -> HealthResult:
+    """The health of an executor that reaches several parts (chains, venues),
+    each read as HEALTHY, DEGRADED or DOWN with a line of detail, by its key:
+    DOWN (which keeps the executor's nodes READY) only when every part is
+    down, DEGRADED when any is down or degraded, else HEALTHY."""
+    statuses = [status for status, _line in parts.values()]
+    if statuses and all(status is HealthStatus.DOWN for status in statuses):
+        worst = HealthStatus.DOWN
+    elif any(status is not HealthStatus.HEALTHY for status in statuses):
+        worst = HealthStatus.DEGRADED
+    else:
+        worst = HealthStatus.HEALTHY
+    return HealthResult(worst, {key: line for key, (_status, line) in parts.items()})
 
 
 class ExecutorError(Exception):

@@ -95,6 +95,7 @@ from qtg_runner.executors.base import (
     SubmitResult,
     Verdicts,
     config_schema,
+    parts_health,
     route_row,
 )
 from qtg_runner.executors.evm_tx import EvmAccess
@@ -570,32 +571,26 @@ async def venue_health(pool: AsyncConnectionPool[Any], venues: VenueClients) -> 
     no venue answers."""
     async with pool.connection() as conn:
         rows = await procs.exchange_venue_list().aall(conn)
-    detail: JsonObject = {}
-    worst = HealthStatus.HEALTHY
-    down = 0
-    for row in rows:
-        try:
-            client = venues.client(row.venue_key, row.kind, row.base_url_env, row.key_file_env)
-        except ExecutorError as exc:
-            detail[row.venue_key] = str(exc)
-            worst = HealthStatus.DEGRADED
-            continue
-        try:
-            server_ms = await client.server_time()
-            await client.fund_balance("USDC")
-            chains = await client.coin_info("USDC")
-        except (BybitError, BybitUnavailable) as exc:
-            detail[row.venue_key] = f"down: {exc}"
-            down += 1
-            continue
-        skew = server_ms / 1000 - time.time()
-        detail[row.venue_key] = f"answers, clock skew {skew:+.1f} s"
-        suspended = sorted(c.chain for c in chains if not c.withdraw_open)
-        if suspended:
-            detail[row.venue_key] += f"; USDC withdrawals suspended on {', '.join(suspended)}"
-            worst = HealthStatus.DEGRADED
-    if rows and down == len(rows):
-        worst = HealthStatus.DOWN
-    elif down:
-        worst = HealthStatus.DEGRADED
-    return HealthResult(worst, detail)
+    return parts_health({row.venue_key: await _venue_health(venues, row) for row in rows})
+
+
+async def _venue_health(venues: VenueClients, row: procs.ExchangeVenue) -> tuple[HealthStatus, str]:
+    try:
+        client = venues.client(row.venue_key, row.kind, row.base_url_env, row.key_file_env)
+    except ExecutorError as exc:
+        return HealthStatus.DEGRADED, str(exc)
+    try:
+        server_ms = await client.server_time()
+        await client.fund_balance("USDC")
+        chains = await client.coin_info("USDC")
+    except (BybitError, BybitUnavailable) as exc:
+        return HealthStatus.DOWN, f"down: {exc}"
+    skew = server_ms / 1000 - time.time()
+    line = f"answers, clock skew {skew:+.1f} s"
+    suspended = sorted(c.chain for c in chains if not c.withdraw_open)
+    if suspended:
+        return (
+            HealthStatus.DEGRADED,
+            f"{line}; USDC withdrawals suspended on {', '.join(suspended)}",
+        )
+    return HealthStatus.HEALTHY, line

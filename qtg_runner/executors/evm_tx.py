@@ -47,7 +47,6 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, ClassVar, Protocol, Self
 
 from psycopg_pool import AsyncConnectionPool
@@ -69,7 +68,10 @@ from qtg_runner.executors.base import (
     RecoveryResult,
     SubmitResult,
     Verdicts,
+    big_from,
+    parts_health,
     route_row,
+    seconds_from_ms,
 )
 from qtg_runner.signers import Signer, SignerError, load_async
 
@@ -79,93 +81,24 @@ RETRY_LATER_S = 30.0
 """The retry hint when the chain cannot be read or the fees are above the cap."""
 
 
-class LegRow(Protocol):
-    """The columns a route procedure's row has for the chain and the account."""
-
-    @property
-    def chain_key(self) -> str: ...
-    @property
-    def chain_id(self) -> int: ...
-    @property
-    def rpc_url_env(self) -> str: ...
-    @property
-    def finality_depth(self) -> int: ...
-    @property
-    def block_time_ms(self) -> int: ...
-    @property
-    def sender(self) -> str: ...
-    @property
-    def signer_id(self) -> str: ...
-    @property
-    def max_fee_per_gas(self) -> Decimal: ...
-    @property
-    def max_priority_fee_per_gas(self) -> Decimal: ...
-
-
 @dataclass(frozen=True)
-class ChainLeg:
-    """The chain and the account a node's transaction is signed for."""
+class ChainLeg(Recorded):
+    """The chain and the account a node's transaction is signed for: the same
+    columns in every route procedure's row (evm_transfer_route,
+    cctp_burn_route...), recorded flat in the prepared payload."""
 
     chain_key: str
     chain_id: int
     rpc_url_env: str
     finality_depth: int
-    block_time_s: float
+    block_time_s: float = field(metadata=seconds_from_ms("block_time_ms"))
     sender: str
     signer_id: str
-    max_fee_cap: int
-    priority_fee_cap: int
-
-    @classmethod
-    def from_row(cls, row: LegRow) -> ChainLeg:
-        """From a route procedure's row (evm_transfer_route, cctp_burn_route...):
-        the same columns in every one."""
-        return cls(
-            chain_key=row.chain_key,
-            chain_id=row.chain_id,
-            rpc_url_env=row.rpc_url_env,
-            finality_depth=row.finality_depth,
-            block_time_s=row.block_time_ms / 1000,
-            sender=row.sender,
-            signer_id=row.signer_id,
-            max_fee_cap=int(row.max_fee_per_gas),
-            priority_fee_cap=int(row.max_priority_fee_per_gas),
-        )
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> ChainLeg:
-        return cls(
-            chain_key=str(payload["chain_key"]),
-            chain_id=int(payload["chain_id"]),
-            rpc_url_env=str(payload["rpc_url_env"]),
-            finality_depth=int(payload["finality_depth"]),
-            block_time_s=float(payload["block_time_s"]),
-            sender=str(payload["sender"]),
-            signer_id=str(payload["signer_id"]),
-            max_fee_cap=int(payload["max_fee_cap"]),
-            priority_fee_cap=int(payload["priority_fee_cap"]),
-        )
+    max_fee_cap: int = field(metadata=big_from("max_fee_per_gas"))
+    priority_fee_cap: int = field(metadata=big_from("max_priority_fee_per_gas"))
 
     def payload(self) -> JsonObject:
-        return {
-            "chain_key": self.chain_key,
-            "chain_id": self.chain_id,
-            "rpc_url_env": self.rpc_url_env,
-            "finality_depth": self.finality_depth,
-            "block_time_s": self.block_time_s,
-            "sender": self.sender,
-            "signer_id": self.signer_id,
-            # strings: a uint256 is beyond what a JSON number holds exactly
-            "max_fee_cap": str(self.max_fee_cap),
-            "priority_fee_cap": str(self.priority_fee_cap),
-        }
-
-
-class RouteRow(LegRow, Protocol):
-    """A route procedure's row: the leg's columns and the engine's next nonce."""
-
-    @property
-    def next_nonce(self) -> int | None: ...
+        return self.recorded()
 
 
 @dataclass(frozen=True)
@@ -185,12 +118,11 @@ class EvmRoute(Recorded):
 
     @classmethod
     def from_row(cls, row: Any, **given: Any) -> Self:
-        """From a route procedure's row (a RouteRow)."""
-        leg_row: RouteRow = row
+        """From a route procedure's row: the leg's columns and the engine's next nonce."""
         return cls(
-            leg=ChainLeg.from_row(leg_row),
-            engine_next_nonce=leg_row.next_nonce,
-            **cls.row_values(leg_row, given),
+            leg=ChainLeg.from_row(row),
+            engine_next_nonce=row.next_nonce,
+            **cls.row_values(row, given),
         )
 
     @classmethod
@@ -351,41 +283,25 @@ class EvmAccess:
         retried, the others go on)."""
         async with pool.connection() as conn:
             chains = await procs.evm_chains().aall(conn)
-        detail: JsonObject = {}
-        worst = HealthStatus.HEALTHY
-        down = 0
-        for chain in chains:
-            url = self._env.get(chain.rpc_url_env)
-            if not url:
-                detail[chain.chain_key] = f"{chain.rpc_url_env} is not set in this runner"
-                worst = worse(worst, HealthStatus.DEGRADED)
-                continue
-            rpc = self.rpc(chain.chain_key, chain.rpc_url_env)
-            try:
-                chain_id = await rpc.chain_id()
-                head = await rpc.block("latest")
-            except EvmRpcError as exc:
-                detail[chain.chain_key] = f"down: {exc}"
-                down += 1
-                continue
-            if chain_id != chain.chain_id:
-                detail[chain.chain_key] = (
-                    f"the RPC answers chain id {chain_id}, not {chain.chain_id}"
-                )
-                down += 1
-                continue
-            age = time.time() - head.timestamp if head is not None else math.inf
-            stale_after = max(60.0, STALE_HEAD_BLOCKS * chain.block_time_ms / 1000)
-            if age > stale_after:
-                detail[chain.chain_key] = f"head block is {age:.0f} s old"
-                worst = worse(worst, HealthStatus.DEGRADED)
-            else:
-                detail[chain.chain_key] = f"head {head.number if head else '?'}, {age:.0f} s old"
-        if chains and down == len(chains):
-            worst = HealthStatus.DOWN
-        elif down:
-            worst = worse(worst, HealthStatus.DEGRADED)
-        return HealthResult(worst, detail)
+        return parts_health({chain.chain_key: await self._chain_health(chain) for chain in chains})
+
+    async def _chain_health(self, chain: procs.EvmChain) -> tuple[HealthStatus, str]:
+        url = self._env.get(chain.rpc_url_env)
+        if not url:
+            return HealthStatus.DEGRADED, f"{chain.rpc_url_env} is not set in this runner"
+        rpc = self.rpc(chain.chain_key, chain.rpc_url_env)
+        try:
+            chain_id = await rpc.chain_id()
+            head = await rpc.block("latest")
+        except EvmRpcError as exc:
+            return HealthStatus.DOWN, f"down: {exc}"
+        if chain_id != chain.chain_id:
+            return HealthStatus.DOWN, f"the RPC answers chain id {chain_id}, not {chain.chain_id}"
+        age = time.time() - head.timestamp if head is not None else math.inf
+        stale_after = max(60.0, STALE_HEAD_BLOCKS * chain.block_time_ms / 1000)
+        if age > stale_after:
+            return HealthStatus.DEGRADED, f"head block is {age:.0f} s old"
+        return HealthStatus.HEALTHY, f"head {head.number if head else '?'}, {age:.0f} s old"
 
     async def aclose(self) -> None:
         for rpc in self._rpcs.values():

@@ -32,7 +32,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
@@ -160,15 +160,6 @@ def _work(node: Node) -> NodeWork:
 
 def _same(work: NodeWork) -> NodeWork:
     return work
-
-
-class _NodeRow(Protocol):
-    @property
-    def node_id(self) -> int: ...
-    @property
-    def error_code(self) -> str | None: ...
-    @property
-    def error_message(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -556,7 +547,9 @@ class Dispatch:
                 continue
             node_event(logging.WARNING, f"{step}_failed", WORKER, work, to_state=state, error=error)
 
-    async def _accepted(self, work: NodeWork, row: _NodeRow, step: str) -> bool:
+    async def _accepted(
+        self, work: NodeWork, row: procs.NodeOutcome | procs.RecordedIntent, step: str
+    ) -> bool:
         """Whether the database accepted ``work`` in a batch call. A node refused
         because it is someone else's now (a stale claim, an expired lease, moved on)
         is logged and left to its owner; one refused for its own data (beyond the
