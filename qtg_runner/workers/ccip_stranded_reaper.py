@@ -70,7 +70,7 @@ from qtg_runner.db import procs
 from qtg_runner.executors.cctp_burn import IRIS_URL_ENV
 from qtg_runner.failpoints import failpoint
 from qtg_runner.log import event
-from qtg_runner.loop import WorkerContext
+from qtg_runner.loop import BatchFunction, WorkerContext
 from qtg_runner.signers import Signer, SignerError, load_async
 from qtg_runner.signers.local import KEYSTORE_PREFIX
 
@@ -81,10 +81,6 @@ MAX_ATTEMPTS = 3
 GAS_HEADROOM = 1.25
 REFUSALS = frozenset({"QT002", "QT005", "QT011", "QT014", "QT021"})
 DEFAULT_KEEPER = KEYSTORE_PREFIX + KEEPER_KEY
-
-
-async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    return await run_round(ctx, worker_id)
 
 
 async def run_round(
@@ -135,6 +131,10 @@ async def run_round(
         for client in iris:
             await client.aclose()
     return acted
+
+
+batch: BatchFunction = run_round
+"""The registry's batch: one round with its defaults."""
 
 
 def _log(

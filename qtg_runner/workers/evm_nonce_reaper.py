@@ -58,7 +58,7 @@ from qtg_runner.chains.evm import (
 )
 from qtg_runner.db import procs
 from qtg_runner.log import event
-from qtg_runner.loop import WorkerContext
+from qtg_runner.loop import BatchFunction, WorkerContext
 from qtg_runner.signers import Signer, SignerError, load_async
 
 WORKER = "evm_nonce_reaper"
@@ -127,10 +127,6 @@ class _Round:
         )
 
 
-async def batch(ctx: WorkerContext, worker_id: str) -> int:
-    return await run_round(ctx, worker_id)
-
-
 async def run_round(
     ctx: WorkerContext,
     worker_id: str,
@@ -161,6 +157,10 @@ async def run_round(
     finally:
         await state.aclose()
     return done
+
+
+batch: BatchFunction = run_round
+"""The registry's batch: one round with its defaults."""
 
 
 async def _guarded(state: _Round, chain_key: str, sender: str, nonce: int, work: Any) -> int:
