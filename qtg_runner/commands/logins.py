@@ -13,7 +13,7 @@ from rich.console import Console
 from qtg_runner import credentials
 from qtg_runner.commands.common import NetworkOption, cli_errors, resolve_network
 from qtg_runner.commands.tables import Grid, WideOption, show
-from qtg_runner.config import load_settings
+from qtg_runner.config import Settings, load_settings
 from qtg_runner.db import logins
 from qtg_runner.db.embedded import database_url
 
@@ -48,6 +48,14 @@ WHAT: dict[logins.Kind, str] = {
         "network (e.g. /metrics of `qtg api`), changes nothing"
     ),
 }
+
+
+def _target(network: str | None, credentials_file: Path | None) -> tuple[Settings, str, Path]:
+    """What a login command works on: the settings, the network and the
+    credentials file (``credentials_file``, else the admin's), made absolute."""
+    settings = load_settings()
+    net = resolve_network(network)
+    return settings, net, (credentials_file or settings.credentials_file).absolute()
 
 
 def _make_app(kind: logins.Kind) -> typer.Typer:
@@ -87,13 +95,8 @@ def _make_app(kind: logins.Kind) -> typer.Typer:
         credentials_file: CredentialsFileOption = None,
     ) -> None:
         with cli_errors():
-            settings = load_settings()
-            net = resolve_network(network)
-            if credentials_file is not None:
-                passfile, own = credentials_file.absolute(), None
-            else:
-                passfile = settings.credentials_file.absolute()
-                own = credentials.login_file(passfile, name)
+            settings, net, passfile = _target(network, credentials_file)
+            own = None if credentials_file is not None else credentials.login_file(passfile, name)
             dsn = logins.add(database_url(settings), kind, net, name, passfile, own)
         out.print(
             f"{kind} login [bold]{name}[/bold] created on {net} (member of "
@@ -170,9 +173,7 @@ def _make_app(kind: logins.Kind) -> typer.Typer:
         ] = None,
     ) -> None:
         with cli_errors():
-            settings = load_settings()
-            net = resolve_network(network)
-            passfile = (credentials_file or settings.credentials_file).absolute()
+            settings, net, passfile = _target(network, credentials_file)
             password = logins.password(database_url(settings), kind, net, name, passfile)
         typer.echo(password)
 
@@ -191,9 +192,7 @@ def _make_app(kind: logins.Kind) -> typer.Typer:
         credentials_file: CredentialsFileOption = None,
     ) -> None:
         with cli_errors():
-            settings = load_settings()
-            net = resolve_network(network)
-            passfile = (credentials_file or settings.credentials_file).absolute()
+            settings, net, passfile = _target(network, credentials_file)
             had = logins.remove(database_url(settings), kind, net, name, passfile)
         out.print(
             f"{kind} login {name} removed from {net}"
