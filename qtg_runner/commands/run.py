@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -192,22 +192,28 @@ AsLoginsOption = Annotated[
 ]
 
 
+def _concurrency(per: str) -> Any:
+    """The --concurrency option: external calls in flight at once ``per`` what."""
+    return typer.Option(
+        min=1,
+        max=256,
+        help=f"External calls in flight at once {per}"
+        " (node_dispatcher runs two batches at once, in two loops; node_observer"
+        " claims and reports this many nodes, at most 32, in one transaction).",
+    )
+
+
+WorkersConcurrencyOption = Annotated[int, _concurrency("per worker batch")]
+ConcurrencyOption = Annotated[int, _concurrency("per batch")]
+
+
 def run_cmd(
     network: NetworksOption = None,
     only: Annotated[
         list[str] | None,
         typer.Option("--only", help="Run only this worker (repeatable). Default: every worker."),
     ] = None,
-    concurrency: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            max=256,
-            help="External calls in flight at once per worker batch"
-            " (node_dispatcher runs two batches at once, in two loops; node_observer"
-            " claims and reports this many nodes, at most 32, in one transaction).",
-        ),
-    ] = 8,
+    concurrency: WorkersConcurrencyOption = 8,
     as_login: AsLoginsOption = None,
     idle_if_disabled: IdleOption = False,
 ) -> None:
@@ -240,16 +246,7 @@ def run_cmd(
 def worker_cmd(
     name: Annotated[str, typer.Argument(help=f"One of: {', '.join(BY_NAME)}.")],
     network: NetworkOption = None,
-    concurrency: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            max=256,
-            help="External calls in flight at once per batch"
-            " (node_dispatcher runs two batches at once, in two loops; node_observer"
-            " claims and reports this many nodes, at most 32, in one transaction).",
-        ),
-    ] = 8,
+    concurrency: ConcurrencyOption = 8,
     as_login: AsOption = None,
     idle_if_disabled: IdleOption = False,
 ) -> None:
