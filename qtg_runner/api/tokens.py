@@ -16,6 +16,8 @@ roles or databases: the API never acts as an admin.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -57,30 +59,33 @@ def _set_password(
     )
 
 
-def issue(admin_dsn: str, name: str, passfile: Path, valid_until: datetime | None) -> str:
-    """A new token for the login ``name``; its password is replaced."""
-    path = passfile
+@contextmanager
+def _password_replaced(
+    admin_dsn: str, name: str, passfile: Path, valid_until: datetime | None
+) -> Iterator[tuple[psycopg.Connection[Any], str]]:
+    """The login ``name`` given a fresh password (valid until ``valid_until``),
+    kept in ``passfile`` and committed: the admin's connection that did it,
+    open for the block, and the password."""
     password = credentials.generate_password()
     host, port = credentials.server_of(admin_dsn)
     with psycopg.connect(admin_dsn) as conn:
         _check_login(conn, name)
         _set_password(conn, name, password, valid_until)
-        credentials.put(path, credentials.Entry(host, port, "*", name, password))
+        credentials.put(passfile, credentials.Entry(host, port, "*", name, password))
         conn.commit()
-    return token_for(name, password)
+        yield conn, password
+
+
+def issue(admin_dsn: str, name: str, passfile: Path, valid_until: datetime | None) -> str:
+    """A new token for the login ``name``; its password is replaced."""
+    with _password_replaced(admin_dsn, name, passfile, valid_until) as (_conn, password):
+        return token_for(name, password)
 
 
 def revoke(admin_dsn: str, name: str, passfile: Path) -> int:
     """Revoke the login's token (a fresh password only the credentials file
     holds) and end its sessions; how many sessions were ended."""
-    path = passfile
-    password = credentials.generate_password()
-    host, port = credentials.server_of(admin_dsn)
-    with psycopg.connect(admin_dsn) as conn:
-        _check_login(conn, name)
-        _set_password(conn, name, password, None)
-        credentials.put(path, credentials.Entry(host, port, "*", name, password))
-        conn.commit()
+    with _password_replaced(admin_dsn, name, passfile, None) as (conn, _password):
         row = conn.execute(
             "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
             " WHERE usename = %s",
