@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +143,31 @@ def _schema_backend(dsn: str) -> Any:
     return get_backend(yoyo_uri(dsn))
 
 
+def _each(
+    migrations: Sequence[Any],
+    step: Callable[[Any], None],
+    event: str,
+    script: Callable[[Any], Path],
+    root: Path,
+    after_refusal: Callable[[list[str]], str] = lambda done: "",
+) -> list[str]:
+    """``step`` (apply or roll back) for each migration in order, each logged as
+    ``event``; their ids. A refused one raises MigrationError naming its
+    ``script``, with what ``after_refusal`` says of the ones done before it."""
+    done: list[str] = []
+    for migration in migrations:
+        try:
+            with _yoyo_output(migration.id):
+                step(migration)
+        except psycopg.Error as exc:
+            raise MigrationError(
+                f"{_rel(script(migration), root)}: {exc}{after_refusal(done)}"
+            ) from exc
+        log.info("event=%s migration=%s", event, migration.id)
+        done.append(str(migration.id))
+    return done
+
+
 def migrate(dsn: str, *, sql_root: Path | None = None) -> MigrateResult:
     """Apply pending schema migrations, then re-install all functions and views."""
     root = sql_root or sql_dir()
@@ -151,15 +176,9 @@ def migrate(dsn: str, *, sql_root: Path | None = None) -> MigrateResult:
         migrations = read_migrations(str(root / "schemas"))
         with backend.lock():
             pending = backend.to_apply(migrations)
-            applied: list[str] = []
-            for migration in pending:
-                try:
-                    with _yoyo_output(migration.id):
-                        backend.apply_one(migration)
-                except psycopg.Error as exc:
-                    raise MigrationError(f"{_rel(Path(migration.path), root)}: {exc}") from exc
-                log.info("event=migration_applied migration=%s", migration.id)
-                applied.append(str(migration.id))
+            applied = _each(
+                pending, backend.apply_one, "migration_applied", lambda m: Path(m.path), root
+            )
             with _yoyo_output("post-apply"):
                 backend.run_post_apply(pending)
             result = install_functions(dsn, sql_root=root)
@@ -481,18 +500,14 @@ def rollback(dsn: str, count: int = 1, *, sql_root: Path | None = None) -> list[
             targets = [by_hash[h] for h in newest_first]
             if targets:
                 drop_installed(dsn)
-            done: list[str] = []
-            for migration in targets:
-                try:
-                    with _yoyo_output(migration.id):
-                        backend.rollback_one(migration)
-                except psycopg.Error as exc:
-                    rb = Path(migration.path).with_suffix(".rollback.sql")
-                    raise MigrationError(
-                        f"{_rel(rb, root)}: {exc}{_after_refusal(dsn, root, done)}"
-                    ) from exc
-                log.info("event=migration_rolled_back migration=%s", migration.id)
-                done.append(str(migration.id))
+            done = _each(
+                targets,
+                backend.rollback_one,
+                "migration_rolled_back",
+                lambda m: Path(m.path).with_suffix(".rollback.sql"),
+                root,
+                lambda done: _after_refusal(dsn, root, done),
+            )
     finally:
         backend.connection.close()
     return done
