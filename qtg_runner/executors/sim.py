@@ -177,43 +177,14 @@ class SimExecutor(ExecutorBase):
         return latency, failed, hidden
 
     async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
-        latency, failed, hidden = self._drawn(work)
-        async with self._pool.connection() as conn:
-            row = await (
-                await conn.execute(
-                    """
-                INSERT INTO qtg_sim.side_effects AS se
-                       (network, idempotency_key, node_id, lane, amount, outcome, hidden,
-                        completes_at)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, clock_timestamp() + %s)
-                ON CONFLICT (network, idempotency_key)
-                DO UPDATE SET submit_count = se.submit_count + 1
-                RETURNING submit_count, completes_at <= clock_timestamp(), outcome
-                """,
-                    (
-                        self._network,
-                        work.idempotency_key,
-                        work.node_id,
-                        work.lane,
-                        work.amount,
-                        "FAILED" if failed else "COMPLETED",
-                        hidden,
-                        timedelta(seconds=latency),
-                    ),
-                )
-            ).fetchone()
-        assert row is not None
-        ref = f"sim:{self._network}:{work.idempotency_key}"
-        settled = bool(row[1]) and row[2] == "COMPLETED" and not hidden
-        return SubmitResult(
-            external_ref=ref,
-            settled=settled,
-            evidence={"latency_s": round(latency, 3), "submit_count": row[0]},
-        )
+        """submit_many of the one node: its row and its result."""
+        (result,) = await self.submit_many([(work, prepared)])
+        return result
 
     async def submit_many(self, items: Sequence[tuple[NodeWork, Prepared]]) -> list[SubmitResult]:
-        """submit() for many nodes in one INSERT: the same rows, outcomes and
-        results as one submit() per node, in one transaction."""
+        """The side effects of many nodes in one INSERT, in one transaction: a
+        row each (a repeated one counted again), each settled at once when its
+        drawn outcome completes with no latency and is not hidden."""
         if not items:
             return []
         drawn = [(work, *self._drawn(work)) for work, _prepared in items]
