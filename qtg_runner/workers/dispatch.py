@@ -162,6 +162,33 @@ def _same(work: NodeWork) -> NodeWork:
     return work
 
 
+async def step_failed(
+    ctx: WorkerContext,
+    worker: str,
+    works: Sequence[NodeWork],
+    step: str,
+    exc: BaseException,
+    level: int,
+    name: str,
+) -> None:
+    """A ``step`` of ``works`` that failed with ``exc`` (not an executor's
+    answer): logged as ``name`` for each node, with the failure's kind; the
+    nodes quarantined when it is POISON, else left to their claims' leases."""
+    kind = classify(exc)
+    for work in works:
+        node_event(
+            level,
+            name,
+            worker,
+            work,
+            step=step,
+            kind=kind.value,
+            error=ctx.limits.text(describe(exc)),
+        )
+    if kind is Failure.POISON:
+        await quarantine(ctx, worker, works, step, describe(exc))
+
+
 @dataclass(frozen=True)
 class Dispatch:
     """The steps of one batch for one runner (``ctx``) within ``bounds``. Every
@@ -328,18 +355,16 @@ class Dispatch:
             # retry later, as fail_submit decides, not a claim left to its lease
             await self._fail_submits(works, step, ExecutorError(describe(exc), retryable=True))
             return
-        for work in works:
-            node_event(
-                logging.ERROR if kind is Failure.TRANSIENT else logging.WARNING,
-                "dispatch_failed" if kind is Failure.TRANSIENT else "dispatch_refused",
-                WORKER,
-                work,
-                step=step,
-                kind=kind.value,
-                error=ctx.limits.text(describe(exc)),
-            )
-        if kind is Failure.POISON:
-            await quarantine(ctx, WORKER, works, step, describe(exc))
+        transient = kind is Failure.TRANSIENT
+        await step_failed(
+            ctx,
+            WORKER,
+            works,
+            step,
+            exc,
+            logging.ERROR if transient else logging.WARNING,
+            "dispatch_failed" if transient else "dispatch_refused",
+        )
 
     async def guarded(
         self, works: Sequence[NodeWork], step: str, action: Callable[[], Awaitable[T]]

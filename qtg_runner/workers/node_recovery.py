@@ -19,9 +19,10 @@ import logging
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, NodeWork, RecoveryOutcome, RecoveryResult
-from qtg_runner.faults import Failure, NoAnswer, classify, describe, quarantine, within
+from qtg_runner.faults import Failure, NoAnswer, classify, describe, within
 from qtg_runner.log import missing_executor, node_event
 from qtg_runner.loop import WorkerContext
+from qtg_runner.workers.dispatch import step_failed
 
 WORKER = "node_recovery"
 BATCH_SIZE = 16
@@ -58,20 +59,9 @@ async def recover_one(ctx: WorkerContext, work: NodeWork, from_state: str) -> No
                 result.retry_after,
             ).aone(conn)
     except Exception as exc:
-        kind = classify(exc)
         # transient: the recovery lease runs out and the node is claimed again;
         # stale: another recovery worker holds it now
-        node_event(
-            logging.ERROR,
-            "recovery_failed",
-            WORKER,
-            work,
-            step=step,
-            kind=kind.value,
-            error=ctx.limits.text(describe(exc)),
-        )
-        if kind is Failure.POISON:
-            await quarantine(ctx, WORKER, [work], step, describe(exc))
+        await step_failed(ctx, WORKER, [work], step, exc, logging.ERROR, "recovery_failed")
         return
     node_event(
         logging.INFO,
