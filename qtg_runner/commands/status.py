@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import psycopg
@@ -27,91 +29,76 @@ def pipeline_table(conn: psycopg.Connection[Any], wide: bool = False) -> Grid:
     return table
 
 
-def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15, wide: bool = False) -> Group:
-    """Every table of `qtg status`, each fitted to the width it is printed in
-    (commands/tables.py), or in full with ``wide``."""
-    in_flight = rows_table(
-        conn.execute(
-            "SELECT node_id, movement_id, node_key, lane, node_state, observe_phase, observe_count,"
-            " next_observe_at, in_flight_for FROM in_flight_nodes ORDER BY node_id LIMIT %s",
-            (in_flight_limit,),
-        ),
+@dataclass(frozen=True)
+class _View:
+    """One dashboard view shown as a table: its query, its title, its free-text
+    columns and the ones left out first when the terminal is too narrow."""
+
+    query: str | sql.Composed
+    title: str
+    text: Sequence[str] = ()
+    drop: Sequence[str] = ()
+
+
+_VIEWS: dict[str, _View] = {
+    "in_flight": _View(
+        "SELECT node_id, movement_id, node_key, lane, node_state, observe_phase, observe_count,"
+        " next_observe_at, in_flight_for FROM in_flight_nodes ORDER BY node_id LIMIT %s",
         "in-flight nodes",
         text=["node_key"],
         drop=["observe_count", "observe_phase", "lane", "next_observe_at"],
-        wide=wide,
-    )
-    workers = rows_table(
-        conn.execute(
-            "SELECT worker_name, instance_id, tier, status, last_tick_at,"
-            " expected_interval_seconds,"
-            " ticks, last_processed, consecutive_errors, last_error"
-            " FROM worker_status"
-            # instances that stopped cleanly drop out after ten minutes
-            " WHERE status <> 'stopped' OR last_tick_at > qtg.clock() - interval '10 minutes'"
-            " ORDER BY worker_name, instance_id"
-        ),
+    ),
+    "workers": _View(
+        "SELECT worker_name, instance_id, tier, status, last_tick_at,"
+        " expected_interval_seconds,"
+        " ticks, last_processed, consecutive_errors, last_error"
+        " FROM worker_status"
+        # instances that stopped cleanly drop out after ten minutes
+        " WHERE status <> 'stopped' OR last_tick_at > qtg.clock() - interval '10 minutes'"
+        " ORDER BY worker_name, instance_id",
         "workers",
         text=["instance_id", "last_error"],
         drop=["expected_interval_seconds", "tier", "ticks", "last_processed", "instance_id"],
-        wide=wide,
-    )
-    stuck = rows_table(
-        conn.execute(
-            "SELECT node_id, movement_id, node_key, node_state, reason, stuck_for"
-            " FROM stuck_nodes ORDER BY node_id LIMIT 10"
-        ),
+    ),
+    "stuck": _View(
+        "SELECT node_id, movement_id, node_key, node_state, reason, stuck_for"
+        " FROM stuck_nodes ORDER BY node_id LIMIT 10",
         "stuck nodes",
         text=["node_key", "reason"],
         drop=["movement_id"],
-        wide=wide,
-    )
-    executors = rows_table(
-        conn.execute(
-            "SELECT executor_key, status, holding_claims, ready_nodes, checked_at,"
-            " left(detail::text, 120) AS detail FROM executor_status ORDER BY executor_key"
-        ),
+    ),
+    "executors": _View(
+        "SELECT executor_key, status, holding_claims, ready_nodes, checked_at,"
+        " left(detail::text, 120) AS detail FROM executor_status ORDER BY executor_key",
         "executors (a DOWN one's nodes stay READY)",
         text=["detail"],
         drop=["checked_at"],
-        wide=wide,
-    )
-    limits = rows_table(
-        conn.execute(
-            "SELECT scope, name, in_flight, max_in_flight, started_today, max_per_day,"
-            " max_per_movement, breaker, tripped_because, reset_requested_by"
-            " FROM value_limit_status ORDER BY scope, name"
-        ),
+    ),
+    "limits": _View(
+        "SELECT scope, name, in_flight, max_in_flight, started_today, max_per_day,"
+        " max_per_movement, breaker, tripped_because, reset_requested_by"
+        " FROM value_limit_status ORDER BY scope, name",
         "value limits and breakers (limit_held_nodes() lists the nodes they hold)",
         text=["tripped_because"],
         drop=["reset_requested_by", "max_per_movement", "started_today", "max_per_day"],
-        wide=wide,
-    )
-    latency = rows_table(
-        conn.execute(
-            "SELECT lane, completed, p50_seconds, p95_seconds, p99_seconds, max_seconds,"
-            " baseline_seconds FROM lane_latency ORDER BY lane"
-        ),
+    ),
+    "latency": _View(
+        "SELECT lane, completed, p50_seconds, p95_seconds, p99_seconds, max_seconds,"
+        " baseline_seconds FROM lane_latency ORDER BY lane",
         "lane latency, last day (seconds from submit to completion)",
         drop=["p99_seconds", "max_seconds"],
-        wide=wide,
-    )
-    callbacks = rows_table(
-        conn.execute(
-            "SELECT target_name, pending, due_now, attempted, oldest_pending_for, dead, refused"
-            " FROM callback_backlog ORDER BY target_name"
-        ),
+    ),
+    "callbacks": _View(
+        "SELECT target_name, pending, due_now, attempted, oldest_pending_for, dead, refused"
+        " FROM callback_backlog ORDER BY target_name",
         "callbacks not delivered (dead_callbacks lists the dead; qtg callbacks replay ID)",
-        wide=wide,
-    )
-    drift = rows_table(
-        conn.execute(
-            sql.SQL(
-                "SELECT alert_id, account_kind, account_key, address, actual, {}, unexplained,"
-                " raised_at, breakers, ack_requested_by"
-                " FROM drift_alerts WHERE alert_state = 'OPEN'"
-            ).format(EXPECTED)
-        ),
+    ),
+    "drift": _View(
+        sql.SQL(
+            "SELECT alert_id, account_kind, account_key, address, actual, {}, unexplained,"
+            " raised_at, breakers, ack_requested_by"
+            " FROM drift_alerts WHERE alert_state = 'OPEN'"
+        ).format(EXPECTED),
         "open drift alerts (qtg balances list; two operators: qtg balances acknowledge ID)",
         text=["breakers"],
         drop=[
@@ -122,19 +109,28 @@ def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15, wide: bool 
             "expected",
             "account_key",
         ],
-        wide=wide,
-    )
-    return Group(
-        pipeline_table(conn, wide),
-        in_flight,
-        workers,
-        executors,
-        limits,
-        drift,
-        stuck,
-        latency,
-        callbacks,
-    )
+    ),
+}
+"""The views of `qtg status` after the pipeline's, in the order they are read."""
+
+_SHOWN = ("in_flight", "workers", "executors", "limits", "drift", "stuck", "latency", "callbacks")
+"""The order they are shown in, below the pipeline's."""
+
+
+def render(conn: psycopg.Connection[Any], in_flight_limit: int = 15, wide: bool = False) -> Group:
+    """Every table of `qtg status`, each fitted to the width it is printed in
+    (commands/tables.py), or in full with ``wide``."""
+    tables = {
+        name: rows_table(
+            conn.execute(view.query, (in_flight_limit,) if name == "in_flight" else None),
+            view.title,
+            text=view.text,
+            drop=view.drop,
+            wide=wide,
+        )
+        for name, view in _VIEWS.items()
+    }
+    return Group(pipeline_table(conn, wide), *(tables[name] for name in _SHOWN))
 
 
 def status_cmd(
