@@ -177,16 +177,20 @@ class SimExecutor(ExecutorBase):
         return latency, failed, hidden
 
     async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
-        """submit_many of the one node: its row and its result."""
-        (result,) = await self.submit_many([(work, prepared)])
+        (result,) = await self._submitted([(work, prepared)])
         return result
 
     async def submit_many(self, items: Sequence[tuple[NodeWork, Prepared]]) -> list[SubmitResult]:
-        """The side effects of many nodes in one INSERT, in one transaction: a
-        row each (a repeated one counted again), each settled at once when its
-        drawn outcome completes with no latency and is not hidden."""
+        """submit() for many nodes in one INSERT: the same rows, outcomes and
+        results as one submit() per node, in one transaction."""
         if not items:
             return []
+        return await self._submitted(items)
+
+    async def _submitted(self, items: Sequence[tuple[NodeWork, Prepared]]) -> list[SubmitResult]:
+        """The side effects of ``items`` in one INSERT: a row each (a repeated
+        one counted again), each settled at once when its drawn outcome has
+        completed and is not hidden."""
         drawn = [(work, *self._drawn(work)) for work, _prepared in items]
         async with self._pool.connection() as conn:
             rows = await (
