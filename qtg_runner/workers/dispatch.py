@@ -53,7 +53,7 @@ from qtg_runner.faults import (
     quarantine,
     within,
 )
-from qtg_runner.log import event, node_event
+from qtg_runner.log import node_event
 from qtg_runner.loop import WorkerContext
 
 WORKER = "node_dispatcher"
@@ -306,11 +306,10 @@ class Dispatch:
                 if transient or len(group) == 1:
                     await self.failed([n.work for n in group], "submit", exc)
                     return []
-                event(
+                self.ctx.log(
                     logging.WARNING,
                     "submit_many_failed",
-                    network=self.ctx.network,
-                    worker=WORKER,
+                    WORKER,
                     executor=executor.key,
                     nodes=len(group),
                     error=self.ctx.limits.text(describe(exc)),
@@ -394,11 +393,10 @@ class Dispatch:
             if len(items) == 1 or classify(exc) is not Failure.POISON:
                 await self.failed([key(i) for i in items], step, exc)
                 return []
-            event(
+            self.ctx.log(
                 logging.WARNING,
                 "batch_call_failed",
-                network=self.ctx.network,
-                worker=WORKER,
+                WORKER,
                 step=step,
                 nodes=len(items),
                 error=self.ctx.limits.text(describe(exc)),
