@@ -19,7 +19,7 @@ import typer
 from psycopg import sql
 
 from qtg_runner.commands.common import BIGINT_MAX, AsOption, NetworkOption
-from qtg_runner.commands.movement import connect, out, rows_table
+from qtg_runner.commands.movement import as_operator, connect, out, rows_table
 from qtg_runner.commands.tables import WideOption, show
 from qtg_runner.db import procs
 
@@ -98,8 +98,7 @@ def acknowledge_cmd(
     as_login: AsOption = None,
 ) -> None:
     """Accept a drifted balance: the first operator asks, a second re-baselines it."""
-    with connect(network, as_login, operator=True) as conn:
-        state = procs.acknowledge_drift_alert(alert_id, reason).one(conn)
+    state = as_operator(network, as_login, procs.acknowledge_drift_alert(alert_id, reason))
     out.print(
         f"drift alert {alert_id} {state}"
         + (": a second operator confirms it" if state == "ACK_REQUESTED" else ": re-baselined")

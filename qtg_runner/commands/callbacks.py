@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from qtg_runner.commands.common import BIGINT_MAX, USAGE, AsOption, CommandError, NetworkOption
-from qtg_runner.commands.movement import connect, out
+from qtg_runner.commands.movement import as_operator, connect, out
 from qtg_runner.commands.tables import Grid, WideOption, cell, show
 from qtg_runner.db import procs
 
@@ -87,6 +87,5 @@ def replay_cmd(
     as_login: AsOption = None,
 ) -> None:
     """Send a DEAD or REFUSED callback again, under the same webhook-id (audited)."""
-    with connect(network, as_login, operator=True) as conn:
-        state = procs.replay_callback(callback_id, reason).one(conn)
+    state = as_operator(network, as_login, procs.replay_callback(callback_id, reason))
     out.print(f"callback {callback_id} {state}: due now, the same webhook-id")

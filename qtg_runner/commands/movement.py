@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import psycopg
 import typer
@@ -43,6 +43,7 @@ from qtg_runner.db.pool import bound_conninfo, login_dsn
 app = typer.Typer(no_args_is_help=True)  # its help: its line in cli.Qtg.lazy
 out = Console()
 err = Console(stderr=True)
+R = TypeVar("R")
 
 MovementId = Annotated[int, typer.Argument(min=1, max=BIGINT_MAX, help="Movement id.")]
 
@@ -66,6 +67,12 @@ def connect(
         if operator:
             check_member(conn, "operator", net)
         yield conn
+
+
+def as_operator(network: str | None, as_login: str | None, call: procs.Call[R]) -> R:
+    """The one row of ``call``, made as an operator login of the network (connect)."""
+    with connect(network, as_login, operator=True) as conn:
+        return call.one(conn)
 
 
 @app.command("create")
@@ -114,8 +121,10 @@ def create_cmd(
             )
     params = parse_params(param or []) if template else None
     expires_at = None if expires_in is None else datetime.now(UTC) + parse_duration(expires_in)
-    with connect(network, as_login, operator=True) as conn:
-        created = procs.create_movement(
+    created = as_operator(
+        network,
+        as_login,
+        procs.create_movement(
             external_id,
             value,
             plan=plan_doc,
@@ -124,7 +133,8 @@ def create_cmd(
             asset=asset,
             expires_at=expires_at,
             callback_url=callback_url,
-        ).one(conn)
+        ),
+    )
     state = "created" if created.created else "already exists (same external id and plan)"
     out.print(f"movement [bold]{created.movement_id}[/bold] {state}")
 
@@ -137,8 +147,7 @@ def approve_cmd(
 ) -> None:
     """Approve a movement (PENDING_APPROVAL -> APPROVED) as your login, which must
     not be the one that created it (QT022)."""
-    with connect(network, as_login, operator=True) as conn:
-        state = procs.approve_movement(movement_id).one(conn)
+    state = as_operator(network, as_login, procs.approve_movement(movement_id))
     out.print(f"movement {movement_id} {state}")
 
 
@@ -150,8 +159,7 @@ def cancel_cmd(
     as_login: AsOption = None,
 ) -> None:
     """Cancel a movement as your login. Side effects already out run until they settle."""
-    with connect(network, as_login, operator=True) as conn:
-        state = procs.cancel_movement(movement_id, reason=reason).one(conn)
+    state = as_operator(network, as_login, procs.cancel_movement(movement_id, reason=reason))
     if state == procs.RequestState.CANCELLED:
         out.print(f"movement {movement_id} CANCELLED")
     else:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from qtg_runner.commands.common import BIGINT_MAX, AsOption, CommandError, NetworkOption
-from qtg_runner.commands.movement import connect, out
+from qtg_runner.commands.movement import as_operator, connect, out
 from qtg_runner.commands.tables import Grid, WideOption, cell, show
 from qtg_runner.db import procs
 
@@ -85,6 +85,5 @@ def reject_cmd(
     as_login: AsOption = None,
 ) -> None:
     """Reject (or, as its proposer, withdraw) an open proposal."""
-    with connect(network, as_login, operator=True) as conn:
-        state = procs.reject_proposal(proposal_id, reason).one(conn)
+    state = as_operator(network, as_login, procs.reject_proposal(proposal_id, reason))
     out.print(f"proposal {proposal_id} {state}")
