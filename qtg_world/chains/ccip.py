@@ -31,7 +31,7 @@ from typing import Any
 from qtg_runner.chains.ccip import KEEPER_KEY, abi_address
 from qtg_runner.chains.errors import ChainError
 from qtg_world.chains.keys import LocalKey, ensure_treasury_keys
-from qtg_world.chains.local import RunningChain, load_artifact, rpc
+from qtg_world.chains.local import RunningChain, load_artifact, rpc, wait_all
 
 __all__ = [
     "CCIP_CONTRACTS",
@@ -84,20 +84,6 @@ def ensure_don_key(state_dir: Path, kdf_iterations: int | None = None) -> LocalK
     return ensure_treasury_keys(state_dir, (DON_KEY,), kdf_iterations=kdf_iterations)[0]
 
 
-def _wait_all(
-    w3s: Sequence[Any], chains: Sequence[RunningChain], sent: Sequence[Any], what: str
-) -> list[Any]:
-    receipts = []
-    for w3, chain, tx_hash in zip(w3s, chains, sent, strict=True):
-        receipt = w3.eth.wait_for_transaction_receipt(
-            tx_hash, timeout=max(10.0, chain.block_time * 5.0), poll_latency=0.1
-        )
-        if receipt["status"] != 1:
-            raise ChainError(f"{what} on {chain.key} failed: {receipt}")
-        receipts.append(receipt)
-    return receipts
-
-
 def deploy_ccip(
     state_dir: Path, chains: Sequence[RunningChain], kdf_iterations: int | None = None
 ) -> None:
@@ -122,7 +108,7 @@ def deploy_ccip(
             .transact({"from": owner})
             for c, w3, owner in zip(chains, w3s, owners, strict=True)
         ]
-        for chain, r in zip(chains, _wait_all(w3s, chains, sent, f"deploying {name}"), strict=True):
+        for chain, r in zip(chains, wait_all(w3s, chains, sent, f"deploying {name}"), strict=True):
             chain.contracts[name] = str(r["contractAddress"])
 
     deploy_round("CcipRouter", lambda c: (ccip_selector(c),))
@@ -188,7 +174,7 @@ def deploy_ccip(
         pending.extend((w3, chain, call.transact(tx)) for call in calls)
         for funded in (don, keeper):
             rpc(chain.rpc_url, "anvil_setBalance", [cs(funded.address), hex(DON_GAS)])
-    _wait_all(
+    wait_all(
         [p[0] for p in pending], [p[1] for p in pending], [p[2] for p in pending], "wiring CCIP"
     )
 
@@ -224,11 +210,11 @@ def deploy_v1_5_lane(source: RunningChain, dest: RunningChain, transmitter: str)
             .constructor(*args)
             .transact({"from": owner})
         )
-        (receipt,) = _wait_all([w3], [chain], [tx_hash], f"deploying {name}")
+        (receipt,) = wait_all([w3], [chain], [tx_hash], f"deploying {name}")
         return w3.eth.contract(address=receipt["contractAddress"], abi=art["abi"])
 
     def done(w3: Any, chain: RunningChain, call: Any, owner: str, what: str) -> None:
-        _wait_all([w3], [chain], [call.transact({"from": owner, "gas": 300_000})], what)
+        wait_all([w3], [chain], [call.transact({"from": owner, "gas": 300_000})], what)
 
     router = deployed(src, source, src_owner, "CcipRouter", ccip_selector(source))
     onramp = deployed(

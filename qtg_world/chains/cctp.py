@@ -36,7 +36,13 @@ from qtg_runner.chains.errors import ChainError
 from qtg_runner.chains.evm_rpc import EvmRpc
 from qtg_runner.signers import Signer, load_async
 from qtg_world.chains.keys import LocalKey, ensure_treasury_keys, read_password
-from qtg_world.chains.local import RunningChain, keystore_dir, load_artifact, password_file
+from qtg_world.chains.local import (
+    RunningChain,
+    keystore_dir,
+    load_artifact,
+    password_file,
+    wait_all,
+)
 
 __all__ = [
     "ATTESTER_KEYS",
@@ -160,20 +166,6 @@ def read_domain(chain: RunningChain) -> int:
     return int(transmitter.functions.localDomain().call())
 
 
-def _wait_all(
-    w3s: Sequence[Any], chains: Sequence[RunningChain], sent: Sequence[Any], what: str
-) -> list[Any]:
-    receipts = []
-    for w3, chain, tx_hash in zip(w3s, chains, sent, strict=True):
-        receipt = w3.eth.wait_for_transaction_receipt(
-            tx_hash, timeout=max(10.0, chain.block_time * 5.0), poll_latency=0.1
-        )
-        if receipt["status"] != 1:
-            raise ChainError(f"{what} on {chain.key} failed: {receipt}")
-        receipts.append(receipt)
-    return receipts
-
-
 def deploy_cctp(
     state_dir: Path, chains: Sequence[RunningChain], kdf_iterations: int | None = None
 ) -> None:
@@ -196,7 +188,7 @@ def deploy_cctp(
         for c, w3, owner in zip(chains, w3s, owners, strict=True)
     ]
     for chain, r in zip(
-        chains, _wait_all(w3s, chains, sent, "deploying MessageTransmitterV2"), strict=True
+        chains, wait_all(w3s, chains, sent, "deploying MessageTransmitterV2"), strict=True
     ):
         chain.contracts["MessageTransmitterV2"] = str(r["contractAddress"])
     sent = [
@@ -206,7 +198,7 @@ def deploy_cctp(
         for c, w3, owner in zip(chains, w3s, owners, strict=True)
     ]
     for chain, r in zip(
-        chains, _wait_all(w3s, chains, sent, "deploying TokenMessengerV2"), strict=True
+        chains, wait_all(w3s, chains, sent, "deploying TokenMessengerV2"), strict=True
     ):
         chain.contracts["TokenMessengerV2"] = str(r["contractAddress"])
 
@@ -247,7 +239,7 @@ def deploy_cctp(
                 )
             )
         pending.extend((w3, chain, call.transact(tx)) for call in calls)
-    _wait_all(
+    wait_all(
         [p[0] for p in pending], [p[1] for p in pending], [p[2] for p in pending], "wiring CCTP"
     )
 

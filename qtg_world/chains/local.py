@@ -316,6 +316,23 @@ def deploy_contracts(chain: RunningChain, names: Iterable[str] = ("MockUSDC",)) 
         chain.contracts[name] = str(receipt["contractAddress"])
 
 
+def wait_all(
+    w3s: Sequence[Any], chains: Sequence[RunningChain], sent: Sequence[Any], what: str
+) -> list[Any]:
+    """The receipts of one round of transactions (``sent[i]`` on ``chains[i]``
+    through ``w3s[i]``), each awaited for five block times (at least 10 s);
+    ChainError names ``what`` and the chain of one that reverted."""
+    receipts = []
+    for w3, chain, tx_hash in zip(w3s, chains, sent, strict=True):
+        receipt = w3.eth.wait_for_transaction_receipt(
+            tx_hash, timeout=max(10.0, chain.block_time * 5.0), poll_latency=0.1
+        )
+        if receipt["status"] != 1:
+            raise ChainError(f"{what} on {chain.key} failed: {receipt}")
+        receipts.append(receipt)
+    return receipts
+
+
 def read_state(state_dir: Path) -> list[RunningChain]:
     """The chains recorded in ``state_dir`` (empty when none was started)."""
     path = state_dir / STATE_FILE_NAME
