@@ -34,6 +34,8 @@ from typing import Any
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
 
+from qtg_runner.chains.evm import eip1559_transaction
+
 __all__ = [
     "CCIP_MESSAGE_SENT_TOPIC",
     "CCIP_SEND_REQUESTED_TOPIC",
@@ -741,20 +743,6 @@ def ccip_transaction(
     chain_id: int, to: str, data: bytes, value: int, nonce: int, fees: Any, gas: int
 ) -> dict[str, Any]:
     """An EIP-1559 transaction calling ``to`` with ``data`` and ``value`` wei (a
-    ccipSend pays its fee so), as eth-account (Signer.sign_transaction) takes it."""
-    from eth_utils.address import to_checksum_address
-
-    if chain_id <= 0 or nonce < 0 or gas <= 0 or value < 0:
-        raise ValueError("a transaction needs chain id > 0, nonce >= 0, gas > 0, value >= 0")
-    return {
-        "type": 2,
-        "chainId": chain_id,
-        "nonce": nonce,
-        "to": to_checksum_address(_address(to)),
-        "value": value,
-        "data": "0x" + data.hex(),
-        "gas": gas,
-        "maxFeePerGas": fees.max_fee_per_gas,
-        "maxPriorityFeePerGas": fees.max_priority_fee_per_gas,
-        "accessList": [],
-    }
+    ccipSend pays its fee so), as eth-account (Signer.sign_transaction) takes it:
+    the EVM module's one builder, in the argument order of CCIP's callers."""
+    return eip1559_transaction(chain_id, nonce, to, value, data, gas, fees)

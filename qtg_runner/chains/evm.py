@@ -73,6 +73,7 @@ __all__ = [
     "classify",
     "decode_raw",
     "decode_transfers",
+    "eip1559_transaction",
     "estimate_gas",
     "normalize_address",
     "redact_url",
@@ -265,12 +266,15 @@ def bump(
 SELF_TRANSFER_GAS = 21_000
 
 
-def _eip1559(
+def eip1559_transaction(
     chain_id: int, nonce: int, to: str, value: int, data: bytes, gas: int, fees: Fees
 ) -> dict[str, Any]:
+    """An EIP-1559 transaction calling ``to`` with ``data`` and ``value`` wei, as
+    eth-account (Signer.sign_transaction) takes it: the one builder of every
+    transaction the runner signs (transfers, burns, mints, CCIP sends)."""
     if chain_id <= 0 or nonce < 0 or gas <= 0 or value < 0:
         raise ValueError(
-            f"a transaction needs a chain id > 0, a nonce >= 0 and gas > 0: "
+            f"a transaction needs a chain id > 0, a nonce >= 0, gas > 0 and a value >= 0: "
             f"chain {chain_id}, nonce {nonce}, gas {gas}, value {value}"
         )
     return {
@@ -292,20 +296,20 @@ def build_transfer(
 ) -> dict[str, Any]:
     """An EIP-1559 transaction calling ``token.transfer(to, amount)``, as
     eth-account (Signer.sign_transaction) takes it."""
-    return _eip1559(chain_id, nonce, token, 0, transfer_calldata(to, amount), gas, fees)
+    return eip1559_transaction(chain_id, nonce, token, 0, transfer_calldata(to, amount), gas, fees)
 
 
 def build_call(
     chain_id: int, to: str, data: bytes, nonce: int, fees: Fees, gas: int
 ) -> dict[str, Any]:
     """An EIP-1559 transaction calling contract ``to`` with ``data`` (no value)."""
-    return _eip1559(chain_id, nonce, to, 0, data, gas, fees)
+    return eip1559_transaction(chain_id, nonce, to, 0, data, gas, fees)
 
 
 def self_transfer(chain_id: int, address: str, nonce: int, fees: Fees) -> dict[str, Any]:
     """A zero-value transfer from ``address`` to itself at ``nonce``: closes a
     nonce that nothing else will use, so later transactions are not stuck."""
-    return _eip1559(chain_id, nonce, address, 0, b"", SELF_TRANSFER_GAS, fees)
+    return eip1559_transaction(chain_id, nonce, address, 0, b"", SELF_TRANSFER_GAS, fees)
 
 
 async def estimate_gas(
@@ -345,7 +349,7 @@ class DecodedTransaction:
         (another dispatcher took this one) or with other ``fees`` (a replacement)."""
         if self.to is None:
             raise ValueError("a contract creation is not re-signed here")
-        return _eip1559(
+        return eip1559_transaction(
             self.chain_id,
             self.nonce if nonce is None else nonce,
             self.to,

@@ -51,7 +51,13 @@ from typing import Any, ClassVar, Protocol, Self
 
 from psycopg_pool import AsyncConnectionPool
 
-from qtg_runner.chains.evm import FeeCapExceeded, Fees, _eip1559, estimate_gas, suggest_fees
+from qtg_runner.chains.evm import (
+    FeeCapExceeded,
+    Fees,
+    eip1559_transaction,
+    estimate_gas,
+    suggest_fees,
+)
 from qtg_runner.chains.evm_rpc import EvmRpc, EvmRpcError, Receipt, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
@@ -205,7 +211,9 @@ async def signed(
     """``send`` signed at ``nonce`` with the gas and fees ``payload`` records, as
     the intent records it."""
     fees = Fees(int(payload["max_fee_per_gas"]), int(payload["max_priority_fee_per_gas"]))
-    tx = _eip1559(leg.chain_id, nonce, send.to, send.value, send.data, int(payload["gas"]), fees)
+    tx = eip1559_transaction(
+        leg.chain_id, nonce, send.to, send.value, send.data, int(payload["gas"]), fees
+    )
     signature = await signer.sign_transaction(tx)
     return Prepared(
         nonce=nonce,
