@@ -6,6 +6,7 @@ migrate(dsn)
   2. re-installs every routine (function or procedure) and view in ONE
      transaction, as qtg_owner: drops those in schema qtg and in every network
      schema (never qtg_admin, never objects that belong to an extension),
+     re-creates the installer's own routines in qtg_admin (ADMIN_SCHEMA),
      then runs sql/functions/common/*.sql
      in schema qtg, and for each network in qtg_admin.networks the folders of
      ROUTINE_FOLDERS then views/, in the network's schema;
@@ -70,6 +71,11 @@ whole tables where one index probe answers (the completion guard's join on the
 node's key: a sequential scan and a hash join, 0.29 ms, against 0.03 ms by
 the primary key at 1,000 nodes), and an observation cost twice what it costs
 with 100,000 nodes in flight. Large tables plan the same either way."""
+ADMIN_SCHEMA = "qtg_admin"
+"""The installer's own routines (grant_network_privileges), in sql/functions/qtg_admin/:
+re-created in place (CREATE OR REPLACE) on every install, never dropped, and
+granted to nobody. A routine there whose signature changes leaves the old one
+behind: a migration drops it."""
 INLINE_FOLDER = "inline"
 """Pure SQL expressions over their arguments (the audit chain's hash): installed
 like internal/ but with no search_path of their own, so that PostgreSQL
@@ -201,6 +207,7 @@ def install_functions(dsn: str, *, sql_root: Path | None = None) -> MigrateResul
     with psycopg.connect(dsn) as conn, conn.transaction():
         networks = _prepare_install(conn)
         _drop_installed(conn, networks)
+        _install_admin(conn, fn_dir / ADMIN_SCHEMA, root)
         common = _files(fn_dir / "common")
         _set_search_path(conn, COMMON_SCHEMA)
         for path in common:
@@ -257,6 +264,24 @@ def _record_schema(dsn: str, applied: list[str]) -> None:
             " SELECT unnest(%s::text[]), now()",
             [applied],
         )
+
+
+def _install_admin(conn: psycopg.Connection[Any], folder: Path, root: Path) -> None:
+    """Re-create the installer's routines in qtg_admin (ADMIN_SCHEMA), each named
+    after its file, and take from PUBLIC the EXECUTE a new routine gives it."""
+    for path in _files(folder):
+        _run_file(conn, path, root, network=None)
+        signatures = conn.execute(
+            """SELECT p.oid::regprocedure::text
+                 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                WHERE n.nspname = %s AND p.proname = %s""",
+            [ADMIN_SCHEMA, path.stem],
+        ).fetchall()
+        if not signatures:
+            raise MigrationError(f"{_rel(path, root)}: no routine {ADMIN_SCHEMA}.{path.stem}")
+        for (signature,) in signatures:
+            # from the catalog, already quoted by regprocedure
+            conn.execute(sql.SQL("REVOKE ALL ON ROUTINE {} FROM PUBLIC").format(sql.SQL(signature)))
 
 
 def _set_search_path(conn: psycopg.Connection[Any], *schemas: str) -> None:

@@ -72,47 +72,9 @@ END
 $fn$;
 ALTER FUNCTION qtg_admin.apply_per_network(text) OWNER TO qtg_owner;
 
--- Grants a network's runner and operator roles exactly what they need: usage
--- of their schema and of qtg, EXECUTE on the functions marked for them with
--- COMMENT ON FUNCTION ... IS 'access: runner' | 'access: operator' (nothing
--- else: internal helpers stay the owner's), and SELECT on the network's views.
--- Re-run after every install.
-CREATE FUNCTION qtg_admin.grant_network_privileges(p_network text) RETURNS void
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_net      qtg_admin.networks;
-    v_function record;
-    v_view     text;
-BEGIN
-    SELECT * INTO STRICT v_net FROM qtg_admin.networks WHERE network_name = p_network;
-    EXECUTE format('GRANT USAGE ON SCHEMA qtg, %I TO %I, %I', p_network, v_net.runner_role, v_net.operator_role);
-    EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA %I FROM PUBLIC, %I, %I',
-                   p_network, v_net.runner_role, v_net.operator_role);
-    EXECUTE 'REVOKE ALL ON ALL FUNCTIONS IN SCHEMA qtg FROM PUBLIC';
-    EXECUTE format('GRANT EXECUTE ON FUNCTION qtg.clock() TO %I, %I', v_net.runner_role, v_net.operator_role);
-
-    FOR v_function IN
-        SELECT p.oid::regprocedure AS signature,
-               substring(obj_description(p.oid, 'pg_proc') FROM '^access: (runner|operator)') AS access
-          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-         WHERE n.nspname = p_network
-    LOOP
-        IF v_function.access = 'runner' THEN
-            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_function.signature, v_net.runner_role);
-        ELSIF v_function.access = 'operator' THEN
-            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_function.signature, v_net.operator_role);
-        END IF;
-    END LOOP;
-
-    FOR v_view IN
-        SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = p_network AND c.relkind = 'v'
-    LOOP
-        EXECUTE format('GRANT SELECT ON %I.%I TO %I, %I', p_network, v_view, v_net.runner_role, v_net.operator_role);
-    END LOOP;
-END
-$fn$;
-ALTER FUNCTION qtg_admin.grant_network_privileges(text) OWNER TO qtg_owner;
+-- qtg_admin.grant_network_privileges, which grants a network's roles what
+-- they need after every install, is the installer's own routine: it is
+-- re-created by every migrate from sql/functions/qtg_admin/, not here.
 
 REVOKE ALL ON SCHEMA qtg_admin FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA qtg_admin FROM PUBLIC;

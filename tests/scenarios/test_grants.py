@@ -14,6 +14,9 @@ from conftest import TestDatabase
 
 from qtg_runner.db.migrate import sql_dir
 
+QTG_ADMIN = {"grant_network_privileges"}
+"""sql/functions/qtg_admin/: the installer's own routines, re-created by every migrate."""
+
 RUNNER = {
     "ccip_send_route",
     "ccip_stranded_sends",
@@ -247,7 +250,7 @@ GRANTS = """
 def test_the_folders_are_the_surface_listed_here() -> None:
     folders = {
         folder: {p.stem for p in (sql_dir() / "functions" / folder).glob("*.sql")}
-        for folder in ("runner", "operator", "admin", "inline", "internal", "common")
+        for folder in ("runner", "operator", "admin", "inline", "internal", "common", "qtg_admin")
     }
     assert folders == {
         "runner": RUNNER,
@@ -256,7 +259,17 @@ def test_the_folders_are_the_surface_listed_here() -> None:
         "inline": INLINE,
         "internal": INTERNAL,
         "common": set(COMMON),
+        "qtg_admin": QTG_ADMIN,
     }
+
+
+def test_the_installers_routines_are_granted_to_nobody(db: TestDatabase) -> None:
+    """qtg_admin's routines, the installer's own and the migrations' (a CHECK's
+    function, a trigger's), are the owner's alone: a new routine's EXECUTE
+    for PUBLIC is taken back, also from the ones every migrate re-creates."""
+    rows = db.connect().execute(GRANTS, ("qtg_admin",)).fetchall()
+    assert QTG_ADMIN <= {row[0] for row in rows}
+    assert [row for row in rows if row[3] != ""] == []
 
 
 @pytest.mark.parametrize("network", ["mainnet", "testnet"])
