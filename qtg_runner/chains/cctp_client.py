@@ -26,8 +26,8 @@ from eth_utils.crypto import keccak
 from qtg_runner.chains.cctp import BurnBody, CctpMessage, address_to_bytes32
 from qtg_runner.chains.evm import normalize_address
 from qtg_runner.chains.evm_rpc import EvmRpc, Log, RpcError, RpcErrorKind
-from qtg_runner.circuit import Circuit, endpoint_circuit
-from qtg_runner.tls import client_ssl_context
+from qtg_runner.circuit import Circuit
+from qtg_runner.endpoint import HttpEndpoint
 
 __all__ = [
     "DEPOSIT_FOR_BURN",
@@ -253,7 +253,7 @@ class IrisAnswer:
     detail: str = ""
 
 
-class IrisClient:
+class IrisClient(HttpEndpoint):
     """``GET /v2/messages/{sourceDomain}?transactionHash=``, read as the
     executors need it. ``client``: a shared httpx.AsyncClient (then the caller
     closes it); without one, this object owns a client of its own (``aclose``)."""
@@ -267,12 +267,9 @@ class IrisClient:
         circuit: Circuit | None = None,
     ) -> None:
         self._base = base_url.rstrip("/")
-        self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(timeout=timeout, verify=client_ssl_context())
-        self._deadline = timeout * 2
-        """httpx's timeout bounds each read; this the whole exchange (an answer
-        dripped a byte at a time)."""
-        self.circuit = circuit or endpoint_circuit(self._base, f"Iris at {self._base}")
+        super().__init__(
+            self._base, f"Iris at {self._base}", timeout=timeout, client=client, circuit=circuit
+        )
 
     async def _get(self, path: str, params: dict[str, str]) -> httpx.Response:
         """One GET, its answer or silence told to the circuit."""
@@ -357,10 +354,6 @@ class IrisClient:
         if response.status_code == 429 or response.status_code >= 500:
             return f"HTTP {response.status_code}"
         return None
-
-    async def aclose(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
 
 
 def _rate_limited(response: httpx.Response) -> IrisAnswer:

@@ -36,8 +36,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from qtg_runner.circuit import Circuit, endpoint_circuit
-from qtg_runner.tls import client_ssl_context
+from qtg_runner.circuit import Circuit
+from qtg_runner.endpoint import HttpEndpoint
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 """A body larger than this is refused (RpcBadResponse) before it is parsed."""
@@ -386,7 +386,7 @@ def _checked_hash(tx_hash: str) -> str:
 # -- the client ------------------------------------------------------------------------
 
 
-class EvmRpc:
+class EvmRpc(HttpEndpoint):
     """One node's JSON-RPC. ``client``: a shared httpx.AsyncClient (then the caller
     closes it); without one, this object owns a client of its own (``aclose``)."""
 
@@ -405,28 +405,12 @@ class EvmRpc:
         self._url = url
         self.display_url = redact_url(url)
         self._timeout = timeout
-        self._owns_client = client is None
-        self._client = (
-            client
-            if client is not None
-            else httpx.AsyncClient(timeout=timeout, verify=client_ssl_context())
-        )
+        super().__init__(url, self.display_url, timeout=timeout, client=client, circuit=circuit)
         self._max_bytes = max_response_bytes
         self._ids = itertools.count(1)
-        self.circuit = circuit or endpoint_circuit(url, self.display_url)
 
     def __repr__(self) -> str:
         return f"EvmRpc({self.display_url!r})"
-
-    async def aclose(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
-
-    async def __aenter__(self) -> EvmRpc:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # -- transport -------------------------------------------------------------
 
@@ -459,7 +443,7 @@ class EvmRpc:
         try:
             # httpx's timeout bounds each read; the circuit's watch the whole
             # exchange (a node that drips its answer byte by byte)
-            async with self.circuit.watching(self._timeout * 2):
+            async with self.circuit.watching(self._deadline):
                 body, status = await self._post(payload, where)
         except (httpx.TimeoutException, TimeoutError) as exc:
             raise RpcUnavailable(

@@ -32,10 +32,10 @@ from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import httpx
 
-from qtg_runner.circuit import Circuit, endpoint_circuit
+from qtg_runner.circuit import Circuit
+from qtg_runner.endpoint import HttpEndpoint
 from qtg_runner.exchanges.bybit_codes import HTTP_STATUSES, Code, Kind, lookup
 from qtg_runner.log import event
-from qtg_runner.tls import client_ssl_context
 
 __all__ = [
     "WITHDRAWAL_TERMINAL",
@@ -316,7 +316,7 @@ def _amount_text(amount: Decimal) -> str:
     return format(amount.normalize(), "f")
 
 
-class BybitClient:
+class BybitClient(HttpEndpoint):
     """One API key's client. ``client``: a shared httpx.AsyncClient (the caller
     closes it); without one this object owns its own (``aclose``). ``clock``
     returns the time in seconds (time.time): the X-BAPI-TIMESTAMP source."""
@@ -340,29 +340,16 @@ class BybitClient:
         self._secret = _Secret(api_secret)
         self.recv_window = recv_window
         self._clock = clock
-        self._owns_client = client is None
-        self._client = (
-            client
-            if client is not None
-            else httpx.AsyncClient(timeout=timeout, verify=client_ssl_context())
+        super().__init__(
+            self.base_url,
+            f"Bybit at {self.base_url}",
+            timeout=timeout,
+            client=client,
+            circuit=circuit,
         )
-        self._deadline = timeout * 2
-        """httpx's timeout bounds each read; this the whole exchange (an answer
-        dripped a byte at a time)."""
-        self.circuit = circuit or endpoint_circuit(self.base_url, f"Bybit at {self.base_url}")
 
     def __repr__(self) -> str:
         return f"BybitClient({self.base_url!r}, key={self.api_key!r})"
-
-    async def aclose(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
-
-    async def __aenter__(self) -> BybitClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # -- transport -------------------------------------------------------------
 
