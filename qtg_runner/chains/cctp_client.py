@@ -255,8 +255,7 @@ class IrisAnswer:
 
 class IrisClient(HttpEndpoint):
     """``GET /v2/messages/{sourceDomain}?transactionHash=``, read as the
-    executors need it. ``client``: a shared httpx.AsyncClient (then the caller
-    closes it); without one, this object owns a client of its own (``aclose``)."""
+    executors need it; its httpx client, circuit and deadline as HttpEndpoint's."""
 
     def __init__(
         self,
@@ -271,31 +270,42 @@ class IrisClient(HttpEndpoint):
             self._base, f"Iris at {self._base}", timeout=timeout, client=client, circuit=circuit
         )
 
-    async def _get(self, path: str, params: dict[str, str]) -> httpx.Response:
-        """One GET, its answer or silence told to the circuit."""
+    async def _send(self, method: str, path: str, **request: Any) -> httpx.Response:
+        """One request, its answer or silence told to the circuit."""
         async with self.circuit.watching(self._deadline):
-            return await self._client.get(self._base + path, params=params)
+            return await self._client.request(method, self._base + path, **request)
 
     async def _nobodys_burn(self) -> httpx.Response:
         """The lookup of a hash nobody burnt in, on domain 0: whatever Iris
         answers (404, an empty list, a 400) is an answer."""
-        return await self._get("/v2/messages/0", {"transactionHash": "0x" + "00" * 32})
+        return await self._send(
+            "GET", "/v2/messages/0", params={"transactionHash": "0x" + "00" * 32}
+        )
 
-    async def messages(self, source_domain: int, tx_hash: str) -> IrisAnswer:
-        """Not sent while Iris's circuit is open (qtg_runner.circuit): UNAVAILABLE."""
+    async def _answer(self, method: str, path: str, **request: Any) -> httpx.Response | IrisAnswer:
+        """A call's response for its caller to read, or the answer Iris's word
+        settles the same for every call: UNAVAILABLE while the circuit is open
+        (unsent) or with no answer, RATE_LIMITED for a 429, NOT_FOUND for a 404."""
         refusal = self.circuit.refusal(self._nobodys_burn)
         if refusal is not None:
             return IrisAnswer(IrisStatus.UNAVAILABLE, detail=refusal)
         try:
-            response = await self._get(
-                f"/v2/messages/{source_domain}", {"transactionHash": tx_hash}
-            )
+            response = await self._send(method, path, **request)
         except (httpx.HTTPError, TimeoutError) as exc:
             return IrisAnswer(IrisStatus.UNAVAILABLE, detail=f"{type(exc).__name__}")
         if response.status_code == 429:
             return _rate_limited(response)
         if response.status_code == 404:
             return IrisAnswer(IrisStatus.NOT_FOUND, detail="HTTP 404")
+        return response
+
+    async def messages(self, source_domain: int, tx_hash: str) -> IrisAnswer:
+        """Not sent while Iris's circuit is open (qtg_runner.circuit): UNAVAILABLE."""
+        response = await self._answer(
+            "GET", f"/v2/messages/{source_domain}", params={"transactionHash": tx_hash}
+        )
+        if isinstance(response, IrisAnswer):
+            return response
         if response.status_code != 200:
             return IrisAnswer(IrisStatus.UNAVAILABLE, detail=f"HTTP {response.status_code}")
         try:
@@ -321,18 +331,9 @@ class IrisClient(HttpEndpoint):
         is signed), NOT_FOUND for a nonce it does not know (404), RATE_LIMITED,
         or UNAVAILABLE (unreachable, the circuit open, any other answer, with
         the status and Iris's words in ``detail``)."""
-        refusal = self.circuit.refusal(self._nobodys_burn)
-        if refusal is not None:
-            return IrisAnswer(IrisStatus.UNAVAILABLE, detail=refusal)
-        try:
-            async with self.circuit.watching(self._deadline):
-                response = await self._client.post(f"{self._base}/v2/reattest/{nonce}", json={})
-        except (httpx.HTTPError, TimeoutError) as exc:
-            return IrisAnswer(IrisStatus.UNAVAILABLE, detail=f"{type(exc).__name__}")
-        if response.status_code == 429:
-            return _rate_limited(response)
-        if response.status_code == 404:
-            return IrisAnswer(IrisStatus.NOT_FOUND, detail="HTTP 404")
+        response = await self._answer("POST", f"/v2/reattest/{nonce}", json={})
+        if isinstance(response, IrisAnswer):
+            return response
         if response.status_code == 200:
             return IrisAnswer(IrisStatus.COMPLETE)
         return IrisAnswer(

@@ -387,8 +387,7 @@ def _checked_hash(tx_hash: str) -> str:
 
 
 class EvmRpc(HttpEndpoint):
-    """One node's JSON-RPC. ``client``: a shared httpx.AsyncClient (then the caller
-    closes it); without one, this object owns a client of its own (``aclose``)."""
+    """One node's JSON-RPC; its httpx client, circuit and deadline as HttpEndpoint's."""
 
     def __init__(
         self,

@@ -317,9 +317,9 @@ def _amount_text(amount: Decimal) -> str:
 
 
 class BybitClient(HttpEndpoint):
-    """One API key's client. ``client``: a shared httpx.AsyncClient (the caller
-    closes it); without one this object owns its own (``aclose``). ``clock``
-    returns the time in seconds (time.time): the X-BAPI-TIMESTAMP source."""
+    """One API key's client; its httpx client, circuit and deadline as
+    HttpEndpoint's. ``clock`` returns the time in seconds (time.time): the
+    X-BAPI-TIMESTAMP source."""
 
     def __init__(
         self,
