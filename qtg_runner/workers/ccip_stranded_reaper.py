@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -103,28 +103,8 @@ async def run_round(
     acted = 0
     try:
         for row in rows:
-            try:
-                acted += await _reap(ctx, row, environ, rpcs, keeper, iris, before_broadcast)
-            except (EvmRpcError, FeeCapExceeded, SignerError, ValueError) as exc:
-                ctx.log(
-                    logging.WARNING,
-                    "ccip_reaper_left",
-                    worker_id,
-                    node=row.node_id,
-                    message_id=row.message_id,
-                    error=f"{type(exc).__name__}: {exc}"[:300],
-                )
-            except psycopg.Error as exc:
-                if exc.sqlstate not in REFUSALS:
-                    raise
-                ctx.log(
-                    logging.WARNING,
-                    "ccip_reaper_refused",
-                    worker_id,
-                    node=row.node_id,
-                    sqlstate=exc.sqlstate,
-                    error=(exc.diag.message_primary or str(exc))[:300],
-                )
+            reaping = _reap(ctx, row, environ, rpcs, keeper, iris, before_broadcast)
+            acted += await _guarded(ctx, worker_id, row, reaping)
     finally:
         for rpc in rpcs.values():
             await rpc.aclose()
@@ -135,6 +115,25 @@ async def run_round(
 
 batch: BatchFunction = run_round
 """The registry's batch: one round with its defaults."""
+
+
+async def _guarded(
+    ctx: WorkerContext, worker_id: str, row: procs.StrandedCcipSend, reaping: Awaitable[int]
+) -> int:
+    """One message's reaping; what the chain, a signer, the fee cap or a refusal
+    says stops only it, logged as ccip_reaper_left or ccip_reaper_refused."""
+    try:
+        return await reaping
+    except (EvmRpcError, FeeCapExceeded, SignerError, ValueError) as exc:
+        name = "ccip_reaper_left"
+        why = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    except psycopg.Error as exc:
+        if exc.sqlstate not in REFUSALS:
+            raise
+        name = "ccip_reaper_refused"
+        why = {"sqlstate": exc.sqlstate, "error": (exc.diag.message_primary or str(exc))[:300]}
+    ctx.log(logging.WARNING, name, worker_id, node=row.node_id, message_id=row.message_id, **why)
+    return 0
 
 
 def _log(
