@@ -226,6 +226,9 @@ INTERNAL = {
     "check_arrays",
     "refuse_four_eyes",
     "engine_next_nonce",
+    "check_registry_name",
+    "audit_registry",
+    "registry_address",
 }
 COMMON = {
     "clock": "runner operator reader",

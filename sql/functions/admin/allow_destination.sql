@@ -10,11 +10,9 @@ CREATE OR REPLACE FUNCTION allow_destination(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_address  text;
+    v_address  text := registry_address('allow_destination', p_chain_key, p_address);
     v_previous allowed_destinations;
 BEGIN
-    PERFORM registered_chain('allow_destination', p_chain_key);
-    v_address := evm_address('allow_destination: address', p_address);
     IF p_label IS NULL OR btrim(p_label) = '' OR length(p_label) > 200 THEN
         RAISE EXCEPTION 'allow_destination: % needs a label of 1 to 200 characters', v_address
             USING ERRCODE = 'QT002', HINT = 'Say whose address it is (e.g. Bybit deposit, main account).';
@@ -27,8 +25,7 @@ BEGIN
     INSERT INTO allowed_destinations (chain_key, address, label, added_by, added_at)
     VALUES (p_chain_key, v_address, p_label, session_user, clock())
     ON CONFLICT (chain_key, address) DO UPDATE SET label = excluded.label;
-    PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL, 'destination_allowed', NULL, NULL,
-                               jsonb_build_object('address', v_address, 'label', p_label,
-                                                  'previous_label', v_previous.label))::qtg.audit_event]);
+    PERFORM audit_registry(p_chain_key, 'destination_allowed',
+                           jsonb_build_object('address', v_address, 'label', p_label, 'previous_label', v_previous.label));
 END
 $$;

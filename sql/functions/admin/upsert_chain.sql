@@ -24,11 +24,8 @@ DECLARE
     v_max_fee  numeric;
     v_tip      numeric;
 BEGIN
-    IF p_chain_key IS NULL OR p_chain_key !~ '^[a-z][a-z0-9-]{0,62}$' THEN
-        RAISE EXCEPTION 'upsert_chain: chain key must be lower-case letters, digits and -, got %',
-                        coalesce(quote_literal(left(p_chain_key, 80)), 'NULL')
-            USING ERRCODE = 'QT002', HINT = 'Use a key like base, arbitrum or local-a.';
-    END IF;
+    PERFORM check_registry_name('upsert_chain: chain key must be lower-case letters, digits and -', p_chain_key,
+                                '^[a-z][a-z0-9-]{0,62}$', 'Use a key like base, arbitrum or local-a.');
     IF p_chain_id IS NULL OR p_chain_id <= 0 THEN
         RAISE EXCEPTION 'upsert_chain: chain id of % must be positive, got %', p_chain_key, coalesce(p_chain_id::text, 'NULL')
             USING ERRCODE = 'QT002', HINT = 'Give the chain''s EIP-155 chain id (eth_chainId).';
@@ -87,12 +84,10 @@ BEGIN
            max_fee_per_gas          = excluded.max_fee_per_gas,
            max_priority_fee_per_gas = excluded.max_priority_fee_per_gas,
            updated_at               = excluded.updated_at;
-    PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL,
-                               CASE WHEN v_previous.chain_key IS NULL THEN 'chain_registered' ELSE 'chain_updated' END,
-                               NULL, NULL,
-                               jsonb_build_object('chain_id', p_chain_id, 'rpc_url_env', p_rpc_url_env,
-                                                  'finality_depth', p_finality_depth,
-                                                  'block_time_ms', p_block_time_ms, 'max_fee_per_gas', v_max_fee,
-                                                  'max_priority_fee_per_gas', v_tip))::qtg.audit_event]);
+    PERFORM audit_registry(p_chain_key,
+                           CASE WHEN v_previous.chain_key IS NULL THEN 'chain_registered' ELSE 'chain_updated' END,
+                           jsonb_build_object('chain_id', p_chain_id, 'rpc_url_env', p_rpc_url_env,
+                                              'finality_depth', p_finality_depth, 'block_time_ms', p_block_time_ms,
+                                              'max_fee_per_gas', v_max_fee, 'max_priority_fee_per_gas', v_tip));
 END
 $$;

@@ -26,11 +26,8 @@ DECLARE
 BEGIN
     PERFORM registered_chain('upsert_chain_protocol', p_chain_key);
     v_max := CASE p_protocol WHEN 'ccip' THEN 18446744073709551615 ELSE 4294967295 END;
-    IF p_protocol IS NULL OR p_protocol NOT IN ('cctp', 'ccip', 'stargate') THEN
-        RAISE EXCEPTION 'upsert_chain_protocol: protocol must be cctp, ccip or stargate, got %',
-                        coalesce(quote_literal(left(p_protocol, 80)), 'NULL')
-            USING ERRCODE = 'QT002', HINT = 'Name one of the protocols the executors speak.';
-    END IF;
+    PERFORM check_registry_name('upsert_chain_protocol: protocol must be cctp, ccip or stargate', p_protocol,
+                                '^(cctp|ccip|stargate)$', 'Name one of the protocols the executors speak.');
     IF p_remote_id IS NULL OR p_remote_id = 'NaN' OR p_remote_id < 0 OR p_remote_id > v_max
        OR p_remote_id <> trunc(p_remote_id) THEN
         RAISE EXCEPTION 'upsert_chain_protocol: the % id of % must be a whole number from 0 to %, got %',
@@ -67,10 +64,9 @@ BEGIN
     VALUES (p_chain_key, p_protocol, p_remote_id, v_contracts, clock())
     ON CONFLICT (chain_key, protocol) DO UPDATE
        SET remote_id = excluded.remote_id, contracts = excluded.contracts, updated_at = excluded.updated_at;
-    PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL, 'protocol_set', NULL, NULL,
-                               jsonb_strip_nulls(jsonb_build_object(
-                                   'protocol', p_protocol, 'remote_id', p_remote_id, 'contracts', v_contracts,
-                                   'previous_remote_id', v_previous.remote_id,
-                                   'previous_contracts', v_previous.contracts)))::qtg.audit_event]);
+    PERFORM audit_registry(p_chain_key, 'protocol_set',
+                           jsonb_strip_nulls(jsonb_build_object(
+                               'protocol', p_protocol, 'remote_id', p_remote_id, 'contracts', v_contracts,
+                               'previous_remote_id', v_previous.remote_id, 'previous_contracts', v_previous.contracts)));
 END
 $$;

@@ -15,11 +15,8 @@ DECLARE
     v_previous chain_tokens;
 BEGIN
     PERFORM registered_chain('upsert_chain_token', p_chain_key);
-    IF p_symbol IS NULL OR p_symbol !~ '^[A-Za-z0-9.]{1,16}$' THEN
-        RAISE EXCEPTION 'upsert_chain_token: symbol must be 1 to 16 letters, digits or dots, got %',
-                        coalesce(quote_literal(left(p_symbol, 80)), 'NULL')
-            USING ERRCODE = 'QT002', HINT = 'Use the token''s ticker, e.g. USDC.';
-    END IF;
+    PERFORM check_registry_name('upsert_chain_token: symbol must be 1 to 16 letters, digits or dots', p_symbol,
+                                '^[A-Za-z0-9.]{1,16}$', 'Use the token''s ticker, e.g. USDC.');
     v_address := evm_address('upsert_chain_token: token address', p_address);
     IF p_decimals IS NULL OR p_decimals NOT BETWEEN 0 AND 36 THEN
         RAISE EXCEPTION 'upsert_chain_token: decimals of % must be 0 to 36, got %', p_symbol, coalesce(p_decimals::text, 'NULL')
@@ -39,9 +36,8 @@ BEGIN
     VALUES (p_chain_key, p_symbol, v_address, p_decimals, clock())
     ON CONFLICT (chain_key, symbol) DO UPDATE
        SET address = excluded.address, decimals = excluded.decimals, updated_at = excluded.updated_at;
-    PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL, 'token_set', NULL, NULL,
-                               jsonb_build_object('symbol', p_symbol, 'address', v_address,
-                                                  'decimals', p_decimals,
-                                                  'previous_address', v_previous.address))::qtg.audit_event]);
+    PERFORM audit_registry(p_chain_key, 'token_set',
+                           jsonb_build_object('symbol', p_symbol, 'address', v_address, 'decimals', p_decimals,
+                                              'previous_address', v_previous.address));
 END
 $$;

@@ -18,16 +18,11 @@ AS $$
 DECLARE
     v_previous exchange_venues;
 BEGIN
-    IF p_venue_key IS NULL OR p_venue_key !~ '^[a-z][a-z0-9-]{0,62}$' THEN
-        RAISE EXCEPTION 'upsert_exchange_venue: a venue key is a lower-case letter then up to 62 lower-case letters, digits or -, got %',
-                        coalesce(quote_literal(left(p_venue_key, 80)), 'NULL')
-            USING ERRCODE = 'QT002', HINT = 'Name the venue as plans will, e.g. bybit.';
-    END IF;
-    IF p_kind IS NULL OR p_kind NOT IN ('bybit') THEN
-        RAISE EXCEPTION 'upsert_exchange_venue: the kind of % must be bybit, got %', p_venue_key,
-                        coalesce(quote_literal(left(p_kind, 80)), 'NULL')
-            USING ERRCODE = 'QT002', HINT = 'Name the API the venue speaks: bybit (Bybit v5).';
-    END IF;
+    PERFORM check_registry_name('upsert_exchange_venue: a venue key is a lower-case letter then up to 62 lower-case '
+                                'letters, digits or -', p_venue_key, '^[a-z][a-z0-9-]{0,62}$',
+                                'Name the venue as plans will, e.g. bybit.');
+    PERFORM check_registry_name(format('upsert_exchange_venue: the kind of %s must be bybit', p_venue_key), p_kind,
+                                '^bybit$', 'Name the API the venue speaks: bybit (Bybit v5).');
     IF p_base_url_env IS NULL OR p_base_url_env !~ '^[A-Z][A-Z0-9_]{0,127}$'
        OR p_key_file_env IS NULL OR p_key_file_env !~ '^[A-Z][A-Z0-9_]{0,127}$' THEN
         -- the values are not echoed: one may be the URL or the key itself
@@ -46,11 +41,10 @@ BEGIN
     ON CONFLICT (venue_key) DO UPDATE
        SET kind = excluded.kind, base_url_env = excluded.base_url_env,
            key_file_env = excluded.key_file_env, updated_at = excluded.updated_at;
-    PERFORM write_audit(ARRAY[(NULL, 'chain', p_venue_key, NULL, 'venue_set', NULL, NULL,
-                               jsonb_strip_nulls(jsonb_build_object(
-                                   'kind', p_kind, 'base_url_env', p_base_url_env, 'key_file_env', p_key_file_env,
-                                   'previous_kind', v_previous.kind,
-                                   'previous_base_url_env', v_previous.base_url_env,
-                                   'previous_key_file_env', v_previous.key_file_env)))::qtg.audit_event]);
+    PERFORM audit_registry(p_venue_key, 'venue_set',
+                           jsonb_strip_nulls(jsonb_build_object(
+                               'kind', p_kind, 'base_url_env', p_base_url_env, 'key_file_env', p_key_file_env,
+                               'previous_kind', v_previous.kind, 'previous_base_url_env', v_previous.base_url_env,
+                               'previous_key_file_env', v_previous.key_file_env)));
 END
 $$;

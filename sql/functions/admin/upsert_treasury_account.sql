@@ -11,11 +11,9 @@ CREATE OR REPLACE FUNCTION upsert_treasury_account(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_address  text;
+    v_address  text := registry_address('upsert_treasury_account', p_chain_key, p_address);
     v_previous treasury_accounts;
 BEGIN
-    PERFORM registered_chain('upsert_treasury_account', p_chain_key);
-    v_address := evm_address('upsert_treasury_account: address', p_address);
     IF p_signer_id IS NULL OR p_signer_id !~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$' THEN
         -- not echoed: a key pasted here by mistake must not reach a log
         RAISE EXCEPTION 'upsert_treasury_account: the signer id of % must be up to 128 letters, digits and _.:/-', v_address
@@ -38,8 +36,8 @@ BEGIN
     VALUES (p_chain_key, v_address, p_signer_id, clock())
     ON CONFLICT (chain_key, address) DO UPDATE
        SET signer_id = excluded.signer_id, updated_at = excluded.updated_at;
-    PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL, 'treasury_account_set', NULL, NULL,
-                               jsonb_build_object('address', v_address, 'signer_id', p_signer_id,
-                                                  'previous_signer_id', v_previous.signer_id))::qtg.audit_event]);
+    PERFORM audit_registry(p_chain_key, 'treasury_account_set',
+                           jsonb_build_object('address', v_address, 'signer_id', p_signer_id,
+                                              'previous_signer_id', v_previous.signer_id));
 END
 $$;

@@ -16,11 +16,10 @@ DECLARE
 BEGIN
     PERFORM registered_venue('upsert_venue_chain', p_venue_key);
     PERFORM registered_chain('upsert_venue_chain', p_chain_key);
-    IF p_venue_chain IS NULL OR p_venue_chain !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' THEN
-        RAISE EXCEPTION 'upsert_venue_chain: the name of % at % must be 1 to 64 letters, digits, _, . or -, got %',
-                        p_chain_key, p_venue_key, coalesce(quote_literal(left(p_venue_chain, 80)), 'NULL')
-            USING ERRCODE = 'QT002', HINT = 'Give the venue''s own name for the chain (e.g. Bybit''s ETH, BASE, ARBI).';
-    END IF;
+    PERFORM check_registry_name(format('upsert_venue_chain: the name of %s at %s must be 1 to 64 letters, digits, _, . or -',
+                                       p_chain_key, p_venue_key),
+                                p_venue_chain, '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$',
+                                'Give the venue''s own name for the chain (e.g. Bybit''s ETH, BASE, ARBI).');
     IF EXISTS (SELECT 1 FROM venue_chains
                 WHERE venue_key = p_venue_key AND venue_chain = p_venue_chain AND chain_key <> p_chain_key) THEN
         RAISE EXCEPTION 'upsert_venue_chain: % already names another chain at %', p_venue_chain, p_venue_key
@@ -35,9 +34,8 @@ BEGIN
     VALUES (p_venue_key, p_chain_key, p_venue_chain, clock())
     ON CONFLICT (venue_key, chain_key) DO UPDATE
        SET venue_chain = excluded.venue_chain, updated_at = excluded.updated_at;
-    PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL, 'venue_chain_set', NULL, NULL,
-                               jsonb_strip_nulls(jsonb_build_object(
-                                   'venue', p_venue_key, 'venue_chain', p_venue_chain,
-                                   'previous_venue_chain', v_previous.venue_chain)))::qtg.audit_event]);
+    PERFORM audit_registry(p_chain_key, 'venue_chain_set',
+                           jsonb_strip_nulls(jsonb_build_object('venue', p_venue_key, 'venue_chain', p_venue_chain,
+                                                                'previous_venue_chain', v_previous.venue_chain)));
 END
 $$;

@@ -28,11 +28,8 @@ BEGIN
         RAISE EXCEPTION 'upsert_venue_deposit_address: % has no name for chain % at %', p_venue_key, p_chain_key, p_venue_key
             USING ERRCODE = 'QT014', HINT = 'Name the chain at the venue first with upsert_venue_chain.';
     END IF;
-    IF p_coin IS NULL OR p_coin !~ '^[A-Za-z0-9.]{1,16}$' THEN
-        RAISE EXCEPTION 'upsert_venue_deposit_address: a coin is 1 to 16 letters, digits or dots, got %',
-                        coalesce(quote_literal(left(p_coin, 80)), 'NULL')
-            USING ERRCODE = 'QT002', HINT = 'Use the coin''s ticker as the venue names it, e.g. USDC.';
-    END IF;
+    PERFORM check_registry_name('upsert_venue_deposit_address: a coin is 1 to 16 letters, digits or dots', p_coin,
+                                '^[A-Za-z0-9.]{1,16}$', 'Use the coin''s ticker as the venue names it, e.g. USDC.');
     v_address := evm_address('upsert_venue_deposit_address: address', p_address);
 
     SELECT * INTO v_previous FROM venue_deposit_addresses
@@ -49,9 +46,8 @@ BEGIN
         SELECT n.id FROM movement_request_nodes n
          WHERE n.executor_key = 'evm_transfer' AND n.node_state = 'COMPLETED'   -- movement_request_nodes_transfer_to_idx
            AND (n.node_config ->> 'chain') = p_chain_key AND lower(n.node_config ->> 'to') = v_address));
-    PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL, 'venue_deposit_address_set', NULL, NULL,
-                               jsonb_strip_nulls(jsonb_build_object(
-                                   'venue', p_venue_key, 'coin', p_coin, 'address', v_address,
-                                   'previous_address', v_previous.address)))::qtg.audit_event]);
+    PERFORM audit_registry(p_chain_key, 'venue_deposit_address_set',
+                           jsonb_strip_nulls(jsonb_build_object('venue', p_venue_key, 'coin', p_coin, 'address', v_address,
+                                                                'previous_address', v_previous.address)));
 END
 $$;
