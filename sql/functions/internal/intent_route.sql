@@ -46,6 +46,9 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     c_fees CONSTANT text[] := '{gas,max_fee_per_gas,max_priority_fee_per_gas,max_fee_cap,priority_fee_cap}';
+    -- the words of a CCTP message both of its legs carry: the burn signs them, the mint checks them
+    c_cctp CONSTANT text[] := '{token_address,source_domain,destination_domain,token_messenger,message_transmitter,'
+                              'mint_recipient,amount_units,max_fee_units}';
     v_row  jsonb;
 BEGIN
     SELECT n.executor_key INTO executor_key FROM movement_request_nodes n WHERE n.id = p_node_id;
@@ -56,15 +59,12 @@ BEGIN
             extras := c_fees;
         WHEN 'cctp_burn' THEN
             SELECT to_jsonb(r) INTO v_row FROM cctp_burn_route(p_node_id) r;
-            route := jsonb_pick(v_row, '{token_address,source_domain,token_messenger,message_transmitter,'
-                                       'destination_chain,destination_domain,destination_token_messenger,'
-                                       'mint_recipient,amount_units,max_fee_units,min_finality_threshold}');
+            route := jsonb_pick(v_row, c_cctp || '{destination_chain,destination_token_messenger,'
+                                                 'min_finality_threshold}'::text[]);
             extras := c_fees;
         WHEN 'cctp_mint' THEN
             SELECT to_jsonb(r) INTO v_row FROM cctp_mint_route(p_node_id) r;
-            route := jsonb_pick(v_row, '{token_address,destination_domain,message_transmitter,token_messenger,'
-                                       'source_chain,source_domain,source_token_messenger,source_token,'
-                                       'mint_recipient,amount_units,max_fee_units}');
+            route := jsonb_pick(v_row, c_cctp || '{source_chain,source_token_messenger,source_token}'::text[]);
             extras := c_fees || '{message_nonce,fee_executed,expiration_block,reattested,source_tx_hash,'
                                 'search_from_block}'::text[];
         WHEN 'ccip' THEN
