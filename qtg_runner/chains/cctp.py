@@ -8,7 +8,10 @@ thresholds. The local double's deployment and attesters are the world's
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass
+from typing import Annotated, ClassVar, Self
 
 __all__ = [
     "BURN_BODY_LENGTH",
@@ -36,100 +39,98 @@ def address_to_bytes32(address: str) -> bytes:
     return bytes(12) + raw
 
 
-def _u(raw: bytes, start: int, size: int) -> int:
-    return int.from_bytes(raw[start : start + size], "big")
+Uint32 = Annotated[int, 4]
+Uint256 = Annotated[int, 32]
+Bytes32 = Annotated[bytes, 32]
+"""The widths of a message's fixed fields; its last field, plain ``bytes``, is the rest."""
+
+
+_Layout = tuple[tuple[str, int | None, bool], ...]
+_LAYOUTS: dict[type, _Layout] = {}
+
+
+def _layout(cls: type) -> _Layout:
+    """(name, width, is an integer) of each field of ``cls`` in order, from its
+    annotations; the width None for the last, which takes the rest. Read once
+    per class."""
+    known = _LAYOUTS.get(cls)
+    if known is not None:
+        return known
+    hints = typing.get_type_hints(cls, include_extras=True)
+    fields = []
+    for field in dataclasses.fields(cls):
+        hint = hints[field.name]
+        if typing.get_origin(hint) is Annotated:
+            base, width = typing.get_args(hint)
+            fields.append((field.name, width, base is int))
+        else:
+            fields.append((field.name, None, False))
+    assert all(width is not None for _, width, _ in fields[:-1]), "only the last field is open"
+    layout = _LAYOUTS[cls] = tuple(fields)
+    return layout
+
+
+class _Packed:
+    """A part of a CCTP message, its fields one after another as its annotations
+    lay them out: big-endian integers and byte strings of a fixed width
+    (Uint32, Uint256, Bytes32), then the rest. One codec for the header and the
+    burn body, so that neither writes its offsets by hand."""
+
+    what: ClassVar[str]
+    """How an error names it ("a CCTP v2 message")."""
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        layout = _layout(cls)
+        fixed = sum(width or 0 for _, width, _ in layout)
+        if len(raw) < fixed:
+            raise ValueError(f"{cls.what} is at least {fixed} bytes, not {len(raw)}")
+        values: dict[str, int | bytes] = {}
+        start = 0
+        for name, width, is_int in layout:
+            end = len(raw) if width is None else start + width
+            values[name] = int.from_bytes(raw[start:end], "big") if is_int else raw[start:end]
+            start = end
+        return cls(**values)
+
+    def encode(self) -> bytes:
+        parts = []
+        for name, width, is_int in _layout(type(self)):
+            value = getattr(self, name)
+            parts.append(value.to_bytes(width, "big") if is_int else value)
+        return b"".join(parts)
 
 
 @dataclass(frozen=True)
-class CctpMessage:
+class CctpMessage(_Packed):
     """A CCTP v2 message (the layout MessageTransmitterV2 sends and receives)."""
 
-    version: int
-    source_domain: int
-    destination_domain: int
-    nonce: bytes
-    sender: bytes
-    recipient: bytes
-    destination_caller: bytes
-    min_finality_threshold: int
-    finality_threshold_executed: int
+    what = "a CCTP v2 message"
+
+    version: Uint32
+    source_domain: Uint32
+    destination_domain: Uint32
+    nonce: Bytes32
+    sender: Bytes32
+    recipient: Bytes32
+    destination_caller: Bytes32
+    min_finality_threshold: Uint32
+    finality_threshold_executed: Uint32
     body: bytes
-
-    @classmethod
-    def decode(cls, raw: bytes) -> CctpMessage:
-        if len(raw) < MESSAGE_HEADER_LENGTH:
-            raise ValueError(f"a CCTP v2 message is at least 148 bytes, not {len(raw)}")
-        return cls(
-            version=_u(raw, 0, 4),
-            source_domain=_u(raw, 4, 4),
-            destination_domain=_u(raw, 8, 4),
-            nonce=raw[12:44],
-            sender=raw[44:76],
-            recipient=raw[76:108],
-            destination_caller=raw[108:140],
-            min_finality_threshold=_u(raw, 140, 4),
-            finality_threshold_executed=_u(raw, 144, 4),
-            body=raw[148:],
-        )
-
-    def encode(self) -> bytes:
-        return b"".join(
-            (
-                self.version.to_bytes(4, "big"),
-                self.source_domain.to_bytes(4, "big"),
-                self.destination_domain.to_bytes(4, "big"),
-                self.nonce,
-                self.sender,
-                self.recipient,
-                self.destination_caller,
-                self.min_finality_threshold.to_bytes(4, "big"),
-                self.finality_threshold_executed.to_bytes(4, "big"),
-                self.body,
-            )
-        )
 
 
 @dataclass(frozen=True)
-class BurnBody:
+class BurnBody(_Packed):
     """The body of a v2 burn message (TokenMessengerV2's)."""
 
-    version: int
-    burn_token: bytes
-    mint_recipient: bytes
-    amount: int
-    message_sender: bytes
-    max_fee: int
-    fee_executed: int
-    expiration_block: int
+    what = "a v2 burn body"
+
+    version: Uint32
+    burn_token: Bytes32
+    mint_recipient: Bytes32
+    amount: Uint256
+    message_sender: Bytes32
+    max_fee: Uint256
+    fee_executed: Uint256
+    expiration_block: Uint256
     hook_data: bytes
-
-    @classmethod
-    def decode(cls, raw: bytes) -> BurnBody:
-        if len(raw) < BURN_BODY_LENGTH:
-            raise ValueError(f"a v2 burn body is at least 228 bytes, not {len(raw)}")
-        return cls(
-            version=_u(raw, 0, 4),
-            burn_token=raw[4:36],
-            mint_recipient=raw[36:68],
-            amount=_u(raw, 68, 32),
-            message_sender=raw[100:132],
-            max_fee=_u(raw, 132, 32),
-            fee_executed=_u(raw, 164, 32),
-            expiration_block=_u(raw, 196, 32),
-            hook_data=raw[228:],
-        )
-
-    def encode(self) -> bytes:
-        return b"".join(
-            (
-                self.version.to_bytes(4, "big"),
-                self.burn_token,
-                self.mint_recipient,
-                self.amount.to_bytes(32, "big"),
-                self.message_sender,
-                self.max_fee.to_bytes(32, "big"),
-                self.fee_executed.to_bytes(32, "big"),
-                self.expiration_block.to_bytes(32, "big"),
-                self.hook_data,
-            )
-        )
