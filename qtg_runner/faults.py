@@ -98,6 +98,26 @@ def classify_code(code: str) -> Failure:
     return Failure.STALE if code in STALE_CODES else Failure.POISON
 
 
+async def refused(
+    ctx: WorkerContext,
+    level: int,
+    name: str,
+    worker: str,
+    work: NodeWork,
+    /,
+    *,
+    step: str,
+    code: str,
+    message: str | None,
+) -> None:
+    """A batch call's refusal of one node (its row's error ``code`` and
+    ``message``), logged as ``name``: the node quarantined when the engine
+    refused its own data (POISON), else (STALE) left to its owner."""
+    node_event(level, name, worker, work, step=step, code=code, error=message)
+    if classify_code(code) is Failure.POISON:
+        await quarantine(ctx, worker, [work], step, f"{code}: {message}")
+
+
 def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 

@@ -48,9 +48,9 @@ from qtg_runner.faults import (
     Failure,
     NoAnswer,
     classify,
-    classify_code,
     describe,
     quarantine,
+    refused,
     within,
 )
 from qtg_runner.log import node_event
@@ -580,19 +580,16 @@ class Dispatch:
         assert row.node_id == work.node_id, "batch rows come back in input order"
         if row.error_code is None:
             return True
-        node_event(
+        await refused(
+            self.ctx,
             logging.WARNING,
             "dispatch_refused",
             WORKER,
             work,
             step=step,
             code=row.error_code,
-            error=row.error_message,
+            message=row.error_message,
         )
-        if classify_code(row.error_code) is Failure.POISON:
-            await quarantine(
-                self.ctx, WORKER, [work], step, f"{row.error_code}: {row.error_message}"
-            )
         return False
 
 

@@ -37,9 +37,9 @@ from qtg_runner.faults import (
     Failure,
     NoAnswer,
     classify,
-    classify_code,
     describe,
     quarantine,
+    refused,
     within,
 )
 from qtg_runner.log import missing_executor, node_event
@@ -135,19 +135,16 @@ async def _reported(
     the node's own data (its claim is still its own: the refusal changed nothing)."""
     assert row.node_id == work.node_id, "batch rows come back in input order"
     if row.error_code is not None:
-        node_event(
+        await refused(
+            ctx,
             logging.ERROR,
             "observe_refused",
             WORKER,
             work,
             step="complete_observe",
             code=row.error_code,
-            error=row.error_message,
+            message=row.error_message,
         )
-        if classify_code(row.error_code) is Failure.POISON:
-            await quarantine(
-                ctx, WORKER, [work], "complete_observe", f"{row.error_code}: {row.error_message}"
-            )
         return
     if row.node_state != procs.NodeState.OBSERVING:
         node_event(
