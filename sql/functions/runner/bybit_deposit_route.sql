@@ -23,31 +23,29 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_config  jsonb;
-    v_amount  numeric;
-    v_venue   exchange_venues;
-    v_name    text;
-    v_coin    text;
-    v_address text;
+    v_what   text := format('bybit_deposit_route: node %s', coalesce(p_node_id::text, 'NULL'));
+    v_config jsonb;
+    v_amount numeric;
+    v_venue  exchange_venues;
+    v_name   text;
+    v_coin   text;
 BEGIN
     SELECT * INTO v_config, v_amount
-      FROM route_node(p_node_id, ARRAY['venue', 'chain'],
-                      format('bybit_deposit_route: node %s does not exist', coalesce(p_node_id::text, 'NULL')),
-                      'Pass the id of a node of a bybit_deposit step.',
-                      format('bybit_deposit_route: node %s has no venue and chain in its config', p_node_id),
+      FROM route_node(p_node_id, ARRAY['venue', 'chain'], v_what || ' does not exist',
+                      'Pass the id of a node of a bybit_deposit step.', v_what || ' has no venue and chain in its config',
                       'A bybit_deposit step names its venue and chain (and coin, USDC unless given).');
     v_coin := coalesce(v_config ->> 'coin', 'USDC');
-    v_venue := route_venue(format('bybit_deposit_route: node %s', p_node_id), v_config ->> 'venue');
-    v_name := route_venue_chain(format('bybit_deposit_route: node %s', p_node_id), v_venue.venue_key,
-                                v_config ->> 'chain', quote_literal(left(v_config ->> 'chain', 80)));
-    SELECT d.address INTO v_address FROM venue_deposit_addresses d
-     WHERE d.venue_key = v_venue.venue_key AND d.chain_key = v_config ->> 'chain' AND d.coin = v_coin;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'bybit_deposit_route: node %: venue % has no deposit address for % on chain %', p_node_id,
-                        v_venue.venue_key, quote_literal(left(v_coin, 80)), v_config ->> 'chain'
-            USING ERRCODE = 'QT014', HINT = 'The admin records it with upsert_venue_deposit_address.';
-    END IF;
+    v_venue := route_venue(v_what, v_config ->> 'venue');
+    v_name := route_venue_chain(v_what, v_venue.venue_key, v_config ->> 'chain',
+                                quote_literal(left(v_config ->> 'chain', 80)));
     RETURN QUERY SELECT v_venue.venue_key, v_venue.kind, v_venue.base_url_env, v_venue.key_file_env,
-                        v_config ->> 'chain', v_name, v_coin, v_address, trim_scale(v_amount)::text;
+                        v_config ->> 'chain', v_name, v_coin,
+                        registry_row((SELECT d.address FROM venue_deposit_addresses d
+                                       WHERE d.venue_key = v_venue.venue_key AND d.chain_key = v_config ->> 'chain'
+                                         AND d.coin = v_coin),
+                                     format('%s: venue %s has no deposit address for %s on chain %s', v_what,
+                                            v_venue.venue_key, quote_literal(left(v_coin, 80)), v_config ->> 'chain'),
+                                     'The admin records it with upsert_venue_deposit_address.'),
+                        trim_scale(v_amount)::text;
 END
 $$;

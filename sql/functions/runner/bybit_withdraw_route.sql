@@ -39,6 +39,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_what      text := format('bybit_withdraw_route: node %s', coalesce(p_node_id::text, 'NULL'));
     v_config    jsonb;
     v_amount    numeric;
     v_venue     exchange_venues;
@@ -46,36 +47,28 @@ DECLARE
     v_name      text;
     v_token     chain_tokens;
     v_recipient text;
-    v_kind      text;
-    v_units     numeric;
 BEGIN
     SELECT * INTO v_config, v_amount
-      FROM route_node(p_node_id, ARRAY['venue', 'coin', 'chain', 'to'],
-                      format('bybit_withdraw_route: node %s does not exist', coalesce(p_node_id::text, 'NULL')),
+      FROM route_node(p_node_id, ARRAY['venue', 'coin', 'chain', 'to'], v_what || ' does not exist',
                       'Pass the id of a node of a bybit_withdraw step.',
-                      format('bybit_withdraw_route: node %s has no venue, coin, chain and to in its config', p_node_id),
+                      v_what || ' has no venue, coin, chain and to in its config',
                       'A bybit_withdraw step names its venue, coin, chain and to.');
-    v_recipient := evm_address(format('bybit_withdraw_route: node %s: to', p_node_id), v_config ->> 'to');
+    v_recipient := evm_address(v_what || ': to', v_config ->> 'to');
 
-    v_venue := route_venue(format('bybit_withdraw_route: node %s', p_node_id), v_config ->> 'venue');
-    v_chain := route_chain(format('bybit_withdraw_route: node %s: chain', p_node_id), v_config ->> 'chain');
-    v_name := route_venue_chain(format('bybit_withdraw_route: node %s', p_node_id), v_venue.venue_key,
-                                v_chain.chain_key, v_chain.chain_key);
-    SELECT * INTO v_token FROM chain_tokens t
-     WHERE t.chain_key = v_chain.chain_key AND t.symbol = v_config ->> 'coin';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'bybit_withdraw_route: node %: coin % is not a registered token of chain %', p_node_id,
-                        quote_literal(left(v_config ->> 'coin', 80)), v_chain.chain_key
-            USING ERRCODE = 'QT014', HINT = 'The chain_tokens table lists the tokens of each chain.';
-    END IF;
-    v_kind := destination_kind(format('bybit_withdraw_route: node %s: to', p_node_id), v_chain.chain_key, v_recipient);
-    v_units := token_units(format('bybit_withdraw_route: node %s: amount', p_node_id), v_amount, v_token);
+    v_venue := route_venue(v_what, v_config ->> 'venue');
+    v_chain := route_chain(v_what || ': chain', v_config ->> 'chain');
+    v_name := route_venue_chain(v_what, v_venue.venue_key, v_chain.chain_key, v_chain.chain_key);
+    v_token := registry_row((SELECT t FROM chain_tokens t WHERE t.chain_key = v_chain.chain_key
+                                                            AND t.symbol = v_config ->> 'coin'),
+                            format('%s: coin %s is not a registered token of chain %s', v_what,
+                                   coalesce(quote_literal(left(v_config ->> 'coin', 80)), '<NULL>'), v_chain.chain_key),
+                            'The chain_tokens table lists the tokens of each chain.');
     RETURN QUERY SELECT v_venue.venue_key, v_venue.kind, v_venue.base_url_env, v_venue.key_file_env,
                         v_venue.request_salt, v_chain.chain_key, v_name, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
                         v_chain.block_time_ms, v_token.symbol, v_token.address, v_token.decimals,
-                        v_recipient, v_kind,
+                        v_recipient, destination_kind(v_what || ': to', v_chain.chain_key, v_recipient),
                         -- the exchange's decimal string: no exponent, no trailing zeros
                         trim_scale(v_amount)::text,
-                        v_units;
+                        token_units(v_what || ': amount', v_amount, v_token);
 END
 $$;
