@@ -134,6 +134,7 @@ INLINE = {
     "balance_change",
     "balance_decided",
     "apply_mask",
+    "apply_rounds",
 }
 """Internal helpers PostgreSQL inlines (no search_path of their own): granted to nobody."""
 INTERNAL = {
@@ -215,6 +216,7 @@ INTERNAL = {
     "node_balance_effects",
     "balance_expectations",
     "apply_refusal",
+    "apply_answers",
     "check_reason",
     "route_node",
     "route_chain",

@@ -59,12 +59,8 @@ DECLARE
     v_n        integer := coalesce(cardinality(p_node_ids), 0);
     v_codes    text[];
     v_messages text[];
-    v_states   qtg.node_state[];
-    v_phases   qtg.observe_phase[];
-    v_next     timestamptz[];
     v_done     bigint[];   -- the nodes finished here,
     v_done_by  text[];     -- and their claimers
-    v_mask     text[];     -- NULL for each node this round applies
     v_round    integer;
 BEGIN
     PERFORM check_arrays('complete_observe_batch', v_n,
@@ -103,13 +99,8 @@ BEGIN
     -- each node's report on its own (apply_each, as complete_submit_batch
     -- does): should one node break a rule inside the engine, the statement runs
     -- again for one node at a time, and that node alone is refused (QT050)
-    v_states := array_fill(NULL::qtg.node_state, ARRAY[v_n]);
-    v_phases := array_fill(NULL::qtg.observe_phase, ARRAY[v_n]);
-    v_next := array_fill(NULL::timestamptz, ARRAY[v_n]);
     <<apply_each>>
-    FOR v_round IN 0 .. v_n LOOP
-        v_mask := apply_mask(v_codes, v_round);
-        CONTINUE apply_each WHEN v_mask IS NULL;  -- a node refused already
+    FOREACH v_round IN ARRAY apply_rounds(v_codes) LOOP
         BEGIN
             WITH given AS (
                 SELECT i.ord, i.outcome, i.evidence, n.id AS node_id, n.request_id, n.lane, n.claimed_by,
@@ -119,7 +110,8 @@ BEGIN
                                              THEN (lane_of(n.lane)).observe_error_retry_seconds END) AS hint
                   FROM unnest(p_node_ids, p_outcomes,
                               coalesce(p_evidence, array_fill(NULL::jsonb, ARRAY[v_n])),
-                              coalesce(p_retry_after_seconds, array_fill(NULL::numeric, ARRAY[v_n])), v_mask)
+                              coalesce(p_retry_after_seconds, array_fill(NULL::numeric, ARRAY[v_n])),
+                              apply_mask(v_codes, v_round))
                        WITH ORDINALITY AS i(node_id, outcome, evidence, hint, skip, ord)
                   JOIN movement_request_nodes n ON n.id = i.node_id
                  WHERE i.skip IS NULL
@@ -166,21 +158,12 @@ BEGIN
                               greatest(0, extract(epoch FROM v_now - t.observe_started_at)) AS by_seconds) s
                  WHERE t.to_state = 'COMPLETED' AND t.observe_started_at = t.submitted_at
             )
-            SELECT finished.ids, finished.actors, answers.states, answers.phases, answers.next_at
-              INTO v_done, v_done_by, v_states, v_phases, v_next
-              FROM (SELECT array_agg(t.node_id ORDER BY t.request_id, t.node_id)
-                               FILTER (WHERE t.to_state IN ('COMPLETED', 'FAILED')) AS ids,
-                           array_agg(t.claimed_by ORDER BY t.request_id, t.node_id)
-                               FILTER (WHERE t.to_state IN ('COMPLETED', 'FAILED')) AS actors
-                      FROM taken t, audited) finished,
-                   -- every element's answer: this round's, or the one it had
-                   (SELECT array_agg(coalesce(x.to_state, v_states[o.ord]) ORDER BY o.ord) AS states,
-                           array_agg(CASE WHEN x.ord IS NULL THEN v_phases[o.ord] ELSE x.phase END
-                                     ORDER BY o.ord) AS phases,
-                           array_agg(CASE WHEN x.ord IS NULL THEN v_next[o.ord]
-                                          WHEN x.to_state = 'OBSERVING' THEN x.paced_at END ORDER BY o.ord) AS next_at
-                      FROM generate_series(1, v_n) AS o(ord)
-                      LEFT JOIN taken x ON x.ord = o.ord) answers;
+            SELECT array_agg(t.node_id ORDER BY t.request_id, t.node_id)
+                       FILTER (WHERE t.to_state IN ('COMPLETED', 'FAILED')),
+                   array_agg(t.claimed_by ORDER BY t.request_id, t.node_id)
+                       FILTER (WHERE t.to_state IN ('COMPLETED', 'FAILED'))
+              INTO v_done, v_done_by
+              FROM taken t, audited;
 
             IF v_done IS NOT NULL THEN
                 PERFORM finish_nodes(v_done, v_done_by);
@@ -198,8 +181,7 @@ BEGIN
     END LOOP;
 
     RETURN QUERY
-    SELECT u.node_id, u.node_state, u.observe_phase, u.next_observe_at, u.error_code, u.error_message
-      FROM unnest(p_node_ids, v_states, v_phases, v_next, v_codes, v_messages)
-           AS u(node_id, node_state, observe_phase, next_observe_at, error_code, error_message);
+    SELECT a.node_id, a.node_state, a.observe_phase, a.next_observe_at, a.error_code, a.error_message
+      FROM apply_answers(p_node_ids, v_codes, v_messages) a;
 END
 $$;

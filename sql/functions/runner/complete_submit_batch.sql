@@ -51,10 +51,8 @@ DECLARE
     v_n        integer := coalesce(cardinality(p_node_ids), 0);
     v_codes    text[];
     v_messages text[];
-    v_states   qtg.node_state[];
     v_done     bigint[];   -- the nodes completed here,
     v_done_by  text[];     -- and their claimers
-    v_mask     text[];     -- NULL for each node this round applies
     v_round    integer;
 BEGIN
     PERFORM check_arrays('complete_submit_batch', v_n,
@@ -83,12 +81,10 @@ BEGIN
     -- engine (a constraint, a value out of range: its lane's pacing, say), it
     -- runs again for one node at a time, and a node whose own run fails is
     -- refused in its row (QT050) and left SUBMITTING while the others'
-    -- reports, whose side effects went out too, are applied
-    v_states := array_fill(NULL::qtg.node_state, ARRAY[v_n]);
+    -- reports, whose side effects went out too, are applied (apply_rounds,
+    -- apply_mask, apply_refusal; the answers: apply_answers)
     <<apply_each>>
-    FOR v_round IN 0 .. v_n LOOP
-        v_mask := apply_mask(v_codes, v_round);
-        CONTINUE apply_each WHEN v_mask IS NULL;  -- a node refused already
+    FOREACH v_round IN ARRAY apply_rounds(v_codes) LOOP
         BEGIN
             WITH taken AS (
                 SELECT i.ord, i.external_ref, i.evidence, coalesce(i.settled, false) AS settled,
@@ -97,7 +93,7 @@ BEGIN
                        pacing.phase, pacing.next_observe_at
                   FROM unnest(p_node_ids, p_external_refs,
                               coalesce(p_evidence, array_fill(NULL::jsonb, ARRAY[v_n])),
-                              coalesce(p_settled, array_fill(false, ARRAY[v_n])), v_mask)
+                              coalesce(p_settled, array_fill(false, ARRAY[v_n])), apply_mask(v_codes, v_round))
                        WITH ORDINALITY AS i(node_id, external_ref, evidence, settled, skip, ord)
                   JOIN movement_request_nodes n ON n.id = i.node_id
                   -- the first observation; a settled node is not observed, and the
@@ -139,11 +135,8 @@ BEGIN
                   FROM taken t
             )
             SELECT array_agg(t.node_id ORDER BY t.request_id, t.node_id) FILTER (WHERE t.settled),
-                   array_agg(t.claimed_by ORDER BY t.request_id, t.node_id) FILTER (WHERE t.settled),
-                   (SELECT array_agg(coalesce(x.to_state, v_states[o.ord]) ORDER BY o.ord)
-                      FROM generate_series(1, v_n) AS o(ord)
-                      LEFT JOIN taken x ON x.ord = o.ord)
-              INTO v_done, v_done_by, v_states
+                   array_agg(t.claimed_by ORDER BY t.request_id, t.node_id) FILTER (WHERE t.settled)
+              INTO v_done, v_done_by
               FROM taken t, audited;
 
             IF v_done IS NOT NULL THEN
@@ -162,7 +155,7 @@ BEGIN
     END LOOP;
 
     RETURN QUERY
-    SELECT u.node_id, u.node_state, u.error_code, u.error_message
-      FROM unnest(p_node_ids, v_states, v_codes, v_messages) AS u(node_id, node_state, error_code, error_message);
+    SELECT a.node_id, a.node_state, a.error_code, a.error_message
+      FROM apply_answers(p_node_ids, v_codes, v_messages) a;
 END
 $$;

@@ -75,8 +75,6 @@ DECLARE
     v_n        integer := coalesce(cardinality(p_node_ids), 0);
     v_codes    text[];
     v_messages text[];
-    v_intents  bigint[];
-    v_mask     text[];     -- NULL for each node this round applies
     v_round    integer;
 BEGIN
     PERFORM check_arrays('record_intent_prepared_batch', v_n, ARRAY[cardinality(p_claim_secrets)],
@@ -96,11 +94,8 @@ BEGIN
     -- each node's record on its own (apply_each, as complete_submit_batch
     -- does): should one node break a rule inside the engine, the statement runs
     -- again for one node at a time, and that node alone is refused (QT050)
-    v_intents := array_fill(NULL::bigint, ARRAY[v_n]);
     <<apply_each>>
-    FOR v_round IN 0 .. v_n LOOP
-        v_mask := apply_mask(v_codes, v_round);
-        CONTINUE apply_each WHEN v_mask IS NULL;  -- a node refused already
+    FOREACH v_round IN ARRAY apply_rounds(v_codes) LOOP
         BEGIN
             WITH given AS (
                 SELECT u.*
@@ -112,7 +107,7 @@ BEGIN
                               coalesce(p_chain_keys, array_fill(NULL::text, ARRAY[v_n])),
                               coalesce(p_senders, array_fill(NULL::text, ARRAY[v_n])),
                               coalesce(p_raw_txs, array_fill(NULL::text, ARRAY[v_n])),
-                              v_mask)
+                              apply_mask(v_codes, v_round))
                        WITH ORDINALITY AS u(node_id, nonce, signed_tx_hash, external_request_id, payload,
                                             chain_key, sender, raw_tx, skip, ord)
                  WHERE u.skip IS NULL
@@ -267,7 +262,7 @@ BEGIN
                   JOIN prepared p ON p.node_id = i.node_id
                   JOIN movement_request_nodes n ON n.id = i.node_id
             ), answered AS (
-                SELECT i.ord, p.id AS intent_id,
+                SELECT i.ord,
                        coalesce(i.refusal,
                                 CASE WHEN p.id IS NULL AND i.allocates AND a.node_id IS NULL THEN 'QT031'
                                      WHEN p.id IS NULL THEN 'QT021' END) AS code,
@@ -288,10 +283,9 @@ BEGIN
                   LEFT JOIN prepared p ON p.node_id = i.node_id
                  CROSS JOIN audited
             )
-            SELECT array_agg(coalesce(a.intent_id, v_intents[o.ord]) ORDER BY o.ord),
-                   array_agg(CASE WHEN a.ord IS NULL THEN v_codes[o.ord] ELSE a.code END ORDER BY o.ord),
+            SELECT array_agg(CASE WHEN a.ord IS NULL THEN v_codes[o.ord] ELSE a.code END ORDER BY o.ord),
                    array_agg(CASE WHEN a.ord IS NULL THEN v_messages[o.ord] ELSE a.message END ORDER BY o.ord)
-              INTO v_intents, v_codes, v_messages
+              INTO v_codes, v_messages
               FROM generate_series(1, v_n) AS o(ord)
               LEFT JOIN answered a ON a.ord = o.ord;
             EXIT apply_each WHEN v_round = 0;
@@ -307,7 +301,7 @@ BEGIN
     END LOOP;
 
     RETURN QUERY
-    SELECT u.node_id, u.intent_id, u.error_code, u.error_message
-      FROM unnest(p_node_ids, v_intents, v_codes, v_messages) AS u(node_id, intent_id, error_code, error_message);
+    SELECT a.node_id, a.intent_id, a.error_code, a.error_message
+      FROM apply_answers(p_node_ids, v_codes, v_messages) a;
 END
 $$;

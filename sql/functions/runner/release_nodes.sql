@@ -31,7 +31,6 @@ DECLARE
     v_messages text[];
     v_released bigint[];
     v_actors   text[];
-    v_mask     text[];     -- NULL for each node this round applies
     v_round    integer;
 BEGIN
     IF p_reason IS NULL OR btrim(p_reason) = '' THEN
@@ -58,9 +57,7 @@ BEGIN
     -- the engine cannot release (say its lane's wait is out of range) is
     -- refused alone (QT050) and the others are released
     <<apply_each>>
-    FOR v_round IN 0 .. v_n LOOP
-        v_mask := apply_mask(v_codes, v_round);
-        CONTINUE apply_each WHEN v_mask IS NULL;  -- a node refused already
+    FOREACH v_round IN ARRAY apply_rounds(v_codes) LOOP
         BEGIN
             WITH released AS (
                 UPDATE movement_request_nodes n
@@ -75,7 +72,7 @@ BEGIN
                        finished_at      = CASE WHEN r.stop_reason IS NOT NULL THEN v_now END,
                        last_error       = p_reason,
                        updated_at       = v_now
-                  FROM unnest(p_node_ids, v_mask) WITH ORDINALITY AS u(node_id, skip, ord),
+                  FROM unnest(p_node_ids, apply_mask(v_codes, v_round)) WITH ORDINALITY AS u(node_id, skip, ord),
                        movement_requests r
                  WHERE u.skip IS NULL
                    AND n.id = u.node_id
@@ -113,6 +110,8 @@ BEGIN
         END;
     END LOOP;
 
-    RETURN QUERY SELECT * FROM node_answers(p_node_ids, v_codes, v_messages);
+    RETURN QUERY
+    SELECT a.node_id, a.node_state, a.error_code, a.error_message
+      FROM apply_answers(p_node_ids, v_codes, v_messages) a;
 END
 $$;
