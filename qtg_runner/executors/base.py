@@ -302,6 +302,9 @@ class RecoveryResult:
     retry_after: float | None = None
 
 
+V = TypeVar("V", ObserveStatus, RecoveryOutcome)
+
+
 @dataclass(frozen=True)
 class Verdicts:
     """What an executor's readings mean for the node: the status of its work
@@ -317,13 +320,15 @@ class Verdicts:
     ) -> ObserveResult:
         """COMPLETED, FAILED, UNKNOWN, or PENDING (looked at again after
         ``retry_after``, if given)."""
-        if status == self.done:
-            return ObserveResult(ObserveStatus.COMPLETED, evidence)
-        if status == self.failed:
-            return ObserveResult(ObserveStatus.FAILED, evidence)
-        if status in self.unsettled:
-            return ObserveResult(ObserveStatus.UNKNOWN, evidence)
-        return ObserveResult(ObserveStatus.PENDING, evidence, retry_after=retry_after)
+        verdict = self._verdict(
+            status,
+            ObserveStatus.COMPLETED,
+            ObserveStatus.FAILED,
+            ObserveStatus.UNKNOWN,
+            ObserveStatus.PENDING,
+        )
+        pending = verdict is ObserveStatus.PENDING
+        return ObserveResult(verdict, evidence, retry_after=retry_after if pending else None)
 
     def recovery(
         self,
@@ -334,15 +339,26 @@ class Verdicts:
     ) -> RecoveryResult:
         """COMPLETED, FAILED, STILL_UNKNOWN, or IN_FLIGHT (the observer follows
         it from there)."""
-        if status == self.done:
-            outcome = RecoveryOutcome.COMPLETED
-        elif status == self.failed:
-            outcome = RecoveryOutcome.FAILED
-        elif status in self.unsettled:
-            outcome = RecoveryOutcome.STILL_UNKNOWN
-        else:
-            outcome = RecoveryOutcome.IN_FLIGHT
+        outcome = self._verdict(
+            status,
+            RecoveryOutcome.COMPLETED,
+            RecoveryOutcome.FAILED,
+            RecoveryOutcome.STILL_UNKNOWN,
+            RecoveryOutcome.IN_FLIGHT,
+        )
         return RecoveryResult(outcome, evidence, external_ref, retry_after)
+
+    def _verdict(self, status: str, done: V, failed: V, unsettled: V, on_its_way: V) -> V:
+        """The one reading of ``status`` that observation and recovery share,
+        each in its own words: done, failed, unsettled (for a person), or still
+        on its way."""
+        if status == self.done:
+            return done
+        if status == self.failed:
+            return failed
+        if status in self.unsettled:
+            return unsettled
+        return on_its_way
 
 
 class HealthStatus(enum.StrEnum):
