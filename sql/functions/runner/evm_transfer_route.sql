@@ -36,33 +36,30 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_what      text := format('evm_transfer_route: node %s', coalesce(p_node_id::text, 'NULL'));
     v_config    jsonb;
     v_amount    numeric;
     v_chain     chains;
     v_token     chain_tokens;
     v_sender    text;
     v_recipient text;
-    v_signer    text;
-    v_kind      text;
 BEGIN
     SELECT * INTO v_config, v_amount
-      FROM route_node(p_node_id, ARRAY['chain', 'from', 'to'],
-                      format('evm_transfer_route: node %s does not exist', coalesce(p_node_id::text, 'NULL')),
+      FROM route_node(p_node_id, ARRAY['chain', 'from', 'to'], v_what || ' does not exist',
                       'Pass the id of a node of an evm_transfer step.',
-                      format('evm_transfer_route: node %s has no chain, from and to in its config', p_node_id),
+                      v_what || ' has no chain, from and to in its config',
                       'An evm_transfer step names its chain, from and to.');
-    v_sender := evm_address(format('evm_transfer_route: node %s: from', p_node_id), v_config ->> 'from');
-    v_recipient := evm_address(format('evm_transfer_route: node %s: to', p_node_id), v_config ->> 'to');
+    v_sender := evm_address(v_what || ': from', v_config ->> 'from');
+    v_recipient := evm_address(v_what || ': to', v_config ->> 'to');
 
-    v_chain := route_chain(format('evm_transfer_route: node %s: chain', p_node_id), v_config ->> 'chain');
-    v_token := route_token(format('evm_transfer_route: node %s', p_node_id), v_chain.chain_key,
-                           coalesce(v_config ->> 'token', 'USDC'));
-    v_signer := treasury_signer(format('evm_transfer_route: node %s: from', p_node_id), v_chain.chain_key, v_sender);
-    v_kind := destination_kind(format('evm_transfer_route: node %s: to', p_node_id), v_chain.chain_key, v_recipient);
+    v_chain := route_chain(v_what || ': chain', v_config ->> 'chain');
+    v_token := route_token(v_what, v_chain.chain_key, coalesce(v_config ->> 'token', 'USDC'));
     RETURN QUERY SELECT v_chain.chain_key, v_chain.chain_id, v_chain.rpc_url_env, v_chain.finality_depth,
                         v_chain.block_time_ms, v_chain.max_fee_per_gas, v_chain.max_priority_fee_per_gas,
-                        v_token.symbol, v_token.address, v_token.decimals, v_sender, v_signer, v_recipient, v_kind,
-                        token_units(format('evm_transfer_route: node %s: amount', p_node_id), v_amount, v_token),
+                        v_token.symbol, v_token.address, v_token.decimals,
+                        v_sender, treasury_signer(v_what || ': from', v_chain.chain_key, v_sender),
+                        v_recipient, destination_kind(v_what || ': to', v_chain.chain_key, v_recipient),
+                        token_units(v_what || ': amount', v_amount, v_token),
                         engine_next_nonce(v_chain.chain_key, v_sender);
 END
 $$;

@@ -56,6 +56,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_what      text := format('stargate_send_route: node %s', coalesce(p_node_id::text, 'NULL'));
     v_config    jsonb;
     v_amount    numeric;
     v_src       chains;
@@ -75,66 +76,61 @@ DECLARE
     v_bps       numeric;
 BEGIN
     SELECT * INTO v_config, v_amount
-      FROM route_node(p_node_id, ARRAY['source', 'destination', 'from', 'to'],
-                      format('stargate_send_route: node %s does not exist', coalesce(p_node_id::text, 'NULL')),
+      FROM route_node(p_node_id, ARRAY['source', 'destination', 'from', 'to'], v_what || ' does not exist',
                       'Pass the id of a node of a stargate step.',
-                      format('stargate_send_route: node %s has no source, destination, from and to in its config',
-                             p_node_id),
+                      v_what || ' has no source, destination, from and to in its config',
                       'A stargate step names its source and destination chains, from and to.');
     IF v_config ->> 'source' = v_config ->> 'destination' THEN
-        RAISE EXCEPTION 'stargate_send_route: node %: source and destination are the same chain %', p_node_id,
+        RAISE EXCEPTION '%: source and destination are the same chain %', v_what,
                         quote_literal(v_config ->> 'source')
             USING ERRCODE = 'QT002', HINT = 'A transfer on one chain is an evm_transfer step.';
     END IF;
     v_mode := coalesce(v_config ->> 'mode', 'taxi');
     IF v_mode NOT IN ('taxi', 'bus') THEN
-        RAISE EXCEPTION 'stargate_send_route: node %: mode % is neither taxi nor bus', p_node_id, quote_literal(v_mode)
+        RAISE EXCEPTION '%: mode % is neither taxi nor bus', v_what, quote_literal(v_mode)
             USING ERRCODE = 'QT002', HINT = 'Give mode taxi (a message at once) or bus (batched, cheaper).';
     END IF;
-    v_sender := evm_address(format('stargate_send_route: node %s: from', p_node_id), v_config ->> 'from');
-    v_recipient := evm_address(format('stargate_send_route: node %s: to', p_node_id), v_config ->> 'to');
+    v_sender := evm_address(v_what || ': from', v_config ->> 'from');
+    v_recipient := evm_address(v_what || ': to', v_config ->> 'to');
 
-    v_src := route_chain(format('stargate_send_route: node %s: source chain', p_node_id), v_config ->> 'source');
-    v_dst := route_chain(format('stargate_send_route: node %s: destination chain', p_node_id),
-                         v_config ->> 'destination');
+    v_src := route_chain(v_what || ': source chain', v_config ->> 'source');
+    v_dst := route_chain(v_what || ': destination chain', v_config ->> 'destination');
     v_symbol := coalesce(v_config ->> 'token', 'USDC');
     SELECT * INTO v_token FROM chain_tokens t WHERE t.chain_key = v_src.chain_key AND t.symbol = v_symbol;
     IF FOUND THEN
         SELECT * INTO v_dst_token FROM chain_tokens t WHERE t.chain_key = v_dst.chain_key AND t.symbol = v_symbol;
     END IF;
     IF v_token.chain_key IS NULL OR v_dst_token.chain_key IS NULL THEN
-        RAISE EXCEPTION 'stargate_send_route: node %: token % is not registered on both % and %', p_node_id,
+        RAISE EXCEPTION '%: token % is not registered on both % and %', v_what,
                         quote_literal(v_symbol), v_src.chain_key, v_dst.chain_key
             USING ERRCODE = 'QT014', HINT = 'The chain_tokens table lists the tokens of each chain.';
     END IF;
     v_src_sg := chain_protocol(v_src.chain_key, 'stargate');
     v_dst_sg := chain_protocol(v_dst.chain_key, 'stargate');
     IF NOT (v_src_sg.contracts ?& ARRAY['StargatePool', 'TokenMessaging'] AND v_dst_sg.contracts ? 'StargatePool') THEN
-        RAISE EXCEPTION 'stargate_send_route: node %: the Stargate rows of % and % do not name the source''s '
-                        'StargatePool and TokenMessaging and the destination''s StargatePool', p_node_id,
+        RAISE EXCEPTION '%: the Stargate rows of % and % do not name the source''s StargatePool and '
+                        'TokenMessaging and the destination''s StargatePool', v_what,
                         v_src.chain_key, v_dst.chain_key
             USING ERRCODE = 'QT014',
                   HINT = 'Register each chain''s pool and TokenMessaging as contracts.StargatePool and '
                          'contracts.TokenMessaging with upsert_chain_protocol.';
     END IF;
-    v_signer := treasury_signer(format('stargate_send_route: node %s: from', p_node_id), v_src.chain_key, v_sender);
-    v_kind := destination_kind(format('stargate_send_route: node %s: to, on the destination chain', p_node_id),
-                               v_dst.chain_key, v_recipient);
-    v_units := token_units(format('stargate_send_route: node %s: amount', p_node_id), v_amount, v_token);
+    v_signer := treasury_signer(v_what || ': from', v_src.chain_key, v_sender);
+    v_kind := destination_kind(v_what || ': to, on the destination chain', v_dst.chain_key, v_recipient);
+    v_units := token_units(v_what || ': amount', v_amount, v_token);
     IF v_config ? 'min_amount' THEN
         IF (CASE WHEN coalesce(v_config ->> 'min_amount', '') !~ '^[0-9]{1,30}(\.[0-9]{1,30})?$' THEN true
                 ELSE (v_config ->> 'min_amount')::numeric > v_amount END) THEN
-            RAISE EXCEPTION 'stargate_send_route: node %: min_amount % is not an amount between 0 and the movement''s %',
-                            p_node_id, coalesce(quote_literal(left(v_config ->> 'min_amount', 40)), 'NULL'), v_amount
+            RAISE EXCEPTION '%: min_amount % is not an amount between 0 and the movement''s %', v_what,
+                            coalesce(quote_literal(left(v_config ->> 'min_amount', 40)), 'NULL'), v_amount
                 USING ERRCODE = 'QT002', HINT = 'Give min_amount as a decimal string no greater than the amount.';
         END IF;
-        v_min := token_units(format('stargate_send_route: node %s: min_amount', p_node_id),
-                             (v_config ->> 'min_amount')::numeric, v_token);
+        v_min := token_units(v_what || ': min_amount', (v_config ->> 'min_amount')::numeric, v_token);
     ELSE
         IF (CASE WHEN coalesce(v_config ->> 'max_slippage_bps', '50') !~ '^[0-9]{1,5}$' THEN true
                 ELSE (v_config ->> 'max_slippage_bps')::integer > 10000 END) THEN
-            RAISE EXCEPTION 'stargate_send_route: node %: max_slippage_bps % is not a whole number from 0 to 10000',
-                            p_node_id, quote_literal(left(v_config ->> 'max_slippage_bps', 40))
+            RAISE EXCEPTION '%: max_slippage_bps % is not a whole number from 0 to 10000', v_what,
+                            quote_literal(left(v_config ->> 'max_slippage_bps', 40))
                 USING ERRCODE = 'QT002', HINT = 'Give max_slippage_bps in basis points (50 is 0.5 %), or min_amount.';
         END IF;
         v_bps := coalesce(v_config ->> 'max_slippage_bps', '50')::numeric;
