@@ -231,6 +231,7 @@ INTERNAL = {
     "check_registry_name",
     "audit_registry",
     "registry_address",
+    "cctp_fee_bps",
 }
 COMMON = {
     "clock": "runner operator reader",

@@ -7,10 +7,10 @@
 -- the destination chain's CCTP domain and contracts, the mint recipient (a
 -- treasury account or allow-listed on the DESTINATION chain, the chain the
 -- money lands on), the amount in base units, maxFee (max_fee_bps of the
--- amount, default 10, at most 100: always below the amount), the
--- minFinalityThreshold (fast 1000, standard 2000) and the sender's next nonce
--- as the engine has it. The burn signs only what this returns, read again
--- before every signature.
+-- amount, default 10, at most 100, as the mint checks it: cctp_fee_bps;
+-- always below the amount), the minFinalityThreshold (fast 1000, standard
+-- 2000) and the sender's next nonce as the engine has it. The burn signs only
+-- what this returns, read again before every signature.
 -- QT011 no such node; QT014 a chain, its USDC, its CCTP row or the sender not
 -- registered; QT032 the recipient neither a treasury account nor allow-listed
 -- on the destination chain; QT002 a config without these keys, the same chain
@@ -72,11 +72,7 @@ BEGIN
     END IF;
     v_sender := evm_address(v_what || ': from', v_config ->> 'from');
     v_recipient := evm_address(v_what || ': to', v_config ->> 'to');
-    v_bps := coalesce((v_config ->> 'max_fee_bps')::numeric, 10);
-    IF v_bps < 0 OR v_bps > 100 OR v_bps <> trunc(v_bps) THEN
-        RAISE EXCEPTION '%: max_fee_bps % is not a whole number of basis points from 0 to 100', v_what, v_bps
-            USING ERRCODE = 'QT002', HINT = 'The burn''s maxFee is capped at 1% of its amount.';
-    END IF;
+    v_bps := cctp_fee_bps(v_what, v_config ->> 'max_fee_bps', 'The burn''s maxFee is capped at 1% of its amount.');
 
     v_chain := route_chain(v_what || ': chain', v_config ->> 'chain');
     SELECT * INTO v_token FROM chain_tokens t WHERE t.chain_key = v_chain.chain_key AND t.symbol = 'USDC';

@@ -8,7 +8,8 @@
 -- signer's id, the source chain's CCTP domain, TokenMessengerV2 and USDC (the
 -- burn token the message must name), the expected recipient (a treasury
 -- account or allow-listed on this chain), the amount burnt in base units and
--- the most fee the mint accepts (max_fee_bps of it, default 10, at most 100),
+-- the most fee the mint accepts (max_fee_bps of it, default 10, at most 100,
+-- as the burn caps it: cctp_fee_bps),
 -- and the sender's next nonce. The mint refuses a burn's evidence that does not
 -- match these before it signs anything.
 -- QT011 no such node; QT014 a chain, its USDC, its CCTP row or the sender not
@@ -68,11 +69,7 @@ BEGIN
     END IF;
     v_sender := evm_address(v_what || ': from', v_config ->> 'from');
     v_recipient := evm_address(v_what || ': to', v_config ->> 'to');
-    v_bps := coalesce((v_config ->> 'max_fee_bps')::numeric, 10);
-    IF v_bps < 0 OR v_bps > 100 OR v_bps <> trunc(v_bps) THEN
-        RAISE EXCEPTION '%: max_fee_bps % is not a whole number of basis points from 0 to 100', v_what, v_bps
-            USING ERRCODE = 'QT002', HINT = 'The fee a mint accepts is capped at 1% of the amount.';
-    END IF;
+    v_bps := cctp_fee_bps(v_what, v_config ->> 'max_fee_bps', 'The fee a mint accepts is capped at 1% of the amount.');
 
     v_chain := route_chain(v_what || ': chain', v_config ->> 'chain');
     SELECT * INTO v_token FROM chain_tokens t WHERE t.chain_key = v_chain.chain_key AND t.symbol = 'USDC';
