@@ -14,18 +14,10 @@ CREATE OR REPLACE FUNCTION complete_observe(
     p_evidence            jsonb DEFAULT NULL,
     p_retry_after_seconds numeric DEFAULT NULL
 ) RETURNS TABLE (node_state qtg.node_state, observe_phase qtg.observe_phase, next_observe_at timestamptz)
-LANGUAGE plpgsql
+LANGUAGE sql
 AS $$
-DECLARE
-    v_result record;
-BEGIN
-    SELECT * INTO STRICT v_result
+    SELECT r.node_state, r.observe_phase, r.next_observe_at
       FROM complete_observe_batch(ARRAY[p_node_id], ARRAY[p_claim_secret], ARRAY[p_outcome],
-                                  ARRAY[p_evidence], ARRAY[p_retry_after_seconds]);
-    PERFORM raise_node_error(v_result.error_code, v_result.error_message);
-    node_state := v_result.node_state;
-    observe_phase := v_result.observe_phase;
-    next_observe_at := v_result.next_observe_at;
-    RETURN NEXT;
-END
+                                  ARRAY[p_evidence], ARRAY[p_retry_after_seconds]) r,
+           raise_node_error(r.error_code, r.error_message);
 $$;

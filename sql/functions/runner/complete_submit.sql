@@ -17,15 +17,10 @@ CREATE OR REPLACE FUNCTION complete_submit(
     p_evidence     jsonb DEFAULT NULL,
     p_settled      boolean DEFAULT false
 ) RETURNS qtg.node_state
-LANGUAGE plpgsql
+LANGUAGE sql
 AS $$
-DECLARE
-    v_result record;
-BEGIN
-    SELECT * INTO STRICT v_result
+    SELECT r.node_state
       FROM complete_submit_batch(ARRAY[p_node_id], ARRAY[p_claim_secret], ARRAY[p_external_ref],
-                                 ARRAY[p_evidence], ARRAY[coalesce(p_settled, false)]);
-    PERFORM raise_node_error(v_result.error_code, v_result.error_message);
-    RETURN v_result.node_state;
-END
+                                 ARRAY[p_evidence], ARRAY[coalesce(p_settled, false)]) r,
+           raise_node_error(r.error_code, r.error_message);
 $$;

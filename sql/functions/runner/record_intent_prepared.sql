@@ -20,17 +20,12 @@ CREATE OR REPLACE FUNCTION record_intent_prepared(
     p_sender              text DEFAULT NULL,
     p_raw_tx              text DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE plpgsql
+LANGUAGE sql
 AS $$
-DECLARE
-    v_result record;
-BEGIN
-    SELECT * INTO STRICT v_result
+    SELECT r.intent_id
       FROM record_intent_prepared_batch(ARRAY[p_node_id], ARRAY[p_claim_secret], ARRAY[p_nonce],
                                         ARRAY[p_signed_tx_hash], ARRAY[p_external_request_id],
                                         ARRAY[p_payload], ARRAY[p_chain_key], ARRAY[p_sender],
-                                        ARRAY[p_raw_tx]);
-    PERFORM raise_node_error(v_result.error_code, v_result.error_message);
-    RETURN v_result.intent_id;
-END
+                                        ARRAY[p_raw_tx]) r,
+           raise_node_error(r.error_code, r.error_message);
 $$;
