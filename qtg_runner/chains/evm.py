@@ -38,6 +38,7 @@ from qtg_runner.chains.evm_rpc import (
     RpcErrorKind,
     RpcUnavailable,
     Transaction,
+    TransactionCall,
     classify,
     redact_url,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "RpcErrorKind",
     "RpcUnavailable",
     "Transaction",
+    "TransactionCall",
     "Transfer",
     "balance_of",
     "build_call",
@@ -331,17 +333,11 @@ async def sign(signer: Signer, tx: dict[str, Any]) -> SignedTransaction:
 
 
 @dataclass(frozen=True)
-class DecodedTransaction:
-    """A signed raw EIP-1559 transaction read back: what it does and who signed it."""
+class DecodedTransaction(TransactionCall):
+    """A signed raw EIP-1559 transaction read back: what it does and who signed
+    it (TransactionCall's fields), on which chain and at what fees."""
 
-    tx_hash: str
     chain_id: int
-    nonce: int
-    sender: str
-    to: str | None
-    value: int
-    data: bytes
-    gas: int
     fees: Fees
 
     def to_tx(self, *, nonce: int | None = None, fees: Fees | None = None) -> dict[str, Any]:

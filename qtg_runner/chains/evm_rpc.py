@@ -193,8 +193,10 @@ class Receipt:
 
 
 @dataclass(frozen=True)
-class Transaction:
-    """A transaction as the node knows it (pending when ``block_number`` is None)."""
+class TransactionCall:
+    """What every transaction names, whoever reads it (the node, or its signed
+    raw bytes decoded): its hash, nonce, sender, recipient (None for a contract
+    creation), value, call data and gas limit."""
 
     tx_hash: str
     nonce: int
@@ -203,6 +205,12 @@ class Transaction:
     value: int
     data: bytes
     gas: int
+
+
+@dataclass(frozen=True)
+class Transaction(TransactionCall):
+    """A transaction as the node knows it (pending when ``block_number`` is None)."""
+
     type: int
     max_fee_per_gas: int | None
     max_priority_fee_per_gas: int | None
