@@ -29,7 +29,6 @@ LANGUAGE plpgsql
 ROWS 1
 SET plan_cache_mode = force_generic_plan
 AS $$
-#variable_conflict use_column
 DECLARE
     v_now    timestamptz := clock();
     v_n      integer := coalesce(cardinality(p_node_ids), 0);
