@@ -43,6 +43,7 @@ __all__ = [
     "BybitClient",
     "BybitError",
     "BybitUnavailable",
+    "ChainTransferRecord",
     "CoinChain",
     "DepositAddress",
     "DepositPage",
@@ -179,15 +180,34 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 @dataclass(frozen=True)
-class WithdrawalRecord:
-    withdraw_id: str
-    tx_id: str
+class ChainTransferRecord:
+    """What a withdrawal's record and a deposit's both say, read from the
+    venue's row the same way: the coin and its chain, the amount, the chain's
+    transaction id ("" until there is one) and the address the coins went to."""
+
     coin: str
     chain: str
     amount: Decimal
+    tx_id: str
+    to_address: str
+
+    @staticmethod
+    def transfer_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+        """The fields above from a withdrawal's or a deposit's row."""
+        return {
+            "coin": str(row.get("coin", "")),
+            "chain": str(row.get("chain", "")),
+            "amount": _decimal(row.get("amount", "0"), "amount"),
+            "tx_id": str(row.get("txID") or ""),
+            "to_address": str(row.get("toAddress", "")),
+        }
+
+
+@dataclass(frozen=True)
+class WithdrawalRecord(ChainTransferRecord):
+    withdraw_id: str
     fee: Decimal
     status: str
-    to_address: str
     create_time_ms: int
     update_time_ms: int
 
@@ -198,14 +218,10 @@ class WithdrawalRecord:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> WithdrawalRecord:
         return cls(
+            **cls.transfer_fields(row),
             withdraw_id=str(row.get("withdrawId", "")),
-            tx_id=str(row.get("txID") or ""),
-            coin=str(row.get("coin", "")),
-            chain=str(row.get("chain", "")),
-            amount=_decimal(row.get("amount", "0"), "amount"),
             fee=_decimal(row.get("withdrawFee") or "0", "withdrawFee"),
             status=str(row.get("status", "")),
-            to_address=str(row.get("toAddress", "")),
             create_time_ms=_int(row.get("createTime")),
             update_time_ms=_int(row.get("updateTime")),
         )
@@ -233,12 +249,7 @@ WithdrawalPage = Page[WithdrawalRecord]
 
 
 @dataclass(frozen=True)
-class DepositRecord:
-    coin: str
-    chain: str
-    amount: Decimal
-    tx_id: str
-    to_address: str
+class DepositRecord(ChainTransferRecord):
     status: int
     """0 unknown, 1 to be confirmed, 2 processing, 3 success (credited), 4 failed."""
     confirmations: int
@@ -252,11 +263,7 @@ class DepositRecord:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> DepositRecord:
         return cls(
-            coin=str(row.get("coin", "")),
-            chain=str(row.get("chain", "")),
-            amount=_decimal(row.get("amount", "0"), "amount"),
-            tx_id=str(row.get("txID") or ""),
-            to_address=str(row.get("toAddress", "")),
+            **cls.transfer_fields(row),
             status=_int(row.get("status")),
             confirmations=_int(row.get("confirmations")),
             success_at_ms=_int(row.get("successAt")),
