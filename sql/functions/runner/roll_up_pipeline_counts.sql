@@ -58,20 +58,16 @@ BEGIN
           FROM pipeline_rollups r
          WHERE r.entity = ANY (v_ready)
     ), seen AS (
+        -- each entity's rows still open below its mark, and its next range
+        -- (apart: the open ones are all below below_id)
         SELECT 'movement' AS entity, m.id, m.request_state::text AS state, m.finished_at IS NOT NULL AS finished
-          FROM bounds b JOIN movement_requests m ON m.id = ANY (b.open_ids)
-         WHERE b.entity = 'movement'
-        UNION ALL
-        SELECT 'movement', m.id, m.request_state::text, m.finished_at IS NOT NULL
-          FROM bounds b JOIN movement_requests m ON m.id BETWEEN b.below_id AND b.upto
+          FROM bounds b
+          JOIN movement_requests m ON m.id = ANY (b.open_ids) OR m.id BETWEEN b.below_id AND b.upto
          WHERE b.entity = 'movement'
         UNION ALL
         SELECT 'node', n.id, n.node_state::text, n.finished_at IS NOT NULL
-          FROM bounds b JOIN movement_request_nodes n ON n.id = ANY (b.open_ids)
-         WHERE b.entity = 'node'
-        UNION ALL
-        SELECT 'node', n.id, n.node_state::text, n.finished_at IS NOT NULL
-          FROM bounds b JOIN movement_request_nodes n ON n.id BETWEEN b.below_id AND b.upto
+          FROM bounds b
+          JOIN movement_request_nodes n ON n.id = ANY (b.open_ids) OR n.id BETWEEN b.below_id AND b.upto
          WHERE b.entity = 'node'
     ), counted AS (
         INSERT INTO pipeline_rollup_totals AS t (entity, state, total)
