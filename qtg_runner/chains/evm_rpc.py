@@ -277,11 +277,15 @@ def _object(value: Any, what: str) -> Mapping[str, Any]:
     return value
 
 
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise RpcBadResponse(f"{what} is not a list")
+    return value
+
+
 def parse_log(raw: Any) -> Log:
     obj = _object(raw, "log")
-    topics = obj.get("topics")
-    if not isinstance(topics, list):
-        raise RpcBadResponse("log.topics is not a list")
+    topics = _list(obj.get("topics"), "log.topics")
     return Log(
         address=_address(obj.get("address"), "log.address"),
         topics=tuple(_hash(t, "log topic") for t in topics),
@@ -295,9 +299,7 @@ def parse_log(raw: Any) -> Log:
 
 def parse_receipt(raw: Any) -> Receipt:
     obj = _object(raw, "receipt")
-    logs = obj.get("logs")
-    if not isinstance(logs, list):
-        raise RpcBadResponse("receipt.logs is not a list")
+    logs = _list(obj.get("logs"), "receipt.logs")
     return Receipt(
         tx_hash=_hash(obj.get("transactionHash"), "receipt.transactionHash"),
         status=_qty(obj.get("status"), "receipt.status"),
@@ -335,9 +337,7 @@ def parse_transaction(raw: Any) -> Transaction:
 
 def parse_block(raw: Any) -> Block:
     obj = _object(raw, "block")
-    txs = obj.get("transactions", [])
-    if not isinstance(txs, list):
-        raise RpcBadResponse("block.transactions is not a list")
+    txs = _list(obj.get("transactions", []), "block.transactions")
     return Block(
         number=_qty(obj.get("number"), "block.number"),
         hash=_hash(obj.get("hash"), "block.hash"),
