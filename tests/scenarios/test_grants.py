@@ -224,7 +224,6 @@ INTERNAL = {
     "route_venue",
     "route_venue_chain",
     "registry_row",
-    "node_answers",
     "check_arrays",
     "refuse_four_eyes",
     "engine_next_nonce",

@@ -1,7 +1,7 @@
--- apply_answers: the answer of a batch call that applies each node on its own
--- (the apply_each loop of complete_submit_batch, complete_observe_batch,
--- record_intent_prepared_batch and release_nodes), read once its rounds are
--- done: one row per element of p_node_ids, in input order. Where the element
+-- apply_answers: the answer of a batch call that reports on each of its
+-- nodes (the apply_each loop of complete_submit_batch, complete_observe_batch,
+-- record_intent_prepared_batch and release_nodes, and quarantine_nodes), read
+-- once its rounds are done: one row per element of p_node_ids, in input order. Where the element
 -- was not refused (p_codes[i] NULL) the node as the call left it: its state,
 -- observe phase and next observation, and the intent of its current claim;
 -- else the refusal's code and message (p_codes, p_messages: element i for

@@ -53,6 +53,8 @@ BEGIN
       WHERE u.code IS NULL
      HAVING count(*) > 0;
 
-    RETURN QUERY SELECT * FROM node_answers(p_node_ids, v_codes, v_messages);
+    RETURN QUERY
+    SELECT a.node_id, a.node_state, a.error_code, a.error_message
+      FROM apply_answers(p_node_ids, v_codes, v_messages) a;
 END
 $$;
