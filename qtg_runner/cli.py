@@ -68,8 +68,8 @@ RUNTIME_COMMANDS: Mapping[str, LazyCommand] = {
         "qtg_runner.commands.api:app", "The HTTP API and the operator page; bearer tokens."
     ),
     "reader": LazyCommand(
-    "qtg_runner.commands.logins:reader_app",
-    "Reader logins, one per dashboard or metrics scraper.",
+        "qtg_runner.commands.logins:reader_app",
+        "Reader logins, one per dashboard or metrics scraper.",
     ),
 }
 """The runtime's sub-commands, each loaded when it is run and listed by its
@@ -158,9 +158,7 @@ def url_cmd(
     sys.stdout.write(dsn + "\n")
 
 
-@db_app.command(
-    "psql", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-)
+@db_app.command("psql", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def psql_cmd(
     ctx: typer.Context,
     login: Annotated[

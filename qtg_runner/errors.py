@@ -51,7 +51,7 @@ _TABLE: tuple[QtError, ...] = (
         "Invalid plan",
         "invalid plan: cycle, duplicate or unknown node, a `depends_on` that is not a list of "
         "node keys, unknown executor, config not matching its schema (ranges included), a lane "
-        "without a row in `lane_baselines`"
+        "without a row in `lane_baselines`",
     ),
     QtError(
         "QT002",
@@ -66,23 +66,23 @@ _TABLE: tuple[QtError, ...] = (
         "outside the subset plans are checked against, lane settings inconsistent with each other "
         "(the admin's deploy step), a malformed EVM address, an RPC URL where the name of its "
         "environment variable belongs, an amount string in `create_movements` not written as "
-        "plain digits with an optional fraction (`\"1e3\"`, `\" 7\"`, `\"+7\"`), a worker name "
+        'plain digits with an optional fraction (`"1e3"`, `" 7"`, `"+7"`), a worker name '
         "not of a worker's shape or naming a person's login (an operator's, a reader's, the "
         "admin's), a callback target's url naming an address no callback may reach (see "
-        "Callbacks)"
+        "Callbacks)",
     ),
     QtError(
         "QT003",
         422,
         "Unknown template or missing template parameter",
-        "unknown template, or a template parameter missing"
+        "unknown template, or a template parameter missing",
     ),
     QtError(
         "QT004",
         409,
         "External id names a different movement",
         "the external id already names a different movement (in `create_movements` also: an "
-        "external id twice in one batch with different bodies; the message names the item)"
+        "external id twice in one batch with different bodies; the message names the item)",
     ),
     QtError(
         "QT005",
@@ -95,7 +95,7 @@ _TABLE: tuple[QtError, ...] = (
         "worker, or 257th worker name, with no dead one to take the place of) or a lane's "
         "settings beyond their bounds (a poll interval or wait under 1 s in a proposal, a "
         "baseline over a day, ...); the message says the limit, and the admin login may change "
-        "those of `engine_limits`"
+        "those of `engine_limits`",
     ),
     QtError("QT010", 404, "Movement not found", _NOT_FOUND),
     QtError("QT011", 404, "Node not found", _NOT_FOUND),
@@ -110,7 +110,7 @@ _TABLE: tuple[QtError, ...] = (
         "also a token, a treasury sender or a bridge protocol (`chain_protocols`) not registered "
         "on the chain, or a CCIP lane between the chains not recorded (`ccip_lanes`, "
         "`upsert_ccip_lane`); an exchange venue, its name for a chain or its deposit address not "
-        "registered (the venue steps, `bybit_withdraw_route`, `bybit_deposit_route`)"
+        "registered (the venue steps, `bybit_withdraw_route`, `bybit_deposit_route`)",
     ),
     QtError("QT020", 409, "Illegal movement transition", _ILLEGAL_TRANSITION),
     QtError("QT021", 409, "Illegal node transition", _ILLEGAL_TRANSITION),
@@ -122,21 +122,21 @@ _TABLE: tuple[QtError, ...] = (
         "or the requester of a requeue confirm it. A WARNING, not an error: the call writes an "
         "`approval_refused` audit row, changes nothing else and returns the state unchanged (an "
         "error would roll the audit row back); `approve_movements` reports it in the movement's "
-        "row (`error_code`) instead, and approves the others"
+        "row (`error_code`) instead, and approves the others",
     ),
     QtError(
         "QT023",
         409,
         "Proposal is not open",
         "a configuration proposal that is not `PROPOSED` (applied, rejected, superseded, expired) "
-        "or past its expiry cannot be approved or rejected"
+        "or past its expiry cannot be approved or rejected",
     ),
     QtError(
         "QT024",
         409,
         "Proposal subject changed since it was proposed",
         "the subject of a configuration proposal (lane, template, executor) changed since it was "
-        "proposed: propose again"
+        "proposed: propose again",
     ),
     QtError(
         "QT030",
@@ -144,7 +144,7 @@ _TABLE: tuple[QtError, ...] = (
         "Stale claim",
         "stale claim: the claim secret presented is not the node's current claim (another worker "
         "or recovery holds it now, or it was never the caller's), or the lease ran out; for "
-        "`complete_callback`, not the callback's current claim"
+        "`complete_callback`, not the callback's current claim",
     ),
     QtError(
         "QT031",
@@ -152,7 +152,7 @@ _TABLE: tuple[QtError, ...] = (
         "EVM nonce already allocated",
         "an EVM nonce already allocated: the nonce recorded for a treasury account is below the "
         "account's next one (another dispatcher took it), or one call's nonces of an account are "
-        "not consecutive; sign again at `evm_next_nonce`"
+        "not consecutive; sign again at `evm_next_nonce`",
     ),
     QtError(
         "QT032",
@@ -169,7 +169,7 @@ _TABLE: tuple[QtError, ...] = (
         "receiver is judged on its DESTINATION chain (`ccip_send_route`), and a `ccip` node's "
         "signed bytes must be exactly its route's token-only `ccipSend` (gas limit 0), paying "
         "the Router's quote its payload records and the lane's margin of it, at most the lane's "
-        "cap (`ccip_send_tx_problem`)"
+        "cap (`ccip_send_tx_problem`)",
     ),
     QtError(
         "QT033",
@@ -179,13 +179,13 @@ _TABLE: tuple[QtError, ...] = (
         "live intent holds it, the engine never allocated it, it is closed on the chain, or a "
         "fill is there already and this one does not name it as replaced), a replacement at "
         "another nonce than its intent's, a nonce reported closed that the engine never allocated "
-        "or with a hash not recorded there; see `evm_nonce_gaps`"
+        "or with a hash not recorded there; see `evm_nonce_gaps`",
     ),
     QtError(
         "QT040",
         500,
         "Clock pinned outside a test database",
-        "the clock is pinned (`qtg.now`) in a database that is not marked as a test database"
+        "the clock is pinned (`qtg.now`) in a database that is not marked as a test database",
     ),
     QtError(
         "QT041",
@@ -194,7 +194,7 @@ _TABLE: tuple[QtError, ...] = (
         "the change would weaken money safety (e.g. registering an executor that has nodes as "
         "having no side effect; a migration past `0055_upgrade_in_flight_guard` while a ccip or "
         "stargate send the previous build prepared is in flight, which the new build could not "
-        "observe or recover)"
+        "observe or recover)",
     ),
     QtError(
         "QT050",
@@ -202,72 +202,69 @@ _TABLE: tuple[QtError, ...] = (
         "Outcome could not be applied",
         "a batch call could not apply one node's outcome (it breaks a constraint or a range "
         "inside the engine): that node is refused in its own row and left as it was, the others "
-        "are applied; the runner quarantines it"
+        "are applied; the runner quarantines it",
     ),
     QtError(
         "QT060",
         409,
         "Audit log is append-only",
         "the audit log is append-only: an UPDATE, DELETE or TRUNCATE of `audit_log` is refused, "
-        "to its owner too"
+        "to its owner too",
     ),
     QtError(
         "QT061",
         409,
         "No breaker tripped",
-        "no breaker of that lane or venue is tripped (`reset_breaker`)"
+        "no breaker of that lane or venue is tripped (`reset_breaker`)",
     ),
     QtError(
         "QT062",
         409,
         "Movement over a per-movement limit",
         "a movement whose amount passes a per-movement value limit of a scope one of its steps "
-        "falls under: it could never be claimed (`approve_movement`, `approve_movements`)"
+        "falls under: it could never be claimed (`approve_movement`, `approve_movements`)",
     ),
     QtError(
         "QT070",
         404,
         "Callback not found",
-        "callback not found (`complete_callback`, `replay_callback`)"
+        "callback not found (`complete_callback`, `replay_callback`)",
     ),
     QtError(
         "QT071",
         409,
         "Callback cannot be replayed",
-        "a callback that is not `DEAD` or `REFUSED` cannot be replayed"
+        "a callback that is not `DEAD` or `REFUSED` cannot be replayed",
     ),
     QtError(
         "QT080",
         409,
         "Balance read unknown, recorded, or another login's",
         "a balance read that is unknown, recorded already, or another login's "
-        "(`record_balance_snapshots`)"
+        "(`record_balance_snapshots`)",
     ),
     QtError(
-        "QT081",
-        404,
-        "Drift alert not found",
-        "drift alert not found (`acknowledge_drift_alert`)"
+        "QT081", 404, "Drift alert not found", "drift alert not found (`acknowledge_drift_alert`)"
     ),
     QtError(
         "QT082",
         409,
         "Drift alert acknowledged already",
-        "a drift alert acknowledged already cannot be acknowledged again"
+        "a drift alert acknowledged already cannot be acknowledged again",
     ),
     QtError(
         "QT083",
         409,
         "Not the account's baseline",
         "no baseline for that account, or the snapshot named is not its baseline's "
-        "(`confirm_balance_baseline`: it changed since it was read)"
+        "(`confirm_balance_baseline`: it changed since it was read)",
     ),
     QtError(
         "QT099",
         500,
         "Internal engine error",
         "internal: `claim_observe_batch` raises and catches it to undo a partial lock on a miss; "
-        "it never reaches a caller"
+        "it never reaches a caller",
     ),
 )
 

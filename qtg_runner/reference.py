@@ -456,8 +456,7 @@ def errors_md() -> str:
     ]
     other = ["| HTTP status | problem title |", "| --- | --- |"]
     other += [
-        f"| {status} | {md_text(title, cell=True)} |"
-        for status, title in sorted(OTHER.items())
+        f"| {status} | {md_text(title, cell=True)} |" for status, title in sorted(OTHER.items())
     ]
     return page(
         GENERATED,
