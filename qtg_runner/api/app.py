@@ -187,10 +187,14 @@ def create_app(config: ApiConfig) -> FastAPI:
 
     app.add_middleware(Guard, database=config.database, throttle=config.throttle)
 
+    def id_ok(name: str, value: int) -> int:
+        """A path's id within bigint's positive range, else 422 naming it."""
+        if not 1 <= value < 2**63:
+            raise Problem(422, OTHER[422], f"{name}: an id from 1 to 2^63-1")
+        return value
+
     def movement_id_ok(movement_id: int) -> int:
-        if not 1 <= movement_id < 2**63:
-            raise Problem(422, OTHER[422], "movement_id: an id from 1 to 2^63-1")
-        return movement_id
+        return id_ok("movement_id", movement_id)
 
     # -- movements -------------------------------------------------------------------
 
@@ -368,7 +372,7 @@ def create_app(config: ApiConfig) -> FastAPI:
 
     @app.get("/v1/proposals/{proposal_id}", tags=["proposals"], summary="One proposal")
     async def get_proposal(proposal_id: int, conn: Conn) -> dict[str, Any]:
-        return await reads.proposal(conn, movement_id_ok(proposal_id))
+        return await reads.proposal(conn, id_ok("proposal_id", proposal_id))
 
     @app.post(
         "/v1/proposals/{proposal_id}/approve",
@@ -376,7 +380,7 @@ def create_app(config: ApiConfig) -> FastAPI:
         summary="Approve a proposal as your login (not its proposer's: 403 QT022)",
     )
     async def approve_proposal(proposal_id: int, conn: Conn) -> dict[str, Any]:
-        await procs.approve_proposal(movement_id_ok(proposal_id)).aone(conn)
+        await procs.approve_proposal(id_ok("proposal_id", proposal_id)).aone(conn)
         return await reads.proposal(conn, proposal_id)
 
     # -- health, readiness, metrics -------------------------------------------------------

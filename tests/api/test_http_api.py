@@ -252,7 +252,9 @@ def test_invalid_requests_are_422_and_unknown_ones_404(world: ApiWorld) -> None:
         problem(alice.get("/v1/movements/424242"), 404, "QT010")
         problem(alice.post("/v1/movements/424242/approve"), 404, "QT010")
         problem(alice.get("/v1/movements/424242/nodes"), 404, "QT010")
-        problem(alice.get(f"/v1/movements/{2**70}"), 422)
+        assert "movement_id" in problem(alice.get(f"/v1/movements/{2**70}"), 422)["detail"]
+        assert "proposal_id" in problem(alice.get("/v1/proposals/0"), 422)["detail"]
+        assert "proposal_id" in problem(alice.post(f"/v1/proposals/{2**63}/approve"), 422)["detail"]
         problem(alice.get("/v1/movements/abc"), 422)
         problem(alice.get("/v1/nothing-here"), 404)
         problem(alice.get("/v1/proposals/424242"), 404, "QT013")
