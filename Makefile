@@ -110,6 +110,7 @@ chaos: install
 # (scripts/check-commits.py: subjects of at most 72 characters, imperative)
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict qtg_runner qtg_world qtg_cli chaos
 	$(BIN)/python scripts/check-commits.py
 

@@ -73,9 +73,7 @@ def test_every_qt_code_in_the_sql_is_documented_and_every_documented_code_is_use
     assert undocumented == {}, (
         f"QT codes the SQL raises but qtg_runner/errors.py lacks: {undocumented}"
     )
-    assert documented - set(used) == set(), (
-        "codes qtg_runner/errors.py documents but no SQL raises"
-    )
+    assert documented - set(used) == set(), "codes qtg_runner/errors.py documents but no SQL raises"
 
 
 def test_each_row_of_the_table_is_a_code_with_a_meaning_and_a_status() -> None:
