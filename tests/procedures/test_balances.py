@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import dsn_for
-from engine import as_person, bind, claim, create_started, fingerprint, node, node_ids, plan
+from engine import as_person, bind, claim, create, create_started, fingerprint, node, node_ids, plan
 from plans import explained, rows_read
 from rich.console import Console
 from rows import T0, Conn, iso_at, person, plant_history, set_clock
@@ -31,9 +31,11 @@ from qtg_runner.commands.status import render
 from qtg_runner.db import procs
 from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
 from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
+from qtg_runner.executors.ccip import CcipExecutor
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
+from qtg_runner.executors.stargate import StargateExecutor
 
 T1 = "0x" + "a1" * 20
 T2 = "0x" + "a2" * 20
@@ -203,6 +205,73 @@ BASE: dict[Account, str | None] = {
     chain("local-b", T2): "300",
     VENUE: "500",
 }
+
+
+def test_each_executor_moves_the_accounts_its_table_says(conn: Conn, world: None) -> None:
+    """node_balance_effects, executor by executor, as its header's table: the
+    sender's chain account -amount, the recipient's +amount (a CCTP mint's
+    less at most its burn's fee cap, a Stargate send's at least its minimum),
+    the venue's FUND account -(amount + fee cap) .. -amount for a withdrawal,
+    and nothing for a node that moves another asset than USDC."""
+    for e in (CcipExecutor, StargateExecutor):
+        procs.register_executor(e.key, e.has_side_effect, e.node_config_schema, "x").one(conn)
+    ends = {"from": T1, "to": T2}
+    movement = create(
+        conn,
+        plan(
+            transfer("pay", T1, T2),
+            node("weth", (), executor="evm_transfer", lane="evm", chain="local-a", token="WETH",
+                 **ends),
+            node("burn", (), executor="cctp_burn", lane="cctp-fast", chain="local-a",
+                 destination_chain="local-b", finality="fast", max_fee_bps=20, **ends),
+            node("mint", ["burn"], executor="cctp_mint", lane="evm", chain="local-b",
+                 source_chain="local-a", **ends),
+            node("ccip", (), executor="ccip", lane="evm", chain="local-a",
+                 destination_chain="local-b", **ends),
+            node("sg", (), executor="stargate", lane="evm", source="local-a",
+                 destination="local-b", max_slippage_bps=100, **ends),
+            node("sg-min", (), executor="stargate", lane="evm", source="local-b",
+                 destination="local-a", min_amount="95.5", **ends),
+            node("sg-eth", (), executor="stargate", lane="evm", source="local-a",
+                 destination="local-b", token="ETH", **ends),
+            node("withdraw", (), executor="bybit_withdraw", lane="bybit-withdraw", venue="bybit",
+                 chain="local-a", coin="USDC", to=T2),
+            node("withdraw-eth", (), executor="bybit_withdraw", lane="bybit-withdraw",
+                 venue="bybit", chain="local-a", coin="ETH", to=T2),
+        ),
+        "effects",
+        amount="100",
+    )  # fmt: skip
+    rows = conn.execute(
+        """SELECT n.node_key, e.account_kind, e.account_key, e.address, e.asset,
+                  e.low::text, e.high::text, e.reversible
+             FROM node_balance_effects(ARRAY(SELECT id FROM movement_request_nodes
+                                               WHERE request_id = %s)) e
+             JOIN movement_request_nodes n ON n.id = e.node_id""",
+        (movement,),
+    ).fetchall()
+    fee_cap = conn.execute("SELECT venue_withdraw_fee_cap FROM balance_settings").fetchone()
+    assert fee_cap is not None
+    a1, b1, a2, b2 = ("local-a", T1), ("local-b", T1), ("local-a", T2), ("local-b", T2)
+    expected = {
+        ("pay", *a1, "-100", "-100"), ("pay", *a2, "100", "100"),
+        ("burn", *a1, "-100", "-100"),
+        ("mint", *b2, "99.8", "100"),  # the burn's 20 bps cap
+        ("ccip", *a1, "-100", "-100"), ("ccip", *b2, "100", "100"),
+        ("sg", *a1, "-100", "-100"), ("sg", *b2, "99", "100"),
+        ("sg-min", *b1, "-100", "-100"), ("sg-min", *a2, "95.5", "100"),
+        ("withdraw", *a2, "100", "100"),
+    }  # fmt: skip
+    chains = {
+        (key, account, address, Decimal(low), Decimal(high))
+        for key, kind, account, address, asset, low, high, reversible in rows
+        if kind == "chain" and asset == "USDC" and not reversible
+    }
+    assert chains == {(k, c, ad.lower(), Decimal(lo), Decimal(hi)) for k, c, ad, lo, hi in expected}
+    venue = [(*r[:5], Decimal(r[5]), Decimal(r[6]), r[7]) for r in rows if r[1] == "venue"]
+    withdrawn = -(100 + fee_cap[0])
+    assert venue == [("withdraw", "venue", "bybit", "FUND", "USDC", withdrawn, -100, True)]
+    assert len(rows) == len(expected) + 1
 
 
 def test_balances_that_follow_the_movements_raise_no_alert(conn: Conn, runner: Conn) -> None:

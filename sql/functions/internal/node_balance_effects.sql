@@ -73,18 +73,50 @@ AS $$
           FROM movement_plan_edges e
           JOIN movement_request_nodes b ON b.id = e.parent_node_id AND b.executor_key = 'cctp_burn'
          WHERE e.child_node_id IN (SELECT nodes.id FROM nodes WHERE nodes.executor_key = 'cctp_mint')
+    ), legs AS (
+        -- each transfer's legs on its chains, the table above: the config's
+        -- key naming the chain its sender is debited on and the one its
+        -- recipient is credited on, and the key naming its asset (a node
+        -- moving another asset than USDC has no effect here)
+        SELECT nodes.*, leg.debit_chain, leg.credit_chain
+          FROM nodes
+          JOIN (VALUES ('evm_transfer',   'chain',  'chain',             'token', 'USDC'),
+                       ('cctp_burn',      'chain',  NULL,                NULL,    'USDC'),
+                       ('cctp_mint',      NULL,     'chain',             NULL,    'USDC'),
+                       ('ccip',           'chain',  'destination_chain', 'token', 'USDC'),
+                       ('stargate',       'source', 'destination',       'token', 'USDC'),
+                       ('bybit_withdraw', NULL,     'chain',             'coin',  NULL))
+               AS leg (executor_key, debit_chain, credit_chain, asset_key, default_asset)
+            ON leg.executor_key = nodes.executor_key
+         WHERE coalesce(nodes.c ->> leg.asset_key, leg.default_asset) = 'USDC'
     ), effects AS (
-        -- evm_transfer: from and to on its chain
-        SELECT nodes.id, 'chain' AS kind, nodes.c ->> 'chain' AS key, lower(nodes.c ->> 'from') AS addr,
-               -nodes.amount AS low, -nodes.amount AS high, nodes.started_at, nodes.done_at, nodes.void_at,
+        -- the sender: the amount, on the chain it sends from
+        SELECT legs.id, 'chain' AS kind, legs.c ->> legs.debit_chain AS key, lower(legs.c ->> 'from') AS addr,
+               -legs.amount AS low, -legs.amount AS high, legs.started_at, legs.done_at, legs.void_at,
                false AS reversible
-          FROM nodes
-         WHERE nodes.executor_key = 'evm_transfer' AND coalesce(nodes.c ->> 'token', 'USDC') = 'USDC'
+          FROM legs
+         WHERE legs.debit_chain IS NOT NULL
         UNION ALL
-        SELECT nodes.id, 'chain', nodes.c ->> 'chain', lower(nodes.c ->> 'to'),
-               nodes.amount, nodes.amount, nodes.started_at, nodes.done_at, nodes.void_at, false
-          FROM nodes
-         WHERE nodes.executor_key = 'evm_transfer' AND coalesce(nodes.c ->> 'token', 'USDC') = 'USDC'
+        -- the recipient: the amount, on the chain it lands on; a CCTP mint's less
+        -- at most its burn's fee cap (and from when its burn began), a Stargate
+        -- send's at least its minimum
+        SELECT legs.id, 'chain', legs.c ->> legs.credit_chain, lower(legs.c ->> 'to'),
+               CASE legs.executor_key
+                   WHEN 'cctp_mint' THEN legs.amount - legs.amount
+                       * coalesce(pb.c ->> 'max_fee_bps', legs.c ->> 'max_fee_bps', '10')::numeric / 10000
+                   WHEN 'stargate' THEN
+                       CASE WHEN legs.c ? 'min_amount' THEN (legs.c ->> 'min_amount')::numeric
+                            ELSE legs.amount * (10000 - coalesce(legs.c ->> 'max_slippage_bps', '50')::numeric)
+                                 / 10000 END
+                   ELSE legs.amount
+               END,
+               legs.amount,
+               CASE WHEN pb.started_at IS NULL THEN legs.started_at
+                    ELSE least(pb.started_at, legs.started_at) END,
+               legs.done_at, legs.void_at, false
+          FROM legs
+          LEFT JOIN parent_burn pb ON pb.id = legs.id
+         WHERE legs.credit_chain IS NOT NULL
         UNION ALL
         -- evm_transfer into a venue's deposit address: the venue, once credited
         SELECT nodes.id, 'venue', d.venue_key, 'FUND',
@@ -105,57 +137,10 @@ AS $$
           LEFT JOIN capital_transfer_followups f ON f.node_id = nodes.id
          WHERE nodes.executor_key = 'evm_transfer' AND coalesce(nodes.c ->> 'token', 'USDC') = 'USDC'
         UNION ALL
-        -- cctp_burn: the sender on the source chain
-        SELECT nodes.id, 'chain', nodes.c ->> 'chain', lower(nodes.c ->> 'from'),
-               -nodes.amount, -nodes.amount, nodes.started_at, nodes.done_at, nodes.void_at, false
-          FROM nodes
-         WHERE nodes.executor_key = 'cctp_burn'
-        UNION ALL
-        -- cctp_mint: the recipient, less at most the burn's fee cap
-        SELECT nodes.id, 'chain', nodes.c ->> 'chain', lower(nodes.c ->> 'to'),
-               nodes.amount - nodes.amount
-                   * coalesce(pb.c ->> 'max_fee_bps', nodes.c ->> 'max_fee_bps', '10')::numeric / 10000,
-               nodes.amount,
-               CASE WHEN pb.started_at IS NULL THEN nodes.started_at
-                    ELSE least(pb.started_at, nodes.started_at) END,
-               nodes.done_at, nodes.void_at, false
-          FROM nodes
-          LEFT JOIN parent_burn pb ON pb.id = nodes.id
-         WHERE nodes.executor_key = 'cctp_mint'
-        UNION ALL
-        -- ccip: the sender on the source, the receiver on the destination
-        SELECT nodes.id, 'chain', nodes.c ->> 'chain', lower(nodes.c ->> 'from'),
-               -nodes.amount, -nodes.amount, nodes.started_at, nodes.done_at, nodes.void_at, false
-          FROM nodes
-         WHERE nodes.executor_key = 'ccip' AND coalesce(nodes.c ->> 'token', 'USDC') = 'USDC'
-        UNION ALL
-        SELECT nodes.id, 'chain', nodes.c ->> 'destination_chain', lower(nodes.c ->> 'to'),
-               nodes.amount, nodes.amount, nodes.started_at, nodes.done_at, nodes.void_at, false
-          FROM nodes
-         WHERE nodes.executor_key = 'ccip' AND coalesce(nodes.c ->> 'token', 'USDC') = 'USDC'
-        UNION ALL
-        -- stargate: the sender on the source, at least the minimum on the destination
-        SELECT nodes.id, 'chain', nodes.c ->> 'source', lower(nodes.c ->> 'from'),
-               -nodes.amount, -nodes.amount, nodes.started_at, nodes.done_at, nodes.void_at, false
-          FROM nodes
-         WHERE nodes.executor_key = 'stargate' AND coalesce(nodes.c ->> 'token', 'USDC') = 'USDC'
-        UNION ALL
-        SELECT nodes.id, 'chain', nodes.c ->> 'destination', lower(nodes.c ->> 'to'),
-               CASE WHEN nodes.c ? 'min_amount' THEN (nodes.c ->> 'min_amount')::numeric
-                    ELSE nodes.amount * (10000 - coalesce(nodes.c ->> 'max_slippage_bps', '50')::numeric) / 10000 END,
-               nodes.amount, nodes.started_at, nodes.done_at, nodes.void_at, false
-          FROM nodes
-         WHERE nodes.executor_key = 'stargate' AND coalesce(nodes.c ->> 'token', 'USDC') = 'USDC'
-        UNION ALL
-        -- bybit_withdraw: the venue's FUND account (the fee on top), the recipient on the chain
+        -- bybit_withdraw: the venue's FUND account, the fee on top (its recipient is a leg above)
         SELECT nodes.id, 'venue', nodes.c ->> 'venue', 'FUND',
                -(nodes.amount + settings.fee_cap), -nodes.amount, nodes.started_at, nodes.done_at, nodes.void_at, true
           FROM nodes CROSS JOIN settings
-         WHERE nodes.executor_key = 'bybit_withdraw' AND nodes.c ->> 'coin' = 'USDC'
-        UNION ALL
-        SELECT nodes.id, 'chain', nodes.c ->> 'chain', lower(nodes.c ->> 'to'),
-               nodes.amount, nodes.amount, nodes.started_at, nodes.done_at, nodes.void_at, false
-          FROM nodes
          WHERE nodes.executor_key = 'bybit_withdraw' AND nodes.c ->> 'coin' = 'USDC'
     )
     SELECT effects.id, nodes.executor_key, nodes.lane, effects.kind, effects.key, effects.addr, 'USDC',
