@@ -38,6 +38,7 @@ ORDER = (
     "executors",
     "movement",
     "proposals",
+    "registry",
     "chains",
     "world",
     "drill",

@@ -52,6 +52,10 @@ RUNTIME_COMMANDS: Mapping[str, LazyCommand] = {
         "qtg_runner.commands.proposals:app",
         "List, approve and reject configuration proposals.",
     ),
+    "registry": LazyCommand(
+        "qtg_runner.commands.registry:app",
+        "The chain registry of a network, held to the chains themselves.",
+    ),
     "audit": LazyCommand(
         "qtg_runner.commands.audit:app",
         "The audit log: verify its hash chain, export it.",

@@ -1,0 +1,130 @@
+"""`qtg registry check` against the local chains, deployed and registered as
+`qtg chains up` does it: every fact holds; then one registry row at a time is
+made wrong as an admin could type it (another chain id, an address with no
+contract, another CCTP domain, a CCIP OnRamp or a Stargate pool token that
+is not the one deployed), and the check says which fact fails and exits 1.
+The chains are real (anvil, with the protocols' doubles deployed); the
+registry rows are changed with SQL, as a typo would have them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from chain_support import LocalChainSet
+from conftest import TestDatabase
+from evm_support import register_world, superuser
+from typer.testing import CliRunner
+
+from qtg_cli import app
+
+pytestmark = pytest.mark.slow
+
+NOT_A_CONTRACT = "0x" + "5e" * 20
+
+
+@pytest.fixture
+def registered(db: TestDatabase, local_chain_set: LocalChainSet) -> psycopg.Connection[Any]:
+    conn = superuser(db)
+    register_world(conn, local_chain_set)
+    return conn
+
+
+def check(
+    db: TestDatabase, chain_set: LocalChainSet, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, list[str]]:
+    environment = {
+        "QTG_DATABASE_URL": db.dsn,
+        "QTG_NETWORK_MODE": "testnet",
+        "COLUMNS": "200",
+        **chain_set.runner_env(),
+        **(env or {}),
+    }
+    result = CliRunner().invoke(app, ["registry", "check", *args], env=environment)
+    return result.exit_code, result.output.splitlines()
+
+
+def mismatches(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("MISMATCH")]
+
+
+def test_a_registry_as_deployed_holds_fact_by_fact(
+    db: TestDatabase, local_chain_set: LocalChainSet, registered: psycopg.Connection[Any]
+) -> None:
+    code, lines = check(db, local_chain_set)
+    assert code == 0, "\n".join(lines)
+    assert mismatches(lines) == []
+    facts = [line for line in lines if line.startswith("ok")]
+    for chain in local_chain_set.chains:
+        said = [line for line in facts if f"  {chain.key}  " in line]
+        assert any("chain id" in line and str(chain.chain_id) in line for line in said)
+        assert any("USDC decimals()" in line for line in said)
+        assert any("USDC symbol()" in line for line in said)
+        assert any("CCTP domain" in line for line in said)
+        assert any("(cctp TokenMessengerV2)" in line for line in said)
+        assert any("CCIP Router getOnRamp" in line for line in said)
+        assert any("Stargate pool token()" in line for line in said)
+    assert lines[-1] == f"{len(facts)} of {len(facts)} facts hold"
+
+
+@pytest.mark.parametrize(
+    ("change", "fact"),
+    [
+        ("UPDATE chains SET chain_id = chain_id + 1000 WHERE chain_key = %(chain)s", "chain id"),
+        (
+            "UPDATE chain_protocols SET contracts = jsonb_set(contracts, '{TokenMessengerV2}',"
+            f" '\"{NOT_A_CONTRACT}\"') WHERE chain_key = %(chain)s AND protocol = 'cctp'",
+            f"code at {NOT_A_CONTRACT} (cctp TokenMessengerV2)",
+        ),
+        (
+            "UPDATE chain_protocols SET remote_id = remote_id + 7"
+            " WHERE chain_key = %(chain)s AND protocol = 'cctp'",
+            "CCTP domain: MessageTransmitterV2 localDomain()",
+        ),
+        (
+            "UPDATE chain_tokens SET decimals = 18 WHERE chain_key = %(chain)s AND symbol = 'USDC'",
+            "USDC decimals()",
+        ),
+        (
+            "UPDATE ccip_lanes SET onramp = offramp WHERE source_chain_key = %(chain)s",
+            "CCIP Router getOnRamp(",
+        ),
+    ],
+    ids=["chain-id", "missing-contract", "cctp-domain", "decimals", "ccip-onramp"],
+)
+def test_a_wrong_registry_row_is_named_and_fails_the_check(
+    db: TestDatabase,
+    local_chain_set: LocalChainSet,
+    registered: psycopg.Connection[Any],
+    change: str,
+    fact: str,
+) -> None:
+    chain = local_chain_set.chains[0].key
+    registered.execute(change, {"chain": chain})
+    code, lines = check(db, local_chain_set)
+    assert code == 1, "\n".join(lines)
+    wrong = mismatches(lines)
+    assert len(wrong) >= 1
+    assert all(f"  {chain}  " in line for line in wrong)
+    assert any(fact in line for line in wrong), "\n".join(wrong)
+    assert "do not" in lines[-1]
+
+
+def test_an_unset_rpc_variable_and_an_unknown_chain_are_said_plainly(
+    db: TestDatabase, local_chain_set: LocalChainSet, registered: psycopg.Connection[Any]
+) -> None:
+    first = local_chain_set.chains[0]
+    variable = registered.execute(
+        "SELECT rpc_url_env FROM chains WHERE chain_key = %s", (first.key,)
+    ).fetchone()
+    assert variable is not None
+    code, lines = check(db, local_chain_set, "--chain", first.key, env={variable[0]: ""})
+    assert code == 1
+    assert mismatches(lines) == [
+        line for line in lines if f"RPC URL in {variable[0]}" in line and "not set" in line
+    ]
+    assert len(mismatches(lines)) == 1
+
+    code, lines = check(db, local_chain_set, "--chain", "no-such-chain")
+    assert code == 2
