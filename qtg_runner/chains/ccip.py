@@ -34,7 +34,7 @@ from typing import Any
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
 
-from qtg_runner.chains.evm import eip1559_transaction
+from qtg_runner.chains.evm import eip1559_transaction, normalize_address
 
 __all__ = [
     "CCIP_MESSAGE_SENT_TOPIC",
@@ -153,16 +153,9 @@ _CCTP_V2 = 2
 """USDCTokenPool.CCTPVersion.CCTP_V2."""
 
 
-def _address(value: str) -> str:
-    raw = value.lower()
-    if len(raw) != 42 or not raw.startswith("0x"):
-        raise ValueError(f"{value!r} is not an address")
-    return raw
-
-
 def abi_address(value: str) -> bytes:
     """An address as one ABI word (32 bytes, left-padded)."""
-    return encode(["address"], [_address(value)])
+    return encode(["address"], [normalize_address(value)])
 
 
 # -- the send --------------------------------------------------------------------
@@ -192,7 +185,7 @@ def _message(receiver: str, token: str, amount: int, gas_limit: int) -> tuple[An
     return (
         abi_address(receiver),
         b"",
-        [(_address(token), amount)],
+        [(normalize_address(token), amount)],
         "0x" + "00" * 20,
         extra_args(gas_limit),
     )
