@@ -209,12 +209,28 @@ async def signed(
     signer: Signer, leg: ChainLeg, send: Send, nonce: int, payload: JsonObject
 ) -> Prepared:
     """``send`` signed at ``nonce`` with the gas and fees ``payload`` records, as
-    the intent records it."""
+    the intent records it. A signer that gives no good signature this time (a
+    KMS or remote signer's error, silence, another account's or a malformed
+    signature: SigningFailed) is a retryable refusal: nothing is prepared, so no
+    intent records a hash and nothing is broadcast, and the node waits for its
+    backoff. Any other SignerError is raised as it is."""
     fees = Fees(int(payload["max_fee_per_gas"]), int(payload["max_priority_fee_per_gas"]))
     tx = eip1559_transaction(
         leg.chain_id, nonce, send.to, send.value, send.data, int(payload["gas"]), fees
     )
-    signature = await signer.sign_transaction(tx)
+    refused: SignerError | None = None
+    try:
+        signature = await signer.sign_transaction(tx)
+    except SignerError as exc:
+        if not exc.retryable:
+            raise
+        refused = exc
+    if refused is not None:
+        raise ExecutorError(
+            f"chain {leg.chain_key}, account {leg.sender}: {refused}",
+            retryable=True,
+            retry_after=RETRY_LATER_S,
+        )
     return Prepared(
         nonce=nonce,
         signed_tx_hash=signature.tx_hash,

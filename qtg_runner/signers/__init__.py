@@ -3,7 +3,8 @@
 The engine stores a signer *id* per treasury account (treasury_accounts.signer_id),
 never a key. A runner turns the id into a Signer at start (qtg_runner.signers.load);
 executors sign through the Signer interface only, so a KMS or HSM signer can
-replace the local one without touching an executor.
+replace the local one without touching an executor. With a ``kms:`` or
+``remote:`` signer the key never enters the runner at all.
 
 A key never enters the database, a log line, an exception message or argv.
 """
@@ -19,6 +20,7 @@ from qtg_runner.signers.base import (
     SignedTransaction,
     Signer,
     SignerError,
+    SigningFailed,
     describe_id,
 )
 
@@ -28,10 +30,14 @@ __all__ = [
     "Signer",
     "SignerError",
     "SignerSet",
+    "SigningFailed",
     "describe_id",
     "load",
     "load_async",
 ]
+
+KMS_PREFIX = "kms:"
+REMOTE_PREFIX = "remote:"
 
 
 def load(signer_id: str, env: Mapping[str, str] | None = None) -> Signer:
@@ -45,13 +51,33 @@ def load(signer_id: str, env: Mapping[str, str] | None = None) -> Signer:
       its password in ``QTG_KEYSTORE_PASSWORD`` or, when that is unset or empty, in
       the file ``QTG_KEYSTORE_PASSWORD_FILE`` (mode 0600 or stricter).
 
+    - ``kms:KEY``: an AWS KMS key (ECC_SECG_P256K1, SIGN_VERIFY) named by its id,
+      ``alias/NAME`` or ARN; the region from the ARN or AWS_REGION /
+      AWS_DEFAULT_REGION, another endpoint in QTG_KMS_ENDPOINT_URL, credentials
+      boto3's (qtg_runner.signers.kms; boto3 is the ``kms`` extra);
+    - ``remote:NAME/0xADDRESS``: a JSON-RPC signing service (Web3Signer, Clef) at
+      the URL in QTG_REMOTE_SIGNER_<NAME>_URL that holds ADDRESS's key
+      (qtg_runner.signers.remote).
+
     ``env`` is the environment to read (``os.environ`` when None). A keystore is
-    decrypted here, once (scrypt: most of a second; ``load_async`` runs it off the
-    event loop). Raises SignerError for anything else, naming the id and what to do.
+    decrypted here, once (scrypt: most of a second), and a KMS key or a signing
+    service is asked for its public key or accounts here: ``load_async`` runs it
+    off the event loop. Raises SignerError for anything else, naming the id and
+    what to do. At sign time a KMS or remote signer's failure is SigningFailed
+    (retryable: nothing was signed).
     """
+    environ = os.environ if env is None else env
+    if isinstance(signer_id, str) and signer_id.startswith(KMS_PREFIX):
+        from qtg_runner.signers.kms import load_kms
+
+        return load_kms(signer_id, environ)
+    if isinstance(signer_id, str) and signer_id.startswith(REMOTE_PREFIX):
+        from qtg_runner.signers.remote import load_remote
+
+        return load_remote(signer_id, environ)
     from qtg_runner.signers.local import load_local
 
-    return load_local(signer_id, os.environ if env is None else env)
+    return load_local(signer_id, environ)
 
 
 async def load_async(signer_id: str, env: Mapping[str, str] | None = None) -> Signer:

@@ -1,7 +1,8 @@
 """What every signer is and raises (the Signer interface, SignedTransaction,
-SignerError), apart from the ways to load one: the local signer
-(qtg_runner.signers.local) implements them, and qtg_runner.signers loads
-it, so neither imports the other's package module back."""
+SignerError, SigningFailed), apart from the ways to load one: the local
+(qtg_runner.signers.local), AWS KMS (.kms) and remote JSON-RPC (.remote)
+signers implement them, and qtg_runner.signers loads them, so none imports
+the package module back."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["SIGNER_ID_PATTERN", "SignedTransaction", "Signer", "SignerError", "describe_id"]
+__all__ = [
+    "SIGNER_ID_PATTERN",
+    "SignedTransaction",
+    "Signer",
+    "SignerError",
+    "SigningFailed",
+    "describe_id",
+]
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,22 @@ _KEY_LIKE = re.compile(r"[0-9a-fA-F]{64}")
 class SignerError(Exception):
     """A signer could not be loaded, or could not sign. Its message names the signer
     id and what to do; it never holds key material or a password, and it is raised
-    with no exception chained to it (whatever failed inside stays inside)."""
+    with no exception chained to it (whatever failed inside stays inside).
+
+    ``retryable`` False: trying again as things are changes nothing (a
+    misconfigured signer at load, a transaction the signer cannot sign)."""
+
+    retryable: bool = False
+
+
+class SigningFailed(SignerError):
+    """A signer out of this process (KMS, a remote signer) gave no good signature
+    this time: an error, no answer in time, or an answer refused here (another
+    account's signature, a malformed one, a transaction other than the one
+    asked). Nothing was signed that the caller may use, and nothing is to be
+    broadcast; trying again later may succeed (``retryable``)."""
+
+    retryable = True
 
 
 def describe_id(signer_id: object) -> str:

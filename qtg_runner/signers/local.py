@@ -61,7 +61,9 @@ ACCEPTED_FORMS = (
     f"env:{ENV_NAME_PREFIX}NAME (the private key, 0x and 64 hex digits, in the environment "
     f"variable {ENV_NAME_PREFIX}NAME) "
     f"or keystore:NAME (the encrypted keystore file NAME.json in ${KEYSTORE_DIR_ENV}, its "
-    f"password in ${KEYSTORE_PASSWORD_ENV} or in the file ${KEYSTORE_PASSWORD_FILE_ENV})"
+    f"password in ${KEYSTORE_PASSWORD_ENV} or in the file ${KEYSTORE_PASSWORD_FILE_ENV}), "
+    "or, with no key in the runner, kms:KEY (an AWS KMS key) or remote:NAME/0xADDRESS (a "
+    "JSON-RPC signing service)"
 )
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,123}$")
