@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, NoReturn, Protocol, runtime_checkable
 
 __all__ = [
     "SIGNER_ID_PATTERN",
+    "AccountSigner",
     "SignedTransaction",
     "Signer",
     "SignerError",
     "SigningFailed",
     "describe_id",
+    "refuse",
+    "signing_failed",
 ]
 
 
@@ -31,6 +34,36 @@ class SignedTransaction:
     @property
     def raw_hex(self) -> str:
         return "0x" + self.raw.hex()
+
+
+class AccountSigner:
+    """What every signer class shares: its id and its account's address, which
+    are all ``repr`` shows of it, and a refusal to be pickled or copied
+    (``kept`` says what would leave with it: a key, a client's credentials)."""
+
+    __slots__ = ("_address", "_signer_id")
+    kept: ClassVar[str]
+
+    def __init__(self, signer_id: str, address: str) -> None:
+        self._signer_id = signer_id
+        self._address = address
+
+    @property
+    def signer_id(self) -> str:
+        return self._signer_id
+
+    @property
+    def address(self) -> str:
+        """The account's address, 0x + 40 lower-case hex digits."""
+        return self._address
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(signer_id={self._signer_id!r}, address={self._address!r})"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(f"{self!r} is not pickled or copied: {self.kept}")
 
 
 @runtime_checkable
@@ -77,6 +110,18 @@ class SigningFailed(SignerError):
     broadcast; trying again later may succeed (``retryable``)."""
 
     retryable = True
+
+
+def refuse(signer_id: object, what: str) -> NoReturn:
+    """Raise SignerError: ``what`` of the signer that id names (shown by describe_id)."""
+    raise SignerError(f"signer {describe_id(signer_id)}: {what}")
+
+
+def signing_failed(signer_id: str, what: str) -> NoReturn:
+    """Raise SigningFailed: the signer did not sign, for ``what``; the node waits."""
+    raise SigningFailed(
+        f"signer {signer_id}: {what}; nothing was signed, the node is tried again later"
+    )
 
 
 def describe_id(signer_id: object) -> str:

@@ -48,9 +48,15 @@ import contextlib
 import importlib
 import re
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any
 
-from qtg_runner.signers.base import SignedTransaction, SignerError, SigningFailed, describe_id
+from qtg_runner.signers.base import (
+    AccountSigner,
+    SignedTransaction,
+    describe_id,
+    refuse,
+    signing_failed,
+)
 
 KMS_PREFIX = "kms:"
 ENDPOINT_ENV = "QTG_KMS_ENDPOINT_URL"
@@ -68,16 +74,6 @@ _EC_PUBLIC_KEY_OID = bytes.fromhex("2a8648ce3d0201")  # 1.2.840.10045.2.1
 _SECP256K1_OID = bytes.fromhex("2b8104000a")  # 1.3.132.0.10
 
 
-def _refuse(signer_id: object, what: str) -> NoReturn:
-    raise SignerError(f"signer {describe_id(signer_id)}: {what}")
-
-
-def _failed(signer_id: str, what: str) -> NoReturn:
-    raise SigningFailed(
-        f"signer {signer_id}: {what}; nothing was signed, the node is tried again later"
-    )
-
-
 def timeout_s(signer_id: str, env: Mapping[str, str]) -> float:
     """QTG_SIGNER_TIMEOUT_S (seconds, > 0), or DEFAULT_TIMEOUT_S when unset."""
     text = env.get(TIMEOUT_ENV, "").strip()
@@ -87,7 +83,7 @@ def timeout_s(signer_id: str, env: Mapping[str, str]) -> float:
     with contextlib.suppress(ValueError):
         value = float(text)
     if not 0 < value <= 600:
-        _refuse(signer_id, f"{TIMEOUT_ENV} is a number of seconds above 0 (at most 600): {text!r}")
+        refuse(signer_id, f"{TIMEOUT_ENV} is a number of seconds above 0 (at most 600): {text!r}")
     return value
 
 
@@ -197,13 +193,13 @@ def assemble(tx: dict[str, Any], address: str, der: bytes, signer_id: str) -> Si
     with contextlib.suppress(_BadDer):
         rs = signature_rs(der)
     if rs is None:
-        _failed(signer_id, f"the signature is not a DER ECDSA signature ({len(der)} bytes)")
+        signing_failed(signer_id, f"the signature is not a DER ECDSA signature ({len(der)} bytes)")
     r, s = rs
     if s > SECP256K1_N // 2:
         s = SECP256K1_N - s
     v = recovery_id(digest, r, s, address)
     if v is None:
-        _failed(
+        signing_failed(
             signer_id,
             f"the signature does not recover to {address} (another key signed, or another message)",
         )
@@ -212,36 +208,20 @@ def assemble(tx: dict[str, Any], address: str, der: bytes, signer_id: str) -> Si
     raw = bytes(TypedTransaction.from_dict(fields).encode())
     sender = str(Account.recover_transaction(raw)).lower()
     if sender != address:
-        _failed(signer_id, f"the signed transaction recovers to {sender}, not {address}")
+        signing_failed(signer_id, f"the signed transaction recovers to {sender}, not {address}")
     return SignedTransaction(raw=raw, tx_hash="0x" + keccak(raw).hex())
 
 
-class KmsSigner:
+class KmsSigner(AccountSigner):
     """A KMS key's account: signs through KMS's Sign; holds no private key."""
 
-    __slots__ = ("_address", "_client", "_key_id", "_signer_id")
+    __slots__ = ("_client", "_key_id")
+    kept = "its client holds credentials"
 
     def __init__(self, signer_id: str, key_id: str, address: str, client: Any) -> None:
-        self._signer_id = signer_id
+        super().__init__(signer_id, address)
         self._key_id = key_id
-        self._address = address
         self._client = client
-
-    @property
-    def signer_id(self) -> str:
-        return self._signer_id
-
-    @property
-    def address(self) -> str:
-        return self._address
-
-    def __repr__(self) -> str:
-        return f"KmsSigner(signer_id={self._signer_id!r}, address={self._address!r})"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError(f"{self!r} is not pickled or copied: its client holds credentials")
 
     async def sign_transaction(self, tx: dict[str, Any]) -> SignedTransaction:
         """``tx`` signed by KMS (see the module); never broadcasts. A transaction
@@ -259,7 +239,7 @@ class KmsSigner:
             digest = bytes(TypedTransaction.from_dict(tx).hash())
         if digest is None:
             fields = ", ".join(sorted(str(k) for k in tx))
-            _refuse(
+            refuse(
                 self._signer_id,
                 f"eth-account cannot serialise the transaction (fields: {fields}): give an "
                 "EIP-1559 transaction (chainId, nonce, to, value, data, gas, maxFeePerGas, "
@@ -280,10 +260,10 @@ class KmsSigner:
         except Exception as exc:  # botocore raises many kinds; none is passed on
             problem = _kms_problem(exc)
         if problem:
-            _failed(self._signer_id, f"KMS Sign failed ({problem})")
+            signing_failed(self._signer_id, f"KMS Sign failed ({problem})")
         signature = answer.get("Signature") if isinstance(answer, dict) else None
         if not isinstance(signature, bytes | bytearray) or not signature:
-            _failed(self._signer_id, "KMS Sign answered no signature")
+            signing_failed(self._signer_id, "KMS Sign answered no signature")
         return bytes(signature)
 
 
@@ -306,7 +286,7 @@ def _client(signer_id: str, key_id: str, env: Mapping[str, str]) -> Any:
         boto3 = importlib.import_module("boto3")
         botocore_config = importlib.import_module("botocore.config")
     if boto3 is None or botocore_config is None:
-        _refuse(
+        refuse(
             signer_id,
             "boto3 is not installed: install the kms extra (pip install 'qtg-engine[kms]')",
         )
@@ -317,7 +297,7 @@ def _client(signer_id: str, key_id: str, env: Mapping[str, str]) -> Any:
         else (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "").strip()
     )
     if not region:
-        _refuse(
+        refuse(
             signer_id,
             "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION), or name the key by its ARN",
         )
@@ -344,7 +324,7 @@ def _client(signer_id: str, key_id: str, env: Mapping[str, str]) -> Any:
     except Exception as exc:
         problem = type(exc).__name__
     if made is None:
-        _refuse(signer_id, f"the KMS client could not be made ({problem}): check {ENDPOINT_ENV}")
+        refuse(signer_id, f"the KMS client could not be made ({problem}): check {ENDPOINT_ENV}")
     return made
 
 
@@ -352,7 +332,7 @@ def load_kms(signer_id: str, env: Mapping[str, str]) -> KmsSigner:
     """qtg_runner.signers.load for ``kms:KEY`` (see the module)."""
     key_id = signer_id.removeprefix(KMS_PREFIX)
     if not key_id or describe_id(signer_id) != signer_id:
-        _refuse(signer_id, "a KMS signer id is kms:KEY (a key id, alias/NAME or an ARN)")
+        refuse(signer_id, "a KMS signer id is kms:KEY (a key id, alias/NAME or an ARN)")
     client = _client(signer_id, key_id, env)
     answer: Any = None
     problem = ""
@@ -361,31 +341,31 @@ def load_kms(signer_id: str, env: Mapping[str, str]) -> KmsSigner:
     except Exception as exc:
         problem = _kms_problem(exc)
     if problem:
-        _refuse(
+        refuse(
             signer_id,
             f"KMS GetPublicKey of {key_id} failed ({problem}): check that the key exists in "
             "the region and that the runner may call kms:GetPublicKey and kms:Sign on it",
         )
     if not isinstance(answer, dict):
-        _refuse(signer_id, "KMS GetPublicKey answered nothing")
+        refuse(signer_id, "KMS GetPublicKey answered nothing")
     spec = answer.get("KeySpec") or answer.get("CustomerMasterKeySpec")
     usage = answer.get("KeyUsage")
     if spec != KEY_SPEC or usage != KEY_USAGE:
-        _refuse(
+        refuse(
             signer_id,
             f"the KMS key {key_id} is {spec} for {usage}: an Ethereum account needs an "
             f"{KEY_SPEC} key for {KEY_USAGE}",
         )
     algorithms = answer.get("SigningAlgorithms")
     if isinstance(algorithms, list) and SIGNING_ALGORITHM not in algorithms:
-        _refuse(signer_id, f"the KMS key {key_id} does not sign with {SIGNING_ALGORITHM}")
+        refuse(signer_id, f"the KMS key {key_id} does not sign with {SIGNING_ALGORITHM}")
     spki = answer.get("PublicKey")
     point: bytes | None = None
     if isinstance(spki, bytes | bytearray):
         with contextlib.suppress(_BadDer):
             point = public_point(bytes(spki))
     if point is None:
-        _refuse(
+        refuse(
             signer_id,
             f"KMS GetPublicKey of {key_id} answered no secp256k1 SubjectPublicKeyInfo",
         )

@@ -44,9 +44,14 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
-from qtg_runner.signers.base import SignedTransaction, SignerError, describe_id
+from qtg_runner.signers.base import (
+    AccountSigner,
+    SignedTransaction,
+    describe_id,
+    refuse,
+)
 
 ENV_PREFIX = "env:"
 KEYSTORE_PREFIX = "keystore:"
@@ -92,35 +97,19 @@ sys.stdout.write(key.hex())
 password does not open the keystore (no message: eth-account's is not ours)."""
 
 
-class LocalSigner:
+class LocalSigner(AccountSigner):
     """One account's key in this process's memory; signs with eth-account."""
 
-    __slots__ = ("__key", "_address", "_signer_id")
+    __slots__ = ("__key",)
+    kept = "its key stays in this process"
 
     def __init__(self, signer_id: str, key: bytes) -> None:
         if len(key) != 32 or not 0 < int.from_bytes(key, "big") < _SECP256K1_N:
-            _refuse(signer_id, "the key is not a secp256k1 private key (32 bytes, in range)")
-        self._signer_id = signer_id
-        self.__key = bytes(key)
+            refuse(signer_id, "the key is not a secp256k1 private key (32 bytes, in range)")
         from eth_account import Account
 
-        self._address = str(Account.from_key(self.__key).address).lower()
-
-    @property
-    def signer_id(self) -> str:
-        return self._signer_id
-
-    @property
-    def address(self) -> str:
-        return self._address
-
-    def __repr__(self) -> str:
-        return f"LocalSigner(signer_id={self._signer_id!r}, address={self._address!r})"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError(f"{self!r} is not pickled or copied: its key stays in this process")
+        super().__init__(signer_id, str(Account.from_key(key).address).lower())
+        self.__key = bytes(key)
 
     async def sign_transaction(self, tx: dict[str, Any]) -> SignedTransaction:
         """Sign ``tx`` inline (a few milliseconds of CPU); never broadcasts. A
@@ -136,7 +125,7 @@ class LocalSigner:
             signed = Account.sign_transaction(tx, self.__key)
         if signed is None:
             fields = ", ".join(sorted(str(k) for k in tx))
-            _refuse(
+            refuse(
                 self._signer_id,
                 f"eth-account refused to sign the transaction (fields: {fields}): give an "
                 "EIP-1559 transaction (chainId, nonce, to, value, data, gas, maxFeePerGas, "
@@ -147,10 +136,6 @@ class LocalSigner:
         )
 
 
-def _refuse(signer_id: object, what: str) -> NoReturn:
-    raise SignerError(f"signer {describe_id(signer_id)}: {what}")
-
-
 def _reason(exc: Exception) -> str:
     return str(getattr(exc, "strerror", None) or type(exc).__name__)
 
@@ -158,12 +143,12 @@ def _reason(exc: Exception) -> str:
 def load_local(signer_id: str, env: Mapping[str, str]) -> LocalSigner:
     """qtg_runner.signers.load for the local forms (env:QTG_SIGNER_NAME, keystore:NAME)."""
     if not isinstance(signer_id, str) or describe_id(signer_id) != signer_id:
-        _refuse(signer_id, f"not a signer id; the accepted forms are {ACCEPTED_FORMS}")
+        refuse(signer_id, f"not a signer id; the accepted forms are {ACCEPTED_FORMS}")
     if signer_id.startswith(ENV_PREFIX):
         return _from_env(signer_id, signer_id.removeprefix(ENV_PREFIX), env)
     if signer_id.startswith(KEYSTORE_PREFIX):
         return _from_keystore(signer_id, signer_id.removeprefix(KEYSTORE_PREFIX), env)
-    _refuse(signer_id, f"unknown signer id form; the accepted forms are {ACCEPTED_FORMS}")
+    refuse(signer_id, f"unknown signer id form; the accepted forms are {ACCEPTED_FORMS}")
 
 
 def _parse_key(text: str) -> bytes | None:
@@ -177,9 +162,9 @@ def _parse_key(text: str) -> bytes | None:
 
 def _from_env(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSigner:
     if not _ENV_NAME.match(name):
-        _refuse(signer_id, f"{name!r} is not an environment variable name (letters, digits, _)")
+        refuse(signer_id, f"{name!r} is not an environment variable name (letters, digits, _)")
     if not name.startswith(ENV_NAME_PREFIX) or name == ENV_NAME_PREFIX:
-        _refuse(
+        refuse(
             signer_id,
             f"{name} is not a signer's variable: an env: signer id names a variable whose name "
             f"starts with {ENV_NAME_PREFIX} (env:{ENV_NAME_PREFIX}TREASURY), never another of the "
@@ -187,14 +172,14 @@ def _from_env(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSigner:
         )
     value = env.get(name)
     if value is None or not value.strip():
-        _refuse(
+        refuse(
             signer_id,
             f"the environment variable {name} is not set: set it to the account's private key "
             "(0x and 64 hex digits) in the runner's environment",
         )
     key = _parse_key(value)
     if key is None:
-        _refuse(
+        refuse(
             signer_id,
             f"the environment variable {name} does not hold a private key: it must be 0x and "
             "64 hex digits (a secp256k1 key); its value is not shown",
@@ -204,14 +189,14 @@ def _from_env(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSigner:
 
 def _from_keystore(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSigner:
     if not _KEYSTORE_NAME.match(name):
-        _refuse(
+        refuse(
             signer_id,
             f"{name!r} is not a keystore name (letters, digits and _.-, starting with a "
             "letter or digit; the file is NAME.json in the keystore directory)",
         )
     directory = env.get(KEYSTORE_DIR_ENV, "").strip()
     if not directory:
-        _refuse(
+        refuse(
             signer_id,
             f"{KEYSTORE_DIR_ENV} is not set: set it to the directory that holds {name}.json",
         )
@@ -224,13 +209,13 @@ def _from_keystore(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSi
     except _ChildFailed as exc:
         key, failed = None, str(exc)
     if failed:
-        _refuse(
+        refuse(
             signer_id,
             f"the child process that derives the key of {path} {failed} (its memory-hard "
             f"scrypt runs outside the runner): check that {sys.executable} runs here",
         )
     if key is None:
-        _refuse(
+        refuse(
             signer_id,
             f"the password does not open {path} (a wrong password, or a damaged file): check "
             f"${KEYSTORE_PASSWORD_ENV} / ${KEYSTORE_PASSWORD_FILE_ENV}",
@@ -238,7 +223,7 @@ def _from_keystore(signer_id: str, name: str, env: Mapping[str, str]) -> LocalSi
     signer = LocalSigner(signer_id, key)
     recorded = str(keystore.get("address", "")).lower().removeprefix("0x")
     if recorded and recorded != signer.address[2:]:
-        _refuse(
+        refuse(
             signer_id,
             f"{path} says it holds the key of 0x{recorded} but its key is {signer.address}'s: "
             "the file was altered; restore it from a backup",
@@ -322,14 +307,14 @@ def _read_keystore(signer_id: str, path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         problem = f"the keystore file {path} is unreadable ({_reason(exc)})"
     if problem:
-        _refuse(signer_id, problem)
+        refuse(signer_id, problem)
     parsed: Any = None
     with contextlib.suppress(ValueError):
         parsed = json.loads(raw)
     if not isinstance(parsed, dict) or not isinstance(
         parsed.get("crypto", parsed.get("Crypto")), dict
     ):
-        _refuse(
+        refuse(
             signer_id,
             f"{path} is not an encrypted keystore (the JSON of eth-account's Account.encrypt)",
         )
@@ -342,7 +327,7 @@ def _keystore_password(signer_id: str, env: Mapping[str, str]) -> str:
         return password
     file_name = env.get(KEYSTORE_PASSWORD_FILE_ENV, "").strip()
     if not file_name:
-        _refuse(
+        refuse(
             signer_id,
             f"no keystore password: set {KEYSTORE_PASSWORD_ENV}, or "
             f"{KEYSTORE_PASSWORD_FILE_ENV} to a file (mode 0600) that holds it",
@@ -368,12 +353,12 @@ def _keystore_password(signer_id: str, env: Mapping[str, str]) -> str:
     except OSError as exc:
         problem = f"the keystore password file {path} is unreadable ({_reason(exc)})"
     if problem:
-        _refuse(signer_id, problem)
+        refuse(signer_id, problem)
     text: str | None = None
     with contextlib.suppress(UnicodeDecodeError):
         text = data.decode("utf-8").rstrip("\r\n")
     if not text:
-        _refuse(signer_id, f"the keystore password file {path} is empty or not UTF-8 text")
+        refuse(signer_id, f"the keystore password file {path} is empty or not UTF-8 text")
     return text
 
 

@@ -41,10 +41,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import urlsplit
 
-from qtg_runner.signers.base import SignedTransaction, SignerError, SigningFailed, describe_id
+from qtg_runner.signers.base import (
+    AccountSigner,
+    SignedTransaction,
+    describe_id,
+    refuse,
+    signing_failed,
+)
 from qtg_runner.signers.kms import SECP256K1_N, timeout_s
 
 REMOTE_PREFIX = "remote:"
@@ -74,16 +80,6 @@ def url_env(name: str) -> str:
 
 def api_env(name: str) -> str:
     return f"{ENV_PREFIX}{name}_API"
-
-
-def _refuse(signer_id: object, what: str) -> NoReturn:
-    raise SignerError(f"signer {describe_id(signer_id)}: {what}")
-
-
-def _failed(signer_id: str, what: str) -> NoReturn:
-    raise SigningFailed(
-        f"signer {signer_id}: {what}; nothing was signed, the node is tried again later"
-    )
 
 
 def _hex(value: int) -> str:
@@ -120,10 +116,14 @@ def checked(tx: dict[str, Any], answer: Any, address: str, signer_id: str) -> Si
 
     raw_text = answer.get("raw") if isinstance(answer, dict) else answer
     if not isinstance(raw_text, str) or not _RAW_HEX.match(raw_text):
-        _failed(signer_id, "the answer is not a raw transaction (0x and hex digits, or {raw, tx})")
+        signing_failed(
+            signer_id, "the answer is not a raw transaction (0x and hex digits, or {raw, tx})"
+        )
     raw = bytes.fromhex(raw_text[2:])
     if raw[0] != 2:
-        _failed(signer_id, f"the answer is a transaction of type {raw[0]}, not an EIP-1559 one")
+        signing_failed(
+            signer_id, f"the answer is a transaction of type {raw[0]}, not an EIP-1559 one"
+        )
     signed: Any = None
     sender = ""
     try:
@@ -132,11 +132,11 @@ def checked(tx: dict[str, Any], answer: Any, address: str, signer_id: str) -> Si
     except Exception:  # eth-account raises several kinds for bytes that do not decode
         signed = None
     if signed is None:
-        _failed(signer_id, "the answer does not decode to a signed EIP-1559 transaction")
+        signing_failed(signer_id, "the answer does not decode to a signed EIP-1559 transaction")
     if int(signed.get("s", 0)) > SECP256K1_N // 2:
-        _failed(signer_id, "the signature's s is high (EIP-2): nodes refuse it")
+        signing_failed(signer_id, "the signature's s is high (EIP-2): nodes refuse it")
     if sender != address:
-        _failed(signer_id, f"the transaction is signed by {sender}, not by {address}")
+        signing_failed(signer_id, f"the transaction is signed by {sender}, not by {address}")
     asked = TypedTransaction.from_dict(tx).as_dict()
     fields = (
         "chainId",
@@ -151,7 +151,7 @@ def checked(tx: dict[str, Any], answer: Any, address: str, signer_id: str) -> Si
     )
     other = [f for f in fields if _same(signed.get(f)) != _same(asked.get(f))]
     if other:
-        _failed(
+        signing_failed(
             signer_id,
             "the service signed another transaction than the one asked (its "
             + ", ".join(other)
@@ -171,33 +171,17 @@ def _same(value: Any) -> Any:
     return value
 
 
-class RemoteSigner:
+class RemoteSigner(AccountSigner):
     """An account whose key a JSON-RPC signing service holds; holds no key."""
 
-    __slots__ = ("_address", "_api", "_signer_id", "_timeout", "_url")
+    __slots__ = ("_api", "_timeout", "_url")
+    kept = "its URL may hold a credential"
 
     def __init__(self, signer_id: str, address: str, url: str, api: str, timeout: float) -> None:
-        self._signer_id = signer_id
-        self._address = address
+        super().__init__(signer_id, address)
         self._url = url
         self._api = api
         self._timeout = timeout
-
-    @property
-    def signer_id(self) -> str:
-        return self._signer_id
-
-    @property
-    def address(self) -> str:
-        return self._address
-
-    def __repr__(self) -> str:
-        return f"RemoteSigner(signer_id={self._signer_id!r}, address={self._address!r})"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError(f"{self!r} is not pickled or copied: its URL may hold a credential")
 
     async def sign_transaction(self, tx: dict[str, Any]) -> SignedTransaction:
         """``tx`` signed by the service and checked (see the module); never broadcasts."""
@@ -209,7 +193,7 @@ class RemoteSigner:
         except (KeyError, TypeError, ValueError):
             params = None
         if params is None:
-            _refuse(
+            refuse(
                 self._signer_id,
                 "the transaction is not an EIP-1559 transaction with chainId, nonce, to, "
                 "value, data, gas, maxFeePerGas and maxPriorityFeePerGas",
@@ -225,7 +209,7 @@ class RemoteSigner:
         except EvmRpcError as exc:
             problem = f"{type(exc).__name__}: {str(exc)[:300]}"
         if problem:
-            _failed(self._signer_id, f"{method} failed ({problem})")
+            signing_failed(self._signer_id, f"{method} failed ({problem})")
         return checked(tx, answer, self._address, self._signer_id)
 
 
@@ -254,7 +238,7 @@ def _accounts(signer_id: str, url: str, method: str, timeout: float) -> list[str
     except httpx.HTTPError as exc:
         problem = f"no answer ({type(exc).__name__})"
     if problem:
-        _refuse(signer_id, f"{where}: {problem}: check that the signing service runs there")
+        refuse(signer_id, f"{where}: {problem}: check that the signing service runs there")
     answer: Any = None
     try:
         answer = json.loads(body)
@@ -263,10 +247,10 @@ def _accounts(signer_id: str, url: str, method: str, timeout: float) -> list[str
     if not isinstance(answer, dict) or status >= 400 or "error" in answer:
         error = answer.get("error") if isinstance(answer, dict) else None
         said = f": {str(error)[:200]}" if error else ""
-        _refuse(signer_id, f"{where}: HTTP {status}, no list of accounts{said}")
+        refuse(signer_id, f"{where}: HTTP {status}, no list of accounts{said}")
     result = answer.get("result")
     if not isinstance(result, list) or not all(isinstance(a, str) for a in result):
-        _refuse(signer_id, f"{where}: the answer is not a list of addresses")
+        refuse(signer_id, f"{where}: the answer is not a list of addresses")
     return [a.lower() for a in result]
 
 
@@ -274,24 +258,24 @@ def load_remote(signer_id: str, env: Mapping[str, str]) -> RemoteSigner:
     """qtg_runner.signers.load for ``remote:NAME/0xADDRESS`` (see the module)."""
     found = _ID.match(signer_id) if describe_id(signer_id) == signer_id else None
     if found is None:
-        _refuse(signer_id, f"a remote signer id is {ACCEPTED_FORM}")
+        refuse(signer_id, f"a remote signer id is {ACCEPTED_FORM}")
     name, address = found.group(1), found.group(2).lower()
     url = env.get(url_env(name), "").strip()
     if not url:
-        _refuse(
+        refuse(
             signer_id,
             f"{url_env(name)} is not set: set it to the signing service's JSON-RPC URL",
         )
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        _refuse(signer_id, f"{url_env(name)} is not an http(s)://host[:port]/... URL")
+        refuse(signer_id, f"{url_env(name)} is not an http(s)://host[:port]/... URL")
     api = env.get(api_env(name), "").strip().lower() or "eth"
     if api not in APIS:
-        _refuse(signer_id, f"{api_env(name)} is eth (the default) or clef, not {api!r}")
+        refuse(signer_id, f"{api_env(name)} is eth (the default) or clef, not {api!r}")
     timeout = timeout_s(signer_id, env)
     accounts = _accounts(signer_id, url, APIS[api][0], timeout)
     if address not in accounts:
-        _refuse(
+        refuse(
             signer_id,
             f"the signing service at {url_env(name)} does not hold the key of {address} "
             f"(it lists {len(accounts)} other account(s)): add the key to the service, or "
