@@ -19,6 +19,7 @@ __all__ = [
     "SigningFailed",
     "describe_id",
     "refuse",
+    "refuse_transaction",
     "signing_failed",
 ]
 
@@ -115,6 +116,18 @@ class SigningFailed(SignerError):
 def refuse(signer_id: object, what: str) -> NoReturn:
     """Raise SignerError: ``what`` of the signer that id names (shown by describe_id)."""
     raise SignerError(f"signer {describe_id(signer_id)}: {what}")
+
+
+def refuse_transaction(signer_id: str, tx: dict[str, Any], what: str) -> NoReturn:
+    """Raise SignerError: eth-account ``what`` (cannot serialise, refused to
+    sign) ``tx``; its fields are named, never their values."""
+    fields = ", ".join(sorted(str(k) for k in tx))
+    refuse(
+        signer_id,
+        f"eth-account {what} the transaction (fields: {fields}): give an EIP-1559 "
+        "transaction (chainId, nonce, to, value, data, gas, maxFeePerGas, "
+        "maxPriorityFeePerGas, type 2) with valid values",
+    )
 
 
 def signing_failed(signer_id: str, what: str) -> NoReturn:

@@ -55,6 +55,7 @@ from qtg_runner.signers.base import (
     SignedTransaction,
     describe_id,
     refuse,
+    refuse_transaction,
     signing_failed,
 )
 
@@ -238,13 +239,7 @@ class KmsSigner(AccountSigner):
         with contextlib.suppress(Exception):  # eth-account's messages are not ours to pass on
             digest = bytes(TypedTransaction.from_dict(tx).hash())
         if digest is None:
-            fields = ", ".join(sorted(str(k) for k in tx))
-            refuse(
-                self._signer_id,
-                f"eth-account cannot serialise the transaction (fields: {fields}): give an "
-                "EIP-1559 transaction (chainId, nonce, to, value, data, gas, maxFeePerGas, "
-                "maxPriorityFeePerGas, type 2) with valid values",
-            )
+            refuse_transaction(self._signer_id, tx, "cannot serialise")
         return digest
 
     def _sign_digest(self, digest: bytes) -> bytes:

@@ -51,6 +51,7 @@ from qtg_runner.signers.base import (
     SignedTransaction,
     describe_id,
     refuse,
+    refuse_transaction,
 )
 
 ENV_PREFIX = "env:"
@@ -124,13 +125,7 @@ class LocalSigner(AccountSigner):
         with contextlib.suppress(Exception):
             signed = Account.sign_transaction(tx, self.__key)
         if signed is None:
-            fields = ", ".join(sorted(str(k) for k in tx))
-            refuse(
-                self._signer_id,
-                f"eth-account refused to sign the transaction (fields: {fields}): give an "
-                "EIP-1559 transaction (chainId, nonce, to, value, data, gas, maxFeePerGas, "
-                "maxPriorityFeePerGas, type 2) with valid values",
-            )
+            refuse_transaction(self._signer_id, tx, "refused to sign")
         return SignedTransaction(
             raw=bytes(signed.raw_transaction), tx_hash="0x" + bytes(signed.hash).hex()
         )
