@@ -263,8 +263,8 @@ _TABLE: tuple[QtError, ...] = (
         "QT099",
         500,
         "Internal engine error",
-        "internal: `claim_observe_batch` raises and catches it to undo a partial lock on a miss; "
-        "it never reaches a caller",
+        "internal: `claim_observe_batch` raises and catches it to undo a partial lock on a miss, "
+        "`check_proposal` to undo a registry change it tried; it never reaches a caller",
     ),
 )
 

@@ -148,6 +148,7 @@ class ProposalKind(enum.StrEnum):
     TEMPLATE = "template"
     EXECUTOR_CONFIG = "executor_config"
     CALLBACK_TARGET = "callback_target"
+    REGISTRY = "registry"
 
 
 class ProposalState(enum.StrEnum):
@@ -1816,6 +1817,13 @@ def upsert_chain(
 ) -> Call[None]:
     """Registers or updates an EVM chain of the network; the RPC URL is named by an
     environment variable, never stored (sql/functions/admin/)."""
+
+
+@procedure("owner")
+def propose_registry_change(subject: Text, change: Json) -> Call[Proposal]:
+    """Proposes a change to an existing registry entry (chain/KEY, token/CHAIN/SYMBOL,
+    protocol/CHAIN/PROTOCOL, ccip_lane/SOURCE/DEST, venue/KEY), applied when a
+    second login, an operator's, approves it."""
 
 
 @procedure("owner")

@@ -717,6 +717,10 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_finality_depth": 2,
             "p_block_time_ms": 2000,
         },
+        "propose_registry_change": {
+            "p_subject": "chain/world-a",
+            "p_change": json.dumps({"finality_depth": 3}),
+        },
         "upsert_chain_token": {
             "p_chain_key": "world-a",
             "p_symbol": "USDC",
@@ -1215,6 +1219,12 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             # a tip above the fee cap (200 gwei unless given)
             + each("p_max_priority_fee_per_gas", "QT002", 10**15)
         ),
+        "propose_registry_change": (
+            each("p_subject", "QT002", None, "", "chain", "chain/world-z", "nope/world-a",
+                 "token/world-a", "chain/world-a/x", BIG_TEXT)
+            + each("p_change", "QT002", None, "[]", '"x"', "{}", '{"no_such_field": 1}',
+                   '{"finality_depth": "three"}', '{"finality_depth": 1e20}', '{"chain_id": 1}')
+        ),  # fmt: skip
         "upsert_chain_token": (
             chain_keys("p_chain_key")
             + each("p_symbol", "QT002", None, "", "US DC", BIG_TEXT)

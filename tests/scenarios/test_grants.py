@@ -110,6 +110,7 @@ OPERATOR_PROCEDURES = {
 """The operator's actions as procedures (CALL in psql), granted as the operator's
 functions are; every other routine is a function."""
 ADMIN = {
+    "propose_registry_change",
     "allow_destination",
     "disallow_destination",
     "register_executor",
@@ -217,6 +218,8 @@ INTERNAL = {
     "balance_expectations",
     "apply_refusal",
     "apply_answers",
+    "apply_registry_entry",
+    "registry_entry_value",
     "check_reason",
     "route_node",
     "route_chain",

@@ -13,6 +13,10 @@
 --   executor_config  the executor registered (QT012), check_executor_schema
 --                    (QT002/QT005)
 --   callback_target  check_callback_target (QT002)
+--   registry         a registry subject (registry_entry_value, QT002) whose
+--                    entry exists, and only its fields, each of the JSON type
+--                    it has (QT002); the values as its upsert checks them,
+--                    tried and undone (its refusal: QT002, QT005, QT014...)
 -- Internal.
 CREATE OR REPLACE FUNCTION check_proposal(
     p_call    text,
@@ -24,6 +28,8 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_limits engine_limits;
+    v_entry  jsonb;
+    v_fields text;
 BEGIN
     SELECT * INTO STRICT v_limits FROM engine_limits;
     CASE p_kind
@@ -40,6 +46,30 @@ BEGIN
         WHEN 'callback_target' THEN
             PERFORM check_callback_target(p_call, p_subject, p_value ->> 'url', p_value ->> 'secret_ref',
                                           (p_value -> 'allow_private')::boolean, (p_value -> 'enabled')::boolean);
+        WHEN 'registry' THEN
+            v_entry := registry_entry_value(p_subject);
+            IF v_entry IS NULL THEN
+                RAISE EXCEPTION '%: registry entry % does not exist', p_call, left(p_subject, 200)
+                    USING ERRCODE = 'QT002', HINT = 'A new registry entry is registered by its upsert, not proposed.';
+            END IF;
+            SELECT string_agg(left(e.key, 64), ', ' ORDER BY e.key) INTO v_fields
+              FROM jsonb_each(p_value) e
+             WHERE NOT v_entry ? e.key
+                OR (jsonb_typeof(e.value) NOT IN (jsonb_typeof(v_entry -> e.key), 'null')
+                    AND jsonb_typeof(v_entry -> e.key) <> 'null');
+            IF v_fields IS NOT NULL THEN
+                RAISE EXCEPTION '%: registry entry % has no field %, or not of that JSON type', p_call,
+                                left(p_subject, 200), v_fields
+                    USING ERRCODE = 'QT002', HINT = 'Change the fields the entry has (registry_entry_value), each as it is typed there.';
+            END IF;
+            -- the entry's upsert tried with the whole value, then undone: a value
+            -- it refuses is refused now, not when a second login approves it
+            BEGIN
+                PERFORM apply_registry_entry(p_subject, p_value);
+                RAISE EXCEPTION USING ERRCODE = 'QT099';
+            EXCEPTION WHEN SQLSTATE 'QT099' THEN
+                NULL;  -- tried, and undone with the subtransaction
+            END;
     END CASE;
 END
 $$;

@@ -8,6 +8,7 @@
 --   template         {"plan", "description"} of movement_templates
 --   executor_config  {"node_config_schema", "description"} of executors
 --   callback_target  {"url", "secret_ref", "allow_private", "enabled"} of callback_targets
+--   registry         the registry entry's values (registry_entry_value)
 -- Internal.
 CREATE OR REPLACE FUNCTION config_value(p_kind qtg.proposal_kind, p_subject text) RETURNS jsonb
 LANGUAGE plpgsql
@@ -31,6 +32,8 @@ BEGIN
                                       'allow_private', t.allow_private, 'enabled', t.enabled)
               INTO v_value
               FROM callback_targets t WHERE t.target_name = p_subject FOR UPDATE;
+        WHEN 'registry' THEN
+            v_value := registry_entry_value(p_subject);
     END CASE;
     RETURN v_value;
 END

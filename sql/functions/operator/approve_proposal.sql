@@ -4,6 +4,8 @@
 --   template         register_template
 --   executor_config  set_executor_config
 --   callback_target  upsert_callback_target (the admin's step, run as the owner here)
+--   registry         apply_registry_entry: the entry's upsert (the admin's
+--                    step, run as the owner here)
 -- Idempotent for the approver: the login that applied it calling again gets
 -- APPLIED, nothing written.
 -- Four eyes: the approver (the session's login) must not be the proposer. A
@@ -81,6 +83,8 @@ BEGIN
         WHEN 'callback_target' THEN
             PERFORM upsert_callback_target(v_proposal.subject, v_value ->> 'url', v_value ->> 'secret_ref',
                                            (v_value -> 'allow_private')::boolean, (v_value -> 'enabled')::boolean);
+        WHEN 'registry' THEN
+            PERFORM apply_registry_entry(v_proposal.subject, v_value);
     END CASE;
     PERFORM set_proposal_states(ARRAY[p_proposal_id], 'APPLIED', v_actor);
     RETURN 'APPLIED';
