@@ -1220,11 +1220,12 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_max_priority_fee_per_gas", "QT002", 10**15)
         ),
         "propose_registry_change": (
-            each("p_subject", "QT002", None, "", "chain", "chain/world-z", "nope/world-a",
-                 "token/world-a", "chain/world-a/x", BIG_TEXT)
-            + each("p_change", "QT002", None, "[]", '"x"', "{}", '{"no_such_field": 1}',
-                   '{"finality_depth": "three"}', '{"finality_depth": 1e20}', '{"chain_id": 1}')
-        ),  # fmt: skip
+            each("p_subject", "QT002", None, "", "chain", "chain/world-z", "nope/world-a")
+            + each("p_subject", "QT002", "token/world-a", "chain/world-a/x", BIG_TEXT)
+            + each("p_change", "QT002", None, "[]", '"x"', "{}", '{"no_such_field": 1}')
+            + each("p_change", "QT002", '{"finality_depth": "three"}', '{"chain_id": 1}')
+            + each("p_change", "QT002", '{"finality_depth": 1e20}')
+        ),
         "upsert_chain_token": (
             chain_keys("p_chain_key")
             + each("p_symbol", "QT002", None, "", "US DC", BIG_TEXT)
