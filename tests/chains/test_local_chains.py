@@ -68,12 +68,15 @@ def test_a_setup_that_fails_leaves_the_chains_mining_at_their_block_time(
     with pytest.raises(RuntimeError, match="the setup failed"), mined_at_once(local_chains):
         for chain in local_chains:
             assert rpc(chain.rpc_url, "anvil_getAutomine") is True
-            # a transaction is mined as it arrives: its receipt is there at once
+            # a transaction is mined as it arrives (automine replaces interval
+            # mining: no block comes otherwise); anvil's miner answers the send
+            # before it has mined, so the receipt is awaited, with a deadline
             w3 = _web3(chain)
             tx_hash = w3.eth.send_transaction(
                 {"from": w3.eth.accounts[0], "to": w3.eth.accounts[1], "value": 1}
             )
-            assert w3.eth.get_transaction_receipt(tx_hash)["status"] == 1
+            receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=10, poll_latency=0.02)
+            assert receipt["status"] == 1
         raise RuntimeError("the setup failed")
     for chain in local_chains:
         _mines_at_its_block_time(chain)
