@@ -19,17 +19,28 @@ from typer.testing import CliRunner
 
 from qtg_cli import app
 from qtg_runner.db import procs
-from qtg_runner.networks import load_book
+from qtg_runner.networks import AddressBook, load_book
 
 BOOK = load_book("testnet")
-STATED = [
-    arg
-    for chain in BOOK.chains
-    for arg in (
-        *(["--finality-depth", f"{chain.chain_key}=64"] if chain.finality_depth is None else []),
-        *(["--block-time", f"{chain.chain_key}=2000"] if chain.block_time_ms is None else []),
-    )
-]
+
+
+def stated(book: AddressBook) -> list[str]:
+    """The flags that state what ``book`` leaves out (the test's values)."""
+    return [
+        arg
+        for chain in book.chains
+        for arg in (
+            *(
+                ["--finality-depth", f"{chain.chain_key}=64"]
+                if chain.finality_depth is None
+                else []
+            ),
+            *(["--block-time", f"{chain.chain_key}=2000"] if chain.block_time_ms is None else []),
+        )
+    ]
+
+
+STATED = stated(BOOK)
 
 
 def load(db: TestDatabase, *args: str) -> tuple[int, list[str]]:
@@ -95,6 +106,32 @@ def test_the_book_is_loaded_whole_and_loading_again_changes_nothing(
     assert registry(admin) == before
     assert admin.execute("SELECT count(*) FROM audit_outbox").fetchone() == audited
     assert admin.execute("SELECT count(*) FROM config_proposals").fetchone() == (0,)
+
+
+def test_the_mainnet_book_goes_into_the_mainnet_network_with_its_stargate_pools(
+    db: TestDatabase,
+) -> None:
+    """Mainnet's Stargate pools move Circle's USDC, so they are recorded; the
+    mainnet book goes into the mainnet network and leaves testnet's alone."""
+    book = load_book("mainnet")
+    code, lines = load(db, "mainnet", *stated(book))
+    assert code == 0, "\n".join(lines)
+    done = actions(lines)
+    assert set(done.values()) == {"created"}
+    pools = [c.chain_key for c in book.chains if "stargate" in c.protocols]
+    assert pools
+    mainnet = bind(db.connect(), "mainnet")
+    recorded = mainnet.execute(
+        "SELECT chain_key, contracts ->> 'StargatePool' FROM chain_protocols"
+        " WHERE protocol = 'stargate' ORDER BY 1"
+    ).fetchall()
+    assert recorded == sorted(
+        (key, book.chain(key).protocols["stargate"].contracts["StargatePool"].lower())
+        for key in pools
+    )
+    assert mainnet.execute("SELECT count(*) FROM ccip_lanes").fetchone() == (len(book.ccip_lanes),)
+    testnet = bind(db.connect())
+    assert testnet.execute("SELECT count(*) FROM chains").fetchone() == (0,)
 
 
 def test_a_changed_entry_is_proposed_and_applied_only_by_another_login(
