@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import bind
+from engine import assert_rejected, bind
 from rows import person
 from typer.testing import CliRunner
 
@@ -205,3 +205,26 @@ def test_a_bad_command_line_is_refused_and_writes_nothing(
     code, _ = load(db, *args)
     assert code == 2
     assert admin.execute("SELECT count(*) FROM chains").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("role", ["qtg_testnet_operator", "qtg_testnet_runner"])
+def test_no_operator_or_runner_login_changes_the_registry_or_proposes_a_change(
+    db: TestDatabase, admin: psycopg.Connection[Any], role: str
+) -> None:
+    """Where money is sent is the admin's to propose and another login's to
+    approve: an operator's or a runner's own login that proposes a registry
+    change, applies one, or calls an upsert is refused, and nothing changes."""
+    assert load(db, "testnet", *STATED)[0] == 0
+    mallory = person(db, "mallory", role)
+    attacker = "0x" + "66" * 20
+    change = '{"address": "' + attacker + '"}'
+    for query, params in (
+        (
+            "SELECT * FROM propose_registry_change(%s, %s::jsonb)",
+            ("token/ethereum-sepolia/USDC", change),
+        ),
+        ("SELECT apply_registry_entry(%s, %s::jsonb)", ("token/ethereum-sepolia/USDC", change)),
+        ("SELECT upsert_chain_token('ethereum-sepolia', 'USDC', %s, 6)", (attacker,)),
+    ):
+        assert_rejected(mallory, "42501", query, params, watcher=admin)
+    assert admin.execute("SELECT count(*) FROM config_proposals").fetchone() == (0,)
