@@ -36,7 +36,7 @@ import signal
 import socket
 import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,7 @@ from qtg_runner.executors.registry import SHIPPED, build
 from qtg_runner.limits import ReportLimits, read_report_limits
 from qtg_runner.log import event
 from qtg_runner.loop import WakeGroup, WorkerContext, WorkerEntry, run_worker
+from qtg_runner.signers import Signer
 from qtg_runner.wakeup import Wakeup
 
 
@@ -116,8 +117,11 @@ class Runtime:
         *,
         name: str = "qtg-runner",
         max_concurrency: int = 8,
+        env: Mapping[str, str] | None = None,
+        signers: Mapping[str, Signer] | None = None,
     ) -> Runtime:
-        """Open the runtime over ``dsn``, a runner login's DSN (used as given).
+        """Open the runtime over ``dsn``, a runner login's DSN (used as given);
+        its executors' settings from ``env`` and ``signers`` (executors.registry.build).
 
         The login and the registrations are checked on a connection of their
         own first, so a wrong credential or deployment fails at once instead of
@@ -138,7 +142,7 @@ class Runtime:
         except BaseException:
             await pool.close()
             raise
-        executors = build(side_pool, network)
+        executors = build(side_pool, network, env, signers)
         return cls(network, conninfo, pool, side_pool, executors, new_instance_id(), limits)
 
     def context(self, max_concurrency: int = 8) -> WorkerContext:

@@ -258,13 +258,20 @@ class CallRoute(EvmRoute, abc.ABC):
 class EvmAccess:
     """The RPC clients and signers of one executor instance, each made once.
     RPC URLs and keys come from the environment (the registry names the
-    variable and the signer id), never from the database."""
+    variable and the signer id), never from the database. ``signers``, by
+    signer id, are used in place of loading those ids (a rehearsal's stand-ins,
+    qtg_rehearsal); the check that a signer holds its account's key still holds."""
 
-    def __init__(self, env: Mapping[str, str], rpc_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        rpc_timeout: float = 10.0,
+        signers: Mapping[str, Signer] | None = None,
+    ) -> None:
         self._env = env
         self._rpc_timeout = rpc_timeout
         self._rpcs: dict[str, EvmRpc] = {}
-        self._signers: dict[str, Signer] = {}
+        self._signers: dict[str, Signer] = dict(signers or {})
 
     def rpc(self, chain_key: str, rpc_url_env: str) -> EvmRpc:
         url = self._env.get(rpc_url_env)
@@ -586,9 +593,10 @@ class EvmExecutor(ExecutorBase, abc.ABC):
         network: str,
         env: Mapping[str, str] | None = None,
         rpc_timeout: float = 10.0,
+        signers: Mapping[str, Signer] | None = None,
     ) -> None:
         super().__init__(pool, network, env)
-        self._evm = EvmAccess(self._env, rpc_timeout)
+        self._evm = EvmAccess(self._env, rpc_timeout, signers)
 
     def sending_leg(self, payload: JsonObject) -> ChainLeg:
         """The chain and account a prepared payload sends from (its leg's keys)."""

@@ -8,6 +8,7 @@ registry at start is qtg_runner.deploy.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -25,6 +26,7 @@ from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.evm_transfer import EvmTransferExecutor
 from qtg_runner.executors.sim import SimExecutor
 from qtg_runner.executors.stargate import StargateExecutor
+from qtg_runner.signers import Signer
 
 SHIPPED: tuple[type[Executor], ...] = (
     SimExecutor,
@@ -39,17 +41,25 @@ SHIPPED: tuple[type[Executor], ...] = (
 """Every executor a runner of this build carries."""
 
 
-def build(pool: AsyncConnectionPool[Any], network: str) -> dict[str, Executor]:
-    """One instance of each shipped executor, by key, for a runner of ``network``."""
+def build(
+    pool: AsyncConnectionPool[Any],
+    network: str,
+    env: Mapping[str, str] | None = None,
+    signers: Mapping[str, Signer] | None = None,
+) -> dict[str, Executor]:
+    """One instance of each shipped executor, by key, for a runner of ``network``:
+    its settings from ``env`` (the process environment by default); the EVM
+    executors sign with ``signers`` where given (by signer id), else with the
+    signers the registry's ids load."""
     return {
-        SimExecutor.key: SimExecutor(pool, network),
-        EvmTransferExecutor.key: EvmTransferExecutor(pool, network),
-        BybitWithdrawExecutor.key: BybitWithdrawExecutor(pool, network),
-        BybitDepositExecutor.key: BybitDepositExecutor(pool, network),
-        CctpBurnExecutor.key: CctpBurnExecutor(pool, network),
-        CctpMintExecutor.key: CctpMintExecutor(pool, network),
-        StargateExecutor.key: StargateExecutor(pool, network),
-        CcipExecutor.key: CcipExecutor(pool, network),
+        SimExecutor.key: SimExecutor(pool, network, env),
+        EvmTransferExecutor.key: EvmTransferExecutor(pool, network, env, signers=signers),
+        BybitWithdrawExecutor.key: BybitWithdrawExecutor(pool, network, env),
+        BybitDepositExecutor.key: BybitDepositExecutor(pool, network, env),
+        CctpBurnExecutor.key: CctpBurnExecutor(pool, network, env, signers=signers),
+        CctpMintExecutor.key: CctpMintExecutor(pool, network, env, signers=signers),
+        StargateExecutor.key: StargateExecutor(pool, network, env, signers=signers),
+        CcipExecutor.key: CcipExecutor(pool, network, env, signers=signers),
     }
 
 
