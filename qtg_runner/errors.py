@@ -28,6 +28,10 @@ class QtError:
     """The problem's title (RFC 9457): what kind of problem, the same for every occurrence."""
     meaning: str
     """When a procedure raises it (Markdown: code in backticks)."""
+    advice: bool = False
+    """A WARNING that advises, never a refusal: the call went ahead, and its
+    caller is told (qtg_runner.db.procs hands it over as ``Advice``, where it
+    raises every other QT warning as ``Refused``)."""
 
 
 _NOT_FOUND = (
@@ -69,7 +73,8 @@ _TABLE: tuple[QtError, ...] = (
         'plain digits with an optional fraction (`"1e3"`, `" 7"`, `"+7"`), a worker name '
         "not of a worker's shape or naming a person's login (an operator's, a reader's, the "
         "admin's), a callback target's url naming an address no callback may reach (see "
-        "Callbacks)",
+        "Callbacks), a registry for `load_rehearsal_registry` not of `rehearsal_input`'s shape "
+        "(an unknown table or column) or refused by its tables' constraints",
     ),
     QtError(
         "QT003",
@@ -139,6 +144,16 @@ _TABLE: tuple[QtError, ...] = (
         "proposed: propose again",
     ),
     QtError(
+        "QT025",
+        409,
+        "Approved after a failed rehearsal",
+        "a WARNING, never an error: `approve_movement` / `approve_movements` approved a movement "
+        "whose latest rehearsal (`record_rehearsal`) failed; the message names the rehearsal, who "
+        "recorded it and when. The approval stands; `qtg movement show` prints what the rehearsal "
+        "found",
+        advice=True,
+    ),
+    QtError(
         "QT030",
         409,
         "Stale claim",
@@ -195,6 +210,14 @@ _TABLE: tuple[QtError, ...] = (
         "having no side effect; a migration past `0055_upgrade_in_flight_guard` while a ccip or "
         "stargate send the previous build prepared is in flight, which the new build could not "
         "observe or recover)",
+    ),
+    QtError(
+        "QT042",
+        409,
+        "Not a test database",
+        "`load_rehearsal_registry` in a database not marked a test database (`qtg db "
+        "mark-test`): a rehearsal's registry replaces the registry of a throwaway database only, "
+        "never that of a database that moves money",
     ),
     QtError(
         "QT050",

@@ -12,6 +12,7 @@ included, is one `qtg: error:` line.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from typing import Annotated, Any, TypeVar
 import psycopg
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from qtg_runner.commands.common import (
     BIGINT_MAX,
@@ -146,8 +148,14 @@ def approve_cmd(
     as_login: AsOption = None,
 ) -> None:
     """Approve a movement (PENDING_APPROVAL -> APPROVED) as your login, which must
-    not be the one that created it (QT022)."""
-    state = as_operator(network, as_login, procs.approve_movement(movement_id))
+    not be the one that created it (QT022). A movement whose latest rehearsal
+    failed is approved with a warning (QT025)."""
+    with connect(network, as_login, operator=True) as conn, procs.advice(conn) as advised:
+        state = procs.approve_movement(movement_id).one(conn)
+    for said in advised:
+        out.print(
+            Text(f"warning ({said.sqlstate}): {said.message}", style="yellow"), soft_wrap=True
+        )
     out.print(f"movement {movement_id} {state}")
 
 
@@ -192,7 +200,7 @@ def show_cmd(
     network: NetworkOption = None,
     as_login: AsOption = None,
 ) -> None:
-    """Show one movement and its nodes."""
+    """Show one movement and its nodes, and its latest rehearsal if it was rehearsed."""
     with connect(network, as_login) as conn:
         cur = conn.execute("SELECT * FROM movement_progress WHERE movement_id = %s", (movement_id,))
         row = cur.fetchone()
@@ -229,6 +237,35 @@ def show_cmd(
             wide=wide,
         )
         show(out, summary, nodes)
+        rehearsal = conn.execute(
+            "SELECT id, outcome, recorded_by, recorded_at, summary FROM movement_rehearsals"
+            " WHERE movement_id = %s ORDER BY id DESC LIMIT 1",
+            (movement_id,),
+        ).fetchone()
+        if rehearsal is not None:
+            print_rehearsal(*rehearsal)
+
+
+def print_rehearsal(
+    rehearsal_id: int, outcome: str, recorded_by: str, recorded_at: datetime, summary: Any
+) -> None:
+    """The latest rehearsal of a movement (record_rehearsal): its outcome, who
+    recorded it and when, and its summary's "lines" (the rehearsing tool's
+    report: an object with "outcome" and "lines", a list of strings)."""
+    style = "green" if outcome == "passed" else "bold red"
+    out.print(
+        Text.assemble(
+            "rehearsal ",
+            (outcome, style),
+            f" (id {rehearsal_id}, recorded by {recorded_by} at {cell(recorded_at)} UTC)",
+        ),
+        soft_wrap=True,
+    )
+    lines = summary.get("lines") if isinstance(summary, dict) else None
+    if isinstance(lines, list):
+        for line in lines:
+            text = line if isinstance(line, str) else json.dumps(line)
+            out.print(Text(f"  {text}"), soft_wrap=True)
 
 
 @app.command("list")

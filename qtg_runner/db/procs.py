@@ -60,6 +60,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
+from qtg_runner.errors import QT_ERRORS
+
 R = TypeVar("R")
 P = ParamSpec("P")
 Access = Literal["runner", "operator", "owner"]
@@ -98,8 +100,8 @@ Numeric = Annotated[Decimal | float, Pg("numeric")]
 NumericValue = Annotated[Decimal, Pg("numeric")]
 """A numeric result."""
 Timestamp = Annotated[datetime, Pg("timestamp with time zone")]
-Json = Annotated[Mapping[str, Any] | list[Any], Pg("jsonb")]
-"""A jsonb argument: a dict or a list."""
+Json = Annotated[Mapping[str, Any] | list[Any] | Jsonb, Pg("jsonb")]
+"""A jsonb argument: a dict or a list (or one wrapped as Jsonb already)."""
 JsonValue = Annotated[JsonObject, Pg("jsonb")]
 """A jsonb result (every jsonb the procedures return is an object)."""
 BigIntArray = Annotated[Sequence[int | None], Pg("bigint[]")]
@@ -765,7 +767,8 @@ class ResultMismatch(RuntimeError):
 
 
 class Refused(RuntimeError):
-    """A procedure refused the call with a WARNING that carries a QT SQLSTATE.
+    """A procedure refused the call with a WARNING that carries a QT SQLSTATE (one
+    that is not ADVICE).
 
     A procedure does this, instead of raising an error, when the refusal itself
     must be kept (an error would roll back its audit row): e.g. approve_movement
@@ -778,16 +781,63 @@ class Refused(RuntimeError):
         self.hint = hint
 
 
+ADVICE: Final[frozenset[str]] = frozenset(code for code, e in QT_ERRORS.items() if e.advice)
+"""The QT codes a procedure warns with to advise, not to refuse (qtg_runner/errors.py):
+the call went ahead (QT025: a movement approved whose latest rehearsal failed).
+Never raised as Refused; ``advice`` hands them to the caller."""
+
+
+@dataclass(frozen=True)
+class Advice:
+    """A WARNING with an ADVICE code: what the caller should be told about a call
+    that went ahead."""
+
+    sqlstate: str
+    message: str
+    hint: str | None
+
+
+@contextmanager
+def advice(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+) -> Iterator[list[Advice]]:
+    """The advice of the calls made on ``conn`` in the block: a list, in the
+    order the warnings came, filled as each call is made (sync or async)::
+
+        with procs.advice(conn) as advised:
+            state = procs.approve_movement(movement_id).one(conn)
+        for a in advised:
+            print(a.message)
+    """
+    seen: list[Advice] = []
+
+    def note(diag: psycopg.errors.Diagnostic) -> None:
+        sqlstate = diag.sqlstate or ""
+        if diag.severity_nonlocalized == "WARNING" and sqlstate in ADVICE:
+            seen.append(Advice(sqlstate, diag.message_primary or "", diag.message_hint))
+
+    conn.add_notice_handler(note)
+    try:
+        yield seen
+    finally:
+        conn.remove_notice_handler(note)
+
+
 class _Refusals:
-    """Collects the QT warnings of one call (a notice handler; a notice's fields
-    are only readable inside the handler, so they are copied there)."""
+    """Collects the QT warnings of one call that refuse it, the ADVICE codes left
+    out (a notice handler; a notice's fields are only readable inside the
+    handler, so they are copied there)."""
 
     def __init__(self) -> None:
         self.seen: list[Refused] = []
 
     def __call__(self, diag: psycopg.errors.Diagnostic) -> None:
         sqlstate = diag.sqlstate or ""
-        if diag.severity_nonlocalized == "WARNING" and sqlstate.startswith("QT"):
+        if (
+            diag.severity_nonlocalized == "WARNING"
+            and sqlstate.startswith("QT")
+            and sqlstate not in ADVICE
+        ):
             self.seen.append(Refused(sqlstate, diag.message_primary or "", diag.message_hint))
 
     def raise_first(self) -> None:
@@ -1047,6 +1097,8 @@ def _adapt(pg_type: str, value: Any) -> Any:
     if value is None:
         return None
     if pg_type == "jsonb":
+        if isinstance(value, Jsonb):
+            return value
         return Jsonb(dict(value) if isinstance(value, Mapping) else value)
     if pg_type == "jsonb[]":
         return [_adapt("jsonb", v) for v in value]
@@ -1689,13 +1741,28 @@ def replay_callback(callback_id: BigInt, reason: Text) -> Call[Text]:
 @procedure("operator")
 def approve_movement(movement_id: BigInt) -> Call[RequestState]:
     """PENDING_APPROVAL -> APPROVED, by the calling login, which must not be the
-    creator's (else Refused, QT022: the refusal is audited)."""
+    creator's (else Refused, QT022: the refusal is audited). A movement whose
+    latest rehearsal failed is approved with a QT025 warning: ``advice``
+    collects it."""
 
 
 @procedure("operator")
 def approve_movements(movement_ids: BigIntArray) -> Call[ApprovalOutcome]:
     """approve_movement for up to 1000 movements in one transaction; the creator's
     own are refused in their rows (QT022, audited), not with a warning."""
+
+
+@procedure("operator")
+def rehearsal_input(movement_id: BigInt) -> Call[JsonValue]:
+    """What a rehearsal of the movement needs, read in one snapshot: the movement,
+    its plan as create_movement takes it, and every row of the network's
+    configuration tables (``registry``, what load_rehearsal_registry takes)."""
+
+
+@procedure("operator")
+def record_rehearsal(movement_id: BigInt, outcome: Text, summary: Json) -> Call[BigInt]:
+    """Records a rehearsal ('passed' or 'failed', its summary a JSON object) on a
+    movement PENDING_APPROVAL, as the calling login; audited. Returns its id."""
 
 
 @procedure("operator")
@@ -1936,6 +2003,13 @@ def upsert_venue_deposit_address(
     venue_key: Text, chain_key: Text, coin: Text, address: Text
 ) -> Call[None]:
     """Records the venue's deposit address for a coin on a chain (and allow-lists it there)."""
+
+
+@procedure("owner")
+def load_rehearsal_registry(registry: Json) -> Call[Integer]:
+    """Replaces this database's registry tables named in ``registry`` (rehearsal_input's)
+    with its rows; only in a database marked a test database (else QT042).
+    Returns the number of rows loaded."""
 
 
 @procedure("owner")

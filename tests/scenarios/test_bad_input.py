@@ -783,6 +783,28 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_error": None,
         },
         "replay_callback": {"p_callback_id": w.dead_callback, "p_reason": "the receiver is back"},
+        "rehearsal_input": {"p_movement_id": w.pending},
+        "record_rehearsal": {
+            "p_movement_id": w.pending,
+            "p_outcome": "failed",
+            "p_summary": json.dumps({"outcome": "failed", "lines": ["a: reverted"]}),
+        },
+        # the world's nodes name its executors and chains: a registry of the limits
+        "load_rehearsal_registry": {
+            "p_registry": json.dumps(
+                {
+                    "value_limits": [
+                        {
+                            "scope": "lane",
+                            "name": "default",
+                            "max_in_flight": 1000,
+                            "updated_by": "admin",
+                            "updated_at": iso_at(0),
+                        }
+                    ]
+                }
+            )
+        },
         "propose_callback_target": {
             "p_target_name": "proposed",
             "p_url": "https://proposed.test/cb",
@@ -1282,6 +1304,25 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_reason", "QT002", None, "", "   ")
             + each("p_reason", "QT005", BIG_TEXT)
             + each("p_address", "QT005", BIG_TEXT)
+        ),
+        "rehearsal_input": each("p_movement_id", "QT010", None, -1, 0, BIGINT_MAX),
+        "record_rehearsal": (
+            each("p_movement_id", "QT010", None, -1, BIGINT_MAX)
+            + each("p_outcome", "QT002", None, "", "PASSED", "ok", BIG_TEXT)
+            + each("p_summary", "QT002", None, "[]", '"failed"', "5")
+            + each("p_summary", "QT005", BIG_JSON)
+        ),
+        "load_rehearsal_registry": each(
+            "p_registry",
+            "QT002",
+            None,
+            "[]",
+            '"registry"',
+            '{"movement_requests": []}',
+            '{"chains": [1]}',
+            '{"value_limits": [{"scope": "planet", "name": "x"}]}',
+            '{"value_limits": [{"scope": "lane", "name": "x", "no_such_column": 1}]}',
+            '{"executors": []}',  # the world's nodes name them
         ),
         "acknowledge_drift_alert": (
             each("p_alert_id", "QT081", None, -1, 2**62)

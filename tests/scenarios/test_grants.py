@@ -95,6 +95,8 @@ OPERATOR = {
     "replay_callback",
     "acknowledge_drift_alert",
     "confirm_balance_baseline",
+    "rehearsal_input",
+    "record_rehearsal",
 }
 OPERATOR_PROCEDURES = {
     "movement_create",
@@ -126,6 +128,7 @@ ADMIN = {
     "upsert_treasury_account",
     "set_balance_settings",
     "set_callback_settings",
+    "load_rehearsal_registry",
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INLINE = {
@@ -234,6 +237,7 @@ INTERNAL = {
     "audit_registry",
     "registry_address",
     "cctp_fee_bps",
+    "rehearsal_registry_tables",
 }
 COMMON = {
     "clock": "runner operator reader",

@@ -17,7 +17,12 @@
 --     (error_code QT022) and, with p_warn, as a WARNING with SQLSTATE QT022
 --     (approve_movement's contract: an error would roll the audit row back)
 --   - otherwise APPROVED, through set_movement_states (its audit row and
---     callback), the approver and the time recorded
+--     callback), the approver and the time recorded; a movement approved
+--     whose latest rehearsal (movement_rehearsals, the highest id) failed is
+--     approved all the same, with a WARNING with SQLSTATE QT025 each
+--     (advice, not a refusal: clients report it and carry on), with or
+--     without p_warn; one never rehearsed, or last rehearsed with success,
+--     says nothing
 -- Returns one row per movement, in input order: its state after the call,
 -- and the refusal's code and message where it was refused.
 CREATE OR REPLACE FUNCTION approve_movement_rows(p_movement_ids bigint[], p_warn boolean)
@@ -39,6 +44,7 @@ DECLARE
     v_expires  timestamptz;
     v_approve  bigint[];
     v_refuse   bigint[];
+    v_failed   record;
 BEGIN
     PERFORM 1 FROM movement_requests r WHERE r.id = ANY (p_movement_ids) ORDER BY r.id FOR UPDATE;
     -- the decision's time, once the locks are held: an approval that waited
@@ -121,6 +127,24 @@ BEGIN
                                     array_fill('APPROVED'::qtg.request_state, ARRAY[cardinality(v_approve)]),
                                     array_fill(v_actor, ARRAY[cardinality(v_approve)]), p_at => v_now);
         PERFORM notify_work('approved');
+        -- advice: the movements approved whose latest rehearsal failed, each by its key
+        FOR v_failed IN
+            SELECT a.id AS movement_id, h.id, h.recorded_by, h.recorded_at
+              FROM unnest(v_approve) WITH ORDINALITY AS a(id, ord)
+             CROSS JOIN LATERAL (SELECT x.id, x.outcome, x.recorded_by, x.recorded_at
+                                   FROM movement_rehearsals x
+                                  WHERE x.movement_id = a.id
+                                  ORDER BY x.id DESC
+                                  LIMIT 1) h
+             WHERE h.outcome = 'failed'
+             ORDER BY a.ord
+        LOOP
+            RAISE WARNING 'movement %: its last rehearsal (id %, recorded by % at %) failed; approved anyway',
+                          v_failed.movement_id, v_failed.id, v_failed.recorded_by, v_failed.recorded_at
+                USING ERRCODE = 'QT025',
+                      HINT = format('qtg movement show %s prints what the rehearsal found; cancel the movement if it must not run.',
+                                    v_failed.movement_id);
+        END LOOP;
     END IF;
 
     RETURN QUERY

@@ -6,7 +6,11 @@
 -- call writes an `approval_refused` audit row, raises a WARNING with SQLSTATE
 -- QT022 and returns the unchanged state (PENDING_APPROVAL); the movement is
 -- not touched. Clients treat that warning as a refusal (qtg_runner's procs
--- layer raises it as FourEyesRefused).
+-- layer raises it as Refused).
+--
+-- A movement whose latest rehearsal failed (record_rehearsal) is approved
+-- all the same, with a WARNING with SQLSTATE QT025 naming the rehearsal:
+-- advice, not a refusal (the procs layer hands it to the caller as Advice).
 --
 -- Idempotent for the approver: the login that approved the movement calling
 -- again gets its state as it is now (APPROVED, EXECUTING, ...), nothing

@@ -2,7 +2,10 @@
 -- the names psql users guess (`SELECT * FROM movements`): its id, your
 -- external id, its state and why it stopped, the amount, who created and
 -- approved it, its nodes still open and failed, and when it was created,
--- approved, started, finished and expires. Reads movement_requests only (no
+-- approved, started, finished and expires, and the outcome of its latest
+-- rehearsal and when it was recorded (`rehearsal`, `rehearsed_at`: NULL
+-- for a movement never rehearsed; record_rehearsal). Reads
+-- movement_requests and, by each movement's key, its latest rehearsal (no
 -- count over the nodes: movement_progress has those).
 CREATE OR REPLACE VIEW movements AS
 SELECT r.id AS movement_id,
@@ -21,5 +24,12 @@ SELECT r.id AS movement_id,
        r.approved_at,
        r.started_at,
        r.finished_at,
-       r.expires_at
-  FROM movement_requests r;
+       r.expires_at,
+       h.outcome AS rehearsal,
+       h.recorded_at AS rehearsed_at
+  FROM movement_requests r
+  LEFT JOIN LATERAL (SELECT x.outcome, x.recorded_at
+                       FROM movement_rehearsals x
+                      WHERE x.movement_id = r.id
+                      ORDER BY x.id DESC
+                      LIMIT 1) h ON true;

@@ -1,0 +1,58 @@
+-- record_rehearsal: a rehearsal of a movement recorded on it, for its
+-- approver: PENDING_APPROVAL -> PENDING_APPROVAL, a row of
+-- movement_rehearsals (the outcome, the summary, the login that recorded it,
+-- the clock) and an audit row (rehearsal_recorded, with the outcome and the
+-- rehearsal's id). Any operator may record one, the movement's creator too:
+-- a rehearsal moves nothing, it advises the approval (the movements view
+-- shows the latest; approve_movement approves a movement whose latest
+-- rehearsal failed with a QT025 WARNING). A movement may be rehearsed again:
+-- the latest (the highest id) is the one that counts.
+--   p_outcome  'passed' or 'failed'
+--   p_summary  the rehearsing tool's report, a JSON object (its "outcome"
+--              and "lines", which `qtg movement show` prints)
+-- Refused, and nothing changes: QT002 an outcome that is not 'passed' or
+-- 'failed', a summary that is not a JSON object; QT005 a summary beyond
+-- engine_limits.max_json_bytes (64 KiB); QT010 an unknown movement; QT020 a
+-- movement that is not PENDING_APPROVAL (its approval is decided: too late
+-- to advise it). Locks: the movement (FOR SHARE: an approval waits for the
+-- record to commit, a record for an approval).
+-- Returns the rehearsal's id.
+CREATE OR REPLACE FUNCTION record_rehearsal(p_movement_id bigint, p_outcome text, p_summary jsonb) RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_state qtg.request_state;
+    v_id    bigint;
+BEGIN
+    IF p_outcome IS NULL OR p_outcome NOT IN ('passed', 'failed') THEN
+        RAISE EXCEPTION 'record_rehearsal: the outcome is passed or failed, got %',
+                        coalesce(quote_literal(left(p_outcome, 80)), 'NULL')
+            USING ERRCODE = 'QT002', HINT = 'Pass the rehearsal''s outcome: passed or failed.';
+    END IF;
+    IF jsonb_typeof(p_summary) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'record_rehearsal: the summary must be a JSON object, got %',
+                        coalesce(jsonb_typeof(p_summary), 'NULL')
+            USING ERRCODE = 'QT002', HINT = 'Pass the rehearsal''s report, e.g. {"outcome": "passed", "lines": [...]}.';
+    END IF;
+    PERFORM check_limits('record_rehearsal', p_json => ARRAY[p_summary]);
+
+    SELECT r.request_state INTO v_state FROM movement_requests r WHERE r.id = p_movement_id FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'movement % does not exist', p_movement_id USING ERRCODE = 'QT010',
+            HINT = 'Check the movement id and the network (schema) you are connected to.';
+    END IF;
+    IF v_state <> 'PENDING_APPROVAL' THEN
+        RAISE EXCEPTION 'movement % is %: a rehearsal is recorded only while the movement waits for approval',
+                        p_movement_id, v_state
+            USING ERRCODE = 'QT020', HINT = 'Rehearse a movement before it is approved.';
+    END IF;
+
+    INSERT INTO movement_rehearsals (movement_id, outcome, summary, recorded_by, recorded_at)
+    VALUES (p_movement_id, p_outcome, p_summary, session_user, clock())
+    RETURNING id INTO v_id;
+    PERFORM write_audit(ARRAY[(session_user, 'request', p_movement_id::text, p_movement_id, 'rehearsal_recorded',
+                               'PENDING_APPROVAL', 'PENDING_APPROVAL',
+                               jsonb_build_object('rehearsal_id', v_id, 'outcome', p_outcome))::qtg.audit_event]);
+    RETURN v_id;
+END
+$$;
