@@ -111,7 +111,7 @@ chaos: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict qtg_runner qtg_world qtg_cli chaos
+	$(BIN)/mypy --strict qtg_runner qtg_world qtg_rehearsal qtg_cli chaos
 	$(BIN)/python scripts/check-commits.py
 
 # docs/reference/ from the code (qtg_runner/reference.py): the SQL routines and

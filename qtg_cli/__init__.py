@@ -1,7 +1,8 @@
-"""The `qtg` console script: the runtime's commands (qtg_runner.cli) and the
-local outside world's (qtg_world.commands: demo, chains, world, drill) in one
-app. The runtime never imports the world; this package, outside both, joins
-them. Every sub-command is still loaded only when it is run."""
+"""The `qtg` console script: the runtime's commands (qtg_runner.cli), the
+local outside world's (qtg_world.commands: demo, chains, world, drill) and the
+rehearsal's (qtg_rehearsal) in one app. The runtime never imports the world
+nor the rehearsal; this package, outside them, joins them. Every sub-command
+is still loaded only when it is run."""
 
 from __future__ import annotations
 
@@ -28,6 +29,14 @@ WORLD_COMMANDS: Mapping[str, LazyCommand] = {
 }
 """The world's sub-commands, loaded (with qtg_world) only when one is run."""
 
+REHEARSAL_COMMANDS: Mapping[str, LazyCommand] = {
+    "rehearse": LazyCommand(
+        "qtg_rehearsal.command:rehearse_cmd",
+        "Rehearse a movement on forks of its chains before approval.",
+    ),
+}
+"""The rehearsal (qtg_rehearsal: the runtime's executors on the world's doubles)."""
+
 ORDER = (
     "run",
     "worker",
@@ -37,6 +46,7 @@ ORDER = (
     "runner",
     "executors",
     "movement",
+    "rehearse",
     "proposals",
     "registry",
     "chains",
@@ -50,7 +60,7 @@ ORDER = (
 )
 """The order `qtg --help` lists the sub-commands in (after `db`)."""
 
-_EVERY = {**RUNTIME_COMMANDS, **WORLD_COMMANDS}
+_EVERY = {**RUNTIME_COMMANDS, **WORLD_COMMANDS, **REHEARSAL_COMMANDS}
 COMMANDS: Mapping[str, LazyCommand] = {
     name: _EVERY[name] for name in sorted(_EVERY, key=ORDER.index)
 }

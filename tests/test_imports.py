@@ -1,11 +1,12 @@
 """The house's layout, read from the source (no database, no import run):
 
 - qtg_runner is the runtime and never imports qtg_world, the local outside
-  world (the doubles, their deployers, the demo's world): not at the top of a
-  module, not lazily inside a function, not by a module path in a string
-  (a lazily loaded command, importlib);
-- no circle of imports among qtg_runner, qtg_world, qtg_cli (the `qtg`
-  console script, which joins the two) and chaos/.
+  world (the doubles, their deployers, the demo's world), nor qtg_rehearsal
+  (the rehearsal on forks, which runs the runtime's executors on the world's
+  doubles): not at the top of a module, not lazily inside a function, not by
+  a module path in a string (a lazily loaded command, importlib);
+- no circle of imports among qtg_runner, qtg_world, qtg_rehearsal, qtg_cli
+  (the `qtg` console script, which joins them) and chaos/.
 
 A module's imports are every ``import`` and ``from ... import`` statement in
 it, wherever it stands (top level, a function, ``if TYPE_CHECKING``); ``from
@@ -20,8 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("qtg_runner", "qtg_world", "qtg_cli", "chaos")
-RUNTIME, WORLD = "qtg_runner", "qtg_world"
+PACKAGES = ("qtg_runner", "qtg_world", "qtg_rehearsal", "qtg_cli", "chaos")
+RUNTIME = "qtg_runner"
+OUTSIDE_THE_RUNTIME = ("qtg_world", "qtg_rehearsal")
+"""What the runtime never imports: the world's doubles, and the rehearsal that uses them."""
 
 MODULE_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*)?")
 """A string that names a module (``a.b``, ``a.b:attr``), as importlib and the
@@ -67,8 +70,8 @@ def _in(name: str, package: str) -> bool:
 
 
 def test_no_runtime_module_imports_the_world() -> None:
-    """The runtime runs without the world: the world imports the runtime, never
-    the other way round."""
+    """The runtime runs without the world and the rehearsal: they import the
+    runtime, never the other way round."""
     found = []
     for module, path in modules().items():
         if not _in(module, RUNTIME):
@@ -77,14 +80,14 @@ def test_no_runtime_module_imports_the_world() -> None:
         found.extend(
             f"{path.relative_to(REPO)}:{line} imports {name}"
             for line, name in sorted(lines.items())
-            if _in(name, WORLD)
+            if any(_in(name, outside) for outside in OUTSIDE_THE_RUNTIME)
         )
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.Constant)
                 and isinstance(node.value, str)
                 and MODULE_PATH.fullmatch(node.value)
-                and _in(node.value.split(":")[0], WORLD)
+                and any(_in(node.value.split(":")[0], o) for o in OUTSIDE_THE_RUNTIME)
             ):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno} names {node.value!r}")
     assert not found, "the runtime imports the world:\n" + "\n".join(found)
@@ -139,7 +142,13 @@ def test_the_graph_is_read() -> None:
     """The scan sees what it should: the packages' modules, and imports both
     ways between them (a scan that found nothing would pass the tests above)."""
     ours = modules()
-    assert {"qtg_runner.cli", "qtg_world.local", "qtg_cli", "chaos.checker"} <= set(ours)
+    assert {
+        "qtg_runner.cli",
+        "qtg_world.local",
+        "qtg_rehearsal.forks",
+        "qtg_cli",
+        "chaos.checker",
+    } <= set(ours)
     world_imports = {n for n, _ in imports("qtg_world.local", ours["qtg_world.local"])}
     assert any(_in(n, RUNTIME) for n in world_imports)
     cli_imports = {n for n, _ in imports("qtg_cli", ours["qtg_cli"])}

@@ -65,7 +65,7 @@ BlockTimeOption = Annotated[
 ]
 
 
-def _stated(values: list[str] | None, option: str) -> dict[str, int]:
+def chain_numbers(values: list[str] | None, option: str) -> dict[str, int]:
     """``CHAIN=N`` pairs as a mapping; a malformed one is refused (exit 2)."""
     stated: dict[str, int] = {}
     for pair in values or ():
@@ -99,8 +99,8 @@ def load_cmd(
     try:
         entries, skipped = registry_entries(
             book,
-            _stated(finality_depth, "--finality-depth"),
-            _stated(block_time, "--block-time"),
+            chain_numbers(finality_depth, "--finality-depth"),
+            chain_numbers(block_time, "--block-time"),
         )
     except ValueError as exc:
         bad(str(exc))

@@ -1,0 +1,208 @@
+"""`qtg rehearse`'s work end to end (qtg_rehearsal.rehearse), forking the
+local chains as a rehearsal forks real ones: a CCTP burn -> mint movement
+awaiting approval, read with rehearsal_input as its creator, run on forks by
+the real executors in a throwaway engine, its summary recorded on the
+movement.
+
+What an operator relies on: the rehearsal runs the movement as approved
+would run it (both steps COMPLETED, the treasury's USDC moved on the forks
+by the amount, the fee and gas shown) while the real chains do not move at
+all (balances and nonces as they were) and the real movement stays
+PENDING_APPROVAL; no key is read (the environment holds RPC URLs alone); a
+movement that cannot run as planned (more than the treasury holds) fails its
+rehearsal with the reason in its lines, and its approval says so (QT131's
+warning) while a passed one says nothing; a chain with no RPC URL in the
+environment is a clear refusal before anything starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from chain_support import LocalChainSet
+from engine import as_person
+from evm_support import register_world, superuser, usdc_balance
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.json import Jsonb
+from typer.testing import CliRunner
+
+from qtg_cli import app
+from qtg_rehearsal.rehearse import RehearsalError, Summary, run
+from qtg_runner.db import procs
+from qtg_runner.executors.cctp_burn import CctpBurnExecutor
+from qtg_runner.executors.cctp_mint import CctpMintExecutor
+from qtg_world.chains.local import rpc, rpc_url_env
+
+pytestmark = [pytest.mark.chain, pytest.mark.slow]
+
+NETWORK = "testnet"
+UNITS = 10**6
+
+
+@pytest.fixture
+def world(db: Any, local_chain_set: LocalChainSet) -> Iterator[psycopg.Connection[Any]]:
+    conn = superuser(db)
+    register_world(conn, local_chain_set)
+    for executor in (CctpBurnExecutor, CctpMintExecutor):
+        procs.register_executor(
+            executor.key,
+            executor.has_side_effect,
+            executor.node_config_schema,
+            executor.description,
+        ).one(conn)
+    for lane in ("cctp-fast", "cctp-mint"):
+        procs.upsert_lane_baseline(lane, 14, min_poll_seconds=5).one(conn)
+    yield conn
+    conn.close()
+
+
+def cctp_movement(conn: Any, chain_set: LocalChainSet, amount: Decimal, external_id: str) -> int:
+    a, b = chain_set.chains
+    sender, recipient = (k.address.lower() for k in chain_set.treasury)
+    plan = {
+        "nodes": [
+            {
+                "key": "burn",
+                "executor": "cctp_burn",
+                "config": {"lane": "cctp-fast", "chain": a.key, "destination_chain": b.key,
+                           "from": sender, "to": recipient, "finality": "fast"},
+                "depends_on": [],
+            },
+            {
+                "key": "mint",
+                "executor": "cctp_mint",
+                "config": {"lane": "cctp-mint", "chain": b.key, "source_chain": a.key,
+                           "from": sender, "to": recipient},
+                "depends_on": ["burn"],
+            },
+        ]
+    }  # fmt: skip
+    with as_person(conn, "alice"):
+        return int(procs.create_movement(external_id, amount, plan=plan).one(conn).movement_id)
+
+
+def rpc_only_env(chain_set: LocalChainSet) -> dict[str, str]:
+    """What a rehearsing operator's shell has: the chains' RPC URLs, nothing else."""
+    return {rpc_url_env(c.key): c.rpc_url for c in chain_set.chains}
+
+
+def real_state(chain_set: LocalChainSet) -> dict[str, int]:
+    state = {}
+    for chain in chain_set.chains:
+        for key in chain_set.treasury:
+            address = key.address.lower()
+            state[f"{chain.key} {address} usdc"] = usdc_balance(chain, address)
+            state[f"{chain.key} {address} nonce"] = int(
+                rpc(chain.rpc_url, "eth_getTransactionCount", [address, "latest"]), 16
+            )
+    return state
+
+
+def rehearse_as_alice(conn: Any, movement_id: int, env: dict[str, str], **options: Any) -> Summary:
+    with as_person(conn, "alice"):
+        data = procs.rehearsal_input(movement_id).one(conn)
+    return run(data, env, NETWORK, say=lambda line: None, **options)
+
+
+def approval_warnings(conn: Any, movement_id: int) -> list[str]:
+    notices: list[str] = []
+
+    def keep(diag: psycopg.errors.Diagnostic) -> None:
+        notices.append(f"{diag.sqlstate}: {diag.message_primary}")
+
+    conn.add_notice_handler(keep)
+    try:
+        with as_person(conn, "bob"):
+            conn.execute("SELECT approve_movement(%s)", (movement_id,))
+    finally:
+        conn.remove_notice_handler(keep)
+    return notices
+
+
+def test_a_rehearsal_runs_the_movement_on_forks_and_the_real_chains_do_not_move(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    """Through `qtg rehearse`, as an operator login other than the creator,
+    with the chains' RPC URLs in its environment."""
+    movement_id = cctp_movement(world, local_chain_set, Decimal("25"), "rehearsed-cctp")
+    before = real_state(local_chain_set)
+    operator = db.operator_dsn(NETWORK)
+
+    result = CliRunner().invoke(
+        app,
+        ["rehearse", str(movement_id), "--timeout", "180"],
+        env={"QTG_DATABASE_URL": operator, "COLUMNS": "200", **rpc_only_env(local_chain_set)},
+    )
+
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "outcome: passed" in lines
+    assert any(
+        line.startswith("step burn (cctp_burn): COMPLETED, 1 transaction, gas ") for line in lines
+    )
+    assert any(line.startswith("step mint (cctp_mint): COMPLETED, 1 transaction") for line in lines)
+    row = world.execute(
+        "SELECT outcome, summary, recorded_by FROM movement_rehearsals WHERE movement_id = %s",
+        (movement_id,),
+    ).fetchone()
+    assert row is not None and row[0] == "passed"
+    assert row[2] == conninfo_to_dict(operator)["user"]
+    summary = row[1]
+    steps = {s["key"]: s for s in summary["steps"]}
+    assert steps["burn"]["state"] == steps["mint"]["state"] == "COMPLETED"
+    assert steps["burn"]["transactions"][0]["gas_used"] > 0
+    a, b = local_chain_set.chains
+    sender, recipient = (k.address.lower() for k in local_chain_set.treasury)
+    moved = {
+        (x["chain"], x["address"], x["asset"]): int(x["after"]) - int(x["before"])
+        for x in summary["balances"]
+    }
+    assert moved[a.key, sender, "USDC"] == -25 * UNITS
+    # the mint pays the recipient the amount less the fee Iris executed (at most 1 bp)
+    assert 25 * UNITS - 25 * UNITS // 10_000 <= moved[b.key, recipient, "USDC"] <= 25 * UNITS
+
+    # nothing happened for real: the chains, and the movement awaiting its approval
+    assert real_state(local_chain_set) == before
+    state = world.execute(
+        "SELECT state::text, rehearsal FROM movements WHERE movement_id = %s",
+        (movement_id,),
+    ).fetchone()
+    assert state == ("PENDING_APPROVAL", "passed")
+    assert approval_warnings(world, movement_id) == []
+
+
+def test_a_movement_that_cannot_run_fails_its_rehearsal_and_its_approval_says_so(
+    world: Any, local_chain_set: LocalChainSet
+) -> None:
+    a = local_chain_set.chains[0]
+    sender = local_chain_set.treasury[0].address.lower()
+    held = Decimal(usdc_balance(a, sender)) / UNITS
+    movement_id = cctp_movement(world, local_chain_set, held + 1, "rehearsed-too-much")
+
+    summary = rehearse_as_alice(world, movement_id, rpc_only_env(local_chain_set), timeout_s=12)
+
+    text = "\n".join(summary.lines)
+    assert summary.outcome == "failed", text
+    burn = next(line for line in summary.lines if line.startswith("step burn"))
+    assert "holds" in burn and "needs" in burn, text
+    assert any(line.startswith("step mint") and "not reached" in line for line in summary.lines)
+
+    with as_person(world, "alice"):
+        procs.record_rehearsal(movement_id, summary.outcome, Jsonb(summary.record)).one(world)
+    warnings = approval_warnings(world, movement_id)
+    assert len(warnings) == 1 and "rehearsal" in warnings[0] and "failed" in warnings[0]
+
+
+def test_a_chain_without_an_rpc_url_is_refused_before_anything_starts(
+    world: Any, local_chain_set: LocalChainSet
+) -> None:
+    movement_id = cctp_movement(world, local_chain_set, Decimal("1"), "rehearsed-no-rpc")
+    env = rpc_only_env(local_chain_set)
+    missing = rpc_url_env(local_chain_set.chains[1].key)
+    del env[missing]
+    with pytest.raises(RehearsalError, match=f"set {missing} to the chains' RPC URLs"):
+        rehearse_as_alice(world, movement_id, env)
