@@ -258,9 +258,10 @@ class CallRoute(EvmRoute, abc.ABC):
 class EvmAccess:
     """The RPC clients and signers of one executor instance, each made once.
     RPC URLs and keys come from the environment (the registry names the
-    variable and the signer id), never from the database. ``signers``, by
-    signer id, are used in place of loading those ids (a rehearsal's stand-ins,
-    qtg_rehearsal); the check that a signer holds its account's key still holds."""
+    variable and the signer id), never from the database. Given ``signers``
+    (by signer id: a rehearsal's stand-ins, qtg_rehearsal), they are the only
+    signers: an id they lack is refused, never loaded (no key is read), and
+    the check that a signer holds its account's key still holds."""
 
     def __init__(
         self,
@@ -272,6 +273,7 @@ class EvmAccess:
         self._rpc_timeout = rpc_timeout
         self._rpcs: dict[str, EvmRpc] = {}
         self._signers: dict[str, Signer] = dict(signers or {})
+        self._given_only = signers is not None
 
     def rpc(self, chain_key: str, rpc_url_env: str) -> EvmRpc:
         url = self._env.get(rpc_url_env)
@@ -292,6 +294,12 @@ class EvmAccess:
 
     async def signer(self, leg: ChainLeg) -> Signer:
         signer = self._signers.get(leg.signer_id)
+        if signer is None and self._given_only:
+            raise ExecutorError(
+                f"signer {leg.signer_id} of {leg.sender} on {leg.chain_key} is not among the "
+                "signers this runner was given; no other key is loaded",
+                retryable=False,
+            )
         if signer is None:
             try:
                 signer = await load_async(leg.signer_id, self._env)
