@@ -130,9 +130,12 @@ class NodeRun:
 @dataclass(frozen=True)
 class EngineRun:
     movement_state: str
+    """The movement's state when the run ended; REFUSED when the engine
+    refused to create or approve it (``refusal`` says why)."""
     nodes: list[NodeRun]
     timed_out: bool
     elapsed_s: float
+    refusal: str | None = None
 
 
 async def run_movement(
@@ -151,15 +154,21 @@ async def run_movement(
     people = engine.people
     creator = engine.conninfo(people.creator.dsn, "qtg-rehearsal-creator")
     approver = engine.conninfo(people.approver.dsn, "qtg-rehearsal-approver")
-    with psycopg.connect(creator, autocommit=True) as alice:
-        created = procs.create_movement(
-            f"rehearsal-of-{movement['id']}",
-            Decimal(str(movement["amount"])),
-            plan=dict(plan),
-            asset=str(movement.get("asset") or "USDC"),
-        ).one(alice)
-    with psycopg.connect(approver, autocommit=True) as bob:
-        procs.approve_movement(created.movement_id).one(bob)
+    try:
+        with psycopg.connect(creator, autocommit=True) as alice:
+            created = procs.create_movement(
+                f"rehearsal-of-{movement['id']}",
+                Decimal(str(movement["amount"])),
+                plan=dict(plan),
+                asset=str(movement.get("asset") or "USDC"),
+            ).one(alice)
+        with psycopg.connect(approver, autocommit=True) as bob:
+            procs.approve_movement(created.movement_id).one(bob)
+    except psycopg.Error as exc:
+        # the engine itself would refuse it (a value limit, a plan the
+        # registry no longer allows): that is the rehearsal's finding
+        refusal = f"{exc.sqlstate}: {exc.diag.message_primary or exc}"
+        return EngineRun("REFUSED", [], False, 0.0, refusal)
     runtime = await Runtime.open(
         people.runner.dsn, engine.network, name="qtg-rehearsal", env=env, signers=signers
     )

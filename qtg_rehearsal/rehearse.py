@@ -171,7 +171,7 @@ def step_line(node: NodeRun, fees: Mapping[str, tuple[int, int]]) -> str:
 
 
 def outcome_of(run: EngineRun) -> str:
-    failed = run.movement_state == "FAILED" or any(
+    failed = run.movement_state in ("FAILED", "REFUSED") or any(
         n.state in ("FAILED", "UNKNOWN") for n in run.nodes
     )
     return "failed" if failed or run.timed_out else "passed"
@@ -328,10 +328,13 @@ def summarise(
             f"{holder} on {chain}: {asset} {units(was, places)} -> {units(value, places)} "
             f"({'+' if delta >= 0 else '-'}{units(abs(delta), places)})"
         )
-    lines.append(
-        f"movement in the rehearsal: {run.movement_state} after {run.elapsed_s:.0f} s"
-        + ("; timed out before it settled" if run.timed_out else "")
-    )
+    if run.refusal is not None:
+        lines.append(f"the engine refused the movement: {run.refusal}")
+    else:
+        lines.append(
+            f"movement in the rehearsal: {run.movement_state} after {run.elapsed_s:.0f} s"
+            + ("; timed out before it settled" if run.timed_out else "")
+        )
     lines.append(
         f"as rehearsed: finality depth at most {throwaway.REHEARSAL_FINALITY_DEPTH} blocks, lanes "
         f"paced at {throwaway.LANE_BASELINE_S:g} s, attestations by the local Iris double"
@@ -358,6 +361,7 @@ def summarise(
         ],
         "balances": balances[:100],
         "movement_state": run.movement_state,
+        "refusal": run.refusal,
         "timed_out": run.timed_out,
     }
     return Summary(outcome, lines, record)

@@ -206,3 +206,18 @@ def test_a_chain_without_an_rpc_url_is_refused_before_anything_starts(
     del env[missing]
     with pytest.raises(RehearsalError, match=f"set {missing} to the chains' RPC URLs"):
         rehearse_as_alice(world, movement_id, env)
+
+
+def test_a_movement_the_engine_would_refuse_fails_its_rehearsal_with_the_reason(
+    world: Any, local_chain_set: LocalChainSet
+) -> None:
+    """The registry's value limits go with it: a movement over the per-movement
+    limit of its burn is refused on approval in the rehearsal too (QT062)."""
+    procs.set_value_limit("venue", "cctp_burn", None, None, Decimal("10")).one(world)
+    movement_id = cctp_movement(world, local_chain_set, Decimal("25"), "rehearsed-over-limit")
+
+    summary = rehearse_as_alice(world, movement_id, rpc_only_env(local_chain_set))
+
+    assert summary.outcome == "failed"
+    assert summary.record["refusal"].startswith("QT062: ")
+    assert any(line.startswith("the engine refused the movement: QT062") for line in summary.lines)
