@@ -154,6 +154,14 @@ _TABLE: tuple[QtError, ...] = (
         advice=True,
     ),
     QtError(
+        "QT026",
+        409,
+        "Rehearsal request not the caller's to finish",
+        "`finish_rehearsal_request` of a rehearsal request that does not exist, is not claimed by "
+        "the calling login (never claimed, or taken over by another rehearsal service after 30 "
+        "minutes: `claim_rehearsal_request`), or is finished already with another outcome",
+    ),
+    QtError(
         "QT030",
         409,
         "Stale claim",

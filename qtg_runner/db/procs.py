@@ -727,6 +727,14 @@ class Requeue:
 
 
 @dataclass(frozen=True)
+class RehearsalRequest:
+    """A rehearsal request claim_rehearsal_request handed to the calling service."""
+
+    request_id: BigInt
+    movement_id: BigInt
+
+
+@dataclass(frozen=True)
 class Proposal:
     """A configuration proposal just made: PROPOSED until a second operator
     approves it, with the open proposal of the same subject it superseded."""
@@ -1763,6 +1771,29 @@ def rehearsal_input(movement_id: BigInt) -> Call[JsonValue]:
 def record_rehearsal(movement_id: BigInt, outcome: Text, summary: Json) -> Call[BigInt]:
     """Records a rehearsal ('passed' or 'failed', its summary a JSON object) on a
     movement PENDING_APPROVAL, as the calling login; audited. Returns its id."""
+
+
+@procedure("operator")
+def request_rehearsal(movement_id: BigInt) -> Call[BigInt]:
+    """Asks for a rehearsal of a movement PENDING_APPROVAL, to be served by a
+    rehearsal service (`qtg rehearse --requested`); audited, NOTIFYs
+    qtg_<network>_rehearsals. While one is open, answers its id, writing nothing."""
+
+
+@procedure("operator")
+def claim_rehearsal_request() -> Call[RehearsalRequest]:
+    """The oldest open rehearsal request (or one whose claim is over 30 minutes
+    old), claimed by the calling login; none when nothing waits. Requests of
+    movements no longer awaiting approval are finished in passing."""
+
+
+@procedure("operator")
+def finish_rehearsal_request(
+    request_id: BigInt, rehearsal_id: BigInt | None, problem: Text | None
+) -> Call[Timestamp]:
+    """Closes a request the calling login claimed, with the rehearsal it
+    recorded or the problem that kept it from recording one (exactly one);
+    the same call again answers the same. Returns when it was finished."""
 
 
 @procedure("operator")

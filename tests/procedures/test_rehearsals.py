@@ -58,6 +58,7 @@ NOT_CONFIGURATION = {
     "node_intents",
     "node_requeues",
     "movement_rehearsals",
+    "rehearsal_requests",
     "capital_transfer_followups",
     # nonces and signed transactions
     "evm_nonces",

@@ -147,6 +147,9 @@ class World:
     balance_read: int = 0  # a balance read handed out, not recorded
     drift_alert: int = 0  # an OPEN drift alert of world-a's 0xdd.. (baselined at 1000)
     baseline: int = 0  # the snapshot of that baseline (unconfirmed)
+    running: int = 0  # a movement EXECUTING (its nodes: claimed, observed, recovering, ...)
+    rehearsal: int = 0  # a passed rehearsal of the pending movement
+    rehearsal_request: int = 0  # a rehearsal request of it, claimed by the world's login
 
 
 WORLD_SENDER = "0x" + "d" * 40
@@ -275,6 +278,9 @@ def build_world(conn: Conn) -> World:
         ),
     )["s"]
     pending = create(conn, plan(node("a")), "pending")
+    rehearsal = procs.record_rehearsal(pending, "passed", {"outcome": "passed"}).one(conn)
+    procs.request_rehearsal(pending).one(conn)
+    rehearsal_request = procs.claim_rehearsal_request().one(conn).request_id
     procs.upsert_callback_target("world", WORLD_HOOK, "env:QTG_CB_WORLD").one(conn)
     for external_id in ("called", "dead-call"):
         with as_person(conn, "alice"):
@@ -481,6 +487,9 @@ def build_world(conn: Conn) -> World:
         balance_read=balance_read,
         drift_alert=drift_alert,
         baseline=baseline_snapshot,
+        running=running,
+        rehearsal=rehearsal,
+        rehearsal_request=rehearsal_request,
     )
 
 
@@ -784,6 +793,13 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         },
         "replay_callback": {"p_callback_id": w.dead_callback, "p_reason": "the receiver is back"},
         "rehearsal_input": {"p_movement_id": w.pending},
+        "request_rehearsal": {"p_movement_id": w.pending},  # asked already: that request
+        "claim_rehearsal_request": {},  # the one there is claimed already: none
+        "finish_rehearsal_request": {
+            "p_request_id": w.rehearsal_request,
+            "p_rehearsal_id": w.rehearsal,
+            "p_problem": None,
+        },
         "record_rehearsal": {
             "p_movement_id": w.pending,
             "p_outcome": "failed",
@@ -1306,6 +1322,16 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_address", "QT005", BIG_TEXT)
         ),
         "rehearsal_input": each("p_movement_id", "QT010", None, -1, 0, BIGINT_MAX),
+        "request_rehearsal": (
+            each("p_movement_id", "QT010", None, -1, 0, BIGINT_MAX)
+            + each("p_movement_id", "QT020", w.running)
+        ),
+        "finish_rehearsal_request": (
+            each("p_request_id", "QT026", None, -1, 0, BIGINT_MAX)
+            # neither a rehearsal nor a problem; one that does not exist
+            + each("p_rehearsal_id", "QT002", None, -1, BIGINT_MAX)
+            + each("p_problem", "QT002", "both", BIG_TEXT)  # with the rehearsal: both
+        ),
         "record_rehearsal": (
             each("p_movement_id", "QT010", None, -1, BIGINT_MAX)
             + each("p_outcome", "QT002", None, "", "PASSED", "ok", BIG_TEXT)
@@ -1681,6 +1707,7 @@ def test_every_public_procedure_is_in_the_suite() -> None:
         "limit_held_nodes",
         "exchange_venue_list",
         "begin_balance_read",
+        "claim_rehearsal_request",
     }
     assert set(bad_inputs(placeholder)) == set(WORLD_PROCEDURES) - no_bad_inputs
 

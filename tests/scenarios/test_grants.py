@@ -97,6 +97,9 @@ OPERATOR = {
     "confirm_balance_baseline",
     "rehearsal_input",
     "record_rehearsal",
+    "request_rehearsal",
+    "claim_rehearsal_request",
+    "finish_rehearsal_request",
 }
 OPERATOR_PROCEDURES = {
     "movement_create",

@@ -1,0 +1,70 @@
+-- finish_rehearsal_request: a claimed rehearsal request closed by the
+-- service that claimed it: finished_at = the clock, with the rehearsal it
+-- recorded (record_rehearsal's id, a rehearsal of the request's movement) or
+-- the problem that kept it from recording one (the rehearsal could not run,
+-- or its record was refused), exactly one of the two. Only the login that
+-- holds the claim may finish it (claimed_by = session_user). The same call
+-- again, once finished, answers the same and changes nothing.
+-- Refused, and nothing changes: QT002 both or neither of p_rehearsal_id and
+-- p_problem, a blank problem, a rehearsal that does not exist or is another
+-- movement's; QT005 a problem beyond engine_limits.max_text_bytes (4 KiB);
+-- QT026 a request that does not exist, is not claimed by the calling login
+-- (never claimed, or taken over by another service after 30 minutes), or is
+-- finished already with another outcome.
+-- Locks: the request (FOR UPDATE).
+-- Returns when it was finished.
+CREATE OR REPLACE FUNCTION finish_rehearsal_request(p_request_id bigint, p_rehearsal_id bigint, p_problem text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_request  rehearsal_requests;
+    v_movement bigint;
+BEGIN
+    IF num_nonnulls(p_rehearsal_id, p_problem) <> 1 THEN
+        RAISE EXCEPTION 'finish_rehearsal_request: give the rehearsal recorded or the problem, exactly one of them'
+            USING ERRCODE = 'QT002',
+                  HINT = 'Pass record_rehearsal''s id when the rehearsal was recorded, else why it was not.';
+    END IF;
+    IF btrim(p_problem) = '' THEN
+        RAISE EXCEPTION 'finish_rehearsal_request: the problem is blank'
+            USING ERRCODE = 'QT002', HINT = 'Say why no rehearsal was recorded.';
+    END IF;
+    PERFORM check_limits('finish_rehearsal_request', p_text => ARRAY[p_problem]);
+
+    SELECT * INTO v_request FROM rehearsal_requests q WHERE q.id = p_request_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'rehearsal request % does not exist', coalesce(p_request_id::text, 'NULL')
+            USING ERRCODE = 'QT026', HINT = 'Finish the request claim_rehearsal_request handed you.';
+    END IF;
+    IF v_request.claimed_by IS DISTINCT FROM session_user THEN
+        RAISE EXCEPTION 'rehearsal request % is %, not yours to finish', p_request_id,
+                        CASE WHEN v_request.claimed_by IS NULL THEN 'not claimed'
+                             ELSE format('claimed by %s', v_request.claimed_by) END
+            USING ERRCODE = 'QT026',
+                  HINT = 'Claim a request first (claim_rehearsal_request); a claim older than 30 minutes is taken over.';
+    END IF;
+    IF v_request.finished_at IS NOT NULL THEN
+        IF (v_request.rehearsal_id, v_request.problem) IS NOT DISTINCT FROM (p_rehearsal_id, p_problem) THEN
+            RETURN v_request.finished_at;  -- the same call again
+        END IF;
+        RAISE EXCEPTION 'rehearsal request % is finished already, %', p_request_id,
+                        CASE WHEN v_request.rehearsal_id IS NOT NULL THEN format('with rehearsal %s', v_request.rehearsal_id)
+                             ELSE format('with the problem %s', quote_literal(left(v_request.problem, 200))) END
+            USING ERRCODE = 'QT026', HINT = 'A request is finished once; ask for another rehearsal instead.';
+    END IF;
+    IF p_rehearsal_id IS NOT NULL THEN
+        SELECT h.movement_id INTO v_movement FROM movement_rehearsals h WHERE h.id = p_rehearsal_id;
+        IF v_movement IS DISTINCT FROM v_request.movement_id THEN
+            RAISE EXCEPTION 'rehearsal % is not a rehearsal of movement %', p_rehearsal_id, v_request.movement_id
+                USING ERRCODE = 'QT002', HINT = 'Pass the id record_rehearsal returned for the request''s movement.';
+        END IF;
+    END IF;
+
+    UPDATE rehearsal_requests q
+       SET finished_at = clock(), rehearsal_id = p_rehearsal_id, problem = p_problem
+     WHERE q.id = p_request_id
+    RETURNING q.finished_at INTO v_request.finished_at;
+    RETURN v_request.finished_at;
+END
+$$;

@@ -1,0 +1,321 @@
+"""Rehearsal requests, the database side: request_rehearsal (what the
+operator page and the HTTP API ask), claim_rehearsal_request and
+finish_rehearsal_request (what `qtg rehearse --requested` serves them with),
+and the rehearsal_status view that shows both.
+
+Pins: any operator asks for a rehearsal of a movement PENDING_APPROVAL,
+audited and NOTIFYd on qtg_<network>_rehearsals; asking again while one is
+open answers that request and writes nothing, whoever asks. A service (an
+operator's login) claims the oldest open request, never one another holds:
+two services at once get two requests, or one and none (SKIP LOCKED, neither
+waits), and a claim older than 30 minutes is taken over, the old claimer
+then refused its finish. Only the claimer finishes, with exactly one of the
+rehearsal it recorded (of that movement) or a problem; the same finish again
+answers the same. Requests of movements no longer awaiting approval are
+finished in passing by a claim, never handed out. Every refusal changes
+nothing; runner and reader logins may call none of the three. The view shows
+the latest rehearsal with its lines and the latest request.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import TestDatabase
+from engine import approve, assert_rejected, bind, create, fingerprint
+from psycopg.rows import dict_row
+from rows import DIAMOND, Conn, movement_in, person, set_clock, time_at
+
+from qtg_runner.db import procs
+
+WATCHED = ("movement_requests", "audit_outbox", "movement_rehearsals", "rehearsal_requests")
+SUMMARY = {"outcome": "failed", "lines": ["burn: reverted (allowance)", "mint: not run"]}
+STALE = 30 * 60
+
+
+def request_row(conn: Conn, request_id: int) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute("SELECT * FROM rehearsal_requests WHERE id = %s", (request_id,)).fetchone()
+    assert row is not None
+    return row
+
+
+def status(conn: Conn, movement_id: int) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            "SELECT * FROM rehearsal_status WHERE movement_id = %s", (movement_id,)
+        ).fetchone()
+
+
+def pending(creator: Conn, external_id: str = "m1") -> int:
+    """A movement PENDING_APPROVAL, created by ``creator``'s login."""
+    created = procs.create_movement(external_id, Decimal(5), plan=DIAMOND).one(creator)
+    return int(created.movement_id)
+
+
+def test_a_request_is_asked_once_claimed_served_and_shown(db: TestDatabase, conn: Conn) -> None:
+    alice, bob, service = person(db, "alice"), person(db, "bob"), person(db, "service")
+    movement_id = pending(alice)
+    listener = bind(db.connect())
+    listener.execute("LISTEN qtg_testnet_rehearsals")
+    assert status(conn, movement_id) is None
+
+    request_id = procs.request_rehearsal(movement_id).one(alice)  # the creator may ask
+
+    woke = list(listener.notifies(timeout=5, stop_after=1))
+    assert [(n.channel, n.payload) for n in woke] == [("qtg_testnet_rehearsals", str(request_id))]
+    row = request_row(conn, request_id)
+    assert (row["movement_id"], row["requested_by"], row["requested_at"]) == (
+        movement_id,
+        alice.info.user,
+        time_at(0),
+    )
+    assert row["claimed_by"] is row["finished_at"] is row["rehearsal_id"] is row["problem"] is None
+    asked = conn.execute(
+        "SELECT login, entity, entity_id, from_state, to_state, detail FROM audit_outbox"
+        " WHERE request_id = %s AND action = 'rehearsal_requested'",
+        (movement_id,),
+    ).fetchall()
+    assert asked == [
+        (alice.info.user, "request", str(movement_id), "PENDING_APPROVAL", "PENDING_APPROVAL",
+         {"request_id": request_id}),
+    ]  # fmt: skip
+
+    # asked again, by anyone, while it is open: that request, nothing written, nobody woken
+    before = fingerprint(conn)
+    assert procs.request_rehearsal(movement_id).one(bob) == request_id
+    assert procs.request_rehearsal(movement_id).one(alice) == request_id
+    assert fingerprint(conn) == before
+    assert list(listener.notifies(timeout=0.3)) == []
+
+    set_clock(service, 60)
+    claimed = procs.claim_rehearsal_request().one(service)
+    assert claimed == procs.RehearsalRequest(request_id, movement_id)
+    assert procs.claim_rehearsal_request().one_or_none(service) is None  # its own claim too
+    assert procs.request_rehearsal(movement_id).one(bob) == request_id  # still open
+    shown = status(conn, movement_id)
+    assert shown is not None
+    assert (shown["request_id"], shown["requested_by"], shown["claimed_by"]) == (
+        request_id,
+        alice.info.user,
+        service.info.user,
+    )
+    assert (shown["claimed_at"], shown["request_finished_at"], shown["rehearsal_id"]) == (
+        time_at(60),
+        None,
+        None,
+    )
+
+    set_clock(service, 90)
+    rehearsal_id = procs.record_rehearsal(movement_id, "failed", SUMMARY).one(service)
+    finished = procs.finish_rehearsal_request(request_id, rehearsal_id, None).one(service)
+    assert finished == time_at(90)
+    set_clock(service, 120)
+    before = fingerprint(conn)
+    assert procs.finish_rehearsal_request(request_id, rehearsal_id, None).one(service) == finished
+    assert fingerprint(conn) == before
+
+    shown = status(conn, movement_id)
+    assert shown is not None
+    assert {k: shown[k] for k in ("state", "rehearsal_id", "outcome", "recorded_by")} == {
+        "state": "PENDING_APPROVAL",
+        "rehearsal_id": rehearsal_id,
+        "outcome": "failed",
+        "recorded_by": service.info.user,
+    }
+    assert (shown["recorded_at"], shown["lines"]) == (time_at(90), SUMMARY["lines"])
+    assert (shown["request_finished_at"], shown["request_rehearsal_id"]) == (time_at(90), rehearsal_id)
+    assert shown["request_problem"] is None
+
+    # finished: a new request may be asked, and is the one shown
+    again = procs.request_rehearsal(movement_id).one(bob)
+    assert again > request_id
+    shown = status(conn, movement_id)
+    assert shown is not None and (shown["request_id"], shown["requested_by"]) == (
+        again,
+        bob.info.user,
+    )
+    assert shown["rehearsal_id"] == rehearsal_id
+
+
+def test_a_request_finished_with_a_problem_is_shown_with_it(db: TestDatabase, conn: Conn) -> None:
+    service = person(db, "service")
+    movement_id = pending(service)
+    request_id = procs.request_rehearsal(movement_id).one(person(db, "bob"))
+    procs.claim_rehearsal_request().one(service)
+    problem = "set QTG_RPC_A to the chains' RPC URLs: the rehearsal forks them"
+    procs.finish_rehearsal_request(request_id, None, problem).one(service)
+    shown = status(conn, movement_id)
+    assert shown is not None
+    assert (shown["rehearsal_id"], shown["outcome"], shown["lines"]) == (None, None, None)
+    assert (shown["request_id"], shown["request_problem"]) == (request_id, problem)
+
+
+def test_requests_are_refused_changing_nothing(db: TestDatabase, conn: Conn) -> None:
+    approved = movement_in(conn, "APPROVED", "m2")
+    cancelled = movement_in(conn, "CANCELLED", "m3")
+    ask = "SELECT request_rehearsal(%s)"
+    for code, movement_id in (
+        ("QT010", 2**62),
+        ("QT010", None),
+        ("QT010", -1),
+        ("QT020", approved),
+        ("QT020", cancelled),
+    ):
+        error = assert_rejected(conn, code, ask, (movement_id,), WATCHED)
+        assert error.diag.message_hint
+    pending_id = create(conn, DIAMOND, "m4")
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    reader = bind(db.connect(db.login("dashboard", "qtg_testnet_reader").dsn))
+    for login in (runner, reader):
+        assert_rejected(login, "42501", ask, (pending_id,), WATCHED, watcher=conn)
+        assert_rejected(login, "42501", "SELECT * FROM claim_rehearsal_request()", (), WATCHED,
+                        watcher=conn)  # fmt: skip
+        assert_rejected(
+            login, "42501", "SELECT finish_rehearsal_request(1, NULL, 'x')", (), WATCHED,
+            watcher=conn,
+        )  # fmt: skip
+    # the reader reads the requests and the view (operators are readers)
+    procs.request_rehearsal(pending_id).one(person(db, "alice"))
+    assert reader.execute("SELECT count(*) FROM rehearsal_requests").fetchone() == (1,)
+    assert reader.execute("SELECT count(*) FROM rehearsal_status").fetchone() == (1,)
+
+
+def test_a_finish_is_refused_changing_nothing(db: TestDatabase, conn: Conn) -> None:
+    service, other_service = person(db, "service"), person(db, "other")
+    movement_id, other_id = pending(service, "m1"), pending(service, "m2")
+    mine = procs.request_rehearsal(movement_id).one(service)
+    waiting = procs.request_rehearsal(other_id).one(service)
+    assert procs.claim_rehearsal_request().one(service).request_id == mine
+    rehearsal = procs.record_rehearsal(movement_id, "passed", {"outcome": "passed"}).one(service)
+    elsewhere = procs.record_rehearsal(other_id, "passed", {"outcome": "passed"}).one(service)
+    finish = "SELECT finish_rehearsal_request(%s, %s, %s)"
+    refused: list[tuple[Conn, str, tuple[Any, ...]]] = [
+        (service, "QT002", (mine, None, None)),  # neither
+        (service, "QT002", (mine, rehearsal, "and a problem")),  # both
+        (service, "QT002", (mine, None, "   ")),
+        (service, "QT002", (mine, elsewhere, None)),  # another movement's
+        (service, "QT002", (mine, 2**62, None)),
+        (service, "QT005", (mine, None, "x" * 5000)),
+        (service, "QT026", (2**62, rehearsal, None)),
+        (service, "QT026", (None, rehearsal, None)),
+        (service, "QT026", (waiting, elsewhere, None)),  # not claimed
+        (other_service, "QT026", (mine, rehearsal, None)),  # another login's claim
+        (conn, "QT026", (mine, rehearsal, None)),  # the admin holds no claim either
+    ]
+    for login, code, args in refused:
+        error = assert_rejected(login, code, finish, args, WATCHED, watcher=conn)
+        assert error.diag.message_hint, (code, args)
+    procs.finish_rehearsal_request(mine, None, "the forks did not start").one(service)
+    for args in ((mine, rehearsal, None), (mine, None, "another problem")):
+        error = assert_rejected(service, "QT026", finish, args, WATCHED, watcher=conn)
+        assert "finished already, with the problem 'the forks did not start'" in str(error)
+    assert (
+        procs.finish_rehearsal_request(mine, None, "the forks did not start").one(service)
+        == request_row(conn, mine)["finished_at"]
+    )
+
+
+def test_two_services_never_claim_the_same_request_and_neither_waits(
+    db: TestDatabase, conn: Conn
+) -> None:
+    alice = person(db, "alice")
+    first, second = pending(alice, "m1"), pending(alice, "m2")
+    one = procs.request_rehearsal(first).one(alice)
+    two = procs.request_rehearsal(second).one(alice)
+    a, b = person(db, "service_a"), person(db, "service_b")
+    for login in (a, b):
+        login.execute("SET lock_timeout = '2s'")  # a claim that waited would fail, not hang
+    with a.transaction():
+        got_a = procs.claim_rehearsal_request().one(a)  # its lock held until the commit
+        with b.transaction():
+            got_b = procs.claim_rehearsal_request().one(b)
+        with b.transaction():
+            assert procs.claim_rehearsal_request().one_or_none(b) is None
+    assert (got_a.request_id, got_b.request_id) == (one, two)
+    rows = {r: request_row(conn, r)["claimed_by"] for r in (one, two)}
+    assert rows == {one: a.info.user, two: b.info.user}
+
+    # one request, two services at once: one gets it, the other none
+    third = procs.request_rehearsal(pending(alice, "m3")).one(alice)
+    with a.transaction():
+        assert procs.claim_rehearsal_request().one(a).request_id == third
+        with b.transaction():
+            assert procs.claim_rehearsal_request().one_or_none(b) is None
+    assert request_row(conn, third)["claimed_by"] == a.info.user
+
+
+def test_a_claim_older_than_30_minutes_is_taken_over(db: TestDatabase, conn: Conn) -> None:
+    alice = person(db, "alice")
+    movement_id = pending(alice)
+    request_id = procs.request_rehearsal(movement_id).one(alice)
+    dead, alive = person(db, "dead_service"), person(db, "live_service")
+    assert procs.claim_rehearsal_request().one(dead).request_id == request_id
+    set_clock(alive, STALE - 1)
+    assert procs.claim_rehearsal_request().one_or_none(alive) is None
+    set_clock(alive, STALE + 1)
+    assert procs.claim_rehearsal_request().one(alive).request_id == request_id
+    row = request_row(conn, request_id)
+    assert (row["claimed_by"], row["claimed_at"]) == (alive.info.user, time_at(STALE + 1))
+
+    rehearsal = procs.record_rehearsal(movement_id, "passed", {"outcome": "passed"}).one(dead)
+    error = assert_rejected(
+        dead,
+        "QT026",
+        "SELECT finish_rehearsal_request(%s, %s, NULL)",
+        (request_id, rehearsal),
+        WATCHED,
+        watcher=conn,
+    )
+    assert f"claimed by {alive.info.user}, not yours to finish" in str(error)
+    procs.finish_rehearsal_request(request_id, rehearsal, None).one(alive)
+
+
+def test_requests_of_movements_no_longer_awaiting_approval_are_finished_in_passing(
+    db: TestDatabase, conn: Conn
+) -> None:
+    alice, service, other = person(db, "alice"), person(db, "service"), person(db, "other")
+    held = pending(alice, "m0")
+    ids = {held: procs.request_rehearsal(held).one(alice)}
+    assert procs.claim_rehearsal_request().one(service).request_id == ids[held]  # a live claim
+    approved, cancelled, waiting = (pending(alice, f"m{i}") for i in range(1, 4))
+    ids |= {m: procs.request_rehearsal(m).one(alice) for m in (approved, cancelled, waiting)}
+    for movement_id in (held, approved):
+        approve(conn, movement_id)
+    procs.cancel_movement(cancelled).one(alice)
+    set_clock(other, 10)
+
+    claimed = procs.claim_rehearsal_request().one(other)
+
+    assert claimed == procs.RehearsalRequest(ids[waiting], waiting)
+    for movement_id in (approved, cancelled):
+        row = request_row(conn, ids[movement_id])
+        assert (row["finished_at"], row["problem"], row["claimed_by"]) == (
+            time_at(10),
+            "the movement is no longer awaiting approval",
+            None,
+        )
+    assert request_row(conn, ids[held])["finished_at"] is None  # its service finishes it
+    assert procs.claim_rehearsal_request().one_or_none(other) is None
+
+
+def test_the_view_shows_only_lines_that_are_a_list(conn: Conn) -> None:
+    movement_id = create(conn, DIAMOND, "m1")
+    procs.record_rehearsal(movement_id, "passed", {"outcome": "passed", "lines": "x"}).one(conn)
+    row = conn.execute(
+        "SELECT outcome, lines FROM rehearsal_status WHERE movement_id = %s", (movement_id,)
+    ).fetchone()
+    assert row == ("passed", None)
+
+
+def test_a_request_of_the_other_network_is_not_seen(db: TestDatabase, conn: Conn) -> None:
+    movement_id = create(conn, DIAMOND, "m1")
+    procs.request_rehearsal(movement_id).one(conn)
+    other = bind(db.connect(), "mainnet")
+    assert procs.claim_rehearsal_request().one_or_none(other) is None
+    with pytest.raises(psycopg.Error) as refused:
+        procs.request_rehearsal(movement_id).one(other)
+    assert refused.value.sqlstate == "QT010"
