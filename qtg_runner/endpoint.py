@@ -4,16 +4,29 @@
 Each is given a shared httpx.AsyncClient (then its caller closes it) or makes
 one of its own with the process's one TLS context (qtg_runner.tls), closed by
 ``aclose`` or by leaving ``async with``; each call goes through the endpoint's
-one circuit (qtg_runner.circuit) and is bounded as a whole by ``_deadline``."""
+one circuit (qtg_runner.circuit), takes its turn in the endpoint's request
+budget (qtg_runner.budget), and is bounded as a whole by ``_deadline``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Self
 
 import httpx
 
+from qtg_runner.budget import EndpointBudget
 from qtg_runner.circuit import Circuit, endpoint_circuit
 from qtg_runner.tls import client_ssl_context
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """A Retry-After header's seconds (an HTTP date is not read: None)."""
+    raw = headers.get("retry-after", "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if 0 <= value < 86_400 else None
 
 
 class HttpEndpoint:
@@ -29,6 +42,7 @@ class HttpEndpoint:
         timeout: float,
         client: httpx.AsyncClient | None,
         circuit: Circuit | None,
+        budget: EndpointBudget,
     ) -> None:
         self._owns_client = client is None
         self._client = (
@@ -40,6 +54,8 @@ class HttpEndpoint:
         """httpx's timeout bounds each read; this the whole exchange (an answer
         dripped a byte at a time)."""
         self.circuit = circuit or endpoint_circuit(circuit_key, circuit_name)
+        self.budget = budget
+        """The endpoint's request budget in this process (qtg_runner.budget)."""
 
     async def aclose(self) -> None:
         """Closes the httpx client when it is this object's own (not a shared one)."""

@@ -68,6 +68,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from rows import T0
 
+from qtg_runner.budget import forget_budgets
 from qtg_runner.db.logins import create_login
 from qtg_runner.db.migrate import mark_test_database, migrate
 
@@ -404,6 +405,15 @@ def _logging_put_back() -> Iterator[None]:
                 lg.removeHandler(handler)
     qtg.setLevel(level)
     qtg.propagate = propagate
+
+
+@pytest.fixture(autouse=True)
+def _budgets_afresh() -> Iterator[None]:
+    """Each test's endpoints start with budgets of their own (qtg_runner.budget
+    keeps one per URL for the process): a 429 one test provokes from a
+    module's shared double does not pause the next test's calls."""
+    yield
+    forget_budgets()
 
 
 @pytest.fixture

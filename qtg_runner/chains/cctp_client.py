@@ -23,6 +23,7 @@ from eth_abi.abi import decode as abi_decode
 from eth_abi.abi import encode as abi_encode
 from eth_utils.crypto import keccak
 
+from qtg_runner.budget import EndpointBudget, EndpointThrottled, endpoint_budget, endpoint_name
 from qtg_runner.chains.cctp import BurnBody, CctpMessage, address_to_bytes32
 from qtg_runner.chains.evm import normalize_address
 from qtg_runner.chains.evm_rpc import EvmRpc, Log, RpcError, RpcErrorKind
@@ -264,10 +265,16 @@ class IrisClient(HttpEndpoint):
         *,
         client: httpx.AsyncClient | None = None,
         circuit: Circuit | None = None,
+        budget: EndpointBudget | None = None,
     ) -> None:
         self._base = base_url.rstrip("/")
         super().__init__(
-            self._base, f"Iris at {self._base}", timeout=timeout, client=client, circuit=circuit
+            self._base,
+            f"Iris at {self._base}",
+            timeout=timeout,
+            client=client,
+            circuit=circuit,
+            budget=budget or endpoint_budget(self._base, endpoint_name("iris"), None),
         )
 
     async def _send(self, method: str, path: str, **request: Any) -> httpx.Response:
@@ -285,16 +292,24 @@ class IrisClient(HttpEndpoint):
     async def _answer(self, method: str, path: str, **request: Any) -> httpx.Response | IrisAnswer:
         """A call's response for its caller to read, or the answer Iris's word
         settles the same for every call: UNAVAILABLE while the circuit is open
-        (unsent) or with no answer, RATE_LIMITED for a 429, NOT_FOUND for a 404."""
+        (unsent) or with no answer, RATE_LIMITED for a 429 (which pauses and
+        slows Iris's request budget for every caller in the process) or without
+        a turn of that budget (unsent), NOT_FOUND for a 404."""
         refusal = self.circuit.refusal(self._nobodys_burn)
         if refusal is not None:
             return IrisAnswer(IrisStatus.UNAVAILABLE, detail=refusal)
+        try:
+            await self.budget.acquire()
+        except EndpointThrottled as exc:
+            return IrisAnswer(IrisStatus.RATE_LIMITED, retry_after=exc.wait_s, detail=str(exc))
         try:
             response = await self._send(method, path, **request)
         except (httpx.HTTPError, TimeoutError) as exc:
             return IrisAnswer(IrisStatus.UNAVAILABLE, detail=f"{type(exc).__name__}")
         if response.status_code == 429:
-            return _rate_limited(response)
+            limited = _rate_limited(response)
+            self.budget.slowed(limited.retry_after)
+            return limited
         if response.status_code == 404:
             return IrisAnswer(IrisStatus.NOT_FOUND, detail="HTTP 404")
         return response

@@ -6,10 +6,12 @@ one ``httpx.AsyncClient``, typed answers, and three kinds of failure:
                     INSUFFICIENT_FUNDS, REVERTED, OTHER), since the codes are
                     not standard (anvil and geth answer -32003 or -32000 alike).
     RpcUnavailable  nothing usable came back: connection refused, a timeout, an
-                    HTTP 5xx or 429; or not sent, the endpoint having answered
+                    HTTP 5xx; or not sent, the endpoint having answered
                     nothing since a call went unanswered (its circuit is open:
                     qtg_runner.circuit). Retryable; after a send it says
                     nothing about whether the transaction reached the node.
+                    RpcThrottled, one of them: HTTP 429, or not sent for
+                    the endpoint's request budget (qtg_runner.budget).
     RpcBadResponse  an answer that is not a JSON-RPC answer: not JSON, nested
                     too deeply, larger than the bound, another id, HTTP 4xx
                     without a JSON-RPC error (a wrong URL or API key).
@@ -36,8 +38,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from qtg_runner.budget import EndpointBudget, EndpointThrottled, endpoint_budget, endpoint_name
 from qtg_runner.circuit import Circuit
-from qtg_runner.endpoint import HttpEndpoint
+from qtg_runner.endpoint import HttpEndpoint, retry_after_s
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 """A body larger than this is refused (RpcBadResponse) before it is parsed."""
@@ -128,6 +131,17 @@ class RpcError(EvmRpcError):
 
 class RpcUnavailable(EvmRpcError):
     """No usable answer (connection refused, timeout, HTTP 5xx or 429): retry later."""
+
+
+class RpcThrottled(RpcUnavailable):
+    """Not sent for the endpoint's request budget (no turn within the wait),
+    or answered HTTP 429 (the endpoint is then paused for its Retry-After and
+    slowed for every caller in the process: qtg_runner.budget). ``wait_s``:
+    when to try again."""
+
+    def __init__(self, message: str, wait_s: float) -> None:
+        super().__init__(message)
+        self.wait_s = wait_s
 
 
 class RpcBadResponse(EvmRpcError):
@@ -405,6 +419,7 @@ class EvmRpc(HttpEndpoint):
         client: httpx.AsyncClient | None = None,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         circuit: Circuit | None = None,
+        budget: EndpointBudget | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -412,7 +427,14 @@ class EvmRpc(HttpEndpoint):
         self._url = url
         self.display_url = redact_url(url)
         self._timeout = timeout
-        super().__init__(url, self.display_url, timeout=timeout, client=client, circuit=circuit)
+        super().__init__(
+            url,
+            self.display_url,
+            timeout=timeout,
+            client=client,
+            circuit=circuit,
+            budget=budget or endpoint_budget(url, endpoint_name("rpc", parts.hostname), None),
+        )
         self._max_bytes = max_response_bytes
         self._ids = itertools.count(1)
 
@@ -433,10 +455,15 @@ class EvmRpc(HttpEndpoint):
     async def request(self, method: str, params: Sequence[Any] = ()) -> Any:
         """One JSON-RPC call: its ``result`` (None when the node answers null).
         Not sent while the endpoint's circuit is open (qtg_runner.circuit):
-        RpcUnavailable at once."""
+        RpcUnavailable at once; nor without a turn of the endpoint's budget
+        within DEFAULT_MAX_WAIT_S (qtg_runner.budget): RpcThrottled."""
         refusal = self.circuit.refusal(self._probe)
         if refusal is not None:
             raise RpcUnavailable(f"{method} on {self.display_url}: {refusal}")
+        try:
+            await self.budget.acquire()
+        except EndpointThrottled as exc:
+            raise RpcThrottled(f"{method} on {self.display_url}: {exc}", exc.wait_s) from None
         return await self._exchange(method, params)
 
     async def _probe(self) -> None:
@@ -451,7 +478,7 @@ class EvmRpc(HttpEndpoint):
             # httpx's timeout bounds each read; the circuit's watch the whole
             # exchange (a node that drips its answer byte by byte)
             async with self.circuit.watching(self._deadline):
-                body, status = await self._post(payload, where)
+                body, status, retry_after = await self._post(payload, where)
         except (httpx.TimeoutException, TimeoutError) as exc:
             raise RpcUnavailable(
                 f"{where}: no answer within {self._timeout}s ({type(exc).__name__})"
@@ -462,7 +489,10 @@ class EvmRpc(HttpEndpoint):
             ) from None
         except httpx.HTTPError as exc:
             raise RpcUnavailable(f"{where}: {type(exc).__name__}") from None
-        if status >= 500 or status == 429:
+        if status == 429:
+            pause = self.budget.slowed(retry_after)
+            raise RpcThrottled(f"{where}: HTTP 429, the endpoint paused {pause:.0f} s", pause)
+        if status >= 500:
             raise RpcUnavailable(f"{where}: HTTP {status}")
         answer = self._decode(body, where, status)
         if "error" in answer and answer["error"] is not None:
@@ -486,8 +516,9 @@ class EvmRpc(HttpEndpoint):
             raise RpcBadResponse(f"{where}: the answer has neither result nor error")
         return answer["result"]
 
-    async def _post(self, payload: dict[str, Any], where: str) -> tuple[bytes, int]:
-        """POST ``payload``: the answer's body (at most the bound) and status."""
+    async def _post(self, payload: dict[str, Any], where: str) -> tuple[bytes, int, float | None]:
+        """POST ``payload``: the answer's body (at most the bound), status and
+        Retry-After (seconds, when it says a number of them)."""
         async with self._client.stream(
             "POST", self._url, json=payload, timeout=self._timeout
         ) as response:
@@ -505,7 +536,7 @@ class EvmRpc(HttpEndpoint):
                         f"{where}: the answer is larger than {self._max_bytes} bytes"
                     )
                 chunks.append(chunk)
-            return b"".join(chunks), response.status_code
+            return b"".join(chunks), response.status_code, retry_after_s(response.headers)
 
     def _decode(self, body: bytes, where: str, status: int) -> dict[str, Any]:
         if not _json_depth_ok(body):

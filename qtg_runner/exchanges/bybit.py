@@ -29,11 +29,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
+from urllib.parse import urlsplit
 
 import httpx
 
+from qtg_runner.budget import EndpointBudget, EndpointThrottled, endpoint_budget, endpoint_name
 from qtg_runner.circuit import Circuit
-from qtg_runner.endpoint import HttpEndpoint
+from qtg_runner.endpoint import HttpEndpoint, retry_after_s
 from qtg_runner.exchanges.bybit_codes import HTTP_STATUSES, Code, Kind, lookup
 from qtg_runner.log import event
 
@@ -339,6 +341,7 @@ class BybitClient(HttpEndpoint):
         client: httpx.AsyncClient | None = None,
         clock: Callable[[], float] = time.time,
         circuit: Circuit | None = None,
+        budget: EndpointBudget | None = None,
     ) -> None:
         if not api_key:
             raise ValueError("the API key is empty")
@@ -353,6 +356,10 @@ class BybitClient(HttpEndpoint):
             timeout=timeout,
             client=client,
             circuit=circuit,
+            budget=budget
+            or endpoint_budget(
+                self.base_url, endpoint_name("venue", urlsplit(self.base_url).hostname), None
+            ),
         )
 
     def __repr__(self) -> str:
@@ -373,11 +380,21 @@ class BybitClient(HttpEndpoint):
 
     async def _call(self, request: httpx.Request, path: str) -> dict[str, Any]:
         """One request, not sent while the venue's circuit is open
-        (qtg_runner.circuit): BybitUnavailable at once."""
+        (qtg_runner.circuit), nor without a turn of its request budget
+        (qtg_runner.budget): BybitUnavailable at once. An HTTP 429 slows the
+        budget for every caller of the venue in the process."""
         refusal = self.circuit.refusal(self._probe)
         if refusal is not None:
             raise BybitUnavailable(f"{request.method} {path}: {refusal}", sent=False)
+        try:
+            await self.budget.acquire()
+        except EndpointThrottled as exc:
+            raise BybitUnavailable(
+                f"{request.method} {path}: {exc}", sent=False, retry_after=exc.wait_s
+            ) from None
         response = await self._send(request, path)
+        if response.status_code == 429:
+            self.budget.slowed(retry_after_s(response.headers))
         if response.status_code != 200:
             known = HTTP_STATUSES.get(response.status_code)
             raise BybitUnavailable(

@@ -37,6 +37,13 @@ from typing import Any, ClassVar, Protocol, Self, TypeVar, runtime_checkable
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from qtg_runner.budget import (
+    BudgetError,
+    EndpointBudget,
+    configured_rate,
+    endpoint_budget,
+    endpoint_name,
+)
 from qtg_runner.db.procs import Call, ClaimedNode, ObserveClaim, RecoveryClaim
 
 JsonObject = dict[str, Any]
@@ -391,12 +398,24 @@ def parts_health(parts: Mapping[str, tuple[HealthStatus, str]]) -> HealthResult:
 class ExecutorError(Exception):
     """An external call failed. ``retryable`` says whether trying again later
     may succeed; the procedures decide what that means for the node (a
-    retryable failure after a prepared side effect goes to recovery)."""
+    retryable failure after a prepared side effect goes to recovery).
+    ``throttled``: the call was not made, or refused with a 429, for the
+    endpoint's request budget (qtg_runner.budget), not for anything of the
+    node's: before anything is signed the node goes back to READY after
+    ``retry_after`` without counting an attempt."""
 
-    def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        retry_after: float | None = None,
+        throttled: bool = False,
+    ):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
+        self.throttled = throttled
 
 
 ROUTE_REFUSALS = frozenset({"QT002", "QT014", "QT032"})
@@ -422,6 +441,19 @@ async def route_row(pool: AsyncConnectionPool[Any], call: Call[R]) -> R:
             message = exc.diag.message_primary or str(exc)
             raise ExecutorError(f"{exc.sqlstate}: {message}", retryable=False) from None
         raise
+
+
+def executor_budget(
+    env: Mapping[str, str], url: str, url_variable: str, kind: str
+) -> EndpointBudget:
+    """The request budget of the endpoint at ``url`` (from ``url_variable``),
+    at the rate its ``_RATE`` variable sets (qtg_runner.budget); a rate the
+    runner cannot use is a retryable refusal naming it."""
+    try:
+        rate = configured_rate(env, url_variable, kind, url)
+    except BudgetError as exc:
+        raise ExecutorError(str(exc), retryable=True, retry_after=30.0) from None
+    return endpoint_budget(url, endpoint_name(kind, url_variable), rate)
 
 
 class ExecutorBase:

@@ -75,6 +75,7 @@ from qtg_runner.executors.base import (
     JsonObject,
     NodeWork,
     config_schema,
+    executor_budget,
 )
 
 IRIS_URL_ENV = "QTG_IRIS_URL"
@@ -88,7 +89,7 @@ def iris_client(env: Mapping[str, str]) -> IrisClient:
             retryable=True,
             retry_after=evm_tx.RETRY_LATER_S,
         )
-    return IrisClient(url)
+    return IrisClient(url, budget=executor_budget(env, url, IRIS_URL_ENV, "iris"))
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,14 @@ from qtg_runner.chains.evm import (
     estimate_gas,
     suggest_fees,
 )
-from qtg_runner.chains.evm_rpc import EvmRpc, EvmRpcError, Receipt, RpcError, RpcErrorKind
+from qtg_runner.chains.evm_rpc import (
+    EvmRpc,
+    EvmRpcError,
+    Receipt,
+    RpcError,
+    RpcErrorKind,
+    RpcThrottled,
+)
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
     ExecutorBase,
@@ -75,6 +82,7 @@ from qtg_runner.executors.base import (
     SubmitResult,
     Verdicts,
     big_from,
+    executor_budget,
     parts_health,
     route_row,
     seconds_from_ms,
@@ -286,7 +294,8 @@ class EvmAccess:
             )
         rpc = self._rpcs.get(url)
         if rpc is None:
-            rpc = self._rpcs[url] = EvmRpc(url, timeout=self._rpc_timeout)
+            budget = executor_budget(self._env, url, rpc_url_env, "rpc")
+            rpc = self._rpcs[url] = EvmRpc(url, timeout=self._rpc_timeout, budget=budget)
         return rpc
 
     def leg_rpc(self, leg: ChainLeg) -> EvmRpc:
@@ -560,9 +569,14 @@ async def _unmined(rpc: EvmRpc, leg: ChainLeg, transactions: list[Any], nonce: i
 async def chain_errors(chain_key: str) -> AsyncIterator[None]:
     """Turn what reading or writing a chain may raise into an ExecutorError: an
     unreachable node or fees above the cap retry later, as does a node's answer
-    nothing here resolves; a call that reverts does not."""
+    nothing here resolves; a call that reverts does not; a call throttled by
+    the endpoint's budget or its 429 is ``throttled``, after its wait."""
     try:
         yield
+    except RpcThrottled as exc:
+        raise ExecutorError(
+            f"chain {chain_key}: {exc}", retryable=True, retry_after=exc.wait_s, throttled=True
+        ) from None
     except (EvmRpcError, FeeCapExceeded) as exc:
         retryable = not (isinstance(exc, RpcError) and exc.kind is RpcErrorKind.REVERTED)
         raise ExecutorError(

@@ -18,7 +18,7 @@ from typing import Any
 
 from qtg_runner.chains.errors import ChainError
 from qtg_runner.exchanges.bybit import BybitClient, BybitError, BybitUnavailable, DepositRecord
-from qtg_runner.executors.base import ExecutorError, JsonObject
+from qtg_runner.executors.base import ExecutorError, JsonObject, executor_budget
 from qtg_runner.venue_keys import load_api_key
 
 __all__ = ["RETRY_LATER_S", "VenueClients", "deposit_evidence", "deposits_for", "venue_error"]
@@ -67,7 +67,13 @@ class VenueClients:
                 raise ExecutorError(
                     f"venue {venue_key}: {exc}", retryable=True, retry_after=RETRY_LATER_S
                 ) from None
-            client = BybitClient(url, api_key, api_secret, timeout=self._timeout)
+            client = BybitClient(
+                url,
+                api_key,
+                api_secret,
+                timeout=self._timeout,
+                budget=executor_budget(self._env, url, base_url_env, "venue"),
+            )
             del api_secret
             self._clients[(url, key_file)] = client
         return client
