@@ -1,35 +1,61 @@
 """`qtg rehearse MOVEMENT`: run a movement on forks of its chains before it
 is approved, print what it did and record the summary on the movement.
+`qtg rehearse --requested [--watch]`: the same for each rehearsal asked for
+on the operator page or over the HTTP API (request_rehearsal), which cannot
+run one themselves.
 
 As any operator of the network (your login, or --as NAME): the movement,
 its plan and the registry are read with rehearsal_input; the rehearsal runs
 (qtg_rehearsal.rehearse) with the RPC URLs of this shell's environment under
 the names the registry gives (QTG_RPC_...), and nothing else of it: no
 key, no exchange credential, no Iris URL is read. The summary is recorded
-with record_rehearsal (audited) unless --no-record; `qtg movement show`
-and the approval then say it. Exit 0 when the rehearsal passed, 1 when it
-failed or could not run.
+with record_rehearsal (audited) unless --no-record; `qtg movement show`,
+the operator page and the approval then say it. Exit 0 when the rehearsal
+passed, 1 when it failed or could not run.
+
+With --requested the command is a rehearsal service: it claims the open
+requests one at a time (claim_rehearsal_request), rehearses each movement
+exactly as the MOVEMENT form does (``rehearse_movement``, the one body of
+both), records it and finishes the request with the rehearsal's id
+(finish_rehearsal_request); a rehearsal that could not run, or whose record
+the engine refused, finishes the request with that problem instead. It
+prints one line per request served. Without --watch it serves what is
+waiting and exits 0; with --watch it then waits for more, woken by the
+NOTIFY on qtg_<network>_rehearsals and polling every --poll seconds besides,
+until Ctrl-C or SIGTERM, which end it cleanly (a request in hand is finished
+with the interruption as its problem, so that it can be asked again at
+once).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Annotated
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from types import FrameType
+from typing import Annotated, Any, NoReturn
 
+import psycopg
 import typer
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from qtg_rehearsal.rehearse import RehearsalError, run
+from qtg_rehearsal.rehearse import RehearsalError, Summary, run
 from qtg_runner.commands.common import (
+    BIGINT_MAX,
     ENVIRONMENT,
     AsOption,
     CommandError,
     NetworkOption,
     cli_errors,
+    one_line,
     resolve_network,
 )
-from qtg_runner.commands.movement import MovementId, connect, out
+from qtg_runner.commands.movement import connect, out
 from qtg_runner.commands.registry import chain_numbers
+from qtg_runner.config import NetworkMode
 from qtg_runner.db import procs
 
 BlockOption = Annotated[
@@ -41,9 +67,75 @@ BlockOption = Annotated[
     ),
 ]
 
+CLAIM_TAKEN_OVER_S = 30 * 60
+"""A claim this old is taken over by another service (claim_rehearsal_request)."""
+MAX_PROBLEM_CHARS = 2000
+"""A problem is cut to this: finish_rehearsal_request takes at most 4 KiB."""
+
+
+def rehearsals_channel(network: NetworkMode) -> str:
+    """Where request_rehearsal NOTIFYs (payload: the request's id)."""
+    return f"qtg_{network}_rehearsals"
+
+
+def rehearse_movement(
+    network: NetworkMode,
+    as_login: str | None,
+    movement_id: int,
+    *,
+    blocks: Mapping[str, int] | None,
+    timeout: float,
+    record: bool,
+    say: Callable[[str], None],
+) -> tuple[Summary, int | None]:
+    """One rehearsal, for both forms of the command: the movement read
+    (rehearsal_input), run on forks (``say`` hears its progress), and its
+    summary recorded on the movement (record_rehearsal) when ``record``.
+    Returns the summary and the rehearsal's id (None: not recorded). Raises
+    RehearsalError when it could not run, and the engine's refusals."""
+    with connect(network, as_login, operator=True) as conn:
+        data = procs.rehearsal_input(movement_id).one(conn)
+    summary = run(data, dict(os.environ), network, blocks=blocks, timeout_s=timeout, say=say)
+    rehearsal_id = None
+    if record:
+        with connect(network, as_login, operator=True) as conn:
+            rehearsal_id = procs.record_rehearsal(
+                movement_id, summary.outcome, Jsonb(summary.record)
+            ).one(conn)
+    return summary, rehearsal_id
+
 
 def rehearse_cmd(
-    movement_id: MovementId,
+    movement_id: Annotated[
+        int | None,
+        typer.Argument(
+            min=1,
+            max=BIGINT_MAX,
+            show_default=False,
+            help="Movement id (or --requested: the movements asked for).",
+        ),
+    ] = None,
+    requested: Annotated[
+        bool,
+        typer.Option(
+            "--requested",
+            help="Serve the rehearsals asked for on the operator page or the API, one at a time.",
+        ),
+    ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch", help="With --requested: wait for more requests until Ctrl-C or SIGTERM."
+        ),
+    ] = False,
+    poll: Annotated[
+        float,
+        typer.Option(
+            min=1,
+            max=3600,
+            help="With --watch: seconds between looks for requests, besides their NOTIFY.",
+        ),
+    ] = 30.0,
     network: NetworkOption = None,
     as_login: AsOption = None,
     block: BlockOption = None,
@@ -65,19 +157,61 @@ def rehearse_cmd(
     attesting; prints each step's outcome, gas and fees and the balances
     before and after, and records the summary on the movement. CCIP and
     Stargate deliveries and exchange steps do not run on a fork: the summary
-    says so. Needs anvil (`make install`)."""
+    says so. Needs anvil (`make install`).
+
+    With --requested instead of a MOVEMENT: serves the rehearsals asked for
+    on the operator page or over the API, oldest first, each rehearsed and
+    recorded as above and its request finished with it (or with why it could
+    not run); one line per request. Exits 0 once none waits, or with --watch
+    waits for more (woken by their NOTIFY) until Ctrl-C or SIGTERM."""
+    if requested == (movement_id is not None):
+        raise CommandError(
+            "give a MOVEMENT to rehearse, or --requested to serve the rehearsals asked for on "
+            "the operator page or the API, not both"
+            if requested
+            else "give a MOVEMENT to rehearse, or --requested to serve the rehearsals asked for "
+            "on the operator page or the API"
+        )
+    if not requested:
+        if watch:
+            raise CommandError("--watch serves requests: give it with --requested")
+        assert movement_id is not None
+        rehearse_one(movement_id, network, as_login, block, timeout, record)
+    if block:
+        raise CommandError("--block forks one MOVEMENT's chains: not with --requested")
+    if not record:
+        raise CommandError("--requested records every rehearsal: --no-record is for a MOVEMENT")
+    if timeout > CLAIM_TAKEN_OVER_S - 300:
+        raise CommandError(
+            f"--timeout with --requested is at most {CLAIM_TAKEN_OVER_S - 300:.0f} s: a claim "
+            "older than 30 minutes is taken over by another service"
+        )
+    net = resolve_network(network)
+    with cli_errors():
+        serve_requests(net, as_login, timeout=timeout, watch=watch, poll=poll)
+    raise typer.Exit(0)
+
+
+def rehearse_one(
+    movement_id: int,
+    network: str | None,
+    as_login: str | None,
+    block: list[str] | None,
+    timeout: float,
+    record: bool,
+) -> NoReturn:
+    """The MOVEMENT form: the rehearsal's progress and lines printed, exit 0 or 1."""
     net = resolve_network(network)
     blocks = chain_numbers(block, "--block")
     with cli_errors():
-        with connect(net, as_login, operator=True) as conn:
-            data = procs.rehearsal_input(movement_id).one(conn)
         try:
-            summary = run(
-                data,
-                dict(os.environ),
+            summary, rehearsal_id = rehearse_movement(
                 net,
+                as_login,
+                movement_id,
                 blocks=blocks,
-                timeout_s=timeout,
+                timeout=timeout,
+                record=record,
                 say=lambda line: out.print(line, highlight=False, soft_wrap=True),
             )
         except RehearsalError as exc:
@@ -85,11 +219,107 @@ def rehearse_cmd(
         colour = "green" if summary.outcome == "passed" else "red"
         for line in summary.lines:
             out.print(line, highlight=False, soft_wrap=True)
-        if record:
-            with connect(net, as_login, operator=True) as conn:
-                rehearsal_id = procs.record_rehearsal(
-                    movement_id, summary.outcome, Jsonb(summary.record)
-                ).one(conn)
+        if rehearsal_id is not None:
             out.print(f"recorded on movement {movement_id} as rehearsal {rehearsal_id}")
         out.print(f"[{colour}]rehearsal {summary.outcome}[/{colour}]")
     raise typer.Exit(0 if summary.outcome == "passed" else 1)
+
+
+# -- the rehearsal service ---------------------------------------------------------------------
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM ends the block as Ctrl-C does (KeyboardInterrupt), in the main
+    thread; elsewhere (a test's thread) the process's handler is left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def serve_requests(
+    network: NetworkMode, as_login: str | None, *, timeout: float, watch: bool, poll: float
+) -> int:
+    """Claim, rehearse and finish requests until none waits (or, with ``watch``,
+    until interrupted); returns how many were served."""
+    served = 0
+    with connect(network, as_login, operator=True) as conn, sigterm_interrupts():
+        if watch:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(rehearsals_channel(network))))
+        try:
+            while True:
+                claimed = procs.claim_rehearsal_request().one_or_none(conn)
+                if claimed is not None:
+                    out.print(serve_one(conn, network, as_login, claimed, timeout), soft_wrap=True)
+                    served += 1
+                elif not watch:
+                    break
+                else:
+                    # a NOTIFY, or the poll's timeout: either way, look again
+                    for _ in conn.notifies(timeout=poll, stop_after=1):
+                        pass
+        except KeyboardInterrupt:
+            out.print(f"stopped: {served} rehearsal request(s) served", soft_wrap=True)
+            return served
+    if served == 0:
+        out.print("no rehearsal request waits")
+    return served
+
+
+def serve_one(
+    conn: psycopg.Connection[Any],
+    network: NetworkMode,
+    as_login: str | None,
+    claimed: procs.RehearsalRequest,
+    timeout: float,
+) -> str:
+    """One claimed request rehearsed and finished; the line that says how."""
+    head = f"request {claimed.request_id}: movement {claimed.movement_id}"
+    try:
+        summary, rehearsal_id = rehearse_movement(
+            network,
+            as_login,
+            claimed.movement_id,
+            blocks=None,
+            timeout=timeout,
+            record=True,
+            say=lambda line: None,
+        )
+    except RehearsalError as exc:
+        problem = f"the rehearsal could not run: {exc}"
+    except procs.Refused as exc:
+        problem = f"refused ({exc.sqlstate}): {exc.message}"
+    except psycopg.Error as exc:
+        if not (exc.sqlstate or "").startswith("QT"):
+            finish(conn, claimed, f"the rehearsal service failed: {one_line(exc)}")
+            raise
+        problem = f"refused ({exc.sqlstate}): {exc.diag.message_primary}"
+    except KeyboardInterrupt:
+        finish(conn, claimed, "the rehearsal service was stopped before it finished: ask again")
+        raise
+    except Exception as exc:
+        finish(conn, claimed, f"the rehearsal service failed: {type(exc).__name__}: {exc}")
+        raise
+    else:
+        assert rehearsal_id is not None
+        procs.finish_rehearsal_request(claimed.request_id, rehearsal_id, None).one(conn)
+        return f"{head}: rehearsal {summary.outcome} (rehearsal {rehearsal_id})"
+    finish(conn, claimed, problem)
+    return f"{head}: {problem}"
+
+
+def finish(conn: psycopg.Connection[Any], claimed: procs.RehearsalRequest, problem: str) -> None:
+    """The request finished with ``problem`` (on one line, cut to MAX_PROBLEM_CHARS)."""
+    text = one_line(problem)
+    if len(text) > MAX_PROBLEM_CHARS:
+        text = text[: MAX_PROBLEM_CHARS - 3] + "..."
+    procs.finish_rehearsal_request(claimed.request_id, None, text).one(conn)

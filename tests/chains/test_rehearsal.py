@@ -221,3 +221,41 @@ def test_a_movement_the_engine_would_refuse_fails_its_rehearsal_with_the_reason(
     assert summary.outcome == "failed"
     assert summary.record["refusal"].startswith("QT062: ")
     assert any(line.startswith("the engine refused the movement: QT062") for line in summary.lines)
+
+
+def test_a_request_made_on_the_page_is_served_by_the_rehearsal_service(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    """request_rehearsal (what the operator page and the API call), then
+    `qtg rehearse --requested` as another operator login, with the chains'
+    RPC URLs in its environment: the request is finished pointing at the
+    passed rehearsal it recorded."""
+    movement_id = cctp_movement(world, local_chain_set, Decimal("5"), "requested-cctp")
+    with as_person(world, "bob"):
+        request_id = procs.request_rehearsal(movement_id).one(world)
+    operator = db.operator_dsn(NETWORK)
+
+    result = CliRunner().invoke(
+        app,
+        ["rehearse", "--requested", "--timeout", "180"],
+        env={"QTG_DATABASE_URL": operator, "COLUMNS": "200", **rpc_only_env(local_chain_set)},
+    )
+
+    assert result.exit_code == 0, result.output
+    row = world.execute(
+        "SELECT q.claimed_by, q.finished_at IS NOT NULL, q.problem, h.id, h.outcome, h.recorded_by"
+        "  FROM rehearsal_requests q JOIN movement_rehearsals h ON h.id = q.rehearsal_id"
+        " WHERE q.id = %s",
+        (request_id,),
+    ).fetchone()
+    login = conninfo_to_dict(operator)["user"]
+    assert row is not None and row[:3] == (login, True, None)
+    assert row[4:] == ("passed", login)
+    assert result.stdout.splitlines() == [
+        f"request {request_id}: movement {movement_id}: rehearsal passed (rehearsal {row[3]})"
+    ]
+    state = world.execute(
+        "SELECT state::text, rehearsal_id, outcome FROM rehearsal_status WHERE movement_id = %s",
+        (movement_id,),
+    ).fetchone()
+    assert state == ("PENDING_APPROVAL", row[3], "passed")

@@ -15,10 +15,21 @@ answers the same. Requests of movements no longer awaiting approval are
 finished in passing by a claim, never handed out. Every refusal changes
 nothing; runner and reader logins may call none of the three. The view shows
 the latest rehearsal with its lines and the latest request.
+
+The service (`qtg rehearse --requested`, no chain here: tests/chains has a
+rehearsal served on forks) finishes a request it cannot rehearse with why
+and goes on; it is called with a MOVEMENT or --requested, never both or
+neither; with --watch a request's NOTIFY wakes it at once and SIGTERM ends
+it cleanly (exit 0).
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -26,9 +37,12 @@ import psycopg
 import pytest
 from conftest import TestDatabase
 from engine import approve, assert_rejected, bind, create, fingerprint
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from rows import DIAMOND, Conn, movement_in, person, set_clock, time_at
+from typer.testing import CliRunner
 
+from qtg_cli import app
 from qtg_runner.db import procs
 
 WATCHED = ("movement_requests", "audit_outbox", "movement_rehearsals", "rehearsal_requests")
@@ -38,7 +52,9 @@ STALE = 30 * 60
 
 def request_row(conn: Conn, request_id: int) -> dict[str, Any]:
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute("SELECT * FROM rehearsal_requests WHERE id = %s", (request_id,)).fetchone()
+        row = cur.execute(
+            "SELECT * FROM rehearsal_requests WHERE id = %s", (request_id,)
+        ).fetchone()
     assert row is not None
     return row
 
@@ -127,7 +143,10 @@ def test_a_request_is_asked_once_claimed_served_and_shown(db: TestDatabase, conn
         "recorded_by": service.info.user,
     }
     assert (shown["recorded_at"], shown["lines"]) == (time_at(90), SUMMARY["lines"])
-    assert (shown["request_finished_at"], shown["request_rehearsal_id"]) == (time_at(90), rehearsal_id)
+    assert (shown["request_finished_at"], shown["request_rehearsal_id"]) == (
+        time_at(90),
+        rehearsal_id,
+    )
     assert shown["request_problem"] is None
 
     # finished: a new request may be asked, and is the one shown
@@ -319,3 +338,106 @@ def test_a_request_of_the_other_network_is_not_seen(db: TestDatabase, conn: Conn
     with pytest.raises(psycopg.Error) as refused:
         procs.request_rehearsal(movement_id).one(other)
     assert refused.value.sqlstate == "QT010"
+
+
+# --- the rehearsal service: `qtg rehearse --requested` --------------------------------------
+
+
+def qtg(db: TestDatabase, *args: str) -> Any:
+    """`qtg ARGS` in this process, as an operator login of testnet."""
+    env = {"QTG_DATABASE_URL": db.operator_dsn("testnet"), "QTG_NETWORK_MODE": "testnet"}
+    return CliRunner().invoke(app, list(args), env={**env, "COLUMNS": "200"})
+
+
+def test_the_service_finishes_a_request_it_cannot_rehearse_with_the_problem(
+    db: TestDatabase, conn: Conn
+) -> None:
+    """A movement whose plan names no chain cannot be forked: the request is
+    finished with why, the service goes on and exits 0 once none waits."""
+    first, second = create(conn, DIAMOND, "m1"), create(conn, DIAMOND, "m2")
+    alice = person(db, "alice")
+    ids = [procs.request_rehearsal(m).one(alice) for m in (first, second)]
+
+    served = qtg(db, "rehearse", "--requested")
+
+    assert served.exit_code == 0, served.output
+    problem = "the rehearsal could not run: the movement's plan names no registered chain"
+    assert served.stdout.splitlines() == [
+        f"request {ids[0]}: movement {first}: {problem}: nothing to fork",
+        f"request {ids[1]}: movement {second}: {problem}: nothing to fork",
+    ]
+    for request_id in ids:
+        row = request_row(conn, request_id)
+        assert row["finished_at"] is not None and row["rehearsal_id"] is None
+        assert row["problem"] == f"{problem}: nothing to fork"
+        assert row["claimed_by"] == conninfo_to_dict(db.operator_dsn("testnet"))["user"]
+    again = qtg(db, "rehearse", "--requested")
+    assert (again.exit_code, again.stdout) == (0, "no rehearsal request waits\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ((), "give a MOVEMENT to rehearse, or --requested"),
+        (("7", "--requested"), "not both"),
+        (("7", "--watch"), "--watch serves requests: give it with --requested"),
+        (("--requested", "--block", "a=1"), "--block forks one MOVEMENT's chains"),
+        (("--requested", "--no-record"), "--requested records every rehearsal"),
+        (("--requested", "--timeout", "1800"), "--timeout with --requested is at most 1500 s"),
+    ],
+)
+def test_the_command_says_how_it_is_called(
+    db: TestDatabase, args: tuple[str, ...], said: str
+) -> None:
+    refused = qtg(db, "rehearse", *args)
+    assert refused.exit_code == 2, refused.output
+    assert said in refused.stderr
+
+
+def test_the_watching_service_wakes_on_a_request_and_stops_on_sigterm(
+    db: TestDatabase, conn: Conn
+) -> None:
+    movement_id = create(conn, DIAMOND, "m1")
+    env = {
+        **os.environ,
+        "QTG_DATABASE_URL": db.operator_dsn("testnet"),
+        "QTG_NETWORK_MODE": "testnet",
+        "PYTHONUNBUFFERED": "1",
+        "COLUMNS": "200",
+    }
+    command = "import sys; from qtg_cli import run; sys.argv[0] = 'qtg'; run()"
+    service = subprocess.Popen(
+        [sys.executable, "-c", command, "rehearse", "--requested", "--watch", "--poll", "600"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # listening once its connection shows in pg_stat_activity's LISTEN
+        login = conninfo_to_dict(db.operator_dsn("testnet"))["user"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            listening = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE usename = %s AND query LIKE 'LISTEN%%'",
+                (login,),
+            ).fetchone()
+            if listening == (1,):
+                break
+            assert service.poll() is None, service.communicate()
+            time.sleep(0.1)
+        started = time.monotonic()
+        request_id = procs.request_rehearsal(movement_id).one(person(db, "alice"))
+        assert service.stdout is not None
+        line = service.stdout.readline()
+        assert line.startswith(f"request {request_id}: movement {movement_id}: the rehearsal"), line
+        assert time.monotonic() - started < 20  # the NOTIFY woke it, not the 600 s poll
+        service.send_signal(signal.SIGTERM)
+        out, err = service.communicate(timeout=30)
+    finally:
+        if service.poll() is None:
+            service.kill()
+    assert service.returncode == 0, err
+    assert out == "stopped: 1 rehearsal request(s) served\n"
+    assert request_row(conn, request_id)["finished_at"] is not None
