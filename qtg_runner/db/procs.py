@@ -1482,10 +1482,15 @@ def fail_submit(
 
 @procedure("runner")
 def release_nodes(
-    node_ids: BigIntArray, claim_secrets: ClaimSecretArray, reason: Text
+    node_ids: BigIntArray,
+    claim_secrets: ClaimSecretArray,
+    reason: Text,
+    wait_seconds: Numeric | Default | None = DEFAULT,
 ) -> Call[NodeOutcome]:
     """SUBMITTING -> READY for claimed nodes whose intent was never PREPARED (this
-    runner cannot run them); no submit attempt is consumed. One row per element."""
+    runner cannot run them, or their endpoint is throttled); no submit attempt is
+    consumed. They wait ``wait_seconds`` (0 to 3600), or their lane's
+    release_retry_seconds when it is None. One row per element."""
 
 
 @procedure("runner")

@@ -1,7 +1,8 @@
 """release_nodes: a claim given back before anything was prepared.
 
 A runner that does not carry a node's executor gives the claim back: the node
-is READY again after the lane's release_retry_seconds, the attempt is not
+is READY again after the lane's release_retry_seconds (or the wait the runner
+gives: its endpoint's budget had no turn for the node), the attempt is not
 counted, the intent is ABANDONED, and the release is audited. A node whose
 intent is PREPARED (something may have been signed), a wrong secret, or a node
 not SUBMITTING is refused in its own row and left as it was; a malformed call
@@ -11,6 +12,7 @@ is refused whole.
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -30,6 +32,9 @@ from engine import (
 from rows import T0, Conn, plant_rule
 
 RELEASE = "SELECT node_id, node_state::text, error_code FROM release_nodes(%s, %s, %s)"
+RELEASE_AFTER = (
+    "SELECT node_id, node_state::text, error_code FROM release_nodes(%s, %s, %s, %s::numeric)"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -78,6 +83,84 @@ def test_a_released_node_is_ready_again_after_the_lanes_wait_without_spending_an
     pin_clock(conn, (T0 + timedelta(seconds=45)).isoformat())
     [again] = claim(conn, "dispatcher-2")
     assert (again["node_id"], again["attempt"]) == (node_id, 1)
+
+
+def test_a_throttled_node_waits_the_wait_given_without_spending_an_attempt(conn: Conn) -> None:
+    """A runner whose endpoint budget has no turn for the node (or that met a
+    429) gives it back for the budget's wait, not the lane's 45 s: as often as
+    it takes, none of fail_submit's ten attempts is spent."""
+    _, node_id, secret = claimed(conn, "rel-wait")
+    reason = "throttled: rpc:base-sepolia its next turn in 7.5 s"
+
+    for turn in range(12):  # more releases than fail_submit's attempts
+        at = T0 + timedelta(seconds=7.5 * turn)
+        rows = conn.execute(RELEASE_AFTER, ([node_id], [secret], reason, "7.5")).fetchall()
+        assert rows == [(node_id, "READY", None)]
+        row = conn.execute(
+            "SELECT submit_attempts, not_before FROM movement_request_nodes WHERE id = %s",
+            (node_id,),
+        ).fetchone()
+        assert row == (0, at + timedelta(seconds=7.5))
+        assert claim(conn, "dispatcher-2") == []  # not before the wait
+        pin_clock(conn, (at + timedelta(seconds=7.5)).isoformat())
+        [again] = claim(conn, "dispatcher-1")
+        assert (again["node_id"], again["attempt"]) == (node_id, 1)
+        secret = again["claim_secret"]
+
+    audit = conn.execute(
+        "SELECT action, to_state, detail->>'reason', (detail->>'wait_seconds')::numeric"
+        " FROM audit_outbox WHERE entity = 'node' AND entity_id = %s AND action = 'released'"
+        " ORDER BY id DESC LIMIT 1",
+        (str(node_id),),
+    ).fetchone()
+    assert audit == ("released", "READY", reason, Decimal("7.5"))
+
+
+def test_no_wait_keeps_the_lanes_and_a_wait_of_0_is_due_at_once(conn: Conn) -> None:
+    _, lane_node, lane_secret = claimed(conn, "rel-lane")
+    _, now_node, now_secret = claimed(conn, "rel-now")
+
+    conn.execute(RELEASE_AFTER, ([lane_node], [lane_secret], "no executor", None))
+    conn.execute(RELEASE_AFTER, ([now_node], [now_secret], "throttled: iris", 0))
+
+    rows = conn.execute(
+        "SELECT id, not_before FROM movement_request_nodes WHERE id = ANY(%s) ORDER BY id",
+        ([lane_node, now_node],),
+    ).fetchall()
+    assert rows == [(lane_node, T0 + timedelta(seconds=45)), (now_node, T0)]
+    details = conn.execute(
+        "SELECT entity_id::bigint, (detail->>'wait_seconds')::numeric FROM audit_outbox"
+        " WHERE action = 'released' ORDER BY entity_id::bigint",
+    ).fetchall()
+    assert details == [(lane_node, 45), (now_node, 0)]
+
+
+@pytest.mark.parametrize(
+    ("wait", "code"),
+    [
+        ("-1", "QT002"),
+        ("-Infinity", "QT002"),
+        ("NaN", "QT005"),
+        ("Infinity", "QT005"),
+        ("3600.5", "QT005"),
+        ("1e-7", "QT005"),  # under the clock's resolution
+    ],
+)
+def test_a_bad_wait_is_refused_whole_and_changes_nothing(
+    db: TestDatabase, conn: Conn, wait: str, code: str
+) -> None:
+    """Played with the runner's login, whose call it is; the test's own
+    connection watches the tables."""
+    _, node_id, secret = claimed(conn, "rel-bad-wait")
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    error = assert_rejected(
+        runner,
+        code,
+        "SELECT * FROM release_nodes(%s, %s, %s, %s::numeric)",
+        ([node_id], [secret], "throttled: iris", wait),
+        watcher=conn,
+    )
+    assert "p_wait_seconds" in str(error) or "retry_after_seconds" in str(error)
 
 
 def test_a_release_under_a_cancel_skips_the_node_and_settles_the_movement(conn: Conn) -> None:

@@ -589,6 +589,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_node_ids": [w.claimed],
             "p_claim_secrets": [w.claimed_secret],
             "p_reason": "no executor here",
+            "p_wait_seconds": 5,
         },
         "observe_candidates": {"p_max": 10},
         "claim_observe": {"p_node_id": w.observed, "p_worker": "obs2"},
@@ -1174,6 +1175,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             secret("p_claim_secrets", "p_node_ids")
             + each("p_reason", "QT002", None, "", " ")
             + each("p_reason", "QT005", BIG_TEXT)
+            + hint("p_wait_seconds")
         ),
         "observe_candidates": each("p_max", "QT002", None, 0, -1, 1001),
         "claim_observe": worker("p_worker"),

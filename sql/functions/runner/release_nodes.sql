@@ -1,13 +1,22 @@
 -- release_nodes: SUBMITTING -> READY (SKIPPED under a stop), for claims a
 -- runner gives back before preparing anything: it does not carry the node's
--- executor. The attempt is not counted (submit_attempts goes back), the intent
--- is ABANDONED, the day's value usage the claim counted is given back
--- (give_back_value), and the node waits the lane's release_retry_seconds
--- (not_before), so that a runner with the executor takes it; audited
--- 'released' with the reason. Nothing was signed, so no side effect can have
--- happened: a node whose intent is PREPARED is refused (QT021), recovery
--- decides for it.
+-- executor, or the endpoint the node calls is throttled (the runner's
+-- request budget for an RPC URL, Iris or a venue is spent, or the endpoint
+-- answered 429). The attempt is not counted (submit_attempts goes back), the
+-- intent is ABANDONED, the day's value usage the claim counted is given back
+-- (give_back_value), and the node waits (not_before = clock() + the wait):
+--   p_wait_seconds NULL   the lane's release_retry_seconds, so that a runner
+--                         with the executor takes it
+--   p_wait_seconds given  that wait (0 to 3600 s), the budget's: when the
+--                         endpoint has requests to spend again
+-- Audited 'released' with the reason, the wait and not_before. Nothing was
+-- signed, so no side effect can have happened: a node whose intent is
+-- PREPARED is refused (QT021), recovery decides for it. A throttled node
+-- spends none of fail_submit's attempts, however often it is released.
 --
+-- Refused whole, and nothing changes: no reason (QT002); p_wait_seconds
+-- negative (QT002), NaN, infinite, over 3600 s or over engine_limits'
+-- max_wait_seconds, or under a microsecond but not 0 (QT005).
 -- Element i of each array is one node (equal lengths, each node once, at most
 -- 1000: QT002 otherwise, and nothing changes). A refused node is reported in
 -- its row and left as it was (and unlocked, when its secret is wrong): QT002
@@ -18,7 +27,12 @@
 -- Locks: the nodes' movements, then the nodes (id order), then their intents.
 -- The expiry recheck and the settle: finish_nodes.
 -- Returns one row per element, in input order: the node's new state, or the error.
-CREATE OR REPLACE FUNCTION release_nodes(p_node_ids bigint[], p_claim_secrets text[], p_reason text)
+CREATE OR REPLACE FUNCTION release_nodes(
+    p_node_ids      bigint[],
+    p_claim_secrets text[],
+    p_reason        text,
+    p_wait_seconds  numeric DEFAULT NULL
+)
 RETURNS TABLE (node_id bigint, node_state qtg.node_state, error_code text, error_message text)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
@@ -36,7 +50,14 @@ BEGIN
     IF p_reason IS NULL OR btrim(p_reason) = '' THEN
         RAISE EXCEPTION 'release_nodes: say why the claims are given back' USING ERRCODE = 'QT002';
     END IF;
-    PERFORM check_limits('release_nodes', p_text => ARRAY[p_reason]);
+    IF p_wait_seconds < 0 THEN
+        RAISE EXCEPTION 'release_nodes: p_wait_seconds must not be negative, got %', p_wait_seconds
+            USING ERRCODE = 'QT002',
+                  HINT = 'Pass the seconds the nodes wait before a claim takes them again (0 to 3600), '
+                         'or NULL for their lane''s release_retry_seconds.';
+    END IF;
+    PERFORM check_number('release_nodes', 'p_wait_seconds', p_wait_seconds, 0, 3600);
+    PERFORM check_limits('release_nodes', p_wait => p_wait_seconds, p_text => ARRAY[p_reason]);
     IF v_n = 0 THEN
         RETURN;
     END IF;
@@ -64,7 +85,9 @@ BEGIN
                    SET node_state       = CASE WHEN r.stop_reason IS NULL THEN 'READY' ELSE 'SKIPPED' END::qtg.node_state,
                        submit_attempts  = n.submit_attempts - 1,
                        not_before       = CASE WHEN r.stop_reason IS NULL
-                                               THEN v_now + make_interval(secs => (lane_of(n.lane)).release_retry_seconds::double precision)
+                                               THEN v_now + make_interval(secs => coalesce(
+                                                        p_wait_seconds, (lane_of(n.lane)).release_retry_seconds
+                                                    )::double precision)
                                           END,
                        lease_until      = NULL,
                        claimer_worker   = NULL,
@@ -77,7 +100,7 @@ BEGIN
                  WHERE u.skip IS NULL
                    AND n.id = u.node_id
                    AND r.id = n.request_id
-                RETURNING n.id, n.request_id, n.claim_token, n.claimed_by, n.node_state, n.not_before, u.ord
+                RETURNING n.id, n.request_id, n.claim_token, n.claimed_by, n.node_state, n.not_before, n.lane, u.ord
             ), intents AS (
                 UPDATE node_intents i
                    SET intent_state = 'ABANDONED', finished_at = v_now
@@ -86,7 +109,12 @@ BEGIN
             ), audited AS (
                 SELECT write_audit(array_agg((x.claimed_by, 'node', x.id::text, x.request_id, 'released', 'SUBMITTING',
                                               x.node_state::text,
-                                              jsonb_build_object('reason', p_reason, 'not_before', x.not_before)
+                                              jsonb_build_object('reason', p_reason, 'not_before', x.not_before,
+                                                                 'wait_seconds',
+                                                                 CASE WHEN x.not_before IS NOT NULL
+                                                                      THEN coalesce(p_wait_seconds,
+                                                                                    (lane_of(x.lane)).release_retry_seconds)
+                                                                 END)
                                              )::qtg.audit_event ORDER BY x.ord))
                   FROM released x
             )
