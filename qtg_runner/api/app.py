@@ -6,6 +6,7 @@
     GET  /v1/movements/{id}                 one movement
     POST /v1/movements/{id}/approve         approve (the approver again: as it is)
     POST /v1/movements/{id}/cancel          cancel (again: as it is)
+    POST /v1/movements/{id}/rehearsal       ask for a rehearsal (again while open: that one)
     GET  /v1/movements/{id}/audit           its audit trail
     GET  /v1/movements/{id}/nodes           its DAG: nodes, evidence, transaction hashes
     GET  /v1/callback-targets               registered receivers and open proposals
@@ -304,10 +305,39 @@ def create_app(config: ApiConfig) -> FastAPI:
         "/v1/movements/{movement_id}/approve",
         tags=["movements"],
         summary="Approve a movement as your login (not its creator's: 403 QT022)",
+        responses={
+            200: {
+                "description": "The movement; ``advice`` lists what the approval was warned of "
+                "(QT025: its latest rehearsal failed), empty when nothing"
+            }
+        },
     )
     async def approve_movement(movement_id: int, conn: Conn) -> dict[str, Any]:
-        await procs.approve_movement(movement_id_ok(movement_id)).aone(conn)
-        return await reads.movement(conn, movement_id)
+        with procs.advice(conn) as advised:
+            await procs.approve_movement(movement_id_ok(movement_id)).aone(conn)
+        row = await reads.movement(conn, movement_id)
+        row["advice"] = [
+            {"code": a.sqlstate, "message": a.message, "hint": a.hint} for a in advised
+        ]
+        return row
+
+    @app.post(
+        "/v1/movements/{movement_id}/rehearsal",
+        status_code=202,
+        tags=["movements"],
+        summary="Ask for a rehearsal of a movement awaiting approval (idempotent)",
+        responses={
+            202: {
+                "description": "Asked (or asked already, not served yet): the movement, its "
+                "open ``rehearsal_request`` served by `qtg rehearse --requested`"
+            },
+            409: {"description": "The movement is no longer awaiting approval (QT020)"},
+        },
+    )
+    async def request_rehearsal(movement_id: int, conn: Conn) -> Response:
+        await procs.request_rehearsal(movement_id_ok(movement_id)).aone(conn)
+        row = await reads.movement(conn, movement_id)
+        return JSONResponse(row, status_code=202)
 
     @app.post(
         "/v1/movements/{movement_id}/cancel",

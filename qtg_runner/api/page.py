@@ -7,6 +7,14 @@ shows is read on that connection, and its approve and cancel buttons call
 approve_movement / cancel_movement on it, so the actor, the four-eyes rule
 and every grant are the database's, exactly as in psql.
 
+Rehearsals: a movement awaiting approval has a Rehearse button, which asks
+for one (request_rehearsal): the page cannot run a rehearsal (anvil, the
+chains' RPC URLs), an operator's rehearsal service does (`qtg rehearse
+--requested`), and the page says who asked, when, and that the service
+serves it. The latest rehearsal is shown (outcome, who recorded it, when,
+its lines folded), a failed one in red beside the approve button, and an
+approval's advice (QT025: approved after a failed rehearsal) after it.
+
 Cross-site requests: the session cookie is HttpOnly and SameSite=Strict (and
 Secure when serving TLS); every form that changes something carries the
 session's CSRF token (256 random bits, compared in constant time), and a
@@ -33,6 +41,7 @@ import json
 import secrets
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -126,6 +135,9 @@ td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:
 th{background:#f3f3f3} .state{font-weight:600} form.inline{display:inline}
 .flash-error{background:#fde2e2;padding:.5rem;border:1px solid #e99}
 .flash-ok{background:#e2f5e2;padding:.5rem;border:1px solid #9c9}
+.flash-warn{background:#fff3cd;padding:.5rem;border:1px solid #dc6}
+.warn,.outcome-failed{color:#c22;font-weight:600} .outcome-passed{color:#2a2;font-weight:600}
+details{max-width:100%} pre.lines{max-width:100%;overflow-wrap:anywhere;margin:.25rem 0}
 pre{margin:0;max-width:40rem;white-space:pre-wrap;font-size:.85em}
 .dag{display:flex;gap:1rem;align-items:flex-start;margin:.5rem 0 1.5rem}
 .level{display:flex;flex-direction:column;gap:.5rem}
@@ -145,7 +157,9 @@ def layout(title: str, body: str, session: Session | None) -> HTMLResponse:
             f'<button type="submit">sign out</button></form> · <a href="/">pipeline</a></p>'
         )
         flashes = "".join(
-            f'<p class="flash-{e(kind)}" id="flash">{e(text)}</p>' for kind, text in session.flash
+            f'<p class="flash-{e(kind)}" id="{"advice" if kind == "warn" else "flash"}">'
+            f"{e(text)}</p>"
+            for kind, text in session.flash
         )
         session.flash.clear()
         who += flashes
@@ -182,6 +196,54 @@ def cell(column: str, value: Any) -> str:
     if isinstance(value, dict | list):
         return f"<pre>{e(json.dumps(value, indent=1, sort_keys=True))}</pre>"
     return e(value)
+
+
+def when(value: Any) -> str:
+    """A time the reads give (ISO 8601) as people read it, in UTC."""
+    try:
+        at = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def rehearsal_block(movement: dict[str, Any]) -> str:
+    """The movement's latest rehearsal (outcome, who, when, its lines folded)
+    and its latest rehearsal request: open, served by `qtg rehearse
+    --requested`, or finished with a problem."""
+    rehearsal, request = movement.get("rehearsal"), movement.get("rehearsal_request")
+    parts = []
+    if request is not None and request["open"]:
+        claimed = (
+            f"; claimed by {e(request['claimed_by'])} at {e(when(request['claimed_at']))}"
+            if request["claimed_by"]
+            else ""
+        )
+        parts.append(
+            f'<p id="rehearsal-request">rehearsal requested by {e(request["requested_by"])} at '
+            f"{e(when(request['requested_at']))}, served by <code>qtg rehearse --requested</code>"
+            f"{claimed}</p>"
+        )
+    elif request is not None and request["problem"]:
+        parts.append(
+            f'<p class="flash-error" id="rehearsal-problem">the rehearsal requested by '
+            f"{e(request['requested_by'])} at {e(when(request['requested_at']))} could not run: "
+            f"{e(request['problem'])}</p>"
+        )
+    if rehearsal is None:
+        parts.append('<p id="rehearsal">not rehearsed</p>')
+    else:
+        outcome = str(rehearsal["outcome"])
+        lines = [str(line) for line in rehearsal["lines"]]
+        parts.append(
+            f'<p id="rehearsal">last rehearsal: <span class="outcome-{e(outcome)}" '
+            f'id="rehearsal-outcome">{e(outcome)}</span>, recorded by '
+            f'<span id="rehearsal-by">{e(rehearsal["recorded_by"])}</span> at '
+            f"{e(when(rehearsal['recorded_at']))} (rehearsal {e(rehearsal['rehearsal_id'])})</p>"
+            f'<details id="rehearsal-details"><summary>its {len(lines)} lines</summary>'
+            f'<pre class="lines" id="rehearsal-lines">{e(chr(10).join(lines))}</pre></details>'
+        )
+    return "<h2>Rehearsal</h2>" + "".join(parts)
 
 
 def same_origin(request: Request) -> bool:
@@ -407,9 +469,24 @@ def mount_page(app: FastAPI, config: Any) -> None:
             )
         )
         csrf = f'<input type="hidden" name="csrf" value="{e(session.csrf)}">'
+        waiting = movement.get("state") == "PENDING_APPROVAL"
+        rehearsal = movement.get("rehearsal")
+        failed = (
+            '<span class="warn" id="rehearsal-warning">its last rehearsal failed: '
+            "read it before approving</span> "
+            if waiting and rehearsal is not None and rehearsal["outcome"] == "failed"
+            else ""
+        )
+        rehearse = (
+            f'<form class="inline" method="post" action="/movements/{movement_id}/rehearse">'
+            f'{csrf}<button type="submit" id="rehearse">Rehearse</button></form> '
+            if waiting
+            else ""
+        )
         actions = (
             f'<form class="inline" method="post" action="/movements/{movement_id}/approve">'
-            f'{csrf}<button type="submit" id="approve">approve</button></form> '
+            f'{csrf}<button type="submit" id="approve">approve</button></form> {failed}'
+            f"{rehearse}"
             f'<form class="inline" method="post" action="/movements/{movement_id}/cancel">'
             f'{csrf}<input name="reason" placeholder="reason" id="cancel-reason">'
             '<button type="submit" id="cancel">cancel</button></form>'
@@ -426,7 +503,8 @@ def mount_page(app: FastAPI, config: Any) -> None:
             for level in dag_levels(nodes)
         )
         body = (
-            f"<table>{summary}</table><p>{actions}</p><h2>DAG</h2><div class='dag'>{dag}</div>"
+            f"<table>{summary}</table><p>{actions}</p>{rehearsal_block(movement)}"
+            f"<h2>DAG</h2><div class='dag'>{dag}</div>"
             + table(
                 nodes,
                 [
@@ -448,14 +526,23 @@ def mount_page(app: FastAPI, config: Any) -> None:
         session, form = await checked(request)
         async with session.lock:
             try:
+                advised: list[procs.Advice] = []
                 if action == "approve":
-                    state = await procs.approve_movement(movement_id).aone(session.conn)
+                    with procs.advice(session.conn) as advised:
+                        state = await procs.approve_movement(movement_id).aone(session.conn)
+                    done = f"movement {movement_id}: {state}"
+                elif action == "rehearse":
+                    request_id = await procs.request_rehearsal(movement_id).aone(session.conn)
+                    done = f"movement {movement_id}: rehearsal requested (request {request_id})"
                 else:
                     reason = form.get("reason") or None
                     state = await procs.cancel_movement(movement_id, reason=reason).aone(
                         session.conn
                     )
-                session.flash.append(("ok", f"movement {movement_id}: {state}"))
+                    done = f"movement {movement_id}: {state}"
+                session.flash.append(("ok", done))
+                for said in advised:
+                    session.flash.append(("warn", f"warning ({said.sqlstate}): {said.message}"))
             except procs.Refused as refused:
                 session.flash.append(("error", f"refused ({refused.sqlstate}): {refused.message}"))
             except psycopg.OperationalError:
@@ -477,3 +564,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
     @app.post("/movements/{movement_id}/cancel", include_in_schema=False)
     async def cancel(request: Request, movement_id: int) -> Response:
         return await act(request, movement_id, "cancel")
+
+    @app.post("/movements/{movement_id}/rehearse", include_in_schema=False)
+    async def rehearse(request: Request, movement_id: int) -> Response:
+        return await act(request, movement_id, "rehearse")

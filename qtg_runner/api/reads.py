@@ -69,6 +69,8 @@ def movement_not_found(movement_id: int) -> Problem:
 
 
 async def movement(conn: psycopg.AsyncConnection[Any], movement_id: int) -> dict[str, Any]:
+    """One movement, with its latest rehearsal and its latest rehearsal request
+    (``rehearsals``)."""
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
             f"SELECT {MOVEMENT_COLUMNS} FROM movement_requests r {NODE_COUNTS} WHERE r.id = %s",
@@ -77,7 +79,44 @@ async def movement(conn: psycopg.AsyncConnection[Any], movement_id: int) -> dict
         row = await cur.fetchone()
     if row is None:
         raise movement_not_found(movement_id)
-    return dict(jsonable(row))
+    return dict(jsonable(row)) | await rehearsals(conn, movement_id)
+
+
+async def rehearsals(conn: psycopg.AsyncConnection[Any], movement_id: int) -> dict[str, Any]:
+    """The movement's latest rehearsal and latest rehearsal request, from the
+    rehearsal_status view: ``rehearsal`` (id, outcome, recorded_by,
+    recorded_at, its summary's lines) and ``rehearsal_request`` (id,
+    requested_by, requested_at, claimed_by, claimed_at, finished_at, the
+    rehearsal it gave or its problem, and ``open``: not finished yet, a
+    rehearsal service, `qtg rehearse --requested`, is to serve it), each
+    None when there is none."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute("SELECT * FROM rehearsal_status WHERE movement_id = %s", (movement_id,))
+        row = await cur.fetchone()
+    found = dict(jsonable(row)) if row is not None else {}
+    rehearsal = None
+    if found.get("rehearsal_id") is not None:
+        rehearsal = {
+            "rehearsal_id": found["rehearsal_id"],
+            "outcome": found["outcome"],
+            "recorded_by": found["recorded_by"],
+            "recorded_at": found["recorded_at"],
+            "lines": found["lines"] or [],
+        }
+    request = None
+    if found.get("request_id") is not None:
+        request = {
+            "request_id": found["request_id"],
+            "open": found["request_finished_at"] is None,
+            "requested_by": found["requested_by"],
+            "requested_at": found["requested_at"],
+            "claimed_by": found["claimed_by"],
+            "claimed_at": found["claimed_at"],
+            "finished_at": found["request_finished_at"],
+            "rehearsal_id": found["request_rehearsal_id"],
+            "problem": found["request_problem"],
+        }
+    return {"rehearsal": rehearsal, "rehearsal_request": request}
 
 
 def encode_cursor(last_id: int) -> str:

@@ -12,7 +12,10 @@ repeats or skips; callback targets are proposed by one login and registered
 by a second; /healthz, /readyz and /metrics (parsed with prometheus_client);
 the OpenAPI document carries the example of docs/operators.md's psql session;
 every QT code of the error table (qtg_runner/errors.py) answers with its status
-and title.
+and title. A rehearsal is asked for over HTTP (202, the same open request
+again), the movement shows it and then the rehearsal served, the approval
+answers the QT025 advice it got, and a late, cross-site or reader's request
+is refused as a problem.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from qtg_runner.api import tokens
 from qtg_runner.api.models import CREATE_EXAMPLE
 from qtg_runner.api.problems import from_sqlstate
+from qtg_runner.db import procs
 from qtg_runner.errors import QT_ERRORS
 
 OPERATORS = Path(__file__).resolve().parents[2] / "docs" / "operators.md"
@@ -433,3 +437,96 @@ def test_the_api_keeps_no_credential_of_whoever_started_it() -> None:
     assert caller["user"] == "alice" and "password" not in caller
     assert caller["passfile"] == "/proc/self/qtg-no-passfile"
     assert "search_path=testnet,qtg" in caller["options"]
+
+
+def test_a_rehearsal_is_asked_for_shown_and_its_failure_advised_on_approval(
+    world: ApiWorld,
+) -> None:
+    """POST /v1/movements/{id}/rehearsal asks for one (idempotent while it is
+    open, 202 each time); the movement shows the open request, then the
+    rehearsal a service recorded; the approval answers the QT025 advice it
+    got; a movement no longer awaiting approval is 409 QT020."""
+    b_login = world.people["bob"].login
+    with world.client("alice") as alice, world.client("bob") as bob:
+        made = create(alice, "rehearsed-1")
+        assert made.status_code == 201, made.text
+        assert (made.json()["rehearsal"], made.json()["rehearsal_request"]) == (None, None)
+        mid = made.json()["movement_id"]
+
+        asked = bob.post(f"/v1/movements/{mid}/rehearsal")
+        assert asked.status_code == 202, asked.text
+        request = asked.json()["rehearsal_request"]
+        assert (request["open"], request["requested_by"], request["claimed_by"]) == (
+            True,
+            b_login,
+            None,
+        )
+        again = alice.post(f"/v1/movements/{mid}/rehearsal")  # the creator may ask too
+        assert again.status_code == 202
+        assert again.json()["rehearsal_request"] == request  # the same, nothing written
+
+        # a rehearsal service (here: the admin's login) serves it, and the rehearsal failed
+        with world.admin() as admin:
+            claimed = procs.claim_rehearsal_request().one(admin)
+            assert (claimed.request_id, claimed.movement_id) == (request["request_id"], mid)
+            lines = ["step a (sim): FAILED, reverted", "outcome: failed"]
+            rehearsal_id = procs.record_rehearsal(
+                mid, "failed", {"outcome": "failed", "lines": lines}
+            ).one(admin)
+            procs.finish_rehearsal_request(claimed.request_id, rehearsal_id, None).one(admin)
+            served_by = admin.info.user
+        shown = alice.get(f"/v1/movements/{mid}").json()
+        assert shown["rehearsal"]["rehearsal_id"] == rehearsal_id
+        assert (shown["rehearsal"]["outcome"], shown["rehearsal"]["lines"]) == ("failed", lines)
+        assert shown["rehearsal"]["recorded_by"] == served_by
+        assert shown["rehearsal_request"]["open"] is False
+        assert shown["rehearsal_request"]["rehearsal_id"] == rehearsal_id
+
+        approved = bob.post(f"/v1/movements/{mid}/approve")
+        assert approved.status_code == 200, approved.text
+        assert approved.json()["state"] == "APPROVED"
+        [advice] = approved.json()["advice"]
+        assert advice["code"] == "QT025"
+        assert f"its last rehearsal (id {rehearsal_id}" in advice["message"]
+        assert advice["message"].endswith("failed; approved anyway") and advice["hint"]
+        # the approver again: as it is, and nothing to advise this time
+        assert bob.post(f"/v1/movements/{mid}/approve").json()["advice"] == []
+
+        late = problem(bob.post(f"/v1/movements/{mid}/rehearsal"), 409, "QT020")
+        assert "waits for approval" in late["detail"]
+        problem(bob.post("/v1/movements/424242/rehearsal"), 404, "QT010")
+        problem(bob.post(f"/v1/movements/{2**63}/rehearsal"), 422)
+
+        plain = create(alice, "rehearsed-2").json()["movement_id"]
+        assert bob.post(f"/v1/movements/{plain}/approve").json()["advice"] == []
+        audit = alice.get(f"/v1/movements/{mid}/audit").json()["items"]
+        asked_by = [a["login"] for a in audit if a["action"] == "rehearsal_requested"]
+        assert asked_by == [b_login]  # asked once, answered twice
+
+
+def test_a_rehearsal_request_is_refused_cross_site_and_to_a_reader(world: ApiWorld) -> None:
+    with world.client("alice") as alice:
+        mid = create(alice, "rehearsed-3").json()["movement_id"]
+        with world.admin() as admin:
+            before = admin.execute("SELECT count(*) FROM rehearsal_requests").fetchone()
+        problem(
+            alice.post(
+                f"/v1/movements/{mid}/rehearsal", headers={"Origin": "https://evil.example"}
+            ),
+            403,
+        )
+        problem(
+            alice.post(
+                f"/v1/movements/{mid}/rehearsal",
+                content=b"",
+                headers={"content-type": "application/x-www-form-urlencoded"},
+            ),
+            415,
+        )
+    with world.client("reader") as reader:
+        problem(reader.post(f"/v1/movements/{mid}/rehearsal"), 403)
+        assert reader.get(f"/v1/movements/{mid}").json()["rehearsal_request"] is None
+    with world.client("runner") as runner:
+        problem(runner.post(f"/v1/movements/{mid}/rehearsal"), 403)
+    with world.admin() as admin:
+        assert admin.execute("SELECT count(*) FROM rehearsal_requests").fetchone() == before

@@ -7,7 +7,12 @@ bob signs in as himself, sees it waiting, approves it, and the page shows it
 APPROVED by him, with its DAG and node states; alice's page shows the same.
 A cross-site POST (another Origin) and a POST without the session's CSRF
 token are refused and change nothing; the page sends no script and forbids
-framing.
+framing. Rehearsals: bob's Rehearse button asks for one and the page says
+who asked, when, and what serves it; once served, the failed rehearsal is
+shown (its lines folded, no wider than the screen) with a red line beside
+the approve button, and approving shows the QT025 advice; alice's stale
+page asking after the approval is refused (QT020), and a forged or
+cross-site ask writes nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import pytest
 from api_support import ApiWorld, api_world
 
 from qtg_runner.api.models import CREATE_EXAMPLE
+from qtg_runner.db import procs
 
 CHROMIUM = Path(os.environ.get("QTG_CHROMIUM", "/usr/bin/chromium"))
 FLAGS = [
@@ -137,6 +143,106 @@ def test_two_people_approve_through_the_page(
             assert "frame-ancestors 'none'" in html.headers["content-security-policy"]
         with world.client("alice") as api:
             assert api.get(f"/v1/movements/{mid}").json()["state"] == "APPROVED"
+    finally:
+        alice_browser.close()
+        bob_browser.close()
+
+
+def serve_as_admin(world: ApiWorld, outcome: str, lines: list[str]) -> int:
+    """What a rehearsal service does with the oldest request (here as the
+    admin's login, no fork): claim it, record a rehearsal, finish it."""
+    with world.admin() as admin:
+        claimed = procs.claim_rehearsal_request().one(admin)
+        summary = {"outcome": outcome, "lines": lines}
+        rehearsal_id = procs.record_rehearsal(claimed.movement_id, outcome, summary).one(admin)
+        procs.finish_rehearsal_request(claimed.request_id, rehearsal_id, None).one(admin)
+    return rehearsal_id
+
+
+def test_a_rehearsal_is_asked_for_shown_and_its_failure_warned_of_on_the_page(
+    world: ApiWorld, playwright: Any, tmp_path: Path
+) -> None:
+    alice, bob = world.people["alice"], world.people["bob"]
+    with world.client("alice") as api:
+        created = api.post("/v1/movements", json={**CREATE_EXAMPLE, "external_id": "page-r1"})
+        assert created.status_code == 201, created.text
+        mid = created.json()["movement_id"]
+        late = api.post("/v1/movements", json={**CREATE_EXAMPLE, "external_id": "page-r2"})
+        late_id = late.json()["movement_id"]
+
+    alice_browser = browser_of(playwright, tmp_path / "alice")
+    bob_browser = browser_of(playwright, tmp_path / "bob")
+    try:
+        bobs = bob_browser.new_page()
+        sign_in(bobs, world.url, bob.login, bob.password)
+        bobs.goto(f"{world.url}/movements/{mid}")
+        assert bobs.inner_text("#rehearsal") == "not rehearsed"
+        assert bobs.locator("#rehearsal-warning").count() == 0
+        bobs.click("#rehearse")
+        bobs.wait_for_load_state()
+        assert bobs.inner_text("#flash").startswith(f"movement {mid}: rehearsal requested")
+        asked = bobs.inner_text("#rehearsal-request")
+        assert asked.startswith(f"rehearsal requested by {bob.login} at 20"), asked
+        assert asked.endswith("UTC, served by qtg rehearse --requested"), asked
+
+        # a service served it: the rehearsal failed, one of its lines wider than any screen
+        wide = "revert data 0x" + "ab" * 300
+        rehearsal_id = serve_as_admin(world, "failed", ["step burn (sim): FAILED", wide])
+        bobs.reload()
+        assert bobs.inner_text("#rehearsal-outcome") == "failed"
+        assert f"(rehearsal {rehearsal_id})" in bobs.inner_text("#rehearsal")
+        assert bobs.locator("#rehearsal-request").count() == 0  # served
+        assert bobs.inner_text("#rehearsal-warning") == (
+            "its last rehearsal failed: read it before approving"
+        )
+        assert not bobs.is_visible("#rehearsal-lines")  # folded
+        bobs.click("#rehearsal-details summary")
+        assert bobs.is_visible("#rehearsal-lines")
+        assert bobs.inner_text("#rehearsal-lines").startswith("step burn (sim): FAILED\n")
+        box = bobs.locator("#rehearsal-lines").bounding_box()
+        screen = bobs.viewport_size
+        assert box is not None and screen is not None
+        assert box["x"] >= 0 and box["x"] + box["width"] <= screen["width"], (box, screen)
+        assert bobs.evaluate("document.documentElement.scrollWidth") <= screen["width"]
+
+        bobs.click("#approve")
+        bobs.wait_for_load_state()
+        assert bobs.inner_text("#flash") == f"movement {mid}: APPROVED"
+        advice = bobs.inner_text("#advice")
+        assert advice.startswith(f"warning (QT025): movement {mid}: its last rehearsal"), advice
+        assert bobs.locator("#rehearse").count() == 0  # approved: nothing to rehearse
+        assert bobs.locator("#rehearsal-warning").count() == 0
+
+        # alice's page, opened while it waited, asks too late: refused, shown, nothing written
+        page = alice_browser.new_page()
+        sign_in(page, world.url, alice.login, alice.password)
+        page.goto(f"{world.url}/movements/{late_id}")
+        with world.client("bob") as api:
+            assert api.post(f"/v1/movements/{late_id}/approve").status_code == 200
+        page.click("#rehearse")
+        page.wait_for_load_state()
+        assert page.inner_text("#flash").startswith("refused (QT020): movement"), page.inner_text(
+            "#flash"
+        )
+        assert page.inner_text("#rehearsal") == "not rehearsed"
+
+        # cross-site: no token, another origin; neither asks
+        cookies = {c["name"]: c["value"] for c in alice_browser.cookies()}
+        with world.client("alice") as api:
+            third = api.post("/v1/movements", json={**CREATE_EXAMPLE, "external_id": "page-r3"})
+            third_id = third.json()["movement_id"]
+        with httpx.Client(base_url=world.url, cookies=cookies) as forged:
+            assert forged.post(f"/movements/{third_id}/rehearse").status_code == 403
+            html = forged.get(f"/movements/{third_id}")
+            token = html.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+            other_site = forged.post(
+                f"/movements/{third_id}/rehearse",
+                data={"csrf": token},
+                headers={"Origin": "https://evil.example"},
+            )
+            assert other_site.status_code == 403
+        with world.client("alice") as api:
+            assert api.get(f"/v1/movements/{third_id}").json()["rehearsal_request"] is None
     finally:
         alice_browser.close()
         bob_browser.close()
