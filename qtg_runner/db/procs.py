@@ -109,6 +109,7 @@ TextArray = Annotated[Sequence[str | None], Pg("text[]")]
 BooleanArray = Annotated[Sequence[bool | None], Pg("boolean[]")]
 JsonArray = Annotated[Sequence[Mapping[str, Any] | list[Any] | None], Pg("jsonb[]")]
 NumericArray = Annotated[Sequence[Decimal | None], Pg("numeric[]")]
+TimestampArray = Annotated[Sequence[datetime | None], Pg("timestamp with time zone[]")]
 ClaimSecret = Annotated[str, Pg("text")]
 """A claim's secret: what a claim hands its claimer, the one proof every
 completion call presents. Never logged: the rows that carry one leave it out of
@@ -608,6 +609,16 @@ class LanePacing:
     samples: Integer
     learned: Boolean
     poll_at: Annotated[list[Decimal], Pg("numeric[]")] | None
+
+
+@dataclass(frozen=True)
+class EndpointLease:
+    """A row of lease_endpoints: the runner processes sharing an endpoint now
+    (this one included), and until when one of them was asked to slow down."""
+
+    endpoint: Text
+    sharers: Integer
+    slowed_until: Timestamp | None
 
 
 @dataclass(frozen=True)
@@ -1665,6 +1676,19 @@ def report_executor_health(
     reported_by: Text | Default = DEFAULT,
 ) -> Call[None]:
     """Records an executor's latest health check."""
+
+
+@procedure("runner")
+def lease_endpoints(
+    instance: Text,
+    endpoints: TextArray,
+    slowed_until: TimestampArray,
+    ttl_seconds: Numeric,
+) -> Call[EndpointLease]:
+    """Renews this runner process's leases on the endpoints it calls (for
+    ``ttl_seconds``, 1 to 600), records a 429's Retry-After per endpoint (None:
+    none), and answers per endpoint, in the order given, how many processes
+    share it and until when one of them was asked to slow down."""
 
 
 # -- operator procedures --------------------------------------------------------

@@ -77,6 +77,7 @@ NOT_CONFIGURATION = {
     "lane_pacing_learned",
     "pipeline_rollups",
     "pipeline_rollup_totals",
+    "endpoint_leases",
     # proposals, breakers, what the limits counted
     "config_proposals",
     "breakers",

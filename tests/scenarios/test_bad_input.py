@@ -591,6 +591,12 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             "p_reason": "no executor here",
             "p_wait_seconds": 5,
         },
+        "lease_endpoints": {
+            "p_instance": "host:4242:a1b2c3",
+            "p_endpoints": ["iris", "rpc:world-a"],
+            "p_slowed_until": [None, iso_at(NOW + 30)],
+            "p_ttl_seconds": 15,
+        },
         "observe_candidates": {"p_max": 10},
         "claim_observe": {"p_node_id": w.observed, "p_worker": "obs2"},
         "complete_observe": {
@@ -1176,6 +1182,20 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_reason", "QT002", None, "", " ")
             + each("p_reason", "QT005", BIG_TEXT)
             + hint("p_wait_seconds")
+        ),
+        "lease_endpoints": (
+            each("p_instance", "QT002", None, "", " ", "a host", "h" * 201)
+            + each("p_instance", "QT005", BIG_TEXT)
+            # NULL, fewer than the slowed_until, a NULL, not a name, twice, over 100
+            + each("p_endpoints", "QT002", None, ["iris"], ["iris", None], ["iris", "IRIS"])
+            + each("p_endpoints", "QT002", ["iris", "iris"], [f"rpc:{i}" for i in range(101)])
+            + each("p_endpoints", "QT005", ["iris", BIG_TEXT])
+            + each("p_slowed_until", "QT002", None, [None], [None, None, None])
+            # not finite, or more than an hour ahead of the clock
+            + each("p_slowed_until", "QT005", [None, "infinity"], [None, "-infinity"])
+            + each("p_slowed_until", "QT005", [None, iso_at(NOW + 3601)])
+            + each("p_ttl_seconds", "QT002", None, 0, -1, "-Infinity")
+            + each("p_ttl_seconds", "QT005", "NaN", "Infinity", "1e300", "0.5", 601)
         ),
         "observe_candidates": each("p_max", "QT002", None, 0, -1, 1001),
         "claim_observe": worker("p_worker"),
@@ -1836,6 +1856,13 @@ STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "text[]": st.none() | st.lists(st.none() | texts, max_size=3),
     "jsonb[]": st.none() | st.lists(st.none() | json_values.map(json.dumps), max_size=3),
     "boolean[]": st.none() | st.lists(st.none() | st.booleans(), max_size=3),
+    "timestamp with time zone[]": st.none()
+    | st.lists(
+        st.none()
+        | st.sampled_from(["infinity", "-infinity"])
+        | st.datetimes(timezones=st.just(UTC)).map(datetime.isoformat),
+        max_size=3,
+    ),
 }
 
 

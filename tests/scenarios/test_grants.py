@@ -63,6 +63,7 @@ RUNNER = {
     "roll_up_pipeline_counts",
     "registered_executors",
     "release_nodes",
+    "lease_endpoints",
     "report_executor_health",
     "start_approved_movements",
     "stargate_send_route",

@@ -559,6 +559,7 @@ def test_prune_callbacks_reads_only_what_it_deletes(
         "executor_status",
         "lane_latency",
         "quarantined_nodes",
+        "waiting_nodes",
         "evm_accounts",
     ],
 )
