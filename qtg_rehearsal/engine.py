@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
@@ -70,26 +71,48 @@ class Throwaway:
         return bound_conninfo(dsn, self.network, name)
 
 
+LIBPQ_ENVIRONMENT = (
+    "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGPASSFILE",
+    "PGSERVICE", "PGSERVICEFILE", "PGOPTIONS", "PGSSLMODE", "PGTARGETSESSIONATTRS",
+)  # fmt: skip
+"""What libpq reads from the environment before a DSN's own settings (a
+PGPASSWORD beats the throwaway's password file): set aside while the
+throwaway engine runs, so that the operator's shell cannot point it
+elsewhere or break its logins."""
+
+
 @contextlib.contextmanager
-def throwaway_engine(root: Path, network: NetworkMode, registry: Mapping[str, Any]):  # type: ignore[no-untyped-def]
+def libpq_environment_aside() -> Iterator[None]:
+    kept = {name: os.environ.pop(name) for name in LIBPQ_ENVIRONMENT if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(kept)
+
+
+@contextlib.contextmanager
+def throwaway_engine(
+    root: Path, network: NetworkMode, registry: Mapping[str, Any]
+) -> Iterator[Throwaway]:
     """An engine of its own under ``root`` with ``registry`` loaded; stopped
-    and removed after the block."""
+    and removed after the block, whatever happened in it."""
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)  # the server may run as a system user (as root)
     data_dir = root / "pg"
-    try:
-        server = start_embedded(data_dir, root / "pg.pgpass")
-        admin = server.dsn()
-        migrate(admin)
-        mark_test_database(admin)
-        people = demo_logins(admin, network, root / "pg.pgpass")
-        engine = Throwaway(root, admin, people, network)
-        load_registry(engine, registry)
-        yield engine
-    finally:
-        with contextlib.suppress(Exception):
-            stop_embedded(data_dir)
-        shutil.rmtree(root, ignore_errors=True)
+    with libpq_environment_aside():
+        try:
+            server = start_embedded(data_dir, root / "pg.pgpass")
+            admin = server.dsn()
+            migrate(admin)
+            mark_test_database(admin)
+            people = demo_logins(admin, network, root / "pg.pgpass")
+            engine = Throwaway(root, admin, people, network)
+            load_registry(engine, registry)
+            yield engine
+        finally:
+            with contextlib.suppress(Exception):
+                stop_embedded(data_dir)
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def load_registry(engine: Throwaway, registry: Mapping[str, Any]) -> None:

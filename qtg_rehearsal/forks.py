@@ -14,7 +14,9 @@ it was forked from.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,6 +28,8 @@ import httpx
 from eth_utils.crypto import keccak
 
 from qtg_rehearsal.proxy import ForkProxy
+from qtg_rehearsal.relay import ReadOnlyRelay
+from qtg_runner.chains.evm_rpc import redact_url
 from qtg_runner.ports import LOOPBACK, free_port
 from qtg_world.chains.cctp import Attester
 from qtg_world.chains.local import find_anvil, terminate
@@ -34,6 +38,7 @@ START_TIMEOUT_S = 60.0
 """How long a fork may take to answer (it reads the forked block over the network)."""
 BLOCK_TIME_S = 1
 """A fork mines a block every second, whatever the chain's own block time."""
+PR_SET_PDEATHSIG = 1
 GAS_FUNDS_WEI = 10**18
 """What an impersonated attester manager is given to pay its calls' gas."""
 
@@ -51,9 +56,10 @@ def rpc(url: str, method: str, params: Sequence[Any] = (), timeout: float = 30.0
             timeout=timeout,
         ).json()
     except (httpx.HTTPError, ValueError) as exc:
-        raise ForkError(f"{method} on {url}: {type(exc).__name__}: {exc}") from None
+        raise ForkError(f"{method} on {redact_url(url)}: {type(exc).__name__}") from None
     if "error" in body:
-        raise ForkError(f"{method} on {url} answered: {body['error'].get('message')}")
+        message = str(body["error"].get("message"))[:300]
+        raise ForkError(f"{method} on {redact_url(url)} answered: {message}")
     return body.get("result")
 
 
@@ -77,6 +83,7 @@ class Fork:
     process: subprocess.Popen[bytes]
     proxy: ForkProxy
     log_file: Path
+    relay: ReadOnlyRelay
     attesters: list[Attester] = field(default_factory=list)
 
     @property
@@ -85,12 +92,22 @@ class Fork:
         return self.proxy.url
 
     def stop(self) -> None:
-        self.proxy.stop()
-        terminate(self.process.pid)
+        try:
+            self.proxy.stop()
+        finally:
+            terminate(self.process.pid)
+            self.relay.stop()
 
 
 def head_block(source_url: str) -> int:
     return int(str(rpc(source_url, "eth_blockNumber")), 16)
+
+
+def _dies_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the rehearsal's process dies
+    (Linux's PR_SET_PDEATHSIG), so that no fork outlives a killed rehearsal."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def start_fork(
@@ -102,49 +119,67 @@ def start_fork(
     log_dir: Path,
     anvil: Path | None = None,
 ) -> Fork:
-    """anvil forked from ``source_url`` at ``block``, answering ``chain_id``
-    (ForkError when the source is another chain), behind a proxy that sends
-    the stand-ins' transactions as ``senders`` says."""
+    """anvil forked from ``source_url`` (through a read-only relay: the URL is
+    on no command line) at ``block``, answering ``chain_id`` (ForkError when
+    the source is another chain), behind a proxy that sends the stand-ins'
+    transactions as ``senders`` says. Whatever fails on the way, nothing it
+    started is left running."""
     binary = anvil or find_anvil()
-    port = free_port()
-    log_file = log_dir / f"fork-{chain_key}.log"
-    args = [
-        str(binary),
-        "--host", LOOPBACK,
-        "--port", str(port),
-        "--fork-url", source_url,
-        "--fork-block-number", str(block),
-        "--block-time", str(BLOCK_TIME_S),
-        "--no-storage-caching",
-    ]  # fmt: skip
-    with log_file.open("ab") as log:
-        process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-        )
-    url = f"http://{LOOPBACK}:{port}"
+    relay = ReadOnlyRelay(source_url)
+    process: subprocess.Popen[bytes] | None = None
+    try:
+        port = free_port()
+        log_file = log_dir / f"fork-{chain_key}.log"
+        args = [
+            str(binary),
+            "--host", LOOPBACK,
+            "--port", str(port),
+            "--fork-url", relay.url,
+            "--fork-block-number", str(block),
+            "--block-time", str(BLOCK_TIME_S),
+            "--no-storage-caching",
+        ]  # fmt: skip
+        with log_file.open("ab") as log:
+            process = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_dies_with_parent,
+            )
+        url = f"http://{LOOPBACK}:{port}"
+        answered = _await_chain_id(process, url, chain_key, log_file)
+        if answered != chain_id:
+            raise ForkError(
+                f"{chain_key}: its RPC serves chain id {answered}, the registry says "
+                f"{chain_id}: fix the RPC URL or the registry (`qtg registry check`)"
+            )
+        for treasury in sorted(set(senders.values())):
+            rpc(url, "anvil_impersonateAccount", [treasury])
+        proxy = ForkProxy(url, senders)
+    except BaseException:
+        if process is not None:
+            terminate(process.pid)
+        relay.stop()
+        raise
+    return Fork(chain_key, chain_id, block, url, process, proxy, log_file, relay)
+
+
+def _await_chain_id(
+    process: subprocess.Popen[bytes], url: str, chain_key: str, log_file: Path
+) -> int:
+    """The chain id the fork answers, once it answers (ForkError if it exits
+    or stays silent START_TIMEOUT_S)."""
     deadline = time.monotonic() + START_TIMEOUT_S
-    answered: int | None = None
-    while answered is None:
+    while True:
         if process.poll() is not None:
             tail = " / ".join(log_file.read_text(errors="replace").strip().splitlines()[-3:])
             raise ForkError(f"the fork of {chain_key} exited ({process.returncode}): {tail}")
-        with contextlib.suppress(ForkError):
-            answered = int(str(rpc(url, "eth_chainId", timeout=2.0)), 16)
-        if answered is None:
-            if time.monotonic() > deadline:
-                terminate(process.pid)
-                raise ForkError(f"the fork of {chain_key} did not answer in {START_TIMEOUT_S}s")
-            time.sleep(0.1)
-    if answered != chain_id:
-        terminate(process.pid)
-        raise ForkError(
-            f"{chain_key}: its RPC serves chain id {answered}, the registry says {chain_id}: "
-            "fix the RPC URL or the registry (`qtg registry check`)"
-        )
-    for treasury in sorted(set(senders.values())):
-        rpc(url, "anvil_impersonateAccount", [treasury])
-    proxy = ForkProxy(url, senders)
-    return Fork(chain_key, chain_id, block, url, process, proxy, log_file)
+        with contextlib.suppress(ForkError, ValueError):
+            return int(str(rpc(url, "eth_chainId", timeout=2.0)), 16)
+        if time.monotonic() > deadline:
+            raise ForkError(f"the fork of {chain_key} did not answer in {START_TIMEOUT_S}s")
+        time.sleep(0.1)
 
 
 def send_as(url: str, sender: str, to: str, data: str) -> None:
@@ -214,12 +249,13 @@ def trust_attesters(forks: Sequence[Fork], transmitters: Mapping[str, str]) -> l
 
 @contextlib.contextmanager
 def running(forks: list[Fork]) -> Iterator[list[Fork]]:
-    """``forks`` (filled by the caller inside the block), all stopped after it."""
+    """``forks`` (filled by the caller inside the block), all stopped after it,
+    each whatever stopping another raised."""
     try:
         yield forks
     finally:
         for fork in forks:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(BaseException):
                 fork.stop()
 
 

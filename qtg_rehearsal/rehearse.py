@@ -21,7 +21,9 @@ rehearsal never calls an exchange), nor are the steps after it.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -63,6 +65,14 @@ IRIS_TIME_SCALE = 0.01
 """The Iris double's delays on the rehearsal's clock: a standard burn is
 attested after 9 s instead of 15 minutes."""
 MAX_LINES = 200
+MAX_LINE = 300
+"""The longest line of a summary (record_rehearsal takes up to 1000)."""
+MAX_RECORD_BYTES = 60_000
+"""What a summary may weigh: under record_rehearsal's 64 KiB."""
+RPC_VARIABLE_PREFIX = "QTG_RPC_"
+"""A rehearsal reads the RPC URLs of these variables only, whatever the
+registry names (the URL goes to a relay and to messages, redacted)."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
 
 
@@ -193,6 +203,16 @@ async def rehearse(
     used = plan_chains(plan, chains)
     if not used:
         raise RehearsalError("the movement's plan names no registered chain: nothing to fork")
+    foreign = [
+        f"{c} names {chains[c]['rpc_url_env']}"
+        for c in used
+        if not str(chains[c]["rpc_url_env"]).startswith(RPC_VARIABLE_PREFIX)
+    ]
+    if foreign:
+        raise RehearsalError(
+            f"the registry's {'; '.join(foreign)} as its RPC variable: a rehearsal reads only "
+            f"{RPC_VARIABLE_PREFIX}* variables (fix the chain's rpc_url_env)"
+        )
     missing = [chains[c]["rpc_url_env"] for c in used if not env.get(str(chains[c]["rpc_url_env"]))]
     if missing:
         raise RehearsalError(
@@ -216,11 +236,37 @@ async def rehearse(
         and "MessageTransmitterV2" in p["contracts"]
     }
     logs = Path(tempfile.mkdtemp(prefix="qtg-rehearsal-logs-"))
+    try:
+        return await _rehearse_on_forks(
+            movement, plan, registry, env, network, used, chains, stand_ins, tokens, holders,
+            cctp, logs, blocks or {}, timeout_s, say,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
+
+
+async def _rehearse_on_forks(
+    movement: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    registry: Mapping[str, Any],
+    env: Mapping[str, str],
+    network: NetworkMode,
+    used: list[str],
+    chains: Mapping[str, Mapping[str, Any]],
+    stand_ins: StandIns,
+    tokens: Mapping[str, list[Mapping[str, Any]]],
+    holders: Mapping[str, set[str]],
+    cctp: Mapping[str, str],
+    logs: Path,
+    blocks: Mapping[str, int],
+    timeout_s: float,
+    say: Callable[[str], None],
+) -> Summary:
     forks_started: list[Fork] = []
     with running(forks_started):
         for chain in used:
             source = env[str(chains[chain]["rpc_url_env"])]
-            block = (blocks or {}).get(chain)
+            block = blocks.get(chain)
             if block is None:
                 block = head_block(source)
             say(f"forking {chain} ({redact_url(source)}) at block {block}")
@@ -340,7 +386,7 @@ def summarise(
         f"paced at {throwaway.LANE_BASELINE_S:g} s, attestations by the local Iris double"
     )
     lines.append(f"outcome: {outcome}")
-    lines = lines[:MAX_LINES]
+    lines = [printable(line) for line in lines[:MAX_LINES]]
     record = {
         "outcome": outcome,
         "lines": lines,
@@ -350,7 +396,7 @@ def summarise(
                 "key": n.key,
                 "executor": n.executor,
                 "state": n.state,
-                "error": (n.error or "")[:500] or None,
+                "error": printable(n.error or "") or None,
                 "transactions": [
                     {"hash": h, "gas_used": fees[h][0], "fee_wei": str(fees[h][1])}
                     for h in n.tx_hashes
@@ -364,7 +410,40 @@ def summarise(
         "refusal": run.refusal,
         "timed_out": run.timed_out,
     }
-    return Summary(outcome, lines, record)
+    return Summary(outcome, fitted(record, lines), record)
+
+
+def printable(text: str, limit: int = MAX_LINE) -> str:
+    """``text`` as one printable line of at most ``limit`` characters: a
+    control character (a terminal escape, a line break) as \\xNN, the rest
+    cut with an ellipsis (a node's error may hold anything its chain said)."""
+    shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def fitted(record: dict[str, Any], lines: list[str]) -> list[str]:
+    """``record`` cut until it fits record_rehearsal's bound: the balances
+    first, then the steps' errors, then lines from the middle (the first and
+    the last kept, and a line saying how many went). Returns its lines."""
+
+    def size() -> int:
+        return len(json.dumps(record, separators=(",", ":")).encode())
+
+    record["lines"] = lines
+    if size() > MAX_RECORD_BYTES:
+        record["balances"] = record["balances"][:10]
+    for step in record["steps"]:
+        if size() <= MAX_RECORD_BYTES:
+            break
+        step["error"] = (step["error"] or "")[:80] or None
+    kept, cut = list(lines), 0
+    while size() > MAX_RECORD_BYTES and len(kept) > 4:
+        del kept[len(kept) // 2]
+        cut += 1
+        middle = len(kept) // 2
+        record["lines"] = [*kept[:middle], f"({cut} lines cut to fit)", *kept[middle:]]
+    shown: list[str] = record["lines"]
+    return shown
 
 
 def run(

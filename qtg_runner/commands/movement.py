@@ -148,8 +148,8 @@ def approve_cmd(
     as_login: AsOption = None,
 ) -> None:
     """Approve a movement (PENDING_APPROVAL -> APPROVED) as your login, which must
-    not be the one that created it (QT022). A movement whose latest rehearsal
-    failed is approved with a warning (QT025)."""
+    not be the one that created it (QT022). A movement whose rehearsal failed
+    is approved with a warning (QT025)."""
     with connect(network, as_login, operator=True) as conn, procs.advice(conn) as advised:
         state = procs.approve_movement(movement_id).one(conn)
     for said in advised:
@@ -200,7 +200,7 @@ def show_cmd(
     network: NetworkOption = None,
     as_login: AsOption = None,
 ) -> None:
-    """Show one movement and its nodes, and its latest rehearsal if it was rehearsed."""
+    """Show one movement and its nodes, and the rehearsal that counts if it was rehearsed."""
     with connect(network, as_login) as conn:
         cur = conn.execute("SELECT * FROM movement_progress WHERE movement_id = %s", (movement_id,))
         row = cur.fetchone()
@@ -238,8 +238,9 @@ def show_cmd(
         )
         show(out, summary, nodes)
         rehearsal = conn.execute(
-            "SELECT id, outcome, recorded_by, recorded_at, summary FROM movement_rehearsals"
-            " WHERE movement_id = %s ORDER BY id DESC LIMIT 1",
+            "SELECT rehearsal_id, outcome, recorded_by, recorded_at,"
+            " jsonb_build_object('lines', lines) FROM rehearsal_status"
+            " WHERE movement_id = %s AND rehearsal_id IS NOT NULL",
             (movement_id,),
         ).fetchone()
         if rehearsal is not None:
@@ -249,7 +250,8 @@ def show_cmd(
 def print_rehearsal(
     rehearsal_id: int, outcome: str, recorded_by: str, recorded_at: datetime, summary: Any
 ) -> None:
-    """The latest rehearsal of a movement (record_rehearsal): its outcome, who
+    """The rehearsal that counts for a movement's approval (rehearsal_status,
+    counted_rehearsals): its outcome, who
     recorded it and when, and its summary's "lines" (the rehearsing tool's
     report: an object with "outcome" and "lines", a list of strings)."""
     style = "green" if outcome == "passed" else "bold red"

@@ -25,6 +25,7 @@ it cleanly (exit 0).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -321,13 +322,17 @@ def test_requests_of_movements_no_longer_awaiting_approval_are_finished_in_passi
     assert procs.claim_rehearsal_request().one_or_none(other) is None
 
 
-def test_the_view_shows_only_lines_that_are_a_list(conn: Conn) -> None:
+def test_lines_that_are_not_a_list_are_never_recorded(conn: Conn) -> None:
     movement_id = create(conn, DIAMOND, "m1")
-    procs.record_rehearsal(movement_id, "passed", {"outcome": "passed", "lines": "x"}).one(conn)
-    row = conn.execute(
-        "SELECT outcome, lines FROM rehearsal_status WHERE movement_id = %s", (movement_id,)
-    ).fetchone()
-    assert row == ("passed", None)
+    assert_rejected(
+        conn,
+        "QT002",
+        "SELECT record_rehearsal(%s, 'passed', %s::jsonb)",
+        (movement_id, json.dumps({"outcome": "passed", "lines": "x"})),
+    )
+    assert conn.execute(
+        "SELECT count(*) FROM rehearsal_status WHERE movement_id = %s", (movement_id,)
+    ).fetchone() == (0,)
 
 
 def test_a_request_of_the_other_network_is_not_seen(db: TestDatabase, conn: Conn) -> None:

@@ -322,27 +322,38 @@ def test_a_registry_is_never_loaded_into_a_database_not_marked_for_tests(
 
 
 def test_a_registry_of_another_shape_or_one_its_tables_refuse_changes_nothing(
-    db: TestDatabase, conn: Conn
+    db: TestDatabase, conn: Conn, new_database: NewDatabase
 ) -> None:
     build_registry(conn)
-    # rows that movements' nodes reference (their executors): this database ran movements
+    # this database holds a movement: no registry is loaded into it (QT042)
     registry = procs.rehearsal_input(create(conn, DIAMOND, "m1")).one(conn)["registry"]
-    bad = [
+    shapes = [
         {"movement_requests": []},
         {"chains": {}},
         {"chains": [{}]},
         {"chains": [{"chain_key": "x", "no_such_column": 1}]},
+    ]
+    values = [
         {"value_limits": [{"scope": "lane", "name": "x", "max_in_flight": "lots"}]},
         {"value_limits": [{"scope": "planet", "name": "x"}]},
-        {"executors": registry["executors"]},
-        registry,
     ]
     before = fingerprint(conn)
-    for value in bad:
+    for value in shapes:
         error = assert_rejected(
             conn, "QT002", "SELECT load_rehearsal_registry(%s)", (json.dumps(value),)
         )
         assert str(error).startswith("load_rehearsal_registry: "), error
+    for value in [*values, {"executors": registry["executors"]}, registry]:
+        error = assert_rejected(
+            conn, "QT042", "SELECT load_rehearsal_registry(%s)", (json.dumps(value),)
+        )
+        assert "already holds movements" in str(error), error
+    # into a fresh database, values its tables refuse: QT002, nothing changed
+    fresh = bind(new_database().connect())
+    fresh_before = fingerprint(fresh)
+    for value in values:
+        assert_rejected(fresh, "QT002", "SELECT load_rehearsal_registry(%s)", (json.dumps(value),))
+    assert fingerprint(fresh) == fresh_before
     for value in ("[]", '"registry"', None):
         assert_rejected(conn, "QT002", "SELECT load_rehearsal_registry(%s)", (value,))
     assert fingerprint(conn) == before
@@ -363,7 +374,7 @@ def test_any_operator_records_a_rehearsal_audited_and_the_latest_is_shown(
     created = procs.create_movement("m1", Decimal(5), plan=DIAMOND).one(alice)
     movement_id = created.movement_id
     columns = [c.name for c in conn.execute("SELECT * FROM movements LIMIT 0").description or ()]
-    assert columns[-2:] == ["rehearsal", "rehearsed_at"]
+    assert columns[-3:] == ["rehearsal", "rehearsed_at", "rehearsed_by"]
     shown = "SELECT rehearsal, rehearsed_at FROM movements WHERE movement_id = %s"
     assert conn.execute(shown, (movement_id,)).fetchone() == (None, None)
 

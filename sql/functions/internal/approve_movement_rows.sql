@@ -18,11 +18,11 @@
 --     (approve_movement's contract: an error would roll the audit row back)
 --   - otherwise APPROVED, through set_movement_states (its audit row and
 --     callback), the approver and the time recorded; a movement approved
---     whose latest rehearsal (movement_rehearsals, the highest id) failed is
---     approved all the same, with a WARNING with SQLSTATE QT025 each
---     (advice, not a refusal: clients report it and carry on), with or
---     without p_warn; one never rehearsed, or last rehearsed with success,
---     says nothing
+--     whose rehearsal that counts (counted_rehearsals: the latest, but never
+--     the creator's own over another login's failure) failed is approved
+--     all the same, with a WARNING with SQLSTATE QT025 each (advice, not a
+--     refusal: clients report it and carry on), with or without p_warn; one
+--     never rehearsed, or rehearsed with success, says nothing
 -- Returns one row per movement, in input order: its state after the call,
 -- and the refusal's code and message where it was refused.
 CREATE OR REPLACE FUNCTION approve_movement_rows(p_movement_ids bigint[], p_warn boolean)
@@ -127,15 +127,11 @@ BEGIN
                                     array_fill('APPROVED'::qtg.request_state, ARRAY[cardinality(v_approve)]),
                                     array_fill(v_actor, ARRAY[cardinality(v_approve)]), p_at => v_now);
         PERFORM notify_work('approved');
-        -- advice: the movements approved whose latest rehearsal failed, each by its key
+        -- advice: the movements approved whose rehearsal that counts failed
         FOR v_failed IN
             SELECT a.id AS movement_id, h.id, h.recorded_by, h.recorded_at
               FROM unnest(v_approve) WITH ORDINALITY AS a(id, ord)
-             CROSS JOIN LATERAL (SELECT x.id, x.outcome, x.recorded_by, x.recorded_at
-                                   FROM movement_rehearsals x
-                                  WHERE x.movement_id = a.id
-                                  ORDER BY x.id DESC
-                                  LIMIT 1) h
+             JOIN counted_rehearsals h ON h.movement_id = a.id
              WHERE h.outcome = 'failed'
              ORDER BY a.ord
         LOOP

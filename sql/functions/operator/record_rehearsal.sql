@@ -4,14 +4,17 @@
 -- the clock) and an audit row (rehearsal_recorded, with the outcome and the
 -- rehearsal's id). Any operator may record one, the movement's creator too:
 -- a rehearsal moves nothing, it advises the approval (the movements view
--- shows the latest; approve_movement approves a movement whose latest
+-- shows the one that counts; approve_movement approves a movement whose
 -- rehearsal failed with a QT025 WARNING). A movement may be rehearsed again:
--- the latest (the highest id) is the one that counts.
+-- counted_rehearsals says which counts (the latest, but never the creator's
+-- own over another login's failure).
 --   p_outcome  'passed' or 'failed'
 --   p_summary  the rehearsing tool's report, a JSON object (its "outcome"
 --              and "lines", which `qtg movement show` prints)
 -- Refused, and nothing changes: QT002 an outcome that is not 'passed' or
--- 'failed', a summary that is not a JSON object; QT005 a summary beyond
+-- 'failed', a summary that is not a JSON object, "lines" that are not a list
+-- of texts of at most 1000 characters free of control characters (they are
+-- printed to the approver's terminal: no escape may rewrite it); QT005 a summary beyond
 -- engine_limits.max_json_bytes (64 KiB); QT010 an unknown movement; QT020 a
 -- movement that is not PENDING_APPROVAL (its approval is decided: too late
 -- to advise it). Locks: the movement (FOR SHARE: an approval waits for the
@@ -35,6 +38,16 @@ BEGIN
             USING ERRCODE = 'QT002', HINT = 'Pass the rehearsal''s report, e.g. {"outcome": "passed", "lines": [...]}.';
     END IF;
     PERFORM check_limits('record_rehearsal', p_json => ARRAY[p_summary]);
+    -- the lines are printed to the approver's terminal and page: text only
+    IF p_summary ? 'lines' AND (jsonb_typeof(p_summary -> 'lines') <> 'array' OR EXISTS (
+           SELECT 1 FROM jsonb_array_elements(p_summary -> 'lines') AS l(line)
+            WHERE jsonb_typeof(l.line) <> 'string'
+               OR length(l.line #>> '{}') > 1000
+               OR (l.line #>> '{}') ~ '[\x01-\x1f\x7f-\x9f]')) THEN
+        RAISE EXCEPTION 'record_rehearsal: the summary''s lines must be a list of texts of at most 1000 printable characters'
+            USING ERRCODE = 'QT002',
+                  HINT = 'Leave out control characters (terminal escapes, tabs, line breaks): one line a text.';
+    END IF;
 
     SELECT r.request_state INTO v_state FROM movement_requests r WHERE r.id = p_movement_id FOR SHARE;
     IF NOT FOUND THEN

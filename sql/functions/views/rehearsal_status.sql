@@ -1,13 +1,15 @@
 -- rehearsal_status: what an approver reads of a movement's rehearsals, one
--- row a movement rehearsed or asked to be (none for the others): the latest
--- rehearsal (rehearsal_id, outcome, who recorded it and when, its summary's
--- lines: what `qtg movement show` and the operator page print) and the
+-- row a movement rehearsed or asked to be (none for the others): the
+-- rehearsal that counts for its approval (counted_rehearsals: the latest, but
+-- never the creator's own over another login's failure; rehearsal_id,
+-- outcome, who recorded it and when, its summary's lines: what `qtg
+-- movement show` and the operator page print) and the
 -- latest request of one (request_rehearsal: who asked and when, the service
 -- that claimed it and when, and once finished when, with the rehearsal it
 -- gave or its problem; open while request_finished_at is NULL). NULL
 -- columns where there is no rehearsal, or no request. Read by the
 -- movement's key (`WHERE movement_id = 8`): the movement ids come from the
--- two tables' own rows, then each latest row by its (movement_id, id) index.
+-- two tables' own rows, then each one's rows by their (movement_id, id) index.
 CREATE OR REPLACE VIEW rehearsal_status AS
 SELECT m.movement_id,
        r.request_state AS state,
@@ -28,11 +30,7 @@ SELECT m.movement_id,
         UNION
         SELECT y.movement_id FROM rehearsal_requests y) m
   JOIN movement_requests r ON r.id = m.movement_id
-  LEFT JOIN LATERAL (SELECT x.id, x.outcome, x.recorded_by, x.recorded_at, x.summary
-                       FROM movement_rehearsals x
-                      WHERE x.movement_id = m.movement_id
-                      ORDER BY x.id DESC
-                      LIMIT 1) h ON true
+  LEFT JOIN counted_rehearsals h ON h.movement_id = m.movement_id
   LEFT JOIN LATERAL (SELECT y.id, y.requested_by, y.requested_at, y.claimed_by, y.claimed_at, y.finished_at,
                             y.rehearsal_id, y.problem
                        FROM rehearsal_requests y
