@@ -14,6 +14,7 @@ from qtg_runner.workers import (
     callback_dispatcher,
     capital_transfer_followup,
     ccip_stranded_reaper,
+    endpoint_budget_lease,
     evm_nonce_reaper,
     executor_health,
     expiration_checker,
@@ -78,6 +79,8 @@ REGISTRY: tuple[WorkerEntry, ...] = (
     _entry(session_watchdog, 10.0, 2.0, "sidecar", drains=False),
     # the snapshots against the engine's records: drift alerts and breakers
     _entry(verify_drift_worker, 10.0, 2.0, "sidecar", drains=False),
+    # each endpoint's request budget shared with the other processes calling it
+    _entry(endpoint_budget_lease, 5.0, 1.0, "sidecar", drains=False),
 )
 
 BY_NAME: dict[str, WorkerEntry] = {entry.name: entry for entry in REGISTRY}

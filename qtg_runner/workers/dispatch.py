@@ -10,10 +10,14 @@ batch of claimed nodes, with the rules that keep one node's failure its own.
   Dispatch.bounded         a step for many items, max_concurrency at a time
   groups                   the submit groups: a BatchSubmitter's nodes, or one
 
-How a failure is settled, in one place (``Dispatch.failed``): the executor's
-refusal (ExecutorError, a transient error before anything was signed, or a
-prepare or submit that outlives its deadline, Bounds) is reported through
-fail_submit, which decides (in SQL) between a retry, FAILED and recovery; any
+How a failure is settled, in one place (``Dispatch.failed``): a prepare
+throttled by an endpoint's request budget or its 429 (ExecutorError
+``throttled``: the endpoint's limit, nothing of the node's) gives the node
+back through release_nodes, READY after the endpoint's wait, no attempt
+counted; the executor's other refusals (ExecutorError, a transient error
+before anything was signed, or a prepare or submit that outlives its
+deadline, Bounds) are reported through fail_submit, which decides (in SQL)
+between a retry, FAILED and recovery; any
 other transient error once the intent is recorded leaves the node SUBMITTING
 for recovery; a refusal because the node is someone else's now is dropped;
 anything else (an executor raising what it never should, the engine refusing
@@ -29,9 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TypeVar
 
 from qtg_runner.db import procs
@@ -65,6 +71,9 @@ NONCE_TAKEN = "QT031"
 T = TypeVar("T")
 U = TypeVar("U")
 N = TypeVar("N")
+
+MAX_THROTTLED_WAIT_S = 600.0
+"""The longest a throttled node is given back for (an endpoint paused after a 429)."""
 
 
 @dataclass(frozen=True)
@@ -345,6 +354,13 @@ class Dispatch:
         if isinstance(exc, NoAnswer):
             # the executor said nothing in time, the database is there to hear it
             exc = ExecutorError(str(exc), retryable=True)
+        if isinstance(exc, ExecutorError) and exc.throttled and step == "prepare":
+            # the endpoint's budget, not the node: nothing was signed, so the
+            # node waits its turn in READY without spending an attempt
+            await self.each_alone(
+                works, "release", functools.partial(self._throttled, exc), key=_same
+            )
+            return
         if isinstance(exc, ExecutorError):
             await self._fail_submits(works, step, exc)
             return
@@ -424,21 +440,35 @@ class Dispatch:
 
     # -- the procedure calls -------------------------------------------------------
 
-    async def _release(self, works: Sequence[NodeWork]) -> list[NodeWork]:
+    async def _release(
+        self,
+        works: Sequence[NodeWork],
+        reason: str = "no executor for the node in this runner",
+        wait_s: float | None = None,
+        logged: str = "executor_missing",
+    ) -> list[NodeWork]:
+        """release_nodes: back to READY (after ``wait_s``, else the lane's
+        release wait), the attempt not counted."""
         async with self.ctx.pool.connection() as conn:
             rows = await procs.release_nodes(
                 [w.node_id for w in works],
                 [w.claim_secret for w in works],
-                "no executor for the node in this runner",
+                reason,
+                None if wait_s is None else Decimal(str(round(wait_s, 3))),
             ).aall(conn)
         released = []
         for work, row in zip(works, rows, strict=True):
             if await self._accepted(work, row, "release"):
                 released.append(work)
-                node_event(
-                    logging.WARNING, "executor_missing", WORKER, work, to_state=row.node_state
-                )
+                node_event(logging.WARNING, logged, WORKER, work, to_state=row.node_state)
         return released
+
+    async def _throttled(
+        self, throttled: ExecutorError, works: Sequence[NodeWork]
+    ) -> list[NodeWork]:
+        wait = min(MAX_THROTTLED_WAIT_S, max(1.0, throttled.retry_after or 1.0))
+        reason = self.ctx.limits.text(str(throttled))
+        return await self._release(works, reason, wait, "throttled")
 
     async def _record(self, nodes: Sequence[PreparedNode]) -> list[PreparedNode]:
         """record_intent_prepared_batch; returns the nodes whose intent was recorded.

@@ -86,6 +86,7 @@ ALL_WORKERS = {
     "balance_snapshot",
     "verify_drift_worker",
     "session_watchdog",
+    "endpoint_budget_lease",
 }
 # a node in one of these states is picked up again by a (re)started runner on its own
 RESUMABLE = {"PENDING", "READY", "SUBMITTED", "OBSERVING"}
