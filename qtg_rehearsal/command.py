@@ -22,9 +22,10 @@ the engine refused, finishes the request with that problem instead. It
 prints one line per request served. Without --watch it serves what is
 waiting and exits 0; with --watch it then waits for more, woken by the
 NOTIFY on qtg_<network>_rehearsals and polling every --poll seconds besides,
-until Ctrl-C or SIGTERM, which end it cleanly (a request in hand is finished
-with the interruption as its problem, so that it can be asked again at
-once).
+until Ctrl-C or SIGTERM, which end it cleanly: at once while it waits or a
+rehearsal runs (a request in hand is then finished with the interruption as
+its problem, so that it can be asked again at once), else once the request
+in hand is recorded, finished and printed.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import FrameType
 from typing import Annotated, Any, NoReturn
 
@@ -87,15 +88,18 @@ def rehearse_movement(
     timeout: float,
     record: bool,
     say: Callable[[str], None],
+    running: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> tuple[Summary, int | None]:
     """One rehearsal, for both forms of the command: the movement read
-    (rehearsal_input), run on forks (``say`` hears its progress), and its
-    summary recorded on the movement (record_rehearsal) when ``record``.
-    Returns the summary and the rehearsal's id (None: not recorded). Raises
-    RehearsalError when it could not run, and the engine's refusals."""
+    (rehearsal_input), run on forks (``say`` hears its progress; the run
+    inside ``running``'s block), and its summary recorded on the movement
+    (record_rehearsal) when ``record``. Returns the summary and the
+    rehearsal's id (None: not recorded). Raises RehearsalError when it
+    could not run, and the engine's refusals."""
     with connect(network, as_login, operator=True) as conn:
         data = procs.rehearsal_input(movement_id).one(conn)
-    summary = run(data, dict(os.environ), network, blocks=blocks, timeout_s=timeout, say=say)
+    with running():
+        summary = run(data, dict(os.environ), network, blocks=blocks, timeout_s=timeout, say=say)
     rehearsal_id = None
     if record:
         with connect(network, as_login, operator=True) as conn:
@@ -228,22 +232,52 @@ def rehearse_one(
 # -- the rehearsal service ---------------------------------------------------------------------
 
 
-@contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM ends the block as Ctrl-C does (KeyboardInterrupt), in the main
-    thread; elsewhere (a test's thread) the process's handler is left alone."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class Interrupts:
+    """Ctrl-C and SIGTERM, as the service takes them: at once (KeyboardInterrupt)
+    while it waits for a request or a rehearsal runs, and otherwise held until
+    the next of those, so that a request's bookkeeping (its claim, its record
+    and finish, its line) is never cut in two. Installed in the main thread
+    only; elsewhere (a test's thread) the process's handlers are left alone
+    and nothing is held."""
 
-    def interrupt(signum: int, frame: FrameType | None) -> None:
+    def __init__(self) -> None:
+        self.held = True
+        self.pending = False
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.held:
+            self.pending = True
+            return
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def check(self) -> None:
+        """Raise a stop that came while held."""
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """The block is stopped at once by Ctrl-C or SIGTERM."""
+        self.check()
+        self.held = False
+        try:
+            yield
+        finally:
+            self.held = True
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            self.held = False
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def serve_requests(
@@ -252,21 +286,25 @@ def serve_requests(
     """Claim, rehearse and finish requests until none waits (or, with ``watch``,
     until interrupted); returns how many were served."""
     served = 0
-    with connect(network, as_login, operator=True) as conn, sigterm_interrupts():
+    interrupts = Interrupts()
+    with connect(network, as_login, operator=True) as conn, interrupts.installed():
         if watch:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(rehearsals_channel(network))))
         try:
             while True:
+                interrupts.check()
                 claimed = procs.claim_rehearsal_request().one_or_none(conn)
                 if claimed is not None:
-                    out.print(serve_one(conn, network, as_login, claimed, timeout), soft_wrap=True)
+                    line = serve_one(conn, network, as_login, claimed, timeout, interrupts)
+                    out.print(line, soft_wrap=True)
                     served += 1
                 elif not watch:
                     break
                 else:
                     # a NOTIFY, or the poll's timeout: either way, look again
-                    for _ in conn.notifies(timeout=poll, stop_after=1):
-                        pass
+                    with interrupts.interruptible():
+                        for _ in conn.notifies(timeout=poll, stop_after=1):
+                            pass
         except KeyboardInterrupt:
             out.print(f"stopped: {served} rehearsal request(s) served", soft_wrap=True)
             return served
@@ -281,6 +319,7 @@ def serve_one(
     as_login: str | None,
     claimed: procs.RehearsalRequest,
     timeout: float,
+    interrupts: Interrupts,
 ) -> str:
     """One claimed request rehearsed and finished; the line that says how."""
     head = f"request {claimed.request_id}: movement {claimed.movement_id}"
@@ -293,6 +332,7 @@ def serve_one(
             timeout=timeout,
             record=True,
             say=lambda line: None,
+            running=interrupts.interruptible,
         )
     except RehearsalError as exc:
         problem = f"the rehearsal could not run: {exc}"

@@ -11,8 +11,9 @@ framing. Rehearsals: bob's Rehearse button asks for one and the page says
 who asked, when, and what serves it; once served, the failed rehearsal is
 shown (its lines folded, no wider than the screen) with a red line beside
 the approve button, and approving shows the QT025 advice; alice's stale
-page asking after the approval is refused (QT020), and a forged or
-cross-site ask writes nothing.
+page asking after the approval is refused (QT020), a forged or
+cross-site ask writes nothing, and a request served with a problem is
+shown with it.
 """
 
 from __future__ import annotations
@@ -243,6 +244,20 @@ def test_a_rehearsal_is_asked_for_shown_and_its_failure_warned_of_on_the_page(
             assert other_site.status_code == 403
         with world.client("alice") as api:
             assert api.get(f"/v1/movements/{third_id}").json()["rehearsal_request"] is None
+
+        # a request the service could not rehearse: the page says why
+        with world.client("alice") as api:
+            assert api.post(f"/v1/movements/{third_id}/rehearsal").status_code == 202
+        problem = "the rehearsal could not run: set QTG_RPC_A to the chains' RPC URLs"
+        with world.admin() as admin:
+            claimed = procs.claim_rehearsal_request().one(admin)
+            assert claimed.movement_id == third_id
+            procs.finish_rehearsal_request(claimed.request_id, None, problem).one(admin)
+        page.goto(f"{world.url}/movements/{third_id}")
+        said = page.inner_text("#rehearsal-problem")
+        assert said.startswith(f"the rehearsal requested by {alice.login} at 20"), said
+        assert said.endswith(f"could not run: {problem}"), said
+        assert page.locator("#rehearsal-request").count() == 0
     finally:
         alice_browser.close()
         bob_browser.close()

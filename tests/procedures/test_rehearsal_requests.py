@@ -419,18 +419,19 @@ def test_the_watching_service_wakes_on_a_request_and_stops_on_sigterm(
         text=True,
     )
     try:
-        # listening once its connection shows in pg_stat_activity's LISTEN
+        # listening once its first claim found nothing: it LISTENs before it claims
         login = conninfo_to_dict(db.operator_dsn("testnet"))["user"]
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            listening = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE usename = %s AND query LIKE 'LISTEN%%'",
+        while True:
+            waiting = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND state = 'idle'"
+                " AND query LIKE '%%claim_rehearsal_request%%'",
                 (login,),
             ).fetchone()
-            if listening == (1,):
+            if waiting == (1,):
                 break
             assert service.poll() is None, service.communicate()
+            assert time.monotonic() < deadline, "the service never waited for a request"
             time.sleep(0.1)
         started = time.monotonic()
         request_id = procs.request_rehearsal(movement_id).one(person(db, "alice"))
