@@ -25,7 +25,7 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -34,6 +34,7 @@ from eth_account.typed_transactions.typed_transaction import TypedTransaction
 from eth_utils.crypto import keccak
 from hexbytes import HexBytes
 
+from qtg_rehearsal.relay import QuietServer
 from qtg_runner.ports import LOOPBACK
 
 MAX_BODY = 8 * 1024 * 1024
@@ -101,8 +102,7 @@ class ForkProxy:
         self.fork_url = fork_url
         self._ledger = _Ledger({k.lower(): v.lower() for k, v in senders.items()})
         self._client = httpx.Client(timeout=timeout)
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), _handler(self))
-        self._server.daemon_threads = True
+        self._server = QuietServer((LOOPBACK, 0), _handler(self))
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="rehearsal-proxy", daemon=True
         )

@@ -12,6 +12,7 @@ the real chain.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -46,6 +47,18 @@ READ_METHODS = frozenset(
 MAX_BODY = 1024 * 1024
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A loopback server of the rehearsal's: a client that hangs up before its
+    answer (anvil ending a fork's read) is no error worth a traceback."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if not isinstance(error, ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class ReadOnlyRelay:
     """``.url`` on loopback relays reads to ``upstream``; ``.stop()``."""
 
@@ -54,8 +67,7 @@ class ReadOnlyRelay:
         self.display = redact_url(upstream)
         self._client = httpx.Client(timeout=timeout)
         self.refused: list[str] = []
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), _handler(self))
-        self._server.daemon_threads = True
+        self._server = QuietServer((LOOPBACK, 0), _handler(self))
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="rehearsal-relay", daemon=True
         )

@@ -8,17 +8,24 @@ What an operator relies on: the rehearsal runs the movement as approved
 would run it (both steps COMPLETED, the treasury's USDC moved on the forks
 by the amount, the fee and gas shown) while the real chains do not move at
 all (balances and nonces as they were) and the real movement stays
-PENDING_APPROVAL; no key is read (the environment holds RPC URLs alone); a
-movement that cannot run as planned (more than the treasury holds) fails its
-rehearsal with the reason in its lines, and its approval says so (QT131's
-warning) while a passed one says nothing; a chain with no RPC URL in the
-environment is a clear refusal before anything starts.
+PENDING_APPROVAL; no key, exchange or Iris setting is read, whatever the
+shell holds; a movement that cannot run as planned (more than the treasury
+holds) fails its rehearsal with the reason in its lines, and its approval
+says so (QT025's warning) while a passed one says nothing; one the engine
+would refuse (over a value limit) fails with the refusal; a chain with no
+RPC URL in the environment is a clear refusal before anything starts.
 """
 
 from __future__ import annotations
 
+import shutil
+import sys
+import tempfile
+import threading
 from collections.abc import Iterator
 from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -32,7 +39,9 @@ from typer.testing import CliRunner
 
 from qtg_cli import app
 from qtg_rehearsal.rehearse import RehearsalError, Summary, run
+from qtg_runner import signers
 from qtg_runner.db import procs
+from qtg_runner.executors import evm_tx
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_world.chains.local import rpc, rpc_url_env
@@ -85,6 +94,32 @@ def cctp_movement(conn: Any, chain_set: LocalChainSet, amount: Decimal, external
         return int(procs.create_movement(external_id, amount, plan=plan).one(conn).movement_id)
 
 
+class Canary:
+    """A loopback HTTP server that records whatever reaches it."""
+
+    def __init__(self) -> None:
+        heard = self.heard = list[str]()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                heard.append(f"{self.command} {self.path}")
+                self.send_response(500)
+                self.end_headers()
+
+            do_POST = do_GET
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 def rpc_only_env(chain_set: LocalChainSet) -> dict[str, str]:
     """What a rehearsing operator's shell has: the chains' RPC URLs, nothing else."""
     return {rpc_url_env(c.key): c.rpc_url for c in chain_set.chains}
@@ -124,20 +159,59 @@ def approval_warnings(conn: Any, movement_id: int) -> list[str]:
 
 
 def test_a_rehearsal_runs_the_movement_on_forks_and_the_real_chains_do_not_move(
-    db: Any, world: Any, local_chain_set: LocalChainSet
+    db: Any,
+    world: Any,
+    local_chain_set: LocalChainSet,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Through `qtg rehearse`, as an operator login other than the creator,
-    with the chains' RPC URLs in its environment."""
+    """Through `qtg rehearse`, as an operator login other than the creator, in
+    a shell that holds, beside the chains' RPC URLs, AWS credentials, a
+    keystore's settings, and Iris and exchange URLs that are canaries: no
+    signer is loaded (the loaders refuse, boto3 cannot be imported), the
+    canary hears nothing, and nothing of the rehearsal is left behind."""
     movement_id = cctp_movement(world, local_chain_set, Decimal("25"), "rehearsed-cctp")
     before = real_state(local_chain_set)
     operator = db.operator_dsn(NETWORK)
+    canary = Canary()
 
-    result = CliRunner().invoke(
-        app,
-        ["rehearse", str(movement_id), "--timeout", "180"],
-        env={"QTG_DATABASE_URL": operator, "COLUMNS": "200", **rpc_only_env(local_chain_set)},
-    )
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"a signer was loaded: {args}")
 
+    monkeypatch.setattr(signers, "load", refuse)
+    monkeypatch.setattr(signers, "load_async", refuse)
+    monkeypatch.setattr(evm_tx, "load_async", refuse)
+    monkeypatch.setitem(sys.modules, "boto3", None)
+    monkeypatch.setitem(sys.modules, "botocore", None)
+    # where the rehearsal's temporary directories go: one the embedded server,
+    # which may run as its own user (as root), can reach
+    scratch = Path(tempfile.mkdtemp(prefix="qtg-rehearsal-test-", dir="/tmp"))
+    scratch.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    environment = {
+        "QTG_DATABASE_URL": operator,
+        "COLUMNS": "200",
+        "AWS_ACCESS_KEY_ID": "AKIACANARY",
+        "AWS_SECRET_ACCESS_KEY": "canary-secret",
+        "AWS_REGION": "eu-west-1",
+        "QTG_KEYSTORE_DIR": str(tmp_path),
+        "QTG_KEYSTORE_PASSWORD": "canary",
+        "QTG_IRIS_URL": canary.url,
+        "QTG_BYBIT_URL": canary.url,
+        **rpc_only_env(local_chain_set),
+    }
+
+    try:
+        result = CliRunner().invoke(
+            app, ["rehearse", str(movement_id), "--timeout", "180"], env=environment
+        )
+    finally:
+        canary.stop()
+
+    left = sorted(p.name for p in scratch.iterdir())
+    shutil.rmtree(scratch, ignore_errors=True)
+    assert canary.heard == []
+    assert left == []
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert "outcome: passed" in lines

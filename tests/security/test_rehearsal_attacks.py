@@ -10,15 +10,15 @@ reaches nothing; no login but the admin loads a registry, and never into a
 database that moves money or ran a movement; the API approval says a
 rehearsal failed; a fork never holds the RPC URL (and its API key) on a
 command line or in a log, nor outlives a failure; a rehearsal leaves no
-temporary directory, always fits its record, reads only QTG_RPC_*
-variables, and run in a shell full of secrets touches none of them.
+temporary directory, always fits its record and reads only QTG_RPC_*
+variables. (Run in a shell full of secrets, it touches none of them:
+tests/chains/test_rehearsal.py.)
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -34,7 +34,6 @@ from api_support import ONE_NODE, ApiWorld, api_world
 from conftest import TestDatabase
 from engine import approve, assert_rejected, bind, create
 from rows import DIAMOND, Conn, notices, person
-from typer.testing import CliRunner
 
 from qtg_rehearsal import rehearse as rehearse_module
 from qtg_rehearsal.forks import ForkError, head_block, start_fork
@@ -378,137 +377,3 @@ def test_a_failed_rehearsal_always_fits_record_rehearsal() -> None:
     assert summary.outcome == "failed"
     size = len(json.dumps(summary.record).encode())
     assert size <= 64 * 1024, f"the record is {size} bytes: record_rehearsal refuses it (QT005)"
-
-
-# --- end to end: a rehearsal in a hostile environment reaches nothing real ------------------------
-
-
-@pytest.fixture
-def chain_world(db: Any, local_chain_set: Any) -> Iterator[psycopg.Connection[Any]]:
-    from evm_support import register_world, superuser
-
-    from qtg_runner.executors.cctp_burn import CctpBurnExecutor
-    from qtg_runner.executors.cctp_mint import CctpMintExecutor
-
-    conn = superuser(db)
-    register_world(conn, local_chain_set)
-    for executor in (CctpBurnExecutor, CctpMintExecutor):
-        procs.register_executor(
-            executor.key,
-            executor.has_side_effect,
-            executor.node_config_schema,
-            executor.description,
-        ).one(conn)
-    for lane in ("cctp-fast", "cctp-mint"):
-        procs.upsert_lane_baseline(lane, 14, min_poll_seconds=5).one(conn)
-    procs.upsert_exchange_venue("bybit", "bybit", "QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE").one(conn)
-    yield conn
-    conn.close()
-
-
-@pytest.mark.chain
-@pytest.mark.slow
-def test_a_rehearsal_with_every_secret_in_its_environment_touches_none(
-    db: Any, chain_world: Any, local_chain_set: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`qtg rehearse` run in a shell that also holds AWS credentials, a
-    keystore, an exchange's URL and an Iris URL (both a canary on loopback):
-    no signer is loaded (load/load_async refuse, boto3 cannot be imported), the
-    canary hears nothing, the real chains' balances and nonces do not move, and
-    the throwaway server and forks are gone afterwards."""
-    import sys
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from engine import as_person
-    from evm_support import usdc_balance
-
-    from qtg_cli import app as qtg_app
-    from qtg_runner import signers
-    from qtg_runner.executors import evm_tx
-    from qtg_world.chains.local import rpc, rpc_url_env
-
-    heard: list[str] = []
-
-    class Canary(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            heard.append(f"GET {self.path}")
-            self.send_response(500)
-            self.end_headers()
-
-        do_POST = do_GET
-
-    canary = ThreadingHTTPServer((LOOPBACK, 0), Canary)
-    threading.Thread(target=canary.serve_forever, daemon=True).start()
-    canary_url = f"http://{LOOPBACK}:{canary.server_address[1]}"
-
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError(f"a signer was loaded: {args}")
-
-    monkeypatch.setattr(signers, "load", refuse)
-    monkeypatch.setattr(signers, "load_async", refuse)
-    monkeypatch.setattr(evm_tx, "load_async", refuse)
-    monkeypatch.setitem(sys.modules, "boto3", None)
-    monkeypatch.setitem(sys.modules, "botocore", None)
-    # the embedded server runs as its own user (as root): a scratch it can traverse
-    scratch = Path(tempfile.mkdtemp(prefix="qtg-red-team-", dir="/tmp"))
-    scratch.chmod(0o755)
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-
-    a, b = local_chain_set.chains
-    sender, recipient = (k.address.lower() for k in local_chain_set.treasury)
-    plan = {"nodes": [
-        {"key": "burn", "executor": "cctp_burn", "depends_on": [],
-         "config": {"lane": "cctp-fast", "chain": a.key, "destination_chain": b.key,
-                    "from": sender, "to": recipient, "finality": "fast"}},
-        {"key": "mint", "executor": "cctp_mint", "depends_on": ["burn"],
-         "config": {"lane": "cctp-mint", "chain": b.key, "source_chain": a.key,
-                    "from": sender, "to": recipient}},
-    ]}  # fmt: skip
-    with as_person(chain_world, "alice"):
-        movement_id = (
-            procs.create_movement("hostile", Decimal(25), plan=plan).one(chain_world).movement_id
-        )
-
-    def real_state() -> dict[str, int]:
-        out = {}
-        for chain in local_chain_set.chains:
-            for key in local_chain_set.treasury:
-                address = key.address.lower()
-                out[f"{chain.key} {address} usdc"] = usdc_balance(chain, address)
-                out[f"{chain.key} {address} nonce"] = int(
-                    rpc(chain.rpc_url, "eth_getTransactionCount", [address, "pending"]), 16
-                )
-        return out
-
-    before = real_state()
-    env = {
-        "QTG_DATABASE_URL": db.operator_dsn("testnet"),
-        "COLUMNS": "200",
-        "AWS_ACCESS_KEY_ID": "AKIAREDTEAMCANARY",
-        "AWS_SECRET_ACCESS_KEY": "red-team-secret",
-        "AWS_REGION": "eu-west-1",
-        "QTG_IRIS_URL": canary_url,
-        "QTG_BYBIT_URL": canary_url,
-        "QTG_BYBIT_KEY_FILE": str(tmp_path / "bybit.json"),
-        **{rpc_url_env(c.key): c.rpc_url for c in local_chain_set.chains},
-    }
-    (tmp_path / "bybit.json").write_text('{"api_key": "k", "api_secret": "s"}')
-    (tmp_path / "bybit.json").chmod(0o600)
-    try:
-        result = CliRunner().invoke(
-            qtg_app, ["rehearse", str(movement_id), "--timeout", "180"], env=env
-        )
-    finally:
-        canary.shutdown()
-    assert result.exit_code == 0, result.output
-    assert "outcome: passed" in result.output.splitlines()
-    assert heard == []
-    assert real_state() == before
-    left = sorted(p.name for p in scratch.iterdir())
-    forks = anvils_forking()
-    shutil.rmtree(scratch, ignore_errors=True)
-    assert left == []
-    assert forks == []
