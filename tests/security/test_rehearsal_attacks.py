@@ -7,7 +7,7 @@ What a treasury relies on: the creator of a movement cannot hide another
 operator's failed rehearsal from the approver; a summary cannot rewrite the
 approver's terminal; a record races no approval; another network's operator
 reaches nothing; no login but the admin loads a registry, and never into a
-database that moves money or ran a movement; the API approval says a
+database that moves money; the API approval says a
 rehearsal failed; a fork never holds the RPC URL (and its API key) on a
 command line or in a log, nor outlives a failure; a rehearsal leaves no
 temporary directory, always fits its record and reads only QTG_RPC_*
@@ -351,15 +351,6 @@ def test_a_registry_naming_another_variable_than_an_rpc_is_refused() -> None:
         rehearse_module.run(
             data, {"QTG_DATABASE_URL": "postgresql://secret"}, "testnet", say=lambda _: None
         )
-
-
-def test_no_registry_is_loaded_into_a_database_that_holds_a_movement(conn: Conn) -> None:
-    """Even marked a test database (as the suite's are), one that holds a
-    movement keeps its registry: QT042, its value limits as they were."""
-    procs.set_value_limit("lane", "default", Decimal(5000), None, None).one(conn)
-    create(conn, DIAMOND, "m1")
-    assert_rejected(conn, "QT042", "SELECT load_rehearsal_registry('{\"value_limits\": []}')")
-    assert conn.execute("SELECT count(*) FROM value_limits").fetchone() == (1,)
 
 
 def test_a_failed_rehearsal_always_fits_record_rehearsal() -> None:

@@ -7,8 +7,7 @@
 --   - only in a database marked a test database (a row in
 --     qtg.test_database: `qtg db mark-test`), else QT042: it deletes a
 --     registry, and a database that moves money never has its registry
---     replaced so; nor in one that holds a movement (QT042 too): a
---     rehearsal's engine is loaded before its first
+--     replaced so
 --   - p_registry: an object whose keys are tables of
 --     rehearsal_registry_tables() and whose values are arrays of non-empty
 --     objects whose keys are columns of the table, else QT002 (a table it
@@ -75,11 +74,6 @@ BEGIN
             USING ERRCODE = 'QT002', HINT = 'Pass the "registry" of rehearsal_input of the same version of the engine.';
     END IF;
 
-    IF EXISTS (SELECT 1 FROM movement_requests) THEN
-        RAISE EXCEPTION '%: this database already holds movements, and a registry is loaded only before the first', v_what
-            USING ERRCODE = 'QT042',
-                  HINT = 'Load a rehearsal''s registry into a fresh database made for it (qtg rehearse makes its own).';
-    END IF;
 
     SELECT array_agg(t.name ORDER BY t.ord) INTO v_tables
       FROM unnest(rehearsal_registry_tables()) WITH ORDINALITY AS t(name, ord)
