@@ -1,0 +1,432 @@
+"""A provider's rate limit met by the runner's request budget (issue 44): the
+core workers (node_dispatcher, node_observer, node_recovery) of one runner,
+in this process as a runner login (Runtime.open, supervise), run many
+movements approved at once while a chain's RPC, or Iris, sits behind the
+throttling double (qtg_world.throttle) that answers 429 beyond its rate.
+
+What a treasury relies on: a provider's limit slows the movements down and
+fails none. With the budget (``<URL_VARIABLE>_RATE``) below the provider's
+limit, every movement completes and, after a warm-up, the provider refuses
+nothing; with a budget set above it, the provider's 429s slow the endpoint
+down (no node spends its attempts on them) and every movement completes
+still; with Iris blocking a client that asked too fast (as Circle's does,
+for five minutes), every burn and mint completes. (Iris's limit, its block
+and the budget are scaled down: see SCALE.)
+
+Each run prints its figures: requests admitted and refused by the double,
+the refusals after the warm-up, the run's length, the most attempts a node
+spent."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from chain_support import LocalChainSet
+from engine import approve, as_person
+from evm_support import (
+    LANE,
+    NETWORK,
+    head,
+    register_world,
+    superuser,
+    transfer_plan,
+    transfers_from,
+)
+
+from qtg_runner.chains.cctp_client import DEPOSIT_FOR_BURN_TOPIC
+from qtg_runner.db import procs
+from qtg_runner.executors.cctp_burn import IRIS_URL_ENV, CctpBurnExecutor
+from qtg_runner.executors.cctp_mint import CctpMintExecutor
+from qtg_runner.executors.registry import SHIPPED
+from qtg_runner.runtime import Runtime, supervise
+from qtg_runner.workers import BY_NAME
+from qtg_world.chains.cctp import load_attesters
+from qtg_world.chains.local import RunningChain, rpc, rpc_url_env
+from qtg_world.iris import IrisConfig
+from qtg_world.iris import serve as serve_iris
+from qtg_world.throttle import ThrottleCounts, ThrottleHandle
+from qtg_world.throttle import serve as serve_throttle
+
+pytestmark = [pytest.mark.chain, pytest.mark.slow]
+
+PROVIDER_RATE = 25
+"""The provider's limit in issue 44: 25 requests a second."""
+MOVEMENTS = 60
+WARM_UP_S = 5.0
+"""The first seconds of a run, when a budget may still meet the provider's
+limit (its first burst); no 429 is expected after them."""
+RUN_TIMEOUT_S = 240.0
+TIMELINE_S = 5.0
+MAX_ATTEMPTS = 10
+"""fail_submit's limit: a node whose submit fails so often is FAILED."""
+LANE_BASELINE_S = 10
+"""The evm lane's expected latency here: a first observation 7 s after the
+submit (first_poll_fraction 0.7), then every second (poll_fraction 0.1), the
+node UNKNOWN only past 100 s (fatal_factor 10)."""
+CORE = ("node_dispatcher", "node_observer", "node_recovery")
+FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "EXPIRED")
+AMOUNT = Decimal("0.01")
+
+
+@pytest.fixture
+def world(db: Any, local_chain_set: LocalChainSet) -> Iterator[psycopg.Connection[Any]]:
+    """The local chains' registry and every shipped executor registered (a
+    runtime refuses to start otherwise), the evm lane paced for a test."""
+    conn = superuser(db)
+    register_world(conn, local_chain_set)
+    for executor in SHIPPED:
+        procs.register_executor(
+            executor.key,
+            executor.has_side_effect,
+            executor.node_config_schema,
+            executor.description,
+        ).one(conn)
+    procs.upsert_lane_baseline(LANE, LANE_BASELINE_S, min_poll_seconds=1).one(conn)
+    chain, sender = local_chain_set.chains[0], local_chain_set.treasury[0].address
+    settled(chain, sender)
+    yield conn
+    conn.close()
+    for tx_hash in in_pool(chain, sender):  # a failed run's: not the next test's
+        rpc(chain.rpc_url, "anvil_dropTransaction", [tx_hash])
+
+
+def in_pool(chain: RunningChain, sender: str) -> list[str]:
+    """The hashes of ``sender``'s transactions in the chain's pool, pending or
+    queued behind a nonce never sent."""
+    content = rpc(chain.rpc_url, "txpool_content")
+    return [
+        str(tx["hash"])
+        for part in ("pending", "queued")
+        for address, by_nonce in (content.get(part) or {}).items()
+        if address.lower() == sender.lower()
+        for tx in by_nonce.values()
+    ]
+
+
+def settled(chain: RunningChain, sender: str, timeout: float = 15.0) -> None:
+    """Wait until no transaction of ``sender`` is in the chain's pool (the
+    runs count on the account's nonces from the chain's)."""
+    deadline = time.monotonic() + timeout
+    while left := in_pool(chain, sender):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{len(left)} transactions of {sender} stay in {chain.key}'s pool")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def provider(local_chain_set: LocalChainSet) -> Iterator[ThrottleHandle]:
+    """The first chain's RPC behind a provider of PROVIDER_RATE requests a second."""
+    handle = serve_throttle(local_chain_set.chains[0].rpc_url, PROVIDER_RATE)
+    yield handle
+    handle.stop()
+
+
+def approve_transfers(
+    conn: psycopg.Connection[Any], chain_set: LocalChainSet, count: int, tag: str
+) -> list[int]:
+    """``count`` one-transfer movements on the first chain, from the first
+    treasury account to the second, created by alice and approved by bob,
+    all before a runner starts any."""
+    chain = chain_set.chains[0]
+    sender, recipient = (k.address for k in chain_set.treasury)
+    ids = []
+    for i in range(count):
+        with as_person(conn, "alice"):
+            created = procs.create_movement(
+                f"{tag}-{i}", AMOUNT, plan=transfer_plan(chain.key, sender, recipient)
+            ).one(conn)
+        assert approve(conn, created.movement_id) == "APPROVED"
+        ids.append(created.movement_id)
+    return ids
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one run of the core workers left: each movement's state, and the
+    provider's counts from the run's start (``started``, time.monotonic())."""
+
+    started: float
+    seconds: float
+    states: dict[int, str]
+    counts: ThrottleCounts
+
+    def refused_after_warm_up(self) -> int:
+        return self.counts.refused_since(self.started + WARM_UP_S)
+
+    def timeline(self) -> str:
+        """The requests admitted/refused in each TIMELINE_S of the run."""
+        slots = int(self.seconds // TIMELINE_S) + 1
+        admitted, refused = [0] * slots, [0] * slots
+        for times, counted in ((self.counts.admitted, admitted), (self.counts.refused, refused)):
+            for t in times:
+                counted[min(slots - 1, max(0, int((t - self.started) // TIMELINE_S)))] += 1
+        return " ".join(f"{a}/{r}" for a, r in zip(admitted, refused, strict=True))
+
+
+def run_core_workers(
+    db: Any,
+    env: Mapping[str, str],
+    movements: list[int],
+    provider: ThrottleHandle,
+    concurrency: int = 8,
+) -> Run:
+    """The runner's core workers, in this process as its runner login with
+    ``env`` and ``concurrency`` (`qtg run --concurrency`), from now until
+    every movement is finished (or RUN_TIMEOUT_S)."""
+    provider.reset_counts()
+
+    async def scenario() -> Run:
+        runtime = await Runtime.open(
+            db.runner_dsn(NETWORK), NETWORK, name="budget", max_concurrency=concurrency, env=env
+        )
+        ctx = runtime.context(concurrency)
+        started = time.monotonic()
+        supervisor = asyncio.create_task(
+            supervise(ctx, [BY_NAME[name] for name in CORE], install_signal_handlers=False)
+        )
+        states: dict[int, str] = {}
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                runtime.conninfo, autocommit=True
+            ) as conn:
+                while time.monotonic() < started + RUN_TIMEOUT_S and not supervisor.done():
+                    cur = await conn.execute(
+                        "SELECT movement_id, request_state::text FROM movement_progress"
+                        " WHERE movement_id = ANY(%s)",
+                        (movements,),
+                    )
+                    states = {int(m): str(s) for m, s in await cur.fetchall()}
+                    if len(states) == len(movements) and all(
+                        s in FINISHED for s in states.values()
+                    ):
+                        break
+                    await asyncio.sleep(0.2)
+            seconds = time.monotonic() - started
+        finally:
+            ctx.stopping.set()
+            await supervisor
+            await runtime.close()
+        return Run(started, seconds, states, provider.counts())
+
+    return asyncio.run(scenario())
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    state: str
+    submit_attempts: int
+    problem: str
+    """The node's last error, else its evidence's problem (an UNKNOWN node's)."""
+
+
+def nodes_of(conn: psycopg.Connection[Any], movements: list[int]) -> list[NodeRow]:
+    rows = conn.execute(
+        "SELECT node_state::text, submit_attempts,"
+        "       coalesce(last_error, evidence->>'problem', '')"
+        "  FROM movement_request_nodes WHERE request_id = ANY(%s)",
+        (movements,),
+    ).fetchall()
+    return [NodeRow(str(s), int(a), str(p)) for s, a, p in rows]
+
+
+def tally(values: Iterable[str]) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for value in values:
+        counted[value] = counted.get(value, 0) + 1
+    return counted
+
+
+def report(name: str, run: Run, nodes: list[NodeRow]) -> str:
+    """One paragraph of the run's figures (printed: pytest -s shows it)."""
+    counts = run.counts
+    problems = tally(f"{n.state}: {n.problem[:100]}" for n in nodes if n.state != "COMPLETED")
+    return (
+        f"\n{name}: {len(run.states)} movements in {run.seconds:.1f} s: "
+        f"{tally(run.states.values())}, their nodes {tally(n.state for n in nodes)}; "
+        f"the provider admitted {len(counts.admitted)} requests "
+        f"(at most {counts.most_admitted_in_a_window()} in a second), refused "
+        f"{len(counts.refused)} ({run.refused_after_warm_up()} after the first "
+        f"{WARM_UP_S:g} s); most submit attempts of a node "
+        f"{max((n.submit_attempts for n in nodes), default=0)}; admitted/refused each "
+        f"{TIMELINE_S:g} s: {run.timeline()}; the first refusals at (s) "
+        f"{' '.join(f'{t - run.started:.2f}' for t in counts.refused[:40])}"
+        + (f"; the unfinished nodes: {problems}" if problems else "")
+    )
+
+
+def test_movements_through_a_limited_rpc_all_complete_with_no_429_after_warm_up(
+    db: Any,
+    world: psycopg.Connection[Any],
+    local_chain_set: LocalChainSet,
+    provider: ThrottleHandle,
+) -> None:
+    chain = local_chain_set.chains[0]
+    sender = local_chain_set.treasury[0].address
+    first_block = head(chain)
+    movements = approve_transfers(world, local_chain_set, MOVEMENTS, "paced")
+    url_variable = rpc_url_env(chain.key)
+    env = local_chain_set.runner_env() | {url_variable: provider.url, f"{url_variable}_RATE": "20"}
+
+    run = run_core_workers(db, env, movements, provider)
+    nodes = nodes_of(world, movements)
+    print(report("budget 20/s, provider 25/s", run, nodes))
+
+    assert set(run.states.values()) == {"COMPLETED"}, run.states
+    assert [n for n in nodes if n.state == "FAILED"] == []
+    assert run.refused_after_warm_up() == 0
+    # each transfer happened once
+    assert len(transfers_from(chain, sender, first_block)) == MOVEMENTS
+
+
+def test_a_budget_above_the_providers_limit_is_slowed_by_its_429s_and_fails_nothing(
+    db: Any,
+    world: psycopg.Connection[Any],
+    local_chain_set: LocalChainSet,
+    provider: ThrottleHandle,
+) -> None:
+    chain = local_chain_set.chains[0]
+    sender = local_chain_set.treasury[0].address
+    first_block = head(chain)
+    movements = approve_transfers(world, local_chain_set, MOVEMENTS, "overrun")
+    url_variable = rpc_url_env(chain.key)
+    env = local_chain_set.runner_env() | {url_variable: provider.url, f"{url_variable}_RATE": "200"}
+
+    run = run_core_workers(db, env, movements, provider)
+    nodes = nodes_of(world, movements)
+    print(report("budget 200/s, provider 25/s", run, nodes))
+
+    assert run.counts.refused, "the provider never refused: the test asked too little"
+    assert set(run.states.values()) == {"COMPLETED"}, run.states
+    assert [n for n in nodes if n.state == "FAILED"] == []
+    assert max(n.submit_attempts for n in nodes) < MAX_ATTEMPTS
+    assert len(transfers_from(chain, sender, first_block)) == MOVEMENTS
+
+
+# -- Iris ---------------------------------------------------------------------------
+
+SCALE = 5
+"""60 burns ask Iris at most about 13 times a second here (their observations
+paced by their lanes), far from Circle's limit: the limit and the budget are
+both divided by SCALE, so that the burns ask beyond the limit."""
+IRIS_RATE = 35 // SCALE
+"""Circle's limit, 35 requests a second beyond which a client is blocked, scaled."""
+IRIS_BUDGET = 30 // SCALE
+"""The runner's default Iris budget (30 a second), scaled."""
+IRIS_BLOCK_S = 3.0
+"""Circle blocks for five minutes; scaled down a hundredfold."""
+BURNS = 60
+FAST_LANE, MINT_LANE = "cctp-fast", "cctp-mint"
+IRIS_CONCURRENCY = 32
+"""The runner's concurrency: the observer asks about 32 burns at once (its
+most), as a runner serving many burns would."""
+LANE_BASELINES_S = {FAST_LANE: 10, MINT_LANE: 10}
+"""Both lanes polled every second once 7 s old, as the evm lane here."""
+ATTESTATION_S = 30.0
+"""The fake Iris's fast attestation, longer than Circle's (8-20 s): each burn
+asks Iris every second for some 20 s, 60 of them some 40 times a second at
+their peak, beyond Iris's limit."""
+
+
+@pytest.fixture
+def iris(local_chain_set: LocalChainSet) -> Iterator[ThrottleHandle]:
+    """The fake Iris (no limit of its own) behind a provider that admits
+    IRIS_RATE requests a second and blocks for IRIS_BLOCK_S beyond."""
+    fake = serve_iris(
+        local_chain_set.chains,
+        load_attesters(local_chain_set.state_dir),
+        IrisConfig(fast_delay_s=ATTESTATION_S, rate_limit_per_s=1_000_000),
+    )
+    handle = serve_throttle(fake.url, IRIS_RATE, block_s=IRIS_BLOCK_S)
+    yield handle
+    handle.stop()
+    fake.stop()
+
+
+def approve_burns(conn: psycopg.Connection[Any], chain_set: LocalChainSet, count: int) -> list[int]:
+    """``count`` fast burn -> mint movements from the first treasury account on
+    the first chain to the second on the second chain, all approved at once."""
+    (a, b), (sender, recipient) = chain_set.chains, (k.address for k in chain_set.treasury)
+    for lane, baseline_s in LANE_BASELINES_S.items():
+        procs.upsert_lane_baseline(lane, baseline_s, min_poll_seconds=1).one(conn)
+    plan = {
+        "nodes": [
+            {
+                "key": "burn",
+                "executor": CctpBurnExecutor.key,
+                "config": {
+                    "lane": FAST_LANE,
+                    "chain": a.key,
+                    "destination_chain": b.key,
+                    "from": sender,
+                    "to": recipient,
+                    "finality": "fast",
+                },
+                "depends_on": [],
+            },
+            {
+                "key": "mint",
+                "executor": CctpMintExecutor.key,
+                "config": {
+                    "lane": MINT_LANE,
+                    "chain": b.key,
+                    "source_chain": a.key,
+                    "from": sender,
+                    "to": recipient,
+                },
+                "depends_on": ["burn"],
+            },
+        ]
+    }
+    ids = []
+    for i in range(count):
+        with as_person(conn, "alice"):
+            created = procs.create_movement(f"burn-{i}", AMOUNT, plan=plan).one(conn)
+        assert approve(conn, created.movement_id) == "APPROVED"
+        ids.append(created.movement_id)
+    return ids
+
+
+def burns_from(chain: RunningChain, sender: str, from_block: int) -> int:
+    """DepositForBurn logs of ``sender`` on ``chain`` since ``from_block``."""
+    logs = rpc(
+        chain.rpc_url,
+        "eth_getLogs",
+        [
+            {
+                "address": chain.contracts["TokenMessengerV2"],
+                "fromBlock": hex(from_block),
+                "toBlock": "latest",
+                "topics": [DEPOSIT_FOR_BURN_TOPIC, None, "0x" + "00" * 12 + sender[2:].lower()],
+            }
+        ],
+    )
+    return len(logs)
+
+
+def test_burns_attested_through_a_blocking_iris_all_complete(
+    db: Any, world: Any, local_chain_set: LocalChainSet, iris: ThrottleHandle
+) -> None:
+    chain = local_chain_set.chains[0]
+    sender = local_chain_set.treasury[0].address
+    first_block = head(chain)
+    movements = approve_burns(world, local_chain_set, BURNS)
+    # Iris's default budget named (scaled): the double is on this machine,
+    # whose endpoints the budget would otherwise leave unpaced
+    rate = {f"{IRIS_URL_ENV}_RATE": str(IRIS_BUDGET)}
+    env = local_chain_set.runner_env() | {IRIS_URL_ENV: iris.url} | rate
+
+    run = run_core_workers(db, env, movements, iris, concurrency=IRIS_CONCURRENCY)
+    nodes = nodes_of(world, movements)
+    name = f"Iris budget {IRIS_BUDGET}/s, Iris {IRIS_RATE}/s blocking {IRIS_BLOCK_S:g} s"
+    print(report(name, run, nodes))
+
+    assert set(run.states.values()) == {"COMPLETED"}, run.states
+    assert [n for n in nodes if n.state == "FAILED"] == []
+    assert burns_from(chain, sender, first_block) == BURNS
