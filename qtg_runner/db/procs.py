@@ -1833,6 +1833,13 @@ def cancel_movement(
 
 
 @procedure("operator")
+def set_priority(movement_id: BigInt, priority: Integer, reason: Text) -> Call[Integer]:
+    """A movement not finished, and its nodes not finished, take a new priority
+    (higher: claimed sooner), with a reason; audited. The same again writes
+    nothing. Returns the priority."""
+
+
+@procedure("operator")
 def requeue_node(node_id: BigInt, reason: Text) -> Call[Requeue]:
     """A fresh side effect for an UNKNOWN node with a PREPARED intent: the first
     login's call requests it (REQUESTED), another login's call applies it
@@ -1904,6 +1911,7 @@ CALL_FORMS: Final[Mapping[str, str]] = {
     "movement_create": "create_movement",
     "movement_approve": "approve_movement",
     "movement_cancel": "cancel_movement",
+    "movement_priority": "set_priority",
     "node_requeue": "requeue_node",
     "proposal_approve": "approve_proposal",
     "proposal_reject": "reject_proposal",

@@ -522,6 +522,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "approve_movement": {"p_movement_id": w.pending},
         "approve_movements": {"p_movement_ids": [w.pending]},
         "cancel_movement": {"p_movement_id": w.pending, "p_reason": "not today"},
+        "set_priority": {"p_movement_id": w.pending, "p_priority": 7, "p_reason": "due at noon"},
         "requeue_node": {"p_node_id": w.recovering, "p_reason": "the transaction was dropped"},
         "propose_lane_baseline": {"p_lane": "fast", "p_baseline_seconds": 30, **settings_},
         "propose_template": {"p_template_name": "two", "p_plan": one_node(), "p_description": "d"},
@@ -1079,6 +1080,12 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         ),
         "cancel_movement": (
             each("p_movement_id", "QT010", None, -1, BIGINT_MAX)
+            + each("p_reason", "QT005", BIG_TEXT)
+        ),
+        "set_priority": (
+            each("p_movement_id", "QT010", None, -1, BIGINT_MAX)
+            + each("p_priority", "QT002", None)
+            + each("p_reason", "QT002", None, "", "  ")
             + each("p_reason", "QT005", BIG_TEXT)
         ),
         "requeue_node": (

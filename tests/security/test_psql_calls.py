@@ -3,7 +3,7 @@
 function a client SELECTs. Two operator logins play a session each through
 the real psql client, in their default search_path (no SET: a login lands in
 its network): alice creates, bob approves, alice's own approval is the QT022
-warning and changes nothing; a cancel, a proposal approved and one rejected,
+warning and changes nothing; a priority set, a cancel, a proposal approved and one rejected,
 a requeue asked by one and applied by the other, a quarantined node released,
 and a breaker tripped by one operator and closed by two. Each CALL prints its
 result row, the INOUT parameters with their names."""
@@ -98,12 +98,13 @@ def test_two_operators_call_every_action_in_psql(db: TestDatabase, admin: Conn) 
     assert trip == {"breaker_state": "TRIPPED", "tripped": "t"}
     assert asked == twice == {"breaker_state": "RESET_REQUESTED"}
 
-    # bob: approves and cancels, decides both proposals, applies the requeue, and
+    # bob: approves, reprioritises and cancels, decides both proposals, applies the requeue, and
     # pulls the tripped brake too: alice's reset request is withdrawn
     rows, warnings = psql(
         bob,
         """
         CALL movement_approve(:first);
+        CALL movement_priority(:first, 4, 'payroll first');
         CALL movement_cancel(:second, 'sent twice');
         CALL proposal_approve(:fast);
         CALL proposal_reject(:slow, 'too slow for the lane');
@@ -119,6 +120,7 @@ def test_two_operators_call_every_action_in_psql(db: TestDatabase, admin: Conn) 
     assert warnings == ""
     assert rows == [
         {"movement_state": "APPROVED"},
+        {"priority": "4"},
         {"movement_state": "CANCELLED"},
         {"proposal_state": "APPLIED"},
         {"proposal_state": "REJECTED"},
@@ -137,7 +139,7 @@ def test_two_operators_call_every_action_in_psql(db: TestDatabase, admin: Conn) 
         "SELECT external_id, state::text, created_by, approved_by, priority FROM movements"
         " WHERE external_id LIKE 'psql-_' ORDER BY 1"
     ).fetchall() == [
-        ("psql-1", "APPROVED", alice.name, bob.name, 0),
+        ("psql-1", "APPROVED", alice.name, bob.name, 4),
         ("psql-2", "CANCELLED", alice.name, None, 3),
     ]
     assert admin.execute(

@@ -1,5 +1,5 @@
 -- check_reason: the reason an operator's action must give (reject_proposal,
--- release_quarantine, replay_callback, requeue_node, trip_breaker,
+-- release_quarantine, replay_callback, requeue_node, set_priority, trip_breaker,
 -- acknowledge_drift_alert, confirm_balance_baseline): QT002 when it is NULL or
 -- blank (the message p_blank, by default '<p_call> needs a reason'; HINT
 -- p_hint: what the call's reason should say), then QT005 when it, or any text
