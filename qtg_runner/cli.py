@@ -46,7 +46,8 @@ RUNTIME_COMMANDS: Mapping[str, LazyCommand] = {
         "The executor registry of a network (an admin deploy step).",
     ),
     "movement": LazyCommand(
-        "qtg_runner.commands.movement:app", "Create, approve, cancel and inspect movements."
+        "qtg_runner.commands.movement:app",
+        "Create, approve, cancel, reprioritise and inspect movements.",
     ),
     "proposals": LazyCommand(
         "qtg_runner.commands.proposals:app",

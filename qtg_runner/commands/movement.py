@@ -1,10 +1,10 @@
-"""`qtg movement ...`: create, approve, cancel and inspect movements.
+"""`qtg movement ...`: create, approve, cancel, reprioritise and inspect movements.
 
 Every sub-command calls the network's procedures or reads its views as the
 person: their own login (QTG_DATABASE_URL is their DSN, or --as NAME picks a
 login from the credentials file), exactly as they would in psql. The
 procedures take the actor from the login; nothing here names one. create,
-approve and cancel refuse a login that is not an operator of the network
+approve, cancel and priority refuse a login that is not an operator of the network
 (a superuser included: the admin is not a person). Inputs are parsed
 strictly (commands/common.py), and every error, a procedure's refusal
 included, is one `qtg: error:` line.
@@ -175,6 +175,28 @@ def cancel_cmd(
             f"movement {movement_id} is {state}: cancel requested,"
             " waiting for in-flight nodes to settle"
         )
+
+
+@app.command("priority", context_settings={"ignore_unknown_options": True})
+def priority_cmd(
+    movement_id: MovementId,
+    priority: Annotated[
+        int,
+        typer.Argument(
+            min=-(2**31),
+            max=2**31 - 1,
+            help="The new priority, a whole number: higher is claimed sooner (a new movement: 0).",
+        ),
+    ],
+    reason: Annotated[str, typer.Option(help="Why (recorded in the audit log).")],
+    network: NetworkOption = None,
+    as_login: AsOption = None,
+) -> None:
+    """Set the priority of a movement that has not finished, and of its nodes not
+    yet finished, as your login: its READY nodes are claimed before those of a
+    lower priority. The same priority again changes nothing."""
+    set_to = as_operator(network, as_login, procs.set_priority(movement_id, priority, reason))
+    out.print(f"movement {movement_id} priority {set_to}")
 
 
 def rows_table(
