@@ -6,6 +6,7 @@
     GET  /v1/movements/{id}                 one movement
     POST /v1/movements/{id}/approve         approve (the approver again: as it is)
     POST /v1/movements/{id}/cancel          cancel (again: as it is)
+    POST /v1/movements/{id}/priority        reprioritise (the same again: as it is)
     POST /v1/movements/{id}/rehearsal       ask for a rehearsal (again while open: that one)
     GET  /v1/movements/{id}/audit           its audit trail
     GET  /v1/movements/{id}/nodes           its DAG: nodes, evidence, transaction hashes
@@ -50,6 +51,7 @@ from qtg_runner.api.models import (
     Cancel,
     MovementBatch,
     MovementCreate,
+    PrioritySet,
 )
 from qtg_runner.api.problems import OTHER, Problem, from_sqlstate, problem_response
 from qtg_runner.db import procs
@@ -349,6 +351,19 @@ def create_app(config: ApiConfig) -> FastAPI:
     ) -> dict[str, Any]:
         reason = body.reason if body is not None else None
         await procs.cancel_movement(movement_id_ok(movement_id), reason=reason).aone(conn)
+        return await reads.movement(conn, movement_id)
+
+    @app.post(
+        "/v1/movements/{movement_id}/priority",
+        tags=["movements"],
+        summary="Set the priority of a movement not finished and of its unfinished nodes",
+        responses={
+            200: {"description": "The movement, with its priority (the same again: as it is)"},
+            409: {"description": "The movement has finished (QT020)"},
+        },
+    )
+    async def set_priority(movement_id: int, body: PrioritySet, conn: Conn) -> dict[str, Any]:
+        await procs.set_priority(movement_id_ok(movement_id), body.priority, body.reason).aone(conn)
         return await reads.movement(conn, movement_id)
 
     @app.get("/v1/movements/{movement_id}/audit", tags=["movements"], summary="Audit trail")

@@ -87,6 +87,19 @@ class Cancel(BaseModel):
     reason: Annotated[str | None, Field(max_length=4096)] = None
 
 
+class PrioritySet(BaseModel):
+    """A movement's new priority (set_priority): higher is claimed sooner; the
+    bounds create_movement takes. The same priority again changes nothing."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"priority": 10, "reason": "payroll is due at noon"}]},
+    )
+
+    priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1, strict=True)]
+    reason: Annotated[str, Field(max_length=4096)]
+
+
 class CallbackTargetProposal(BaseModel):
     """A receiver of signed callbacks, proposed by one operator and applied when a
     second approves it (POST /v1/proposals/{id}/approve)."""

@@ -4,8 +4,9 @@ Sign-in is per person: the login and password a person types open ONE
 database connection as their login, which the page keeps for their session
 (the password itself is dropped at once, never stored). Everything the page
 shows is read on that connection, and its approve and cancel buttons call
-approve_movement / cancel_movement on it, so the actor, the four-eyes rule
-and every grant are the database's, exactly as in psql.
+approve_movement / cancel_movement on it (its priority form, on a movement
+not finished, set_priority), so the actor, the four-eyes rule and every
+grant are the database's, exactly as in psql.
 
 Rehearsals: a movement awaiting approval has a Rehearse button, which asks
 for one (request_rehearsal): the page cannot run a rehearsal (anvil, the
@@ -246,6 +247,25 @@ def rehearsal_block(movement: dict[str, Any]) -> str:
     return "<h2>Rehearsal</h2>" + "".join(parts)
 
 
+FINISHED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "EXPIRED"})
+"""A movement in one of these states has no priority form."""
+
+
+class BadForm(Exception):
+    """A form field the page cannot send to the database as it is."""
+
+
+def form_priority(text: str) -> int:
+    """The priority form's number, within create_movement's bounds (integer's)."""
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        raise BadForm(f"priority must be a whole number, got {text[:32]!r}") from None
+    if not -(2**31) <= value <= 2**31 - 1:
+        raise BadForm(f"priority must be within {-(2**31)}..{2**31 - 1}, got {text[:32]}")
+    return value
+
+
 def same_origin(request: Request) -> bool:
     """A POST from this site (none of Origin, Sec-Fetch-Site and Referer says
     otherwise: a client that is not a browser sends none, and cannot be made
@@ -461,6 +481,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
                 "stop_reason",
                 "amount",
                 "asset",
+                "priority",
                 "created_by",
                 "approved_by",
                 "created_at",
@@ -491,6 +512,15 @@ def mount_page(app: FastAPI, config: Any) -> None:
             f'{csrf}<input name="reason" placeholder="reason" id="cancel-reason">'
             '<button type="submit" id="cancel">cancel</button></form>'
         )
+        if movement.get("state") not in FINISHED:
+            actions += (
+                f' <form class="inline" method="post" action="/movements/{movement_id}/priority">'
+                f'{csrf}<input name="priority" type="number" step="1" min="{-(2**31)}" '
+                f'max="{2**31 - 1}" required value="{e(str(movement.get("priority", 0)))}" '
+                'id="priority" aria-label="priority">'
+                '<input name="reason" placeholder="reason" required id="priority-reason">'
+                '<button type="submit" id="set-priority">set priority</button></form>'
+            )
         dag = "".join(
             "<div class='level'>"
             + "".join(
@@ -531,6 +561,12 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     with procs.advice(session.conn) as advised:
                         state = await procs.approve_movement(movement_id).aone(session.conn)
                     done = f"movement {movement_id}: {state}"
+                elif action == "priority":
+                    priority = form_priority(form.get("priority", ""))
+                    set_to = await procs.set_priority(
+                        movement_id, priority, form.get("reason", "")
+                    ).aone(session.conn)
+                    done = f"movement {movement_id}: priority {set_to}"
                 elif action == "rehearse":
                     request_id = await procs.request_rehearsal(movement_id).aone(session.conn)
                     done = f"movement {movement_id}: rehearsal requested (request {request_id})"
@@ -545,6 +581,8 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     session.flash.append(("warn", f"warning ({said.sqlstate}): {said.message}"))
             except procs.Refused as refused:
                 session.flash.append(("error", f"refused ({refused.sqlstate}): {refused.message}"))
+            except BadForm as bad:
+                session.flash.append(("error", f"refused: {bad}"))
             except psycopg.OperationalError:
                 await sessions.drop(request)
                 return RedirectResponse("/signin", status_code=303)
@@ -564,6 +602,10 @@ def mount_page(app: FastAPI, config: Any) -> None:
     @app.post("/movements/{movement_id}/cancel", include_in_schema=False)
     async def cancel(request: Request, movement_id: int) -> Response:
         return await act(request, movement_id, "cancel")
+
+    @app.post("/movements/{movement_id}/priority", include_in_schema=False)
+    async def priority(request: Request, movement_id: int) -> Response:
+        return await act(request, movement_id, "priority")
 
     @app.post("/movements/{movement_id}/rehearse", include_in_schema=False)
     async def rehearse(request: Request, movement_id: int) -> Response:

@@ -13,7 +13,10 @@ shown (its lines folded, no wider than the screen) with a red line beside
 the approve button, and approving shows the QT025 advice; alice's stale
 page asking after the approval is refused (QT020), a forged or
 cross-site ask writes nothing, and a request served with a problem is
-shown with it.
+shown with it. Priority: alice sets a movement's priority in its form (shown,
+audited), a blank reason is refused (QT002) and a number the page cannot
+send, or a form without the CSRF token, changes nothing; a finished
+movement has no priority form.
 """
 
 from __future__ import annotations
@@ -261,3 +264,63 @@ def test_a_rehearsal_is_asked_for_shown_and_its_failure_warned_of_on_the_page(
     finally:
         alice_browser.close()
         bob_browser.close()
+
+
+def test_a_priority_is_set_on_the_page_while_the_movement_is_not_finished(
+    world: ApiWorld, playwright: Any, tmp_path: Path
+) -> None:
+    alice = world.people["alice"]
+    with world.client("alice") as api:
+        created = api.post("/v1/movements", json={**CREATE_EXAMPLE, "external_id": "page-prio"})
+        assert created.status_code == 201, created.text
+        mid = created.json()["movement_id"]
+
+    browser = browser_of(playwright, tmp_path / "alice")
+    try:
+        page = browser.new_page()
+        sign_in(page, world.url, alice.login, alice.password)
+        page.goto(f"{world.url}/movements/{mid}")
+        assert page.inner_text("#m-priority") == "0"
+        page.fill("#priority", "9")
+        page.fill("#priority-reason", "payroll is due at noon")
+        page.click("#set-priority")
+        page.wait_for_load_state()
+        assert page.inner_text("#flash") == f"movement {mid}: priority 9"
+        assert page.inner_text("#m-priority") == "9"
+        assert page.input_value("#priority") == "9"
+
+        page.fill("#priority", "3")
+        page.fill("#priority-reason", "   ")  # not empty, so the browser sends it
+        page.click("#set-priority")
+        page.wait_for_load_state()
+        assert "refused (QT002)" in page.inner_text("#flash")
+        assert page.inner_text("#m-priority") == "9"
+
+        # a form the browser would not send: the page refuses it, nothing changes
+        cookies = {c["name"]: c["value"] for c in browser.cookies()}
+        with httpx.Client(base_url=world.url, cookies=cookies) as forged:
+            token = forged.get(f"/movements/{mid}").text.split('name="csrf" value="', 1)[1]
+            token = token.split('"', 1)[0]
+            no_token = forged.post(f"/movements/{mid}/priority", data={"priority": "1"})
+            assert no_token.status_code == 403
+            for bad in ("1.5", "x", str(2**31)):
+                sent = forged.post(
+                    f"/movements/{mid}/priority",
+                    data={"csrf": token, "priority": bad, "reason": "why"},
+                )
+                assert sent.status_code == 303
+        page.reload()
+        assert page.inner_text("#m-priority") == "9"
+
+        page.fill("#cancel-reason", "not today")
+        page.click("#cancel")
+        page.wait_for_load_state()
+        assert page.inner_text("#m-state") == "CANCELLED"
+        assert page.locator("#set-priority").count() == 0  # finished: no priority form
+        with world.client("alice") as api:
+            audit = api.get(f"/v1/movements/{mid}/audit").json()["items"]
+        assert [(a["action"], a["to_state"]) for a in audit if a["action"] == "priority_set"] == [
+            ("priority_set", "9")
+        ]
+    finally:
+        browser.close()
