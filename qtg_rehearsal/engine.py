@@ -37,7 +37,7 @@ from qtg_runner.db import procs
 from qtg_runner.db.embedded import start_embedded, stop_embedded
 from qtg_runner.db.migrate import mark_test_database, migrate
 from qtg_runner.db.pool import bound_conninfo
-from qtg_runner.executors.registry import SHIPPED
+from qtg_runner.executors.registry import SHIPPED, registration
 from qtg_runner.loop import WorkerEntry
 from qtg_runner.runtime import Runtime, supervise
 from qtg_runner.signers import Signer
@@ -124,12 +124,7 @@ def load_registry(engine: Throwaway, registry: Mapping[str, Any]) -> None:
         registered = {row.executor_key for row in procs.registered_executors().all(conn)}
         for executor in SHIPPED:
             if executor.key not in registered:
-                procs.register_executor(
-                    executor.key,
-                    executor.has_side_effect,
-                    executor.node_config_schema,
-                    executor.description,
-                ).one(conn)
+                registration(executor).one(conn)
         conn.execute(
             "UPDATE chains SET finality_depth = least(finality_depth, %s)",
             (REHEARSAL_FINALITY_DEPTH,),

@@ -21,11 +21,9 @@ Transactions no stand-in signed are forwarded as they are.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -34,12 +32,7 @@ from eth_account.typed_transactions.typed_transaction import TypedTransaction
 from eth_utils.crypto import keccak
 from hexbytes import HexBytes
 
-from qtg_rehearsal.relay import QuietServer
-from qtg_runner.ports import LOOPBACK
-
-MAX_BODY = 8 * 1024 * 1024
-"""The largest request the proxy reads (a block with its transactions is the
-largest answer; requests are small)."""
+from qtg_rehearsal.loopback import LoopbackJsonRpc, error
 
 
 class ProxyError(Exception):
@@ -102,13 +95,8 @@ class ForkProxy:
         self.fork_url = fork_url
         self._ledger = _Ledger({k.lower(): v.lower() for k, v in senders.items()})
         self._client = httpx.Client(timeout=timeout)
-        self._server = QuietServer((LOOPBACK, 0), _handler(self))
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="rehearsal-proxy", daemon=True
-        )
-        self._thread.start()
-        host, port = self._server.server_address[:2]
-        self.url = f"http://{host!s}:{port}"
+        self._rpc = LoopbackJsonRpc(self._answer_body, "rehearsal-proxy")
+        self.url = self._rpc.url
 
     # -- the fork ------------------------------------------------------------
 
@@ -161,54 +149,22 @@ class ForkProxy:
         with self._ledger.lock:
             return dict(self._ledger.fork_of)
 
+    def _answer_body(self, body: Any) -> Any:
+        if isinstance(body, list):
+            return [_one(self, r) for r in body]
+        return _one(self, body)
+
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._rpc.stop()
         self._client.close()
-
-
-def _handler(proxy: ForkProxy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                self._send({"jsonrpc": "2.0", "id": None, "error": _error(-32600, "too large")})
-                return
-            try:
-                request = json.loads(self.rfile.read(length))
-            except ValueError:
-                self._send({"jsonrpc": "2.0", "id": None, "error": _error(-32700, "parse error")})
-                return
-            if isinstance(request, list):
-                self._send([_one(proxy, r) for r in request])
-            else:
-                self._send(_one(proxy, request))
-
-        def _send(self, payload: Any) -> None:
-            body = json.dumps(payload, separators=(",", ":")).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    return Handler
-
-
-def _error(code: int, message: str) -> dict[str, Any]:
-    return {"code": code, "message": message}
 
 
 def _one(proxy: ForkProxy, request: Any) -> dict[str, Any]:
     if not isinstance(request, dict) or not isinstance(request.get("method"), str):
-        return {"jsonrpc": "2.0", "id": None, "error": _error(-32600, "invalid request")}
+        return error(None, -32600, "invalid request")
     params = request.get("params") or []
     try:
         result = proxy.answer(request["method"], list(params))
     except ProxyError as exc:
-        return {"jsonrpc": "2.0", "id": request.get("id"), "error": _error(exc.code, exc.message)}
+        return error(request.get("id"), exc.code, exc.message)
     return {"jsonrpc": "2.0", "id": request.get("id"), "result": result}

@@ -11,16 +11,12 @@ the real chain.
 
 from __future__ import annotations
 
-import json
-import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 
+from qtg_rehearsal.loopback import LoopbackJsonRpc, error
 from qtg_runner.chains.evm_rpc import redact_url
-from qtg_runner.ports import LOOPBACK
 
 READ_METHODS = frozenset(
     {
@@ -44,19 +40,6 @@ READ_METHODS = frozenset(
     }
 )
 """What a fork reads from the chain it forks (anvil's fork backend)."""
-MAX_BODY = 1024 * 1024
-
-
-class QuietServer(ThreadingHTTPServer):
-    """A loopback server of the rehearsal's: a client that hangs up before its
-    answer (anvil ending a fork's read) is no error worth a traceback."""
-
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        error = sys.exc_info()[1]
-        if not isinstance(error, ConnectionError):
-            super().handle_error(request, client_address)
 
 
 class ReadOnlyRelay:
@@ -67,13 +50,8 @@ class ReadOnlyRelay:
         self.display = redact_url(upstream)
         self._client = httpx.Client(timeout=timeout)
         self.refused: list[str] = []
-        self._server = QuietServer((LOOPBACK, 0), _handler(self))
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="rehearsal-relay", daemon=True
-        )
-        self._thread.start()
-        host, port = self._server.server_address[:2]
-        self.url = f"http://{host!s}:{port}"
+        self._rpc = LoopbackJsonRpc(self.relay, "rehearsal-relay")
+        self.url = self._rpc.url
 
     def relay(self, request: Any) -> Any:
         """One request (or a batch) forwarded, or refused."""
@@ -82,57 +60,15 @@ class ReadOnlyRelay:
         if not isinstance(request, dict) or request.get("method") not in READ_METHODS:
             method = request.get("method") if isinstance(request, dict) else None
             self.refused.append(str(method))
-            return {
-                "jsonrpc": "2.0",
-                "id": request.get("id") if isinstance(request, dict) else None,
-                "error": {"code": -32601, "message": f"{method} is not relayed to the real chain"},
-            }
+            request_id = request.get("id") if isinstance(request, dict) else None
+            return error(request_id, -32601, f"{method} is not relayed to the real chain")
         try:
             return self._client.post(self._upstream, json=request).json()
         except (httpx.HTTPError, ValueError) as exc:
-            return {
-                "jsonrpc": "2.0",
-                "id": request.get("id"),
-                "error": {
-                    "code": -32603,
-                    "message": f"{self.display} did not answer: {type(exc).__name__}",
-                },
-            }
+            return error(
+                request.get("id"), -32603, f"{self.display} did not answer: {type(exc).__name__}"
+            )
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._rpc.stop()
         self._client.close()
-
-
-def _handler(relay: ReadOnlyRelay) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                answer: Any = {
-                    "jsonrpc": "2.0",
-                    "id": None,
-                    "error": {"code": -32600, "message": "too large"},
-                }
-            else:
-                try:
-                    answer = relay.relay(json.loads(self.rfile.read(length)))
-                except ValueError:
-                    answer = {
-                        "jsonrpc": "2.0",
-                        "id": None,
-                        "error": {"code": -32700, "message": "parse error"},
-                    }
-            body = json.dumps(answer, separators=(",", ":")).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    return Handler

@@ -63,6 +63,13 @@ def build(
     }
 
 
+def registration(executor: type[Executor]) -> procs.Call[None]:
+    """register_executor of ``executor`` as this build carries it (the admin's)."""
+    return procs.register_executor(
+        executor.key, executor.has_side_effect, executor.node_config_schema, executor.description
+    )
+
+
 def register_shipped(admin_dsn: str, network: str) -> list[str]:
     """Register every shipped executor in ``network``, in one transaction, as the
     admin; one word per executor, in SHIPPED's order: registered, updated or
@@ -72,12 +79,7 @@ def register_shipped(admin_dsn: str, network: str) -> list[str]:
     with psycopg.connect(conninfo) as conn:
         before = {row.executor_key: row for row in procs.registered_executors().all(conn)}
         for executor in SHIPPED:
-            procs.register_executor(
-                executor.key,
-                executor.has_side_effect,
-                executor.node_config_schema,
-                executor.description,
-            ).one(conn)
+            registration(executor).one(conn)
             if executor.key not in before:
                 results.append("registered")
             elif registration_problems([executor], [before[executor.key]]) or schema_differences(

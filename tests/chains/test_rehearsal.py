@@ -44,6 +44,7 @@ from qtg_runner.db import procs
 from qtg_runner.executors import evm_tx
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
+from qtg_runner.executors.registry import registration
 from qtg_world.chains.local import rpc, rpc_url_env
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
@@ -57,12 +58,7 @@ def world(db: Any, local_chain_set: LocalChainSet) -> Iterator[psycopg.Connectio
     conn = superuser(db)
     register_world(conn, local_chain_set)
     for executor in (CctpBurnExecutor, CctpMintExecutor):
-        procs.register_executor(
-            executor.key,
-            executor.has_side_effect,
-            executor.node_config_schema,
-            executor.description,
-        ).one(conn)
+        registration(executor).one(conn)
     for lane in ("cctp-fast", "cctp-mint"):
         procs.upsert_lane_baseline(lane, 14, min_poll_seconds=5).one(conn)
     yield conn
