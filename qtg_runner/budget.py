@@ -12,15 +12,17 @@ processes sharing the endpoint, which the endpoint_budget_lease worker
 learns from the database (lease_endpoints) every few seconds, times the
 slowdown below.
 
-A call takes its turn (``acquire``): it goes at once while the budget has
-room (a burst of up to a second's rate), else waits for its turn, as a
-generic cell rate algorithm spaces them; a turn further away than the
+A call takes its turn (``acquire``): one turn every 1/rate seconds, no
+burst (a provider counts its limit over any second: a burst on top of the
+rate would overrun it), as a generic cell rate algorithm spaces them; a
+turn further away than the
 caller's ``max_wait`` is not taken: EndpointThrottled, with the wait, and
 nothing is sent (the dispatcher then gives the node back to READY for that
 long without counting an attempt). A 429 (``slowed``) pauses the endpoint
 for its Retry-After (at least MIN_PAUSE_S), halves its rate (down to a
 tenth), and is shared with the other processes through the lease; each
-SLOW_RECOVERY_S without a 429 gives back a tenth of the configured rate.
+SLOW_RECOVERY_S without a 429 gives back RECOVERY_STEP of the configured
+rate.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 RATE_SUFFIX = "_RATE"
 MAX_RATE = 10_000.0
 MIN_FACTOR = 0.1
-SLOW_RECOVERY_S = 10.0
+SLOW_RECOVERY_S = 15.0
+RECOVERY_STEP = 0.05
 MIN_PAUSE_S = 1.0
 MAX_PAUSE_S = 600.0
 DEFAULT_MAX_WAIT_S = 5.0
@@ -122,7 +125,7 @@ class EndpointBudget:
     def _recover(self, now: float) -> None:
         if self.factor < 1.0 and now - self._last_slow >= SLOW_RECOVERY_S:
             steps = int((now - self._last_slow) // SLOW_RECOVERY_S)
-            self.factor = min(1.0, self.factor + 0.1 * steps)
+            self.factor = min(1.0, self.factor + RECOVERY_STEP * steps)
             self._last_slow += steps * SLOW_RECOVERY_S
 
     def reserve(self, max_wait: float = DEFAULT_MAX_WAIT_S) -> float:
@@ -132,8 +135,7 @@ class EndpointBudget:
         self.used = True
         self._recover(now)
         interval = 1.0 / self.rate
-        burst = max(1.0, self.rate)  # up to a second's calls at once
-        start = max(now, self.paused_until, self._tat - (burst - 1) * interval)
+        start = max(now, self.paused_until, self._tat)
         wait = start - now
         if wait > max_wait:
             why = "is paused after a 429" if self.paused_until > now else "is at its rate"

@@ -42,6 +42,7 @@ the pending nonce and fees, the funds for the gas, and ``signed``.
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import math
 import time
@@ -92,6 +93,9 @@ from qtg_runner.signers import Signer, SignerError, load_async
 STALE_HEAD_BLOCKS = 30
 """A head block older than this many block times (at least a minute) is stale."""
 RETRY_LATER_S = 30.0
+BROADCAST_THROTTLE_S = 20.0
+"""How long a broadcast waits out its endpoint's throttle (within the
+dispatcher's 30 s for a submit) before it is a retryable failure."""
 """The retry hint when the chain cannot be read or the fees are above the cap."""
 
 
@@ -371,12 +375,16 @@ async def broadcast(rpc: EvmRpc, leg: ChainLeg, prepared: Prepared, what: str) -
     is ours; not mined is a nonce taken by a transaction the engine never
     recorded, which recovery reports for an operator. A node that refuses the
     bytes for want of funds sent nothing: the nonce stays free for the
-    evm_nonce_reaper to close."""
+    evm_nonce_reaper to close. A send the endpoint's budget throttles (no turn,
+    or a 429: the node processed nothing) is made again after the wait, the
+    same bytes, for up to BROADCAST_THROTTLE_S: a signed transaction waiting
+    for a provider's turn is no reason for recovery."""
     assert prepared.raw_tx is not None and prepared.signed_tx_hash is not None
     tx_hash = prepared.signed_tx_hash
+    raw = bytes.fromhex(prepared.raw_tx[2:])
     async with chain_errors(leg.chain_key):
         try:
-            await rpc.send_raw_transaction(bytes.fromhex(prepared.raw_tx[2:]))
+            await send_when_let(rpc, raw)
         except RpcError as exc:
             if exc.kind is RpcErrorKind.ALREADY_KNOWN:
                 return SubmitResult(tx_hash, {"tx_hash": tx_hash, "already_known": True})
@@ -394,6 +402,20 @@ async def broadcast(rpc: EvmRpc, leg: ChainLeg, prepared: Prepared, what: str) -
                 ) from None
             raise
     return SubmitResult(tx_hash, {"tx_hash": tx_hash, "nonce": prepared.nonce})
+
+
+async def send_when_let(rpc: EvmRpc, raw: bytes) -> None:
+    """eth_sendRawTransaction of ``raw``, again after each throttle's wait
+    while BROADCAST_THROTTLE_S allows (RpcThrottled past it)."""
+    deadline = time.monotonic() + BROADCAST_THROTTLE_S
+    while True:
+        try:
+            await rpc.send_raw_transaction(raw)
+            return
+        except RpcThrottled as exc:
+            if time.monotonic() + exc.wait_s > deadline:
+                raise
+            await asyncio.sleep(exc.wait_s)
 
 
 @dataclass(frozen=True)
