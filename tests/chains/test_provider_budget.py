@@ -44,7 +44,7 @@ from qtg_runner.chains.cctp_client import DEPOSIT_FOR_BURN_TOPIC
 from qtg_runner.db import procs
 from qtg_runner.executors.cctp_burn import IRIS_URL_ENV, CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
-from qtg_runner.executors.registry import SHIPPED
+from qtg_runner.executors.registry import SHIPPED, registration
 from qtg_runner.runtime import Runtime, supervise
 from qtg_runner.workers import BY_NAME
 from qtg_world.chains.cctp import load_attesters
@@ -82,12 +82,7 @@ def world(db: Any, local_chain_set: LocalChainSet) -> Iterator[psycopg.Connectio
     conn = superuser(db)
     register_world(conn, local_chain_set)
     for executor in SHIPPED:
-        procs.register_executor(
-            executor.key,
-            executor.has_side_effect,
-            executor.node_config_schema,
-            executor.description,
-        ).one(conn)
+        registration(executor).one(conn)
     procs.upsert_lane_baseline(LANE, LANE_BASELINE_S, min_poll_seconds=1).one(conn)
     chain, sender = local_chain_set.chains[0], local_chain_set.treasury[0].address
     settled(chain, sender)
