@@ -144,10 +144,17 @@ class EndpointBudget:
         return wait
 
     async def acquire(self, max_wait: float = DEFAULT_MAX_WAIT_S) -> None:
-        """Take a turn, waiting for it (see ``reserve``)."""
+        """Take a turn, waiting for it (see ``reserve``); a pause a 429 set
+        while it waited is waited out too (EndpointThrottled beyond
+        ``max_wait``): a turn given before the 429 sends nothing into it."""
         wait = self.reserve(max_wait)
-        if wait > 0:
+        while wait > 0:
             await asyncio.sleep(wait)
+            wait = self.paused_until - self.clock()
+            if wait > max_wait:
+                raise EndpointThrottled(
+                    self.name, wait, f"is paused after a 429 ({self.rate:.3g} requests/s here)"
+                )
 
     def slowed(self, retry_after: float | None) -> float:
         """A 429: pause for ``retry_after`` (at least MIN_PAUSE_S, at most

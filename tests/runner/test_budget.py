@@ -124,6 +124,32 @@ def test_an_unset_rate_is_the_kinds_default_and_a_local_endpoints_is_unlimited()
     assert configured_rate(given, "QTG_IRIS_URL", "iris", "http://127.0.0.1:1") == 12.5
 
 
+def test_a_caller_waiting_for_its_turn_waits_out_a_pause_set_meanwhile() -> None:
+    """A turn given before a 429 sends nothing into the pause the 429 set:
+    the waiting caller waits it out, or is throttled past its wait."""
+    budget = EndpointBudget("rpc:qtg_rpc_test", 10)
+
+    async def scenario() -> tuple[float, str]:
+        budget.reserve()  # the turn now is taken: the next one is 0.1 s away
+        start = asyncio.get_running_loop().time()
+        waiting = asyncio.create_task(budget.acquire(max_wait=5))
+        await asyncio.sleep(0)  # it has its turn and sleeps for it
+        budget.slowed(0.5)  # a 429 meanwhile: paused 1 s (the least pause)
+        await waiting
+        elapsed = asyncio.get_running_loop().time() - start
+        budget.reserve()  # the turn now is taken again
+        late = asyncio.create_task(budget.acquire(max_wait=0.5))
+        await asyncio.sleep(0)
+        budget.slowed(30)  # a 429 while it waits: a pause past its wait
+        with pytest.raises(EndpointThrottled) as refused:
+            await late
+        return elapsed, str(refused.value)
+
+    elapsed, refusal = asyncio.run(scenario())
+    assert elapsed >= 0.99
+    assert "paused after a 429" in refusal
+
+
 @pytest.fixture
 def throttling_node() -> Iterator[tuple[str, list[str]]]:
     """A loopback JSON-RPC endpoint that answers every call 429, Retry-After 7."""
