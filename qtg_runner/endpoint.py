@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Self
+from urllib.parse import urlsplit
 
 import httpx
 
-from qtg_runner.budget import EndpointBudget
+from qtg_runner.budget import EndpointBudget, endpoint_budget, endpoint_name
 from qtg_runner.circuit import Circuit, endpoint_circuit
 from qtg_runner.tls import client_ssl_context
 
@@ -42,7 +43,8 @@ class HttpEndpoint:
         timeout: float,
         client: httpx.AsyncClient | None,
         circuit: Circuit | None,
-        budget: EndpointBudget,
+        budget: EndpointBudget | None,
+        budget_kind: str,
     ) -> None:
         self._owns_client = client is None
         self._client = (
@@ -54,8 +56,12 @@ class HttpEndpoint:
         """httpx's timeout bounds each read; this the whole exchange (an answer
         dripped a byte at a time)."""
         self.circuit = circuit or endpoint_circuit(circuit_key, circuit_name)
-        self.budget = budget
-        """The endpoint's request budget in this process (qtg_runner.budget)."""
+        self.budget = budget or endpoint_budget(
+            circuit_key, endpoint_name(budget_kind, urlsplit(circuit_key).hostname), None
+        )
+        """The endpoint's request budget in this process (qtg_runner.budget):
+        the one given (an executor's, named by its URL's variable), else the
+        URL's own at its kind's default rate (``budget_kind``: rpc, iris, venue)."""
 
     async def aclose(self) -> None:
         """Closes the httpx client when it is this object's own (not a shared one)."""

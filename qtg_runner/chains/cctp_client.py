@@ -23,7 +23,7 @@ from eth_abi.abi import decode as abi_decode
 from eth_abi.abi import encode as abi_encode
 from eth_utils.crypto import keccak
 
-from qtg_runner.budget import EndpointBudget, EndpointThrottled, endpoint_budget, endpoint_name
+from qtg_runner.budget import EndpointBudget, EndpointThrottled
 from qtg_runner.chains.cctp import BurnBody, CctpMessage, address_to_bytes32
 from qtg_runner.chains.evm import normalize_address
 from qtg_runner.chains.evm_rpc import EvmRpc, Log, RpcError, RpcErrorKind
@@ -274,7 +274,8 @@ class IrisClient(HttpEndpoint):
             timeout=timeout,
             client=client,
             circuit=circuit,
-            budget=budget or endpoint_budget(self._base, endpoint_name("iris"), None),
+            budget=budget,
+            budget_kind="iris",
         )
 
     async def _send(self, method: str, path: str, **request: Any) -> httpx.Response:

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from qtg_runner.budget import EndpointBudget, EndpointThrottled, endpoint_budget, endpoint_name
+from qtg_runner.budget import EndpointBudget, EndpointThrottled
 from qtg_runner.circuit import Circuit
 from qtg_runner.endpoint import HttpEndpoint, retry_after_s
 
@@ -433,7 +433,8 @@ class EvmRpc(HttpEndpoint):
             timeout=timeout,
             client=client,
             circuit=circuit,
-            budget=budget or endpoint_budget(url, endpoint_name("rpc", parts.hostname), None),
+            budget=budget,
+            budget_kind="rpc",
         )
         self._max_bytes = max_response_bytes
         self._ids = itertools.count(1)

@@ -29,11 +29,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
-from urllib.parse import urlsplit
 
 import httpx
 
-from qtg_runner.budget import EndpointBudget, EndpointThrottled, endpoint_budget, endpoint_name
+from qtg_runner.budget import EndpointBudget, EndpointThrottled
 from qtg_runner.circuit import Circuit
 from qtg_runner.endpoint import HttpEndpoint, retry_after_s
 from qtg_runner.exchanges.bybit_codes import HTTP_STATUSES, Code, Kind, lookup
@@ -356,10 +355,8 @@ class BybitClient(HttpEndpoint):
             timeout=timeout,
             client=client,
             circuit=circuit,
-            budget=budget
-            or endpoint_budget(
-                self.base_url, endpoint_name("venue", urlsplit(self.base_url).hostname), None
-            ),
+            budget=budget,
+            budget_kind="venue",
         )
 
     def __repr__(self) -> str:

@@ -202,6 +202,7 @@ INTERNAL = {
     "limit_refusals",
     "lock_claimed_node",
     "lock_claimed_nodes",
+    "lock_rehearsable",
     "notify_work",
     "number_problem",
     "observe_pacing",

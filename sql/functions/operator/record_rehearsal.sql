@@ -24,8 +24,7 @@ CREATE OR REPLACE FUNCTION record_rehearsal(p_movement_id bigint, p_outcome text
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_state qtg.request_state;
-    v_id    bigint;
+    v_id bigint;
 BEGIN
     IF p_outcome IS NULL OR p_outcome NOT IN ('passed', 'failed') THEN
         RAISE EXCEPTION 'record_rehearsal: the outcome is passed or failed, got %',
@@ -49,16 +48,7 @@ BEGIN
                   HINT = 'Leave out control characters (terminal escapes, tabs, line breaks): one line a text.';
     END IF;
 
-    SELECT r.request_state INTO v_state FROM movement_requests r WHERE r.id = p_movement_id FOR SHARE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'movement % does not exist', p_movement_id USING ERRCODE = 'QT010',
-            HINT = 'Check the movement id and the network (schema) you are connected to.';
-    END IF;
-    IF v_state <> 'PENDING_APPROVAL' THEN
-        RAISE EXCEPTION 'movement % is %: a rehearsal is recorded only while the movement waits for approval',
-                        p_movement_id, v_state
-            USING ERRCODE = 'QT020', HINT = 'Rehearse a movement before it is approved.';
-    END IF;
+    PERFORM lock_rehearsable(p_movement_id, 'recorded');
 
     INSERT INTO movement_rehearsals (movement_id, outcome, summary, recorded_by, recorded_at)
     VALUES (p_movement_id, p_outcome, p_summary, session_user, clock())

@@ -20,19 +20,9 @@ CREATE OR REPLACE FUNCTION request_rehearsal(p_movement_id bigint) RETURNS bigin
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_state qtg.request_state;
-    v_id    bigint;
+    v_id bigint;
 BEGIN
-    SELECT r.request_state INTO v_state FROM movement_requests r WHERE r.id = p_movement_id FOR SHARE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'movement % does not exist', coalesce(p_movement_id::text, 'NULL') USING ERRCODE = 'QT010',
-            HINT = 'Check the movement id and the network (schema) you are connected to.';
-    END IF;
-    IF v_state <> 'PENDING_APPROVAL' THEN
-        RAISE EXCEPTION 'movement % is %: a rehearsal is asked for only while the movement waits for approval',
-                        p_movement_id, v_state
-            USING ERRCODE = 'QT020', HINT = 'Rehearse a movement before it is approved.';
-    END IF;
+    PERFORM lock_rehearsable(p_movement_id, 'asked for');
 
     SELECT q.id INTO v_id FROM rehearsal_requests q WHERE q.movement_id = p_movement_id AND q.finished_at IS NULL;
     IF FOUND THEN
