@@ -22,6 +22,9 @@ class QuietServer(ThreadingHTTPServer):
     is no error worth a traceback."""
 
     daemon_threads = True
+    request_queue_size = 128
+    """anvil opens many connections at once to read a fork's state: the
+    default backlog of 5 drops some (connection timed out) on a busy machine."""
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):
