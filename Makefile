@@ -65,7 +65,7 @@ test: install
 		-n $(PG15_WORKERS) --dist loadfile --ignore=tests/runner --ignore=tests/chains \
 		--ignore=tests/scenarios/test_chaos_checker.py --ignore=tests/api/test_operator_page.py \
 		-m "not chain and not embedded" > $(PG15_LOG) 2>&1 & pg15=$$!; \
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile; main=$$?; \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15; main=$$?; \
 	wait $$pg15; other=$$?; \
 	echo "--- the database-level tests on PostgreSQL 15:"; cat $(PG15_LOG); \
 	exit $$(( main != 0 || other != 0 ))

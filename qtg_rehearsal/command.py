@@ -158,10 +158,11 @@ def rehearse_cmd(
     environment (the registry names the variable), pinned at its head or
     --block; impersonates the treasury's accounts (no key is used); runs the
     plan with the real executors in a throwaway engine, the Iris double
-    attesting; prints each step's outcome, gas and fees and the balances
+    attesting and the Bybit double standing in for an exchange (no exchange
+    is called); prints each step's outcome, gas and fees and the balances
     before and after, and records the summary on the movement. CCIP and
-    Stargate deliveries and exchange steps do not run on a fork: the summary
-    says so. Needs anvil (`make install`).
+    Stargate deliveries do not run on a fork: the summary says so. Needs
+    anvil (`make install`).
 
     With --requested instead of a MOVEMENT: serves the rehearsals asked for
     on the operator page or over the API, oldest first, each rehearsed and

@@ -12,10 +12,11 @@ with them; a throwaway engine running the movement with the real executors
 transactions' gas and fees, and every balance the movement touches before
 and after, as lines to print and as the object recorded on the movement.
 
-What does not run on a fork is said, never passed over: a CCIP or Stargate
-send is rehearsed up to its source transaction (no DON or LayerZero
-executor delivers on a fork); an exchange step (Bybit) is not run (the
-rehearsal never calls an exchange), nor are the steps after it.
+An exchange step runs against the local Bybit double on the forks
+(qtg_rehearsal.venues): a rehearsal never calls an exchange. What does not
+run on a fork is said, never passed over: a CCIP or Stargate send is
+rehearsed up to its source transaction (no DON or LayerZero executor
+delivers on a fork).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from qtg_rehearsal.forks import (
     trust_attesters,
 )
 from qtg_rehearsal.stand_ins import StandIns
+from qtg_rehearsal.venues import EXCHANGE_PREFIX, serving
 from qtg_runner.chains.evm_rpc import redact_url
 from qtg_runner.config import NetworkMode
 from qtg_runner.executors.cctp_burn import IRIS_URL_ENV
@@ -56,8 +58,7 @@ FAR_SIDE = {
     "stargate": "delivery not rehearsed: no LayerZero executor runs on a fork",
 }
 """Executors whose send is rehearsed but whose delivery is not: why."""
-NOT_RUN_PREFIX = "bybit_"
-NOT_RUN = "not rehearsed: a rehearsal never calls an exchange"
+AT_THE_DOUBLE = "against the local Bybit double (no exchange called)"
 SETTLE_S = 5.0
 """How long a run must look settled (only what cannot finish on a fork left)
 before the rehearsal ends it."""
@@ -138,14 +139,13 @@ def read_balances(
 def settled_after(seconds: float) -> Callable[[list[NodeRun]], bool]:
     """Whether a run has nothing left that can finish on a fork, and has looked
     so for ``seconds``: every step done, or a far-side send waiting for its
-    delivery, an exchange step, or a step waiting behind one of those."""
+    delivery, or a step waiting behind one."""
     since: list[float] = []
 
     def settled(nodes: list[NodeRun]) -> bool:
         quiet = all(
             n.state in NODE_TERMINAL
             or n.state == "PENDING"
-            or n.executor.startswith(NOT_RUN_PREFIX)
             or (n.executor in FAR_SIDE and n.state in ("SUBMITTED", "OBSERVING"))
             for n in nodes
         )
@@ -169,14 +169,14 @@ def step_line(node: NodeRun, fees: Mapping[str, tuple[int, int]]) -> str:
         else ""
     )
     line = f"step {node.key} ({node.executor}): {node.state}{sent}"
-    if node.executor.startswith(NOT_RUN_PREFIX):
-        return f"step {node.key} ({node.executor}): {NOT_RUN}"
     if node.executor in FAR_SIDE and node.state in ("SUBMITTED", "OBSERVING"):
         return f"{line}; {FAR_SIDE[node.executor]}"
     if node.state == "PENDING":
         return f"step {node.key} ({node.executor}): not reached (its parents did not finish here)"
     if node.state in ("FAILED", "UNKNOWN") or (node.error and node.state != "COMPLETED"):
-        return f"{line}: {node.error or 'no error recorded'}"
+        line = f"{line}: {node.error or 'no error recorded'}"
+    if node.executor.startswith(EXCHANGE_PREFIX):
+        return f"{line}; {AT_THE_DOUBLE}"
     return line
 
 
@@ -303,26 +303,38 @@ async def _rehearse_on_forks(
                 "trusted, the local Iris double attesting"
             )
         try:
-            before = read_balances(forks, tokens, holders)
-            root = Path(tempfile.mkdtemp(prefix="qtg-rehearsal-"))
-            with throwaway.throwaway_engine(root, network, registry) as engine:
-                say("the movement runs in a throwaway engine (its own database), core workers only")
-                run = await throwaway.run_movement(
-                    engine,
-                    movement,
-                    plan,
-                    run_env,
-                    stand_ins.by_signer,
-                    settled_after(SETTLE_S),
-                    timeout_s,
-                    progress=say,
-                )
-            after = read_balances(forks, tokens, holders)
-            fees = receipts_fees(forks_started)
+            venues = serving(
+                plan, registry, forks, Decimal(str(movement["amount"])),
+                sorted(plan_addresses(plan)), logs,
+            )  # fmt: skip
+            with venues as served:
+                run_env.update(served.env)
+                for line in served.lines:
+                    say(line)
+                before = read_balances(forks, tokens, holders)
+                root = Path(tempfile.mkdtemp(prefix="qtg-rehearsal-"))
+                with throwaway.throwaway_engine(root, network, registry) as engine:
+                    say(
+                        "the movement runs in a throwaway engine (its own database), "
+                        "core workers only"
+                    )
+                    run = await throwaway.run_movement(
+                        engine,
+                        movement,
+                        plan,
+                        run_env,
+                        stand_ins.by_signer,
+                        settled_after(SETTLE_S),
+                        timeout_s,
+                        progress=say,
+                    )
+                after = read_balances(forks, tokens, holders)
+                fees = receipts_fees(forks_started)
+                notes = served.lines + served.troubles()
         finally:
             if attesting is not None:
                 attesting.stop()
-    return summarise(movement, run, forks, before, after, fees, tokens)
+    return summarise(movement, run, forks, before, after, fees, tokens, notes)
 
 
 def receipts_fees(forks: Iterable[Fork]) -> dict[str, tuple[int, int]]:
@@ -345,6 +357,7 @@ def summarise(
     after: Mapping[tuple[str, str, str], int],
     fees: Mapping[str, tuple[int, int]],
     tokens: Mapping[str, list[Mapping[str, Any]]],
+    notes: Iterable[str] = (),
 ) -> Summary:
     outcome = outcome_of(run)
     decimals = {(c, str(t["symbol"])): int(t["decimals"]) for c, ts in tokens.items() for t in ts}
@@ -385,6 +398,7 @@ def summarise(
         f"as rehearsed: finality depth at most {throwaway.REHEARSAL_FINALITY_DEPTH} blocks, lanes "
         f"paced at {throwaway.LANE_BASELINE_S:g} s, attestations by the local Iris double"
     )
+    lines.extend(notes)
     lines.append(f"outcome: {outcome}")
     lines = [printable(line) for line in lines[:MAX_LINES]]
     record = {

@@ -13,7 +13,9 @@ shell holds; a movement that cannot run as planned (more than the treasury
 holds) fails its rehearsal with the reason in its lines, and its approval
 says so (QT025's warning) while a passed one says nothing; one the engine
 would refuse (over a value limit) fails with the refusal; a chain with no
-RPC URL in the environment is a clear refusal before anything starts.
+RPC URL in the environment is a clear refusal before anything starts; an
+exchange step runs against the local Bybit double on the forks, and the
+exchange the shell names hears nothing.
 """
 
 from __future__ import annotations
@@ -42,10 +44,14 @@ from qtg_rehearsal.rehearse import RehearsalError, Summary, run
 from qtg_runner import signers
 from qtg_runner.db import procs
 from qtg_runner.executors import evm_tx
+from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
+from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.registry import registration
 from qtg_world.chains.local import rpc, rpc_url_env
+from qtg_world.chains.registry import register_venue
+from qtg_world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -291,6 +297,70 @@ def test_a_movement_the_engine_would_refuse_fails_its_rehearsal_with_the_reason(
     assert summary.outcome == "failed"
     assert summary.record["refusal"].startswith("QT062: ")
     assert any(line.startswith("the engine refused the movement: QT062") for line in summary.lines)
+
+
+def test_an_exchange_step_runs_against_the_bybit_double_on_the_forks(
+    world: Any, local_chain_set: LocalChainSet, tmp_path: Path
+) -> None:
+    """A withdrawal from the exchange to the treasury, then the same amount
+    paid into the exchange's deposit address and followed to its credit: all
+    three steps COMPLETED on the fork, the treasury's USDC in and out again,
+    the deposit address paid; the exchange URL and key file the shell holds
+    are never used (a canary hears nothing), and the real chain is untouched."""
+    deposit_address = "0x" + "d5" * 20
+    register_venue(world, local_chain_set.chains, deposit_address)
+    for executor in (BybitWithdrawExecutor, BybitDepositExecutor):
+        registration(executor).one(world)
+    a = local_chain_set.chains[0]
+    treasury = local_chain_set.treasury[0].address.lower()
+    plan = {
+        "nodes": [
+            {"key": "out", "executor": "bybit_withdraw",
+             "config": {"lane": "bybit-withdraw", "venue": "bybit", "coin": "USDC",
+                        "chain": a.key, "to": treasury},
+             "depends_on": []},
+            {"key": "pay", "executor": "evm_transfer",
+             "config": {"lane": "evm", "chain": a.key, "from": treasury, "to": deposit_address},
+             "depends_on": ["out"]},
+            {"key": "credit", "executor": "bybit_deposit",
+             "config": {"lane": "bybit-deposit", "venue": "bybit", "chain": a.key},
+             "depends_on": ["pay"]},
+        ]
+    }  # fmt: skip
+    with as_person(world, "alice"):
+        movement_id = (
+            procs.create_movement("rehearsed-exchange", Decimal("3"), plan=plan)
+            .one(world)
+            .movement_id
+        )
+    before = real_state(local_chain_set)
+    canary = Canary()
+    env = rpc_only_env(local_chain_set) | {
+        BYBIT_URL_ENV: canary.url,
+        BYBIT_KEY_FILE_ENV: str(tmp_path / "the-real-key.json"),
+    }
+    try:
+        summary = rehearse_as_alice(world, movement_id, env, timeout_s=120)
+    finally:
+        canary.stop()
+
+    text = "\n".join(summary.lines)
+    assert summary.outcome == "passed", text
+    assert canary.heard == []
+    steps = {s["key"]: s["state"] for s in summary.record["steps"]}
+    assert steps == {"out": "COMPLETED", "pay": "COMPLETED", "credit": "COMPLETED"}, text
+    assert any(
+        line.startswith("step out (bybit_withdraw): COMPLETED") and "Bybit double" in line
+        for line in summary.lines
+    ), text
+    assert any(line.startswith("exchange bybit: the local Bybit double") for line in summary.lines)
+    moved = {
+        (x["chain"], x["address"], x["asset"]): int(x["after"]) - int(x["before"])
+        for x in summary.record["balances"]
+    }
+    assert moved.get((a.key, treasury, "USDC"), 0) == 0, text  # 3 in, then 3 out
+    assert moved[a.key, deposit_address, "USDC"] == 3 * UNITS, text
+    assert real_state(local_chain_set) == before
 
 
 def test_a_request_made_on_the_page_is_served_by_the_rehearsal_service(
