@@ -24,7 +24,9 @@ An upstream that does not answer gets 502 with the same shape of body
 
 Each request is counted, admitted or refused, with its time.monotonic()
 timestamp (``counts()``, ``reset_counts()``), so that a test can say how many
-429s came after its warm-up.
+429s came after its warm-up; the admitted ones also by what they asked (the
+JSON-RPC method of each call, a batch's each; else the HTTP method and the
+path without its query), so that a test can say what a client asked.
 
 ``serve(upstream_url, rate_per_s, retry_after_s=1, block_s=0)`` starts it on a
 free port (a daemon thread) and returns the handle: ``.url`` (given to a
@@ -40,6 +42,7 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.client import HTTPConnection, HTTPException
 from http.server import ThreadingHTTPServer
@@ -68,6 +71,8 @@ class ThrottleCounts:
 
     admitted: tuple[float, ...]
     refused: tuple[float, ...]
+    asked: Mapping[str, int] = field(default_factory=dict)
+    """The admitted requests by what they asked (see the module's docstring)."""
 
     def admitted_since(self, since: float) -> int:
         return sum(1 for t in self.admitted if t >= since)
@@ -94,7 +99,19 @@ class _State:
     blocked_until: float = 0.0
     admitted: list[float] = field(default_factory=list)
     refused: list[float] = field(default_factory=list)
+    asked: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count_asked(self, command: str, path: str, body: bytes) -> None:
+        try:
+            parsed = json.loads(body) if body else None
+        except ValueError:
+            parsed = None
+        calls = parsed if isinstance(parsed, list) else [parsed]
+        names = [str(c["method"]) for c in calls if isinstance(c, dict) and "method" in c]
+        with self.lock:
+            for name in names or [f"{command} {path.split('?', 1)[0]}"]:
+                self.asked[name] = self.asked.get(name, 0) + 1
 
     def admit(self) -> int | None:
         """None when the request may go on (it is counted in the window), else
@@ -182,6 +199,7 @@ def _handler(state: _State, upstream: str) -> type[JsonHandler]:
                     {"Retry-After": str(retry_after)},
                 )
                 return
+            state.count_asked(self.command, self.path, body)
             headers = {name: v for name in _FORWARDED_HEADERS if (v := self.headers.get(name))}
             try:
                 status, content_type, answer = forward(
@@ -220,13 +238,16 @@ class ThrottleHandle:
 
     def counts(self) -> ThrottleCounts:
         with self._state.lock:
-            return ThrottleCounts(tuple(self._state.admitted), tuple(self._state.refused))
+            return ThrottleCounts(
+                tuple(self._state.admitted), tuple(self._state.refused), dict(self._state.asked)
+            )
 
     def reset_counts(self) -> None:
         """Forget the requests counted so far (not the window nor a block)."""
         with self._state.lock:
             self._state.admitted.clear()
             self._state.refused.clear()
+            self._state.asked.clear()
 
     def stop(self) -> None:
         self._server.shutdown()

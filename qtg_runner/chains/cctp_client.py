@@ -116,13 +116,16 @@ def decode_receive_message(calldata: bytes) -> tuple[bytes, bytes]:
     return bytes(message), bytes(attestation)
 
 
-async def min_fee_amount(rpc: EvmRpc, token_messenger: str, amount: int) -> tuple[int, int]:
+async def min_fee_amount(
+    rpc: EvmRpc, token_messenger: str, amount: int, *, max_age_s: float = 0.0
+) -> tuple[int, int]:
     """(minFee, the least maxFee a burn of ``amount`` may name) on a v2.1
     TokenMessengerV2, as its depositForBurn computes it (amount * minFee / 10^7,
     at least one unit; nothing while minFee is 0). A messenger without minFee
-    (v2.0: the call reverts) has no minimum: (0, 0)."""
+    (v2.0: the call reverts) has no minimum: (0, 0). minFee read at most once
+    per ``max_age_s`` (EvmRpc.call)."""
     try:
-        out = await rpc.call(normalize_address(token_messenger), _MIN_FEE)
+        out = await rpc.call(normalize_address(token_messenger), _MIN_FEE, max_age_s=max_age_s)
     except RpcError as exc:
         if exc.kind is RpcErrorKind.REVERTED:
             return 0, 0
@@ -161,10 +164,15 @@ async def used_nonce(rpc: EvmRpc, transmitter: str, nonce: bytes) -> bool:
     return int.from_bytes(out[-32:], "big") != 0 if out else False
 
 
-async def allowance(rpc: EvmRpc, token: str, owner: str, spender: str) -> int:
+async def allowance(
+    rpc: EvmRpc, token: str, owner: str, spender: str, *, max_age_s: float = 0.0
+) -> int:
+    """``token.allowance(owner, spender)``, the latest at most once per
+    ``max_age_s`` (EvmRpc.call)."""
     out = await rpc.call(
         normalize_address(token),
         _ALLOWANCE + abi_encode(["address", "address"], [owner, spender]),
+        max_age_s=max_age_s,
     )
     return int.from_bytes(out[-32:], "big") if out else 0
 

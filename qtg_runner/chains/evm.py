@@ -16,6 +16,7 @@ Signer carry the checksummed form eth-account requires. Nothing here holds a key
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -135,10 +136,23 @@ def transfer_calldata(to: str, amount: int) -> bytes:
     return ERC20_TRANSFER + _word_address(to) + _word_uint(amount)
 
 
-async def balance_of(rpc: EvmRpc, token: str, owner: str, *, tag: int | BlockTag = "latest") -> int:
-    """``token.balanceOf(owner)``; RpcBadResponse when ``token`` answers no word
-    (no contract there)."""
-    out = await rpc.call(normalize_address(token), ERC20_BALANCE_OF + _word_address(owner), tag=tag)
+async def balance_of(
+    rpc: EvmRpc,
+    token: str,
+    owner: str,
+    *,
+    tag: int | BlockTag = "latest",
+    max_age_s: float = 0.0,
+) -> int:
+    """``token.balanceOf(owner)`` (the latest at most once per ``max_age_s``:
+    EvmRpc.call); RpcBadResponse when ``token`` answers no word (no contract
+    there)."""
+    out = await rpc.call(
+        normalize_address(token),
+        ERC20_BALANCE_OF + _word_address(owner),
+        tag=tag,
+        max_age_s=max_age_s,
+    )
     if len(out) != 32:
         raise RpcBadResponse(
             f"balanceOf on {normalize_address(token)} answered {len(out)} bytes, not 32: "
@@ -221,20 +235,29 @@ def _check_caps(max_fee_cap: int, priority_fee_cap: int) -> None:
         raise ValueError(f"fee caps are positive: max {max_fee_cap}, priority {priority_fee_cap}")
 
 
-async def suggest_fees(rpc: EvmRpc, *, max_fee_cap: int, priority_fee_cap: int) -> Fees:
+async def suggest_fees(
+    rpc: EvmRpc, *, max_fee_cap: int, priority_fee_cap: int, max_age_s: float = 0.0
+) -> Fees:
     """Fees for a new transaction: priority = min(node's suggestion, cap), max =
     min(2 * base fee + priority, cap). FeeCapExceeded when the latest base fee
-    alone is above ``max_fee_cap`` (a transaction signed then would sit unmined)."""
+    alone is above ``max_fee_cap`` (a transaction signed then would sit unmined).
+    The node's base fee and suggestion are read at most once per ``max_age_s``
+    (EvmRpc.recent): the nodes of one chain prepared together read them once."""
     _check_caps(max_fee_cap, priority_fee_cap)
-    base = await rpc.base_fee()
+    base, suggested = await rpc.recent("fees", max_age_s, functools.partial(_fee_quote, rpc))
     if base > max_fee_cap:
         raise FeeCapExceeded(
             f"the base fee {base} wei/gas on {rpc.display_url} is above the max fee cap "
             f"{max_fee_cap}: nothing is signed until it falls or the cap is raised"
         )
-    priority = min(await rpc.max_priority_fee(), priority_fee_cap)
+    priority = min(suggested, priority_fee_cap)
     max_fee = min(2 * base + priority, max_fee_cap)
     return Fees(max_fee_per_gas=max_fee, max_priority_fee_per_gas=min(priority, max_fee))
+
+
+async def _fee_quote(rpc: EvmRpc) -> tuple[int, int]:
+    """The latest base fee and the node's suggested priority fee, in wei/gas."""
+    return await rpc.base_fee(), await rpc.max_priority_fee()
 
 
 def _raised(value: int) -> int:

@@ -26,12 +26,15 @@ Addresses in every answer are 0x + 40 lower-case hex, hashes 0x + 64.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import itertools
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -62,6 +65,10 @@ for _name in ("httpx", "httpcore"):
 
 _ADDRESS = re.compile(r"0x[0-9a-f]{40}")
 _HASH = re.compile(r"0x[0-9a-f]{64}")
+
+SETTLED_KEPT = 4096
+"""How many settled readings a client keeps (``EvmRpc.settled``), the oldest
+forgotten first: enough for the nodes one runner observes at once."""
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -438,6 +445,12 @@ class EvmRpc(HttpEndpoint):
         )
         self._max_bytes = max_response_bytes
         self._ids = itertools.count(1)
+        self._recent: dict[str, tuple[Any, float]] = {}
+        self._reading: dict[str, asyncio.Task[Any]] = {}
+        self.settled: OrderedDict[str, Any] = OrderedDict()
+        """What a caller learnt of a transaction that can no longer change (a
+        receipt at its chain's finality depth), by hash, kept so that it is
+        not read again (``keep_settled``, ``settled_of``)."""
 
     def __repr__(self) -> str:
         return f"EvmRpc({self.display_url!r})"
@@ -560,33 +573,111 @@ class EvmRpc(HttpEndpoint):
     async def block_number(self) -> int:
         return _qty(await self.request("eth_blockNumber"), "eth_blockNumber")
 
+    async def head(self, max_age_s: float) -> int:
+        """The chain's head, read at most once per ``max_age_s`` (``recent``):
+        the nodes of one chain observed in one round read it once."""
+        value: int = await self.recent("head", max_age_s, self.block_number)
+        return value
+
+    async def recent(self, key: str, max_age_s: float, read: Callable[[], Awaitable[Any]]) -> Any:
+        """What ``read`` returned last under ``key``, read again once older
+        than ``max_age_s`` (from when that read began); callers asking while
+        a read is under way share it, and its failure."""
+        known = self._recent.get(key)
+        if known is not None and time.monotonic() - known[1] <= max_age_s:
+            return known[0]
+        loop = asyncio.get_running_loop()
+        task = self._reading.get(key)
+        if task is None or task.done() or task.get_loop() is not loop:
+
+            async def read_now() -> Any:
+                began = time.monotonic()
+                value = await read()
+                self._recent[key] = (value, began)
+                return value
+
+            task = self._reading[key] = loop.create_task(read_now())
+        return await asyncio.shield(task)
+
+    def keep_settled(self, tx_hash: str, reading: Any) -> None:
+        """``reading`` of ``tx_hash`` kept: it can no longer change."""
+        self.settled[tx_hash] = reading
+        self.settled.move_to_end(tx_hash)
+        while len(self.settled) > SETTLED_KEPT:
+            self.settled.popitem(last=False)
+
+    def settled_of(self, tx_hash: str) -> Any | None:
+        """What ``keep_settled`` kept of ``tx_hash``, or None."""
+        return self.settled.get(tx_hash)
+
     async def block(self, tag_or_number: int | BlockTag = "latest") -> Block | None:
         """The block (transaction hashes only), or None when the node has none
         such (a number beyond the head; ``safe``/``finalized`` before any)."""
         raw = await self.request("eth_getBlockByNumber", [_block_param(tag_or_number), False])
         return None if raw is None else parse_block(raw)
 
-    async def transaction_count(self, address: str, tag: NonceTag | BlockTag = "latest") -> int:
+    async def transaction_count(
+        self, address: str, tag: NonceTag | BlockTag = "latest", *, max_age_s: float = 0.0
+    ) -> int:
         """The account's next nonce: ``latest`` counts mined transactions only,
-        ``pending`` also the node's pool."""
-        raw = await self.request(
-            "eth_getTransactionCount", [_checked_address(address), _block_param(tag)]
-        )
-        return _qty(raw, "eth_getTransactionCount")
+        ``pending`` also the node's pool; the pending count read at most once
+        per ``max_age_s`` (``recent``; a send from the account through this
+        client forgets it: ``sent_from``)."""
+        params = [_checked_address(address), _block_param(tag)]
 
-    async def balance(self, address: str, tag: BlockTag = "latest") -> int:
-        """The account's ether balance in wei."""
-        raw = await self.request("eth_getBalance", [_checked_address(address), _block_param(tag)])
-        return _qty(raw, "eth_getBalance")
+        async def read() -> int:
+            return _qty(
+                await self.request("eth_getTransactionCount", params), "eth_getTransactionCount"
+            )
+
+        if max_age_s > 0 and tag == "pending":
+            value: int = await self.recent(f"pending:{params[0]}", max_age_s, read)
+            return value
+        return await read()
+
+    def sent_from(self, address: str) -> None:
+        """A transaction of ``address`` went out through this client: its
+        pending count is read afresh next time."""
+        self._recent.pop(f"pending:{_checked_address(address)}", None)
+
+    async def balance(
+        self, address: str, tag: BlockTag = "latest", *, max_age_s: float = 0.0
+    ) -> int:
+        """The account's ether balance in wei; the latest read at most once per
+        ``max_age_s`` (``recent``)."""
+        params = [_checked_address(address), _block_param(tag)]
+
+        async def read() -> int:
+            return _qty(await self.request("eth_getBalance", params), "eth_getBalance")
+
+        if max_age_s > 0 and tag == "latest":
+            value: int = await self.recent(f"balance:{params[0]}", max_age_s, read)
+            return value
+        return await read()
 
     async def call(
-        self, to: str, data: bytes, *, sender: str | None = None, tag: int | BlockTag = "latest"
+        self,
+        to: str,
+        data: bytes,
+        *,
+        sender: str | None = None,
+        tag: int | BlockTag = "latest",
+        max_age_s: float = 0.0,
     ) -> bytes:
-        """eth_call: what ``to`` returns for ``data`` (RpcError REVERTED on a revert)."""
+        """eth_call: what ``to`` returns for ``data`` (RpcError REVERTED on a
+        revert); a call at the latest block without a sender read at most once
+        per ``max_age_s`` (``recent``: the nodes prepared together ask once)."""
         call: dict[str, str] = {"to": _checked_address(to), "data": "0x" + data.hex()}
         if sender is not None:
             call["from"] = _checked_address(sender)
-        return _bytes(await self.request("eth_call", [call, _block_param(tag)]), "eth_call")
+
+        async def read() -> bytes:
+            return _bytes(await self.request("eth_call", [call, _block_param(tag)]), "eth_call")
+
+        if max_age_s > 0 and tag == "latest" and sender is None:
+            out: bytes = await self.recent(f"call:{call['to']}:{call['data']}", max_age_s, read)
+            return out
+        return await read()
 
     async def estimate_gas(self, sender: str, to: str, data: bytes = b"", value: int = 0) -> int:
         """eth_estimateGas for the call (RpcError REVERTED when it would revert)."""

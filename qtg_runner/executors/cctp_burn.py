@@ -186,12 +186,15 @@ class CctpBurnExecutor(IrisExecutor, evm_tx.CallExecutor):
     async def preflight(self, work: NodeWork) -> None:
         route = await _Route.of(self._pool, work)
         rpc = self._evm.leg_rpc(route.leg)
+        recent = evm_tx.shared_for(route.leg)  # the burns prepared together read once
         async with evm_tx.chain_errors(route.leg.chain_key):
-            held = await balance_of(rpc, route.token_address, route.leg.sender)
+            held = await balance_of(rpc, route.token_address, route.leg.sender, max_age_s=recent)
             allowed = await allowance(
-                rpc, route.token_address, route.leg.sender, route.token_messenger
+                rpc, route.token_address, route.leg.sender, route.token_messenger, max_age_s=recent
             )
-            min_fee, least = await min_fee_amount(rpc, route.token_messenger, route.amount_units)
+            min_fee, least = await min_fee_amount(
+                rpc, route.token_messenger, route.amount_units, max_age_s=recent
+            )
         if route.max_fee_units < least:
             raise ExecutorError(
                 f"the burn's maxFee, {route.max_fee_units} base units of {route.amount_units}, "

@@ -93,6 +93,12 @@ from qtg_runner.signers import Signer, SignerError, load_async
 STALE_HEAD_BLOCKS = 30
 """A head block older than this many block times (at least a minute) is stale."""
 RETRY_LATER_S = 30.0
+HEAD_MAX_AGE_FRACTION = 0.5
+"""How old a chain's head may be when a mined transaction's depth is read
+from it, and its fee quote when a transaction is priced, in the chain's
+block times: the nodes of one chain observed in one round read the head
+once, those prepared together the fees once (EvmRpc.recent). An older head
+counts fewer confirmations, never more; the fees stay under the caps."""
 BROADCAST_THROTTLE_S = 20.0
 """How long a broadcast waits out its endpoint's throttle (within the
 dispatcher's 30 s for a submit) before it is a retryable failure."""
@@ -171,12 +177,22 @@ def gas_payload(gas: int, fees: Fees) -> JsonObject:
     }
 
 
+def shared_for(leg: ChainLeg) -> float:
+    """How long a read of the leg's chain is shared by the nodes that ask for
+    it (EvmRpc.recent): HEAD_MAX_AGE_FRACTION of its block time."""
+    return HEAD_MAX_AGE_FRACTION * leg.block_time_s
+
+
 async def pending_nonce_and_fees(rpc: EvmRpc, leg: ChainLeg) -> tuple[int, Fees]:
     """The account's pending transaction count and EIP-1559 fees under the
-    leg's caps (inside the caller's chain_errors)."""
-    chain_next = await rpc.transaction_count(leg.sender, "pending")
+    leg's caps (inside the caller's chain_errors); the chain's fee quote read
+    once for the nodes of one chain prepared together (HEAD_MAX_AGE_FRACTION)."""
+    chain_next = await rpc.transaction_count(leg.sender, "pending", max_age_s=shared_for(leg))
     fees = await suggest_fees(
-        rpc, max_fee_cap=leg.max_fee_cap, priority_fee_cap=leg.priority_fee_cap
+        rpc,
+        max_fee_cap=leg.max_fee_cap,
+        priority_fee_cap=leg.priority_fee_cap,
+        max_age_s=shared_for(leg),
     )
     return chain_next, fees
 
@@ -401,6 +417,8 @@ async def broadcast(rpc: EvmRpc, leg: ChainLeg, prepared: Prepared, what: str) -
                     f"{leg.chain_key} refused the {what}: {exc.message}", retryable=False
                 ) from None
             raise
+        finally:
+            rpc.sent_from(leg.sender)
     return SubmitResult(tx_hash, {"tx_hash": tx_hash, "nonce": prepared.nonce})
 
 
@@ -492,6 +510,10 @@ async def read_recorded(rpc: EvmRpc, leg: ChainLeg, work: NodeWork) -> TxReading
             f"node {work.node_id} has no recorded transaction to read", retryable=False
         )
     hashes = [str(t["tx_hash"]) for t in transactions]
+    for tx_hash in reversed(hashes):
+        settled = rpc.settled_of(tx_hash)
+        if isinstance(settled, TxReading):
+            return settled  # final or reverted at its finality depth: read once
     async with chain_errors(leg.chain_key):
         found = await _receipt_of(rpc, hashes)
         if found is None:
@@ -524,7 +546,10 @@ async def _receipt_of(rpc: EvmRpc, hashes: list[str]) -> Receipt | None:
 
 
 async def _mined(rpc: EvmRpc, leg: ChainLeg, receipt: Receipt) -> TxReading:
-    head = await rpc.block_number()
+    """The mined ``receipt`` read against the chain now: in a reorganisation,
+    short of the finality depth, or settled (final or reverted), which the
+    client keeps and is not read again."""
+    head = await rpc.head(shared_for(leg))
     canonical = await rpc.block(receipt.block_number)
     depth = head - receipt.block_number
     evidence: JsonObject = {
@@ -541,10 +566,13 @@ async def _mined(rpc: EvmRpc, leg: ChainLeg, receipt: Receipt) -> TxReading:
         wait = leg.block_time_s * (leg.finality_depth - depth)
         return TxReading("mined", evidence, receipt.tx_hash, wait)
     if not receipt.succeeded:
-        return TxReading(
+        settled = TxReading(
             "reverted", evidence | {"status": receipt.status}, receipt.tx_hash, receipt=receipt
         )
-    return TxReading("final", evidence, receipt.tx_hash, receipt=receipt)
+    else:
+        settled = TxReading("final", evidence, receipt.tx_hash, receipt=receipt)
+    rpc.keep_settled(receipt.tx_hash, settled)
+    return settled
 
 
 async def _unmined(rpc: EvmRpc, leg: ChainLeg, transactions: list[Any], nonce: int) -> TxReading:
@@ -663,7 +691,9 @@ class EvmExecutor(ExecutorBase, abc.ABC):
         leg = self.sending_leg(prepared.payload)
         rpc = self._evm.leg_rpc(leg)
         async with chain_errors(leg.chain_key):
-            chain_next = await rpc.transaction_count(leg.sender, "pending")
+            chain_next = await rpc.transaction_count(
+                leg.sender, "pending", max_age_s=shared_for(leg)
+            )
         signer = await self._evm.signer(leg)
         return await signed(signer, leg, send, max(nonce, chain_next), prepared.payload)
 
@@ -700,7 +730,7 @@ class CallExecutor(EvmExecutor):
         async with chain_errors(route.leg.chain_key):
             chain_next, fees = await pending_nonce_and_fees(rpc, route.leg)
             gas = await estimate_gas(rpc, route.leg.sender, send.to, send.data)
-            funds = await rpc.balance(route.leg.sender)
+            funds = await rpc.balance(route.leg.sender, max_age_s=shared_for(route.leg))
         require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
         payload = route.payload(gas, fees)
         return await signed(signer, route.leg, send, route.nonce(chain_next), payload)
