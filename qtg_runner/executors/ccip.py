@@ -371,7 +371,7 @@ async def _destination(
     success = [c for c in changes if c.state == SUCCESS]
     if success:
         done = success[0]
-        head = await rpc.block_number()
+        head = await rpc.head(evm_tx.HEAD_MAX_AGE_FRACTION * route.dest_block_time_s)
         depth = head - (done.block_number or head)
         if depth < route.dest_finality_depth:
             wait = route.dest_block_time_s * (route.dest_finality_depth - depth)

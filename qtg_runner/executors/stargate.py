@@ -340,7 +340,7 @@ class StargateExecutor(evm_tx.EvmExecutor):
             _src_eid, value = decode(["uint32", "uint256"], log.data)
             if int(value) != amount or log.block_number is None:
                 continue
-            head = await rpc.block_number()
+            head = await rpc.head(evm_tx.HEAD_MAX_AGE_FRACTION * float(payload["dst_block_time_s"]))
             depth = head - log.block_number
             received: JsonObject = {
                 "chain_key": dst_key,
