@@ -399,10 +399,12 @@ class ExecutorError(Exception):
     """An external call failed. ``retryable`` says whether trying again later
     may succeed; the procedures decide what that means for the node (a
     retryable failure after a prepared side effect goes to recovery).
-    ``throttled``: the call was not made, or refused with a 429, for the
-    endpoint's request budget (qtg_runner.budget), not for anything of the
-    node's: before anything is signed the node goes back to READY after
-    ``retry_after`` without counting an attempt."""
+    ``throttled``: the outside world asked to wait, not for anything of the
+    node's: the call was not made, or refused with a 429, for the endpoint's
+    request budget (qtg_runner.budget), or a service is out of reach or has
+    not made yet what the node needs (Iris's re-attestation). Before anything
+    is signed the node goes back to READY after ``retry_after`` without
+    counting an attempt."""
 
     def __init__(
         self,

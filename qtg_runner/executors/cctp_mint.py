@@ -399,17 +399,20 @@ class CctpMintExecutor(IrisExecutor):
                     f"{asked.detail}",
                     retryable=True,
                     retry_after=evm_tx.RETRY_LATER_S,
+                    throttled=True,
                 )
             else:
                 entry, waited = await self._iris_entry(iris, route, burn, head)
         if entry is None:
             # Iris signs it once the burn is final on its chain (13 to 19 minutes
-            # from Ethereum and its L2s): no hint, so the engine's backoff (2 s,
-            # doubling, at most 300 s) paces the questions over its attempts
+            # from Ethereum and its L2s): Iris's wait, not the node's failure, so
+            # the node waits in READY, asking every RETRY_LATER_S (or after
+            # Iris's own hint), without spending its attempts
             raise ExecutorError(
                 f"{what}: waiting for Iris's re-attestation",
                 retryable=True,
-                retry_after=waited,
+                retry_after=waited if waited is not None else evm_tx.RETRY_LATER_S,
+                throttled=True,
             )
         return checked_reattested(route, burn, entry)
 

@@ -796,12 +796,15 @@ def mint_reattested(
 ) -> None:
     """Dispatch the mint until it is signed: the first try asks Iris for the
     re-attestation (or finds it); while Iris has not signed it yet the node
-    waits, READY with nothing signed; once Iris answers it the mint is signed."""
+    waits, READY with nothing signed and none of its attempts spent (Iris's
+    wait, not the node's failure); once Iris answers it the mint is signed."""
     signed_before = signed_for(conn, mint_id)
+    attempts_before = attempts_of(conn, mint_id)
     run_batch(db, node_dispatcher.batch, chain_set, iris)
     if node_state(conn, mint_id) == "READY":
         assert "waiting for Iris's re-attestation" in last_error(conn, mint_id)
         assert signed_for(conn, mint_id) == signed_before
+        assert attempts_of(conn, mint_id) == attempts_before
         deadline = time.monotonic() + 30
         while not reattested_by_iris(iris, burn):
             assert time.monotonic() < deadline, "Iris never re-attested"
@@ -810,6 +813,14 @@ def mint_reattested(
         run_batch(db, node_dispatcher.batch, chain_set, iris)
     assert node_state(conn, mint_id) == "SUBMITTED", last_error(conn, mint_id)
     assert signed_for(conn, mint_id) == signed_before + 1
+
+
+def attempts_of(conn: Any, node_id: int) -> int:
+    row = conn.execute(
+        "SELECT submit_attempts FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def recorded_payloads(conn: Any, node_id: int) -> list[dict[str, Any]]:
