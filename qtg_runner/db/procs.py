@@ -1727,15 +1727,19 @@ def verify_audit_chain(
 
 
 @procedure("operator")
-def trip_breaker(scope: Text, name: Text, reason: Text) -> Call[TrippedBreaker]:
-    """One operator stops a lane or a venue (an executor with a side effect),
-    with a reason; a breaker tripped already stays so, a reset asked for withdrawn."""
+def trip_breaker(
+    scope: Text, name: Text, reason: Text, for_seconds: Numeric | Default | None = DEFAULT
+) -> Call[TrippedBreaker]:
+    """One operator pauses a scope (movement, lane, venue, chain or the network
+    '*'), with a reason, until another resumes it or for_seconds pass; a
+    breaker tripped already stays so, a reset asked for withdrawn."""
 
 
 @procedure("operator")
 def reset_breaker(scope: Text, name: Text) -> Call[Text]:
-    """A tripped breaker closes when two different operators ask: the first gets
-    RESET_REQUESTED, the second CLOSED; the same login twice is Refused (QT022)."""
+    """A paused scope resumes: by another operator than its pauser at once
+    (CLOSED; the pauser is refused, QT022); one the engine tripped when two
+    different operators ask (RESET_REQUESTED, then CLOSED)."""
 
 
 @procedure("operator")

@@ -9,7 +9,9 @@
 --                     every node before it in p_node_ids would pass it
 --   max_per_day       what the scope started this UTC day (value_usage) plus
 --                     this node and every node before it would pass it
--- and a breaker tripped on its lane or venue. Counting the nodes before it
+-- and, for every node (side effect or not), a breaker tripped or a pause on
+-- its movement, lane, venue, chain or the network, unless past its
+-- expires_at. Counting the nodes before it
 -- whether or not they are held errs on the safe side: what a claim takes
 -- together never passes a limit; but a node over a per-movement limit can
 -- never be taken (approval refuses such a movement; a limit lowered after it
@@ -70,12 +72,22 @@ AS $$
           FROM limited
           LEFT JOIN used ON used.scope = limited.scope AND used.name = limited.name
         UNION ALL
-        SELECT nodes.id, nodes.ord,
-               format('the %s breaker of %s is tripped (%s, since %s): two operators reset it',
-                      b.scope, b.name, b.reason, b.tripped_at)
-          FROM nodes
-          JOIN breakers b ON (b.scope = 'lane' AND b.name = nodes.lane)
-                          OR (b.scope = 'venue' AND b.name = nodes.executor_key)
+        SELECT n.id, u.ord,
+               CASE WHEN b.by_operator
+                    THEN format('the %s %s is paused by %s (%s, since %s%s): another operator resumes it',
+                                b.scope, b.name, b.tripped_by, b.reason, b.tripped_at,
+                                ', until ' || b.expires_at)
+                    ELSE format('the %s breaker of %s is tripped (%s, since %s): two operators reset it',
+                                b.scope, b.name, b.reason, b.tripped_at)
+               END
+          FROM unnest(p_node_ids) WITH ORDINALITY AS u(id, ord)
+          JOIN movement_request_nodes n ON n.id = u.id
+          JOIN breakers b ON (b.expires_at IS NULL OR b.expires_at > p_now)
+                         AND ((b.scope = 'lane' AND b.name = n.lane)
+                           OR (b.scope = 'venue' AND b.name = n.executor_key)
+                           OR (b.scope = 'chain' AND b.name = n.node_config ->> 'chain')
+                           OR (b.scope = 'movement' AND b.name = n.request_id::text)
+                           OR b.scope = 'network')
     )
     SELECT DISTINCT ON (reasons.ord) reasons.id, reasons.reason
       FROM reasons

@@ -1,23 +1,45 @@
--- set_breaker: CLOSED -> TRIPPED, the one place a breaker of a lane or venue
--- (an executor) is tripped: with the reason, audited as entity 'breaker' by
--- p_actor. A tripped breaker stays as it is (0 returned, nothing written).
--- From then on limit_holds holds that scope's READY nodes until two operators
--- reset it (reset_breaker). Called by trip_breakers (repeated failures),
+-- set_breaker: CLOSED -> TRIPPED, the one place a breaker is tripped (a
+-- scope paused): with the reason, audited as entity 'breaker' by p_actor;
+-- p_expires_at, when given, ends it by itself; p_by_operator says an
+-- operator paused it (its pauser may not resume it: reset_breaker). A
+-- tripped breaker stays as it is (0 returned, nothing written); one whose
+-- expires_at has passed is replaced (audited 'breaker_expired' first).
+-- From then on limit_holds holds that scope's READY nodes until it is reset
+-- (reset_breaker) or expires. Called by trip_breakers (repeated failures),
 -- verify_drift (a drift alert) and trip_breaker (an operator).
-CREATE OR REPLACE FUNCTION set_breaker(p_scope text, p_name text, p_reason text, p_actor text) RETURNS integer
+CREATE OR REPLACE FUNCTION set_breaker(
+    p_scope       text,
+    p_name        text,
+    p_reason      text,
+    p_actor       text,
+    p_expires_at  timestamptz DEFAULT NULL,
+    p_by_operator boolean DEFAULT false
+) RETURNS integer
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_now timestamptz := clock();
+    v_now     timestamptz := clock();
+    v_expired breakers;
 BEGIN
-    INSERT INTO breakers (scope, name, tripped_at, tripped_by, reason)
-    VALUES (p_scope, p_name, v_now, p_actor, p_reason)
+    DELETE FROM breakers b
+     WHERE b.scope = p_scope AND b.name = p_name AND b.expires_at <= v_now
+    RETURNING * INTO v_expired;
+    IF FOUND THEN
+        PERFORM write_audit(ARRAY[(p_actor, 'breaker', p_scope || ':' || p_name, NULL, 'breaker_expired',
+                                   'TRIPPED', 'CLOSED',
+                                   jsonb_build_object('expired_at', v_expired.expires_at,
+                                                      'tripped_by', v_expired.tripped_by,
+                                                      'reason', v_expired.reason))::qtg.audit_event]);
+    END IF;
+    INSERT INTO breakers (scope, name, tripped_at, tripped_by, reason, expires_at, by_operator)
+    VALUES (p_scope, p_name, v_now, p_actor, p_reason, p_expires_at, p_by_operator)
     ON CONFLICT (scope, name) DO NOTHING;
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
     PERFORM write_audit(ARRAY[(p_actor, 'breaker', p_scope || ':' || p_name, NULL, 'breaker_tripped',
-                               'CLOSED', 'TRIPPED', jsonb_build_object('reason', p_reason))::qtg.audit_event]);
+                               'CLOSED', 'TRIPPED',
+                               jsonb_build_object('reason', p_reason, 'expires_at', p_expires_at))::qtg.audit_event]);
     RETURN 1;
 END
 $$;

@@ -1,9 +1,12 @@
--- breaker_reset: reset_breaker as a procedure, for CALL in psql: TRIPPED ->
--- RESET_REQUESTED (a first operator asks) -> CLOSED (a second one resets).
+-- breaker_reset: reset_breaker as a procedure, for CALL in psql: a paused
+-- scope resumed by another operator than its pauser (CLOSED); a breaker the
+-- engine tripped, TRIPPED -> RESET_REQUESTED (a first operator asks) ->
+-- CLOSED (a second one resets).
 --   CALL breaker_reset('venue', 'bybit_withdraw');
--- Answers the breaker's state in the INOUT parameter breaker_state: the same
--- login asking twice is reset_breaker's QT022 WARNING (audited) and answers
--- RESET_REQUESTED. The rules, the refusals and the writes are reset_breaker's.
+-- Answers the breaker's state in the INOUT parameter breaker_state: the
+-- pauser, or the same login asking twice, is reset_breaker's QT022 WARNING
+-- (audited) and answers the state unchanged. The rules, the refusals and the
+-- writes are reset_breaker's.
 CREATE OR REPLACE PROCEDURE breaker_reset(
     p_scope text,
     p_name  text,
