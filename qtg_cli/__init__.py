@@ -47,6 +47,8 @@ ORDER = (
     "executors",
     "movement",
     "rehearse",
+    "pause",
+    "resume",
     "proposals",
     "registry",
     "chains",

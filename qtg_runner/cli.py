@@ -49,6 +49,14 @@ RUNTIME_COMMANDS: Mapping[str, LazyCommand] = {
         "qtg_runner.commands.movement:app",
         "Create, approve, cancel, reprioritise and inspect movements.",
     ),
+    "pause": LazyCommand(
+        "qtg_runner.commands.pauses:pause_cmd",
+        "Pause a movement, lane, venue, chain or the network: no new claims.",
+    ),
+    "resume": LazyCommand(
+        "qtg_runner.commands.pauses:resume_cmd",
+        "Resume a paused scope (another operator than its pauser).",
+    ),
     "proposals": LazyCommand(
         "qtg_runner.commands.proposals:app",
         "List, approve and reject configuration proposals.",
