@@ -12,6 +12,9 @@
     GET  /v1/movements/{id}/nodes           its DAG: nodes, evidence, transaction hashes
     GET  /v1/callback-targets               registered receivers and open proposals
     POST /v1/callback-targets               propose one (a second operator approves)
+    GET  /v1/pauses                         the scopes paused (or tripped) now
+    POST /v1/pauses                         pause a scope (paused already: as it is)
+    POST /v1/pauses/{scope}/{name}/resume   resume it (another operator than its pauser)
     GET  /v1/proposals                      open configuration proposals
     POST /v1/proposals/{id}/approve         approve one (four eyes)
     GET  /healthz  /readyz  /metrics        liveness, readiness, Prometheus
@@ -51,6 +54,7 @@ from qtg_runner.api.models import (
     Cancel,
     MovementBatch,
     MovementCreate,
+    PauseSet,
     PrioritySet,
 )
 from qtg_runner.api.problems import OTHER, Problem, from_sqlstate, problem_response
@@ -427,6 +431,45 @@ def create_app(config: ApiConfig) -> FastAPI:
     async def approve_proposal(proposal_id: int, conn: Conn) -> dict[str, Any]:
         await procs.approve_proposal(id_ok("proposal_id", proposal_id)).aone(conn)
         return await reads.proposal(conn, proposal_id)
+
+    # -- pauses ------------------------------------------------------------------------------
+
+    @app.get("/v1/pauses", tags=["pauses"], summary="The scopes paused (or tripped) now")
+    async def list_pauses(conn: Conn) -> dict[str, Any]:
+        return {"items": await reads.pauses(conn)}
+
+    @app.post(
+        "/v1/pauses",
+        status_code=201,
+        tags=["pauses"],
+        summary="Pause a movement, lane, venue, chain or the network: no new claims",
+        responses={
+            200: {"description": "Paused already: that pause stays (this reason is audited)"},
+            201: {"description": "Paused"},
+            422: {"description": "A scope or name the network does not have (QT002, QT010)"},
+        },
+    )
+    async def pause(body: PauseSet, conn: Conn) -> Response:
+        tripped = await procs.trip_breaker(
+            body.scope, body.name, body.reason, body.for_seconds
+        ).aone(conn)
+        row = {
+            "scope": body.scope,
+            "name": body.name,
+            "breaker_state": tripped.breaker_state,
+            "paused": tripped.tripped,
+        }
+        return JSONResponse(row, status_code=201 if tripped.tripped else 200)
+
+    @app.post(
+        "/v1/pauses/{scope}/{name}/resume",
+        tags=["pauses"],
+        summary="Resume a paused scope as your login (its pauser: 403 QT022)",
+        responses={409: {"description": "Nothing is paused there (QT061)"}},
+    )
+    async def resume(scope: str, name: str, conn: Conn) -> dict[str, Any]:
+        state = await procs.reset_breaker(scope, name).aone(conn)
+        return {"scope": scope, "name": name, "breaker_state": state}
 
     # -- health, readiness, metrics -------------------------------------------------------
 

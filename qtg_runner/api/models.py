@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
@@ -98,6 +98,26 @@ class PrioritySet(BaseModel):
 
     priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1, strict=True)]
     reason: Annotated[str, Field(max_length=4096)]
+
+
+class PauseSet(BaseModel):
+    """A pause (trip_breaker): a scope's READY nodes get no new claims until
+    another operator resumes it, or for_seconds pass."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"scope": "chain", "name": "base", "reason": "the sequencer is down"},
+                {"scope": "network", "name": "*", "reason": "incident", "for_seconds": 3600},
+            ]
+        },
+    )
+
+    scope: Literal["movement", "lane", "venue", "chain", "network"]
+    name: Annotated[str, Field(max_length=200)]
+    reason: Annotated[str, Field(max_length=4096)]
+    for_seconds: Annotated[int | None, Field(ge=1, le=30 * 86400, strict=True)] = None
 
 
 class CallbackTargetProposal(BaseModel):

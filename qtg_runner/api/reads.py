@@ -307,3 +307,17 @@ async def proposal(conn: psycopg.AsyncConnection[Any], proposal_id: int) -> dict
             hint=None,
         )
     return dict(jsonable(row))
+
+
+async def pauses(conn: psycopg.AsyncConnection[Any]) -> list[dict[str, Any]]:
+    """The scopes paused or tripped now (value_limit_status), oldest first."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            """SELECT scope, name, tripped_at AS paused_at, tripped_by AS paused_by,
+                      tripped_because AS reason, expires_at, paused_by_operator,
+                      reset_requested_by
+                 FROM value_limit_status
+                WHERE breaker = 'TRIPPED'
+                ORDER BY tripped_at, scope, name"""
+        )
+        return [dict(jsonable(row)) for row in await cur.fetchall()]
