@@ -8,6 +8,10 @@ approve_movement / cancel_movement on it (its priority form, on a movement
 not finished, set_priority), so the actor, the four-eyes rule and every
 grant are the database's, exactly as in psql.
 
+Pauses: the home page lists the scopes paused (or tripped) now, each with a
+resume button (reset_breaker), and a form that pauses a movement, a lane, a
+venue, a chain or the network (trip_breaker), for a time if given.
+
 Rehearsals: a movement awaiting approval has a Rehearse button, which asks
 for one (request_rehearsal): the page cannot run a rehearsal (anvil, the
 chains' RPC URLs), an operator's rehearsal service does (`qtg rehearse
@@ -39,6 +43,7 @@ import asyncio
 import hmac
 import html
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -266,6 +271,65 @@ def form_priority(text: str) -> int:
     return value
 
 
+PAUSE_SCOPES = ("movement", "lane", "venue", "chain", "network")
+MAX_PAUSE_S = 30 * 86400
+
+
+def form_seconds(text: str) -> int | None:
+    """The pause form's seconds: empty for none, else a whole number from 1 to
+    30 days (trip_breaker's bounds)."""
+    if not text.strip():
+        return None
+    try:
+        seconds = int(text.strip())
+    except ValueError:
+        raise BadForm(f"seconds must be a whole number, got {text[:32]!r}") from None
+    if not 1 <= seconds <= MAX_PAUSE_S:
+        raise BadForm(f"a pause lasts from 1 to {MAX_PAUSE_S} seconds, got {text[:32]}")
+    return seconds
+
+
+def element_id(*parts: Any) -> str:
+    """An element id made of ``parts``: letters, digits, _ and - (a CSS name)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", "-".join(str(p) for p in parts))
+
+
+def pauses_block(pauses: list[dict[str, Any]], csrf_token: str) -> str:
+    """The scopes paused now, each with its resume button, and the pause form."""
+    csrf = f'<input type="hidden" name="csrf" value="{e(csrf_token)}">'
+    rows = "".join(
+        f"<tr id='{element_id('pause', p['scope'], p['name'])}'>"
+        + "".join(
+            f"<td>{cell(c, p.get(c))}</td>"
+            for c in ("scope", "name", "paused_by", "reason", "paused_at", "expires_at")
+        )
+        + "<td><form class='inline' method='post' action='/pauses/resume'>"
+        f"{csrf}<input type='hidden' name='scope' value='{e(p['scope'])}'>"
+        f"<input type='hidden' name='name' value='{e(p['name'])}'>"
+        f"<button type='submit' id='{element_id('resume', p['scope'], p['name'])}'>resume</button>"
+        "</form></td></tr>"
+        for p in pauses
+    )
+    listed = (
+        "<table><tr><th>scope</th><th>name</th><th>paused_by</th><th>reason</th>"
+        f"<th>paused_at</th><th>expires_at</th><th></th></tr>{rows}</table>"
+        if pauses
+        else "<p id='no-pauses'>nothing is paused</p>"
+    )
+    options = "".join(f"<option value='{s}'>{s}</option>" for s in PAUSE_SCOPES)
+    form = (
+        "<form class='inline' method='post' action='/pauses'>"
+        f"{csrf}<select name='scope' id='pause-scope' aria-label='scope'>{options}</select>"
+        "<input name='name' placeholder='id, lane, executor, chain or *' required "
+        "id='pause-name' aria-label='name'>"
+        "<input name='reason' placeholder='reason' required id='pause-reason'>"
+        "<input name='for' type='number' min='1' step='1' placeholder='seconds (none: until "
+        "resumed)' id='pause-for' aria-label='seconds'>"
+        "<button type='submit' id='pause'>pause</button></form>"
+    )
+    return f"<h2>Pauses</h2>{listed}<p>{form}</p>"
+
+
 def same_origin(request: Request) -> bool:
     """A POST from this site (none of Origin, Sec-Fetch-Site and Referer says
     otherwise: a client that is not a browser sends none, and cannot be made
@@ -419,12 +483,14 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     limit=20,
                     before=None,
                 )
+                pauses = await reads.pauses(session.conn)
             except psycopg.OperationalError:
                 await sessions.drop(request)
                 return RedirectResponse("/signin", status_code=303)
         body = (
             "<h2>Pipeline</h2>"
             + table(counts, ["entity", "state", "total"])
+            + pauses_block(pauses, session.csrf)
             + "<h2>Waiting for approval</h2>"
             + table(
                 waiting,
@@ -553,6 +619,11 @@ def mount_page(app: FastAPI, config: Any) -> None:
         return layout(f"Movement {movement_id}", body, session)
 
     async def act(request: Request, movement_id: int, action: str) -> Response:
+        return await perform(request, f"/movements/{movement_id}", movement_id, action)
+
+    async def perform(request: Request, back: str, movement_id: int, action: str) -> Response:
+        """One action of a form, as the session's login; its outcome flashed,
+        then back to ``back``."""
         session, form = await checked(request)
         async with session.lock:
             try:
@@ -570,6 +641,16 @@ def mount_page(app: FastAPI, config: Any) -> None:
                 elif action == "rehearse":
                     request_id = await procs.request_rehearsal(movement_id).aone(session.conn)
                     done = f"movement {movement_id}: rehearsal requested (request {request_id})"
+                elif action == "pause":
+                    scope, name = form.get("scope", ""), form.get("name", "")
+                    tripped = await procs.trip_breaker(
+                        scope, name, form.get("reason", ""), form_seconds(form.get("for", ""))
+                    ).aone(session.conn)
+                    done = f"{scope} {name} " + ("paused" if tripped.tripped else "paused already")
+                elif action == "resume":
+                    scope, name = form.get("scope", ""), form.get("name", "")
+                    breaker = await procs.reset_breaker(scope, name).aone(session.conn)
+                    done = f"{scope} {name}: " + ("resumed" if breaker == "CLOSED" else breaker)
                 else:
                     reason = form.get("reason") or None
                     state = await procs.cancel_movement(movement_id, reason=reason).aone(
@@ -593,7 +674,15 @@ def mount_page(app: FastAPI, config: Any) -> None:
                 session.flash.append(
                     ("error", f"refused ({exc.sqlstate}): {diag.message_primary or ''}")
                 )
-        return RedirectResponse(f"/movements/{movement_id}", status_code=303)
+        return RedirectResponse(back, status_code=303)
+
+    @app.post("/pauses", include_in_schema=False)
+    async def pause(request: Request) -> Response:
+        return await perform(request, "/", 0, "pause")
+
+    @app.post("/pauses/resume", include_in_schema=False)
+    async def resume(request: Request) -> Response:
+        return await perform(request, "/", 0, "resume")
 
     @app.post("/movements/{movement_id}/approve", include_in_schema=False)
     async def approve(request: Request, movement_id: int) -> Response:

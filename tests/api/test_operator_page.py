@@ -16,7 +16,10 @@ cross-site ask writes nothing, and a request served with a problem is
 shown with it. Priority: alice sets a movement's priority in its form (shown,
 audited), a blank reason is refused (QT002) and a number the page cannot
 send, or a form without the CSRF token, changes nothing; a finished
-movement has no priority form.
+movement has no priority form. Pauses: alice pauses the network on the home
+page (listed with her login and reason), her own resume is refused (QT022),
+a bad time or a form without the CSRF token changes nothing, and bob's
+resume empties the list.
 """
 
 from __future__ import annotations
@@ -324,3 +327,50 @@ def test_a_priority_is_set_on_the_page_while_the_movement_is_not_finished(
         ]
     finally:
         browser.close()
+
+
+def test_a_pause_is_made_on_the_page_and_resumed_by_another_operator(
+    world: ApiWorld, playwright: Any, tmp_path: Path
+) -> None:
+    alice, bob = world.people["alice"], world.people["bob"]
+    alice_browser = browser_of(playwright, tmp_path / "alice")
+    bob_browser = browser_of(playwright, tmp_path / "bob")
+    try:
+        page = alice_browser.new_page()
+        sign_in(page, world.url, alice.login, alice.password)
+        assert page.inner_text("#no-pauses") == "nothing is paused"
+        page.select_option("#pause-scope", "network")
+        page.fill("#pause-name", "*")
+        page.fill("#pause-reason", "incident on the page")
+        page.fill("#pause-for", "3600")
+        page.click("#pause")
+        page.wait_for_load_state()
+        assert page.inner_text("#flash") == "network * paused"
+        row = page.inner_text("#pause-network-_")
+        assert alice.login in row and "incident on the page" in row
+
+        page.click("#resume-network-_")  # the pauser: four eyes
+        page.wait_for_load_state()
+        assert "refused (QT022)" in page.inner_text("#flash")
+        assert page.locator("#pause-network-_").count() == 1
+
+        # a bad time, and a form without the CSRF token, change nothing
+        cookies = {c["name"]: c["value"] for c in alice_browser.cookies()}
+        with httpx.Client(base_url=world.url, cookies=cookies) as forged:
+            token = forged.get("/").text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+            no_token = forged.post("/pauses/resume", data={"scope": "network", "name": "*"})
+            assert no_token.status_code == 403
+            bad = {"csrf": token, "scope": "lane", "name": "x", "reason": "why", "for": "0"}
+            assert forged.post("/pauses", data=bad).status_code == 303
+        page.reload()
+        assert "a pause lasts from 1" in page.inner_text("#flash")
+
+        other = bob_browser.new_page()
+        sign_in(other, world.url, bob.login, bob.password)
+        other.click("#resume-network-_")
+        other.wait_for_load_state()
+        assert other.inner_text("#flash") == "network *: resumed"
+        assert other.inner_text("#no-pauses") == "nothing is paused"
+    finally:
+        alice_browser.close()
+        bob_browser.close()
