@@ -5,7 +5,8 @@ the real psql client, in their default search_path (no SET: a login lands in
 its network): alice creates, bob approves, alice's own approval is the QT022
 warning and changes nothing; a priority set, a cancel, a proposal approved and one rejected,
 a requeue asked by one and applied by the other, a quarantined node released,
-and a breaker tripped by one operator and closed by two. Each CALL prints its
+and a pause made by one operator (its own resume refused) and resumed by
+the other. Each CALL prints its
 result row, the INOUT parameters with their names."""
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def test_two_operators_call_every_action_in_psql(db: TestDatabase, admin: Conn) 
 
     # alice: creates two movements (the first twice), tries her own approval,
     # proposes two lanes, asks for a requeue, releases the quarantined node,
-    # trips the sim venue's breaker and asks twice for its reset
+    # pauses the sim venue and tries to resume it herself
     rows, warnings = psql(
         alice,
         """
@@ -82,24 +83,23 @@ def test_two_operators_call_every_action_in_psql(db: TestDatabase, admin: Conn) 
         CALL quarantine_release(:quarantined, 'the executor was fixed');
         CALL breaker_trip('venue', 'sim', 'the sim is down');
         CALL breaker_reset('venue', 'sim');
-        CALL breaker_reset('venue', 'sim');
         """,
         plan=PLAN,
         unknown=unknown,
         quarantined=quarantined,
     )
-    first, again, second, own, fast, slow, requeue, released, trip, asked, twice = rows
+    first, again, second, own, fast, slow, requeue, released, trip, refused = rows
     assert first["created"] == "t" and again == {**first, "created": "f"}
     assert second["created"] == "t" and second["movement_id"] != first["movement_id"]
     assert own == {"movement_state": "PENDING_APPROVAL"}
-    assert warnings.count("WARNING:  QT022:") == 2  # her own approval, her second reset
+    assert warnings.count("WARNING:  QT022:") == 2  # her own approval, her own resume
     assert requeue["requeue_state"] == "REQUESTED" and requeue["node_state"] == "UNKNOWN"
     assert released == {"node_state": "SUBMITTING"}
     assert trip == {"breaker_state": "TRIPPED", "tripped": "t"}
-    assert asked == twice == {"breaker_state": "RESET_REQUESTED"}
+    assert refused == {"breaker_state": "TRIPPED"}
 
     # bob: approves, reprioritises and cancels, decides both proposals, applies the requeue, and
-    # pulls the tripped brake too: alice's reset request is withdrawn
+    # pulls the brake too: alice's pause stays
     rows, warnings = psql(
         bob,
         """
@@ -128,10 +128,7 @@ def test_two_operators_call_every_action_in_psql(db: TestDatabase, admin: Conn) 
         {"breaker_state": "TRIPPED", "tripped": "f"},
     ]
 
-    # the breaker closes when two ask after the last pull: alice, then bob
-    assert psql(alice, "CALL breaker_reset('venue', 'sim');")[0] == [
-        {"breaker_state": "RESET_REQUESTED"}
-    ]
+    # another operator than the pauser resumes it
     assert psql(bob, "CALL breaker_reset('venue', 'sim');")[0] == [{"breaker_state": "CLOSED"}]
 
     # what the sessions did, as the admin reads it
@@ -157,10 +154,8 @@ def test_two_operators_call_every_action_in_psql(db: TestDatabase, admin: Conn) 
     ).fetchall()
     assert audit == [
         (alice.name, "breaker_tripped", "CLOSED", "TRIPPED", None),
-        (alice.name, "breaker_reset_requested", "TRIPPED", "TRIPPED", None),
         (alice.name, "breaker_reset_refused", "TRIPPED", "TRIPPED", None),
-        (bob.name, "breaker_tripped", "TRIPPED", "TRIPPED", alice.name),
-        (alice.name, "breaker_reset_requested", "TRIPPED", "TRIPPED", None),
+        (bob.name, "breaker_tripped", "TRIPPED", "TRIPPED", None),
         (bob.name, "breaker_reset", "TRIPPED", "CLOSED", None),
     ]
     assert admin.execute(
