@@ -195,8 +195,12 @@ def test_a_final_burn_waiting_for_its_attestation_costs_one_request_a_poll(
     assert polls == BURNS * ROUNDS
     assert sum(iris_asked.values()) == polls  # Iris asked once a poll
     assert chain_asked.get("eth_getTransactionReceipt", 0) == BURNS  # each receipt once
-    assert chain_asked.get("eth_blockNumber", 0) <= 1  # the head once for the burns
+    # the head once for the burns (twice when a loaded machine stretches the
+    # first round past half a block time)
+    assert chain_asked.get("eth_blockNumber", 0) <= 2
     assert per_poll <= MOST_A_POLL
     assert submits.get("eth_sendRawTransaction", 0) == BURNS
-    assert submits.get("eth_getTransactionCount", 0) == 1  # the pending count once
+    # the pending count once for the batch (its re-signing included), twice
+    # when a loaded machine stretches the batch past half a block time
+    assert submits.get("eth_getTransactionCount", 0) <= 2
     assert sum(submits.values()) / BURNS <= MOST_A_SUBMIT
