@@ -202,10 +202,11 @@ def observe(
     outcome: str,
     retry_after: float | None = None,
     worker: str = "obs",
+    evidence: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """One observer round for one node in one transaction: claim_observe then
     complete_observe. Returns complete_observe's row, or None on a claim miss."""
-    return observe_claim(conn, node_id, outcome, retry_after, worker)[0]
+    return observe_claim(conn, node_id, outcome, retry_after, worker, evidence)[0]
 
 
 def observe_claim(
@@ -214,6 +215,7 @@ def observe_claim(
     outcome: str,
     retry_after: float | None = None,
     worker: str = "obs",
+    evidence: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """``observe``, and the secret of the observer's claim (None on a miss): the
     node's current claim once the round is over."""
@@ -221,7 +223,9 @@ def observe_claim(
         claimed = procs.claim_observe(node_id, worker).one_or_none(conn)
         if claimed is None:
             return None, None
-        complete = procs.complete_observe(node_id, claimed.claim_secret, outcome, None, retry_after)
+        complete = procs.complete_observe(
+            node_id, claimed.claim_secret, outcome, evidence, retry_after
+        )
         out = complete.one(conn)
     result = {
         "node_state": out.node_state.value,

@@ -116,7 +116,9 @@ class BybitUnavailable(Exception):
     (``status``), or a body that is not the v5 envelope. The request may or may
     not have been applied, unless it was never sent (``sent``: refused here
     while the venue's circuit is open) or its status says it was not taken
-    (bybit_codes.HTTP_STATUSES, with the wait in ``retry_after``)."""
+    (bybit_codes.HTTP_STATUSES, with the wait in ``retry_after``).
+    ``throttled``: not sent for the venue's request budget, or refused with
+    HTTP 429: the venue's limit, nothing of the request's."""
 
     def __init__(
         self,
@@ -125,11 +127,13 @@ class BybitUnavailable(Exception):
         status: int | None = None,
         sent: bool = True,
         retry_after: float | None = None,
+        throttled: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.sent = sent
         self.retry_after = retry_after
+        self.throttled = throttled or status == 429
 
 
 def classify(exc: BaseException) -> Kind:
@@ -387,7 +391,10 @@ class BybitClient(HttpEndpoint):
             await self.budget.acquire()
         except EndpointThrottled as exc:
             raise BybitUnavailable(
-                f"{request.method} {path}: {exc}", sent=False, retry_after=exc.wait_s
+                f"{request.method} {path}: {exc}",
+                sent=False,
+                retry_after=exc.wait_s,
+                throttled=True,
             ) from None
         response = await self._send(request, path)
         if response.status_code == 429:

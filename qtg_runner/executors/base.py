@@ -284,6 +284,17 @@ class ObserveStatus(enum.StrEnum):
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     UNKNOWN = "UNKNOWN"
+    THROTTLED = "THROTTLED"
+    """Not observed: the endpoint's request budget had no turn for the read,
+    or the endpoint answered 429. Looked at again after ``retry_after``; the
+    wait is not the node's (complete_observe_batch does not count it as time
+    observing)."""
+
+
+THROTTLED_READING = "throttled"
+"""An executor's reading of a read its endpoint's budget or 429 held back
+(its evidence's ``throttled`` says why): a THROTTLED observation, and in
+recovery still on its way."""
 
 
 @dataclass(frozen=True)
@@ -326,7 +337,9 @@ class Verdicts:
         self, status: str, evidence: JsonObject, retry_after: float | None = None
     ) -> ObserveResult:
         """COMPLETED, FAILED, UNKNOWN, or PENDING (looked at again after
-        ``retry_after``, if given)."""
+        ``retry_after``, if given); THROTTLED for THROTTLED_READING."""
+        if status == THROTTLED_READING:
+            return ObserveResult(ObserveStatus.THROTTLED, evidence, retry_after=retry_after)
         verdict = self._verdict(
             status,
             ObserveStatus.COMPLETED,

@@ -69,6 +69,7 @@ from qtg_runner.db import procs
 from qtg_runner.executors import evm_tx
 from qtg_runner.executors.base import (
     BIG,
+    THROTTLED_READING,
     ExecutorError,
     HealthResult,
     HealthStatus,
@@ -232,7 +233,8 @@ class CctpBurnExecutor(IrisExecutor, evm_tx.CallExecutor):
         answer = await self._iris_client().messages(route.source_domain, tx_hash)
         evidence: JsonObject = {"burn": burn, "iris": answer.status.value}
         if answer.status is IrisStatus.RATE_LIMITED:
-            return _Reading("unattested", evidence, tx_hash, answer.retry_after)
+            held = evidence | {"throttled": f"Iris: {answer.detail or 'HTTP 429'}"}
+            return _Reading(THROTTLED_READING, held, tx_hash, answer.retry_after)
         if answer.status is IrisStatus.UNAVAILABLE:
             return _Reading(
                 "unattested", evidence | {"detail": answer.detail}, tx_hash, evm_tx.RETRY_LATER_S

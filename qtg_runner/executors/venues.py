@@ -18,6 +18,7 @@ from typing import Any
 
 from qtg_runner.chains.errors import ChainError
 from qtg_runner.exchanges.bybit import BybitClient, BybitError, BybitUnavailable, DepositRecord
+from qtg_runner.exchanges.bybit_codes import TOO_MANY_VISITS
 from qtg_runner.executors.base import ExecutorError, JsonObject, executor_budget
 from qtg_runner.venue_keys import load_api_key
 
@@ -86,12 +87,20 @@ class VenueClients:
 
 def venue_error(venue_key: str, exc: BybitError | BybitUnavailable) -> ExecutorError:
     """A read the venue answered with an error, or not at all: retry later,
-    after the venue's own hint where it gave one (10006's reset)."""
-    retry_after = exc.retry_after if isinstance(exc, BybitError) else None
+    after the venue's own hint where it gave one (10006's reset). Throttled
+    (the venue's limit, not the node's: no attempt spent, no time observing)
+    when the venue's budget held it back or the venue said too many requests
+    (HTTP 429, retCode 10006)."""
+    if isinstance(exc, BybitError):
+        retry_after, throttled = exc.retry_after, exc.ret_code == TOO_MANY_VISITS
+    else:
+        retry_after = exc.retry_after if exc.throttled else None
+        throttled = exc.throttled
     return ExecutorError(
         f"venue {venue_key}: {exc}",
         retryable=True,
         retry_after=retry_after if retry_after is not None else RETRY_LATER_S,
+        throttled=throttled,
     )
 
 

@@ -62,6 +62,10 @@ after it fail at once, unsent, until it answers a probe."""
 CALL_FAILED = "ERROR"
 """complete_observe's outcome when the observe call itself failed: OBSERVING again
 after the executor's hint or the lane's observe_error_retry_seconds."""
+HELD_BACK = ObserveStatus.THROTTLED.value
+"""complete_observe's outcome when no observation was made for the endpoint's
+request budget or its 429 (ExecutorError ``throttled``): looked at again after
+the wait, which is not counted as the node's time observing."""
 
 _Report = tuple[str, JsonObject, float | None]
 
@@ -183,7 +187,9 @@ async def _observe(ctx: WorkerContext, work: NodeWork) -> tuple[str, JsonObject,
     error on the way to the service, no answer in OBSERVE_DEADLINE_S; or no
     executor for the node in this runner) is the ERROR outcome: the database
     decides when to look again (the hint, if any, else the lane's delay) and
-    still escalates a node observed too long to UNKNOWN. Anything else the
+    still escalates a node observed too long to UNKNOWN. A read the endpoint's
+    budget or its 429 held back (ExecutorError ``throttled``) is THROTTLED:
+    nothing was learned, and the wait is not the node's. Anything else the
     executor raises is raised. An intent whose payload is not its route's
     (NodeWork.route_problem) is not observed: UNKNOWN, for recovery and an
     operator."""
@@ -197,6 +203,8 @@ async def _observe(ctx: WorkerContext, work: NodeWork) -> tuple[str, JsonObject,
     try:
         result = await within(OBSERVE_DEADLINE_S, "observe()", executor.observe(work))
     except ExecutorError as exc:
+        if exc.throttled:
+            return HELD_BACK, {"throttled": ctx.limits.text(str(exc))}, exc.retry_after
         return CALL_FAILED, {"error": ctx.limits.text(str(exc))}, exc.retry_after
     except NoAnswer as exc:
         return CALL_FAILED, {"error": str(exc)}, None

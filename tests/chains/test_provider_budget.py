@@ -439,6 +439,11 @@ for the budget, and recovery's reads then took most of it) and the runner's
 warm-up. The figures are in the commit that added this test."""
 
 
+RUNNER_LOGIN_CONCURRENCY = 11
+"""The most one runner login's 30 connections serve: the runtime's two pools
+(11 + 4, 11 + 2), its listener and the test's own connection."""
+
+
 @pytest.fixture
 def quick_iris(local_chain_set: LocalChainSet) -> Iterator[str]:
     """The fake Iris, attesting a fast burn after 2 s, with no limit of its own:
@@ -475,7 +480,7 @@ def test_burns_through_a_limited_rpc_all_complete_with_no_429_after_warm_up(
     }
 
     run = run_core_workers(
-        db, env, movements, provider, concurrency=IRIS_CONCURRENCY,
+        db, env, movements, provider, concurrency=RUNNER_LOGIN_CONCURRENCY,
         timeout_s=max(RUN_TIMEOUT_S, 2.0 * PROVIDER_BURNS),
     )  # fmt: skip
     nodes = nodes_of(world, movements)

@@ -23,6 +23,8 @@ import pytest
 from engine import claim, create_started, node, observe, plan, submit
 from rows import set_clock, time_at
 
+from qtg_runner.db import procs
+
 LANE_PARAMS = (
     "min_poll_seconds",
     "max_poll_seconds",
@@ -297,3 +299,91 @@ def test_updating_lane_baselines_repaces_the_next_observation(
     assert step(conn, node_id, 210)["next_observe_at"] == time_at(260)
     # and the fatal line moves with the data too: 10 x 200 = 2000 s, not 600
     assert step(conn, node_id, 1999)["observe_phase"] == "over_baseline"
+
+
+def held_of(conn: psycopg.Connection[Any], node_id: int) -> tuple[Any, ...]:
+    """The node's observe_count, evidence, audit rows, and in_flight_nodes'
+    held_seconds and held_reason."""
+    row = conn.execute(
+        "SELECT n.observe_count, n.evidence,"
+        "       (SELECT count(*) FROM audit_outbox a"
+        "         WHERE a.entity = 'node' AND a.entity_id = n.id::text),"
+        "       f.held_seconds, f.held_reason"
+        "  FROM movement_request_nodes n LEFT JOIN in_flight_nodes f ON f.node_id = n.id"
+        " WHERE n.id = %s",
+        (node_id,),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_a_poll_the_budget_held_back_is_not_time_observing(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """THROTTLED (the runner's request budget had no turn, or the provider
+    answered 429): nothing was observed, so the node stays as it was and the
+    wait, from its due poll to its next turn, is not counted toward its
+    lane's fatal wait: a throttled provider never makes a node UNKNOWN."""
+    upsert_lane(conn, "chain_l2", 60)  # fatal past 600 s observing
+    node_id = submitted_node(conn, "chain_l2")["node_id"]  # due at 42
+    before = held_of(conn, node_id)
+    assert before[3:] == (0, None)
+    throttled = {"throttled": "chain l2: rpc:QTG_RPC_L2 is at its rate; its next turn in 300 s"}
+
+    # at 45, held back for 300 s: SUBMITTED still, its evidence and count kept,
+    # no audit row; held from its due poll (42) to its next turn (345)
+    held = step(conn, node_id, 45, "THROTTLED", hint=300)
+    assert held == {
+        "node_state": "SUBMITTED",
+        "observe_phase": "pre_baseline",
+        "next_observe_at": time_at(345),
+    }
+    assert held_of(conn, node_id) == (*before[:3], Decimal(303), "throttled")
+    set_clock(conn, 345)
+    assert observe(conn, node_id, "THROTTLED", 300, evidence=throttled) is not None
+    assert held_of(conn, node_id) == (*before[:3], Decimal(603), throttled["throttled"])
+
+    # at 645 the node has been submitted longer than the lane's fatal wait, but
+    # observed for 42 s of it: a poll finds it pending, and it goes on
+    assert step(conn, node_id, 645) == {
+        "node_state": "OBSERVING",
+        "observe_phase": "pre_baseline",
+        "next_observe_at": time_at(651),
+    }
+    count, _, audits, held_seconds, reason = held_of(conn, node_id)
+    assert (count, audits, held_seconds, reason) == (1, before[2] + 1, 603, None)
+
+    # the fatal wait still counts the time it is observed: 600 s past its holds
+    assert step(conn, node_id, 603 + 601)["node_state"] == "UNKNOWN"
+
+    # a recovery's new window starts with nothing held
+    (recovery,) = procs.claim_recovery_nodes("rec").all(conn)
+    assert procs.complete_recovery(node_id, recovery.claim_secret, "IN_FLIGHT").one(conn) == (
+        "OBSERVING"
+    )
+    assert held_of(conn, node_id)[3:] == (0, None)
+
+
+def test_a_node_held_back_leaves_its_lane_no_latency_sample(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Its latency is the budget's, not the lane's."""
+    upsert_lane(conn, "chain_l2", 60)
+    held = submitted_node(conn, "chain_l2", "held")["node_id"]
+    plain = submitted_node(conn, "chain_l2", "plain")["node_id"]
+    step(conn, held, 42, "THROTTLED", hint=5)
+    step(conn, held, 47, "COMPLETED")
+    step(conn, plain, 48, "COMPLETED")
+    samples = conn.execute(
+        "SELECT by_seconds FROM lane_latency_samples WHERE lane = 'chain_l2'"
+    ).fetchall()
+    assert samples == [(Decimal(48),)]
+
+
+def test_throttled_is_an_outcome_a_bad_one_still_refused(conn: psycopg.Connection[Any]) -> None:
+    node_id = submitted_node(conn, "default")["node_id"]
+    set_clock(conn, 42)
+    with pytest.raises(psycopg.Error) as refused:
+        observe(conn, node_id, "THROTTLE")
+    assert refused.value.sqlstate == "QT002"
+    assert "THROTTLED" in str(refused.value)

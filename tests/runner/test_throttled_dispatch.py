@@ -1,6 +1,7 @@
 """A prepare throttled by an endpoint's request budget (an ExecutorError
 ``throttled``: the provider's limit, not the node's fault) gives the node
-back without spending an attempt.
+back without spending an attempt; an observation it holds back is not the
+node's time observing.
 
 What a treasury relies on: however long a provider throttles, a node whose
 prepare is throttled goes back to READY after the endpoint's wait with its
@@ -8,7 +9,9 @@ attempts untouched and the reason in its last_error (the waiting_nodes view
 shows it), so that no movement FAILS for a rate limit; a node's own
 retryable failures still count toward its attempts as before; runner
 processes calling one endpoint share its rate and its pauses through the
-database.
+database; and however long a provider throttles the reads of a node in
+flight, the node is not taken to its lane's fatal wait (UNKNOWN, recovery)
+for it: it waits, its reason in in_flight_nodes, and goes on when it is read.
 """
 
 from __future__ import annotations
@@ -18,17 +21,17 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from engine import create_started, node, node_ids, plan
-from rows import T0, Conn, node_row
+from engine import claim, create_started, node, node_ids, plan, submit
+from rows import T0, Conn, node_row, set_clock
 from runner_helpers import register_runner_sim
 
 from qtg_runner.budget import EndpointBudget, EndpointThrottled, endpoint_budget, forget_budgets
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
-from qtg_runner.executors.base import ExecutorError, NodeWork
+from qtg_runner.executors.base import ExecutorError, NodeWork, ObserveResult, ObserveStatus
 from qtg_runner.executors.sim import SimExecutor
 from qtg_runner.loop import WorkerContext
-from qtg_runner.workers import endpoint_budget_lease, node_dispatcher
+from qtg_runner.workers import endpoint_budget_lease, node_dispatcher, node_observer
 
 NETWORK = "testnet"
 WAIT_S = 42.0
@@ -53,6 +56,25 @@ class Failing(SimExecutor):
         raise ExecutorError("the node's own failure", retryable=True, retry_after=1.0)
 
 
+class ObserveThrottled(SimExecutor):
+    """The sim, whose reads its endpoint's budget holds back."""
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        raise ExecutorError(
+            "chain a: throttled: rpc:qtg_rpc_a is paused after a 429; its next turn in 42 s",
+            retryable=True,
+            retry_after=WAIT_S,
+            throttled=True,
+        )
+
+
+class ObservePending(SimExecutor):
+    """The sim, whose send is still on its way."""
+
+    async def observe(self, work: NodeWork) -> ObserveResult:
+        return ObserveResult(ObserveStatus.PENDING, {"seen": "pending"})
+
+
 @pytest.fixture
 def sim_conn(conn: Conn) -> Conn:
     register_runner_sim(conn)
@@ -61,9 +83,14 @@ def sim_conn(conn: Conn) -> Conn:
 
 
 def dispatch_at(
-    db: Any, monkeypatch: pytest.MonkeyPatch, seconds: float, executor: type[SimExecutor]
+    db: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    seconds: float,
+    executor: type[SimExecutor],
+    worker: Any = node_dispatcher,
 ) -> None:
-    """One dispatcher batch at T0 + ``seconds`` (the runner's pinned clock)."""
+    """One ``worker`` batch (the dispatcher's) at T0 + ``seconds`` (the
+    runner's pinned clock)."""
     at = (T0 + timedelta(seconds=seconds)).isoformat()
     monkeypatch.setenv("PGOPTIONS", f"-c qtg.now={at}")
     monkeypatch.delenv("QTG_RUNNER_DATABASE_URL", raising=False)
@@ -75,7 +102,7 @@ def dispatch_at(
             open_pool(conninfo, name="throttle-executors") as side,
         ):
             ctx = WorkerContext(NETWORK, pool, {"sim": executor(side, NETWORK)}, "throttle:1")
-            await asyncio.wait_for(node_dispatcher.batch(ctx, "worker@throttle:1"), 60)
+            await asyncio.wait_for(worker.batch(ctx, "worker@throttle:1"), 60)
 
     asyncio.run(scenario())
 
@@ -114,6 +141,38 @@ def test_a_nodes_own_failures_still_count(
         states.append(node_row(sim_conn, node_id)["node_state"])
         at += 2
     assert states[:9] == ["READY"] * 9 and states[9] == "FAILED"
+
+
+def test_reads_held_back_past_the_lanes_fatal_wait_leave_the_node_in_flight(
+    db: Any, sim_conn: Conn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instant lane's fatal wait is 600 s observing; its node's reads are
+    held back for 20 minutes, then made."""
+    node_id = started(sim_conn, "held")
+    set_clock(sim_conn, 0)
+    (claimed,) = claim(sim_conn)
+    assert submit(sim_conn, claimed) == "SUBMITTED"
+    at = 42.0  # its first poll
+    while at < 1200:
+        dispatch_at(db, monkeypatch, at, ObserveThrottled, node_observer)
+        row = node_row(sim_conn, node_id)
+        assert (row["node_state"], row["observe_count"]) == ("SUBMITTED", 0)
+        assert row["next_observe_at"] == T0 + timedelta(seconds=at + WAIT_S)
+        at += WAIT_S
+    held = sim_conn.execute(
+        "SELECT held_seconds, held_reason FROM in_flight_nodes WHERE node_id = %s", (node_id,)
+    ).fetchone()
+    assert held is not None and held[0] >= 1200 - 42
+    assert held[1].startswith("chain a: throttled: rpc:qtg_rpc_a is paused after a 429")
+
+    dispatch_at(db, monkeypatch, at, ObservePending, node_observer)
+    row = node_row(sim_conn, node_id)
+    assert (row["node_state"], row["observe_count"], row["observe_phase"]) == (
+        "OBSERVING",
+        1,
+        "pre_baseline",
+    )
+    assert row["observe_held_reason"] is None
 
 
 def lease_as(db: Any, instance: str) -> None:

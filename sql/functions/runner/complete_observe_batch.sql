@@ -14,8 +14,19 @@
 --   ERROR      the observe call itself failed (the service, the network, no
 --              executor in this runner): OBSERVING again after the hint or the
 --              lane's observe_error_retry_seconds; UNKNOWN once the phase is fatal.
+--   THROTTLED  no observation was made: the runner's request budget had no
+--              turn for the endpoint, or the endpoint answered 429 (the
+--              evidence's "throttled" says so). The node stays as it is
+--              (SUBMITTED or OBSERVING, its evidence and observe_count kept, no
+--              audit row) and is looked at again after the hint (or the lane's
+--              observe_error_retry_seconds), never sooner than min_poll; the
+--              time from its due poll to that turn is added to its
+--              observe_held_seconds, which its pacing does not count as time
+--              observing: a throttled provider never makes a node fatal.
+--              observe_held_reason says why, until a poll is made.
 -- A node seen COMPLETED in its first observation window (observe_started_at =
--- submitted_at: not a window recovery opened) leaves its lane a latency sample
+-- submitted_at: not a window recovery opened), never held back in it, leaves
+-- its lane a latency sample
 -- (lane_latency_samples: done after the node's last look, by this one), from
 -- which refresh_lane_pacing learns the lane's schedule.
 --
@@ -85,12 +96,13 @@ BEGIN
                        WHEN x.wait_problem IS NOT NULL THEN 'QT005' END AS code,
                   CASE WHEN x.bad_outcome THEN
                            format('complete_observe: node %s: outcome must be one of PENDING, COMPLETED, FAILED, '
-                                  'UNKNOWN, ERROR, got %s', u.node_id, coalesce(u.outcome, 'NULL'))
+                                  'UNKNOWN, ERROR, THROTTLED, got %s', u.node_id, coalesce(u.outcome, 'NULL'))
                        WHEN u.hint < 0 THEN
                            format('complete_observe: node %s: retry_after_seconds must not be negative', u.node_id)
                        ELSE format('complete_observe: node %s: %s', u.node_id, x.wait_problem) END AS message
              FROM (SELECT u.outcome IS NULL
-                          OR u.outcome NOT IN ('PENDING', 'COMPLETED', 'FAILED', 'UNKNOWN', 'ERROR') AS bad_outcome,
+                          OR u.outcome NOT IN ('PENDING', 'COMPLETED', 'FAILED', 'UNKNOWN', 'ERROR', 'THROTTLED')
+                              AS bad_outcome,
                           CASE WHEN u.hint IS NOT NULL THEN limit_problem(p_wait => u.hint) END AS wait_problem) x
      ) a;
     SELECT * INTO v_codes, v_messages
@@ -105,8 +117,9 @@ BEGIN
             WITH given AS (
                 SELECT i.ord, i.outcome, i.evidence, n.id AS node_id, n.request_id, n.lane, n.claimed_by,
                        n.node_state AS from_state, n.observe_started_at, n.submitted_at, n.last_observed_at,
-                       -- a failed call waits the lane's error delay unless the executor hinted
-                       coalesce(i.hint, CASE WHEN i.outcome = 'ERROR'
+                       n.next_observe_at AS due_at, n.observe_held_seconds AS held,
+                       -- a failed or held call waits the lane's error delay unless the executor hinted
+                       coalesce(i.hint, CASE WHEN i.outcome IN ('ERROR', 'THROTTLED')
                                              THEN (lane_of(n.lane)).observe_error_retry_seconds END) AS hint
                   FROM unnest(p_node_ids, p_outcomes,
                               coalesce(p_evidence, array_fill(NULL::jsonb, ARRAY[v_n])),
@@ -115,24 +128,44 @@ BEGIN
                        WITH ORDINALITY AS i(node_id, outcome, evidence, hint, skip, ord)
                   JOIN movement_request_nodes n ON n.id = i.node_id
                  WHERE i.skip IS NULL
+            ), held AS (
+                -- a held poll: its next turn, and the window's time held back
+                -- (from the poll that was due to that turn)
+                SELECT g.*, t.turn_at,
+                       g.held + coalesce(extract(epoch FROM t.turn_at - least(coalesce(g.due_at, v_now), v_now)),
+                                         0) AS held_now
+                  FROM given g
+                 CROSS JOIN LATERAL (
+                       SELECT CASE WHEN g.outcome = 'THROTTLED'
+                                   THEN v_now + make_interval(secs => greatest(g.hint, (lane_of(g.lane)).min_poll_seconds)
+                                                                      ::double precision)
+                              END AS turn_at) t
             ), taken AS (
                 SELECT g.*, pacing.phase, pacing.next_observe_at AS paced_at,
                        CASE
                            WHEN g.outcome IN ('COMPLETED', 'FAILED') THEN g.outcome::qtg.node_state
+                           WHEN g.outcome = 'THROTTLED' THEN g.from_state
                            WHEN pacing.phase = 'fatal' THEN 'UNKNOWN'
                            WHEN g.outcome = 'UNKNOWN' AND g.hint IS NULL THEN 'UNKNOWN'
                            ELSE 'OBSERVING'
                        END::qtg.node_state AS to_state
-                  FROM given g
-                 CROSS JOIN LATERAL observe_pacing(g.lane, g.observe_started_at, v_now, g.hint) pacing
+                  FROM held g
+                 CROSS JOIN LATERAL observe_pacing(
+                       g.lane, g.observe_started_at + make_interval(secs => g.held_now::double precision),
+                       v_now, g.hint) pacing
             ), moved AS (
                 UPDATE movement_request_nodes n
                    SET node_state       = t.to_state,
                        observe_phase    = t.phase,
-                       next_observe_at  = CASE WHEN t.to_state = 'OBSERVING' THEN t.paced_at END,
-                       observe_count    = n.observe_count + 1,
-                       last_observed_at = v_now,
-                       evidence         = coalesce(t.evidence, n.evidence),
+                       next_observe_at  = CASE WHEN t.turn_at IS NOT NULL THEN t.turn_at
+                                               WHEN t.to_state = 'OBSERVING' THEN t.paced_at END,
+                       observe_count    = n.observe_count + CASE WHEN t.turn_at IS NULL THEN 1 ELSE 0 END,
+                       last_observed_at = CASE WHEN t.turn_at IS NULL THEN v_now ELSE n.last_observed_at END,
+                       evidence         = CASE WHEN t.turn_at IS NULL THEN coalesce(t.evidence, n.evidence)
+                                               ELSE n.evidence END,
+                       observe_held_seconds = t.held_now,
+                       observe_held_reason  = CASE WHEN t.turn_at IS NOT NULL
+                                                   THEN coalesce(t.evidence ->> 'throttled', 'throttled') END,
                        lease_until      = CASE WHEN t.to_state = 'UNKNOWN' THEN v_now END,
                        finished_at      = CASE WHEN t.to_state IN ('COMPLETED', 'FAILED') THEN v_now END,
                        lost_claims      = 0,   -- the node got as far as an observation
@@ -157,6 +190,7 @@ BEGIN
                                                               - t.observe_started_at)) AS after_seconds,
                               greatest(0, extract(epoch FROM v_now - t.observe_started_at)) AS by_seconds) s
                  WHERE t.to_state = 'COMPLETED' AND t.observe_started_at = t.submitted_at
+                   AND t.held_now = 0
             )
             SELECT array_agg(t.node_id ORDER BY t.request_id, t.node_id)
                        FILTER (WHERE t.to_state IN ('COMPLETED', 'FAILED')),

@@ -84,6 +84,8 @@ BEGIN
            submitted_at       = CASE WHEN v_to IN ('SUBMITTED', 'OBSERVING') THEN coalesce(node.submitted_at, v_now)
                                      ELSE node.submitted_at END,
            observe_started_at = CASE WHEN v_to IN ('SUBMITTED', 'OBSERVING') THEN v_now END,
+           observe_held_seconds = 0,
+           observe_held_reason  = NULL,
            next_observe_at    = CASE WHEN v_to IN ('SUBMITTED', 'OBSERVING') THEN v_pacing.next_observe_at END,
            observe_phase      = CASE WHEN v_to IN ('SUBMITTED', 'OBSERVING') THEN v_pacing.phase END,
            lease_until        = CASE WHEN v_to = 'UNKNOWN'

@@ -110,6 +110,8 @@ BEGIN
                        evidence           = coalesce(t.evidence, n.evidence),
                        submitted_at       = v_now,
                        observe_started_at = CASE WHEN t.settled THEN NULL ELSE v_now END,
+                       observe_held_seconds = 0,
+                       observe_held_reason  = NULL,
                        next_observe_at    = t.next_observe_at,
                        observe_phase      = t.phase,
                        lease_until        = NULL,

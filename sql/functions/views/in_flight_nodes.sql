@@ -1,5 +1,8 @@
 -- in_flight_nodes: every node with a side effect possibly out, or being
--- dispatched: its phase, next observation, and how long it has been in flight.
+-- dispatched: its phase, next observation, and how long it has been in flight;
+-- held_seconds: how long the runner's request budget held its polls back in
+-- its observation window (not counted as time observing), held_reason: why
+-- its last poll was held back (NULL once a poll is made).
 CREATE OR REPLACE VIEW in_flight_nodes AS
 SELECT node.id AS node_id,
        node.request_id AS movement_id,
@@ -15,7 +18,9 @@ SELECT node.id AS node_id,
        node.lease_until,
        node.claimed_by,
        node.external_ref,
-       clock() - coalesce(node.submitted_at, node.claimed_at) AS in_flight_for
+       clock() - coalesce(node.submitted_at, node.claimed_at) AS in_flight_for,
+       node.observe_held_seconds AS held_seconds,
+       node.observe_held_reason AS held_reason
   FROM movement_request_nodes node
   JOIN movement_requests request ON request.id = node.request_id
  WHERE node.node_state IN ('SUBMITTING', 'SUBMITTED', 'OBSERVING', 'UNKNOWN')
