@@ -52,16 +52,25 @@ def _cpu(run: dict[str, Any] | None, unit: str) -> str:
 
 
 def _writes(run: dict[str, Any], unit: str) -> str:
-    """' N row writes/<unit>' from pg_stat_user_tables (inserts + updates + deletes)."""
+    """' N row writes/<unit>' from pg_stat_user_tables (inserts + updates +
+    deletes), and ', N KB of WAL/<unit>' where the run measured it (the
+    engine's: its drain, and with its audit chain's promotion)."""
     per = run.get("row_writes_per_job") or {}
     if not per:
         return ""
     if set(per) == {"testnet", "qtg_sim"}:
-        return (
+        text = (
             f" {per['testnet']:.1f} row writes/{unit} in the engine's tables"
             f" (+{per['qtg_sim']:.1f} in the sim's outside world)"
         )
-    return f" {sum(per.values()):.1f} row writes/{unit}"
+    else:
+        text = f" {sum(per.values()):.1f} row writes/{unit}"
+    wal, chained = run.get("wal_bytes_per_job"), run.get("wal_bytes_per_job_chained")
+    if wal is not None:
+        text += f", {wal / 1024:.1f} KB of WAL/{unit}"
+        if chained is not None and chained != wal:
+            text += f" ({chained / 1024:.1f} KB with its audit chain promoted)"
+    return text
 
 
 def _write_rates(*runs: dict[str, Any] | None) -> str:

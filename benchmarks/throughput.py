@@ -90,6 +90,17 @@ def row_writes(dsn: str, schemas: tuple[str, ...]) -> dict[str, int]:
     return {str(schema): int(n) for schema, n in rows}
 
 
+def wal_position(dsn: str) -> int:
+    """The server's WAL insert position, in bytes: what it has written to its
+    WAL so far (the whole cluster's: the benchmark runs one system at a
+    time, so a difference is that system's, its autovacuum and checkpoints'
+    full-page images included)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _per_job(before: dict[str, int], after: dict[str, int], jobs: int) -> dict[str, float]:
     return {k: round((after.get(k, 0) - before.get(k, 0)) / jobs, 2) for k in after}
 
@@ -141,6 +152,7 @@ def run_engine(
         before = conn.execute("SELECT coalesce(max(id), 0) FROM audit_outbox").fetchone()[0]  # type: ignore[index]
         env = runner_env(cluster.runner_dsn(dsn))
         cpu = equal.ServerCpu.open(conn)
+        wal_before = wal_position(dsn)
         # the database clock at launch: the wall clock ends at the last movement's finished_at
         t0_db = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         cpu0 = cpu.seconds() if cpu else None
@@ -220,11 +232,13 @@ def run_engine(
             codes = [child.stop() for child in children]
     writes_after = row_writes(dsn, ENGINE_SCHEMAS)
     writes = _per_job(writes_before, writes_after, jobs)
+    wal_drained = wal_position(dsn)
     chain = (
         {"live": True, "lag_s": round(chain_lag or 0.0, 2)}
         if promoter
         else promote_chain(dsn, jobs, writes_after)
     )
+    wal_chained = wal_position(dsn)
     assert span_row and transitions and side_effects
     db_span = float(span_row[0])
     wall = float(span_row[2])
@@ -252,6 +266,9 @@ def run_engine(
             for child in children
         },
         "row_writes_per_job": writes,
+        # the drain's WAL, and the whole life's: with the audit chain's promotion
+        "wal_bytes_per_job": round((wal_drained - wal_before) / jobs),
+        "wal_bytes_per_job_chained": round((wal_chained - wal_before) / jobs),
         "db_cpu_s": round(db_cpu, 3) if db_cpu is not None else None,
         "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
         "top_statements": statements,
@@ -633,6 +650,7 @@ def run_equal_peer(
         profiled = _stats_reset(conn)
         cpu = equal.ServerCpu.open(conn)
         cpu0 = cpu.seconds() if cpu else None
+        wal_before = wal_position(dsn)
         t0 = time.monotonic()
         children: list[Child] = [
             spawn(f"{slug}-work-{i}", spec["work"](dsn, sys_dsn, concurrency, i), env, log_dir)
@@ -661,6 +679,7 @@ def run_equal_peer(
             statements += [{**st, "database": "system"} for st in top_statements(sys_conn, 8)]
     wall = t_done - t0
     writes = _per_job(writes_before, row_writes(dsn, (*own, *equal.WORLD)), jobs)
+    wal_after = wal_position(dsn)
     if spec["system_db"]:
         for schema, n in _per_job(sys_before, row_writes(sys_dsn, ("dbos",)), jobs).items():
             writes[f"{schema} (system db)"] = n
@@ -677,6 +696,7 @@ def run_equal_peer(
         "db_cpu_s": round(db_cpu, 3) if db_cpu is not None else None,
         "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
         "row_writes_per_job": writes,
+        "wal_bytes_per_job": round((wal_after - wal_before) / jobs),
         "record": record,
         "top_statements": statements,
     }
@@ -721,6 +741,7 @@ def run_bare(cluster: Cluster, jobs: int, connections: int) -> dict[str, Any]:
         )
         conn.execute("VACUUM ANALYZE bare_queue")
     writes_before = row_writes(dsn, ("public",))
+    wal_before = wal_position(dsn)
     t0 = time.monotonic()
     asyncio.run(_bare_drain(dsn, connections))
     wall = time.monotonic() - t0
@@ -729,8 +750,10 @@ def run_bare(cluster: Cluster, jobs: int, connections: int) -> dict[str, Any]:
     if left:
         raise RuntimeError(f"bare ceiling left {left} rows undone")
     writes = _per_job(writes_before, row_writes(dsn, ("public",)), jobs)
+    wal_after = wal_position(dsn)
     return {
         "row_writes_per_job": writes,
+        "wal_bytes_per_job": round((wal_after - wal_before) / jobs),
         "system": "bare SKIP LOCKED ceiling",
         "processes": 1,
         "concurrency": connections,

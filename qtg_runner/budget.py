@@ -14,8 +14,16 @@ slowdown below.
 
 A call takes its turn (``acquire``): one turn every 1/rate seconds, no
 burst (a provider counts its limit over any second: a burst on top of the
-rate would overrun it), as a generic cell rate algorithm spaces them; a
-turn further away than the
+rate would overrun it), as a generic cell rate algorithm spaces them; and
+however late its caller wakes for it, or sends after it (a busy event loop
+wakes every caller whose turn passed meanwhile at once, and a call may wait
+for the loop between its turn and its bytes on the wire), no call starts
+while the rate's number of calls are in flight or ended less than a second
+ago (``done``): a call reaches the provider between its start and its end,
+so no second at the provider holds more than the rate. A call in flight for
+a long time so holds its place longer (at the rate r and a call's latency L,
+at most r / (1 + L) calls a second when every place is taken). A turn
+further away than the
 caller's ``max_wait`` is not taken: EndpointThrottled, with the wait, and
 nothing is sent (the dispatcher then gives the node back to READY for that
 long without counting an attempt). A 429 (``slowed``) pauses the endpoint
@@ -28,11 +36,12 @@ rate.
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import re
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 DEFAULT_RATES: Mapping[str, float] = {"rpc": 25.0, "iris": 30.0, "venue": 10.0}
@@ -50,6 +59,8 @@ SLOW_RECOVERY_S = 15.0
 RECOVERY_STEP = 0.05
 MIN_PAUSE_S = 1.0
 MAX_PAUSE_S = 600.0
+IN_FLIGHT_POLL_S = 0.02
+"""How often a call waiting for one in flight to end looks again."""
 DEFAULT_MAX_WAIT_S = 5.0
 """How long one call waits for its turn before it is refused as throttled."""
 _NAME = re.compile(r"^[a-z][a-z0-9_.:-]{0,199}$")
@@ -114,8 +125,13 @@ class EndpointBudget:
     """429s this process received from the endpoint."""
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     _tat: float = 0.0
     _last_slow: float = -math.inf
+    _ended: collections.deque[float] = field(default_factory=collections.deque)
+    """When the calls that ended in the last second ended (``done``)."""
+    _in_flight: int = 0
+    """Calls started (``acquire``) and not yet ``done``."""
 
     @property
     def rate(self) -> float:
@@ -146,15 +162,41 @@ class EndpointBudget:
     async def acquire(self, max_wait: float = DEFAULT_MAX_WAIT_S) -> None:
         """Take a turn, waiting for it (see ``reserve``); a pause a 429 set
         while it waited is waited out too (EndpointThrottled beyond
-        ``max_wait``): a turn given before the 429 sends nothing into it."""
+        ``max_wait``): a turn given before the 429 sends nothing into it.
+        Then it waits for a place (see the module's docstring); the call is
+        in flight until ``done``."""
         wait = self.reserve(max_wait)
         while wait > 0:
-            await asyncio.sleep(wait)
+            await self.sleep(wait)
             wait = self.paused_until - self.clock()
             if wait > max_wait:
                 raise EndpointThrottled(
                     self.name, wait, f"is paused after a 429 ({self.rate:.3g} requests/s here)"
                 )
+        # a turn its caller woke for late, or a call slow to reach the wire,
+        # makes no burst at the provider with the calls after it
+        while (wait := self._places_taken()) > 0:
+            await self.sleep(wait)
+        self._in_flight += 1
+
+    def done(self) -> None:
+        """The call ``acquire`` let start has ended (answered or not): its
+        place is free a second after now. Every acquire() is followed by one
+        done(), whatever the call came to."""
+        self._in_flight = max(0, self._in_flight - 1)
+        self._ended.append(self.clock())
+
+    def _places_taken(self) -> float:
+        """How long until a place is free (0: now): the rate's number of
+        calls are in flight or ended less than a second ago."""
+        now = self.clock()
+        while self._ended and self._ended[0] <= now - 1.0:
+            self._ended.popleft()
+        if len(self._ended) + self._in_flight < max(1, int(self.rate)):
+            return 0.0
+        if self._ended:
+            return self._ended[0] + 1.0 - now
+        return IN_FLIGHT_POLL_S
 
     def slowed(self, retry_after: float | None) -> float:
         """A 429: pause for ``retry_after`` (at least MIN_PAUSE_S, at most

@@ -29,16 +29,19 @@ JSON-RPC method of each call, a batch's each; else the HTTP method and the
 path without its query), so that a test can say what a client asked.
 
 ``serve(upstream_url, rate_per_s, retry_after_s=1, block_s=0)`` starts it on a
-free port (a daemon thread) and returns the handle: ``.url`` (given to a
-client in place of the upstream's URL: a path of the upstream's, as an RPC
-URL's, is put before every request's), ``.stop()``, ``.counts()``,
-``.reset_counts()``.
+free port (a daemon thread, or a process of its own: ``apart``) and returns
+the handle: ``.url`` (given to a client in place of the upstream's URL: a
+path of the upstream's, as an RPC URL's, is put before every request's),
+``.stop()``, ``.counts()``, ``.reset_counts()``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import multiprocessing
+import multiprocessing.process
 import threading
 import time
 from collections import deque
@@ -46,6 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.client import HTTPConnection, HTTPException
 from http.server import ThreadingHTTPServer
+from multiprocessing.connection import Connection
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -227,14 +231,11 @@ def _handler(state: _State, upstream: str) -> type[JsonHandler]:
     return Handler
 
 
-@dataclass
-class ThrottleHandle:
-    """A running throttling double."""
+class _InProcess:
+    """The double's server on a thread of this process."""
 
-    url: str
-    _server: ThreadingHTTPServer
-    _thread: threading.Thread
-    _state: _State
+    def __init__(self, server: ThreadingHTTPServer, thread: threading.Thread, state: _State):
+        self._server, self._thread, self._state = server, thread, state
 
     def counts(self) -> ThrottleCounts:
         with self._state.lock:
@@ -243,7 +244,6 @@ class ThrottleHandle:
             )
 
     def reset_counts(self) -> None:
-        """Forget the requests counted so far (not the window nor a block)."""
         with self._state.lock:
             self._state.admitted.clear()
             self._state.refused.clear()
@@ -255,6 +255,87 @@ class ThrottleHandle:
         self._thread.join(timeout=10)
 
 
+class _Apart:
+    """The double in a process of its own, told what to do over a pipe."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess, pipe: Connection):
+        self._process, self._pipe = process, pipe
+
+    def _ask(self, command: str) -> Any:
+        self._pipe.send(command)
+        if not self._pipe.poll(10):
+            raise TimeoutError(f"the throttling double did not answer {command!r}")
+        return self._pipe.recv()
+
+    def counts(self) -> ThrottleCounts:
+        admitted, refused, asked = self._ask("counts")
+        return ThrottleCounts(tuple(admitted), tuple(refused), dict(asked))
+
+    def reset_counts(self) -> None:
+        self._ask("reset")
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, EOFError, TimeoutError):
+            self._ask("stop")
+        self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(timeout=10)
+        self._pipe.close()
+
+
+@dataclass
+class ThrottleHandle:
+    """A running throttling double."""
+
+    url: str
+    _running: _InProcess | _Apart
+
+    def counts(self) -> ThrottleCounts:
+        return self._running.counts()
+
+    def reset_counts(self) -> None:
+        """Forget the requests counted so far (not the window nor a block)."""
+        self._running.reset_counts()
+
+    def stop(self) -> None:
+        self._running.stop()
+
+
+def _start(
+    upstream_url: str, rate_per_s: int, retry_after_s: int, block_s: float, host: str, port: int
+) -> tuple[str, _InProcess]:
+    state = _State(rate_per_s, retry_after_s, block_s)
+    server = ThreadingHTTPServer((host, port), _handler(state, upstream_url))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="throttle", daemon=True)
+    thread.start()
+    bound_host, bound_port = server.server_address[:2]
+    return f"http://{bound_host!s}:{bound_port}", _InProcess(server, thread, state)
+
+
+def _serve_apart(pipe: Connection, args: tuple[str, int, int, float, str, int]) -> None:
+    """The child process: the double, and its answers to the parent's commands."""
+    url, running = _start(*args)
+    pipe.send(url)
+    while True:
+        try:
+            command = pipe.recv()
+        except (EOFError, OSError):  # the parent is gone
+            command = "stop"
+        if command == "counts":
+            counts = running.counts()
+            pipe.send((counts.admitted, counts.refused, dict(counts.asked)))
+        elif command == "reset":
+            running.reset_counts()
+            pipe.send(None)
+        else:
+            running.stop()
+            with contextlib.suppress(OSError):
+                pipe.send(None)
+            return
+
+
 def serve(
     upstream_url: str,
     rate_per_s: int,
@@ -262,19 +343,29 @@ def serve(
     block_s: float = 0.0,
     host: str = LOOPBACK,
     port: int | None = None,
+    apart: bool = False,
 ) -> ThrottleHandle:
     """Start the double in front of ``upstream_url`` (plain HTTP), admitting
-    ``rate_per_s`` requests a second; ``port`` None picks a free one."""
+    ``rate_per_s`` requests a second; ``port`` None picks a free one.
+    ``apart``: in a process of its own, as a provider is, so that a busy
+    client in this process never holds up the double's clock and bunches
+    the arrivals it counts (the counts' times are time.monotonic(), one
+    clock for every process of the machine)."""
     if rate_per_s < 1 or retry_after_s < 0 or block_s < 0:
         raise ValueError("rate_per_s must be at least 1, retry_after_s and block_s not negative")
     if urlsplit(upstream_url).scheme != "http":
         raise ValueError("the upstream must be a plain http:// URL")
-    state = _State(rate_per_s, retry_after_s, block_s)
-    server = ThreadingHTTPServer(
-        (host, free_port(host) if port is None else port), _handler(state, upstream_url)
-    )
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="throttle", daemon=True)
-    thread.start()
-    bound_host, bound_port = server.server_address[:2]
-    return ThrottleHandle(f"http://{bound_host!s}:{bound_port}", server, thread, state)
+    args = (upstream_url, rate_per_s, retry_after_s, block_s, host,
+            free_port(host) if port is None else port)  # fmt: skip
+    if not apart:
+        url, running = _start(*args)
+        return ThrottleHandle(url, running)
+    context = multiprocessing.get_context("spawn")
+    mine, theirs = context.Pipe()
+    process = context.Process(target=_serve_apart, args=(theirs, args), daemon=True)
+    process.start()
+    theirs.close()
+    if not mine.poll(60):
+        process.kill()
+        raise TimeoutError("the throttling double's process did not start")
+    return ThrottleHandle(str(mine.recv()), _Apart(process, mine))

@@ -315,6 +315,8 @@ class IrisClient(HttpEndpoint):
             response = await self._send(method, path, **request)
         except (httpx.HTTPError, TimeoutError) as exc:
             return IrisAnswer(IrisStatus.UNAVAILABLE, detail=f"{type(exc).__name__}")
+        finally:
+            self.budget.done()
         if response.status_code == 429:
             limited = _rate_limited(response)
             self.budget.slowed(limited.retry_after)

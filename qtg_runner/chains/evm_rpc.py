@@ -69,6 +69,8 @@ _HASH = re.compile(r"0x[0-9a-f]{64}")
 SETTLED_KEPT = 4096
 """How many settled readings a client keeps (``EvmRpc.settled``), the oldest
 forgotten first: enough for the nodes one runner observes at once."""
+RECENT_KEPT = 4096
+"""The most shared reads a client keeps (``recent``), the oldest forgotten first."""
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -445,7 +447,7 @@ class EvmRpc(HttpEndpoint):
         )
         self._max_bytes = max_response_bytes
         self._ids = itertools.count(1)
-        self._recent: dict[str, tuple[Any, float]] = {}
+        self._recent: OrderedDict[str, tuple[Any, float]] = OrderedDict()
         self._reading: dict[str, asyncio.Task[Any]] = {}
         self.settled: OrderedDict[str, Any] = OrderedDict()
         """What a caller learnt of a transaction that can no longer change (a
@@ -478,7 +480,10 @@ class EvmRpc(HttpEndpoint):
             await self.budget.acquire()
         except EndpointThrottled as exc:
             raise RpcThrottled(f"{method} on {self.display_url}: {exc}", exc.wait_s) from None
-        return await self._exchange(method, params)
+        try:
+            return await self._exchange(method, params)
+        finally:
+            self.budget.done()
 
     async def _probe(self) -> None:
         await self._exchange("eth_chainId", ())
@@ -592,8 +597,14 @@ class EvmRpc(HttpEndpoint):
 
             async def read_now() -> Any:
                 began = time.monotonic()
-                value = await read()
+                try:
+                    value = await read()
+                finally:
+                    self._reading.pop(key, None)
                 self._recent[key] = (value, began)
+                self._recent.move_to_end(key)
+                while len(self._recent) > RECENT_KEPT:
+                    self._recent.popitem(last=False)
                 return value
 
             task = self._reading[key] = loop.create_task(read_now())
@@ -610,19 +621,31 @@ class EvmRpc(HttpEndpoint):
         """What ``keep_settled`` kept of ``tx_hash``, or None."""
         return self.settled.get(tx_hash)
 
-    async def block(self, tag_or_number: int | BlockTag = "latest") -> Block | None:
+    async def block(
+        self, tag_or_number: int | BlockTag = "latest", *, max_age_s: float = 0.0
+    ) -> Block | None:
         """The block (transaction hashes only), or None when the node has none
-        such (a number beyond the head; ``safe``/``finalized`` before any)."""
-        raw = await self.request("eth_getBlockByNumber", [_block_param(tag_or_number), False])
-        return None if raw is None else parse_block(raw)
+        such (a number beyond the head; ``safe``/``finalized`` before any); a
+        numbered block read at most once per ``max_age_s`` (``recent``: the
+        sends mined in one block, observed in one round, ask once)."""
+        param = _block_param(tag_or_number)
+
+        async def read() -> Block | None:
+            raw = await self.request("eth_getBlockByNumber", [param, False])
+            return None if raw is None else parse_block(raw)
+
+        if max_age_s > 0 and isinstance(tag_or_number, int):
+            found: Block | None = await self.recent(f"block:{param}", max_age_s, read)
+            return found
+        return await read()
 
     async def transaction_count(
         self, address: str, tag: NonceTag | BlockTag = "latest", *, max_age_s: float = 0.0
     ) -> int:
         """The account's next nonce: ``latest`` counts mined transactions only,
-        ``pending`` also the node's pool; the pending count read at most once
-        per ``max_age_s`` (``recent``; a send from the account through this
-        client forgets it: ``sent_from``)."""
+        ``pending`` also the node's pool; either read at most once per
+        ``max_age_s`` (``recent``; a send from the account through this client
+        forgets its pending count: ``sent_from``)."""
         params = [_checked_address(address), _block_param(tag)]
 
         async def read() -> int:
@@ -630,8 +653,8 @@ class EvmRpc(HttpEndpoint):
                 await self.request("eth_getTransactionCount", params), "eth_getTransactionCount"
             )
 
-        if max_age_s > 0 and tag == "pending":
-            value: int = await self.recent(f"pending:{params[0]}", max_age_s, read)
+        if max_age_s > 0 and tag in ("pending", "latest"):
+            value: int = await self.recent(f"{tag}:{params[0]}", max_age_s, read)
             return value
         return await read()
 
@@ -717,14 +740,21 @@ class EvmRpc(HttpEndpoint):
         self,
         *,
         address: str,
-        topics: Sequence[str | None],
+        topics: Sequence[str | Sequence[str] | None],
         from_block: int | BlockTag,
         to_block: int | BlockTag = "latest",
     ) -> list[Log]:
-        """eth_getLogs of one contract (a second source of evidence beside receipts)."""
+        """eth_getLogs of one contract (a second source of evidence beside
+        receipts). A topic is one hash, any of a list of them, or None (any)."""
+
+        def topic(t: str | Sequence[str] | None) -> str | list[str] | None:
+            if t is None or isinstance(t, str):
+                return None if t is None else _checked_hash(t)
+            return [_checked_hash(each) for each in t]
+
         query = {
             "address": _checked_address(address),
-            "topics": [None if t is None else _checked_hash(t) for t in topics],
+            "topics": [topic(t) for t in topics],
             "fromBlock": _block_param(from_block),
             "toBlock": _block_param(to_block),
         }

@@ -396,7 +396,10 @@ class BybitClient(HttpEndpoint):
                 retry_after=exc.wait_s,
                 throttled=True,
             ) from None
-        response = await self._send(request, path)
+        try:
+            response = await self._send(request, path)
+        finally:
+            self.budget.done()
         if response.status_code == 429:
             self.budget.slowed(retry_after_s(response.headers))
         if response.status_code != 200:

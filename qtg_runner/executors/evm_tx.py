@@ -517,7 +517,9 @@ async def read_recorded(rpc: EvmRpc, leg: ChainLeg, work: NodeWork) -> TxReading
     async with chain_errors(leg.chain_key):
         found = await _receipt_of(rpc, hashes)
         if found is None:
-            account_nonce = await rpc.transaction_count(leg.sender, "latest")
+            account_nonce = await rpc.transaction_count(
+                leg.sender, "latest", max_age_s=shared_for(leg)
+            )
             if account_nonce <= nonce:
                 return await _unmined(rpc, leg, transactions, nonce)
             # mined between the two reads, or taken by another transaction
@@ -550,7 +552,7 @@ async def _mined(rpc: EvmRpc, leg: ChainLeg, receipt: Receipt) -> TxReading:
     short of the finality depth, or settled (final or reverted), which the
     client keeps and is not read again."""
     head = await rpc.head(shared_for(leg))
-    canonical = await rpc.block(receipt.block_number)
+    canonical = await rpc.block(receipt.block_number, max_age_s=shared_for(leg))
     depth = head - receipt.block_number
     evidence: JsonObject = {
         "tx_hash": receipt.tx_hash,

@@ -331,12 +331,16 @@ class StargateExecutor(evm_tx.EvmExecutor):
         recipient = str(payload["recipient"])
         wait = float(payload["dst_block_time_s"]) * 2
         from_block = int(payload["dst_from_block"])
+        # one read for both answers: the pool's payouts (OFTReceived, this
+        # guid's to the recipient among them) and its cached ones (whose guid
+        # and receiver are not indexed)
         logs = await rpc.get_logs(
-            address=pool,
-            topics=[OFT_RECEIVED_TOPIC, guid, _word(recipient)],
-            from_block=from_block,
+            address=pool, topics=[[OFT_RECEIVED_TOPIC, UNRECEIVED_TOPIC]], from_block=from_block
         )
+        paid = (OFT_RECEIVED_TOPIC, guid.lower(), _word(recipient))
         for log in logs:
+            if log.topics[:3] != paid:
+                continue
             _src_eid, value = decode(["uint32", "uint256"], log.data)
             if int(value) != amount or log.block_number is None:
                 continue
@@ -356,12 +360,7 @@ class StargateExecutor(evm_tx.EvmExecutor):
                     "sent", evidence | {"oft_received": received}, tx_hash, wait
                 )
             return evm_tx.TxReading("delivered", evidence | {"oft_received": received}, tx_hash)
-        cached = [
-            _unreceived(log)
-            for log in await rpc.get_logs(
-                address=pool, topics=[UNRECEIVED_TOPIC], from_block=from_block
-            )
-        ]
+        cached = [_unreceived(log) for log in logs if log.topics[:1] == (UNRECEIVED_TOPIC,)]
         mine = [c for c in cached if c["guid"] == guid and c["receiver"] == recipient]
         if mine:
             return evm_tx.TxReading(

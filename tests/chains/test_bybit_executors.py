@@ -289,11 +289,11 @@ def recover_at(db: Any, conn: Any, exchange: Exchange, seconds: float) -> list[s
 def node_row(conn: Any, node_id: int) -> dict[str, Any]:
     row = conn.execute(
         "SELECT node_state::text, evidence, last_error, external_ref, next_observe_at - now(),"
-        " lease_until - now() FROM movement_request_nodes WHERE id = %s",
+        " lease_until - now(), observe_held_reason FROM movement_request_nodes WHERE id = %s",
         (node_id,),
     ).fetchone()
     assert row is not None
-    keys = ("state", "evidence", "last_error", "external_ref", "observe_in", "lease_in")
+    keys = ("state", "evidence", "last_error", "external_ref", "observe_in", "lease_in", "held")
     return dict(zip(keys, row, strict=True))
 
 
@@ -449,11 +449,12 @@ def test_the_rate_limit_reset_becomes_the_nodes_pacing(
     assert recover_at(db, world, exchange, 5) == []
     assert recover_at(db, world, exchange, 10) == ["SUBMITTED"]
 
-    # while observing: the next observation waits for the reset
+    # while observing: the next observation waits for the reset, and the
+    # wait is the venue's (THROTTLED: the node is held back, not observed)
     exchange.handle.inject_rate_limit(1, reset_in_ms=8000, path="/v5/asset/withdraw/query-record")
-    assert observe_once(db, world, exchange, node_id) == "OBSERVING"
+    assert observe_once(db, world, exchange, node_id) == "SUBMITTED"
     row = node_row(world, node_id)
-    assert "10006" in row["evidence"]["error"]
+    assert "10006" in row["held"]
     assert 6 <= row["observe_in"].total_seconds() <= 9, row["observe_in"]
     assert observe_until(db, world, exchange, node_id) == "COMPLETED"
     assert exchange.withdrawals() == count + 1

@@ -130,13 +130,15 @@ def test_the_upstreams_answers_are_forwarded_unchanged() -> None:
         upstream.close()
 
 
+@pytest.mark.parametrize("apart", [False, True], ids=["in-process", "apart"])
 def test_rate_per_s_requests_are_admitted_in_a_second_and_the_rest_refused_with_429(
-    echo: Echo, throttled: Callable[..., ThrottleHandle]
+    echo: Echo, throttled: Callable[..., ThrottleHandle], apart: bool
 ) -> None:
     """Asked faster than 5 a second, the double admits 5 in any second and
     refuses the rest with 429 and its Retry-After, whatever the machine's
-    pace (the properties are read from the double's own timestamps)."""
-    handle = throttled(5, retry_after_s=3)
+    pace (the properties are read from the double's own timestamps); the
+    same from a process of its own, its counts read over its pipe."""
+    handle = throttled(5, retry_after_s=3, apart=apart)
     with httpx.Client(timeout=5) as client:
         answers = [call(client, handle.url, call_id) for call_id in range(12)]
         deadline = time.monotonic() + 10

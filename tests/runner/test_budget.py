@@ -150,6 +150,85 @@ def test_a_caller_waiting_for_its_turn_waits_out_a_pause_set_meanwhile() -> None
     assert "paused after a 429" in refusal
 
 
+class Parked:
+    """A budget's sleep that returns only when the test lets it: the event
+    loop busy elsewhere until the test moves the clock on."""
+
+    def __init__(self) -> None:
+        self.waiting: list[asyncio.Future[None]] = []
+
+    async def __call__(self, seconds: float) -> None:
+        waiting = asyncio.get_running_loop().create_future()
+        self.waiting.append(waiting)
+        await waiting
+
+    async def wake_all(self) -> None:
+        woken, self.waiting = self.waiting, []
+        for waiting in woken:
+            waiting.set_result(None)
+        for _ in range(5):  # let every woken caller run to its call or its next sleep
+            await asyncio.sleep(0)
+
+
+def test_callers_woken_late_for_their_turns_start_no_burst() -> None:
+    """At 10 a second, 15 callers take turns 0.1 s apart; the loop is busy
+    until all their turns have passed and wakes them at once: 10 start then
+    (the second before holds none), the other 5 a second later. No second
+    ever holds more than 10 starts."""
+    clock, parked = Clock(), Parked()
+    b = EndpointBudget("rpc:qtg_rpc_test", 10, clock=clock, wall=clock, sleep=parked)
+    started: list[float] = []
+
+    async def call() -> None:  # a call answered at once
+        await b.acquire(max_wait=10)
+        started.append(clock.now)
+        b.done()
+
+    async def scenario() -> None:
+        calls = [asyncio.create_task(call()) for _ in range(15)]
+        await asyncio.sleep(0)
+        assert started == [1000.0]  # the first turn is now; 14 sleep for theirs
+        clock.now = 1001.45  # every turn has passed
+        await parked.wake_all()
+        assert started.count(1001.45) == 10
+        clock.now = 1002.45
+        await parked.wake_all()
+        await asyncio.gather(*calls)
+
+    asyncio.run(scenario())
+    assert sorted(started) == [1000.0] + [1001.45] * 10 + [1002.45] * 4
+    assert max(sum(1 for t in started if s <= t < s + 1.0) for s in started) == 10
+
+
+def test_a_call_holds_its_place_while_in_flight_and_a_second_after() -> None:
+    """A provider counts a call when it arrives, somewhere between its start
+    and its answer: at 10 a second, with 10 calls unanswered the 11th waits
+    for one to end, and a second more (no second at the provider can then
+    hold 11)."""
+    clock = Clock()
+
+    async def sleep(seconds: float) -> None:  # the time passes, the loop goes on
+        clock.now += seconds
+        await asyncio.sleep(0)
+
+    b = EndpointBudget("rpc:qtg_rpc_test", 10, clock=clock, wall=clock, sleep=sleep)
+
+    async def scenario() -> tuple[float, float]:
+        for _ in range(10):  # at 1000.0, 1000.1, ... 1000.9, none answered
+            await b.acquire(max_wait=10)
+        eleventh = asyncio.create_task(b.acquire(max_wait=10))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert not eleventh.done()  # its turn (1001.0) has come, no place has
+        answered_at = clock.now
+        b.done()  # the first call answered
+        await eleventh
+        return answered_at, clock.now
+
+    answered_at, eleventh_at = asyncio.run(scenario())
+    assert eleventh_at == pytest.approx(answered_at + 1.0)
+
+
 @pytest.fixture
 def throttling_node() -> Iterator[tuple[str, list[str]]]:
     """A loopback JSON-RPC endpoint that answers every call 429, Retry-After 7."""
