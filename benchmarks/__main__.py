@@ -35,6 +35,7 @@ from benchmarks import (
     pacing,
     report,
     throughput,
+    wire,
 )
 from benchmarks.cluster import open_cluster
 
@@ -186,7 +187,7 @@ def main() -> int:
     intake_count = int(os.environ.get("QTG_BENCH_INTAKE", "20000"))
     wanted = {
         c.strip()
-        for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5,6,7").split(",")
+        for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5,6,7,8").split(",")
         if c.strip()
     }
     out_dir = Path(os.environ.get("QTG_BENCH_OUT", HERE / "results"))
@@ -226,6 +227,7 @@ def main() -> int:
         attempt("memory", "5", memory.run, cluster, jobs, log_dir)
         attempt("intake", "6", intake.run, cluster, intake_count, log_dir)
         attempt("inflight", "7", inflight.run, cluster)
+        attempt("wire", "8", wire.run, cluster)
 
     results["duration_s"] = round(time.monotonic() - started, 1)
     rows = report.build_rows(results)

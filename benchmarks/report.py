@@ -578,7 +578,49 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                 ]
             )
 
+    # 8 requests at the wire
+    c8 = cases.get("wire", {})
+    if "error" in c8 or "skipped" in c8:
+        rows.append(["8", "requests at the wire", "could not run", "", "-",
+                     c8.get("error") or c8["skipped"]])  # fmt: skip
+    elif c8:
+        goals, before = c8["goals"], c8["before"]
+        rows.append(
+            [
+                "8",
+                "CCTP burn waiting for Iris: requests a poll",
+                _fmt(c8["per_poll"], 2),
+                f"<= {goals['poll']:g}",
+                _verdict(c8["per_poll"] is not None and c8["per_poll"] <= goals["poll"]),
+                f"{before['poll']} before; {c8['polls']} polls of {c8['batch'] + 1} final burns"
+                f" over {c8['rounds']} rounds: {_asked(c8['poll_asked'])}",
+            ]
+        )
+        for key, label, figure in (
+            ("submit_alone", "CCTP burn submitted alone: requests", c8["submit_alone"]),
+            (
+                "submit_batch",
+                f"CCTP burns submitted {c8['batch']} together: requests a burn",
+                c8["submit_batch_per_burn"],
+            ),
+        ):
+            rows.append(
+                [
+                    "8",
+                    label,
+                    _fmt(figure, 2),
+                    f"<= {goals['submit']:g}",
+                    _verdict(figure <= goals["submit"]),
+                    f"{before['submit']} before: {_asked(c8[f'{key}_asked'])}",
+                ]
+            )
+
     return rows
+
+
+def _asked(counted: dict[str, int]) -> str:
+    """'eth_call 3, eth_getBalance 1, ...': requests by what they asked, most first."""
+    return ", ".join(f"{m} {n}" for m, n in sorted(counted.items(), key=lambda kv: -kv[1]))
 
 
 def render_table(rows: list[list[str]]) -> str:
