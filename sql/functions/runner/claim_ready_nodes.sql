@@ -93,9 +93,10 @@ BEGIN
 
     -- value limits: every limit row locked first, so two claims never spend
     -- the same room (the statements below see what a claim that held them
-    -- before committed); no limit and no breaker, nothing is locked
+    -- before committed); no limit and no live breaker (a pause whose time
+    -- ran out holds nothing), nothing is locked or checked
     PERFORM 1 FROM value_limits ORDER BY scope, name FOR UPDATE;
-    v_limited := FOUND OR EXISTS (SELECT 1 FROM breakers);
+    v_limited := FOUND OR EXISTS (SELECT 1 FROM breakers b WHERE b.expires_at IS NULL OR b.expires_at > v_now);
 
     SELECT * INTO v_start FROM start_movement_rows(p_start, p_worker);
 
