@@ -596,6 +596,22 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                 f" over {c8['rounds']} rounds: {_asked(c8['poll_asked'])}",
             ]
         )
+        for name, label in (("ccip", "CCIP"), ("stargate", "Stargate taxi")):
+            polled = c8.get(name)
+            if not polled:
+                continue
+            goal = goals[f"{name}_poll"]
+            rows.append(
+                [
+                    "8",
+                    f"{label} send waiting for delivery: requests a poll",
+                    _fmt(polled["per_poll"], 2),
+                    f"<= {goal:g}",
+                    _verdict(polled["per_poll"] is not None and polled["per_poll"] <= goal),
+                    f"{before[f'{name}_poll']} before; {polled['polls']} polls of {c8['sends']}"
+                    f" final sends over {c8['rounds']} rounds: {_asked(polled['asked'])}",
+                ]
+            )
         for key, label, figure in (
             ("submit_alone", "CCTP burn submitted alone: requests", c8["submit_alone"]),
             (

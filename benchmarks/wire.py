@@ -13,11 +13,18 @@ rounds as a runner process keeps them. Three measures:
                    requests per burn (the shared reads made once for all)
   poll             the burns, final and waiting for an attestation that
                    comes in an hour, observed ROUNDS times, a block mined
-                   on each chain between rounds: the chain's and Iris's
+                   on each chain between rounds: the chains' and Iris's
                    requests per observation
+  CCIP, Stargate   SENDS CCIP sends and SENDS Stargate taxi sends from the
+                   first chain to the second, final and waiting for a
+                   delivery that never comes (no DON, no DVN here), observed
+                   ROUNDS times each in the same way (each protocol's
+                   rounds on their own: only its nodes are due)
 
-Each figure is printed beside the count before issue 44 (a poll 4.0, a
-submit 9 to 15) and its goal (a poll at most 1.1, a submit at most 4). The
+Each figure is printed beside the count before issue 44 (a CCTP poll 4.0,
+a CCIP poll 4.3, a Stargate poll 5 to 6, a submit 9 to 15) and its goal (a
+CCTP poll at most 1.1, a CCIP or Stargate poll at most 1.5, a submit at
+most 4). Both chains' RPCs are counted. The
 counts do not depend on the machine's speed, save the shared reads: a read
 is shared for half a block time, so a round stretched past it by a loaded
 machine reads the head again.
@@ -39,25 +46,28 @@ from benchmarks.cluster import Cluster
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import Executor
+from qtg_runner.executors.ccip import CcipExecutor
 from qtg_runner.executors.cctp_burn import IRIS_URL_ENV, CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
+from qtg_runner.executors.stargate import StargateExecutor
 from qtg_runner.loop import WorkerContext
 from qtg_runner.ports import free_port
 from qtg_runner.workers import node_dispatcher, node_observer
 
 NETWORK = engine.NETWORK
 BATCH = 8
+SENDS = 4
 ROUNDS = 20
 FINALITY_DEPTH = 2
 KDF_ITERATIONS = 2**10
 """The throwaway keystore's scrypt n (the default, 2^18, takes 0.7 s a key)."""
 CHAINS = (("bench-a", 31501, 1), ("bench-b", 31502, 2))
 """(key, chain id, block time in seconds)."""
-LANES = ("cctp-fast", "cctp-mint")
-EXECUTORS = (CctpBurnExecutor, CctpMintExecutor)
+LANES = ("cctp-fast", "cctp-mint", "wire-ccip", "wire-stargate")
+EXECUTORS = (CctpBurnExecutor, CctpMintExecutor, CcipExecutor, StargateExecutor)
 FAR_AWAY = 100_000
-BEFORE = {"poll": "4.0", "submit": "9 to 15"}
-GOALS = {"poll": 1.1, "submit": 4.0}
+BEFORE = {"poll": "4.0", "ccip_poll": "4.3", "stargate_poll": "5 to 6", "submit": "9 to 15"}
+GOALS = {"poll": 1.1, "ccip_poll": 1.5, "stargate_poll": 1.5, "submit": 4.0}
 
 
 def run(cluster: Cluster) -> dict[str, Any]:
@@ -101,12 +111,16 @@ def _run(cluster: Cluster, anvil: Path, state_dir: Path) -> dict[str, Any]:
             load_attesters(state_dir),
             IrisConfig(fast_delay_s=3600, rate_limit_per_s=1_000_000),
         )
-        chain_double = serve_throttle(chains[0].rpc_url, FAR_AWAY, apart=True)
+        chain_double, dest_double = (
+            serve_throttle(chain.rpc_url, FAR_AWAY, apart=True) for chain in chains
+        )
         iris_double = serve_throttle(iris.url, FAR_AWAY, apart=True)
         env = runner_env(state_dir) | {
             rpc_url_env(chains[0].key): chain_double.url,
+            rpc_url_env(chains[1].key): dest_double.url,
             IRIS_URL_ENV: iris_double.url,
         }
+        doubles = (chain_double, dest_double, iris_double)
 
         def mine() -> None:
             for chain in chains:
@@ -138,26 +152,38 @@ def _run(cluster: Cluster, anvil: Path, state_dir: Path) -> dict[str, Any]:
                             raise RuntimeError(f"{label}: {dispatched} burns dispatched of {count}")
                         submits[label] = asked(chain_double)
                         mine()
-                    for _ in range(FINALITY_DEPTH + 2):  # every burn final
-                        mine()
-                    chain_double.reset_counts()
-                    iris_double.reset_counts()
-                    before = _observations(conn, burns)
-                    for _ in range(ROUNDS):
-                        conn.execute(
-                            "UPDATE movement_request_nodes"
-                            "   SET next_observe_at = clock() - interval '1 second'"
-                            " WHERE id = ANY(%s)",
-                            (burns,),
-                        )
-                        await node_observer.batch(ctx, worker)
-                        mine()
-                    polls = _observations(conn, burns) - before
-                    return {
-                        "submits": submits,
-                        "polls": polls,
-                        "poll_asked": asked(chain_double, iris_double),
+                    sends = {
+                        "ccip": _start_sends(conn, chains, treasury, "ccip", SENDS),
+                        "stargate": _start_sends(conn, chains, treasury, "stargate", SENDS),
                     }
+                    dispatched = await node_dispatcher.batch(ctx, worker)
+                    if dispatched != 2 * SENDS:
+                        raise RuntimeError(f"{dispatched} sends dispatched of {2 * SENDS}")
+                    for _ in range(FINALITY_DEPTH + 2):  # every send final
+                        mine()
+                    everyone = burns + sends["ccip"] + sends["stargate"]
+                    measured: dict[str, Any] = {"submits": submits}
+                    for name, nodes in (("cctp", burns), *sends.items()):
+                        for double in doubles:
+                            double.reset_counts()
+                        before = _observations(conn, nodes)
+                        for _ in range(ROUNDS):
+                            # only this protocol's nodes due: its requests alone
+                            conn.execute(
+                                "UPDATE movement_request_nodes"
+                                "   SET next_observe_at = CASE WHEN id = ANY(%s)"
+                                "       THEN clock() - interval '1 second'"
+                                "       ELSE clock() + interval '1 day' END"
+                                " WHERE id = ANY(%s)",
+                                (nodes, everyone),
+                            )
+                            await node_observer.batch(ctx, worker)
+                            mine()
+                        measured[name] = {
+                            "polls": _observations(conn, nodes) - before,
+                            "asked": asked(*doubles),
+                        }
+                    return measured
                 finally:
                     for executor in executors.values():
                         await executor.aclose()  # type: ignore[attr-defined]
@@ -165,18 +191,29 @@ def _run(cluster: Cluster, anvil: Path, state_dir: Path) -> dict[str, Any]:
         try:
             measured = asyncio.run(scenario())
         finally:
-            for handle in (iris_double, chain_double, iris):
+            for handle in (*doubles, iris):
                 handle.stop()
     cluster.drop_db("qtg_bench_wire")
-    submits, polls = measured["submits"], measured["polls"]
-    poll_requests = sum(measured["poll_asked"].values())
+    submits = measured["submits"]
+
+    def per_poll(name: str) -> dict[str, Any]:
+        polls, asked_for = measured[name]["polls"], measured[name]["asked"]
+        return {
+            "polls": polls,
+            "per_poll": round(sum(asked_for.values()) / polls, 3) if polls else None,
+            "asked": asked_for,
+        }
+
     return {
         "chains": [c.key for c in chains],
         "batch": BATCH,
+        "sends": SENDS,
         "rounds": ROUNDS,
-        "polls": polls,
-        "per_poll": round(poll_requests / polls, 3) if polls else None,
-        "poll_asked": measured["poll_asked"],
+        "polls": measured["cctp"]["polls"],
+        "per_poll": per_poll("cctp")["per_poll"],
+        "poll_asked": measured["cctp"]["asked"],
+        "ccip": per_poll("ccip"),
+        "stargate": per_poll("stargate"),
         "submit_alone": sum(submits["alone"].values()),
         "submit_alone_asked": submits["alone"],
         "submit_batch_per_burn": round(sum(submits["batch"].values()) / BATCH, 3),
@@ -203,10 +240,43 @@ def _start_burns(
              "depends_on": ["burn"]},
         ]
     }  # fmt: skip
+    movements = _approved(conn, plan, count, tag)
+    rows = conn.execute(
+        "SELECT id FROM movement_request_nodes WHERE request_id = ANY(%s) AND node_key = 'burn'",
+        (movements,),
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def _start_sends(
+    conn: psycopg.Connection[Any], chains: list[Any], treasury: list[Any], kind: str, count: int
+) -> list[int]:
+    """``count`` one-send movements of ``kind`` (ccip, or a stargate taxi)
+    from the first chain to the second, started: their node ids."""
+    (a, b), (sender, recipient) = chains, (k.address for k in treasury[:2])
+    if kind == "ccip":
+        config = {"lane": "wire-ccip", "chain": a.key, "destination_chain": b.key,
+                  "from": sender, "to": recipient}  # fmt: skip
+    else:
+        config = {"lane": "wire-stargate", "source": a.key, "destination": b.key,
+                  "from": sender, "to": recipient, "mode": "taxi",
+                  "max_slippage_bps": 10}  # fmt: skip
+    plan = {"nodes": [{"key": "send", "executor": kind, "config": config, "depends_on": []}]}
+    movements = _approved(conn, plan, count, kind)
+    rows = conn.execute(
+        "SELECT id FROM movement_request_nodes WHERE request_id = ANY(%s)", (movements,)
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def _approved(
+    conn: psycopg.Connection[Any], plan: dict[str, Any], count: int, tag: str
+) -> list[int]:
+    """``count`` movements of ``plan`` created and approved (four eyes: the
+    admin session creates, the owner approves), then started."""
     movements = []
     for i in range(count):
         created = procs.create_movement(f"wire-{tag}-{i}", Decimal("0.01"), plan=plan).one(conn)
-        # four eyes: a second identity approves (the admin session becomes the owner)
         conn.execute("SET SESSION AUTHORIZATION qtg_owner")
         try:
             procs.approve_movement(created.movement_id).one(conn)
@@ -214,11 +284,7 @@ def _start_burns(
             conn.execute("RESET SESSION AUTHORIZATION")
         movements.append(created.movement_id)
     procs.start_approved_movements(1000).one(conn)
-    rows = conn.execute(
-        "SELECT id FROM movement_request_nodes WHERE request_id = ANY(%s) AND node_key = 'burn'",
-        (movements,),
-    ).fetchall()
-    return [int(r[0]) for r in rows]
+    return movements
 
 
 def _observations(conn: psycopg.Connection[Any], burns: list[int]) -> int:
