@@ -47,6 +47,7 @@ ORDER = (
     "executors",
     "movement",
     "rehearse",
+    "node",
     "pause",
     "resume",
     "proposals",

@@ -49,6 +49,10 @@ RUNTIME_COMMANDS: Mapping[str, LazyCommand] = {
         "qtg_runner.commands.movement:app",
         "Create, approve, cancel, reprioritise and inspect movements.",
     ),
+    "node": LazyCommand(
+        "qtg_runner.commands.nodes:app",
+        "Requeue an UNKNOWN node (two operators) or release a quarantined one.",
+    ),
     "pause": LazyCommand(
         "qtg_runner.commands.pauses:pause_cmd",
         "Pause a movement, lane, venue, chain or the network: no new claims.",

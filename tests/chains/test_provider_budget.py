@@ -312,7 +312,12 @@ def test_movements_through_a_limited_rpc_all_complete(
 
 # -- Iris ---------------------------------------------------------------------------
 
-SCALE = 5
+IRIS_BURNS = int(os.environ.get("QTG_PROVIDER_IRIS_BURNS", "0"))
+"""Set (issue 44's 500): that many burns against Circle's own figures,
+unscaled (35 requests a second, then blocked for five minutes; the budget
+at its default 30), at the concurrency one runner login serves; and no
+refusal after the warm-up. Unset: the suite's scaled run below."""
+SCALE = 1 if IRIS_BURNS else 5
 """40 burns ask Iris at most about 9 times a second here (their observations
 paced by their lanes), far from Circle's limit: the limit and the budget are
 both divided by SCALE, so that the burns ask beyond the limit."""
@@ -320,9 +325,9 @@ IRIS_RATE = 35 // SCALE
 """Circle's limit, 35 requests a second beyond which a client is blocked, scaled."""
 IRIS_BUDGET = 30 // SCALE
 """The runner's default Iris budget (30 a second), scaled."""
-IRIS_BLOCK_S = 3.0
+IRIS_BLOCK_S = 300.0 if IRIS_BURNS else 3.0
 """Circle blocks for five minutes; scaled down a hundredfold."""
-BURNS = 40
+BURNS = IRIS_BURNS or 40
 FAST_LANE, MINT_LANE = "cctp-fast", "cctp-mint"
 IRIS_CONCURRENCY = 32
 """The runner's concurrency: the observer asks about 32 burns at once (its
@@ -423,14 +428,20 @@ def test_burns_attested_through_a_blocking_iris_all_complete(
     rate = {f"{IRIS_URL_ENV}_RATE": str(IRIS_BUDGET)}
     env = local_chain_set.runner_env() | {IRIS_URL_ENV: iris.url} | rate
 
-    run = run_core_workers(db, env, movements, iris, concurrency=IRIS_CONCURRENCY)
+    run = run_core_workers(
+        db, env, movements, iris,
+        concurrency=RUNNER_LOGIN_CONCURRENCY if IRIS_BURNS else IRIS_CONCURRENCY,
+        timeout_s=max(RUN_TIMEOUT_S, 2.0 * BURNS),
+    )  # fmt: skip
     nodes = nodes_of(world, movements)
-    name = f"Iris budget {IRIS_BUDGET}/s, Iris {IRIS_RATE}/s blocking {IRIS_BLOCK_S:g} s"
-    print(report(name, run, nodes))
+    name = f"{BURNS} burns, Iris budget {IRIS_BUDGET}/s, Iris {IRIS_RATE}/s blocking"
+    print(report(f"{name} {IRIS_BLOCK_S:g} s", run, nodes))
 
     assert set(run.states.values()) == {"COMPLETED"}, run.states
     assert [n for n in nodes if n.state == "FAILED"] == []
     assert burns_from(chain, sender, first_block) == BURNS
+    if IRIS_BURNS:
+        assert run.refused_after_warm_up() == 0
 
 
 # -- burns through a limited RPC ----------------------------------------------------

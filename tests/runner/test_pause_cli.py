@@ -17,34 +17,17 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from cli_support import Cli, cli_as, one_line_error
 from conftest import TestDatabase
 from engine import add_lanes, as_person, claim, create_started, fingerprint, node, node_ids, plan
-from rows import Conn, iso_at, person
-from typer.testing import CliRunner, Result
+from rows import Conn, person
 
-from qtg_cli import app
 from qtg_runner.db import procs
 
 
 @pytest.fixture
-def cli(db: TestDatabase, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Runs `qtg ...` as a given login, the clock pinned at T0."""
-    monkeypatch.setenv("QTG_NETWORK_MODE", "testnet")
-    monkeypatch.setenv("PGOPTIONS", f"-c qtg.now={iso_at(0)}")
-
-    def run(login: Conn, *args: str) -> Result:
-        monkeypatch.setenv("QTG_DATABASE_URL", login.info.dsn + f" password={login.info.password}")
-        return CliRunner().invoke(app, list(args))
-
-    return run
-
-
-def one_line_error(result: Result, says: str, code: int = 2) -> None:
-    shown = f"exit {result.exit_code}; stdout {result.stdout!r}; stderr {result.stderr!r}"
-    assert result.exit_code == code, shown
-    assert result.stdout == "", shown
-    assert result.stderr.startswith("qtg: error: ") and result.stderr.count("\n") == 1, shown
-    assert says in result.stderr, shown
+def cli(monkeypatch: pytest.MonkeyPatch) -> Cli:
+    return cli_as(monkeypatch)
 
 
 def test_an_operator_pauses_a_lane_and_another_resumes_it(

@@ -15,33 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from cli_support import Cli, cli_as, one_line_error
 from conftest import TestDatabase
 from engine import cancel, create, fingerprint, node, plan
-from rows import Conn, iso_at, person
-from typer.testing import CliRunner, Result
-
-from qtg_cli import app
+from rows import Conn, person
 
 
 @pytest.fixture
-def cli(db: TestDatabase, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Runs `qtg movement ...` as a given login, the clock pinned at T0."""
-    monkeypatch.setenv("QTG_NETWORK_MODE", "testnet")
-    monkeypatch.setenv("PGOPTIONS", f"-c qtg.now={iso_at(0)}")
-
-    def run(login: Conn, *args: str) -> Result:
-        monkeypatch.setenv("QTG_DATABASE_URL", login.info.dsn + f" password={login.info.password}")
-        return CliRunner().invoke(app, ["movement", *args])
-
-    return run
-
-
-def one_line_error(result: Result, says: str, code: int = 2) -> None:
-    shown = f"exit {result.exit_code}; stdout {result.stdout!r}; stderr {result.stderr!r}"
-    assert result.exit_code == code, shown
-    assert result.stdout == "", shown
-    assert result.stderr.startswith("qtg: error: ") and result.stderr.count("\n") == 1, shown
-    assert says in result.stderr, shown
+def cli(monkeypatch: pytest.MonkeyPatch) -> Cli:
+    return cli_as(monkeypatch, "movement")
 
 
 def test_an_operator_sets_a_priority(db: TestDatabase, conn: Conn, cli: Any) -> None:

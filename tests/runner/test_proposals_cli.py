@@ -12,27 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from cli_support import Cli, cli_as
 from conftest import TestDatabase
 from engine import add_lanes
-from rows import Conn, iso_at, lane_settings, person, proposal_row
-from typer.testing import CliRunner
+from rows import Conn, lane_settings, person, proposal_row
 
-from qtg_runner.cli import app
 from qtg_runner.db import procs
 
 
 @pytest.fixture
-def cli(db: TestDatabase, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Runs `qtg` as a given login, on the test database's clock pinned at T0."""
-    monkeypatch.setenv("QTG_NETWORK_MODE", "testnet")
-    monkeypatch.setenv("PGOPTIONS", f"-c qtg.now={iso_at(0)}")
-
-    def run(login: Conn, *args: str) -> Any:
-        # the person's own DSN, as `qtg db url --login NAME` prints it
-        monkeypatch.setenv("QTG_DATABASE_URL", login.info.dsn + f" password={login.info.password}")
-        return CliRunner().invoke(app, ["proposals", *args])
-
-    return run
+def cli(monkeypatch: pytest.MonkeyPatch) -> Cli:
+    return cli_as(monkeypatch, "proposals")
 
 
 def test_list_approve_and_reject_as_the_person(db: TestDatabase, conn: Conn, cli: Any) -> None:
