@@ -94,3 +94,16 @@ def api_world(pg_server: str, template_db: str) -> Iterator[ApiWorld]:
                 admin.execute(
                     sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(person.login))
                 )
+
+
+def problem(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    """The response is a problem+json with this status (and QT code, its type
+    and a hint of what to do)."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    if code is not None:
+        assert (body["code"], body["type"]) == (code, f"/problems/{code}"), body
+        assert body["hint"]
+    return body

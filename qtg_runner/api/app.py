@@ -15,6 +15,10 @@
     GET  /v1/pauses                         the scopes paused (or tripped) now
     POST /v1/pauses                         pause a scope (paused already: as it is)
     POST /v1/pauses/{scope}/{name}/resume   resume it (another operator than its pauser)
+    POST /v1/nodes/{id}/requeue             ask for a fresh side effect for an UNKNOWN
+                                            node, or apply another operator's request
+    POST /v1/nodes/{id}/release             release a quarantined node (not quarantined: as it is)
+    POST /v1/drift-alerts/{id}/acknowledge  accept a drifted balance (two operators)
     GET  /v1/proposals                      open configuration proposals
     POST /v1/proposals/{id}/approve         approve one (four eyes)
     GET  /healthz  /readyz  /metrics        liveness, readiness, Prometheus
@@ -56,6 +60,7 @@ from qtg_runner.api.models import (
     MovementCreate,
     PauseSet,
     PrioritySet,
+    Reasoned,
 )
 from qtg_runner.api.problems import OTHER, Problem, from_sqlstate, problem_response
 from qtg_runner.db import procs
@@ -470,6 +475,63 @@ def create_app(config: ApiConfig) -> FastAPI:
     async def resume(scope: str, name: str, conn: Conn) -> dict[str, Any]:
         state = await procs.reset_breaker(scope, name).aone(conn)
         return {"scope": scope, "name": name, "breaker_state": state}
+
+    # -- nodes and drift alerts --------------------------------------------------------
+
+    @app.post(
+        "/v1/nodes/{node_id}/requeue",
+        tags=["nodes"],
+        summary="Ask for, or apply, a fresh side effect for an UNKNOWN node (four eyes)",
+        responses={
+            200: {"description": "REQUESTED (the node untouched) or APPLIED (READY)"},
+            403: {"description": "The asker's own second call (QT022)"},
+            409: {"description": "Not UNKNOWN with a prepared side effect (QT021)"},
+        },
+    )
+    async def requeue_node(node_id: int, body: Reasoned, conn: Conn) -> dict[str, Any]:
+        row = await procs.requeue_node(id_ok("node_id", node_id), body.reason).aone(conn)
+        return {
+            "node_id": node_id,
+            "requeue_id": row.requeue_id,
+            "requeue_state": row.requeue_state,
+            "node_state": row.node_state,
+        }
+
+    @app.post(
+        "/v1/nodes/{node_id}/release",
+        tags=["nodes"],
+        summary="Release a quarantined node back into circulation in its state",
+        responses={
+            200: {"description": "Released, or not quarantined (as it is: released false)"},
+            409: {"description": "Finished, or never quarantined (QT021)"},
+        },
+    )
+    async def release_node(node_id: int, body: Reasoned, conn: Conn) -> dict[str, Any]:
+        node_id = id_ok("node_id", node_id)
+        try:
+            state = await procs.release_quarantine(node_id, body.reason).aone(conn)
+        except psycopg.Error as refused:
+            # not quarantined: released already (as it is), or never (409)
+            was = await reads.released_node(conn, node_id) if refused.sqlstate == "QT021" else None
+            if was is None:
+                raise
+            return {"node_id": node_id, "node_state": was, "released": False}
+        return {"node_id": node_id, "node_state": state, "released": True}
+
+    @app.post(
+        "/v1/drift-alerts/{alert_id}/acknowledge",
+        tags=["balances"],
+        summary="Accept a drifted balance: the first operator asks, another re-baselines",
+        responses={
+            200: {"description": "ACK_REQUESTED, or ACKNOWLEDGED (the account re-baselined)"},
+            403: {"description": "The asker's own second call (QT022)"},
+        },
+    )
+    async def acknowledge_drift(alert_id: int, body: Reasoned, conn: Conn) -> dict[str, Any]:
+        state = await procs.acknowledge_drift_alert(id_ok("alert_id", alert_id), body.reason).aone(
+            conn
+        )
+        return {"alert_id": alert_id, "alert_state": state}
 
     # -- health, readiness, metrics -------------------------------------------------------
 

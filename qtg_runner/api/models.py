@@ -100,6 +100,17 @@ class PrioritySet(BaseModel):
     reason: Annotated[str, Field(max_length=4096)]
 
 
+class Reasoned(BaseModel):
+    """What an operator's action on a node or an alert carries: why (audited)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"reason": "the transaction was dropped by every node"}]},
+    )
+
+    reason: Annotated[str, Field(min_length=1, max_length=4096)]
+
+
 class PauseSet(BaseModel):
     """A pause (trip_breaker): a scope's READY nodes get no new claims until
     another operator resumes it, or for_seconds pass."""

@@ -309,6 +309,24 @@ async def proposal(conn: psycopg.AsyncConnection[Any], proposal_id: int) -> dict
     return dict(jsonable(row))
 
 
+async def released_node(conn: psycopg.AsyncConnection[Any], node_id: int) -> str | None:
+    """The state of a node released from quarantine and not quarantined again
+    (a release asked for twice: the first did it), else None."""
+    cur = await conn.execute(
+        """SELECT node.node_state::text
+             FROM movement_request_nodes node
+            WHERE node.id = %s
+              AND node.quarantined_at IS NULL
+              AND EXISTS (SELECT 1 FROM audit_outbox a
+                           WHERE a.request_id = node.request_id AND a.entity = 'node'
+                             AND a.entity_id = node.id::text
+                             AND a.action = 'quarantine_released')""",
+        (node_id,),
+    )
+    row = await cur.fetchone()
+    return None if row is None else str(row[0])
+
+
 async def pauses(conn: psycopg.AsyncConnection[Any]) -> list[dict[str, Any]]:
     """The scopes paused or tripped now (value_limit_status), oldest first."""
     async with conn.cursor(row_factory=dict_row) as cur:

@@ -16,24 +16,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
-from api_support import ApiWorld, api_world
+from api_support import ApiWorld, api_world, problem
 from engine import fingerprint
 
 
 @pytest.fixture(scope="module")
 def world(pg_server: str, template_db: str) -> Iterator[ApiWorld]:
     yield from api_world(pg_server, template_db)
-
-
-def problem(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body: dict[str, Any] = response.json()
-    if code is not None:
-        assert body["code"] == code, body
-    return body
 
 
 NETWORK = {"scope": "network", "name": "*", "reason": "incident 42"}

@@ -316,7 +316,9 @@ IRIS_BURNS = int(os.environ.get("QTG_PROVIDER_IRIS_BURNS", "0"))
 """Set (issue 44's 500): that many burns against Circle's own figures,
 unscaled (35 requests a second, then blocked for five minutes; the budget
 at its default 30), at the concurrency one runner login serves; and no
-refusal after the warm-up. Unset: the suite's scaled run below."""
+refusal after the warm-up. Unset: the suite's scaled run below. (500 here:
+all COMPLETED in 152 s, Iris asked 576 times, at most 12 in a second, 0
+refused.)"""
 SCALE = 1 if IRIS_BURNS else 5
 """40 burns ask Iris at most about 9 times a second here (their observations
 paced by their lanes), far from Circle's limit: the limit and the budget are
