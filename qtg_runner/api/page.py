@@ -275,6 +275,17 @@ PAUSE_SCOPES = ("movement", "lane", "venue", "chain", "network")
 MAX_PAUSE_S = 30 * 86400
 
 
+def form_id(text: str, name: str) -> int:
+    """A form's id field: a whole number from 1 to 2^63-1, else BadForm."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise BadForm(f"{name} must be a whole number, got {text[:40]!r}") from None
+    if not 1 <= value < 2**63:
+        raise BadForm(f"{name} must be from 1 to 2^63-1, got {value}")
+    return value
+
+
 def form_seconds(text: str) -> int | None:
     """The pause form's seconds: empty for none, else a whole number from 1 to
     30 days (trip_breaker's bounds)."""
@@ -328,6 +339,63 @@ def pauses_block(pauses: list[dict[str, Any]], csrf_token: str) -> str:
         "<button type='submit' id='pause'>pause</button></form>"
     )
     return f"<h2>Pauses</h2>{listed}<p>{form}</p>"
+
+
+def health_block(health: dict[str, list[dict[str, Any]]], csrf_token: str) -> str:
+    """What needs an operator: each quarantined node with a release form, each
+    UNKNOWN node with a requeue form (two operators: the first asks, another
+    applies), each open drift alert with an acknowledge form (two operators)."""
+    csrf = f'<input type="hidden" name="csrf" value="{e(csrf_token)}">'
+
+    def form(action: str, field: str, value: Any, label: str, ident: str) -> str:
+        return (
+            f"<form class='inline' method='post' action='{action}'>{csrf}"
+            f"<input type='hidden' name='{field}' value='{e(str(value))}'>"
+            f"<input name='reason' placeholder='reason' required id='{ident}-reason'>"
+            f"<button type='submit' id='{ident}'>{e(label)}</button></form>"
+        )
+
+    def rows(items: list[dict[str, Any]], columns: list[str], act: Any, empty: str) -> str:
+        if not items:
+            return f"<p>{e(empty)}</p>"
+        head = "".join(f"<th>{e(c)}</th>" for c in columns)
+        body = "".join(
+            "<tr>"
+            + "".join(f"<td>{cell(c, item.get(c))}</td>" for c in columns)
+            + f"<td>{act(item)}</td></tr>"
+            for item in items
+        )
+        return f"<table><tr>{head}<th></th></tr>{body}</table>"
+
+    quarantined = rows(
+        health["quarantined"],
+        ["node_id", "movement_id", "node_key", "node_state", "reason", "quarantined_at"],
+        lambda n: form("/nodes/release", "node_id", n["node_id"], "release",
+                       element_id("release", n["node_id"])),
+        "no node is quarantined",
+    )  # fmt: skip
+    unknown = rows(
+        health["unknown"],
+        ["node_id", "movement_id", "node_key", "executor_key", "last_error", "requeue_asked_by"],
+        lambda n: form("/nodes/requeue", "node_id", n["node_id"],
+                       "apply requeue" if n.get("requeue_asked_by") else "ask to requeue",
+                       element_id("requeue", n["node_id"])),
+        "no node is UNKNOWN",
+    )  # fmt: skip
+    drift = rows(
+        health["drift"],
+        ["alert_id", "account_key", "address", "actual", "unexplained", "ack_requested_by"],
+        lambda a: form("/drift/acknowledge", "alert_id", a["alert_id"],
+                       "acknowledge" if a.get("ack_requested_by") else "ask to acknowledge",
+                       element_id("acknowledge", a["alert_id"])),
+        "no open drift alert",
+    )  # fmt: skip
+    return (
+        "<h2 id='health'>Needs an operator</h2>"
+        f"<h3>Quarantined nodes</h3>{quarantined}"
+        f"<h3>UNKNOWN nodes (recovery could not conclude)</h3>{unknown}"
+        f"<h3>Open drift alerts</h3>{drift}"
+    )
 
 
 def same_origin(request: Request) -> bool:
@@ -484,6 +552,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     before=None,
                 )
                 pauses = await reads.pauses(session.conn)
+                health = await reads.health(session.conn)
             except psycopg.OperationalError:
                 await sessions.drop(request)
                 return RedirectResponse("/signin", status_code=303)
@@ -491,6 +560,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
             "<h2>Pipeline</h2>"
             + table(counts, ["entity", "state", "total"])
             + pauses_block(pauses, session.csrf)
+            + health_block(health, session.csrf)
             + "<h2>Waiting for approval</h2>"
             + table(
                 waiting,
@@ -570,15 +640,22 @@ def mount_page(app: FastAPI, config: Any) -> None:
             if waiting
             else ""
         )
+        # each action only where the movement's state allows it
         actions = (
-            f'<form class="inline" method="post" action="/movements/{movement_id}/approve">'
-            f'{csrf}<button type="submit" id="approve">approve</button></form> {failed}'
-            f"{rehearse}"
-            f'<form class="inline" method="post" action="/movements/{movement_id}/cancel">'
-            f'{csrf}<input name="reason" placeholder="reason" id="cancel-reason">'
-            '<button type="submit" id="cancel">cancel</button></form>'
+            (
+                f'<form class="inline" method="post" action="/movements/{movement_id}/approve">'
+                f'{csrf}<button type="submit" id="approve">approve</button></form> {failed}'
+                f"{rehearse}"
+            )
+            if waiting
+            else ""
         )
         if movement.get("state") not in FINISHED:
+            actions += (
+                f'<form class="inline" method="post" action="/movements/{movement_id}/cancel">'
+                f'{csrf}<input name="reason" placeholder="reason" id="cancel-reason">'
+                '<button type="submit" id="cancel">cancel</button></form>'
+            )
             actions += (
                 f' <form class="inline" method="post" action="/movements/{movement_id}/priority">'
                 f'{csrf}<input name="priority" type="number" step="1" min="{-(2**31)}" '
@@ -647,6 +724,21 @@ def mount_page(app: FastAPI, config: Any) -> None:
                         scope, name, form.get("reason", ""), form_seconds(form.get("for", ""))
                     ).aone(session.conn)
                     done = f"{scope} {name} " + ("paused" if tripped.tripped else "paused already")
+                elif action in ("release", "requeue"):
+                    node_id = form_id(form.get("node_id", ""), "node_id")
+                    why = form.get("reason", "")
+                    if action == "release":
+                        released = await procs.release_quarantine(node_id, why).aone(session.conn)
+                        done = f"node {node_id} released: {released}"
+                    else:
+                        row = await procs.requeue_node(node_id, why).aone(session.conn)
+                        done = f"node {node_id}: requeue {row.requeue_state} ({row.node_state})"
+                elif action == "acknowledge":
+                    alert_id = form_id(form.get("alert_id", ""), "alert_id")
+                    acked = await procs.acknowledge_drift_alert(
+                        alert_id, form.get("reason", "")
+                    ).aone(session.conn)
+                    done = f"drift alert {alert_id}: {acked}"
                 elif action == "resume":
                     scope, name = form.get("scope", ""), form.get("name", "")
                     breaker = await procs.reset_breaker(scope, name).aone(session.conn)
@@ -683,6 +775,18 @@ def mount_page(app: FastAPI, config: Any) -> None:
     @app.post("/pauses/resume", include_in_schema=False)
     async def resume(request: Request) -> Response:
         return await perform(request, "/", 0, "resume")
+
+    @app.post("/nodes/release", include_in_schema=False)
+    async def release(request: Request) -> Response:
+        return await perform(request, "/#health", 0, "release")
+
+    @app.post("/nodes/requeue", include_in_schema=False)
+    async def requeue(request: Request) -> Response:
+        return await perform(request, "/#health", 0, "requeue")
+
+    @app.post("/drift/acknowledge", include_in_schema=False)
+    async def acknowledge(request: Request) -> Response:
+        return await perform(request, "/#health", 0, "acknowledge")
 
     @app.post("/movements/{movement_id}/approve", include_in_schema=False)
     async def approve(request: Request, movement_id: int) -> Response:

@@ -309,6 +309,39 @@ async def proposal(conn: psycopg.AsyncConnection[Any], proposal_id: int) -> dict
     return dict(jsonable(row))
 
 
+HEALTH_ROWS = 50
+"""The most rows of each kind the operator page's health panel lists."""
+
+
+async def health(conn: psycopg.AsyncConnection[Any]) -> dict[str, list[dict[str, Any]]]:
+    """What an operator acts on: the quarantined nodes, the UNKNOWN nodes
+    (with a requeue asked for, and by whom), the open drift alerts; at most
+    HEALTH_ROWS of each, oldest first."""
+    queries = {
+        "quarantined": """SELECT node_id, movement_id, node_key, executor_key, node_state, reason,
+                                 quarantined_at
+                            FROM quarantined_nodes LIMIT %(n)s""",
+        "unknown": """SELECT node.id AS node_id, node.request_id AS movement_id, node.node_key,
+                             node.executor_key, node.last_error, node.updated_at,
+                             (SELECT r.requested_by FROM requeue_requests r
+                               WHERE r.node_id = node.id AND r.still_applies
+                               ORDER BY r.requeue_id DESC LIMIT 1) AS requeue_asked_by
+                        FROM movement_request_nodes node
+                       WHERE node.node_state = 'UNKNOWN' AND node.quarantined_at IS NULL
+                       ORDER BY node.updated_at, node.id LIMIT %(n)s""",
+        "drift": """SELECT alert_id, account_key, address, asset, actual, unexplained, raised_at,
+                           ack_requested_by
+                      FROM drift_alerts WHERE alert_state = 'OPEN'
+                     ORDER BY alert_id LIMIT %(n)s""",
+    }
+    found: dict[str, list[dict[str, Any]]] = {}
+    async with conn.cursor(row_factory=dict_row) as cur:
+        for name, query in queries.items():
+            await cur.execute(query, {"n": HEALTH_ROWS})
+            found[name] = [dict(jsonable(row)) for row in await cur.fetchall()]
+    return found
+
+
 async def released_node(conn: psycopg.AsyncConnection[Any], node_id: int) -> str | None:
     """The state of a node released from quarantine and not quarantined again
     (a release asked for twice: the first did it), else None."""

@@ -19,7 +19,9 @@ send, or a form without the CSRF token, changes nothing; a finished
 movement has no priority form. Pauses: alice pauses the network on the home
 page (listed with her login and reason), her own resume is refused (QT022),
 a bad time or a form without the CSRF token changes nothing, and bob's
-resume empties the list.
+resume empties the list. The health panel: a quarantined node released, an
+UNKNOWN node's requeue asked by alice, her apply refused (QT022), bob's
+applied; a finished movement's page has no approve, cancel or priority.
 """
 
 from __future__ import annotations
@@ -371,6 +373,77 @@ def test_a_pause_is_made_on_the_page_and_resumed_by_another_operator(
         other.wait_for_load_state()
         assert other.inner_text("#flash") == "network *: resumed"
         assert other.inner_text("#no-pauses") == "nothing is paused"
+    finally:
+        alice_browser.close()
+        bob_browser.close()
+
+
+def test_nodes_and_alerts_that_need_an_operator_are_acted_on_from_the_page(
+    world: ApiWorld, playwright: Any, tmp_path: Path
+) -> None:
+    """The home page's health panel: a quarantined node released by one
+    operator; an UNKNOWN node's requeue asked by alice, her own apply refused
+    (QT022), applied by bob; a form without the CSRF token changes nothing."""
+    from engine import create_started, node_ids, submit
+    from rows import ONE, claim_of, fail, prepare
+
+    alice, bob = world.people["alice"], world.people["bob"]
+    with world.admin() as admin:
+        done = create_started(admin, ONE, "page-done")
+        assert submit(admin, claim_of(admin, node_ids(admin, done)["a"]), settled=True) == (
+            "COMPLETED"
+        )
+        stuck = node_ids(admin, create_started(admin, ONE, "page-quarantined"))["a"]
+        claimed = claim_of(admin, stuck)
+        procs.quarantine_nodes([stuck], [claimed["claim_secret"]], ["submit: boom"]).all(admin)
+        unknown = node_ids(admin, create_started(admin, ONE, "page-unknown"))["a"]
+        claimed = claim_of(admin, unknown)
+        prepare(admin, claimed)
+        assert fail(admin, claimed, retryable=True) == "UNKNOWN"
+    alice_browser = browser_of(playwright, tmp_path / "alice")
+    bob_browser = browser_of(playwright, tmp_path / "bob")
+    try:
+        page = alice_browser.new_page()
+        sign_in(page, world.url, alice.login, alice.password)
+
+        # a finished movement's page offers nothing to do
+        page.goto(f"{world.url}/movements/{done}")
+        assert page.inner_text("#m-state") == "COMPLETED"
+        for action in ("#approve", "#cancel", "#set-priority", "#rehearse"):
+            assert page.locator(action).count() == 0, action
+        page.goto(f"{world.url}/")
+
+        # a form without the CSRF token changes nothing
+        cookies = {c["name"]: c["value"] for c in alice_browser.cookies()}
+        with httpx.Client(base_url=world.url, cookies=cookies) as forged:
+            no_token = forged.post("/nodes/release", data={"node_id": stuck, "reason": "x"})
+            assert no_token.status_code == 403
+        page.reload()
+        assert page.locator(f"#release-{stuck}").count() == 1
+
+        page.fill(f"#release-{stuck}-reason", "the bug is fixed")
+        page.click(f"#release-{stuck}")
+        page.wait_for_load_state()
+        assert page.inner_text("#flash") == f"node {stuck} released: SUBMITTING"
+        assert page.locator(f"#release-{stuck}").count() == 0
+
+        page.fill(f"#requeue-{unknown}-reason", "dropped by every node")
+        page.click(f"#requeue-{unknown}")
+        page.wait_for_load_state()
+        assert page.inner_text("#flash") == f"node {unknown}: requeue REQUESTED (UNKNOWN)"
+        assert page.inner_text(f"#requeue-{unknown}") == "apply requeue"
+        page.fill(f"#requeue-{unknown}-reason", "me again")
+        page.click(f"#requeue-{unknown}")  # the asker: four eyes
+        page.wait_for_load_state()
+        assert "refused (QT022)" in page.inner_text("#flash")
+
+        other = bob_browser.new_page()
+        sign_in(other, world.url, bob.login, bob.password)
+        other.fill(f"#requeue-{unknown}-reason", "confirmed")
+        other.click(f"#requeue-{unknown}")
+        other.wait_for_load_state()
+        assert other.inner_text("#flash") == f"node {unknown}: requeue APPLIED (READY)"
+        assert other.locator(f"#requeue-{unknown}").count() == 0
     finally:
         alice_browser.close()
         bob_browser.close()
