@@ -51,7 +51,7 @@ RUNTIME_COMMANDS: Mapping[str, LazyCommand] = {
     ),
     "node": LazyCommand(
         "qtg_runner.commands.nodes:app",
-        "Requeue an UNKNOWN node (two operators) or release a quarantined one.",
+        "Requeue an UNKNOWN node, retry a FAILED one (two operators), release one.",
     ),
     "pause": LazyCommand(
         "qtg_runner.commands.pauses:pause_cmd",

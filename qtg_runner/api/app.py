@@ -16,7 +16,9 @@
     POST /v1/pauses                         pause a scope (paused already: as it is)
     POST /v1/pauses/{scope}/{name}/resume   resume it (another operator than its pauser)
     POST /v1/nodes/{id}/requeue             ask for a fresh side effect for an UNKNOWN
-                                            node, or apply another operator's request
+                                            node or a retry of a FAILED one of which
+                                            nothing was prepared, or apply another
+                                            operator's request
     POST /v1/nodes/{id}/release             release a quarantined node (not quarantined: as it is)
     POST /v1/drift-alerts/{id}/acknowledge  accept a drifted balance (two operators)
     GET  /v1/proposals                      open configuration proposals
@@ -481,11 +483,14 @@ def create_app(config: ApiConfig) -> FastAPI:
     @app.post(
         "/v1/nodes/{node_id}/requeue",
         tags=["nodes"],
-        summary="Ask for, or apply, a fresh side effect for an UNKNOWN node (four eyes)",
+        summary="Ask for, or apply, a requeue of an UNKNOWN node or a retry of a FAILED one",
         responses={
             200: {"description": "REQUESTED (the node untouched) or APPLIED (READY)"},
             403: {"description": "The asker's own second call (QT022)"},
-            409: {"description": "Not UNKNOWN with a prepared side effect (QT021)"},
+            409: {
+                "description": "Neither an UNKNOWN node with a prepared side effect nor a "
+                "FAILED one of which nothing was prepared (QT021)"
+            },
         },
     )
     async def requeue_node(node_id: int, body: Reasoned, conn: Conn) -> dict[str, Any]:

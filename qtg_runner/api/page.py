@@ -343,7 +343,8 @@ def pauses_block(pauses: list[dict[str, Any]], csrf_token: str) -> str:
 
 def health_block(health: dict[str, list[dict[str, Any]]], csrf_token: str) -> str:
     """What needs an operator: each quarantined node with a release form, each
-    UNKNOWN node with a requeue form (two operators: the first asks, another
+    UNKNOWN node with a requeue form and each FAILED node of which nothing
+    was sent with a retry form (two operators: the first asks, another
     applies), each open drift alert with an acknowledge form (two operators)."""
     csrf = f'<input type="hidden" name="csrf" value="{e(csrf_token)}">'
 
@@ -382,6 +383,14 @@ def health_block(health: dict[str, list[dict[str, Any]]], csrf_token: str) -> st
                        element_id("requeue", n["node_id"])),
         "no node is UNKNOWN",
     )  # fmt: skip
+    retryable = rows(
+        health["retryable"],
+        ["node_id", "movement_id", "node_key", "executor_key", "last_error", "retry_asked_by"],
+        lambda n: form("/nodes/requeue", "node_id", n["node_id"],
+                       "apply retry" if n.get("retry_asked_by") else "ask to retry",
+                       element_id("retry", n["node_id"])),
+        "no FAILED node may be retried",
+    )  # fmt: skip
     drift = rows(
         health["drift"],
         ["alert_id", "account_key", "address", "actual", "unexplained", "ack_requested_by"],
@@ -394,6 +403,8 @@ def health_block(health: dict[str, list[dict[str, Any]]], csrf_token: str) -> st
         "<h2 id='health'>Needs an operator</h2>"
         f"<h3>Quarantined nodes</h3>{quarantined}"
         f"<h3>UNKNOWN nodes (recovery could not conclude)</h3>{unknown}"
+        "<h3>FAILED nodes of which nothing was sent (a retry runs the movement again)</h3>"
+        f"{retryable}"
         f"<h3>Open drift alerts</h3>{drift}"
     )
 

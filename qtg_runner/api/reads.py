@@ -315,8 +315,9 @@ HEALTH_ROWS = 50
 
 async def health(conn: psycopg.AsyncConnection[Any]) -> dict[str, list[dict[str, Any]]]:
     """What an operator acts on: the quarantined nodes, the UNKNOWN nodes
-    (with a requeue asked for, and by whom), the open drift alerts; at most
-    HEALTH_ROWS of each, oldest first."""
+    (with a requeue asked for, and by whom), the FAILED nodes that may be
+    retried (retryable_nodes, newest first), the open drift alerts; at most
+    HEALTH_ROWS of each, oldest first otherwise."""
     queries = {
         "quarantined": """SELECT node_id, movement_id, node_key, executor_key, node_state, reason,
                                  quarantined_at
@@ -329,6 +330,9 @@ async def health(conn: psycopg.AsyncConnection[Any]) -> dict[str, list[dict[str,
                         FROM movement_request_nodes node
                        WHERE node.node_state = 'UNKNOWN' AND node.quarantined_at IS NULL
                        ORDER BY node.updated_at, node.id LIMIT %(n)s""",
+        "retryable": """SELECT node_id, movement_id, node_key, executor_key, last_error, failed_at,
+                               retry_asked_by
+                          FROM retryable_nodes LIMIT %(n)s""",
         "drift": """SELECT alert_id, account_key, address, asset, actual, unexplained, raised_at,
                            ack_requested_by
                       FROM drift_alerts WHERE alert_state = 'OPEN'

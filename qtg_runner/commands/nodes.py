@@ -2,9 +2,11 @@
 (requeue_node and release_quarantine, as in psql).
 
   requeue NODE --reason R   a fresh side effect for an UNKNOWN node whose
-                            prepared one operators judge can never land: the
-                            first operator asks, another applies it (four
-                            eyes; the asker's second call is refused, QT022)
+                            prepared one operators judge can never land, or
+                            a retry of a FAILED node of which nothing was
+                            prepared (nothing signed or sent): the first
+                            operator asks, another applies it (four eyes;
+                            the asker's second call is refused, QT022)
   release NODE --reason R   a quarantined node back into circulation, in the
                             state it was quarantined in (one operator: it
                             gives the node no new side effect)
@@ -25,7 +27,7 @@ out = Console()
 
 app = typer.Typer(
     name="node",
-    help="Requeue an UNKNOWN node (two operators) or release a quarantined one.",
+    help="Requeue an UNKNOWN node, retry a FAILED one (two operators), release a quarantined one.",
     no_args_is_help=True,
 )
 
@@ -40,10 +42,13 @@ def requeue_cmd(
     node_id: NodeId, reason: Reason, network: NetworkOption = None, as_login: AsOption = None
 ) -> None:
     """Ask for, or apply, a fresh side effect for an UNKNOWN node whose prepared
-    one (a signed transaction, an exchange request) can never land. The first
-    operator's call asks (REQUESTED: the node is untouched); another
-    operator's call applies it (the node READY, its old intent ABANDONED, the
-    next claim prepares anew). The asker's second call is refused (QT022)."""
+    one (a signed transaction, an exchange request) can never land, or a
+    retry of a FAILED node of which nothing was prepared (its movement runs
+    again; at most 3 retries). The first operator's call asks (REQUESTED: the
+    node is untouched); another operator's call applies it (the node READY,
+    its old intent ABANDONED, the next claim prepares anew). The asker's
+    second call is refused (QT022); a FAILED node whose side effect was
+    prepared is never retried (QT021)."""
     row = as_operator(network, as_login, procs.requeue_node(node_id, reason))
     if row.requeue_state == "APPLIED":
         out.print(f"node {node_id} requeued: {row.node_state} (request {row.requeue_id})")

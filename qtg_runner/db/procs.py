@@ -1845,9 +1845,10 @@ def set_priority(movement_id: BigInt, priority: Integer, reason: Text) -> Call[I
 
 @procedure("operator")
 def requeue_node(node_id: BigInt, reason: Text) -> Call[Requeue]:
-    """A fresh side effect for an UNKNOWN node with a PREPARED intent: the first
-    login's call requests it (REQUESTED), another login's call applies it
-    (APPLIED, node READY); the requester's own second call is Refused (QT022)."""
+    """A fresh side effect for an UNKNOWN node with a PREPARED intent, or a
+    retry of a FAILED node of which nothing was prepared: the first login's
+    call requests it (REQUESTED), another login's call applies it (APPLIED,
+    node READY); the requester's own second call is Refused (QT022)."""
 
 
 @procedure("operator")

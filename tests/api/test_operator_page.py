@@ -21,7 +21,8 @@ page (listed with her login and reason), her own resume is refused (QT022),
 a bad time or a form without the CSRF token changes nothing, and bob's
 resume empties the list. The health panel: a quarantined node released, an
 UNKNOWN node's requeue asked by alice, her apply refused (QT022), bob's
-applied; a finished movement's page has no approve, cancel or priority.
+applied; a FAILED node of which nothing was sent retried by the two; a
+finished movement's page has no approve, cancel or priority.
 """
 
 from __future__ import annotations
@@ -400,6 +401,8 @@ def test_nodes_and_alerts_that_need_an_operator_are_acted_on_from_the_page(
         claimed = claim_of(admin, unknown)
         prepare(admin, claimed)
         assert fail(admin, claimed, retryable=True) == "UNKNOWN"
+        failed = node_ids(admin, create_started(admin, ONE, "page-failed"))["a"]
+        assert fail(admin, claim_of(admin, failed), retryable=False) == "FAILED"
     alice_browser = browser_of(playwright, tmp_path / "alice")
     bob_browser = browser_of(playwright, tmp_path / "bob")
     try:
@@ -444,6 +447,20 @@ def test_nodes_and_alerts_that_need_an_operator_are_acted_on_from_the_page(
         other.wait_for_load_state()
         assert other.inner_text("#flash") == f"node {unknown}: requeue APPLIED (READY)"
         assert other.locator(f"#requeue-{unknown}").count() == 0
+
+        # a FAILED node of which nothing was sent: retried by two operators
+        page.reload()
+        page.fill(f"#retry-{failed}-reason", "the allowance is raised")
+        page.click(f"#retry-{failed}")
+        page.wait_for_load_state()
+        assert page.inner_text("#flash") == f"node {failed}: requeue REQUESTED (FAILED)"
+        other.reload()
+        assert other.inner_text(f"#retry-{failed}") == "apply retry"
+        other.fill(f"#retry-{failed}-reason", "checked")
+        other.click(f"#retry-{failed}")
+        other.wait_for_load_state()
+        assert other.inner_text("#flash") == f"node {failed}: requeue APPLIED (READY)"
+        assert other.locator(f"#retry-{failed}").count() == 0
     finally:
         alice_browser.close()
         bob_browser.close()

@@ -1,4 +1,5 @@
-"""requeue_node: a fresh side effect for an UNKNOWN node, on two logins' word.
+"""requeue_node: a fresh side effect for an UNKNOWN node, or a retry of a
+FAILED node of which nothing happened, on two logins' word.
 
 Pins: the first call records a REQUESTED requeue with the evidence the
 requester saw and leaves the node as it was; the same login's second call is
@@ -9,6 +10,13 @@ idempotency key. A request made against an intent that is no longer the
 latest goes STALE. Refused with nothing changed: QT011 unknown node, QT021 a
 node that is not UNKNOWN or has no prepared or sent side effect, QT020 a
 movement being stopped, QT002 no reason.
+
+A FAILED node none of whose intents was ever prepared is retried the same
+way: READY with its attempts from 0, its SKIPPED descendants PENDING, its
+movement EXECUTING again, which then completes as any other; one whose side
+effect was prepared is refused (QT021: it may have happened), as is one
+beside another FAILED node of its movement, one retried three times, and
+one whose movement is being stopped (QT020).
 """
 
 from __future__ import annotations
@@ -23,10 +31,24 @@ from engine import (
     claim,
     create_started,
     in_one_transaction,
+    node,
     node_ids,
+    observe,
+    plan,
     submit,
 )
-from rows import ONE, Conn, claim_of, fail, intent_row, node_row, prepare, recovery_claims
+from rows import (
+    CHAIN,
+    ONE,
+    Conn,
+    claim_of,
+    fail,
+    intent_row,
+    node_row,
+    prepare,
+    recovery_claims,
+    set_clock,
+)
 
 from qtg_runner.db import procs
 
@@ -165,3 +187,157 @@ def test_requeue_is_refused_while_the_movement_is_being_stopped(conn: Conn) -> N
     movement_id, node_id, _ = unknown_after_prepare(conn)
     cancel(conn, movement_id)
     assert_rejected(conn, "QT020", "SELECT * FROM requeue_node(%s, 'x')", (node_id,))
+
+
+# -- a FAILED node of which nothing happened -----------------------------------------
+
+
+def failed_in_prepare(
+    conn: Conn, the_plan: Any = CHAIN, external_id: str = "f1"
+) -> tuple[int, dict[str, int]]:
+    """A movement whose root failed before anything of it was prepared (its
+    descendants SKIPPED, the movement FAILED): its id and its nodes' ids."""
+    movement_id = create_started(conn, the_plan, external_id)
+    nodes = node_ids(conn, movement_id)
+    assert fail(conn, claim_of(conn, nodes["a"]), retryable=False) == "FAILED"
+    return movement_id, nodes
+
+
+def movement_row(conn: Conn, movement_id: int) -> tuple[Any, ...]:
+    row = conn.execute(
+        "SELECT request_state::text, open_nodes, failed_nodes, finished_at IS NULL"
+        "  FROM movement_requests WHERE id = %s",
+        (movement_id,),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_a_failed_node_that_did_nothing_is_retried_by_two_operators(conn: Conn) -> None:
+    movement_id, nodes = failed_in_prepare(conn)
+    assert node_row(conn, nodes["b"])["node_state"] == "SKIPPED"
+    assert movement_row(conn, movement_id) == ("FAILED", 0, 1, False)
+    conn.execute("SELECT * FROM roll_up_pipeline_counts()")  # twice: the fence, then the count
+    conn.execute("SELECT * FROM roll_up_pipeline_counts()")
+    below = dict(conn.execute("SELECT entity, below_id FROM pipeline_rollups").fetchall())
+    assert below["node"] > nodes["b"] and below["movement"] > movement_id  # counted finished
+    assert pipeline_counts(conn) == counted_now(conn)
+
+    listed = "SELECT node_id, retry_asked_by FROM retryable_nodes WHERE movement_id = %s"
+    assert conn.execute(listed, (movement_id,)).fetchall() == [(nodes["a"], None)]
+    asked = requeue(conn, "alice", nodes["a"], "the allowance is raised now")
+    assert (asked.requeue_state, asked.node_state) == ("REQUESTED", "FAILED")
+    ((_, asker),) = conn.execute(listed, (movement_id,)).fetchall()
+    assert asker.startswith("alice")
+    assert node_row(conn, nodes["a"])["node_state"] == "FAILED"
+    with pytest.raises(procs.Refused) as refused:
+        requeue(conn, "alice", nodes["a"], "me again")
+    assert refused.value.sqlstate == "QT022"
+
+    applied = requeue(conn, "bob", nodes["a"], "checked the allowance")
+    assert (applied.requeue_state, applied.node_state) == ("APPLIED", "READY")
+    a, b = node_row(conn, nodes["a"]), node_row(conn, nodes["b"])
+    assert (a["node_state"], a["submit_attempts"], a["finished_at"]) == ("READY", 0, None)
+    assert (b["node_state"], b["pending_parents"], b["finished_at"]) == ("PENDING", 1, None)
+    assert movement_row(conn, movement_id) == ("EXECUTING", 2, 0, True)
+    moved = conn.execute(
+        "SELECT entity, entity_id, action, from_state, to_state FROM audit_outbox"
+        " WHERE request_id = %s AND action IN ('requeued', 'state_changed')"
+        "   AND (action = 'requeued'"
+        "        OR from_state IN ('SKIPPED', 'FAILED') AND to_state <> 'SKIPPED')"
+        " ORDER BY id DESC LIMIT 3",
+        (movement_id,),
+    ).fetchall()
+    assert sorted(moved) == sorted(
+        [
+            ("node", str(nodes["a"]), "requeued", "FAILED", "READY"),
+            ("node", str(nodes["b"]), "state_changed", "SKIPPED", "PENDING"),
+            ("request", str(movement_id), "state_changed", "FAILED", "EXECUTING"),
+        ]
+    )
+
+    # the roll-up no longer counts what runs again
+    assert pipeline_counts(conn) == counted_now(conn)
+
+    # the movement then runs to its end as any other; its receiver was told
+    # it FAILED, then that it runs again, then that it COMPLETED
+    assert submit(conn, claim_of(conn, nodes["a"]), settled=True) == "COMPLETED"
+    assert submit(conn, claim_of(conn, nodes["b"]), settled=True) == "COMPLETED"
+    assert movement_row(conn, movement_id) == ("COMPLETED", 0, 0, False)
+    conn.execute("SELECT * FROM roll_up_pipeline_counts()")
+    assert pipeline_counts(conn) == counted_now(conn)
+    keys = conn.execute(
+        "SELECT idempotency_key FROM callback_outbox WHERE request_id = %s ORDER BY id",
+        (movement_id,),
+    ).fetchall()
+    assert [k[0].split("-", 2)[2] for k in keys][-3:] == [
+        "failed",
+        "executing-retry1",
+        "completed-retry1",
+    ]
+
+
+def pipeline_counts(conn: Conn) -> dict[tuple[str, str], int]:
+    rows = conn.execute("SELECT entity, state, total FROM pipeline_counts").fetchall()
+    return {(str(e), str(s)): int(t) for e, s, t in rows if t}
+
+
+def counted_now(conn: Conn) -> dict[tuple[str, str], int]:
+    """What pipeline_counts must say: every row counted as it is now."""
+    rows = conn.execute(
+        "SELECT 'movement', request_state::text, count(*) FROM movement_requests GROUP BY 2"
+        " UNION ALL"
+        " SELECT 'node', node_state::text, count(*) FROM movement_request_nodes GROUP BY 2"
+    ).fetchall()
+    return {(str(e), str(s)): int(t) for e, s, t in rows}
+
+
+def test_a_failed_node_whose_side_effect_was_prepared_is_never_retried(conn: Conn) -> None:
+    movement_id = create_started(conn, ONE, "f-prepared")
+    node_id = node_ids(conn, movement_id)["a"]
+    claimed = claim_of(conn, node_id)
+    prepare(conn, claimed)
+    assert submit(conn, claimed) == "SUBMITTED"
+    set_clock(conn, 3600)  # its observation due
+    assert observe(conn, node_id, "FAILED") is not None  # the send reverted
+    assert node_row(conn, node_id)["node_state"] == "FAILED"
+    listed = conn.execute("SELECT node_id FROM retryable_nodes WHERE node_id = %s", (node_id,))
+    assert listed.fetchall() == []
+    refused = assert_rejected(conn, "QT021", REQUEUE, (node_id,))
+    assert "may have happened" in str(refused)
+
+
+REQUEUE = "SELECT * FROM requeue_node(%s, 'why')"
+
+
+def test_a_retry_is_refused_beside_another_failure_after_three_or_once_cancelled(
+    conn: Conn,
+) -> None:
+    # two roots claimed together, both failed
+    two = node_ids(conn, create_started(conn, plan(node("a"), node("c")), "f-two"))
+    claims = {c["node_id"]: c for c in claim(conn)}
+    for key in ("a", "c"):
+        assert fail(conn, claims[two[key]], retryable=False) == "FAILED"
+    assert "other FAILED" in str(assert_rejected(conn, "QT021", REQUEUE, (two["a"],)))
+
+    _, nodes = failed_in_prepare(conn, ONE, "f-thrice")
+    for _ in range(3):
+        requeue(conn, "alice", nodes["a"])
+        assert requeue(conn, "bob", nodes["a"]).requeue_state == "APPLIED"
+        assert fail(conn, claim_of(conn, nodes["a"]), retryable=False) == "FAILED"
+    assert "3 times" in str(assert_rejected(conn, "QT021", REQUEUE, (nodes["a"],)))
+
+    # one root failed while the other is in flight, then the movement cancelled
+    both = node_ids(conn, create_started(conn, plan(node("a"), node("c")), "f-cancelled"))
+    claims = {c["node_id"]: c for c in claim(conn)}
+    assert fail(conn, claims[both["a"]], retryable=False) == "FAILED"
+    cancel(conn, movement_of(conn, both["a"]))
+    assert_rejected(conn, "QT020", REQUEUE, (both["a"],))
+
+
+def movement_of(conn: Conn, node_id: int) -> int:
+    row = conn.execute(
+        "SELECT request_id FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    assert row is not None
+    return int(row[0])

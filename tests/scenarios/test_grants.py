@@ -211,6 +211,7 @@ INTERNAL = {
     "registered_chain",
     "registered_venue",
     "recheck_expiry",
+    "reopen_after_retry",
     "register_template",
     "set_executor_config",
     "set_movement_states",

@@ -1,5 +1,9 @@
 -- enqueue_callbacks: one callback_outbox row per movement state change, keyed so
--- a state is reported once (a movement enters each state at most once). The one
+-- a state is reported once (a movement enters each state at most once; a
+-- movement reopened by a retry of its FAILED node, requeue_node, enters them
+-- again, and its keys from then on end in -retryN, N its retries so far:
+-- testnet-42-failed, then testnet-42-executing-retry1,
+-- testnet-42-completed-retry1). The one
 -- INSERT into callback_outbox and the one definition of a callback's payload.
 -- Reads each movement as it is now, in its new state: call it in a statement
 -- after the one that moved them. p_from[i] is the state movement i left (NULL
@@ -19,7 +23,10 @@ AS $$
                                  delivery_state, next_attempt_at, created_at)
     SELECT r.id,
            'movement.' || lower(r.request_state::text),
-           format('%s-%s-%s', current_schema(), r.id, lower(r.request_state::text)),
+           format('%s-%s-%s', current_schema(), r.id, lower(r.request_state::text))
+               || coalesce('-retry' || (SELECT nullif(count(*), 0) FROM node_requeues q
+                                         WHERE q.request_id = r.id AND q.state = 'APPLIED'
+                                           AND q.from_state = 'FAILED'), ''),
            r.callback_url,
            jsonb_build_object(
                'network', current_schema(),

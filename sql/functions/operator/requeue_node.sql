@@ -1,28 +1,41 @@
--- requeue_node: give a node a fresh side effect, on the word of two logins.
+-- requeue_node: take a node back to READY, on the word of two logins.
 --
--- For an UNKNOWN node whose intent is PREPARED or SUBMITTED (a signed
--- transaction or an exchange request was recorded, or sent: a side effect may
--- be out). No runner call
--- gives such a node a new payload: recovery resubmits the prepared one or
--- concludes from evidence. When operators judge that the prepared side effect
--- can never land, requeue_node asks for a fresh attempt:
---   first call     records a REQUESTED node_requeues row with the evidence the
---                  requester saw (the node's evidence and last error, the
---                  prepared intent); the node is untouched. Returns REQUESTED.
---   second call,   by another login: the node goes UNKNOWN -> READY (its claim
---   another login  fenced), the intent becomes ABANDONED, the request
+-- For two kinds of node, each a node no runner call moves on by itself:
+--   an UNKNOWN node whose intent is PREPARED or SUBMITTED (a signed
+--       transaction or an exchange request was recorded, or sent: a side
+--       effect may be out), which operators judge can never land: the next
+--       claim gives it a fresh side effect (recovery only ever resubmits the
+--       prepared one or concludes from evidence);
+--   a FAILED node of which nothing can have happened: no intent of it was
+--       ever prepared (nothing was signed, recorded or sent: it failed in
+--       its preflight or its prepare), not quarantined, the only FAILED node
+--       of its movement, retried fewer than 3 times. It goes back to READY
+--       with its attempts from 0; its descendants the failure SKIPPED are
+--       PENDING again (waiting for their parents); its movement, FAILED or
+--       still EXECUTING, is EXECUTING with them open again. A FAILED node
+--       whose side effect was prepared may have happened: it is never
+--       retried (QT021).
+-- The calls:
+--   first call     records a REQUESTED node_requeues row (from_state: the
+--                  node's) with the evidence the requester saw (the node's
+--                  evidence and last error, its latest intent); the node is
+--                  untouched. Returns REQUESTED.
+--   second call,   by another login: the node goes to READY (its claim
+--   another login  fenced), its latest intent becomes ABANDONED, the request
 --                  APPLIED; the next claim makes a new intent. Returns APPLIED.
 --   second call,   refused like a self-approval: an audit row
 --   same login     (requeue_refused), a WARNING with SQLSTATE QT022, nothing
 --                  else changed. Returns REQUESTED.
--- A request made against an intent that is no longer the node's latest is
--- STALE and a new one is recorded. The requester and confirmer are
+-- A request made against an intent that is no longer the node's latest, or
+-- while the node was in another state, is STALE and a new one is recorded. The requester and confirmer are
 -- session_user. Refused (nothing changes): QT011 no such node; QT021 the node
--- is not UNKNOWN with a PREPARED or SUBMITTED intent of a side-effecting
--- executor; QT020
--- the movement is being stopped (recovery must conclude); QT002 no reason;
--- QT005 a reason beyond engine_limits.
--- Locks: request, node, intent, then the node's open requeue row.
+-- is neither (another state, quarantined, no side-effecting executor for an
+-- UNKNOWN one, a FAILED one whose side effect was prepared, that has another
+-- FAILED node beside it, or was retried 3 times); QT020 the movement is
+-- being stopped, or finished otherwise than FAILED; QT002 no reason; QT005 a
+-- reason beyond engine_limits.
+-- Locks: request, node, intent, then the node's open requeue row; then the
+-- descendants a retry reopens.
 CREATE OR REPLACE FUNCTION requeue_node(p_node_id bigint, p_reason text)
 RETURNS TABLE (requeue_id bigint, requeue_state text, node_state qtg.node_state)
 LANGUAGE plpgsql
@@ -36,6 +49,7 @@ DECLARE
     v_node       movement_request_nodes;
     v_intent     node_intents;
     v_open       node_requeues;
+    v_refusal    record;
 BEGIN
     PERFORM check_reason('requeue_node', p_reason,
                          'Say what the evidence shows, e.g. the transaction was dropped and its nonce reused.');
@@ -48,50 +62,61 @@ BEGIN
     SELECT * INTO v_node FROM movement_request_nodes node WHERE node.id = p_node_id FOR UPDATE;
     SELECT * INTO v_intent FROM node_intents intent
      WHERE intent.node_id = p_node_id ORDER BY intent.claim_token DESC LIMIT 1 FOR UPDATE;
-    IF v_node.node_state <> 'UNKNOWN' OR NOT v_node.has_side_effect
+    IF v_node.node_state = 'FAILED' THEN
+        SELECT x.code, x.message, x.hint INTO v_refusal FROM node_retry_refusals x WHERE x.node_id = p_node_id;
+        IF v_refusal.code = 'QT020' THEN
+            RAISE EXCEPTION '%', v_refusal.message USING ERRCODE = 'QT020', HINT = v_refusal.hint;
+        ELSIF v_refusal.code IS NOT NULL THEN
+            RAISE EXCEPTION '%', v_refusal.message USING ERRCODE = 'QT021', HINT = v_refusal.hint;
+        END IF;
+    ELSIF v_node.node_state <> 'UNKNOWN' OR NOT v_node.has_side_effect
        OR v_intent.intent_state IS NULL OR v_intent.intent_state NOT IN ('PREPARED', 'SUBMITTED') THEN
-        RAISE EXCEPTION 'node % is % with intent %: requeue_node is only for an UNKNOWN node whose side effect was prepared or sent',
+        RAISE EXCEPTION 'node % is % with intent %: requeue_node is for an UNKNOWN node whose side effect was prepared or sent, or a FAILED one of which nothing was prepared',
                         p_node_id, v_node.node_state, coalesce(v_intent.intent_state, 'none')
             USING ERRCODE = 'QT021', HINT = 'Any other node is moved by the runners and by recovery''s evidence.';
     END IF;
     IF v_stop IS NOT NULL THEN
-        RAISE EXCEPTION 'movement % is being stopped (%): node % is left to recovery', v_request_id, v_stop, p_node_id
+        RAISE EXCEPTION 'movement % is being stopped (%): node % is left as it is', v_request_id, v_stop, p_node_id
             USING ERRCODE = 'QT020', HINT = 'A stopped movement starts no new side effect.';
     END IF;
 
     SELECT * INTO v_open FROM node_requeues r WHERE r.node_id = p_node_id AND r.state = 'REQUESTED' FOR UPDATE;
-    IF v_open.id IS NOT NULL AND v_open.intent_id <> v_intent.id THEN
+    IF v_open.id IS NOT NULL
+       AND (v_open.intent_id <> v_intent.id OR v_open.from_state <> v_node.node_state::text) THEN
         UPDATE node_requeues r SET state = 'STALE', decided_at = v_now WHERE r.id = v_open.id;
         v_open := NULL;
     END IF;
 
     IF v_open.id IS NULL THEN
-        INSERT INTO node_requeues (node_id, request_id, intent_id, evidence, reason, state, requested_by, requested_at)
+        INSERT INTO node_requeues (node_id, request_id, intent_id, evidence, reason, state, requested_by, requested_at,
+                                   from_state)
         VALUES (p_node_id, v_request_id, v_intent.id,
                 jsonb_build_object('evidence', v_node.evidence, 'last_error', v_node.last_error,
                                    'intent', to_jsonb(v_intent)),
-                p_reason, 'REQUESTED', v_actor, v_now)
+                p_reason, 'REQUESTED', v_actor, v_now, v_node.node_state::text)
         RETURNING * INTO v_open;
         PERFORM write_audit(ARRAY[(v_actor, 'node', p_node_id::text, v_request_id, 'requeue_requested',
-                                   'UNKNOWN', 'UNKNOWN',
+                                   v_node.node_state::text, v_node.node_state::text,
                                    jsonb_build_object('requeue_id', v_open.id, 'intent_id', v_intent.id,
                                                       'reason', p_reason))::qtg.audit_event]);
-        RETURN QUERY SELECT v_open.id, 'REQUESTED'::text, 'UNKNOWN'::qtg.node_state;
+        RETURN QUERY SELECT v_open.id, 'REQUESTED'::text, v_node.node_state;
         RETURN;
     END IF;
 
     IF v_open.requested_by = v_actor THEN
-        PERFORM refuse_four_eyes('node', p_node_id::text, v_request_id, 'requeue_refused', 'UNKNOWN',
+        PERFORM refuse_four_eyes('node', p_node_id::text, v_request_id, 'requeue_refused', v_node.node_state::text,
                                  jsonb_build_object('requeue_id', v_open.id, 'reason', 'the requester cannot confirm'),
                                  format('requeue %s of node %s was requested by %s, who cannot also confirm it; '
                                         'the refusal is recorded in the audit log', v_open.id, p_node_id, v_actor),
                                  'A second operator, logged in as themselves, must confirm.');
-        RETURN QUERY SELECT v_open.id, 'REQUESTED'::text, 'UNKNOWN'::qtg.node_state;
+        RETURN QUERY SELECT v_open.id, 'REQUESTED'::text, v_node.node_state;
         RETURN;
     END IF;
 
     UPDATE node_requeues r SET state = 'APPLIED', confirmed_by = v_actor, decided_at = v_now WHERE r.id = v_open.id;
-    UPDATE node_intents intent SET intent_state = 'ABANDONED', finished_at = v_now WHERE intent.id = v_intent.id;
+    UPDATE node_intents intent
+       SET intent_state = 'ABANDONED', finished_at = coalesce(intent.finished_at, v_now)
+     WHERE intent.id = v_intent.id;
     UPDATE movement_request_nodes node
        SET node_state       = 'READY',
            claim_token      = node.claim_token + 1,   -- a recovery claim still out is stale now:
@@ -100,13 +125,19 @@ BEGIN
            claimer_instance = NULL,
            lease_until      = NULL,
            not_before       = NULL,
+           finished_at      = NULL,
+           submit_attempts  = CASE WHEN v_node.node_state = 'FAILED' THEN 0 ELSE node.submit_attempts END,
            updated_at       = v_now
      WHERE node.id = p_node_id;
-    PERFORM write_audit(ARRAY[(v_actor, 'node', p_node_id::text, v_request_id, 'requeued', 'UNKNOWN', 'READY',
+    PERFORM write_audit(ARRAY[(v_actor, 'node', p_node_id::text, v_request_id, 'requeued',
+                               v_node.node_state::text, 'READY',
                                jsonb_build_object('requeue_id', v_open.id, 'requested_by', v_open.requested_by,
                                                   'requested_because', v_open.reason, 'confirmed_because', p_reason,
                                                   'abandoned_intent', v_intent.id,
                                                   'evidence', v_open.evidence))::qtg.audit_event]);
+    IF v_node.node_state = 'FAILED' THEN
+        PERFORM reopen_after_retry(p_node_id, v_request_id, v_actor);
+    END IF;
     PERFORM finish_nodes(ARRAY[p_node_id], ARRAY[v_actor]);
     RETURN QUERY SELECT v_open.id, 'APPLIED'::text, node.node_state
                    FROM movement_request_nodes node WHERE node.id = p_node_id;

@@ -1,6 +1,7 @@
 -- requeue_requests: requeues waiting for a second operator, with what the
--- requester saw. still_applies is false once the node moved on (a confirm
--- would then record a new request instead).
+-- requester saw; from_state: the node's state when asked (UNKNOWN: a fresh
+-- side effect; FAILED: a retry). still_applies is false once the node moved
+-- on (a confirm would then record a new request instead).
 CREATE OR REPLACE VIEW requeue_requests AS
 SELECT r.id AS requeue_id,
        r.node_id,
@@ -14,7 +15,8 @@ SELECT r.id AS requeue_id,
        r.requested_at,
        r.evidence,
        node.node_state,
-       node.node_state = 'UNKNOWN'
+       r.from_state,
+       node.node_state::text = r.from_state
            AND r.intent_id = (SELECT i.id FROM node_intents i WHERE i.node_id = r.node_id
                                ORDER BY i.claim_token DESC LIMIT 1) AS still_applies
   FROM node_requeues r

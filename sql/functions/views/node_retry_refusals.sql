@@ -1,0 +1,51 @@
+-- node_retry_refusals: why each FAILED node may not be retried
+-- (requeue_node), one row a node that may not, none for a node that may: the
+-- one statement of the rule, which requeue_node raises (code, message, hint)
+-- and retryable_nodes lists by. A FAILED node is retried only when nothing
+-- of it can have happened and its retry reopens nothing else's failure:
+--   QT021  it is quarantined, has no claim recorded, any of its intents was
+--          prepared (signed, recorded or sent: it may have happened), another
+--          node of its movement FAILED too, or it was retried 3 times already
+--   QT020  its movement is not FAILED or EXECUTING, or is being stopped
+-- Read for one node (WHERE node_id = ...) by its key.
+CREATE OR REPLACE VIEW node_retry_refusals AS
+SELECT node.id AS node_id, r.code, r.message, r.hint
+  FROM movement_request_nodes node
+  JOIN movement_requests m ON m.id = node.request_id
+ CROSS JOIN LATERAL (
+       SELECT 'QT021', format('node %s is FAILED and quarantined: it is not retried', node.id),
+              'release_quarantine first.'
+        WHERE node.quarantined_at IS NOT NULL
+       UNION ALL
+       SELECT 'QT021', format('node %s FAILED with no claim recorded: it is not retried', node.id),
+              'A new movement moves the money again.'
+        WHERE NOT EXISTS (SELECT 1 FROM node_intents i WHERE i.node_id = node.id)
+       UNION ALL
+       SELECT 'QT021',
+              format('node %s FAILED after its side effect was prepared: it may have happened, and is not retried',
+                     node.id),
+              'Only a node of which nothing was signed, recorded or sent is retried; a new movement moves '
+              'the money again once its evidence is read.'
+        WHERE EXISTS (SELECT 1 FROM node_intents i
+                       WHERE i.node_id = node.id
+                         AND (i.prepared_at IS NOT NULL OR i.intent_state IN ('PREPARED', 'SUBMITTED')))
+       UNION ALL
+       SELECT 'QT021',
+              format('movement %s has other FAILED nodes beside node %s: it is not retried one node at a time',
+                     m.id, node.id),
+              'A new movement for what is left.'
+        WHERE EXISTS (SELECT 1 FROM movement_request_nodes other
+                       WHERE other.request_id = m.id AND other.node_state = 'FAILED' AND other.id <> node.id)
+       UNION ALL
+       SELECT 'QT021', format('node %s was retried 3 times already: it is not retried again', node.id),
+              'Find why it fails; a new movement once it is fixed.'
+        WHERE (SELECT count(*) FROM node_requeues q
+                WHERE q.node_id = node.id AND q.state = 'APPLIED' AND q.from_state = 'FAILED') >= 3
+       UNION ALL
+       SELECT 'QT020', format('movement %s of node %s is %s: its node is not retried', m.id, node.id,
+                              CASE WHEN m.stop_reason IS NOT NULL THEN 'being stopped (' || m.stop_reason || ')'
+                                   ELSE m.request_state::text END),
+              'A cancelled or expired movement starts no new side effect.'
+        WHERE m.stop_reason IS NOT NULL OR m.request_state NOT IN ('FAILED', 'EXECUTING')
+       LIMIT 1) r(code, message, hint)
+ WHERE node.node_state = 'FAILED';
