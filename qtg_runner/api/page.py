@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 import psycopg
 from fastapi import FastAPI, Request
@@ -144,7 +144,8 @@ th{background:#f3f3f3} .state{font-weight:600} form.inline{display:inline}
 .flash-warn{background:#fff3cd;padding:.5rem;border:1px solid #dc6}
 .warn,.outcome-failed{color:#c22;font-weight:600} .outcome-passed{color:#2a2;font-weight:600}
 details{max-width:100%} pre.lines{max-width:100%;overflow-wrap:anywhere;margin:.25rem 0}
-pre{margin:0;max-width:40rem;white-space:pre-wrap;font-size:.85em}
+pre{margin:0;max-width:40rem;white-space:pre-wrap;overflow-wrap:anywhere;font-size:.85em}
+summary{cursor:pointer;max-width:18rem;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .dag{display:flex;gap:1rem;align-items:flex-start;margin:.5rem 0 1.5rem}
 .level{display:flex;flex-direction:column;gap:.5rem}
 .node{border:2px solid #888;border-radius:.4rem;padding:.3rem .6rem;min-width:9rem}
@@ -200,8 +201,46 @@ def cell(column: str, value: Any) -> str:
     if column in ("state", "request_state"):
         return f'<span class="state">{e(value)}</span>'
     if isinstance(value, dict | list):
-        return f"<pre>{e(json.dumps(value, indent=1, sort_keys=True))}</pre>"
+        # folded: a line to open, never wider than the screen
+        text = json.dumps(value, indent=1, sort_keys=True)
+        if not value:
+            return e(json.dumps(value))
+        first = json.dumps(value, sort_keys=True)
+        short = first if len(first) <= 60 else first[:57] + "..."
+        return f"<details><summary>{e(short)}</summary><pre>{e(text)}</pre></details>"
     return e(value)
+
+
+def timeline(events: list[dict[str, Any]]) -> str:
+    """A movement's audit trail as it happened: each event's time, actor,
+    what it moved and why (its reason, where it gave one)."""
+    if not events:
+        return "<p>nothing recorded yet</p>"
+    rows = "".join(
+        f"<tr id='event-{e(ev.get('audit_id'))}'><td>{e(when(ev.get('occurred_at')))}</td>"
+        f"<td>{e(ev.get('actor'))}</td><td>{e(ev.get('entity'))} {e(ev.get('entity_id'))}</td>"
+        f"<td>{e(ev.get('action'))}</td>"
+        f"<td>{e(ev.get('from_state') or '')}"
+        f"{' → ' if ev.get('to_state') and ev.get('to_state') != ev.get('from_state') else ''}"
+        f"{e(ev.get('to_state') if ev.get('to_state') != ev.get('from_state') else '')}</td>"
+        f"<td>{e(reason_of(ev.get('detail')))}</td>"
+        f"<td>{cell('detail', ev.get('detail'))}</td></tr>"
+        for ev in events
+    )
+    head = "".join(
+        f"<th>{h}</th>" for h in ("when", "actor", "of", "action", "state", "why", "detail")
+    )
+    return f"<table id='timeline'><tr>{head}</tr>{rows}</table>"
+
+
+def reason_of(detail: Any) -> str:
+    """The reason an event gives (an operator's words), else ''."""
+    if not isinstance(detail, dict):
+        return ""
+    for key in ("reason", "confirmed_because", "requested_because", "stop_reason"):
+        if isinstance(detail.get(key), str) and detail[key]:
+            return str(detail[key])
+    return ""
 
 
 def when(value: Any) -> str:
@@ -339,6 +378,79 @@ def pauses_block(pauses: list[dict[str, Any]], csrf_token: str) -> str:
         "<button type='submit' id='pause'>pause</button></form>"
     )
     return f"<h2>Pauses</h2>{listed}<p>{form}</p>"
+
+
+SEARCH_PAGE = 20
+"""Movements a page of the home page's search lists."""
+SEARCHABLE_STATES = (
+    "PENDING_APPROVAL", "APPROVED", "EXECUTING", "COMPLETED", "FAILED", "CANCELLED", "EXPIRED",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Search:
+    """The home page's movement search (a GET form: its fields in the URL, so
+    a page of results is a link to come back to): a state, an external id,
+    a creator, and the cursor of the page (newest first)."""
+
+    states: list[str]
+    external_id: str | None
+    created_by: str | None
+    before: int | None
+    cursor: str | None
+
+    @classmethod
+    def of(cls, request: Request) -> Search:
+        """The search the URL asks for; a field it cannot use is left out (a
+        bad cursor starts from the newest)."""
+        q = request.query_params
+        state = q.get("state", "")
+        before, cursor = None, q.get("before") or None
+        if cursor is not None:
+            try:
+                before = reads.decode_cursor(cursor)
+            except Problem:
+                cursor = None
+        return cls(
+            [state] if state in SEARCHABLE_STATES else [],
+            (q.get("external_id") or "").strip()[:200] or None,
+            (q.get("created_by") or "").strip()[:63] or None,
+            before,
+            cursor,
+        )
+
+    def form(self) -> str:
+        chosen = self.states[0] if self.states else ""
+        options = "".join(
+            f"<option value='{e(v)}'{' selected' if v == chosen else ''}>"
+            f"{e(v or 'any state')}</option>"
+            for v in ("", *SEARCHABLE_STATES)
+        )
+        return (
+            "<form method='get' action='/#movements' id='search'>"
+            f"<select name='state' id='search-state' aria-label='state'>{options}</select> "
+            f"<input name='external_id' placeholder='external id' id='search-external-id' "
+            f"value='{e(self.external_id or '')}'> "
+            f"<input name='created_by' placeholder='created by' id='search-created-by' "
+            f"value='{e(self.created_by or '')}'> "
+            "<button type='submit' id='search-go'>search</button> <a href='/'>clear</a></form>"
+        )
+
+    def older_link(self, cursor: str | None) -> str:
+        """A link to the next page of the same search, when there is one."""
+        if cursor is None:
+            return ""
+        params = {
+            k: v
+            for k, v in (
+                ("state", self.states[0] if self.states else None),
+                ("external_id", self.external_id),
+                ("created_by", self.created_by),
+                ("before", cursor),
+            )
+            if v
+        }
+        return f"<p><a id='older' href='/?{e(urlencode(params))}#movements'>older →</a></p>"
 
 
 def health_block(health: dict[str, list[dict[str, Any]]], csrf_token: str) -> str:
@@ -539,6 +651,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
         session = sessions.get(request)
         if session is None:
             return RedirectResponse("/signin", status_code=303)
+        search = Search.of(request)
         async with session.lock:
             try:
                 async with session.conn.cursor(row_factory=dict_row) as cur:
@@ -554,13 +667,13 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     limit=100,
                     before=None,
                 )
-                recent, _ = await reads.movements(
+                recent, older = await reads.movements(
                     session.conn,
-                    states=[],
-                    external_id=None,
-                    created_by=None,
-                    limit=20,
-                    before=None,
+                    states=search.states,
+                    external_id=search.external_id,
+                    created_by=search.created_by,
+                    limit=SEARCH_PAGE,
+                    before=search.before,
                 )
                 pauses = await reads.pauses(session.conn)
                 health = await reads.health(session.conn)
@@ -586,7 +699,8 @@ def mount_page(app: FastAPI, config: Any) -> None:
                 ],
                 row_id="waiting",
             )
-            + "<h2>Latest movements</h2>"
+            + "<h2 id='movements'>Movements</h2>"
+            + search.form()
             + table(
                 recent,
                 [
@@ -602,6 +716,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
                 ],
                 row_id="recent",
             )
+            + search.older_link(older)
         )
         return layout("QTG operator", body, session)
 
@@ -616,6 +731,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
             try:
                 movement = await reads.movement(session.conn, movement_id)
                 nodes = await reads.nodes(session.conn, movement_id)
+                events = await reads.audit(session.conn, movement_id)
             except psycopg.OperationalError:
                 await sessions.drop(request)
                 return RedirectResponse("/signin", status_code=303)
@@ -703,6 +819,8 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     "last_error",
                 ],
             )
+            + "<h2>Timeline</h2>"
+            + timeline(events)
         )
         return layout(f"Movement {movement_id}", body, session)
 

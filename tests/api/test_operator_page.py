@@ -22,7 +22,10 @@ a bad time or a form without the CSRF token changes nothing, and bob's
 resume empties the list. The health panel: a quarantined node released, an
 UNKNOWN node's requeue asked by alice, her apply refused (QT022), bob's
 applied; a FAILED node of which nothing was sent retried by the two; a
-finished movement's page has no approve, cancel or priority.
+finished movement's page has no approve, cancel or priority. Search: by
+external id, by state a page of 20 and the next (none repeated, the search
+kept); a movement's timeline; a page with 5 KB of evidence no wider than
+the screen.
 """
 
 from __future__ import annotations
@@ -464,3 +467,55 @@ def test_nodes_and_alerts_that_need_an_operator_are_acted_on_from_the_page(
     finally:
         alice_browser.close()
         bob_browser.close()
+
+
+def test_movements_are_searched_and_paged_and_a_movement_shows_its_timeline(
+    world: ApiWorld, playwright: Any, tmp_path: Path
+) -> None:
+    """The home page's search (a state, an external id, a creator) and its
+    pages (newest first, none repeated); a movement's page shows its
+    timeline (who did what, when, why) and folds its evidence: never wider
+    than the screen."""
+    from engine import create_started, node_ids
+    from rows import ONE
+
+    alice = world.people["alice"]
+    with world.admin() as admin:
+        made = [create_started(admin, ONE, f"search-{i:02d}") for i in range(25)]
+        wide = node_ids(admin, made[0])["a"]
+        admin.execute(
+            "UPDATE movement_request_nodes SET evidence = %s::jsonb WHERE id = %s",
+            ('{"blob": "' + "x" * 5000 + '"}', wide),
+        )
+    browser = browser_of(playwright, tmp_path / "alice")
+    try:
+        page = browser.new_page()
+        sign_in(page, world.url, alice.login, alice.password)
+
+        page.fill("#search-external-id", "search-07")
+        page.click("#search-go")
+        page.wait_for_load_state()
+        assert page.locator("tr[id^='recent-']").count() == 1
+        assert page.locator(f"#recent-{made[7]}").count() == 1
+        assert page.input_value("#search-external-id") == "search-07"  # the search kept
+
+        page.goto(f"{world.url}/?state=EXECUTING")
+        first = [int(i.split("-")[1]) for i in page.locator("tr[id^='recent-']").evaluate_all(
+            "rows => rows.map(r => r.id)")]  # fmt: skip
+        assert len(first) == 20 and first == sorted(first, reverse=True)
+        page.click("#older")
+        page.wait_for_load_state()
+        second = [int(i.split("-")[1]) for i in page.locator("tr[id^='recent-']").evaluate_all(
+            "rows => rows.map(r => r.id)")]  # fmt: skip
+        assert second and max(second) < min(first)
+        assert page.input_value("#search-state") == "EXECUTING"
+        page.goto(f"{world.url}/?state=COMPLETED&external_id=search-01")
+        assert page.locator("tr[id^='recent-']").count() == 0
+
+        page.goto(f"{world.url}/movements/{made[0]}")
+        events = page.inner_text("#timeline")
+        assert "created" in events and "→ APPROVED" in events and "bob" in events
+        width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], width  # the evidence folded, wrapped
+    finally:
+        browser.close()
