@@ -48,6 +48,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
@@ -154,7 +155,9 @@ summary{cursor:pointer;max-width:18rem;overflow:hidden;text-overflow:ellipsis;wh
 """
 
 
-def layout(title: str, body: str, session: Session | None) -> HTMLResponse:
+def layout(
+    title: str, body: str, session: Session | None, refresh_s: int | None = None
+) -> HTMLResponse:
     who = ""
     if session is not None:
         who = (
@@ -172,7 +175,8 @@ def layout(title: str, body: str, session: Session | None) -> HTMLResponse:
         who += flashes
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
-        f"<style>{STYLE}</style></head><body><h1>{e(title)}</h1>{who}{body}</body></html>"
+        + (f"<meta http-equiv='refresh' content='{int(refresh_s)}'>" if refresh_s else "")
+        + f"<style>{STYLE}</style></head><body><h1>{e(title)}</h1>{who}{body}</body></html>"
     )
     return HTMLResponse(page, headers=PAGE_HEADERS)
 
@@ -195,7 +199,22 @@ def table(rows: list[dict[str, Any]], columns: list[str], row_id: str | None = N
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def amount(value: Any) -> str:
+    """An amount the one way the page shows amounts: thousands grouped, at
+    most 6 decimal places (USDC's), no trailing zeros: 1,234.5."""
+    try:
+        number = Decimal(str(value))
+    except (ArithmeticError, ValueError):
+        return str(value)
+    if not number.is_finite():
+        return str(value)
+    text = f"{number:,.6f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def cell(column: str, value: Any) -> str:
+    if column in ("amount", "actual", "unexplained") and value is not None:
+        return e(amount(value))
     if column == "movement_id" and value is not None:
         return f'<a href="/movements/{e(value)}">{e(value)}</a>'
     if column in ("state", "request_state"):
@@ -382,6 +401,8 @@ def pauses_block(pauses: list[dict[str, Any]], csrf_token: str) -> str:
 
 SEARCH_PAGE = 20
 """Movements a page of the home page's search lists."""
+REFRESH_S = 15
+"""The home page's auto-refresh, when the operator turns it on."""
 SEARCHABLE_STATES = (
     "PENDING_APPROVAL", "APPROVED", "EXECUTING", "COMPLETED", "FAILED", "CANCELLED", "EXPIRED",
 )  # fmt: skip
@@ -398,6 +419,9 @@ class Search:
     created_by: str | None
     before: int | None
     cursor: str | None
+    refresh_s: int | None = None
+    """Reload the page every so many seconds (REFRESH_S), the search and the
+    page kept: its URL is the same."""
 
     @classmethod
     def of(cls, request: Request) -> Search:
@@ -417,6 +441,27 @@ class Search:
             (q.get("created_by") or "").strip()[:63] or None,
             before,
             cursor,
+            REFRESH_S if q.get("refresh") == str(REFRESH_S) else None,
+        )
+
+    def params(self, **changed: str | None) -> str:
+        """This search's URL query, with ``changed`` fields (None: left out)."""
+        given = {
+            "state": self.states[0] if self.states else None,
+            "external_id": self.external_id,
+            "created_by": self.created_by,
+            "before": self.cursor,
+            "refresh": str(self.refresh_s) if self.refresh_s else None,
+        } | changed
+        return urlencode({k: v for k, v in given.items() if v})
+
+    def refresh_link(self) -> str:
+        """Turn the page's auto-refresh on or off, keeping the search."""
+        if self.refresh_s:
+            return f"<a id='refresh' href='/?{e(self.params(refresh=None))}'>stop refreshing</a>"
+        return (
+            f"<a id='refresh' href='/?{e(self.params(refresh=str(REFRESH_S)))}'>"
+            f"refresh every {REFRESH_S} s</a>"
         )
 
     def form(self) -> str:
@@ -433,24 +478,21 @@ class Search:
             f"value='{e(self.external_id or '')}'> "
             f"<input name='created_by' placeholder='created by' id='search-created-by' "
             f"value='{e(self.created_by or '')}'> "
-            "<button type='submit' id='search-go'>search</button> <a href='/'>clear</a></form>"
+            + (
+                f"<input type='hidden' name='refresh' value='{self.refresh_s}'>"
+                if self.refresh_s
+                else ""
+            )
+            + "<button type='submit' id='search-go'>search</button> <a href='/'>clear</a></form>"
         )
 
     def older_link(self, cursor: str | None) -> str:
         """A link to the next page of the same search, when there is one."""
         if cursor is None:
             return ""
-        params = {
-            k: v
-            for k, v in (
-                ("state", self.states[0] if self.states else None),
-                ("external_id", self.external_id),
-                ("created_by", self.created_by),
-                ("before", cursor),
-            )
-            if v
-        }
-        return f"<p><a id='older' href='/?{e(urlencode(params))}#movements'>older →</a></p>"
+        return (
+            f"<p><a id='older' href='/?{e(self.params(before=cursor))}#movements'>older →</a></p>"
+        )
 
 
 def health_block(health: dict[str, list[dict[str, Any]]], csrf_token: str) -> str:
@@ -511,7 +553,49 @@ def health_block(health: dict[str, list[dict[str, Any]]], csrf_token: str) -> st
                        element_id("acknowledge", a["alert_id"])),
         "no open drift alert",
     )  # fmt: skip
+    workers = (
+        table(
+            health["workers"],
+            [
+                "worker_name",
+                "instance_id",
+                "status",
+                "last_tick_at",
+                "consecutive_errors",
+                "last_error",
+            ],
+        )
+        if health["workers"]
+        else "<p id='no-workers'>no worker runs: nothing moves until a runner starts</p>"
+    )
+    stuck = (
+        table(health["stuck"], ["node_id", "movement_id", "node_key", "node_state", "reason"])
+        if health["stuck"]
+        else "<p>no node is stuck</p>"
+    )
+    dead = (
+        table(
+            health["dead_callbacks"],
+            [
+                "callback_id",
+                "movement_id",
+                "event_type",
+                "delivery_state",
+                "attempts",
+                "last_status",
+                "dead_at",
+            ],
+        )
+        if health["dead_callbacks"]
+        else "<p>no dead callback</p>"
+    )
     return (
+        "<h2 id='workers'>Workers</h2>"
+        f"{workers}"
+        "<h3>Stuck nodes</h3>"
+        f"{stuck}"
+        "<h3>Dead callbacks (<code>qtg callbacks replay ID --reason R</code>)</h3>"
+        f"{dead}"
         "<h2 id='health'>Needs an operator</h2>"
         f"<h3>Quarantined nodes</h3>{quarantined}"
         f"<h3>UNKNOWN nodes (recovery could not conclude)</h3>{unknown}"
@@ -681,7 +765,8 @@ def mount_page(app: FastAPI, config: Any) -> None:
                 await sessions.drop(request)
                 return RedirectResponse("/signin", status_code=303)
         body = (
-            "<h2>Pipeline</h2>"
+            f"<p>{search.refresh_link()}</p>"
+            + "<h2>Pipeline</h2>"
             + table(counts, ["entity", "state", "total"])
             + pauses_block(pauses, session.csrf)
             + health_block(health, session.csrf)
@@ -718,7 +803,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
             )
             + search.older_link(older)
         )
-        return layout("QTG operator", body, session)
+        return layout("QTG operator", body, session, search.refresh_s)
 
     @app.get("/movements/{movement_id}", include_in_schema=False)
     async def movement_page(request: Request, movement_id: int) -> Response:

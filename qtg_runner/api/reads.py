@@ -314,9 +314,11 @@ HEALTH_ROWS = 50
 
 
 async def health(conn: psycopg.AsyncConnection[Any]) -> dict[str, list[dict[str, Any]]]:
-    """What an operator acts on: the quarantined nodes, the UNKNOWN nodes
-    (with a requeue asked for, and by whom), the FAILED nodes that may be
-    retried (retryable_nodes, newest first), the open drift alerts; at most
+    """What an operator acts on, and what they watch: the quarantined nodes,
+    the UNKNOWN nodes (with a requeue asked for, and by whom), the FAILED
+    nodes that may be retried (retryable_nodes, newest first), the open drift
+    alerts; the workers running (the unhealthy first, with their last beat),
+    the stuck nodes and why, the dead callbacks (newest first); at most
     HEALTH_ROWS of each, oldest first otherwise."""
     queries = {
         "quarantined": """SELECT node_id, movement_id, node_key, executor_key, node_state, reason,
@@ -333,6 +335,16 @@ async def health(conn: psycopg.AsyncConnection[Any]) -> dict[str, list[dict[str,
         "retryable": """SELECT node_id, movement_id, node_key, executor_key, last_error, failed_at,
                                retry_asked_by
                           FROM retryable_nodes LIMIT %(n)s""",
+        "workers": """SELECT worker_name, instance_id, status, last_tick_at, consecutive_errors,
+                             last_error
+                        FROM worker_status
+                       WHERE status <> 'stopped'
+                       ORDER BY status <> 'healthy' DESC, worker_name, instance_id LIMIT %(n)s""",
+        "stuck": """SELECT node_id, movement_id, node_key, executor_key, node_state, reason
+                      FROM stuck_nodes LIMIT %(n)s""",
+        "dead_callbacks": """SELECT callback_id, movement_id, event_type, delivery_state, attempts,
+                                    last_status, dead_at
+                               FROM dead_callbacks ORDER BY dead_at DESC LIMIT %(n)s""",
         "drift": """SELECT alert_id, account_key, address, asset, actual, unexplained, raised_at,
                            ack_requested_by
                       FROM drift_alerts WHERE alert_state = 'OPEN'

@@ -512,6 +512,19 @@ def test_movements_are_searched_and_paged_and_a_movement_shows_its_timeline(
         page.goto(f"{world.url}/?state=COMPLETED&external_id=search-01")
         assert page.locator("tr[id^='recent-']").count() == 0
 
+        # auto-refresh, the search kept; the amounts one way; the workers
+        page.goto(f"{world.url}/?external_id=search-07")
+        page.click("#refresh")
+        page.wait_for_load_state()
+        assert "refresh=15" in page.url and "external_id=search-07" in page.url
+        assert page.locator("meta[http-equiv='refresh']").count() == 1
+        assert page.locator("tr[id^='recent-']").count() == 1
+        assert "\t100\t" in page.inner_text(f"#recent-{made[7]}") + "\t"
+        assert "no worker runs" in page.inner_text("#no-workers")
+        page.click("#refresh")  # stop refreshing
+        page.wait_for_load_state()
+        assert page.locator("meta[http-equiv='refresh']").count() == 0
+
         page.goto(f"{world.url}/movements/{made[0]}")
         events = page.inner_text("#timeline")
         assert "created" in events and "→ APPROVED" in events and "bob" in events
