@@ -1921,6 +1921,7 @@ CALL_FORMS: Final[Mapping[str, str]] = {
     "proposal_approve": "approve_proposal",
     "proposal_reject": "reject_proposal",
     "quarantine_release": "release_quarantine",
+    "drift_acknowledge": "acknowledge_drift_alert",
     "breaker_trip": "trip_breaker",
     "breaker_reset": "reset_breaker",
 }

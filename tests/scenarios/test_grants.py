@@ -112,6 +112,7 @@ OPERATOR_PROCEDURES = {
     "proposal_approve",
     "proposal_reject",
     "quarantine_release",
+    "drift_acknowledge",
     "breaker_trip",
     "breaker_reset",
 }
