@@ -13,7 +13,8 @@
 -- oldest first ({tx_hash, nonce, executor, raw_tx}), so a reaper that died
 -- before its broadcast sends the recorded bytes instead of new ones.
 -- QT002 p_max outside 1..1000. Reads only (the partial index
--- movement_request_nodes_ccip_stranded); takes no lock.
+-- movement_request_nodes_ccip_stranded: the OBSERVING ccip nodes, whose
+-- evidence it then reads); takes no lock.
 CREATE OR REPLACE FUNCTION ccip_stranded_sends(p_max integer DEFAULT 50)
 RETURNS TABLE (
     node_id                  bigint,
