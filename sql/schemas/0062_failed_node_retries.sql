@@ -21,13 +21,15 @@ CREATE INDEX node_requeues_retries_idx ON node_requeues (request_id)
 $ddl$);
 
 -- A finished row never changes state again (0039_pipeline_rollups), save the
--- one reopening two operators sanction: a FAILED node's retry, applied by
--- requeue_node in this very transaction (a node_requeues row APPLIED from
--- FAILED, written by it: its xmin is this transaction's). It moves the node
+-- one reopening two operators sanction: a FAILED node's retry, which
+-- requeue_node applies with the movement's id in the transaction's setting
+-- qtg.reopening (set for those statements alone, a savepoint's too) and a
+-- node_requeues row APPLIED from FAILED for the movement. It moves the node
 -- FAILED -> READY, the descendants its failure skipped SKIPPED -> PENDING,
 -- and its movement FAILED -> EXECUTING; any other reopening is refused as
--- before. (reopen_after_retry takes the reopened rows out of the pipeline
--- roll-up's totals.)
+-- before. (No login may write the tables: the trigger guards the engine's
+-- own procedures, none of which reopens a row otherwise. reopen_after_retry
+-- takes the reopened rows out of the pipeline roll-up's totals.)
 CREATE OR REPLACE FUNCTION qtg_admin.refuse_reopening() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
@@ -42,11 +44,12 @@ BEGIN
     IF (TG_ARGV[0] = 'node' AND (v_from, v_to) IN (('FAILED', 'READY'), ('SKIPPED', 'PENDING')))
        OR (TG_ARGV[0] = 'movement' AND (v_from, v_to) = ('FAILED', 'EXECUTING')) THEN
         v_movement := CASE WHEN TG_ARGV[0] = 'node' THEN (to_jsonb(OLD) ->> 'request_id')::bigint ELSE OLD.id END;
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.node_requeues r
-                                        WHERE r.request_id = $1 AND r.state = ''APPLIED''
-                                          AND r.from_state = ''FAILED''
-                                          AND r.xmin = pg_current_xact_id()::xid)', TG_TABLE_SCHEMA)
-           INTO v_retried USING v_movement;
+        IF current_setting('qtg.reopening', true) = v_movement::text THEN
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.node_requeues r
+                                            WHERE r.request_id = $1 AND r.state = ''APPLIED''
+                                              AND r.from_state = ''FAILED'')', TG_TABLE_SCHEMA)
+               INTO v_retried USING v_movement;
+        END IF;
         IF v_retried THEN
             RETURN NEW;
         END IF;

@@ -44,6 +44,7 @@ from rows import (
     claim_of,
     fail,
     intent_row,
+    iso_at,
     node_row,
     prepare,
     recovery_claims,
@@ -341,3 +342,42 @@ def movement_of(conn: Conn, node_id: int) -> int:
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_a_retry_is_refused_past_the_movements_expiry(conn: Conn) -> None:
+    movement_id = create_started(conn, ONE, "f-expiring", expires_at=iso_at(600))
+    node_id = node_ids(conn, movement_id)["a"]
+    assert fail(conn, claim_of(conn, node_id), retryable=False) == "FAILED"
+    requeue(conn, "alice", node_id)
+    set_clock(conn, 700)
+    refused = assert_rejected(conn, "QT020", REQUEUE, (node_id,))
+    assert "past its expiry" in str(refused)
+    assert movement_row(conn, movement_id)[0] == "FAILED"
+
+
+def test_a_node_with_any_trace_of_a_send_is_never_retried(conn: Conn) -> None:
+    """A submit reported without its intent recorded (a runner that skipped
+    record_intent_prepared), then recovery's FAILED: the node carries its
+    external reference, so it may have happened."""
+    movement_id = create_started(conn, ONE, "f-traced")
+    node_id = node_ids(conn, movement_id)["a"]
+    claimed = claim_of(conn, node_id)
+    assert submit(conn, claimed) == "SUBMITTED"
+    set_clock(conn, 3600)
+    assert observe(conn, node_id, "UNKNOWN") is not None
+    (recovery,) = recovery_claims(conn).values()
+    procs.complete_recovery(node_id, recovery["claim_secret"], "FAILED", {"reverted": True}).one(
+        conn
+    )
+    assert node_row(conn, node_id)["node_state"] == "FAILED"
+    assert "may have happened" in str(assert_rejected(conn, "QT021", REQUEUE, (node_id,)))
+
+
+def test_a_retry_applies_inside_a_savepoint(conn: Conn) -> None:
+    """As psql's ON_ERROR_ROLLBACK does: the apply inside a savepoint of a
+    transaction."""
+    movement_id, nodes = failed_in_prepare(conn, ONE, "f-savepoint")
+    requeue(conn, "alice", nodes["a"])
+    with conn.transaction(), conn.transaction():
+        assert requeue(conn, "bob", nodes["a"]).requeue_state == "APPLIED"
+    assert movement_row(conn, movement_id)[0] == "EXECUTING"

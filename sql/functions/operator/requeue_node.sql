@@ -114,6 +114,10 @@ BEGIN
     END IF;
 
     UPDATE node_requeues r SET state = 'APPLIED', confirmed_by = v_actor, decided_at = v_now WHERE r.id = v_open.id;
+    IF v_node.node_state = 'FAILED' THEN
+        -- the one reopening the *_final triggers let through (0062), for these statements
+        PERFORM set_config('qtg.reopening', v_request_id::text, true);
+    END IF;
     UPDATE node_intents intent
        SET intent_state = 'ABANDONED', finished_at = coalesce(intent.finished_at, v_now)
      WHERE intent.id = v_intent.id;
@@ -127,6 +131,7 @@ BEGIN
            not_before       = NULL,
            finished_at      = NULL,
            submit_attempts  = CASE WHEN v_node.node_state = 'FAILED' THEN 0 ELSE node.submit_attempts END,
+           lost_claims      = CASE WHEN v_node.node_state = 'FAILED' THEN 0 ELSE node.lost_claims END,
            updated_at       = v_now
      WHERE node.id = p_node_id;
     PERFORM write_audit(ARRAY[(v_actor, 'node', p_node_id::text, v_request_id, 'requeued',
@@ -137,6 +142,7 @@ BEGIN
                                                   'evidence', v_open.evidence))::qtg.audit_event]);
     IF v_node.node_state = 'FAILED' THEN
         PERFORM reopen_after_retry(p_node_id, v_request_id, v_actor);
+        PERFORM set_config('qtg.reopening', '', true);
     END IF;
     PERFORM finish_nodes(ARRAY[p_node_id], ARRAY[v_actor]);
     RETURN QUERY SELECT v_open.id, 'APPLIED'::text, node.node_state

@@ -3,11 +3,16 @@
 -- one statement of the rule, which requeue_node raises (code, message, hint)
 -- and retryable_nodes lists by. A FAILED node is retried only when nothing
 -- of it can have happened and its retry reopens nothing else's failure:
---   QT021  it is quarantined, has no claim recorded, any of its intents was
---          prepared (signed, recorded or sent: it may have happened), another
---          node of its movement FAILED too, or it was retried 3 times already
---   QT020  its movement is not FAILED or EXECUTING, or is being stopped
--- Read for one node (WHERE node_id = ...) by its key.
+--   QT020  its movement is not FAILED or EXECUTING, is being stopped, or is
+--          past its expiry (expires_at, not waived)
+--   QT021  it is quarantined, has no claim recorded, any trace of a send is
+--          recorded (an intent prepared or submitted, a nonce, a signed
+--          transaction, an exchange request id or an external reference on
+--          an intent or the node, the node submitted: it may have happened),
+--          another node of its movement FAILED too, or it was retried 3
+--          times already
+-- The first refusal that applies, QT020 before QT021. Read for one node
+-- (WHERE node_id = ...) by its key.
 CREATE OR REPLACE VIEW node_retry_refusals AS
 SELECT node.id AS node_id, r.code, r.message, r.hint
   FROM movement_request_nodes node
@@ -26,9 +31,13 @@ SELECT node.id AS node_id, r.code, r.message, r.hint
                      node.id),
               'Only a node of which nothing was signed, recorded or sent is retried; a new movement moves '
               'the money again once its evidence is read.'
-        WHERE EXISTS (SELECT 1 FROM node_intents i
+        WHERE node.submitted_at IS NOT NULL OR node.external_ref IS NOT NULL
+           OR EXISTS (SELECT 1 FROM node_intents i
                        WHERE i.node_id = node.id
-                         AND (i.prepared_at IS NOT NULL OR i.intent_state IN ('PREPARED', 'SUBMITTED')))
+                         AND (i.prepared_at IS NOT NULL OR i.intent_state IN ('PREPARED', 'SUBMITTED')
+                              OR i.nonce IS NOT NULL OR i.signed_tx_hash IS NOT NULL
+                              OR cardinality(i.signed_tx_hashes) > 0 OR i.external_request_id IS NOT NULL
+                              OR i.external_ref IS NOT NULL OR i.prepared_payload IS NOT NULL))
        UNION ALL
        SELECT 'QT021',
               format('movement %s has other FAILED nodes beside node %s: it is not retried one node at a time',
@@ -44,8 +53,11 @@ SELECT node.id AS node_id, r.code, r.message, r.hint
        UNION ALL
        SELECT 'QT020', format('movement %s of node %s is %s: its node is not retried', m.id, node.id,
                               CASE WHEN m.stop_reason IS NOT NULL THEN 'being stopped (' || m.stop_reason || ')'
-                                   ELSE m.request_state::text END),
+                                   WHEN m.request_state NOT IN ('FAILED', 'EXECUTING') THEN m.request_state::text
+                                   ELSE 'past its expiry (' || m.expires_at || ')' END),
               'A cancelled or expired movement starts no new side effect.'
         WHERE m.stop_reason IS NOT NULL OR m.request_state NOT IN ('FAILED', 'EXECUTING')
+           OR (m.expires_at <= clock() AND m.expiry_waived_at IS NULL)
+       ORDER BY 1
        LIMIT 1) r(code, message, hint)
  WHERE node.node_state = 'FAILED';
