@@ -2,7 +2,8 @@
 
     POST /v1/movements                      create (idempotent on external_id)
     POST /v1/movements:batch                create up to 1,000 in one transaction
-    GET  /v1/movements                      list: ?state=&external_id=&created_by=&limit=&cursor=
+    GET  /v1/movements                      list: ?state=&external_id=&created_by=&lane=
+                                            &created_since=&created_until=&limit=&cursor=
     GET  /v1/movements/{id}                 one movement
     POST /v1/movements/{id}/approve         approve (the approver again: as it is)
     POST /v1/movements/{id}/cancel          cancel (again: as it is)
@@ -48,6 +49,7 @@ import psycopg
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import AwareDatetime
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from qtg_runner.api import metrics as metrics_text
@@ -290,6 +292,15 @@ def create_app(config: ApiConfig) -> FastAPI:
         state: Annotated[list[str] | None, Query(description="One or more states")] = None,
         external_id: Annotated[str | None, Query(max_length=200)] = None,
         created_by: Annotated[str | None, Query(max_length=63)] = None,
+        lane: Annotated[
+            str | None, Query(max_length=200, description="A node on this lane")
+        ] = None,
+        created_since: Annotated[
+            AwareDatetime | None, Query(description="Created at or after (ISO 8601, a zone)")
+        ] = None,
+        created_until: Annotated[
+            AwareDatetime | None, Query(description="Created before (ISO 8601, a zone)")
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         cursor: Annotated[str | None, Query(max_length=200)] = None,
     ) -> dict[str, Any]:
@@ -307,6 +318,9 @@ def create_app(config: ApiConfig) -> FastAPI:
             created_by=created_by,
             limit=limit,
             before=before,
+            lane=lane,
+            created_since=created_since,
+            created_until=created_until,
         )
         return {"items": items, "next_cursor": next_cursor}
 

@@ -47,7 +47,8 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as dt_time
 from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -344,6 +345,14 @@ def form_id(text: str, name: str) -> int:
     return value
 
 
+def form_day(text: str) -> date | None:
+    """A search's day (YYYY-MM-DD, as a date input sends it), else None."""
+    try:
+        return date.fromisoformat(text.strip()) if text.strip() else None
+    except ValueError:
+        return None
+
+
 def form_seconds(text: str) -> int | None:
     """The pause form's seconds: empty for none, else a whole number from 1 to
     30 days (trip_breaker's bounds)."""
@@ -412,7 +421,8 @@ SEARCHABLE_STATES = (
 class Search:
     """The home page's movement search (a GET form: its fields in the URL, so
     a page of results is a link to come back to): a state, an external id,
-    a creator, and the cursor of the page (newest first)."""
+    a creator, a lane, the days it was created between, and the cursor of
+    the page (newest first)."""
 
     states: list[str]
     external_id: str | None
@@ -420,6 +430,11 @@ class Search:
     before: int | None
     cursor: str | None
     refresh_s: int | None = None
+    lane: str | None = None
+    since: date | None = None
+    """Created on or after this day (UTC)."""
+    until: date | None = None
+    """Created on or before this day (UTC)."""
     """Reload the page every so many seconds (REFRESH_S), the search and the
     page kept: its URL is the same."""
 
@@ -442,7 +457,20 @@ class Search:
             before,
             cursor,
             REFRESH_S if q.get("refresh") == str(REFRESH_S) else None,
+            (q.get("lane") or "").strip()[:200] or None,
+            form_day(q.get("since", "")),
+            form_day(q.get("until", "")),
         )
+
+    def between(self) -> tuple[datetime | None, datetime | None]:
+        """The creation times the days bound: [since 00:00, the day after until 00:00) UTC."""
+        since = datetime.combine(self.since, dt_time(0), UTC) if self.since else None
+        until = (
+            datetime.combine(self.until, dt_time(0), UTC) + timedelta(days=1)
+            if self.until
+            else None
+        )
+        return since, until
 
     def params(self, **changed: str | None) -> str:
         """This search's URL query, with ``changed`` fields (None: left out)."""
@@ -452,6 +480,9 @@ class Search:
             "created_by": self.created_by,
             "before": self.cursor,
             "refresh": str(self.refresh_s) if self.refresh_s else None,
+            "lane": self.lane,
+            "since": self.since.isoformat() if self.since else None,
+            "until": self.until.isoformat() if self.until else None,
         } | changed
         return urlencode({k: v for k, v in given.items() if v})
 
@@ -478,6 +509,11 @@ class Search:
             f"value='{e(self.external_id or '')}'> "
             f"<input name='created_by' placeholder='created by' id='search-created-by' "
             f"value='{e(self.created_by or '')}'> "
+            f"<input name='lane' placeholder='lane' id='search-lane' value='{e(self.lane or '')}'> "
+            "created from <input name='since' type='date' id='search-since' "
+            f"value='{e(self.since.isoformat() if self.since else '')}'> "
+            "to <input name='until' type='date' id='search-until' "
+            f"value='{e(self.until.isoformat() if self.until else '')}'> "
             + (
                 f"<input type='hidden' name='refresh' value='{self.refresh_s}'>"
                 if self.refresh_s
@@ -751,6 +787,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     limit=100,
                     before=None,
                 )
+                since, until = search.between()
                 recent, older = await reads.movements(
                     session.conn,
                     states=search.states,
@@ -758,6 +795,9 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     created_by=search.created_by,
                     limit=SEARCH_PAGE,
                     before=search.before,
+                    lane=search.lane,
+                    created_since=since,
+                    created_until=until,
                 )
                 pauses = await reads.pauses(session.conn)
                 health = await reads.health(session.conn)

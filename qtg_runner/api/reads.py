@@ -140,6 +140,10 @@ def decode_cursor(cursor: str) -> int:
 PAGE_FILTERS = {
     "external_id": "external_id = %(external_id)s",
     "created_by": "created_by = %(created_by)s",
+    "lane": "EXISTS (SELECT 1 FROM movement_request_nodes n"
+    " WHERE n.request_id = movement_requests.id AND n.lane = %(lane)s)",
+    "created_since": "created_at >= %(created_since)s",
+    "created_until": "created_at < %(created_until)s",
     "before": "id < %(before)s",
 }
 """The filters of a page of movements, each written into the statement only
@@ -149,8 +153,11 @@ when given (see movements_page)."""
 def movements_page(states: list[str], filters: Collection[str] = ()) -> sql.Composed:
     """The statement of a page of movements, newest first, in ``states`` (all
     when empty) and with the ``filters`` named (of PAGE_FILTERS: ``external_id``,
-    ``created_by``, ``before``: an id, the page starts under it); its parameters
-    are those filters' and ``limit``.
+    ``created_by``, ``lane``: a node of it on the lane, ``created_since`` and
+    ``created_until``: its creation time in [since, until), ``before``: an id,
+    the page starts under it); its parameters are those filters' and ``limit``.
+    (A time bound walks the primary key down from the newest: a search of the
+    distant past reads the movements made since.)
 
     Only the filters given are in the statement, and the states (names of
     procs.RequestState, checked by the caller) are written into it as the
@@ -190,6 +197,9 @@ async def movements(
     created_by: str | None,
     limit: int,
     before: int | None,
+    lane: str | None = None,
+    created_since: datetime | None = None,
+    created_until: datetime | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page, newest first (keyset on the id: a page never repeats or skips a
     movement made meanwhile), and the cursor of the next page."""
@@ -198,6 +208,9 @@ async def movements(
         for name, value in (
             ("external_id", external_id),
             ("created_by", created_by),
+            ("lane", lane),
+            ("created_since", created_since),
+            ("created_until", created_until),
             ("before", before),
         )
         if value is not None

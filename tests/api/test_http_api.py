@@ -301,6 +301,27 @@ def test_list_pages_by_cursor_newest_first(world: ApiWorld) -> None:
         problem(bob.get("/v1/movements", params={"limit": 0}), 422)
 
 
+def test_list_by_lane_and_creation_time(world: ApiWorld) -> None:
+    """A lane: the movements with a node on it; a time range: created in it
+    ([since, until), each with its zone; a time without one is 422)."""
+    lane_plan = {
+        "nodes": [
+            {"key": "a", "executor": "sim", "config": {"lane": "cctp_fast"}, "depends_on": []}
+        ]
+    }
+    with world.client("bob") as bob:
+        on_lane = create(bob, "lane-1", plan=lane_plan).json()
+        create(bob, "lane-0")
+        listed = bob.get("/v1/movements", params={"lane": "cctp_fast"}).json()["items"]
+        assert [m["movement_id"] for m in listed] == [on_lane["movement_id"]]
+        made_at = on_lane["created_at"]
+        since = bob.get("/v1/movements", params={"created_since": made_at}).json()["items"]
+        assert on_lane["movement_id"] in [m["movement_id"] for m in since]
+        until = bob.get("/v1/movements", params={"created_until": made_at}).json()["items"]
+        assert on_lane["movement_id"] not in [m["movement_id"] for m in until]
+        problem(bob.get("/v1/movements", params={"created_since": "2026-12-01T00:00:00"}), 422)
+
+
 def test_callback_targets_are_proposed_by_one_login_and_registered_by_another(
     world: ApiWorld,
 ) -> None:

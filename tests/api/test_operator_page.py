@@ -476,12 +476,15 @@ def test_movements_are_searched_and_paged_and_a_movement_shows_its_timeline(
     pages (newest first, none repeated); a movement's page shows its
     timeline (who did what, when, why) and folds its evidence: never wider
     than the screen."""
-    from engine import create_started, node_ids
+    from datetime import UTC, datetime, timedelta
+
+    from engine import create_started, node, node_ids, plan
     from rows import ONE
 
     alice = world.people["alice"]
     with world.admin() as admin:
         made = [create_started(admin, ONE, f"search-{i:02d}") for i in range(25)]
+        on_lane = create_started(admin, plan(node("a", lane="cctp_fast")), "search-lane")
         wide = node_ids(admin, made[0])["a"]
         admin.execute(
             "UPDATE movement_request_nodes SET evidence = %s::jsonb WHERE id = %s",
@@ -511,6 +514,21 @@ def test_movements_are_searched_and_paged_and_a_movement_shows_its_timeline(
         assert page.input_value("#search-state") == "EXECUTING"
         page.goto(f"{world.url}/?state=COMPLETED&external_id=search-01")
         assert page.locator("tr[id^='recent-']").count() == 0
+
+        # by lane, and by the days they were created (UTC)
+        page.goto(f"{world.url}/")
+        page.fill("#search-lane", "cctp_fast")
+        page.click("#search-go")
+        page.wait_for_load_state()
+        assert page.locator(f"#recent-{on_lane}").count() == 1
+        listed = page.locator("tr[id^='recent-']").evaluate_all("rows => rows.map(r => r.id)")
+        assert not {f"recent-{m}" for m in made} & set(listed)  # theirs is the default lane
+        today = datetime.now(UTC).date()
+        page.goto(f"{world.url}/?until={today - timedelta(days=1)}")
+        assert page.locator("tr[id^='recent-']").count() == 0
+        page.goto(f"{world.url}/?since={today}&until={today}&external_id=search-07")
+        assert page.locator(f"#recent-{made[7]}").count() == 1
+        assert page.input_value("#search-since") == today.isoformat()
 
         # auto-refresh, the search kept; the amounts one way; the workers
         page.goto(f"{world.url}/?external_id=search-07")
