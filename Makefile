@@ -45,9 +45,11 @@ contracts: $(NODE_STAMP)
 
 # the whole suite on the embedded PostgreSQL 18 and, at the same time, the
 # database-level tests again on the system's PostgreSQL 15 when it is installed
-# (skipped otherwise; not the runner processes, the chains, the chaos checker
-# or the embedded server's own tests, which do not depend on the session
-# server's version). Together the two passes keep two cores busy; the 15
+# (skipped otherwise): the procedures, the scenarios and the security tests,
+# whose subject is the SQL; not the HTTP API, the runner processes, the chains,
+# the exchange clients, the chaos checker or the embedded server's own tests,
+# whose Python does not depend on the server's version and whose SQL the
+# first three call. Together the two passes keep two cores busy; the 15
 # pass's output is printed after the 18 pass's, and either failing fails the
 # target.
 # the 18 pass runs its files in TEST_WORKERS pytest-xdist processes (a file's
@@ -62,8 +64,8 @@ PG15_WORKERS ?= 2
 test test-quick: export PYTHONDONTWRITEBYTECODE :=
 test: install
 	@scripts/test-on-postgres.sh /usr/lib/postgresql/15/bin -p no:cacheprovider \
-		-n $(PG15_WORKERS) --dist loadfile --ignore=tests/runner --ignore=tests/chains \
-		--ignore=tests/scenarios/test_chaos_checker.py --ignore=tests/api/test_operator_page.py \
+		-n $(PG15_WORKERS) --dist loadfile tests/procedures tests/scenarios tests/security \
+		--ignore=tests/scenarios/test_chaos_checker.py \
 		-m "not chain and not embedded" > $(PG15_LOG) 2>&1 & pg15=$$!; \
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15; main=$$?; \
 	wait $$pg15; other=$$?; \

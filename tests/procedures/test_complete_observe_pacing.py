@@ -20,7 +20,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from engine import claim, create_started, node, observe, plan, submit
+from conftest import TestDatabase
+from engine import bind, claim, create_started, node, observe, plan, submit
 from rows import set_clock, time_at
 
 from qtg_runner.db import procs
@@ -387,3 +388,43 @@ def test_throttled_is_an_outcome_a_bad_one_still_refused(conn: psycopg.Connectio
         observe(conn, node_id, "THROTTLE")
     assert refused.value.sqlstate == "QT002"
     assert "THROTTLED" in str(refused.value)
+
+
+def test_a_runner_reporting_throttled_forever_cannot_keep_a_node_from_recovery(
+    conn: psycopg.Connection[Any], db: TestDatabase
+) -> None:
+    """A runner login (a compromised or broken runner) that reports THROTTLED
+    at every turn holds the node back at most engine_limits'
+    max_observe_held_seconds: past that, the lane's fatal wait counts again,
+    and the node goes UNKNOWN for recovery like any node observed too long."""
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    conn.execute("UPDATE engine_limits SET max_observe_held_seconds = 900")
+    upsert_lane(conn, "chain_l2", 60)  # fatal past 600 s observing
+    node_id = submitted_node(conn, "chain_l2")["node_id"]  # due at 42
+    for at in (45, 345, 645, 945, 1245):
+        set_clock(runner, at)
+        held = observe(runner, node_id, "THROTTLED", 300)
+        assert held is not None and held["node_state"] == "SUBMITTED", at
+    # held 303, 603, then no more than 900: observed 1245 - 900 = 345 s
+    assert held_of(conn, node_id)[3] == 900
+    set_clock(runner, 1545)  # 645 s observing past the 900 held: fatal
+    assert observe(runner, node_id, "THROTTLED", 300) == {
+        "node_state": "UNKNOWN",
+        "observe_phase": "fatal",
+        "next_observe_at": None,
+    }
+    (transition,) = conn.execute(
+        "SELECT from_state, to_state, detail ->> 'outcome' FROM audit_outbox"
+        " WHERE entity = 'node' AND entity_id = %s AND to_state = 'UNKNOWN'",
+        (str(node_id),),
+    ).fetchall()
+    assert transition == ("SUBMITTED", "UNKNOWN", "THROTTLED")
+    set_clock(conn, 1545)
+    (recovery,) = procs.claim_recovery_nodes("rec").all(conn)
+    assert recovery.node_id == node_id
+
+
+def test_the_bound_on_time_held_is_a_finite_positive_limit(conn: psycopg.Connection[Any]) -> None:
+    for bad in ("0", "-1", "'Infinity'", "'NaN'"):
+        with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+            conn.execute(f"UPDATE engine_limits SET max_observe_held_seconds = {bad}")

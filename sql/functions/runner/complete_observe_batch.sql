@@ -22,7 +22,12 @@
 --              observe_error_retry_seconds), never sooner than min_poll; the
 --              time from its due poll to that turn is added to its
 --              observe_held_seconds, which its pacing does not count as time
---              observing: a throttled provider never makes a node fatal.
+--              observing: a throttled provider never makes a node fatal,
+--              for up to engine_limits' max_observe_held_seconds of a window.
+--              Past that bound the held time grows no more, and a node held
+--              back past its fatal wait goes UNKNOWN for recovery (audited,
+--              outcome THROTTLED): no runner, broken or not, keeps a node out
+--              of recovery by saying THROTTLED for ever.
 --              observe_held_reason says why, until a poll is made.
 -- A node seen COMPLETED in its first observation window (observe_started_at =
 -- submitted_at: not a window recovery opened), never held back in it, leaves
@@ -73,6 +78,7 @@ DECLARE
     v_done     bigint[];   -- the nodes finished here,
     v_done_by  text[];     -- and their claimers
     v_round    integer;
+    v_held_cap numeric := (SELECT max_observe_held_seconds FROM engine_limits);
 BEGIN
     PERFORM check_arrays('complete_observe_batch', v_n,
                          ARRAY[cardinality(p_claim_secrets), cardinality(p_outcomes)],
@@ -132,8 +138,9 @@ BEGIN
                 -- a held poll: its next turn, and the window's time held back
                 -- (from the poll that was due to that turn)
                 SELECT g.*, t.turn_at,
-                       g.held + coalesce(extract(epoch FROM t.turn_at - least(coalesce(g.due_at, v_now), v_now)),
-                                         0) AS held_now
+                       least(g.held + coalesce(extract(epoch FROM t.turn_at - least(coalesce(g.due_at, v_now), v_now)),
+                                               0),
+                             v_held_cap) AS held_now
                   FROM given g
                  CROSS JOIN LATERAL (
                        SELECT CASE WHEN g.outcome = 'THROTTLED'
@@ -144,8 +151,8 @@ BEGIN
                 SELECT g.*, pacing.phase, pacing.next_observe_at AS paced_at,
                        CASE
                            WHEN g.outcome IN ('COMPLETED', 'FAILED') THEN g.outcome::qtg.node_state
-                           WHEN g.outcome = 'THROTTLED' THEN g.from_state
                            WHEN pacing.phase = 'fatal' THEN 'UNKNOWN'
+                           WHEN g.outcome = 'THROTTLED' THEN g.from_state
                            WHEN g.outcome = 'UNKNOWN' AND g.hint IS NULL THEN 'UNKNOWN'
                            ELSE 'OBSERVING'
                        END::qtg.node_state AS to_state
@@ -157,7 +164,8 @@ BEGIN
                 UPDATE movement_request_nodes n
                    SET node_state       = t.to_state,
                        observe_phase    = t.phase,
-                       next_observe_at  = CASE WHEN t.turn_at IS NOT NULL THEN t.turn_at
+                       next_observe_at  = CASE WHEN t.to_state = 'UNKNOWN' THEN NULL
+                                               WHEN t.turn_at IS NOT NULL THEN t.turn_at
                                                WHEN t.to_state = 'OBSERVING' THEN t.paced_at END,
                        observe_count    = n.observe_count + CASE WHEN t.turn_at IS NULL THEN 1 ELSE 0 END,
                        last_observed_at = CASE WHEN t.turn_at IS NULL THEN v_now ELSE n.last_observed_at END,
