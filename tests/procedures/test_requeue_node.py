@@ -15,8 +15,8 @@ A FAILED node none of whose intents was ever prepared is retried the same
 way: READY with its attempts from 0, its SKIPPED descendants PENDING, its
 movement EXECUTING again, which then completes as any other; one whose side
 effect was prepared is refused (QT021: it may have happened), as is one
-beside another FAILED node of its movement, one retried three times, and
-one whose movement is being stopped (QT020).
+retried three times, and one whose movement is being stopped (QT020). A
+movement's FAILED nodes are retried together, as a whole, or not at all.
 """
 
 from __future__ import annotations
@@ -311,16 +311,106 @@ def test_a_failed_node_whose_side_effect_was_prepared_is_never_retried(conn: Con
 REQUEUE = "SELECT * FROM requeue_node(%s, 'why')"
 
 
-def test_a_retry_is_refused_beside_another_failure_after_three_or_once_cancelled(
-    conn: Conn,
-) -> None:
-    # two roots claimed together, both failed
-    two = node_ids(conn, create_started(conn, plan(node("a"), node("c")), "f-two"))
+TWO_ROOTS_THEN_ONE = plan(node("a"), node("c"), node("d", depends_on=["a", "c"]))
+
+
+def two_failed_roots(conn: Conn, external_id: str) -> tuple[int, dict[str, int]]:
+    """A movement whose two roots were claimed together and both failed in
+    their prepare; the step after both SKIPPED."""
+    movement_id = create_started(conn, TWO_ROOTS_THEN_ONE, external_id)
+    nodes = node_ids(conn, movement_id)
     claims = {c["node_id"]: c for c in claim(conn)}
     for key in ("a", "c"):
-        assert fail(conn, claims[two[key]], retryable=False) == "FAILED"
-    assert "other FAILED" in str(assert_rejected(conn, "QT021", REQUEUE, (two["a"],)))
+        assert fail(conn, claims[nodes[key]], retryable=False) == "FAILED"
+    assert node_row(conn, nodes["d"])["node_state"] == "SKIPPED"
+    return movement_id, nodes
 
+
+def test_a_movements_failed_nodes_are_retried_together(conn: Conn) -> None:
+    movement_id, nodes = two_failed_roots(conn, "f-two")
+    assert movement_row(conn, movement_id) == ("FAILED", 0, 2, False)
+    listed = "SELECT node_id FROM retryable_nodes WHERE movement_id = %s ORDER BY 1"
+    assert conn.execute(listed, (movement_id,)).fetchall() == [(nodes["a"],), (nodes["c"],)]
+
+    # asking for one asks for both; its asker cannot apply either
+    asked_for = requeue(conn, "alice", nodes["a"], "the allowance is raised")
+    assert asked_for.requeue_state == "REQUESTED"
+    asked = conn.execute(
+        "SELECT node_id, state, left(requested_by, 5) FROM node_requeues"
+        " WHERE request_id = %s ORDER BY node_id",
+        (movement_id,),
+    ).fetchall()
+    assert asked == [(nodes["a"], "REQUESTED", "alice"), (nodes["c"], "REQUESTED", "alice")]
+    for key in ("a", "c"):
+        with pytest.raises(procs.Refused) as refused:
+            requeue(conn, "alice", nodes[key], "me again")
+        assert refused.value.sqlstate == "QT022"
+
+    # another operator, naming the other node, applies both
+    applied = requeue(conn, "bob", nodes["c"], "checked the allowance")
+    assert (applied.requeue_state, applied.node_state) == ("APPLIED", "READY")
+    states = {k: node_row(conn, n) for k, n in nodes.items()}
+    assert {k: r["node_state"] for k, r in states.items()} == {
+        "a": "READY",
+        "c": "READY",
+        "d": "PENDING",
+    }
+    assert states["d"]["pending_parents"] == 2
+    assert movement_row(conn, movement_id) == ("EXECUTING", 3, 0, True)
+    assert pipeline_counts(conn) == counted_now(conn)
+
+    # and the movement runs to its end
+    claims = {c["node_id"]: c for c in claim(conn)}
+    for key in ("a", "c"):
+        assert submit(conn, claims[nodes[key]], settled=True) == "COMPLETED"
+    assert submit(conn, claim_of(conn, nodes["d"]), settled=True) == "COMPLETED"
+    assert movement_row(conn, movement_id) == ("COMPLETED", 0, 0, False)
+
+
+def test_a_failed_node_that_may_have_happened_holds_back_the_others(conn: Conn) -> None:
+    movement_id = create_started(conn, TWO_ROOTS_THEN_ONE, "f-one-sent")
+    nodes = node_ids(conn, movement_id)
+    claims = {c["node_id"]: c for c in claim(conn)}
+    assert fail(conn, claims[nodes["a"]], retryable=False) == "FAILED"
+    prepare(conn, claims[nodes["c"]])  # c's side effect was prepared: it may have happened
+    assert fail(conn, claims[nodes["c"]], retryable=False) == "FAILED"
+    assert (
+        conn.execute(
+            "SELECT node_id FROM retryable_nodes WHERE movement_id = %s", (movement_id,)
+        ).fetchall()
+        == []
+    )
+    before = conn.execute("SELECT count(*) FROM node_requeues").fetchone()
+    refused = str(assert_rejected(conn, "QT021", REQUEUE, (nodes["a"],)))
+    assert f"node {nodes['c']} is not" in refused and "may have happened" in refused
+    assert conn.execute("SELECT count(*) FROM node_requeues").fetchone() == before
+
+
+def test_a_request_for_part_of_the_failures_goes_stale(conn: Conn) -> None:
+    """Asked while one root had failed and the other was in flight; the
+    other failed after: the request no longer covers the movement's
+    failures, so the next call asks anew for both."""
+    movement_id = create_started(conn, TWO_ROOTS_THEN_ONE, "f-later")
+    nodes = node_ids(conn, movement_id)
+    claims = {c["node_id"]: c for c in claim(conn)}
+    assert fail(conn, claims[nodes["a"]], retryable=False) == "FAILED"
+    assert requeue(conn, "alice", nodes["a"]).requeue_state == "REQUESTED"
+    assert fail(conn, claims[nodes["c"]], retryable=False) == "FAILED"
+    assert requeue(conn, "bob", nodes["a"]).requeue_state == "REQUESTED"
+    assert conn.execute(
+        "SELECT node_id, state, left(requested_by, 5) FROM node_requeues"
+        " WHERE request_id = %s ORDER BY id",
+        (movement_id,),
+    ).fetchall() == [
+        (nodes["a"], "STALE", "alice"),
+        (nodes["a"], "REQUESTED", "bob"),
+        (nodes["c"], "REQUESTED", "bob"),
+    ]
+    assert requeue(conn, "alice", nodes["c"]).requeue_state == "APPLIED"
+    assert node_row(conn, nodes["a"])["node_state"] == "READY"
+
+
+def test_a_retry_is_refused_after_three_or_once_cancelled(conn: Conn) -> None:
     _, nodes = failed_in_prepare(conn, ONE, "f-thrice")
     for _ in range(3):
         requeue(conn, "alice", nodes["a"])

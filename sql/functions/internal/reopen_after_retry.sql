@@ -10,9 +10,10 @@
 -- descendant SKIPPED -> PENDING (ancestor_retried) and the movement FAILED
 -- -> EXECUTING (retried_node), by p_actor, and its receiver told
 -- (enqueue_callbacks: movement.executing, its key ending -retryN). The
--- caller holds the movement's and the node's locks and has checked the node
--- was the movement's only FAILED one (so every SKIPPED descendant was
--- skipped for it).
+-- caller holds the movement's and the node's locks, and retries every
+-- FAILED node of the movement, each READY before the first is reopened (so
+-- every SKIPPED descendant was skipped for one of them, and waits for each
+-- of its parents not COMPLETED).
 -- Locks: the descendants, in id order; then pipeline_rollups.
 CREATE OR REPLACE FUNCTION reopen_after_retry(p_node_id bigint, p_request_id bigint, p_actor text)
 RETURNS void
