@@ -83,7 +83,9 @@ def api_world(pg_server: str, template_db: str) -> Iterator[ApiWorld]:
                 with admin.transaction():
                     create_login(admin, login, group, password)
                 people[person] = Person(login, password)
-        running = serve_in_thread(ApiConfig(Database(server_conninfo(dsn), "testnet")))
+        # the page's live frame reloads every second: a test sees a reload in time
+        config = ApiConfig(Database(server_conninfo(dsn), "testnet"), live_refresh_s=1)
+        running = serve_in_thread(config)
         yield ApiWorld(running.url, dsn, people, running)
     finally:
         if running is not None:

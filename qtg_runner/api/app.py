@@ -83,6 +83,8 @@ class ApiConfig:
     max_sessions: int = 40
     """Operator-page sessions at once, each holding its login's connection: well
     under the server's slots, which runners and the admin need too."""
+    live_refresh_s: int = 15
+    """How often the operator page's live frame reloads, while refreshing is on."""
     max_sessions_per_login: int = 3
     """Operator-page sessions of one login at once: its oldest is signed out by
     a new sign-in, so signing in again and again holds no more connections."""

@@ -20,6 +20,13 @@ serves it. The latest rehearsal is shown (outcome, who recorded it, when,
 its lines folded), a failed one in red beside the approve button, and an
 approval's advice (QT025: approved after a failed rehearsal) after it.
 
+Refreshing: an operator may turn it on (the search kept); the page itself is
+then not reloaded, so what is typed in its search and pause forms and where
+it is scrolled stay, while a frame inside it (/live, framed by this site
+alone) shows the pipeline, the pauses, what needs an operator, the
+movements waiting and the search's results, and reloads itself. The frame
+has no forms: to act, the operator stops refreshing.
+
 Cross-site requests: the session cookie is HttpOnly and SameSite=Strict (and
 Secure when serving TLS); every form that changes something carries the
 session's CSRF token (256 random bits, compared in constant time), and a
@@ -46,7 +53,7 @@ import json
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as dt_time
 from decimal import Decimal
@@ -67,8 +74,10 @@ from qtg_runner.db import procs
 COOKIE = "qtg_session"
 CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'"
+    "frame-src 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
+LIVE_CSP = CSP.replace("frame-ancestors 'none'", "frame-ancestors 'self'")
+"""The live frame's: framed by the home page alone (this site's)."""
 MAX_FORM_BYTES = 16 * 1024
 
 
@@ -157,10 +166,17 @@ summary{cursor:pointer;max-width:18rem;overflow:hidden;text-overflow:ellipsis;wh
 
 
 def layout(
-    title: str, body: str, session: Session | None, refresh_s: int | None = None
+    title: str,
+    body: str,
+    session: Session | None,
+    refresh_s: int | None = None,
+    framed: bool = False,
 ) -> HTMLResponse:
+    """A page; ``refresh_s``: it reloads itself so often; ``framed``: the home
+    page's live frame (its links open in the whole window, only this site may
+    frame it, and it shows neither the login nor the flashes)."""
     who = ""
-    if session is not None:
+    if session is not None and not framed:
         who = (
             f'<p>signed in as <b id="login">{e(session.login)}</b> '
             f'<form class="inline" method="post" action="/signout">'
@@ -177,8 +193,13 @@ def layout(
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
         + (f"<meta http-equiv='refresh' content='{int(refresh_s)}'>" if refresh_s else "")
-        + f"<style>{STYLE}</style></head><body><h1>{e(title)}</h1>{who}{body}</body></html>"
+        + ("<base target='_top'>" if framed else "")
+        + f"<style>{STYLE}</style></head><body>"
+        + ("" if framed else f"<h1>{e(title)}</h1>")
+        + f"{who}{body}</body></html>"
     )
+    if framed:
+        return HTMLResponse(page, headers=LIVE_HEADERS)
     return HTMLResponse(page, headers=PAGE_HEADERS)
 
 
@@ -187,6 +208,10 @@ PAGE_HEADERS = {
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
+}
+LIVE_HEADERS = PAGE_HEADERS | {
+    "Content-Security-Policy": LIVE_CSP,
+    "X-Frame-Options": "SAMEORIGIN",
 }
 
 
@@ -372,8 +397,9 @@ def element_id(*parts: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", "-".join(str(p) for p in parts))
 
 
-def pauses_block(pauses: list[dict[str, Any]], csrf_token: str) -> str:
-    """The scopes paused now, each with its resume button, and the pause form."""
+def pauses_block(pauses: list[dict[str, Any]], csrf_token: str | None) -> str:
+    """The scopes paused now, each with its resume button, and the pause form
+    (no ``csrf_token``: the live frame's, to look at: the list alone)."""
     csrf = f'<input type="hidden" name="csrf" value="{e(csrf_token)}">'
     rows = "".join(
         f"<tr id='{element_id('pause', p['scope'], p['name'])}'>"
@@ -381,11 +407,16 @@ def pauses_block(pauses: list[dict[str, Any]], csrf_token: str) -> str:
             f"<td>{cell(c, p.get(c))}</td>"
             for c in ("scope", "name", "paused_by", "reason", "paused_at", "expires_at")
         )
-        + "<td><form class='inline' method='post' action='/pauses/resume'>"
-        f"{csrf}<input type='hidden' name='scope' value='{e(p['scope'])}'>"
-        f"<input type='hidden' name='name' value='{e(p['name'])}'>"
-        f"<button type='submit' id='{element_id('resume', p['scope'], p['name'])}'>resume</button>"
-        "</form></td></tr>"
+        + (
+            "<td><form class='inline' method='post' action='/pauses/resume'>"
+            f"{csrf}<input type='hidden' name='scope' value='{e(p['scope'])}'>"
+            f"<input type='hidden' name='name' value='{e(p['name'])}'>"
+            f"<button type='submit' id='{element_id('resume', p['scope'], p['name'])}'>"
+            "resume</button></form></td>"
+            if csrf_token
+            else "<td></td>"
+        )
+        + "</tr>"
         for p in pauses
     )
     listed = (
@@ -394,8 +425,17 @@ def pauses_block(pauses: list[dict[str, Any]], csrf_token: str) -> str:
         if pauses
         else "<p id='no-pauses'>nothing is paused</p>"
     )
+    if csrf_token is None:
+        return f"<h2>Pauses</h2>{listed}"
+    return f"<h2>Pauses</h2>{listed}<p>{pause_form(csrf_token)}</p>"
+
+
+def pause_form(csrf_token: str) -> str:
+    """The form that pauses a scope: anyone may pull the brake, so it stays on
+    the home page while its live frame refreshes."""
+    csrf = f'<input type="hidden" name="csrf" value="{e(csrf_token)}">'
     options = "".join(f"<option value='{s}'>{s}</option>" for s in PAUSE_SCOPES)
-    form = (
+    return (
         "<form class='inline' method='post' action='/pauses'>"
         f"{csrf}<select name='scope' id='pause-scope' aria-label='scope'>{options}</select>"
         "<input name='name' placeholder='id, lane, executor, chain or *' required "
@@ -405,7 +445,6 @@ def pauses_block(pauses: list[dict[str, Any]], csrf_token: str) -> str:
         "resumed)' id='pause-for' aria-label='seconds'>"
         "<button type='submit' id='pause'>pause</button></form>"
     )
-    return f"<h2>Pauses</h2>{listed}<p>{form}</p>"
 
 
 SEARCH_PAGE = 20
@@ -435,8 +474,9 @@ class Search:
     """Created on or after this day (UTC)."""
     until: date | None = None
     """Created on or before this day (UTC)."""
-    """Reload the page every so many seconds (REFRESH_S), the search and the
-    page kept: its URL is the same."""
+    """Show the search's results and the pipeline in a frame that reloads
+    itself (every ApiConfig.live_refresh_s), the page around it kept as it is
+    (REFRESH_S in the URL: a link to come back to)."""
 
     @classmethod
     def of(cls, request: Request) -> Search:
@@ -531,14 +571,17 @@ class Search:
         )
 
 
-def health_block(health: dict[str, list[dict[str, Any]]], csrf_token: str) -> str:
+def health_block(health: dict[str, list[dict[str, Any]]], csrf_token: str | None) -> str:
     """What needs an operator: each quarantined node with a release form, each
     UNKNOWN node with a requeue form and each FAILED node of which nothing
     was sent with a retry form (two operators: the first asks, another
-    applies), each open drift alert with an acknowledge form (two operators)."""
+    applies), each open drift alert with an acknowledge form (two operators).
+    No ``csrf_token``: the live frame's, to look at, without the forms."""
     csrf = f'<input type="hidden" name="csrf" value="{e(csrf_token)}">'
 
     def form(action: str, field: str, value: Any, label: str, ident: str) -> str:
+        if csrf_token is None:
+            return ""
         return (
             f"<form class='inline' method='post' action='{action}'>{csrf}"
             f"<input type='hidden' name='{field}' value='{e(str(value))}'>"
@@ -766,12 +809,15 @@ def mount_page(app: FastAPI, config: Any) -> None:
         response.delete_cookie(COOKIE, path="/")
         return response
 
-    @app.get("/", include_in_schema=False)
-    async def home(request: Request) -> Response:
-        session = sessions.get(request)
-        if session is None:
-            return RedirectResponse("/signin", status_code=303)
-        search = Search.of(request)
+    live_refresh_s = int(config.live_refresh_s)
+
+    async def home_parts(session: Session, search: Search) -> dict[str, str] | None:
+        """What the home page shows, read as the session's login: the pipeline,
+        the pauses, what needs an operator, the movements waiting and the
+        search's; each part to look at alone (no forms) when the search
+        refreshes (the live frame's), else with its forms. None: the
+        session's connection is gone."""
+        csrf = None if search.refresh_s else session.csrf
         async with session.lock:
             try:
                 async with session.conn.cursor(row_factory=dict_row) as cur:
@@ -802,14 +848,12 @@ def mount_page(app: FastAPI, config: Any) -> None:
                 pauses = await reads.pauses(session.conn)
                 health = await reads.health(session.conn)
             except psycopg.OperationalError:
-                await sessions.drop(request)
-                return RedirectResponse("/signin", status_code=303)
-        body = (
-            f"<p>{search.refresh_link()}</p>"
-            + "<h2>Pipeline</h2>"
+                return None
+        return {
+            "state": "<h2>Pipeline</h2>"
             + table(counts, ["entity", "state", "total"])
-            + pauses_block(pauses, session.csrf)
-            + health_block(health, session.csrf)
+            + pauses_block(pauses, csrf)
+            + health_block(health, csrf)
             + "<h2>Waiting for approval</h2>"
             + table(
                 waiting,
@@ -823,10 +867,8 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     "nodes_total",
                 ],
                 row_id="waiting",
-            )
-            + "<h2 id='movements'>Movements</h2>"
-            + search.form()
-            + table(
+            ),
+            "movements": table(
                 recent,
                 [
                     "movement_id",
@@ -841,9 +883,65 @@ def mount_page(app: FastAPI, config: Any) -> None:
                 ],
                 row_id="recent",
             )
-            + search.older_link(older)
+            + search.older_link(older),
+        }
+
+    @app.get("/", include_in_schema=False)
+    async def home(request: Request) -> Response:
+        """The home page. While it refreshes, the page itself stays as it is
+        (what is typed in its search and pause forms, where it is scrolled)
+        and a frame inside it, /live, reloads what it shows every
+        live_refresh_s; to act on what needs an operator, stop refreshing."""
+        session = sessions.get(request)
+        if session is None:
+            return RedirectResponse("/signin", status_code=303)
+        search = Search.of(request)
+        if search.refresh_s:
+            body = (
+                f"<p>{search.refresh_link()} (the forms to act on what needs an operator "
+                "show when it stops)</p>"
+                + f"<p>{pause_form(session.csrf)}</p>"
+                + "<h2 id='movements'>Movements</h2>"
+                + search.form()
+                + f"<iframe id='live' title='the pipeline, live' src='/live?{e(search.params())}'"
+                " style='width:100%;height:80vh;border:0'></iframe>"
+            )
+            return layout("QTG operator", body, session)
+        parts = await home_parts(session, search)
+        if parts is None:
+            await sessions.drop(request)
+            return RedirectResponse("/signin", status_code=303)
+        body = (
+            f"<p>{search.refresh_link()}</p>"
+            + parts["state"]
+            + "<h2 id='movements'>Movements</h2>"
+            + search.form()
+            + parts["movements"]
         )
-        return layout("QTG operator", body, session, search.refresh_s)
+        return layout("QTG operator", body, session)
+
+    @app.get("/live", include_in_schema=False)
+    async def live(request: Request) -> Response:
+        """The home page's live frame: its state and its search's movements, to
+        look at, reloaded every live_refresh_s; links open in the whole window."""
+        session = sessions.get(request)
+        if session is None:
+            return layout("QTG operator", "<p>signed out: <a href='/signin'>sign in</a></p>",
+                          None, framed=True)  # fmt: skip
+        search = Search.of(request)
+        search = replace(search, refresh_s=REFRESH_S)
+        parts = await home_parts(session, search)
+        if parts is None:
+            await sessions.drop(request)
+            return layout("QTG operator", "<p>signed out: <a href='/signin'>sign in</a></p>",
+                          None, framed=True)  # fmt: skip
+        return layout(
+            "QTG operator",
+            parts["state"] + "<h2>Movements found</h2>" + parts["movements"],
+            session,
+            refresh_s=live_refresh_s,
+            framed=True,
+        )
 
     @app.get("/movements/{movement_id}", include_in_schema=False)
     async def movement_page(request: Request, movement_id: int) -> Response:

@@ -478,7 +478,7 @@ def test_movements_are_searched_and_paged_and_a_movement_shows_its_timeline(
     than the screen."""
     from datetime import UTC, datetime, timedelta
 
-    from engine import create_started, node, node_ids, plan
+    from engine import create, create_started, node, node_ids, plan
     from rows import ONE
 
     alice = world.people["alice"]
@@ -530,18 +530,34 @@ def test_movements_are_searched_and_paged_and_a_movement_shows_its_timeline(
         assert page.locator(f"#recent-{made[7]}").count() == 1
         assert page.input_value("#search-since") == today.isoformat()
 
-        # auto-refresh, the search kept; the amounts one way; the workers
+        # auto-refresh, the search kept; the amounts one way; the workers. The
+        # page is not reloaded (what is typed in it stays), its live frame is
         page.goto(f"{world.url}/?external_id=search-07")
         page.click("#refresh")
         page.wait_for_load_state()
         assert "refresh=15" in page.url and "external_id=search-07" in page.url
-        assert page.locator("meta[http-equiv='refresh']").count() == 1
-        assert page.locator("tr[id^='recent-']").count() == 1
-        assert "\t100\t" in page.inner_text(f"#recent-{made[7]}") + "\t"
-        assert "no worker runs" in page.inner_text("#no-workers")
+        assert page.locator("meta[http-equiv='refresh']").count() == 0
+        live = page.frame_locator("#live")
+        assert live.locator("tr[id^='recent-']").count() == 1
+        assert "\t100\t" in live.locator(f"#recent-{made[7]}").inner_text() + "\t"
+        assert "no worker runs" in live.locator("#no-workers").inner_text()
+        assert live.locator("form").count() == 0  # to look at; acting stops the refresh
+        page.fill("#pause-reason", "half a reason, still being typed")
+        page.evaluate("window.scrollTo(0, 40)")
+        with world.admin() as admin:
+            arrived = create(admin, ONE, "arrives-while-watching")
+        # the frame shows it on one of its reloads (every second here)
+        live.locator(f"#waiting-{arrived}").wait_for(timeout=15_000)
+        assert page.input_value("#pause-reason") == "half a reason, still being typed"
+        assert page.input_value("#search-external-id") == "search-07"
+        # the frame may be framed by this site alone; the page by none
+        framed = page.request.get(f"{world.url}/live").headers["content-security-policy"]
+        whole = page.request.get(f"{world.url}/").headers["content-security-policy"]
+        assert "frame-ancestors 'self'" in framed and "frame-ancestors 'none'" in whole
         page.click("#refresh")  # stop refreshing
         page.wait_for_load_state()
-        assert page.locator("meta[http-equiv='refresh']").count() == 0
+        assert page.locator("#live").count() == 0
+        assert page.locator(f"#waiting-{arrived}").count() == 1
 
         page.goto(f"{world.url}/movements/{made[0]}")
         events = page.inner_text("#timeline")
