@@ -1,5 +1,9 @@
 // Compiles every contracts/*.sol with solc-js (the version pinned in package.json)
-// into contracts/build/<Contract>.json: ABI, creation and runtime bytecode.
+// into contracts/build/<Contract>.json: ABI, creation and runtime bytecode; and,
+// from the packages that publish them (node_modules, as npm installed them),
+// the published contracts the local world runs as they are: Multicall3, from
+// @chainlink/contracts' vendored copy of its source (the local chains carry its
+// runtime code at the address it has on every public network).
 // Usage: node contracts/compile.mjs [outdir]   (default: contracts/build)
 import fs from 'node:fs'
 import path from 'node:path'
@@ -12,6 +16,10 @@ const outDir = path.resolve(process.argv[2] ?? path.join(here, 'build'))
 const sources = {}
 for (const file of fs.readdirSync(here).filter((f) => f.endsWith('.sol')).sort()) {
   sources[file] = { content: fs.readFileSync(path.join(here, file), 'utf8') }
+}
+const PUBLISHED = ['@chainlink/contracts/src/v0.8/vendor/multicall/ebd8b64/src/Multicall3.sol']
+for (const file of PUBLISHED) {
+  sources[file] = { content: fs.readFileSync(path.join(here, '..', 'node_modules', file), 'utf8') }
 }
 
 const input = {

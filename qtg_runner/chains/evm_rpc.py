@@ -22,6 +22,19 @@ holds more than ``redact_url(url)``, and httpx's own exceptions, which quote
 the URL, are never chained.
 
 Addresses in every answer are 0x + 40 lower-case hex, hashes 0x + 64.
+
+The log searches of one contract up to the head (eth_getLogs from a block
+to ``latest``) asked in the same moment, the nodes a round observes, go as
+ONE eth_getLogs (from the earliest block, each topic any of theirs), each
+answered with what matches it alone.
+
+Shared reads (``max_age_s``) of the latest block, a contract's view or an
+account's ether, asked in the same moment (one turn of the event loop: the
+reads a preflight gathers, the nodes of a batch) go to the node as ONE eth_call
+of Multicall3's ``aggregate3`` (``MULTICALL3``), each read's answer as it
+alone would have been (a revert its own RpcError REVERTED): one request of the
+endpoint's budget instead of one a read. A chain without Multicall3 there (its
+answer empty) is read one call at a time from then on.
 """
 
 from __future__ import annotations
@@ -40,6 +53,9 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
+from eth_abi.abi import decode as abi_decode
+from eth_abi.abi import encode as abi_encode
+from eth_utils.crypto import keccak
 
 from qtg_runner.budget import EndpointBudget, EndpointThrottled
 from qtg_runner.circuit import Circuit
@@ -71,6 +87,14 @@ SETTLED_KEPT = 4096
 forgotten first: enough for the nodes one runner observes at once."""
 RECENT_KEPT = 4096
 """The most shared reads a client keeps (``recent``), the oldest forgotten first."""
+MULTICALL3 = "0xca11bde05977b3631167028862be2a173976ca11"
+"""Multicall3 (mds1/multicall), at this address on Ethereum, Base, Arbitrum, OP,
+Avalanche and their testnets alike (a keyless deployment), and on the local
+chains (qtg_world): the shared reads of a moment go to it together."""
+_AGGREGATE3 = keccak(text="aggregate3((address,bool,bytes)[])")[:4]
+_GET_ETH_BALANCE = keccak(text="getEthBalance(address)")[:4]
+MAX_GATHERED = 64
+"""The most reads one aggregate3 carries; more asked in a moment go in several."""
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -414,7 +438,54 @@ def _checked_hash(tx_hash: str) -> str:
     return text
 
 
+async def _answer(read: _Gathered, answer: Awaitable[bytes]) -> None:
+    """``answer`` (a read alone) given to ``read``'s waiter, or its failure."""
+    try:
+        out = await answer
+    except Exception as exc:
+        if not read.answer.done():
+            read.answer.set_exception(exc)
+        return
+    if not read.answer.done():
+        read.answer.set_result(out)
+
+
 # -- the client ------------------------------------------------------------------------
+
+
+@dataclass
+class _Gathered:
+    """One shared read waiting for its moment's aggregate3: the call in it
+    (``target``, ``data``), the read alone (when the chain has no Multicall3,
+    or it is the moment's only one), and where its answer goes."""
+
+    target: str
+    data: bytes
+    alone: Callable[[], Awaitable[bytes]]
+    answer: asyncio.Future[bytes]
+
+
+@dataclass
+class _LogSearch:
+    """One eth_getLogs search waiting for its moment's: its topics (each one
+    hash, any of a list, or None), its first block, and where its logs go."""
+
+    topics: list[str | list[str] | None]
+    from_block: int
+    answer: asyncio.Future[list[Log]]
+
+    def matches(self, log: Log) -> bool:
+        """Whether ``log`` is one this search alone would have been answered."""
+        if log.block_number is not None and log.block_number < self.from_block:
+            return False
+        for at, wanted in enumerate(self.topics):
+            if wanted is None:
+                continue
+            if at >= len(log.topics):
+                return False
+            if log.topics[at] not in ([wanted] if isinstance(wanted, str) else wanted):
+                return False
+        return True
 
 
 class EvmRpc(HttpEndpoint):
@@ -449,6 +520,11 @@ class EvmRpc(HttpEndpoint):
         self._ids = itertools.count(1)
         self._recent: OrderedDict[str, tuple[Any, float]] = OrderedDict()
         self._reading: dict[str, asyncio.Task[Any]] = {}
+        self._gathered: list[_Gathered] = []
+        self._flushing: set[asyncio.Task[None]] = set()
+        self._log_searches: dict[tuple[str, int], list[_LogSearch]] = {}
+        self._multicall: bool | None = None
+        """Whether MULTICALL3 answers on this chain (None: not asked yet)."""
         self.settled: OrderedDict[str, Any] = OrderedDict()
         """What a caller learnt of a transaction that can no longer change (a
         receipt at its chain's finality depth), by hash, kept so that it is
@@ -610,6 +686,82 @@ class EvmRpc(HttpEndpoint):
             task = self._reading[key] = loop.create_task(read_now())
         return await asyncio.shield(task)
 
+    async def _gather(
+        self, target: str, data: bytes, alone: Callable[[], Awaitable[bytes]]
+    ) -> bytes:
+        """A view's answer at the latest block, read with the others asked in
+        this moment (one aggregate3 of MULTICALL3), or ``alone``."""
+        loop = asyncio.get_running_loop()
+        if self._gathered and self._gathered[0].answer.get_loop() is not loop:
+            self._gathered = []  # a closed loop's moment: its readers are gone
+        if not self._gathered:
+            loop.call_soon(self._flush_soon)
+        answer: asyncio.Future[bytes] = loop.create_future()
+        self._gathered.append(_Gathered(target, data, alone, answer))
+        return await answer
+
+    def _flush_soon(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._flush())
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def _flush(self) -> None:
+        moment, self._gathered = self._gathered, []
+        for at in range(0, len(moment), MAX_GATHERED):
+            reads = [g for g in moment[at : at + MAX_GATHERED] if not g.answer.done()]
+            if len(reads) < 2 or self._multicall is False:
+                await asyncio.gather(*(_answer(g, g.alone()) for g in reads))
+                continue
+            try:
+                answers = await self._aggregate3(reads)
+            except RpcError:  # refused as a whole: not a Multicall3 to rely on
+                answers = None
+            except Exception as exc:  # every read fails as it would have alone
+                for g in reads:
+                    if not g.answer.done():
+                        g.answer.set_exception(exc)
+                continue
+            if answers is None:  # no Multicall3 here: each alone, from now on
+                self._multicall = False
+                await asyncio.gather(*(_answer(g, g.alone()) for g in reads))
+                continue
+            self._multicall = True
+            for g, (ok, out) in zip(reads, answers, strict=True):
+                if g.answer.done():
+                    continue
+                if ok:
+                    g.answer.set_result(out)
+                else:
+                    g.answer.set_exception(
+                        RpcError(
+                            3,
+                            "execution reverted (a read of a Multicall3 aggregate3)",
+                            RpcErrorKind.REVERTED,
+                            method="eth_call",
+                            data="0x" + out.hex(),
+                        )
+                    )
+
+    async def _aggregate3(self, reads: Sequence[_Gathered]) -> list[tuple[bool, bytes]] | None:
+        """The reads' (success, returnData) through MULTICALL3's aggregate3,
+        each allowed to fail alone; None when the chain answers nothing there
+        (no code) or not an aggregate3's answer; RpcError when it refuses the
+        call as a whole (another contract there)."""
+        data = _AGGREGATE3 + abi_encode(
+            ["(address,bool,bytes)[]"], [[(g.target, True, g.data) for g in reads]]
+        )
+        call = {"to": MULTICALL3, "data": "0x" + data.hex()}
+        out = _bytes(await self.request("eth_call", [call, "latest"]), "eth_call")
+        if not out:
+            return None
+        try:
+            (answers,) = abi_decode(["(bool,bytes)[]"], out)
+        except Exception:
+            return None
+        if len(answers) != len(reads):
+            return None
+        return [(bool(ok), bytes(ret)) for ok, ret in answers]
+
     def keep_settled(self, tx_hash: str, reading: Any) -> None:
         """``reading`` of ``tx_hash`` kept: it can no longer change."""
         self.settled[tx_hash] = reading
@@ -673,8 +825,18 @@ class EvmRpc(HttpEndpoint):
         async def read() -> int:
             return _qty(await self.request("eth_getBalance", params), "eth_getBalance")
 
+        async def alone() -> bytes:
+            return (await read()).to_bytes(32, "big")
+
+        async def gathered() -> int:
+            word = _GET_ETH_BALANCE + bytes(12) + bytes.fromhex(params[0][2:])
+            out = await self._gather(MULTICALL3, word, alone)
+            if len(out) != 32:
+                raise RpcBadResponse(f"getEthBalance on {self.display_url}: not one word")
+            return int.from_bytes(out, "big")
+
         if max_age_s > 0 and tag == "latest":
-            value: int = await self.recent(f"balance:{params[0]}", max_age_s, read)
+            value: int = await self.recent(f"balance:{params[0]}", max_age_s, gathered)
             return value
         return await read()
 
@@ -697,8 +859,11 @@ class EvmRpc(HttpEndpoint):
         async def read() -> bytes:
             return _bytes(await self.request("eth_call", [call, _block_param(tag)]), "eth_call")
 
+        async def gathered() -> bytes:
+            return await self._gather(call["to"], data, read)
+
         if max_age_s > 0 and tag == "latest" and sender is None:
-            out: bytes = await self.recent(f"call:{call['to']}:{call['data']}", max_age_s, read)
+            out: bytes = await self.recent(f"call:{call['to']}:{call['data']}", max_age_s, gathered)
             return out
         return await read()
 
@@ -752,9 +917,21 @@ class EvmRpc(HttpEndpoint):
                 return None if t is None else _checked_hash(t)
             return [_checked_hash(each) for each in t]
 
+        checked = [topic(t) for t in topics]
+        if isinstance(from_block, int) and to_block == "latest":
+            return await self._gather_logs(_checked_address(address), checked, from_block)
+        return await self._logs(_checked_address(address), checked, from_block, to_block)
+
+    async def _logs(
+        self,
+        address: str,
+        topics: Sequence[str | list[str] | None],
+        from_block: int | BlockTag,
+        to_block: int | BlockTag,
+    ) -> list[Log]:
         query = {
-            "address": _checked_address(address),
-            "topics": [topic(t) for t in topics],
+            "address": address,
+            "topics": list(topics),
             "fromBlock": _block_param(from_block),
             "toBlock": _block_param(to_block),
         }
@@ -762,6 +939,54 @@ class EvmRpc(HttpEndpoint):
         if not isinstance(raw, list):
             raise RpcBadResponse("eth_getLogs did not answer a list")
         return [parse_log(entry) for entry in raw]
+
+    async def _gather_logs(
+        self, address: str, topics: list[str | list[str] | None], from_block: int
+    ) -> list[Log]:
+        """The logs of ``address`` from ``from_block`` to the head matching
+        ``topics``, asked with the other such searches of the contract in this
+        moment (the nodes a round observes) as ONE eth_getLogs: from the
+        earliest of their blocks, each topic any of theirs; each search then
+        keeps what matches it alone."""
+        loop = asyncio.get_running_loop()
+        key = (address, len(topics))
+        moment = self._log_searches.get(key)
+        if moment and moment[0].answer.get_loop() is not loop:
+            moment = None  # a closed loop's moment: its searchers are gone
+        if not moment:
+            moment = self._log_searches[key] = []
+            loop.call_soon(self._flush_logs_soon, key)
+        answer: asyncio.Future[list[Log]] = loop.create_future()
+        moment.append(_LogSearch(topics, from_block, answer))
+        return await answer
+
+    def _flush_logs_soon(self, key: tuple[str, int]) -> None:
+        task = asyncio.get_running_loop().create_task(self._flush_logs(key))
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def _flush_logs(self, key: tuple[str, int]) -> None:
+        searches = [s for s in self._log_searches.pop(key, []) if not s.answer.done()]
+        if not searches:
+            return
+        merged: list[str | list[str] | None] = []
+        for at in range(key[1]):
+            wanted = [s.topics[at] for s in searches]
+            if any(w is None for w in wanted):
+                merged.append(None)
+                continue
+            union = sorted({t for w in wanted for t in ([w] if isinstance(w, str) else w or [])})
+            merged.append(union[0] if len(union) == 1 else union)
+        try:
+            logs = await self._logs(key[0], merged, min(s.from_block for s in searches), "latest")
+        except Exception as exc:
+            for s in searches:
+                if not s.answer.done():
+                    s.answer.set_exception(exc)
+            return
+        for s in searches:
+            if not s.answer.done():
+                s.answer.set_result([log for log in logs if s.matches(log)])
 
     # -- write -----------------------------------------------------------------
 

@@ -60,6 +60,7 @@ later) while the allowance is short.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,15 +178,20 @@ class CcipExecutor(evm_tx.EvmExecutor):
     async def preflight(self, work: NodeWork) -> None:
         route = await _Route.of(self._pool, work)
         rpc = self._evm.leg_rpc(route.leg)
+        recent = evm_tx.shared_for(route.leg)
         async with evm_tx.chain_errors(route.leg.chain_key):
-            held = await balance_of(rpc, route.token_address, route.leg.sender)
-            allowance = int.from_bytes(
-                await rpc.call(
+            # one Multicall3 read (EvmRpc) with the sender's ether, which
+            # prepare's gas check then finds read
+            held, allowed, _ = await asyncio.gather(
+                balance_of(rpc, route.token_address, route.leg.sender, max_age_s=recent),
+                rpc.call(
                     route.token_address,
                     _ALLOWANCE + _word(route.leg.sender) + _word(route.router),
+                    max_age_s=recent,
                 ),
-                "big",
+                rpc.balance(route.leg.sender, max_age_s=recent),
             )
+            allowance = int.from_bytes(allowed, "big")
             await self._fee(rpc, route)
         evm_tx.require_tokens(route.leg, held, route.amount_units, None, self.sends)
         if allowance < route.amount_units:
@@ -239,7 +245,7 @@ class CcipExecutor(evm_tx.EvmExecutor):
                 )
             chain_next, fees = await evm_tx.pending_nonce_and_fees(rpc, route.leg)
             estimate = await rpc.estimate_gas(route.leg.sender, send.to, send.data, send.value)
-            funds = await rpc.balance(route.leg.sender)
+            funds = await rpc.balance(route.leg.sender, max_age_s=evm_tx.shared_for(route.leg))
         async with evm_tx.chain_errors(route.dest_chain_key):
             dest_from_block = await dest.block_number()
         gas = math.ceil(estimate * GAS_HEADROOM)

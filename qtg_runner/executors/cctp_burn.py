@@ -51,6 +51,7 @@ the allowance is short, so nothing is signed that would revert.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -189,12 +190,19 @@ class CctpBurnExecutor(IrisExecutor, evm_tx.CallExecutor):
         rpc = self._evm.leg_rpc(route.leg)
         recent = evm_tx.shared_for(route.leg)  # the burns prepared together read once
         async with evm_tx.chain_errors(route.leg.chain_key):
-            held = await balance_of(rpc, route.token_address, route.leg.sender, max_age_s=recent)
-            allowed = await allowance(
-                rpc, route.token_address, route.leg.sender, route.token_messenger, max_age_s=recent
-            )
-            min_fee, least = await min_fee_amount(
-                rpc, route.token_messenger, route.amount_units, max_age_s=recent
+            # asked in one moment: one Multicall3 read (EvmRpc), the sender's
+            # ether with them, which prepare's gas check then finds read
+            held, allowed, (min_fee, least), _ = await asyncio.gather(
+                balance_of(rpc, route.token_address, route.leg.sender, max_age_s=recent),
+                allowance(
+                    rpc,
+                    route.token_address,
+                    route.leg.sender,
+                    route.token_messenger,
+                    max_age_s=recent,
+                ),
+                min_fee_amount(rpc, route.token_messenger, route.amount_units, max_age_s=recent),
+                rpc.balance(route.leg.sender, max_age_s=recent),
             )
         if route.max_fee_units < least:
             raise ExecutorError(

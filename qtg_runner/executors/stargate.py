@@ -51,6 +51,7 @@ the allowance is short, so nothing is signed that would revert.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -179,13 +180,20 @@ class StargateExecutor(evm_tx.EvmExecutor):
         row = await self._sg_route(work)
         source = evm_tx.ChainLeg.from_row(row)
         rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
+        recent = evm_tx.shared_for(source)
         async with evm_tx.chain_errors(source.chain_key):
-            held = await balance_of(rpc, row.token_address, row.sender)
-            evm_tx.require_tokens(source, held, int(row.amount_units), row.token, "send")
-            raw = await rpc.call(
-                row.token_address,
-                ALLOWANCE + encode(["address", "address"], [row.sender, row.src_pool]),
+            # one Multicall3 read (EvmRpc) with the sender's ether, which
+            # prepare's gas check then finds read
+            held, raw, _ = await asyncio.gather(
+                balance_of(rpc, row.token_address, row.sender, max_age_s=recent),
+                rpc.call(
+                    row.token_address,
+                    ALLOWANCE + encode(["address", "address"], [row.sender, row.src_pool]),
+                    max_age_s=recent,
+                ),
+                rpc.balance(row.sender, max_age_s=recent),
             )
+            evm_tx.require_tokens(source, held, int(row.amount_units), row.token, "send")
             (allowed,) = decode(["uint256"], raw)
             if int(allowed) < int(row.amount_units):
                 raise ExecutorError(
@@ -212,7 +220,7 @@ class StargateExecutor(evm_tx.EvmExecutor):
             chain_next, fees = await evm_tx.pending_nonce_and_fees(rpc, source)
             estimate = await rpc.estimate_gas(row.sender, row.src_pool, data, quote.native_fee)
             gas = math.ceil(estimate * GAS_HEADROOM)
-            funds = await rpc.balance(row.sender)
+            funds = await rpc.balance(row.sender, max_age_s=evm_tx.shared_for(source))
             dst_head = await dst_rpc.block_number()
         evm_tx.require_funds(
             source,

@@ -37,6 +37,7 @@ from typing import Any, cast
 import httpx
 
 from qtg_runner.chains.errors import ChainError
+from qtg_runner.chains.evm_rpc import MULTICALL3
 from qtg_runner.ports import LOOPBACK
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -295,6 +296,16 @@ def mined_at_once(chains: Sequence[RunningChain]) -> Iterator[None]:
         for chain in chains:
             with contextlib.suppress(ChainError):  # a chain gone: nothing to restore
                 rpc(chain.rpc_url, "evm_setIntervalMining", [chain.block_time])
+
+
+def place_multicall3(chain: RunningChain) -> None:
+    """Multicall3's runtime code (compiled from the source @chainlink/contracts
+    publishes: contracts/compile.mjs) at the address it has on every public
+    network (MULTICALL3), as the runtime reads it there: anvil_setCode, no
+    transaction (it has no constructor and keeps no state)."""
+    code = load_artifact("Multicall3")["deployedBytecode"]
+    rpc(chain.rpc_url, "anvil_setCode", [MULTICALL3, code])
+    chain.contracts["Multicall3"] = MULTICALL3
 
 
 def deploy_contracts(chain: RunningChain, names: Iterable[str] = ("MockUSDC",)) -> None:

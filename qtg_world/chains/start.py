@@ -18,6 +18,7 @@ from qtg_world.chains.local import (
     find_anvil,
     is_running,
     mined_at_once,
+    place_multicall3,
     read_state,
     start_anvil,
     terminate,
@@ -29,6 +30,7 @@ __all__ = ["DEPLOYED", "start_chains"]
 
 
 DEPLOYED = (
+    "Multicall3",
     "MockUSDC",
     "MessageTransmitterV2",
     "TokenMessengerV2",
@@ -80,6 +82,7 @@ def start_chains(
             started.append(start_anvil(binary, spec, state_dir))
         with mined_at_once(started):
             for chain in started:
+                place_multicall3(chain)
                 deploy_contracts(chain)
             deploy_cctp(state_dir, started, kdf_iterations=kdf_iterations)
             deploy_stargate(started)

@@ -203,4 +203,7 @@ def test_a_final_burn_waiting_for_its_attestation_costs_one_request_a_poll(
     # the pending count once for the batch (its re-signing included), twice
     # when a loaded machine stretches the batch past half a block time
     assert submits.get("eth_getTransactionCount", 0) <= 2
+    # the balances, allowance and minimum fee of the batch: one Multicall3
+    # read (twice on a loaded machine), the sender's ether in it
+    assert submits.get("eth_call", 0) <= 2 and "eth_getBalance" not in submits
     assert sum(submits.values()) / BURNS <= MOST_A_SUBMIT

@@ -1,0 +1,190 @@
+"""Reads asked in one moment go to the chain together
+(qtg_runner.chains.evm_rpc): shared reads as one eth_call of Multicall3's
+aggregate3, on a local chain that carries Multicall3's runtime code,
+compiled from the source @chainlink/contracts publishes, at the address it
+has on every public network (qtg_world.chains.local.place_multicall3); log
+searches of one contract up to the head as one eth_getLogs.
+
+Pins, counted at the wire by the throttling double in front of the chain:
+token balances and ether balances asked together are one request, each
+answered as it is when read alone; a read that reverts in the batch fails
+alone, as REVERTED, the others answered; a chain without Multicall3 at the
+address is read one call at a time, and asked once; two log searches of a
+contract for different topics are one request, each answered with what it
+alone finds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from chain_support import anvil_or_skip
+from eth_utils.crypto import keccak
+
+from qtg_runner.chains.evm import balance_of
+from qtg_runner.chains.evm_rpc import MULTICALL3, EvmRpc, RpcError, RpcErrorKind
+from qtg_world import throttle
+from qtg_world.chains.local import RunningChain, load_artifact, rpc
+
+pytestmark = pytest.mark.chain
+
+SHARED_S = 60.0
+"""A shared read's age: the reads of a test are all one moment's."""
+
+
+@pytest.fixture
+def chain(local_chains: list[RunningChain]) -> RunningChain:
+    anvil_or_skip()
+    return local_chains[0]
+
+
+@pytest.fixture
+def counted(chain: RunningChain) -> Iterator[Any]:
+    """The chain behind a counting double (no limit to speak of)."""
+    handle = throttle.serve(chain.rpc_url, rate_per_s=10_000)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+def accounts(chain: RunningChain) -> list[str]:
+    return [str(a).lower() for a in rpc(chain.rpc_url, "eth_accounts")[:3]]
+
+
+def run(url: str, reads: Any) -> Any:
+    async def main() -> Any:
+        async with EvmRpc(url) as client:
+            return await reads(client)
+
+    return asyncio.run(main())
+
+
+def test_reads_asked_together_are_one_request_each_answered_as_alone(
+    chain: RunningChain, counted: Any
+) -> None:
+    usdc = chain.contracts["MockUSDC"]
+    owners = accounts(chain)
+
+    async def alone(client: EvmRpc) -> list[int]:
+        tokens = [await balance_of(client, usdc, a) for a in owners]
+        return tokens + [await client.balance(a) for a in owners]
+
+    async def together(client: EvmRpc) -> list[int]:
+        return list(
+            await asyncio.gather(
+                *(balance_of(client, usdc, a, max_age_s=SHARED_S) for a in owners),
+                *(client.balance(a, max_age_s=SHARED_S) for a in owners),
+            )
+        )
+
+    expected = run(counted.url, alone)
+    assert sum(expected[3:]) > 0  # anvil's accounts hold ether
+    counted.reset_counts()
+    assert run(counted.url, together) == expected
+    assert dict(counted.counts().asked) == {"eth_call": 1}
+
+
+def test_a_read_that_reverts_fails_alone_the_others_answered(
+    chain: RunningChain, counted: Any
+) -> None:
+    usdc = chain.contracts["MockUSDC"]
+    owner, other, _ = accounts(chain)
+    # transferFrom with no allowance: reverts, alone and in the batch alike
+    word = bytes(12) + bytes.fromhex(other[2:])
+    reverting = (
+        keccak(text="transferFrom(address,address,uint256)")[:4]
+        + word
+        + word
+        + (1).to_bytes(32, "big")
+    )
+
+    async def mixed(client: EvmRpc) -> list[Any]:
+        return list(
+            await asyncio.gather(
+                balance_of(client, usdc, owner, max_age_s=SHARED_S),
+                client.call(usdc, reverting, max_age_s=SHARED_S),
+                client.balance(owner, max_age_s=SHARED_S),
+                return_exceptions=True,
+            )
+        )
+
+    with pytest.raises(RpcError) as alone:
+        run(counted.url, lambda client: client.call(usdc, reverting))
+    assert alone.value.kind is RpcErrorKind.REVERTED
+    counted.reset_counts()
+    held, refused, ether = run(counted.url, mixed)
+    assert isinstance(refused, RpcError) and refused.kind is RpcErrorKind.REVERTED
+    assert isinstance(held, int) and isinstance(ether, int) and ether > 0
+    assert dict(counted.counts().asked) == {"eth_call": 1}
+
+
+@pytest.mark.parametrize("there", ["nothing", "another contract"])
+def test_a_chain_without_multicall3_is_read_one_call_at_a_time(
+    chain: RunningChain, counted: Any, there: str
+) -> None:
+    """Nothing at the address answers an empty word; another contract (a
+    token's code, which has no aggregate3) refuses the call: either way each
+    read is made alone, as it was, and aggregate3 is not asked again."""
+    usdc = chain.contracts["MockUSDC"]
+    owners = accounts(chain)
+
+    async def twice(client: EvmRpc) -> list[int]:
+        first = await asyncio.gather(
+            *(balance_of(client, usdc, a, max_age_s=SHARED_S) for a in owners),
+            client.balance(owners[0], max_age_s=SHARED_S),
+        )
+        again = await asyncio.gather(
+            *(client.balance(a, max_age_s=SHARED_S) for a in owners[1:]),
+        )
+        return [*first, *again]
+
+    expected = run(counted.url, lambda client: balance_of(client, usdc, owners[0]))
+    code = "0x" if there == "nothing" else load_artifact("MockUSDC")["deployedBytecode"]
+    rpc(chain.rpc_url, "anvil_setCode", [MULTICALL3, code])
+    try:
+        counted.reset_counts()
+        answers = run(counted.url, twice)
+    finally:
+        rpc(
+            chain.rpc_url,
+            "anvil_setCode",
+            [MULTICALL3, load_artifact("Multicall3")["deployedBytecode"]],
+        )
+    assert answers[0] == expected
+    # the first moment: aggregate3 answered nothing usable, then each read alone;
+    # the second: each alone at once, aggregate3 not asked again
+    assert dict(counted.counts().asked) == {"eth_call": 1 + 3, "eth_getBalance": 1 + 2}
+
+
+def test_log_searches_of_one_contract_asked_together_are_one_request(
+    chain: RunningChain, counted: Any
+) -> None:
+    usdc = chain.contracts["MockUSDC"]
+    transfer = "0x" + keccak(text="Transfer(address,address,uint256)").hex()
+
+    async def all_transfers(client: EvmRpc) -> Any:
+        return await client.get_logs(address=usdc, topics=[transfer], from_block=0)
+
+    received = sorted({log.topics[2] for log in run(counted.url, all_transfers)})
+    assert len(received) >= 2, "the world funds at least two accounts with USDC"
+    first, second = received[:2]
+
+    def search(client: EvmRpc, to: str, from_block: int) -> Any:
+        return client.get_logs(address=usdc, topics=[transfer, None, to], from_block=from_block)
+
+    alone = [run(counted.url, lambda c, to=to: search(c, to, 1)) for to in (first, second)]
+    assert alone[0] and alone[1]
+    later = max(log.block_number or 0 for log in alone[1])
+
+    async def together(client: EvmRpc) -> Any:
+        return await asyncio.gather(search(client, first, 1), search(client, second, later))
+
+    counted.reset_counts()
+    mine, theirs = run(counted.url, together)
+    assert mine == alone[0]  # each its own, from its own block
+    assert theirs == [log for log in alone[1] if (log.block_number or 0) >= later]
+    assert dict(counted.counts().asked) == {"eth_getLogs": 1}
