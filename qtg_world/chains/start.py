@@ -1,5 +1,6 @@
 """Starting the local chains with every contract of the world deployed: anvil
-(qtg_world.chains.local), then the CCTP, Stargate and CCIP doubles
+(qtg_world.chains.local) with Multicall3 at its public address, then the
+CCTP, Stargate and CCIP doubles
 (qtg_world.chains.cctp, .stargate, .ccip), recorded in the state file."""
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def start_chains(
     anvil: Path | None = None,
     kdf_iterations: int | None = None,
 ) -> list[RunningChain]:
-    """Start ``specs`` (unless the state file says they already run), deploy the
+    """Start ``specs`` (unless the state file says they already run: then
+    Multicall3 is placed on them if they lack it, and they must have the rest
+    of DEPLOYED), place Multicall3 and deploy the
     contracts on each (MockUSDC, then the CCTP double wired across the chains:
     qtg_world.chains.cctp, its attester keys in the keystore beside the state,
     scrypt n ``kdf_iterations`` when new; then the Stargate pools:
@@ -62,6 +65,11 @@ def start_chains(
     if existing:
         wanted = {s.key for s in specs}
         if wanted <= {c.key for c in existing}:
+            if any("Multicall3" not in c.contracts for c in existing):
+                # placed, not deployed: chains of a build before it get it as they run
+                for chain in existing:
+                    place_multicall3(chain)
+                write_state(state_dir, existing)
             stale = sorted({n for c in existing for n in DEPLOYED if n not in c.contracts})
             if stale:
                 raise ChainError(

@@ -12,7 +12,17 @@ from chain_support import TEST_CHAINS
 from web3 import HTTPProvider, Web3
 from web3.exceptions import ContractLogicError
 
-from qtg_world.chains.local import RunningChain, load_artifact, mined_at_once, rpc
+from qtg_runner.chains.evm_rpc import MULTICALL3
+from qtg_world.chains.local import (
+    ChainSpec,
+    RunningChain,
+    load_artifact,
+    mined_at_once,
+    read_state,
+    rpc,
+    write_state,
+)
+from qtg_world.chains.start import start_chains
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -152,3 +162,24 @@ def test_approve_and_transfer_from_spend_the_allowance(
     assert usdc.functions.allowance(holder, spender).call() == 20
     assert usdc.functions.balanceOf(holder).call() == held - 40
     assert usdc.functions.balanceOf(to).call() == received + 40
+
+
+def test_chains_of_an_earlier_build_get_multicall3_placed_as_they_run(
+    local_chain_set: Any,
+) -> None:
+    """Chains started before Multicall3 was part of the world are not
+    refused as an older build: start_chains places it on them, and records
+    it, since it takes no deployment."""
+    state_dir = local_chain_set.state_dir
+    chains = read_state(state_dir)
+    for chain in chains:
+        rpc(chain.rpc_url, "anvil_setCode", [MULTICALL3, "0x"])
+        del chain.contracts["Multicall3"]
+    write_state(state_dir, chains)
+    again = start_chains(state_dir, [ChainSpec(c.key, c.chain_id, c.port, c.block_time)
+                                     for c in chains])  # fmt: skip
+    assert [c.pid for c in again] == [c.pid for c in chains]  # the same chains, still running
+    for chain in read_state(state_dir):
+        assert chain.contracts["Multicall3"] == MULTICALL3
+        code = rpc(chain.rpc_url, "eth_getCode", [MULTICALL3, "latest"])
+        assert code == load_artifact("Multicall3")["deployedBytecode"]
