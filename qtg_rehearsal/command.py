@@ -160,9 +160,11 @@ def rehearse_cmd(
     plan with the real executors in a throwaway engine, the Iris double
     attesting and the Bybit double standing in for an exchange (no exchange
     is called); prints each step's outcome, gas and fees and the balances
-    before and after, and records the summary on the movement. CCIP and
-    Stargate deliveries do not run on a fork: the summary says so. Needs
-    anvil (`make install`).
+    before and after, and records the summary on the movement. A Stargate
+    taxi's packet is verified and executed on the destination's fork, as
+    LayerZero's DVNs and executor would; a CCIP delivery and a Stargate bus
+    (no DON, no planner on a fork) are not: the summary says so. Needs anvil
+    (`make install`).
 
     With --requested instead of a MOVEMENT: serves the rehearsals asked for
     on the operator page or over the API, oldest first, each rehearsed and

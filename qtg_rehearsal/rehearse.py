@@ -13,10 +13,12 @@ transactions' gas and fees, and every balance the movement touches before
 and after, as lines to print and as the object recorded on the movement.
 
 An exchange step runs against the local Bybit double on the forks
-(qtg_rehearsal.venues): a rehearsal never calls an exchange. What does not
-run on a fork is said, never passed over: a CCIP or Stargate send is
-rehearsed up to its source transaction (no DON or LayerZero executor
-delivers on a fork).
+(qtg_rehearsal.venues): a rehearsal never calls an exchange. A Stargate
+taxi's packet is verified and executed on the destination's fork as
+LayerZero's DVNs and executor would (qtg_rehearsal.deliveries: the path's
+receive library impersonated). What does not run on a fork is said, never
+passed over: a CCIP send, and a Stargate bus ride, are rehearsed up to
+their source transaction (no DON or Stargate planner runs on a fork).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from qtg_rehearsal import engine as throwaway
+from qtg_rehearsal.deliveries import ForkDeliveries
 from qtg_rehearsal.engine import NODE_TERMINAL, EngineRun, NodeRun
 from qtg_rehearsal.forks import (
     Fork,
@@ -55,9 +58,11 @@ from qtg_world.chains.local import RunningChain
 
 FAR_SIDE = {
     "ccip": "delivery not rehearsed: no CCIP DON runs on a fork",
-    "stargate": "delivery not rehearsed: no LayerZero executor runs on a fork",
+    "bus": "delivery not rehearsed: a bus waits for Stargate's planner, which does not run "
+    "on a fork",
 }
-"""Executors whose send is rehearsed but whose delivery is not: why."""
+"""Sends rehearsed up to their source transaction, their delivery not: why
+(far_side)."""
 AT_THE_DOUBLE = "against the local Bybit double (no exchange called)"
 SETTLE_S = 5.0
 """How long a run must look settled (only what cannot finish on a fork left)
@@ -136,17 +141,34 @@ def read_balances(
     return out
 
 
-def settled_after(seconds: float) -> Callable[[list[NodeRun]], bool]:
+def far_side(plan: Mapping[str, Any]) -> dict[str, str]:
+    """The plan's steps whose delivery does not run on a fork, by key: why
+    (FAR_SIDE): a CCIP send, a Stargate bus ride (a taxi is delivered:
+    qtg_rehearsal.deliveries)."""
+    far = {}
+    for node in plan.get("nodes", []):
+        config = dict(node.get("config") or {})
+        if node.get("executor") == "ccip":
+            far[str(node["key"])] = FAR_SIDE["ccip"]
+        elif node.get("executor") == "stargate" and config.get("mode") == "bus":
+            far[str(node["key"])] = FAR_SIDE["bus"]
+    return far
+
+
+def settled_after(
+    seconds: float, far: Mapping[str, str] | None = None
+) -> Callable[[list[NodeRun]], bool]:
     """Whether a run has nothing left that can finish on a fork, and has looked
-    so for ``seconds``: every step done, or a far-side send waiting for its
-    delivery, or a step waiting behind one."""
+    so for ``seconds``: every step done, or a far-side send (``far``) waiting
+    for its delivery, or a step waiting behind one."""
     since: list[float] = []
+    far = far or {}
 
     def settled(nodes: list[NodeRun]) -> bool:
         quiet = all(
             n.state in NODE_TERMINAL
             or n.state == "PENDING"
-            or (n.executor in FAR_SIDE and n.state in ("SUBMITTED", "OBSERVING"))
+            or (n.key in far and n.state in ("SUBMITTED", "OBSERVING"))
             for n in nodes
         )
         if not quiet:
@@ -159,7 +181,9 @@ def settled_after(seconds: float) -> Callable[[list[NodeRun]], bool]:
     return settled
 
 
-def step_line(node: NodeRun, fees: Mapping[str, tuple[int, int]]) -> str:
+def step_line(
+    node: NodeRun, fees: Mapping[str, tuple[int, int]], far: Mapping[str, str] | None = None
+) -> str:
     gas = sum(fees[h][0] for h in node.tx_hashes if h in fees)
     paid = sum(fees[h][1] for h in node.tx_hashes if h in fees)
     sent = (
@@ -169,8 +193,8 @@ def step_line(node: NodeRun, fees: Mapping[str, tuple[int, int]]) -> str:
         else ""
     )
     line = f"step {node.key} ({node.executor}): {node.state}{sent}"
-    if node.executor in FAR_SIDE and node.state in ("SUBMITTED", "OBSERVING"):
-        return f"{line}; {FAR_SIDE[node.executor]}"
+    if far and node.key in far and node.state in ("SUBMITTED", "OBSERVING"):
+        return f"{line}; {far[node.key]}"
     if node.state == "PENDING":
         return f"step {node.key} ({node.executor}): not reached (its parents did not finish here)"
     if node.state in ("FAILED", "UNKNOWN") or (node.error and node.state != "COMPLETED"):
@@ -302,12 +326,17 @@ async def _rehearse_on_forks(
                 f"CCTP on {', '.join(cctp)}: {len(attesters)} attesters of the rehearsal "
                 "trusted, the local Iris double attesting"
             )
+        stargate = [
+            p
+            for p in registry.get("chain_protocols", [])
+            if p["protocol"] == "stargate" and p["chain_key"] in used
+        ]
         try:
             venues = serving(
                 plan, registry, forks, Decimal(str(movement["amount"])),
                 sorted(plan_addresses(plan)), logs,
             )  # fmt: skip
-            with venues as served:
+            with venues as served, ForkDeliveries(forks, stargate) as deliveries:
                 run_env.update(served.env)
                 for line in served.lines:
                     say(line)
@@ -324,17 +353,17 @@ async def _rehearse_on_forks(
                         plan,
                         run_env,
                         stand_ins.by_signer,
-                        settled_after(SETTLE_S),
+                        settled_after(SETTLE_S, far_side(plan)),
                         timeout_s,
                         progress=say,
                     )
                 after = read_balances(forks, tokens, holders)
                 fees = receipts_fees(forks_started)
-                notes = served.lines + served.troubles()
+                notes = served.lines + served.troubles() + deliveries.lines()
         finally:
             if attesting is not None:
                 attesting.stop()
-    return summarise(movement, run, forks, before, after, fees, tokens, notes)
+    return summarise(movement, run, forks, before, after, fees, tokens, notes, far_side(plan))
 
 
 def receipts_fees(forks: Iterable[Fork]) -> dict[str, tuple[int, int]]:
@@ -358,6 +387,7 @@ def summarise(
     fees: Mapping[str, tuple[int, int]],
     tokens: Mapping[str, list[Mapping[str, Any]]],
     notes: Iterable[str] = (),
+    far: Mapping[str, str] | None = None,
 ) -> Summary:
     outcome = outcome_of(run)
     decimals = {(c, str(t["symbol"])): int(t["decimals"]) for c, ts in tokens.items() for t in ts}
@@ -365,7 +395,7 @@ def summarise(
         f"rehearsal of movement {movement['id']} on forks: "
         + ", ".join(f"{c} at block {f.block}" for c, f in forks.items())
     ]
-    lines += [step_line(n, fees) for n in run.nodes]
+    lines += [step_line(n, fees, far) for n in run.nodes]
     balances = []
     for key, value in sorted(after.items()):
         chain, holder, asset = key

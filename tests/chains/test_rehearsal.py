@@ -399,3 +399,64 @@ def test_a_request_made_on_the_page_is_served_by_the_rehearsal_service(
         (movement_id,),
     ).fetchone()
     assert state == ("PENDING_APPROVAL", row[3], "passed")
+
+
+def test_a_stargate_taxi_is_delivered_on_the_destinations_fork(
+    db: Any, local_chain_set: LocalChainSet
+) -> None:
+    """A Stargate taxi rehearsed end to end: sent on the source's fork by the
+    real executor, its packet verified and executed on the destination's fork
+    through the real EndpointV2 (its receive library impersonated: no DVN
+    signs for a fork), the send COMPLETED on the OFTReceived it finds there;
+    the recipient's USDC rises on the destination's fork by at least the
+    node's minimum, and no real chain moves."""
+    from stargate_support import register_stargate, stargate_plan
+
+    conn = superuser(db)
+    try:
+        register_stargate(conn, local_chain_set)
+        a, b = local_chain_set.chains
+        sender, recipient = (k.address.lower() for k in local_chain_set.treasury)
+        with as_person(conn, "alice"):
+            movement_id = int(
+                procs.create_movement(
+                    "rehearsed-taxi",
+                    Decimal("30"),
+                    plan=stargate_plan(a.key, b.key, sender, recipient, "taxi"),
+                )
+                .one(conn)
+                .movement_id
+            )
+        before = real_state(local_chain_set)
+        summary = rehearse_as_alice(conn, movement_id, rpc_only_env(local_chain_set), timeout_s=120)
+    finally:
+        conn.close()
+    assert real_state(local_chain_set) == before
+    assert summary.outcome == "passed", "\n".join(summary.lines)
+    (step,) = summary.record["steps"]
+    assert step["state"] == "COMPLETED", "\n".join(summary.lines)
+    assert any("verified and executed on" in line for line in summary.lines), summary.lines
+    moved = {
+        (x["chain"], x["address"], x["asset"]): int(x["after"]) - int(x["before"])
+        for x in summary.record["balances"]
+    }
+    assert moved[a.key, sender, "USDC"] == -30 * UNITS
+    # at most 10 bps of slippage (stargate_plan), at least what the pool paid
+    assert 30 * UNITS * 9990 // 10000 <= moved[b.key, recipient, "USDC"] <= 30 * UNITS
+
+
+def test_what_is_not_delivered_on_a_fork_is_named_by_step() -> None:
+    """A CCIP send and a Stargate bus ride wait for what does not run on a
+    fork (a DON, Stargate's planner), and their lines say so; a taxi is
+    delivered, and is not among them."""
+    from qtg_rehearsal.rehearse import FAR_SIDE, far_side
+
+    plan = {
+        "nodes": [
+            {"key": "send", "executor": "ccip", "config": {}},
+            {"key": "ride", "executor": "stargate", "config": {"mode": "bus"}},
+            {"key": "taxi", "executor": "stargate", "config": {"mode": "taxi"}},
+            {"key": "plain", "executor": "stargate", "config": {}},  # a taxi by default
+        ]
+    }
+    assert far_side(plan) == {"send": FAR_SIDE["ccip"], "ride": FAR_SIDE["bus"]}

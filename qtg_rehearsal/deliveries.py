@@ -1,0 +1,191 @@
+"""LayerZero's part in a rehearsal: a Stargate taxi's packet, sent on the
+source chain's fork, verified and executed on the destination chain's fork,
+as LayerZero's DVNs and executor do on the real chains.
+
+No DVN signs for a fork, and none is needed: the endpoint (EndpointV2, the
+protocol's own, on the fork as on the chain) takes a packet's payload hash
+from the receive library it has for the path (``getReceiveLibrary``), so the
+rehearsal impersonates that library (``anvil_impersonateAccount``) and calls
+``EndpointV2.verify`` as it, then ``lzReceive`` as any executor may, with the
+value the packet's executor options ask for, then each compose it queued.
+The same steps serve a fork of a real chain (its ReceiveUln302) and of the
+local chains (their SimpleMessageLib).
+
+A bus is not driven: its passengers wait for Stargate's planner, which does
+not run on a fork (the step's line says so). Each round reads every fork's
+PacketSent since the last round; a packet to a chain that is not forked is
+left (there is no destination to deliver on). ``ForkDeliveries(forks,
+stargate)`` starts the rounds in a thread; ``lines()`` says what was
+delivered or could not be; ``stop()`` ends them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eth_utils.address import to_checksum_address
+from eth_utils.crypto import keccak
+
+from qtg_rehearsal.forks import Fork, rpc
+from qtg_world.chains import layerzero
+
+log = logging.getLogger(__name__)
+
+ROUND_S = 0.25
+"""How often the forks are read for packets sent."""
+EXECUTOR = to_checksum_address("0x" + keccak(text="qtg rehearsal: LayerZero executor").hex()[-40:])
+"""The account that executes the packets on a fork: anyone may call lzReceive
+once a packet is verified; this one is given the ether its value needs."""
+ETHER = 10**21
+"""What the impersonated library and the executor are given for gas on a fork."""
+MINED_S = 20.0
+_ENDPOINT = keccak(text="endpoint()")[:4]
+"""An OApp's endpoint(): TokenMessaging names its chain's EndpointV2."""
+
+
+@dataclass
+class _Side:
+    chain_key: str
+    fork: Fork
+    eid: int
+    endpoint: Any
+    w3: Any
+    scanned: int
+
+
+class ForkDeliveries:
+    """The rounds that deliver the forks' Stargate packets (see the module)."""
+
+    def __init__(self, forks: Mapping[str, Fork], stargate: Sequence[Mapping[str, Any]]) -> None:
+        """``stargate``: the registry's Stargate rows (chain_key, remote_id
+        the chain's LayerZero eid, contracts.TokenMessaging) of the forked
+        chains; each fork's endpoint is read from its TokenMessaging."""
+        from web3 import HTTPProvider, Web3
+
+        self._sides: dict[int, _Side] = {}
+        self._lines: list[str] = []
+        self._done: set[bytes] = set()
+        abi = layerzero.npm_artifact(*layerzero.ENDPOINT_ARTIFACT)["abi"]
+        for row in stargate:
+            fork = forks.get(str(row["chain_key"]))
+            messaging = (row.get("contracts") or {}).get("TokenMessaging")
+            if fork is None or not messaging:
+                continue
+            w3 = Web3(HTTPProvider(fork.anvil_url, request_kwargs={"timeout": 30}))
+            endpoint_word = w3.eth.call(
+                {"to": Web3.to_checksum_address(messaging), "data": _ENDPOINT}
+            )
+            endpoint = w3.eth.contract(
+                address=Web3.to_checksum_address("0x" + bytes(endpoint_word)[-20:].hex()), abi=abi
+            )
+            self._sides[int(row["remote_id"])] = _Side(
+                fork.chain_key, fork, int(row["remote_id"]), endpoint, w3, w3.eth.block_number
+            )
+        for side in self._sides.values():
+            rpc(side.fork.anvil_url, "anvil_setBalance", [EXECUTOR, hex(ETHER)])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rehearsal-deliveries", daemon=True)
+        if self._sides:
+            self._thread.start()
+
+    def lines(self) -> list[str]:
+        return list(self._lines)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=MINED_S)
+
+    def __enter__(self) -> ForkDeliveries:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop.wait(ROUND_S):
+            for side in self._sides.values():
+                try:
+                    self._round(side)
+                except Exception as exc:  # a fork gone, a reverted step: said, tried again
+                    log.warning("rehearsal deliveries on %s: %s", side.chain_key, exc)
+
+    def _round(self, side: _Side) -> None:
+        head = side.w3.eth.block_number
+        if head <= side.scanned:
+            return
+        packets = layerzero.packets_sent(side.w3, side.endpoint.address, side.scanned + 1, head)
+        for packet in packets:
+            if packet.guid in self._done:
+                continue
+            destination = self._sides.get(packet.dst_eid)
+            if destination is None:
+                self._lines.append(
+                    f"layerzero: packet {packet.guid_hex} from {side.chain_key} goes to eid "
+                    f"{packet.dst_eid}, which is not forked: not delivered"
+                )
+                self._done.add(packet.guid)
+                continue
+            deliver(destination, packet)
+            self._done.add(packet.guid)
+            self._lines.append(
+                f"layerzero: packet {packet.guid_hex} from {side.chain_key} verified and executed "
+                f"on {destination.chain_key}'s fork (its receive library impersonated)"
+            )
+        side.scanned = head
+
+
+def deliver(side: _Side, packet: layerzero.Packet) -> None:
+    """Verify ``packet`` on ``side``'s endpoint as the path's receive library,
+    then execute it and its composes as LayerZero's executor."""
+    endpoint, w3, url = side.endpoint, side.w3, side.fork.anvil_url
+    if layerzero.delivered(endpoint, packet):
+        return
+    if not layerzero.verified(endpoint, packet):
+        library, _default = endpoint.functions.getReceiveLibrary(
+            packet.receiver, packet.src_eid
+        ).call()
+        rpc(url, "anvil_impersonateAccount", [library])
+        try:
+            rpc(url, "anvil_setBalance", [library, hex(ETHER)])
+            payload_hash = keccak(packet.guid + packet.message)
+            sent = endpoint.functions.verify(packet.origin, packet.receiver, payload_hash).transact(
+                {"from": library}
+            )
+            _mined(w3, sent, f"verifying packet {packet.guid_hex}")
+        finally:
+            rpc(url, "anvil_stopImpersonatingAccount", [library])
+    rpc(url, "anvil_impersonateAccount", [EXECUTOR])
+    try:
+        options = packet.executor
+        receipt = _mined(
+            w3,
+            layerzero.send_estimated(
+                layerzero.receive_call(endpoint, packet), EXECUTOR, options.lz_receive_value
+            ),
+            f"executing packet {packet.guid_hex}",
+        )
+        for compose in layerzero.compose_messages(receipt, endpoint.address):
+            if not w3.eth.get_code(compose.to):
+                continue  # an account without code composes nothing
+            _gas, value = options.compose.get(compose.index, (0, 0))
+            _mined(
+                w3,
+                layerzero.send_estimated(
+                    layerzero.compose_call(endpoint, compose), EXECUTOR, value
+                ),
+                f"composing packet {packet.guid_hex}",
+            )
+    finally:
+        rpc(url, "anvil_stopImpersonatingAccount", [EXECUTOR])
+
+
+def _mined(w3: Any, tx_hash: Any, what: str) -> Any:
+    receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=MINED_S, poll_latency=0.1)
+    if receipt["status"] != 1:
+        raise RuntimeError(f"{what} reverted on the fork")
+    return receipt
