@@ -438,6 +438,13 @@ def _checked_hash(tx_hash: str) -> str:
     return text
 
 
+def _fail(waiting: Sequence[_Gathered | _LogSearch], exc: BaseException) -> None:
+    """``exc`` given to each of ``waiting`` still waiting."""
+    for w in waiting:
+        if not w.answer.done():
+            w.answer.set_exception(exc)
+
+
 async def _answer(read: _Gathered, answer: Awaitable[bytes]) -> None:
     """``answer`` (a read alone) given to ``read``'s waiter, or its failure."""
     try:
@@ -714,12 +721,13 @@ class EvmRpc(HttpEndpoint):
                 continue
             try:
                 answers = await self._aggregate3(reads)
-            except RpcError:  # refused as a whole: not a Multicall3 to rely on
-                answers = None
+            except RpcError as exc:
+                if exc.kind is not RpcErrorKind.REVERTED:  # a limit, a node's fault: each fails
+                    _fail(reads, exc)
+                    continue
+                answers = None  # refused as a whole: another contract there
             except Exception as exc:  # every read fails as it would have alone
-                for g in reads:
-                    if not g.answer.done():
-                        g.answer.set_exception(exc)
+                _fail(reads, exc)
                 continue
             if answers is None:  # no Multicall3 here: each alone, from now on
                 self._multicall = False
@@ -727,20 +735,18 @@ class EvmRpc(HttpEndpoint):
                 continue
             self._multicall = True
             for g, (ok, out) in zip(reads, answers, strict=True):
-                if g.answer.done():
-                    continue
-                if ok:
+                if ok and not g.answer.done():
                     g.answer.set_result(out)
-                else:
-                    g.answer.set_exception(
-                        RpcError(
-                            3,
-                            "execution reverted (a read of a Multicall3 aggregate3)",
-                            RpcErrorKind.REVERTED,
-                            method="eth_call",
-                            data="0x" + out.hex(),
-                        )
-                    )
+            # a read that failed in the batch (a revert, or its share of gas
+            # ran out) is asked alone: its own answer, never a guess (a
+            # messenger without minFee() and a starved call look alike here)
+            await asyncio.gather(
+                *(
+                    _answer(g, g.alone())
+                    for g, (ok, _) in zip(reads, answers, strict=True)
+                    if not ok
+                )
+            )
 
     async def _aggregate3(self, reads: Sequence[_Gathered]) -> list[tuple[bool, bytes]] | None:
         """The reads' (success, returnData) through MULTICALL3's aggregate3,
@@ -960,6 +966,15 @@ class EvmRpc(HttpEndpoint):
         moment.append(_LogSearch(topics, from_block, answer))
         return await answer
 
+    async def _search_alone(self, address: str, search: _LogSearch) -> None:
+        try:
+            logs = await self._logs(address, search.topics, search.from_block, "latest")
+        except Exception as exc:
+            _fail([search], exc)
+            return
+        if not search.answer.done():
+            search.answer.set_result(logs)
+
     def _flush_logs_soon(self, key: tuple[str, int]) -> None:
         task = asyncio.get_running_loop().create_task(self._flush_logs(key))
         self._flushing.add(task)
@@ -979,10 +994,17 @@ class EvmRpc(HttpEndpoint):
             merged.append(union[0] if len(union) == 1 else union)
         try:
             logs = await self._logs(key[0], merged, min(s.from_block for s in searches), "latest")
+        except (RpcError, RpcBadResponse) as exc:
+            if len(searches) == 1:
+                _fail(searches, exc)
+                return
+            # refused for what the merge asked (a range or a result count past
+            # the provider's bound, stretched by the oldest search): each
+            # search alone, as it was asked, so that one cannot fail the others
+            await asyncio.gather(*(self._search_alone(key[0], s) for s in searches))
+            return
         except Exception as exc:
-            for s in searches:
-                if not s.answer.done():
-                    s.answer.set_exception(exc)
+            _fail(searches, exc)
             return
         for s in searches:
             if not s.answer.done():

@@ -7,11 +7,14 @@ searches of one contract up to the head as one eth_getLogs.
 
 Pins, counted at the wire by the throttling double in front of the chain:
 token balances and ether balances asked together are one request, each
-answered as it is when read alone; a read that reverts in the batch fails
-alone, as REVERTED, the others answered; a chain without Multicall3 at the
-address is read one call at a time, and asked once; two log searches of a
+answered as it is when read alone; a read that fails in the batch is asked
+alone (a revert then its own REVERTED), the others answered; a limit the
+provider answers to the batch fails its reads and leaves Multicall3 in
+use; a chain without Multicall3 at the address is read one call at a time,
+and asked once; two log searches of a
 contract for different topics are one request, each answered with what it
-alone finds.
+alone finds; one the provider refuses when merged (a range stretched by the
+oldest search) is asked again search by search, so the oldest fails alone.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ def test_reads_asked_together_are_one_request_each_answered_as_alone(
     assert dict(counted.counts().asked) == {"eth_call": 1}
 
 
-def test_a_read_that_reverts_fails_alone_the_others_answered(
+def test_a_read_that_fails_in_the_batch_is_asked_alone_the_others_answered(
     chain: RunningChain, counted: Any
 ) -> None:
     usdc = chain.contracts["MockUSDC"]
@@ -119,7 +122,10 @@ def test_a_read_that_reverts_fails_alone_the_others_answered(
     held, refused, ether = run(counted.url, mixed)
     assert isinstance(refused, RpcError) and refused.kind is RpcErrorKind.REVERTED
     assert isinstance(held, int) and isinstance(ether, int) and ether > 0
-    assert dict(counted.counts().asked) == {"eth_call": 1}
+    # the batch, then the failed read alone: its answer is the chain's own
+    # (a messenger without minFee() and a call starved of gas look alike in a
+    # batch, and CCTP's fee floor must not be guessed)
+    assert dict(counted.counts().asked) == {"eth_call": 2}
 
 
 @pytest.mark.parametrize("there", ["nothing", "another contract"])
@@ -188,3 +194,114 @@ def test_log_searches_of_one_contract_asked_together_are_one_request(
     assert mine == alone[0]  # each its own, from its own block
     assert theirs == [log for log in alone[1] if (log.block_number or 0) >= later]
     assert dict(counted.counts().asked) == {"eth_getLogs": 1}
+
+
+class Refusing:
+    """The chain behind a loopback JSON-RPC server that refuses, with a
+    provider's JSON-RPC error, the calls ``refuses`` picks (a limit), and
+    forwards the others; what it was asked, by method."""
+
+    def __init__(self, upstream: str, refuses: Any) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        import httpx
+
+        asked = self.asked = list[str]()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                call = json.loads(body)
+                asked.append(call["method"])
+                if refuses(call):
+                    answer = json.dumps(
+                        {"jsonrpc": "2.0", "id": call["id"],
+                         "error": {"code": -32005, "message": "limit exceeded"}}
+                    ).encode()  # fmt: skip
+                else:
+                    answer = httpx.post(
+                        upstream, content=body, headers={"content-type": "application/json"}
+                    ).content
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_a_merged_log_search_refused_is_asked_again_search_by_search(
+    chain: RunningChain,
+) -> None:
+    usdc = chain.contracts["MockUSDC"]
+    transfer = "0x" + keccak(text="Transfer(address,address,uint256)").hex()
+    recent = int(rpc(chain.rpc_url, "eth_blockNumber"), 16) - 50
+    # a provider that serves at most the last ~50 blocks a search
+    proxy = Refusing(
+        chain.rpc_url,
+        lambda call: (
+            call["method"] == "eth_getLogs" and int(call["params"][0]["fromBlock"], 16) < recent
+        ),
+    )
+    try:
+
+        async def both(client: EvmRpc) -> Any:
+            return await asyncio.gather(
+                client.get_logs(address=usdc, topics=[transfer], from_block=1),
+                client.get_logs(address=usdc, topics=[transfer], from_block=recent),
+                return_exceptions=True,
+            )
+
+        old, new = run(proxy.url, both)
+        alone = run(
+            chain.rpc_url,
+            lambda c: c.get_logs(address=usdc, topics=[transfer], from_block=recent),
+        )
+    finally:
+        proxy.stop()
+    assert isinstance(old, RpcError)  # refused alone, as it would have been
+    assert new == alone  # the recent search answered, though merged it was refused
+    assert proxy.asked == ["eth_getLogs"] * 3  # merged, then each alone
+
+
+def test_a_limit_answered_to_the_batch_fails_its_reads_and_keeps_multicall3(
+    chain: RunningChain,
+) -> None:
+    usdc = chain.contracts["MockUSDC"]
+    owners = accounts(chain)
+    refused: list[int] = []
+
+    def first_batch(call: Any) -> bool:
+        if call["method"] == "eth_call" and call["params"][0]["to"] == MULTICALL3 and not refused:
+            refused.append(1)
+            return True
+        return False
+
+    proxy = Refusing(chain.rpc_url, first_batch)
+    try:
+
+        async def twice(client: EvmRpc) -> Any:
+            reads = [balance_of(client, usdc, a, max_age_s=SHARED_S) for a in owners]
+            failed = await asyncio.gather(*reads, return_exceptions=True)
+            again = await asyncio.gather(*(client.balance(a, max_age_s=SHARED_S) for a in owners))
+            return failed, again
+
+        failed, again = run(proxy.url, twice)
+    finally:
+        proxy.stop()
+    assert all(isinstance(f, RpcError) and f.kind is RpcErrorKind.OTHER for f in failed)
+    assert all(isinstance(a, int) for a in again)
+    # the limit did not turn Multicall3 off: the second moment is one batch too
+    assert proxy.asked == ["eth_call", "eth_call"]
