@@ -395,7 +395,11 @@ def test_a_request_for_part_of_the_failures_goes_stale(conn: Conn) -> None:
     claims = {c["node_id"]: c for c in claim(conn)}
     assert fail(conn, claims[nodes["a"]], retryable=False) == "FAILED"
     assert requeue(conn, "alice", nodes["a"]).requeue_state == "REQUESTED"
+    applies = "SELECT still_applies FROM requeue_requests WHERE node_id = %s"
+    assert conn.execute(applies, (nodes["a"],)).fetchone() == (True,)
     assert fail(conn, claims[nodes["c"]], retryable=False) == "FAILED"
+    # the request no longer covers the movement's failures: it says so
+    assert conn.execute(applies, (nodes["a"],)).fetchone() == (False,)
     assert requeue(conn, "bob", nodes["a"]).requeue_state == "REQUESTED"
     assert conn.execute(
         "SELECT node_id, state, left(requested_by, 5) FROM node_requeues"

@@ -1,9 +1,11 @@
 -- enqueue_callbacks: one callback_outbox row per movement state change, keyed so
 -- a state is reported once (a movement enters each state at most once; a
--- movement reopened by a retry of its FAILED node, requeue_node, enters them
--- again, and its keys from then on end in -retryN, N its retries so far:
--- testnet-42-failed, then testnet-42-executing-retry1,
--- testnet-42-completed-retry1). The one
+-- movement reopened by a retry of its FAILED nodes, requeue_node, enters them
+-- again, and its keys from then on end in -retryN, N the FAILED nodes
+-- retried so far, each node of a retry counted (so N grows with every retry,
+-- by the nodes it retried): testnet-42-failed, then
+-- testnet-42-executing-retry1, testnet-42-completed-retry1; two nodes
+-- retried together, -retry2). The one
 -- INSERT into callback_outbox and the one definition of a callback's payload.
 -- Reads each movement as it is now, in its new state: call it in a statement
 -- after the one that moved them. p_from[i] is the state movement i left (NULL

@@ -97,13 +97,14 @@ BEGIN
             USING ERRCODE = 'QT020', HINT = 'A stopped movement starts no new side effect.';
     END IF;
 
-    -- the group's open requests, those made against another intent or state set aside
+    -- the group's open requests, those that no longer apply (requeue_requests:
+    -- another intent, another state, a group the movement's failures outgrew) set aside
     FOREACH v_id IN ARRAY v_group LOOP
-        SELECT * INTO v_intent FROM node_intents intent
+        PERFORM 1 FROM node_intents intent
          WHERE intent.node_id = v_id ORDER BY intent.claim_token DESC LIMIT 1 FOR UPDATE;
         SELECT * INTO v_open FROM node_requeues r WHERE r.node_id = v_id AND r.state = 'REQUESTED' FOR UPDATE;
         IF v_open.id IS NOT NULL
-           AND (v_open.intent_id <> v_intent.id OR v_open.from_state <> v_node.node_state::text) THEN
+           AND NOT (SELECT x.still_applies FROM requeue_requests x WHERE x.requeue_id = v_open.id) THEN
             UPDATE node_requeues r SET state = 'STALE', decided_at = v_now WHERE r.id = v_open.id;
         ELSIF v_open.id IS NOT NULL THEN
             v_asked := v_asked + 1;
