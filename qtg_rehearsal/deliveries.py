@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 ROUND_S = 0.25
 """How often the forks are read for packets sent."""
+MAX_TRIES = 40
+"""How many rounds a packet's delivery is tried before the rehearsal says
+why it could not be (about 10 s)."""
 EXECUTOR = to_checksum_address("0x" + keccak(text="qtg rehearsal: LayerZero executor").hex()[-40:])
 """The account that executes the packets on a fork: anyone may call lzReceive
 once a packet is verified; this one is given the ether its value needs."""
@@ -69,24 +72,33 @@ class ForkDeliveries:
         self._sides: dict[int, _Side] = {}
         self._lines: list[str] = []
         self._done: set[bytes] = set()
+        self._tries: dict[bytes, int] = {}
         abi = layerzero.npm_artifact(*layerzero.ENDPOINT_ARTIFACT)["abi"]
         for row in stargate:
             fork = forks.get(str(row["chain_key"]))
             messaging = (row.get("contracts") or {}).get("TokenMessaging")
             if fork is None or not messaging:
                 continue
-            w3 = Web3(HTTPProvider(fork.anvil_url, request_kwargs={"timeout": 30}))
-            endpoint_word = w3.eth.call(
-                {"to": Web3.to_checksum_address(messaging), "data": _ENDPOINT}
-            )
-            endpoint = w3.eth.contract(
-                address=Web3.to_checksum_address("0x" + bytes(endpoint_word)[-20:].hex()), abi=abi
-            )
-            self._sides[int(row["remote_id"])] = _Side(
-                fork.chain_key, fork, int(row["remote_id"]), endpoint, w3, w3.eth.block_number
-            )
-        for side in self._sides.values():
-            rpc(side.fork.anvil_url, "anvil_setBalance", [EXECUTOR, hex(ETHER)])
+            try:
+                w3 = Web3(HTTPProvider(fork.anvil_url, request_kwargs={"timeout": 30}))
+                endpoint_word = w3.eth.call(
+                    {"to": Web3.to_checksum_address(messaging), "data": _ENDPOINT}
+                )
+                endpoint = w3.eth.contract(
+                    address=Web3.to_checksum_address("0x" + bytes(endpoint_word)[-20:].hex()),
+                    abi=abi,
+                )
+                side = _Side(
+                    fork.chain_key, fork, int(row["remote_id"]), endpoint, w3, w3.eth.block_number
+                )
+                rpc(fork.anvil_url, "anvil_setBalance", [EXECUTOR, hex(ETHER)])
+            except Exception as exc:  # a registry row the fork does not bear out: said
+                self._lines.append(
+                    f"layerzero: no deliveries on {fork.chain_key}'s fork: its Stargate "
+                    f"TokenMessaging {messaging} names no endpoint there ({str(exc)[:200]})"
+                )
+                continue
+            self._sides[side.eid] = side
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rehearsal-deliveries", daemon=True)
         if self._sides:
@@ -98,7 +110,7 @@ class ForkDeliveries:
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=MINED_S)
+            self._thread.join(timeout=5.0)
 
     def __enter__(self) -> ForkDeliveries:
         return self
@@ -130,7 +142,18 @@ class ForkDeliveries:
                 )
                 self._done.add(packet.guid)
                 continue
-            deliver(destination, packet)
+            try:
+                deliver(destination, packet)
+            except Exception as exc:
+                tries = self._tries[packet.guid] = self._tries.get(packet.guid, 0) + 1
+                if tries < MAX_TRIES:
+                    return  # this round ends here: the path's later packets wait behind it
+                self._done.add(packet.guid)
+                self._lines.append(
+                    f"layerzero: packet {packet.guid_hex} from {side.chain_key} could not be "
+                    f"delivered on {destination.chain_key}'s fork: {str(exc)[:300]}"
+                )
+                continue
             self._done.add(packet.guid)
             self._lines.append(
                 f"layerzero: packet {packet.guid_hex} from {side.chain_key} verified and executed "

@@ -326,10 +326,14 @@ async def _rehearse_on_forks(
                 f"CCTP on {', '.join(cctp)}: {len(attesters)} attesters of the rehearsal "
                 "trusted, the local Iris double attesting"
             )
+        taxis = any(
+            n.get("executor") == "stargate" and n.get("key") not in far_side(plan)
+            for n in plan.get("nodes", [])
+        )
         stargate = [
             p
             for p in registry.get("chain_protocols", [])
-            if p["protocol"] == "stargate" and p["chain_key"] in used
+            if taxis and p["protocol"] == "stargate" and p["chain_key"] in used
         ]
         try:
             venues = serving(
