@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from qtg_runner.ports import LOOPBACK, free_port
 from qtg_world.json_http import JsonHandler
@@ -18,6 +18,21 @@ SERVER_TIME = {
     "result": {"timeSecond": "1700000000", "timeNano": "1700000000000000000"},
     "time": 1700000000000,
 }
+
+
+class Loopback:
+    """``handler`` served on a free loopback port in a daemon thread: ``url``,
+    and ``stop()``."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer((LOOPBACK, free_port()), handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.url = f"http://{LOOPBACK}:{self._server.server_port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
 
 DRIP_S = 0.05

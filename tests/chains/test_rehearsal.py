@@ -23,16 +23,16 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from chain_support import LocalChainSet
+from endpoint_support import Loopback
 from engine import as_person
 from evm_support import register_world, superuser, usdc_balance
 from psycopg.conninfo import conninfo_to_dict
@@ -113,13 +113,11 @@ class Canary:
 
             do_POST = do_GET
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._loopback = Loopback(Handler)
+        self.url = self._loopback.url
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._loopback.stop()
 
 
 def rpc_only_env(chain_set: LocalChainSet) -> dict[str, str]:

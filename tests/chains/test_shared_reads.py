@@ -203,10 +203,10 @@ class Refusing:
 
     def __init__(self, upstream: str, refuses: Any) -> None:
         import json
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         import httpx
+        from endpoint_support import Loopback
 
         asked = self.asked = list[str]()
 
@@ -233,13 +233,11 @@ class Refusing:
                 self.end_headers()
                 self.wfile.write(answer)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._loopback = Loopback(Handler)
+        self.url = self._loopback.url
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._loopback.stop()
 
 
 def test_a_merged_log_search_refused_is_asked_again_search_by_search(

@@ -204,6 +204,7 @@ def test_a_final_burn_waiting_for_its_attestation_costs_one_request_a_poll(
     # when a loaded machine stretches the batch past half a block time
     assert submits.get("eth_getTransactionCount", 0) <= 2
     # the balances, allowance and minimum fee of the batch: one Multicall3
-    # read (twice on a loaded machine), the sender's ether in it
-    assert submits.get("eth_call", 0) <= 2 and "eth_getBalance" not in submits
+    # read, the sender's ether in it (its ether read again alone, or the batch
+    # twice, when a loaded machine stretches the batch past half a block time)
+    assert submits.get("eth_call", 0) + submits.get("eth_getBalance", 0) <= 2
     assert sum(submits.values()) / BURNS <= MOST_A_SUBMIT

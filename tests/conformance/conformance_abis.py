@@ -60,6 +60,7 @@ CCIP = "@chainlink/contracts-ccip-1.6"
 CCIP_2 = "@chainlink/contracts-ccip"
 CIRCLE_PROVIDER = "@circle-fin/provider-cctp-v2"
 LAYERZERO = "@layerzerolabs/lz-evm-protocol-v2"
+CHAINLINK = "@chainlink/contracts"
 
 CIRCLE_ABI_PACKAGE = "@circle-fin/adapter-viem-v2"
 """Where Circle publishes the CCTP v2 contract ABIs on npm today (its
@@ -186,6 +187,16 @@ def ccip_v1_5(name: str) -> Contract:
     raw = json.loads(path.read_text())
     abi = raw if isinstance(raw, list) else raw["abi"]
     return Contract(f"{name} v1.5.0", CCIP_2, package_version(CCIP_2), tuple(abi))
+
+
+@functools.cache
+def multicall3() -> Contract:
+    """Multicall3 (mds1/multicall), as @chainlink/contracts publishes its ABI
+    beside the vendored source the local world compiles."""
+    path = package_dir(CHAINLINK) / "abi" / "v0.8" / "shared" / "Multicall3.abi.json"
+    return Contract(
+        "Multicall3", CHAINLINK, package_version(CHAINLINK), tuple(json.loads(path.read_text()))
+    )
 
 
 def usdc() -> Contract:

@@ -33,6 +33,7 @@ from conformance_abis import (
     circle,
     circle_github,
     described,
+    multicall3,
     signature,
     usdc,
 )
@@ -60,6 +61,8 @@ REAL: dict[str, Callable[[], list[Contract]]] = {
     "ICctpTokenMessengerV2": _messenger,
     "IEVM2AnyOnRampClient": lambda: [ccip("OnRamp")],
     "MockUSDC": lambda: [usdc()],
+    # not a double: the published source itself, held to the published ABI
+    "Multicall3": lambda: [multicall3()],
 }
 """Each double and the real contracts it stands for."""
 

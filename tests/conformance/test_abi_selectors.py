@@ -38,6 +38,7 @@ from conformance_abis import (
     circle_github,
     event_log,
     layerzero,
+    multicall3,
     node_modules,
     plain,
     sample,
@@ -146,6 +147,11 @@ SELECTORS = [
     Hashed("qtg_runner.chains.evm", "ERC20_TRANSFER", "function", usdc, "transfer"),
     Hashed("qtg_runner.chains.evm", "ERC20_BALANCE_OF", "function", usdc, "balanceOf"),
     Hashed("qtg_runner.chains.evm", "TRANSFER_TOPIC", "event", usdc, "Transfer"),
+    # Multicall3: the shared reads of a moment (EvmRpc)
+    Hashed("qtg_runner.chains.evm_rpc", "_AGGREGATE3", "function", multicall3, "aggregate3"),
+    Hashed(
+        "qtg_runner.chains.evm_rpc", "_GET_ETH_BALANCE", "function", multicall3, "getEthBalance"
+    ),
     # CCIP v1.6: Router, OnRamp, OffRamp
     Hashed(CCIP_, "_CCIP_SEND", "function", _router, "ccipSend"),
     Hashed(CCIP_, "_GET_FEE", "function", _router, "getFee"),
@@ -179,6 +185,8 @@ SELECTORS = [
     Hashed(SG_WORLD, "BUS_RODE_TOPIC", "event", _messaging, "BusRode"),
     Hashed(SG_WORLD, "BUS_DRIVEN_TOPIC", "event", _messaging, "BusDriven"),
     Hashed(SG_WORLD, "UNRECEIVED_TOPIC", "event", _pool, "UnreceivedTokenCached"),
+    # a rehearsal's LayerZero deliveries: TokenMessaging names its endpoint
+    Hashed("qtg_rehearsal.deliveries", "_ENDPOINT", "function", _messaging, "endpoint"),
     # LayerZero v2: EndpointV2
     Hashed(LZ, "PACKET_SENT_TOPIC", "event", _endpoint, "PacketSent"),
     Hashed(LZ, "COMPOSE_SENT_TOPIC", "event", _endpoint, "ComposeSent"),
@@ -212,14 +220,14 @@ def test_our_selectors_and_topics_are_the_real_contracts(item: Hashed) -> None:
 
 def _hashed_constants() -> set[tuple[str, str]]:
     """(module, name) of every module-level constant of qtg_runner/ (and
-    qtg_world/, the doubles') whose value is
+    qtg_world/, the doubles', and qtg_rehearsal/) whose value is
     a keccak of a signature (keccak(text=...), a _selector/_topic helper) or a
     four-byte literal (bytes.fromhex of 8 hex digits)."""
     found = set()
     hashing = re.compile(
         r"keccak\(\s*text=|\b_selector\(|\b_topic\(|fromhex\(\s*\"[0-9a-fA-F]{8}\"\)"
     )
-    packages = ("qtg_runner", "qtg_world")
+    packages = ("qtg_runner", "qtg_world", "qtg_rehearsal")
     for path in sorted(p for pkg in packages for p in (REPO / pkg).rglob("*.py")):
         source = path.read_text()
         module = ".".join(path.relative_to(REPO).with_suffix("").parts)
