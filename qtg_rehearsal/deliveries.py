@@ -132,6 +132,8 @@ class ForkDeliveries:
             return
         packets = layerzero.packets_sent(side.w3, side.endpoint.address, side.scanned + 1, head)
         for packet in packets:
+            if self._stop.is_set():
+                return  # the rehearsal is over: its forks are going
             if packet.guid in self._done:
                 continue
             destination = self._sides.get(packet.dst_eid)

@@ -19,5 +19,5 @@ SET LOCAL ROLE qtg_owner;
 SELECT qtg_admin.apply_per_network($ddl$
 ALTER TABLE engine_limits
     ADD COLUMN max_observe_held_seconds numeric NOT NULL DEFAULT 21600
-        CHECK (max_observe_held_seconds > 0 AND max_observe_held_seconds < 'Infinity');
+        CHECK (max_observe_held_seconds > 0 AND max_observe_held_seconds <= 1e9);
 $ddl$);

@@ -78,7 +78,7 @@ DECLARE
     v_done     bigint[];   -- the nodes finished here,
     v_done_by  text[];     -- and their claimers
     v_round    integer;
-    v_held_cap numeric := (SELECT max_observe_held_seconds FROM engine_limits);
+    v_held_cap numeric := coalesce((SELECT max_observe_held_seconds FROM engine_limits), 21600);
 BEGIN
     PERFORM check_arrays('complete_observe_batch', v_n,
                          ARRAY[cardinality(p_claim_secrets), cardinality(p_outcomes)],
