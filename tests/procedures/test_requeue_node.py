@@ -357,6 +357,13 @@ def test_a_movements_failed_nodes_are_retried_together(conn: Conn) -> None:
     }
     assert states["d"]["pending_parents"] == 2
     assert movement_row(conn, movement_id) == ("EXECUTING", 3, 0, True)
+    # the movement runs again once, for both, and says so
+    reopened = conn.execute(
+        "SELECT detail -> 'retried_nodes' FROM audit_outbox WHERE entity = 'request'"
+        " AND request_id = %s AND from_state = 'FAILED' AND to_state = 'EXECUTING'",
+        (movement_id,),
+    ).fetchall()
+    assert reopened == [([nodes["a"], nodes["c"]],)]
     assert pipeline_counts(conn) == counted_now(conn)
 
     # and the movement runs to its end

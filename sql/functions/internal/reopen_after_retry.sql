@@ -8,14 +8,17 @@
 -- (pipeline_rollups' lock taken, as roll_up_pipeline_counts takes it, so the
 -- two never count one row twice). Audited: each
 -- descendant SKIPPED -> PENDING (ancestor_retried) and the movement FAILED
--- -> EXECUTING (retried_node), by p_actor, and its receiver told
+-- -> EXECUTING (retried_node, and retried_nodes: p_together, the nodes of
+-- the retry; reopened_nodes: the node and the steps this call reopened), by
+-- p_actor, and its receiver told
 -- (enqueue_callbacks: movement.executing, its key ending -retryN). The
 -- caller holds the movement's and the node's locks, and retries every
 -- FAILED node of the movement, each READY before the first is reopened (so
 -- every SKIPPED descendant was skipped for one of them, and waits for each
 -- of its parents not COMPLETED).
 -- Locks: the descendants, in id order; then pipeline_rollups.
-CREATE OR REPLACE FUNCTION reopen_after_retry(p_node_id bigint, p_request_id bigint, p_actor text)
+CREATE OR REPLACE FUNCTION reopen_after_retry(p_node_id bigint, p_request_id bigint, p_actor text,
+                                              p_together bigint[] DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -25,6 +28,7 @@ DECLARE
     v_ids      bigint[];
     v_state    qtg.request_state;
     v_counted  record;
+    v_together jsonb := to_jsonb(coalesce(p_together, ARRAY[p_node_id]));
 BEGIN
     WITH RECURSIVE below(node_id) AS (
         SELECT e.child_node_id FROM movement_plan_edges e WHERE e.parent_node_id = p_node_id
@@ -87,11 +91,13 @@ BEGIN
     IF v_state = 'FAILED' THEN
         PERFORM write_audit(ARRAY[(p_actor, 'request', p_request_id::text, p_request_id, 'state_changed', 'FAILED',
                                    'EXECUTING', jsonb_build_object('retried_node', p_node_id,
+                                                                   'retried_nodes', v_together,
                                                                    'reopened_nodes', v_reopened + 1)
                                   )::qtg.audit_event]);
         -- its receiver, told FAILED, is told it runs again
         PERFORM enqueue_callbacks(ARRAY[p_request_id], ARRAY['FAILED'::qtg.request_state],
-                                  ARRAY[jsonb_build_object('retried_node', p_node_id)]);
+                                  ARRAY[jsonb_build_object('retried_node', p_node_id,
+                                                           'retried_nodes', v_together)]);
     END IF;
 END
 $$;

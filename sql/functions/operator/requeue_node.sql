@@ -74,14 +74,16 @@ BEGIN
     SELECT * INTO v_intent FROM node_intents intent
      WHERE intent.node_id = p_node_id ORDER BY intent.claim_token DESC LIMIT 1 FOR UPDATE;
     IF v_node.node_state = 'FAILED' THEN
+        -- the group locked before its refusals are read (every writer of a node
+        -- locks its movement first as well, so the group cannot change meanwhile)
+        PERFORM 1 FROM movement_request_nodes node
+          WHERE node.request_id = v_request_id AND node.node_state = 'FAILED' ORDER BY node.id FOR UPDATE;
         SELECT x.code, x.message, x.hint INTO v_refusal FROM node_retry_refusals x WHERE x.node_id = p_node_id;
         IF v_refusal.code = 'QT020' THEN
             RAISE EXCEPTION '%', v_refusal.message USING ERRCODE = 'QT020', HINT = v_refusal.hint;
         ELSIF v_refusal.code IS NOT NULL THEN
             RAISE EXCEPTION '%', v_refusal.message USING ERRCODE = 'QT021', HINT = v_refusal.hint;
         END IF;
-        PERFORM 1 FROM movement_request_nodes node
-          WHERE node.request_id = v_request_id AND node.node_state = 'FAILED' ORDER BY node.id FOR UPDATE;
         v_group := ARRAY(SELECT node.id FROM movement_request_nodes node
                           WHERE node.request_id = v_request_id AND node.node_state = 'FAILED' ORDER BY node.id);
     ELSIF v_node.node_state <> 'UNKNOWN' OR NOT v_node.has_side_effect
@@ -184,7 +186,7 @@ BEGIN
     END LOOP;
     IF v_node.node_state = 'FAILED' THEN
         FOREACH v_id IN ARRAY v_group LOOP
-            PERFORM reopen_after_retry(v_id, v_request_id, v_actor);
+            PERFORM reopen_after_retry(v_id, v_request_id, v_actor, v_group);
         END LOOP;
         PERFORM set_config('qtg.reopening', '', true);
     END IF;
