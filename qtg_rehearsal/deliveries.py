@@ -186,25 +186,13 @@ def deliver(side: _Side, packet: layerzero.Packet) -> None:
             rpc(url, "anvil_stopImpersonatingAccount", [library])
     rpc(url, "anvil_impersonateAccount", [EXECUTOR])
     try:
-        options = packet.executor
-        receipt = _mined(
+        layerzero.execute_now(
             w3,
-            layerzero.send_estimated(
-                layerzero.receive_call(endpoint, packet), EXECUTOR, options.lz_receive_value
-            ),
-            f"executing packet {packet.guid_hex}",
+            endpoint,
+            packet,
+            EXECUTOR,
+            lambda tx, what: _mined(w3, tx, f"{what} of {packet.guid_hex}"),
         )
-        for compose in layerzero.compose_messages(receipt, endpoint.address):
-            if not w3.eth.get_code(compose.to):
-                continue  # an account without code composes nothing
-            _gas, value = options.compose.get(compose.index, (0, 0))
-            _mined(
-                w3,
-                layerzero.send_estimated(
-                    layerzero.compose_call(endpoint, compose), EXECUTOR, value
-                ),
-                f"composing packet {packet.guid_hex}",
-            )
     finally:
         rpc(url, "anvil_stopImpersonatingAccount", [EXECUTOR])
 

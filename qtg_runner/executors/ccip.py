@@ -60,7 +60,6 @@ later) while the allowance is short.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,16 +179,15 @@ class CcipExecutor(evm_tx.EvmExecutor):
         rpc = self._evm.leg_rpc(route.leg)
         recent = evm_tx.shared_for(route.leg)
         async with evm_tx.chain_errors(route.leg.chain_key):
-            # one Multicall3 read (EvmRpc) with the sender's ether, which
-            # prepare's gas check then finds read
-            held, allowed, _ = await asyncio.gather(
+            held, allowed = await evm_tx.read_together(
+                route.leg,
+                rpc,
                 balance_of(rpc, route.token_address, route.leg.sender, max_age_s=recent),
                 rpc.call(
                     route.token_address,
                     _ALLOWANCE + _word(route.leg.sender) + _word(route.router),
                     max_age_s=recent,
                 ),
-                rpc.balance(route.leg.sender, max_age_s=recent),
             )
             allowance = int.from_bytes(allowed, "big")
             await self._fee(rpc, route)

@@ -51,7 +51,6 @@ the allowance is short, so nothing is signed that would revert.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -190,9 +189,9 @@ class CctpBurnExecutor(IrisExecutor, evm_tx.CallExecutor):
         rpc = self._evm.leg_rpc(route.leg)
         recent = evm_tx.shared_for(route.leg)  # the burns prepared together read once
         async with evm_tx.chain_errors(route.leg.chain_key):
-            # asked in one moment: one Multicall3 read (EvmRpc), the sender's
-            # ether with them, which prepare's gas check then finds read
-            held, allowed, (min_fee, least), _ = await asyncio.gather(
+            held, allowed, (min_fee, least) = await evm_tx.read_together(
+                route.leg,
+                rpc,
                 balance_of(rpc, route.token_address, route.leg.sender, max_age_s=recent),
                 allowance(
                     rpc,
@@ -202,7 +201,6 @@ class CctpBurnExecutor(IrisExecutor, evm_tx.CallExecutor):
                     max_age_s=recent,
                 ),
                 min_fee_amount(rpc, route.token_messenger, route.amount_units, max_age_s=recent),
-                rpc.balance(route.leg.sender, max_age_s=recent),
             )
         if route.max_fee_units < least:
             raise ExecutorError(

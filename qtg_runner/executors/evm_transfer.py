@@ -40,7 +40,6 @@ from the environment variable the registry names; the key from the signer
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 
 from qtg_runner.chains.evm import (
@@ -102,11 +101,10 @@ class EvmTransferExecutor(evm_tx.CallExecutor):
         rpc = self._evm.leg_rpc(route.leg)
         recent = evm_tx.shared_for(route.leg)
         async with evm_tx.chain_errors(route.chain_key):
-            # one Multicall3 read (EvmRpc) with the sender's ether, which
-            # prepare's gas check then finds read
-            held, _ = await asyncio.gather(
+            (held,) = await evm_tx.read_together(
+                route.leg,
+                rpc,
                 balance_of(rpc, route.token_address, route.sender, max_age_s=recent),
-                rpc.balance(route.sender, max_age_s=recent),
             )
             evm_tx.require_tokens(route.leg, held, route.amount_units, route.token, self.sends)
 

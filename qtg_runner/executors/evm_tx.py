@@ -183,6 +183,15 @@ def shared_for(leg: ChainLeg) -> float:
     return HEAD_MAX_AGE_FRACTION * leg.block_time_s
 
 
+async def read_together(leg: ChainLeg, rpc: EvmRpc, *reads: Awaitable[Any]) -> list[Any]:
+    """A preflight's ``reads`` (shared reads of ``leg``'s chain: ``max_age_s``
+    shared_for(leg)) asked in one moment with the sender's ether, so that they
+    go to the chain as one Multicall3 read (EvmRpc) and prepare's gas check
+    finds the ether read: their answers, in order."""
+    answers = await asyncio.gather(*reads, rpc.balance(leg.sender, max_age_s=shared_for(leg)))
+    return list(answers[:-1])
+
+
 async def pending_nonce_and_fees(rpc: EvmRpc, leg: ChainLeg) -> tuple[int, Fees]:
     """The account's pending transaction count and EIP-1559 fees under the
     leg's caps (inside the caller's chain_errors); the chain's fee quote read

@@ -51,7 +51,6 @@ the allowance is short, so nothing is signed that would revert.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -182,16 +181,15 @@ class StargateExecutor(evm_tx.EvmExecutor):
         rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
         recent = evm_tx.shared_for(source)
         async with evm_tx.chain_errors(source.chain_key):
-            # one Multicall3 read (EvmRpc) with the sender's ether, which
-            # prepare's gas check then finds read
-            held, raw, _ = await asyncio.gather(
+            held, raw = await evm_tx.read_together(
+                source,
+                rpc,
                 balance_of(rpc, row.token_address, row.sender, max_age_s=recent),
                 rpc.call(
                     row.token_address,
                     ALLOWANCE + encode(["address", "address"], [row.sender, row.src_pool]),
                     max_age_s=recent,
                 ),
-                rpc.balance(row.sender, max_age_s=recent),
             )
             evm_tx.require_tokens(source, held, int(row.amount_units), row.token, "send")
             (allowed,) = decode(["uint256"], raw)

@@ -53,6 +53,7 @@ __all__ = [
     "delivered",
     "deploy_endpoints",
     "endpoint_contract",
+    "execute_now",
     "lib_contract",
     "npm_artifact",
     "packets_sent",
@@ -432,20 +433,26 @@ def deliver_now(
         return None
     if not verified(endpoint, packet):
         wait_mined(w3, chain, verify_call(lib, packet).transact({"from": sender}), "verifying")
-    options = packet.executor
-    call = receive_call(endpoint, packet)
-    receipt = wait_mined(
-        w3, chain, send_estimated(call, sender, options.lz_receive_value), "lzReceive"
+    receipt = execute_now(
+        w3, endpoint, packet, sender, lambda tx, what: wait_mined(w3, chain, tx, what)
     )
     log(f"layerzero: packet {packet.guid_hex} executed on {chain.key}")
+    return receipt
+
+
+def execute_now(
+    w3: Any, endpoint: Any, packet: Packet, sender: str, mined: Callable[[Any, str], Any]
+) -> Any:
+    """The executor's part of a verified ``packet`` on its destination
+    ``endpoint``: lzReceive from ``sender`` with the value its options ask
+    for, then each compose the execution queued, each awaited by ``mined``
+    (the transaction, what it was). The lzReceive receipt."""
+    options = packet.executor
+    call = receive_call(endpoint, packet)
+    receipt = mined(send_estimated(call, sender, options.lz_receive_value), "lzReceive")
     for compose in compose_messages(receipt, endpoint.address):
         if not w3.eth.get_code(compose.to):
             continue  # nothing to call: an account without code composes nothing
         _gas, value = options.compose.get(compose.index, (0, 0))
-        wait_mined(
-            w3,
-            chain,
-            send_estimated(compose_call(endpoint, compose), sender, value),
-            "lzCompose",
-        )
+        mined(send_estimated(compose_call(endpoint, compose), sender, value), "lzCompose")
     return receipt
