@@ -18,6 +18,11 @@ What is timed is what one observer round costs the database:
   a chunk of CHUNK         as the runner's observer claims and reports its
                            nodes (claim_observe_batch, complete_observe_batch
                            PENDING), per node: each call's time / CHUNK.
+And what a poll that finds nothing writes (it does not depend on the machine):
+a chunk of CHUNK due nodes claimed and reported PENDING in one transaction, the
+row versions of the nodes, the row writes of every table and the WAL it
+inserted, per node (goal: at most one version of the node; before the
+observer's claim wrote nothing, two, and 1.65 KB of WAL).
 Each figure is the server-side execution time of one call (EXPLAIN ANALYZE, as
 case 3), the median of REPS calls, every call rolled back so each level
 measures the same state; the claims rotate over the due nodes. Each level is a
@@ -164,7 +169,10 @@ def _sample(
                 if claim is None:
                     raise RuntimeError(f"node {node} could not be claimed for observation")
                 samples[f"complete_observe_{outcome.lower()}"].append(
-                    _exec_ms(conn, procs.complete_observe(node, claim.claim_secret, outcome))
+                    _exec_ms(
+                        conn,
+                        procs.complete_observe(node, claim.claim_secret, outcome, worker=WORKER),
+                    )
                 )
         chunk = [due[(i * CHUNK + k) % len(due)] for k in range(CHUNK)]
         with conn.transaction(force_rollback=True):
@@ -178,11 +186,47 @@ def _sample(
                 [c.node_id for c in claims],
                 [c.claim_secret for c in claims],
                 ["PENDING"] * len(claims),
+                worker=WORKER,
             )
             samples["chunk_complete_pending_per_node"].append(_exec_ms(conn, report) / len(claims))
         if rows == 0:
             raise RuntimeError("observe_candidates returned nothing")
     return samples, rows
+
+
+_WRITES = """SELECT coalesce(sum(pg_stat_get_xact_tuples_inserted(c.oid)
+                               + pg_stat_get_xact_tuples_updated(c.oid)
+                               + pg_stat_get_xact_tuples_deleted(c.oid)), 0)::bigint,
+                     coalesce(sum(pg_stat_get_xact_tuples_updated(c.oid))
+                                  FILTER (WHERE c.relname = 'movement_request_nodes'), 0)::bigint,
+                     pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint
+                FROM pg_class c
+               WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'"""
+
+
+def _poll_writes(conn: psycopg.Connection[Any], due: list[int]) -> dict[str, float]:
+    """What a poll that finds nothing writes, per node: CHUNK due nodes claimed and
+    reported PENDING in one transaction (rolled back; its WAL is written all the
+    same). The counters are this backend's, read before and after: a change."""
+    chunk = due[:CHUNK]
+    with conn.transaction(force_rollback=True):
+        rows0, nodes0, wal0 = conn.execute(_WRITES).fetchone()  # type: ignore[misc]
+        claims = procs.claim_observe_batch(chunk, WORKER).all(conn)
+        _, claimed_nodes, _ = conn.execute(_WRITES).fetchone()  # type: ignore[misc]
+        procs.complete_observe_batch(
+            [c.node_id for c in claims],
+            [c.claim_secret for c in claims],
+            ["PENDING"] * len(claims),
+            worker=WORKER,
+        ).all(conn)
+        rows1, nodes1, wal1 = conn.execute(_WRITES).fetchone()  # type: ignore[misc]
+    n = len(claims)
+    return {
+        "claim_node_versions": (claimed_nodes - nodes0) / n,
+        "node_versions": (nodes1 - nodes0) / n,
+        "row_writes": (rows1 - rows0) / n,
+        "wal_bytes": round((wal1 - wal0) / n),
+    }
 
 
 def _time(dsns: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -193,12 +237,15 @@ def _time(dsns: dict[str, str]) -> dict[str, dict[str, Any]]:
     samples: dict[str, dict[str, list[float]]] = {lv: {c: [] for c in CALLS} for lv in dsns}
     dues: dict[str, list[int]] = {}
     rows: dict[str, int] = {}
+    writes: dict[str, dict[str, float]] = {}
     for r in range(ROUNDS):
         for level, dsn in dsns.items():
             with psycopg.connect(dsn, autocommit=True) as conn:
                 engine.bind(conn)
                 _pin(conn, AT)
                 due = dues.setdefault(level, _due(conn))
+                if r == 0:
+                    writes[level] = _poll_writes(conn, due)
                 _sample(conn, due, 0, WARMUP)
                 taken, rows[level] = _sample(conn, due, r * (REPS // ROUNDS), REPS // ROUNDS)
             for call in CALLS:
@@ -207,6 +254,7 @@ def _time(dsns: dict[str, str]) -> dict[str, dict[str, Any]]:
     for level in dsns:
         out[level] = {c: _median_ms(samples[level][c]) for c in CALLS}
         out[level]["candidates_returned"] = rows[level]
+        out[level]["poll_writes"] = writes[level]
     return out
 
 

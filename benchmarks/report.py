@@ -578,6 +578,25 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                 ]
             )
 
+        writes = {k: levels[k]["poll_writes"] for k in levels if "poll_writes" in levels[k]}
+        if writes:
+            most = max(w["node_versions"] for w in writes.values())
+            rows.append(
+                [
+                    "7",
+                    "a poll that finds nothing, 1k / 100k in flight: node row versions a node",
+                    " / ".join(f"{w['node_versions']:g}" for w in writes.values()),
+                    "<= 1",
+                    _verdict(most <= 1),
+                    "2 and 1.65 KB of WAL before (the claim wrote one); now the claim "
+                    + " / ".join(f"{w['claim_node_versions']:g}" for w in writes.values())
+                    + ", row writes "
+                    + " / ".join(f"{w['row_writes']:g}" for w in writes.values())
+                    + ", WAL bytes "
+                    + " / ".join(f"{w['wal_bytes']:,}" for w in writes.values()),
+                ]
+            )
+
     # 8 requests at the wire
     c8 = cases.get("wire", {})
     if "error" in c8 or "skipped" in c8:

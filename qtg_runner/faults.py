@@ -109,13 +109,15 @@ async def refused(
     step: str,
     code: str,
     message: str | None,
+    conn: psycopg.AsyncConnection[Any] | None = None,
 ) -> None:
     """A batch call's refusal of one node (its row's error ``code`` and
     ``message``), logged as ``name``: the node quarantined when the engine
-    refused its own data (POISON), else (STALE) left to its owner."""
+    refused its own data (POISON), else (STALE) left to its owner. ``conn``:
+    the claim's transaction, when only it can prove the claim (the observer's)."""
     node_event(level, name, worker, work, step=step, code=code, error=message)
     if classify_code(code) is Failure.POISON:
-        await quarantine(ctx, worker, [work], step, f"{code}: {message}")
+        await quarantine(ctx, worker, [work], step, f"{code}: {message}", conn=conn)
 
 
 def describe(exc: BaseException) -> str:

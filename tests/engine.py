@@ -217,14 +217,14 @@ def observe_claim(
     worker: str = "obs",
     evidence: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """``observe``, and the secret of the observer's claim (None on a miss): the
-    node's current claim once the round is over."""
+    """``observe``, and the secret of the observer's claim (None on a miss): it
+    proved the claim in the round's transaction, and proves nothing after it."""
     with conn.transaction():
         claimed = procs.claim_observe(node_id, worker).one_or_none(conn)
         if claimed is None:
             return None, None
         complete = procs.complete_observe(
-            node_id, claimed.claim_secret, outcome, evidence, retry_after
+            node_id, claimed.claim_secret, outcome, evidence, retry_after, worker
         )
         out = complete.one(conn)
     result = {

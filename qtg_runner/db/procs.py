@@ -1533,6 +1533,7 @@ def complete_observe(
     outcome: Text,
     evidence: Json | Default | None = DEFAULT,
     retry_after_seconds: Numeric | Default | None = DEFAULT,
+    worker: Text | Default | None = DEFAULT,
 ) -> Call[ObserveOutcome]:
     """SUBMITTED | OBSERVING -> OBSERVING | COMPLETED | FAILED | UNKNOWN."""
 
@@ -1544,8 +1545,10 @@ def complete_observe_batch(
     outcomes: TextArray,
     evidence: JsonArray | Default | None = DEFAULT,
     retry_after_seconds: NumericArray | Default | None = DEFAULT,
+    worker: Text | Default | None = DEFAULT,
 ) -> Call[ObservedNode]:
-    """complete_observe for the nodes of one observer's claim, in one call; one
+    """complete_observe for the nodes of one observer's claim, in one call (in
+    the claim's transaction: its secrets prove that transaction's claim); one
     row per element, in input order."""
 
 

@@ -6,10 +6,12 @@ then the locked per-ID claims, a chunk of IDs in one transaction
 node, request SKIP LOCKED, in its own subtransaction: a miss rolls back only
 that ID's, so no partial tuple lock survives into the next). The hits keep
 their node and request locks through the executors' observe() calls and
-complete_observe_batch's commit. A chunk is as many nodes as the worker
-observes at once (max_concurrency, at most 32): its transaction takes two
-round trips to the database, BEGIN with the claims and the reports with the
-COMMIT, and the chunks of a batch run one after another, so no node is locked
+complete_observe_batch's commit. The claim writes nothing: its secrets prove
+a claim of this transaction only, so the reports, and any quarantine, are made
+in it. A chunk is as many nodes as the worker observes at once
+(max_concurrency, at most 32): its transaction takes three round trips to the
+database, BEGIN with the claims, the reports, and the COMMIT, and the chunks
+of a batch run one after another, so no node is locked
 while it waits for a turn to be observed.
 
 One node never stops the others (qtg_runner.faults): an observe() that fails
@@ -17,7 +19,7 @@ One node never stops the others (qtg_runner.faults): an observe() that fails
 outcome; an observe() that raises anything else quarantines the node on the
 chunk's transaction (in a savepoint) before the others are reported; a report
 the engine refuses for the node's own data (its row's QT002, QT005 or QT050)
-quarantines the node by its claim's secret after the commit. The evidence is
+quarantines the node on the same transaction before the commit. The evidence is
 cut to the network's bounds first.
 """
 
@@ -119,9 +121,10 @@ async def observe_chunk(
             [r[0] for _, r in reported],
             [r[1] for _, r in reported],
             [None if r[2] is None else Decimal(str(r[2])) for _, r in reported],
-        ).aall_between(conn, before=(), after=("COMMIT",))
-    for (work, (outcome, _, _)), row in zip(reported, rows, strict=True):
-        await _reported(ctx, work, outcome, row)
+            worker_id,
+        ).aall(conn)
+        for (work, (outcome, _, _)), row in zip(reported, rows, strict=True):
+            await _reported(ctx, conn, work, outcome, row)
     return len(works)
 
 
@@ -133,10 +136,15 @@ async def _answer(ctx: WorkerContext, work: NodeWork) -> _Report | BaseException
 
 
 async def _reported(
-    ctx: WorkerContext, work: NodeWork, outcome: str, row: procs.ObservedNode
+    ctx: WorkerContext,
+    conn: psycopg.AsyncConnection[Any],
+    work: NodeWork,
+    outcome: str,
+    row: procs.ObservedNode,
 ) -> None:
-    """Log a node's report; quarantine it when the engine refused the report for
-    the node's own data (its claim is still its own: the refusal changed nothing)."""
+    """Log a node's report; quarantine it, on the claim's transaction, when the
+    engine refused the report for the node's own data (its claim is still its
+    own: the refusal changed nothing)."""
     assert row.node_id == work.node_id, "batch rows come back in input order"
     if row.error_code is not None:
         await refused(
@@ -148,6 +156,7 @@ async def _reported(
             step="complete_observe",
             code=row.error_code,
             message=row.error_message,
+            conn=conn,
         )
         return
     if row.node_state != procs.NodeState.OBSERVING:

@@ -205,11 +205,12 @@ def test_record_ccip_manual_execution_accepts_the_offramps_encoding(conn: Conn) 
     ).one(conn)  # fmt: skip
     procs.complete_submit(node_id, claimed[node_id].claim_secret, tx_hash).one(conn)
     pin_clock(conn, iso_at(600))
-    observed = procs.claim_observe(node_id, "obs").one(conn)
     message_id = bytes([0xAB] * 32)
     evidence = {"ccip_state": "FAILURE", "message_id": "0x" + message_id.hex(),
                 "source_chain": "test-a", "dest_chain": "test-b", "source_tx": tx_hash}  # fmt: skip
-    procs.complete_observe(node_id, observed.claim_secret, "PENDING", evidence).one(conn)
+    with conn.transaction():
+        observed = procs.claim_observe(node_id, "obs").one(conn)
+        procs.complete_observe(node_id, observed.claim_secret, "PENDING", evidence).one(conn)
 
     any2evm = (
         (message_id, CCIP_SELECTOR_A, CCIP_SELECTOR_B, 1, 0),

@@ -335,10 +335,11 @@ def stranded(conn: Conn) -> int:
     )
     procs.complete_submit(c["node_id"], c["claim_secret"], tx_hash).one(conn)
     pin_clock(conn, iso_at(600))  # due, and far from the ccip lane's fatal phase
-    observed = procs.claim_observe(c["node_id"], "obs").one(conn)
     evidence = {"ccip_state": "FAILURE", "message_id": MESSAGE, "source_chain": SOURCE,
                 "dest_chain": DEST, "source_tx": tx_hash}  # fmt: skip
-    procs.complete_observe(c["node_id"], observed.claim_secret, "PENDING", evidence).one(conn)
+    with conn.transaction():
+        observed = procs.claim_observe(c["node_id"], "obs").one(conn)
+        procs.complete_observe(c["node_id"], observed.claim_secret, "PENDING", evidence).one(conn)
     return int(c["node_id"])
 
 

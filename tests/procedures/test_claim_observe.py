@@ -1,8 +1,9 @@
 """claim_observe: an observer takes a SUBMITTED or OBSERVING node only once it is due.
 
 Pins: before next_observe_at the call misses (no row) and leaves the claim (its
-secret's hash and the claim counter) as it was; once due it hits, hands out a
-new secret and bumps the counter. Its locks and its misses under
+secret's hash and the claim counter) as it was; once due it hits and hands out
+a new secret, and writes nothing (the secret proves the claim of its
+transaction, test_claim_secret.py); the report bumps the counter. Its locks and its misses under
 contention are in scenarios/test_concurrency.py; observe_candidates, which
 lists the due nodes, is pinned with the pacing in test_complete_observe_pacing.py.
 
@@ -33,8 +34,8 @@ def test_observe_claims_only_when_due(conn: Conn) -> None:
     pin_clock(conn, iso_at(42))
     assert observe(conn, node_id, "PENDING") is not None
     after = node_row(conn, node_id)
-    assert after["claim_token"] == 2
-    assert after["claim_hash"] not in (None, before["claim_hash"])
+    # the report bumped the counter and no secret handed out before holds the node
+    assert (after["claim_token"], after["claim_hash"]) == (2, None)
 
 
 def test_a_batch_claims_the_due_nodes_each_once_and_passes_over_the_rest(conn: Conn) -> None:
@@ -44,15 +45,15 @@ def test_a_batch_claims_the_due_nodes_each_once_and_passes_over_the_rest(conn: C
         if claimed["node_id"] != ids["c"]:  # c stays SUBMITTING: not an observer's
             procs.complete_submit(claimed["node_id"], claimed["claim_secret"], "ref").one(conn)
     pin_clock(conn, iso_at(42))
+    before = {key: node_row(conn, node_id) for key, node_id in ids.items()}
     with conn.transaction():
         claims = procs.claim_observe_batch(
             [ids["b"], ids["c"], ids["a"], ids["b"], None, -1], "obs"
         ).all(conn)
     assert [c.node_id for c in claims] == sorted([ids["a"], ids["b"]])
     assert len({c.claim_secret for c in claims}) == 2
-    for c in claims:
-        row = node_row(conn, c.node_id)
-        assert (row["claim_token"], row["claimed_by"]) == (2, "obs")
+    # the claims wrote nothing: every node is as it was
+    assert {key: node_row(conn, node_id) for key, node_id in ids.items()} == before
     assert node_row(conn, ids["c"])["node_state"] == "SUBMITTING"
 
 
@@ -64,4 +65,41 @@ def test_a_batch_of_more_than_32_ids_is_refused_whole(conn: Conn) -> None:
         "QT002",
         "SELECT * FROM claim_observe_batch(%s, 'obs')",
         ([node_id, *range(-32, 0)],),
+    )
+
+
+def test_a_poll_that_finds_nothing_writes_one_version_of_the_node_and_nothing_else(
+    conn: Conn,
+) -> None:
+    _, node_id = submitted(conn)
+    pin_clock(conn, iso_at(42))
+    observe(conn, node_id, "PENDING")  # SUBMITTED -> OBSERVING: a state change, audited
+    due = node_row(conn, node_id)["next_observe_at"]
+    pin_clock(conn, due.isoformat())
+    writes = """SELECT sum(pg_stat_get_xact_tuples_inserted(c.oid)
+                           + pg_stat_get_xact_tuples_updated(c.oid)
+                           + pg_stat_get_xact_tuples_deleted(c.oid))::int,
+                       sum(pg_stat_get_xact_tuples_updated(c.oid))
+                           FILTER (WHERE c.relname = 'movement_request_nodes')::int
+                  FROM pg_class c
+                 WHERE c.relnamespace = 'testnet'::regnamespace AND c.relkind = 'r'"""
+
+    def counted() -> tuple[int, int] | None:
+        return conn.execute(writes).fetchone()
+
+    with conn.transaction():
+        # the counters hold this backend's writes not yet reported: read the change
+        (rows0, nodes0) = counted()
+        [claimed] = procs.claim_observe_batch([node_id], "observer-2").all(conn)
+        assert counted() == (rows0, nodes0)  # the claim writes nothing
+        [row] = procs.complete_observe_batch(
+            [node_id], [claimed.claim_secret], ["PENDING"], worker="observer-2"
+        ).all(conn)
+        assert (row.node_state, row.error_code) == ("OBSERVING", None)
+        assert counted() == (rows0 + 1, nodes0 + 1)  # the report: one version of the node
+    after = node_row(conn, node_id)
+    assert (after["claimed_by"], after["claim_token"], after["observe_count"]) == (
+        "observer-2",
+        3,
+        2,
     )

@@ -28,6 +28,7 @@ every run; QTG_BAD_INPUT_EXAMPLES=3000 QTG_BAD_INPUT_RANDOM=1 explores further
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import weakref
@@ -119,12 +120,31 @@ TEMPLATE_PLAN = {"nodes": [{"key": "a", "executor": "sim", "config": {"lane": {"
 
 
 @dataclass(frozen=True)
+class ObserverClaim:
+    """The secret of an observer's claim of ``node_id``, made in the call's own
+    transaction before the call: an observer's secret proves nothing in another."""
+
+    node_id: int
+
+
+def observer_claims(conn: Conn, value: Any) -> Any:
+    """``value`` with each ObserverClaim in it claimed on ``conn`` (in its transaction)."""
+    if isinstance(value, ObserverClaim):
+        claimed = procs.claim_observe(value.node_id, "obs").one_or_none(conn)
+        # (an earlier call of the hypothesis test may have finished the node)
+        return "0" * 64 if claimed is None else claimed.claim_secret
+    if isinstance(value, list):
+        return [observer_claims(conn, v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
 class World:
     pending: int  # a movement PENDING_APPROVAL, created by alice
     claimed: int  # a node SUBMITTING, claimed by w1 (lease an hour)
     claimed_secret: str
-    observed: int  # a node SUBMITTED, claimed by an observer
-    observed_secret: str
+    observed: int  # a node SUBMITTED, due for an observer
+    observed_secret: ObserverClaim
     recovering: int  # a node UNKNOWN with a PREPARED intent, claimed by recovery
     recovering_secret: str
     proposal: int  # a lane proposal PROPOSED by alice
@@ -454,11 +474,13 @@ def build_world(conn: Conn) -> World:
     ).fetchone()[0]  # type: ignore[index]
     balance_read = procs.begin_balance_read().all(conn)[0].read_id
     pin_clock(conn, iso_at(NOW))
-    observed = procs.claim_observe(ids["b"], "obs").one(conn)
-    ccip_observed = procs.claim_observe(ccip_stranded, "obs").one(conn)
     failed = {"ccip_state": "FAILURE", "message_id": CCIP_MESSAGE, "source_chain": "world-a",
               "dest_chain": "world-c", "source_tx": send_hash}  # fmt: skip
-    procs.complete_observe(ccip_stranded, ccip_observed.claim_secret, "PENDING", failed).one(conn)
+    with conn.transaction():
+        ccip_observed = procs.claim_observe(ccip_stranded, "obs").one(conn)
+        procs.complete_observe(ccip_stranded, ccip_observed.claim_secret, "PENDING", failed).one(
+            conn
+        )
     [recovering] = procs.claim_recovery_nodes("rec", 10).all(conn)
     assert recovering.node_id == ids["c"]
     return World(
@@ -466,7 +488,7 @@ def build_world(conn: Conn) -> World:
         claimed=ids["a"],
         claimed_secret=claims["a"]["claim_secret"],
         observed=ids["b"],
-        observed_secret=observed.claim_secret,
+        observed_secret=ObserverClaim(ids["b"]),
         recovering=ids["c"],
         recovering_secret=recovering.claim_secret,
         proposal=proposal,
@@ -1642,15 +1664,21 @@ class Outcome:
     """What one call did: its rows, or the SQLSTATE and message it was refused with."""
 
     def __init__(self, conn: Conn, name: str, args: dict[str, Any]) -> None:
-        query, params = call_query(name, args)
         self.rows: list[tuple[Any, ...]] = []
         self.columns: list[str] = []
         self.sqlstate: str | None = None
         self.message = ""
+        claims = any(isinstance(v, ObserverClaim) or (isinstance(v, list) and any(
+            isinstance(e, ObserverClaim) for e in v)) for v in args.values())  # fmt: skip
         try:
-            cur = conn.execute(query, params)
-            self.columns = [c.name for c in cur.description or ()]
-            self.rows = cur.fetchall()
+            # an observer's claim (ObserverClaim) and the call share one transaction
+            with conn.transaction() if claims else contextlib.nullcontext():
+                query, params = call_query(
+                    name, {key: observer_claims(conn, v) for key, v in args.items()}
+                )
+                cur = conn.execute(query, params)
+                self.columns = [c.name for c in cur.description or ()]
+                self.rows = cur.fetchall()
         except psycopg.Error as exc:
             self.sqlstate, self.message = exc.sqlstate, str(exc).splitlines()[0]
 

@@ -3,8 +3,11 @@
 record_intent_prepared, complete_submit, fail_submit, complete_observe and
 complete_recovery each accept a node only in their from-states: presented with
 the secret of the node's current claim, so that only the state is wrong, they
-raise QT021 naming the state the node is in; a node never claimed has no claim
-to present (QT030); for a node that does not exist QT011, changing nothing
+raise QT021 naming the state the node is in; a node never claimed, or no
+longer held (an observer's claim ends with its transaction), has no claim to
+present (QT030), and complete_observe takes an observer's claim alone, which
+no node outside its from-states can have (a dispatcher's or recovery's secret:
+QT030); for a node that does not exist QT011, changing nothing
 (``assert_rejected``). One movement holds a node in every node state.
 """
 
@@ -82,13 +85,14 @@ def a_node_in_every_state(conn: Conn) -> dict[str, tuple[int, str | None]]:
     fail(conn, claims["unknown"], retryable=True)
     fail(conn, claims["failed"], retryable=False)
     pin_clock(conn, iso_at(42))
-    observer = procs.claim_observe(claims["observing"]["node_id"], "obs").one(conn)
-    procs.complete_observe(observer.node_id, observer.claim_secret, "PENDING").one(conn)
+    with conn.transaction():
+        observer = procs.claim_observe(claims["observing"]["node_id"], "obs").one(conn)
+        procs.complete_observe(observer.node_id, observer.claim_secret, "PENDING").one(conn)
     ids = node_ids(conn, movement_id)
     assert node_states(conn, movement_id) == {s.lower(): s for s in ALL_NODE_STATES}
     assert request_state(conn, movement_id) == "EXECUTING"
     current = {key: c["claim_secret"] for key, c in claims.items()}
-    current["observing"] = observer.claim_secret
+    current["observing"] = None  # the observer's claim ended with its transaction
     return {state: (ids[state.lower()], current.get(state.lower())) for state in ALL_NODE_STATES}
 
 
@@ -99,8 +103,10 @@ def test_completion_calls_refuse_a_wrong_from_state(conn: Conn) -> None:
             if state in accepted:
                 continue
             node_id, secret = nodes[state]
-            if secret is None:  # never claimed: no secret proves a claim on it
-                assert_rejected(conn, "QT030", query, (node_id, forged_secret()))
+            if secret is None or call == "complete_observe":
+                # no claim holds it (never claimed, or an observer's claim is over),
+                # or not an observer's claim: the secret proves nothing here
+                assert_rejected(conn, "QT030", query, (node_id, secret or forged_secret()))
                 continue
             # the current claim's secret: only the state is wrong
             error = assert_rejected(conn, "QT021", query, (node_id, secret))

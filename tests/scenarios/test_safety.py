@@ -94,28 +94,31 @@ def complete_recovery(conn: Conn, node_id: int, secret: str, outcome: str) -> st
 # ---------------------------------------------------------------- (a) UNKNOWN
 
 
-# each makes the dispatched node UNKNOWN and returns the secret of its current claim
+# each makes the dispatched node UNKNOWN and returns the secret of its last claim
+# and the refusal a dispatcher's or observer's call with it gets: QT021 (the state)
+# while that claim is current; QT030 for an observer's claim, which ended with its
+# transaction (no secret holds the node)
 
 
-def unknown_by_fatal_observe(conn: Conn, claimed: dict[str, Any]) -> str:
+def unknown_by_fatal_observe(conn: Conn, claimed: dict[str, Any]) -> tuple[str, str]:
     submit(conn, claimed)
     set_clock(conn, 42)
     observe(conn, claimed["node_id"], "PENDING")
     set_clock(conn, 600)  # 10 x the default lane's 60 s baseline
     result, secret = observe_claim(conn, claimed["node_id"], "PENDING")
     assert result is not None and result["observe_phase"] == "fatal" and secret is not None
-    return secret
+    return secret, "QT030"
 
 
-def unknown_by_unknown_outcome(conn: Conn, claimed: dict[str, Any]) -> str:
+def unknown_by_unknown_outcome(conn: Conn, claimed: dict[str, Any]) -> tuple[str, str]:
     submit(conn, claimed)
     set_clock(conn, 42)
     _, secret = observe_claim(conn, claimed["node_id"], "UNKNOWN")
     assert secret is not None
-    return secret
+    return secret, "QT030"
 
 
-def unknown_by_failed_submit_after_prepare(conn: Conn, claimed: dict[str, Any]) -> str:
+def unknown_by_failed_submit_after_prepare(conn: Conn, claimed: dict[str, Any]) -> tuple[str, str]:
     prepare(conn, claimed)
     assert fail_retryable(conn, claimed) == "UNKNOWN"
     intent = scalar(
@@ -124,7 +127,7 @@ def unknown_by_failed_submit_after_prepare(conn: Conn, claimed: dict[str, Any]) 
         (claimed["node_id"],),
     )
     assert intent == "PREPARED"  # the signed transaction may be out
-    return str(claimed["claim_secret"])
+    return str(claimed["claim_secret"]), "QT021"
 
 
 @pytest.mark.parametrize(
@@ -133,12 +136,12 @@ def unknown_by_failed_submit_after_prepare(conn: Conn, claimed: dict[str, Any]) 
     ids=["fatal-observe", "unknown-outcome", "retryable-failure-after-prepare"],
 )
 def test_unknown_side_effect_is_never_dispatched_again(
-    conn: Conn, make_unknown: Callable[[Conn, dict[str, Any]], str]
+    conn: Conn, make_unknown: Callable[[Conn, dict[str, Any]], tuple[str, str]]
 ) -> None:
     mid = create_started(conn, plan(node("transfer")), "in-doubt")
     (claimed,) = claim(conn)
     node_id = claimed["node_id"]
-    secret = make_unknown(conn, claimed)  # the current claim's: only the state is wrong
+    secret, refusal = make_unknown(conn, claimed)
     assert node_states(conn, mid) == {"transfer": "UNKNOWN"}
 
     # many dispatcher rounds, hours to a month later: never handed out
@@ -153,10 +156,11 @@ def test_unknown_side_effect_is_never_dispatched_again(
 
     # no dispatcher or observer call moves it either
     raises(
-        "QT021", conn, "SELECT complete_submit(%s, %s, 'ref', p_settled => true)", (node_id, secret)
+        refusal, conn, "SELECT complete_submit(%s, %s, 'ref', p_settled => true)", (node_id, secret)
     )
-    raises("QT021", conn, "SELECT fail_submit(%s, %s, 'x', true)", (node_id, secret))
-    raises("QT021", conn, "SELECT complete_observe(%s, %s, 'COMPLETED')", (node_id, secret))
+    raises(refusal, conn, "SELECT fail_submit(%s, %s, 'x', true)", (node_id, secret))
+    # (a dispatcher's secret never proves an observer's claim)
+    raises("QT030", conn, "SELECT complete_observe(%s, %s, 'COMPLETED')", (node_id, secret))
     assert conn.execute("SELECT * FROM claim_observe(%s, 'obs')", (node_id,)).fetchall() == []
     assert node_row(conn, node_id)["node_state"] == "UNKNOWN"
 
@@ -450,13 +454,14 @@ def test_an_observer_with_a_wrong_secret_changes_nothing(conn: Conn) -> None:
     (claimed,) = claim(conn)
     submit(conn, claimed)
     set_clock(conn, 42)
-    secret = scalar(
+    stolen = scalar(
         conn, "SELECT claim_secret FROM claim_observe(%s, 'obs')", (claimed["node_id"],)
     )
 
     before = snapshot(conn)
-    # the dispatcher's secret (the claim before), and one no claim handed out
-    for wrong in (claimed["claim_secret"], forged_secret()):
+    # the dispatcher's secret (the claim before), one no claim handed out, and an
+    # observer's claim's own secret outside the transaction that claimed
+    for wrong in (claimed["claim_secret"], forged_secret(), stolen):
         raises(
             "QT030",
             conn,
@@ -464,11 +469,15 @@ def test_an_observer_with_a_wrong_secret_changes_nothing(conn: Conn) -> None:
             (claimed["node_id"], wrong),
         )
     assert snapshot(conn) == before
-    state = scalar(
-        conn,
-        "SELECT node_state::text FROM complete_observe(%s, %s, 'COMPLETED')",
-        (claimed["node_id"], secret),
-    )
+    with conn.transaction():
+        secret = scalar(
+            conn, "SELECT claim_secret FROM claim_observe(%s, 'obs')", (claimed["node_id"],)
+        )
+        state = scalar(
+            conn,
+            "SELECT node_state::text FROM complete_observe(%s, %s, 'COMPLETED')",
+            (claimed["node_id"], secret),
+        )
     assert state == "COMPLETED"
 
 

@@ -14,7 +14,11 @@ every runner procedure but holds no claim on the node). What the thief tries:
 - reading the secret: a reader login (operators are members) finds it in no
   table and no view; the node holds only its SHA-256;
 - guessing it: every claim hands out a fresh 64-hex-character secret (244
-  random bits), so no two claims share one, not even two of the same node;
+  random bits; an observer's claim, a MAC under a key only the owner reads),
+  so no two claims share one, not even two of the same node;
+- stealing an observer's: its claim writes nothing and its secret proves that
+  claim's transaction only, so the right secret presented from another
+  transaction is refused like a forged one;
 - waiting the owner out: a batch call presenting a wrong secret for a node
   another transaction holds neither waits for the lock nor takes it (with the
   right secret the same call waits: the lock is real).
@@ -133,6 +137,8 @@ def owned(conn: Conn, owner: Conn, call: str) -> Target:
     if call in ON_OBSERVED:
         owner.execute("SELECT complete_submit(%s, %s, 'ref')", (node_id, dispatched))
         pin_clock(owner, iso_at(60))
+        # an observer's claim lives in its transaction: left open, as the observer's is
+        owner.execute("BEGIN")
         [(secret,)] = owner.execute(
             "SELECT claim_secret FROM claim_observe(%s, 'observer-1')", (node_id,)
         ).fetchall()
@@ -213,10 +219,20 @@ def test_no_forged_stale_or_malformed_secret_completes_another_claim(
         assert target.secret not in said.lower(), f"{call} with {forgery} showed the secret"
         assert hash_hex not in said.lower(), f"{call} with {forgery} showed the hash"
 
+    if call in ON_OBSERVED:
+        # the right secret, stolen: an observer's claim proves its own transaction only
+        before = snapshot(conn)
+        code, said = attempt(thief_conn, call, target.node_id, target.secret)
+        assert code == "QT030", said
+        assert snapshot(conn) == before
+
     # the owner, presenting its secret, is accepted: the refusals above were the secret's
     code, said = attempt(owner_conn, call, target.node_id, target.secret)
     assert code is None, said
     assert target.secret not in said
+    if call in ON_OBSERVED:
+        owner_conn.execute("COMMIT")
+        assert node_row(conn, target.node_id)["node_state"] == "COMPLETED"
 
 
 def test_each_claim_hands_out_a_fresh_secret_of_at_least_128_random_bits(
@@ -235,13 +251,21 @@ def test_each_claim_hands_out_a_fresh_secret_of_at_least_128_random_bits(
     # and so do the observer's and recovery's claims
     runner.execute("SELECT complete_submit(%s, %s, 'ref')", (ids[1], secrets[1]))
     pin_clock(runner, iso_at(60))
-    [(observed,)] = runner.execute(
-        "SELECT claim_secret FROM claim_observe(%s, 'o')", (ids[1],)
-    ).fetchall()
-    secrets.append(observed)
+    # an observer's claim, twice (each in a transaction of its own, at one claim_token)
+    observed = [
+        runner.execute("SELECT claim_secret FROM claim_observe(%s, 'o')", (ids[1],)).fetchall()[0][
+            0
+        ]
+        for _ in range(2)
+    ]
+    secrets.extend(observed)
     pin_clock(runner, iso_at(3600))
-    recovered = runner.execute("SELECT claim_secret FROM claim_recovery_nodes('r', 100)")
-    secrets.extend(s for (s,) in recovered.fetchall())
+    recovered = dict(
+        runner.execute(
+            "SELECT node_id, claim_secret FROM claim_recovery_nodes('r', 100)"
+        ).fetchall()
+    )
+    secrets.extend(recovered.values())
 
     assert len(secrets) > 30
     assert all(SECRET.fullmatch(s) for s in secrets)  # 256 bits of hex, 244 of them random
@@ -250,7 +274,9 @@ def test_each_claim_hands_out_a_fresh_secret_of_at_least_128_random_bits(
     for a, b in itertools.combinations(secrets, 2):
         assert bin(int(a, 16) ^ int(b, 16)).count("1") > 64
     # the node holds the SHA-256 of its current claim's secret, nothing else
-    assert node_row(conn, ids[1])["claim_hash"] == sha256(observed)
+    assert node_row(conn, ids[2])["claim_hash"] == sha256(recovered[ids[2]])
+    # an observer's claim stores nothing: the node keeps the dispatcher's hash
+    assert node_row(conn, ids[1])["claim_hash"] == sha256(secrets[1])
 
 
 def test_a_reader_finds_only_the_hash_of_a_live_secret(
@@ -322,27 +348,36 @@ def test_a_wrong_secret_never_waits_for_nor_takes_a_node_another_transaction_hol
     movement = node_row(conn, target.node_id)["request_id"]
     before = snapshot(conn, ["movement_requests", "movement_request_nodes", "node_intents"])
 
-    holder = bind(db.connect(autocommit=False))  # a completion in progress, say
-    holder.execute("SELECT 1 FROM movement_requests WHERE id = %s FOR UPDATE", (movement,))
-    holder.execute(
-        "SELECT 1 FROM movement_request_nodes WHERE id = %s FOR UPDATE", (target.node_id,)
-    )
-    for runner in (thief_conn, owner_conn):
-        runner.execute("SET lock_timeout = '300ms'")
-
-    # the right secret waits for the holder: the lock is real, and would time out
-    with pytest.raises(psycopg.errors.LockNotAvailable):
-        owner_conn.execute(CALLS[call][0], (target.node_id, target.secret))
+    release: Callable[[], object]
+    if call in ON_OBSERVED:
+        # an observer's claim: its own transaction holds the node, and only there
+        # does its secret prove anything (stolen, the right one is a wrong one)
+        presented = [forged_secret(), target.secret]
+        release = lambda: owner_conn.execute("ROLLBACK")  # noqa: E731
+    else:
+        holder = bind(db.connect(autocommit=False))  # a completion in progress, say
+        holder.execute("SELECT 1 FROM movement_requests WHERE id = %s FOR UPDATE", (movement,))
+        holder.execute(
+            "SELECT 1 FROM movement_request_nodes WHERE id = %s FOR UPDATE", (target.node_id,)
+        )
+        owner_conn.execute("SET lock_timeout = '300ms'")
+        # the right secret waits for the holder: the lock is real, and would time out
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            owner_conn.execute(CALLS[call][0], (target.node_id, target.secret))
+        presented = [forged_secret()]
+        release = holder.rollback
+    thief_conn.execute("SET lock_timeout = '300ms'")
     # a wrong one is refused at once, in a transaction that then holds nothing of it
     with thief_conn.transaction():
-        try:
-            with thief_conn.transaction():  # a savepoint: a raised refusal leaves the rest
-                rows = thief_conn.execute(CALLS[call][0], (target.node_id, forged_secret()))
-                code = rows.fetchall()[0][2]
-        except psycopg.Error as exc:
-            code = exc.sqlstate
-        assert code == "QT030"
-        holder.rollback()
+        for secret in presented:
+            try:
+                with thief_conn.transaction():  # a savepoint: a raised refusal leaves the rest
+                    rows = thief_conn.execute(CALLS[call][0], (target.node_id, secret))
+                    code = rows.fetchall()[0][2]
+            except psycopg.Error as exc:
+                code = exc.sqlstate
+            assert code == "QT030"
+        release()
         free = bind(db.connect(autocommit=False))
         free.execute("SET lock_timeout = '300ms'")
         free.execute("SELECT 1 FROM movement_requests WHERE id = %s FOR UPDATE NOWAIT", (movement,))
@@ -352,3 +387,16 @@ def test_a_wrong_secret_never_waits_for_nor_takes_a_node_another_transaction_hol
         )
         free.rollback()
     assert snapshot(conn, ["movement_requests", "movement_request_nodes", "node_intents"]) == before
+
+
+@pytest.mark.parametrize("role", ["runner", "operator", "reader"])
+def test_no_network_login_reads_the_key_an_observers_secret_is_made_with(
+    db: TestDatabase, role: str
+) -> None:
+    login = db.login(f"key_{role}", f"qtg_testnet_{role}")
+    who = bind(db.connect(login.dsn))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        who.execute("SELECT * FROM qtg.claim_proof_key")
+    # nor may it call the routine that makes the secret (internal: no grant)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        who.execute("SELECT testnet.observe_claim_secret(1, 1, pg_current_xact_id())")

@@ -1,10 +1,11 @@
 -- lock_claimed_nodes: the guard every completion call starts with. Internal.
 -- Checks the node ids (at most 1000, each once, none NULL, one claim secret
 -- each: QT002, and nothing is locked), hashes each secret once (claim_hash),
--- then locks the movements of the nodes whose claim_hash matches, then those
--- nodes, each in id order (the documented lock order; id order keeps two
+-- then locks the movements of the nodes whose current claim the secret proves
+-- (claim_held: the stored claim_hash, or an observer's claim of this
+-- transaction; with p_stored false, only the latter), then those nodes, each in id order (the documented lock order; id order keeps two
 -- callers from waiting on each other in a cycle). Rows are locked by id AND
--- hash: a node presented with a wrong secret is never locked, so a forged
+-- proof: a node presented with a wrong secret is never locked, so a forged
 -- call neither waits for the node's owner nor holds it up. Then each element
 -- is checked against the node as it is once locked, by claim_refusals (QT002
 -- a malformed secret, QT011 no such node, QT030 a stale claim or, with
@@ -23,7 +24,8 @@ CREATE OR REPLACE FUNCTION lock_claimed_nodes(
     p_node_ids      bigint[],
     p_claim_secrets text[],
     p_states        qtg.node_state[],
-    p_live_lease    boolean DEFAULT false
+    p_live_lease    boolean DEFAULT false,
+    p_stored        boolean DEFAULT true
 ) RETURNS TABLE (error_codes text[], error_messages text[])
 LANGUAGE plpgsql
 ROWS 1
@@ -56,19 +58,20 @@ BEGIN
     PERFORM 1 FROM movement_requests r
      WHERE r.id IN (SELECT n.request_id
                       FROM unnest(p_node_ids, v_hashes) AS u(node_id, claim_hash)
-                      JOIN movement_request_nodes n ON n.id = u.node_id AND n.claim_hash = u.claim_hash)
+                      JOIN movement_request_nodes n
+                        ON n.id = u.node_id AND claim_held(u.claim_hash, n.claim_hash, n.id, n.claim_token, p_stored))
      ORDER BY r.id
        FOR UPDATE;
     PERFORM 1 FROM movement_request_nodes n
       JOIN unnest(p_node_ids, v_hashes) AS u(node_id, claim_hash)
-        ON n.id = u.node_id AND n.claim_hash = u.claim_hash
+        ON n.id = u.node_id AND claim_held(u.claim_hash, n.claim_hash, n.id, n.claim_token, p_stored)
      ORDER BY n.id
        FOR UPDATE OF n;
 
-    -- a node locked above still has the hash it was locked by; any other was
-    -- not locked, and no claim can have given it that hash since
+    -- a node locked above is still held by the claim it was locked by; any
+    -- other was not locked, and no claim can have given it that claim since
     RETURN QUERY
     SELECT array_agg(c.code ORDER BY c.ord), array_agg(c.message ORDER BY c.ord)
-      FROM claim_refusals(p_call, p_node_ids, v_hashes, p_states, p_live_lease, v_now) AS c;
+      FROM claim_refusals(p_call, p_node_ids, v_hashes, p_states, p_live_lease, v_now, p_stored) AS c;
 END
 $$;

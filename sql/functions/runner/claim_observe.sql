@@ -2,9 +2,10 @@
 -- node of claim_observe_batch, which holds the rules (every candidate predicate
 -- repeated under FOR UPDATE OF movement_request_nodes, movement_requests SKIP
 -- LOCKED, in a subtransaction rolled back on a miss, so no stray node lock
--- survives it). SUBMITTED | OBSERVING stay as they are; the claim hands the
--- observer a new claim secret (complete_observe's proof; the node keeps its
--- claim_hash) and bumps the claim counter (claim_token). No row when the node
+-- survives it). SUBMITTED | OBSERVING stay as they are and the claim writes
+-- nothing; it hands the observer a secret (complete_observe's proof) good in
+-- this transaction only, until the report bumps the claim counter
+-- (claim_token). No row when the node
 -- no longer qualifies or another session holds it or its request. On a hit,
 -- both locks stay with the caller's transaction through the executor's
 -- observe() and complete_observe()'s commit.

@@ -1,8 +1,11 @@
 -- claim_observe_batch: stage two of the observer's claim, for some advisory IDs
 -- (observe_candidates) in one call: each ID claimed on its own, as the seed's
--- per-ID claim. SUBMITTED | OBSERVING stay as they are; each claim hands the
--- observer a new claim secret (complete_observe_batch's proof; the node keeps
--- its claim_hash) and bumps the claim counter (claim_token).
+-- per-ID claim. SUBMITTED | OBSERVING stay as they are, and the claim writes
+-- nothing: its locks hold the node until the transaction ends, and the secret
+-- it hands the observer (complete_observe_batch's proof) is a MAC of the node,
+-- its claim_token and this transaction (observe_claim_secret), good in this
+-- transaction only and until the report bumps the claim counter (claim_token).
+-- A poll that finds nothing thus writes one version of the node: the report's.
 --
 -- For each ID, in id order (each once; NULLs are no node): every candidate
 -- predicate (and the movement scope; a quarantined node is never claimed) is
@@ -90,26 +93,16 @@ BEGIN
         RETURN;
     END IF;
 
+    -- the claim writes nothing: the locks above are its hold, and the secret
+    -- proves this transaction's claim at the node's claim_token
     RETURN QUERY
-    WITH fresh AS (
-        SELECT u.id, claim_secret() AS secret
-          FROM unnest(v_claimed) AS u(id)
-    ), claimed AS (
-        UPDATE movement_request_nodes node
-           SET claim_token = node.claim_token + 1,
-               claim_hash  = claim_hash(fresh.secret),
-               claimed_by  = p_worker,
-               claimed_at  = v_now
-          FROM fresh
-         WHERE node.id = fresh.id
-        RETURNING node.*, fresh.secret
-    )
-    SELECT claimed.id, claimed.request_id, claimed.secret, claimed.node_key, claimed.executor_key,
-           claimed.node_config, claimed.lane, claimed.external_ref, claimed.observe_started_at,
-           claimed.observe_count, request.amount, request.asset,
-           intent_document(claimed.id)
-      FROM claimed
-      JOIN movement_requests request ON request.id = claimed.request_id
-     ORDER BY claimed.id;
+    SELECT node.id, node.request_id, observe_claim_secret(node.id, node.claim_token, pg_current_xact_id()),
+           node.node_key, node.executor_key, node.node_config, node.lane, node.external_ref,
+           node.observe_started_at, node.observe_count, request.amount, request.asset,
+           intent_document(node.id)
+      FROM movement_request_nodes node
+      JOIN movement_requests request ON request.id = node.request_id
+     WHERE node.id = ANY (v_claimed)
+     ORDER BY node.id;
 END
 $$;

@@ -12,12 +12,13 @@ CREATE OR REPLACE FUNCTION complete_observe(
     p_claim_secret        text,
     p_outcome             text,
     p_evidence            jsonb DEFAULT NULL,
-    p_retry_after_seconds numeric DEFAULT NULL
+    p_retry_after_seconds numeric DEFAULT NULL,
+    p_worker              text DEFAULT NULL
 ) RETURNS TABLE (node_state qtg.node_state, observe_phase qtg.observe_phase, next_observe_at timestamptz)
 LANGUAGE sql
 AS $$
     SELECT r.node_state, r.observe_phase, r.next_observe_at
       FROM complete_observe_batch(ARRAY[p_node_id], ARRAY[p_claim_secret], ARRAY[p_outcome],
-                                  ARRAY[p_evidence], ARRAY[p_retry_after_seconds]) r,
+                                  ARRAY[p_evidence], ARRAY[p_retry_after_seconds], p_worker) r,
            raise_node_error(r.error_code, r.error_message);
 $$;

@@ -63,7 +63,8 @@ CREATE OR REPLACE FUNCTION complete_observe_batch(
     p_claim_secrets       text[],
     p_outcomes            text[],
     p_evidence            jsonb[] DEFAULT NULL,
-    p_retry_after_seconds numeric[] DEFAULT NULL
+    p_retry_after_seconds numeric[] DEFAULT NULL,
+    p_worker              text DEFAULT NULL
 ) RETURNS TABLE (node_id bigint, node_state qtg.node_state, observe_phase qtg.observe_phase,
                  next_observe_at timestamptz, error_code text, error_message text)
 LANGUAGE plpgsql
@@ -80,6 +81,9 @@ DECLARE
     v_round    integer;
     v_held_cap numeric := coalesce((SELECT max_observe_held_seconds FROM engine_limits), 21600);
 BEGIN
+    IF p_worker IS NOT NULL THEN
+        PERFORM check_worker('complete_observe', p_worker);
+    END IF;
     PERFORM check_arrays('complete_observe_batch', v_n,
                          ARRAY[cardinality(p_claim_secrets), cardinality(p_outcomes)],
                          ARRAY[cardinality(p_evidence), cardinality(p_retry_after_seconds)]);
@@ -87,7 +91,8 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO v_codes, v_messages
-      FROM lock_claimed_nodes('complete_observe', p_node_ids, p_claim_secrets, '{SUBMITTED,OBSERVING}');
+      FROM lock_claimed_nodes('complete_observe', p_node_ids, p_claim_secrets, '{SUBMITTED,OBSERVING}',
+                              p_stored => false);   -- an observer's claim of this transaction, only
     -- the runner's arguments, each node's on its own, ahead of the guard's
     -- refusal: an outcome from the list, a hint not negative (QT002) and within
     -- engine_limits (QT005)
@@ -121,7 +126,8 @@ BEGIN
     FOREACH v_round IN ARRAY apply_rounds(v_codes) LOOP
         BEGIN
             WITH given AS (
-                SELECT i.ord, i.outcome, i.evidence, n.id AS node_id, n.request_id, n.lane, n.claimed_by,
+                SELECT i.ord, i.outcome, i.evidence, n.id AS node_id, n.request_id, n.lane,
+                       coalesce(p_worker, n.claimed_by) AS claimed_by,
                        n.node_state AS from_state, n.observe_started_at, n.submitted_at, n.last_observed_at,
                        n.next_observe_at AS due_at, n.observe_held_seconds AS held,
                        -- a failed or held call waits the lane's error delay unless the executor hinted
@@ -177,6 +183,11 @@ BEGIN
                        lease_until      = CASE WHEN t.to_state = 'UNKNOWN' THEN v_now END,
                        finished_at      = CASE WHEN t.to_state IN ('COMPLETED', 'FAILED') THEN v_now END,
                        lost_claims      = 0,   -- the node got as far as an observation
+                       -- one report a claim; no secret handed out before holds it
+                       claim_token      = n.claim_token + 1,
+                       claim_hash       = NULL,
+                       claimed_by       = t.claimed_by,
+                       claimed_at       = v_now,
                        updated_at       = v_now
                   FROM taken t
                  WHERE n.id = t.node_id
