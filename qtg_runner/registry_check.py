@@ -16,6 +16,9 @@ question, registered beside found:
     CCIP lane          the Router's isChainSupported(destination selector)
                        and getOnRamp(destination selector) per lane
     Stargate pool      the pool's token(): the chain's registered USDC
+    Multicall3         code at MULTICALL3, where the runner asks its reads
+                       together; a note, not a mismatch, when there is none
+                       (the runner then asks them one call at a time)
 
 A chain whose RPC cannot be reached (or whose variable is unset) answers one
 failing fact and is not asked more. Nothing here signs or writes anything.
@@ -26,14 +29,14 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
 
-from qtg_runner.chains.evm_rpc import EvmRpc, EvmRpcError
+from qtg_runner.chains.evm_rpc import MULTICALL3, EvmRpc, EvmRpcError
 
 __all__ = ["Fact", "RegisteredChain", "UnknownChain", "check_registry", "read_registry"]
 
@@ -46,10 +49,18 @@ class Fact:
     subject: str
     registered: str
     found: str
+    required: bool = True
+    """False for what the engine works without, more slowly (Multicall3): a
+    finding that differs is a note, and does not fail the check."""
 
     @property
     def ok(self) -> bool:
         return self.registered == self.found
+
+    @property
+    def fails(self) -> bool:
+        """A mismatch that fails the check."""
+        return self.required and not self.ok
 
 
 @dataclass(frozen=True)
@@ -201,6 +212,9 @@ async def check_chain(chain: RegisteredChain, rpc: EvmRpc) -> list[Fact]:
         facts.append(
             await _ask(chain, f"code at {address} ({what})", "a contract", reader.code(address))
         )
+    subject = f"code at {MULTICALL3} (Multicall3: reads asked together)"
+    multicall = await _ask(chain, subject, "a contract", reader.code(MULTICALL3))
+    facts.append(replace(multicall, required=False))
     for symbol, (address, decimals) in chain.tokens.items():
         facts.append(
             await _ask(

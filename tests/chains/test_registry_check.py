@@ -4,7 +4,9 @@ made wrong as an admin could type it (another chain id, an address with no
 contract, another CCTP domain, a CCIP OnRamp or a Stargate pool token that
 is not the one deployed), and the check says which fact fails and exits 1.
 The chains are real (anvil, with the protocols' doubles deployed); the
-registry rows are changed with SQL, as a typo would have them."""
+registry rows are changed with SQL, as a typo would have them. A chain
+without Multicall3 is a note, not a mismatch: the runner reads it one call at
+a time."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from evm_support import register_world, superuser
 from typer.testing import CliRunner
 
 from qtg_cli import app
+from qtg_runner.chains.evm_rpc import MULTICALL3
+from qtg_world.chains.local import place_multicall3, rpc
 
 pytestmark = pytest.mark.slow
 
@@ -65,6 +69,7 @@ def test_a_registry_as_deployed_holds_fact_by_fact(
         assert any("(cctp TokenMessengerV2)" in line for line in said)
         assert any("CCIP Router getOnRamp" in line for line in said)
         assert any("Stargate pool token()" in line for line in said)
+        assert any(f"code at {MULTICALL3} (Multicall3" in line for line in said)
     assert lines[-1] == f"{len(facts)} of {len(facts)} facts hold"
 
 
@@ -128,3 +133,19 @@ def test_an_unset_rpc_variable_and_an_unknown_chain_are_said_plainly(
 
     code, lines = check(db, local_chain_set, "--chain", "no-such-chain")
     assert code == 2
+
+
+def test_a_chain_without_multicall3_is_a_note_not_a_mismatch(
+    db: TestDatabase, local_chain_set: LocalChainSet, registered: psycopg.Connection[Any]
+) -> None:
+    first = local_chain_set.chains[0]
+    rpc(first.rpc_url, "anvil_setCode", [MULTICALL3, "0x"])
+    try:
+        code, lines = check(db, local_chain_set, "--chain", first.key)
+    finally:
+        place_multicall3(first)
+    assert code == 0, "\n".join(lines)
+    assert mismatches(lines) == []
+    [note] = [line for line in lines if line.startswith("NOTE")]
+    assert f"code at {MULTICALL3} (Multicall3" in note and "one call at a time" in note
+    assert lines[-1].endswith(", 1 noted")
