@@ -21,9 +21,14 @@ import time
 from eth_abi.abi import encode as abi_encode
 from eth_utils.crypto import keccak
 
-from qtg_runner.chains.cctp_client import allowance
 from qtg_runner.chains.errors import ChainError
-from qtg_runner.chains.evm import build_call, estimate_gas, normalize_address, suggest_fees
+from qtg_runner.chains.evm import (
+    allowance,
+    build_call,
+    estimate_gas,
+    normalize_address,
+    suggest_fees,
+)
 from qtg_runner.chains.evm_rpc import EvmRpc
 from qtg_runner.signers import Signer
 

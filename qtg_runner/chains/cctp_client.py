@@ -1,7 +1,6 @@
 """What the CCTP v2 executors say to the chains and to Circle's attestation
 service (Iris): the calldata of ``depositForBurn``, ``receiveMessage``,
-``usedNonces``, v2.1's ``minFee`` and ERC-20 ``allowance``; the
-``DepositForBurn`` and ``MessageReceived`` events decoded from logs, and a
+``usedNonces`` and v2.1's ``minFee``; the and ``MessageReceived`` events decoded from logs, and a
 search for logs in block ranges a provider accepts; and an Iris client
 (messages, and re-attestation of an expired fast message).
 
@@ -41,7 +40,6 @@ __all__ = [
     "IrisClient",
     "IrisStatus",
     "MessageReceived",
-    "allowance",
     "decode_deposit_for_burn",
     "decode_message_received",
     "decode_receive_message",
@@ -57,7 +55,6 @@ DEPOSIT_FOR_BURN = bytes.fromhex("8e0250ee")
 """depositForBurn(uint256,uint32,bytes32,address,bytes32,uint256,uint32)."""
 _RECEIVE_MESSAGE = keccak(text="receiveMessage(bytes,bytes)")[:4]
 _USED_NONCES = keccak(text="usedNonces(bytes32)")[:4]
-_ALLOWANCE = keccak(text="allowance(address,address)")[:4]
 _MIN_FEE = keccak(text="minFee()")[:4]
 MIN_FEE_MULTIPLIER = 10_000_000
 """v2.1's minFee unit: 1/1000 of a basis point."""
@@ -162,19 +159,6 @@ async def used_nonce(rpc: EvmRpc, transmitter: str, nonce: bytes) -> bool:
     """``MessageTransmitterV2.usedNonces(nonce) == 1``: the message was minted."""
     out = await rpc.call(normalize_address(transmitter), _USED_NONCES + nonce)
     return int.from_bytes(out[-32:], "big") != 0 if out else False
-
-
-async def allowance(
-    rpc: EvmRpc, token: str, owner: str, spender: str, *, max_age_s: float = 0.0
-) -> int:
-    """``token.allowance(owner, spender)``, the latest at most once per
-    ``max_age_s`` (EvmRpc.call)."""
-    out = await rpc.call(
-        normalize_address(token),
-        _ALLOWANCE + abi_encode(["address", "address"], [owner, spender]),
-        max_age_s=max_age_s,
-    )
-    return int.from_bytes(out[-32:], "big") if out else 0
 
 
 def _topic_address(topic: str) -> str:

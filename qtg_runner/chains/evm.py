@@ -116,6 +116,7 @@ def tx_hash_of(raw: bytes) -> str:
 ERC20_TRANSFER = keccak(text="transfer(address,uint256)")[:4]
 """0xa9059cbb"""
 ERC20_BALANCE_OF = keccak(text="balanceOf(address)")[:4]
+ERC20_ALLOWANCE = keccak(text="allowance(address,address)")[:4]
 """0x70a08231"""
 TRANSFER_TOPIC = "0x" + keccak(text="Transfer(address,address,uint256)").hex()
 """topic0 of ``Transfer(address indexed from, address indexed to, uint256 value)``."""
@@ -156,6 +157,25 @@ async def balance_of(
     if len(out) != 32:
         raise RpcBadResponse(
             f"balanceOf on {normalize_address(token)} answered {len(out)} bytes, not 32: "
+            "is it an ERC-20 contract on this chain?"
+        )
+    return int.from_bytes(out, "big")
+
+
+async def allowance(
+    rpc: EvmRpc, token: str, owner: str, spender: str, *, max_age_s: float = 0.0
+) -> int:
+    """``token.allowance(owner, spender)``: what ``spender`` may pull from
+    ``owner`` (the latest at most once per ``max_age_s``: EvmRpc.call);
+    RpcBadResponse when ``token`` answers no word (no contract there)."""
+    out = await rpc.call(
+        normalize_address(token),
+        ERC20_ALLOWANCE + _word_address(owner) + _word_address(spender),
+        max_age_s=max_age_s,
+    )
+    if len(out) != 32:
+        raise RpcBadResponse(
+            f"allowance on {normalize_address(token)} answered {len(out)} bytes, not 32: "
             "is it an ERC-20 contract on this chain?"
         )
     return int.from_bytes(out, "big")

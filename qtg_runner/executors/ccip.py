@@ -75,7 +75,7 @@ from qtg_runner.chains.ccip import (
     fee_with_margin,
     get_fee_calldata,
 )
-from qtg_runner.chains.evm import Fees, balance_of
+from qtg_runner.chains.evm import Fees, allowance, balance_of
 from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
 from qtg_runner.db import procs
 from qtg_runner.executors import evm_tx
@@ -92,7 +92,6 @@ from qtg_runner.executors.base import (
 STRANDED_RETRY_S = 60.0
 """How often a send whose execution FAILED is looked at again (the reaper acts)."""
 GAS_HEADROOM = 1.25
-_ALLOWANCE = bytes.fromhex("dd62ed3e")  # allowance(address,address)
 
 
 @dataclass(frozen=True)
@@ -183,18 +182,15 @@ class CcipExecutor(evm_tx.EvmExecutor):
                 route.leg,
                 rpc,
                 balance_of(rpc, route.token_address, route.leg.sender, max_age_s=recent),
-                rpc.call(
-                    route.token_address,
-                    _ALLOWANCE + _word(route.leg.sender) + _word(route.router),
-                    max_age_s=recent,
+                allowance(
+                    rpc, route.token_address, route.leg.sender, route.router, max_age_s=recent
                 ),
             )
-            allowance = int.from_bytes(allowed, "big")
             await self._fee(rpc, route)
         evm_tx.require_tokens(route.leg, held, route.amount_units, None, self.sends)
-        if allowance < route.amount_units:
+        if allowed < route.amount_units:
             raise ExecutorError(
-                f"the CCIP Router {route.router} on {route.leg.chain_key} may take {allowance} "
+                f"the CCIP Router {route.router} on {route.leg.chain_key} may take {allowed} "
                 f"base units of {route.leg.sender}'s token, the send needs {route.amount_units}: "
                 "the treasury's standing approval of the Router is short (`qtg chains up` sets it "
                 "on the local chains)",

@@ -58,13 +58,12 @@ from qtg_runner.chains.cctp import CctpMessage, address_to_bytes32
 from qtg_runner.chains.cctp_client import (
     IrisClient,
     IrisStatus,
-    allowance,
     decode_deposit_for_burn,
     deposit_for_burn_calldata,
     min_fee_amount,
     parse_message,
 )
-from qtg_runner.chains.evm import balance_of
+from qtg_runner.chains.evm import allowance, balance_of
 from qtg_runner.db import procs
 from qtg_runner.executors import evm_tx
 from qtg_runner.executors.base import (

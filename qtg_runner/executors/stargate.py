@@ -58,7 +58,7 @@ from typing import Any
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
 
-from qtg_runner.chains.evm import balance_of, normalize_address
+from qtg_runner.chains.evm import allowance, balance_of, normalize_address
 from qtg_runner.chains.evm_rpc import EvmRpc, Log, Receipt
 from qtg_runner.db import procs
 from qtg_runner.executors import evm_tx
@@ -84,7 +84,6 @@ SEND_PARAM = "(uint32,bytes32,uint256,uint256,bytes,bytes,bytes)"
 SEND = _selector(f"send({SEND_PARAM},(uint256,uint256),address)")
 QUOTE_OFT = _selector(f"quoteOFT({SEND_PARAM})")
 QUOTE_SEND = _selector(f"quoteSend({SEND_PARAM},bool)")
-ALLOWANCE = _selector("allowance(address,address)")
 
 OFT_SENT_TOPIC = _topic("OFTSent(bytes32,uint32,address,uint256,uint256)")
 OFT_RECEIVED_TOPIC = _topic("OFTReceived(bytes32,uint32,address,uint256)")
@@ -181,19 +180,14 @@ class StargateExecutor(evm_tx.EvmExecutor):
         rpc = self._evm.rpc(row.chain_key, row.rpc_url_env)
         recent = evm_tx.shared_for(source)
         async with evm_tx.chain_errors(source.chain_key):
-            held, raw = await evm_tx.read_together(
+            held, allowed = await evm_tx.read_together(
                 source,
                 rpc,
                 balance_of(rpc, row.token_address, row.sender, max_age_s=recent),
-                rpc.call(
-                    row.token_address,
-                    ALLOWANCE + encode(["address", "address"], [row.sender, row.src_pool]),
-                    max_age_s=recent,
-                ),
+                allowance(rpc, row.token_address, row.sender, row.src_pool, max_age_s=recent),
             )
             evm_tx.require_tokens(source, held, int(row.amount_units), row.token, "send")
-            (allowed,) = decode(["uint256"], raw)
-            if int(allowed) < int(row.amount_units):
+            if allowed < int(row.amount_units):
                 raise ExecutorError(
                     f"{row.sender} allows the Stargate pool {row.src_pool} on {row.chain_key} "
                     f"{allowed} base units of {row.token}, the send needs {row.amount_units}: "

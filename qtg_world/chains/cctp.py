@@ -31,8 +31,8 @@ from eth_keys.datatypes import PrivateKey
 
 from qtg_runner.chains.cctp import address_to_bytes32
 from qtg_runner.chains.cctp_allowance import set_burn_allowance
-from qtg_runner.chains.cctp_client import allowance
 from qtg_runner.chains.errors import ChainError
+from qtg_runner.chains.evm import allowance
 from qtg_runner.chains.evm_rpc import EvmRpc
 from qtg_runner.signers import Signer, load_async
 from qtg_world.chains.keys import LocalKey, ensure_treasury_keys, read_password

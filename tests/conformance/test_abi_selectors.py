@@ -136,7 +136,6 @@ SELECTORS = [
     Hashed(CCTP, "DEPOSIT_FOR_BURN", "function", _tm, "depositForBurn"),
     Hashed(CCTP, "_RECEIVE_MESSAGE", "function", _mt, "receiveMessage"),
     Hashed(CCTP, "_USED_NONCES", "function", _mt, "usedNonces"),
-    Hashed(CCTP, "_ALLOWANCE", "function", usdc, "allowance"),
     Hashed(CCTP, "_MIN_FEE", "function", _tm_v2_1, "minFee"),
     Hashed(CCTP, "DEPOSIT_FOR_BURN_TOPIC", "event", _tm, "DepositForBurn"),
     Hashed(CCTP, "MESSAGE_SENT_TOPIC", "event", _mt, "MessageSent"),
@@ -146,6 +145,7 @@ SELECTORS = [
     # ERC-20: Circle's USDC
     Hashed("qtg_runner.chains.evm", "ERC20_TRANSFER", "function", usdc, "transfer"),
     Hashed("qtg_runner.chains.evm", "ERC20_BALANCE_OF", "function", usdc, "balanceOf"),
+    Hashed("qtg_runner.chains.evm", "ERC20_ALLOWANCE", "function", usdc, "allowance"),
     Hashed("qtg_runner.chains.evm", "TRANSFER_TOPIC", "event", usdc, "Transfer"),
     # Multicall3: the shared reads of a moment (EvmRpc)
     Hashed("qtg_runner.chains.evm_rpc", "_AGGREGATE3", "function", multicall3, "aggregate3"),
@@ -169,12 +169,10 @@ SELECTORS = [
         CCIP_, "EXECUTION_STATE_CHANGED_V1_5_TOPIC", "event", _offramp_v1_5, "ExecutionStateChanged"
     ),
     Hashed(CCIP_, "_GET_EXECUTION_STATE_V1_5", "function", _offramp_v1_5, "getExecutionState"),
-    Hashed("qtg_runner.executors.ccip", "_ALLOWANCE", "function", usdc, "allowance"),
     # Stargate v2: the pool, and TokenMessaging's bus events
     Hashed(SG, "SEND", "function", _pool, "send"),
     Hashed(SG, "QUOTE_OFT", "function", _pool, "quoteOFT"),
     Hashed(SG, "QUOTE_SEND", "function", _pool, "quoteSend"),
-    Hashed(SG, "ALLOWANCE", "function", usdc, "allowance"),
     Hashed(SG, "OFT_SENT_TOPIC", "event", _pool, "OFTSent"),
     Hashed(SG, "OFT_RECEIVED_TOPIC", "event", _pool, "OFTReceived"),
     Hashed(SG, "BUS_RODE_TOPIC", "event", _messaging, "BusRode"),
