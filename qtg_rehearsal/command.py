@@ -162,8 +162,9 @@ def rehearse_cmd(
     is called); prints each step's outcome, gas and fees and the balances
     before and after, and records the summary on the movement. A Stargate
     taxi's packet is verified and executed on the destination's fork, as
-    LayerZero's DVNs and executor would; a CCIP delivery and a Stargate bus
-    (no DON, no planner on a fork) are not: the summary says so. Needs anvil
+    LayerZero's DVNs and executor would (a bus is driven first, as Stargate's
+    planner would); a CCIP delivery (no DON on a fork) is not: the summary
+    says so. Needs anvil
     (`make install`).
 
     With --requested instead of a MOVEMENT: serves the rehearsals asked for

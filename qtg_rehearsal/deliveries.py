@@ -11,9 +11,14 @@ value the packet's executor options ask for, then each compose it queued.
 The same steps serve a fork of a real chain (its ReceiveUln302) and of the
 local chains (their SimpleMessageLib).
 
-A bus is not driven: its passengers wait for Stargate's planner, which does
-not run on a fork (the step's line says so). Each round reads every fork's
-PacketSent since the last round; a packet to a chain that is not forked is
+A bus ride is driven on the source's fork as Stargate's planner would drive
+it (``driveBus`` is permissionless): the bus takes the passengers from the
+head of its queue, so the rehearsal finds the bytes of each ticket queued
+before its own (``BusRode``, read from the chain the fork forks, through the
+relay, a few thousand blocks a search), quotes the drive (``quoteDriveBus``)
+and drives as many buses as it takes to carry its ticket; the bus's packet
+is then delivered as a taxi's is. Each round reads every fork's PacketSent
+and BusRode since the last round; a packet to a chain that is not forked is
 left (there is no destination to deliver on). ``ForkDeliveries(forks,
 stargate)`` starts the rounds in a thread; ``lines()`` says what was
 delivered or could not be; ``stop()`` ends them.
@@ -24,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from eth_utils.address import to_checksum_address
@@ -32,6 +37,7 @@ from eth_utils.crypto import keccak
 
 from qtg_rehearsal.forks import Fork, rpc
 from qtg_world.chains import layerzero
+from qtg_world.chains.stargate import token_messaging_abi
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +54,12 @@ ETHER = 10**21
 MINED_S = 20.0
 _ENDPOINT = keccak(text="endpoint()")[:4]
 """An OApp's endpoint(): TokenMessaging names its chain's EndpointV2."""
+SEARCH_BLOCKS = 2_000
+"""The blocks one search for earlier passengers reads (a provider's range cap
+is seldom lower)."""
+SEARCH_DEPTH = 200_000
+"""How far back before the fork the earlier passengers are looked for; a
+ticket older than that is said, and its bus not driven."""
 
 
 @dataclass
@@ -58,6 +70,12 @@ class _Side:
     endpoint: Any
     w3: Any
     scanned: int
+    messaging: Any = None
+    """Stargate's TokenMessaging on the fork (its buses)."""
+    rides: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    """(destination eid, ticket) -> the passenger's bytes, as BusRode gave them."""
+    searched_to: int | None = None
+    """The oldest block read for earlier passengers (None: none read yet)."""
 
 
 class ForkDeliveries:
@@ -89,7 +107,15 @@ class ForkDeliveries:
                     abi=abi,
                 )
                 side = _Side(
-                    fork.chain_key, fork, int(row["remote_id"]), endpoint, w3, w3.eth.block_number
+                    fork.chain_key,
+                    fork,
+                    int(row["remote_id"]),
+                    endpoint,
+                    w3,
+                    w3.eth.block_number,
+                    w3.eth.contract(
+                        address=Web3.to_checksum_address(messaging), abi=token_messaging_abi()
+                    ),
                 )
                 rpc(fork.anvil_url, "anvil_setBalance", [EXECUTOR, hex(ETHER)])
             except Exception as exc:  # a registry row the fork does not bear out: said
@@ -130,6 +156,7 @@ class ForkDeliveries:
         head = side.w3.eth.block_number
         if head <= side.scanned:
             return
+        self._drive_buses(side, side.scanned + 1, head)
         packets = layerzero.packets_sent(side.w3, side.endpoint.address, side.scanned + 1, head)
         for packet in packets:
             if self._stop.is_set():
@@ -162,6 +189,76 @@ class ForkDeliveries:
                 f"on {destination.chain_key}'s fork (its receive library impersonated)"
             )
         side.scanned = head
+
+    def _drive_buses(self, side: _Side, start: int, head: int) -> None:
+        """Drive the buses that carry the rides taken on ``side``'s fork in
+        blocks ``start`` to ``head`` to a forked chain (see the module)."""
+        rides = _rides(side, start, head)
+        side.rides.update(rides)
+        ours = sorted(key for key in rides if key[0] in self._sides)
+        for eid, ticket in ours:
+            if self._stop.is_set():
+                return
+            try:
+                drive_bus(side, eid, ticket)
+            except Exception as exc:
+                self._lines.append(
+                    f"stargate: the bus from {side.chain_key} to eid {eid} carrying ticket "
+                    f"{ticket} could not be driven on the fork: {str(exc)[:300]}"
+                )
+                continue
+            self._lines.append(
+                f"stargate: the bus from {side.chain_key} to {self._sides[eid].chain_key} "
+                f"carrying ticket {ticket} driven on the fork, as Stargate's planner would"
+            )
+
+
+def _rides(side: _Side, start: int, end: int) -> dict[tuple[int, int], bytes]:
+    """The BusRode of ``side``'s TokenMessaging in blocks ``start`` to ``end``."""
+    found = side.messaging.events.BusRode().get_logs(from_block=start, to_block=end)
+    return {
+        (int(e["args"]["dstEid"]), int(e["args"]["ticketId"])): bytes(e["args"]["passenger"])
+        for e in found
+    }
+
+
+def _passenger(side: _Side, eid: int, ticket: int) -> bytes:
+    """The bytes of ticket ``ticket`` to ``eid``: from the rides read, else from
+    the chain before the fork, searched back SEARCH_BLOCKS at a time (anvil
+    reads blocks before its fork from the forked chain, through the relay)."""
+    while (eid, ticket) not in side.rides:
+        oldest = side.fork.block + 1 if side.searched_to is None else side.searched_to
+        if oldest <= 0 or side.fork.block + 1 - oldest >= SEARCH_DEPTH:
+            raise RuntimeError(
+                f"ticket {ticket}, queued before the rehearsal's, was not found in the "
+                f"{SEARCH_DEPTH:,} blocks before the fork"
+            )
+        start = max(0, oldest - SEARCH_BLOCKS)
+        side.rides.update(_rides(side, start, oldest - 1))
+        side.searched_to = start
+    return side.rides[eid, ticket]
+
+
+def drive_bus(side: _Side, eid: int, ticket: int) -> None:
+    """Drive buses from ``side``'s fork to ``eid``, each with the passengers at
+    the head of the queue (as many as a bus takes), until ``ticket`` has ridden;
+    the driver (EXECUTOR, impersonated) pays the quoted fee."""
+    tm, w3, url = side.messaging, side.w3, side.fork.anvil_url
+    while True:
+        most, _fare, _drop_fare, queued, first = tm.functions.busQueues(eid).call()
+        if ticket < first:
+            return  # driven
+        count = min(int(queued), int(most))
+        if count == 0:
+            raise RuntimeError(f"the queue to eid {eid} is empty, ticket {ticket} not in it")
+        passengers = b"".join(_passenger(side, eid, t) for t in range(first, first + count))
+        fee = int(tm.functions.quoteDriveBus(eid, passengers).call()[0])
+        rpc(url, "anvil_impersonateAccount", [EXECUTOR])
+        try:
+            sent = tm.functions.driveBus(eid, passengers).transact({"from": EXECUTOR, "value": fee})
+            _mined(w3, sent, f"driving the bus to eid {eid} from ticket {first}")
+        finally:
+            rpc(url, "anvil_stopImpersonatingAccount", [EXECUTOR])
 
 
 def deliver(side: _Side, packet: layerzero.Packet) -> None:

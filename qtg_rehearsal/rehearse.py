@@ -16,9 +16,10 @@ An exchange step runs against the local Bybit double on the forks
 (qtg_rehearsal.venues): a rehearsal never calls an exchange. A Stargate
 taxi's packet is verified and executed on the destination's fork as
 LayerZero's DVNs and executor would (qtg_rehearsal.deliveries: the path's
-receive library impersonated). What does not run on a fork is said, never
-passed over: a CCIP send, and a Stargate bus ride, are rehearsed up to
-their source transaction (no DON or Stargate planner runs on a fork).
+receive library impersonated), and a bus ride's bus is driven first, as
+Stargate's planner would. What does not run on a fork is said, never
+passed over: a CCIP send is rehearsed up to its source transaction (no DON
+runs on a fork).
 """
 
 from __future__ import annotations
@@ -58,8 +59,6 @@ from qtg_world.chains.local import RunningChain
 
 FAR_SIDE = {
     "ccip": "delivery not rehearsed: no CCIP DON runs on a fork",
-    "bus": "delivery not rehearsed: a bus waits for Stargate's planner, which does not run "
-    "on a fork",
 }
 """Sends rehearsed up to their source transaction, their delivery not: why
 (far_side)."""
@@ -143,16 +142,13 @@ def read_balances(
 
 def far_side(plan: Mapping[str, Any]) -> dict[str, str]:
     """The plan's steps whose delivery does not run on a fork, by key: why
-    (FAR_SIDE): a CCIP send, a Stargate bus ride (a taxi is delivered:
-    qtg_rehearsal.deliveries)."""
-    far = {}
-    for node in plan.get("nodes", []):
-        config = dict(node.get("config") or {})
-        if node.get("executor") == "ccip":
-            far[str(node["key"])] = FAR_SIDE["ccip"]
-        elif node.get("executor") == "stargate" and config.get("mode") == "bus":
-            far[str(node["key"])] = FAR_SIDE["bus"]
-    return far
+    (FAR_SIDE): a CCIP send (a Stargate taxi is delivered, and a bus driven
+    and delivered: qtg_rehearsal.deliveries)."""
+    return {
+        str(node["key"]): FAR_SIDE["ccip"]
+        for node in plan.get("nodes", [])
+        if node.get("executor") == "ccip"
+    }
 
 
 def settled_after(

@@ -29,6 +29,7 @@ READ_METHODS = frozenset(
         "eth_getBlockByHash",
         "eth_getBlockByNumber",
         "eth_getCode",
+        "eth_getLogs",
         "eth_getProof",
         "eth_getStorageAt",
         "eth_getTransactionByHash",

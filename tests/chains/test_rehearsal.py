@@ -443,10 +443,69 @@ def test_a_stargate_taxi_is_delivered_on_the_destinations_fork(
     assert 30 * UNITS * 9990 // 10000 <= moved[b.key, recipient, "USDC"] <= 30 * UNITS
 
 
+def test_a_stargate_bus_is_driven_and_delivered_on_the_forks(
+    db: Any, local_chain_set: LocalChainSet
+) -> None:
+    """A Stargate bus ride rehearsed end to end: a passenger already waits in
+    the real chain's queue (its BusRode before the fork), the real executor
+    rides on the source's fork, the rehearsal drives the bus with both
+    passengers (the earlier one's bytes read from before the fork, through
+    the relay), and the bus's packet is delivered on the destination's fork;
+    the send COMPLETES, the recipient's USDC rises there, and the real queue
+    and balances do not move."""
+    from stargate_support import Side, register_stargate, send_param, stargate_plan
+
+    a, b = local_chain_set.chains
+    source, destination = Side(a), Side(b)
+    waiting = source.w3.eth.accounts[7]
+    source.fund(waiting, 5 * UNITS)
+    param = send_param(destination.eid, waiting, 5 * UNITS, 0, bus=True)
+    fee = source.pool.functions.quoteSend(param, False).call()
+    source.mined(
+        source.pool.functions.send(param, tuple(fee), waiting).transact(
+            {"from": waiting, "value": fee[0]}
+        )
+    )
+    queue = source.tm.functions.busQueues(destination.eid).call()
+    assert queue[3] >= 1  # a passenger waits on the real chain
+
+    conn = superuser(db)
+    try:
+        register_stargate(conn, local_chain_set)
+        sender, recipient = (k.address.lower() for k in local_chain_set.treasury)
+        with as_person(conn, "alice"):
+            movement_id = int(
+                procs.create_movement(
+                    "rehearsed-bus",
+                    Decimal("20"),
+                    plan=stargate_plan(a.key, b.key, sender, recipient, "bus"),
+                )
+                .one(conn)
+                .movement_id
+            )
+        before = real_state(local_chain_set)
+        summary = rehearse_as_alice(conn, movement_id, rpc_only_env(local_chain_set), timeout_s=120)
+    finally:
+        conn.close()
+    assert real_state(local_chain_set) == before
+    assert source.tm.functions.busQueues(destination.eid).call() == queue
+    assert summary.outcome == "passed", "\n".join(summary.lines)
+    (step,) = summary.record["steps"]
+    assert step["state"] == "COMPLETED", "\n".join(summary.lines)
+    assert any("driven on the fork" in line for line in summary.lines), summary.lines
+    assert any("verified and executed on" in line for line in summary.lines), summary.lines
+    moved = {
+        (x["chain"], x["address"], x["asset"]): int(x["after"]) - int(x["before"])
+        for x in summary.record["balances"]
+    }
+    assert moved[a.key, sender, "USDC"] == -20 * UNITS
+    assert 20 * UNITS * 9990 // 10000 <= moved[b.key, recipient, "USDC"] <= 20 * UNITS
+
+
 def test_what_is_not_delivered_on_a_fork_is_named_by_step() -> None:
-    """A CCIP send and a Stargate bus ride wait for what does not run on a
-    fork (a DON, Stargate's planner), and their lines say so; a taxi is
-    delivered, and is not among them."""
+    """A CCIP send waits for what does not run on a fork (a DON), and its line
+    says so; a Stargate taxi is delivered and a bus driven and delivered, and
+    are not among them."""
     from qtg_rehearsal.rehearse import FAR_SIDE, far_side
 
     plan = {
@@ -457,4 +516,4 @@ def test_what_is_not_delivered_on_a_fork_is_named_by_step() -> None:
             {"key": "plain", "executor": "stargate", "config": {}},  # a taxi by default
         ]
     }
-    assert far_side(plan) == {"send": FAR_SIDE["ccip"], "ride": FAR_SIDE["bus"]}
+    assert far_side(plan) == {"send": FAR_SIDE["ccip"]}
