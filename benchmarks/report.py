@@ -612,7 +612,8 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                 f"<= {goals['poll']:g}",
                 _verdict(c8["per_poll"] is not None and c8["per_poll"] <= goals["poll"]),
                 f"{before['poll']} before; {c8['polls']} polls of {c8['batch'] + 1} final burns"
-                f" over {c8['rounds']} rounds: {_asked(c8['poll_asked'])}",
+                f" over {c8['rounds']} rounds: {_asked(c8['poll_asked'])}"
+                f"{_http(c8.get('http_per_poll'))}",
             ]
         )
         for name, label in (("ccip", "CCIP"), ("stargate", "Stargate taxi")):
@@ -628,15 +629,22 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                     f"<= {goal:g}",
                     _verdict(polled["per_poll"] is not None and polled["per_poll"] <= goal),
                     f"{before[f'{name}_poll']} before; {polled['polls']} polls of {c8['sends']}"
-                    f" final sends over {c8['rounds']} rounds: {_asked(polled['asked'])}",
+                    f" final sends over {c8['rounds']} rounds: {_asked(polled['asked'])}"
+                    f"{_http(polled.get('http_per_poll'))}",
                 ]
             )
-        for key, label, figure in (
-            ("submit_alone", "CCTP burn submitted alone: requests", c8["submit_alone"]),
+        for key, label, figure, http in (
+            (
+                "submit_alone",
+                "CCTP burn submitted alone: requests",
+                c8["submit_alone"],
+                c8.get("submit_alone_http"),
+            ),
             (
                 "submit_batch",
                 f"CCTP burns submitted {c8['batch']} together: requests a burn",
                 c8["submit_batch_per_burn"],
+                c8.get("submit_batch_http_per_burn"),
             ),
         ):
             rows.append(
@@ -646,11 +654,16 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                     _fmt(figure, 2),
                     f"<= {goals['submit']:g}",
                     _verdict(figure <= goals["submit"]),
-                    f"{before['submit']} before: {_asked(c8[f'{key}_asked'])}",
+                    f"{before['submit']} before: {_asked(c8[f'{key}_asked'])}{_http(http)}",
                 ]
             )
 
     return rows
+
+
+def _http(figure: float | None) -> str:
+    """The HTTP requests those calls took (JSON-RPC batches), when measured."""
+    return "" if figure is None else f"; in {figure:g} HTTP requests (JSON-RPC batches)"
 
 
 def _asked(counted: dict[str, int]) -> str:

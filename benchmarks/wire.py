@@ -144,6 +144,7 @@ def _run(cluster: Cluster, anvil: Path, state_dir: Path) -> dict[str, Any]:
                 try:
                     burns = []
                     submits = {}
+                    http = {}
                     for label, count in (("alone", 1), ("batch", BATCH)):
                         burns += _start_burns(conn, chains, treasury, count, label)
                         chain_double.reset_counts()
@@ -151,6 +152,7 @@ def _run(cluster: Cluster, anvil: Path, state_dir: Path) -> dict[str, Any]:
                         if dispatched != count:
                             raise RuntimeError(f"{label}: {dispatched} burns dispatched of {count}")
                         submits[label] = asked(chain_double)
+                        http[label] = len(chain_double.counts().admitted)
                         mine()
                     sends = {
                         "ccip": _start_sends(conn, chains, treasury, "ccip", SENDS),
@@ -162,7 +164,7 @@ def _run(cluster: Cluster, anvil: Path, state_dir: Path) -> dict[str, Any]:
                     for _ in range(FINALITY_DEPTH + 2):  # every send final
                         mine()
                     everyone = burns + sends["ccip"] + sends["stargate"]
-                    measured: dict[str, Any] = {"submits": submits}
+                    measured: dict[str, Any] = {"submits": submits, "http": http}
                     for name, nodes in (("cctp", burns), *sends.items()):
                         for double in doubles:
                             double.reset_counts()
@@ -182,6 +184,7 @@ def _run(cluster: Cluster, anvil: Path, state_dir: Path) -> dict[str, Any]:
                         measured[name] = {
                             "polls": _observations(conn, nodes) - before,
                             "asked": asked(*doubles),
+                            "http": sum(len(d.counts().admitted) for d in doubles),
                         }
                     return measured
                 finally:
@@ -201,6 +204,7 @@ def _run(cluster: Cluster, anvil: Path, state_dir: Path) -> dict[str, Any]:
         return {
             "polls": polls,
             "per_poll": round(sum(asked_for.values()) / polls, 3) if polls else None,
+            "http_per_poll": round(measured[name]["http"] / polls, 3) if polls else None,
             "asked": asked_for,
         }
 
@@ -215,6 +219,9 @@ def _run(cluster: Cluster, anvil: Path, state_dir: Path) -> dict[str, Any]:
         "ccip": per_poll("ccip"),
         "stargate": per_poll("stargate"),
         "submit_alone": sum(submits["alone"].values()),
+        "submit_alone_http": measured["http"]["alone"],
+        "submit_batch_http_per_burn": round(measured["http"]["batch"] / BATCH, 3),
+        "http_per_poll": per_poll("cctp")["http_per_poll"],
         "submit_alone_asked": submits["alone"],
         "submit_batch_per_burn": round(sum(submits["batch"].values()) / BATCH, 3),
         "submit_batch_asked": submits["batch"],

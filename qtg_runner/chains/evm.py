@@ -16,6 +16,7 @@ Signer carry the checksummed form eth-account requires. Nothing here holds a key
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 from dataclasses import dataclass
@@ -276,8 +277,10 @@ async def suggest_fees(
 
 
 async def _fee_quote(rpc: EvmRpc) -> tuple[int, int]:
-    """The latest base fee and the node's suggested priority fee, in wei/gas."""
-    return await rpc.base_fee(), await rpc.max_priority_fee()
+    """The latest base fee and the node's suggested priority fee, in wei/gas,
+    asked together (one JSON-RPC batch)."""
+    base, suggested = await asyncio.gather(rpc.base_fee(), rpc.max_priority_fee())
+    return base, suggested
 
 
 def _raised(value: int) -> int:

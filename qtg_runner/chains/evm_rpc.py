@@ -35,6 +35,14 @@ of Multicall3's ``aggregate3`` (``MULTICALL3``), each read's answer as it
 alone would have been (a revert its own RpcError REVERTED): one request of the
 endpoint's budget instead of one a read. A chain without Multicall3 there (its
 answer empty) is read one call at a time from then on.
+
+Calls asked in the same moment (one turn of the event loop) go as ONE HTTP
+request, a JSON-RPC batch (at most MAX_BATCH calls), each answered by its id
+as it alone would have been: fewer round trips to a hosted provider, the
+same calls metered. A transaction's broadcast always goes alone. A provider
+that refuses batches (its answer not a JSON array) is asked one call at a
+time from then on; a 429 or an outage fails every call of the batch, as each
+alone would have failed.
 """
 
 from __future__ import annotations
@@ -95,6 +103,13 @@ _AGGREGATE3 = keccak(text="aggregate3((address,bool,bytes)[])")[:4]
 _GET_ETH_BALANCE = keccak(text="getEthBalance(address)")[:4]
 MAX_GATHERED = 64
 """The most reads one aggregate3 carries; more asked in a moment go in several."""
+MAX_BATCH = 20
+"""The most calls one JSON-RPC batch carries (providers cap a batch: 100 or
+1,000 for most, fewer on some free tiers); more asked in a moment go in several."""
+MOMENT_TURNS = 3
+"""How many turns of the event loop the calls of one batch are gathered over."""
+ALONE = frozenset({"eth_sendRawTransaction"})
+"""Calls never batched: a broadcast's answer is read alone, whatever else is asked."""
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -438,7 +453,7 @@ def _checked_hash(tx_hash: str) -> str:
     return text
 
 
-def _fail(waiting: Sequence[_Gathered | _LogSearch], exc: BaseException) -> None:
+def _fail(waiting: Sequence[_Gathered | _LogSearch | _Call], exc: BaseException) -> None:
     """``exc`` given to each of ``waiting`` still waiting."""
     for w in waiting:
         if not w.answer.done():
@@ -457,6 +472,41 @@ async def _answer(read: _Gathered, answer: Awaitable[bytes]) -> None:
         read.answer.set_result(out)
 
 
+async def _settle(call: _Call, answer: Awaitable[Any]) -> None:
+    """``answer`` (the call alone) given to ``call``'s waiter, or its failure."""
+    try:
+        out = await answer
+    except Exception as exc:
+        if not call.answer.done():
+            call.answer.set_exception(exc)
+        return
+    if not call.answer.done():
+        call.answer.set_result(out)
+
+
+def _result(answer: Mapping[str, Any], method: str, where: str, status: int) -> Any:
+    """One JSON-RPC answer's result (None when the node answers null), or the
+    error it says (RpcError), or RpcBadResponse for one that says neither."""
+    if "error" in answer and answer["error"] is not None:
+        error = answer["error"]
+        if not isinstance(error, dict):
+            raise RpcBadResponse(f"{where}: HTTP {status}, an error that is not an object")
+        code = error.get("code")
+        message = str(error.get("message", ""))[:500]
+        raise RpcError(
+            code if isinstance(code, int) else 0,
+            message,
+            classify(message),
+            method=method,
+            data=error.get("data"),
+        )
+    if status >= 400:
+        raise RpcBadResponse(f"{where}: HTTP {status} without a JSON-RPC error")
+    if "result" not in answer:
+        raise RpcBadResponse(f"{where}: the answer has neither result nor error")
+    return answer["result"]
+
+
 # -- the client ------------------------------------------------------------------------
 
 
@@ -470,6 +520,15 @@ class _Gathered:
     data: bytes
     alone: Callable[[], Awaitable[bytes]]
     answer: asyncio.Future[bytes]
+
+
+@dataclass
+class _Call:
+    """One JSON-RPC call waiting for its moment's batch."""
+
+    method: str
+    params: list[Any]
+    answer: asyncio.Future[Any]
 
 
 @dataclass
@@ -532,6 +591,9 @@ class EvmRpc(HttpEndpoint):
         self._log_searches: dict[tuple[str, int], list[_LogSearch]] = {}
         self._multicall: bool | None = None
         """Whether MULTICALL3 answers on this chain (None: not asked yet)."""
+        self._calls: list[_Call] = []
+        self._batching: bool | None = None
+        """Whether the provider answers JSON-RPC batches (None: not asked yet)."""
         self.settled: OrderedDict[str, Any] = OrderedDict()
         """What a caller learnt of a transaction that can no longer change (a
         receipt at its chain's finality depth), by hash, kept so that it is
@@ -559,23 +621,127 @@ class EvmRpc(HttpEndpoint):
         refusal = self.circuit.refusal(self._probe)
         if refusal is not None:
             raise RpcUnavailable(f"{method} on {self.display_url}: {refusal}")
-        try:
-            await self.budget.acquire()
-        except EndpointThrottled as exc:
-            raise RpcThrottled(f"{method} on {self.display_url}: {exc}", exc.wait_s) from None
+        if method not in ALONE and self._batching is not False:
+            return await self._batched(method, params)
+        await self._turn(method)
         try:
             return await self._exchange(method, params)
         finally:
             self.budget.done()
 
-    async def _probe(self) -> None:
-        await self._exchange("eth_chainId", ())
+    async def _turn(self, method: str) -> None:
+        """A turn of the endpoint's budget for one call (a batch takes one a
+        call: providers meter the calls in a batch); RpcThrottled without one
+        within DEFAULT_MAX_WAIT_S. Every turn is followed by budget.done()."""
+        try:
+            await self.budget.acquire()
+        except EndpointThrottled as exc:
+            raise RpcThrottled(f"{method} on {self.display_url}: {exc}", exc.wait_s) from None
 
-    async def _exchange(self, method: str, params: Sequence[Any]) -> Any:
-        """The call itself, its answer or silence told to the circuit."""
-        request_id = next(self._ids)
-        payload = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": list(params)}
-        where = f"{method} on {self.display_url}"
+    async def _batched(self, method: str, params: Sequence[Any]) -> Any:
+        """The call's answer, asked in this moment's JSON-RPC batch."""
+        loop = asyncio.get_running_loop()
+        if self._calls and self._calls[0].answer.get_loop() is not loop:
+            self._calls = []  # a closed loop's moment: its callers are gone
+        if not self._calls:
+            loop.call_soon(self._send_soon)
+        answer: asyncio.Future[Any] = loop.create_future()
+        self._calls.append(_Call(method, list(params), answer))
+        return await answer
+
+    def _send_soon(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._send_calls())
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def _send_calls(self) -> None:
+        # a moment is a few turns of the loop: a read asked through a shared
+        # cache (``recent``) or a gathered one reaches request() a turn or two
+        # after the calls asked beside it
+        for _ in range(MOMENT_TURNS):
+            await asyncio.sleep(0)
+        moment, self._calls = self._calls, []
+        for at in range(0, len(moment), MAX_BATCH):
+            turned: list[_Call] = []
+            for call in moment[at : at + MAX_BATCH]:
+                if call.answer.done():
+                    continue
+                try:
+                    await self._turn(call.method)
+                except RpcThrottled as exc:
+                    call.answer.set_exception(exc)
+                    continue
+                turned.append(call)
+            try:
+                await self._send_batch(turned)
+            finally:
+                for _ in turned:
+                    self.budget.done()
+
+    async def _send_batch(self, calls: Sequence[_Call]) -> None:
+        """``calls`` (each holding a turn) as one batch, or each alone."""
+        if len(calls) < 2 or self._batching is False:
+            await self._each_alone(calls)
+            return
+        try:
+            answers = await self._exchange_batch(calls)
+        except Exception as exc:  # every call fails as it would have alone
+            _fail(calls, exc)
+            return
+        if answers is None:  # batches refused: each alone, from now on
+            self._batching = False
+            await self._each_alone(calls)
+            return
+        self._batching = True
+        for call, answer in zip(calls, answers, strict=True):
+            if call.answer.done():
+                continue
+            if isinstance(answer, Exception):
+                call.answer.set_exception(answer)
+            else:
+                call.answer.set_result(answer)
+
+    async def _each_alone(self, calls: Sequence[_Call]) -> None:
+        await asyncio.gather(*(_settle(c, self._exchange(c.method, c.params)) for c in calls))
+
+    async def _exchange_batch(self, calls: Sequence[_Call]) -> list[Any] | None:
+        """One HTTP request for ``calls``: each one's result, or the error it
+        alone would have raised, by its id; None when the provider answers the
+        batch with anything but a JSON array (it does not take batches)."""
+        ids = [next(self._ids) for _ in calls]
+        payload = [
+            {"jsonrpc": "2.0", "id": i, "method": c.method, "params": c.params}
+            for i, c in zip(ids, calls, strict=True)
+        ]
+        methods = ", ".join(sorted({c.method for c in calls}))
+        where = f"a batch of {len(calls)} ({methods}) on {self.display_url}"
+        body, status = await self._posted(payload, where)
+        if not _json_depth_ok(body):
+            raise RpcBadResponse(f"{where}: HTTP {status}, JSON nested too deeply")
+        try:
+            answer = json.loads(body)
+        except (ValueError, RecursionError):
+            answer = None
+        if not isinstance(answer, list):
+            return None
+        by_id = {a.get("id"): a for a in answer if isinstance(a, dict)}
+        results: list[Any] = []
+        for i, call in zip(ids, calls, strict=True):
+            one = f"{call.method} on {self.display_url}"
+            found = by_id.get(i)
+            if found is None:
+                results.append(RpcBadResponse(f"{one}: the batch's answer has none for it"))
+                continue
+            try:
+                results.append(_result(found, call.method, one, status))
+            except EvmRpcError as exc:
+                results.append(exc)
+        return results
+
+    async def _posted(self, payload: Any, where: str) -> tuple[bytes, int]:
+        """POST ``payload``, the circuit told of the answer or the silence:
+        the body and status; RpcUnavailable for no answer or a
+        server error, RpcThrottled for a 429 (the endpoint's budget slowed)."""
         try:
             # httpx's timeout bounds each read; the circuit's watch the whole
             # exchange (a node that drips its answer byte by byte)
@@ -596,29 +762,25 @@ class EvmRpc(HttpEndpoint):
             raise RpcThrottled(f"{where}: HTTP 429, the endpoint paused {pause:.0f} s", pause)
         if status >= 500:
             raise RpcUnavailable(f"{where}: HTTP {status}")
+        return body, status
+
+    async def _probe(self) -> None:
+        await self._exchange("eth_chainId", ())
+
+    async def _exchange(self, method: str, params: Sequence[Any]) -> Any:
+        """The call itself, alone in its request, its answer or silence told
+        to the circuit."""
+        request_id = next(self._ids)
+        payload = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": list(params)}
+        where = f"{method} on {self.display_url}"
+        body, status = await self._posted(payload, where)
         answer = self._decode(body, where, status)
-        if "error" in answer and answer["error"] is not None:
-            error = answer["error"]
-            if not isinstance(error, dict):
-                raise RpcBadResponse(f"{where}: HTTP {status}, an error that is not an object")
-            code = error.get("code")
-            message = str(error.get("message", ""))[:500]
-            raise RpcError(
-                code if isinstance(code, int) else 0,
-                message,
-                classify(message),
-                method=method,
-                data=error.get("data"),
-            )
-        if status >= 400:
-            raise RpcBadResponse(f"{where}: HTTP {status} without a JSON-RPC error")
+        result = _result(answer, method, where, status)
         if answer.get("id") != request_id:
             raise RpcBadResponse(f"{where}: the answer is for another request id")
-        if "result" not in answer:
-            raise RpcBadResponse(f"{where}: the answer has neither result nor error")
-        return answer["result"]
+        return result
 
-    async def _post(self, payload: dict[str, Any], where: str) -> tuple[bytes, int, float | None]:
+    async def _post(self, payload: Any, where: str) -> tuple[bytes, int, float | None]:
         """POST ``payload``: the answer's body (at most the bound), status and
         Retry-After (seconds, when it says a number of them)."""
         async with self._client.stream(

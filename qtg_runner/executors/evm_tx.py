@@ -194,14 +194,17 @@ async def read_together(leg: ChainLeg, rpc: EvmRpc, *reads: Awaitable[Any]) -> l
 
 async def pending_nonce_and_fees(rpc: EvmRpc, leg: ChainLeg) -> tuple[int, Fees]:
     """The account's pending transaction count and EIP-1559 fees under the
-    leg's caps (inside the caller's chain_errors); the chain's fee quote read
-    once for the nodes of one chain prepared together (HEAD_MAX_AGE_FRACTION)."""
-    chain_next = await rpc.transaction_count(leg.sender, "pending", max_age_s=shared_for(leg))
-    fees = await suggest_fees(
-        rpc,
-        max_fee_cap=leg.max_fee_cap,
-        priority_fee_cap=leg.priority_fee_cap,
-        max_age_s=shared_for(leg),
+    leg's caps (inside the caller's chain_errors), asked together; the chain's
+    fee quote read once for the nodes of one chain prepared together
+    (HEAD_MAX_AGE_FRACTION)."""
+    chain_next, fees = await asyncio.gather(
+        rpc.transaction_count(leg.sender, "pending", max_age_s=shared_for(leg)),
+        suggest_fees(
+            rpc,
+            max_fee_cap=leg.max_fee_cap,
+            priority_fee_cap=leg.priority_fee_cap,
+            max_age_s=shared_for(leg),
+        ),
     )
     return chain_next, fees
 
@@ -739,9 +742,12 @@ class CallExecutor(EvmExecutor):
         signer = await self._evm.signer(route.leg)
         send = route.send()
         async with chain_errors(route.leg.chain_key):
-            chain_next, fees = await pending_nonce_and_fees(rpc, route.leg)
-            gas = await estimate_gas(rpc, route.leg.sender, send.to, send.data)
-            funds = await rpc.balance(route.leg.sender, max_age_s=shared_for(route.leg))
+            # asked together: one JSON-RPC batch where the provider takes them
+            (chain_next, fees), gas, funds = await asyncio.gather(
+                pending_nonce_and_fees(rpc, route.leg),
+                estimate_gas(rpc, route.leg.sender, send.to, send.data),
+                rpc.balance(route.leg.sender, max_age_s=shared_for(route.leg)),
+            )
         require_funds(route.leg, funds, gas * fees.max_fee_per_gas)
         payload = route.payload(gas, fees)
         return await signed(signer, route.leg, send, route.nonce(chain_next), payload)

@@ -199,7 +199,7 @@ def test_log_searches_of_one_contract_asked_together_are_one_request(
 class Refusing:
     """The chain behind a loopback JSON-RPC server that refuses, with a
     provider's JSON-RPC error, the calls ``refuses`` picks (a limit), and
-    forwards the others; what it was asked, by method."""
+    forwards the others (a batch's each); what it was asked, by method."""
 
     def __init__(self, upstream: str, refuses: Any) -> None:
         import json
@@ -215,18 +215,19 @@ class Refusing:
                 pass
 
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                call = json.loads(body)
-                asked.append(call["method"])
-                if refuses(call):
-                    answer = json.dumps(
-                        {"jsonrpc": "2.0", "id": call["id"],
-                         "error": {"code": -32005, "message": "limit exceeded"}}
-                    ).encode()  # fmt: skip
-                else:
-                    answer = httpx.post(
-                        upstream, content=body, headers={"content-type": "application/json"}
-                    ).content
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                calls = body if isinstance(body, list) else [body]  # a batch: each call
+                answers = []
+                for call in calls:
+                    asked.append(call["method"])
+                    if refuses(call):
+                        answers.append(
+                            {"jsonrpc": "2.0", "id": call["id"],
+                             "error": {"code": -32005, "message": "limit exceeded"}}
+                        )  # fmt: skip
+                    else:
+                        answers.append(httpx.post(upstream, json=call, timeout=10).json())
+                answer = json.dumps(answers if isinstance(body, list) else answers[0]).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(answer)))

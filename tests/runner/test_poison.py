@@ -500,16 +500,17 @@ def test_a_chain_that_stops_answering_costs_the_observer_one_wait_not_one_a_batc
     db: Any, sim_conn: Conn, runner_clock: Callable[[float], None], endpoint: Endpoint
 ) -> None:
     # a chain's RPC takes the connection and says nothing: the first batch waits
-    # for its nodes' calls (side by side, one timeout), which opens the
-    # endpoint's circuit; from then on its nodes are reported unreachable
-    # without a call, so they no longer hold the other nodes of their chunk
+    # for its nodes' calls (asked together: one JSON-RPC batch, one timeout),
+    # which opens the endpoint's circuit; from then on its nodes are reported
+    # unreachable without a call, so they no longer hold the other nodes of
+    # their chunk
     procs.register_executor("chain_reader", False, SimExecutor.node_config_schema).one(sim_conn)
     silent = submitted(sim_conn, 3, "silent", lane="default", executor="chain_reader")
     carried = lambda pool: [SimExecutor(pool, NETWORK), ChainReader(endpoint.url)]  # noqa: E731
     runner_clock(50)
 
     assert run_batch(db, node_observer.batch, carried) == 3
-    assert len(endpoint.requests) == 3
+    assert len(endpoint.requests) == 1
     for node_id in silent:
         assert "no answer within 0.5s" in node_row(sim_conn, node_id)["evidence"]["error"]
 
@@ -518,7 +519,7 @@ def test_a_chain_that_stops_answering_costs_the_observer_one_wait_not_one_a_batc
     others = submitted(sim_conn, 3, "other", lane="default")
     runner_clock(50 + RETRY_LATER_S)
     assert run_batch(db, node_observer.batch, carried) == 6
-    assert len(endpoint.requests) == 3
+    assert len(endpoint.requests) == 1
     for node_id in silent:
         row = node_row(sim_conn, node_id)
         assert (row["node_state"], row["observe_count"]) == ("OBSERVING", 2)
