@@ -138,6 +138,17 @@ def transfer_calldata(to: str, amount: int) -> bytes:
     return ERC20_TRANSFER + _word_address(to) + _word_uint(amount)
 
 
+def _erc20_word(out: bytes, view: str, token: str) -> int:
+    """An ERC-20 view's one-word answer; RpcBadResponse for any other (no
+    ERC-20 contract at ``token``)."""
+    if len(out) != 32:
+        raise RpcBadResponse(
+            f"{view} on {normalize_address(token)} answered {len(out)} bytes, not 32: "
+            "is it an ERC-20 contract on this chain?"
+        )
+    return int.from_bytes(out, "big")
+
+
 async def balance_of(
     rpc: EvmRpc,
     token: str,
@@ -155,12 +166,7 @@ async def balance_of(
         tag=tag,
         max_age_s=max_age_s,
     )
-    if len(out) != 32:
-        raise RpcBadResponse(
-            f"balanceOf on {normalize_address(token)} answered {len(out)} bytes, not 32: "
-            "is it an ERC-20 contract on this chain?"
-        )
-    return int.from_bytes(out, "big")
+    return _erc20_word(out, "balanceOf", token)
 
 
 async def allowance(
@@ -174,12 +180,7 @@ async def allowance(
         ERC20_ALLOWANCE + _word_address(owner) + _word_address(spender),
         max_age_s=max_age_s,
     )
-    if len(out) != 32:
-        raise RpcBadResponse(
-            f"allowance on {normalize_address(token)} answered {len(out)} bytes, not 32: "
-            "is it an ERC-20 contract on this chain?"
-        )
-    return int.from_bytes(out, "big")
+    return _erc20_word(out, "allowance", token)
 
 
 @dataclass(frozen=True)

@@ -49,13 +49,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import itertools
 import json
 import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -460,28 +461,17 @@ def _fail(waiting: Sequence[_Gathered | _LogSearch | _Call], exc: BaseException)
             w.answer.set_exception(exc)
 
 
-async def _answer(read: _Gathered, answer: Awaitable[bytes]) -> None:
-    """``answer`` (a read alone) given to ``read``'s waiter, or its failure."""
+async def _settle(waiting: _Gathered | _Call, answer: Awaitable[Any]) -> None:
+    """``answer`` (the read or call alone) given to ``waiting``'s waiter, or
+    its failure."""
     try:
         out = await answer
     except Exception as exc:
-        if not read.answer.done():
-            read.answer.set_exception(exc)
+        if not waiting.answer.done():
+            waiting.answer.set_exception(exc)
         return
-    if not read.answer.done():
-        read.answer.set_result(out)
-
-
-async def _settle(call: _Call, answer: Awaitable[Any]) -> None:
-    """``answer`` (the call alone) given to ``call``'s waiter, or its failure."""
-    try:
-        out = await answer
-    except Exception as exc:
-        if not call.answer.done():
-            call.answer.set_exception(exc)
-        return
-    if not call.answer.done():
-        call.answer.set_result(out)
+    if not waiting.answer.done():
+        waiting.answer.set_result(out)
 
 
 def _result(answer: Mapping[str, Any], method: str, where: str, status: int) -> Any:
@@ -644,13 +634,15 @@ class EvmRpc(HttpEndpoint):
         if self._calls and self._calls[0].answer.get_loop() is not loop:
             self._calls = []  # a closed loop's moment: its callers are gone
         if not self._calls:
-            loop.call_soon(self._send_soon)
+            loop.call_soon(self._start, self._send_calls)
         answer: asyncio.Future[Any] = loop.create_future()
         self._calls.append(_Call(method, list(params), answer))
         return await answer
 
-    def _send_soon(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._send_calls())
+    def _start(self, flush: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """``flush()`` (a moment's calls, reads or log searches sent) as a task
+        of the running loop, kept until it ends."""
+        task = asyncio.get_running_loop().create_task(flush())
         self._flushing.add(task)
         task.add_done_callback(self._flushing.discard)
 
@@ -864,22 +856,17 @@ class EvmRpc(HttpEndpoint):
         if self._gathered and self._gathered[0].answer.get_loop() is not loop:
             self._gathered = []  # a closed loop's moment: its readers are gone
         if not self._gathered:
-            loop.call_soon(self._flush_soon)
+            loop.call_soon(self._start, self._flush)
         answer: asyncio.Future[bytes] = loop.create_future()
         self._gathered.append(_Gathered(target, data, alone, answer))
         return await answer
-
-    def _flush_soon(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._flush())
-        self._flushing.add(task)
-        task.add_done_callback(self._flushing.discard)
 
     async def _flush(self) -> None:
         moment, self._gathered = self._gathered, []
         for at in range(0, len(moment), MAX_GATHERED):
             reads = [g for g in moment[at : at + MAX_GATHERED] if not g.answer.done()]
             if len(reads) < 2 or self._multicall is False:
-                await asyncio.gather(*(_answer(g, g.alone()) for g in reads))
+                await asyncio.gather(*(_settle(g, g.alone()) for g in reads))
                 continue
             try:
                 answers = await self._aggregate3(reads)
@@ -893,7 +880,7 @@ class EvmRpc(HttpEndpoint):
                 continue
             if answers is None:  # no Multicall3 here: each alone, from now on
                 self._multicall = False
-                await asyncio.gather(*(_answer(g, g.alone()) for g in reads))
+                await asyncio.gather(*(_settle(g, g.alone()) for g in reads))
                 continue
             self._multicall = True
             for g, (ok, out) in zip(reads, answers, strict=True):
@@ -904,7 +891,7 @@ class EvmRpc(HttpEndpoint):
             # messenger without minFee() and a starved call look alike here)
             await asyncio.gather(
                 *(
-                    _answer(g, g.alone())
+                    _settle(g, g.alone())
                     for g, (ok, _) in zip(reads, answers, strict=True)
                     if not ok
                 )
@@ -1123,7 +1110,7 @@ class EvmRpc(HttpEndpoint):
             moment = None  # a closed loop's moment: its searchers are gone
         if not moment:
             moment = self._log_searches[key] = []
-            loop.call_soon(self._flush_logs_soon, key)
+            loop.call_soon(self._start, functools.partial(self._flush_logs, key))
         answer: asyncio.Future[list[Log]] = loop.create_future()
         moment.append(_LogSearch(topics, from_block, answer))
         return await answer
@@ -1136,11 +1123,6 @@ class EvmRpc(HttpEndpoint):
             return
         if not search.answer.done():
             search.answer.set_result(logs)
-
-    def _flush_logs_soon(self, key: tuple[str, int]) -> None:
-        task = asyncio.get_running_loop().create_task(self._flush_logs(key))
-        self._flushing.add(task)
-        task.add_done_callback(self._flushing.discard)
 
     async def _flush_logs(self, key: tuple[str, int]) -> None:
         searches = [s for s in self._log_searches.pop(key, []) if not s.answer.done()]
