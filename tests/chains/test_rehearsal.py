@@ -399,73 +399,19 @@ def test_a_request_made_on_the_page_is_served_by_the_rehearsal_service(
     assert state == ("PENDING_APPROVAL", row[3], "passed")
 
 
-def rehearsed_stargate_send(db: Any, local_chain_set: LocalChainSet, mode: str, usdc: int) -> Any:
-    """A Stargate send of ``usdc`` USDC from the first local chain to the
-    second in ``mode`` (taxi or bus), rehearsed end to end by alice: the
-    summary, once checked that it passed with its step COMPLETED, that a
-    packet was verified and executed on the destination's fork, that the
-    sender's USDC fell by the amount and the recipient's rose by it less at
-    most the plan's 10 bps of slippage on the forks, and that no real chain
-    moved."""
-    from stargate_support import register_stargate, stargate_plan
-
-    a, b = local_chain_set.chains
-    sender, recipient = (k.address.lower() for k in local_chain_set.treasury)
-    conn = superuser(db)
-    try:
-        register_stargate(conn, local_chain_set)
-        with as_person(conn, "alice"):
-            movement_id = int(
-                procs.create_movement(
-                    f"rehearsed-{mode}",
-                    Decimal(usdc),
-                    plan=stargate_plan(a.key, b.key, sender, recipient, mode),
-                )
-                .one(conn)
-                .movement_id
-            )
-        before = real_state(local_chain_set)
-        summary = rehearse_as_alice(conn, movement_id, rpc_only_env(local_chain_set), timeout_s=120)
-    finally:
-        conn.close()
-    assert real_state(local_chain_set) == before
-    assert summary.outcome == "passed", "\n".join(summary.lines)
-    (step,) = summary.record["steps"]
-    assert step["state"] == "COMPLETED", "\n".join(summary.lines)
-    assert any("verified and executed on" in line for line in summary.lines), summary.lines
-    moved = {
-        (x["chain"], x["address"], x["asset"]): int(x["after"]) - int(x["before"])
-        for x in summary.record["balances"]
-    }
-    assert moved[a.key, sender, "USDC"] == -usdc * UNITS
-    # at most 10 bps of slippage (stargate_plan), at least what the pool paid
-    assert usdc * UNITS * 9990 // 10000 <= moved[b.key, recipient, "USDC"] <= usdc * UNITS
-    return summary
-
-
-def test_a_stargate_taxi_is_delivered_on_the_destinations_fork(
+def test_a_stargate_taxi_and_a_bus_are_delivered_on_the_destinations_fork(
     db: Any, local_chain_set: LocalChainSet
 ) -> None:
-    """A Stargate taxi rehearsed end to end: sent on the source's fork by the
-    real executor, its packet verified and executed on the destination's fork
-    through the real EndpointV2 (its receive library impersonated: no DVN
-    signs for a fork), the send COMPLETED on the OFTReceived it finds there;
-    the recipient's USDC rises on the destination's fork by at least the
-    node's minimum, and no real chain moves."""
-    rehearsed_stargate_send(db, local_chain_set, "taxi", 30)
-
-
-def test_a_stargate_bus_is_driven_and_delivered_on_the_forks(
-    db: Any, local_chain_set: LocalChainSet
-) -> None:
-    """A Stargate bus ride rehearsed end to end: a passenger already waits in
-    the real chain's queue (its BusRode before the fork), the real executor
-    rides on the source's fork, the rehearsal drives the bus with both
-    passengers (the earlier one's bytes read from before the fork, through
-    the relay), and the bus's packet is delivered on the destination's fork;
-    the send COMPLETES, the recipient's USDC rises there, and the real queue
-    and balances do not move."""
-    from stargate_support import Side, send_param
+    """Two Stargate sends of one movement rehearsed end to end, each sent on
+    the source's fork by the real executor: a taxi, whose packet is verified
+    and executed on the destination's fork through the real EndpointV2 (its
+    receive library impersonated: no DVN signs for a fork); and a bus ride,
+    whose bus the rehearsal drives first with the passenger already waiting
+    in the real chain's queue (its BusRode read from before the fork,
+    through the relay). Both COMPLETE on the OFTReceived they find there; the
+    recipient's USDC rises on the destination's fork by at least the nodes'
+    minimum, and no real chain, nor its bus queue, moves."""
+    from stargate_support import Side, register_stargate, send_param, stargate_plan
 
     a, b = local_chain_set.chains
     source, destination = Side(a), Side(b)
@@ -481,9 +427,38 @@ def test_a_stargate_bus_is_driven_and_delivered_on_the_forks(
     queue = source.tm.functions.busQueues(destination.eid).call()
     assert queue[3] >= 1  # a passenger waits on the real chain
 
-    summary = rehearsed_stargate_send(db, local_chain_set, "bus", 20)
-    assert any("driven on the fork" in line for line in summary.lines), summary.lines
+    sender, recipient = (k.address.lower() for k in local_chain_set.treasury)
+    sends = [
+        {**stargate_plan(a.key, b.key, sender, recipient, mode)["nodes"][0], "key": mode}
+        for mode in ("taxi", "bus")
+    ]
+    conn = superuser(db)
+    try:
+        register_stargate(conn, local_chain_set)
+        with as_person(conn, "alice"):
+            movement_id = int(
+                procs.create_movement("rehearsed-stargate", Decimal(20), plan={"nodes": sends})
+                .one(conn)
+                .movement_id
+            )
+        before = real_state(local_chain_set)
+        summary = rehearse_as_alice(conn, movement_id, rpc_only_env(local_chain_set), timeout_s=120)
+    finally:
+        conn.close()
+    assert real_state(local_chain_set) == before
     assert source.tm.functions.busQueues(destination.eid).call() == queue
+    assert summary.outcome == "passed", "\n".join(summary.lines)
+    assert {s["state"] for s in summary.record["steps"]} == {"COMPLETED"}, summary.lines
+    assert len(summary.record["steps"]) == 2
+    assert any("driven on the fork" in line for line in summary.lines), summary.lines
+    assert any("verified and executed on" in line for line in summary.lines), summary.lines
+    moved = {
+        (x["chain"], x["address"], x["asset"]): int(x["after"]) - int(x["before"])
+        for x in summary.record["balances"]
+    }
+    assert moved[a.key, sender, "USDC"] == -40 * UNITS
+    # at most 10 bps of slippage (stargate_plan), at least what the pool paid
+    assert 40 * UNITS * 9990 // 10000 <= moved[b.key, recipient, "USDC"] <= 40 * UNITS
 
 
 def test_what_is_not_delivered_on_a_fork_is_named_by_step() -> None:
