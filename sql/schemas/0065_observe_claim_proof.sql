@@ -7,12 +7,15 @@
 -- its report share one transaction, which holds the node's row lock from the
 -- claim to the commit, so what the report must prove is that its secret was
 -- handed out by a claim of this very transaction, at the node's current
--- claim_token. The secret is now a MAC of exactly that:
---   HMAC-SHA256(key, network / node id / claim_token / transaction id)
+-- claim_token, and that no one has written the node since. The secret is now
+-- a MAC of exactly that:
+--   HMAC-SHA256(key, network / node id / claim_token / the row version the
+--               claim locked / transaction id / the server's start time)
 -- (observe_claim_secret). The guard recomputes it for the node as it is and
--- the caller's transaction; a secret kept from an earlier transaction, or
--- made for another node, network or claim, matches nothing. The report then
--- bumps claim_token, so one claim makes one report.
+-- the caller's transaction; a secret kept from an earlier transaction, made
+-- for another node, network or claim, outlived by a write to the node (a
+-- quarantine), or kept across a restart or a failover, matches nothing. The
+-- report then bumps claim_token, so one claim makes one report.
 --
 -- qtg.claim_proof_key   the MAC's key, one for the database: 32 random bytes
 --                       (two gen_random_uuid(), from pg_strong_random) kept

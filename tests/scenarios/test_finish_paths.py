@@ -148,7 +148,8 @@ class Player:
             ).fetchone()
             assert row is not None, f"node {node_id} was not observable"
             self.conn.execute(
-                "SELECT * FROM complete_observe(%s, %s, %s)", (node_id, row[0], outcome)
+                "SELECT * FROM complete_observe(%s, %s, %s, p_worker => %s)",
+                (node_id, row[0], outcome, WORKER),
             )
 
     def via_recovery(self, node_id: int, outcome: str) -> None:

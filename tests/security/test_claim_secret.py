@@ -399,4 +399,94 @@ def test_no_network_login_reads_the_key_an_observers_secret_is_made_with(
         who.execute("SELECT * FROM qtg.claim_proof_key")
     # nor may it call the routine that makes the secret (internal: no grant)
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        who.execute("SELECT testnet.observe_claim_secret(1, 1, pg_current_xact_id())")
+        who.execute("SELECT testnet.observe_claim_secret(1, 1, '1'::xid, pg_current_xact_id())")
+
+
+def observed_node(conn: Conn, owner: Conn, key: str) -> int:
+    """A node SUBMITTED by the owner's dispatcher, due for an observer."""
+    movement = create_started(conn, plan(node("a")), key)
+    node_id = node_ids(conn, movement)["a"]
+    dispatched = claim_one(owner, "dispatcher-1", node_id)
+    owner.execute("SELECT complete_submit(%s, %s, 'ref')", (node_id, dispatched))
+    pin_clock(owner, iso_at(60))
+    return node_id
+
+
+def test_no_observer_reports_on_a_node_quarantined_under_its_claim(
+    conn: Conn, owner: tuple[Login, Conn]
+) -> None:
+    # the claim's own transaction quarantines the node, then reports on it
+    # anyway: the quarantine wrote the node, and the secret no longer proves it
+    _, runner = owner
+    node_id = observed_node(conn, runner, "quarantined-then-reported")
+    with runner.transaction():
+        [(secret,)] = runner.execute(
+            "SELECT claim_secret FROM claim_observe(%s, 'observer-1')", (node_id,)
+        ).fetchall()
+        runner.execute(
+            "SELECT * FROM quarantine_nodes(ARRAY[%s]::bigint[], ARRAY[%s], '{held}')",
+            (node_id, secret),
+        )
+        code, _ = attempt(runner, "complete_observe_batch", node_id, secret)
+        assert code == "QT030"
+    row = node_row(conn, node_id)
+    assert (row["node_state"], row["observe_count"]) == ("SUBMITTED", 0)
+    assert row["quarantined_at"] is not None
+    changed = conn.execute(
+        "SELECT count(*) FROM audit_outbox WHERE entity_id = %s AND action = 'state_changed'"
+        " AND from_state = 'SUBMITTED'",
+        (str(node_id),),
+    ).fetchone()
+    assert changed == (0,)  # the report moved nothing
+
+
+def test_a_claim_rolled_back_to_a_savepoint_proves_nothing_once_the_node_is_written(
+    db: TestDatabase, conn: Conn, owner: tuple[Login, Conn], thief: tuple[Login, Conn]
+) -> None:
+    # the claim is undone (its lock with it) while its transaction goes on; a
+    # second observer claims the node meanwhile and quarantines it (a write
+    # that bumps no claim counter): the first secret is refused, nothing moves
+    _, first = owner
+    _, second = thief
+    node_id = observed_node(conn, first, "savepoint")
+    pin_clock(second, iso_at(60))
+    with first.transaction():
+        with pytest.raises(psycopg.errors.DivisionByZero), first.transaction():  # a savepoint
+            [(secret,)] = first.execute(
+                "SELECT claim_secret FROM claim_observe(%s, 'observer-1')", (node_id,)
+            ).fetchall()
+            first.execute("SELECT 1/0")  # the savepoint rolled back: the claim's lock is gone
+        with second.transaction():
+            [(other,)] = second.execute(
+                "SELECT claim_secret FROM claim_observe(%s, 'observer-2')", (node_id,)
+            ).fetchall()
+            second.execute(
+                "SELECT * FROM quarantine_nodes(ARRAY[%s]::bigint[], ARRAY[%s], '{held}')",
+                (node_id, other),
+            )
+        before = snapshot(conn)
+        code, _ = attempt(first, "complete_observe_batch", node_id, secret)
+        assert code == "QT030"
+    assert snapshot(conn) == before
+    assert node_row(conn, node_id)["node_state"] == "SUBMITTED"
+
+
+@pytest.mark.parametrize("call", ["complete_submit", "fail_submit", "release_nodes"])
+def test_an_observers_secret_proves_no_dispatchers_claim(
+    conn: Conn, owner: tuple[Login, Conn], call: str
+) -> None:
+    _, runner = owner
+    node_id = observed_node(conn, runner, f"observer-not-dispatcher-{call}")
+    with runner.transaction():
+        [(secret,)] = runner.execute(
+            "SELECT claim_secret FROM claim_observe(%s, 'observer-1')", (node_id,)
+        ).fetchall()
+        before = snapshot(conn)
+        try:
+            with runner.transaction():  # a savepoint: the claim's transaction goes on
+                rows = runner.execute(CALLS[call][0], (node_id, secret)).fetchall()
+                code = rows[0][2]  # a batch's refusal is in its row
+        except psycopg.Error as exc:
+            code = exc.sqlstate
+        assert code == "QT030"  # not the claim, before the state is looked at
+    assert snapshot(conn) == before

@@ -21,7 +21,7 @@ CREATE OR REPLACE FUNCTION claim_refusals(
     p_states     qtg.node_state[],
     p_live_lease boolean,
     p_now        timestamptz,
-    p_stored     boolean
+    p_claims     text
 ) RETURNS TABLE (ord bigint, code text, message text)
 LANGUAGE sql STABLE
 AS $$
@@ -29,7 +29,7 @@ AS $$
            CASE
                WHEN i.claim_hash IS NULL THEN 'QT002'
                WHEN n.id IS NULL THEN 'QT011'
-               WHEN NOT claim_held(i.claim_hash, n.claim_hash, n.id, n.claim_token, p_stored) THEN 'QT030'
+               WHEN NOT claim_held(i.claim_hash, n.claim_hash, n.id, n.claim_token, n.xmin, p_claims) THEN 'QT030'
                WHEN NOT n.node_state = ANY (p_states) THEN 'QT021'
                WHEN p_live_lease AND n.lease_until <= p_now THEN 'QT030'
            END,
@@ -38,7 +38,7 @@ AS $$
                    format('%s: the claim secret for node %s is malformed: a claim hands out 64 characters',
                           p_call, i.node_id)
                WHEN n.id IS NULL THEN format('%s: node %s does not exist', p_call, i.node_id)
-               WHEN NOT claim_held(i.claim_hash, n.claim_hash, n.id, n.claim_token, p_stored) THEN
+               WHEN NOT claim_held(i.claim_hash, n.claim_hash, n.id, n.claim_token, n.xmin, p_claims) THEN
                    format('%s: stale claim on node %s: the secret presented is not its current claim',
                           p_call, i.node_id)
                WHEN NOT n.node_state = ANY (p_states) THEN

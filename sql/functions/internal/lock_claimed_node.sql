@@ -33,14 +33,14 @@ BEGIN
     IF v_hash IS NOT NULL THEN
         PERFORM 1 FROM movement_requests r
          WHERE r.id = (SELECT n.request_id FROM movement_request_nodes n
-                        WHERE n.id = p_node_id AND claim_held(v_hash, n.claim_hash, n.id, n.claim_token, true))
+                        WHERE n.id = p_node_id AND claim_held(v_hash, n.claim_hash, n.id, n.claim_token, n.xmin, 'stored'))
            FOR UPDATE;
         SELECT * INTO v_node FROM movement_request_nodes n
-         WHERE n.id = p_node_id AND claim_held(v_hash, n.claim_hash, n.id, n.claim_token, true)
+         WHERE n.id = p_node_id AND claim_held(v_hash, n.claim_hash, n.id, n.claim_token, n.xmin, 'stored')
            FOR UPDATE;
     END IF;
     SELECT * INTO STRICT v_refusal
-      FROM claim_refusals(p_call, ARRAY[p_node_id], ARRAY[v_hash], p_states, false, clock(), true);
+      FROM claim_refusals(p_call, ARRAY[p_node_id], ARRAY[v_hash], p_states, false, clock(), 'stored');
     PERFORM raise_node_error(v_refusal.code, v_refusal.message);
     RETURN v_node;
 END

@@ -2,8 +2,9 @@
 -- Checks the node ids (at most 1000, each once, none NULL, one claim secret
 -- each: QT002, and nothing is locked), hashes each secret once (claim_hash),
 -- then locks the movements of the nodes whose current claim the secret proves
--- (claim_held: the stored claim_hash, or an observer's claim of this
--- transaction; with p_stored false, only the latter), then those nodes, each in id order (the documented lock order; id order keeps two
+-- (claim_held, for the claims p_claims names: 'stored' by default, a
+-- dispatcher's or recovery's claim; 'observed', an observer's claim of this
+-- transaction; 'any'), then those nodes, each in id order (the documented lock order; id order keeps two
 -- callers from waiting on each other in a cycle). Rows are locked by id AND
 -- proof: a node presented with a wrong secret is never locked, so a forged
 -- call neither waits for the node's owner nor holds it up. Then each element
@@ -25,7 +26,7 @@ CREATE OR REPLACE FUNCTION lock_claimed_nodes(
     p_claim_secrets text[],
     p_states        qtg.node_state[],
     p_live_lease    boolean DEFAULT false,
-    p_stored        boolean DEFAULT true
+    p_claims        text DEFAULT 'stored'
 ) RETURNS TABLE (error_codes text[], error_messages text[])
 LANGUAGE plpgsql
 ROWS 1
@@ -59,12 +60,12 @@ BEGIN
      WHERE r.id IN (SELECT n.request_id
                       FROM unnest(p_node_ids, v_hashes) AS u(node_id, claim_hash)
                       JOIN movement_request_nodes n
-                        ON n.id = u.node_id AND claim_held(u.claim_hash, n.claim_hash, n.id, n.claim_token, p_stored))
+                        ON n.id = u.node_id AND claim_held(u.claim_hash, n.claim_hash, n.id, n.claim_token, n.xmin, p_claims))
      ORDER BY r.id
        FOR UPDATE;
     PERFORM 1 FROM movement_request_nodes n
       JOIN unnest(p_node_ids, v_hashes) AS u(node_id, claim_hash)
-        ON n.id = u.node_id AND claim_held(u.claim_hash, n.claim_hash, n.id, n.claim_token, p_stored)
+        ON n.id = u.node_id AND claim_held(u.claim_hash, n.claim_hash, n.id, n.claim_token, n.xmin, p_claims)
      ORDER BY n.id
        FOR UPDATE OF n;
 
@@ -72,6 +73,6 @@ BEGIN
     -- other was not locked, and no claim can have given it that claim since
     RETURN QUERY
     SELECT array_agg(c.code ORDER BY c.ord), array_agg(c.message ORDER BY c.ord)
-      FROM claim_refusals(p_call, p_node_ids, v_hashes, p_states, p_live_lease, v_now, p_stored) AS c;
+      FROM claim_refusals(p_call, p_node_ids, v_hashes, p_states, p_live_lease, v_now, p_claims) AS c;
 END
 $$;

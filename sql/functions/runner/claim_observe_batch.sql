@@ -3,8 +3,9 @@
 -- per-ID claim. SUBMITTED | OBSERVING stay as they are, and the claim writes
 -- nothing: its locks hold the node until the transaction ends, and the secret
 -- it hands the observer (complete_observe_batch's proof) is a MAC of the node,
--- its claim_token and this transaction (observe_claim_secret), good in this
--- transaction only and until the report bumps the claim counter (claim_token).
+-- its claim_token, the row version it locked and this transaction
+-- (observe_claim_secret), good in this transaction only, while no one writes
+-- the node (the report bumps the claim counter, claim_token).
 -- A poll that finds nothing thus writes one version of the node: the report's.
 --
 -- For each ID, in id order (each once; NULLs are no node): every candidate
@@ -96,7 +97,8 @@ BEGIN
     -- the claim writes nothing: the locks above are its hold, and the secret
     -- proves this transaction's claim at the node's claim_token
     RETURN QUERY
-    SELECT node.id, node.request_id, observe_claim_secret(node.id, node.claim_token, pg_current_xact_id()),
+    SELECT node.id, node.request_id,
+           observe_claim_secret(node.id, node.claim_token, node.xmin, pg_current_xact_id()),
            node.node_key, node.executor_key, node.node_config, node.lane, node.external_ref,
            node.observe_started_at, node.observe_count, request.amount, request.asset,
            intent_document(node.id)

@@ -35,6 +35,8 @@
 -- (lane_latency_samples: done after the node's last look, by this one), from
 -- which refresh_lane_pacing learns the lane's schedule.
 --
+-- p_worker names the observer, the actor of the audit rows and the node's
+-- claimed_by (without it, the session's login).
 -- Element i of every array describes one node (arrays of equal length, no node
 -- twice, at most 1000; QT002 otherwise, and nothing changes; a NULL evidence
 -- or hint is none). Each node is proven by its claim's secret. A node the
@@ -92,7 +94,7 @@ BEGIN
     END IF;
     SELECT * INTO v_codes, v_messages
       FROM lock_claimed_nodes('complete_observe', p_node_ids, p_claim_secrets, '{SUBMITTED,OBSERVING}',
-                              p_stored => false);   -- an observer's claim of this transaction, only
+                              p_claims => 'observed');   -- an observer's claim of this transaction, only
     -- the runner's arguments, each node's on its own, ahead of the guard's
     -- refusal: an outcome from the list, a hint not negative (QT002) and within
     -- engine_limits (QT005)
@@ -127,7 +129,7 @@ BEGIN
         BEGIN
             WITH given AS (
                 SELECT i.ord, i.outcome, i.evidence, n.id AS node_id, n.request_id, n.lane,
-                       coalesce(p_worker, n.claimed_by) AS claimed_by,
+                       coalesce(p_worker, session_user::text) AS claimed_by,
                        n.node_state AS from_state, n.observe_started_at, n.submitted_at, n.last_observed_at,
                        n.next_observe_at AS due_at, n.observe_held_seconds AS held,
                        -- a failed or held call waits the lane's error delay unless the executor hinted

@@ -35,7 +35,7 @@ BEGIN
     END IF;
     SELECT * INTO v_codes, v_messages
       FROM lock_claimed_nodes('quarantine_nodes', p_node_ids, p_claim_secrets,
-                              '{SUBMITTING,SUBMITTED,OBSERVING,UNKNOWN}');
+                              '{SUBMITTING,SUBMITTED,OBSERVING,UNKNOWN}', p_claims => 'any');
     SELECT * INTO v_codes, v_messages
       FROM limit_refusals('quarantine_nodes', p_node_ids, NULL, p_errors, NULL, v_codes, v_messages);
     SELECT array_agg(coalesce(u.code, CASE WHEN u.error IS NULL OR btrim(u.error) = '' THEN 'QT002' END)
