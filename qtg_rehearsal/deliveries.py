@@ -35,7 +35,7 @@ from typing import Any
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
-from qtg_rehearsal.forks import Fork, rpc
+from qtg_rehearsal.forks import Fork, impersonating, rpc
 from qtg_world.chains import layerzero
 from qtg_world.chains.stargate import token_messaging_abi
 
@@ -253,12 +253,9 @@ def drive_bus(side: _Side, eid: int, ticket: int) -> None:
             raise RuntimeError(f"the queue to eid {eid} is empty, ticket {ticket} not in it")
         passengers = b"".join(_passenger(side, eid, t) for t in range(first, first + count))
         fee = int(tm.functions.quoteDriveBus(eid, passengers).call()[0])
-        rpc(url, "anvil_impersonateAccount", [EXECUTOR])
-        try:
+        with impersonating(url, EXECUTOR):
             sent = tm.functions.driveBus(eid, passengers).transact({"from": EXECUTOR, "value": fee})
             _mined(w3, sent, f"driving the bus to eid {eid} from ticket {first}")
-        finally:
-            rpc(url, "anvil_stopImpersonatingAccount", [EXECUTOR])
 
 
 def deliver(side: _Side, packet: layerzero.Packet) -> None:
@@ -271,18 +268,13 @@ def deliver(side: _Side, packet: layerzero.Packet) -> None:
         library, _default = endpoint.functions.getReceiveLibrary(
             packet.receiver, packet.src_eid
         ).call()
-        rpc(url, "anvil_impersonateAccount", [library])
-        try:
-            rpc(url, "anvil_setBalance", [library, hex(ETHER)])
+        with impersonating(url, library, ETHER):
             payload_hash = keccak(packet.guid + packet.message)
             sent = endpoint.functions.verify(packet.origin, packet.receiver, payload_hash).transact(
                 {"from": library}
             )
             _mined(w3, sent, f"verifying packet {packet.guid_hex}")
-        finally:
-            rpc(url, "anvil_stopImpersonatingAccount", [library])
-    rpc(url, "anvil_impersonateAccount", [EXECUTOR])
-    try:
+    with impersonating(url, EXECUTOR):
         layerzero.execute_now(
             w3,
             endpoint,
@@ -290,8 +282,6 @@ def deliver(side: _Side, packet: layerzero.Packet) -> None:
             EXECUTOR,
             lambda tx, what: _mined(w3, tx, f"{what} of {packet.guid_hex}"),
         )
-    finally:
-        rpc(url, "anvil_stopImpersonatingAccount", [EXECUTOR])
 
 
 def _mined(w3: Any, tx_hash: Any, what: str) -> Any:

@@ -234,17 +234,28 @@ def trust_attesters(forks: Sequence[Fork], transmitters: Mapping[str, str]) -> l
             transmitters[fork.chain_key],
             managers[fork.chain_key],
         )
-        rpc(url, "anvil_impersonateAccount", [manager])
-        rpc(url, "anvil_setBalance", [manager, hex(GAS_FUNDS_WEI)])
-        for attester in attesters:
-            arg = attester.address[2:].lower().rjust(64, "0")
-            send_as(url, manager, transmitter, selector("enableAttester(address)") + arg)
-        if thresholds[fork.chain_key] != count:
-            arg = f"{count:064x}"
-            send_as(url, manager, transmitter, selector("setSignatureThreshold(uint256)") + arg)
-        rpc(url, "anvil_stopImpersonatingAccount", [manager])
+        with impersonating(url, manager, GAS_FUNDS_WEI):
+            for attester in attesters:
+                arg = attester.address[2:].lower().rjust(64, "0")
+                send_as(url, manager, transmitter, selector("enableAttester(address)") + arg)
+            if thresholds[fork.chain_key] != count:
+                arg = f"{count:064x}"
+                send_as(url, manager, transmitter, selector("setSignatureThreshold(uint256)") + arg)
         fork.attesters = attesters
     return attesters
+
+
+@contextlib.contextmanager
+def impersonating(url: str, account: str, ether: int | None = None) -> Iterator[None]:
+    """``account`` sends unsigned on the fork at ``url`` within the block
+    (anvil_impersonateAccount), given ``ether`` wei first when named."""
+    rpc(url, "anvil_impersonateAccount", [account])
+    try:
+        if ether is not None:
+            rpc(url, "anvil_setBalance", [account, hex(ether)])
+        yield
+    finally:
+        rpc(url, "anvil_stopImpersonatingAccount", [account])
 
 
 @contextlib.contextmanager

@@ -630,14 +630,23 @@ class EvmRpc(HttpEndpoint):
 
     async def _batched(self, method: str, params: Sequence[Any]) -> Any:
         """The call's answer, asked in this moment's JSON-RPC batch."""
-        loop = asyncio.get_running_loop()
-        if self._calls and self._calls[0].answer.get_loop() is not loop:
-            self._calls = []  # a closed loop's moment: its callers are gone
-        if not self._calls:
-            loop.call_soon(self._start, self._send_calls)
-        answer: asyncio.Future[Any] = loop.create_future()
+        answer = self._joining(self._calls, self._send_calls)
         self._calls.append(_Call(method, list(params), answer))
         return await answer
+
+    def _joining(
+        self,
+        pending: list[_Gathered] | list[_Call],
+        flush: Callable[[], Coroutine[Any, Any, None]],
+    ) -> asyncio.Future[Any]:
+        """A waiter for one more of this moment's ``pending``; the moment's
+        first schedules ``flush``, which takes them all."""
+        loop = asyncio.get_running_loop()
+        if pending and pending[0].answer.get_loop() is not loop:
+            pending.clear()  # a closed loop's moment: its waiters are gone
+        if not pending:
+            loop.call_soon(self._start, flush)
+        return loop.create_future()
 
     def _start(self, flush: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """``flush()`` (a moment's calls, reads or log searches sent) as a task
@@ -852,12 +861,7 @@ class EvmRpc(HttpEndpoint):
     ) -> bytes:
         """A view's answer at the latest block, read with the others asked in
         this moment (one aggregate3 of MULTICALL3), or ``alone``."""
-        loop = asyncio.get_running_loop()
-        if self._gathered and self._gathered[0].answer.get_loop() is not loop:
-            self._gathered = []  # a closed loop's moment: its readers are gone
-        if not self._gathered:
-            loop.call_soon(self._start, self._flush)
-        answer: asyncio.Future[bytes] = loop.create_future()
+        answer: asyncio.Future[bytes] = self._joining(self._gathered, self._flush)
         self._gathered.append(_Gathered(target, data, alone, answer))
         return await answer
 

@@ -127,22 +127,44 @@ class Target:
     previous: str | None
 
 
+def observed_node(conn: Conn, owner: Conn, key: str) -> tuple[int, str]:
+    """A node SUBMITTED by the owner's dispatcher, due for an observer, and
+    the dispatcher's secret."""
+    movement = create_started(conn, plan(node("a")), key)
+    node_id = node_ids(conn, movement)["a"]
+    dispatched = claim_one(owner, "dispatcher-1", node_id)
+    owner.execute("SELECT complete_submit(%s, %s, 'ref')", (node_id, dispatched))
+    pin_clock(owner, iso_at(60))
+    return node_id, dispatched
+
+
+def observer_secret(runner: Conn, node_id: int, worker: str = "observer-1") -> str:
+    """An observer's claim of ``node_id`` on ``runner``'s transaction: its secret."""
+    [(secret,)] = runner.execute(
+        "SELECT claim_secret FROM claim_observe(%s, %s)", (node_id, worker)
+    ).fetchall()
+    return str(secret)
+
+
+def quarantine(runner: Conn, node_id: int, secret: str) -> None:
+    runner.execute(
+        "SELECT * FROM quarantine_nodes(ARRAY[%s]::bigint[], ARRAY[%s], '{held}')",
+        (node_id, secret),
+    )
+
+
 def owned(conn: Conn, owner: Conn, call: str) -> Target:
     """A node in the state ``call`` completes, claimed by the owner's login."""
+    if call in ON_OBSERVED:
+        node_id, dispatched = observed_node(conn, owner, f"owned-{call}")
+        # an observer's claim lives in its transaction: left open, as the observer's is
+        owner.execute("BEGIN")
+        return Target(node_id, observer_secret(owner, node_id), dispatched)
     movement = create_started(conn, plan(node("a")), f"owned-{call}")
     node_id = node_ids(conn, movement)["a"]
     dispatched = claim_one(owner, "dispatcher-1", node_id)
     if call in ON_SUBMITTING:
         return Target(node_id, dispatched, None)
-    if call in ON_OBSERVED:
-        owner.execute("SELECT complete_submit(%s, %s, 'ref')", (node_id, dispatched))
-        pin_clock(owner, iso_at(60))
-        # an observer's claim lives in its transaction: left open, as the observer's is
-        owner.execute("BEGIN")
-        [(secret,)] = owner.execute(
-            "SELECT claim_secret FROM claim_observe(%s, 'observer-1')", (node_id,)
-        ).fetchall()
-        return Target(node_id, secret, dispatched)
     owner.execute(
         "SELECT record_intent_prepared(%s, %s, p_signed_tx_hash => '0xsigned')",
         (node_id, dispatched),
@@ -402,31 +424,16 @@ def test_no_network_login_reads_the_key_an_observers_secret_is_made_with(
         who.execute("SELECT testnet.observe_claim_secret(1, 1, '1'::xid, pg_current_xact_id())")
 
 
-def observed_node(conn: Conn, owner: Conn, key: str) -> int:
-    """A node SUBMITTED by the owner's dispatcher, due for an observer."""
-    movement = create_started(conn, plan(node("a")), key)
-    node_id = node_ids(conn, movement)["a"]
-    dispatched = claim_one(owner, "dispatcher-1", node_id)
-    owner.execute("SELECT complete_submit(%s, %s, 'ref')", (node_id, dispatched))
-    pin_clock(owner, iso_at(60))
-    return node_id
-
-
 def test_no_observer_reports_on_a_node_quarantined_under_its_claim(
     conn: Conn, owner: tuple[Login, Conn]
 ) -> None:
     # the claim's own transaction quarantines the node, then reports on it
     # anyway: the quarantine wrote the node, and the secret no longer proves it
     _, runner = owner
-    node_id = observed_node(conn, runner, "quarantined-then-reported")
+    node_id, _ = observed_node(conn, runner, "quarantined-then-reported")
     with runner.transaction():
-        [(secret,)] = runner.execute(
-            "SELECT claim_secret FROM claim_observe(%s, 'observer-1')", (node_id,)
-        ).fetchall()
-        runner.execute(
-            "SELECT * FROM quarantine_nodes(ARRAY[%s]::bigint[], ARRAY[%s], '{held}')",
-            (node_id, secret),
-        )
+        secret = observer_secret(runner, node_id)
+        quarantine(runner, node_id, secret)
         code, _ = attempt(runner, "complete_observe_batch", node_id, secret)
         assert code == "QT030"
     row = node_row(conn, node_id)
@@ -448,22 +455,14 @@ def test_a_claim_rolled_back_to_a_savepoint_proves_nothing_once_the_node_is_writ
     # that bumps no claim counter): the first secret is refused, nothing moves
     _, first = owner
     _, second = thief
-    node_id = observed_node(conn, first, "savepoint")
+    node_id, _ = observed_node(conn, first, "savepoint")
     pin_clock(second, iso_at(60))
     with first.transaction():
         with pytest.raises(psycopg.errors.DivisionByZero), first.transaction():  # a savepoint
-            [(secret,)] = first.execute(
-                "SELECT claim_secret FROM claim_observe(%s, 'observer-1')", (node_id,)
-            ).fetchall()
+            secret = observer_secret(first, node_id)
             first.execute("SELECT 1/0")  # the savepoint rolled back: the claim's lock is gone
         with second.transaction():
-            [(other,)] = second.execute(
-                "SELECT claim_secret FROM claim_observe(%s, 'observer-2')", (node_id,)
-            ).fetchall()
-            second.execute(
-                "SELECT * FROM quarantine_nodes(ARRAY[%s]::bigint[], ARRAY[%s], '{held}')",
-                (node_id, other),
-            )
+            quarantine(second, node_id, observer_secret(second, node_id, "observer-2"))
         before = snapshot(conn)
         code, _ = attempt(first, "complete_observe_batch", node_id, secret)
         assert code == "QT030"
@@ -476,11 +475,9 @@ def test_an_observers_secret_proves_no_dispatchers_claim(
     conn: Conn, owner: tuple[Login, Conn], call: str
 ) -> None:
     _, runner = owner
-    node_id = observed_node(conn, runner, f"observer-not-dispatcher-{call}")
+    node_id, _ = observed_node(conn, runner, f"observer-not-dispatcher-{call}")
     with runner.transaction():
-        [(secret,)] = runner.execute(
-            "SELECT claim_secret FROM claim_observe(%s, 'observer-1')", (node_id,)
-        ).fetchall()
+        secret = observer_secret(runner, node_id)
         before = snapshot(conn)
         try:
             with runner.transaction():  # a savepoint: the claim's transaction goes on
