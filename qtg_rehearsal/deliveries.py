@@ -1,6 +1,9 @@
-"""LayerZero's part in a rehearsal: a Stargate taxi's packet, sent on the
+"""The deliveries of a rehearsal: what the bridges' off-chain parties do
+between two forks. LayerZero's part: a Stargate taxi's packet, sent on the
 source chain's fork, verified and executed on the destination chain's fork,
-as LayerZero's DVNs and executor do on the real chains.
+as LayerZero's DVNs and executor do on the real chains. CCIP's part (a v1.6
+lane's message committed and executed on the destination's fork) is
+qtg_rehearsal.ccip_delivery's; its rounds run here beside LayerZero's.
 
 No DVN signs for a fork, and none is needed: the endpoint (EndpointV2, the
 protocol's own, on the fork as on the chain) takes a packet's payload hash
@@ -17,17 +20,20 @@ head of its queue, so the rehearsal finds the bytes of each ticket queued
 before its own (``BusRode``, read from the chain the fork forks, through the
 relay, a few thousand blocks a search), quotes the drive (``quoteDriveBus``)
 and drives as many buses as it takes to carry its ticket; the bus's packet
-is then delivered as a taxi's is. Each round reads every fork's PacketSent
-and BusRode since the last round; a packet to a chain that is not forked is
-left (there is no destination to deliver on). ``ForkDeliveries(forks,
-stargate)`` starts the rounds in a thread; ``lines()`` says what was
-delivered or could not be; ``stop()`` ends them.
+is then delivered as a taxi's is. Each round reads every fork's PacketSent,
+BusRode and CCIPMessageSent since the last round; a packet or message to a
+chain that is not forked is left (there is no destination to deliver on).
+``ForkDeliveries(forks, stargate, ccip)`` starts the rounds in a thread;
+``lines()`` says what was delivered or could not be, ``busy()`` whether a
+CCIP message is still being delivered, ``given_up(hashes)`` why a send's
+message will not be; ``stop()`` ends them.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +41,10 @@ from typing import Any
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
+from qtg_rehearsal import ccip_delivery
+from qtg_rehearsal.ccip_delivery import Lane, NotYet
 from qtg_rehearsal.forks import Fork, impersonating, rpc
+from qtg_runner.chains.ccip import SentMessage
 from qtg_world.chains import layerzero
 from qtg_world.chains.stargate import token_messaging_abi
 
@@ -60,6 +69,27 @@ is seldom lower)."""
 SEARCH_DEPTH = 200_000
 """How far back before the fork the earlier passengers are looked for; a
 ticket older than that is said, and its bus not driven."""
+ATTESTED_WITHIN_S = 120.0
+"""How long a CCIP message's USDC burn may wait for the Iris double's
+attestation (a standard burn's takes 9 s on the rehearsal's clock)."""
+
+
+@dataclass(frozen=True)
+class CcipForks:
+    """What CCIP's deliveries need: the lanes between forked chains, each
+    chain's CCIP selector, and the rehearsal's Iris double (None: none runs)."""
+
+    lanes: Sequence[Lane] = ()
+    selectors: Mapping[int, str] = field(default_factory=dict)
+    iris_url: str | None = None
+
+
+@dataclass
+class _Message:
+    message: SentMessage
+    lane: Lane
+    since: float
+    tries: int = 0
 
 
 @dataclass
@@ -81,16 +111,39 @@ class _Side:
 class ForkDeliveries:
     """The rounds that deliver the forks' Stargate packets (see the module)."""
 
-    def __init__(self, forks: Mapping[str, Fork], stargate: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(
+        self,
+        forks: Mapping[str, Fork],
+        stargate: Sequence[Mapping[str, Any]],
+        ccip: CcipForks | None = None,
+    ) -> None:
         """``stargate``: the registry's Stargate rows (chain_key, remote_id
         the chain's LayerZero eid, contracts.TokenMessaging) of the forked
-        chains; each fork's endpoint is read from its TokenMessaging."""
+        chains; each fork's endpoint is read from its TokenMessaging.
+        ``ccip``: the lanes whose v1.6 messages are delivered."""
         from web3 import HTTPProvider, Web3
 
+        self._forks = forks
         self._sides: dict[int, _Side] = {}
         self._lines: list[str] = []
         self._done: set[bytes] = set()
         self._tries: dict[bytes, int] = {}
+        self._ccip = ccip or CcipForks()
+        self._onramps: dict[tuple[str, str], int] = {}
+        """(source chain, v1.6 OnRamp) -> the last block read."""
+        self._sent: dict[bytes, _Message] = {}
+        self._given_up: dict[str, str] = {}
+        """A CCIP send's transaction, by the hash the engine recorded -> why its
+        message is not delivered."""
+        self._failures: list[str] = []
+        self._lock = threading.Lock()
+        for lane in self._ccip.lanes:
+            if lane.version != ccip_delivery.DELIVERED_VERSION:
+                continue
+            self._onramps[lane.source, lane.onramp] = int(
+                str(rpc(forks[lane.source].anvil_url, "eth_blockNumber")), 16
+            )
+            rpc(forks[lane.dest].anvil_url, "anvil_setBalance", [EXECUTOR, hex(ETHER)])
         abi = layerzero.npm_artifact(*layerzero.ENDPOINT_ARTIFACT)["abi"]
         for row in stargate:
             fork = forks.get(str(row["chain_key"]))
@@ -127,11 +180,24 @@ class ForkDeliveries:
             self._sides[side.eid] = side
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rehearsal-deliveries", daemon=True)
-        if self._sides:
+        if self._sides or self._onramps:
             self._thread.start()
 
     def lines(self) -> list[str]:
         return list(self._lines)
+
+    def busy(self) -> bool:
+        """Whether a CCIP message seen is still being delivered."""
+        with self._lock:
+            return bool(self._sent)
+
+    def given_up(self, recorded: Sequence[str]) -> str | None:
+        """Why the CCIP message of a send whose recorded transactions are
+        ``recorded`` will not be delivered on its fork; None when it may be."""
+        with self._lock:
+            return next(
+                (self._given_up[h.lower()] for h in recorded if h.lower() in self._given_up), None
+            )
 
     def stop(self) -> None:
         self._stop.set()
@@ -151,6 +217,91 @@ class ForkDeliveries:
                     self._round(side)
                 except Exception as exc:  # a fork gone, a reverted step: said, tried again
                     log.warning("rehearsal deliveries on %s: %s", side.chain_key, exc)
+            try:
+                self._ccip_round()
+            except Exception as exc:
+                log.warning("rehearsal CCIP deliveries: %s", exc)
+
+    def _ccip_round(self) -> None:
+        """Read the v1.6 OnRamps' new messages, then try each one waiting."""
+        for (chain, onramp), scanned in self._onramps.items():
+            url = self._forks[chain].url  # through the proxy: the hashes the engine recorded
+            head = int(str(rpc(url, "eth_blockNumber")), 16)
+            if head <= scanned:
+                continue
+            for message in ccip_delivery.sent(url, onramp, scanned + 1, head):
+                self._seen(chain, message)
+            self._onramps[chain, onramp] = head
+        for key, sent in list(self._sent.items()):
+            if self._stop.is_set():
+                return
+            self._try_ccip(key, sent)
+
+    def _seen(self, chain: str, message: SentMessage) -> None:
+        dest = self._ccip.selectors.get(message.dest_selector)
+        lane = next((x for x in self._ccip.lanes if (x.source, x.dest) == (chain, dest)), None)
+        if lane is None or lane.version != ccip_delivery.DELIVERED_VERSION:
+            self._give_up(
+                message,
+                f"it goes to {dest or f'selector {message.dest_selector}'}, which is not forked"
+                if lane is None
+                else f"its lane is v{lane.version}: a rehearsal commits on v1.6 OffRamps only",
+            )
+            return
+        with self._lock:
+            self._sent.setdefault(message.message_id, _Message(message, lane, time.monotonic()))
+
+    def _try_ccip(self, key: bytes, sent: _Message) -> None:
+        message, lane = sent.message, sent.lane
+        url = self._forks[lane.dest].anvil_url
+        try:
+            data = ccip_delivery.token_data(self._ccip.iris_url, lane, message)
+            ccip_delivery.commit(url, lane.offramp, message)
+            with impersonating(url, EXECUTOR):
+                ccip_delivery.execute(url, lane.offramp, EXECUTOR, message, data)
+            state = ccip_delivery.execution_state(url, lane.offramp, message)
+        except NotYet as exc:
+            if time.monotonic() - sent.since > ATTESTED_WITHIN_S:
+                self._give_up(message, f"{exc} after {ATTESTED_WITHIN_S:.0f} s", failed=True)
+            return
+        except Exception as exc:
+            sent.tries += 1
+            if sent.tries >= MAX_TRIES:
+                self._give_up(
+                    message, f"it could not be executed on {lane.dest}'s fork: {exc}", failed=True
+                )
+            return
+        named = ccip_delivery.STATES.get(state, str(state))
+        self._lines.append(
+            f"ccip: message {message.message_id_hex} from {lane.source} committed and executed on "
+            f"{lane.dest}'s fork by its OffRamp: {named} (its commit written: no DON signs for a "
+            "fork)"
+        )
+        if named != "SUCCESS":
+            self._give_up(
+                message,
+                f"its execution on {lane.dest}'s fork ended {named}: the pool's release or the "
+                "receiver refused it (on the chains it would wait for a manual execution)",
+                failed=True,
+            )
+            return
+        with self._lock:
+            del self._sent[key]
+
+    def failures(self) -> list[str]:
+        """Why each CCIP message that should have been delivered was not."""
+        with self._lock:
+            return list(self._failures)
+
+    def _give_up(self, message: SentMessage, why: str, failed: bool = False) -> None:
+        """``failed``: the message should have been delivered (not a lane the
+        rehearsal cannot deliver on): the rehearsal fails."""
+        self._lines.append(f"ccip: message {message.message_id_hex} not delivered: {why}")
+        with self._lock:
+            self._sent.pop(message.message_id, None)
+            self._given_up[message.tx_hash.lower()] = why
+            if failed:
+                self._failures.append(why)
 
     def _round(self, side: _Side) -> None:
         head = side.w3.eth.block_number

@@ -182,9 +182,13 @@ def _await_chain_id(
         time.sleep(0.1)
 
 
-def send_as(url: str, sender: str, to: str, data: str) -> None:
-    """One call sent and mined as ``sender`` (impersonated), or ForkError."""
-    tx_hash = rpc(url, "eth_sendTransaction", [{"from": sender, "to": to, "data": data}])
+def send_as(url: str, sender: str, to: str, data: str, gas: int | None = None) -> None:
+    """One call sent and mined as ``sender`` (impersonated), or ForkError;
+    ``gas`` when given, else anvil's estimate."""
+    tx: dict[str, str] = {"from": sender, "to": to, "data": data}
+    if gas is not None:
+        tx["gas"] = hex(gas)
+    tx_hash = rpc(url, "eth_sendTransaction", [tx])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         receipt = rpc(url, "eth_getTransactionReceipt", [tx_hash])

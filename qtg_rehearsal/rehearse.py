@@ -17,9 +17,11 @@ An exchange step runs against the local Bybit double on the forks
 taxi's packet is verified and executed on the destination's fork as
 LayerZero's DVNs and executor would (qtg_rehearsal.deliveries: the path's
 receive library impersonated), and a bus ride's bus is driven first, as
-Stargate's planner would. What does not run on a fork is said, never
-passed over: a CCIP send is rehearsed up to its source transaction (no DON
-runs on a fork).
+Stargate's planner would. A CCIP message on a v1.6 lane is committed and
+executed on the destination's fork by the lane's OffRamp
+(qtg_rehearsal.ccip_delivery: the commit written, as no DON signs for a
+fork). What does not run on a fork is said, never passed over: a send on a
+v1.5 lane is rehearsed up to its source transaction.
 """
 
 from __future__ import annotations
@@ -30,14 +32,15 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from qtg_rehearsal import engine as throwaway
-from qtg_rehearsal.deliveries import ForkDeliveries
+from qtg_rehearsal.ccip_delivery import DELIVERED_VERSION, lanes_between
+from qtg_rehearsal.deliveries import CcipForks, ForkDeliveries
 from qtg_rehearsal.engine import NODE_TERMINAL, EngineRun, NodeRun
 from qtg_rehearsal.forks import (
     Fork,
@@ -58,7 +61,8 @@ from qtg_world import iris
 from qtg_world.chains.local import RunningChain
 
 FAR_SIDE = {
-    "ccip": "delivery not rehearsed: no CCIP DON runs on a fork",
+    "ccip": "delivery not rehearsed: its lane is not a registered v1.6 lane between the forks "
+    "(a v1.5 OffRamp reads its roots from a commit store the rehearsal does not write)",
 }
 """Sends rehearsed up to their source transaction, their delivery not: why
 (far_side)."""
@@ -140,31 +144,52 @@ def read_balances(
     return out
 
 
-def far_side(plan: Mapping[str, Any]) -> dict[str, str]:
+def far_side(plan: Mapping[str, Any], lanes: Iterable[Mapping[str, Any]] = ()) -> dict[str, str]:
     """The plan's steps whose delivery does not run on a fork, by key: why
-    (FAR_SIDE): a CCIP send (a Stargate taxi is delivered, and a bus driven
-    and delivered: qtg_rehearsal.deliveries)."""
+    (FAR_SIDE): a CCIP send whose lane (``lanes``: the registry's ccip_lanes)
+    is not v1.6 (a Stargate taxi is delivered, a bus driven and delivered,
+    and a v1.6 CCIP message committed and executed: qtg_rehearsal.deliveries)."""
+    delivered = {
+        (str(lane["source_chain_key"]), str(lane["dest_chain_key"]))
+        for lane in lanes
+        if lane["version"] == DELIVERED_VERSION
+    }
     return {
         str(node["key"]): FAR_SIDE["ccip"]
         for node in plan.get("nodes", [])
         if node.get("executor") == "ccip"
+        and (
+            str((node.get("config") or {}).get("chain")),
+            str((node.get("config") or {}).get("destination_chain")),
+        )
+        not in delivered
     }
 
 
+class Deliveries(Protocol):
+    def busy(self) -> bool: ...
+
+    def given_up(self, recorded: Sequence[str]) -> str | None: ...
+
+
 def settled_after(
-    seconds: float, far: Mapping[str, str] | None = None
+    seconds: float, far: Mapping[str, str] | None = None, deliveries: Deliveries | None = None
 ) -> Callable[[list[NodeRun]], bool]:
     """Whether a run has nothing left that can finish on a fork, and has looked
-    so for ``seconds``: every step done, or a far-side send (``far``) waiting
-    for its delivery, or a step waiting behind one."""
+    so for ``seconds``: every step done, or a far-side send (``far``, or one
+    whose message ``deliveries`` gave up on) waiting for its delivery, or a
+    step waiting behind one; and no message still being delivered."""
     since: list[float] = []
     far = far or {}
 
+    def waits_for_nothing(n: NodeRun) -> bool:
+        return n.key in far or (deliveries is not None and bool(deliveries.given_up(n.tx_hashes)))
+
     def settled(nodes: list[NodeRun]) -> bool:
-        quiet = all(
+        quiet = (deliveries is None or not deliveries.busy()) and all(
             n.state in NODE_TERMINAL
             or n.state == "PENDING"
-            or (n.key in far and n.state in ("SUBMITTED", "OBSERVING"))
+            or (n.state in ("SUBMITTED", "OBSERVING") and waits_for_nothing(n))
             for n in nodes
         )
         if not quiet:
@@ -200,11 +225,13 @@ def step_line(
     return line
 
 
-def outcome_of(run: EngineRun) -> str:
+def outcome_of(run: EngineRun, undelivered: Sequence[str] = ()) -> str:
+    """'failed' where the run failed, timed out or a message that should have
+    been delivered on the forks was not (``undelivered``: why)."""
     failed = run.movement_state in ("FAILED", "REFUSED") or any(
         n.state in ("FAILED", "UNKNOWN") for n in run.nodes
     )
-    return "failed" if failed or run.timed_out else "passed"
+    return "failed" if failed or run.timed_out or undelivered else "passed"
 
 
 async def rehearse(
@@ -322,21 +349,28 @@ async def _rehearse_on_forks(
                 f"CCTP on {', '.join(cctp)}: {len(attesters)} attesters of the rehearsal "
                 "trusted, the local Iris double attesting"
             )
-        taxis = any(
-            n.get("executor") == "stargate" and n.get("key") not in far_side(plan)
-            for n in plan.get("nodes", [])
-        )
+        executors = {n.get("executor") for n in plan.get("nodes", [])}
         stargate = [
             p
             for p in registry.get("chain_protocols", [])
-            if taxis and p["protocol"] == "stargate" and p["chain_key"] in used
+            if "stargate" in executors and p["protocol"] == "stargate" and p["chain_key"] in used
         ]
+        ccip = CcipForks(
+            lanes_between(registry.get("ccip_lanes", []) if "ccip" in executors else [], used),
+            {
+                int(p["remote_id"]): str(p["chain_key"])
+                for p in registry.get("chain_protocols", [])
+                if p["protocol"] == "ccip"
+            },
+            attesting.url if attesting is not None else None,
+        )
+        far = far_side(plan, registry.get("ccip_lanes", []))
         try:
             venues = serving(
                 plan, registry, forks, Decimal(str(movement["amount"])),
                 sorted(plan_addresses(plan)), logs,
             )  # fmt: skip
-            with venues as served, ForkDeliveries(forks, stargate) as deliveries:
+            with venues as served, ForkDeliveries(forks, stargate, ccip) as deliveries:
                 run_env.update(served.env)
                 for line in served.lines:
                     say(line)
@@ -353,17 +387,22 @@ async def _rehearse_on_forks(
                         plan,
                         run_env,
                         stand_ins.by_signer,
-                        settled_after(SETTLE_S, far_side(plan)),
+                        settled_after(SETTLE_S, far, deliveries),
                         timeout_s,
                         progress=say,
                     )
                 after = read_balances(forks, tokens, holders)
                 fees = receipts_fees(forks_started)
                 notes = served.lines + served.troubles() + deliveries.lines()
+                undelivered = deliveries.failures()
+                for node in run.nodes:
+                    why = deliveries.given_up(node.tx_hashes)
+                    if why is not None:
+                        far = {**far, node.key: f"its message not delivered on the fork: {why}"}
         finally:
             if attesting is not None:
                 attesting.stop()
-    return summarise(movement, run, forks, before, after, fees, tokens, notes, far_side(plan))
+    return summarise(movement, run, forks, before, after, fees, tokens, notes, far, undelivered)
 
 
 def receipts_fees(forks: Iterable[Fork]) -> dict[str, tuple[int, int]]:
@@ -388,8 +427,9 @@ def summarise(
     tokens: Mapping[str, list[Mapping[str, Any]]],
     notes: Iterable[str] = (),
     far: Mapping[str, str] | None = None,
+    undelivered: Sequence[str] = (),
 ) -> Summary:
-    outcome = outcome_of(run)
+    outcome = outcome_of(run, undelivered)
     decimals = {(c, str(t["symbol"])): int(t["decimals"]) for c, ts in tokens.items() for t in ts}
     lines = [
         f"rehearsal of movement {movement['id']} on forks: "
