@@ -440,8 +440,6 @@ def summarise(
     for key, value in sorted(after.items()):
         chain, holder, asset = key
         was = before.get(key, 0)
-        if was == value and asset != "native":
-            continue
         places = 18 if asset == "native" else decimals.get((chain, asset), 0)
         delta = value - was
         balances.append(
@@ -456,6 +454,8 @@ def summarise(
         lines.append(
             f"{holder} on {chain}: {asset} {units(was, places)} -> {units(value, places)} "
             f"({'+' if delta >= 0 else '-'}{units(abs(delta), places)})"
+            if delta
+            else f"{holder} on {chain}: {asset} {units(value, places)} (unchanged)"
         )
     if run.refusal is not None:
         lines.append(f"the engine refused the movement: {run.refusal}")
@@ -489,7 +489,8 @@ def summarise(
             }
             for n in run.nodes
         ],
-        "balances": balances[:100],
+        # the balances that moved first: what a cut to fit keeps
+        "balances": sorted(balances, key=lambda b: b["before"] == b["after"])[:100],
         "movement_state": run.movement_state,
         "refusal": run.refusal,
         "timed_out": run.timed_out,

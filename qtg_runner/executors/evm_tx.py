@@ -348,10 +348,14 @@ class EvmAccess:
                 raise ExecutorError(str(exc), retryable=True, retry_after=RETRY_LATER_S) from None
             self._signers[leg.signer_id] = signer
         if signer.address != leg.sender:
+            if not self._given_only:  # the next attempt loads it again, the key fixed or not
+                self._signers.pop(leg.signer_id, None)
             raise ExecutorError(
                 f"signer {leg.signer_id} holds the key of {signer.address}, not of the treasury "
-                f"account {leg.sender} on {leg.chain_key}: fix the registry or the signer",
-                retryable=False,
+                f"account {leg.sender} on {leg.chain_key}: nothing was signed; fix the registry "
+                "or the signer, the node is tried again after its backoff",
+                retryable=True,
+                retry_after=RETRY_LATER_S,
             )
         return signer
 

@@ -1,8 +1,9 @@
 """`qtg registry check` against the local chains, deployed and registered as
 `qtg chains up` does it: every fact holds; then one registry row at a time is
 made wrong as an admin could type it (another chain id, an address with no
-contract, another CCTP domain, a CCIP OnRamp or a Stargate pool token that
-is not the one deployed), and the check says which fact fails and exits 1.
+contract, another CCTP domain, a token's decimals or symbol, a CCIP OnRamp,
+a destination the Router does not support, a Stargate pool that is not the
+one deployed), and the check says which fact fails and exits 1.
 The chains are real (anvil, with the protocols' doubles deployed); the
 registry rows are changed with SQL, as a typo would have them. A chain
 without Multicall3 is a note, not a mismatch: the runner reads it one call at
@@ -92,11 +93,37 @@ def test_a_registry_as_deployed_holds_fact_by_fact(
             "USDC decimals()",
         ),
         (
+            "UPDATE chain_tokens SET symbol = 'USDT'"
+            " WHERE chain_key = %(chain)s AND symbol = 'USDC'",
+            "USDT symbol()",
+        ),
+        (
             "UPDATE ccip_lanes SET onramp = offramp WHERE source_chain_key = %(chain)s",
             "CCIP Router getOnRamp(",
         ),
+        (
+            "UPDATE chain_protocols SET remote_id = remote_id + 1"
+            " WHERE chain_key <> %(chain)s AND protocol = 'ccip'",
+            "CCIP Router isChainSupported(",
+        ),
+        (
+            "UPDATE chain_protocols SET contracts = jsonb_set(contracts, '{StargatePool}',"
+            " to_jsonb((SELECT contracts ->> 'CcipRouter' FROM chain_protocols"
+            "           WHERE chain_key = %(chain)s AND protocol = 'ccip'))"
+            ") WHERE chain_key = %(chain)s AND protocol = 'stargate'",
+            "Stargate pool token()",
+        ),
     ],
-    ids=["chain-id", "missing-contract", "cctp-domain", "decimals", "ccip-onramp"],
+    ids=[
+        "chain-id",
+        "missing-contract",
+        "cctp-domain",
+        "decimals",
+        "symbol",
+        "ccip-onramp",
+        "ccip-destination",
+        "stargate-pool",
+    ],
 )
 def test_a_wrong_registry_row_is_named_and_fails_the_check(
     db: TestDatabase,

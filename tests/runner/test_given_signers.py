@@ -61,5 +61,8 @@ def test_an_id_the_given_signers_lack_is_refused_and_never_loaded(no_loading: No
 
 def test_a_given_signer_of_another_account_is_refused(no_loading: None) -> None:
     access = EvmAccess({}, signers={"s": StandIn("s", "0x" + "22" * 20)})
-    with pytest.raises(ExecutorError, match="not of the treasury account"):
+    with pytest.raises(ExecutorError, match="not of the treasury account") as refused:
         asyncio.run(access.signer(leg("s")))
+    # nothing was signed: the node waits for its backoff and is tried again
+    assert refused.value.retryable and refused.value.retry_after
+    assert "nothing was signed" in str(refused.value)

@@ -135,3 +135,39 @@ def test_a_transfer_signed_out_of_the_runner_waits_out_a_bad_signer_then_lands(
     receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=30, poll_latency=0.1)
     assert receipt["status"] == 1
     assert str(receipt["from"]).lower() == sender
+
+
+def test_a_kms_key_of_another_account_is_a_retryable_refusal(
+    db: Any, world: Any, local_chain_set: LocalChainSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry names a KMS key whose public key is another account's:
+    the node goes back to READY with its backoff and says why, nothing is
+    signed, recorded or sent, and the account's nonce does not move."""
+    from evm_support import start_transfer
+
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    w3 = web3_of(chain)
+    nonce_before = w3.eth.get_transaction_count(w3.to_checksum_address(sender), "pending")
+    with running(KmsDouble(key=bytes(range(1, 33)))) as double:
+        signer_id = f"kms:{double.key_id}"
+        procs.upsert_treasury_account(chain.key, sender, signer_id).one(world)
+        env = local_chain_set.runner_env() | {
+            "QTG_KMS_ENDPOINT_URL": double.url.rstrip("/"),
+            "AWS_REGION": "eu-west-1",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+        }
+        _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("1"), "ext-other")
+        dispatch(db, env)
+    state, error, not_before_s, attempts = world.execute(
+        "SELECT node_state::text, last_error, extract(epoch FROM not_before - now()),"
+        " submit_attempts FROM movement_request_nodes WHERE id = %s",
+        (node_id,),
+    ).fetchone()
+    assert state == "READY", error
+    assert "not of the treasury account" in error and "nothing was signed" in error
+    assert not_before_s > 10 and attempts == 1
+    assert world.execute("SELECT count(*) FROM evm_transactions").fetchone()[0] == 0
+    assert w3.eth.get_transaction_count(w3.to_checksum_address(sender), "pending") == nonce_before
