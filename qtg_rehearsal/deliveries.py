@@ -46,7 +46,7 @@ from qtg_rehearsal.ccip_delivery import Lane, NotYet
 from qtg_rehearsal.forks import Fork, impersonating, rpc
 from qtg_runner.chains.ccip import SentMessage
 from qtg_world.chains import layerzero
-from qtg_world.chains.stargate import token_messaging_abi
+from qtg_world.chains.stargate import bus_at_head, token_messaging_abi
 
 log = logging.getLogger(__name__)
 
@@ -396,17 +396,21 @@ def drive_bus(side: _Side, eid: int, ticket: int) -> None:
     the driver (EXECUTOR, impersonated) pays the quoted fee."""
     tm, w3, url = side.messaging, side.w3, side.fork.anvil_url
     while True:
-        most, _fare, _drop_fare, queued, first = tm.functions.busQueues(eid).call()
-        if ticket < first:
+        if ticket < _first(tm, eid):
             return  # driven
-        count = min(int(queued), int(most))
-        if count == 0:
+        bus = bus_at_head(tm, eid, lambda t: _passenger(side, eid, t))
+        if bus is None:
             raise RuntimeError(f"the queue to eid {eid} is empty, ticket {ticket} not in it")
-        passengers = b"".join(_passenger(side, eid, t) for t in range(first, first + count))
-        fee = int(tm.functions.quoteDriveBus(eid, passengers).call()[0])
         with impersonating(url, EXECUTOR):
-            sent = tm.functions.driveBus(eid, passengers).transact({"from": EXECUTOR, "value": fee})
-            _mined(w3, sent, f"driving the bus to eid {eid} from ticket {first}")
+            sent = tm.functions.driveBus(eid, bus.passengers).transact(
+                {"from": EXECUTOR, "value": bus.fee}
+            )
+            _mined(w3, sent, f"driving the bus to eid {eid} from ticket {bus.first}")
+
+
+def _first(token_messaging: Any, eid: int) -> int:
+    """The ticket at the head of the queue to ``eid`` (the next to ride)."""
+    return int(token_messaging.functions.busQueues(eid).call()[4])
 
 
 def deliver(side: _Side, packet: layerzero.Packet) -> None:

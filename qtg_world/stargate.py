@@ -39,6 +39,7 @@ ends it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -54,6 +55,7 @@ from qtg_world.chains.local import RunningChain
 from qtg_world.chains.stargate import (
     PLANNED_PASSENGERS,
     RELAYER_ACCOUNT_INDEX,
+    bus_at_head,
     pool_abi,
     stargate_eid,
     token_messaging_abi,
@@ -338,6 +340,12 @@ def _deliver(state: _State, now: float) -> None:
                 state.deliveries.remove(d)
 
 
+def _ride_bytes(side: _Side, eid: int, ticket: int) -> bytes | None:
+    """The bytes of ``ticket`` to ``eid`` as its BusRode gave them (None: not read yet)."""
+    ride = side.rides.get((eid, ticket))
+    return None if ride is None else ride[0]
+
+
 def _drive_buses(state: _State, side: _Side) -> None:
     wait = state.config.bus_wait_s
     if wait is None:
@@ -346,29 +354,22 @@ def _drive_buses(state: _State, side: _Side) -> None:
     for eid, other in state.by_eid.items():
         if other is side:
             continue
-        max_passengers, _fare, _drop_fare, waiting, first = side.tm.functions.busQueues(eid).call()
-        if waiting == 0:
-            continue
+        bus = bus_at_head(side.tm, eid, functools.partial(_ride_bytes, side, eid))
+        if bus is None:
+            continue  # none waiting, or a BusRode not read yet
+        first, count = bus.first, bus.count
         driving = side.driving.get(eid)
         if driving is not None and driving[0] == first:
             receipt = _mined(side, driving[1])
             if receipt is None or receipt["status"] == 1:
                 continue  # driven, not yet seen as such
             del side.driving[eid]
-        ride = side.rides.get((eid, first))
-        if ride is None:
-            continue  # its BusRode not read yet
-        if waiting < PLANNED_PASSENGERS and chain_now - ride[1] < state.scaled(wait):
+        boarded = side.rides[eid, first][1]
+        if bus.waiting < PLANNED_PASSENGERS and chain_now - boarded < state.scaled(wait):
             continue
-        count = min(waiting, max_passengers)
-        rides = [side.rides.get((eid, t)) for t in range(first, first + count)]
-        if any(r is None for r in rides):
-            continue
-        passengers = b"".join(r[0] for r in rides if r is not None)
-        fee = int(side.tm.functions.quoteDriveBus(eid, passengers).call()[0])
         try:
             tx_hash = layerzero.send_estimated(
-                side.tm.functions.driveBus(eid, passengers), side.relayer, fee
+                side.tm.functions.driveBus(eid, bus.passengers), side.relayer, bus.fee
             )
         except Exception as exc:  # driven by someone else meanwhile: read again
             log.info(

@@ -39,7 +39,8 @@ messages and drives the buses.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from qtg_runner.chains.errors import ChainError
@@ -170,6 +171,38 @@ def _w3(chain: RunningChain) -> Any:
     from web3 import HTTPProvider, Web3
 
     return Web3(HTTPProvider(chain.rpc_url, request_kwargs={"timeout": 10}))
+
+
+@dataclass(frozen=True)
+class Bus:
+    """The bus a driveBus to ``eid`` would drive now: the tickets from
+    ``first`` at the head of the queue (as many as a bus takes, ``count``),
+    their bytes joined (``passengers``), and the quoted native fee."""
+
+    eid: int
+    first: int
+    count: int
+    waiting: int
+    passengers: bytes
+    fee: int
+
+
+def bus_at_head(
+    token_messaging: Any, eid: int, passenger: Callable[[int], bytes | None]
+) -> Bus | None:
+    """The next bus of ``token_messaging`` (a web3 contract) to ``eid``, the
+    bytes of each ticket from ``passenger`` (None: not known yet); None when
+    the queue is empty or a ticket's bytes are not known."""
+    most, _fare, _drop_fare, waiting, first = token_messaging.functions.busQueues(eid).call()
+    count = min(int(waiting), int(most))
+    if count == 0:
+        return None
+    rides = [passenger(t) for t in range(int(first), int(first) + count)]
+    if any(r is None for r in rides):
+        return None
+    passengers = b"".join(r for r in rides if r is not None)
+    fee = int(token_messaging.functions.quoteDriveBus(eid, passengers).call()[0])
+    return Bus(eid, int(first), count, int(waiting), passengers, fee)
 
 
 def relayer_address(chain: RunningChain) -> str:

@@ -80,6 +80,16 @@ def outside_signer(
             )
 
 
+def node_wait(world: Any, node_id: int) -> tuple[str, str, float, int]:
+    """The node's state, last error, seconds to its not_before and attempts."""
+    row = world.execute(
+        "SELECT node_state::text, last_error, extract(epoch FROM not_before - now()),"
+        " submit_attempts FROM movement_request_nodes WHERE id = %s",
+        (node_id,),
+    ).fetchone()
+    return str(row[0]), str(row[1]), float(row[2]), int(row[3])
+
+
 def dispatch(db: Any, env: dict[str, str]) -> int:
     """One dispatcher batch as a runner login, the evm_transfer executor given ``env``."""
 
@@ -113,11 +123,7 @@ def test_a_transfer_signed_out_of_the_runner_waits_out_a_bad_signer_then_lands(
     double.mode = "other_key"
     _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("1.25"), "ext-1")
     dispatch(db, env)
-    state, error, not_before_s, attempts = world.execute(
-        "SELECT node_state::text, last_error, extract(epoch FROM not_before - now()),"
-        " submit_attempts FROM movement_request_nodes WHERE id = %s",
-        (node_id,),
-    ).fetchone()
+    state, error, not_before_s, attempts = node_wait(world, node_id)
     assert state == "READY"
     assert "nothing was signed" in error and signer_id in error
     assert not_before_s > 10 and attempts == 1
@@ -161,11 +167,7 @@ def test_a_kms_key_of_another_account_is_a_retryable_refusal(
         }
         _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("1"), "ext-other")
         dispatch(db, env)
-    state, error, not_before_s, attempts = world.execute(
-        "SELECT node_state::text, last_error, extract(epoch FROM not_before - now()),"
-        " submit_attempts FROM movement_request_nodes WHERE id = %s",
-        (node_id,),
-    ).fetchone()
+    state, error, not_before_s, attempts = node_wait(world, node_id)
     assert state == "READY", error
     assert "not of the treasury account" in error and "nothing was signed" in error
     assert not_before_s > 10 and attempts == 1
