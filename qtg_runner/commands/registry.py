@@ -20,6 +20,7 @@ and before the first movement on a network. It signs and writes nothing.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated
 
 import psycopg
@@ -27,11 +28,11 @@ import typer
 from psycopg.conninfo import make_conninfo
 from rich.markup import escape
 
-from qtg_runner.commands.common import AsOption, NetworkOption, bad, cli_errors
+from qtg_runner.commands.common import AsOption, NetworkOption, bad
 from qtg_runner.commands.movement import connect, out
 from qtg_runner.config import NETWORK_MODES, load_settings
 from qtg_runner.db.embedded import database_url
-from qtg_runner.networks import load_book
+from qtg_runner.networks import BookError, load_book
 from qtg_runner.registry_check import UnknownChain, check_registry, read_registry
 from qtg_runner.registry_load import load_registry, registry_entries
 
@@ -86,16 +87,29 @@ def load_cmd(
     ],
     finality_depth: FinalityOption = None,
     block_time: BlockTimeOption = None,
+    book_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--book",
+            metavar="FILE",
+            help="A book of your own in the same format (a chain or a network the "
+            "repository's books do not list), instead of networks/CLASS.toml; its "
+            "network_class must be CLASS.",
+        ),
+    ] = None,
 ) -> None:
-    """Put the address book networks/CLASS.toml into the network CLASS's chain
-    registry, as the admin, in one transaction: new entries are created, an
-    entry the registry has with other values is proposed for a second login's
-    approval (qtg proposals approve ID), the rest is unchanged or skipped with
-    why. Loading again changes nothing. Then run `qtg registry check`."""
+    """Put the address book networks/CLASS.toml (or --book FILE) into the
+    network CLASS's chain registry, as the admin, in one transaction: new
+    entries are created, an entry the registry has with other values is
+    proposed for a second login's approval (qtg proposals approve ID), the
+    rest is unchanged or skipped with why. Loading again changes nothing.
+    Then run `qtg registry check`."""
     if network_class not in NETWORK_MODES:
         bad(f"{network_class!r} is not a network class: testnet or mainnet", "CLASS")
-    with cli_errors():
-        book = load_book(network_class)
+    try:
+        book = load_book(network_class, book_file)
+    except BookError as exc:  # the file and the entry that is wrong: the admin's to fix
+        bad(str(exc), "--book" if book_file is not None else None)
     try:
         entries, skipped = registry_entries(
             book,

@@ -18,6 +18,7 @@ stored or logged here."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from qtg_world.chains.local import RunningChain, load_artifact, mined_at_once, r
 from qtg_world.chains.stargate import STARGATE_CONTRACTS, approve_pool, stargate_eid
 
 __all__ = [
+    "book_of",
     "fund_treasury",
     "local_protocols",
     "prepare_treasury",
@@ -128,6 +130,81 @@ def local_protocols(chain: RunningChain) -> list[tuple[str, int, dict[str, str]]
     if all(name in chain.contracts for name in CCIP_CONTRACTS):
         rows.append(("ccip", ccip_selector(chain), {n: chain.contracts[n] for n in CCIP_CONTRACTS}))
     return rows
+
+
+BOOK_SOURCE = "the local world: deployed by `qtg chains up` (qtg_world.chains)"
+
+
+def _toml(value: object) -> str:
+    """A TOML value: a string quoted (JSON's escapes are TOML's), a number as is."""
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def book_of(
+    chains: Sequence[RunningChain],
+    network_class: str = "testnet",
+    finality_depth: int = LOCAL_FINALITY_DEPTH,
+) -> str:
+    """An address book (networks/<class>.toml's format, qtg_runner.networks)
+    of the local ``chains`` as deployed: what `qtg registry load CLASS --book
+    FILE` records as `register_chain` and `register_ccip_lanes` would. The
+    Iris entry is a placeholder (the book wants https; the local double is
+    served over http and named by the environment, as the real one is)."""
+    lines = [
+        f"network_class = {_toml(network_class)}",
+        "",
+        "[iris]",
+        'url = "https://iris.local.invalid"',
+        'url_env = "QTG_IRIS_URL"',
+        f"source = {_toml(BOOK_SOURCE)}",
+    ]
+    with_ccip = [c for c in chains if all(n in c.contracts for n in CCIP_CONTRACTS)]
+    for chain in chains:
+        lines += [
+            "",
+            "[[chains]]",
+            f"chain_key = {_toml(chain.key)}",
+            f"name = {_toml(chain.key)}",
+            f"chain_id = {chain.chain_id}",
+            f"rpc_url_env = {_toml(rpc_url_env(chain.key))}",
+            'finality_rule = "confirmations"',
+            f"finality_depth = {finality_depth}",
+            f"block_time_ms = {chain.block_time * 1000}",
+            f"source = {_toml(BOOK_SOURCE)}",
+        ]
+        if "MockUSDC" in chain.contracts:
+            lines += [
+                "",
+                "[[chains.tokens]]",
+                'symbol = "USDC"',
+                f"address = {_toml(chain.contracts['MockUSDC'])}",
+                "decimals = 6",
+                f"source = {_toml(BOOK_SOURCE)}",
+            ]
+        for protocol, remote_id, contracts in local_protocols(chain):
+            lines += [
+                "",
+                f"[chains.protocols.{protocol}]",
+                f"remote_id = {_toml(str(remote_id))}",
+                f"source = {_toml(BOOK_SOURCE)}",
+                f"[chains.protocols.{protocol}.contracts]",
+                *(f"{name} = {_toml(address)}" for name, address in sorted(contracts.items())),
+            ]
+    for source in with_ccip:
+        for dest in with_ccip:
+            if dest is not source:
+                lines += [
+                    "",
+                    "[[ccip_lanes]]",
+                    f"source_chain_key = {_toml(source.key)}",
+                    f"dest_chain_key = {_toml(dest.key)}",
+                    'version = "1.6"',
+                    f"onramp = {_toml(source.contracts['CcipOnRamp'])}",
+                    f"offramp = {_toml(dest.contracts['CcipOffRamp'])}",
+                    'token_data = "cctp"',
+                    f"source = {_toml(BOOK_SOURCE)}",
+                ]
+    return "\n".join(lines) + "\n"
 
 
 def register_chain(

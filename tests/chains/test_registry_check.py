@@ -11,6 +11,7 @@ a time."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -176,3 +177,67 @@ def test_a_chain_without_multicall3_is_a_note_not_a_mismatch(
     [note] = [line for line in lines if line.startswith("NOTE")]
     assert f"code at {MULTICALL3} (Multicall3" in note and "one call at a time" in note
     assert lines[-1].endswith(", 1 noted")
+
+
+def test_a_book_of_the_deployed_chains_loads_and_holds_and_a_typo_is_only_proposed(
+    db: TestDatabase, local_chain_set: LocalChainSet, tmp_path: Path
+) -> None:
+    """The admin's path on a real network, on the local chains: a book that
+    describes them as deployed (`book_of`), `qtg registry load testnet
+    --book FILE` into an empty registry, then `qtg registry check`: every
+    fact holds. Loaded again with a chain id mistyped, the load is refused
+    whole (QT002: another chain under a registered key); with a finality
+    depth changed, the change is only proposed (the registry keeps 2 until
+    a second login approves); with two chains of one id, the book itself is
+    refused. The check holds throughout."""
+    from qtg_world.chains.registry import book_of
+
+    book = tmp_path / "local.toml"
+    book.write_text(book_of(local_chain_set.chains), encoding="utf-8")
+    code, lines = load_book_file(db, book)
+    assert code == 0, "\n".join(lines)
+    assert not any(line.startswith(("proposed", "skipped")) for line in lines), lines
+    code, lines = check(db, local_chain_set)
+    assert code == 0, "\n".join(lines)
+    facts = [line for line in lines if line.startswith("ok")]
+    for chain in local_chain_set.chains:
+        said = [line for line in facts if f"  {chain.key}  " in line]
+        for fact in ("chain id", "USDC symbol()", "CCTP domain", "CCIP Router isChainSupported",
+                     "Stargate pool token()"):  # fmt: skip
+            assert any(fact in line for line in said), (chain.key, fact, lines)
+
+    chain = local_chain_set.chains[0]
+    deployed = book.read_text()
+    book.write_text(deployed.replace(f"chain_id = {chain.chain_id}", "chain_id = 31999"))
+    code, lines = load_book_file(db, book)  # another chain under a registered key
+    assert code == 2 and "QT002" in "\n".join(lines), "\n".join(lines)
+    book.write_text(deployed.replace("finality_depth = 2", "finality_depth = 5", 1))
+    code, lines = load_book_file(db, book)  # a policy changed: for a second login
+    assert code == 0, "\n".join(lines)
+    assert any(line.startswith("proposed") and chain.key in line for line in lines), lines
+    code, lines = check(db, local_chain_set)
+    assert code == 0 and mismatches(lines) == [], "\n".join(lines)
+    assert world_depth(db, chain.key) == 2
+
+    twice = f"chain_id = {local_chain_set.chains[1].chain_id}"
+    book.write_text(deployed.replace(f"chain_id = {chain.chain_id}", twice))
+    code, lines = load_book_file(db, book)  # the book itself is refused
+    assert code == 2 and "given twice" in "\n".join(lines), "\n".join(lines)
+
+
+def world_depth(db: TestDatabase, chain_key: str) -> int:
+    with psycopg.connect(db.dsn) as conn:
+        conn.execute("SET search_path = testnet, qtg")
+        row = conn.execute(
+            "SELECT finality_depth FROM chains WHERE chain_key = %s", (chain_key,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def load_book_file(db: TestDatabase, book: Path) -> tuple[int, list[str]]:
+    environment = {"QTG_DATABASE_URL": db.dsn, "COLUMNS": "200"}
+    result = CliRunner().invoke(
+        app, ["registry", "load", "testnet", "--book", str(book)], env=environment
+    )
+    return result.exit_code, result.output.splitlines()
