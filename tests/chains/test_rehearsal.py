@@ -15,9 +15,8 @@ says so (QT025's warning) while a passed one says nothing; one the engine
 would refuse (over a value limit) fails with the refusal; a chain with no
 RPC URL in the environment is a clear refusal before anything starts; an
 exchange step runs against the local Bybit double on the forks, and the
-exchange the shell names hears nothing; a Stargate taxi and bus and a CCIP
-message on a v1.6 lane are delivered on the destination's fork, and a CCIP
-message that cannot be fails the rehearsal with why.
+exchange the shell names hears nothing. The deliveries on the
+destination's fork are test_rehearsal_deliveries.py's.
 """
 
 from __future__ import annotations
@@ -39,10 +38,11 @@ from engine import as_person
 from evm_support import register_world, superuser, usdc_balance
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
+from rehearsal_support import NETWORK, UNITS, real_state, rehearse_as_alice, rpc_only_env
 from typer.testing import CliRunner
 
 from qtg_cli import app
-from qtg_rehearsal.rehearse import RehearsalError, Summary, run
+from qtg_rehearsal.rehearse import RehearsalError
 from qtg_runner import signers
 from qtg_runner.db import procs
 from qtg_runner.executors import evm_tx
@@ -51,14 +51,11 @@ from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
 from qtg_runner.executors.cctp_burn import CctpBurnExecutor
 from qtg_runner.executors.cctp_mint import CctpMintExecutor
 from qtg_runner.executors.registry import registration
-from qtg_world.chains.local import rpc, rpc_url_env
+from qtg_world.chains.local import rpc_url_env
 from qtg_world.chains.registry import register_venue
 from qtg_world.local import BYBIT_KEY_FILE_ENV, BYBIT_URL_ENV
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
-
-NETWORK = "testnet"
-UNITS = 10**6
 
 
 @pytest.fixture
@@ -120,29 +117,6 @@ class Canary:
 
     def stop(self) -> None:
         self._loopback.stop()
-
-
-def rpc_only_env(chain_set: LocalChainSet) -> dict[str, str]:
-    """What a rehearsing operator's shell has: the chains' RPC URLs, nothing else."""
-    return {rpc_url_env(c.key): c.rpc_url for c in chain_set.chains}
-
-
-def real_state(chain_set: LocalChainSet) -> dict[str, int]:
-    state = {}
-    for chain in chain_set.chains:
-        for key in chain_set.treasury:
-            address = key.address.lower()
-            state[f"{chain.key} {address} usdc"] = usdc_balance(chain, address)
-            state[f"{chain.key} {address} nonce"] = int(
-                rpc(chain.rpc_url, "eth_getTransactionCount", [address, "latest"]), 16
-            )
-    return state
-
-
-def rehearse_as_alice(conn: Any, movement_id: int, env: dict[str, str], **options: Any) -> Summary:
-    with as_person(conn, "alice"):
-        data = procs.rehearsal_input(movement_id).one(conn)
-    return run(data, env, NETWORK, say=lambda line: None, **options)
 
 
 def approval_warnings(conn: Any, movement_id: int) -> list[str]:
@@ -399,174 +373,3 @@ def test_a_request_made_on_the_page_is_served_by_the_rehearsal_service(
         (movement_id,),
     ).fetchone()
     assert state == ("PENDING_APPROVAL", row[3], "passed")
-
-
-def test_a_stargate_taxi_and_a_bus_are_delivered_on_the_destinations_fork(
-    db: Any, local_chain_set: LocalChainSet
-) -> None:
-    """Two Stargate sends of one movement rehearsed end to end, each sent on
-    the source's fork by the real executor: a taxi, whose packet is verified
-    and executed on the destination's fork through the real EndpointV2 (its
-    receive library impersonated: no DVN signs for a fork); and a bus ride,
-    whose bus the rehearsal drives first with the passenger already waiting
-    in the real chain's queue (its BusRode read from before the fork,
-    through the relay). Both COMPLETE on the OFTReceived they find there; the
-    recipient's USDC rises on the destination's fork by at least the nodes'
-    minimum, and no real chain, nor its bus queue, moves."""
-    from stargate_support import Side, register_stargate, send_param, stargate_plan
-
-    a, b = local_chain_set.chains
-    source, destination = Side(a), Side(b)
-    waiting = source.w3.eth.accounts[7]
-    source.fund(waiting, 5 * UNITS)
-    param = send_param(destination.eid, waiting, 5 * UNITS, 0, bus=True)
-    fee = source.pool.functions.quoteSend(param, False).call()
-    source.mined(
-        source.pool.functions.send(param, tuple(fee), waiting).transact(
-            {"from": waiting, "value": fee[0]}
-        )
-    )
-    queue = source.tm.functions.busQueues(destination.eid).call()
-    assert queue[3] >= 1  # a passenger waits on the real chain
-
-    sender, recipient = (k.address.lower() for k in local_chain_set.treasury)
-    sends = [
-        {**stargate_plan(a.key, b.key, sender, recipient, mode)["nodes"][0], "key": mode}
-        for mode in ("taxi", "bus")
-    ]
-    conn = superuser(db)
-    try:
-        register_stargate(conn, local_chain_set)
-        with as_person(conn, "alice"):
-            movement_id = int(
-                procs.create_movement("rehearsed-stargate", Decimal(20), plan={"nodes": sends})
-                .one(conn)
-                .movement_id
-            )
-        before = real_state(local_chain_set)
-        summary = rehearse_as_alice(conn, movement_id, rpc_only_env(local_chain_set), timeout_s=120)
-    finally:
-        conn.close()
-    assert real_state(local_chain_set) == before
-    assert source.tm.functions.busQueues(destination.eid).call() == queue
-    assert summary.outcome == "passed", "\n".join(summary.lines)
-    assert {s["state"] for s in summary.record["steps"]} == {"COMPLETED"}, summary.lines
-    assert len(summary.record["steps"]) == 2
-    assert any("driven on the fork" in line for line in summary.lines), summary.lines
-    assert any("verified and executed on" in line for line in summary.lines), summary.lines
-    moved = {
-        (x["chain"], x["address"], x["asset"]): int(x["after"]) - int(x["before"])
-        for x in summary.record["balances"]
-    }
-    assert moved[a.key, sender, "USDC"] == -40 * UNITS
-    # at most 10 bps of slippage (stargate_plan), at least what the pool paid
-    assert 40 * UNITS * 9990 // 10000 <= moved[b.key, recipient, "USDC"] <= 40 * UNITS
-
-
-def ccip_movement(conn: Any, chain_set: LocalChainSet, external_id: str, amount: Decimal) -> int:
-    """alice's one-send CCIP movement on the local chains' v1.6 lane, awaiting approval."""
-    from qtg_runner.executors.ccip import CcipExecutor
-
-    a, b = chain_set.chains
-    sender, recipient = (k.address.lower() for k in chain_set.treasury)
-    plan = {
-        "nodes": [
-            {
-                "key": "send",
-                "executor": CcipExecutor.key,
-                "config": {"lane": "ccip", "chain": a.key, "destination_chain": b.key,
-                           "from": sender, "to": recipient},
-                "depends_on": [],
-            }
-        ]
-    }  # fmt: skip
-    register_world(conn, chain_set)
-    registration(CcipExecutor).one(conn)
-    procs.upsert_lane_baseline("ccip", 60, min_poll_seconds=1).one(conn)
-    with as_person(conn, "alice"):
-        return int(procs.create_movement(external_id, amount, plan=plan).one(conn).movement_id)
-
-
-def test_a_ccip_message_is_committed_and_executed_on_the_destinations_fork(
-    db: Any, local_chain_set: LocalChainSet
-) -> None:
-    """A CCIP send on a v1.6 lane rehearsed end to end: sent on the source's
-    fork by the real executor, its message committed on the destination's
-    fork (the root written into the OffRamp: no DON signs for a fork) and
-    executed there by the OffRamp itself with the Iris double's attestation
-    of its USDC burn. The step COMPLETES on the ExecutionStateChanged the
-    engine's observer finds; the recipient's USDC rises on the destination's
-    fork by the amount, and no real chain moves."""
-    a, b = local_chain_set.chains
-    sender, recipient = (k.address.lower() for k in local_chain_set.treasury)
-    conn = superuser(db)
-    try:
-        movement_id = ccip_movement(conn, local_chain_set, "rehearsed-ccip", Decimal(15))
-        before = real_state(local_chain_set)
-        summary = rehearse_as_alice(conn, movement_id, rpc_only_env(local_chain_set), timeout_s=180)
-    finally:
-        conn.close()
-    assert real_state(local_chain_set) == before
-    shown = "\n".join(summary.lines)
-    assert summary.outcome == "passed", shown
-    assert [s["state"] for s in summary.record["steps"]] == ["COMPLETED"], shown
-    assert any("committed and executed on" in x and "SUCCESS" in x for x in summary.lines), shown
-    moved = {
-        (x["chain"], x["address"], x["asset"]): int(x["after"]) - int(x["before"])
-        for x in summary.record["balances"]
-    }
-    assert moved[a.key, sender, "USDC"] == -15 * UNITS
-    assert moved[b.key, recipient, "USDC"] == 15 * UNITS
-
-
-def test_a_ccip_message_that_cannot_be_delivered_fails_the_rehearsal_with_why(
-    db: Any, local_chain_set: LocalChainSet, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The Iris double on the protocol's own clock (a standard burn attested
-    after 15 minutes) and a rehearsal that waits 3 s for it: the message is
-    not delivered, the rehearsal ends without waiting out its timeout, and
-    fails with the reason on the step and in its lines."""
-    from qtg_rehearsal import deliveries, rehearse
-
-    monkeypatch.setattr(rehearse, "IRIS_TIME_SCALE", 1.0)
-    monkeypatch.setattr(deliveries, "ATTESTED_WITHIN_S", 3.0)
-    conn = superuser(db)
-    try:
-        movement_id = ccip_movement(conn, local_chain_set, "undelivered-ccip", Decimal(5))
-        summary = rehearse_as_alice(conn, movement_id, rpc_only_env(local_chain_set), timeout_s=120)
-    finally:
-        conn.close()
-    shown = "\n".join(summary.lines)
-    assert summary.outcome == "failed", shown
-    assert not summary.record["timed_out"], shown
-    assert [s["state"] for s in summary.record["steps"]] == ["OBSERVING"], shown
-    step = next(x for x in summary.lines if x.startswith("step send (ccip)"))
-    assert "not delivered on the fork" in step and "not attested" in step, shown
-
-
-def test_what_is_not_delivered_on_a_fork_is_named_by_step() -> None:
-    """A CCIP send waits for what does not run on a fork where its lane is not
-    a registered v1.6 lane (a v1.5 lane, or none), and its line says so; one
-    on a v1.6 lane is delivered, as a Stargate taxi is and a bus driven and
-    delivered, and they are not among them."""
-    from qtg_rehearsal.rehearse import FAR_SIDE, far_side
-
-    def send(key: str, source: str, dest: str) -> dict[str, Any]:
-        return {"key": key, "executor": "ccip",
-                "config": {"chain": source, "destination_chain": dest}}  # fmt: skip
-
-    plan = {
-        "nodes": [
-            send("new", "a", "b"),
-            send("old", "b", "a"),
-            send("unknown", "a", "c"),
-            {"key": "ride", "executor": "stargate", "config": {"mode": "bus"}},
-            {"key": "taxi", "executor": "stargate", "config": {"mode": "taxi"}},
-            {"key": "plain", "executor": "stargate", "config": {}},  # a taxi by default
-        ]
-    }
-    lanes = [
-        {"source_chain_key": "a", "dest_chain_key": "b", "version": "1.6"},
-        {"source_chain_key": "b", "dest_chain_key": "a", "version": "1.5"},
-    ]
-    assert far_side(plan, lanes) == {"old": FAR_SIDE["ccip"], "unknown": FAR_SIDE["ccip"]}
