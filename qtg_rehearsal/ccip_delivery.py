@@ -32,7 +32,7 @@ import httpx
 from eth_abi.abi import encode
 from eth_utils.crypto import keccak
 
-from qtg_rehearsal.forks import rpc, send_as
+from qtg_rehearsal.forks import ForkError, rpc, send_as
 from qtg_runner.chains.ccip import (
     CCIP_MESSAGE_SENT_TOPIC,
     SentMessage,
@@ -51,12 +51,19 @@ threshold, so manuallyExecute takes the message at once."""
 MAX_ROOTS_SLOT = 256
 """How many of the OffRamp's top-level slots are tried for s_roots."""
 EXECUTE_GAS = 5_000_000
-"""The gas of the manual execution (the message's own limits are within)."""
+"""The least gas of a manual execution: the message's own limits and the
+OffRamp's work around them (execute_gas)."""
+MAX_EXECUTE_GAS = 30_000_000
 STATES = {0: "UNTOUCHED", 1: "IN_PROGRESS", 2: "SUCCESS", 3: "FAILURE"}
 
 
 class NotYet(Exception):
     """The message cannot be executed yet: its burn is not attested."""
+
+
+class NoRoots(Exception):
+    """The OffRamp keeps no s_roots where a v1.6 OffRamp does: no message can
+    be committed on it, however often it is tried."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,15 @@ def lanes_between(rows: Iterable[Mapping[str, Any]], chains: Iterable[str]) -> l
     ]
 
 
-def sent(url: str, onramp: str, start: int, end: int) -> list[SentMessage]:
+@dataclass(frozen=True)
+class Undecodable:
+    """A CCIPMessageSent that is not the v1.6 event its topic says: why."""
+
+    tx_hash: str
+    why: str
+
+
+def sent(url: str, onramp: str, start: int, end: int) -> list[SentMessage | Undecodable]:
     """The CCIPMessageSent of a v1.6 ``onramp`` in blocks ``start`` to ``end``
     (``url``: the fork's proxy, so that each names the transaction by the hash
     the engine recorded, as the Iris double is asked for it)."""
@@ -97,18 +112,25 @@ def sent(url: str, onramp: str, start: int, end: int) -> list[SentMessage]:
         [{"address": onramp, "topics": [CCIP_MESSAGE_SENT_TOPIC],
           "fromBlock": hex(start), "toBlock": hex(end)}],
     )  # fmt: skip
-    return [
-        SentMessage.from_log(
-            str(log["address"]),
-            [str(t) for t in log["topics"]],
-            bytes.fromhex(str(log["data"])[2:]),
-            str(log["transactionHash"]),
-            int(str(log["blockNumber"]), 16),
-            int(str(log["logIndex"]), 16),
-        )
-        for log in logs
-        if not log.get("removed")
-    ]
+    found: list[SentMessage | Undecodable] = []
+    for log in logs:
+        if log.get("removed"):
+            continue
+        tx_hash = str(log["transactionHash"])
+        try:
+            found.append(
+                SentMessage.from_log(
+                    str(log["address"]),
+                    [str(t) for t in log["topics"]],
+                    bytes.fromhex(str(log["data"])[2:]),
+                    tx_hash,
+                    int(str(log["blockNumber"]), 16),
+                    int(str(log["logIndex"]), 16),
+                )
+            )
+        except (ValueError, TypeError, KeyError) as exc:
+            found.append(Undecodable(tx_hash, f"its CCIPMessageSent cannot be read: {exc}"))
+    return found
 
 
 def token_data(iris_url: str | None, lane: Lane, message: SentMessage) -> list[bytes]:
@@ -158,32 +180,50 @@ def _roots_entry(slot: int, source_selector: int, root: bytes) -> str:
     return "0x" + keccak(root + inner).hex()
 
 
-def commit(url: str, offramp: str, message: SentMessage) -> int:
+def commit(url: str, offramp: str, message: SentMessage, slot: int | None = None) -> int:
     """Make ``message``'s one-leaf root committed on ``offramp`` at OLD_COMMIT
-    (see the module): the slot of s_roots found."""
+    (see the module), at s_roots' ``slot`` when known (found otherwise):
+    the slot. NoRoots where no slot holds s_roots."""
     root, source = message.leaf(), message.source_selector
-    if _call(url, offramp, merkle_root_calldata(source, root)) != 0:
-        return -1  # committed already
-    for slot in range(MAX_ROOTS_SLOT):
-        entry = _roots_entry(slot, source, root)
+    try:
+        committed = _call(url, offramp, merkle_root_calldata(source, root))
+    except ForkError as exc:
+        raise NoRoots(
+            f"{offramp} does not answer getMerkleRoot ({exc}): not a v1.6 OffRamp"
+        ) from None
+    if committed != 0:
+        if slot is None:
+            raise NoRoots(f"the root of {message.message_id_hex} is on the OffRamp already")
+        return slot  # committed by an earlier try
+    for candidate in [slot] if slot is not None else range(MAX_ROOTS_SLOT):
+        entry = _roots_entry(candidate, source, root)
         was = str(rpc(url, "eth_getStorageAt", [offramp, entry, "latest"]))
         rpc(url, "anvil_setStorageAt", [offramp, entry, _word(OLD_COMMIT)])
         if _call(url, offramp, merkle_root_calldata(source, root)) == OLD_COMMIT:
-            return slot
+            return candidate
         rpc(url, "anvil_setStorageAt", [offramp, entry, _word(int(was, 16))])
-    raise RuntimeError(
+    raise NoRoots(
         f"the OffRamp {offramp} keeps no s_roots in its first {MAX_ROOTS_SLOT} slots "
         "(getMerkleRoot never read the root written): not a v1.6 OffRamp?"
     )
 
 
+def execute_gas(message: SentMessage) -> int:
+    """The gas of ``message``'s manual execution: its receiver's limit and each
+    token's release gas with room around them, at least EXECUTE_GAS, at most
+    MAX_EXECUTE_GAS (under a block's limit)."""
+    needed = (message.gas_limit or 0) + sum(t.dest_gas_amount for t in message.tokens) + 500_000
+    return min(max(EXECUTE_GAS, needed), MAX_EXECUTE_GAS)
+
+
 def execute(url: str, offramp: str, executor: str, message: SentMessage, data: list[bytes]) -> None:
     """``manuallyExecute`` of ``message`` on ``offramp``, sent and mined as
-    ``executor`` (impersonated, with ether) with EXECUTE_GAS: a gas estimate
+    ``executor`` (impersonated, with ether) with execute_gas: a gas estimate
     would find the least gas at which the call does not revert, and a
     release that fails inside it does not revert it. ForkError on a revert,
     its reason read first through eth_call."""
     calldata = "0x" + manually_execute_calldata(message, data).hex()
-    call = {"from": executor, "to": offramp, "data": calldata, "gas": hex(EXECUTE_GAS)}
+    gas = execute_gas(message)
+    call = {"from": executor, "to": offramp, "data": calldata, "gas": hex(gas)}
     rpc(url, "eth_call", [call, "latest"])
-    send_as(url, executor, offramp, calldata, EXECUTE_GAS)
+    send_as(url, executor, offramp, calldata, gas)

@@ -42,7 +42,7 @@ from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
 from qtg_rehearsal import ccip_delivery
-from qtg_rehearsal.ccip_delivery import Lane, NotYet
+from qtg_rehearsal.ccip_delivery import Lane, NoRoots, NotYet, Undecodable
 from qtg_rehearsal.forks import Fork, impersonating, rpc
 from qtg_runner.chains.ccip import SentMessage
 from qtg_world.chains import layerzero
@@ -136,6 +136,8 @@ class ForkDeliveries:
         """A CCIP send's transaction, by the hash the engine recorded -> why its
         message is not delivered."""
         self._failures: list[str] = []
+        self._slots: dict[str, int] = {}
+        """An OffRamp -> the slot of its s_roots, once found."""
         self._lock = threading.Lock()
         for lane in self._ccip.lanes:
             if lane.version != ccip_delivery.DELIVERED_VERSION:
@@ -144,6 +146,11 @@ class ForkDeliveries:
                 str(rpc(forks[lane.source].anvil_url, "eth_blockNumber")), 16
             )
             rpc(forks[lane.dest].anvil_url, "anvil_setBalance", [EXECUTOR, hex(ETHER)])
+        if self._onramps:
+            self._lines.append(
+                "ccip: not rehearsed: whether the DON commits a message and RMN blesses its "
+                "root (the rehearsal writes the commit), nor how long that takes"
+            )
         abi = layerzero.npm_artifact(*layerzero.ENDPOINT_ARTIFACT)["abi"]
         for row in stargate:
             fork = forks.get(str(row["chain_key"]))
@@ -223,15 +230,24 @@ class ForkDeliveries:
                 log.warning("rehearsal CCIP deliveries: %s", exc)
 
     def _ccip_round(self) -> None:
-        """Read the v1.6 OnRamps' new messages, then try each one waiting."""
-        for (chain, onramp), scanned in self._onramps.items():
+        """Read the v1.6 OnRamps' new messages, then try each one waiting (an
+        OnRamp that cannot be read now is read again next round)."""
+        for (chain, onramp), scanned in list(self._onramps.items()):
             url = self._forks[chain].url  # through the proxy: the hashes the engine recorded
-            head = int(str(rpc(url, "eth_blockNumber")), 16)
-            if head <= scanned:
+            try:
+                head = int(str(rpc(url, "eth_blockNumber")), 16)
+                found = (
+                    [] if head <= scanned else ccip_delivery.sent(url, onramp, scanned + 1, head)
+                )
+            except Exception as exc:
+                log.warning("rehearsal: CCIP OnRamp %s on %s not read: %s", onramp, chain, exc)
                 continue
-            for message in ccip_delivery.sent(url, onramp, scanned + 1, head):
-                self._seen(chain, message)
-            self._onramps[chain, onramp] = head
+            for message in found:
+                if isinstance(message, Undecodable):
+                    self._give_up(message.tx_hash, message.tx_hash, message.why, failed=True)
+                else:
+                    self._seen(chain, message)
+            self._onramps[chain, onramp] = max(head, scanned)
         for key, sent in list(self._sent.items()):
             if self._stop.is_set():
                 return
@@ -242,7 +258,8 @@ class ForkDeliveries:
         lane = next((x for x in self._ccip.lanes if (x.source, x.dest) == (chain, dest)), None)
         if lane is None or lane.version != ccip_delivery.DELIVERED_VERSION:
             self._give_up(
-                message,
+                message.message_id_hex,
+                message.tx_hash,
                 f"it goes to {dest or f'selector {message.dest_selector}'}, which is not forked"
                 if lane is None
                 else f"its lane is v{lane.version}: a rehearsal commits on v1.6 OffRamps only",
@@ -254,36 +271,44 @@ class ForkDeliveries:
     def _try_ccip(self, key: bytes, sent: _Message) -> None:
         message, lane = sent.message, sent.lane
         url = self._forks[lane.dest].anvil_url
+        named, sent_by = message.message_id_hex, message.tx_hash
         try:
             data = ccip_delivery.token_data(self._ccip.iris_url, lane, message)
-            ccip_delivery.commit(url, lane.offramp, message)
+            self._slots[lane.offramp] = ccip_delivery.commit(
+                url, lane.offramp, message, self._slots.get(lane.offramp)
+            )
             with impersonating(url, EXECUTOR):
                 ccip_delivery.execute(url, lane.offramp, EXECUTOR, message, data)
             state = ccip_delivery.execution_state(url, lane.offramp, message)
         except NotYet as exc:
             if time.monotonic() - sent.since > ATTESTED_WITHIN_S:
-                self._give_up(message, f"{exc} after {ATTESTED_WITHIN_S:.0f} s", failed=True)
+                self._give_up(named, sent_by, f"{exc} after {ATTESTED_WITHIN_S:.0f} s", failed=True)
+            return
+        except NoRoots as exc:  # no try can commit it
+            why = f"it cannot be committed on {lane.dest}'s fork: {exc}"
+            self._give_up(named, sent_by, why, failed=True)
             return
         except Exception as exc:
             sent.tries += 1
             if sent.tries >= MAX_TRIES:
                 self._give_up(
-                    message, f"it could not be executed on {lane.dest}'s fork: {exc}", failed=True
+                    named, sent_by, f"it could not be executed on {lane.dest}'s fork: {exc}", True
                 )
             return
-        named = ccip_delivery.STATES.get(state, str(state))
+        ended = ccip_delivery.STATES.get(state, str(state))
         self._lines.append(
-            f"ccip: message {message.message_id_hex} from {lane.source} committed and executed on "
-            f"{lane.dest}'s fork by its OffRamp: {named} (its commit written: no DON signs for a "
+            f"ccip: message {named} from {lane.source} committed and executed on "
+            f"{lane.dest}'s fork by its OffRamp: {ended} (its commit written: no DON signs for a "
             "fork)"
         )
-        if named != "SUCCESS":
-            self._give_up(
-                message,
-                f"its execution on {lane.dest}'s fork ended {named}: the pool's release or the "
-                "receiver refused it (on the chains it would wait for a manual execution)",
-                failed=True,
+        if ended != "SUCCESS":
+            because = (
+                "the OffRamp skipped it (an ordered message waits for its sender's earlier ones)"
+                if ended == "UNTOUCHED"
+                else "the pool's release or the receiver refused it (on the chains it would "
+                "wait for a manual execution)"
             )
+            self._give_up(named, sent_by, f"its execution ended {ended}: {because}", failed=True)
             return
         with self._lock:
             del self._sent[key]
@@ -293,13 +318,15 @@ class ForkDeliveries:
         with self._lock:
             return list(self._failures)
 
-    def _give_up(self, message: SentMessage, why: str, failed: bool = False) -> None:
-        """``failed``: the message should have been delivered (not a lane the
-        rehearsal cannot deliver on): the rehearsal fails."""
-        self._lines.append(f"ccip: message {message.message_id_hex} not delivered: {why}")
+    def _give_up(self, named: str, tx_hash: str, why: str, failed: bool = False) -> None:
+        """Say why the message ``named`` (sent by ``tx_hash``, as the engine
+        recorded it) is not delivered. ``failed``: it should have been (not
+        a lane the rehearsal cannot deliver on): the rehearsal fails."""
+        self._lines.append(f"ccip: message {named} not delivered: {why}")
         with self._lock:
-            self._sent.pop(message.message_id, None)
-            self._given_up[message.tx_hash.lower()] = why
+            for key in [k for k, m in self._sent.items() if m.message.tx_hash == tx_hash]:
+                del self._sent[key]
+            self._given_up[tx_hash.lower()] = why
             if failed:
                 self._failures.append(why)
 

@@ -192,3 +192,45 @@ def test_what_is_not_delivered_on_a_fork_is_named_by_step() -> None:
         {"source_chain_key": "b", "dest_chain_key": "a", "version": "1.5"},
     ]
     assert far_side(plan, lanes) == {"old": FAR_SIDE["ccip"], "unknown": FAR_SIDE["ccip"]}
+
+
+def test_a_commit_finds_the_offramps_roots_and_a_contract_without_them_is_left_as_it_was(
+    local_chain_set: LocalChainSet,
+) -> None:
+    """The commit a rehearsal writes (qtg_rehearsal.ccip_delivery.commit):
+    on the OffRamp, s_roots is found and the root reads back committed, at
+    the slot found when asked again; on a contract that is no v1.6 OffRamp
+    (the Router) the refusal (NoRoots) says so: no retry could commit
+    there. Every entry the search tried and missed is put back as it was."""
+    from qtg_rehearsal import ccip_delivery
+    from qtg_runner.chains.ccip import SentMessage, merkle_root_calldata
+    from qtg_world.chains.ccip import ccip_selector
+    from qtg_world.chains.local import rpc
+
+    a, b = local_chain_set.chains
+    message = SentMessage(
+        version="1.6", message_id=bytes(range(32)), source_selector=ccip_selector(a),
+        dest_selector=ccip_selector(b), sequence_number=10**9, nonce=0,
+        sender="0x" + "11" * 20, data=b"", receiver="0x" + "22" * 20, gas_limit=0,
+        extra_args=b"", fee_token="0x" + "00" * 20, fee_amount=0, tokens=(),
+        onramp=a.contracts["CcipOnRamp"].lower(), tx_hash="0x" + "33" * 32,
+        block_number=1, log_index=0,
+    )  # fmt: skip
+    offramp = b.contracts["CcipOffRamp"]
+    entries = [
+        ccip_delivery._roots_entry(s, message.source_selector, message.leaf())
+        for s in range(ccip_delivery.MAX_ROOTS_SLOT)
+    ]
+    before = [rpc(b.rpc_url, "eth_getStorageAt", [offramp, e, "latest"]) for e in entries]
+    slot = ccip_delivery.commit(b.rpc_url, offramp, message)
+    after = [rpc(b.rpc_url, "eth_getStorageAt", [offramp, e, "latest"]) for e in entries]
+    assert slot > 0  # a miss or more first, each put back as it was
+    changed = [i for i, (x, y) in enumerate(zip(before, after, strict=True)) if x != y]
+    assert changed == [slot]
+    root = merkle_root_calldata(message.source_selector, message.leaf())
+    committed = rpc(b.rpc_url, "eth_call", [{"to": offramp, "data": "0x" + root.hex()}, "latest"])
+    assert int(committed, 16) == ccip_delivery.OLD_COMMIT
+    assert ccip_delivery.commit(b.rpc_url, offramp, message, slot) == slot
+
+    with pytest.raises(ccip_delivery.NoRoots, match="does not answer getMerkleRoot"):
+        ccip_delivery.commit(b.rpc_url, b.contracts["CcipRouter"], message)
