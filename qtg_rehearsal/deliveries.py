@@ -106,6 +106,9 @@ class _Side:
     """(destination eid, ticket) -> the passenger's bytes, as BusRode gave them."""
     searched_to: int | None = None
     """The oldest block read for earlier passengers (None: none read yet)."""
+    drives: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(destination eid, ticket) of a ride of the rehearsal's whose bus is not
+    driven yet -> the rounds that tried."""
 
 
 class ForkDeliveries:
@@ -370,21 +373,29 @@ class ForkDeliveries:
 
     def _drive_buses(self, side: _Side, start: int, head: int) -> None:
         """Drive the buses that carry the rides taken on ``side``'s fork in
-        blocks ``start`` to ``head`` to a forked chain (see the module)."""
+        blocks ``start`` to ``head`` to a forked chain (see the module), and
+        those a round before could not drive: each is tried up to MAX_TRIES
+        rounds (a drive can fail while a fork is busy, or the ticket's bytes
+        are not read yet), then said."""
         rides = _rides(side, start, head)
         side.rides.update(rides)
-        ours = sorted(key for key in rides if key[0] in self._sides)
-        for eid, ticket in ours:
+        for key in sorted(key for key in rides if key[0] in self._sides):
+            side.drives.setdefault(key, 0)
+        for (eid, ticket), tries in sorted(side.drives.items()):
             if self._stop.is_set():
                 return
             try:
                 drive_bus(side, eid, ticket)
             except Exception as exc:
-                self._lines.append(
-                    f"stargate: the bus from {side.chain_key} to eid {eid} carrying ticket "
-                    f"{ticket} could not be driven on the fork: {str(exc)[:300]}"
-                )
+                side.drives[eid, ticket] = tries + 1
+                if tries + 1 >= MAX_TRIES:
+                    del side.drives[eid, ticket]
+                    self._lines.append(
+                        f"stargate: the bus from {side.chain_key} to eid {eid} carrying ticket "
+                        f"{ticket} could not be driven on the fork: {str(exc)[:300]}"
+                    )
                 continue
+            del side.drives[eid, ticket]
             self._lines.append(
                 f"stargate: the bus from {side.chain_key} to {self._sides[eid].chain_key} "
                 f"carrying ticket {ticket} driven on the fork, as Stargate's planner would"
