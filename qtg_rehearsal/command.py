@@ -163,8 +163,9 @@ def rehearse_cmd(
     before and after, and records the summary on the movement. A Stargate
     taxi's packet is verified and executed on the destination's fork, as
     LayerZero's DVNs and executor would (a bus is driven first, as Stargate's
-    planner would); a CCIP delivery (no DON on a fork) is not: the summary
-    says so. Needs anvil
+    planner would); a CCIP message on a v1.6 lane is committed (the commit
+    written: no DON signs for a fork) and executed by the lane's OffRamp; a
+    v1.5 lane's is not delivered, and the summary says so. Needs anvil
     (`make install`).
 
     With --requested instead of a MOVEMENT: serves the rehearsals asked for

@@ -147,7 +147,8 @@ def check_cmd(
 ) -> None:
     """Check every registered chain against its RPC: the chain id, code at each
     registered address, each token's decimals and symbol, the CCTP domain, each
-    CCIP lane's Router and OnRamp, the Stargate pool's token, and Multicall3
+    CCIP lane's destination on its Router and its OnRamp, the Stargate pool's
+    token, and Multicall3
     (a note when missing: reads then go one call at a time). One line a fact;
     exit 1 on any mismatch."""
     with connect(network, as_login) as conn:
