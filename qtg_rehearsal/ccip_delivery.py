@@ -24,11 +24,11 @@ messages are not delivered on a fork, and the rehearsal says so.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from eth_abi.abi import encode
 from eth_utils.crypto import keccak
 
@@ -38,10 +38,10 @@ from qtg_runner.chains.ccip import (
     SentMessage,
     execution_state_calldata,
     manually_execute_calldata,
-    match_attested,
     merkle_root_calldata,
-    usdc_token_data,
 )
+from qtg_runner.chains.cctp_client import IrisClient
+from qtg_world.ccip import attested_token_data
 
 DELIVERED_VERSION = "1.6"
 """The lanes whose messages a rehearsal delivers."""
@@ -136,29 +136,23 @@ def sent(url: str, onramp: str, start: int, end: int) -> list[SentMessage | Unde
 def token_data(iris_url: str | None, lane: Lane, message: SentMessage) -> list[bytes]:
     """Each token's offchain data for the OffRamp: on a 'cctp' lane a USDC
     transfer's burn message and attestation, as the Iris double answers for
-    the send's transaction (NotYet while it has not attested)."""
-    data: list[bytes] = []
-    for payload in message.usdc_payloads():
-        if payload is None or lane.token_data != "cctp":
-            data.append(b"")
-            continue
-        if iris_url is None:
-            raise RuntimeError("no attestation service runs: a USDC transfer cannot execute")
+    the send's transaction (qtg_world.ccip.attested_token_data, the local
+    DON's; NotYet while it has not attested)."""
+    if lane.token_data != "cctp" or all(p is None for p in message.usdc_payloads()):
+        return [b""] * len(message.tokens)
+    if iris_url is None:
+        raise RuntimeError("no attestation service runs: a USDC transfer cannot execute")
+
+    async def ask() -> list[bytes] | None:
+        iris = IrisClient(iris_url, timeout=10.0)
         try:
-            answer = httpx.get(
-                f"{iris_url}/v2/messages/{payload.source_domain}",
-                params={"transactionHash": message.tx_hash},
-                timeout=10,
-            )
-            body = answer.json() if answer.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError) as exc:
-            raise NotYet(f"the Iris double did not answer ({type(exc).__name__})") from None
-        messages = list(body.get("messages") or [])
-        attested = match_attested(payload, messages)
-        if attested is None:
-            said = [str(m.get("status")) for m in messages] or [f"HTTP {answer.status_code}"]
-            raise NotYet(f"its burn is not attested (the Iris double: {', '.join(said)})")
-        data.append(usdc_token_data(*attested))
+            return await attested_token_data(iris, message)
+        finally:
+            await iris.aclose()
+
+    data = asyncio.run(ask())
+    if data is None:
+        raise NotYet("its burn is not attested by the Iris double yet")
     return data
 
 

@@ -348,27 +348,17 @@ class _Watcher:
         return False
 
     async def token_data(self, message: SentMessage) -> list[bytes] | None:
-        """Each token's USDC pool data (the burn's CCTP message and its
-        attestation), or None while the attestation service has not attested."""
-        data: list[bytes] = []
-        for payload in message.usdc_payloads():
-            if payload is None:
-                data.append(b"")
-                continue
-            if self.iris is None:
-                if not self.net.config.attestation_url:
-                    raise RuntimeError(
-                        "no attestation service: a USDC transfer cannot execute without it"
-                    )
-                self.iris = IrisClient(self.net.config.attestation_url, timeout=5.0)
-            answer = await self.iris.messages(payload.source_domain, message.tx_hash)
-            if answer.status is not IrisStatus.COMPLETE:
-                return None
-            attested = match_attested(payload, answer.messages)
-            if attested is None:
-                return None
-            data.append(usdc_token_data(*attested))
-        return data
+        """Each token's USDC pool data, or None while the attestation service
+        has not attested (attested_token_data)."""
+        if self.iris is None and any(p is not None for p in message.usdc_payloads()):
+            if not self.net.config.attestation_url:
+                raise RuntimeError(
+                    "no attestation service: a USDC transfer cannot execute without it"
+                )
+            self.iris = IrisClient(self.net.config.attestation_url, timeout=5.0)
+        if self.iris is None:
+            return [b""] * len(message.tokens)
+        return await attested_token_data(self.iris, message)
 
     async def transmit(
         self, chain: RunningChain, rpc: EvmRpc, offramp: str, data: bytes, gas: int
@@ -409,6 +399,25 @@ class _Watcher:
         await rpc.send_raw_transaction(raw)
         with self.net.lock:
             self.net.executed += 1
+
+
+async def attested_token_data(iris: IrisClient, message: SentMessage) -> list[bytes] | None:
+    """Each token's USDC pool data for the OffRamp (the burn's CCTP message and
+    its attestation, as ``iris`` answers for the send's transaction; empty for
+    another pool's token), or None while any burn is not attested."""
+    data: list[bytes] = []
+    for payload in message.usdc_payloads():
+        if payload is None:
+            data.append(b"")
+            continue
+        answer = await iris.messages(payload.source_domain, message.tx_hash)
+        if answer.status is not IrisStatus.COMPLETE:
+            return None
+        attested = match_attested(payload, answer.messages)
+        if attested is None:
+            return None
+        data.append(usdc_token_data(*attested))
+    return data
 
 
 def _api_status(tracked: _Tracked) -> str:

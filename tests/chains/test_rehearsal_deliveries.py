@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from chain_support import LocalChainSet
-from engine import as_person
+from engine import as_person, node, plan
 from evm_support import register_world, superuser
 from rehearsal_support import UNITS, real_state, rehearse_as_alice, rpc_only_env
 
@@ -91,22 +91,14 @@ def ccip_movement(conn: Any, chain_set: LocalChainSet, external_id: str, amount:
 
     a, b = chain_set.chains
     sender, recipient = (k.address.lower() for k in chain_set.treasury)
-    plan = {
-        "nodes": [
-            {
-                "key": "send",
-                "executor": CcipExecutor.key,
-                "config": {"lane": "ccip", "chain": a.key, "destination_chain": b.key,
-                           "from": sender, "to": recipient},
-                "depends_on": [],
-            }
-        ]
-    }  # fmt: skip
+    send = node("send", executor=CcipExecutor.key, lane="ccip", chain=a.key,
+                destination_chain=b.key, **{"from": sender, "to": recipient})  # fmt: skip
     register_world(conn, chain_set)
     registration(CcipExecutor).one(conn)
     procs.upsert_lane_baseline("ccip", 60, min_poll_seconds=1).one(conn)
     with as_person(conn, "alice"):
-        return int(procs.create_movement(external_id, amount, plan=plan).one(conn).movement_id)
+        created = procs.create_movement(external_id, amount, plan=plan(send)).one(conn)
+    return int(created.movement_id)
 
 
 def test_a_ccip_message_is_committed_and_executed_on_the_destinations_fork(
