@@ -36,12 +36,12 @@ from qtg_rehearsal.forks import ForkError, rpc, send_as
 from qtg_runner.chains.ccip import (
     CCIP_MESSAGE_SENT_TOPIC,
     SentMessage,
+    attested_token_data,
     execution_state_calldata,
     manually_execute_calldata,
     merkle_root_calldata,
 )
 from qtg_runner.chains.cctp_client import IrisClient
-from qtg_world.ccip import attested_token_data
 
 DELIVERED_VERSION = "1.6"
 """The lanes whose messages a rehearsal delivers."""
@@ -136,8 +136,8 @@ def sent(url: str, onramp: str, start: int, end: int) -> list[SentMessage | Unde
 def token_data(iris_url: str | None, lane: Lane, message: SentMessage) -> list[bytes]:
     """Each token's offchain data for the OffRamp: on a 'cctp' lane a USDC
     transfer's burn message and attestation, as the Iris double answers for
-    the send's transaction (qtg_world.ccip.attested_token_data, the local
-    DON's; NotYet while it has not attested)."""
+    the send's transaction (qtg_runner.chains.ccip.attested_token_data, as
+    the stranded reaper and the local DON ask; NotYet while it has not attested)."""
     if lane.token_data != "cctp" or all(p is None for p in message.usdc_payloads()):
         return [b""] * len(message.tokens)
     if iris_url is None:

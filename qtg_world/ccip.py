@@ -57,17 +57,16 @@ from qtg_runner.chains.ccip import (
     UNTOUCHED,
     ExecutionStateChanged,
     SentMessage,
+    attested_token_data,
     ccip_transaction,
     commit_calldata,
     decode_next_sequence,
     execute_calldata,
     execution_state_calldata,
-    match_attested,
     merkle_root_calldata,
     next_sequence_calldata,
-    usdc_token_data,
 )
-from qtg_runner.chains.cctp_client import IrisClient, IrisStatus
+from qtg_runner.chains.cctp_client import IrisClient
 from qtg_runner.chains.evm import sign, suggest_fees
 from qtg_runner.chains.evm_rpc import EvmRpc, RpcError, RpcErrorKind
 from qtg_runner.log import event
@@ -399,25 +398,6 @@ class _Watcher:
         await rpc.send_raw_transaction(raw)
         with self.net.lock:
             self.net.executed += 1
-
-
-async def attested_token_data(iris: IrisClient, message: SentMessage) -> list[bytes] | None:
-    """Each token's USDC pool data for the OffRamp (the burn's CCTP message and
-    its attestation, as ``iris`` answers for the send's transaction; empty for
-    another pool's token), or None while any burn is not attested."""
-    data: list[bytes] = []
-    for payload in message.usdc_payloads():
-        if payload is None:
-            data.append(b"")
-            continue
-        answer = await iris.messages(payload.source_domain, message.tx_hash)
-        if answer.status is not IrisStatus.COMPLETE:
-            return None
-        attested = match_attested(payload, answer.messages)
-        if attested is None:
-            return None
-        data.append(usdc_token_data(*attested))
-    return data
 
 
 def _api_status(tracked: _Tracked) -> str:

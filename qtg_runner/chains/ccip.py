@@ -29,12 +29,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eth_abi.abi import decode, encode
 from eth_utils.crypto import keccak
 
 from qtg_runner.chains.evm import eip1559_transaction, normalize_address
+
+if TYPE_CHECKING:
+    from qtg_runner.chains.cctp_client import IrisClient
 
 __all__ = [
     "CCIP_MESSAGE_SENT_TOPIC",
@@ -686,6 +689,27 @@ def match_attested(
         ):
             return raw, attestation
     return None
+
+
+async def attested_token_data(iris: IrisClient, message: SentMessage) -> list[bytes] | None:
+    """Each token's USDC pool data for the OffRamp (the burn's CCTP message and
+    its attestation, as ``iris`` answers for the send's transaction; empty for
+    another pool's token), or None while any burn is not attested."""
+    from qtg_runner.chains.cctp_client import IrisStatus
+
+    data: list[bytes] = []
+    for payload in message.usdc_payloads():
+        if payload is None:
+            data.append(b"")
+            continue
+        answer = await iris.messages(payload.source_domain, message.tx_hash)
+        if answer.status is not IrisStatus.COMPLETE:
+            return None
+        attested = match_attested(payload, answer.messages)
+        if attested is None:
+            return None
+        data.append(usdc_token_data(*attested))
+    return data
 
 
 def _report(message: SentMessage, token_data: Sequence[bytes]) -> tuple[Any, ...]:

@@ -50,13 +50,12 @@ from qtg_runner.chains.ccip import (
     KEEPER_SIGNER_ENV,
     SUCCESS,
     SentMessage,
+    attested_token_data,
     ccip_transaction,
     execution_state_calldata,
     manually_execute_calldata,
-    match_attested,
-    usdc_token_data,
 )
-from qtg_runner.chains.cctp_client import IrisClient, IrisStatus
+from qtg_runner.chains.cctp_client import IrisClient
 from qtg_runner.chains.evm import (
     EvmRpc,
     EvmRpcError,
@@ -255,24 +254,14 @@ async def _token_data(
     attested); empty otherwise."""
     if row.token_data != "cctp":
         return [b""] * len(sent.tokens)
-    data: list[bytes] = []
-    for payload in sent.usdc_payloads():
-        if payload is None:
-            data.append(b"")
-            continue
-        if not iris:
-            url = env.get(IRIS_URL_ENV)
-            if not url:
-                raise ValueError(
-                    f"{IRIS_URL_ENV} (the attestation service's URL) is not set in this runner: "
-                    "a USDC message cannot be executed without its attestation"
-                )
-            iris.append(IrisClient(url))
-        answer = await iris[0].messages(payload.source_domain, sent.tx_hash)
-        if answer.status is not IrisStatus.COMPLETE:
-            return None
-        attested = match_attested(payload, answer.messages)
-        if attested is None:
-            return None
-        data.append(usdc_token_data(*attested))
-    return data
+    if all(payload is None for payload in sent.usdc_payloads()):
+        return [b""] * len(sent.tokens)
+    if not iris:
+        url = env.get(IRIS_URL_ENV)
+        if not url:
+            raise ValueError(
+                f"{IRIS_URL_ENV} (the attestation service's URL) is not set in this runner: "
+                "a USDC message cannot be executed without its attestation"
+            )
+        iris.append(IrisClient(url))
+    return await attested_token_data(iris[0], sent)
