@@ -39,8 +39,10 @@ from chain_support import LocalChainSet
 from evm_support import (
     LANE,
     head,
+    in_pool,
     mine,
     register_world,
+    settled,
     start_transfer,
     superuser,
     transfers_from,
@@ -56,6 +58,7 @@ from runner_helpers import (
 )
 
 from qtg_runner.db import procs
+from qtg_world.chains.local import rpc
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -73,7 +76,11 @@ def processes(tmp_path: Path) -> Any:
 def world(db: Any, local_chain_set: LocalChainSet) -> Any:
     """The registry filled for the local chains, every shipped executor registered
     (a runner refuses to start without them), and the evm lane paced for a test:
-    a first look a second after the submit, then every half second."""
+    a first look a second after the submit, then every half second. Each case
+    counts on the treasury account's nonces from the chain's: it starts once
+    no transaction of the account waits in either chain's pool."""
+    for chain in local_chain_set.chains:
+        settled(chain, local_chain_set.treasury[0].address)
     conn = superuser(db)
     register_runner_sim(conn)
     register_world(conn, local_chain_set)
@@ -145,7 +152,11 @@ def recover_and_check(
             mine(chain)
         return set(node_rows(conn).values()) == {"COMPLETED"}
 
-    wait_until(all_completed, 90, "every node COMPLETED", every=0.5, alive=[fresh])
+    try:
+        wait_until(all_completed, 90, "every node COMPLETED", every=0.5, alive=[fresh])
+    except AssertionError as exc:
+        stands = where_it_stands(conn, chain_set)
+        raise AssertionError(f"{exc}\n{stands}\n{fresh.describe()}") from exc
     assert fresh.stop(timeout=20) == 0, fresh.describe()
 
     sender, recipient = (k.address.lower() for k in chain_set.treasury)
@@ -170,6 +181,28 @@ def recover_and_check(
     )
     assert (attempted, on_chain, duplicates) == (attempted, attempted, 0)
     assert intent_states(conn) == {"SUBMITTED": attempted}, intent_states(conn)
+
+
+def where_it_stands(conn: Any, chain_set: LocalChainSet) -> str:
+    """What a failed case needs to be read: each node's state and last error,
+    its intent's nonce, and the treasury account's nonces and pool on each chain."""
+    rows = conn.execute(
+        "SELECT n.id, n.node_state::text, i.intent_state, i.nonce, n.last_error"
+        " FROM movement_request_nodes n LEFT JOIN node_intents i ON i.node_id = n.id"
+        " ORDER BY n.id"
+    ).fetchall()
+    sender = chain_set.treasury[0].address
+    lines = [f"node {r[0]}: {r[1]}, intent {r[2]} nonce {r[3]}, last error {r[4]!r}" for r in rows]
+    for chain in chain_set.chains:
+        nonces = [
+            int(rpc(chain.rpc_url, "eth_getTransactionCount", [sender, tag]), 16)
+            for tag in ("latest", "pending")
+        ]
+        lines.append(
+            f"{chain.key}: head {head(chain)}, {sender} nonce latest/pending {nonces},"
+            f" in the pool {in_pool(chain, sender)}"
+        )
+    return "\n".join(lines)
 
 
 def chain_start(chain_set: LocalChainSet) -> dict[str, tuple[int, int, int]]:
@@ -224,7 +257,12 @@ def test_runner_killed_after_its_broadcast_before_the_report_never_signs_again(
     for chain in local_chain_set.chains:
         mine(chain)
         mined += len(transfers_from(chain, sender, start[chain.key][0]))
-    assert mined >= 1, "the killed runner broadcast nothing"
+    assert mined >= 1, (
+        "the killed runner broadcast nothing\n"
+        + where_it_stands(world, local_chain_set)
+        + "\n"
+        + crashing.describe()
+    )
     print(
         f"\nevm crash after_submit: at the kill {dict(Counter(node_rows(world).values()))},"
         f" {mined} transfers already mined"

@@ -35,7 +35,9 @@ from evm_support import (
     LANE,
     NETWORK,
     head,
+    in_pool,
     register_world,
+    settled,
     superuser,
     transfer_plan,
     transfers_from,
@@ -97,29 +99,6 @@ def ours(transfers: list[tuple[str, int]]) -> list[tuple[str, int]]:
     """The run's own transfers (of AMOUNT), not another test's sent meanwhile
     from the same treasury account of the session's chain."""
     return [t for t in transfers if t[1] == int(AMOUNT * 10**6)]
-
-
-def in_pool(chain: RunningChain, sender: str) -> list[str]:
-    """The hashes of ``sender``'s transactions in the chain's pool, pending or
-    queued behind a nonce never sent."""
-    content = rpc(chain.rpc_url, "txpool_content")
-    return [
-        str(tx["hash"])
-        for part in ("pending", "queued")
-        for address, by_nonce in (content.get(part) or {}).items()
-        if address.lower() == sender.lower()
-        for tx in by_nonce.values()
-    ]
-
-
-def settled(chain: RunningChain, sender: str, timeout: float = 15.0) -> None:
-    """Wait until no transaction of ``sender`` is in the chain's pool (the
-    runs count on the account's nonces from the chain's)."""
-    deadline = time.monotonic() + timeout
-    while left := in_pool(chain, sender):
-        if time.monotonic() > deadline:
-            pytest.fail(f"{len(left)} transactions of {sender} stay in {chain.key}'s pool")
-        time.sleep(0.2)
 
 
 @pytest.fixture
