@@ -26,7 +26,8 @@ chain that is not forked is left (there is no destination to deliver on).
 ``ForkDeliveries(forks, stargate, ccip)`` starts the rounds in a thread;
 ``lines()`` says what was delivered or could not be, ``busy()`` whether a
 CCIP message is still being delivered, ``given_up(hashes)`` why a send's
-message will not be; ``stop()`` ends them.
+message, packet or bus will not be (a rehearsal with such a send fails,
+``failures()``); ``stop()`` ends them.
 """
 
 from __future__ import annotations
@@ -109,6 +110,23 @@ class _Side:
     drives: dict[tuple[int, int], int] = field(default_factory=dict)
     """(destination eid, ticket) of a ride of the rehearsal's whose bus is not
     driven yet -> the rounds that tried."""
+    riders: dict[tuple[int, int], str] = field(default_factory=dict)
+    """(destination eid, ticket) of a ride taken on the fork -> the fork's hash
+    of the transaction that took it."""
+    drove: dict[str, list[str]] = field(default_factory=dict)
+    """The fork's hash of a drive -> those of the rides its bus carried."""
+
+    def sends_behind(self, fork_hash: str | None) -> list[str]:
+        """The engine's sends (their hashes as it recorded them) behind the
+        fork's transaction ``fork_hash``: the send itself, or the rides of a
+        bus the rehearsal drove."""
+        if fork_hash is None:
+            return []
+        recorded = {f.lower(): r for r, f in self.fork.proxy.recorded_hashes().items()}
+        if fork_hash.lower() in recorded:
+            return [recorded[fork_hash.lower()]]
+        rides = self.drove.get(fork_hash.lower(), [])
+        return [recorded[r.lower()] for r in rides if r.lower() in recorded]
 
 
 class ForkDeliveries:
@@ -202,8 +220,9 @@ class ForkDeliveries:
             return bool(self._sent)
 
     def given_up(self, recorded: Sequence[str]) -> str | None:
-        """Why the CCIP message of a send whose recorded transactions are
-        ``recorded`` will not be delivered on its fork; None when it may be."""
+        """Why the message of a send whose recorded transactions are
+        ``recorded`` (a CCIP message, a Stargate taxi's packet or its bus)
+        will not be delivered on its fork; None when it may be."""
         with self._lock:
             return next(
                 (self._given_up[h.lower()] for h in recorded if h.lower() in self._given_up), None
@@ -329,7 +348,15 @@ class ForkDeliveries:
         with self._lock:
             for key in [k for k, m in self._sent.items() if m.message.tx_hash == tx_hash]:
                 del self._sent[key]
-            self._given_up[tx_hash.lower()] = why
+        self._not_delivered([tx_hash], why, failed)
+
+    def _not_delivered(self, sends: Sequence[str], why: str, failed: bool = True) -> None:
+        """The engine's ``sends`` (hashes as it recorded them) will not be
+        delivered, for ``why``; ``failed``: they should have been, and the
+        rehearsal fails (said once for all of them)."""
+        with self._lock:
+            for tx_hash in sends:
+                self._given_up[tx_hash.lower()] = why
             if failed:
                 self._failures.append(why)
 
@@ -359,10 +386,13 @@ class ForkDeliveries:
                 if tries < MAX_TRIES:
                     return  # this round ends here: the path's later packets wait behind it
                 self._done.add(packet.guid)
-                self._lines.append(
-                    f"layerzero: packet {packet.guid_hex} from {side.chain_key} could not be "
-                    f"delivered on {destination.chain_key}'s fork: {str(exc)[:300]}"
+                why = (
+                    f"packet {packet.guid_hex} from {side.chain_key} could not be delivered on "
+                    f"{destination.chain_key}'s fork: {str(exc)[:300]}"
                 )
+                self._lines.append(f"layerzero: {why}")
+                sends = side.sends_behind(packet.tx_hash)
+                self._not_delivered(sends, why, failed=bool(sends))
                 continue
             self._done.add(packet.guid)
             self._lines.append(
@@ -378,7 +408,8 @@ class ForkDeliveries:
         rounds (a drive can fail while a fork is busy, or the ticket's bytes
         are not read yet), then said."""
         rides = _rides(side, start, head)
-        side.rides.update(rides)
+        side.rides.update({key: passenger for key, (passenger, _) in rides.items()})
+        side.riders.update({key: tx_hash for key, (_, tx_hash) in rides.items()})
         for key in sorted(key for key in rides if key[0] in self._sides):
             side.drives.setdefault(key, 0)
         for (eid, ticket), tries in sorted(side.drives.items()):
@@ -390,10 +421,13 @@ class ForkDeliveries:
                 side.drives[eid, ticket] = tries + 1
                 if tries + 1 >= MAX_TRIES:
                     del side.drives[eid, ticket]
-                    self._lines.append(
-                        f"stargate: the bus from {side.chain_key} to eid {eid} carrying ticket "
-                        f"{ticket} could not be driven on the fork: {str(exc)[:300]}"
+                    why = (
+                        f"the bus from {side.chain_key} to eid {eid} carrying ticket {ticket} "
+                        f"could not be driven on the fork: {str(exc)[:300]}"
                     )
+                    self._lines.append(f"stargate: {why}")
+                    sends = side.sends_behind(side.riders.get((eid, ticket)))
+                    self._not_delivered(sends, why, failed=bool(sends))
                 continue
             del side.drives[eid, ticket]
             self._lines.append(
@@ -402,11 +436,16 @@ class ForkDeliveries:
             )
 
 
-def _rides(side: _Side, start: int, end: int) -> dict[tuple[int, int], bytes]:
-    """The BusRode of ``side``'s TokenMessaging in blocks ``start`` to ``end``."""
+def _rides(side: _Side, start: int, end: int) -> dict[tuple[int, int], tuple[bytes, str]]:
+    """The BusRode of ``side``'s TokenMessaging in blocks ``start`` to ``end``:
+    (destination eid, ticket) -> the passenger's bytes and the ride's
+    transaction hash."""
     found = side.messaging.events.BusRode().get_logs(from_block=start, to_block=end)
     return {
-        (int(e["args"]["dstEid"]), int(e["args"]["ticketId"])): bytes(e["args"]["passenger"])
+        (int(e["args"]["dstEid"]), int(e["args"]["ticketId"])): (
+            bytes(e["args"]["passenger"]),
+            "0x" + bytes(e["transactionHash"]).hex(),
+        )
         for e in found
     }
 
@@ -423,7 +462,9 @@ def _passenger(side: _Side, eid: int, ticket: int) -> bytes:
                 f"{SEARCH_DEPTH:,} blocks before the fork"
             )
         start = max(0, oldest - SEARCH_BLOCKS)
-        side.rides.update(_rides(side, start, oldest - 1))
+        side.rides.update(
+            {key: passenger for key, (passenger, _) in _rides(side, start, oldest - 1).items()}
+        )
         side.searched_to = start
     return side.rides[eid, ticket]
 
@@ -444,6 +485,10 @@ def drive_bus(side: _Side, eid: int, ticket: int) -> None:
                 {"from": EXECUTOR, "value": bus.fee}
             )
             _mined(w3, sent, f"driving the bus to eid {eid} from ticket {bus.first}")
+        side.drove["0x" + bytes(sent).hex()] = [
+            side.riders[eid, t] for t in range(bus.first, bus.first + bus.count)
+            if (eid, t) in side.riders
+        ]  # fmt: skip
 
 
 def _first(token_messaging: Any, eid: int) -> int:

@@ -1,8 +1,9 @@
 """A rehearsal's deliveries on the destination's fork (qtg_rehearsal.deliveries,
 .ccip_delivery), forking the local chains as a rehearsal forks real ones: a
 Stargate taxi's packet verified and executed, a bus driven then delivered, a
-CCIP message on a v1.6 lane committed and executed by the lane's OffRamp,
-and a CCIP message that cannot be delivered failing the rehearsal with why;
+CCIP message on a v1.6 lane committed and executed by the lane's OffRamp;
+a bus that cannot be driven and a CCIP message that cannot be delivered
+each failing the rehearsal with why;
 what cannot be delivered on a fork is named by step.
 """
 
@@ -83,6 +84,56 @@ def test_a_stargate_taxi_and_a_bus_are_delivered_on_the_destinations_fork(
     assert moved[a.key, sender, "USDC"] == -40 * UNITS
     # at most 10 bps of slippage (stargate_plan), at least what the pool paid
     assert 40 * UNITS * 9990 // 10000 <= moved[b.key, recipient, "USDC"] <= 40 * UNITS
+
+
+def test_a_bus_that_cannot_be_driven_fails_the_rehearsal_with_why(
+    db: Any, local_chain_set: LocalChainSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A passenger waits in the real chain's queue ahead of the movement's bus
+    ride, and the rehearsal looks for earlier passengers in no block before
+    the fork: its bus cannot be driven. After its tries the rehearsal ends
+    without waiting out its timeout, and fails with the reason on the step."""
+    from stargate_support import Side, register_stargate, send_param, stargate_plan
+
+    from qtg_rehearsal import deliveries
+
+    monkeypatch.setattr(deliveries, "SEARCH_DEPTH", 0)
+    monkeypatch.setattr(deliveries, "MAX_TRIES", 3)
+    a, b = local_chain_set.chains
+    source, destination = Side(a), Side(b)
+    waiting = source.w3.eth.accounts[8]
+    source.fund(waiting, 3 * UNITS)
+    param = send_param(destination.eid, waiting, 3 * UNITS, 0, bus=True)
+    fee = source.pool.functions.quoteSend(param, False).call()
+    source.mined(
+        source.pool.functions.send(param, tuple(fee), waiting).transact(
+            {"from": waiting, "value": fee[0]}
+        )
+    )
+    sender, recipient = (k.address.lower() for k in local_chain_set.treasury)
+    ride = {**stargate_plan(a.key, b.key, sender, recipient, "bus")["nodes"][0], "key": "ride"}
+    conn = superuser(db)
+    try:
+        register_stargate(conn, local_chain_set)
+        with as_person(conn, "alice"):
+            movement_id = int(
+                procs.create_movement("undriven-bus", Decimal(20), plan={"nodes": [ride]})
+                .one(conn)
+                .movement_id
+            )
+        summary = rehearse_as_alice(conn, movement_id, rpc_only_env(local_chain_set), timeout_s=120)
+    finally:
+        conn.close()
+    shown = "\n".join(summary.lines)
+    assert summary.outcome == "failed", shown
+    assert not summary.record["timed_out"], shown
+    assert [s["state"] for s in summary.record["steps"]] == ["OBSERVING"], shown
+    step = next(x for x in summary.lines if x.startswith("step ride (stargate)"))
+    assert "not delivered on the fork" in step and "could not be driven" in step, shown
+    assert any(
+        x.startswith("stargate: the bus from") and "not found in the 0 blocks before" in x
+        for x in summary.lines
+    ), shown
 
 
 def ccip_movement(conn: Any, chain_set: LocalChainSet, external_id: str, amount: Decimal) -> int:
