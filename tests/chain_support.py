@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from qtg_world.chains.local import (
     ChainSpec,
     RunningChain,
     find_anvil,
+    rpc,
     runner_env,
     stop_chains,
 )
@@ -83,18 +85,63 @@ def local_chain_set() -> Iterator[LocalChainSet]:
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def treasury_pools_left_empty(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test on the session's chains (its runners stopped: this fixture
+    is torn down last), the treasury accounts' transactions still in a pool
+    are given a few blocks to be mined; those left (queued behind a nonce
+    never sent, or never minable) are dropped, so that the next test counts
+    on the account's nonces from the chain's, and named in the session's
+    summary (LEFT_IN_POOLS) as the test that left them."""
+    yield
+    if "local_chain_set" not in request.fixturenames:
+        return
+    chain_set: LocalChainSet = request.getfixturevalue("local_chain_set")
+    for chain in chain_set.chains:
+        left: list[str] = []
+        for _ in range(POOL_BLOCKS):
+            left = [h for key in chain_set.treasury for h in in_pool(chain, key.address)]
+            if not left:
+                break
+            rpc(chain.rpc_url, "anvil_mine", ["0x1"])
+        if left:
+            rpc(chain.rpc_url, "anvil_dropAllTransactions")
+            LEFT_IN_POOLS.append(f"{request.node.nodeid}: {len(left)} on {chain.key}")
+
+
+POOL_BLOCKS = 5
+LEFT_IN_POOLS: list[str] = []
+"""The tests that left treasury transactions in a pool, and how many."""
+
+
+def in_pool(chain: RunningChain, sender: str) -> list[str]:
+    """The hashes of ``sender``'s transactions in the chain's pool, pending or
+    queued behind a nonce never sent."""
+    content: dict[str, Any] = rpc(chain.rpc_url, "txpool_content")
+    return [
+        str(tx["hash"])
+        for part in ("pending", "queued")
+        for address, by_nonce in (content.get(part) or {}).items()
+        if address.lower() == sender.lower()
+        for tx in by_nonce.values()
+    ]
+
+
 @pytest.fixture(scope="session")
 def local_chains(local_chain_set: LocalChainSet) -> list[RunningChain]:
     return local_chain_set.chains
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One line saying how many chain tests were skipped for want of anvil/node."""
+    """One line saying how many chain tests were skipped for want of anvil/node,
+    and one per test that left treasury transactions in a pool."""
     skipped = [
         r
         for r in terminalreporter.stats.get("skipped", [])
         if isinstance(r.longrepr, tuple) and SKIP_PREFIX in str(r.longrepr[2])
     ]
+    for line in LEFT_IN_POOLS:
+        terminalreporter.write_line(f"left treasury transactions in a pool (dropped): {line}")
     if skipped:
         terminalreporter.write_line(
             f"chain tests skipped: {len(skipped)} (anvil/node not installed: "

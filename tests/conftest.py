@@ -62,6 +62,7 @@ from chain_support import (  # noqa: F401 (tests/chains)
     local_chain_set,
     local_chains,
     pytest_terminal_summary,
+    treasury_pools_left_empty,
 )
 from engine import PEOPLE, bind, pin_clock, register_sim
 from psycopg import sql

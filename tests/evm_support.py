@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from chain_support import LocalChainSet
+from chain_support import LocalChainSet, in_pool
 from engine import approve, as_person, bind
 from web3 import HTTPProvider, Web3
 
@@ -177,19 +177,6 @@ def transfers_from(chain: RunningChain, sender: str, from_block: int) -> list[tu
 def superuser(db: Any) -> psycopg.Connection[Any]:
     """A superuser connection on the real clock (the runners' clock), bound to testnet."""
     return bind(db.connect())
-
-
-def in_pool(chain: RunningChain, sender: str) -> list[str]:
-    """The hashes of ``sender``'s transactions in the chain's pool, pending or
-    queued behind a nonce never sent."""
-    content = rpc(chain.rpc_url, "txpool_content")
-    return [
-        str(tx["hash"])
-        for part in ("pending", "queued")
-        for address, by_nonce in (content.get(part) or {}).items()
-        if address.lower() == sender.lower()
-        for tx in by_nonce.values()
-    ]
 
 
 def settled(chain: RunningChain, sender: str, timeout: float = 15.0) -> None:

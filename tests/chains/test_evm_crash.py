@@ -35,11 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chain_support import LocalChainSet
+from chain_support import LocalChainSet, in_pool
 from evm_support import (
     LANE,
     head,
-    in_pool,
     mine,
     register_world,
     settled,

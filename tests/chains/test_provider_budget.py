@@ -29,13 +29,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from chain_support import LocalChainSet
+from chain_support import LocalChainSet, in_pool
 from engine import approve, as_person
 from evm_support import (
     LANE,
     NETWORK,
     head,
-    in_pool,
     register_world,
     settled,
     superuser,
