@@ -479,32 +479,34 @@ def endpoint() -> Iterator[Any]:
 LONGEST_FIRST = (
     "tests/chains/test_demo_world.py",
     "tests/runner/test_runner_processes.py",
-    "tests/security/test_server_auth.py",
-    "tests/chains/test_cctp_executors.py",
-    "tests/chains/test_bybit_executors.py",
     "tests/chains/test_rehearsal.py",
+    "tests/security/test_server_auth.py",
+    "tests/chains/test_rehearsal_deliveries.py",
     "tests/chains/test_provider_budget.py",
-    "tests/scenarios/test_bad_input.py",
-    "tests/scenarios/test_migrations.py",
-    "tests/chains/test_chains_cli.py",
+    "tests/chains/test_bybit_executors.py",
+    "tests/chains/test_cctp_executors.py",
     "tests/chains/test_ccip_executor.py",
-    "tests/scenarios/test_query_plans.py",
-    "tests/chains/test_evm_crash.py",
-    "tests/chains/test_stargate_crash.py",
-    "tests/security/test_signer_secrets.py",
-    "tests/security/test_rehearsal_attacks.py",
-    "tests/chains/test_rehearsal_forks.py",
     "tests/chains/test_stargate_contracts.py",
-    "tests/chains/test_stargate_executor.py",
-    "tests/chains/test_world_cli.py",
     "tests/chains/test_ccip_contracts.py",
-    "tests/chains/test_drill_cli.py",
     "tests/chains/test_iris.py",
-    "tests/runner/test_cli_errors.py",
-    "tests/chains/test_contracts.py",
+    "tests/chains/test_stargate_executor.py",
+    "tests/scenarios/test_query_plans.py",
+    "tests/api/test_operator_page.py",
+    "tests/chains/test_chains_cli.py",
+    "tests/chains/test_stargate_crash.py",
+    "tests/scenarios/test_migrations.py",
+    "tests/chains/test_world_cli.py",
+    "tests/scenarios/test_bad_input.py",
+    "tests/chains/test_evm_crash.py",
+    "tests/chains/test_local_chains.py",
+    "tests/chains/test_cctp_contracts.py",
+    "tests/runner/test_poison.py",
+    "tests/procedures/test_balances.py",
+    "tests/scenarios/test_chaos_checker.py",
+    "tests/chains/test_drill_cli.py",
 )
-"""The files that take longest (half a minute to three minutes each on two
-cores), longest first as measured: `make test` hands whole files to its
+"""The files that take longest (a quarter of a minute to four minutes each
+on two cores), longest first as measured: `make test` hands whole files to its
 pytest-xdist workers in the order collected (--dist loadfile, pyproject.toml's
 --no-loadscope-reorder), so these start first and the short files fill in
 behind them, and the workers finish together instead of one starting the
