@@ -373,11 +373,14 @@ class ForkDeliveries:
                 continue
             destination = self._sides.get(packet.dst_eid)
             if destination is None:
-                self._lines.append(
-                    f"layerzero: packet {packet.guid_hex} from {side.chain_key} goes to eid "
+                why = (
+                    f"packet {packet.guid_hex} from {side.chain_key} goes to eid "
                     f"{packet.dst_eid}, which is not forked: not delivered"
                 )
+                self._lines.append(f"layerzero: {why}")
                 self._done.add(packet.guid)
+                sends = side.sends_behind(packet.tx_hash)
+                self._not_delivered(sends, why, failed=bool(sends))
                 continue
             try:
                 deliver(destination, packet)
@@ -408,10 +411,20 @@ class ForkDeliveries:
         rounds (a drive can fail while a fork is busy, or the ticket's bytes
         are not read yet), then said."""
         rides = _rides(side, start, head)
+        new = sorted(key for key in rides if key not in side.riders)  # a round read again
         side.rides.update({key: passenger for key, (passenger, _) in rides.items()})
         side.riders.update({key: tx_hash for key, (_, tx_hash) in rides.items()})
-        for key in sorted(key for key in rides if key[0] in self._sides):
-            side.drives.setdefault(key, 0)
+        for eid, ticket in new:
+            if eid in self._sides:
+                side.drives[eid, ticket] = 0
+                continue
+            why = (
+                f"the bus from {side.chain_key} carrying ticket {ticket} goes to eid {eid}, "
+                "which is not forked: not driven"
+            )
+            self._lines.append(f"stargate: {why}")
+            sends = side.sends_behind(side.riders[eid, ticket])
+            self._not_delivered(sends, why, failed=bool(sends))
         for (eid, ticket), tries in sorted(side.drives.items()):
             if self._stop.is_set():
                 return
@@ -484,11 +497,11 @@ def drive_bus(side: _Side, eid: int, ticket: int) -> None:
             sent = tm.functions.driveBus(eid, bus.passengers).transact(
                 {"from": EXECUTOR, "value": bus.fee}
             )
+            side.drove["0x" + bytes(sent).hex()] = [  # before it is mined: it may be, late
+                side.riders[eid, t] for t in range(bus.first, bus.first + bus.count)
+                if (eid, t) in side.riders
+            ]  # fmt: skip
             _mined(w3, sent, f"driving the bus to eid {eid} from ticket {bus.first}")
-        side.drove["0x" + bytes(sent).hex()] = [
-            side.riders[eid, t] for t in range(bus.first, bus.first + bus.count)
-            if (eid, t) in side.riders
-        ]  # fmt: skip
 
 
 def _first(token_messaging: Any, eid: int) -> int:

@@ -469,8 +469,10 @@ def summarise(
         f"paced at {throwaway.LANE_BASELINE_S:g} s, attestations by the local Iris double"
     )
     lines.extend(notes)
+    if len(lines) >= MAX_LINES:  # the outcome stays the last line
+        lines = [*lines[: MAX_LINES - 2], f"({len(lines) - MAX_LINES + 2} more lines left out)"]
     lines.append(f"outcome: {outcome}")
-    lines = [printable(line) for line in lines[:MAX_LINES]]
+    lines = [printable(line) for line in lines]
     record = {
         "outcome": outcome,
         "lines": lines,

@@ -368,3 +368,17 @@ def test_a_failed_rehearsal_always_fits_record_rehearsal() -> None:
     assert summary.outcome == "failed"
     size = len(json.dumps(summary.record).encode())
     assert size <= 64 * 1024, f"the record is {size} bytes: record_rehearsal refuses it (QT005)"
+
+
+def test_a_summary_cut_to_its_lines_still_ends_with_its_outcome() -> None:
+    """Notes enough to pass the summary's line bound (a delivery said over and
+    over, many balances): the lines are cut before the end, the cut is said,
+    and the last line is still the outcome the approver reads."""
+    from qtg_rehearsal.engine import EngineRun, NodeRun
+
+    run = EngineRun("FAILED", [NodeRun("pay", "evm_transfer", "FAILED", "reverted", [])], False, 1)
+    notes = [f"layerzero: packet {i} not delivered" for i in range(2 * rehearse_module.MAX_LINES)]
+    summary = rehearse_module.summarise({"id": 1}, run, {}, {}, {}, {}, {}, notes)
+    assert len(summary.lines) == rehearse_module.MAX_LINES
+    assert summary.lines[-1] == "outcome: failed"
+    assert summary.lines[-2].endswith("more lines left out)")
