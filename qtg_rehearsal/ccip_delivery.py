@@ -32,7 +32,7 @@ from typing import Any
 from eth_abi.abi import encode
 from eth_utils.crypto import keccak
 
-from qtg_rehearsal.forks import ForkError, rpc, send_as
+from qtg_rehearsal.forks import ForkError, ForkUnreachable, rpc, send_as
 from qtg_runner.chains.ccip import (
     CCIP_MESSAGE_SENT_TOPIC,
     SentMessage,
@@ -174,20 +174,23 @@ def _roots_entry(slot: int, source_selector: int, root: bytes) -> str:
     return "0x" + keccak(root + inner).hex()
 
 
-def commit(url: str, offramp: str, message: SentMessage, slot: int | None = None) -> int:
+def commit(url: str, offramp: str, message: SentMessage, slot: int | None = None) -> int | None:
     """Make ``message``'s one-leaf root committed on ``offramp`` at OLD_COMMIT
     (see the module), at s_roots' ``slot`` when known (found otherwise):
-    the slot. NoRoots where no slot holds s_roots."""
+    the slot (None: the root was committed already, by a try that did not
+    return its slot). NoRoots where the OffRamp answers getMerkleRoot with
+    an error, or no slot holds s_roots; ForkUnreachable (try again) where the
+    fork does not answer."""
     root, source = message.leaf(), message.source_selector
     try:
         committed = _call(url, offramp, merkle_root_calldata(source, root))
+    except ForkUnreachable:
+        raise
     except ForkError as exc:
         raise NoRoots(
             f"{offramp} does not answer getMerkleRoot ({exc}): not a v1.6 OffRamp"
         ) from None
     if committed != 0:
-        if slot is None:
-            raise NoRoots(f"the root of {message.message_id_hex} is on the OffRamp already")
         return slot  # committed by an earlier try
     for candidate in [slot] if slot is not None else range(MAX_ROOTS_SLOT):
         entry = _roots_entry(candidate, source, root)

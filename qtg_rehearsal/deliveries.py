@@ -296,9 +296,9 @@ class ForkDeliveries:
         named, sent_by = message.message_id_hex, message.tx_hash
         try:
             data = ccip_delivery.token_data(self._ccip.iris_url, lane, message)
-            self._slots[lane.offramp] = ccip_delivery.commit(
-                url, lane.offramp, message, self._slots.get(lane.offramp)
-            )
+            slot = ccip_delivery.commit(url, lane.offramp, message, self._slots.get(lane.offramp))
+            if slot is not None:
+                self._slots[lane.offramp] = slot
             with impersonating(url, EXECUTOR):
                 ccip_delivery.execute(url, lane.offramp, EXECUTOR, message, data)
             state = ccip_delivery.execution_state(url, lane.offramp, message)

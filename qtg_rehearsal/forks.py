@@ -47,8 +47,14 @@ class ForkError(Exception):
     """A fork could not be started or prepared; the message says what to do."""
 
 
+class ForkUnreachable(ForkError):
+    """A call that got no JSON-RPC answer (a transport error, a body that is
+    not JSON): it may answer when tried again."""
+
+
 def rpc(url: str, method: str, params: Sequence[Any] = (), timeout: float = 30.0) -> Any:
-    """One JSON-RPC call; ForkError on a transport or RPC error."""
+    """One JSON-RPC call; ForkError on an RPC error, ForkUnreachable on a
+    transport error."""
     try:
         body = httpx.post(
             url,
@@ -56,7 +62,7 @@ def rpc(url: str, method: str, params: Sequence[Any] = (), timeout: float = 30.0
             timeout=timeout,
         ).json()
     except (httpx.HTTPError, ValueError) as exc:
-        raise ForkError(f"{method} on {redact_url(url)}: {type(exc).__name__}") from None
+        raise ForkUnreachable(f"{method} on {redact_url(url)}: {type(exc).__name__}") from None
     if "error" in body:
         message = str(body["error"].get("message"))[:300]
         raise ForkError(f"{method} on {redact_url(url)} answered: {message}")

@@ -242,11 +242,15 @@ def test_a_commit_finds_the_offramps_roots_and_a_contract_without_them_is_left_a
 ) -> None:
     """The commit a rehearsal writes (qtg_rehearsal.ccip_delivery.commit):
     on the OffRamp, s_roots is found and the root reads back committed, at
-    the slot found when asked again; on a contract that is no v1.6 OffRamp
-    (the Router) the refusal (NoRoots) says so: no retry could commit
-    there. Every entry the search tried and missed is put back as it was."""
+    the slot found when asked again, committed (its slot unknown) when
+    asked without it; on a contract that is no v1.6 OffRamp (the Router)
+    the refusal (NoRoots) says so: no retry could commit there, while a
+    fork that does not answer is ForkUnreachable, to be tried again. Every
+    entry the search tried and missed is put back as it was."""
     from qtg_rehearsal import ccip_delivery
+    from qtg_rehearsal.forks import ForkUnreachable
     from qtg_runner.chains.ccip import SentMessage, merkle_root_calldata
+    from qtg_runner.ports import free_port
     from qtg_world.chains.ccip import ccip_selector
     from qtg_world.chains.local import rpc
 
@@ -273,6 +277,11 @@ def test_a_commit_finds_the_offramps_roots_and_a_contract_without_them_is_left_a
     committed = rpc(b.rpc_url, "eth_call", [{"to": offramp, "data": "0x" + root.hex()}, "latest"])
     assert int(committed, 16) == ccip_delivery.OLD_COMMIT
     assert ccip_delivery.commit(b.rpc_url, offramp, message, slot) == slot
+    # committed by a try that did not return its slot: committed, slot unknown
+    assert ccip_delivery.commit(b.rpc_url, offramp, message) is None
+    # a fork that does not answer now is tried again, not given up as rootless
+    with pytest.raises(ForkUnreachable):
+        ccip_delivery.commit(f"http://127.0.0.1:{free_port()}", offramp, message)
 
     with pytest.raises(ccip_delivery.NoRoots, match="does not answer getMerkleRoot"):
         ccip_delivery.commit(b.rpc_url, b.contracts["CcipRouter"], message)
