@@ -325,47 +325,49 @@ async def _rehearse_on_forks(
         forks = {f.chain_key: f for f in forks_started}
         run_env = fork_env(forks_started, {c: str(chains[c]["rpc_url_env"]) for c in used})
         attesting = None
-        if cctp:
-            attesters = trust_attesters([forks[c] for c in cctp], cctp)
-            attesting = iris.serve(
-                [
-                    RunningChain(
-                        c,
-                        forks[c].chain_id,
-                        0,
-                        1,
-                        forks[c].process.pid,
-                        forks[c].url,
-                        str(forks[c].log_file),
-                        contracts={"MessageTransmitterV2": cctp[c]},
-                    )
-                    for c in cctp
-                ],
-                attesters,
-                iris.IrisConfig(time_scale=IRIS_TIME_SCALE),
-            )
-            run_env[IRIS_URL_ENV] = attesting.url
-            say(
-                f"CCTP on {', '.join(cctp)}: {len(attesters)} attesters of the rehearsal "
-                "trusted, the local Iris double attesting"
-            )
-        executors = {n.get("executor") for n in plan.get("nodes", [])}
-        stargate = [
-            p
-            for p in registry.get("chain_protocols", [])
-            if "stargate" in executors and p["protocol"] == "stargate" and p["chain_key"] in used
-        ]
-        ccip = CcipForks(
-            lanes_between(registry.get("ccip_lanes", []) if "ccip" in executors else [], used),
-            {
-                int(p["remote_id"]): str(p["chain_key"])
+        try:  # the Iris double, once started, is stopped whatever follows
+            if cctp:
+                attesters = trust_attesters([forks[c] for c in cctp], cctp)
+                attesting = iris.serve(
+                    [
+                        RunningChain(
+                            c,
+                            forks[c].chain_id,
+                            0,
+                            1,
+                            forks[c].process.pid,
+                            forks[c].url,
+                            str(forks[c].log_file),
+                            contracts={"MessageTransmitterV2": cctp[c]},
+                        )
+                        for c in cctp
+                    ],
+                    attesters,
+                    iris.IrisConfig(time_scale=IRIS_TIME_SCALE),
+                )
+                run_env[IRIS_URL_ENV] = attesting.url
+                say(
+                    f"CCTP on {', '.join(cctp)}: {len(attesters)} attesters of the rehearsal "
+                    "trusted, the local Iris double attesting"
+                )
+            executors = {n.get("executor") for n in plan.get("nodes", [])}
+            stargate = [
+                p
                 for p in registry.get("chain_protocols", [])
-                if p["protocol"] == "ccip"
-            },
-            attesting.url if attesting is not None else None,
-        )
-        far = far_side(plan, registry.get("ccip_lanes", []))
-        try:
+                if "stargate" in executors
+                and p["protocol"] == "stargate"
+                and p["chain_key"] in used
+            ]
+            ccip = CcipForks(
+                lanes_between(registry.get("ccip_lanes", []) if "ccip" in executors else [], used),
+                {
+                    int(p["remote_id"]): str(p["chain_key"])
+                    for p in registry.get("chain_protocols", [])
+                    if p["protocol"] == "ccip"
+                },
+                attesting.url if attesting is not None else None,
+            )
+            far = far_side(plan, registry.get("ccip_lanes", []))
             venues = serving(
                 plan, registry, forks, Decimal(str(movement["amount"])),
                 sorted(plan_addresses(plan)), logs,
