@@ -24,6 +24,24 @@ from qtg_runner.executors.registry import registration
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
 
+def queue_a_passenger(chain_set: LocalChainSet, account: int) -> tuple[Any, Any]:
+    """anvil account ``account`` takes a 5 USDC bus ride from the first chain to
+    the second on the real chain, its bus not driven: (source, destination)."""
+    from stargate_support import Side, send_param
+
+    source, destination = Side(chain_set.chains[0]), Side(chain_set.chains[1])
+    waiting = source.w3.eth.accounts[account]
+    source.fund(waiting, 5 * UNITS)
+    param = send_param(destination.eid, waiting, 5 * UNITS, 0, bus=True)
+    fee = source.pool.functions.quoteSend(param, False).call()
+    source.mined(
+        source.pool.functions.send(param, tuple(fee), waiting).transact(
+            {"from": waiting, "value": fee[0]}
+        )
+    )
+    return source, destination
+
+
 def test_a_stargate_taxi_and_a_bus_are_delivered_on_the_destinations_fork(
     db: Any, local_chain_set: LocalChainSet
 ) -> None:
@@ -36,19 +54,10 @@ def test_a_stargate_taxi_and_a_bus_are_delivered_on_the_destinations_fork(
     through the relay). Both COMPLETE on the OFTReceived they find there; the
     recipient's USDC rises on the destination's fork by at least the nodes'
     minimum, and no real chain, nor its bus queue, moves."""
-    from stargate_support import Side, register_stargate, send_param, stargate_plan
+    from stargate_support import register_stargate, stargate_plan
 
     a, b = local_chain_set.chains
-    source, destination = Side(a), Side(b)
-    waiting = source.w3.eth.accounts[7]
-    source.fund(waiting, 5 * UNITS)
-    param = send_param(destination.eid, waiting, 5 * UNITS, 0, bus=True)
-    fee = source.pool.functions.quoteSend(param, False).call()
-    source.mined(
-        source.pool.functions.send(param, tuple(fee), waiting).transact(
-            {"from": waiting, "value": fee[0]}
-        )
-    )
+    source, destination = queue_a_passenger(local_chain_set, 7)
     queue = source.tm.functions.busQueues(destination.eid).call()
     assert queue[3] >= 1  # a passenger waits on the real chain
 
@@ -93,23 +102,14 @@ def test_a_bus_that_cannot_be_driven_fails_the_rehearsal_with_why(
     ride, and the rehearsal looks for earlier passengers in no block before
     the fork: its bus cannot be driven. After its tries the rehearsal ends
     without waiting out its timeout, and fails with the reason on the step."""
-    from stargate_support import Side, register_stargate, send_param, stargate_plan
+    from stargate_support import register_stargate, stargate_plan
 
     from qtg_rehearsal import deliveries
 
     monkeypatch.setattr(deliveries, "SEARCH_DEPTH", 0)
     monkeypatch.setattr(deliveries, "MAX_TRIES", 3)
     a, b = local_chain_set.chains
-    source, destination = Side(a), Side(b)
-    waiting = source.w3.eth.accounts[8]
-    source.fund(waiting, 3 * UNITS)
-    param = send_param(destination.eid, waiting, 3 * UNITS, 0, bus=True)
-    fee = source.pool.functions.quoteSend(param, False).call()
-    source.mined(
-        source.pool.functions.send(param, tuple(fee), waiting).transact(
-            {"from": waiting, "value": fee[0]}
-        )
-    )
+    queue_a_passenger(local_chain_set, 8)
     sender, recipient = (k.address.lower() for k in local_chain_set.treasury)
     ride = {**stargate_plan(a.key, b.key, sender, recipient, "bus")["nodes"][0], "key": "ride"}
     conn = superuser(db)
@@ -124,16 +124,25 @@ def test_a_bus_that_cannot_be_driven_fails_the_rehearsal_with_why(
         summary = rehearse_as_alice(conn, movement_id, rpc_only_env(local_chain_set), timeout_s=120)
     finally:
         conn.close()
-    shown = "\n".join(summary.lines)
-    assert summary.outcome == "failed", shown
-    assert not summary.record["timed_out"], shown
-    assert [s["state"] for s in summary.record["steps"]] == ["OBSERVING"], shown
-    step = next(x for x in summary.lines if x.startswith("step ride (stargate)"))
-    assert "not delivered on the fork" in step and "could not be driven" in step, shown
+    step, shown = undelivered_step(summary, "step ride (stargate)")
+    assert "could not be driven" in step, shown
     assert any(
         x.startswith("stargate: the bus from") and "not found in the 0 blocks before" in x
         for x in summary.lines
     ), shown
+
+
+def undelivered_step(summary: Any, step: str) -> tuple[str, str]:
+    """A rehearsal of one step whose message was given up: it failed before
+    its timeout, the step still OBSERVING and its line saying it was not
+    delivered. The step's line and the whole summary."""
+    shown = "\n".join(summary.lines)
+    assert summary.outcome == "failed", shown
+    assert not summary.record["timed_out"], shown
+    assert [s["state"] for s in summary.record["steps"]] == ["OBSERVING"], shown
+    line = next(x for x in summary.lines if x.startswith(step))
+    assert "not delivered on the fork" in line, shown
+    return line, shown
 
 
 def ccip_movement(conn: Any, chain_set: LocalChainSet, external_id: str, amount: Decimal) -> int:
@@ -201,12 +210,8 @@ def test_a_ccip_message_that_cannot_be_delivered_fails_the_rehearsal_with_why(
         summary = rehearse_as_alice(conn, movement_id, rpc_only_env(local_chain_set), timeout_s=120)
     finally:
         conn.close()
-    shown = "\n".join(summary.lines)
-    assert summary.outcome == "failed", shown
-    assert not summary.record["timed_out"], shown
-    assert [s["state"] for s in summary.record["steps"]] == ["OBSERVING"], shown
-    step = next(x for x in summary.lines if x.startswith("step send (ccip)"))
-    assert "not delivered on the fork" in step and "not attested" in step, shown
+    step, shown = undelivered_step(summary, "step send (ccip)")
+    assert "not attested" in step, shown
 
 
 def test_what_is_not_delivered_on_a_fork_is_named_by_step() -> None:
