@@ -240,16 +240,21 @@ class ForkDeliveries:
         self.stop()
 
     def _run(self) -> None:
+        failing: dict[str, int] = {}  # a part of the rounds -> the rounds in a row it failed
         while not self._stop.wait(ROUND_S):
-            for side in self._sides.values():
+            parts = [(s.chain_key, lambda s=s: self._round(s)) for s in self._sides.values()]
+            for part, round_of in [*parts, ("ccip", self._ccip_round)]:
                 try:
-                    self._round(side)
+                    round_of()
+                    failing.pop(part, None)
                 except Exception as exc:  # a fork gone, a reverted step: said, tried again
-                    log.warning("rehearsal deliveries on %s: %s", side.chain_key, exc)
-            try:
-                self._ccip_round()
-            except Exception as exc:
-                log.warning("rehearsal CCIP deliveries: %s", exc)
+                    log.warning("rehearsal deliveries (%s): %s", part, exc)
+                    failing[part] = failing.get(part, 0) + 1
+                    if failing[part] == MAX_TRIES:  # said once in the summary
+                        self._lines.append(
+                            f"deliveries ({part}): {MAX_TRIES} rounds in a row failed, the "
+                            f"last with: {str(exc)[:300]}; still tried"
+                        )
 
     def _ccip_round(self) -> None:
         """Read the v1.6 OnRamps' new messages, then try each one waiting (an
@@ -466,7 +471,12 @@ def _rides(side: _Side, start: int, end: int) -> dict[tuple[int, int], tuple[byt
 def _passenger(side: _Side, eid: int, ticket: int) -> bytes:
     """The bytes of ticket ``ticket`` to ``eid``: from the rides read, else from
     the chain before the fork, searched back SEARCH_BLOCKS at a time (anvil
-    reads blocks before its fork from the forked chain, through the relay)."""
+    reads blocks before its fork from the forked chain, through the relay).
+    A ticket after one taken on the fork was taken on the fork too, in a
+    block not read yet: read by a later round, never searched for."""
+    on_fork = [t for e, t in side.riders if e == eid]
+    if (eid, ticket) not in side.rides and on_fork and ticket > min(on_fork):
+        raise RuntimeError(f"ticket {ticket} to eid {eid} rode on the fork after the blocks read")
     while (eid, ticket) not in side.rides:
         oldest = side.fork.block + 1 if side.searched_to is None else side.searched_to
         if oldest <= 0 or side.fork.block + 1 - oldest >= SEARCH_DEPTH:

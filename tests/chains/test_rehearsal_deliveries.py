@@ -290,3 +290,35 @@ def test_a_commit_finds_the_offramps_roots_and_a_contract_without_them_is_left_a
 
     with pytest.raises(ccip_delivery.NoRoots, match="does not answer getMerkleRoot"):
         ccip_delivery.commit(b.rpc_url, b.contracts["CcipRouter"], message)
+
+
+def test_a_ticket_taken_on_the_fork_is_never_searched_for_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bus's passengers are read from the fork's rides, and those queued
+    before the fork from the chain it forks (through the relay, a provider's
+    calls). A ticket after one already taken on the fork was taken on the
+    fork too, in a block a later round reads: the search before the fork is
+    never made for it; a ticket before every fork ride is searched for."""
+    from types import SimpleNamespace
+
+    from qtg_rehearsal import deliveries
+
+    searched: list[tuple[int, int]] = []
+
+    def rides(_side: Any, start: int, end: int) -> dict[tuple[int, int], tuple[bytes, str]]:
+        searched.append((start, end))
+        return {(30102, 6): (b"earlier", "0x" + "66" * 32)}
+
+    monkeypatch.setattr(deliveries, "_rides", rides)
+    side: Any = SimpleNamespace(
+        fork=SimpleNamespace(block=5_000),
+        rides={(30102, 7): b"first on the fork"},
+        riders={(30102, 7): "0x" + "77" * 32},
+        searched_to=None,
+    )
+    with pytest.raises(RuntimeError, match="rode on the fork after the blocks read"):
+        deliveries._passenger(side, 30102, 8)
+    assert searched == []
+    assert deliveries._passenger(side, 30102, 6) == b"earlier"
+    assert searched == [(5_001 - deliveries.SEARCH_BLOCKS, 5_000)]
