@@ -9,7 +9,9 @@
 -- pg_stat_activity tells both to every role (datid; usesysid is null for a
 -- process with no login). It is read afresh (its rows are otherwise those of
 -- the transaction's first read) and after pg_locks: a backend that ended in
--- between, its pid taken by another, has ended its transaction too. Prepared
+-- between (no row: an autovacuum worker done with a small table) has ended
+-- its transaction too, and is left out; one whose pid another backend took
+-- meanwhile is kept, which only holds a fence one more round. Prepared
 -- transactions are not looked at: the engine makes none. Internal.
 CREATE OR REPLACE FUNCTION running_transactions() RETURNS text[]
 LANGUAGE sql
@@ -19,8 +21,8 @@ AS $$
       FROM pg_locks l
      WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock'
        AND l.pid IS DISTINCT FROM pg_backend_pid()
-       AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
-                        WHERE a.pid = l.pid
-                          AND (a.usesysid IS NULL
-                               OR a.datid <> (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())));
+       AND EXISTS (SELECT 1 FROM pg_stat_activity a
+                    WHERE a.pid = l.pid
+                      AND a.usesysid IS NOT NULL
+                      AND a.datid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()));
 $$;
