@@ -61,6 +61,7 @@ EQUAL_SETTINGS: dict[str, Any] = {
     "Graphile Worker": 24,
     "PgQueuer": 5,
     "DBOS Transact": (50, 0.1),
+    "DBOS Transact (datasource transactions)": (50, 0.1),
 }
 EQUAL_JOBS = 5000
 DBOS_MAX_JOBS = 2000
@@ -139,7 +140,7 @@ def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
     for peer, setting in EQUAL_SETTINGS.items():
         if peer == "Graphile Worker":
             why = throughput.graphile_available()
-        elif peer == "DBOS Transact":
+        elif peer.startswith("DBOS Transact"):
             why = throughput.dbos_available()
         else:
             why = throughput.python_peer_available(peer.lower())
@@ -147,7 +148,7 @@ def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
             say(f"case 1: {peer} (equal guarantees) skipped: {why}")
             out["equal_peers"].append({"system": peer, "equal_guarantees": True, "skipped": why})
             continue
-        n = min(eg_jobs, DBOS_MAX_JOBS) if peer == "DBOS Transact" else eg_jobs
+        n = min(eg_jobs, DBOS_MAX_JOBS) if peer.startswith("DBOS Transact") else eg_jobs
         for processes in (1, 2):
             say(f"case 1: {peer} (equal guarantees, {n:,} movements), {processes} process(es)")
             try:

@@ -1,19 +1,26 @@
 """DBOS Transact beside the engine: a durable workflow per movement.
 
     python -m benchmarks.dbos_peer setup   DSN SYSTEM_DSN N
-    python -m benchmarks.dbos_peer enqueue DSN SYSTEM_DSN N
+    python -m benchmarks.dbos_peer enqueue DSN SYSTEM_DSN N WORKFLOW
     python -m benchmarks.dbos_peer work    DSN SYSTEM_DSN WORKER_CONCURRENCY POLL_S EXECUTOR_ID
 
-The workflow `movement(id)` runs three checkpointed steps, as a DBOS user would
-write it: `record_intent` (a datasource transaction: the intent and the
-movement's transition, with their audit and callback rows, committed with
-DBOS's own record of the step), `submit` (a step: the side effect in the
-simulated outside world) and `report` (a datasource transaction, like the
-first). The statements are the ones every equal-guarantee peer runs
-(`benchmarks/equal/movement.sql`). Workflows are enqueued on a DBOS queue with
-DBOSClient and dequeued by worker processes (`DBOS.launch()`), each with its
-own executor id, its queue's `worker_concurrency` and `polling_interval_sec`;
-a worker runs until SIGTERM.
+A workflow runs a movement as three checkpointed steps, `record_intent` (the
+intent and the movement's transition, with their audit and callback rows),
+`submit` (the side effect in the simulated outside world) and `report` (like
+the first), with the statements every equal-guarantee peer runs
+(`benchmarks/equal/movement.sql`). Two workflows, the same steps written two
+ways:
+
+  movement             three plain steps (`@DBOS.step`), each statement its
+                       own transaction, as the other peers' handlers run
+                       them; DBOS records each step after it returns
+  movement_datasource  the two record steps as datasource transactions
+                       (`@ds.transaction`): each statement committed with
+                       DBOS's own record of the step, in the app database
+
+Workflows are enqueued on a DBOS queue with DBOSClient and dequeued by worker
+processes (`DBOS.launch()`), each with its own executor id, its queue's
+`worker_concurrency` and `polling_interval_sec`; a worker runs until SIGTERM.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 
 APP = "qtg_bench_dbos"
 QUEUE = "movements"
-WORKFLOW = "movement"
+WORKFLOWS = ("movement", "movement_datasource")
 
 
 def sqlalchemy_url(dsn: str) -> str:
@@ -81,8 +88,8 @@ def _config(system_dsn: str, executor_id: str | None = None) -> Any:
     return config
 
 
-def _define(dsn: str) -> Any:
-    """The datasource and the workflow, registered before DBOS.launch()."""
+def _define(dsn: str) -> None:
+    """The datasource and the workflows, registered before DBOS.launch()."""
     import sqlalchemy as sa
     from dbos import DBOS, SQLAlchemyDatasource
 
@@ -92,30 +99,46 @@ def _define(dsn: str) -> Any:
     record_sql = sa.text(equal.for_sqlalchemy("record_intent"))
     submit_sql = sa.text(equal.for_sqlalchemy("submit"))
     report_sql = sa.text(equal.for_sqlalchemy("report"))
-    world = sa.create_engine(sqlalchemy_url(dsn), **POOL)  # type: ignore[arg-type]
+    # the app database at READ COMMITTED, as the engine's procedures (DBOS's
+    # datasource default is SERIALIZABLE): each transaction touches its own
+    # movement's rows only
+    app = sa.create_engine(sqlalchemy_url(dsn), isolation_level="READ COMMITTED", **POOL)
 
-    # READ COMMITTED, as the engine's procedures (DBOS's default is SERIALIZABLE):
-    # each transaction touches its own movement's rows only
-    @ds.transaction(isolation_level="READ COMMITTED")
+    def run(statement: Any, movement_id: int) -> None:
+        with app.begin() as conn:
+            conn.execute(statement, {"id": movement_id})
+
+    @DBOS.step()
     def record_intent(movement_id: int) -> None:
-        ds.sql_session().execute(record_sql, {"id": movement_id})
+        run(record_sql, movement_id)
 
     @DBOS.step()
     def submit(movement_id: int) -> None:
-        with world.begin() as conn:
-            conn.execute(submit_sql, {"id": movement_id})
+        run(submit_sql, movement_id)
+
+    @DBOS.step()
+    def report(movement_id: int) -> None:
+        run(report_sql, movement_id)
 
     @ds.transaction(isolation_level="READ COMMITTED")
-    def report(movement_id: int) -> None:
+    def record_intent_in_datasource(movement_id: int) -> None:
+        ds.sql_session().execute(record_sql, {"id": movement_id})
+
+    @ds.transaction(isolation_level="READ COMMITTED")
+    def report_in_datasource(movement_id: int) -> None:
         ds.sql_session().execute(report_sql, {"id": movement_id})
 
-    @DBOS.workflow(name=WORKFLOW)
+    @DBOS.workflow(name=WORKFLOWS[0])
     def movement(movement_id: int) -> None:
         record_intent(movement_id)
         submit(movement_id)
         report(movement_id)
 
-    return movement
+    @DBOS.workflow(name=WORKFLOWS[1])
+    def movement_datasource(movement_id: int) -> None:
+        record_intent_in_datasource(movement_id)
+        submit(movement_id)
+        report_in_datasource(movement_id)
 
 
 def main(argv: list[str]) -> None:
@@ -132,7 +155,9 @@ def main(argv: list[str]) -> None:
         DBOS.register_queue(QUEUE, on_conflict="always_update")
         DBOS.destroy()
     elif action == "enqueue":
-        n = int(argv[3])
+        n, workflow = int(argv[3]), argv[4]
+        if workflow not in WORKFLOWS:
+            raise SystemExit(f"unknown workflow {workflow}; one of {', '.join(WORKFLOWS)}")
         from concurrent.futures import ThreadPoolExecutor
 
         # DBOSClient.enqueue is one workflow a call (a transaction each); eight
@@ -142,7 +167,7 @@ def main(argv: list[str]) -> None:
         def enqueue(first: int) -> None:
             for i in range(first, n + 1, 8):
                 client.enqueue(
-                    {"queue_name": QUEUE, "workflow_name": WORKFLOW, "workflow_id": f"m-{i}"}, i
+                    {"queue_name": QUEUE, "workflow_name": workflow, "workflow_id": f"m-{i}"}, i
                 )
 
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -69,6 +70,15 @@ class Child:
             code = self.proc.wait()
         self.log.close()
         return code
+
+
+def reaped_cpu_seconds() -> float:
+    """User + system CPU seconds of every child this process has spawned and
+    reaped so far (and of the descendants they reaped). The difference across
+    a run whose children were all stopped inside it is those children's CPU,
+    start-up and shutdown included."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def spawn(name: str, argv: Sequence[str], env: dict[str, str], log_dir: Path) -> Child:

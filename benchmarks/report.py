@@ -11,7 +11,9 @@ from benchmarks import inflight, intake
 
 TARGETS = {
     "peer_ratio": 1.2,
-    "equal_peer_ratio": 2.0,
+    # movements/s, the engine counted until every transition has its audit row
+    "equal_peer_ratio": 3.0,
+    "equal_peer_cpu_ratio": 2.0,
     "ceiling_fraction": 0.6,
     "latency_p50_ms": 2.0,
     "latency_p99_ms": 5.0,
@@ -46,9 +48,28 @@ def _label(run: dict[str, Any]) -> str:
 
 
 def _cpu(run: dict[str, Any] | None, unit: str) -> str:
-    """' database CPU N ms/<unit>;' when it was measured (a server on this machine)."""
+    """' database CPU N ms/<unit>, clients M ms;' when it was measured (a server on
+    this machine; the clients: the run's worker processes, start-up included)."""
     ms = (run or {}).get("db_cpu_ms_per_job")
-    return "" if ms is None else f" database CPU {ms:.3f} ms/{unit};"
+    if ms is None:
+        return ""
+    clients = (run or {}).get("client_cpu_ms_per_job")
+    return f" database CPU {ms:.3f} ms/{unit}" + (
+        ";" if clients is None else f", clients {clients:.3f} ms;"
+    )
+
+
+def _total_cpu(run: dict[str, Any]) -> float | None:
+    """Server and clients' CPU per movement: an engine run's with its audit rows."""
+    audited = run.get("with_audit_rows")
+    if audited is not None:
+        return audited.get("total_cpu_ms_per_job")  # type: ignore[no-any-return]
+    db, clients = run.get("db_cpu_ms_per_job"), run.get("client_cpu_ms_per_job")
+    return None if db is None or clients is None else db + clients
+
+
+def _version(run: dict[str, Any]) -> str:
+    return f"{run['system']} {run['version']}; " if run.get("version") else ""
 
 
 def _writes(run: dict[str, Any], unit: str) -> str:
@@ -90,20 +111,6 @@ def _live_chain(run: dict[str, Any]) -> bool:
     return bool((run.get("audit_chain") or {}).get("live") or run.get("setting"))
 
 
-def _with_chain(engine_run: dict[str, Any], peer: dict[str, Any]) -> str:
-    """'; with its audit chain: ...': the engine's CPU per movement with the
-    chain's promotion (measured after the drain) added, and the ratio then."""
-    chain = engine_run.get("audit_chain") or {}
-    ms = chain.get("db_cpu_ms_per_job")
-    if ms is None:
-        return ""
-    total = engine_run["db_cpu_ms_per_job"] + ms
-    return (
-        f"; with its audit chain's promotion ({ms:.3f} ms): engine {total:.3f} ms,"
-        f" {peer['db_cpu_ms_per_job'] / total:.2f}x"
-    )
-
-
 def best(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     ok = [r for r in runs if "per_s" in r]
     return max(ok, key=lambda r: r["per_s"]) if ok else None
@@ -136,7 +143,6 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
         all_engine_runs = c1.get("engine", [])
         # the equal-guarantee runs: the audit chain measured after the drain
         engine_runs = [r for r in all_engine_runs if not _live_chain(r)]
-        live_runs = [r for r in all_engine_runs if _live_chain(r) and "per_s" in r]
         peer_runs = [r for r in c1.get("peers", []) if "per_s" in r]
         bare = best(c1.get("ceiling", []))
         best_peer = best(peer_runs)
@@ -210,7 +216,8 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                     _fmt(top["per_s"]),
                     "(peer, best run)",
                     "-",
-                    f"wall {top['wall_s']:.1f} s, bulk enqueue {top['enqueue_s']:.2f} s;"
+                    _version(top)
+                    + f"wall {top['wall_s']:.1f} s, bulk enqueue {top['enqueue_s']:.2f} s;"
                     + _cpu(top, "job")
                     + _writes(top, "job")
                     + f"; other runs {others}",
@@ -247,7 +254,8 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                     _fmt(top["per_s"]),
                     "(equal-guarantee peer)",
                     "-",
-                    f"{top['jobs']:,} movements;"
+                    _version(top)
+                    + f"{top['jobs']:,} movements;"
                     + _cpu(top, "movement")
                     + f" wall {top['wall_s']:.1f} s, enqueue {top['enqueue_s']:.1f} s;"
                     + _writes(top, "movement")
@@ -255,52 +263,76 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                 ]
             )
         eq_top = max(eq_best, key=lambda r: r["per_s"]) if eq_best else None
-        if best_engine and eq_top:
-            ratio = best_engine["per_s"] / eq_top["per_s"]
+        audited = [r for r in all_engine_runs if r.get("with_audit_rows")]
+        if audited and eq_top:
+            top_audited = max(audited, key=lambda r: r["with_audit_rows"]["per_s"])
+            figure = top_audited["with_audit_rows"]["per_s"]
+            ratio = figure / eq_top["per_s"]
+            each = ", ".join(
+                f"{_label(r)} {_fmt(r['with_audit_rows']['per_s'])}"
+                + (" (promoted live)" if _live_chain(r) else " (drain, then promotion)")
+                for r in audited
+            )
+            drain = (
+                f"; the drain alone, its audit rows promoted later: {_label(best_engine)}"
+                f" {_fmt(best_engine['per_s'])}, {best_engine['per_s'] / eq_top['per_s']:.2f}x"
+                if best_engine
+                else ""
+            )
             rows.append(
                 [
                     "1",
-                    "best engine / best equal-guarantee peer: movements/s",
+                    "engine, every transition's audit row written / best equal-guarantee"
+                    " peer: movements/s",
                     _fmt(ratio, 2),
                     f">= {TARGETS['equal_peer_ratio']:.0f}",
                     _verdict(ratio >= TARGETS["equal_peer_ratio"]),
-                    f"best equal-guarantee peer: {_label(eq_top)},"
-                    f" {_fmt(eq_top['per_s'])} movements/s against {_fmt(best_engine['per_s'])}",
-                ]
-            )
-        for run in live_runs if eq_top else []:
-            assert eq_top is not None
-            rows.append(
-                [
-                    "1",
-                    "engine, its audit chain promoted live / best equal-guarantee peer:"
-                    " movements/s",
-                    _fmt(run["per_s"] / eq_top["per_s"], 2),
-                    "(reported)",
-                    "-",
-                    f"{_fmt(run['per_s'])} movements/s ({_label(run)}) against"
-                    f" {_fmt(eq_top['per_s'])}: the engine with a guarantee the peers"
-                    " do not have, a hash-chained audit log",
+                    f"{_fmt(figure)} against {_label(eq_top)} {_fmt(eq_top['per_s'])};"
+                    f" each engine run until its audit_log held every event: {each}{drain}",
                 ]
             )
         cpu_peers = [r for r in eq_best if r.get("db_cpu_ms_per_job")]
-        cpu_engine = [r for r in engine_runs if r.get("db_cpu_ms_per_job")]
+        cpu_engine = [
+            r for r in audited if r["with_audit_rows"].get("db_cpu_ms_per_job") is not None
+        ]
         if cpu_peers and cpu_engine:
             lean_peer = min(cpu_peers, key=lambda r: r["db_cpu_ms_per_job"])
-            lean_engine = min(cpu_engine, key=lambda r: r["db_cpu_ms_per_job"])
-            ratio = lean_peer["db_cpu_ms_per_job"] / lean_engine["db_cpu_ms_per_job"]
+            lean_engine = min(cpu_engine, key=lambda r: r["with_audit_rows"]["db_cpu_ms_per_job"])
+            engine_ms = lean_engine["with_audit_rows"]["db_cpu_ms_per_job"]
+            ratio = lean_peer["db_cpu_ms_per_job"] / engine_ms
             rows.append(
                 [
                     "1",
-                    "database CPU per movement: leanest equal-guarantee peer / engine",
+                    "database CPU per movement, audit rows counted: leanest equal-guarantee"
+                    " peer / engine",
                     _fmt(ratio, 2),
-                    f">= {TARGETS['equal_peer_ratio']:.0f}",
-                    _verdict(ratio >= TARGETS["equal_peer_ratio"]),
-                    f"engine {lean_engine['db_cpu_ms_per_job']:.3f} ms ({_label(lean_engine)}),"
+                    f">= {TARGETS['equal_peer_cpu_ratio']:.0f}",
+                    _verdict(ratio >= TARGETS["equal_peer_cpu_ratio"]),
+                    f"engine {engine_ms:.3f} ms ({_label(lean_engine)}; its drain alone"
+                    f" {lean_engine['db_cpu_ms_per_job']:.3f} ms),"
                     f" {lean_peer['system']} {lean_peer['db_cpu_ms_per_job']:.3f} ms; "
                     + ", ".join(f"{r['system']} {r['db_cpu_ms_per_job']:.3f}" for r in cpu_peers)
-                    + " ms"
-                    + _with_chain(lean_engine, lean_peer),
+                    + " ms",
+                ]
+            )
+        total_peers = [r for r in eq_best if _total_cpu(r) is not None]
+        total_engine = [r for r in audited if _total_cpu(r) is not None]
+        if total_peers and total_engine:
+            lean_peer = min(total_peers, key=lambda r: _total_cpu(r) or 0.0)
+            lean_engine = min(total_engine, key=lambda r: _total_cpu(r) or 0.0)
+            peer_ms, engine_ms = _total_cpu(lean_peer) or 0.0, _total_cpu(lean_engine) or 0.0
+            rows.append(
+                [
+                    "1",
+                    "total CPU per movement (server and clients), audit rows counted:"
+                    " leanest equal-guarantee peer / engine",
+                    _fmt(peer_ms / engine_ms, 2),
+                    "(reported)",
+                    "-",
+                    f"engine {engine_ms:.3f} ms ({_label(lean_engine)}),"
+                    f" {lean_peer['system']} {peer_ms:.3f} ms; "
+                    + ", ".join(f"{r['system']} {_total_cpu(r):.3f}" for r in total_peers)
+                    + " ms; clients: every worker process of the run, start-up included",
                 ]
             )
         if bare:

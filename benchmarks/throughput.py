@@ -34,7 +34,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from benchmarks import engine, equal
 from benchmarks.cluster import Cluster
-from benchmarks.procs import PYTHON, QTG, Child, runner_env, spawn, wait_for
+from benchmarks.procs import PYTHON, QTG, Child, reaped_cpu_seconds, runner_env, spawn, wait_for
 from qtg_runner.workers import audit_outbox_promoter
 
 # Case 1's movements name a callback target, so the engine writes a callback
@@ -156,6 +156,7 @@ def run_engine(
         # the database clock at launch: the wall clock ends at the last movement's finished_at
         t0_db = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         cpu0 = cpu.seconds() if cpu else None
+        clients0 = reaped_cpu_seconds()
         t0 = time.monotonic()
         children = [
             spawn(
@@ -196,7 +197,7 @@ def run_engine(
             wait_for(
                 lambda: remaining() == 0, DRAIN_TIMEOUT, "the engine to drain", 0.25, children, tick
             )
-            chain_lag = None
+            chain_lag = audited_s = None
             if promoter:
                 drained = time.monotonic()
 
@@ -208,6 +209,7 @@ def run_engine(
 
                 wait_for(lambda: unchained() == 0, DRAIN_TIMEOUT, "the audit chain", 0.05, children)
                 chain_lag = time.monotonic() - drained
+                audited_s = time.monotonic() - t0
             db_cpu = cpu.seconds() - cpu0 if cpu and cpu0 is not None else None
             peaks = [child.peak_rss() for child in children]
             span_row = conn.execute(
@@ -230,6 +232,7 @@ def run_engine(
             statements = top_statements(conn) if profiled else []
         finally:
             codes = [child.stop() for child in children]
+    client_cpu = reaped_cpu_seconds() - clients0
     writes_after = row_writes(dsn, ENGINE_SCHEMAS)
     writes = _per_job(writes_before, writes_after, jobs)
     wal_drained = wal_position(dsn)
@@ -243,6 +246,9 @@ def run_engine(
     db_span = float(span_row[0])
     wall = float(span_row[2])
     node_transitions = int(transitions[0])
+    audited = _with_audit_rows(
+        jobs, wall, audited_s, db_cpu, client_cpu, None if promoter else chain
+    )
     return {
         "system": "QTG engine",
         "processes": processes,
@@ -271,8 +277,39 @@ def run_engine(
         "wal_bytes_per_job_chained": round((wal_chained - wal_before) / jobs),
         "db_cpu_s": round(db_cpu, 3) if db_cpu is not None else None,
         "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
+        "client_cpu_s": round(client_cpu, 3),
+        "client_cpu_ms_per_job": round(1000 * client_cpu / jobs, 4),
         "top_statements": statements,
         "audit_chain": chain,
+        "with_audit_rows": audited,
+    }
+
+
+def _with_audit_rows(
+    jobs: int,
+    wall: float,
+    audited_s: float | None,
+    db_cpu: float | None,
+    client_cpu: float,
+    chain: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A drain counted as the equal-guarantee peers' handlers are: until every
+    transition has its audit row (audit_log's, one per event). With the
+    promoter live (``audited_s``), from the launch until the chain held every
+    event, its CPU inside the run's; without (``chain``, promoted after the
+    drain), the drain's time and CPU plus the promotion's."""
+    seconds = audited_s if audited_s is not None else wall + float((chain or {})["seconds"])
+    db_ms = None if db_cpu is None else 1000 * db_cpu / jobs
+    client_ms = 1000 * client_cpu / jobs
+    if chain is not None:
+        chain_db, chain_client = chain.get("db_cpu_ms_per_job"), chain["client_cpu_ms_per_job"]
+        db_ms = None if db_ms is None or chain_db is None else db_ms + chain_db
+        client_ms += chain_client
+    return {
+        "seconds": round(seconds, 3),
+        "per_s": round(jobs / seconds, 1),
+        "db_cpu_ms_per_job": None if db_ms is None else round(db_ms, 4),
+        "total_cpu_ms_per_job": None if db_ms is None else round(db_ms + client_ms, 4),
     }
 
 
@@ -291,6 +328,7 @@ def promote_chain(dsn: str, jobs: int, writes_before: dict[str, int]) -> dict[st
         engine.bind(conn)
         cpu = equal.ServerCpu.open(poll)
         cpu0 = cpu.seconds() if cpu else None
+        own0 = _own_cpu_seconds()
         events = calls = 0
         started = time.monotonic()
         while True:
@@ -303,6 +341,7 @@ def promote_chain(dsn: str, jobs: int, writes_before: dict[str, int]) -> dict[st
             events += int(row[0])
         seconds = time.monotonic() - started
         db_cpu = cpu.seconds() - cpu0 if cpu and cpu0 is not None else None
+        client_cpu = _own_cpu_seconds() - own0
     writes = _per_job(writes_before, row_writes(dsn, ENGINE_SCHEMAS), jobs)
     return {
         "events": events,
@@ -312,7 +351,16 @@ def promote_chain(dsn: str, jobs: int, writes_before: dict[str, int]) -> dict[st
         "movements_per_s": round(jobs / seconds, 1) if seconds else None,
         "row_writes_per_job": writes,
         "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
+        # the promoter's client side: this process, calling promote_audit
+        "client_cpu_ms_per_job": round(1000 * client_cpu / jobs, 4),
     }
+
+
+def _own_cpu_seconds() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 # -- the peers -----------------------------------------------------------------
@@ -401,6 +449,22 @@ def peer_env(dsn: str) -> dict[str, str]:
     return env
 
 
+def peer_version(peer: str) -> str | None:
+    """The version of ``peer`` that runs (the bench extra pins none exactly)."""
+    import importlib.metadata
+    import json
+
+    if peer == "Graphile Worker":
+        manifest = Path(__file__).parent / "graphile/node_modules/graphile-worker/package.json"
+        with contextlib.suppress(OSError, ValueError):
+            return str(json.loads(manifest.read_text())["version"])
+        return None
+    package = {"Procrastinate": "procrastinate", "PgQueuer": "pgqueuer"}.get(peer, "dbos")
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        return importlib.metadata.version(package)
+    return None
+
+
 def graphile_available() -> str | None:
     """None when Graphile Worker can run, else why not."""
     if shutil.which("node") is None:
@@ -445,6 +509,7 @@ def run_peer(
             raise RuntimeError(f"{peer}: {queued} jobs queued, expected {jobs}")
         cpu = equal.ServerCpu.open(conn)
         cpu0 = cpu.seconds() if cpu else None
+        clients0 = reaped_cpu_seconds()
         t0 = time.monotonic()
         children: list[Child] = [
             spawn(
@@ -472,11 +537,13 @@ def run_peer(
                         child.proc.wait(30)
             for child in children:
                 child.stop()
+    client_cpu = reaped_cpu_seconds() - clients0
     wall = t_done - t0
     writes = _per_job(writes_before, row_writes(dsn, spec["schemas"]), jobs)
     return {
         "row_writes_per_job": writes,
         "system": peer,
+        "version": peer_version(peer),
         "processes": processes,
         "concurrency": concurrency,
         "jobs": jobs,
@@ -486,6 +553,7 @@ def run_peer(
         "per_s": round(jobs / wall, 1),
         "db_cpu_s": round(db_cpu, 3) if db_cpu is not None else None,
         "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
+        "client_cpu_ms_per_job": round(1000 * client_cpu / jobs, 4),
     }
 
 
@@ -496,6 +564,50 @@ def run_peer(
 # job (or DBOS workflow) per movement is enqueued with the peer's own call, and
 # the workers drain them. The figure runs from the workers' launch until every
 # movement is COMPLETED; the server's CPU time over the same window.
+
+
+def _dbos(workflow: str, slug: str) -> dict[str, Any]:
+    """DBOS Transact's worker processes, running ``workflow`` (benchmarks/dbos_peer.py:
+    ``movement``, three plain steps, or ``movement_datasource``, its record
+    steps as datasource transactions)."""
+    return {
+        "slug": slug,
+        "setup": lambda dsn, sys_dsn, n: [
+            PYTHON,
+            "-m",
+            "benchmarks.dbos_peer",
+            "setup",
+            dsn,
+            sys_dsn,
+            str(n),
+        ],
+        "enqueue": lambda dsn, sys_dsn, n: [
+            PYTHON,
+            "-m",
+            "benchmarks.dbos_peer",
+            "enqueue",
+            dsn,
+            sys_dsn,
+            str(n),
+            workflow,
+        ],
+        # c is (worker_concurrency, polling_interval_sec)
+        "work": lambda dsn, sys_dsn, c, i: [
+            PYTHON,
+            "-m",
+            "benchmarks.dbos_peer",
+            "work",
+            dsn,
+            sys_dsn,
+            str(c[0]),
+            str(c[1]),
+            f"bench-worker-{i}",
+        ],
+        "exits_when_drained": False,
+        "schemas": ("dbos",),  # the datasource's step outputs, in the app database
+        "system_db": True,  # DBOS's workflow and step records, in a database of its own
+    }
+
 
 EQUAL_PEERS: dict[str, dict[str, Any]] = {
     "Graphile Worker": {
@@ -554,41 +666,8 @@ EQUAL_PEERS: dict[str, dict[str, Any]] = {
         "schemas": ("public",),
         "system_db": False,
     },
-    "DBOS Transact": {
-        "setup": lambda dsn, sys_dsn, n: [
-            PYTHON,
-            "-m",
-            "benchmarks.dbos_peer",
-            "setup",
-            dsn,
-            sys_dsn,
-            str(n),
-        ],
-        "enqueue": lambda dsn, sys_dsn, n: [
-            PYTHON,
-            "-m",
-            "benchmarks.dbos_peer",
-            "enqueue",
-            dsn,
-            sys_dsn,
-            str(n),
-        ],
-        # c is (worker_concurrency, polling_interval_sec)
-        "work": lambda dsn, sys_dsn, c, i: [
-            PYTHON,
-            "-m",
-            "benchmarks.dbos_peer",
-            "work",
-            dsn,
-            sys_dsn,
-            str(c[0]),
-            str(c[1]),
-            f"bench-worker-{i}",
-        ],
-        "exits_when_drained": False,
-        "schemas": ("dbos",),  # the datasource's step outputs, in the app database
-        "system_db": True,  # DBOS's workflow and step records, in a database of its own
-    },
+    "DBOS Transact": _dbos("movement", "dbos"),
+    "DBOS Transact (datasource transactions)": _dbos("movement_datasource", "dbos_ds"),
 }
 
 
@@ -615,7 +694,8 @@ def run_equal_peer(
     c_slug = (
         "_".join(str(x) for x in concurrency) if isinstance(concurrency, tuple) else concurrency
     )
-    slug = f"eg_{peer.lower().replace(' ', '_')}_{processes}p_c{c_slug}".replace(".", "")
+    short = spec.get("slug") or peer.lower().replace(" ", "_")
+    slug = f"eg_{short}_{processes}p_c{c_slug}".replace(".", "")
     name = f"bench_{slug}"
     dsn = cluster.create_db(name)
     sys_dsn = cluster.create_db(f"{name}_sys") if spec["system_db"] else dsn
@@ -651,6 +731,7 @@ def run_equal_peer(
         cpu = equal.ServerCpu.open(conn)
         cpu0 = cpu.seconds() if cpu else None
         wal_before = wal_position(dsn)
+        clients0 = reaped_cpu_seconds()
         t0 = time.monotonic()
         children: list[Child] = [
             spawn(f"{slug}-work-{i}", spec["work"](dsn, sys_dsn, concurrency, i), env, log_dir)
@@ -672,6 +753,7 @@ def run_equal_peer(
                         child.proc.wait(30)
             for child in children:
                 child.stop()
+        client_cpu = reaped_cpu_seconds() - clients0
         record = equal.check(conn, jobs)
         statements = top_statements(conn, 8) if profiled else []
     if profiled and spec["system_db"]:
@@ -685,6 +767,7 @@ def run_equal_peer(
             writes[f"{schema} (system db)"] = n
     return {
         "system": peer,
+        "version": peer_version(peer),
         "equal_guarantees": True,
         "processes": processes,
         "concurrency": list(concurrency) if isinstance(concurrency, tuple) else concurrency,
@@ -695,6 +778,7 @@ def run_equal_peer(
         "per_s": round(jobs / wall, 1),
         "db_cpu_s": round(db_cpu, 3) if db_cpu is not None else None,
         "db_cpu_ms_per_job": round(1000 * db_cpu / jobs, 4) if db_cpu is not None else None,
+        "client_cpu_ms_per_job": round(1000 * client_cpu / jobs, 4),
         "row_writes_per_job": writes,
         "wal_bytes_per_job": round((wal_after - wal_before) / jobs),
         "record": record,
