@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
@@ -109,15 +111,35 @@ async def refused(
     step: str,
     code: str,
     message: str | None,
-    conn: psycopg.AsyncConnection[Any] | None = None,
+    claims: ClaimTransaction | None = None,
 ) -> None:
     """A batch call's refusal of one node (its row's error ``code`` and
     ``message``), logged as ``name``: the node quarantined when the engine
-    refused its own data (POISON), else (STALE) left to its owner. ``conn``:
+    refused its own data (POISON), else (STALE) left to its owner. ``claims``:
     the claim's transaction, when only it can prove the claim (the observer's)."""
     node_event(level, name, worker, work, step=step, code=code, error=message)
     if classify_code(code) is Failure.POISON:
-        await quarantine(ctx, worker, [work], step, f"{code}: {message}", conn=conn)
+        await quarantine(ctx, worker, [work], step, f"{code}: {message}", claims=claims)
+
+
+@dataclass
+class ClaimTransaction:
+    """The caller's open transaction, which holds the nodes' claims (the
+    observer's: only it can prove them). A quarantine made on it takes effect
+    when it commits, so that is when it is said: the caller calls
+    :meth:`committed` after the COMMIT, and a transaction rolled back says
+    nothing of it."""
+
+    conn: psycopg.AsyncConnection[Any]
+    _said: list[Callable[[], None]] = field(default_factory=list)
+
+    def on_commit(self, say: Callable[[], None]) -> None:
+        self._said.append(say)
+
+    def committed(self) -> None:
+        said, self._said = self._said, []
+        for say in said:
+            say()
 
 
 def describe(exc: BaseException) -> str:
@@ -130,12 +152,13 @@ async def quarantine(
     works: Sequence[NodeWork],
     step: str,
     error: str,
-    conn: psycopg.AsyncConnection[Any] | None = None,
+    claims: ClaimTransaction | None = None,
 ) -> None:
     """quarantine_nodes for ``works``, each proven by its claim, with why; on
-    ``conn`` when the caller's transaction holds the nodes' locks (the
-    observer's), in a savepoint. Never raises: a node the call does not take
-    stays claimed, and recovery finds it (and counts its lost claim)."""
+    ``claims`` when the caller's transaction holds the nodes' locks (the
+    observer's), in a savepoint, and said once it commits. Never raises: a
+    node the call does not take stays claimed, and recovery finds it (and
+    counts its lost claim)."""
     if not works:
         return
     reason = ctx.limits.text(f"{worker} {step}: {error}")
@@ -143,12 +166,12 @@ async def quarantine(
         [w.node_id for w in works], [w.claim_secret for w in works], [reason] * len(works)
     )
     try:
-        if conn is None:
+        if claims is None:
             async with ctx.pool.connection() as own:
                 rows = await call.aall(own)
         else:
-            async with conn.transaction():
-                rows = await call.aall(conn)
+            async with claims.conn.transaction():
+                rows = await call.aall(claims.conn)
     except Exception as exc:  # the last resort must not break the worker
         for work in works:
             node_event(
@@ -157,7 +180,13 @@ async def quarantine(
         return
     for work, row in zip(works, rows, strict=True):
         if row.error_code is None:
-            node_event(logging.ERROR, "node_quarantined", worker, work, step=step, error=error)
+            said = functools.partial(
+                node_event, logging.ERROR, "node_quarantined", worker, work, step=step, error=error
+            )
+            if claims is None:
+                said()
+            else:
+                claims.on_commit(said)
         else:
             node_event(
                 logging.ERROR,

@@ -19,23 +19,24 @@ One node never stops the others (qtg_runner.faults): an observe() that fails
 outcome; an observe() that raises anything else quarantines the node on the
 chunk's transaction (in a savepoint) before the others are reported; a report
 the engine refuses for the node's own data (its row's QT002, QT005 or QT050)
-quarantines the node on the same transaction before the commit. The evidence is
-cut to the network's bounds first.
+quarantines the node on the same transaction before the commit. What the
+chunk did to its nodes (observed to a new state, quarantined) is logged once
+its transaction commits: a COMMIT that fails leaves no line saying otherwise.
+The evidence is cut to the network's bounds first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any
-
-import psycopg
 
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError, JsonObject, NodeWork, ObserveStatus
 from qtg_runner.faults import (
+    ClaimTransaction,
     Failure,
     NoAnswer,
     classify,
@@ -98,33 +99,48 @@ async def observe_chunk(
     """Claim, observe and report some candidates in one transaction; how many
     were claimed. Anything raised rolls it back: the nodes are observed again
     at their next turn."""
-    async with ctx.pool.connection() as conn, procs.abegun_transaction(conn):
-        claims = await procs.claim_observe_batch(
-            list(node_ids), worker_id, movement_id
-        ).aall_between(conn, before=("BEGIN",))
-        works = [NodeWork.from_claim(claim, ctx.network) for claim in claims]
-        # a BaseException in one observe() (the process dying) cancels the others
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(_answer(ctx, work)) for work in works]
-        answers = [task.result() for task in tasks]
-        reported: list[tuple[NodeWork, _Report]] = []
-        for work, answer in zip(works, answers, strict=True):
-            if isinstance(answer, BaseException):  # observe() raised what it never should
-                await _poisoned(ctx, conn, work, "observe", answer)
-            else:
-                reported.append((work, answer))
-        if not reported:
-            return len(works)
-        rows = await procs.complete_observe_batch(
-            [w.node_id for w, _ in reported],
-            [w.claim_secret for w, _ in reported],
-            [r[0] for _, r in reported],
-            [r[1] for _, r in reported],
-            [None if r[2] is None else Decimal(str(r[2])) for _, r in reported],
-            worker_id,
-        ).aall(conn)
-        for (work, (outcome, _, _)), row in zip(reported, rows, strict=True):
-            await _reported(ctx, conn, work, outcome, row)
+    async with ctx.pool.connection() as conn:
+        claimed = ClaimTransaction(conn)
+        async with procs.abegun_transaction(conn):
+            observed = await _observe_claimed(ctx, worker_id, node_ids, movement_id, claimed)
+        claimed.committed()
+    return observed
+
+
+async def _observe_claimed(
+    ctx: WorkerContext,
+    worker_id: str,
+    node_ids: Sequence[int],
+    movement_id: int | None,
+    claimed: ClaimTransaction,
+) -> int:
+    conn = claimed.conn
+    claims = await procs.claim_observe_batch(list(node_ids), worker_id, movement_id).aall_between(
+        conn, before=("BEGIN",)
+    )
+    works = [NodeWork.from_claim(claim, ctx.network) for claim in claims]
+    # a BaseException in one observe() (the process dying) cancels the others
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(_answer(ctx, work)) for work in works]
+    answers = [task.result() for task in tasks]
+    reported: list[tuple[NodeWork, _Report]] = []
+    for work, answer in zip(works, answers, strict=True):
+        if isinstance(answer, BaseException):  # observe() raised what it never should
+            await _poisoned(ctx, claimed, work, "observe", answer)
+        else:
+            reported.append((work, answer))
+    if not reported:
+        return len(works)
+    rows = await procs.complete_observe_batch(
+        [w.node_id for w, _ in reported],
+        [w.claim_secret for w, _ in reported],
+        [r[0] for _, r in reported],
+        [r[1] for _, r in reported],
+        [None if r[2] is None else Decimal(str(r[2])) for _, r in reported],
+        worker_id,
+    ).aall(conn)
+    for (work, (outcome, _, _)), row in zip(reported, rows, strict=True):
+        await _reported(ctx, claimed, work, outcome, row)
     return len(works)
 
 
@@ -137,14 +153,14 @@ async def _answer(ctx: WorkerContext, work: NodeWork) -> _Report | BaseException
 
 async def _reported(
     ctx: WorkerContext,
-    conn: psycopg.AsyncConnection[Any],
+    claimed: ClaimTransaction,
     work: NodeWork,
     outcome: str,
     row: procs.ObservedNode,
 ) -> None:
-    """Log a node's report; quarantine it, on the claim's transaction, when the
-    engine refused the report for the node's own data (its claim is still its
-    own: the refusal changed nothing)."""
+    """Log a node's report once its transaction commits; quarantine it, on the
+    claim's transaction, when the engine refused the report for the node's own
+    data (its claim is still its own: the refusal changed nothing)."""
     assert row.node_id == work.node_id, "batch rows come back in input order"
     if row.error_code is not None:
         await refused(
@@ -156,24 +172,27 @@ async def _reported(
             step="complete_observe",
             code=row.error_code,
             message=row.error_message,
-            conn=conn,
+            claims=claimed,
         )
         return
     if row.node_state != procs.NodeState.OBSERVING:
-        node_event(
-            logging.INFO,
-            "node_observed",
-            WORKER,
-            work,
-            outcome=outcome,
-            to_state=row.node_state,
-            phase=row.observe_phase,
+        claimed.on_commit(
+            functools.partial(
+                node_event,
+                logging.INFO,
+                "node_observed",
+                WORKER,
+                work,
+                outcome=outcome,
+                to_state=row.node_state,
+                phase=row.observe_phase,
+            )
         )
 
 
 async def _poisoned(
     ctx: WorkerContext,
-    conn: psycopg.AsyncConnection[Any],
+    claimed: ClaimTransaction,
     work: NodeWork,
     step: str,
     exc: BaseException,
@@ -187,7 +206,7 @@ async def _poisoned(
         step=step,
         error=ctx.limits.text(describe(exc)),
     )
-    await quarantine(ctx, WORKER, [work], step, describe(exc), conn=conn)
+    await quarantine(ctx, WORKER, [work], step, describe(exc), claims=claimed)
 
 
 async def _observe(ctx: WorkerContext, work: NodeWork) -> tuple[str, JsonObject, float | None]:

@@ -30,6 +30,7 @@ What an operator relies on when one node's config, executor or outcome is poison
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -439,6 +440,42 @@ def test_the_observer_quarantines_a_node_whose_observe_crashes_and_observes_the_
     runner_clock(3600)
     assert run_batch(db, node_observer.batch) == 0
     assert node_row(sim_conn, poison)["observe_count"] == 0
+
+
+def test_the_observer_says_a_quarantine_only_once_its_transaction_commits(
+    db: Any,
+    sim_conn: Conn,
+    runner_clock: Callable[[float], None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the quarantine is made on the chunk's transaction: a COMMIT that fails
+    # (here a serialization failure raised at commit by a deferred trigger on
+    # the quarantined row) undoes it, and no log line may say it happened
+    [poison] = submitted(sim_conn, 1, "poison", lane="default", crash_at="observe")
+    sim_conn.execute(
+        "CREATE FUNCTION public.fail_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN RAISE EXCEPTION 'the commit fails' USING ERRCODE = '40001'; END $$"
+    )
+    sim_conn.execute(
+        "CREATE CONSTRAINT TRIGGER fail_at_commit AFTER UPDATE ON movement_request_nodes"
+        " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.quarantined_at IS NOT NULL)"
+        " EXECUTE FUNCTION public.fail_at_commit()"
+    )
+    runner_clock(50)
+
+    with caplog.at_level(logging.INFO, logger="qtg"):
+        run_batch(db, node_observer.batch)
+    assert poison not in quarantined(sim_conn)
+    assert "event=observe_failed" in caplog.text
+    assert "event=node_quarantined" not in caplog.text
+
+    sim_conn.execute("DROP TRIGGER fail_at_commit ON movement_request_nodes")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="qtg"):
+        run_batch(db, node_observer.batch)
+    assert "node_observer observe: SimCrash" in quarantined(sim_conn)[poison]
+    said = [r.getMessage() for r in caplog.records if "event=node_quarantined" in r.getMessage()]
+    assert len(said) == 1 and f"node={poison} " in said[0]
 
 
 def test_a_report_the_engine_refuses_quarantines_the_observed_node_and_not_the_others(
