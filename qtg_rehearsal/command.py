@@ -25,7 +25,9 @@ NOTIFY on qtg_<network>_rehearsals and polling every --poll seconds besides,
 until Ctrl-C or SIGTERM, which end it cleanly: at once while it waits or a
 rehearsal runs (a request in hand is then finished with the interruption as
 its problem, so that it can be asked again at once), else once the request
-in hand is recorded, finished and printed.
+in hand is recorded, finished and printed. A watching service that loses
+the database says so and connects again (RECONNECT_WAIT_S), and finishes a
+request it had in hand with that problem.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from types import FrameType
 from typing import Annotated, Any, NoReturn
 
@@ -172,7 +176,8 @@ def rehearse_cmd(
     on the operator page or over the API, oldest first, each rehearsed and
     recorded as above and its request finished with it (or with why it could
     not run); one line per request. Exits 0 once none waits, or with --watch
-    waits for more (woken by their NOTIFY) until Ctrl-C or SIGTERM."""
+    waits for more (woken by their NOTIFY) until Ctrl-C or SIGTERM, and
+    connects again when it loses the database."""
     if requested == (movement_id is not None):
         raise CommandError(
             "give a MOVEMENT to rehearse, or --requested to serve the rehearsals asked for on "
@@ -285,37 +290,99 @@ class Interrupts:
                 signal.signal(sig, handler)
 
 
+LOST_DATABASE = (psycopg.OperationalError, psycopg.InterfaceError)
+"""What ends a watching service's session with the database: it connects again."""
+RECONNECT_WAIT_S = (1.0, 30.0)
+"""The watching service's wait before it connects again after losing the
+database: the first, doubled after each failed attempt up to the second."""
+LOST_IN_HAND = "the rehearsal service lost its database connection before it finished: ask again"
+
+
+@dataclass
+class _Served:
+    count: int = 0
+    in_hand: procs.RehearsalRequest | None = None
+    """The request claimed and not yet finished, when the database was lost."""
+
+
 def serve_requests(
     network: NetworkMode, as_login: str | None, *, timeout: float, watch: bool, poll: float
 ) -> int:
     """Claim, rehearse and finish requests until none waits (or, with ``watch``,
-    until interrupted); returns how many were served."""
-    served = 0
+    until interrupted); returns how many were served. With ``watch`` a lost
+    database (a restart, a failover, a terminated session) is said in a line
+    and the service connects again, RECONNECT_WAIT_S apart; a request it had
+    in hand is then finished with LOST_IN_HAND, so that it can be asked again
+    at once."""
+    served = _Served()
     interrupts = Interrupts()
-    with connect(network, as_login, operator=True) as conn, interrupts.installed():
-        if watch:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(rehearsals_channel(network))))
+    wait = RECONNECT_WAIT_S[0]
+    with interrupts.installed():
         try:
             while True:
-                interrupts.check()
-                claimed = procs.claim_rehearsal_request().one_or_none(conn)
-                if claimed is not None:
-                    line = serve_one(conn, network, as_login, claimed, timeout, interrupts)
-                    out.print(line, soft_wrap=True)
-                    served += 1
-                elif not watch:
+                try:
+                    with connect(network, as_login, operator=True) as conn:
+                        wait = RECONNECT_WAIT_S[0]
+                        _serve(conn, network, as_login, served, timeout, watch, poll, interrupts)
                     break
-                else:
-                    # a NOTIFY, or the poll's timeout: either way, look again
+                except LOST_DATABASE as exc:
+                    if not watch:
+                        raise
+                    out.print(
+                        f"lost the database ({one_line(exc)}): connecting again in {wait:g} s",
+                        soft_wrap=True,
+                    )
                     with interrupts.interruptible():
-                        for _ in conn.notifies(timeout=poll, stop_after=1):
-                            pass
+                        time.sleep(wait)
+                    wait = min(2 * wait, RECONNECT_WAIT_S[1])
         except KeyboardInterrupt:
-            out.print(f"stopped: {served} rehearsal request(s) served", soft_wrap=True)
-            return served
-    if served == 0:
+            out.print(f"stopped: {served.count} rehearsal request(s) served", soft_wrap=True)
+            return served.count
+    if served.count == 0:
         out.print("no rehearsal request waits")
-    return served
+    return served.count
+
+
+def _serve(
+    conn: psycopg.Connection[Any],
+    network: NetworkMode,
+    as_login: str | None,
+    served: _Served,
+    timeout: float,
+    watch: bool,
+    poll: float,
+    interrupts: Interrupts,
+) -> None:
+    """One session with the database: serve requests until none waits (or,
+    with ``watch``, until the database is lost or the service interrupted)."""
+    if served.in_hand is not None:
+        head = f"request {served.in_hand.request_id}: movement {served.in_hand.movement_id}"
+        try:
+            finish(conn, served.in_hand, LOST_IN_HAND)
+            out.print(f"{head}: {LOST_IN_HAND}", soft_wrap=True)
+        except psycopg.Error as exc:  # finished, or taken over, meanwhile
+            if not (exc.sqlstate or "").startswith("QT"):
+                raise
+            out.print(f"{head}: left as it is ({exc.diag.message_primary})", soft_wrap=True)
+        served.in_hand = None
+    if watch:
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(rehearsals_channel(network))))
+    while True:
+        interrupts.check()
+        claimed = procs.claim_rehearsal_request().one_or_none(conn)
+        if claimed is not None:
+            served.in_hand = claimed
+            line = serve_one(conn, network, as_login, claimed, timeout, interrupts)
+            served.in_hand = None
+            out.print(line, soft_wrap=True)
+            served.count += 1
+        elif not watch:
+            return
+        else:
+            # a NOTIFY, or the poll's timeout: either way, look again
+            with interrupts.interruptible():
+                for _ in conn.notifies(timeout=poll, stop_after=1):
+                    pass
 
 
 def serve_one(

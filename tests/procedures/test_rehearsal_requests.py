@@ -44,6 +44,7 @@ from rows import DIAMOND, Conn, movement_in, person, set_clock, time_at
 from typer.testing import CliRunner
 
 from qtg_cli import app
+from qtg_rehearsal import command
 from qtg_runner.db import procs
 
 WATCHED = ("movement_requests", "audit_outbox", "movement_rehearsals", "rehearsal_requests")
@@ -399,10 +400,9 @@ def test_the_command_says_how_it_is_called(
     assert said in refused.stderr
 
 
-def test_the_watching_service_wakes_on_a_request_and_stops_on_sigterm(
-    db: TestDatabase, conn: Conn
-) -> None:
-    movement_id = create(conn, DIAMOND, "m1")
+def start_service(db: TestDatabase) -> subprocess.Popen[str]:
+    """`qtg rehearse --requested --watch` as an operator's process (a 600 s poll:
+    only a NOTIFY wakes it within a test)."""
     env = {
         **os.environ,
         "QTG_DATABASE_URL": db.operator_dsn("testnet"),
@@ -411,39 +411,106 @@ def test_the_watching_service_wakes_on_a_request_and_stops_on_sigterm(
         "COLUMNS": "200",
     }
     command = "import sys; from qtg_cli import run; sys.argv[0] = 'qtg'; run()"
-    service = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-c", command, "rehearse", "--requested", "--watch", "--poll", "600"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def listening(db: TestDatabase, conn: Conn, service: subprocess.Popen[str]) -> int:
+    """The backend pid of the service once it waits for a request: it LISTENs
+    before it claims, so its first claim finding nothing means it listens."""
+    login = conninfo_to_dict(db.operator_dsn("testnet"))["user"]
+    deadline = time.monotonic() + 30
+    while True:
+        waiting = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE usename = %s AND state = 'idle'"
+            " AND query LIKE '%%claim_rehearsal_request%%'",
+            (login,),
+        ).fetchall()
+        if len(waiting) == 1:
+            return int(waiting[0][0])
+        assert service.poll() is None, service.communicate()
+        assert time.monotonic() < deadline, "the service never waited for a request"
+        time.sleep(0.1)
+
+
+def stop(service: subprocess.Popen[str]) -> tuple[str, str]:
+    service.send_signal(signal.SIGTERM)
+    out, err = service.communicate(timeout=30)
+    assert service.returncode == 0, err
+    return out, err
+
+
+def test_the_watching_service_wakes_on_a_request_and_stops_on_sigterm(
+    db: TestDatabase, conn: Conn
+) -> None:
+    movement_id = create(conn, DIAMOND, "m1")
+    service = start_service(db)
     try:
-        # listening once its first claim found nothing: it LISTENs before it claims
-        login = conninfo_to_dict(db.operator_dsn("testnet"))["user"]
-        deadline = time.monotonic() + 30
-        while True:
-            waiting = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND state = 'idle'"
-                " AND query LIKE '%%claim_rehearsal_request%%'",
-                (login,),
-            ).fetchone()
-            if waiting == (1,):
-                break
-            assert service.poll() is None, service.communicate()
-            assert time.monotonic() < deadline, "the service never waited for a request"
-            time.sleep(0.1)
+        listening(db, conn, service)
         started = time.monotonic()
         request_id = procs.request_rehearsal(movement_id).one(person(db, "alice"))
         assert service.stdout is not None
         line = service.stdout.readline()
         assert line.startswith(f"request {request_id}: movement {movement_id}: the rehearsal"), line
         assert time.monotonic() - started < 20  # the NOTIFY woke it, not the 600 s poll
-        service.send_signal(signal.SIGTERM)
-        out, err = service.communicate(timeout=30)
+        out, _ = stop(service)
     finally:
         if service.poll() is None:
             service.kill()
-    assert service.returncode == 0, err
     assert out == "stopped: 1 rehearsal request(s) served\n"
     assert request_row(conn, request_id)["finished_at"] is not None
+
+
+def test_the_watching_service_connects_again_after_losing_the_database(
+    db: TestDatabase, conn: Conn
+) -> None:
+    # a restart or a failover ends the service's session: it says so, connects
+    # again, LISTENs again, and the next request's NOTIFY wakes it as before
+    movement_id = create(conn, DIAMOND, "m1")
+    service = start_service(db)
+    try:
+        first = listening(db, conn, service)
+        assert conn.execute("SELECT pg_terminate_backend(%s)", (first,)).fetchone() == (True,)
+        assert service.stdout is not None
+        lost = service.stdout.readline()
+        assert lost.startswith("lost the database (") and "connecting again in 1 s" in lost, lost
+        assert listening(db, conn, service) != first
+        request_id = procs.request_rehearsal(movement_id).one(person(db, "alice"))
+        line = service.stdout.readline()
+        assert line.startswith(f"request {request_id}: movement {movement_id}: the rehearsal"), line
+        out, _ = stop(service)
+    finally:
+        if service.poll() is None:
+            service.kill()
+    assert out == "stopped: 1 rehearsal request(s) served\n"
+    assert request_row(conn, request_id)["finished_at"] is not None
+
+
+def test_a_request_in_hand_when_the_database_was_lost_is_finished_on_reconnecting(
+    db: TestDatabase, conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the service claimed a request, then lost the database before finishing
+    # it: its next session finishes it with that problem, so the operator can
+    # ask again at once, not after the 30 minutes a claim takes to be taken over
+    movement_id = create(conn, DIAMOND, "m1")
+    alice, olga = person(db, "alice"), person(db, "olga")
+    request_id = procs.request_rehearsal(movement_id).one(alice)
+    claimed = procs.claim_rehearsal_request().one(olga)
+    assert claimed.request_id == request_id
+    served = command._Served(in_hand=claimed)
+
+    command._serve(olga, "testnet", None, served, 60, False, 600, command.Interrupts())
+
+    row = request_row(conn, request_id)
+    assert row["finished_at"] is not None and row["problem"] == command.LOST_IN_HAND
+    assert served.in_hand is None and served.count == 0
+    said = capsys.readouterr().out
+    assert f"request {request_id}: movement {movement_id}: {command.LOST_IN_HAND}" in said
+    # asked again at once, and served by the next claim
+    again = procs.request_rehearsal(movement_id).one(alice)
+    assert again != request_id
