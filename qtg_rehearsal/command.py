@@ -108,7 +108,10 @@ def rehearse_movement(
     if record:
         with connect(network, as_login, operator=True) as conn:
             rehearsal_id = procs.record_rehearsal(
-                movement_id, summary.outcome, Jsonb(summary.record)
+                movement_id,
+                summary.outcome,
+                Jsonb(summary.record),
+                registry_revision=data.get("registry_revision"),
             ).one(conn)
     return summary, rehearsal_id
 

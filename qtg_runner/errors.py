@@ -139,18 +139,21 @@ _TABLE: tuple[QtError, ...] = (
     QtError(
         "QT024",
         409,
-        "Proposal subject changed since it was proposed",
+        "Changed since it was read",
         "the subject of a configuration proposal (lane, template, executor) changed since it was "
-        "proposed: propose again",
+        "proposed: propose again; the registry changed while a movement was rehearsed "
+        "(`record_rehearsal` given the `registry_revision` its `rehearsal_input` read): rehearse "
+        "again",
     ),
     QtError(
         "QT025",
         409,
-        "Approved after a failed rehearsal",
+        "Approved after a failed or outdated rehearsal",
         "a WARNING, never an error: `approve_movement` / `approve_movements` approved a movement "
-        "whose latest rehearsal (`record_rehearsal`) failed; the message names the rehearsal, who "
-        "recorded it and when. The approval stands; `qtg movement show` prints what the rehearsal "
-        "found",
+        "whose latest rehearsal (`record_rehearsal`) failed, or ran on a registry that has changed "
+        "since (`rehearsal_status.registry_changed`); the message names the rehearsal, who "
+        "recorded it and when, and which. The approval stands; `qtg movement show` prints what "
+        "the rehearsal found",
         advice=True,
     ),
     QtError(

@@ -18,7 +18,8 @@ chains' RPC URLs), an operator's rehearsal service does (`qtg rehearse
 --requested`), and the page says who asked, when, and that the service
 serves it. The latest rehearsal is shown (outcome, who recorded it, when,
 its lines folded), a failed one in red beside the approve button, and an
-approval's advice (QT025: approved after a failed rehearsal) after it.
+approval's advice (QT025: approved after a failed rehearsal, or one the
+registry has changed since) after it.
 
 Refreshing: an operator may turn it on (the search kept); the page itself is
 then not reloaded, so what is typed in its search and pause forms and where
@@ -330,6 +331,14 @@ def rehearsal_block(movement: dict[str, Any]) -> str:
             f'id="rehearsal-outcome">{e(outcome)}</span>, recorded by '
             f'<span id="rehearsal-by">{e(rehearsal["recorded_by"])}</span> at '
             f"{e(when(rehearsal['recorded_at']))} (rehearsal {e(rehearsal['rehearsal_id'])})</p>"
+        )
+        if rehearsal.get("registry_changed"):
+            parts.append(
+                '<p class="flash-error" id="rehearsal-registry-changed">the registry has changed'
+                " since this rehearsal ran: its outcome speaks of another route than the one"
+                " that will run; rehearse again</p>"
+            )
+        parts.append(
             f'<details id="rehearsal-details"><summary>its {len(lines)} lines</summary>'
             f'<pre class="lines" id="rehearsal-lines">{e(chr(10).join(lines))}</pre></details>'
         )

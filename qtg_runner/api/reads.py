@@ -85,7 +85,8 @@ async def movement(conn: psycopg.AsyncConnection[Any], movement_id: int) -> dict
 async def rehearsals(conn: psycopg.AsyncConnection[Any], movement_id: int) -> dict[str, Any]:
     """The movement's latest rehearsal and latest rehearsal request, from the
     rehearsal_status view: ``rehearsal`` (id, outcome, recorded_by,
-    recorded_at, its summary's lines) and ``rehearsal_request`` (id,
+    recorded_at, its summary's lines, and registry_changed: the registry
+    changed since it ran, None when not known) and ``rehearsal_request`` (id,
     requested_by, requested_at, claimed_by, claimed_at, finished_at, the
     rehearsal it gave or its problem, and ``open``: not finished yet, a
     rehearsal service, `qtg rehearse --requested`, is to serve it), each
@@ -102,6 +103,7 @@ async def rehearsals(conn: psycopg.AsyncConnection[Any], movement_id: int) -> di
             "recorded_by": found["recorded_by"],
             "recorded_at": found["recorded_at"],
             "lines": found["lines"] or [],
+            "registry_changed": found["registry_changed"],
         }
     request = None
     if found.get("request_id") is not None:

@@ -261,7 +261,7 @@ def show_cmd(
         show(out, summary, nodes)
         rehearsal = conn.execute(
             "SELECT rehearsal_id, outcome, recorded_by, recorded_at,"
-            " jsonb_build_object('lines', lines) FROM rehearsal_status"
+            " jsonb_build_object('lines', lines), registry_changed FROM rehearsal_status"
             " WHERE movement_id = %s AND rehearsal_id IS NOT NULL",
             (movement_id,),
         ).fetchone()
@@ -269,19 +269,28 @@ def show_cmd(
             print_rehearsal(*rehearsal)
 
 
+REGISTRY_CHANGED = "; the registry has changed since it ran: rehearse again"
+
+
 def print_rehearsal(
-    rehearsal_id: int, outcome: str, recorded_by: str, recorded_at: datetime, summary: Any
+    rehearsal_id: int,
+    outcome: str,
+    recorded_by: str,
+    recorded_at: datetime,
+    summary: Any,
+    registry_changed: bool | None,
 ) -> None:
     """The rehearsal that counts for a movement's approval (rehearsal_status,
-    counted_rehearsals): its outcome, who
-    recorded it and when, and its summary's "lines" (the rehearsing tool's
-    report: an object with "outcome" and "lines", a list of strings)."""
+    counted_rehearsals): its outcome, who recorded it and when, whether the
+    registry has changed since, and its summary's "lines" (the rehearsing
+    tool's report: an object with "outcome" and "lines", a list of strings)."""
     style = "green" if outcome == "passed" else "bold red"
     out.print(
         Text.assemble(
             "rehearsal ",
             (outcome, style),
             f" (id {rehearsal_id}, recorded by {recorded_by} at {cell(recorded_at)} UTC)",
+            (REGISTRY_CHANGED, "bold yellow") if registry_changed else "",
         ),
         soft_wrap=True,
     )

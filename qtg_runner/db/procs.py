@@ -1804,9 +1804,16 @@ def rehearsal_input(movement_id: BigInt) -> Call[JsonValue]:
 
 
 @procedure("operator")
-def record_rehearsal(movement_id: BigInt, outcome: Text, summary: Json) -> Call[BigInt]:
+def record_rehearsal(
+    movement_id: BigInt,
+    outcome: Text,
+    summary: Json,
+    registry_revision: BigInt | Default | None = DEFAULT,
+) -> Call[BigInt]:
     """Records a rehearsal ('passed' or 'failed', its summary a JSON object) on a
-    movement PENDING_APPROVAL, as the calling login; audited. Returns its id."""
+    movement PENDING_APPROVAL, as the calling login, with the registry's
+    revision (``registry_revision``, rehearsal_input's: refused with QT024
+    when the registry changed since); audited. Returns its id."""
 
 
 @procedure("operator")

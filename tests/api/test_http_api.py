@@ -501,6 +501,7 @@ def test_a_rehearsal_is_asked_for_shown_and_its_failure_advised_on_approval(
         assert shown["rehearsal"]["rehearsal_id"] == rehearsal_id
         assert (shown["rehearsal"]["outcome"], shown["rehearsal"]["lines"]) == ("failed", lines)
         assert shown["rehearsal"]["recorded_by"] == served_by
+        assert shown["rehearsal"]["registry_changed"] is False  # recorded on today's registry
         assert shown["rehearsal_request"]["open"] is False
         assert shown["rehearsal_request"]["rehearsal_id"] == rehearsal_id
 

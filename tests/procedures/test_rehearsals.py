@@ -66,7 +66,8 @@ NOT_CONFIGURATION = {
     "evm_closed_nonces",
     "evm_transactions",
     "ccip_manual_executions",
-    # the audit trail
+    # the audit trail, and the registry's count of its changes
+    "registry_revision",
     "audit_batches",
     "audit_log",
     "audit_chain_head",
@@ -215,7 +216,11 @@ def test_the_input_holds_the_movement_a_plan_that_makes_the_same_nodes_and_the_r
         assert json.loads(json.dumps(rows)) == json.loads(json.dumps(expected)), table
     assert all("request_salt" not in venue for venue in registry["exchange_venues"])
     assert len(registry["chains"]) == 2 and len(registry["lane_baselines"]) >= 9
-    assert all(set(inputs[name]) == {"movement", "plan", "registry"} for name in inputs)
+    assert all(
+        set(inputs[name]) == {"movement", "plan", "registry", "registry_revision"}
+        for name in inputs
+    )
+    assert {inputs[name]["registry_revision"] for name in inputs} == {registry_revision(conn)}
 
 
 def test_a_plan_not_stored_is_rebuilt_from_the_nodes_and_edges(conn: Conn) -> None:
@@ -387,11 +392,12 @@ def test_any_operator_records_a_rehearsal_audited_and_the_latest_is_shown(
         "SELECT actor, entity, entity_id, from_state, to_state, detail FROM audit_outbox"
         " WHERE action = 'rehearsal_recorded' ORDER BY id"
     ).fetchall()
+    revision = registry_revision(conn)
     assert recorded == [
         (alice.info.user, "request", str(movement_id), "PENDING_APPROVAL", "PENDING_APPROVAL",
-         {"rehearsal_id": failed, "outcome": "failed"}),
+         {"rehearsal_id": failed, "outcome": "failed", "registry_revision": revision}),
         (bob.info.user, "request", str(movement_id), "PENDING_APPROVAL", "PENDING_APPROVAL",
-         {"rehearsal_id": passed, "outcome": "passed"}),
+         {"rehearsal_id": passed, "outcome": "passed", "registry_revision": revision}),
     ]  # fmt: skip
     assert audit_rows(conn, movement_id)[-1]["login"] == bob.info.user
 
@@ -419,6 +425,92 @@ def test_a_rehearsal_is_refused_changing_nothing(db: TestDatabase, conn: Conn) -
     reader = bind(db.connect(db.login("dashboard", "qtg_testnet_reader").dsn))
     for login in (runner, reader):
         assert_rejected(login, "42501", record, (pending, "passed", summary), WATCHED, watcher=conn)
+
+
+# --- the registry a rehearsal ran on ----------------------------------------------------------
+
+
+def registry_revision(conn: Conn) -> int:
+    row = conn.execute("SELECT revision FROM registry_revision").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_registry_revision_counts_each_change_of_the_registry_and_not_a_rewrite(
+    conn: Conn,
+) -> None:
+    before = registry_revision(conn)
+    procs.upsert_lane_baseline("rehearsed", 60).one(conn)  # a row added
+    assert registry_revision(conn) == before + 1
+    procs.upsert_lane_baseline("rehearsed", 60).one(conn)  # the same row again: its time alone
+    assert registry_revision(conn) == before + 1
+    procs.upsert_lane_baseline("rehearsed", 90).one(conn)  # a value changed
+    assert registry_revision(conn) == before + 2
+    conn.execute("DELETE FROM lane_baselines WHERE lane = 'rehearsed'")  # a row removed
+    assert registry_revision(conn) == before + 3
+    # every configuration table a rehearsal carries is counted, both ways
+    tables = conn.execute("SELECT unnest(rehearsal_registry_tables())").fetchall()
+    triggers = conn.execute(
+        "SELECT c.relname, array_agg(t.tgname::text ORDER BY t.tgname) FROM pg_trigger t"
+        " JOIN pg_class c ON c.oid = t.tgrelid"
+        " WHERE c.relnamespace = 'testnet'::regnamespace AND t.tgname LIKE 'registry_%%'"
+        " GROUP BY c.relname"
+    ).fetchall()
+    assert dict(triggers) == {table: ["registry_changes", "registry_rows"] for (table,) in tables}
+
+
+def test_a_rehearsal_is_recorded_on_the_registry_it_read_and_said_outdated_once_it_changes(
+    conn: Conn,
+) -> None:
+    movement_id = create(conn, DIAMOND, "m1")
+    read = procs.rehearsal_input(movement_id).one(conn)["registry_revision"]
+    assert read == registry_revision(conn)
+    # the registry changed while the movement was rehearsed: refused, nothing written
+    procs.upsert_lane_baseline("moved", 60).one(conn)
+    record = "SELECT record_rehearsal(%s, %s, %s, %s)"
+    passed = json.dumps({"outcome": "passed"})
+    assert_rejected(conn, "QT024", record, (movement_id, "passed", passed, read), WATCHED)
+
+    read = procs.rehearsal_input(movement_id).one(conn)["registry_revision"]
+    with as_person(conn, "carol"):
+        rehearsal = procs.record_rehearsal(
+            movement_id, "passed", {"outcome": "passed"}, registry_revision=read
+        ).one(conn)
+    status = "SELECT rehearsal_id, registry_changed FROM rehearsal_status WHERE movement_id = %s"
+    assert conn.execute(status, (movement_id,)).fetchone() == (rehearsal, False)
+
+    procs.upsert_lane_baseline("moved", 90).one(conn)  # after it ran
+    assert conn.execute(status, (movement_id,)).fetchone() == (rehearsal, True)
+    with as_person(conn, "bob"), procs.advice(conn) as advised:
+        state = procs.approve_movement(movement_id).one(conn)  # advice, not Refused
+    assert state == procs.RequestState.APPROVED
+    assert [(a.sqlstate, a.message) for a in advised] == [
+        (
+            "QT025",
+            f"movement {movement_id}: its last rehearsal (id {rehearsal}, recorded by carol at"
+            " 2026-01-01 00:00:00+00) passed on a registry that has changed since;"
+            " approved anyway",
+        )
+    ]
+    assert "rehearse it again" in (advised[0].hint or "")
+
+
+def test_a_rehearsal_recorded_before_revisions_were_kept_is_not_said_outdated(
+    conn: Conn,
+) -> None:
+    movement_id = create(conn, DIAMOND, "m1")
+    with as_person(conn, "carol"):
+        rehearsal = procs.record_rehearsal(movement_id, "passed", {"outcome": "passed"}).one(conn)
+    conn.execute(
+        "UPDATE movement_rehearsals SET registry_revision = NULL WHERE id = %s", (rehearsal,)
+    )
+    procs.upsert_lane_baseline("moved", 60).one(conn)
+    assert conn.execute(
+        "SELECT registry_changed FROM rehearsal_status WHERE movement_id = %s", (movement_id,)
+    ).fetchone() == (None,)  # not known
+    seen = notices(conn)
+    assert approve(conn, movement_id) == "APPROVED"
+    assert seen == []
 
 
 # --- the approval --------------------------------------------------------------------------------
@@ -497,3 +589,27 @@ def test_the_cli_prints_the_warning_on_approval_and_the_rehearsal_on_show(
         f" {alice.info.user} at 2026-01-01 00:00:00+00) failed; approved anyway",
         f"movement {movement_id} APPROVED",
     ]
+
+
+def test_the_cli_says_a_rehearsal_the_registry_changed_since_is_outdated(
+    db: TestDatabase, conn: Conn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QTG_NETWORK_MODE", "testnet")
+    monkeypatch.setenv("PGOPTIONS", f"-c qtg.now={iso_at(0)}")
+    alice, bob = person(db, "alice"), person(db, "bob")
+    monkeypatch.setenv("QTG_DATABASE_URL", bob.info.dsn + f" password={bob.info.password}")
+    movement_id = procs.create_movement("m1", Decimal(5), plan=DIAMOND).one(alice).movement_id
+    procs.record_rehearsal(movement_id, "passed", {"outcome": "passed"}).one(alice)
+
+    shown = CliRunner().invoke(app, ["movement", "show", str(movement_id)])
+    assert shown.exit_code == 0, shown.output
+    assert "rehearsal passed (id 1, recorded by" in shown.stdout
+    assert "the registry has changed since" not in shown.stdout
+
+    procs.upsert_lane_baseline("moved", 60).one(conn)
+    shown = CliRunner().invoke(app, ["movement", "show", str(movement_id)])
+    assert shown.exit_code == 0, shown.output
+    assert (
+        f"rehearsal passed (id 1, recorded by {alice.info.user} at 2026-01-01 00:00:00 UTC);"
+        " the registry has changed since it ran: rehearse again"
+    ) in shown.stdout

@@ -19,10 +19,12 @@
 --   - otherwise APPROVED, through set_movement_states (its audit row and
 --     callback), the approver and the time recorded; a movement approved
 --     whose rehearsal that counts (counted_rehearsals: the latest, but never
---     the creator's own over another login's failure) failed is approved
---     all the same, with a WARNING with SQLSTATE QT025 each (advice, not a
+--     the creator's own over another login's failure) failed, or ran on a
+--     registry that has changed since (registry_revision), is approved all
+--     the same, with a WARNING with SQLSTATE QT025 each (advice, not a
 --     refusal: clients report it and carry on), with or without p_warn; one
---     never rehearsed, or rehearsed with success, says nothing
+--     never rehearsed, or rehearsed with success on today's registry (or
+--     before revisions were kept), says nothing
 -- Returns one row per movement, in input order: its state after the call,
 -- and the refusal's code and message where it was refused.
 CREATE OR REPLACE FUNCTION approve_movement_rows(p_movement_ids bigint[], p_warn boolean)
@@ -127,18 +129,26 @@ BEGIN
                                     array_fill('APPROVED'::qtg.request_state, ARRAY[cardinality(v_approve)]),
                                     array_fill(v_actor, ARRAY[cardinality(v_approve)]), p_at => v_now);
         PERFORM notify_work('approved');
-        -- advice: the movements approved whose rehearsal that counts failed
+        -- advice: the movements approved whose rehearsal that counts failed, or
+        -- ran on a registry that has changed since
         FOR v_failed IN
-            SELECT a.id AS movement_id, h.id, h.recorded_by, h.recorded_at
+            SELECT a.id AS movement_id, h.id, h.recorded_by, h.recorded_at, h.outcome,
+                   h.registry_revision <> v.revision AS changed
               FROM unnest(v_approve) WITH ORDINALITY AS a(id, ord)
              JOIN counted_rehearsals h ON h.movement_id = a.id
-             WHERE h.outcome = 'failed'
+             CROSS JOIN registry_revision v
+             WHERE h.outcome = 'failed' OR h.registry_revision <> v.revision
              ORDER BY a.ord
         LOOP
-            RAISE WARNING 'movement %: its last rehearsal (id %, recorded by % at %) failed; approved anyway',
-                          v_failed.movement_id, v_failed.id, v_failed.recorded_by, v_failed.recorded_at
+            RAISE WARNING 'movement %: its last rehearsal (id %, recorded by % at %) %; approved anyway',
+                          v_failed.movement_id, v_failed.id, v_failed.recorded_by, v_failed.recorded_at,
+                          CASE WHEN v_failed.outcome = 'failed' AND v_failed.changed
+                               THEN 'failed, and the registry has changed since it ran'
+                               WHEN v_failed.outcome = 'failed' THEN 'failed'
+                               ELSE 'passed on a registry that has changed since' END
                 USING ERRCODE = 'QT025',
-                      HINT = format('qtg movement show %s prints what the rehearsal found; cancel the movement if it must not run.',
+                      HINT = format('qtg movement show %s prints what the rehearsal found; rehearse it again on '
+                                    'today''s registry, or cancel the movement if it must not run.',
                                     v_failed.movement_id);
         END LOOP;
     END IF;

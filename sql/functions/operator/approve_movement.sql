@@ -8,8 +8,9 @@
 -- not touched. Clients treat that warning as a refusal (qtg_runner's procs
 -- layer raises it as Refused).
 --
--- A movement whose latest rehearsal failed (record_rehearsal) is approved
--- all the same, with a WARNING with SQLSTATE QT025 naming the rehearsal:
+-- A movement whose latest rehearsal failed (record_rehearsal), or ran on a
+-- registry that has changed since, is approved all the same, with a WARNING
+-- with SQLSTATE QT025 naming the rehearsal:
 -- advice, not a refusal (the procs layer hands it to the caller as Advice).
 --
 -- Idempotent for the approver: the login that approved the movement calling

@@ -7,8 +7,8 @@
 -- `approval_refused` audit row, reported in its row (error_code QT022,
 -- no WARNING: the others are approved); the approver's own repeat answers
 -- with the state as it is now, nothing written. A movement approved whose
--- latest rehearsal failed: a WARNING with SQLSTATE QT025 each (advice: it
--- is approved). An unknown movement
+-- latest rehearsal failed, or ran on a registry that has changed since: a
+-- WARNING with SQLSTATE QT025 each (advice: it is approved). An unknown movement
 -- (QT010), one not PENDING_APPROVAL for another login's approval or past
 -- it, or one past its expiry (QT020) refuses the whole batch, and nothing
 -- changes. QT002: p_movement_ids NULL, empty, over 1000, with a NULL or a

@@ -15,6 +15,9 @@
 --             primary key's order (an exchange venue without its
 --             request_salt: each database has its own, the throwaway one
 --             makes its own); what load_rehearsal_registry takes
+--   registry_revision  the registry's revision those rows are (0066): what
+--             record_rehearsal is given back, so that a rehearsal is
+--             recorded against the registry it ran on
 -- Movements, nodes, intents, nonces, audit, heartbeats, proposals,
 -- callbacks and their targets are not in it, nor anything secret (the
 -- registry holds the NAMES of environment variables and signer ids, never
@@ -84,6 +87,7 @@ BEGIN
             'priority', v_movement.priority,
             'expires_at', v_movement.expires_at),
         'plan', v_plan,
-        'registry', v_registry);
+        'registry', v_registry,
+        'registry_revision', (SELECT v.revision FROM registry_revision v));
 END
 $$;

@@ -13,7 +13,8 @@ SELECT latest.movement_id,
        c.outcome,
        c.summary,
        c.recorded_by,
-       c.recorded_at
+       c.recorded_at,
+       c.registry_revision
   FROM (SELECT DISTINCT ON (x.movement_id) x.movement_id, x.id, x.recorded_by
           FROM movement_rehearsals x
          ORDER BY x.movement_id, x.id DESC) latest

@@ -3,7 +3,10 @@
 -- rehearsal that counts for its approval (counted_rehearsals: the latest, but
 -- never the creator's own over another login's failure; rehearsal_id,
 -- outcome, who recorded it and when, its summary's lines: what `qtg
--- movement show` and the operator page print) and the
+-- movement show` and the operator page print; registry_changed: true when
+-- the registry has changed since the rehearsal read it (registry_revision),
+-- so that its outcome speaks of another route than the one that will run,
+-- NULL when not known: recorded before revisions were kept) and the
 -- latest request of one (request_rehearsal: who asked and when, the service
 -- that claimed it and when, and once finished when, with the rehearsal it
 -- gave or its problem; open while request_finished_at is NULL). NULL
@@ -18,6 +21,7 @@ SELECT m.movement_id,
        h.recorded_by,
        h.recorded_at,
        CASE WHEN jsonb_typeof(h.summary -> 'lines') = 'array' THEN h.summary -> 'lines' END AS lines,
+       h.registry_revision <> (SELECT v.revision FROM registry_revision v) AS registry_changed,
        q.id AS request_id,
        q.requested_by,
        q.requested_at,
