@@ -999,11 +999,20 @@ class Call(Generic[R]):
 _OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 
+def _not_committed(status: TransactionStatus) -> psycopg.OperationalError:
+    return psycopg.OperationalError(
+        f"the transaction did not commit: the connection was {status.name} at its end"
+        " (a statement in it failed, or the connection was lost); nothing of it stands"
+    )
+
+
 @contextmanager
 def begun_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
     """The block of a transaction a call of it begins (``BEGIN`` sent with the
     call by all_between): rolled back when the block raises; committed on
-    leaving it unless a call in it sent the ``COMMIT`` already."""
+    leaving it unless a call in it sent the ``COMMIT`` already. A block left
+    with the transaction failed or the connection lost (an error swallowed
+    in it) raises OperationalError: nothing of it committed."""
     try:
         yield
     except BaseException:
@@ -1011,8 +1020,14 @@ def begun_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
             with suppress(psycopg.Error):
                 conn.execute("ROLLBACK")
         raise
-    if conn.info.transaction_status == TransactionStatus.INTRANS:
+    status = conn.info.transaction_status
+    if status == TransactionStatus.INTRANS:
         conn.execute("COMMIT")
+    elif status != TransactionStatus.IDLE:
+        if status == TransactionStatus.INERROR:
+            with suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+        raise _not_committed(status)
 
 
 @asynccontextmanager
@@ -1025,8 +1040,14 @@ async def abegun_transaction(conn: psycopg.AsyncConnection[Any]) -> AsyncIterato
             with suppress(psycopg.Error):
                 await conn.execute("ROLLBACK")
         raise
-    if conn.info.transaction_status == TransactionStatus.INTRANS:
+    status = conn.info.transaction_status
+    if status == TransactionStatus.INTRANS:
         await conn.execute("COMMIT")
+    elif status != TransactionStatus.IDLE:
+        if status == TransactionStatus.INERROR:
+            with suppress(psycopg.Error):
+                await conn.execute("ROLLBACK")
+        raise _not_committed(status)
 
 
 def one_each(conn: psycopg.Connection[Any], calls: Sequence[Call[R]]) -> list[R]:

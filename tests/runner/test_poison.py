@@ -478,6 +478,36 @@ def test_the_observer_says_a_quarantine_only_once_its_transaction_commits(
     assert len(said) == 1 and f"node={poison} " in said[0]
 
 
+def test_the_observer_says_nothing_of_a_chunk_whose_connection_it_lost(
+    db: Any,
+    sim_conn: Conn,
+    runner_clock: Callable[[float], None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the connection dies inside the quarantine (its savepoint): the quarantine
+    # swallows the error, but the chunk's transaction is gone with it, so the
+    # chunk ends as failed and no line says a node was quarantined
+    [poison] = submitted(sim_conn, 1, "poison", lane="default", crash_at="observe")
+    sim_conn.execute(
+        "CREATE FUNCTION public.lose_the_connection() RETURNS trigger LANGUAGE plpgsql"
+        " SECURITY DEFINER AS $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid());"
+        " PERFORM pg_sleep(5); RETURN NEW; END $$"
+    )
+    sim_conn.execute(
+        "CREATE TRIGGER lose_the_connection BEFORE UPDATE ON movement_request_nodes"
+        " FOR EACH ROW WHEN (NEW.quarantined_at IS NOT NULL)"
+        " EXECUTE FUNCTION public.lose_the_connection()"
+    )
+    runner_clock(50)
+
+    with caplog.at_level(logging.INFO, logger="qtg"):
+        run_batch(db, node_observer.batch)
+    assert poison not in quarantined(sim_conn)
+    assert "event=quarantine_failed" in caplog.text
+    assert "the transaction did not commit" in caplog.text  # the chunk's observe_failed
+    assert "event=node_quarantined" not in caplog.text
+
+
 def test_a_report_the_engine_refuses_quarantines_the_observed_node_and_not_the_others(
     db: Any, sim_conn: Conn, runner_clock: Callable[[float], None]
 ) -> None:
