@@ -37,7 +37,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from types import FrameType
 from typing import Annotated, Any, NoReturn
@@ -293,12 +293,22 @@ class Interrupts:
                 signal.signal(sig, handler)
 
 
-LOST_DATABASE = (psycopg.OperationalError, psycopg.InterfaceError)
-"""What ends a watching service's session with the database: it connects again."""
 RECONNECT_WAIT_S = (1.0, 30.0)
 """The watching service's wait before it connects again after losing the
-database: the first, doubled after each failed attempt up to the second."""
+database: the first, doubled while it fails, up to the second."""
 LOST_IN_HAND = "the rehearsal service lost its database connection before it finished: ask again"
+
+
+def lost_database(exc: psycopg.Error, conn: psycopg.Connection[Any] | None) -> bool:
+    """The database gone, as a restart, a failover or a terminated session
+    leave it: the connection broken or closed, a connection error (08...),
+    the server shutting down or starting (57P01-57P03). Not a refusal, a
+    lock or statement timeout, a serialization failure or a login the server
+    refuses: those end the service as any error does."""
+    if isinstance(exc, psycopg.InterfaceError) or (conn is not None and conn.broken):
+        return True
+    code = exc.sqlstate or ""
+    return code.startswith("08") or code in ("57P01", "57P02", "57P03")
 
 
 @dataclass
@@ -306,6 +316,9 @@ class _Served:
     count: int = 0
     in_hand: procs.RehearsalRequest | None = None
     """The request claimed and not yet finished, when the database was lost."""
+    recorded: int | None = None
+    """The in-hand request's rehearsal, when it was recorded before the loss."""
+    claimed_since_connect: bool = False
 
 
 def serve_requests(
@@ -313,24 +326,37 @@ def serve_requests(
 ) -> int:
     """Claim, rehearse and finish requests until none waits (or, with ``watch``,
     until interrupted); returns how many were served. With ``watch`` a lost
-    database (a restart, a failover, a terminated session) is said in a line
-    and the service connects again, RECONNECT_WAIT_S apart; a request it had
-    in hand is then finished with LOST_IN_HAND, so that it can be asked again
-    at once."""
+    database (lost_database: a restart, a failover, a terminated session) is
+    said in a line and the service connects again, RECONNECT_WAIT_S apart,
+    once it has been connected (a first connection refused ends it); a
+    request it had in hand is then finished with its rehearsal when that was
+    recorded, else with LOST_IN_HAND, so that it can be asked again at once."""
     served = _Served()
     interrupts = Interrupts()
     wait = RECONNECT_WAIT_S[0]
+    connected = False
     with interrupts.installed():
         try:
             while True:
+                conn: psycopg.Connection[Any] | None = None
                 try:
                     with connect(network, as_login, operator=True) as conn:
-                        wait = RECONNECT_WAIT_S[0]
+                        connected = True
                         _serve(conn, network, as_login, served, timeout, watch, poll, interrupts)
                     break
-                except LOST_DATABASE as exc:
-                    if not watch:
+                except psycopg.Error as exc:
+                    # a connection refused once the service has been connected is
+                    # the database restarting or failing over: tried again
+                    gone = (
+                        isinstance(exc, psycopg.OperationalError)
+                        if conn is None
+                        else lost_database(exc, conn)
+                    )
+                    if not (watch and connected and gone):
                         raise
+                    if served.claimed_since_connect:
+                        wait = RECONNECT_WAIT_S[0]
+                    served.claimed_since_connect = False
                     out.print(
                         f"lost the database ({one_line(exc)}): connecting again in {wait:g} s",
                         soft_wrap=True,
@@ -359,23 +385,16 @@ def _serve(
     """One session with the database: serve requests until none waits (or,
     with ``watch``, until the database is lost or the service interrupted)."""
     if served.in_hand is not None:
-        head = f"request {served.in_hand.request_id}: movement {served.in_hand.movement_id}"
-        try:
-            finish(conn, served.in_hand, LOST_IN_HAND)
-            out.print(f"{head}: {LOST_IN_HAND}", soft_wrap=True)
-        except psycopg.Error as exc:  # finished, or taken over, meanwhile
-            if not (exc.sqlstate or "").startswith("QT"):
-                raise
-            out.print(f"{head}: left as it is ({exc.diag.message_primary})", soft_wrap=True)
-        served.in_hand = None
+        _finish_in_hand(conn, served)
     if watch:
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(rehearsals_channel(network))))
     while True:
         interrupts.check()
         claimed = procs.claim_rehearsal_request().one_or_none(conn)
+        served.claimed_since_connect = True
         if claimed is not None:
-            served.in_hand = claimed
-            line = serve_one(conn, network, as_login, claimed, timeout, interrupts)
+            served.in_hand, served.recorded = claimed, None
+            line = serve_one(conn, network, as_login, claimed, timeout, interrupts, served)
             served.in_hand = None
             out.print(line, soft_wrap=True)
             served.count += 1
@@ -388,6 +407,28 @@ def _serve(
                     pass
 
 
+def _finish_in_hand(conn: psycopg.Connection[Any], served: _Served) -> None:
+    """The request the lost session had in hand, finished on the new one: with
+    its rehearsal when that was recorded, else with LOST_IN_HAND (left as it
+    is when it was finished, or taken over, meanwhile)."""
+    claimed = served.in_hand
+    assert claimed is not None
+    head = f"request {claimed.request_id}: movement {claimed.movement_id}"
+    try:
+        if served.recorded is not None:
+            procs.finish_rehearsal_request(claimed.request_id, served.recorded, None).one(conn)
+            said = f"rehearsal {served.recorded}, finished after the database came back"
+        else:
+            finish(conn, claimed, LOST_IN_HAND)
+            said = LOST_IN_HAND
+        out.print(f"{head}: {said}", soft_wrap=True)
+    except psycopg.Error as exc:
+        if not (exc.sqlstate or "").startswith("QT"):
+            raise
+        out.print(f"{head}: left as it is ({exc.diag.message_primary})", soft_wrap=True)
+    served.in_hand = served.recorded = None
+
+
 def serve_one(
     conn: psycopg.Connection[Any],
     network: NetworkMode,
@@ -395,8 +436,11 @@ def serve_one(
     claimed: procs.RehearsalRequest,
     timeout: float,
     interrupts: Interrupts,
+    served: _Served | None = None,
 ) -> str:
-    """One claimed request rehearsed and finished; the line that says how."""
+    """One claimed request rehearsed and finished; the line that says how. Its
+    rehearsal's id, once recorded, is kept in ``served`` until it is
+    finished, for a session that loses the database in between."""
     head = f"request {claimed.request_id}: movement {claimed.movement_id}"
     try:
         summary, rehearsal_id = rehearse_movement(
@@ -419,13 +463,17 @@ def serve_one(
             raise
         problem = f"refused ({exc.sqlstate}): {exc.diag.message_primary}"
     except KeyboardInterrupt:
-        finish(conn, claimed, "the rehearsal service was stopped before it finished: ask again")
+        # the stop goes on even when the database went with it
+        with suppress(psycopg.Error):
+            finish(conn, claimed, "the rehearsal service was stopped before it finished: ask again")
         raise
     except Exception as exc:
         finish(conn, claimed, f"the rehearsal service failed: {type(exc).__name__}: {exc}")
         raise
     else:
         assert rehearsal_id is not None
+        if served is not None:
+            served.recorded = rehearsal_id
         procs.finish_rehearsal_request(claimed.request_id, rehearsal_id, None).one(conn)
         return f"{head}: rehearsal {summary.outcome} (rehearsal {rehearsal_id})"
     finish(conn, claimed, problem)

@@ -514,3 +514,42 @@ def test_a_request_in_hand_when_the_database_was_lost_is_finished_on_reconnectin
     # asked again at once, and served by the next claim
     again = procs.request_rehearsal(movement_id).one(alice)
     assert again != request_id
+
+
+def test_a_request_in_hand_whose_rehearsal_was_recorded_is_finished_with_it(
+    db: TestDatabase, conn: Conn
+) -> None:
+    # the rehearsal was recorded, then the database was lost before the request
+    # was finished: the next session finishes it with that rehearsal
+    movement_id = create(conn, DIAMOND, "m1")
+    alice, olga = person(db, "alice"), person(db, "olga")
+    request_id = procs.request_rehearsal(movement_id).one(alice)
+    claimed = procs.claim_rehearsal_request().one(olga)
+    recorded = procs.record_rehearsal(movement_id, "passed", {"outcome": "passed"}).one(olga)
+    served = command._Served(in_hand=claimed, recorded=recorded)
+
+    command._serve(olga, "testnet", None, served, 60, False, 600, command.Interrupts())
+
+    row = request_row(conn, request_id)
+    assert (row["rehearsal_id"], row["problem"]) == (recorded, None)
+    assert row["finished_at"] is not None
+    assert (served.in_hand, served.recorded) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("error", "lost"),
+    [
+        (psycopg.errors.AdminShutdown(), True),  # 57P01: terminated, or the server stopping
+        (psycopg.errors.CannotConnectNow(), True),  # 57P03: the server starting
+        (psycopg.errors.ConnectionFailure(), True),  # 08006
+        (psycopg.InterfaceError("the connection is closed"), True),
+        (psycopg.errors.LockNotAvailable(), False),  # 55P03: a lock timeout
+        (psycopg.errors.SerializationFailure(), False),  # 40001
+        (psycopg.errors.QueryCanceled(), False),  # 57014: a statement timeout
+        (psycopg.errors.InvalidPassword(), False),  # 28P01: a login refused
+    ],
+)
+def test_only_a_lost_database_makes_the_watching_service_connect_again(
+    error: psycopg.Error, lost: bool
+) -> None:
+    assert command.lost_database(error, None) is lost
