@@ -8,7 +8,7 @@ BEGIN
     FOR v_trigger IN
         SELECT t.tgname, c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
          WHERE c.relnamespace = current_schema()::regnamespace
-           AND t.tgname IN ('registry_rows', 'registry_changes')
+           AND t.tgname IN ('registry_rows', 'registry_changes', 'registry_emptied')
     LOOP
         EXECUTE format('DROP TRIGGER %I ON %I', v_trigger.tgname, v_trigger.relname);
     END LOOP;

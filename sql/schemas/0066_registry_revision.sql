@@ -8,10 +8,12 @@
 -- Nothing said so. Each network now counts the registry's changes:
 --   registry_revision  one row: the revision, bumped by every row inserted
 --                      into, deleted from or changed in a table of
---                      rehearsal_registry_tables() (a change of its
---                      updated_at or created_at alone is not one: a deploy
---                      step registering the same executor again changes
---                      nothing), and when it last was
+--                      rehearsal_registry_tables(), and by a TRUNCATE of
+--                      one (a change of its updated_at, created_at,
+--                      updated_by or created_by alone is not one: a deploy
+--                      step registering the same executor again, another
+--                      admin setting the same values, changes nothing),
+--                      and when it last was
 --   movement_rehearsals.registry_revision
 --                      the revision the rehearsal read (NULL for those
 --                      recorded before this migration: not known)
@@ -44,7 +46,8 @@ ALTER TABLE movement_rehearsals ADD COLUMN registry_revision bigint CHECK (regis
 
 DO $tables$
 DECLARE
-    v_table text;
+    v_table    text;
+    v_who_when text := '{updated_at,created_at,updated_by,created_by}';
 BEGIN
     FOREACH v_table IN ARRAY ARRAY['chains', 'chain_tokens', 'treasury_accounts', 'allowed_destinations',
                                    'chain_protocols', 'ccip_lanes', 'exchange_venues', 'venue_chains',
@@ -53,9 +56,11 @@ BEGIN
         EXECUTE format('CREATE TRIGGER registry_rows AFTER INSERT OR DELETE ON %I'
                        ' FOR EACH ROW EXECUTE FUNCTION qtg_admin.bump_registry_revision()', v_table);
         EXECUTE format('CREATE TRIGGER registry_changes AFTER UPDATE ON %I FOR EACH ROW'
-                       ' WHEN (to_jsonb(OLD) - ''updated_at'' - ''created_at'''
-                       '       IS DISTINCT FROM to_jsonb(NEW) - ''updated_at'' - ''created_at'')'
-                       ' EXECUTE FUNCTION qtg_admin.bump_registry_revision()', v_table);
+                       ' WHEN (to_jsonb(OLD) - %L::text[] IS DISTINCT FROM to_jsonb(NEW) - %L::text[])'
+                       ' EXECUTE FUNCTION qtg_admin.bump_registry_revision()',
+                       v_table, v_who_when, v_who_when);
+        EXECUTE format('CREATE TRIGGER registry_emptied AFTER TRUNCATE ON %I'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION qtg_admin.bump_registry_revision()', v_table);
     END LOOP;
 END
 $tables$;

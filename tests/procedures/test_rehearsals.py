@@ -392,12 +392,11 @@ def test_any_operator_records_a_rehearsal_audited_and_the_latest_is_shown(
         "SELECT actor, entity, entity_id, from_state, to_state, detail FROM audit_outbox"
         " WHERE action = 'rehearsal_recorded' ORDER BY id"
     ).fetchall()
-    revision = registry_revision(conn)
     assert recorded == [
         (alice.info.user, "request", str(movement_id), "PENDING_APPROVAL", "PENDING_APPROVAL",
-         {"rehearsal_id": failed, "outcome": "failed", "registry_revision": revision}),
+         {"rehearsal_id": failed, "outcome": "failed", "registry_revision": None}),
         (bob.info.user, "request", str(movement_id), "PENDING_APPROVAL", "PENDING_APPROVAL",
-         {"rehearsal_id": passed, "outcome": "passed", "registry_revision": revision}),
+         {"rehearsal_id": passed, "outcome": "passed", "registry_revision": None}),
     ]  # fmt: skip
     assert audit_rows(conn, movement_id)[-1]["login"] == bob.info.user
 
@@ -448,6 +447,8 @@ def test_the_registry_revision_counts_each_change_of_the_registry_and_not_a_rewr
     assert registry_revision(conn) == before + 2
     conn.execute("DELETE FROM lane_baselines WHERE lane = 'rehearsed'")  # a row removed
     assert registry_revision(conn) == before + 3
+    conn.execute("TRUNCATE venue_deposit_addresses")  # a table emptied
+    assert registry_revision(conn) == before + 4
     # every configuration table a rehearsal carries is counted, both ways
     tables = conn.execute("SELECT unnest(rehearsal_registry_tables())").fetchall()
     triggers = conn.execute(
@@ -456,7 +457,9 @@ def test_the_registry_revision_counts_each_change_of_the_registry_and_not_a_rewr
         " WHERE c.relnamespace = 'testnet'::regnamespace AND t.tgname LIKE 'registry_%%'"
         " GROUP BY c.relname"
     ).fetchall()
-    assert dict(triggers) == {table: ["registry_changes", "registry_rows"] for (table,) in tables}
+    assert dict(triggers) == {
+        table: ["registry_changes", "registry_emptied", "registry_rows"] for (table,) in tables
+    }
 
 
 def test_a_rehearsal_is_recorded_on_the_registry_it_read_and_said_outdated_once_it_changes(
@@ -495,15 +498,17 @@ def test_a_rehearsal_is_recorded_on_the_registry_it_read_and_said_outdated_once_
     assert "rehearse it again" in (advised[0].hint or "")
 
 
-def test_a_rehearsal_recorded_before_revisions_were_kept_is_not_said_outdated(
+def test_a_rehearsal_recorded_without_its_registry_revision_is_not_known_either_way(
     conn: Conn,
 ) -> None:
+    # recorded by hand, or before revisions were kept: the registry it ran on
+    # is not known, so it is neither taken for today's nor said outdated
     movement_id = create(conn, DIAMOND, "m1")
     with as_person(conn, "carol"):
         rehearsal = procs.record_rehearsal(movement_id, "passed", {"outcome": "passed"}).one(conn)
-    conn.execute(
-        "UPDATE movement_rehearsals SET registry_revision = NULL WHERE id = %s", (rehearsal,)
-    )
+    assert conn.execute(
+        "SELECT registry_revision FROM movement_rehearsals WHERE id = %s", (rehearsal,)
+    ).fetchone() == (None,)
     procs.upsert_lane_baseline("moved", 60).one(conn)
     assert conn.execute(
         "SELECT registry_changed FROM rehearsal_status WHERE movement_id = %s", (movement_id,)
@@ -599,7 +604,10 @@ def test_the_cli_says_a_rehearsal_the_registry_changed_since_is_outdated(
     alice, bob = person(db, "alice"), person(db, "bob")
     monkeypatch.setenv("QTG_DATABASE_URL", bob.info.dsn + f" password={bob.info.password}")
     movement_id = procs.create_movement("m1", Decimal(5), plan=DIAMOND).one(alice).movement_id
-    procs.record_rehearsal(movement_id, "passed", {"outcome": "passed"}).one(alice)
+    revision = procs.rehearsal_input(movement_id).one(alice)["registry_revision"]
+    procs.record_rehearsal(
+        movement_id, "passed", {"outcome": "passed"}, registry_revision=revision
+    ).one(alice)
 
     shown = CliRunner().invoke(app, ["movement", "show", str(movement_id)])
     assert shown.exit_code == 0, shown.output

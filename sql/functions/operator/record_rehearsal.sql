@@ -12,10 +12,11 @@
 --   p_summary  the rehearsing tool's report, a JSON object (its "outcome"
 --              and "lines", which `qtg movement show` prints)
 --   p_registry_revision  the registry_revision rehearsal_input gave the
---              rehearsal; without it, the registry is taken as the
---              rehearsal's as it is now. rehearsal_status says when the
---              registry has changed since (registry_changed), and
---              approve_movement advises so (QT025)
+--              rehearsal (`qtg rehearse` passes it); rehearsal_status says
+--              when the registry has changed since (registry_changed), and
+--              approve_movement advises so (QT025). Without it, the
+--              registry the rehearsal ran on is not known: it is kept NULL
+--              and nothing is said either way
 -- Refused, and nothing changes: QT002 an outcome that is not 'passed' or
 -- 'failed', a summary that is not a JSON object, "lines" that are not a list
 -- of texts of at most 1000 characters free of control characters (they are
@@ -72,12 +73,12 @@ BEGIN
     END IF;
 
     INSERT INTO movement_rehearsals (movement_id, outcome, summary, recorded_by, recorded_at, registry_revision)
-    VALUES (p_movement_id, p_outcome, p_summary, session_user, clock(), v_revision)
+    VALUES (p_movement_id, p_outcome, p_summary, session_user, clock(), p_registry_revision)
     RETURNING id INTO v_id;
     PERFORM write_audit(ARRAY[(session_user, 'request', p_movement_id::text, p_movement_id, 'rehearsal_recorded',
                                'PENDING_APPROVAL', 'PENDING_APPROVAL',
                                jsonb_build_object('rehearsal_id', v_id, 'outcome', p_outcome,
-                                                  'registry_revision', v_revision))::qtg.audit_event]);
+                                                  'registry_revision', p_registry_revision))::qtg.audit_event]);
     RETURN v_id;
 END
 $$;
