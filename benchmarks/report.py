@@ -308,9 +308,14 @@ def build_rows(results: dict[str, Any]) -> list[list[str]]:
                     _fmt(ratio, 2),
                     f">= {TARGETS['equal_peer_cpu_ratio']:.0f}",
                     _verdict(ratio >= TARGETS["equal_peer_cpu_ratio"]),
-                    f"engine {engine_ms:.3f} ms ({_label(lean_engine)}; its drain alone"
-                    f" {lean_engine['db_cpu_ms_per_job']:.3f} ms),"
-                    f" {lean_peer['system']} {lean_peer['db_cpu_ms_per_job']:.3f} ms; "
+                    f"engine {engine_ms:.3f} ms ({_label(lean_engine)}"
+                    + (
+                        "; its chain promoted live"
+                        if _live_chain(lean_engine)
+                        else f"; its drain alone {lean_engine['db_cpu_ms_per_job']:.3f} ms"
+                    )
+                    + "),"
+                    + f" {lean_peer['system']} {lean_peer['db_cpu_ms_per_job']:.3f} ms; "
                     + ", ".join(f"{r['system']} {r['db_cpu_ms_per_job']:.3f}" for r in cpu_peers)
                     + " ms",
                 ]

@@ -209,7 +209,13 @@ def run_engine(
 
                 wait_for(lambda: unchained() == 0, DRAIN_TIMEOUT, "the audit chain", 0.05, children)
                 chain_lag = time.monotonic() - drained
-                audited_s = time.monotonic() - t0
+                # on the database clock, as the drain's wall: the last promotion
+                last = conn.execute(
+                    "SELECT extract(epoch FROM promoted_at - %s) FROM audit_log"
+                    " ORDER BY seq DESC LIMIT 1",
+                    [t0_db],
+                ).fetchone()
+                audited_s = float(last[0]) if last else None
             db_cpu = cpu.seconds() - cpu0 if cpu and cpu0 is not None else None
             peaks = [child.peak_rss() for child in children]
             span_row = conn.execute(
@@ -295,8 +301,8 @@ def _with_audit_rows(
 ) -> dict[str, Any]:
     """A drain counted as the equal-guarantee peers' handlers are: until every
     transition has its audit row (audit_log's, one per event). With the
-    promoter live (``audited_s``), from the launch until the chain held every
-    event, its CPU inside the run's; without (``chain``, promoted after the
+    promoter live (``audited_s``), from the launch until the last promotion
+    (both on the database clock), its CPU inside the run's; without (``chain``, promoted after the
     drain), the drain's time and CPU plus the promotion's."""
     seconds = audited_s if audited_s is not None else wall + float((chain or {})["seconds"])
     db_ms = None if db_cpu is None else 1000 * db_cpu / jobs
