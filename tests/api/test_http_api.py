@@ -492,8 +492,9 @@ def test_a_rehearsal_is_asked_for_shown_and_its_failure_advised_on_approval(
             claimed = procs.claim_rehearsal_request().one(admin)
             assert (claimed.request_id, claimed.movement_id) == (request["request_id"], mid)
             lines = ["step a (sim): FAILED, reverted", "outcome: failed"]
+            revision = procs.rehearsal_input(mid).one(admin)["registry_revision"]
             rehearsal_id = procs.record_rehearsal(
-                mid, "failed", {"outcome": "failed", "lines": lines}
+                mid, "failed", {"outcome": "failed", "lines": lines}, registry_revision=revision
             ).one(admin)
             procs.finish_rehearsal_request(claimed.request_id, rehearsal_id, None).one(admin)
             served_by = admin.info.user
