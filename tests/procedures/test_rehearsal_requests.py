@@ -491,20 +491,31 @@ def test_the_watching_service_connects_again_after_losing_the_database(
     assert request_row(conn, request_id)["finished_at"] is not None
 
 
+def in_hand(db: TestDatabase, conn: Conn) -> tuple[int, Conn, Conn, procs.RehearsalRequest]:
+    """A movement asked to be rehearsed by alice, its request claimed by olga's
+    service: the movement, alice, olga and the claim."""
+    movement_id = create(conn, DIAMOND, "m1")
+    alice, olga = person(db, "alice"), person(db, "olga")
+    procs.request_rehearsal(movement_id).one(alice)
+    return movement_id, alice, olga, procs.claim_rehearsal_request().one(olga)
+
+
+def next_session(olga: Conn, served: Any) -> None:
+    """The service's next session with the database (serving, not watching)."""
+    command._serve(olga, "testnet", None, served, 60, False, 600, command.Interrupts())
+
+
 def test_a_request_in_hand_when_the_database_was_lost_is_finished_on_reconnecting(
     db: TestDatabase, conn: Conn, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # the service claimed a request, then lost the database before finishing
     # it: its next session finishes it with that problem, so the operator can
     # ask again at once, not after the 30 minutes a claim takes to be taken over
-    movement_id = create(conn, DIAMOND, "m1")
-    alice, olga = person(db, "alice"), person(db, "olga")
-    request_id = procs.request_rehearsal(movement_id).one(alice)
-    claimed = procs.claim_rehearsal_request().one(olga)
-    assert claimed.request_id == request_id
+    movement_id, alice, olga, claimed = in_hand(db, conn)
+    request_id = claimed.request_id
     served = command._Served(in_hand=claimed)
 
-    command._serve(olga, "testnet", None, served, 60, False, 600, command.Interrupts())
+    next_session(olga, served)
 
     row = request_row(conn, request_id)
     assert row["finished_at"] is not None and row["problem"] == command.LOST_IN_HAND
@@ -521,16 +532,13 @@ def test_a_request_in_hand_whose_rehearsal_was_recorded_is_finished_with_it(
 ) -> None:
     # the rehearsal was recorded, then the database was lost before the request
     # was finished: the next session finishes it with that rehearsal
-    movement_id = create(conn, DIAMOND, "m1")
-    alice, olga = person(db, "alice"), person(db, "olga")
-    request_id = procs.request_rehearsal(movement_id).one(alice)
-    claimed = procs.claim_rehearsal_request().one(olga)
+    movement_id, _, olga, claimed = in_hand(db, conn)
     recorded = procs.record_rehearsal(movement_id, "passed", {"outcome": "passed"}).one(olga)
     served = command._Served(in_hand=claimed, recorded=recorded)
 
-    command._serve(olga, "testnet", None, served, 60, False, 600, command.Interrupts())
+    next_session(olga, served)
 
-    row = request_row(conn, request_id)
+    row = request_row(conn, claimed.request_id)
     assert (row["rehearsal_id"], row["problem"]) == (recorded, None)
     assert row["finished_at"] is not None
     assert (served.in_hand, served.recorded) == (None, None)

@@ -442,6 +442,34 @@ def test_the_observer_quarantines_a_node_whose_observe_crashes_and_observes_the_
     assert node_row(sim_conn, poison)["observe_count"] == 0
 
 
+def on_quarantine(conn: Conn, trigger: str, body: str, *, at_commit: bool = False) -> None:
+    """A trigger ``trigger`` on a node's quarantine running the PL/pgSQL
+    ``body`` as the superuser (SECURITY DEFINER): as the row is written, or
+    ``at_commit`` (a deferred constraint trigger)."""
+    conn.execute(
+        f"CREATE FUNCTION public.{trigger}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER"
+        f" AS $$ BEGIN {body} RETURN NEW; END $$"
+    )
+    conn.execute(
+        (
+            f"CREATE CONSTRAINT TRIGGER {trigger} AFTER UPDATE ON movement_request_nodes"
+            " DEFERRABLE INITIALLY DEFERRED"
+            if at_commit
+            else f"CREATE TRIGGER {trigger} BEFORE UPDATE ON movement_request_nodes"
+        )
+        + " FOR EACH ROW WHEN (NEW.quarantined_at IS NOT NULL)"
+        f" EXECUTE FUNCTION public.{trigger}()"
+    )
+
+
+def observe_logged(db: Any, caplog: pytest.LogCaptureFixture) -> str:
+    """One observer batch; what it logged."""
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="qtg"):
+        run_batch(db, node_observer.batch)
+    return caplog.text
+
+
 def test_the_observer_says_a_quarantine_only_once_its_transaction_commits(
     db: Any,
     sim_conn: Conn,
@@ -452,27 +480,21 @@ def test_the_observer_says_a_quarantine_only_once_its_transaction_commits(
     # (here a serialization failure raised at commit by a deferred trigger on
     # the quarantined row) undoes it, and no log line may say it happened
     [poison] = submitted(sim_conn, 1, "poison", lane="default", crash_at="observe")
-    sim_conn.execute(
-        "CREATE FUNCTION public.fail_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$"
-        " BEGIN RAISE EXCEPTION 'the commit fails' USING ERRCODE = '40001'; END $$"
-    )
-    sim_conn.execute(
-        "CREATE CONSTRAINT TRIGGER fail_at_commit AFTER UPDATE ON movement_request_nodes"
-        " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.quarantined_at IS NOT NULL)"
-        " EXECUTE FUNCTION public.fail_at_commit()"
+    on_quarantine(
+        sim_conn,
+        "fail_at_commit",
+        "RAISE EXCEPTION 'the commit fails' USING ERRCODE = '40001';",
+        at_commit=True,
     )
     runner_clock(50)
 
-    with caplog.at_level(logging.INFO, logger="qtg"):
-        run_batch(db, node_observer.batch)
+    logged = observe_logged(db, caplog)
     assert poison not in quarantined(sim_conn)
-    assert "event=observe_failed" in caplog.text
-    assert "event=node_quarantined" not in caplog.text
+    assert "event=observe_failed" in logged
+    assert "event=node_quarantined" not in logged
 
     sim_conn.execute("DROP TRIGGER fail_at_commit ON movement_request_nodes")
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="qtg"):
-        run_batch(db, node_observer.batch)
+    observe_logged(db, caplog)
     assert "node_observer observe: SimCrash" in quarantined(sim_conn)[poison]
     said = [r.getMessage() for r in caplog.records if "event=node_quarantined" in r.getMessage()]
     assert len(said) == 1 and f"node={poison} " in said[0]
@@ -488,24 +510,18 @@ def test_the_observer_says_nothing_of_a_chunk_whose_connection_it_lost(
     # swallows the error, but the chunk's transaction is gone with it, so the
     # chunk ends as failed and no line says a node was quarantined
     [poison] = submitted(sim_conn, 1, "poison", lane="default", crash_at="observe")
-    sim_conn.execute(
-        "CREATE FUNCTION public.lose_the_connection() RETURNS trigger LANGUAGE plpgsql"
-        " SECURITY DEFINER AS $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid());"
-        " PERFORM pg_sleep(5); RETURN NEW; END $$"
-    )
-    sim_conn.execute(
-        "CREATE TRIGGER lose_the_connection BEFORE UPDATE ON movement_request_nodes"
-        " FOR EACH ROW WHEN (NEW.quarantined_at IS NOT NULL)"
-        " EXECUTE FUNCTION public.lose_the_connection()"
+    on_quarantine(
+        sim_conn,
+        "lose_the_connection",
+        "PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5);",
     )
     runner_clock(50)
 
-    with caplog.at_level(logging.INFO, logger="qtg"):
-        run_batch(db, node_observer.batch)
+    logged = observe_logged(db, caplog)
     assert poison not in quarantined(sim_conn)
-    assert "event=quarantine_failed" in caplog.text
-    assert "the transaction did not commit" in caplog.text  # the chunk's observe_failed
-    assert "event=node_quarantined" not in caplog.text
+    assert "event=quarantine_failed" in logged
+    assert "the transaction did not commit" in logged  # the chunk's observe_failed
+    assert "event=node_quarantined" not in logged
 
 
 def test_a_report_the_engine_refuses_quarantines_the_observed_node_and_not_the_others(
