@@ -163,11 +163,15 @@ def test_two_people_approve_through_the_page(
 
 def serve_as_admin(world: ApiWorld, outcome: str, lines: list[str]) -> int:
     """What a rehearsal service does with the oldest request (here as the
-    admin's login, no fork): claim it, record a rehearsal, finish it."""
+    admin's login, no fork): claim it, record a rehearsal on the registry it
+    read, finish it."""
     with world.admin() as admin:
         claimed = procs.claim_rehearsal_request().one(admin)
         summary = {"outcome": outcome, "lines": lines}
-        rehearsal_id = procs.record_rehearsal(claimed.movement_id, outcome, summary).one(admin)
+        revision = procs.rehearsal_input(claimed.movement_id).one(admin)["registry_revision"]
+        rehearsal_id = procs.record_rehearsal(
+            claimed.movement_id, outcome, summary, registry_revision=revision
+        ).one(admin)
         procs.finish_rehearsal_request(claimed.request_id, rehearsal_id, None).one(admin)
     return rehearsal_id
 
@@ -273,6 +277,37 @@ def test_a_rehearsal_is_asked_for_shown_and_its_failure_warned_of_on_the_page(
     finally:
         alice_browser.close()
         bob_browser.close()
+
+
+def test_a_rehearsal_the_registry_changed_since_is_said_outdated_on_the_page(
+    world: ApiWorld, playwright: Any, tmp_path: Path
+) -> None:
+    bob = world.people["bob"]
+    with world.client("alice") as api:
+        created = api.post(
+            "/v1/movements", json={**CREATE_EXAMPLE, "external_id": "page-registry-changed"}
+        )
+        assert created.status_code == 201, created.text
+        mid = created.json()["movement_id"]
+    with world.client("bob") as api:
+        assert api.post(f"/v1/movements/{mid}/rehearsal").status_code == 202
+    serve_as_admin(world, "passed", ["step transfer (sim): COMPLETED"])
+
+    browser = browser_of(playwright, tmp_path / "bob")
+    try:
+        page = browser.new_page()
+        sign_in(page, world.url, bob.login, bob.password)
+        page.goto(f"{world.url}/movements/{mid}")
+        assert page.inner_text("#rehearsal-outcome") == "passed"
+        assert page.locator("#rehearsal-registry-changed").count() == 0
+        with world.admin() as admin:  # the registry changes after the rehearsal
+            procs.upsert_lane_baseline("page-moved", 60).one(admin)
+        page.reload()
+        assert page.inner_text("#rehearsal-registry-changed").startswith(
+            "the registry has changed since this rehearsal ran"
+        )
+    finally:
+        browser.close()
 
 
 def test_a_priority_is_set_on_the_page_while_the_movement_is_not_finished(
