@@ -72,12 +72,12 @@ class Child:
         return code
 
 
-def reaped_cpu_seconds() -> float:
+def cpu_seconds(own: bool = False) -> float:
     """User + system CPU seconds of every child this process has spawned and
-    reaped so far (and of the descendants they reaped). The difference across
-    a run whose children were all stopped inside it is those children's CPU,
-    start-up and shutdown included."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    reaped so far (and of the descendants they reaped), or with ``own`` of
+    this process itself. The difference across a run whose children were all
+    stopped inside it is those children's CPU, start-up and shutdown included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF if own else resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 

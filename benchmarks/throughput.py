@@ -34,7 +34,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from benchmarks import engine, equal
 from benchmarks.cluster import Cluster
-from benchmarks.procs import PYTHON, QTG, Child, reaped_cpu_seconds, runner_env, spawn, wait_for
+from benchmarks.procs import PYTHON, QTG, Child, cpu_seconds, runner_env, spawn, wait_for
 from qtg_runner.workers import audit_outbox_promoter
 
 # Case 1's movements name a callback target, so the engine writes a callback
@@ -156,7 +156,7 @@ def run_engine(
         # the database clock at launch: the wall clock ends at the last movement's finished_at
         t0_db = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         cpu0 = cpu.seconds() if cpu else None
-        clients0 = reaped_cpu_seconds()
+        clients0 = cpu_seconds()
         t0 = time.monotonic()
         children = [
             spawn(
@@ -238,7 +238,7 @@ def run_engine(
             statements = top_statements(conn) if profiled else []
         finally:
             codes = [child.stop() for child in children]
-    client_cpu = reaped_cpu_seconds() - clients0
+    client_cpu = cpu_seconds() - clients0
     writes_after = row_writes(dsn, ENGINE_SCHEMAS)
     writes = _per_job(writes_before, writes_after, jobs)
     wal_drained = wal_position(dsn)
@@ -334,7 +334,7 @@ def promote_chain(dsn: str, jobs: int, writes_before: dict[str, int]) -> dict[st
         engine.bind(conn)
         cpu = equal.ServerCpu.open(poll)
         cpu0 = cpu.seconds() if cpu else None
-        own0 = _own_cpu_seconds()
+        own0 = cpu_seconds(own=True)
         events = calls = 0
         started = time.monotonic()
         while True:
@@ -347,7 +347,7 @@ def promote_chain(dsn: str, jobs: int, writes_before: dict[str, int]) -> dict[st
             events += int(row[0])
         seconds = time.monotonic() - started
         db_cpu = cpu.seconds() - cpu0 if cpu and cpu0 is not None else None
-        client_cpu = _own_cpu_seconds() - own0
+        client_cpu = cpu_seconds(own=True) - own0
     writes = _per_job(writes_before, row_writes(dsn, ENGINE_SCHEMAS), jobs)
     return {
         "events": events,
@@ -360,13 +360,6 @@ def promote_chain(dsn: str, jobs: int, writes_before: dict[str, int]) -> dict[st
         # the promoter's client side: this process, calling promote_audit
         "client_cpu_ms_per_job": round(1000 * client_cpu / jobs, 4),
     }
-
-
-def _own_cpu_seconds() -> float:
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 # -- the peers -----------------------------------------------------------------
@@ -515,7 +508,7 @@ def run_peer(
             raise RuntimeError(f"{peer}: {queued} jobs queued, expected {jobs}")
         cpu = equal.ServerCpu.open(conn)
         cpu0 = cpu.seconds() if cpu else None
-        clients0 = reaped_cpu_seconds()
+        clients0 = cpu_seconds()
         t0 = time.monotonic()
         children: list[Child] = [
             spawn(
@@ -543,7 +536,7 @@ def run_peer(
                         child.proc.wait(30)
             for child in children:
                 child.stop()
-    client_cpu = reaped_cpu_seconds() - clients0
+    client_cpu = cpu_seconds() - clients0
     wall = t_done - t0
     writes = _per_job(writes_before, row_writes(dsn, spec["schemas"]), jobs)
     return {
@@ -737,7 +730,7 @@ def run_equal_peer(
         cpu = equal.ServerCpu.open(conn)
         cpu0 = cpu.seconds() if cpu else None
         wal_before = wal_position(dsn)
-        clients0 = reaped_cpu_seconds()
+        clients0 = cpu_seconds()
         t0 = time.monotonic()
         children: list[Child] = [
             spawn(f"{slug}-work-{i}", spec["work"](dsn, sys_dsn, concurrency, i), env, log_dir)
@@ -759,7 +752,7 @@ def run_equal_peer(
                         child.proc.wait(30)
             for child in children:
                 child.stop()
-        client_cpu = reaped_cpu_seconds() - clients0
+        client_cpu = cpu_seconds() - clients0
         record = equal.check(conn, jobs)
         statements = top_statements(conn, 8) if profiled else []
     if profiled and spec["system_db"]:
