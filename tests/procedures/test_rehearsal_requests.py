@@ -31,6 +31,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
@@ -400,9 +402,10 @@ def test_the_command_says_how_it_is_called(
     assert said in refused.stderr
 
 
-def start_service(db: TestDatabase) -> subprocess.Popen[str]:
+@contextmanager
+def watching_service(db: TestDatabase) -> Iterator[subprocess.Popen[str]]:
     """`qtg rehearse --requested --watch` as an operator's process (a 600 s poll:
-    only a NOTIFY wakes it within a test)."""
+    only a NOTIFY wakes it within a test), killed if the block leaves it running."""
     env = {
         **os.environ,
         "QTG_DATABASE_URL": db.operator_dsn("testnet"),
@@ -411,13 +414,18 @@ def start_service(db: TestDatabase) -> subprocess.Popen[str]:
         "COLUMNS": "200",
     }
     command = "import sys; from qtg_cli import run; sys.argv[0] = 'qtg'; run()"
-    return subprocess.Popen(
+    service = subprocess.Popen(
         [sys.executable, "-c", command, "rehearse", "--requested", "--watch", "--poll", "600"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    try:
+        yield service
+    finally:
+        if service.poll() is None:
+            service.kill()
 
 
 def listening(db: TestDatabase, conn: Conn, service: subprocess.Popen[str]) -> int:
@@ -449,8 +457,7 @@ def test_the_watching_service_wakes_on_a_request_and_stops_on_sigterm(
     db: TestDatabase, conn: Conn
 ) -> None:
     movement_id = create(conn, DIAMOND, "m1")
-    service = start_service(db)
-    try:
+    with watching_service(db) as service:
         listening(db, conn, service)
         started = time.monotonic()
         request_id = procs.request_rehearsal(movement_id).one(person(db, "alice"))
@@ -459,9 +466,6 @@ def test_the_watching_service_wakes_on_a_request_and_stops_on_sigterm(
         assert line.startswith(f"request {request_id}: movement {movement_id}: the rehearsal"), line
         assert time.monotonic() - started < 20  # the NOTIFY woke it, not the 600 s poll
         out, _ = stop(service)
-    finally:
-        if service.poll() is None:
-            service.kill()
     assert out == "stopped: 1 rehearsal request(s) served\n"
     assert request_row(conn, request_id)["finished_at"] is not None
 
@@ -472,8 +476,7 @@ def test_the_watching_service_connects_again_after_losing_the_database(
     # a restart or a failover ends the service's session: it says so, connects
     # again, LISTENs again, and the next request's NOTIFY wakes it as before
     movement_id = create(conn, DIAMOND, "m1")
-    service = start_service(db)
-    try:
+    with watching_service(db) as service:
         first = listening(db, conn, service)
         assert conn.execute("SELECT pg_terminate_backend(%s)", (first,)).fetchone() == (True,)
         assert service.stdout is not None
@@ -484,9 +487,6 @@ def test_the_watching_service_connects_again_after_losing_the_database(
         line = service.stdout.readline()
         assert line.startswith(f"request {request_id}: movement {movement_id}: the rehearsal"), line
         out, _ = stop(service)
-    finally:
-        if service.poll() is None:
-            service.kill()
     assert out == "stopped: 1 rehearsal request(s) served\n"
     assert request_row(conn, request_id)["finished_at"] is not None
 

@@ -498,6 +498,25 @@ def test_a_rehearsal_is_recorded_on_the_registry_it_read_and_said_outdated_once_
     assert "rehearse it again" in (advised[0].hint or "")
 
 
+def test_no_network_login_sets_the_registry_revision_or_bypasses_its_triggers(
+    db: TestDatabase, conn: Conn
+) -> None:
+    # an operator who wants a stale 'passed' to read as current, a runner or a
+    # dashboard: none may write the revision, nor a registry table without it
+    operator = person(db, "olga")
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    reader = bind(db.connect(db.login("dashboard", "qtg_testnet_reader").dsn))
+    watched = ("registry_revision", "lane_baselines")
+    for login in (operator, runner, reader):
+        for attack in (
+            "UPDATE registry_revision SET revision = revision - 1",
+            "DELETE FROM registry_revision",
+            "UPDATE lane_baselines SET baseline_seconds = baseline_seconds + 1",
+            "ALTER TABLE lane_baselines DISABLE TRIGGER registry_changes",
+        ):
+            assert_rejected(login, "42501", attack, (), watched, watcher=conn)
+
+
 def test_a_rehearsal_recorded_without_its_registry_revision_is_not_known_either_way(
     conn: Conn,
 ) -> None:
