@@ -1,5 +1,12 @@
 """`python -m benchmarks` (what `make bench` runs): every case, one table, JSON and plots.
 
+Usage: python -m benchmarks [--help]. It takes no arguments; the environment
+chooses what runs. A full run takes 15-25 minutes on two cores.
+
+Cases (benchmarks/README.md says what each measures and its target):
+  1 throughput    2 DAG step latency   3 history flatness   4 pacing
+  5 runner memory 6 intake             7 in-flight scale    8 calls at the wire
+
 Environment:
   QTG_DATABASE_URL   use this server (an admin login) instead of an embedded one
   QTG_BENCH_JOBS     jobs/movements in case 1 (default 20000)
@@ -75,7 +82,7 @@ def say(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
+def case_throughput(cluster: Any, jobs: int, eg_jobs: int, log_dir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {
         "jobs": jobs,
         "engine": [],
@@ -136,7 +143,6 @@ def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
                 say(f"  failed: {run['error']}")
             out["peers"].append(run)
 
-    eg_jobs = int(os.environ.get("QTG_BENCH_EG_JOBS", "0")) or min(jobs, EQUAL_JOBS)
     for peer, setting in EQUAL_SETTINGS.items():
         if peer == "Graphile Worker":
             why = throughput.graphile_available()
@@ -180,17 +186,58 @@ def case_throughput(cluster: Any, jobs: int, log_dir: Path) -> dict[str, Any]:
     return out
 
 
-def main() -> int:
-    jobs = int(os.environ.get("QTG_BENCH_JOBS", "20000"))
-    pacing_nodes = int(os.environ.get("QTG_BENCH_PACING_NODES", str(pacing.NODES)))
-    steps = int(os.environ.get("QTG_BENCH_STEPS", "2000"))
-    load = int(os.environ.get("QTG_BENCH_LOAD", str(latency.LOAD)))
-    intake_count = int(os.environ.get("QTG_BENCH_INTAKE", "20000"))
-    wanted = {
-        c.strip()
-        for c in os.environ.get("QTG_BENCH_CASES", "1,2,3,4,5,6,7,8").split(",")
-        if c.strip()
-    }
+CASES = ("1", "2", "3", "4", "5", "6", "7", "8")
+
+
+class Usage(Exception):
+    """A call the bench does not take: said in one line, exit 2, nothing run."""
+
+
+def count_setting(name: str, default: int) -> int:
+    """The whole number > 0 in environment variable ``name`` (``default`` when unset)."""
+    given = os.environ.get(name, "").strip()
+    if not given:
+        return default
+    try:
+        value = int(given)
+    except ValueError:
+        raise Usage(f"{name} is {given!r}: give a whole number above 0") from None
+    if value <= 0:
+        raise Usage(f"{name} is {value}: give a whole number above 0")
+    return value
+
+
+def wanted_cases() -> set[str]:
+    """QTG_BENCH_CASES as a set of case numbers (every case when unset)."""
+    given = os.environ.get("QTG_BENCH_CASES", "").strip()
+    wanted = {c.strip() for c in given.split(",") if c.strip()} if given else set(CASES)
+    unknown = sorted(wanted - set(CASES))
+    if unknown or not wanted:
+        raise Usage(
+            f"QTG_BENCH_CASES is {given!r}: name cases from {', '.join(CASES)}, "
+            'separated by commas (e.g. "1,3")'
+        )
+    return wanted
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in args):
+        print(__doc__)
+        return 0
+    try:
+        if args:
+            raise Usage(f"no arguments are taken ({' '.join(args)}); the environment chooses")
+        jobs = count_setting("QTG_BENCH_JOBS", 20000)
+        pacing_nodes = count_setting("QTG_BENCH_PACING_NODES", pacing.NODES)
+        steps = count_setting("QTG_BENCH_STEPS", 2000)
+        load = count_setting("QTG_BENCH_LOAD", latency.LOAD)
+        intake_count = count_setting("QTG_BENCH_INTAKE", 20000)
+        eg_jobs = min(count_setting("QTG_BENCH_EG_JOBS", min(jobs, EQUAL_JOBS)), jobs)
+        wanted = wanted_cases()
+    except Usage as exc:
+        print(f"python -m benchmarks: {exc} (--help says more)", file=sys.stderr)
+        return 2
     out_dir = Path(os.environ.get("QTG_BENCH_OUT", HERE / "results"))
     log_dir = out_dir / "logs"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -221,7 +268,7 @@ def main() -> int:
                 results["cases"][key]["duration_s"] = round(time.monotonic() - t, 1)
             say(f"case {number} done in {time.monotonic() - t:.0f} s")
 
-        attempt("throughput", "1", case_throughput, cluster, jobs, log_dir)
+        attempt("throughput", "1", case_throughput, cluster, jobs, eg_jobs, log_dir)
         attempt("latency", "2", latency.run, cluster, steps, log_dir, load)
         attempt("history", "3", history.run, cluster)
         attempt("pacing", "4", pacing.run, cluster, pacing_nodes)
