@@ -416,7 +416,9 @@ def _finish_in_hand(conn: psycopg.Connection[Any], served: _Served) -> None:
     head = f"request {claimed.request_id}: movement {claimed.movement_id}"
     try:
         if served.recorded is not None:
-            procs.finish_rehearsal_request(claimed.request_id, served.recorded, None).one(conn)
+            procs.finish_rehearsal_request(
+                claimed.request_id, claimed.claim, served.recorded, None
+            ).one(conn)
             said = f"rehearsal {served.recorded}, finished after the database came back"
         else:
             finish(conn, claimed, LOST_IN_HAND)
@@ -474,7 +476,9 @@ def serve_one(
         assert rehearsal_id is not None
         if served is not None:
             served.recorded = rehearsal_id
-        procs.finish_rehearsal_request(claimed.request_id, rehearsal_id, None).one(conn)
+        procs.finish_rehearsal_request(claimed.request_id, claimed.claim, rehearsal_id, None).one(
+            conn
+        )
         return f"{head}: rehearsal {summary.outcome} (rehearsal {rehearsal_id})"
     finish(conn, claimed, problem)
     return f"{head}: {problem}"
@@ -485,4 +489,4 @@ def finish(conn: psycopg.Connection[Any], claimed: procs.RehearsalRequest, probl
     text = one_line(problem)
     if len(text) > MAX_PROBLEM_CHARS:
         text = text[: MAX_PROBLEM_CHARS - 3] + "..."
-    procs.finish_rehearsal_request(claimed.request_id, None, text).one(conn)
+    procs.finish_rehearsal_request(claimed.request_id, claimed.claim, None, text).one(conn)

@@ -162,7 +162,8 @@ _TABLE: tuple[QtError, ...] = (
         "Rehearsal request not the caller's to finish",
         "`finish_rehearsal_request` of a rehearsal request that does not exist, is not claimed by "
         "the calling login (never claimed, or taken over by another rehearsal service after 30 "
-        "minutes: `claim_rehearsal_request`), or is finished already with another outcome",
+        "minutes: `claim_rehearsal_request`), whose claim now is not the one given (taken over by "
+        "another service of the same login), or is finished already with another outcome",
     ),
     QtError(
         "QT030",

@@ -743,6 +743,8 @@ class RehearsalRequest:
 
     request_id: BigInt
     movement_id: BigInt
+    claim: Integer
+    """The claim's number: finish_rehearsal_request takes it back."""
 
 
 @dataclass(frozen=True)
@@ -1853,11 +1855,12 @@ def claim_rehearsal_request() -> Call[RehearsalRequest]:
 
 @procedure("operator")
 def finish_rehearsal_request(
-    request_id: BigInt, rehearsal_id: BigInt | None, problem: Text | None
+    request_id: BigInt, claim: Integer, rehearsal_id: BigInt | None, problem: Text | None
 ) -> Call[Timestamp]:
-    """Closes a request the calling login claimed, with the rehearsal it
-    recorded or the problem that kept it from recording one (exactly one);
-    the same call again answers the same. Returns when it was finished."""
+    """Closes a request the calling login claimed, by the claim's number
+    claim_rehearsal_request handed it, with the rehearsal it recorded or the
+    problem that kept it from recording one (exactly one); the same call
+    again answers the same. Returns when it was finished."""
 
 
 @procedure("operator")

@@ -496,7 +496,9 @@ def test_a_rehearsal_is_asked_for_shown_and_its_failure_advised_on_approval(
             rehearsal_id = procs.record_rehearsal(
                 mid, "failed", {"outcome": "failed", "lines": lines}, registry_revision=revision
             ).one(admin)
-            procs.finish_rehearsal_request(claimed.request_id, rehearsal_id, None).one(admin)
+            procs.finish_rehearsal_request(
+                claimed.request_id, claimed.claim, rehearsal_id, None
+            ).one(admin)
             served_by = admin.info.user
         shown = alice.get(f"/v1/movements/{mid}").json()
         assert shown["rehearsal"]["rehearsal_id"] == rehearsal_id

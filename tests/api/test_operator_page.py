@@ -172,7 +172,9 @@ def serve_as_admin(world: ApiWorld, outcome: str, lines: list[str]) -> int:
         rehearsal_id = procs.record_rehearsal(
             claimed.movement_id, outcome, summary, registry_revision=revision
         ).one(admin)
-        procs.finish_rehearsal_request(claimed.request_id, rehearsal_id, None).one(admin)
+        procs.finish_rehearsal_request(claimed.request_id, claimed.claim, rehearsal_id, None).one(
+            admin
+        )
     return rehearsal_id
 
 
@@ -268,7 +270,9 @@ def test_a_rehearsal_is_asked_for_shown_and_its_failure_warned_of_on_the_page(
         with world.admin() as admin:
             claimed = procs.claim_rehearsal_request().one(admin)
             assert claimed.movement_id == third_id
-            procs.finish_rehearsal_request(claimed.request_id, None, problem).one(admin)
+            procs.finish_rehearsal_request(claimed.request_id, claimed.claim, None, problem).one(
+                admin
+            )
         page.goto(f"{world.url}/movements/{third_id}")
         said = page.inner_text("#rehearsal-problem")
         assert said.startswith(f"the rehearsal requested by {alice.login} at 20"), said

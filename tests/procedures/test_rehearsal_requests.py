@@ -113,7 +113,7 @@ def test_a_request_is_asked_once_claimed_served_and_shown(db: TestDatabase, conn
 
     set_clock(service, 60)
     claimed = procs.claim_rehearsal_request().one(service)
-    assert claimed == procs.RehearsalRequest(request_id, movement_id)
+    assert claimed == procs.RehearsalRequest(request_id, movement_id, 1)
     assert procs.claim_rehearsal_request().one_or_none(service) is None  # its own claim too
     assert procs.request_rehearsal(movement_id).one(bob) == request_id  # still open
     shown = status(conn, movement_id)
@@ -131,11 +131,13 @@ def test_a_request_is_asked_once_claimed_served_and_shown(db: TestDatabase, conn
 
     set_clock(service, 90)
     rehearsal_id = procs.record_rehearsal(movement_id, "failed", SUMMARY).one(service)
-    finished = procs.finish_rehearsal_request(request_id, rehearsal_id, None).one(service)
+    finished = procs.finish_rehearsal_request(request_id, 1, rehearsal_id, None).one(service)
     assert finished == time_at(90)
     set_clock(service, 120)
     before = fingerprint(conn)
-    assert procs.finish_rehearsal_request(request_id, rehearsal_id, None).one(service) == finished
+    assert (
+        procs.finish_rehearsal_request(request_id, 1, rehearsal_id, None).one(service) == finished
+    )
     assert fingerprint(conn) == before
 
     shown = status(conn, movement_id)
@@ -168,9 +170,9 @@ def test_a_request_finished_with_a_problem_is_shown_with_it(db: TestDatabase, co
     service = person(db, "service")
     movement_id = pending(service)
     request_id = procs.request_rehearsal(movement_id).one(person(db, "bob"))
-    procs.claim_rehearsal_request().one(service)
+    claim = procs.claim_rehearsal_request().one(service).claim
     problem = "set QTG_RPC_A to the chains' RPC URLs: the rehearsal forks them"
-    procs.finish_rehearsal_request(request_id, None, problem).one(service)
+    procs.finish_rehearsal_request(request_id, claim, None, problem).one(service)
     shown = status(conn, movement_id)
     assert shown is not None
     assert (shown["rehearsal_id"], shown["outcome"], shown["lines"]) == (None, None, None)
@@ -198,7 +200,7 @@ def test_requests_are_refused_changing_nothing(db: TestDatabase, conn: Conn) -> 
         assert_rejected(login, "42501", "SELECT * FROM claim_rehearsal_request()", (), WATCHED,
                         watcher=conn)  # fmt: skip
         assert_rejected(
-            login, "42501", "SELECT finish_rehearsal_request(1, NULL, 'x')", (), WATCHED,
+            login, "42501", "SELECT finish_rehearsal_request(1, 1, NULL, 'x')", (), WATCHED,
             watcher=conn,
         )  # fmt: skip
     # the reader reads the requests and the view (operators are readers)
@@ -215,29 +217,32 @@ def test_a_finish_is_refused_changing_nothing(db: TestDatabase, conn: Conn) -> N
     assert procs.claim_rehearsal_request().one(service).request_id == mine
     rehearsal = procs.record_rehearsal(movement_id, "passed", {"outcome": "passed"}).one(service)
     elsewhere = procs.record_rehearsal(other_id, "passed", {"outcome": "passed"}).one(service)
-    finish = "SELECT finish_rehearsal_request(%s, %s, %s)"
+    finish = "SELECT finish_rehearsal_request(%s, %s, %s, %s)"
     refused: list[tuple[Conn, str, tuple[Any, ...]]] = [
-        (service, "QT002", (mine, None, None)),  # neither
-        (service, "QT002", (mine, rehearsal, "and a problem")),  # both
-        (service, "QT002", (mine, None, "   ")),
-        (service, "QT002", (mine, elsewhere, None)),  # another movement's
-        (service, "QT002", (mine, 2**62, None)),
-        (service, "QT005", (mine, None, "x" * 5000)),
-        (service, "QT026", (2**62, rehearsal, None)),
-        (service, "QT026", (None, rehearsal, None)),
-        (service, "QT026", (waiting, elsewhere, None)),  # not claimed
-        (other_service, "QT026", (mine, rehearsal, None)),  # another login's claim
-        (conn, "QT026", (mine, rehearsal, None)),  # the admin holds no claim either
+        (service, "QT002", (mine, 1, None, None)),  # neither
+        (service, "QT002", (mine, 1, rehearsal, "and a problem")),  # both
+        (service, "QT002", (mine, 1, None, "   ")),
+        (service, "QT002", (mine, 1, elsewhere, None)),  # another movement's
+        (service, "QT002", (mine, 1, 2**62, None)),
+        (service, "QT005", (mine, 1, None, "x" * 5000)),
+        (service, "QT026", (2**62, 1, rehearsal, None)),
+        (service, "QT026", (None, 1, rehearsal, None)),
+        (service, "QT026", (waiting, 1, elsewhere, None)),  # not claimed
+        (service, "QT026", (mine, 2, rehearsal, None)),  # a claim never handed out
+        (service, "QT026", (mine, 0, rehearsal, None)),
+        (service, "QT026", (mine, None, rehearsal, None)),
+        (other_service, "QT026", (mine, 1, rehearsal, None)),  # another login's claim
+        (conn, "QT026", (mine, 1, rehearsal, None)),  # the admin holds no claim either
     ]
     for login, code, args in refused:
         error = assert_rejected(login, code, finish, args, WATCHED, watcher=conn)
         assert error.diag.message_hint, (code, args)
-    procs.finish_rehearsal_request(mine, None, "the forks did not start").one(service)
-    for args in ((mine, rehearsal, None), (mine, None, "another problem")):
+    procs.finish_rehearsal_request(mine, 1, None, "the forks did not start").one(service)
+    for args in ((mine, 1, rehearsal, None), (mine, 1, None, "another problem")):
         error = assert_rejected(service, "QT026", finish, args, WATCHED, watcher=conn)
         assert "finished already, with the problem 'the forks did not start'" in str(error)
     assert (
-        procs.finish_rehearsal_request(mine, None, "the forks did not start").one(service)
+        procs.finish_rehearsal_request(mine, 1, None, "the forks did not start").one(service)
         == request_row(conn, mine)["finished_at"]
     )
 
@@ -288,13 +293,51 @@ def test_a_claim_older_than_30_minutes_is_taken_over(db: TestDatabase, conn: Con
     error = assert_rejected(
         dead,
         "QT026",
-        "SELECT finish_rehearsal_request(%s, %s, NULL)",
-        (request_id, rehearsal),
+        "SELECT finish_rehearsal_request(%s, %s, %s, NULL)",
+        (request_id, 1, rehearsal),
         WATCHED,
         watcher=conn,
     )
     assert f"claimed by {alive.info.user}, not yours to finish" in str(error)
-    procs.finish_rehearsal_request(request_id, rehearsal, None).one(alive)
+    procs.finish_rehearsal_request(request_id, 2, rehearsal, None).one(alive)
+
+
+def test_a_claim_taken_over_by_a_service_of_the_same_login_is_not_finished_by_the_old_one(
+    db: TestDatabase, conn: Conn
+) -> None:
+    """Two services sharing one login: the one that died (or hung) for 30 minutes
+    comes back after the other took its request over, and is refused its finish;
+    the request is the new claim's to finish, and nothing changes until then."""
+    alice = person(db, "alice")
+    movement_id = pending(alice)
+    request_id = procs.request_rehearsal(movement_id).one(alice)
+    login = db.login("service", "qtg_testnet_operator")
+    slow, fresh = (bind(db.connect(login.dsn)) for _ in range(2))
+    assert slow.info.user == fresh.info.user
+    set_clock(slow, 0)
+    old = procs.claim_rehearsal_request().one(slow)
+    set_clock(fresh, STALE + 1)
+    new = procs.claim_rehearsal_request().one(fresh)
+    assert (old.request_id, old.claim, new.request_id, new.claim) == (request_id, 1, request_id, 2)
+
+    late = procs.record_rehearsal(movement_id, "failed", {"outcome": "failed"}).one(slow)
+    for args in ((request_id, old.claim, late, None), (request_id, old.claim, None, "lost")):
+        error = assert_rejected(
+            slow,
+            "QT026",
+            "SELECT finish_rehearsal_request(%s, %s, %s, %s)",
+            args,
+            WATCHED,
+            watcher=conn,
+        )
+        assert f"held by its claim 2 (by {fresh.info.user}), not by claim 1" in str(error)
+        assert error.diag.message_hint
+    assert request_row(conn, request_id)["finished_at"] is None
+
+    rehearsal = procs.record_rehearsal(movement_id, "passed", {"outcome": "passed"}).one(fresh)
+    procs.finish_rehearsal_request(request_id, new.claim, rehearsal, None).one(fresh)
+    row = request_row(conn, request_id)
+    assert (row["rehearsal_id"], row["problem"], row["claims"]) == (rehearsal, None, 2)
 
 
 def test_requests_of_movements_no_longer_awaiting_approval_are_finished_in_passing(
@@ -313,7 +356,7 @@ def test_requests_of_movements_no_longer_awaiting_approval_are_finished_in_passi
 
     claimed = procs.claim_rehearsal_request().one(other)
 
-    assert claimed == procs.RehearsalRequest(ids[waiting], waiting)
+    assert claimed == procs.RehearsalRequest(ids[waiting], waiting, 1)
     for movement_id in (approved, cancelled):
         row = request_row(conn, ids[movement_id])
         assert (row["finished_at"], row["problem"], row["claimed_by"]) == (

@@ -827,6 +827,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "claim_rehearsal_request": {},  # the one there is claimed already: none
         "finish_rehearsal_request": {
             "p_request_id": w.rehearsal_request,
+            "p_claim": 1,
             "p_rehearsal_id": w.rehearsal,
             "p_problem": None,
         },
@@ -1379,6 +1380,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         ),
         "finish_rehearsal_request": (
             each("p_request_id", "QT026", None, -1, 0, BIGINT_MAX)
+            + each("p_claim", "QT026", None, -1, 0, 2, 2**31 - 1)  # not the claim it holds
             # neither a rehearsal nor a problem; one that does not exist
             + each("p_rehearsal_id", "QT002", None, -1, BIGINT_MAX)
             + each("p_problem", "QT002", "both", BIG_TEXT)  # with the rehearsal: both

@@ -1,11 +1,14 @@
 -- claim_rehearsal_request: the oldest open rehearsal request handed to the
 -- calling rehearsal service (`qtg rehearse --requested`, an operator's
--- login): claimed_by = session_user, claimed_at = the clock. A request is
+-- login): claimed_by = session_user, claimed_at = the clock, and the claim's
+-- number (claims, one more than before), which the service gives back to
+-- finish_rehearsal_request. A request is
 -- claimable while it is open (not finished), its movement is
 -- PENDING_APPROVAL, and it is not claimed, or was claimed more than 30
 -- minutes ago (a service that died: the rehearsal's own bound is an hour at
 -- most, its default ten minutes, so a claim that old is taken over; the
--- service that held it is then refused its finish, QT026).
+-- service that held it is then refused its finish, QT026, even when it
+-- logs in as the same login: its claim's number is an older one).
 -- In passing (bounded: at most 100 a call) it finishes the open requests
 -- nobody holds whose movement is no longer PENDING_APPROVAL (approved,
 -- cancelled, expired meanwhile), with the problem 'the movement is no longer
@@ -15,9 +18,10 @@
 -- the same request, and neither waits for the other; the movement's state is
 -- read, not locked (an approval meanwhile makes record_rehearsal refuse the
 -- rehearsal, QT020, and the service finishes the request with that).
--- Returns one row (the request and its movement), or none when nothing waits.
+-- Returns one row (the request, its movement and the claim's number), or
+-- none when nothing waits.
 CREATE OR REPLACE FUNCTION claim_rehearsal_request()
-RETURNS TABLE (request_id bigint, movement_id bigint)
+RETURNS TABLE (request_id bigint, movement_id bigint, claim integer)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
@@ -54,9 +58,9 @@ BEGIN
            FOR UPDATE OF q SKIP LOCKED
     )
     UPDATE rehearsal_requests q
-       SET claimed_by = session_user, claimed_at = v_now
+       SET claimed_by = session_user, claimed_at = v_now, claims = q.claims + 1
       FROM next
      WHERE q.id = next.id
-    RETURNING q.id, q.movement_id;
+    RETURNING q.id, q.movement_id, q.claims;
 END
 $$;

@@ -2,18 +2,26 @@
 -- service that claimed it: finished_at = the clock, with the rehearsal it
 -- recorded (record_rehearsal's id, a rehearsal of the request's movement) or
 -- the problem that kept it from recording one (the rehearsal could not run,
--- or its record was refused), exactly one of the two. Only the login that
--- holds the claim may finish it (claimed_by = session_user). The same call
--- again, once finished, answers the same and changes nothing.
+-- or its record was refused), exactly one of the two. Only the claim that
+-- holds it may finish it: the login that claimed it (claimed_by =
+-- session_user), giving back the claim's number claim_rehearsal_request
+-- handed it (p_claim). The same call again, once finished, answers the same
+-- and changes nothing.
 -- Refused, and nothing changes: QT002 both or neither of p_rehearsal_id and
 -- p_problem, a blank problem, a rehearsal that does not exist or is another
 -- movement's; QT005 a problem beyond engine_limits.max_text_bytes (4 KiB);
 -- QT026 a request that does not exist, is not claimed by the calling login
--- (never claimed, or taken over by another service after 30 minutes), or is
--- finished already with another outcome.
+-- (never claimed, or taken over by another service after 30 minutes), whose
+-- claim now is not p_claim (taken over by another service of the same login,
+-- or a number never handed out), or is finished already with another outcome.
 -- Locks: the request (FOR UPDATE).
 -- Returns when it was finished.
-CREATE OR REPLACE FUNCTION finish_rehearsal_request(p_request_id bigint, p_rehearsal_id bigint, p_problem text)
+CREATE OR REPLACE FUNCTION finish_rehearsal_request(
+    p_request_id   bigint,
+    p_claim        integer,
+    p_rehearsal_id bigint,
+    p_problem      text
+)
 RETURNS timestamptz
 LANGUAGE plpgsql
 AS $$
@@ -43,6 +51,12 @@ BEGIN
                              ELSE format('claimed by %s', v_request.claimed_by) END
             USING ERRCODE = 'QT026',
                   HINT = 'Claim a request first (claim_rehearsal_request); a claim older than 30 minutes is taken over.';
+    END IF;
+    IF v_request.claims IS DISTINCT FROM p_claim THEN
+        RAISE EXCEPTION 'rehearsal request % is held by its claim % (by %), not by claim %: not yours to finish',
+                        p_request_id, v_request.claims, v_request.claimed_by, coalesce(p_claim::text, 'NULL')
+            USING ERRCODE = 'QT026',
+                  HINT = 'Another service of the same login took the request over after 30 minutes; drop this outcome.';
     END IF;
     IF v_request.finished_at IS NOT NULL THEN
         IF (v_request.rehearsal_id, v_request.problem) IS NOT DISTINCT FROM (p_rehearsal_id, p_problem) THEN
