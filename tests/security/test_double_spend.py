@@ -11,6 +11,12 @@ intent's idempotency key):
     hoping for a fresh dispatch: refused while the intent is prepared or sent;
     recovery resubmits the prepared payload itself, which lands once.
 
+(c) claim the node in recovery (its dispatcher's lease ran out, or the
+    dispatcher was declared stopped), then report through the dispatcher's
+    calls with the recovery's secret (fail_submit retryable, release_nodes,
+    complete_submit settled), hoping for READY and a fresh intent: a
+    dispatcher's call refuses a recovery's claim (QT021) and changes nothing.
+
 Each ends with exactly one side effect. A fresh one takes two operators
 (requeue_node, tests/procedures/test_requeue_node.py).
 """
@@ -133,6 +139,70 @@ def test_not_submitted_without_evidence_is_refused_and_the_node_sent_once(
     assert procs.claim_ready_nodes("w2", 10).all(runner) == []
 
     pin_clock(runner, iso_at(120))  # the recovery lease ran out
+    assert recover_once(db, runner) == "COMPLETED"
+    assert side_effects(conn) == {claimed.node_id: [1]}
+
+
+RECOVERY_CLAIM_MISUSED = {
+    "fail_submit": "SELECT fail_submit(%(id)s, %(secret)s, 'timeout', true, 0)",
+    "fail_submit_permanent": "SELECT fail_submit(%(id)s, %(secret)s, 'gone', false)",
+    "release_nodes": "SELECT * FROM release_nodes(ARRAY[%(id)s], ARRAY[%(secret)s], 'x', 0)",
+    "complete_submit": (
+        "SELECT * FROM complete_submit_batch(ARRAY[%(id)s], ARRAY[%(secret)s], ARRAY['0xother'],"
+        " NULL, ARRAY[true])"
+    ),
+    "record_intent_prepared": (
+        "SELECT * FROM record_intent_prepared_batch(ARRAY[%(id)s], ARRAY[%(secret)s],"
+        " p_external_request_ids => ARRAY['fresh'], p_payloads => ARRAY['{}'::jsonb])"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(RECOVERY_CLAIM_MISUSED))
+@pytest.mark.parametrize("stopped", [False, True], ids=["lease_ran_out", "declared_stopped"])
+def test_a_recovery_claim_reported_as_a_dispatchers_is_refused_and_the_node_sent_once(
+    db: TestDatabase, conn: Conn, runner: Conn, how: str, stopped: bool
+) -> None:
+    add_lanes(conn, "instant")
+    create_started(conn, plan(node("a", lane="instant")), f"twice-d-{how}")
+    if stopped:  # the honest dispatcher, still working, declared stopped by the runner login
+        procs.heartbeat("node_dispatcher", "host:1:d1", "core", 5).one(runner)
+        (claimed,) = procs.claim_ready_nodes("node_dispatcher", 1, 300, "host:1:d1").all(runner)
+        work = NodeWork.from_claim(claimed, "testnet")
+
+        async def send(sim: SimExecutor) -> None:
+            prepared = await sim.prepare(work)
+            procs.record_intent_prepared(
+                claimed.node_id, claimed.claim_secret, **_recorded(prepared)
+            ).one(runner)
+            await sim.submit(work, prepared)
+
+        with_sim(db, send)
+        assert procs.worker_stopped("node_dispatcher", "host:1:d1").one(runner)
+    else:
+        claimed, _ = claimed_and_sent(db, runner)
+        pin_clock(runner, iso_at(60))  # the dispatcher's lease ran out
+    assert side_effects(conn) == {claimed.node_id: [1]}
+    (rec,) = procs.claim_recovery_nodes("evil", 1, 60).all(runner)
+    before = snapshot(conn)
+
+    refusal: tuple[str | None, str | None]
+    try:
+        rows = runner.execute(
+            RECOVERY_CLAIM_MISUSED[how], {"id": rec.node_id, "secret": rec.claim_secret}
+        ).fetchall()
+    except psycopg.Error as exc:
+        refusal = (exc.sqlstate, str(exc))
+    else:  # a batch call answers in the node's row
+        ((*_, code, message),) = rows
+        refusal = (code, message)
+    assert refusal[0] == "QT021", refusal
+    assert "held by a recovery's claim" in str(refusal[1])
+    assert snapshot(conn) == before
+    assert procs.claim_ready_nodes("w2", 10).all(runner) == []
+
+    # the node is recovery's to settle: it finds the side effect, and none is added
+    pin_clock(runner, iso_at(240))
     assert recover_once(db, runner) == "COMPLETED"
     assert side_effects(conn) == {claimed.node_id: [1]}
 

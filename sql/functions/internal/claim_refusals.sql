@@ -12,7 +12,13 @@
 --   QT030  the secret is not the node's current claim (fencing: another
 --          worker, or recovery, holds it now, or it was never this caller's),
 --          or p_live_lease and the claim's lease has run out at p_now
---   QT021  the node is in none of p_states
+--   QT021  the node is in none of p_states, or p_claims is 'dispatched' and
+--          the claim is not a dispatcher's: a dispatcher's claim writes the
+--          node's intent at its claim_token (claim_ready_nodes), a recovery's
+--          claim takes the node with the intents it has (claim_recovery_nodes)
+--          and is reported by complete_recovery alone. Taken by the
+--          dispatcher's calls, a recovery's claim would give a node whose
+--          transaction may be out back to READY, to be sent again.
 -- No message names a secret, a hash or a claim token. Internal.
 CREATE OR REPLACE FUNCTION claim_refusals(
     p_call       text,
@@ -31,6 +37,7 @@ AS $$
                WHEN n.id IS NULL THEN 'QT011'
                WHEN NOT claim_held(i.claim_hash, n.claim_hash, n.id, n.claim_token, n.xmin, p_claims) THEN 'QT030'
                WHEN NOT n.node_state = ANY (p_states) THEN 'QT021'
+               WHEN p_claims = 'dispatched' AND NOT dispatched THEN 'QT021'
                WHEN p_live_lease AND n.lease_until <= p_now THEN 'QT030'
            END,
            CASE
@@ -43,10 +50,18 @@ AS $$
                           p_call, i.node_id)
                WHEN NOT n.node_state = ANY (p_states) THEN
                    format('%s: node %s is %s, expected one of %s', p_call, i.node_id, n.node_state, p_states)
+               WHEN p_claims = 'dispatched' AND NOT dispatched THEN
+                   format('%s: node %s is held by a recovery''s claim, not a dispatcher''s: '
+                          'complete_recovery reports it', p_call, i.node_id)
                WHEN p_live_lease AND n.lease_until <= p_now THEN
                    format('%s: the claim on node %s expired at %s', p_call, i.node_id, n.lease_until)
            END
       FROM unnest(p_node_ids, p_hashes) WITH ORDINALITY AS i(node_id, claim_hash, ord)
       LEFT JOIN movement_request_nodes n ON n.id = i.node_id
+     CROSS JOIN LATERAL (
+           SELECT p_claims <> 'dispatched'
+                  OR EXISTS (SELECT 1 FROM node_intents t
+                              WHERE t.node_id = n.id AND t.claim_token = n.claim_token) AS dispatched
+           ) d
      ORDER BY i.ord;
 $$;

@@ -3,8 +3,9 @@
 -- each: QT002, and nothing is locked), hashes each secret once (claim_hash),
 -- then locks the movements of the nodes whose current claim the secret proves
 -- (claim_held, for the claims p_claims names: 'stored' by default, a
--- dispatcher's or recovery's claim; 'observed', an observer's claim of this
--- transaction; 'any'), then those nodes, each in id order (the documented lock order; id order keeps two
+-- dispatcher's or recovery's claim; 'dispatched', a dispatcher's only, for
+-- the calls of the dispatch (a recovery's claim is refused QT021);
+-- 'observed', an observer's claim of this transaction; 'any'), then those nodes, each in id order (the documented lock order; id order keeps two
 -- callers from waiting on each other in a cycle). Rows are locked by id AND
 -- proof: a node presented with a wrong secret is never locked, so a forged
 -- call neither waits for the node's owner nor holds it up. Then each element

@@ -62,7 +62,8 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO v_codes, v_messages
-      FROM lock_claimed_nodes('complete_submit', p_node_ids, p_claim_secrets, '{SUBMITTING}');
+      FROM lock_claimed_nodes('complete_submit', p_node_ids, p_claim_secrets, '{SUBMITTING}',
+                              p_claims => 'dispatched');
     -- a report beyond engine_limits is refused in its own row (QT005): the
     -- side effects of the others went out, so their reports go on
     SELECT * INTO v_codes, v_messages

@@ -38,10 +38,13 @@ BEGIN
     END IF;
     PERFORM check_args('fail_submit', p_retry_after => p_retry_after_seconds);
     PERFORM check_limits('fail_submit', p_text => ARRAY[p_error]);
-    v_node := lock_claimed_node(p_node_id, p_claim_secret, ARRAY['SUBMITTING']::qtg.node_state[], 'fail_submit');
+    v_node := lock_claimed_node(p_node_id, p_claim_secret, ARRAY['SUBMITTING']::qtg.node_state[], 'fail_submit',
+                                'dispatched');
 
-    SELECT intent_state = 'PREPARED' INTO v_prepared
-      FROM node_intents WHERE node_id = p_node_id AND claim_token = v_node.claim_token FOR UPDATE;
+    -- any of the node's intents, not only its claim's: a transaction signed
+    -- under an earlier claim may be out as well (the claim's is locked too)
+    PERFORM 1 FROM node_intents WHERE node_id = p_node_id AND claim_token = v_node.claim_token FOR UPDATE;
+    v_prepared := EXISTS (SELECT 1 FROM node_intents WHERE node_id = p_node_id AND intent_state = 'PREPARED');
     SELECT stop_reason IS NOT NULL INTO STRICT v_stopping FROM movement_requests WHERE id = v_node.request_id;
 
     v_to := CASE

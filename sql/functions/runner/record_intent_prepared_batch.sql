@@ -86,7 +86,7 @@ BEGIN
     END IF;
     SELECT * INTO v_codes, v_messages
       FROM lock_claimed_nodes('record_intent_prepared', p_node_ids, p_claim_secrets, '{SUBMITTING}',
-                              p_live_lease => true);
+                              p_live_lease => true, p_claims => 'dispatched');
     SELECT * INTO v_codes, v_messages
       FROM limit_refusals('record_intent_prepared', p_node_ids, p_payloads, p_signed_tx_hashes,
                           p_external_request_ids, v_codes, v_messages);

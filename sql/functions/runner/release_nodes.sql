@@ -62,17 +62,20 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO v_codes, v_messages
-      FROM lock_claimed_nodes('release_nodes', p_node_ids, p_claim_secrets, '{SUBMITTING}');
+      FROM lock_claimed_nodes('release_nodes', p_node_ids, p_claim_secrets, '{SUBMITTING}',
+                              p_claims => 'dispatched');
 
-    -- a prepared intent may have been signed: not a claim to give back
-    SELECT array_agg(CASE WHEN i.intent_state = 'PREPARED' THEN 'QT021' ELSE u.code END ORDER BY u.ord),
-           array_agg(CASE WHEN i.intent_state = 'PREPARED'
+    -- a prepared intent may have been signed: not a claim to give back (any
+    -- of the node's intents, not only its claim's: a transaction signed under
+    -- an earlier claim may be out as well)
+    SELECT array_agg(CASE WHEN u.code IS NULL AND p.prepared THEN 'QT021' ELSE u.code END ORDER BY u.ord),
+           array_agg(CASE WHEN u.code IS NULL AND p.prepared
                           THEN format('release_nodes: node %s has a PREPARED intent; recovery decides', u.node_id)
                           ELSE u.message END ORDER BY u.ord)
       INTO v_codes, v_messages
       FROM unnest(p_node_ids, v_codes, v_messages) WITH ORDINALITY AS u(node_id, code, message, ord)
-      LEFT JOIN movement_request_nodes n ON u.code IS NULL AND n.id = u.node_id
-      LEFT JOIN node_intents i ON i.node_id = n.id AND i.claim_token = n.claim_token;
+     CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM node_intents i
+                                         WHERE i.node_id = u.node_id AND i.intent_state = 'PREPARED') AS prepared) p;
 
     -- each node on its own (apply_each, as complete_submit_batch does): a node
     -- the engine cannot release (say its lane's wait is out of range) is
