@@ -376,6 +376,51 @@ def test_balances_that_follow_the_movements_raise_no_alert(conn: Conn, runner: C
     assert status == (Decimal("680"), "down", Decimal("680"), Decimal("680"), None)
 
 
+def test_a_drift_trips_the_breakers_an_operator_had_paused_for_a_while(
+    conn: Conn, runner: Conn
+) -> None:
+    """One operator's timed pause of the account's lane and venue, just before
+    the drift is seen, does not stand in for the drift's breakers: they become
+    the engine's, with no end, and one operator cannot resume them."""
+    at = clocks(conn, runner)
+    read(runner, BASE)
+    verify(runner)
+    confirm_baselines(conn)
+    at(10)
+    paid = run(conn, [transfer("pay", T1, T2)], "paid", "100")["pay"]
+    at(20)
+    land(conn, paid)
+    at(25)
+    with as_person(conn, "alice"):
+        procs.trip_breaker("lane", "evm", "maintenance", 15).one(conn)
+        procs.trip_breaker("venue", "evm_transfer", "maintenance", 15).one(conn)
+    at(30)
+    read(runner, {**BASE, chain("local-a", T1): "700", chain("local-a", T2): "100"})
+    assert verify(runner)[chain("local-a", T1)][0] == "DRIFT"
+    breakers = conn.execute(
+        "SELECT scope || ':' || name, tripped_by, by_operator, expires_at FROM breakers ORDER BY 1"
+    ).fetchall()
+    assert breakers == [
+        ("lane:evm", "verify_drift_worker@test", False, None),
+        ("venue:evm_transfer", "verify_drift_worker@test", False, None),
+    ]
+    audit = conn.execute(
+        "SELECT entity_id, from_state, to_state, detail ->> 'replaces_pause_by' FROM audit_outbox"
+        " WHERE entity = 'breaker' AND action = 'breaker_tripped' AND actor <> 'alice' ORDER BY id"
+    ).fetchall()
+    assert audit == [
+        ("lane:evm", "TRIPPED", "TRIPPED", "alice"),
+        ("venue:evm_transfer", "TRIPPED", "TRIPPED", "alice"),
+    ]
+    # the pause's end passes, and one operator asks to resume: still held
+    at(60)
+    with as_person(conn, "bob"):
+        assert procs.reset_breaker("lane", "evm").one(conn) == "RESET_REQUESTED"
+    held = run(conn, [transfer("pay", T2, T1)], "held", "1")["pay"]
+    assert held not in CLAIMS
+    assert "breaker" in procs.limit_held_nodes().all(conn)[0].reason
+
+
 def test_an_unexplained_loss_raises_one_alert_trips_the_breakers_and_two_operators_rebaseline(
     conn: Conn, runner: Conn
 ) -> None:

@@ -2,8 +2,14 @@
 -- scope paused): with the reason, audited as entity 'breaker' by p_actor;
 -- p_expires_at, when given, ends it by itself; p_by_operator says an
 -- operator paused it (its pauser may not resume it: reset_breaker). A
--- tripped breaker stays as it is (0 returned, nothing written); one whose
--- expires_at has passed is replaced (audited 'breaker_expired' first).
+-- tripped breaker stays as it is (0 returned, nothing written), but for an
+-- operator's pause the engine trips (p_by_operator false): the pause becomes
+-- the engine's breaker, with no end and no reset asked, which two operators
+-- reset (audited 'breaker_tripped', TRIPPED -> TRIPPED, with the pause it
+-- replaced; 1 returned). Else one operator's timed pause, or one operator
+-- resuming it, would end the breaker a failure or a drift alert tripped,
+-- which trips it once. One whose expires_at has passed is replaced (audited
+-- 'breaker_expired' first).
 -- From then on limit_holds holds that scope's READY nodes until it is reset
 -- (reset_breaker) or expires. Called by trip_breakers (repeated failures),
 -- verify_drift (a drift alert) and trip_breaker (an operator).
@@ -20,6 +26,7 @@ AS $$
 DECLARE
     v_now     timestamptz := clock();
     v_expired breakers;
+    v_paused  breakers;
 BEGIN
     DELETE FROM breakers b
      WHERE b.scope = p_scope AND b.name = p_name AND b.expires_at <= v_now
@@ -35,7 +42,27 @@ BEGIN
     VALUES (p_scope, p_name, v_now, p_actor, p_reason, p_expires_at, p_by_operator)
     ON CONFLICT (scope, name) DO NOTHING;
     IF NOT FOUND THEN
-        RETURN 0;
+        IF p_by_operator THEN
+            RETURN 0;
+        END IF;
+        -- the engine's trip outranks an operator's pause: it becomes the engine's
+        SELECT * INTO v_paused FROM breakers b
+         WHERE b.scope = p_scope AND b.name = p_name AND b.by_operator
+           FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN 0;
+        END IF;
+        UPDATE breakers b
+           SET tripped_at = v_now, tripped_by = p_actor, reason = p_reason, expires_at = p_expires_at,
+               by_operator = false, reset_requested_by = NULL, reset_requested_at = NULL
+         WHERE b.scope = p_scope AND b.name = p_name;
+        PERFORM write_audit(ARRAY[(p_actor, 'breaker', p_scope || ':' || p_name, NULL, 'breaker_tripped',
+                                   'TRIPPED', 'TRIPPED',
+                                   jsonb_build_object('reason', p_reason, 'expires_at', p_expires_at,
+                                                      'replaces_pause_by', v_paused.tripped_by,
+                                                      'pause_reason', v_paused.reason,
+                                                      'pause_expires_at', v_paused.expires_at))::qtg.audit_event]);
+        RETURN 1;
     END IF;
     PERFORM write_audit(ARRAY[(p_actor, 'breaker', p_scope || ':' || p_name, NULL, 'breaker_tripped',
                                'CLOSED', 'TRIPPED',
