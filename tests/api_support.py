@@ -69,6 +69,8 @@ def api_world(pg_server: str, template_db: str) -> Iterator[ApiWorld]:
         "runner": "qtg_testnet_runner",
         "reader": "qtg_testnet_reader",
         "stranger": "qtg_mainnet_operator",  # a login of the other network
+        "owner": "qtg_owner",  # an administrative login: the API serves it nothing
+        "root": "qtg_testnet_operator",  # made a superuser below: nor it
     }
     people: dict[str, Person] = {}
     running: Running | None = None
@@ -83,6 +85,7 @@ def api_world(pg_server: str, template_db: str) -> Iterator[ApiWorld]:
                 with admin.transaction():
                     create_login(admin, login, group, password)
                 people[person] = Person(login, password)
+            admin.execute(sql.SQL("ALTER ROLE {} SUPERUSER").format(sql.Identifier(people["root"].login)))
         # the page's live frame reloads every second: a test sees a reload in time
         config = ApiConfig(Database(server_conninfo(dsn), "testnet"), live_refresh_s=1)
         running = serve_in_thread(config)

@@ -165,7 +165,25 @@ class Database:
         return conn
 
     async def check_network(self, conn: psycopg.AsyncConnection[Any], login: str) -> None:
-        """403 unless ``login`` is a member of one of this network's roles."""
+        """403 unless ``login`` is a member of one of this network's roles, and
+        403 for an administrative login (a superuser, a role that may create
+        roles or databases, replicate or bypass row security, or a member of
+        the owner role): the API never acts as the admin, whose password may
+        be a server's default, and a superuser is a member of every role."""
+        cur = await conn.execute(
+            "SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls"
+            " OR pg_has_role(session_user, 'qtg_owner', 'MEMBER')"
+            " FROM pg_roles WHERE rolname = session_user"
+        )
+        admin = await cur.fetchone()
+        if admin is None or admin[0]:
+            raise Problem(
+                403,
+                "Administrative login",
+                f"login {login!r} is an administrative role: the API and the page serve "
+                "operators and readers only; sign in with an operator's login "
+                "(`qtg operator add`)",
+            )
         roles = {group_role(kind, net): net for net in NETWORK_MODES for kind in KINDS}
         cur = await conn.execute(
             "SELECT rolname FROM pg_roles"

@@ -268,6 +268,35 @@ def test_a_login_of_the_other_network_is_told_so(world: ApiWorld) -> None:
         assert fingerprint(admin) == before
 
 
+@pytest.mark.parametrize("who", ["root", "owner"])
+def test_an_administrative_login_is_served_nothing(world: ApiWorld, who: str) -> None:
+    """A superuser (a member of every role, the embedded server's own admin
+    among them) and a member of the owner role are refused, on the API and the
+    page, however right their password: the API never acts as the admin."""
+    admin_login = world.people[who]
+    with world.admin() as admin:
+        before = fingerprint(admin)
+    with world.client(who) as client:
+        for response in (
+            client.get("/v1/movements"),
+            client.post(
+                "/v1/movements", json={"external_id": "x", "amount": "1", "plan": ONE_NODE}
+            ),
+            client.post("/v1/pauses", json={"scope": "network", "name": "*", "reason": "x"}),
+            client.get("/metrics"),
+        ):
+            body = problem(response, 403, None)
+            assert body["title"] == "Administrative login"
+            assert admin_login.login in body["detail"]
+        page = client.post(
+            "/signin", data={"login": admin_login.login, "password": admin_login.password}
+        )
+        assert page.status_code == 403 and "administrative role" in page.text
+        assert "qtg_session" not in page.cookies
+    with world.admin() as admin:
+        assert fingerprint(admin) == before
+
+
 class Clock:
     """The throttle's clock, moved by the test."""
 
