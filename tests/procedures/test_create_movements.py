@@ -274,6 +274,14 @@ BAD_ITEMS: dict[str, tuple[dict[str, Any], str, str]] = {
     "expiry in the past": (item("x", expires_at=iso_at(-1)), "QT002", "not in the future"),
     "infinite expiry": (item("x", expires_at="infinity"), "QT005", "finite time"),
     "blank external id": (item(" "), "QT002", "external id must be 1 to 200 characters"),
+    # shown to the approver as it is: nothing that rewrites a terminal or reorders a line
+    "external id with a terminal escape": (
+        item("pay\x1b[2J\x1b[1;1Hrefund-7"),
+        "QT002",
+        "all printable",
+    ),
+    "external id with a line break": (item("a\nb"), "QT002", "all printable"),
+    "external id with a bidi override": (item("invoice-\u202e7-cod"), "QT002", "all printable"),
     "lower-case asset": (item("x", asset="usdc"), "QT002", "upper-case symbol"),
     "plan and template": (item("x", template="t"), "QT002", "exactly one"),
     "no plan": ({"external_id": "x", "amount": 1}, "QT002", "exactly one"),

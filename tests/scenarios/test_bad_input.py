@@ -84,6 +84,7 @@ T = TypeVar("T")
 
 NOW = 1000  # the world's clock: T0 + 1000 s (the submitted node is due, no lease ran out)
 BIG_TEXT = "x" * 5000  # beyond max_text_bytes (4 KiB)
+UNPRINTABLE = "done\x1b[2J\x1b[1;1Happroved"  # rewrites the terminal that shows it
 BIG_JSON = json.dumps({"log": "x" * 70_000})  # beyond max_json_bytes (64 KiB)
 BIGINT_MAX = 2**63 - 1
 BAD_NUMBERS = ("NaN", "Infinity", "-Infinity", "1e300")
@@ -1108,13 +1109,13 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "set_priority": (
             each("p_movement_id", "QT010", None, -1, BIGINT_MAX)
             + each("p_priority", "QT002", None)
-            + each("p_reason", "QT002", None, "", "  ")
+            + each("p_reason", "QT002", None, "", "  ", UNPRINTABLE)
             + each("p_reason", "QT005", BIG_TEXT)
         ),
         "requeue_node": (
             each("p_node_id", "QT011", None, -1, BIGINT_MAX)
             + each("p_node_id", "QT021", w.claimed, w.observed)
-            + each("p_reason", "QT002", None, "", "  ")
+            + each("p_reason", "QT002", None, "", "  ", UNPRINTABLE)
             + each("p_reason", "QT005", BIG_TEXT)
         ),
         "propose_lane_baseline": (
@@ -1136,7 +1137,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "approve_proposal": each("p_proposal_id", "QT013", None, -1, BIGINT_MAX),
         "reject_proposal": (
             each("p_proposal_id", "QT013", None, -1, BIGINT_MAX)
-            + each("p_reason", "QT002", None, "", " ")
+            + each("p_reason", "QT002", None, "", " ", UNPRINTABLE)
             + each("p_reason", "QT005", BIG_TEXT)
         ),
         "start_approved_movements": (
@@ -1163,7 +1164,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "release_quarantine": (
             each("p_node_id", "QT011", None, -1, BIGINT_MAX)
             + each("p_node_id", "QT021", w.claimed, w.recovering)  # not quarantined
-            + each("p_reason", "QT002", None, "", "  ")
+            + each("p_reason", "QT002", None, "", "  ", UNPRINTABLE)
             + each("p_reason", "QT005", BIG_TEXT)
         ),
         "record_intent_prepared": (
@@ -1339,7 +1340,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             # no executor; a lane, not a venue; an executor without a side effect
             + each("p_name", "QT002", None, "", "nowhere", "default", "bybit_deposit")
             + each("p_name", "QT005", BIG_TEXT)
-            + each("p_reason", "QT002", None, "", "  ")
+            + each("p_reason", "QT002", None, "", "  ", UNPRINTABLE)
             + each("p_reason", "QT005", BIG_TEXT)
         ),
         "record_balance_snapshots": (
@@ -1369,7 +1370,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_address", "QT083", "0x" + "e" * 40)
             + each("p_snapshot_id", "QT002", None)
             + each("p_snapshot_id", "QT083", -1, 2**62)
-            + each("p_reason", "QT002", None, "", "   ")
+            + each("p_reason", "QT002", None, "", "   ", UNPRINTABLE)
             + each("p_reason", "QT005", BIG_TEXT)
             + each("p_address", "QT005", BIG_TEXT)
         ),
@@ -1405,7 +1406,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         ),
         "acknowledge_drift_alert": (
             each("p_alert_id", "QT081", None, -1, 2**62)
-            + each("p_reason", "QT002", None, "", "   ")
+            + each("p_reason", "QT002", None, "", "   ", UNPRINTABLE)
             + each("p_reason", "QT005", BIG_TEXT)
         ),
         "set_balance_settings": (
@@ -1435,7 +1436,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "replay_callback": (
             each("p_callback_id", "QT070", None, -1, 0, BIGINT_MAX)
             + each("p_callback_id", "QT071", w.callback)
-            + each("p_reason", "QT002", None, "", "  ")
+            + each("p_reason", "QT002", None, "", "  ", UNPRINTABLE)
             + each("p_reason", "QT005", BIG_TEXT)
         ),
         "propose_callback_target": a_target,

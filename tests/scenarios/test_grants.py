@@ -146,6 +146,7 @@ INLINE = {
     "balance_decided",
     "apply_mask",
     "apply_rounds",
+    "unprintable",
 }
 """Internal helpers PostgreSQL inlines (no search_path of their own): granted to nobody."""
 INTERNAL = {

@@ -5,7 +5,9 @@
 --
 -- The rules, each checked over the whole set in this order; the first item
 -- that breaks the first rule broken raises, and nothing changes:
---   1. the arguments: external id 1-200 characters, amount positive (QT002),
+--   1. the arguments: external id 1-200 characters, none of them a control
+--      character or a bidirectional override (unprintable: the approver's
+--      terminal and page show it), amount positive (QT002),
 --      finite and at most engine_limits.max_amount (QT005), at most 6
 --      decimals, asset an upper-case symbol (QT002), expiry finite (QT005)
 --      and in the future, exactly one of a plan or a template, params an
@@ -70,7 +72,8 @@ BEGIN
                WITH ORDINALITY AS i(external_id, amount, plan, template, params, asset, expires_at, ord)
          CROSS JOIN LATERAL (
             SELECT CASE
-                WHEN i.external_id IS NULL OR btrim(i.external_id) = '' OR length(i.external_id) > 200 THEN 1
+                WHEN i.external_id IS NULL OR btrim(i.external_id) = '' OR length(i.external_id) > 200
+                     OR unprintable(i.external_id) THEN 1
                 WHEN i.amount IS NULL OR i.amount <= 0 THEN 2
                 -- NaN passes "<= 0"; NaN, Infinity and an amount beyond max_amount are QT005
                 WHEN number_problem('amount', i.amount, 0, v_max_amount, true) IS NOT NULL THEN 3
@@ -87,8 +90,10 @@ BEGIN
         IF FOUND THEN
             SELECT m.code, m.message, m.hint INTO v_code, v_message, v_hint
               FROM (VALUES
-                (1, 'QT002', 'external id must be 1 to 200 characters',
-                 'Pass the caller''s own id for this movement; it makes creation idempotent.'),
+                (1, 'QT002', 'external id must be 1 to 200 characters, all printable (no control character '
+                             'or bidirectional override)',
+                 'Pass the caller''s own id for this movement, one line of text without control characters; '
+                 'it makes creation idempotent.'),
                 (2, 'QT002', format('amount must be positive, got %s', coalesce(p_amounts[v_at]::text, 'NULL')),
                  'Pass the amount to move in units of the asset, e.g. 250000.5.'),
                 (3, 'QT005', v_call || ': ' || number_problem('amount', p_amounts[v_at], 0, v_max_amount, true),
@@ -315,8 +320,12 @@ BEGIN
         IF NOT p_batch OR v_at IS NULL OR v_code NOT LIKE 'QT%' THEN
             RAISE;
         END IF;
+        -- an unprintable id is named escaped (JSON's escapes), not as it is
         v_where := format('create_movements: items[%s]', v_at - 1)
-                   || coalesce(format(' (external id %s)', quote_literal(left(p_external_ids[v_at], 64))), '');
+                   || coalesce(format(' (external id %s)',
+                                      CASE WHEN unprintable(p_external_ids[v_at])
+                                           THEN to_jsonb(left(p_external_ids[v_at], 64))::text
+                                           ELSE quote_literal(left(p_external_ids[v_at], 64)) END), '');
         v_message := v_where || ': ' || regexp_replace(v_message, '^create_movements?: ', '');
         v_hint := coalesce(nullif(v_hint, ''),
                            format('Correct items[%s] and send the batch again: nothing of it was written.', v_at - 1));

@@ -57,7 +57,7 @@ BEGIN
            SELECT 1 FROM jsonb_array_elements(p_summary -> 'lines') AS l(line)
             WHERE jsonb_typeof(l.line) <> 'string'
                OR length(l.line #>> '{}') > 1000
-               OR (l.line #>> '{}') ~ '[\x01-\x1f\x7f-\x9f]')) THEN
+               OR unprintable(l.line #>> '{}'))) THEN
         RAISE EXCEPTION 'record_rehearsal: the summary''s lines must be a list of texts of at most 1000 printable characters'
             USING ERRCODE = 'QT002',
                   HINT = 'Leave out control characters (terminal escapes, tabs, line breaks): one line a text.';
