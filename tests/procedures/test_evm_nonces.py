@@ -209,6 +209,27 @@ def test_a_batch_allocates_consecutive_nonces_of_an_account_or_none(
     assert sorted(t[1] for t in transactions(conn)) == [0, 1, 9, 10]
 
 
+def test_a_record_far_ahead_of_the_accounts_next_nonce_is_refused(
+    conn: Conn, treasury: str
+) -> None:
+    """A runner login cannot push an account's nonce out of reach: bytes at
+    10**12 (signed by any key: the signature is not the engine's to check)
+    would have every later transaction of the account signed there, never
+    mined, and leave the reaper 10**12 nonces to fill."""
+    c = claims(conn, FOUR, "m1")
+    record(conn, c["a"], 0, 1)
+    before = fingerprint(conn)
+    for far in (10**12, 1 + 64 + 1):
+        (row,) = batch(conn, [(c["b"], far, 2)])
+        assert row.error_code == "QT031"
+        assert "next one (1, or up to 64 above it" in str(row.error_message)
+        assert fingerprint(conn) == before
+    assert next_nonce(conn) == 1
+    (row,) = batch(conn, [(c["b"], 1 + 64, 3)])  # the chain 64 ahead: followed
+    assert row.error_code is None
+    assert next_nonce(conn) == 66
+
+
 def test_a_record_that_never_commits_allocates_nothing(conn: Conn, treasury: str) -> None:
     c = claims(conn, TWO, "m1")
     with pytest.raises(RuntimeError), conn.transaction():

@@ -20,9 +20,13 @@
 -- nonce allocated here, in this transaction, from evm_nonces: the records of
 -- one account in a call must hold consecutive nonces from the account's next
 -- one on (or above it, when the chain's own count is ahead: the skip is in the
--- audit row); a record below it, or a call the nonces of which are not
--- consecutive, is refused for that account's nodes with QT031 (the message says
--- the next nonce: sign again at it). Compare and set on the account's row, so
+-- audit row; at most 64 above it, c_max_skip: bytes signed any further ahead
+-- could only be mined after that many transactions nobody recorded, and
+-- would leave that many nonces for the reaper to fill); a record below it or
+-- too far above it, or a call the nonces of which are not consecutive, is
+-- refused for that account's nodes with QT031 (the message says the next
+-- nonce: sign again at it). The first record of an account sets its next
+-- nonce wherever it is (the engine has no count of its own yet). Compare and set on the account's row, so
 -- concurrent dispatchers never share a nonce, and a crash before the commit
 -- allocates nothing. A PREPARED intent recorded again at its own nonce (a
 -- replacement) allocates nothing. The signed raw transaction (p_raw_txs, 0x
@@ -71,6 +75,7 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
+    c_max_skip constant integer := 64;  -- above the account's next nonce
     v_now      timestamptz := clock();
     v_n        integer := coalesce(cardinality(p_node_ids), 0);
     v_codes    text[];
@@ -208,8 +213,9 @@ BEGIN
                  ORDER BY a.chain_key, a.sender
                 ON CONFLICT (chain_key, address) DO UPDATE
                    SET next_nonce = excluded.next_nonce, updated_at = excluded.updated_at
-                 WHERE e.next_nonce <= (SELECT a.lo FROM accounts a
-                                         WHERE a.chain_key = e.chain_key AND a.sender = e.address)
+                 WHERE (SELECT a.lo FROM accounts a
+                         WHERE a.chain_key = e.chain_key AND a.sender = e.address)
+                       BETWEEN e.next_nonce AND e.next_nonce + c_max_skip
                 RETURNING e.chain_key, e.address
             ), applied AS (
                 SELECT c.*
@@ -270,8 +276,11 @@ BEGIN
                            WHEN i.refusal IS NOT NULL THEN i.reason
                            WHEN p.id IS NULL AND i.allocates AND a.node_id IS NULL THEN
                                format('record_intent_prepared: node %s: nonce %s of %s on %s is not the account''s '
-                                      'next one (%s, or the nonces of one account in a call are not consecutive): '
-                                      'sign again at the next nonce (evm_next_nonce)',
+                                      'next one (%s, or up to 64 above it where the chain''s own count is ahead; or '
+                                      'the nonces of one account in a call are not consecutive): sign again at the '
+                                      'next nonce (evm_next_nonce); a chain count more than 64 ahead means another '
+                                      'sender uses the key: an admin checks the account before moving its '
+                                      'evm_nonces row',
                                       i.node_id, i.nonce, i.sender, i.chain_key,
                                       coalesce((SELECT e.next_nonce FROM evm_nonces e
                                                  WHERE e.chain_key = i.chain_key AND e.address = i.sender)::text, 'none yet'))
