@@ -150,6 +150,7 @@ INLINE = {
 }
 """Internal helpers PostgreSQL inlines (no search_path of their own): granted to nobody."""
 INTERNAL = {
+    "keccak256",
     "abi_uint",
     "approve_movement_rows",
     "bridge_call_problem",
