@@ -85,7 +85,9 @@ def api_world(pg_server: str, template_db: str) -> Iterator[ApiWorld]:
                 with admin.transaction():
                     create_login(admin, login, group, password)
                 people[person] = Person(login, password)
-            admin.execute(sql.SQL("ALTER ROLE {} SUPERUSER").format(sql.Identifier(people["root"].login)))
+            admin.execute(
+                sql.SQL("ALTER ROLE {} SUPERUSER").format(sql.Identifier(people["root"].login))
+            )
         # the page's live frame reloads every second: a test sees a reload in time
         config = ApiConfig(Database(server_conninfo(dsn), "testnet"), live_refresh_s=1)
         running = serve_in_thread(config)

@@ -596,7 +596,10 @@ async def _mined(rpc: EvmRpc, leg: ChainLeg, receipt: Receipt) -> TxReading:
 async def _unmined(rpc: EvmRpc, leg: ChainLeg, transactions: list[Any], nonce: int) -> TxReading:
     """Not mined and the nonce is still free: pending in the pool, or dropped
     (by the pool, or by a reorganisation), then broadcast again from the
-    identical recorded bytes of the newest recorded transaction."""
+    identical recorded bytes of the newest recorded transaction the node takes
+    (an older one when it refuses the newer: bytes recorded as a replacement
+    are the engine's to check but their signature is not, so one the node
+    finds unsigned never stands in for the transaction the intent signed)."""
     for t in reversed(transactions):
         if await rpc.transaction(str(t["tx_hash"])) is not None:
             return TxReading(
@@ -605,31 +608,41 @@ async def _unmined(rpc: EvmRpc, leg: ChainLeg, transactions: list[Any], nonce: i
                 str(t["tx_hash"]),
                 leg.block_time_s,
             )
-    newest = transactions[-1]
-    tx_hash, raw = str(newest["tx_hash"]), str(newest["raw_tx"])
-    try:
-        await rpc.send_raw_transaction(bytes.fromhex(raw[2:]))
-    except RpcError as exc:
-        if exc.kind in (RpcErrorKind.ALREADY_KNOWN, RpcErrorKind.NONCE_TOO_LOW):
-            # it reached the pool, or was mined, meanwhile: read again next time
-            return TxReading(
-                "pending", {"tx_hash": tx_hash, "nonce": nonce}, tx_hash, leg.block_time_s
-            )
+    refused: RpcError | None = None
+    for t in reversed(transactions):
+        tx_hash, raw = str(t["tx_hash"]), str(t["raw_tx"])
+        try:
+            await rpc.send_raw_transaction(bytes.fromhex(raw[2:]))
+        except RpcError as exc:
+            if exc.kind in (RpcErrorKind.ALREADY_KNOWN, RpcErrorKind.NONCE_TOO_LOW):
+                # it reached the pool, or was mined, meanwhile: read again next time
+                return TxReading(
+                    "pending", {"tx_hash": tx_hash, "nonce": nonce}, tx_hash, leg.block_time_s
+                )
+            if exc.kind is RpcErrorKind.UNDERPRICED:
+                return _refused_again("foreign", exc, tx_hash, nonce)
+            refused = refused or exc
+            continue
         return TxReading(
-            "foreign" if exc.kind is RpcErrorKind.UNDERPRICED else "refused",
-            {
-                "problem": "the recorded transaction is not mined and the node refuses it again",
-                "tx_hash": tx_hash,
-                "nonce": nonce,
-                "answer": exc.message,
-            },
+            "rebroadcast",
+            {"tx_hash": tx_hash, "nonce": nonce, "rebroadcast": True},
             tx_hash,
+            leg.block_time_s,
         )
+    assert refused is not None
+    return _refused_again("refused", refused, str(transactions[-1]["tx_hash"]), nonce)
+
+
+def _refused_again(status: str, exc: RpcError, tx_hash: str, nonce: int) -> TxReading:
     return TxReading(
-        "rebroadcast",
-        {"tx_hash": tx_hash, "nonce": nonce, "rebroadcast": True},
+        status,
+        {
+            "problem": "the recorded transaction is not mined and the node refuses it again",
+            "tx_hash": tx_hash,
+            "nonce": nonce,
+            "answer": exc.message,
+        },
         tx_hash,
-        leg.block_time_s,
     )
 
 

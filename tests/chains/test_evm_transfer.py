@@ -256,6 +256,51 @@ def test_a_prepared_transfer_whose_dispatcher_died_is_rebroadcast_from_its_recor
     assert transfers_from(chain, recipient, start_block) == [(sender, 420_000)]
 
 
+def test_a_replacement_signed_by_another_key_never_stands_in_for_the_intents_bytes(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    """A runner login records a "replacement" of a prepared transfer: the same
+    call at the same nonce under higher fees, signed by a key of its own (the
+    engine checks what the bytes do and that the hash is theirs, not who signed
+    them). The node refuses those bytes when recovery broadcasts again; the
+    intent's own are broadcast instead, and the transfer lands once."""
+    from eth_account import Account
+    from eth_account.typed_transactions import TypedTransaction
+    from hexbytes import HexBytes
+
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    start_block = head(chain)
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, recipient, sender, Decimal("0.43"), "forged")
+        crash_after_record(db, world, local_chain_set, node_id)
+        intent = intent_of(world, node_id)
+        (raw,) = world.execute(
+            "SELECT raw_tx FROM evm_transactions WHERE tx_hash = %s", (intent["signed_tx_hash"],)
+        ).fetchone()
+        forged = TypedTransaction.from_bytes(HexBytes(raw)).as_dict()
+        forged["maxFeePerGas"] += 10**9
+        forged["maxPriorityFeePerGas"] += 10**9
+        signed = Account.sign_transaction(forged, Account.create().key)
+        replacement = "0x" + signed.hash.hex().removeprefix("0x")
+        runner = db.connect(db.runner_dsn("testnet"))
+        runner.execute("SET search_path = testnet, qtg")
+        assert procs.record_evm_replacement(
+            intent["id"], replacement, "0x" + signed.raw_transaction.hex().removeprefix("0x")
+        ).one(runner)
+
+        recover(db, world, local_chain_set)
+        assert rpc(chain.rpc_url, "eth_getTransactionByHash", [replacement]) is None
+        assert rpc(chain.rpc_url, "eth_getTransactionByHash", [intent["signed_tx_hash"]])
+        mine(chain)
+        state = observe_until(db, world, local_chain_set, chain, node_id)
+    finally:
+        resume()
+    assert state == "COMPLETED"
+    assert transfers_from(chain, recipient, start_block) == [(sender, 430_000)]
+
+
 def test_a_nonce_taken_by_a_transaction_never_recorded_is_left_unknown_for_an_operator(
     db: Any, world: Any, local_chain_set: LocalChainSet
 ) -> None:

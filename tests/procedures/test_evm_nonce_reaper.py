@@ -284,6 +284,12 @@ def test_a_replacement_is_appended_at_its_intents_nonce_while_its_node_is_at_wor
     refused(r, conn, "QT033", call, (c["intent_id"], *transfer(8, Fees(3 * 10**9, 2 * 10**9))))
     # another transfer (amount) at the same nonce
     refused(r, conn, "QT002", call, (c["intent_id"], *transfer(7, Fees(4 * 10**9, 2 * 10**9), 999)))
+    # the hash of another transaction (a reverted one on the chain, say) with
+    # the bytes of a real replacement: the hash must be the bytes' own
+    other, _ = transfer(7, Fees(5 * 10**9, 2 * 10**9))
+    _, raw_bumped = transfer(7, Fees(6 * 10**9, 2 * 10**9))
+    error = refused(r, conn, "QT002", call, (c["intent_id"], other, raw_bumped))
+    assert "is not the hash of the raw transaction given" in str(error)
     # a finished node (a FAILED), and no such intent
     refused(
         r, conn, "QT021", call, (world["a"]["intent_id"], *transfer(5, Fees(3 * 10**9, 2 * 10**9)))

@@ -4,7 +4,11 @@
 -- intent's signed_tx_hashes, BEFORE it is broadcast, so the observer and
 -- recovery check it and can rebroadcast its bytes.
 -- Refuses, changing nothing:
---   QT002 a malformed hash or raw transaction; bytes that do not do what the
+--   QT002 a malformed hash or raw transaction; a hash that is not the
+--         keccak-256 of the bytes (keccak256: a runner login could otherwise
+--         add to an intent the hash of any transaction on the chain, a
+--         reverted one, say, which the observer would read as the node's);
+--         bytes that do not do what the
 --         intent's first transaction does (the same chain id, recipient, value
 --         and data), or fees above the chain's caps; a hash recorded already
 --         for something else;
@@ -81,6 +85,11 @@ BEGIN
     IF EXISTS (SELECT 1 FROM evm_transactions x WHERE x.tx_hash = p_tx_hash) THEN
         RAISE EXCEPTION 'record_evm_replacement: % is recorded already for something else', p_tx_hash
             USING ERRCODE = 'QT002', HINT = 'A replacement is a transaction of its own.';
+    END IF;
+    -- last, as the dearest check (about a millisecond a 136 bytes)
+    IF '0x' || encode(keccak256(decode(substr(p_raw_tx, 3), 'hex')), 'hex') <> p_tx_hash THEN
+        RAISE EXCEPTION 'record_evm_replacement: % is not the hash of the raw transaction given', p_tx_hash
+            USING ERRCODE = 'QT002', HINT = 'Give the keccak-256 hash of the signed bytes, as signing returned it.';
     END IF;
 
     INSERT INTO evm_transactions (tx_hash, chain_key, sender, nonce, intent_id, purpose, raw_tx, recorded_by, recorded_at)
