@@ -167,9 +167,9 @@ def test_a_request_is_asked_once_claimed_served_and_shown(db: TestDatabase, conn
 
 
 def test_a_request_finished_with_a_problem_is_shown_with_it(db: TestDatabase, conn: Conn) -> None:
-    service = person(db, "service")
-    movement_id = pending(service)
-    request_id = procs.request_rehearsal(movement_id).one(person(db, "bob"))
+    service, bob = person(db, "service"), person(db, "bob")
+    movement_id = pending(bob)
+    request_id = procs.request_rehearsal(movement_id).one(bob)
     claim = procs.claim_rehearsal_request().one(service).claim
     problem = "set QTG_RPC_A to the chains' RPC URLs: the rehearsal forks them"
     procs.finish_rehearsal_request(request_id, claim, None, problem).one(service)
@@ -211,7 +211,8 @@ def test_requests_are_refused_changing_nothing(db: TestDatabase, conn: Conn) -> 
 
 def test_a_finish_is_refused_changing_nothing(db: TestDatabase, conn: Conn) -> None:
     service, other_service = person(db, "service"), person(db, "other")
-    movement_id, other_id = pending(service, "m1"), pending(service, "m2")
+    alice = person(db, "alice")
+    movement_id, other_id = pending(alice, "m1"), pending(alice, "m2")
     mine = procs.request_rehearsal(movement_id).one(service)
     waiting = procs.request_rehearsal(other_id).one(service)
     assert procs.claim_rehearsal_request().one(service).request_id == mine
@@ -245,6 +246,50 @@ def test_a_finish_is_refused_changing_nothing(db: TestDatabase, conn: Conn) -> N
         procs.finish_rehearsal_request(mine, 1, None, "the forks did not start").one(service)
         == request_row(conn, mine)["finished_at"]
     )
+
+
+def test_a_creator_serves_no_request_of_its_own_and_claims_and_finishes_are_audited(
+    db: TestDatabase, conn: Conn
+) -> None:
+    """The creator, as a rehearsal service, is not handed its own movement's
+    request (it could finish it with "not needed, approve"); another service
+    is, and its claim and its finish are in the audit log, by login."""
+    alice, bob, service = person(db, "alice"), person(db, "bob"), person(db, "service")
+    movement_id = pending(alice)
+    request_id = procs.request_rehearsal(movement_id).one(bob)
+    before = fingerprint(conn)
+    assert procs.claim_rehearsal_request().one_or_none(alice) is None
+    assert fingerprint(conn) == before
+    claimed = procs.claim_rehearsal_request().one(service)
+    assert claimed.request_id == request_id
+    error = assert_rejected(
+        service,
+        "QT002",
+        "SELECT finish_rehearsal_request(%s, %s, NULL, %s)",
+        (request_id, claimed.claim, "forks down\x1b[2J\x1b[Hpassed: approve it"),
+        WATCHED,
+        watcher=conn,
+    )
+    assert error.diag.message_hint
+    procs.finish_rehearsal_request(request_id, claimed.claim, None, "the forks did not start").one(
+        service
+    )
+    audited = conn.execute(
+        "SELECT action, actor, detail ->> 'request_id', detail ->> 'claim', detail ->> 'problem'"
+        " FROM audit_outbox WHERE entity = 'request' AND entity_id = %s"
+        " AND action IN ('rehearsal_request_claimed', 'rehearsal_request_finished') ORDER BY id",
+        (str(movement_id),),
+    ).fetchall()
+    assert audited == [
+        ("rehearsal_request_claimed", service.info.user, str(request_id), "1", None),
+        (
+            "rehearsal_request_finished",
+            service.info.user,
+            str(request_id),
+            "1",
+            "the forks did not start",
+        ),
+    ]
 
 
 def test_two_services_never_claim_the_same_request_and_neither_waits(
@@ -299,7 +344,18 @@ def test_a_claim_older_than_30_minutes_is_taken_over(db: TestDatabase, conn: Con
         watcher=conn,
     )
     assert f"claimed by {alive.info.user}, not yours to finish" in str(error)
-    procs.finish_rehearsal_request(request_id, 2, rehearsal, None).one(alive)
+    # nor is the dead service's rehearsal the live claim's to finish with
+    error = assert_rejected(
+        alive,
+        "QT002",
+        "SELECT finish_rehearsal_request(%s, %s, %s, NULL)",
+        (request_id, 2, rehearsal),
+        WATCHED,
+        watcher=conn,
+    )
+    assert "was not recorded by this claim" in str(error)
+    own = procs.record_rehearsal(movement_id, "passed", {"outcome": "passed"}).one(alive)
+    procs.finish_rehearsal_request(request_id, 2, own, None).one(alive)
 
 
 def test_a_claim_taken_over_by_a_service_of_the_same_login_is_not_finished_by_the_old_one(

@@ -7,9 +7,13 @@
 -- session_user), giving back the claim's number claim_rehearsal_request
 -- handed it (p_claim). The same call again, once finished, answers the same
 -- and changes nothing.
+-- The rehearsal must be one this claim recorded: of the request's movement,
+-- by the calling login, since the claim (not an older one of its own, nor
+-- another operator's). Audited: rehearsal_request_finished (entity request:
+-- the movement), with the request, the claim, and the rehearsal or the problem.
 -- Refused, and nothing changes: QT002 both or neither of p_rehearsal_id and
--- p_problem, a blank problem, a rehearsal that does not exist or is another
--- movement's; QT005 a problem beyond engine_limits.max_text_bytes (4 KiB);
+-- p_problem, a blank or unprintable problem, a rehearsal that does not exist,
+-- is another movement's, or was not recorded by this claim; QT005 a problem beyond engine_limits.max_text_bytes (4 KiB);
 -- QT026 a request that does not exist, is not claimed by the calling login
 -- (never claimed, or taken over by another service after 30 minutes), whose
 -- claim now is not p_claim (taken over by another service of the same login,
@@ -37,6 +41,10 @@ BEGIN
     IF btrim(p_problem) = '' THEN
         RAISE EXCEPTION 'finish_rehearsal_request: the problem is blank'
             USING ERRCODE = 'QT002', HINT = 'Say why no rehearsal was recorded.';
+    END IF;
+    IF unprintable(p_problem) THEN
+        RAISE EXCEPTION 'finish_rehearsal_request: the problem holds a control character or a bidirectional override'
+            USING ERRCODE = 'QT002', HINT = 'Say why in one line of printable text: it is shown to the operators.';
     END IF;
     PERFORM check_limits('finish_rehearsal_request', p_text => ARRAY[p_problem]);
 
@@ -73,12 +81,26 @@ BEGIN
             RAISE EXCEPTION 'rehearsal % is not a rehearsal of movement %', p_rehearsal_id, v_request.movement_id
                 USING ERRCODE = 'QT002', HINT = 'Pass the id record_rehearsal returned for the request''s movement.';
         END IF;
+        IF NOT EXISTS (SELECT 1 FROM movement_rehearsals h
+                        WHERE h.id = p_rehearsal_id AND h.recorded_by = session_user
+                          AND h.recorded_at >= v_request.claimed_at) THEN
+            RAISE EXCEPTION 'rehearsal % was not recorded by this claim of request % (by %, since %)',
+                            p_rehearsal_id, p_request_id, session_user, v_request.claimed_at
+                USING ERRCODE = 'QT002',
+                      HINT = 'Rehearse the movement now and pass the id record_rehearsal returns.';
+        END IF;
     END IF;
 
     UPDATE rehearsal_requests q
        SET finished_at = clock(), rehearsal_id = p_rehearsal_id, problem = p_problem
      WHERE q.id = p_request_id
     RETURNING q.finished_at INTO v_request.finished_at;
+    PERFORM write_audit(ARRAY[(session_user, 'request', v_request.movement_id::text, v_request.movement_id,
+                               'rehearsal_request_finished', r.request_state::text, r.request_state::text,
+                               jsonb_build_object('request_id', p_request_id, 'claim', p_claim,
+                                                  'rehearsal_id', p_rehearsal_id,
+                                                  'problem', left(p_problem, 500)))::qtg.audit_event])
+      FROM movement_requests r WHERE r.id = v_request.movement_id;
     RETURN v_request.finished_at;
 END
 $$;
