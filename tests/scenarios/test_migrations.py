@@ -96,6 +96,23 @@ def test_migrate_rollback_all_migrate(new_database: NewDatabase) -> None:
     assert _schemas(database) == QTG_SCHEMAS
 
 
+def test_a_migrated_database_gives_its_logins_no_temporary_tables(
+    new_database: NewDatabase,
+) -> None:
+    """TEMPORARY is the database's own privilege (a clone of a template does not
+    inherit it): migrated, PUBLIC has it no more, so no login of a network makes
+    temporary tables; the rollback gives it back."""
+    database = new_database(template=None)
+    migrate(database.dsn)
+    reader = database.connect(database.login("dashboard", "qtg_testnet_reader").dsn)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        reader.execute("CREATE TEMP TABLE scratch (x int)")
+    rollback_all(database.dsn)
+    migrate(database.dsn)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        reader.execute("CREATE TEMP TABLE scratch (x int)")
+
+
 def test_rollback_one_then_migrate(db: TestDatabase) -> None:
     # a clone of the template, migrated from nothing (test_template_clone_equals_fresh_install)
     assert rollback(db.dsn, 1) == [ALL_MIGRATIONS[-1]]

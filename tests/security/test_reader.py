@@ -51,6 +51,12 @@ def test_a_reader_reads_every_table_and_view_of_its_network(conn: Conn, dashboar
         "SELECT * FROM testnet.create_movement('x', 1, '{\"nodes\": []}'::jsonb)",
         "SELECT * FROM testnet.claim_ready_nodes('w', 1)",
         "SELECT * FROM qtg_sim.side_effects",
+        # what PostgreSQL gives PUBLIC by default (migration 0068_public_privileges)
+        "SELECT lo_from_bytea(0, 'a large object that outlives the session')",
+        "SELECT lo_create(0)",
+        "SELECT pg_notify('qtg_testnet_work', 'ready')",
+        "SELECT pg_try_advisory_lock('testnet.worker_heartbeats'::regclass::oid::bigint)",
+        "SELECT pg_advisory_xact_lock(1)",
     ],
 )
 def test_a_reader_writes_nothing_calls_nothing_and_sees_nothing_of_the_other_network(
