@@ -1028,7 +1028,9 @@ def mount_page(app: FastAPI, config: Any) -> None:
             + "".join(
                 f"<div class='node {e(n['state'])}' id='node-{e(n['node_key'])}'>"
                 f"<b>{e(n['node_key'])}</b><br>{e(n['executor_key'])} · "
-                f"<span class='state'>{e(n['state'])}</span></div>"
+                f"<span class='state'>{e(n['state'])}</span>"
+                + (f"<br><small class='route'>{e(n['route'])}</small>" if n.get("route") else "")
+                + "</div>"
                 for n in level
             )
             + "</div>"
@@ -1043,6 +1045,7 @@ def mount_page(app: FastAPI, config: Any) -> None:
                     "node_key",
                     "depends_on",
                     "executor_key",
+                    "route",
                     "lane",
                     "state",
                     "external_ref",

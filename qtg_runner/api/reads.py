@@ -232,7 +232,8 @@ async def nodes(conn: psycopg.AsyncConnection[Any], movement_id: int) -> list[di
     await movement(conn, movement_id)  # 404 for an unknown movement
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            """SELECT v.node_id, v.node_key, v.executor_key, v.lane, v.node_state::text AS state,
+            """SELECT v.node_id, v.node_key, v.executor_key, v.route, v.lane,
+                      v.node_state::text AS state,
                       v.depends_on, v.has_side_effect, v.submit_attempts, v.recovery_attempts,
                       v.observe_phase::text AS observe_phase, v.observe_count, v.next_observe_at,
                       v.external_ref, v.last_error, v.submitted_at, v.finished_at,

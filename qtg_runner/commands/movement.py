@@ -259,6 +259,13 @@ def show_cmd(
             wide=wide,
         )
         show(out, summary, nodes)
+        # where each step's money goes, whole, a line each: what the approver approves
+        for key, executor, route in conn.execute(
+            "SELECT node_key, executor_key, route FROM movement_nodes"
+            " WHERE movement_id = %s AND route IS NOT NULL ORDER BY node_id",
+            (movement_id,),
+        ):
+            out.print(Text(f"step {key} ({executor}): {route}"), soft_wrap=True)
         rehearsal = conn.execute(
             "SELECT rehearsal_id, outcome, recorded_by, recorded_at,"
             " jsonb_build_object('lines', lines), registry_changed FROM rehearsal_status"
