@@ -45,6 +45,6 @@ def test_each_step_shows_where_its_money_goes(
     shown: Any = CliRunner().invoke(app, ["movement", "show", str(movement_id)])
     assert shown.exit_code == 0, shown.output
     steps = [line for line in shown.stdout.splitlines() if line.startswith("step ")]
-    assert steps == [
-        f"step {key} (evm_transfer): {route}" for key, route in sorted(routes)
-    ], shown.stdout
+    assert steps == [f"step {key} (evm_transfer): {route}" for key, route in sorted(routes)], (
+        shown.stdout
+    )
