@@ -325,8 +325,9 @@ def test_a_recovery_verdict_on_a_send_names_a_transaction_it_signed(conn: Conn) 
     conn.execute(verdict, (rec.node_id, rec.claim_secret, "COMPLETED", seen, tx_hash))
 
 
-def stranded(conn: Conn) -> int:
-    """A ccip node OBSERVING whose evidence says its execution FAILED."""
+def stranded(conn: Conn, evidence_of: dict[str, str] | None = None) -> int:
+    """A ccip node OBSERVING whose evidence says its execution FAILED (of its
+    own send, or with ``evidence_of`` what the observer's report says instead)."""
     c = ccip_nodes(conn, "s")["s"]
     tx_hash, raw = send(0)
     payload = json.dumps(honest_payload(conn, c["node_id"]))
@@ -336,7 +337,7 @@ def stranded(conn: Conn) -> int:
     procs.complete_submit(c["node_id"], c["claim_secret"], tx_hash).one(conn)
     pin_clock(conn, iso_at(600))  # due, and far from the ccip lane's fatal phase
     evidence = {"ccip_state": "FAILURE", "message_id": MESSAGE, "source_chain": SOURCE,
-                "dest_chain": DEST, "source_tx": tx_hash}  # fmt: skip
+                "dest_chain": DEST, "source_tx": tx_hash} | (evidence_of or {})  # fmt: skip
     with conn.transaction():
         observed = procs.claim_observe(c["node_id"], "obs").one(conn)
         procs.complete_observe(c["node_id"], observed.claim_secret, "PENDING", evidence).one(conn)
@@ -438,6 +439,32 @@ def test_a_manual_execution_is_recorded_for_a_stranded_send_once_per_attempt(
         "SELECT count(*) FROM audit_outbox WHERE action = 'ccip_manual_execution_recorded'"
     ).fetchone()
     assert audit is not None and audit[0] == 2
+
+
+@pytest.mark.parametrize(
+    "evidence_of",
+    [
+        {"source_tx": "0x" + "3e" * 32},  # another sender's failed message on the lane
+        {"dest_chain": SOURCE, "source_chain": DEST},  # another lane
+    ],
+)
+def test_a_stranded_send_of_evidence_not_the_nodes_own_is_not_executed(
+    db: TestDatabase, conn: Conn, evidence_of: dict[str, str]
+) -> None:
+    """A runner login reports a FAILURE whose evidence points at a message that
+    is not the node's send: the reaper, whose keeper pays the gas, is handed
+    nothing to execute, and a manual execution of it is refused."""
+    register(conn)
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    node_id = stranded(conn, evidence_of)
+    assert procs.ccip_stranded_sends(10).all(runner) == []
+    first = manual(0)
+    assert_rejected(
+        runner, "QT021",
+        "SELECT record_ccip_manual_execution(%s, %s, %s, %s, %s, %s)",
+        (node_id, MESSAGE, "0x" + "4e" * 20, 0, first[0], first[1]),
+        watcher=conn,
+    )  # fmt: skip
 
 
 def test_a_stranded_send_on_a_v1_5_lane_is_left_to_an_operator(conn: Conn) -> None:

@@ -150,6 +150,7 @@ INLINE = {
 }
 """Internal helpers PostgreSQL inlines (no search_path of their own): granted to nobody."""
 INTERNAL = {
+    "ccip_own_evidence",
     "keccak256",
     "abi_uint",
     "approve_movement_rows",

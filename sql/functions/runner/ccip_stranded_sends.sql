@@ -4,7 +4,9 @@
 -- writes it from the OffRamp's ExecutionStateChanged), on a v1.6 lane (the
 -- reaper executes v1.6 OffRamps; a v1.5 lane's stranded send is left to an
 -- operator, the node stays OBSERVING with its evidence). Each with what the
--- reaper needs from the registry (never from the evidence): the source chain's
+-- evidence is the node's own send (ccip_own_evidence: its chains and a
+-- transaction its intents signed; any other is not listed), each with what
+-- the reaper needs from the registry (never from the evidence): the source chain's
 -- RPC URL's variable and the lane's OnRamp, to read the message again from
 -- the source transaction; what the destination's token pool needs with it
 -- (token_data: 'cctp', the burn's CCTP attestation, or 'none'); the
@@ -53,6 +55,7 @@ BEGIN
       JOIN chains d ON d.chain_key = n.evidence ->> 'dest_chain'
       JOIN ccip_lanes l ON l.source_chain_key = s.chain_key AND l.dest_chain_key = d.chain_key AND l.version = '1.6'
      WHERE n.executor_key = 'ccip' AND n.node_state = 'OBSERVING' AND n.evidence ->> 'ccip_state' = 'FAILURE'
+       AND ccip_own_evidence(n.id, n.node_config, n.evidence)
      ORDER BY n.id
      LIMIT p_max;
 END

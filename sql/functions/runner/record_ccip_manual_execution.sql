@@ -14,7 +14,8 @@
 --   QT014 the destination chain, the source chain's CCIP row or the send's
 --         v1.6 lane is not registered;
 --   QT021 the node is not a stranded CCIP send of that message (a ccip node
---         OBSERVING whose evidence says ccip_state FAILURE for p_message_id),
+--         OBSERVING whose evidence says ccip_state FAILURE for p_message_id,
+--         of its own send: ccip_own_evidence),
 --         or an attempt was recorded for the message and this one does not
 --         name the newest (p_replaces): another reaper recorded one meanwhile.
 -- The same hash recorded again for the same message changes nothing and
@@ -66,7 +67,8 @@ BEGIN
     END IF;
     IF v_node.executor_key <> 'ccip' OR v_node.node_state <> 'OBSERVING'
        OR v_node.evidence ->> 'ccip_state' IS DISTINCT FROM 'FAILURE'
-       OR v_node.evidence ->> 'message_id' IS DISTINCT FROM p_message_id THEN
+       OR v_node.evidence ->> 'message_id' IS DISTINCT FROM p_message_id
+       OR NOT ccip_own_evidence(v_node.id, v_node.node_config, v_node.evidence) THEN
         RAISE EXCEPTION '%: not a stranded CCIP send of message % (a ccip node %, its evidence says %)', v_what,
                         p_message_id, v_node.node_state, coalesce(v_node.evidence ->> 'ccip_state', 'nothing')
             USING ERRCODE = 'QT021', HINT = 'Execute manually only what ccip_stranded_sends lists.';
