@@ -20,6 +20,7 @@ import pytest
 from conftest import TestDatabase
 from engine import (
     add_lanes,
+    approve,
     as_person,
     bind,
     claim,
@@ -128,6 +129,41 @@ def test_a_movement_its_per_movement_limit_never_lets_pass_is_refused_at_approva
     assert refused.value.sqlstate == "QT062"
     assert "100 USDC pass the per-movement limit of 50 of lane x" in str(refused.value)
     assert fingerprint(conn) == before
+
+
+def test_a_per_movement_limit_counts_the_amount_once_for_each_step_that_pays_it(
+    conn: Conn, lane: str
+) -> None:
+    """Three parallel steps each pay the movement's 100: 300 against the limit of
+    150, refused; a step after another (a mint after its burn) moves the same
+    money on and is not counted again by the network; a lane counts each of
+    its steps."""
+    procs.set_value_limit("network", "*", None, None, 150).one(conn)
+    with as_person(conn, "alice"):
+        parallel = procs.create_movement(
+            "parallel", 100, plan=plan(node("a", lane=lane), node("b", lane=lane), node("c"))
+        ).one(conn)
+        chained = procs.create_movement(
+            "chained", 100, plan=plan(node("a"), node("b", ["a"]), node("c", ["b"]))
+        ).one(conn)
+    before = fingerprint(conn)
+    with as_person(conn, "bob"), pytest.raises(psycopg.Error) as refused:
+        procs.approve_movement(parallel.movement_id).one(conn)
+    assert refused.value.sqlstate == "QT062"
+    assert (
+        "its 100 USDC, paid by 3 steps (300 USDC in all), pass the per-movement limit of 150"
+        " of network *" in str(refused.value)
+    )
+    assert fingerprint(conn) == before
+    assert approve(conn, chained.movement_id) == "APPROVED"
+
+    procs.set_value_limit("network", "*", None, None, None).one(conn)
+    procs.set_value_limit("lane", lane, None, None, 150).one(conn)
+    with as_person(conn, "bob"), pytest.raises(psycopg.Error) as refused:
+        procs.approve_movement(parallel.movement_id).one(conn)
+    assert "paid by 2 steps (200 USDC in all), pass the per-movement limit of 150 of lane x" in (
+        str(refused.value)
+    )
 
 
 def test_a_per_movement_limit_lowered_after_approval_holds_the_larger_movement_alone(

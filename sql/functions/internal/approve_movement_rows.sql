@@ -10,8 +10,9 @@
 --     the locks are held, which is also the approval's recorded time): an
 --     error, and nothing changes for any movement of the set
 --   - over a per-movement value limit of a scope one of its side-effect
---     steps falls under (QT062): it could never be claimed; an error, and
---     nothing changes
+--     steps falls under (QT062), its amount counted once for each step that
+--     pays it there (the network: each step that starts a payment): it could
+--     never be claimed; an error, and nothing changes
 --   - created by the caller (four eyes): refused, left as it is, and the
 --     refusal kept as an `approval_refused` audit row; reported in its row
 --     (error_code QT022) and, with p_warn, as a WARNING with SQLSTATE QT022
@@ -40,6 +41,7 @@ DECLARE
     v_id       bigint;
     v_state    qtg.request_state;
     v_amount   numeric;
+    v_payers   bigint;
     v_scope    text;
     v_name     text;
     v_limit    numeric;
@@ -81,22 +83,43 @@ BEGIN
 
     -- a movement a per-movement limit of one of its steps' scopes can never let pass
     -- (each movement by its key: sql/README.md, "Statistics lag the work"; none
-    -- read at all while no per-movement limit is set)
-    SELECT r.id, r.amount, l.scope, l.name, l.max_per_movement INTO v_id, v_amount, v_scope, v_name, v_limit
+    -- read at all while no per-movement limit is set). Every side-effect step
+    -- pays the movement's amount: a scope's share is the amount times its steps
+    -- there (a lane's, a venue's), and the network's the amount times the steps
+    -- that start a payment (no side-effect step before them: a mint after its
+    -- burn, a withdrawal after its deposit move the same money on), so that
+    -- three parallel transfers of 100 are 300 against the limit, not 100
+    SELECT r.id, r.amount, o.payers, l.scope, l.name, l.max_per_movement
+      INTO v_id, v_amount, v_payers, v_scope, v_name, v_limit
       FROM unnest(p_movement_ids) WITH ORDINALITY AS i(id, ord)
      CROSS JOIN LATERAL (SELECT m.* FROM movement_requests m WHERE m.id = i.id OFFSET 0) r
-      JOIN movement_request_nodes n ON n.request_id = r.id AND n.has_side_effect
-      JOIN value_limits l ON r.amount > l.max_per_movement
-                         AND ((l.scope = 'lane' AND l.name = n.lane)
-                           OR (l.scope = 'venue' AND l.name = n.executor_key)
-                           OR l.scope = 'network')
+     CROSS JOIN LATERAL (
+           SELECT s.scope, s.name, count(*) AS payers
+             FROM movement_request_nodes n
+            CROSS JOIN LATERAL (
+                  VALUES ('lane', n.lane), ('venue', n.executor_key),
+                         ('network', CASE WHEN NOT EXISTS (
+                              WITH RECURSIVE up(id) AS (
+                                  SELECT e.parent_node_id FROM movement_plan_edges e WHERE e.child_node_id = n.id
+                                  UNION
+                                  SELECT e.parent_node_id FROM movement_plan_edges e JOIN up ON e.child_node_id = up.id)
+                              SELECT 1 FROM up JOIN movement_request_nodes p ON p.id = up.id WHERE p.has_side_effect)
+                              THEN '*' END)) AS s(scope, name)
+            WHERE n.request_id = r.id AND n.has_side_effect AND s.name IS NOT NULL
+            GROUP BY s.scope, s.name) o
+      JOIN value_limits l ON l.scope = o.scope AND l.name = o.name AND r.amount * o.payers > l.max_per_movement
      WHERE r.request_state = 'PENDING_APPROVAL'
        AND EXISTS (SELECT 1 FROM value_limits x WHERE x.max_per_movement IS NOT NULL)
      ORDER BY i.ord
      LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'movement %: its % USDC pass the per-movement limit of % of % %: it could never start',
-                        v_id, trim_scale(v_amount), trim_scale(v_limit), v_scope, v_name
+        RAISE EXCEPTION 'movement %: its % USDC% pass the per-movement limit of % of % %: it could never start',
+                        v_id, trim_scale(v_amount),
+                        CASE WHEN v_payers > 1
+                             THEN format(', paid by %s steps (%s USDC in all),', v_payers,
+                                         trim_scale(v_amount * v_payers))
+                             ELSE '' END,
+                        trim_scale(v_limit), v_scope, v_name
             USING ERRCODE = 'QT062',
                   HINT = 'Cancel it and create smaller movements, or have the admin raise the limit (set_value_limit).';
     END IF;

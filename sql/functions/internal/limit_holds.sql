@@ -3,7 +3,9 @@
 -- because of a value limit or a tripped breaker,
 -- and why. For the side-effect nodes only, per scope that has a row in
 -- value_limits (its lane, its venue = executor, the network '*'):
---   max_per_movement  the node's movement amount is above it
+--   max_per_movement  the node's movement amount is above it (approval
+--                     counts it once per paying step, approve_movement_rows;
+--                     a limit lowered after approval holds by the amount)
 --   max_in_flight     what is in flight in the scope (SUBMITTING, SUBMITTED,
 --                     OBSERVING, UNKNOWN side-effect nodes) plus this node and
 --                     every node before it in p_node_ids would pass it
