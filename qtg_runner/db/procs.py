@@ -531,6 +531,8 @@ class StrandedCcipSend:
     max_fee_per_gas: NumericValue
     max_priority_fee_per_gas: NumericValue
     attempts: Annotated[list[Any], Pg("jsonb")]
+    sender: Text
+    """The node's sender: the source transaction's receipt must be its."""
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ from qtg_runner.chains.evm import (
     Fees,
     eip1559_transaction,
     estimate_gas,
+    normalize_address,
     suggest_fees,
 )
 from qtg_runner.chains.evm_rpc import (
@@ -531,7 +532,7 @@ async def read_recorded(rpc: EvmRpc, leg: ChainLeg, work: NodeWork) -> TxReading
         if isinstance(settled, TxReading):
             return settled  # final or reverted at its finality depth: read once
     async with chain_errors(leg.chain_key):
-        found = await _receipt_of(rpc, hashes)
+        found = await _receipt_of(rpc, leg, hashes)
         if found is None:
             account_nonce = await rpc.transaction_count(
                 leg.sender, "latest", max_age_s=shared_for(leg)
@@ -539,7 +540,7 @@ async def read_recorded(rpc: EvmRpc, leg: ChainLeg, work: NodeWork) -> TxReading
             if account_nonce <= nonce:
                 return await _unmined(rpc, leg, transactions, nonce)
             # mined between the two reads, or taken by another transaction
-            found = await _receipt_of(rpc, hashes)
+            found = await _receipt_of(rpc, leg, hashes)
             if found is None:
                 return TxReading(
                     "foreign",
@@ -554,11 +555,16 @@ async def read_recorded(rpc: EvmRpc, leg: ChainLeg, work: NodeWork) -> TxReading
         return await _mined(rpc, leg, found)
 
 
-async def _receipt_of(rpc: EvmRpc, hashes: list[str]) -> Receipt | None:
-    """The receipt of any recorded hash (the newest replacement first)."""
+async def _receipt_of(rpc: EvmRpc, leg: ChainLeg, hashes: list[str]) -> Receipt | None:
+    """The receipt of any recorded hash (the newest replacement first) that the
+    leg's sender signed: bytes recorded as a replacement are checked in SQL for
+    what they do and their hash, not for who signed them, so a transaction of
+    another account at that nonce is never read as the node's."""
     for tx_hash in reversed(hashes):
         receipt = await rpc.receipt(tx_hash)
-        if receipt is not None:
+        if receipt is not None and normalize_address(receipt.sender) == normalize_address(
+            leg.sender
+        ):
             return receipt
     return None
 

@@ -62,6 +62,7 @@ from qtg_runner.chains.evm import (
     FeeCapExceeded,
     RpcError,
     RpcErrorKind,
+    normalize_address,
     sign,
     suggest_fees,
 )
@@ -232,6 +233,12 @@ async def _message(
     receipt = await source.receipt(row.source_tx)
     if receipt is None:
         raise ValueError(f"the source transaction {row.source_tx} has no receipt")
+    if normalize_address(receipt.sender) != normalize_address(row.sender):
+        # recorded bytes are checked for what they do, not for who signed them
+        raise ValueError(
+            f"the source transaction {row.source_tx} is {receipt.sender}'s, not the node's "
+            f"sender {row.sender}: nothing is executed for it"
+        )
     for log in receipt.logs:
         if log.address == row.source_onramp and log.topics[:1] == (CCIP_MESSAGE_SENT_TOPIC,):
             sent = SentMessage.from_log(

@@ -22,6 +22,7 @@ broadcast sends the recorded bytes, once."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -541,6 +542,23 @@ def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_an
         return int(str(answer), 16)
 
     assert offramp_state() == 3  # getExecutionState(source selector, sequence number): FAILURE
+
+    # a source transaction signed by another account than the node's sender is
+    # never executed by hand (SQL checks what recorded bytes do, not who signed
+    # them): here the node's sender made another, and the keeper pays nothing
+    node_from = (
+        "UPDATE movement_request_nodes SET node_config = jsonb_set(node_config, '{from}', %s)"
+    )
+    with world.transaction():
+        world.execute("SET LOCAL session_replication_role = replica")  # configs are frozen
+        world.execute(node_from + " WHERE id = %s", (json.dumps(recipient), node_id))
+    assert reap(db, local_chain_set, iris) == 0
+    assert world.execute(
+        "SELECT count(*) FROM ccip_manual_executions WHERE node_id = %s", (node_id,)
+    ).fetchone() == (0,)
+    with world.transaction():
+        world.execute("SET LOCAL session_replication_role = replica")
+        world.execute(node_from + " WHERE id = %s", (json.dumps(sender), node_id))
 
     # the reaper dies between its record and its broadcast: recorded, not sent
     def dies() -> None:

@@ -31,6 +31,7 @@ from engine import (
     plan,
     wait_until_blocked_on_a_lock,
 )
+from eth_hash.auto import keccak
 from evm_rows import (
     AMOUNT_UNITS,
     approve_calldata,
@@ -54,8 +55,14 @@ TWO = transfer_plan(CHAIN, ALICE_ACCOUNT, RECIPIENT, "a", "b")
 FOUR = transfer_plan(CHAIN, ALICE_ACCOUNT, RECIPIENT, "a", "b", "c", "d")
 
 
-def tx_hash(n: int) -> str:
-    return "0x" + f"{n:064x}"
+def hash_of(raw_tx: str) -> str:
+    """The transaction hash of signed bytes: their keccak-256, as the engine checks it."""
+    return "0x" + keccak(bytes.fromhex(raw_tx[2:])).hex()
+
+
+def tx_hash(nonce: int, n: int) -> str:
+    """The hash of raw(nonce, n)."""
+    return hash_of(raw(nonce, n))
 
 
 def raw(nonce: int, n: int) -> str:
@@ -84,7 +91,7 @@ def record(
         claimed["node_id"],
         claimed["claim_secret"],
         nonce=nonce,
-        signed_tx_hash=tx_hash(n),
+        signed_tx_hash=tx_hash(nonce, n),
         chain_key=CHAIN,
         sender=sender,
         raw_tx=raw(nonce, n),
@@ -96,7 +103,7 @@ def batch(conn: Conn, items: list[tuple[dict[str, Any], int, int]]) -> list[Any]
         [c["node_id"] for c, _, _ in items],
         [c["claim_secret"] for c, _, _ in items],
         [nonce for _, nonce, _ in items],
-        [tx_hash(n) for _, _, n in items],
+        [tx_hash(nonce, n) for _, nonce, n in items],
         None,
         None,
         [CHAIN] * len(items),
@@ -130,7 +137,7 @@ def test_the_first_record_allocates_from_its_nonce_and_the_next_must_follow(
         CHAIN,
         ALICE_ACCOUNT,
     )
-    assert transactions(conn) == [(tx_hash(1), 5, "intent", intent_a)]
+    assert transactions(conn) == [(tx_hash(5, 1), 5, "intent", intent_a)]
 
     # b signed at the nonce a holds: refused, nothing of it kept
     error = assert_rejected(
@@ -138,7 +145,7 @@ def test_the_first_record_allocates_from_its_nonce_and_the_next_must_follow(
         "QT031",
         "SELECT record_intent_prepared(%s, %s, p_nonce => 5, p_signed_tx_hash => %s,"
         " p_chain_key => %s, p_sender => %s, p_raw_tx => %s)",
-        (c["b"]["node_id"], c["b"]["claim_secret"], tx_hash(2), CHAIN, ALICE_ACCOUNT, raw(5, 2)),
+        (c["b"]["node_id"], c["b"]["claim_secret"], tx_hash(5, 2), CHAIN, ALICE_ACCOUNT, raw(5, 2)),
     )
     assert "next one (6" in str(error)
     assert intent_row(conn, c["b"]["node_id"])["intent_state"] == "CLAIMED"
@@ -156,16 +163,19 @@ def test_a_replacement_at_its_own_nonce_allocates_nothing_and_keeps_every_transa
     record(conn, c["a"], 0, 2)  # a fee bump: same nonce, new bytes
     assert next_nonce(conn) == 1
     assert transactions(conn) == [
-        (tx_hash(1), 0, "intent", intent_id),
-        (tx_hash(2), 0, "replacement", intent_id),
+        (tx_hash(0, 1), 0, "intent", intent_id),
+        (tx_hash(0, 2), 0, "replacement", intent_id),
     ]
-    assert intent_row(conn, c["a"]["node_id"])["signed_tx_hashes"] == [tx_hash(1), tx_hash(2)]
+    assert intent_row(conn, c["a"]["node_id"])["signed_tx_hashes"] == [
+        tx_hash(0, 1),
+        tx_hash(0, 2),
+    ]
     # the claim hands the transactions back in the order they were recorded
     document = conn.execute("SELECT intent_document(%s)", (c["a"]["node_id"],)).fetchone()
     assert document is not None
     assert [(t["tx_hash"], t["raw_tx"], t["purpose"]) for t in document[0]["transactions"]] == [
-        (tx_hash(1), raw(0, 1), "intent"),
-        (tx_hash(2), raw(0, 2), "replacement"),
+        (tx_hash(0, 1), raw(0, 1), "intent"),
+        (tx_hash(0, 2), raw(0, 2), "replacement"),
     ]
     # the same bytes recorded again change nothing
     record(conn, c["a"], 0, 2)
@@ -175,17 +185,48 @@ def test_a_replacement_at_its_own_nonce_allocates_nothing_and_keeps_every_transa
         conn,
         "QT021",
         "SELECT record_intent_prepared(%s, %s, p_nonce => 1, p_signed_tx_hash => %s,"
-        " p_chain_key => %s, p_sender => %s)",
-        (c["a"]["node_id"], c["a"]["claim_secret"], tx_hash(3), CHAIN, ALICE_ACCOUNT),
+        " p_chain_key => %s, p_sender => %s, p_raw_tx => %s)",
+        (c["a"]["node_id"], c["a"]["claim_secret"], tx_hash(1, 3), CHAIN, ALICE_ACCOUNT, raw(1, 3)),
     )
     procs.upsert_treasury_account(CHAIN, OTHER, "env:OTHER_KEY").one(conn)
     assert_rejected(
         conn,
         "QT021",
         "SELECT record_intent_prepared(%s, %s, p_nonce => 0, p_signed_tx_hash => %s,"
-        " p_chain_key => %s, p_sender => %s)",
-        (c["a"]["node_id"], c["a"]["claim_secret"], tx_hash(3), CHAIN, OTHER),
+        " p_chain_key => %s, p_sender => %s, p_raw_tx => %s)",
+        (c["a"]["node_id"], c["a"]["claim_secret"], tx_hash(0, 3), CHAIN, OTHER, raw(0, 3)),
     )
+
+
+@pytest.mark.parametrize("with_bytes", [True, False], ids=["other_bytes", "no_bytes"])
+def test_a_recorded_hash_is_the_hash_of_its_bytes(
+    conn: Conn, treasury: str, with_bytes: bool
+) -> None:
+    """A runner login records, for a prepared intent at its nonce, the hash of
+    another transaction on the chain (a reverted one, which the observer would
+    read as the node's): with the bytes of a real fee bump, or with none.
+    Refused, and nothing changes."""
+    c = claims(conn, TWO, "m1")
+    record(conn, c["a"], 0, 1)
+    before = fingerprint(conn)
+    foreign = "0x" + "dd" * 32
+    error = assert_rejected(
+        conn,
+        "QT002",
+        "SELECT record_intent_prepared(%s, %s, p_nonce => 0, p_signed_tx_hash => %s,"
+        " p_chain_key => %s, p_sender => %s, p_raw_tx => %s)",
+        (
+            c["a"]["node_id"],
+            c["a"]["claim_secret"],
+            foreign,
+            CHAIN,
+            ALICE_ACCOUNT,
+            raw(0, 2) if with_bytes else None,
+        ),
+    )
+    said = "is not the hash of the raw transaction" if with_bytes else "hash and bytes together"
+    assert said in str(error)
+    assert fingerprint(conn) == before
 
 
 def test_a_batch_allocates_consecutive_nonces_of_an_account_or_none(
@@ -260,7 +301,7 @@ def test_a_malformed_or_foreign_record_is_refused_and_changes_nothing(
     c = claims(conn, TWO, "m1")
     given = {
         "p_nonce": 0,
-        "p_signed_tx_hash": tx_hash(1),
+        "p_signed_tx_hash": tx_hash(0, 1),
         "p_chain_key": CHAIN,
         "p_sender": ALICE_ACCOUNT,
         "p_raw_tx": raw(0, 1),
@@ -303,7 +344,7 @@ def test_two_dispatchers_at_one_nonce_never_share_it(
     thread.join(timeout=10)
     assert outcome == {"sqlstate": "QT031"}
     assert next_nonce(conn) == 1
-    assert [(t[0], t[1]) for t in transactions(conn)] == [(tx_hash(1), 0)]
+    assert [(t[0], t[1]) for t in transactions(conn)] == [(tx_hash(0, 1), 0)]
     assert intent_row(conn, c["b"]["node_id"])["intent_state"] == "CLAIMED"
     first.close()
     second.close()
@@ -404,7 +445,7 @@ def test_a_transfer_node_records_only_its_own_transfer(
                 c["a"]["node_id"],
                 c["a"]["claim_secret"],
                 0,
-                tx_hash(1),
+                tx_hash(0, 1),
                 CHAIN,
                 ALICE_ACCOUNT,
                 bytes_(),
@@ -427,7 +468,7 @@ def test_a_bridge_node_calls_a_registered_bridge_or_approves_it_for_its_amount(
     def attempt(key: str, nonce: int, raw_tx: str) -> None:
         conn.execute(
             RECORD,
-            (c[key]["node_id"], c[key]["claim_secret"], nonce, tx_hash(nonce + 1), CHAIN,
+            (c[key]["node_id"], c[key]["claim_secret"], nonce, hash_of(raw_tx), CHAIN,
              ALICE_ACCOUNT, raw_tx),
         )  # fmt: skip
 
@@ -444,7 +485,7 @@ def test_a_bridge_node_calls_a_registered_bridge_or_approves_it_for_its_amount(
             conn,
             "QT032",
             RECORD,
-            (c[key]["node_id"], c[key]["claim_secret"], 2, tx_hash(9), CHAIN, ALICE_ACCOUNT,
-             call(CHAIN_ID, 2, to, data)[1]),
+            (c[key]["node_id"], c[key]["claim_secret"], 2, call(CHAIN_ID, 2, to, data)[0], CHAIN,
+             ALICE_ACCOUNT, call(CHAIN_ID, 2, to, data)[1]),
         )  # fmt: skip
     assert next_nonce(conn) == 2

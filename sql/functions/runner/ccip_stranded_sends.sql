@@ -11,7 +11,9 @@
 -- the source transaction; what the destination's token pool needs with it
 -- (token_data: 'cctp', the burn's CCTP attestation, or 'none'); the
 -- destination chain (id, RPC URL's variable, fee caps) and the lane's
--- OffRamp; and the manual executions recorded for the message so far,
+-- OffRamp; the node's sender (its config's from: the source transaction's
+-- receipt must be its, since SQL checks what recorded bytes do, not who signed
+-- them); and the manual executions recorded for the message so far,
 -- oldest first ({tx_hash, nonce, executor, raw_tx}), so a reaper that died
 -- before its broadcast sends the recorded bytes instead of new ones.
 -- QT002 p_max outside 1..1000. Reads only (the partial index
@@ -32,7 +34,8 @@ RETURNS TABLE (
     dest_offramp             text,
     max_fee_per_gas          numeric,
     max_priority_fee_per_gas numeric,
-    attempts                 jsonb
+    attempts                 jsonb,
+    sender                   text
 )
 LANGUAGE plpgsql STABLE
 AS $$
@@ -49,7 +52,8 @@ BEGIN
            coalesce((SELECT jsonb_agg(jsonb_build_object('tx_hash', m.tx_hash, 'nonce', m.nonce,
                                                          'executor', m.executor, 'raw_tx', m.raw_tx) ORDER BY m.id)
                        FROM ccip_manual_executions m
-                      WHERE m.message_id = n.evidence ->> 'message_id'), '[]'::jsonb)
+                      WHERE m.message_id = n.evidence ->> 'message_id'), '[]'::jsonb),
+           n.node_config ->> 'from'
       FROM movement_request_nodes n
       JOIN chains s ON s.chain_key = n.evidence ->> 'source_chain'
       JOIN chains d ON d.chain_key = n.evidence ->> 'dest_chain'

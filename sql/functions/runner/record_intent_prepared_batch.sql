@@ -32,7 +32,9 @@
 -- replacement) allocates nothing. The signed raw transaction (p_raw_txs, 0x
 -- hex, at most 128 KiB) goes into evm_transactions with its hash before
 -- anything is broadcast; a raw transaction needs its hash, nonce and account
--- (QT002). QT014: the account is not a treasury account of a registered chain.
+-- (QT002), and an EVM record its bytes, whose keccak256 the hash must be
+-- (QT002; about a millisecond a record). QT014: the account is not a
+-- treasury account of a registered chain.
 -- The raw transaction is read here, not taken on the runner's word
 -- (intent_tx_problem): signed for the chain's id, at the nonce recorded with
 -- it, under the chain's fee caps (QT002), and calling only what the registry
@@ -125,10 +127,11 @@ BEGIN
                            WHEN g.signed_tx_hash IS NULL AND g.external_request_id IS NULL AND g.payload IS NULL THEN
                                'QT002 record_intent_prepared: give a signed tx hash, an external request id or a payload'
                            WHEN (g.chain_key IS NULL) <> (g.sender IS NULL)
-                                OR (g.chain_key IS NOT NULL AND (g.nonce IS NULL OR g.signed_tx_hash IS NULL))
+                                OR (g.chain_key IS NOT NULL
+                                    AND (g.nonce IS NULL OR g.signed_tx_hash IS NULL OR g.raw_tx IS NULL))
                                 OR (g.raw_tx IS NOT NULL AND g.chain_key IS NULL) THEN
                                format('QT002 record_intent_prepared: node %s: a signed transaction is recorded with '
-                                      'its chain, sender, nonce and hash together', g.node_id)
+                                      'its chain, sender, nonce, hash and bytes together', g.node_id)
                            WHEN g.chain_key IS NOT NULL AND g.signed_tx_hash !~ '^0x[0-9a-f]{64}$' THEN
                                format('QT002 record_intent_prepared: node %s: a transaction hash is 0x and 64 '
                                       'lower-case hex digits', g.node_id)
@@ -143,7 +146,14 @@ BEGIN
                                      WHERE a.chain_key = g.chain_key AND a.address = g.sender) THEN
                                format('QT014 record_intent_prepared: node %s: %s is not a treasury account of chain %s '
                                       'on this network', g.node_id, g.sender, g.chain_key)
-                           ELSE coalesce(tx.problem, route.problem)
+                           -- last, as the dearest: the hash is the bytes' own (a hash of any
+                           -- transaction on the chain, a reverted one, would be read as the node's)
+                           ELSE coalesce(tx.problem, route.problem,
+                                         CASE WHEN '0x' || encode(keccak256(decode(substr(g.raw_tx, 3), 'hex')), 'hex')
+                                                   <> g.signed_tx_hash
+                                              THEN format('QT002 record_intent_prepared: node %s: %s is not the hash of '
+                                                          'the raw transaction given', g.node_id, g.signed_tx_hash)
+                                         END)
                        END AS refused
                   FROM given g
                   -- what the signed bytes do, read from them: their chain, nonce, fees and call
