@@ -7,7 +7,7 @@ BEGIN
         SELECT p.oid::regprocedure::text
           FROM pg_proc p
          WHERE p.pronamespace = 'pg_catalog'::regnamespace
-           AND (p.proname IN ('pg_notify', 'lo_create', 'lo_creat', 'lo_from_bytea')
+           AND (p.proname IN ('pg_notify', 'lo_create', 'lo_creat', 'lo_from_bytea', 'pg_logical_emit_message')
                 OR (p.proname LIKE 'pg%advisory%lock%' AND p.proname NOT LIKE '%unlock%'))
          ORDER BY 1
     LOOP

@@ -113,6 +113,32 @@ def test_a_migrated_database_gives_its_logins_no_temporary_tables(
         reader.execute("CREATE TEMP TABLE scratch (x int)")
 
 
+def test_an_admin_that_is_not_a_superuser_is_told_what_public_keeps(
+    new_database: NewDatabase,
+) -> None:
+    """On a managed server the admin is no superuser: it cannot take from
+    PUBLIC what pg_catalog's owner gave (PostgreSQL only warns), and the
+    migration says so in a warning with what to ask for, instead of passing
+    in silence or failing the upgrade."""
+    database = new_database()
+    with psycopg.connect(database.dsn, autocommit=True) as admin:
+        admin.execute("GRANT EXECUTE ON FUNCTION pg_notify(text, text) TO PUBLIC")
+        role = f"managed_admin_{database.name}"[:63]
+        admin.execute(f'CREATE ROLE "{role}" NOSUPERUSER IN ROLE qtg_owner')
+        warnings: list[str] = []
+        admin.add_notice_handler(lambda d: warnings.append(d.message_primary or ""))
+        try:
+            with admin.transaction():
+                admin.execute(f'SET LOCAL ROLE "{role}"')
+                admin.execute((sql_dir() / "schemas" / "0068_public_privileges.sql").read_text())
+        finally:
+            admin.execute(f'DROP ROLE "{role}"')
+        assert any(w.startswith("PUBLIC keeps TEMPORARY") for w in warnings), warnings
+        assert admin.execute(
+            "SELECT has_function_privilege('public', 'pg_notify(text, text)', 'EXECUTE')"
+        ).fetchone() == (True,)
+
+
 def test_rollback_one_then_migrate(db: TestDatabase) -> None:
     # a clone of the template, migrated from nothing (test_template_clone_equals_fresh_install)
     assert rollback(db.dsn, 1) == [ALL_MIGRATIONS[-1]]
