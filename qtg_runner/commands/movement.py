@@ -35,7 +35,7 @@ from qtg_runner.commands.common import (
     read_json_file,
     resolve_network,
 )
-from qtg_runner.commands.tables import Grid, WideOption, cell, show
+from qtg_runner.commands.tables import Grid, WideOption, cell, printable, show
 from qtg_runner.config import load_settings
 from qtg_runner.db import procs
 from qtg_runner.db.embedded import database_url
@@ -265,7 +265,7 @@ def show_cmd(
             " WHERE movement_id = %s AND route IS NOT NULL ORDER BY node_id",
             (movement_id,),
         ):
-            out.print(Text(f"step {key} ({executor}): {route}"), soft_wrap=True)
+            out.print(Text(printable(f"step {key} ({executor}): {route}")), soft_wrap=True)
         rehearsal = conn.execute(
             "SELECT rehearsal_id, outcome, recorded_by, recorded_at,"
             " jsonb_build_object('lines', lines), registry_changed FROM rehearsal_status"

@@ -24,6 +24,7 @@ evenly to the ``text`` columns.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -170,9 +171,23 @@ class Grid:
         return shown, [widths[i] for i in shown]
 
 
+UNPRINTABLE = re.compile(
+    "[\x01-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]"
+)
+"""The characters a terminal does not print as themselves: SQL's unprintable()
+(sql/functions/inline/unprintable.sql), which a test holds this to."""
+
+
+def printable(text: str) -> str:
+    """``text`` with every character UNPRINTABLE names written as its escape
+    (a backslash and x1b, u202e): what a runner or a caller stored is shown,
+    never obeyed, by the terminal that prints it."""
+    return UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
 def cell(value: Any) -> str:
     """A value as a cell's text: numbers without trailing zeros, times to the
-    second in UTC, lists comma-joined."""
+    second in UTC, lists comma-joined, texts printable()."""
     if value is None:
         return ""
     if isinstance(value, Decimal) and value.is_finite():
@@ -182,8 +197,8 @@ def cell(value: Any) -> str:
     if isinstance(value, timedelta):
         return str(value - timedelta(microseconds=value.microseconds))
     if isinstance(value, list):
-        return ",".join(map(str, value))
-    return str(value)
+        return printable(",".join(map(str, value)))
+    return printable(str(value))
 
 
 def show(console: Console, *renderables: RenderableType) -> None:
