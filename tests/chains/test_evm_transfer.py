@@ -256,18 +256,39 @@ def test_a_prepared_transfer_whose_dispatcher_died_is_rebroadcast_from_its_recor
     assert transfers_from(chain, recipient, start_block) == [(sender, 420_000)]
 
 
-def test_a_replacement_signed_by_another_key_never_stands_in_for_the_intents_bytes(
-    db: Any, world: Any, local_chain_set: LocalChainSet
-) -> None:
-    """A runner login records a "replacement" of a prepared transfer: the same
-    call at the same nonce under higher fees, signed by a key of its own (the
-    engine checks what the bytes do and that the hash is theirs, not who signed
-    them). The node refuses those bytes when recovery broadcasts again; the
-    intent's own are broadcast instead, and the transfer lands once."""
+def forged_replacement(db: Any, world: Any, node_id: int) -> tuple[str, str, str, int]:
+    """As a runner login, a "replacement" of the node's prepared transfer
+    recorded: the same call at the same nonce under higher fees, signed by a
+    key of its own (the engine checks what the bytes do and that the hash is
+    theirs, not who signed them). Its hash, its raw bytes, the key's address
+    and the nonce."""
     from eth_account import Account
     from eth_account.typed_transactions import TypedTransaction
     from hexbytes import HexBytes
 
+    intent = intent_of(world, node_id)
+    (raw,) = world.execute(
+        "SELECT raw_tx FROM evm_transactions WHERE tx_hash = %s", (intent["signed_tx_hash"],)
+    ).fetchone()
+    forged = TypedTransaction.from_bytes(HexBytes(raw)).as_dict()
+    forged["maxFeePerGas"] += 10**9
+    forged["maxPriorityFeePerGas"] += 10**9
+    attacker = Account.create()
+    signed = Account.sign_transaction(forged, attacker.key)
+    replacement = "0x" + signed.hash.hex().removeprefix("0x")
+    raw_hex = "0x" + signed.raw_transaction.hex().removeprefix("0x")
+    runner = db.connect(db.runner_dsn("testnet"))
+    runner.execute("SET search_path = testnet, qtg")
+    assert procs.record_evm_replacement(intent["id"], replacement, raw_hex).one(runner)
+    return replacement, raw_hex, attacker.address, int(forged["nonce"])
+
+
+def test_a_replacement_signed_by_another_key_never_stands_in_for_the_intents_bytes(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    """A forged replacement (forged_replacement) is refused by the node when
+    recovery broadcasts again; the intent's own bytes are broadcast instead,
+    and the transfer lands once."""
     chain = local_chain_set.chains[0]
     sender, recipient = (k.address for k in local_chain_set.treasury)
     start_block = head(chain)
@@ -275,30 +296,46 @@ def test_a_replacement_signed_by_another_key_never_stands_in_for_the_intents_byt
     try:
         _, node_id = start_transfer(world, chain.key, recipient, sender, Decimal("0.43"), "forged")
         crash_after_record(db, world, local_chain_set, node_id)
-        intent = intent_of(world, node_id)
-        (raw,) = world.execute(
-            "SELECT raw_tx FROM evm_transactions WHERE tx_hash = %s", (intent["signed_tx_hash"],)
-        ).fetchone()
-        forged = TypedTransaction.from_bytes(HexBytes(raw)).as_dict()
-        forged["maxFeePerGas"] += 10**9
-        forged["maxPriorityFeePerGas"] += 10**9
-        signed = Account.sign_transaction(forged, Account.create().key)
-        replacement = "0x" + signed.hash.hex().removeprefix("0x")
-        runner = db.connect(db.runner_dsn("testnet"))
-        runner.execute("SET search_path = testnet, qtg")
-        assert procs.record_evm_replacement(
-            intent["id"], replacement, "0x" + signed.raw_transaction.hex().removeprefix("0x")
-        ).one(runner)
+        replacement, _, _, _ = forged_replacement(db, world, node_id)
 
         recover(db, world, local_chain_set)
         assert rpc(chain.rpc_url, "eth_getTransactionByHash", [replacement]) is None
-        assert rpc(chain.rpc_url, "eth_getTransactionByHash", [intent["signed_tx_hash"]])
+        assert rpc(
+            chain.rpc_url, "eth_getTransactionByHash", [intent_of(world, node_id)["signed_tx_hash"]]
+        )
         mine(chain)
         state = observe_until(db, world, local_chain_set, chain, node_id)
     finally:
         resume()
     assert state == "COMPLETED"
     assert transfers_from(chain, recipient, start_block) == [(sender, 430_000)]
+
+
+def test_a_forged_replacement_reverted_from_another_account_never_fails_the_node(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    """The forged replacement mined, and reverted (its account holds no USDC),
+    from the attacker's own funded account at the intent's nonce number: its
+    receipt is not the node's sender's, and recovery does not take it for the
+    node's reverted transfer (the node stays at work, not FAILED)."""
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, recipient, sender, Decimal("0.44"), "rev")
+        crash_after_record(db, world, local_chain_set, node_id)
+        replacement, raw_hex, attacker, nonce = forged_replacement(db, world, node_id)
+        rpc(chain.rpc_url, "anvil_setBalance", [attacker, hex(10**18)])
+        rpc(chain.rpc_url, "anvil_setNonce", [attacker, hex(nonce)])
+        rpc(chain.rpc_url, "eth_sendRawTransaction", [raw_hex])
+        mine(chain, 10)  # past any finality depth
+        receipt = rpc(chain.rpc_url, "eth_getTransactionReceipt", [replacement])
+        assert receipt is not None and int(receipt["status"], 16) == 0
+
+        recover(db, world, local_chain_set)
+    finally:
+        resume()
+    assert node_state(world, node_id) in ("SUBMITTED", "OBSERVING")
 
 
 def test_a_nonce_taken_by_a_transaction_never_recorded_is_left_unknown_for_an_operator(

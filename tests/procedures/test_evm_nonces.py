@@ -198,9 +198,16 @@ def test_a_replacement_at_its_own_nonce_allocates_nothing_and_keeps_every_transa
     )
 
 
+def runner_login(db: TestDatabase) -> Conn:
+    """The network's runner login, its clock pinned with the test's."""
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    pin_clock(runner, T0.isoformat())
+    return runner
+
+
 @pytest.mark.parametrize("with_bytes", [True, False], ids=["other_bytes", "no_bytes"])
 def test_a_recorded_hash_is_the_hash_of_its_bytes(
-    conn: Conn, treasury: str, with_bytes: bool
+    db: TestDatabase, conn: Conn, treasury: str, with_bytes: bool
 ) -> None:
     """A runner login records, for a prepared intent at its nonce, the hash of
     another transaction on the chain (a reverted one, which the observer would
@@ -211,7 +218,7 @@ def test_a_recorded_hash_is_the_hash_of_its_bytes(
     before = fingerprint(conn)
     foreign = "0x" + "dd" * 32
     error = assert_rejected(
-        conn,
+        runner_login(db),
         "QT002",
         "SELECT record_intent_prepared(%s, %s, p_nonce => 0, p_signed_tx_hash => %s,"
         " p_chain_key => %s, p_sender => %s, p_raw_tx => %s)",
@@ -223,6 +230,7 @@ def test_a_recorded_hash_is_the_hash_of_its_bytes(
             ALICE_ACCOUNT,
             raw(0, 2) if with_bytes else None,
         ),
+        watcher=conn,
     )
     said = "is not the hash of the raw transaction" if with_bytes else "hash and bytes together"
     assert said in str(error)
@@ -251,7 +259,7 @@ def test_a_batch_allocates_consecutive_nonces_of_an_account_or_none(
 
 
 def test_a_record_far_ahead_of_the_accounts_next_nonce_is_refused(
-    conn: Conn, treasury: str
+    db: TestDatabase, conn: Conn, treasury: str
 ) -> None:
     """A runner login cannot push an account's nonce out of reach: bytes at
     10**12 (signed by any key: the signature is not the engine's to check)
@@ -260,13 +268,14 @@ def test_a_record_far_ahead_of_the_accounts_next_nonce_is_refused(
     c = claims(conn, FOUR, "m1")
     record(conn, c["a"], 0, 1)
     before = fingerprint(conn)
+    runner = runner_login(db)
     for far in (10**12, 1 + 64 + 1):
-        (row,) = batch(conn, [(c["b"], far, 2)])
+        (row,) = batch(runner, [(c["b"], far, 2)])
         assert row.error_code == "QT031"
         assert "next one (1, or up to 64 above it" in str(row.error_message)
         assert fingerprint(conn) == before
     assert next_nonce(conn) == 1
-    (row,) = batch(conn, [(c["b"], 1 + 64, 3)])  # the chain 64 ahead: followed
+    (row,) = batch(runner, [(c["b"], 1 + 64, 3)])  # the chain 64 ahead: followed
     assert row.error_code is None
     assert next_nonce(conn) == 66
 
