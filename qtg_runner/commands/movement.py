@@ -239,13 +239,16 @@ def show_cmd(
         )
         cur = conn.execute(
             "SELECT node_id, node_key, depends_on, executor_key, lane, node_state, observe_phase,"
-            " observe_count, next_observe_at, external_ref, last_error"
+            " observe_count, next_observe_at, external_ref, last_error, route"
             " FROM movement_nodes WHERE movement_id = %s ORDER BY node_id",
             (movement_id,),
         )
-        nodes = rows_table(
-            cur,
+        names = [c.name for c in cur.description or ()][:-1]  # the route: lines of its own
+        rows = cur.fetchall()
+        nodes = Grid(
             "nodes",
+            names,
+            [[cell(value) for value in row[:-1]] for row in rows],
             text=["node_key", "depends_on", "external_ref", "last_error"],
             drop=[
                 "observe_count",
@@ -260,12 +263,10 @@ def show_cmd(
         )
         show(out, summary, nodes)
         # where each step's money goes, whole, a line each: what the approver approves
-        for key, executor, route in conn.execute(
-            "SELECT node_key, executor_key, route FROM movement_nodes"
-            " WHERE movement_id = %s AND route IS NOT NULL ORDER BY node_id",
-            (movement_id,),
-        ):
-            out.print(Text(printable(f"step {key} ({executor}): {route}")), soft_wrap=True)
+        for row in rows:
+            if row[-1] is not None:
+                step = f"step {row[1]} ({row[3]}): {row[-1]}"
+                out.print(Text(printable(step)), soft_wrap=True)
         rehearsal = conn.execute(
             "SELECT rehearsal_id, outcome, recorded_by, recorded_at,"
             " jsonb_build_object('lines', lines), registry_changed FROM rehearsal_status"
