@@ -4,12 +4,7 @@
 -- its observation window (not counted as time observing), held_reason: why
 -- its last poll was held back (NULL once a poll is made).
 CREATE OR REPLACE VIEW in_flight_nodes AS
-SELECT node.id AS node_id,
-       node.request_id AS movement_id,
-       request.external_id,
-       node.node_key,
-       node.executor_key,
-       node.lane,
+SELECT node.node_id, node.movement_id, node.external_id, node.node_key, node.executor_key, node.lane,
        node.node_state,
        node.observe_phase,
        node.observe_count,
@@ -21,8 +16,7 @@ SELECT node.id AS node_id,
        clock() - coalesce(node.submitted_at, node.claimed_at) AS in_flight_for,
        node.observe_held_seconds AS held_seconds,
        node.observe_held_reason AS held_reason
-  FROM movement_request_nodes node
-  JOIN movement_requests request ON request.id = node.request_id
+  FROM all_nodes node
  WHERE node.node_state IN ('SUBMITTING', 'SUBMITTED', 'OBSERVING', 'UNKNOWN')
    -- the same nodes, as the partial indexes hold them (observable, recoverable,
    -- quarantined): the view reads the nodes in flight, not every node

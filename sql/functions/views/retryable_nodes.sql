@@ -4,19 +4,13 @@
 -- already (another operator applies it), NULL when nobody has. Read through
 -- the FAILED nodes' partial index, not every node.
 CREATE OR REPLACE VIEW retryable_nodes AS
-SELECT node.id AS node_id,
-       node.request_id AS movement_id,
-       request.external_id,
-       node.node_key,
-       node.executor_key,
-       node.lane,
+SELECT node.node_id, node.movement_id, node.external_id, node.node_key, node.executor_key, node.lane,
        node.last_error,
        node.finished_at AS failed_at,
        (SELECT r.requested_by FROM requeue_requests r
-         WHERE r.node_id = node.id AND r.still_applies
+         WHERE r.node_id = node.node_id AND r.still_applies
          ORDER BY r.requeue_id DESC LIMIT 1) AS retry_asked_by
-  FROM movement_request_nodes node
-  JOIN movement_requests request ON request.id = node.request_id
+  FROM all_nodes node
  WHERE node.node_state = 'FAILED'
-   AND NOT EXISTS (SELECT 1 FROM node_retry_refusals x WHERE x.node_id = node.id)
- ORDER BY node.finished_at DESC, node.id DESC;
+   AND NOT EXISTS (SELECT 1 FROM node_retry_refusals x WHERE x.node_id = node.node_id)
+ ORDER BY node.finished_at DESC, node.node_id DESC;

@@ -13,12 +13,7 @@
 --                              health report (within 5 minutes) says DOWN
 --   READY for over 5 minutes   no dispatcher is taking work
 CREATE OR REPLACE VIEW stuck_nodes AS
-SELECT node.id AS node_id,
-       node.request_id AS movement_id,
-       request.external_id,
-       node.node_key,
-       node.executor_key,
-       node.lane,
+SELECT node.node_id, node.movement_id, node.external_id, node.node_key, node.executor_key, node.lane,
        node.node_state,
        node.observe_phase,
        CASE
@@ -45,8 +40,7 @@ SELECT node.id AS node_id,
        clock() - node.updated_at AS stuck_for,
        node.last_error,
        node.claimed_by
-  FROM movement_request_nodes node
-  JOIN movement_requests request ON request.id = node.request_id
+  FROM all_nodes node
   LEFT JOIN executor_health health
          ON health.executor_key = node.executor_key AND health.status = 'DOWN'
         AND health.checked_at > clock() - interval '5 minutes' AND node.node_state = 'READY'

@@ -6,19 +6,13 @@
 -- instead: it waits for an operator, not for the clock. Read through the
 -- READY nodes' partial index, not every node.
 CREATE OR REPLACE VIEW waiting_nodes AS
-SELECT node.id AS node_id,
-       node.request_id AS movement_id,
-       request.external_id,
-       node.node_key,
-       node.executor_key,
-       node.lane,
+SELECT node.node_id, node.movement_id, node.external_id, node.node_key, node.executor_key, node.lane,
        node.not_before,
        extract(epoch FROM node.not_before - clock()) AS seconds_left,
        node.submit_attempts,
        node.last_error
-  FROM movement_request_nodes node
-  JOIN movement_requests request ON request.id = node.request_id
+  FROM all_nodes node
  WHERE node.node_state = 'READY'
    AND node.quarantined_at IS NULL
    AND node.not_before > clock()
- ORDER BY node.not_before, node.id;
+ ORDER BY node.not_before, node.node_id;
