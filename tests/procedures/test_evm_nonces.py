@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -278,6 +279,44 @@ def test_a_record_far_ahead_of_the_accounts_next_nonce_is_refused(
     (row,) = batch(runner, [(c["b"], 1 + 64, 3)])  # the chain 64 ahead: followed
     assert row.error_code is None
     assert next_nonce(conn) == 66
+
+
+def test_an_account_skips_at_most_64_nonces_a_day(
+    db: TestDatabase, conn: Conn, treasury: str
+) -> None:
+    """Each skip above the account's next nonce leaves gaps the reaper fills
+    with paid self-transfers: a runner login recording 64 ahead claim after
+    claim would have the treasury pay 64 fills a claim. The skips of an
+    account count toward 64 a day; the next day counts anew."""
+    c = claims(conn, FOUR, "m1")
+    record(conn, c["a"], 0, 1)
+    runner = runner_login(db)
+    pin_clock(runner, T0.isoformat())
+    (row,) = batch(runner, [(c["b"], 1 + 40, 2)])  # 40 skipped: followed
+    assert row.error_code is None
+    assert next_nonce(conn) == 42
+    before = fingerprint(conn)
+    (row,) = batch(runner, [(c["c"], 42 + 25, 3)])  # 65 in the day: refused
+    assert row.error_code == "QT031"
+    assert "at most 64 skipped nonces a day: 40 skipped since" in str(row.error_message)
+    assert fingerprint(conn) == before
+    (row,) = batch(runner, [(c["c"], 42 + 24, 4)])  # 64 in the day: followed
+    assert row.error_code is None
+    (row,) = batch(runner, [(c["d"], 67 + 1, 5)])  # one more in the day: refused
+    assert row.error_code == "QT031"
+    assert next_nonce(conn) == 67
+    assert conn.execute("SELECT skipped_today FROM evm_accounts").fetchone() == (64,)
+    next_day = (T0 + timedelta(hours=24, seconds=1)).isoformat()
+    pin_clock(conn, next_day)
+    pin_clock(runner, next_day)
+    c2 = claims(conn, TWO, "m2")
+    (row,) = batch(runner, [(c2["a"], 67 + 1, 6)])  # the next day: followed
+    assert row.error_code is None
+    assert conn.execute("SELECT skipped_nonces, skipped_since FROM evm_nonces").fetchone() == (
+        1,
+        T0 + timedelta(hours=24, seconds=1),
+    )
+    assert conn.execute("SELECT skipped_today FROM evm_accounts").fetchone() == (1,)
 
 
 def test_a_record_that_never_commits_allocates_nothing(conn: Conn, treasury: str) -> None:

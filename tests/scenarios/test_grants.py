@@ -139,6 +139,7 @@ ADMIN = {
 }
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INLINE = {
+    "skip_count",
     "audit_canonical",
     "audit_row_hash",
     "balance_state",

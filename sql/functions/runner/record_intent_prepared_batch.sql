@@ -22,7 +22,10 @@
 -- one on (or above it, when the chain's own count is ahead: the skip is in the
 -- audit row; at most 64 above it, c_max_skip: bytes signed any further ahead
 -- could only be mined after that many transactions nobody recorded, and
--- would leave that many nonces for the reaper to fill); a record below it or
+-- would leave that many nonces for the reaper to fill, each a paid
+-- self-transfer; and at most 64 skipped nonces an account in a day,
+-- evm_nonces.skipped_nonces since skipped_since, skip_count: each claim
+-- could skip 64 again); a record below it or
 -- too far above it, or a call the nonces of which are not consecutive, is
 -- refused for that account's nodes with QT031 (the message says the next
 -- nonce: sign again at it). The first record of an account sets its next
@@ -222,10 +225,22 @@ BEGIN
                  WHERE a.consecutive
                  ORDER BY a.chain_key, a.sender
                 ON CONFLICT (chain_key, address) DO UPDATE
-                   SET next_nonce = excluded.next_nonce, updated_at = excluded.updated_at
-                 WHERE (SELECT a.lo FROM accounts a
-                         WHERE a.chain_key = e.chain_key AND a.sender = e.address)
-                       BETWEEN e.next_nonce AND e.next_nonce + c_max_skip
+                   SET next_nonce = excluded.next_nonce, updated_at = excluded.updated_at,
+                       -- a skip (the call's first nonce above the account's next)
+                       -- adds to the account's day of skips, or starts a day
+                       skipped_nonces = skip_count(e.skipped_nonces, e.skipped_since, v_now,
+                                                   (SELECT a.lo FROM accounts a
+                                                     WHERE a.chain_key = e.chain_key AND a.sender = e.address)
+                                                   - e.next_nonce),
+                       skipped_since = CASE WHEN (SELECT a.lo FROM accounts a
+                                                   WHERE a.chain_key = e.chain_key AND a.sender = e.address)
+                                                 = e.next_nonce
+                                              OR e.skipped_since > v_now - interval '24 hours'
+                                            THEN e.skipped_since ELSE v_now END
+                 WHERE skip_count(e.skipped_nonces, e.skipped_since, v_now,
+                                  (SELECT a.lo FROM accounts a
+                                    WHERE a.chain_key = e.chain_key AND a.sender = e.address)
+                                  - e.next_nonce) <= c_max_skip
                 RETURNING e.chain_key, e.address
             ), applied AS (
                 SELECT c.*
@@ -286,20 +301,21 @@ BEGIN
                            WHEN i.refusal IS NOT NULL THEN i.reason
                            WHEN p.id IS NULL AND i.allocates AND a.node_id IS NULL THEN
                                format('record_intent_prepared: node %s: nonce %s of %s on %s is not the account''s '
-                                      'next one (%s, or up to 64 above it where the chain''s own count is ahead; or '
-                                      'the nonces of one account in a call are not consecutive): sign again at the '
-                                      'next nonce (evm_next_nonce); a chain count more than 64 ahead means another '
-                                      'sender uses the key: an admin checks the account before moving its '
-                                      'evm_nonces row',
+                                      'next one (%s, or up to 64 above it where the chain''s own count is ahead, '
+                                      'at most 64 skipped nonces a day: %s skipped since %s; or the nonces of one '
+                                      'account in a call are not consecutive): sign again at the next nonce '
+                                      '(evm_next_nonce); a chain count further ahead means another sender uses the '
+                                      'key: an admin checks the account before moving its evm_nonces row',
                                       i.node_id, i.nonce, i.sender, i.chain_key,
-                                      coalesce((SELECT e.next_nonce FROM evm_nonces e
-                                                 WHERE e.chain_key = i.chain_key AND e.address = i.sender)::text, 'none yet'))
+                                      coalesce(e.next_nonce::text, 'none yet'), coalesce(e.skipped_nonces, 0),
+                                      coalesce(e.skipped_since::text, 'never'))
                            WHEN p.id IS NULL THEN
                                format('record_intent_prepared: node %s has no open intent for its current claim', i.node_id)
                        END AS message
                   FROM checked i
                   LEFT JOIN applied a ON a.node_id = i.node_id
                   LEFT JOIN prepared p ON p.node_id = i.node_id
+                  LEFT JOIN evm_nonces e ON e.chain_key = i.chain_key AND e.address = i.sender
                  CROSS JOIN audited
             )
             SELECT array_agg(CASE WHEN a.ord IS NULL THEN v_codes[o.ord] ELSE a.code END ORDER BY o.ord),

@@ -4,7 +4,10 @@
 -- about to be, the oldest first signed when), and the nonces it left open
 -- (held only by failed or abandoned intents, with no fill and not found
 -- closed on the chain: the evm_nonce_reaper's work; a number that stays above
--- 0 means later transactions of the account may be stuck behind it).
+-- 0 means later transactions of the account may be stuck behind it), and
+-- skipped_today: the nonces its records skipped in its day of skips (the
+-- chain's count ahead of the engine's; at most 64 a day, each a fill the
+-- reaper pays for), 0 once that day has ended.
 -- What is out is read from the nodes in flight, as their partial indexes hold
 -- them (an account's SUBMITTED intents are its whole history); the open nonces
 -- from the account's settled mark up (evm_nonce_marks: none is open under it).
@@ -42,7 +45,9 @@ SELECT e.chain_key,
            AND NOT EXISTS (SELECT 1 FROM evm_closed_nonces c
                             WHERE c.chain_key = i.chain_key AND c.address = i.sender AND c.nonce = i.nonce))
            AS open_nonces,
-       e.updated_at AS last_allocated_at
+       e.updated_at AS last_allocated_at,
+       CASE WHEN e.skipped_since > clock() - interval '24 hours' THEN e.skipped_nonces ELSE 0 END
+           AS skipped_today
   FROM evm_nonces e
   JOIN treasury_accounts t ON t.chain_key = e.chain_key AND t.address = e.address
   LEFT JOIN evm_nonce_marks m ON m.chain_key = e.chain_key AND m.address = e.address
