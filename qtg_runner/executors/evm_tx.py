@@ -605,18 +605,25 @@ async def _unmined(rpc: EvmRpc, leg: ChainLeg, transactions: list[Any], nonce: i
     identical recorded bytes of the newest recorded transaction the node takes
     (an older one when it refuses the newer: bytes recorded as a replacement
     are the engine's to check but their signature is not, so one the node
-    finds unsigned never stands in for the transaction the intent signed)."""
+    finds unsigned never stands in for the transaction the intent signed).
+    A recorded transaction the node knows from another account (signed by
+    another key, pending or mined from that account's own nonce) is neither
+    waited for nor sent again: it can never take the node's nonce."""
+    others: set[str] = set()
     for t in reversed(transactions):
-        if await rpc.transaction(str(t["tx_hash"])) is not None:
-            return TxReading(
-                "pending",
-                {"tx_hash": t["tx_hash"], "nonce": nonce},
-                str(t["tx_hash"]),
-                leg.block_time_s,
-            )
+        tx_hash = str(t["tx_hash"])
+        known = await rpc.transaction(tx_hash)
+        if known is None:
+            continue
+        if normalize_address(known.sender) != normalize_address(leg.sender):
+            others.add(tx_hash)
+            continue
+        return TxReading("pending", {"tx_hash": tx_hash, "nonce": nonce}, tx_hash, leg.block_time_s)
     refused: RpcError | None = None
     for t in reversed(transactions):
         tx_hash, raw = str(t["tx_hash"]), str(t["raw_tx"])
+        if tx_hash in others:
+            continue
         try:
             await rpc.send_raw_transaction(bytes.fromhex(raw[2:]))
         except RpcError as exc:
@@ -635,7 +642,16 @@ async def _unmined(rpc: EvmRpc, leg: ChainLeg, transactions: list[Any], nonce: i
             tx_hash,
             leg.block_time_s,
         )
-    assert refused is not None
+    if refused is None:  # every recorded transaction is another account's
+        return TxReading(
+            "foreign",
+            {
+                "problem": "every transaction recorded at the nonce was sent by another account",
+                "nonce": nonce,
+                "sender": leg.sender,
+                "recorded_hashes": sorted(others),
+            },
+        )
     return _refused_again("refused", refused, str(transactions[-1]["tx_hash"]), nonce)
 
 

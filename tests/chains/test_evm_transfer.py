@@ -317,9 +317,12 @@ def test_a_forged_replacement_reverted_from_another_account_never_fails_the_node
     """The forged replacement mined, and reverted (its account holds no USDC),
     from the attacker's own funded account at the intent's nonce number: its
     receipt is not the node's sender's, and recovery does not take it for the
-    node's reverted transfer (the node stays at work, not FAILED)."""
+    node's reverted transfer (the node stays at work, not FAILED), nor waits
+    on it as pending: the intent's own bytes are broadcast again, and the
+    transfer lands once."""
     chain = local_chain_set.chains[0]
     sender, recipient = (k.address for k in local_chain_set.treasury)
+    start_block = head(chain)
     resume = manual_mining(chain)
     try:
         _, node_id = start_transfer(world, chain.key, recipient, sender, Decimal("0.44"), "rev")
@@ -333,9 +336,16 @@ def test_a_forged_replacement_reverted_from_another_account_never_fails_the_node
         assert receipt is not None and int(receipt["status"], 16) == 0
 
         recover(db, world, local_chain_set)
+        assert node_state(world, node_id) in ("SUBMITTED", "OBSERVING")
+        assert rpc(
+            chain.rpc_url, "eth_getTransactionByHash", [intent_of(world, node_id)["signed_tx_hash"]]
+        )
+        mine(chain)
+        state = observe_until(db, world, local_chain_set, chain, node_id)
     finally:
         resume()
-    assert node_state(world, node_id) in ("SUBMITTED", "OBSERVING")
+    assert state == "COMPLETED"
+    assert transfers_from(chain, recipient, start_block) == [(sender, 440_000)]
 
 
 def test_a_nonce_taken_by_a_transaction_never_recorded_is_left_unknown_for_an_operator(
