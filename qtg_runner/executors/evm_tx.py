@@ -55,6 +55,7 @@ from psycopg_pool import AsyncConnectionPool
 from qtg_runner.chains.evm import (
     FeeCapExceeded,
     Fees,
+    decode_raw,
     eip1559_transaction,
     estimate_gas,
     normalize_address,
@@ -606,9 +607,13 @@ async def _unmined(rpc: EvmRpc, leg: ChainLeg, transactions: list[Any], nonce: i
     (an older one when it refuses the newer: bytes recorded as a replacement
     are the engine's to check but their signature is not, so one the node
     finds unsigned never stands in for the transaction the intent signed).
-    A recorded transaction the node knows from another account (signed by
-    another key, pending or mined from that account's own nonce) is neither
-    waited for nor sent again: it can never take the node's nonce."""
+    Only the transactions signed by the key that signed the intent's own
+    bytes are waited for or sent again (same_signer): a "replacement" signed by
+    another key, even one never broadcast, cannot take the node's nonce, and
+    sent first it would only be answered "nonce too low" from its own
+    account. So is a recorded transaction the node knows from another
+    account."""
+    transactions = same_signer(transactions)
     others: set[str] = set()
     for t in reversed(transactions):
         tx_hash = str(t["tx_hash"])
@@ -653,6 +658,38 @@ async def _unmined(rpc: EvmRpc, leg: ChainLeg, transactions: list[Any], nonce: i
             },
         )
     return _refused_again("refused", refused, str(transactions[-1]["tx_hash"]), nonce)
+
+
+_SIGNERS: dict[str, str | None] = {}
+"""Recorded bytes' hash -> the address that signed them (None: not a signed
+transaction), recovered once per process: about 25 ms each."""
+
+
+def _signer_of(t: Mapping[str, Any]) -> str | None:
+    tx_hash = str(t["tx_hash"])
+    if tx_hash not in _SIGNERS:
+        if len(_SIGNERS) >= 4096:
+            _SIGNERS.pop(next(iter(_SIGNERS)))
+        try:
+            _SIGNERS[tx_hash] = decode_raw(bytes.fromhex(str(t["raw_tx"])[2:])).sender
+        except ValueError:
+            _SIGNERS[tx_hash] = None
+    return _SIGNERS[tx_hash]
+
+
+def same_signer(transactions: list[Any]) -> list[Any]:
+    """The recorded transactions signed by the key that signed the intent's
+    own (its first, purpose 'intent'): the engine checks a replacement's bytes
+    for what they do and their hash, not for who signed them. The treasury
+    account's key in production, a rehearsal's stand-in on its fork. A lone
+    transaction is not read (nothing to tell it from)."""
+    if len(transactions) < 2:
+        return transactions
+    own = next((t for t in transactions if t.get("purpose") == "intent"), None)
+    if own is None or own.get("raw_tx") is None:
+        return transactions
+    signer = _signer_of(own)
+    return [t for t in transactions if t.get("raw_tx") is not None and _signer_of(t) == signer]
 
 
 def _refused_again(status: str, exc: RpcError, tx_hash: str, nonce: int) -> TxReading:

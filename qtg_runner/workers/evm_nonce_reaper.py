@@ -53,6 +53,7 @@ from qtg_runner.chains.evm import (
     RpcErrorKind,
     bump,
     decode_raw,
+    normalize_address,
     self_transfer,
     suggest_fees,
 )
@@ -188,8 +189,11 @@ async def _close_gap(state: _Round, gap: procs.NonceGap) -> int:
         )
         return 1
     for tx_hash in gap.tx_hashes:
-        if await rpc.transaction(tx_hash) is not None:
-            # a failed intent's bytes are out there after all: never replaced by a fill
+        known = await rpc.transaction(tx_hash)
+        if known is not None and normalize_address(known.sender) == normalize_address(gap.sender):
+            # a failed intent's bytes are out there after all: never replaced by a
+            # fill (bytes recorded at the nonce but sent from another account, a
+            # replacement signed by another key, never take it)
             state.log(
                 logging.WARNING,
                 "nonce_gap_occupied",
@@ -242,8 +246,8 @@ async def _report_consumed(
     detail: dict[str, object] = {"latest_count": latest}
     for tx_hash in tx_hashes:
         receipt = await rpc.receipt(tx_hash)
-        if receipt is None:
-            continue
+        if receipt is None or normalize_address(receipt.sender) != normalize_address(sender):
+            continue  # not mined, or mined from another account: not what took the nonce
         evidence = {
             "tx_hash": tx_hash,
             "block_number": receipt.block_number,

@@ -311,6 +311,36 @@ def test_a_replacement_signed_by_another_key_never_stands_in_for_the_intents_byt
     assert transfers_from(chain, recipient, start_block) == [(sender, 430_000)]
 
 
+def test_a_forged_replacement_never_sent_is_never_sent_before_the_intents_bytes(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    """A forged replacement (forged_replacement) that nobody broadcast, from
+    a key whose own account is past the intent's nonce number: sent first it
+    would be answered "nonce too low", which reads as taken. Recovery sends
+    only what the intent's own key signed, and the transfer lands once."""
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    start_block = head(chain)
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, recipient, sender, Decimal("0.45"), "unsent")
+        crash_after_record(db, world, local_chain_set, node_id)
+        replacement, _, attacker, nonce = forged_replacement(db, world, node_id)
+        rpc(chain.rpc_url, "anvil_setNonce", [attacker, hex(nonce + 1)])
+
+        recover(db, world, local_chain_set)
+        assert rpc(chain.rpc_url, "eth_getTransactionByHash", [replacement]) is None
+        assert rpc(
+            chain.rpc_url, "eth_getTransactionByHash", [intent_of(world, node_id)["signed_tx_hash"]]
+        )
+        mine(chain)
+        state = observe_until(db, world, local_chain_set, chain, node_id)
+    finally:
+        resume()
+    assert state == "COMPLETED"
+    assert transfers_from(chain, recipient, start_block) == [(sender, 450_000)]
+
+
 def test_a_forged_replacement_reverted_from_another_account_never_fails_the_node(
     db: Any, world: Any, local_chain_set: LocalChainSet
 ) -> None:

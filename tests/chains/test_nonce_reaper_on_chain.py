@@ -294,3 +294,58 @@ def test_a_failed_transfer_found_mined_is_never_filled_and_is_recorded_for_an_op
     assert (detail["nonce"], detail["tx_hash"], detail["sender"]) == (nonce, tx_hash, sender)
     assert any("event=nonce_found_mined" in r.getMessage() for r in caplog.records)
     assert world.execute("SELECT count(*) FROM evm_nonce_gaps(100)").fetchone()[0] == 0
+
+
+def test_a_gap_held_only_by_another_accounts_transaction_is_filled(
+    db: Any, world: Any, local_chain_set: LocalChainSet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bytes recorded at a failed intent's nonce but signed by another key
+    (a forged "replacement": SQL checks what bytes do, not who signed them),
+    mined from that key's own account: the nonce of the treasury account is
+    still free. The reaper neither takes it as occupied nor reports it as the
+    failed node's transaction mined; it fills the gap."""
+    from eth_account import Account
+    from eth_account.typed_transactions import TypedTransaction
+    from hexbytes import HexBytes
+
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    resume = manual_mining(chain)
+    try:
+        _, failed = start_transfer(world, chain.key, sender, recipient, Decimal("0.9"), "forged")
+        run_batch(db, node_dispatcher.batch, local_chain_set, executor_hook=refuse_submit)
+        assert node_state(world, failed) == "FAILED"
+        intent = intent_of(world, failed)
+        n = intent["nonce"]
+        (own,) = intent["transactions"]
+        forged = TypedTransaction.from_bytes(HexBytes(own["raw_tx"])).as_dict()
+        forged["maxFeePerGas"] += 10**9
+        attacker = Account.create()
+        signed = Account.sign_transaction(forged, attacker.key)
+        forged_hash = "0x" + signed.hash.hex().removeprefix("0x")
+        forged_raw = "0x" + signed.raw_transaction.hex().removeprefix("0x")
+        world.execute(
+            "INSERT INTO evm_transactions (tx_hash, chain_key, sender, nonce, intent_id, purpose,"
+            " raw_tx, recorded_by, recorded_at) VALUES (%s, %s, %s, %s, %s, 'replacement', %s,"
+            " 'forger', clock())",
+            (forged_hash, chain.key, sender, n, intent["id"], forged_raw),
+        )
+        rpc(chain.rpc_url, "anvil_setBalance", [attacker.address, hex(10**18)])
+        rpc(chain.rpc_url, "anvil_setNonce", [attacker.address, hex(n)])
+        rpc(chain.rpc_url, "eth_sendRawTransaction", [forged_raw])
+        mine(chain)
+        assert receipt(chain, forged_hash) is not None
+
+        with caplog.at_level("WARNING"):
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 1
+        fill = world.execute(
+            "SELECT tx_hash FROM evm_transactions WHERE purpose = 'fill' AND nonce = %s", (n,)
+        ).fetchall()
+        assert len(fill) == 1
+        mined_within(chain, [fill[0][0]])
+    finally:
+        resume()
+    assert not any("nonce_gap_occupied" in r.getMessage() for r in caplog.records)
+    assert world.execute(
+        "SELECT count(*) FROM audit_outbox WHERE action IN ('nonce_found_mined', 'nonce_closed')"
+    ).fetchone() == (0,)
