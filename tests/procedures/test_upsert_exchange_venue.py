@@ -236,3 +236,48 @@ def test_a_deposit_step_waits_only_for_its_parents_transfer(
     assert refused.value.sqlstate == "QT032"
     assert fingerprint(conn) == before
     runner.execute(record, (ids["in"], waiting.claim_secret, json.dumps(honest)))
+
+
+def test_one_transfer_credits_one_deposit_step(db: Any, conn: Conn, venue: str) -> None:
+    """A deposit step waits for the transfer its paying parent's evidence
+    shows, and that evidence is the runner's word: a runner login that
+    reports another movement's paying step settled with the first's credited
+    transfer could have the venue's one credit release two withdrawals. The
+    second deposit step's record is refused (QT032), with nothing changed."""
+    procs.register_executor(
+        BybitDepositExecutor.key, False, BybitDepositExecutor.node_config_schema, "d"
+    ).one(conn)
+    procs.upsert_venue_deposit_address(venue, "local-a", "USDC", DEPOSIT).one(conn)
+    the_plan = plan(
+        node("pay"), node("in", ["pay"], executor="bybit_deposit", venue=venue, chain="local-a")
+    )
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    sent = {"tx_hash": "0x" + "ab" * 32, "transfer": {"to": DEPOSIT.lower(), "value": "100000000"}}
+    record = "SELECT record_intent_prepared(%s, %s, p_payload => %s::jsonb)"
+    waiting = []
+    for external_id in ("first", "second"):
+        ids = node_ids(conn, create_started(conn, the_plan, external_id))
+        [paying] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
+        procs.complete_submit(
+            ids["pay"], paying.claim_secret, sent["tx_hash"], sent, settled=True
+        ).one(runner)
+        [claimed] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
+        route = procs.bybit_deposit_route(ids["in"]).one(runner)
+        payload = {
+            "venue_key": route.venue_key, "kind": route.kind, "base_url_env": route.base_url_env,
+            "key_file_env": route.key_file_env, "chain_key": route.chain_key,
+            "venue_chain": route.venue_chain, "coin": route.coin,
+            "deposit_address": route.deposit_address, "amount": route.amount,
+            "tx_hash": sent["tx_hash"], "parent": "pay",
+            "transfer_value": "100000000", "since_ms": 1_700_000_000_000,
+        }  # fmt: skip
+        waiting.append((ids["in"], claimed.claim_secret, payload))
+    (first, first_secret, payload) = waiting[0]
+    runner.execute(record, (first, first_secret, json.dumps(payload)))
+    (second, second_secret, payload) = waiting[1]
+    before = fingerprint(conn)
+    with pytest.raises(psycopg.Error) as refused:
+        runner.execute(record, (second, second_secret, json.dumps(payload)))
+    assert refused.value.sqlstate == "QT032"
+    assert "one transfer credits one deposit step" in str(refused.value)
+    assert fingerprint(conn) == before

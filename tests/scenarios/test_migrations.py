@@ -6,17 +6,20 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
 import pytest
 from catalog import Snapshot, diff, snapshot
 from conftest import NewDatabase, TestDatabase, create_database, drop_database, dsn_for
+from engine import as_person, bind, node, plan, register_sim
 from psycopg.conninfo import conninfo_to_dict
 from typer.testing import CliRunner
 from yoyo.connections import parse_uri
 
 from qtg_runner.cli import app
+from qtg_runner.db import procs
 from qtg_runner.db.migrate import (
     INLINE_FOLDER,
     PLANNER_SETTINGS,
@@ -144,6 +147,34 @@ def test_rollback_one_then_migrate(db: TestDatabase) -> None:
     assert rollback(db.dsn, 1) == [ALL_MIGRATIONS[-1]]
     assert applied_migrations(db.dsn) == ALL_MIGRATIONS[:-1]
     assert migrate(db.dsn).applied == [ALL_MIGRATIONS[-1]]
+
+
+def test_deposit_steps_naming_one_transfer_twice_stop_the_migration(
+    new_database: NewDatabase,
+) -> None:
+    """0070 makes one transfer credit one deposit step. A database where two
+    deposit steps' intents already name one transfer is not migrated: the
+    refusal names the transfer and the nodes, and nothing is applied."""
+    database = new_database()
+    at = ALL_MIGRATIONS.index("0070_deposit_attribution")
+    assert rollback(database.dsn, len(ALL_MIGRATIONS) - at)[-1] == "0070_deposit_attribution"
+    install_functions(database.dsn)  # a rollback leaves them out: the steps need them
+    conn = bind(database.connect())
+    register_sim(conn)
+    with as_person(conn, "alice"):
+        movement = procs.create_movement("twice", Decimal(1), plan=plan(node("a"), node("b")))
+        movement_id = movement.one(conn).movement_id
+    with as_person(conn, "bob"):
+        procs.approve_movement(movement_id).one(conn)
+    procs.start_approved_movements().all(conn)
+    assert len(procs.claim_ready_nodes("w1", 10, 300).all(conn)) == 2
+    conn.execute(
+        "UPDATE node_intents SET intent_state = 'PREPARED', prepared_payload ="
+        """ '{"deposit_address": "0xde", "chain_key": "local-a", "tx_hash": "0xAB"}'"""
+    )
+    with pytest.raises(MigrationError, match=r"one transfer twice: 0xab on local-a \(nodes 1, 2\)"):
+        migrate(database.dsn)
+    assert applied_migrations(database.dsn) == ALL_MIGRATIONS[:at]
 
 
 def test_the_login_in_the_audit_chain_is_not_rolled_back_once_a_row_carries_it(

@@ -13,7 +13,8 @@
 --         than the route's send, a cctp_mint fee outside 0..the route's
 --         maxFee or a message nonce other than its cctp_burn parent's
 --         evidence shows, a bybit_deposit's paying parent or its transfer other than
---         a parent's evidence shows; or what the route procedure refuses
+--         a parent's evidence shows, or a transfer another deposit step's
+--         prepared or submitted intent names; or what the route procedure refuses
 --         now (QT014, QT032, QT002 are passed on as they are)
 --   QT002 a payload that is not a JSON object, one missing on an exchange's
 --         executor (an EVM node's signed bytes are checked by
@@ -114,6 +115,21 @@ BEGIN
                   = v_r.route ->> 'deposit_address') THEN
         RETURN format('QT032 %s: a bybit_deposit payload names a parent step of its node and the transfer to %s '
                       'that the parent''s evidence shows', v_what, v_r.route ->> 'deposit_address');
+    END IF;
+    -- one transfer credits one deposit step: the evidence of a parent is the
+    -- runner's word, and naming another movement's credited transfer would
+    -- release a second withdrawal on one deposit (node_intents_deposit_tx_key
+    -- holds it under concurrent records)
+    IF v_r.executor_key = 'bybit_deposit' AND EXISTS (
+           SELECT 1
+             FROM node_intents other
+            WHERE other.prepared_payload ? 'deposit_address'
+              AND other.intent_state IN ('PREPARED', 'SUBMITTED')
+              AND lower(other.prepared_payload ->> 'chain_key') = lower(p_payload ->> 'chain_key')
+              AND lower(other.prepared_payload ->> 'tx_hash') = lower(p_payload ->> 'tx_hash')
+              AND other.node_id <> p_node_id) THEN
+        RETURN format('QT032 %s: transfer %s on %s is the deposit another step waits for: one transfer credits '
+                      'one deposit step', v_what, left(p_payload ->> 'tx_hash', 70), p_payload ->> 'chain_key');
     END IF;
     RETURN NULL;
 END
