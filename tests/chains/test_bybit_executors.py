@@ -865,12 +865,18 @@ def test_a_runner_login_cannot_redirect_a_withdrawal_through_recovery(
     assert usdc_balance(chain, thief) == 0
 
 
-def test_one_withdrawal_never_settles_two_nodes(db: Any, world: Any, exchange: Exchange) -> None:
+@pytest.mark.parametrize("outcome", ["COMPLETED", "IN_FLIGHT", "STILL_UNKNOWN"])
+def test_one_withdrawal_never_settles_two_nodes(
+    db: Any, world: Any, exchange: Exchange, outcome: str
+) -> None:
     """Two withdrawals of the same amount to the same address: the first paid and
     COMPLETED; the second's request recorded, its process dead before it. A
     recovery verdict that names the first's withdrawal for the second (a
     look-alike record, or a forged verdict with the second's requestId and the
-    first's Transfer) is refused: one withdrawal settles one node."""
+    first's Transfer) is refused: one withdrawal settles one node. So is one
+    that hands it to the observer (IN_FLIGHT, STILL_UNKNOWN), which would
+    read the first's withdrawal as the second's; and no other path may give
+    the second the first's id (a unique index)."""
     chain = exchange.chain_set.chains[0]
     recipient = fresh_recipient(world, exchange, chain.key)
     first = start(world, [withdraw_node(chain.key, recipient)], Decimal("0.5"), "twin-1")["out"]
@@ -891,22 +897,27 @@ def test_one_withdrawal_never_settles_two_nodes(db: Any, world: Any, exchange: E
         before = node_row(world, second)
         with pytest.raises(psycopg.Error) as refused:
             runner.execute(
-                "SELECT complete_recovery(%s, %s, 'COMPLETED', %s::jsonb, %s)",
-                (second, claim.claim_secret, json.dumps(evidence), paid["external_ref"]),
+                "SELECT complete_recovery(%s, %s, %s, %s::jsonb, %s)",
+                (second, claim.claim_secret, outcome, json.dumps(evidence), paid["external_ref"]),
             )
         assert refused.value.sqlstate == "QT032"
-        assert f"settled node {first} already" in str(refused.value)
+        assert f"belongs to node {first} already" in str(refused.value)
         assert node_row(world, second)["state"] == before["state"]
         assert node_row(world, second)["external_ref"] is None
+    with pytest.raises(psycopg.errors.UniqueViolation), world.transaction():
+        world.execute(
+            "UPDATE movement_request_nodes SET external_ref = %s WHERE id = %s",
+            (paid["external_ref"], second),
+        )
     for ref, refused in ((paid["external_ref"], True), ("a-withdrawal-nobody-holds", False)):
         problem = world.execute(
             "SELECT recovery_evidence_problem(%s, 'COMPLETED', %s::jsonb, %s)",
             (second, json.dumps(evidence), ref),
         ).fetchone()[0]
         if refused:
-            assert problem.startswith("QT032") and f"settled node {first} already" in problem
+            assert problem.startswith("QT032") and f"belongs to node {first} already" in problem
         else:
-            assert problem is None or "settled node" not in problem, problem
+            assert problem is None or "belongs to node" not in problem, problem
 
 
 def test_a_withdrawal_whose_route_changed_in_flight_is_left_to_an_operator(

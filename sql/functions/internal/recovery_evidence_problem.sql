@@ -1,15 +1,18 @@
 -- recovery_evidence_problem: why a COMPLETED or FAILED verdict of recovery on
 -- a node whose side effect may be out (has_side_effect, its latest intent
 -- PREPARED or SUBMITTED) does not stand on its executor's evidence, or NULL
--- when it does (and for any other outcome or node). Checked in SQL as far as
--- SQL can see the side effect:
+-- when it does (and for any other outcome or node, save the first rule
+-- below, which holds for every outcome). Checked in SQL as far as SQL can
+-- see the side effect:
+--   QT032 a bybit_withdraw verdict naming a withdrawal id another node holds
+--         already (one withdrawal settles one node; the unique index
+--         movement_request_nodes_withdrawal_ref_key holds it on every path)
 --   QT002 no evidence: a verdict on money needs a JSON object that shows it
 --   QT032 the intent's payload is no longer what its route says
 --         (intent_payload_problem): nothing is concluded from it; an EVM
 --         intent's verdict names (as its external reference) a transaction
 --         that is not one the intent signed; a bybit_withdraw verdict for
---         another requestId than the intent's, COMPLETED naming a withdrawal
---         id another node holds already, COMPLETED without the
+--         another requestId than the intent's, COMPLETED without the
 --         withdrawal's id and the chain's Transfer of exactly the recorded
 --         amount to the recorded recipient, FAILED without the venue's final
 --         status (Fail, Reject, CancelByUser) or its refusal of the request
@@ -31,10 +34,21 @@ DECLARE
     v_problem text;
     v_other   bigint;
 BEGIN
+    SELECT * INTO v_node FROM movement_request_nodes WHERE id = p_node_id;
+    -- whatever the outcome: a withdrawal another node holds is never this one's
+    -- (movement_request_nodes_withdrawal_ref_key holds it on every other path)
+    IF v_node.executor_key = 'bybit_withdraw' AND p_external_ref IS NOT NULL THEN
+        SELECT o.id INTO v_other FROM movement_request_nodes o
+         WHERE o.executor_key = 'bybit_withdraw' AND o.external_ref = p_external_ref AND o.id <> p_node_id
+         LIMIT 1;
+        IF v_other IS NOT NULL THEN
+            RETURN format('QT032 %s: withdrawal %s belongs to node %s already: one withdrawal settles one node',
+                          v_what, left(p_external_ref, 70), v_other);
+        END IF;
+    END IF;
     IF p_outcome NOT IN ('COMPLETED', 'FAILED') THEN
         RETURN NULL;
     END IF;
-    SELECT * INTO v_node FROM movement_request_nodes WHERE id = p_node_id;
     SELECT * INTO v_intent FROM node_intents WHERE node_id = p_node_id ORDER BY claim_token DESC LIMIT 1;
     IF NOT v_node.has_side_effect OR v_intent.intent_state IS NULL
        OR v_intent.intent_state NOT IN ('PREPARED', 'SUBMITTED') THEN
@@ -58,13 +72,6 @@ BEGIN
         IF p_evidence ->> 'request_id' IS DISTINCT FROM v_intent.external_request_id THEN
             RETURN format('QT032 %s: the evidence is of requestId %s, the intent''s is %s', v_what,
                           coalesce(left(p_evidence ->> 'request_id', 70), 'none'), v_intent.external_request_id);
-        END IF;
-        SELECT o.id INTO v_other FROM movement_request_nodes o
-         WHERE o.executor_key = 'bybit_withdraw' AND o.external_ref = v_ref AND o.id <> p_node_id
-         LIMIT 1;
-        IF p_outcome = 'COMPLETED' AND v_other IS NOT NULL THEN
-            RETURN format('QT032 %s: withdrawal %s settled node %s already: one withdrawal settles one node',
-                          v_what, left(v_ref, 70), v_other);
         END IF;
         IF p_outcome = 'COMPLETED' AND NOT (
                v_ref IS NOT NULL
