@@ -130,7 +130,12 @@ class BybitDepositExecutor(VenueExecutor):
         wait = _Wait.from_payload(payload)
         try:
             records = await deposits_for(
-                self._client(wait), wait.coin, wait.tx_hash, wait.deposit_address, wait.since_ms
+                self._client(wait),
+                wait.coin,
+                wait.venue_chain,
+                wait.tx_hash,
+                wait.deposit_address,
+                wait.since_ms,
             )
         except (BybitError, BybitUnavailable) as exc:
             raise venue_error(wait.venue_key, exc) from None

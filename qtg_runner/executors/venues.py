@@ -105,10 +105,12 @@ def venue_error(venue_key: str, exc: BybitError | BybitUnavailable) -> ExecutorE
 
 
 async def deposits_for(
-    client: BybitClient, coin: str, tx_hash: str, to_address: str, since_ms: int
+    client: BybitClient, coin: str, chain: str, tx_hash: str, to_address: str, since_ms: int
 ) -> list[DepositRecord]:
     """The venue's deposit records of transaction ``tx_hash`` to ``to_address``
-    (one per Transfer log), seen since ``since_ms``, newest first."""
+    on ``chain`` (the venue's name of the chain; a transaction of another chain
+    with that hash and address is not this one), one per Transfer log, seen
+    since ``since_ms``, newest first."""
     found: list[DepositRecord] = []
     cursor: str | None = None
     for _ in range(DEPOSIT_PAGES):
@@ -116,7 +118,9 @@ async def deposits_for(
         found.extend(
             r
             for r in page.rows
-            if r.tx_id.lower() == tx_hash.lower() and r.to_address.lower() == to_address.lower()
+            if r.tx_id.lower() == tx_hash.lower()
+            and r.to_address.lower() == to_address.lower()
+            and r.chain == chain
         )
         if not page.next_cursor:
             break

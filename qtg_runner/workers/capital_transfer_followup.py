@@ -71,7 +71,9 @@ async def _check(ctx: WorkerContext, venues: VenueClients, row: procs.CapitalTra
     try:
         client = venues.client(row.venue_key, row.kind, row.base_url_env, row.key_file_env)
         since_ms = int((row.landed_at - LOOK_BEFORE).timestamp() * 1000)
-        records = await deposits_for(client, row.coin, row.tx_hash, row.deposit_address, since_ms)
+        records = await deposits_for(
+            client, row.coin, row.venue_chain, row.tx_hash, row.deposit_address, since_ms
+        )
     except (BybitError, BybitUnavailable, ExecutorError) as exc:
         status, error = "ERROR", ctx.limits.text(str(exc))
         hint = getattr(exc, "retry_after", None)

@@ -33,6 +33,7 @@ from qtg_runner.exchanges.bybit import (
     sign,
 )
 from qtg_runner.exchanges.bybit_codes import Kind
+from qtg_runner.executors.venues import deposits_for
 from qtg_world.bybit import BybitChain, BybitConfig, BybitHandle, serve
 
 KEY = "testkey1"
@@ -416,3 +417,30 @@ def test_the_secret_is_never_shown(exchange: BybitHandle, caplog: pytest.LogCapt
     seen.extend(record.getMessage() for record in caplog.records)
     assert any("131093" in s for s in seen) and any("10002" in s for s in seen)
     assert not [s for s in seen if SECRET in s]
+
+
+def test_a_deposit_is_read_on_its_own_chain_only() -> None:
+    """A venue's deposit address is often one address on every EVM chain, and
+    a transaction hash says nothing of its chain: a record of another chain
+    with the same hash, to the same address, is not the deposit a step waits
+    for (deposits_for)."""
+    address = "0x" + "22" * 20
+    chains = [
+        BybitChain(name=name, chain_id=i + 1, rpc_url="http://127.0.0.1:9",
+                   usdc="0x" + "11" * 20, deposit_address=address)
+        for i, name in enumerate(("chain-a", "chain-b"))
+    ]  # fmt: skip
+    handle = serve(chains, {KEY: SECRET}, None, BybitConfig(security_check_s=3600, tick_s=0.5))
+    tx = "0x" + "cd" * 32
+    since_ms = int((time.time() - 3600) * 1000)
+    try:
+        handle.record_deposit("chain-b", tx, Decimal("5"))
+
+        def read(chain: str) -> Callable[[BybitClient], Awaitable[list[Any]]]:
+            return lambda c: deposits_for(c, "USDC", chain, tx, address, since_ms)
+
+        assert run(read("chain-a"), handle.url) == []
+        [record] = run(read("chain-b"), handle.url)
+        assert (record.chain, record.amount, record.credited) == ("chain-b", Decimal("5"), True)
+    finally:
+        handle.stop()
