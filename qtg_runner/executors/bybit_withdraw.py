@@ -471,6 +471,13 @@ class BybitWithdrawExecutor(VenueExecutor):
         withdraw_id = work.external_ref or intent.get("external_ref")
         evidence: JsonObject = {"request_id": route.request_id}
         record: WithdrawalRecord | None = None
+        if withdraw_id and self._age_s(work, route) <= REPEAT_WINDOW_S:
+            # the recorded id is a runner's word: one the venue does not know
+            # (never its answer) gives way to the venue's answer to the requestId
+            record = await self._withdrawal(route, str(withdraw_id))
+            if record is None:
+                evidence["unknown_withdrawal"] = str(withdraw_id)
+                withdraw_id = None
         if not withdraw_id and self._age_s(work, route) <= REPEAT_WINDOW_S:
             # by the recorded requestId: the venue answers a repeat with the
             # original withdrawal, and creates it only if the first request
@@ -513,10 +520,7 @@ class BybitWithdrawExecutor(VenueExecutor):
                         retry_after=answer.retry_after,
                     )
         if record is None and withdraw_id:
-            try:
-                record = await self._client(route).withdrawal(str(withdraw_id))
-            except (BybitError, BybitUnavailable) as exc:
-                raise venue_error(route.venue_key, exc) from None
+            record = await self._withdrawal(route, str(withdraw_id))
         elif record is None:
             # too old to repeat the request: only what the venue shows counts
             found = await self._search(work, route)
@@ -539,6 +543,13 @@ class BybitWithdrawExecutor(VenueExecutor):
             )
         status, read = await self._read(route, record)
         return VERDICTS.recovery(status, evidence | read, external_ref=record.withdraw_id)
+
+    async def _withdrawal(self, route: _Route, withdraw_id: str) -> WithdrawalRecord | None:
+        """The venue's withdrawal ``withdraw_id``, or None when it has none such."""
+        try:
+            return await self._client(route).withdrawal(withdraw_id)
+        except (BybitError, BybitUnavailable) as exc:
+            raise venue_error(route.venue_key, exc) from None
 
     @staticmethod
     def _age_s(work: NodeWork, route: _Route) -> float:

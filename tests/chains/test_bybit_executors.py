@@ -865,6 +865,37 @@ def test_a_runner_login_cannot_redirect_a_withdrawal_through_recovery(
     assert usdc_balance(chain, thief) == 0
 
 
+def test_a_withdrawal_id_the_venue_does_not_know_gives_way_to_the_request(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    """The requestId recorded, the process dead before the request; a runner
+    login then hands recovery a withdrawal id of its own making
+    (STILL_UNKNOWN). The venue knows no such withdrawal: within the repeat
+    window recovery asks by the recorded requestId, the venue makes the one
+    withdrawal, and the node completes with the venue's id (it used to wait
+    for an operator for ever)."""
+    chain = exchange.chain_set.chains[0]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    count = exchange.withdrawals()
+    node_id = start(world, [withdraw_node(chain.key, recipient)], Decimal("0.35"), "madeup")["out"]
+    with pytest.raises(BaseException):  # noqa: B017 - the "process" dies before the request
+        dispatch(db, exchange, dies_in("submit"))
+    conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "madeup")
+    with psycopg.connect(conninfo, autocommit=True) as runner:
+        pin_clock(runner, "2098-01-01T00:00:00+00:00")  # the dead claim's lease ran out
+        [claim] = procs.claim_recovery_nodes("node_recovery", 16, 120).all(runner)
+        runner.execute(
+            "SELECT complete_recovery(%s, %s, 'STILL_UNKNOWN', '{\"said\": \"so\"}', 'made-up-1')",
+            (node_id, claim.claim_secret),
+        )
+    assert node_row(world, node_id)["external_ref"] == "made-up-1"
+    assert recover(db, world, exchange) == ["SUBMITTED"]
+    assert node_row(world, node_id)["external_ref"] != "made-up-1"
+    assert observe_until(db, world, exchange, node_id) == "COMPLETED"
+    assert exchange.withdrawals() == count + 1
+    assert usdc_balance(chain, recipient) == 350_000
+
+
 @pytest.mark.parametrize("outcome", ["COMPLETED", "IN_FLIGHT", "STILL_UNKNOWN"])
 def test_one_withdrawal_never_settles_two_nodes(
     db: Any, world: Any, exchange: Exchange, outcome: str
