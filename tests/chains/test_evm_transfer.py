@@ -13,6 +13,7 @@ engine never recorded is left UNKNOWN for an operator, with the evidence.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
@@ -283,23 +284,55 @@ def forged_replacement(db: Any, world: Any, node_id: int) -> tuple[str, str, str
     return replacement, raw_hex, attacker.address, int(forged["nonce"])
 
 
-def test_a_replacement_signed_by_another_key_never_stands_in_for_the_intents_bytes(
-    db: Any, world: Any, local_chain_set: LocalChainSet
+def _send_from_the_forgers_account(chain: Any, raw_hex: str, attacker: str, nonce: int) -> None:
+    """The forgery mined, and reverted (its account holds no USDC), from the
+    forger's own funded account at the intent's nonce number."""
+    rpc(chain.rpc_url, "anvil_setBalance", [attacker, hex(10**18)])
+    rpc(chain.rpc_url, "anvil_setNonce", [attacker, hex(nonce)])
+    rpc(chain.rpc_url, "eth_sendRawTransaction", [raw_hex])
+    mine(chain, 10)  # past any finality depth
+
+
+FORGERIES: dict[str, Callable[[Any, str, str, int], None]] = {
+    # nobody sent it: the node refuses it when recovery broadcasts it
+    "unsent": lambda chain, raw_hex, attacker, nonce: None,
+    # nobody sent it, and the forger's account is past the nonce's number: sent
+    # first it would be answered "nonce too low", which reads as taken
+    "past_its_nonce": lambda chain, raw_hex, attacker, nonce: rpc(
+        chain.rpc_url, "anvil_setNonce", [attacker, hex(nonce + 1)]
+    ),
+    # mined and reverted from the forger's own account: its receipt is not the
+    # node's sender's, and taken for the node's it would fail the node
+    "mined_elsewhere": _send_from_the_forgers_account,
+}
+
+
+@pytest.mark.parametrize("forgery", FORGERIES)
+def test_a_replacement_signed_by_another_key_never_holds_back_the_intents_bytes(
+    db: Any, world: Any, local_chain_set: LocalChainSet, forgery: str
 ) -> None:
-    """A forged replacement (forged_replacement) is refused by the node when
-    recovery broadcasts again; the intent's own bytes are broadcast instead,
-    and the transfer lands once."""
+    """A forged replacement (forged_replacement), in each of FORGERIES' ways,
+    is neither read as the node's transaction, waited for, nor sent again:
+    recovery broadcasts the intent's own bytes, the node stays at work (not
+    FAILED), and the transfer lands once."""
     chain = local_chain_set.chains[0]
     sender, recipient = (k.address for k in local_chain_set.treasury)
     start_block = head(chain)
     resume = manual_mining(chain)
     try:
-        _, node_id = start_transfer(world, chain.key, recipient, sender, Decimal("0.43"), "forged")
+        _, node_id = start_transfer(world, chain.key, recipient, sender, Decimal("0.43"), forgery)
         crash_after_record(db, world, local_chain_set, node_id)
-        replacement, _, _, _ = forged_replacement(db, world, node_id)
+        replacement, raw_hex, attacker, nonce = forged_replacement(db, world, node_id)
+        FORGERIES[forgery](chain, raw_hex, attacker, nonce)
+        mined = rpc(chain.rpc_url, "eth_getTransactionReceipt", [replacement])
+        assert (mined is not None) == (forgery == "mined_elsewhere")
 
         recover(db, world, local_chain_set)
-        assert rpc(chain.rpc_url, "eth_getTransactionByHash", [replacement]) is None
+        assert node_state(world, node_id) in ("SUBMITTED", "OBSERVING")
+        if mined is None:
+            assert rpc(chain.rpc_url, "eth_getTransactionByHash", [replacement]) is None
+        else:
+            assert int(mined["status"], 16) == 0
         assert rpc(
             chain.rpc_url, "eth_getTransactionByHash", [intent_of(world, node_id)["signed_tx_hash"]]
         )
@@ -309,73 +342,6 @@ def test_a_replacement_signed_by_another_key_never_stands_in_for_the_intents_byt
         resume()
     assert state == "COMPLETED"
     assert transfers_from(chain, recipient, start_block) == [(sender, 430_000)]
-
-
-def test_a_forged_replacement_never_sent_is_never_sent_before_the_intents_bytes(
-    db: Any, world: Any, local_chain_set: LocalChainSet
-) -> None:
-    """A forged replacement (forged_replacement) that nobody broadcast, from
-    a key whose own account is past the intent's nonce number: sent first it
-    would be answered "nonce too low", which reads as taken. Recovery sends
-    only what the intent's own key signed, and the transfer lands once."""
-    chain = local_chain_set.chains[0]
-    sender, recipient = (k.address for k in local_chain_set.treasury)
-    start_block = head(chain)
-    resume = manual_mining(chain)
-    try:
-        _, node_id = start_transfer(world, chain.key, recipient, sender, Decimal("0.45"), "unsent")
-        crash_after_record(db, world, local_chain_set, node_id)
-        replacement, _, attacker, nonce = forged_replacement(db, world, node_id)
-        rpc(chain.rpc_url, "anvil_setNonce", [attacker, hex(nonce + 1)])
-
-        recover(db, world, local_chain_set)
-        assert rpc(chain.rpc_url, "eth_getTransactionByHash", [replacement]) is None
-        assert rpc(
-            chain.rpc_url, "eth_getTransactionByHash", [intent_of(world, node_id)["signed_tx_hash"]]
-        )
-        mine(chain)
-        state = observe_until(db, world, local_chain_set, chain, node_id)
-    finally:
-        resume()
-    assert state == "COMPLETED"
-    assert transfers_from(chain, recipient, start_block) == [(sender, 450_000)]
-
-
-def test_a_forged_replacement_reverted_from_another_account_never_fails_the_node(
-    db: Any, world: Any, local_chain_set: LocalChainSet
-) -> None:
-    """The forged replacement mined, and reverted (its account holds no USDC),
-    from the attacker's own funded account at the intent's nonce number: its
-    receipt is not the node's sender's, and recovery does not take it for the
-    node's reverted transfer (the node stays at work, not FAILED), nor waits
-    on it as pending: the intent's own bytes are broadcast again, and the
-    transfer lands once."""
-    chain = local_chain_set.chains[0]
-    sender, recipient = (k.address for k in local_chain_set.treasury)
-    start_block = head(chain)
-    resume = manual_mining(chain)
-    try:
-        _, node_id = start_transfer(world, chain.key, recipient, sender, Decimal("0.44"), "rev")
-        crash_after_record(db, world, local_chain_set, node_id)
-        replacement, raw_hex, attacker, nonce = forged_replacement(db, world, node_id)
-        rpc(chain.rpc_url, "anvil_setBalance", [attacker, hex(10**18)])
-        rpc(chain.rpc_url, "anvil_setNonce", [attacker, hex(nonce)])
-        rpc(chain.rpc_url, "eth_sendRawTransaction", [raw_hex])
-        mine(chain, 10)  # past any finality depth
-        receipt = rpc(chain.rpc_url, "eth_getTransactionReceipt", [replacement])
-        assert receipt is not None and int(receipt["status"], 16) == 0
-
-        recover(db, world, local_chain_set)
-        assert node_state(world, node_id) in ("SUBMITTED", "OBSERVING")
-        assert rpc(
-            chain.rpc_url, "eth_getTransactionByHash", [intent_of(world, node_id)["signed_tx_hash"]]
-        )
-        mine(chain)
-        state = observe_until(db, world, local_chain_set, chain, node_id)
-    finally:
-        resume()
-    assert state == "COMPLETED"
-    assert transfers_from(chain, recipient, start_block) == [(sender, 440_000)]
 
 
 def test_a_nonce_taken_by_a_transaction_never_recorded_is_left_unknown_for_an_operator(

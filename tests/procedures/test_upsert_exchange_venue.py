@@ -29,6 +29,19 @@ TREASURY = "0x" + "7a" * 20
 TOKEN = "0x" + "0c" * 20
 
 
+def deposit_payload(route: Any, tx_hash: str) -> dict[str, Any]:
+    """What an honest bybit_deposit step records for its route: the transfer
+    of 100 USDC (tx_hash) its parent "pay" made into the deposit address."""
+    return {
+        "venue_key": route.venue_key, "kind": route.kind, "base_url_env": route.base_url_env,
+        "key_file_env": route.key_file_env, "chain_key": route.chain_key,
+        "venue_chain": route.venue_chain, "coin": route.coin,
+        "deposit_address": route.deposit_address, "amount": route.amount,
+        "tx_hash": tx_hash, "parent": "pay", "transfer_value": "100000000",
+        "since_ms": 1_700_000_000_000,
+    }  # fmt: skip
+
+
 @pytest.fixture
 def venue(conn: Conn) -> str:
     procs.upsert_chain("local-a", 31337, "QTG_RPC_LOCAL_A", 2, 1000).one(conn)
@@ -220,15 +233,7 @@ def test_a_deposit_step_waits_only_for_its_parents_transfer(
         runner
     )
     [waiting] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
-    route = procs.bybit_deposit_route(ids["in"]).one(runner)
-    honest = {
-        "venue_key": route.venue_key, "kind": route.kind, "base_url_env": route.base_url_env,
-        "key_file_env": route.key_file_env, "chain_key": route.chain_key,
-        "venue_chain": route.venue_chain, "coin": route.coin,
-        "deposit_address": route.deposit_address, "amount": route.amount,
-        "tx_hash": sent["tx_hash"], "parent": "pay", "transfer_value": "100000000",
-        "since_ms": 1_700_000_000_000,
-    }  # fmt: skip
+    honest = deposit_payload(procs.bybit_deposit_route(ids["in"]).one(runner), sent["tx_hash"])
     record = "SELECT record_intent_prepared(%s, %s, p_payload => %s::jsonb)"
     before = fingerprint(conn)
     with pytest.raises(psycopg.Error) as refused:
@@ -263,15 +268,7 @@ def test_one_transfer_credits_one_deposit_step(db: Any, conn: Conn, venue: str) 
         ).one(runner)
         [claimed] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
         route = procs.bybit_deposit_route(ids["in"]).one(runner)
-        payload = {
-            "venue_key": route.venue_key, "kind": route.kind, "base_url_env": route.base_url_env,
-            "key_file_env": route.key_file_env, "chain_key": route.chain_key,
-            "venue_chain": route.venue_chain, "coin": route.coin,
-            "deposit_address": route.deposit_address, "amount": route.amount,
-            "tx_hash": sent["tx_hash"], "parent": "pay",
-            "transfer_value": "100000000", "since_ms": 1_700_000_000_000,
-        }  # fmt: skip
-        waiting.append((ids["in"], claimed.claim_secret, payload))
+        waiting.append((ids["in"], claimed.claim_secret, deposit_payload(route, sent["tx_hash"])))
     (first, first_secret, payload) = waiting[0]
     runner.execute(record, (first, first_secret, json.dumps(payload)))
     (second, second_secret, payload) = waiting[1]
