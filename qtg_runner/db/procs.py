@@ -458,6 +458,17 @@ class DepositRoute(ExchangeVenue):
 
 
 @dataclass(frozen=True)
+class PaidInDeposit:
+    """paid_in_deposits: a bybit_deposit parent of a node and the deposit it
+    recorded, with why that record does not stand (None when it does)."""
+
+    node_key: Text
+    node_state: NodeState
+    payload: JsonValue | None
+    payload_problem: Text | None
+
+
+@dataclass(frozen=True)
 class CapitalTransfer:
     """A row of claim_capital_transfers: a transfer into a deposit address, due a check."""
 
@@ -1340,6 +1351,11 @@ def bybit_withdraw_route(node_id: BigInt) -> Call[WithdrawRoute]:
 @procedure("runner")
 def bybit_deposit_route(node_id: BigInt) -> Call[DepositRoute]:
     """Where an exchange deposit node waits for its credit: the venue and its deposit address."""
+
+
+@procedure("runner")
+def paid_in_deposits(node_id: BigInt) -> Call[PaidInDeposit]:
+    """The deposits a node spends from a venue after: its bybit_deposit parents' records."""
 
 
 @procedure("runner")

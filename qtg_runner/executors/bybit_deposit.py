@@ -32,11 +32,8 @@ step is left to it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from decimal import Decimal
 
 from qtg_runner.db import procs
-from qtg_runner.exchanges.bybit import DEPOSIT_FAILED, BybitError, BybitUnavailable
 from qtg_runner.executors.base import (
     ExecutorError,
     JsonObject,
@@ -50,8 +47,8 @@ from qtg_runner.executors.base import (
     config_schema,
     route_row,
 )
-from qtg_runner.executors.bybit_withdraw import VenueExecutor, VenueRecord
-from qtg_runner.executors.venues import deposit_evidence, deposits_for, venue_error
+from qtg_runner.executors.bybit_withdraw import DepositWait, VenueExecutor
+from qtg_runner.executors.venues import read_deposit
 
 WINDOW_BEFORE_MS = 24 * 3600 * 1000
 """How far before the prepare the venue's deposit records are read: the venue
@@ -63,21 +60,6 @@ down)."""
 VERDICTS = Verdicts("credited", "failed", frozenset({"mismatch"}))
 """What a reading of the deposit means: credited as sent, failed at the venue,
 credited for another amount (a mismatch) for a person."""
-
-
-@dataclass(frozen=True)
-class _Wait(VenueRecord):
-    """What the node waits for, as recorded in its prepared payload."""
-
-    chain_key: str
-    venue_chain: str
-    coin: str
-    deposit_address: str
-    amount: str
-    tx_hash: str
-    parent: str
-    transfer_value: str
-    since_ms: int
 
 
 class BybitDepositExecutor(VenueExecutor):
@@ -99,7 +81,7 @@ class BybitDepositExecutor(VenueExecutor):
     async def prepare(self, work: NodeWork) -> Prepared:
         route = await self._route(work)
         parent, tx_hash, value = _paying_parent(work, route.deposit_address)
-        wait = _Wait.from_row(
+        wait = DepositWait.from_row(
             route,
             tx_hash=tx_hash,
             parent=parent,
@@ -110,7 +92,7 @@ class BybitDepositExecutor(VenueExecutor):
 
     async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:
         assert prepared.payload is not None
-        wait = _Wait.from_payload(prepared.payload)
+        wait = DepositWait.from_payload(prepared.payload)
         return SubmitResult(
             wait.tx_hash,
             {
@@ -127,33 +109,17 @@ class BybitDepositExecutor(VenueExecutor):
         payload = (work.intent or {}).get("prepared_payload")
         if not payload:
             raise ExecutorError(f"node {work.node_id} has no recorded deposit", retryable=False)
-        wait = _Wait.from_payload(payload)
-        try:
-            records = await deposits_for(
-                self._client(wait),
-                wait.coin,
-                wait.venue_chain,
-                wait.tx_hash,
-                wait.deposit_address,
-                wait.since_ms,
-            )
-        except (BybitError, BybitUnavailable) as exc:
-            raise venue_error(wait.venue_key, exc) from None
-        evidence = {
-            "tx_hash": wait.tx_hash,
-            "venue": wait.venue_key,
-            "expected_amount": wait.amount,
-        } | deposit_evidence(records)
-        if any(r.status == DEPOSIT_FAILED for r in records):
-            return "failed", evidence
-        if not records or not all(r.credited for r in records):
-            return "pending", evidence
-        credited = sum((r.amount for r in records), Decimal(0))
-        if credited != Decimal(wait.amount):
-            return "mismatch", evidence | {
-                "problem": f"the venue credited {credited}, the movement sent {wait.amount}"
-            }
-        return "credited", evidence
+        wait = DepositWait.from_payload(payload)
+        return await read_deposit(
+            self._client(wait),
+            wait.venue_key,
+            wait.coin,
+            wait.venue_chain,
+            wait.tx_hash,
+            wait.deposit_address,
+            wait.since_ms,
+            wait.amount,
+        )
 
     async def observe(self, work: NodeWork) -> ObserveResult:
         status, evidence = await self._read(work)

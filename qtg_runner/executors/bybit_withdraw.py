@@ -14,7 +14,11 @@ retryable (nothing done, the same request later), permanent (refused, nothing
 done) or unknown (whether a withdrawal exists is not said: a server error, "do
 not repeat the request", a code the table lacks, no answer at all).
 
-    preflight  the route.
+    preflight  the route; and verify before spending: each deposit step the
+               node follows (paid_in_deposits) shows its recorded deposit
+               credited at the venue for its amount, else the node fails
+               before anything is requested (a parent's COMPLETED is a
+               runner's word, and the withdrawal pays from a pooled balance).
     prepare    the requestId, request_id_for(the venue's request salt and the
                intent's idempotency key: the key is unique in one database, the
                salt is made when the venue is registered in it), and the route
@@ -99,7 +103,7 @@ from qtg_runner.executors.base import (
     route_row,
 )
 from qtg_runner.executors.evm_tx import EvmAccess
-from qtg_runner.executors.venues import RETRY_LATER_S, VenueClients, venue_error
+from qtg_runner.executors.venues import RETRY_LATER_S, VenueClients, read_deposit, venue_error
 from qtg_runner.log import event
 
 WINDOW_BEFORE_MS = 5 * 60 * 1000
@@ -173,6 +177,24 @@ class _Route(VenueRecord):
 
 
 @dataclass(frozen=True)
+class DepositWait(VenueRecord):
+    """What a bybit_deposit node waits for, as recorded in its prepared
+    payload: the transfer (tx_hash) its parent made into the venue's deposit
+    address, and the amount it should credit. Read by that node, and by a
+    withdrawal after it before it requests anything (paid_in)."""
+
+    chain_key: str
+    venue_chain: str
+    coin: str
+    deposit_address: str
+    amount: str
+    tx_hash: str
+    parent: str
+    transfer_value: str
+    since_ms: int
+
+
+@dataclass(frozen=True)
 class _Refused:
     """withdraw/create answered without an id: the answer's kind
     (bybit_codes.Kind), what it said, its retCode if any and the wait before
@@ -221,6 +243,43 @@ class BybitWithdrawExecutor(VenueExecutor):
 
     async def preflight(self, work: NodeWork) -> None:
         await self._route_row(work)
+        await self._paid_in(work)
+
+    async def _paid_in(self, work: NodeWork) -> None:
+        """Verify before spending: each deposit step this withdrawal follows
+        (paid_in_deposits) shows its recorded deposit credited at the venue,
+        for its amount. A parent's COMPLETED is a runner's word, and the
+        withdrawal pays from the venue's pooled balance: a deposit the venue
+        does not show credited fails the node before anything is requested
+        (two operators may retry it once the deposit is sorted out)."""
+        async with self._pool.connection() as conn:
+            deposits = await procs.paid_in_deposits(work.node_id).aall(conn)
+        for deposit in deposits:
+            step = f"deposit step {deposit.node_key!r}"
+            if deposit.payload is None or deposit.payload_problem is not None:
+                raise ExecutorError(
+                    f"{step} has no deposit the engine checked ({deposit.payload_problem}): "
+                    "nothing is requested",
+                    retryable=False,
+                )
+            wait = DepositWait.from_payload(deposit.payload)
+            status, evidence = await read_deposit(
+                self._client(wait),
+                wait.venue_key,
+                wait.coin,
+                wait.venue_chain,
+                wait.tx_hash,
+                wait.deposit_address,
+                wait.since_ms,
+                wait.amount,
+            )
+            if status != "credited":
+                raise ExecutorError(
+                    f"{step} is {deposit.node_state}, but venue {wait.venue_key} shows its "
+                    f"deposit {wait.tx_hash} {status} (credited "
+                    f"{evidence.get('credited_amount')} of {wait.amount}): nothing is requested",
+                    retryable=False,
+                )
 
     async def prepare(self, work: NodeWork) -> Prepared:
         row = await self._route_row(work)

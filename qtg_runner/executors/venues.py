@@ -17,7 +17,13 @@ from decimal import Decimal
 from typing import Any
 
 from qtg_runner.chains.errors import ChainError
-from qtg_runner.exchanges.bybit import BybitClient, BybitError, BybitUnavailable, DepositRecord
+from qtg_runner.exchanges.bybit import (
+    DEPOSIT_FAILED,
+    BybitClient,
+    BybitError,
+    BybitUnavailable,
+    DepositRecord,
+)
 from qtg_runner.exchanges.bybit_codes import TOO_MANY_VISITS
 from qtg_runner.executors.base import ExecutorError, JsonObject, executor_budget
 from qtg_runner.venue_keys import load_api_key
@@ -146,3 +152,36 @@ def deposit_evidence(records: list[DepositRecord]) -> JsonObject:
     ]
     credited = sum((r.amount for r in records if r.credited), Decimal(0))
     return {"deposits": rows, "credited_amount": str(credited)}
+
+
+async def read_deposit(
+    client: BybitClient,
+    venue_key: str,
+    coin: str,
+    chain: str,
+    tx_hash: str,
+    to_address: str,
+    since_ms: int,
+    amount: str,
+) -> tuple[str, JsonObject]:
+    """What the venue says of the deposit of ``amount`` by ``tx_hash`` to
+    ``to_address`` on ``chain``: (credited | mismatch | failed | pending,
+    evidence). Credited: every record credited, for exactly the amount;
+    mismatch: credited for another amount; failed: a record failed; pending:
+    none yet, or not all credited. A venue error raises venue_error."""
+    try:
+        records = await deposits_for(client, coin, chain, tx_hash, to_address, since_ms)
+    except (BybitError, BybitUnavailable) as exc:
+        raise venue_error(venue_key, exc) from None
+    evidence = {"tx_hash": tx_hash, "venue": venue_key, "expected_amount": amount}
+    evidence |= deposit_evidence(records)
+    if any(r.status == DEPOSIT_FAILED for r in records):
+        return "failed", evidence
+    if not records or not all(r.credited for r in records):
+        return "pending", evidence
+    credited = sum((r.amount for r in records), Decimal(0))
+    if credited != Decimal(amount):
+        return "mismatch", evidence | {
+            "problem": f"the venue credited {credited}, the movement sent {amount}"
+        }
+    return "credited", evidence

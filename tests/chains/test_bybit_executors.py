@@ -703,6 +703,83 @@ def test_a_transfer_into_the_exchange_completes_its_deposit_step_when_credited(
     assert world.execute("SELECT count(*) FROM capital_transfer_followups").fetchone()[0] == 0
 
 
+@pytest.mark.parametrize("deposit", ["credited", "forged"])
+def test_a_withdrawal_after_a_deposit_pays_only_what_the_venue_credited(
+    db: Any, world: Any, exchange: Exchange, deposit: str
+) -> None:
+    """Transfer into the venue, wait for its credit, withdraw it to a
+    counterparty. credited: the three steps run, one withdrawal pays the
+    recipient. forged: a runner login reports the transfer settled (a
+    transaction that never happened) and the deposit step COMPLETED before
+    the venue credits anything: the withdrawal reads its deposit at the venue
+    first (verify before spending), fails, and requests nothing (it would pay
+    from the venue's pooled balance)."""
+    chain = exchange.chain_set.chains[0]
+    sender = exchange.chain_set.treasury[0].address
+    recipient = fresh_recipient(world, exchange, chain.key)
+    count = exchange.withdrawals()
+    nodes = start(
+        world,
+        [
+            {
+                "key": "pay",
+                "executor": EvmTransferExecutor.key,
+                "config": {
+                    "lane": "evm",
+                    "chain": chain.key,
+                    "from": sender,
+                    "to": exchange.deposit_address,
+                },
+                "depends_on": [],
+            },
+            {
+                "key": "credit",
+                "executor": BybitDepositExecutor.key,
+                "config": {"lane": DEPOSIT_LANE, "venue": "bybit", "chain": chain.key},
+                "depends_on": ["pay"],
+            },
+            withdraw_node(chain.key, recipient) | {"depends_on": ["credit"]},
+        ],
+        Decimal("4.2"),
+        f"spend-{deposit}",
+    )
+    if deposit == "credited":
+        assert dispatch(db, exchange) == 1  # the transfer
+        assert observe_until(db, world, exchange, nodes["pay"]) == "COMPLETED"
+        assert dispatch(db, exchange) == 1  # the deposit step
+        assert observe_until(db, world, exchange, nodes["credit"]) == "COMPLETED"
+    else:
+        conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "forger")
+        with psycopg.connect(conninfo, autocommit=True) as runner:
+            [paying] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
+            never = "0x" + "5f" * 32
+            told = {"tx_hash": never, "transfer": {"to": exchange.deposit_address.lower(),
+                                                   "value": "4200000"}}  # fmt: skip
+            procs.complete_submit(nodes["pay"], paying.claim_secret, never, told, settled=True).one(
+                runner
+            )
+            assert dispatch(db, exchange) == 1  # the deposit step waits for `never`
+            make_due(world, nodes["credit"])
+            with runner.transaction():
+                [seen] = procs.claim_observe_batch([nodes["credit"]], "node_observer").all(runner)
+                procs.complete_observe_batch(
+                    [nodes["credit"]], [seen.claim_secret], ["COMPLETED"], [{"credited": "yes"}]
+                ).all(runner)
+        assert node_row(world, nodes["credit"])["state"] == "COMPLETED"
+    dispatch(db, exchange)  # the withdrawal
+    if deposit == "credited":
+        assert observe_until(db, world, exchange, nodes["out"]) == "COMPLETED"
+        assert exchange.withdrawals() == count + 1
+        assert usdc_balance(chain, recipient) == 4_200_000
+    else:
+        row = node_row(world, nodes["out"])
+        assert row["state"] == "FAILED"
+        assert (
+            "shows its deposit" in row["last_error"] and "nothing is requested" in row["last_error"]
+        )
+        assert exchange.withdrawals() == count
+
+
 def test_the_followup_sees_a_bare_transfer_into_the_exchange_credited(
     db: Any, world: Any, exchange: Exchange
 ) -> None:

@@ -688,6 +688,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         ),
         "bybit_withdraw_route": {"p_node_id": w.withdraw},
         "bybit_deposit_route": {"p_node_id": w.deposit},
+        "paid_in_deposits": {"p_node_id": w.withdraw},
         "exchange_venue_list": {},
         "claim_capital_transfers": {"p_max": 10, "p_lease_seconds": 60},
         "record_capital_transfer_check": {
@@ -1499,6 +1500,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
         "bybit_deposit_route": (
             each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
         ),
+        "paid_in_deposits": each("p_node_id", "QT011", None, 0, -1, 2**62),
         "claim_capital_transfers": (
             each("p_max", "QT002", None, 0, -1, 1001)
             + each("p_lease_seconds", "QT002", None)

@@ -43,6 +43,7 @@ RUNNER = {
     "end_stalled_sessions",
     "bybit_withdraw_route",
     "bybit_deposit_route",
+    "paid_in_deposits",
     "exchange_venue_list",
     "claim_capital_transfers",
     "record_capital_transfer_check",
