@@ -110,17 +110,30 @@ def venue_error(venue_key: str, exc: BybitError | BybitUnavailable) -> ExecutorE
     )
 
 
+RECORD_WINDOW_MS = 30 * 24 * 3600 * 1000
+"""The longest window a query-record call takes (Bybit: "endTime - startTime
+must be within 30 days"; without endTime it is now): a deposit is read in the
+30 days from ``since_ms``, so that a step reading it long after (a withdrawal
+held for weeks) is answered, not refused."""
+
+
 async def deposits_for(
     client: BybitClient, coin: str, chain: str, tx_hash: str, to_address: str, since_ms: int
 ) -> list[DepositRecord]:
     """The venue's deposit records of transaction ``tx_hash`` to ``to_address``
     on ``chain`` (the venue's name of the chain; a transaction of another chain
     with that hash and address is not this one), one per Transfer log, seen
-    since ``since_ms``, newest first."""
+    in the RECORD_WINDOW_MS from ``since_ms``, newest first."""
     found: list[DepositRecord] = []
     cursor: str | None = None
     for _ in range(DEPOSIT_PAGES):
-        page = await client.deposits(coin=coin, start_time_ms=since_ms, limit=50, cursor=cursor)
+        page = await client.deposits(
+            coin=coin,
+            start_time_ms=since_ms,
+            end_time_ms=since_ms + RECORD_WINDOW_MS - 1,
+            limit=50,
+            cursor=cursor,
+        )
         found.extend(
             r
             for r in page.rows

@@ -444,3 +444,19 @@ def test_a_deposit_is_read_on_its_own_chain_only() -> None:
         assert (record.chain, record.amount, record.credited) == ("chain-b", Decimal("5"), True)
     finally:
         handle.stop()
+
+
+def test_a_deposit_read_long_after_is_answered(exchange: BybitHandle) -> None:
+    """The venue reads its records in windows of at most 30 days: a deposit
+    read more than 30 days after the time it is read from (a withdrawal held
+    for weeks after its deposit) is asked for the 30 days from then, and
+    answered, not refused."""
+    tx = "0x" + "ce" * 32
+    exchange.record_deposit(CHAIN, tx, Decimal("3"))
+    long_ago = int((time.time() - 40 * 24 * 3600) * 1000)
+    address = "0x" + "22" * 20
+    read = run(lambda c: deposits_for(c, "USDC", CHAIN, tx, address, long_ago), exchange.url)
+    assert read == []  # recorded today, outside the 30 days read
+    since = int((time.time() - 3600) * 1000)
+    [record] = run(lambda c: deposits_for(c, "USDC", CHAIN, tx, address, since), exchange.url)
+    assert record.amount == Decimal("3")
