@@ -195,6 +195,15 @@ class DepositWait(VenueRecord):
 
 
 @dataclass(frozen=True)
+class _Unfunded:
+    """Why a withdrawal's deposits do not stand at the venue (problem), and
+    whether waiting may change it (wait: not shown yet)."""
+
+    problem: str
+    wait: bool
+
+
+@dataclass(frozen=True)
 class _Refused:
     """withdraw/create answered without an id: the answer's kind
     (bybit_codes.Kind), what it said, its retCode if any and the wait before
@@ -243,24 +252,28 @@ class BybitWithdrawExecutor(VenueExecutor):
 
     async def preflight(self, work: NodeWork) -> None:
         await self._route_row(work)
-        await self._paid_in(work)
+        unfunded = await self._unfunded(work)
+        if unfunded is not None:
+            raise ExecutorError(
+                unfunded.problem + ": nothing is requested", retryable=unfunded.wait
+            )
 
-    async def _paid_in(self, work: NodeWork) -> None:
-        """Verify before spending: each deposit step this withdrawal follows
-        (paid_in_deposits) shows its recorded deposit credited at the venue,
-        for its amount. A parent's COMPLETED is a runner's word, and the
-        withdrawal pays from the venue's pooled balance: a deposit the venue
-        does not show credited fails the node before anything is requested
-        (two operators may retry it once the deposit is sorted out)."""
+    async def _unfunded(self, work: NodeWork) -> _Unfunded | None:
+        """Verify before spending: why a deposit step this withdrawal follows
+        (paid_in_deposits) does not show its recorded deposit credited at the
+        venue for its amount, or None when every one does. A parent's
+        COMPLETED is a runner's word, and the withdrawal pays from the venue's
+        pooled balance: nothing is requested (preflight) nor requested again
+        (recover) for a deposit the venue does not show credited. Not yet shown
+        (pending) is worth waiting for; no checked record, failed or another
+        amount is not."""
         async with self._pool.connection() as conn:
             deposits = await procs.paid_in_deposits(work.node_id).aall(conn)
         for deposit in deposits:
             step = f"deposit step {deposit.node_key!r}"
             if deposit.payload is None or deposit.payload_problem is not None:
-                raise ExecutorError(
-                    f"{step} has no deposit the engine checked ({deposit.payload_problem}): "
-                    "nothing is requested",
-                    retryable=False,
+                return _Unfunded(
+                    f"{step} has no deposit the engine checked ({deposit.payload_problem})", False
                 )
             wait = DepositWait.from_payload(deposit.payload)
             status, evidence = await read_deposit(
@@ -274,12 +287,13 @@ class BybitWithdrawExecutor(VenueExecutor):
                 wait.amount,
             )
             if status != "credited":
-                raise ExecutorError(
+                return _Unfunded(
                     f"{step} is {deposit.node_state}, but venue {wait.venue_key} shows its "
                     f"deposit {wait.tx_hash} {status} (credited "
-                    f"{evidence.get('credited_amount')} of {wait.amount}): nothing is requested",
-                    retryable=False,
+                    f"{evidence.get('credited_amount')} of {wait.amount})",
+                    status == "pending",
                 )
+        return None
 
     async def prepare(self, work: NodeWork) -> Prepared:
         row = await self._route_row(work)
@@ -537,7 +551,15 @@ class BybitWithdrawExecutor(VenueExecutor):
             if record is None:
                 evidence["unknown_withdrawal"] = str(withdraw_id)
                 withdraw_id = None
+        unfunded = None
         if not withdraw_id and self._age_s(work, route) <= REPEAT_WINDOW_S:
+            # a repeat may create the withdrawal: never for deposits the venue
+            # does not show credited (verify before spending); then only the
+            # venue's records say whether a first request made it
+            unfunded = await self._unfunded(work)
+            if unfunded is not None:
+                evidence["unfunded"] = unfunded.problem
+        if not withdraw_id and unfunded is None and self._age_s(work, route) <= REPEAT_WINDOW_S:
             # by the recorded requestId: the venue answers a repeat with the
             # original withdrawal, and creates it only if the first request
             # never reached it
@@ -556,7 +578,13 @@ class BybitWithdrawExecutor(VenueExecutor):
                 found = await self._search(work, route)
                 if len(found) == 1:
                     record = found[0]
-                elif not found and answer.kind is Kind.PERMANENT:
+                elif (
+                    not found
+                    and answer.kind is Kind.PERMANENT
+                    and "unknown_withdrawal" not in evidence
+                ):
+                    # (a recorded id the venue did not show may be a withdrawal it
+                    # does not list yet: a refusal of the repeat proves nothing then)
                     return RecoveryResult(
                         RecoveryOutcome.FAILED,
                         evidence
@@ -581,17 +609,23 @@ class BybitWithdrawExecutor(VenueExecutor):
         if record is None and withdraw_id:
             record = await self._withdrawal(route, str(withdraw_id))
         elif record is None:
-            # too old to repeat the request: only what the venue shows counts
+            # too old to repeat the request, or its deposits do not stand:
+            # only what the venue shows counts
             found = await self._search(work, route)
             if len(found) == 1:
                 record = found[0]
             else:
+                why = (
+                    "its deposits do not stand at the venue, so its request is not repeated"
+                    if unfunded is not None
+                    else "the intent is too old to repeat its request"
+                )
                 return RecoveryResult(
                     RecoveryOutcome.STILL_UNKNOWN,
                     evidence
                     | {
-                        "problem": f"{len(found)} withdrawals match the recorded one and the "
-                        "intent is too old to repeat its request: an operator decides",
+                        "problem": f"{len(found)} withdrawals match the recorded one and {why}: "
+                        "an operator decides",
                         "candidates": [r.withdraw_id for r in found],
                     },
                 )

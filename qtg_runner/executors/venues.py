@@ -110,11 +110,12 @@ def venue_error(venue_key: str, exc: BybitError | BybitUnavailable) -> ExecutorE
     )
 
 
-RECORD_WINDOW_MS = 30 * 24 * 3600 * 1000
-"""The longest window a query-record call takes (Bybit: "endTime - startTime
-must be within 30 days"; without endTime it is now): a deposit is read in the
-30 days from ``since_ms``, so that a step reading it long after (a withdrawal
-held for weeks) is answered, not refused."""
+RECORD_WINDOW_MS = 29 * 24 * 3600 * 1000
+"""The window a deposit is read in, from ``since_ms``: a query-record call takes
+at most 30 days (Bybit: "endTime - startTime must be less than 30 days",
+without endTime it ends now; the venue compares whole seconds, so a day is
+left as margin), so that a step reading it long after (a withdrawal held for
+weeks) is answered, not refused."""
 
 
 async def deposits_for(

@@ -36,7 +36,7 @@ from typing import Any
 import psycopg
 import pytest
 from chain_support import TEST_KDF_ITERATIONS, LocalChainSet
-from engine import approve, as_person, pin_clock
+from engine import add_lanes, approve, as_person, node, pin_clock, register_sim
 from eth_account import Account
 from eth_utils import to_checksum_address
 from evm_support import (
@@ -703,35 +703,46 @@ def test_a_transfer_into_the_exchange_completes_its_deposit_step_when_credited(
     assert world.execute("SELECT count(*) FROM capital_transfer_followups").fetchone()[0] == 0
 
 
-@pytest.mark.parametrize("deposit", ["credited", "forged"])
+@pytest.mark.parametrize("deposit", ["credited", "forged_transfer", "forged_credit"])
 def test_a_withdrawal_after_a_deposit_pays_only_what_the_venue_credited(
     db: Any, world: Any, exchange: Exchange, deposit: str
 ) -> None:
-    """Transfer into the venue, wait for its credit, withdraw it to a
-    counterparty. credited: the three steps run, one withdrawal pays the
-    recipient. forged: a runner login reports the transfer settled (a
-    transaction that never happened) and the deposit step COMPLETED before
-    the venue credits anything: the withdrawal reads its deposit at the venue
-    first (verify before spending), fails, and requests nothing (it would pay
-    from the venue's pooled balance)."""
+    """Pay into the venue, wait for its credit, withdraw it to a counterparty.
+    credited: the three steps run, one withdrawal pays the recipient.
+    forged_transfer: a runner login reports the transfer settled with a
+    transaction it never signed: the deposit step's record is refused (a
+    transfer pays with a transaction its intent signed), the step is set aside
+    for an operator, and nothing is withdrawn. forged_credit: a paying step
+    whose transaction the engine cannot check (a sim step here, as a bridge's
+    delivery by others), reported
+    settled, and the deposit step reported COMPLETED, by the runner login,
+    before the venue credits anything: the withdrawal reads its deposit at
+    the venue first (verify before spending) and requests nothing; recovery
+    of it, had it been prepared, would not repeat its request either."""
     chain = exchange.chain_set.chains[0]
     sender = exchange.chain_set.treasury[0].address
     recipient = fresh_recipient(world, exchange, chain.key)
     count = exchange.withdrawals()
+    if deposit == "forged_credit":
+        register_sim(world)
+        paying = node("pay", lane="instant")
+        add_lanes(world, "instant")
+    else:
+        paying = {
+            "key": "pay",
+            "executor": EvmTransferExecutor.key,
+            "config": {
+                "lane": "evm",
+                "chain": chain.key,
+                "from": sender,
+                "to": exchange.deposit_address,
+            },
+            "depends_on": [],
+        }
     nodes = start(
         world,
         [
-            {
-                "key": "pay",
-                "executor": EvmTransferExecutor.key,
-                "config": {
-                    "lane": "evm",
-                    "chain": chain.key,
-                    "from": sender,
-                    "to": exchange.deposit_address,
-                },
-                "depends_on": [],
-            },
+            paying,
             {
                 "key": "credit",
                 "executor": BybitDepositExecutor.key,
@@ -748,36 +759,63 @@ def test_a_withdrawal_after_a_deposit_pays_only_what_the_venue_credited(
         assert observe_until(db, world, exchange, nodes["pay"]) == "COMPLETED"
         assert dispatch(db, exchange) == 1  # the deposit step
         assert observe_until(db, world, exchange, nodes["credit"]) == "COMPLETED"
-    else:
-        conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "forger")
-        with psycopg.connect(conninfo, autocommit=True) as runner:
-            [paying] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
-            never = "0x" + "5f" * 32
-            told = {"tx_hash": never, "transfer": {"to": exchange.deposit_address.lower(),
-                                                   "value": "4200000"}}  # fmt: skip
-            procs.complete_submit(nodes["pay"], paying.claim_secret, never, told, settled=True).one(
-                runner
-            )
-            assert dispatch(db, exchange) == 1  # the deposit step waits for `never`
-            make_due(world, nodes["credit"])
-            with runner.transaction():
-                [seen] = procs.claim_observe_batch([nodes["credit"]], "node_observer").all(runner)
-                procs.complete_observe_batch(
-                    [nodes["credit"]], [seen.claim_secret], ["COMPLETED"], [{"credited": "yes"}]
-                ).all(runner)
-        assert node_row(world, nodes["credit"])["state"] == "COMPLETED"
-    dispatch(db, exchange)  # the withdrawal
-    if deposit == "credited":
+        dispatch(db, exchange)  # the withdrawal
         assert observe_until(db, world, exchange, nodes["out"]) == "COMPLETED"
         assert exchange.withdrawals() == count + 1
         assert usdc_balance(chain, recipient) == 4_200_000
-    else:
-        row = node_row(world, nodes["out"])
-        assert row["state"] == "FAILED"
-        assert (
-            "shows its deposit" in row["last_error"] and "nothing is requested" in row["last_error"]
+        return
+    conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "forger")
+    with psycopg.connect(conninfo, autocommit=True) as runner:
+        [claimed] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
+        never = "0x" + "5f" * 32
+        told = {"tx_hash": never, "transfer": {"to": exchange.deposit_address.lower(),
+                                               "value": "4200000"}}  # fmt: skip
+        procs.complete_submit(nodes["pay"], claimed.claim_secret, never, told, settled=True).one(
+            runner
         )
-        assert exchange.withdrawals() == count
+        dispatch(db, exchange)  # the deposit step records what it waits for, or is refused
+        if deposit == "forged_transfer":
+            (reason,) = world.execute(
+                "SELECT reason FROM quarantined_nodes WHERE node_id = %s", (nodes["credit"],)
+            ).fetchone()
+            assert "one its intent signed" in reason  # set aside for an operator
+            assert node_row(world, nodes["out"])["state"] == "PENDING"
+            assert exchange.withdrawals() == count
+            return
+        make_due(world, nodes["credit"])
+        with runner.transaction():
+            [seen] = procs.claim_observe_batch([nodes["credit"]], "node_observer").all(runner)
+            procs.complete_observe_batch(
+                [nodes["credit"]], [seen.claim_secret], ["COMPLETED"], [{"credited": "yes"}]
+            ).all(runner)
+    assert node_row(world, nodes["credit"])["state"] == "COMPLETED"
+    dispatch(db, exchange)  # the withdrawal
+    row = node_row(world, nodes["out"])
+    assert row["state"] == "READY", row  # waits: the venue may not show it yet
+    assert "shows its deposit" in row["last_error"] and "nothing is requested" in row["last_error"]
+    assert exchange.withdrawals() == count
+
+    # a runner login that runs the executor's code without the check prepares
+    # the withdrawal (its requestId recorded) and stops before the request
+    def unchecked_then_dies(executors: dict[str, Any]) -> None:
+        async def funded(work: Any) -> None:
+            return None
+
+        executors[BybitWithdrawExecutor.key]._unfunded = funded
+        dies_in("submit")(executors)
+
+    world.execute(
+        "UPDATE movement_request_nodes SET not_before = NULL WHERE id = %s", (nodes["out"],)
+    )
+    with pytest.raises(BaseException):  # noqa: B017 - the "process" dies before the request
+        dispatch(db, exchange, unchecked_then_dies)
+    assert intent_of(world, nodes["out"])["external_request_id"]
+    # recovery does not repeat the request of an unfunded withdrawal
+    assert recover(db, world, exchange) == ["UNKNOWN"]
+    assert exchange.withdrawals() == count
+    evidence = node_row(world, nodes["out"])["evidence"]
+    assert "deposits do not stand" in evidence["problem"], evidence
+    assert "pending" in evidence["unfunded"]
 
 
 def test_the_followup_sees_a_bare_transfer_into_the_exchange_credited(

@@ -13,7 +13,8 @@
 --         than the route's send, a cctp_mint fee outside 0..the route's
 --         maxFee or a message nonce other than its cctp_burn parent's
 --         evidence shows, a bybit_deposit's paying parent or its transfer other than
---         a parent's evidence shows, or a transfer another deposit step's
+--         a parent's evidence shows (for an evm_transfer or cctp_mint parent, a
+--         transaction its intent signed), or a transfer another deposit step's
 --         prepared or submitted intent names; or what the route procedure refuses
 --         now (QT014, QT032, QT002 are passed on as they are)
 --   QT002 a payload that is not a JSON object, one missing on an exchange's
@@ -112,9 +113,16 @@ BEGIN
               AND coalesce(parent.evidence ->> 'tx_hash', parent.external_ref) = p_payload ->> 'tx_hash'
               AND coalesce(parent.evidence -> 'transfer' ->> 'value', '') = p_payload ->> 'transfer_value'
               AND lower(coalesce(parent.evidence -> 'transfer' ->> 'to', parent.evidence ->> 'recipient'))
-                  = v_r.route ->> 'deposit_address') THEN
+                  = v_r.route ->> 'deposit_address'
+              -- a parent that signs its own transaction (a transfer, a mint) paid
+              -- with one its intent signed, not any transaction its evidence names
+              AND (parent.executor_key NOT IN ('evm_transfer', 'cctp_mint') OR EXISTS (
+                     SELECT 1 FROM node_intents paid
+                      WHERE paid.node_id = parent.id AND paid.intent_state IN ('PREPARED', 'SUBMITTED')
+                        AND lower(p_payload ->> 'tx_hash') IN (SELECT lower(h) FROM unnest(paid.signed_tx_hashes) h)))) THEN
         RETURN format('QT032 %s: a bybit_deposit payload names a parent step of its node and the transfer to %s '
-                      'that the parent''s evidence shows', v_what, v_r.route ->> 'deposit_address');
+                      'that the parent''s evidence shows (a transfer or a mint: one its intent signed)', v_what,
+                      v_r.route ->> 'deposit_address');
     END IF;
     -- one transfer credits one deposit step: the evidence of a parent is the
     -- runner's word, and naming another movement's credited transfer would
