@@ -48,7 +48,6 @@ from qtg_runner.executors.base import (
     route_row,
 )
 from qtg_runner.executors.bybit_withdraw import DepositWait, VenueExecutor
-from qtg_runner.executors.venues import read_deposit
 
 WINDOW_BEFORE_MS = 24 * 3600 * 1000
 """How far before the prepare the venue's deposit records are read: the venue
@@ -110,16 +109,7 @@ class BybitDepositExecutor(VenueExecutor):
         if not payload:
             raise ExecutorError(f"node {work.node_id} has no recorded deposit", retryable=False)
         wait = DepositWait.from_payload(payload)
-        return await read_deposit(
-            self._client(wait),
-            wait.venue_key,
-            wait.coin,
-            wait.venue_chain,
-            wait.tx_hash,
-            wait.deposit_address,
-            wait.since_ms,
-            wait.amount,
-        )
+        return await wait.read(self._client(wait))
 
     async def observe(self, work: NodeWork) -> ObserveResult:
         status, evidence = await self._read(work)

@@ -193,6 +193,19 @@ class DepositWait(VenueRecord):
     transfer_value: str
     since_ms: int
 
+    async def read(self, client: BybitClient) -> tuple[str, JsonObject]:
+        """What the venue says of this deposit (venues.read_deposit)."""
+        return await read_deposit(
+            client,
+            self.venue_key,
+            self.coin,
+            self.venue_chain,
+            self.tx_hash,
+            self.deposit_address,
+            self.since_ms,
+            self.amount,
+        )
+
 
 @dataclass(frozen=True)
 class _Unfunded:
@@ -276,16 +289,7 @@ class BybitWithdrawExecutor(VenueExecutor):
                     f"{step} has no deposit the engine checked ({deposit.payload_problem})", False
                 )
             wait = DepositWait.from_payload(deposit.payload)
-            status, evidence = await read_deposit(
-                self._client(wait),
-                wait.venue_key,
-                wait.coin,
-                wait.venue_chain,
-                wait.tx_hash,
-                wait.deposit_address,
-                wait.since_ms,
-                wait.amount,
-            )
+            status, evidence = await wait.read(self._client(wait))
             if status != "credited":
                 return _Unfunded(
                     f"{step} is {deposit.node_state}, but venue {wait.venue_key} shows its "

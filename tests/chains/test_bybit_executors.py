@@ -171,6 +171,16 @@ def withdraw_node(chain: str, to: str, key: str = "out") -> dict[str, Any]:
     }
 
 
+def paying_in(chain: str, sender: str, deposit_address: str) -> dict[str, Any]:
+    """The step "pay": an evm_transfer from ``sender`` into the venue's deposit address."""
+    return {
+        "key": "pay",
+        "executor": EvmTransferExecutor.key,
+        "config": {"lane": "evm", "chain": chain, "from": sender, "to": deposit_address},
+        "depends_on": [],
+    }
+
+
 def start(
     conn: Any, nodes: list[dict[str, Any]], amount: Decimal, external_id: str
 ) -> dict[str, int]:
@@ -664,17 +674,7 @@ def test_a_transfer_into_the_exchange_completes_its_deposit_step_when_credited(
     nodes = start(
         world,
         [
-            {
-                "key": "pay",
-                "executor": EvmTransferExecutor.key,
-                "config": {
-                    "lane": "evm",
-                    "chain": chain.key,
-                    "from": sender,
-                    "to": exchange.deposit_address,
-                },
-                "depends_on": [],
-            },
+            paying_in(chain.key, sender, exchange.deposit_address),
             {
                 "key": "credit",
                 "executor": BybitDepositExecutor.key,
@@ -728,17 +728,7 @@ def test_a_withdrawal_after_a_deposit_pays_only_what_the_venue_credited(
         paying = node("pay", lane="instant")
         add_lanes(world, "instant")
     else:
-        paying = {
-            "key": "pay",
-            "executor": EvmTransferExecutor.key,
-            "config": {
-                "lane": "evm",
-                "chain": chain.key,
-                "from": sender,
-                "to": exchange.deposit_address,
-            },
-            "depends_on": [],
-        }
+        paying = paying_in(chain.key, sender, exchange.deposit_address)
     nodes = start(
         world,
         [
