@@ -16,8 +16,9 @@ not repeat the request", a code the table lacks, no answer at all).
 
     preflight  the route; and verify before spending: each deposit step the
                node follows (paid_in_deposits) shows its recorded deposit
-               credited at the venue for its amount, else the node fails
-               before anything is requested (a parent's COMPLETED is a
+               credited at the venue for its amount, else nothing is
+               requested (not shown yet: the node waits; anything else fails
+               it), nor repeated by recover (a parent's COMPLETED is a
                runner's word, and the withdrawal pays from a pooled balance).
     prepare    the requestId, request_id_for(the venue's request salt and the
                intent's idempotency key: the key is unique in one database, the
@@ -181,7 +182,7 @@ class DepositWait(VenueRecord):
     """What a bybit_deposit node waits for, as recorded in its prepared
     payload: the transfer (tx_hash) its parent made into the venue's deposit
     address, and the amount it should credit. Read by that node, and by a
-    withdrawal after it before it requests anything (paid_in)."""
+    withdrawal after it before it requests anything (_unfunded)."""
 
     chain_key: str
     venue_chain: str
@@ -548,7 +549,8 @@ class BybitWithdrawExecutor(VenueExecutor):
         withdraw_id = work.external_ref or intent.get("external_ref")
         evidence: JsonObject = {"request_id": route.request_id}
         record: WithdrawalRecord | None = None
-        if withdraw_id and self._age_s(work, route) <= REPEAT_WINDOW_S:
+        repeatable = self._age_s(work, route) <= REPEAT_WINDOW_S
+        if withdraw_id and repeatable:
             # the recorded id is a runner's word: one the venue does not know
             # (never its answer) gives way to the venue's answer to the requestId
             record = await self._withdrawal(route, str(withdraw_id))
@@ -556,14 +558,14 @@ class BybitWithdrawExecutor(VenueExecutor):
                 evidence["unknown_withdrawal"] = str(withdraw_id)
                 withdraw_id = None
         unfunded = None
-        if not withdraw_id and self._age_s(work, route) <= REPEAT_WINDOW_S:
+        if not withdraw_id and repeatable:
             # a repeat may create the withdrawal: never for deposits the venue
             # does not show credited (verify before spending); then only the
             # venue's records say whether a first request made it
             unfunded = await self._unfunded(work)
             if unfunded is not None:
                 evidence["unfunded"] = unfunded.problem
-        if not withdraw_id and unfunded is None and self._age_s(work, route) <= REPEAT_WINDOW_S:
+        if not withdraw_id and unfunded is None and repeatable:
             # by the recorded requestId: the venue answers a repeat with the
             # original withdrawal, and creates it only if the first request
             # never reached it

@@ -141,6 +141,7 @@ ADMIN = {
 """Deploy steps: run as their caller, granted to nobody (the admin calls them)."""
 INLINE = {
     "skip_count",
+    "skip_day_runs",
     "audit_canonical",
     "audit_row_hash",
     "balance_state",

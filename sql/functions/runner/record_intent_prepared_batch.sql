@@ -235,7 +235,7 @@ BEGIN
                        skipped_since = CASE WHEN (SELECT a.lo FROM accounts a
                                                    WHERE a.chain_key = e.chain_key AND a.sender = e.address)
                                                  = e.next_nonce
-                                              OR e.skipped_since > v_now - interval '24 hours'
+                                              OR skip_day_runs(e.skipped_since, v_now)
                                             THEN e.skipped_since ELSE v_now END
                  WHERE skip_count(e.skipped_nonces, e.skipped_since, v_now,
                                   (SELECT a.lo FROM accounts a
