@@ -516,7 +516,10 @@ def _deposit_records(ex: _Exchange, query: Mapping[str, str]) -> dict[str, Any]:
     rows = [
         d
         for d in sorted(ex.deposits.values(), key=lambda d: d.seen_ms, reverse=True)
-        if start <= d.seen_ms <= end and query.get("coin", "USDC") == "USDC"
+        if start <= d.seen_ms <= end
+        and query.get("coin", "USDC") == "USDC"
+        and query.get("id", d.id) == d.id
+        and query.get("txID", d.tx_id) == d.tx_id
     ]
     return _page([d.row() for d in rows], query)
 

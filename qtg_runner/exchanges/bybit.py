@@ -518,9 +518,17 @@ class BybitClient(HttpEndpoint):
         page = await self.withdrawals(withdraw_id=withdraw_id)
         return next((r for r in page.rows if r.withdraw_id == withdraw_id), None)
 
-    async def deposits(self, **query: Unpack[RecordQuery]) -> DepositPage:
-        """GET /v5/asset/deposit/query-record."""
-        rows, cursor = await self._records("/v5/asset/deposit/query-record", {}, query)
+    async def deposits(
+        self,
+        *,
+        deposit_id: str | None = None,
+        tx_id: str | None = None,
+        **query: Unpack[RecordQuery],
+    ) -> DepositPage:
+        """GET /v5/asset/deposit/query-record (on-chain deposits, newest first;
+        ``tx_id`` keeps one transaction's, ``deposit_id`` one record)."""
+        filters = {"id": deposit_id, "txID": tx_id}
+        rows, cursor = await self._records("/v5/asset/deposit/query-record", filters, query)
         return DepositPage([DepositRecord.from_row(r) for r in rows], cursor)
 
     async def _records(

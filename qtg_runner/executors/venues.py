@@ -34,7 +34,7 @@ RETRY_LATER_S = 30.0
 """The retry hint when a venue cannot be reached or this runner lacks its settings."""
 
 DEPOSIT_PAGES = 10
-"""Pages of deposit records (50 each) read looking for one transaction."""
+"""Pages of one transaction's deposit records (50 each) read at the most."""
 
 
 class VenueClients:
@@ -124,11 +124,15 @@ async def deposits_for(
     """The venue's deposit records of transaction ``tx_hash`` to ``to_address``
     on ``chain`` (the venue's name of the chain; a transaction of another chain
     with that hash and address is not this one), one per Transfer log, seen
-    in the RECORD_WINDOW_MS from ``since_ms``, newest first."""
+    in the RECORD_WINDOW_MS from ``since_ms``, newest first. The venue is
+    asked for the transaction's records only (txID), so however many other
+    deposits the window holds, they fill no page; each record is checked
+    again here."""
     found: list[DepositRecord] = []
     cursor: str | None = None
     for _ in range(DEPOSIT_PAGES):
         page = await client.deposits(
+            tx_id=tx_hash,
             coin=coin,
             start_time_ms=since_ms,
             end_time_ms=since_ms + RECORD_WINDOW_MS - 1,

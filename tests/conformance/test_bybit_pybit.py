@@ -258,6 +258,12 @@ def test_pybit_reads_deposits_as_our_client_does(exchange: BybitHandle) -> None:
     [mine] = ours(lambda c: c.deposits(coin="USDC"), exchange).rows
     assert mine == DepositRecord.from_row(row)
     assert mine.credited and mine.log_index == 4
+    # one transaction's records (txID), as the deposit steps ask for them
+    assert result_of(session.get_deposit_records(coin="USDC", txID=TX))["rows"] == [row]
+    assert ours(lambda c: c.deposits(coin="USDC", tx_id=TX), exchange).rows == [mine]
+    other = "0x" + "ab" * 32
+    assert result_of(session.get_deposit_records(coin="USDC", txID=other))["rows"] == []
+    assert ours(lambda c: c.deposits(coin="USDC", tx_id=other), exchange).rows == []
 
     [address] = result_of(session.get_master_deposit_address(coin="USDC", chainType=CHAIN))[
         "chains"

@@ -446,6 +446,22 @@ def test_a_deposit_is_read_on_its_own_chain_only() -> None:
         handle.stop()
 
 
+def test_a_deposit_is_found_among_many_others(exchange: BybitHandle) -> None:
+    """The venue is asked for one transaction's records (txID): a deposit
+    older than the newest 500 of its window (ten pages, the most
+    deposits_for reads) is still found, and is the one record read."""
+    tx = "0x" + "cf" * 32
+    exchange.set_clock_offset(-60_000)
+    exchange.record_deposit(CHAIN, tx, Decimal("4"))
+    exchange.set_clock_offset(0)
+    for i in range(520):
+        exchange.record_deposit(CHAIN, "0x" + f"{i:064x}", Decimal("1"))
+    address = "0x" + "22" * 20
+    since = int((time.time() - 3600) * 1000)
+    [record] = run(lambda c: deposits_for(c, "USDC", CHAIN, tx, address, since), exchange.url)
+    assert (record.tx_id, record.amount) == (tx, Decimal("4"))
+
+
 def test_a_deposit_read_long_after_is_answered(exchange: BybitHandle) -> None:
     """The venue reads its records in windows of at most 30 days: a deposit
     read more than 30 days after the time it is read from (a withdrawal held
