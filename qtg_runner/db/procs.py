@@ -455,6 +455,7 @@ class DepositRoute(ExchangeVenue):
     coin: Text
     deposit_address: Text
     amount: Text
+    since_ms: BigInt | None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ A plan puts it after the step that pays into the exchange (an evm_transfer, a
 mint) with `depends_on`; the engine hands it the parent's evidence
 (`work.inputs`). Where it waits is the registry's word (bybit_deposit_route:
 the venue, its name for the chain, its deposit address for the coin, the
-movement's amount).
+movement's amount, and from when the venue's records are read: a day before
+its parents were first claimed).
 
     preflight  the route.
     prepare    the parent whose evidence shows a Transfer to the deposit
@@ -31,8 +32,6 @@ step is left to it.
 
 from __future__ import annotations
 
-import time
-
 from qtg_runner.db import procs
 from qtg_runner.executors.base import (
     ExecutorError,
@@ -48,13 +47,6 @@ from qtg_runner.executors.base import (
     route_row,
 )
 from qtg_runner.executors.bybit_withdraw import DepositWait, VenueExecutor
-
-WINDOW_BEFORE_MS = 24 * 3600 * 1000
-"""How far before the prepare the venue's deposit records are read: the venue
-records a deposit when it sees it mined, which may be long before this step is
-prepared (the parent waited for its finality, the dispatcher may have been
-down)."""
-
 
 VERDICTS = Verdicts("credited", "failed", frozenset({"mismatch"}))
 """What a reading of the deposit means: credited as sent, failed at the venue,
@@ -80,13 +72,7 @@ class BybitDepositExecutor(VenueExecutor):
     async def prepare(self, work: NodeWork) -> Prepared:
         route = await self._route(work)
         parent, tx_hash, value = _paying_parent(work, route.deposit_address)
-        wait = DepositWait.from_row(
-            route,
-            tx_hash=tx_hash,
-            parent=parent,
-            transfer_value=value,
-            since_ms=int(time.time() * 1000) - WINDOW_BEFORE_MS,
-        )
+        wait = DepositWait.from_row(route, tx_hash=tx_hash, parent=parent, transfer_value=value)
         return Prepared(payload=wait.recorded())
 
     async def submit(self, work: NodeWork, prepared: Prepared) -> SubmitResult:

@@ -10,12 +10,22 @@ allow-listed) and bybit_deposit_route."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
-from engine import assert_rejected, bind, create_started, fingerprint, node, node_ids, plan
+from engine import (
+    assert_rejected,
+    bind,
+    create_started,
+    fingerprint,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+)
 from rows import Conn
 from test_upsert_chain import REGISTRY, chain_audit
 
@@ -38,7 +48,7 @@ def deposit_payload(route: Any, tx_hash: str) -> dict[str, Any]:
         "venue_chain": route.venue_chain, "coin": route.coin,
         "deposit_address": route.deposit_address, "amount": route.amount,
         "tx_hash": tx_hash, "parent": "pay", "transfer_value": "100000000",
-        "since_ms": 1_700_000_000_000,
+        "since_ms": route.since_ms,
     }  # fmt: skip
 
 
@@ -195,6 +205,31 @@ def test_the_deposit_route_names_the_deposit_address(conn: Conn, venue: str) -> 
     )  # fmt: skip
 
 
+def test_the_deposit_route_reads_from_a_day_before_its_parents_first_claim(
+    conn: Conn, venue: str
+) -> None:
+    """The venue's records are read from a day before the deposit step's
+    parents were first claimed, whenever the step itself is prepared: a step
+    held back for days still finds a transfer its parent made at once."""
+    procs.register_executor(
+        BybitDepositExecutor.key, False, BybitDepositExecutor.node_config_schema, "d"
+    ).one(conn)
+    procs.upsert_venue_deposit_address(venue, "local-a", "USDC", DEPOSIT).one(conn)
+    movement = create_started(
+        conn,
+        plan(node("pay"), node("in", ["pay"], executor="bybit_deposit", venue=venue,
+                               chain="local-a")),
+        "window",
+    )  # fmt: skip
+    node_id = node_ids(conn, movement)["in"]
+    assert procs.bybit_deposit_route(node_id).one(conn).since_ms is None
+    pin_clock(conn, "2026-03-01T12:00:00+00:00")
+    procs.claim_ready_nodes("node_dispatcher", 1, 300).all(conn)
+    pin_clock(conn, "2026-03-09T12:00:00+00:00")  # the step prepared a week on
+    since = datetime(2026, 2, 28, 12, tzinfo=UTC)
+    assert procs.bybit_deposit_route(node_id).one(conn).since_ms == int(since.timestamp() * 1000)
+
+
 @pytest.mark.parametrize(
     "forged",
     [
@@ -203,8 +238,10 @@ def test_the_deposit_route_names_the_deposit_address(conn: Conn, venue: str) -> 
         {"transfer_value": "100000001"},
         {"deposit_address": "0x" + "5e" * 20},
         {"key_file_env": "QTG_SIGNER_TREASURY"},
+        {"since_ms": 4_102_444_800_000},  # a window opening in 2100: never shows it
+        {"since_ms": 1_700_000_000_000},  # a window closed in 2023
     ],
-    ids=lambda f: next(iter(f)),
+    ids=lambda f: f"{next(iter(f))}-{next(iter(f.values()))}"[:40],
 )
 def test_a_deposit_step_waits_only_for_its_parents_transfer(
     db: Any, conn: Conn, venue: str, forged: dict[str, str]
@@ -212,7 +249,8 @@ def test_a_deposit_step_waits_only_for_its_parents_transfer(
     """What a bybit_deposit step records is what it waits for: the transfer its
     paying parent's evidence shows into the venue's deposit address, at the
     venue the route names. Another transfer, parent, value, address or key
-    variable is refused (QT032), as the runner login records it."""
+    variable is refused (QT032), as the runner login records it; so is a
+    window of the venue's records that cannot show that transfer."""
     procs.register_executor(
         BybitDepositExecutor.key, False, BybitDepositExecutor.node_config_schema, "d"
     ).one(conn)

@@ -15,7 +15,9 @@
 --         evidence shows, a bybit_deposit's paying parent or its transfer other than
 --         a parent's evidence shows (for an evm_transfer or cctp_mint parent, a
 --         transaction its intent signed), or a transfer another deposit step's
---         prepared or submitted intent names; or what the route procedure refuses
+--         prepared or submitted intent names, or a since_ms (from when the
+--         venue's records are read) later than its parents' first claim or
+--         more than a day before bybit_deposit_route's; or what the route procedure refuses
 --         now (QT014, QT032, QT002 are passed on as they are)
 --   QT002 a payload that is not a JSON object, one missing on an exchange's
 --         executor (an EVM node's signed bytes are checked by
@@ -123,6 +125,17 @@ BEGIN
         RETURN format('QT032 %s: a bybit_deposit payload names a parent step of its node and the transfer to %s '
                       'that the parent''s evidence shows (a transfer or a mint: one its intent signed)', v_what,
                       v_r.route ->> 'deposit_address');
+    END IF;
+    -- the venue's records are read from since_ms for 29 days: a window that
+    -- opens after the transfer was sent, or long before it, never shows it
+    IF v_r.executor_key = 'bybit_deposit' AND NOT coalesce(
+           (p_payload ->> 'since_ms') ~ '^[0-9]{1,15}$'
+           AND (SELECT (p_payload ->> 'since_ms')::bigint BETWEEN r.since_ms - 86400000 AND r.since_ms + 86400000
+                  FROM bybit_deposit_route(p_node_id) r), false) THEN
+        RETURN format('QT032 %s: a bybit_deposit payload reads the venue''s records from since_ms %s; it is within '
+                      'a day of %s (bybit_deposit_route: a day before its parents were first claimed)', v_what,
+                      coalesce(left(p_payload ->> 'since_ms', 40), 'nothing'),
+                      coalesce((SELECT r.since_ms::text FROM bybit_deposit_route(p_node_id) r), 'no time yet'));
     END IF;
     -- one transfer credits one deposit step: the evidence of a parent is the
     -- runner's word, and naming another movement's credited transfer would

@@ -2,8 +2,12 @@
 -- registry says now. From the node's config (venue, chain, coin: USDC unless
 -- given) and its movement's amount: the venue (its kind and the NAMES of the
 -- environment variables of its base URL and API key file), the venue's name
--- for the chain, the venue's deposit address for the coin there, and the
--- amount the deposit should credit (the exchange's decimal string).
+-- for the chain, the venue's deposit address for the coin there, the
+-- amount the deposit should credit (the exchange's decimal string), and
+-- since_ms: from when the venue's deposit records are read, a day (for the
+-- venue's clock) before the node's parents were first claimed, when nothing
+-- they pay in can have been sent yet (epoch ms; NULL before a parent's
+-- claim). The venue reads 29 days from there (venues.RECORD_WINDOW_MS).
 -- QT011 no such node; QT014 the venue, the chain's name at the venue or the
 -- deposit address is not registered; QT002 a config without venue and chain.
 -- Reads only; takes no lock.
@@ -17,7 +21,8 @@ RETURNS TABLE (
     venue_chain     text,
     coin            text,
     deposit_address text,
-    amount          text
+    amount          text,
+    since_ms        bigint
 )
 LANGUAGE plpgsql STABLE
 AS $$
@@ -46,6 +51,10 @@ BEGIN
                                      format('%s: venue %s has no deposit address for %s on chain %s', v_what,
                                             v_venue.venue_key, quote_literal(left(v_coin, 80)), v_config ->> 'chain'),
                                      'The admin records it with upsert_venue_deposit_address.'),
-                        trim_scale(v_amount)::text;
+                        trim_scale(v_amount)::text,
+                        (SELECT floor(extract(epoch FROM min(i.created_at)) * 1000)::bigint - 86400000
+                           FROM movement_plan_edges edge
+                           JOIN node_intents i ON i.node_id = edge.parent_node_id
+                          WHERE edge.child_node_id = p_node_id);
 END
 $$;
