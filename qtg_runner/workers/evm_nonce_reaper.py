@@ -27,7 +27,8 @@ moving on their EVM chains. Two jobs, each round:
    recipient, value, data and gas, fees by evm.bump under the chain's caps:
    above them it is logged and left) is recorded first
    (record_evm_replacement, or record_nonce_fill naming the fill it replaces)
-   and then broadcast.
+   and then broadcast. Recorded bytes that another key signed are never
+   signed again with the account's key: they are logged and left.
 
 Every decision is the chain's word read now and the database's record; the
 reaper never moves a node. Where the RPC URLs and keys come from: the
@@ -316,6 +317,19 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
             )
             return 1
     decoded = decode_raw(raw)
+    if decoded.sender.lower() != row.sender.lower():
+        # SQL checks what recorded bytes do, not who signed them: bytes another
+        # key signed at the account's nonce are never signed again with its key
+        state.log(
+            logging.WARNING,
+            "nonce_reaper_foreign_bytes",
+            row.chain_key,
+            row.sender,
+            row.nonce,
+            tx_hash=row.tx_hash,
+            signed_by=decoded.sender,
+        )
+        return 0
     caps = {
         "max_fee_cap": int(row.max_fee_per_gas),
         "priority_fee_cap": int(row.max_priority_fee_per_gas),

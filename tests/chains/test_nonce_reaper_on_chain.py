@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -19,6 +20,8 @@ from typing import Any
 
 import pytest
 from chain_support import LocalChainSet
+from engine import bind
+from eth_account import Account
 from evm_support import (
     make_due,
     manual_mining,
@@ -32,7 +35,8 @@ from evm_support import (
 )
 from psycopg import sql
 
-from qtg_runner.chains.evm import EvmRpc, decode_raw, tx_hash_of
+from qtg_runner.chains.evm import EvmRpc, Fees, decode_raw, tx_hash_of
+from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError
 from qtg_runner.workers import evm_nonce_reaper, node_dispatcher, node_observer
 from qtg_world.chains.local import rpc
@@ -250,6 +254,45 @@ def test_a_transfer_waiting_too_long_is_bumped_recorded_first_and_settled_by_its
     assert evidence["tx_hash"] == replacement
 
 
+def test_bytes_another_key_signed_are_never_signed_again_with_the_treasury_key(
+    db: Any, world: Any, local_chain_set: LocalChainSet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQL holds a recorded replacement to its intent's call, not to its
+    signer: a runner login records, as the newest transaction of a sent
+    transfer, the same call signed with a key of its own at the account's
+    nonce (waiting in the pool from the forger's account). The reaper, which
+    signs a stale transaction's call again with the account's key, leaves
+    such bytes alone and says so; it signs nothing."""
+    chain = local_chain_set.chains[1]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("1.5"), "forger")
+        run_batch(db, node_dispatcher.batch, local_chain_set)
+        intent = intent_of(world, node_id)
+        honest = decode_raw(bytes.fromhex(intent["transactions"][0]["raw_tx"][2:]))
+        forger = Account.create()
+        rpc(chain.rpc_url, "anvil_setBalance", [forger.address, hex(10**18)])
+        rpc(chain.rpc_url, "anvil_setNonce", [forger.address, hex(honest.nonce)])
+        tx = honest.to_tx(
+            fees=Fees(honest.fees.max_fee_per_gas * 2, honest.fees.max_priority_fee_per_gas * 2)
+        )
+        forged = forger.sign_transaction(tx)
+        forged_hash = "0x" + forged.hash.hex().removeprefix("0x")
+        rpc(chain.rpc_url, "eth_sendRawTransaction", ["0x" + forged.raw_transaction.hex()])
+        runner = bind(db.connect(db.runner_dsn("testnet"), autocommit=True))
+        assert procs.record_evm_replacement(
+            intent["id"], forged_hash, "0x" + forged.raw_transaction.hex()
+        ).one(runner)
+        with caplog.at_level(logging.WARNING), runner_clock(db, world, minutes=2):
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 0
+        hashes = [t["tx_hash"] for t in intent_of(world, node_id)["transactions"]]
+        assert hashes == [intent["signed_tx_hash"], forged_hash]
+        assert any("nonce_reaper_foreign_bytes" in r.getMessage() for r in caplog.records)
+    finally:
+        resume()
+
+
 def test_a_failed_transfer_found_mined_is_never_filled_and_is_recorded_for_an_operator(
     db: Any, world: Any, local_chain_set: LocalChainSet, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -304,7 +347,6 @@ def test_a_gap_held_only_by_another_accounts_transaction_is_filled(
     mined from that key's own account: the nonce of the treasury account is
     still free. The reaper neither takes it as occupied nor reports it as the
     failed node's transaction mined; it fills the gap."""
-    from eth_account import Account
     from eth_account.typed_transactions import TypedTransaction
     from hexbytes import HexBytes
 

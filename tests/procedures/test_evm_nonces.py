@@ -504,36 +504,27 @@ def test_a_transfer_node_records_only_its_own_transfer(
     runner.close()
 
 
-def test_a_bridge_node_calls_a_registered_bridge_or_approves_it_for_its_amount(
+def test_a_node_of_an_executor_that_signs_nothing_records_no_transaction(
     conn: Conn, treasury: str
 ) -> None:
-    """A node of another executor (a bridge step) may call a contract of a
-    protocol registered on the chain, or approve one for at most the
-    movement's amount; every other call is refused (QT032) and nothing kept."""
+    """Only the EVM executors' nodes sign, each exactly its route's call. A
+    node of another executor (here sim) records no transaction at all, not
+    even a call of a registered bridge or an approve() of one within the
+    movement's amount (QT032): the nonce reaper would sign a stale one again
+    with the account's key. Nothing is kept or allocated."""
     procs.upsert_chain_protocol(CHAIN, "cctp", 7, {"TokenMessengerV2": BRIDGE}).one(conn)
-    c = claims(conn, plan(*(node(k) for k in "abcdefg")), "m1")
-
-    def attempt(key: str, nonce: int, raw_tx: str) -> None:
-        conn.execute(
-            RECORD,
-            (c[key]["node_id"], c[key]["claim_secret"], nonce, hash_of(raw_tx), CHAIN,
-             ALICE_ACCOUNT, raw_tx),
-        )  # fmt: skip
-
-    attempt("a", 0, call(CHAIN_ID, 0, TOKEN, approve_calldata(BRIDGE, AMOUNT_UNITS))[1])
-    attempt("b", 1, call(CHAIN_ID, 1, BRIDGE, bytes.fromhex("8e0250ee") + bytes(64), 10**15)[1])
-    refused = [
-        (approve_calldata(BRIDGE, AMOUNT_UNITS + 1), TOKEN),  # above the amount
-        (approve_calldata(UNKNOWN, 1), TOKEN),  # a stranger
-        (transfer_calldata(RECIPIENT, 1), TOKEN),  # a node that is no transfer
-        (b"", UNKNOWN),  # an unregistered contract
+    c = claims(conn, plan(*(node(k) for k in "abc")), "m1")
+    calls = [
+        (approve_calldata(BRIDGE, AMOUNT_UNITS), TOKEN, 0),
+        (bytes.fromhex("8e0250ee") + bytes(64), BRIDGE, 10**15),
+        (transfer_calldata(RECIPIENT, 1), TOKEN, 0),
     ]
-    for key, (data, to) in zip("cdef", refused, strict=True):
+    for key, (data, to, value) in zip("abc", calls, strict=True):
+        tx_hash, raw_tx = call(CHAIN_ID, 0, to, data, value)
         assert_rejected(
             conn,
             "QT032",
             RECORD,
-            (c[key]["node_id"], c[key]["claim_secret"], 2, call(CHAIN_ID, 2, to, data)[0], CHAIN,
-             ALICE_ACCOUNT, call(CHAIN_ID, 2, to, data)[1]),
-        )  # fmt: skip
-    assert next_nonce(conn) == 2
+            (c[key]["node_id"], c[key]["claim_secret"], 0, tx_hash, CHAIN, ALICE_ACCOUNT, raw_tx),
+        )
+    assert next_nonce(conn) is None

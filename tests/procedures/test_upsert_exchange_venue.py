@@ -26,10 +26,14 @@ from engine import (
     pin_clock,
     plan,
 )
+from eth_abi.abi import encode as abi_encode
+from evm_rows import approve_calldata, call
 from rows import Conn
 from test_upsert_chain import REGISTRY, chain_audit
 
+from qtg_runner.chains.cctp_client import DEPOSIT_FOR_BURN
 from qtg_runner.db import procs
+from qtg_runner.exchanges.bybit import request_id_for
 from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
 from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
 
@@ -37,6 +41,8 @@ TABLES = (*REGISTRY, "exchange_venues", "venue_chains", "venue_deposit_addresses
 DEPOSIT = "0x" + "De" * 20
 TREASURY = "0x" + "7a" * 20
 TOKEN = "0x" + "0c" * 20
+BRIDGE = "0x" + "b1" * 20
+THIEF = "0x" + "7e" * 20
 
 
 def deposit_payload(route: Any, tx_hash: str) -> dict[str, Any]:
@@ -187,6 +193,53 @@ def test_the_withdraw_route_names_the_venue_the_chain_and_an_allowed_recipient(
     procs.upsert_chain_token("local-a", "CENTS", "0x" + "0d" * 20, 2).one(conn)
     finer = withdrawal(conn, TREASURY, "1.005", coin="CENTS")
     assert_rejected(conn, "QT002", "SELECT * FROM bybit_withdraw_route(%s)", (finer,))
+
+
+def test_a_withdrawal_node_signs_no_transaction(db: Any, conn: Conn, venue: str) -> None:
+    """An exchange step signs nothing on a chain. A runner login that claims
+    an approved withdrawal and records, beside its honest payload, a
+    depositForBurn to a thief from the treasury account (signed with a key of
+    its own, so the honest nonce reaper would sign the same call again with
+    the treasury's key) is refused (QT032) and nothing changes; the honest
+    record is taken."""
+    procs.upsert_chain_protocol("local-a", "cctp", 0, {"TokenMessengerV2": BRIDGE}).one(conn)
+    node_id = withdrawal(conn, TREASURY, "1")
+    runner = bind(db.connect(db.runner_dsn("testnet")))
+    [claimed] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
+    route = procs.bybit_withdraw_route(node_id).one(runner)
+    request_id = request_id_for(f"{route.request_salt}:{claimed.idempotency_key}")
+    honest = {
+        "venue_key": route.venue_key, "kind": route.kind, "base_url_env": route.base_url_env,
+        "key_file_env": route.key_file_env, "chain_key": route.chain_key,
+        "venue_chain": route.venue_chain, "rpc_url_env": route.rpc_url_env,
+        "finality_depth": route.finality_depth, "coin": route.coin,
+        "token_address": route.token_address, "recipient": route.recipient,
+        "amount": route.amount, "amount_units": str(int(route.amount_units)),
+        "request_id": request_id,
+    }  # fmt: skip
+    burn = DEPOSIT_FOR_BURN + abi_encode(
+        ["uint256", "uint32", "bytes32", "address", "bytes32", "uint256", "uint32"],
+        [10**6, 6, bytes(12) + bytes.fromhex(THIEF[2:]), TOKEN, bytes(32), 0, 2000],
+    )
+    for to, data in ((BRIDGE, burn), (TOKEN, approve_calldata(BRIDGE, 10**6))):
+        tx_hash, raw_tx = call(31337, 0, to, data)
+        before = fingerprint(conn)
+        with pytest.raises(psycopg.Error) as refused:
+            runner.execute(
+                "SELECT record_intent_prepared(%s, %s, p_nonce => 0, p_signed_tx_hash => %s,"
+                " p_external_request_id => %s, p_payload => %s::jsonb, p_chain_key => 'local-a',"
+                " p_sender => %s, p_raw_tx => %s)",
+                (node_id, claimed.claim_secret, tx_hash, request_id, json.dumps(honest),
+                 TREASURY, raw_tx),
+            )  # fmt: skip
+        assert refused.value.sqlstate == "QT032"
+        assert "signs no transaction" in str(refused.value)
+        assert fingerprint(conn) == before
+    runner.execute(
+        "SELECT record_intent_prepared(%s, %s, p_external_request_id => %s,"
+        " p_payload => %s::jsonb)",
+        (node_id, claimed.claim_secret, request_id, json.dumps(honest)),
+    )
 
 
 def test_the_deposit_route_names_the_deposit_address(conn: Conn, venue: str) -> None:

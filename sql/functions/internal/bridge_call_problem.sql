@@ -1,8 +1,8 @@
 -- bridge_call_problem: why a signed call of a cctp_burn, cctp_mint or stargate
--- node to a contract other than its token may not be broadcast, or NULL when
--- it may (intent_tx_problem asks it, after the chain id, nonce and fee caps;
--- approve() on the token is its own rule there). The call must be the one its
--- route says, read from the bytes:
+-- node may not be broadcast, or NULL when it may (intent_tx_problem asks it,
+-- after the chain id, nonce and fee caps). The call must be the one its route
+-- says, read from the bytes (an approve() on the token is none of these: the
+-- allowance is the operator's setup step):
 --   cctp_burn  TokenMessengerV2.depositForBurn(the route's amount, destination
 --              domain, mint recipient as bytes32, the chain's USDC, no
 --              destination caller, the route's maxFee and

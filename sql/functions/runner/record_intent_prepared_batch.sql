@@ -40,10 +40,10 @@
 -- treasury account of a registered chain.
 -- The raw transaction is read here, not taken on the runner's word
 -- (intent_tx_problem): signed for the chain's id, at the nonce recorded with
--- it, under the chain's fee caps (QT002), and calling only what the registry
--- allows the node (QT032: an evm_transfer node exactly its route's transfer;
--- another node a bridge contract of the chain, or approve() of one for at
--- most the movement's amount).
+-- it, under the chain's fee caps (QT002), and making exactly its route's one
+-- call (QT032: an evm_transfer node its transfer, a cctp_burn, cctp_mint, ccip
+-- or stargate node its bridge call; a node of any other executor signs no
+-- transaction).
 -- What is sent is what was approved: the payload (and an exchange's request
 -- id) must be what the node's route says now (intent_payload_problem: QT032,
 -- or QT002 for a payload that is not an object), whatever the executor; the
