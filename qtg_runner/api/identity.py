@@ -2,7 +2,8 @@
 
 The API holds no credential. Each request carries one (HTTP Basic, or a bearer
 token) and the API opens a connection to the database AS THAT LOGIN with it:
-PostgreSQL checks the password (scram-sha-256), ``session_user`` is the
+PostgreSQL checks the password (scram-sha-256, and nothing else: a server
+that would let the login in without checking it is refused), ``session_user`` is the
 caller, and every grant, the four-eyes rule and the audit's actor are the
 database's, exactly as in psql. A wrong password is the server's refusal
 (401); a login without the grant a procedure needs is refused by the server
@@ -51,6 +52,12 @@ MAX_PASSWORD = 1024
 REALM = 'Basic realm="qtg", charset="UTF-8"'
 NO_PASSFILE = "/proc/self/qtg-no-passfile"
 """A passfile nobody can create: libpq finds no password there, silently."""
+
+REQUIRE_AUTH = "scram-sha-256"
+"""The only way the server may let a caller in: by checking its password. A
+server whose pg_hba.conf trusts a connection (trust, peer, ident, a client
+certificate, a GSS ticket of the API's host) would otherwise let in whoever
+names a login, whatever password they give: libpq refuses such a server."""
 
 CHALLENGE = {"WWW-Authenticate": REALM}
 """The header a 401 carries: Basic (or a bearer token, see docs/integrating.md)."""
@@ -143,6 +150,7 @@ class Database:
         params.update(
             user=credentials.login,
             passfile=NO_PASSFILE,
+            require_auth=REQUIRE_AUTH,
             connect_timeout=str(self.connect_timeout),
         )
         params.pop("password", None)
@@ -216,7 +224,12 @@ def connect_problem(exc: psycopg.OperationalError, login: str) -> Problem:
     an authentication failure is not passed on (it would tell which logins exist)."""
     text = str(exc)
     sqlstate = exc.sqlstate or ""
-    if sqlstate.startswith("28") or "authentication failed" in text or "password" in text:
+    if (
+        sqlstate.startswith("28")
+        or "authentication failed" in text
+        or "password" in text
+        or "authentication method requirement" in text
+    ):
         return unauthorized(f"the database refused login {login!r} with these credentials")
     if sqlstate == "42501" or "permission denied for database" in text:
         return Problem(403, "Missing grant", f"login {login!r} may not connect to this database")

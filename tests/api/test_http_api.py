@@ -20,6 +20,7 @@ is refused as a problem.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,13 @@ import httpx
 import pytest
 from api_support import ONE_NODE, ApiWorld, api_world
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg import sql
 
 from qtg_runner.api import tokens
 from qtg_runner.api.models import CREATE_EXAMPLE
 from qtg_runner.api.problems import from_sqlstate
 from qtg_runner.db import procs
+from qtg_runner.db.logins import create_login
 from qtg_runner.errors import QT_ERRORS
 
 OPERATORS = Path(__file__).resolve().parents[2] / "docs" / "operators.md"
@@ -445,6 +448,29 @@ def test_a_problem_type_says_what_it_means(world: ApiWorld) -> None:
         problem(anonymous.get("/problems/QT999"), 404)
 
 
+def test_a_login_the_server_would_let_in_unchecked_is_refused(world: ApiWorld) -> None:
+    """The API's only proof of a caller is the server checking its password.
+    On a server whose pg_hba.conf trusts a login (trust, peer, a client
+    certificate...), that login named with any password is refused (401, as
+    a wrong password): it is not let in to create or approve as that person."""
+    login = f"trusted_{world.people['alice'].login}"[:63]
+    with world.admin() as admin:
+        with admin.transaction():
+            create_login(admin, login, "qtg_testnet_operator", secrets.token_urlsafe(24))
+        hba = Path(admin.execute("SHOW hba_file").fetchone()[0])
+        rules = hba.read_text()
+        try:
+            hba.write_text(f"local all {login} trust\nhost all {login} 127.0.0.1/32 trust\n{rules}")
+            admin.execute("SELECT pg_reload_conf()")
+            wrong = httpx.Client(base_url=world.url, auth=(login, "not-its-password"), timeout=30)
+            problem(wrong.get("/v1/movements"), 401)
+            problem(wrong.post("/v1/movements", json=CREATE_EXAMPLE), 401)
+        finally:
+            hba.write_text(rules)
+            admin.execute("SELECT pg_reload_conf()")
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(login)))
+
+
 def test_the_api_keeps_no_credential_of_whoever_started_it() -> None:
     from psycopg.conninfo import conninfo_to_dict
 
@@ -458,6 +484,7 @@ def test_the_api_keeps_no_credential_of_whoever_started_it() -> None:
     )
     assert caller["user"] == "alice" and "password" not in caller
     assert caller["passfile"] == "/proc/self/qtg-no-passfile"
+    assert caller["require_auth"] == "scram-sha-256"
     assert "search_path=testnet,qtg" in caller["options"]
 
 
