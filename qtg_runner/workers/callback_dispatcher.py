@@ -137,6 +137,11 @@ def carried_ipv4(address: ipaddress.IPv6Address) -> str | None:
     return None
 
 
+NOT_GLOBAL = (ipaddress.ip_network("192.0.0.0/24"), ipaddress.ip_network("fec0::/10"))
+"""Networks some Python versions call global (3.11: IETF protocol assignments,
+IPv6 site-local) that host_address_problem holds private, as the dispatcher does."""
+
+
 def address_problem(address: Address, allow_private: bool) -> str | None:
     """Why a callback may not connect to ``address``, or None when it may."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
@@ -155,7 +160,7 @@ def address_problem(address: Address, allow_private: bool) -> str | None:
         return None if allow_private else f"{address} is a loopback address{NOT_ALLOWED}"
     if address.is_reserved:
         return f"{address} is a reserved address"
-    if address.is_global or allow_private:
+    if (address.is_global and not any(address in net for net in NOT_GLOBAL)) or allow_private:
         return None
     return f"{address} is a private address{NOT_ALLOWED}"
 
@@ -311,9 +316,13 @@ async def post(
         return Attempt(None, f"timeout: no whole answer within {DELIVERY_DEADLINE_S:g} s")
     except (httpx.HTTPError, OSError) as exc:
         return Attempt(None, f"no response: {type(exc).__name__}: {str(exc)[:300]}")
+    if not 100 <= response.status_code <= 599:
+        return Attempt(None, f"no HTTP answer: status {response.status_code} is not one")
     if 200 <= response.status_code < 300:
         return Attempt(response.status_code, None)
-    said = bytes(answer[:300]).decode("utf-8", "replace")
+    said = "".join(
+        c if c.isprintable() else "?" for c in bytes(answer[:300]).decode("utf-8", "replace")
+    )
     redirect = " (redirects are not followed)" if 300 <= response.status_code < 400 else ""
     return Attempt(response.status_code, f"HTTP {response.status_code}{redirect}: {said}")
 
@@ -364,22 +373,32 @@ async def run_round(
                 attempt = await post(client, claim, environment, resolve)
             await report(ctx, claim, attempt)
 
-        await asyncio.gather(*(deliver(claim) for claim in claims))
+        # every delivery ends before the client closes, even when one fails
+        ended = await asyncio.gather(*(deliver(claim) for claim in claims), return_exceptions=True)
+    failed = next((e for e in ended if isinstance(e, BaseException)), None)
+    if failed is not None:
+        raise failed
     return len(claims)
 
 
 async def report(ctx: WorkerContext, claim: procs.ClaimedCallback, attempt: Attempt) -> None:
+    level = logging.INFO if attempt.error is None else logging.WARNING
     try:
         async with ctx.pool.connection() as conn:
             state = await procs.complete_callback(
                 claim.callback_id, claim.claim_secret, attempt.status, attempt.error
             ).aone(conn)
+    except psycopg.OperationalError:
+        raise  # the database is away: the round ends, the claim's lease returns the row
     except psycopg.Error as exc:
-        if exc.sqlstate != "QT030":
-            raise
-        state = "lost (claimed again)"
+        if exc.sqlstate == "QT030":
+            state = "lost (claimed again)"
+        else:
+            # refused, never the round's end: the row returns when its lease runs out
+            state = f"not recorded: {exc.sqlstate or type(exc).__name__}: {str(exc)[:200]}"
+            level = logging.ERROR
     ctx.log(
-        logging.INFO if attempt.error is None else logging.WARNING,
+        level,
         "callback_sent" if attempt.error is None else "callback_failed",
         WORKER,
         movement=claim.movement_id,

@@ -50,6 +50,7 @@ class Receiver:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/hooks/qtg"
         self.status = 200
+        self.answer = b"ok"
         self.received: list[tuple[str, str, bool]] = []
         self.connections = 0
         self.server: ThreadingHTTPServer | None = None
@@ -73,9 +74,9 @@ class Receiver:
                     (self.headers.get("webhook-id", ""), body.decode(), verified)
                 )
                 self.send_response(receiver.status)
-                self.send_header("content-length", "2")
+                self.send_header("content-length", str(len(receiver.answer)))
                 self.end_headers()
-                self.wfile.write(b"ok")
+                self.wfile.write(receiver.answer)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -252,6 +253,59 @@ def test_dead_after_n_attempts_then_replayed(
     assert rows(conn)[0][2] == "SENT" and receiver.received[-1][0] == key
 
 
+@pytest.mark.parametrize(
+    ("status", "answer"), [(999, b"ok"), (500, b"bad\x00news")], ids=["status-999", "nul-byte"]
+)
+def test_a_hostile_answer_fails_its_own_callback_only(
+    db: TestDatabase, conn: Conn, receiver: Receiver, status: int, answer: bytes
+) -> None:
+    """A receiver answering a status HTTP has none of (999, as some CDNs do)
+    or an answer holding a NUL byte (no text column holds one): its callback
+    is a failed attempt, retried, with what it said made printable; the
+    round goes on, and another receiver's callback in it is delivered."""
+    hostile = Receiver()
+    hostile.status, hostile.answer = status, answer
+    hostile.start()
+    try:
+        register(conn, receiver.url)
+        register(conn, hostile.url, name="hostile")
+        movements(conn, hostile.url, 1, "h")
+        movements(conn, receiver.url, 1, "r")
+        assert dispatch(db, 1) == 4
+    finally:
+        hostile.stop()
+    by_url = conn.execute(
+        "SELECT target_url, delivery_state, attempts, last_error FROM callback_outbox ORDER BY id"
+    ).fetchall()
+    assert [r[1:3] for r in by_url if r[0] == receiver.url] == [("SENT", 1)] * 2
+    failed = [r for r in by_url if r[0] == hostile.url]
+    assert [r[1:3] for r in failed] == [("PENDING", 1)] * 2
+    assert all(r[3] and "\x00" not in r[3] for r in failed), failed
+
+
+def test_a_callback_replayed_after_its_max_age_is_sent(
+    db: TestDatabase, conn: Conn, receiver: Receiver
+) -> None:
+    """A receiver down over a long weekend: its callbacks pass the default
+    three days (callback_settings.max_age_seconds) and go DEAD, unsent. An
+    operator's replay counts their age again from the replay: the next round
+    sends them, where it used to end them DEAD at once with no POST."""
+    register(conn, receiver.url)
+    receiver.status = 503
+    movements(conn, receiver.url, 1)
+    dispatch(db, 1)
+    day = 24 * 3600
+    dispatch(db, 4 * day)
+    assert {(r[2], r[3]) for r in rows(conn)} == {("DEAD", 1)}
+    receiver.status = 200
+    operator = bind(db.connect(db.login("carol", "qtg_testnet_operator").dsn))
+    pin_clock(operator, iso_at(4 * day + 60))
+    for callback_id, *_ in rows(conn):
+        assert procs.replay_callback(callback_id, "the receiver is back").one(operator) == "PENDING"
+    assert dispatch(db, 4 * day + 61) == 2
+    assert {(r[2], r[3]) for r in rows(conn)} == {("SENT", 1)}
+
+
 def test_a_receiver_that_answers_nothing_costs_one_wait_not_one_a_round(
     db: TestDatabase, conn: Conn, endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -384,6 +438,9 @@ def test_a_missing_secret_sends_nothing(db: TestDatabase, conn: Conn, receiver: 
         ("192.168.0.1", True, None),
         ("100.64.0.1", False, "private"),  # shared address space (CGNAT)
         ("fd00::1", False, "private"),
+        ("fec0::1", False, "private"),  # site-local: Python 3.11 calls it global
+        ("fec0::1", True, None),
+        ("192.0.0.8", False, "private"),  # IETF protocol assignments: likewise
         ("169.254.169.254", True, "cloud metadata"),
         ("169.254.1.1", True, "link-local"),
         ("fe80::1", True, "link-local"),

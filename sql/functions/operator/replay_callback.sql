@@ -1,5 +1,6 @@
 -- replay_callback: an operator sends a dead callback again.
---   DEAD | REFUSED -> PENDING, due at once, its attempts counted from 0
+--   DEAD | REFUSED -> PENDING, due at once, its attempts counted from 0 and
+--   its age (callback_settings.max_age_seconds) from now (replayed_at)
 -- The same row, payload and idempotency key (the receiver sees the same
 -- webhook-id: a replay is a repeat, never a new event). A REFUSED row is sent
 -- only once its url is a registered target (upsert_callback_target), else it
@@ -29,7 +30,8 @@ BEGIN
     END IF;
 
     UPDATE callback_outbox
-       SET delivery_state = 'PENDING', attempts = 0, next_attempt_at = v_now, dead_at = NULL, claim_hash = NULL
+       SET delivery_state = 'PENDING', attempts = 0, next_attempt_at = v_now, dead_at = NULL, claim_hash = NULL,
+           replayed_at = v_now
      WHERE id = p_callback_id;
     PERFORM write_audit(ARRAY[(session_user, 'callback', p_callback_id::text, v_row.request_id, 'callback_replayed',
                                v_row.delivery_state, 'PENDING',

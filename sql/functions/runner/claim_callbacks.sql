@@ -7,7 +7,8 @@
 --   PENDING, due, no enabled target registered with the row's target_url
 --     -> REFUSED, never sent (last_error says why)
 --   PENDING, due, max_attempts claims spent or older than max_age_seconds
---     -> DEAD (a dispatcher that kept dying on it, or a backlog too old)
+--     (from its creation, or from its last replay) -> DEAD (a dispatcher that
+--     kept dying on it, or a backlog too old)
 -- Up to p_max rows, oldest due first, FOR UPDATE SKIP LOCKED: two dispatchers
 -- never claim one row, nor wait for each other. Reads the partial index of
 -- PENDING rows (callback_outbox_due_idx). Returns what the POST needs: the
@@ -43,7 +44,7 @@ BEGIN
 
     -- the due rows, locked; those that will never be sent end here
     WITH due AS (
-        SELECT o.id, o.attempts, o.created_at, t.target_name AS target
+        SELECT o.id, o.attempts, coalesce(o.replayed_at, o.created_at) AS aged_from, t.target_name AS target
           FROM callback_outbox o
           LEFT JOIN callback_targets t ON t.url = o.target_url AND t.enabled
          WHERE o.delivery_state = 'PENDING' AND o.next_attempt_at <= v_now
@@ -54,7 +55,7 @@ BEGIN
         SELECT d.id, d.target,
                CASE WHEN d.target IS NULL THEN 'REFUSED'
                     WHEN d.attempts >= v_set.max_attempts
-                      OR d.created_at <= v_now - make_interval(secs => v_set.max_age_seconds::double precision)
+                      OR d.aged_from <= v_now - make_interval(secs => v_set.max_age_seconds::double precision)
                     THEN 'DEAD'
                     ELSE 'CLAIM' END AS verdict
           FROM due d
