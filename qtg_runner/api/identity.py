@@ -41,7 +41,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from qtg_runner.api.problems import Problem
-from qtg_runner.config import NETWORK_MODES, NetworkMode
+from qtg_runner.config import NETWORK_MODES, ConfigError, NetworkMode
 from qtg_runner.db.logins import KINDS, group_role
 from qtg_runner.db.pool import bound_conninfo
 
@@ -143,6 +143,13 @@ class Database:
     conninfo: str
     network: NetworkMode
     connect_timeout: int = 5
+
+    def __post_init__(self) -> None:
+        if psycopg.pq.version() < 160000:
+            raise ConfigError(
+                f"the API needs libpq 16 or newer (require_auth), this psycopg has "
+                f"{psycopg.pq.version()}: install the project's psycopg[binary]"
+            )
 
     def caller_conninfo(self, credentials: Credentials) -> str:
         base = bound_conninfo(self.conninfo, self.network, "qtg-api")

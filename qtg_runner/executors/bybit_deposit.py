@@ -7,7 +7,7 @@ mint) with `depends_on`; the engine hands it the parent's evidence
 (`work.inputs`). Where it waits is the registry's word (bybit_deposit_route:
 the venue, its name for the chain, its deposit address for the coin, the
 movement's amount, and from when the venue's records are read: a day before
-its parents were first claimed).
+the claim in which a parent first signed or sent).
 
     preflight  the route.
     prepare    the parent whose evidence shows a Transfer to the deposit
@@ -72,6 +72,12 @@ class BybitDepositExecutor(VenueExecutor):
     async def prepare(self, work: NodeWork) -> Prepared:
         route = await self._route(work)
         parent, tx_hash, value = _paying_parent(work, route.deposit_address)
+        if route.since_ms is None:
+            raise ExecutorError(
+                f"node {work.node_id}: no parent step of it has sent anything, so there is no "
+                "deposit to wait for (bybit_deposit_route.since_ms)",
+                retryable=False,
+            )
         wait = DepositWait.from_row(route, tx_hash=tx_hash, parent=parent, transfer_value=value)
         return Prepared(payload=wait.recorded())
 

@@ -258,12 +258,13 @@ def test_the_deposit_route_names_the_deposit_address(conn: Conn, venue: str) -> 
     )  # fmt: skip
 
 
-def test_the_deposit_route_reads_from_a_day_before_its_parents_first_claim(
-    conn: Conn, venue: str
-) -> None:
-    """The venue's records are read from a day before the deposit step's
-    parents were first claimed, whenever the step itself is prepared: a step
-    held back for days still finds a transfer its parent made at once."""
+def test_the_deposit_route_reads_from_a_day_before_its_parent_sent(conn: Conn, venue: str) -> None:
+    """The venue's records are read from a day before the claim in which the
+    deposit step's paying parent sent (its intent SUBMITTED), whenever the
+    step itself is prepared: a step held back for days still finds a
+    transfer its parent made at once, and a parent's earlier claim that sent
+    nothing (refused, retried weeks later) does not move the window back
+    beyond the venue's 29 days."""
     procs.register_executor(
         BybitDepositExecutor.key, False, BybitDepositExecutor.node_config_schema, "d"
     ).one(conn)
@@ -274,10 +275,16 @@ def test_the_deposit_route_reads_from_a_day_before_its_parents_first_claim(
                                chain="local-a")),
         "window",
     )  # fmt: skip
-    node_id = node_ids(conn, movement)["in"]
+    ids = node_ids(conn, movement)
+    node_id = ids["in"]
     assert procs.bybit_deposit_route(node_id).one(conn).since_ms is None
+    pin_clock(conn, "2026-02-01T12:00:00+00:00")
+    [refused] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(conn)
+    procs.fail_submit(ids["pay"], refused.claim_secret, "the chain is down", True, 0).one(conn)
+    assert procs.bybit_deposit_route(node_id).one(conn).since_ms is None  # nothing sent
     pin_clock(conn, "2026-03-01T12:00:00+00:00")
-    procs.claim_ready_nodes("node_dispatcher", 1, 300).all(conn)
+    [paying] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(conn)
+    procs.complete_submit(ids["pay"], paying.claim_secret, "0x" + "aa" * 32, settled=True).one(conn)
     pin_clock(conn, "2026-03-09T12:00:00+00:00")  # the step prepared a week on
     since = datetime(2026, 2, 28, 12, tzinfo=UTC)
     assert procs.bybit_deposit_route(node_id).one(conn).since_ms == int(since.timestamp() * 1000)
@@ -332,6 +339,16 @@ def test_a_deposit_step_waits_only_for_its_parents_transfer(
     assert refused.value.sqlstate == "QT032"
     assert fingerprint(conn) == before
     runner.execute(record, (ids["in"], waiting.claim_secret, json.dumps(honest)))
+    # a window an older runner recorded (a day before its prepare) is read on
+    # as recorded: the since_ms rule holds records, not the payloads before it
+    conn.execute(
+        "UPDATE node_intents SET prepared_payload = prepared_payload || '{\"since_ms\": 1}'"
+        " WHERE node_id = %s",
+        (ids["in"],),
+    )
+    assert conn.execute(
+        "SELECT intent_document(%s) ->> 'route_problem'", (ids["in"],)
+    ).fetchone() == (None,)
 
 
 def test_one_transfer_credits_one_deposit_step(db: Any, conn: Conn, venue: str) -> None:

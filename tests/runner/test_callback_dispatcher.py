@@ -306,6 +306,25 @@ def test_a_callback_replayed_after_its_max_age_is_sent(
     assert {(r[2], r[3]) for r in rows(conn)} == {("SENT", 1)}
 
 
+def test_a_replayed_callback_that_fails_again_is_retried(
+    db: TestDatabase, conn: Conn, receiver: Receiver
+) -> None:
+    """Replayed past its max age, a callback whose receiver fails once more
+    is retried with its backoff, not ended DEAD at its first failure."""
+    register(conn, receiver.url)
+    receiver.status = 503
+    movements(conn, receiver.url, 1)
+    day = 24 * 3600
+    dispatch(db, 4 * day)
+    assert {r[2] for r in rows(conn)} == {"DEAD"}
+    operator = bind(db.connect(db.login("carol", "qtg_testnet_operator").dsn))
+    pin_clock(operator, iso_at(4 * day + 60))
+    for callback_id, *_ in rows(conn):
+        procs.replay_callback(callback_id, "the receiver should be back").one(operator)
+    assert dispatch(db, 4 * day + 61) == 2
+    assert {(r[2], r[3]) for r in rows(conn)} == {("PENDING", 1)}
+
+
 def test_a_receiver_that_answers_nothing_costs_one_wait_not_one_a_round(
     db: TestDatabase, conn: Conn, endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -441,6 +460,7 @@ def test_a_missing_secret_sends_nothing(db: TestDatabase, conn: Conn, receiver: 
         ("fec0::1", False, "private"),  # site-local: Python 3.11 calls it global
         ("fec0::1", True, None),
         ("192.0.0.8", False, "private"),  # IETF protocol assignments: likewise
+        ("3fff::1", False, "private"),  # documentation (2024): likewise
         ("169.254.169.254", True, "cloud metadata"),
         ("169.254.1.1", True, "link-local"),
         ("fe80::1", True, "link-local"),

@@ -15,9 +15,9 @@
 --         evidence shows, a bybit_deposit's paying parent or its transfer other than
 --         a parent's evidence shows (for an evm_transfer or cctp_mint parent, a
 --         transaction its intent signed), or a transfer another deposit step's
---         prepared or submitted intent names, or a since_ms (from when the
---         venue's records are read) later than its parents' first claim or
---         more than a day before bybit_deposit_route's; or what the route procedure refuses
+--         prepared or submitted intent names, or (when it is recorded,
+--         p_recording) a since_ms, from when the venue's records are read,
+--         more than a day off bybit_deposit_route's; or what the route procedure refuses
 --         now (QT014, QT032, QT002 are passed on as they are)
 --   QT002 a payload that is not a JSON object, one missing on an exchange's
 --         executor (an EVM node's signed bytes are checked by
@@ -27,14 +27,16 @@
 -- build ships has no route the engine knows (the admin registers executors,
 -- never a runner, and a runner carries only registered ones): their payloads
 -- are their own. The answer is 'QTnnn message'.
--- Reads only. Internal: record_intent_prepared_batch asks it for every record;
+-- Reads only. Internal: record_intent_prepared_batch asks it for every record
+-- (p_recording);
 -- intent_document for every intent it hands to an observer or recovery, so
 -- that a payload that no longer matches the registry is never acted on.
 CREATE OR REPLACE FUNCTION intent_payload_problem(
     p_node_id             bigint,
     p_intent_key          text,
     p_payload             jsonb,
-    p_external_request_id text
+    p_external_request_id text,
+    p_recording           boolean DEFAULT false
 ) RETURNS text
 LANGUAGE plpgsql STABLE
 AS $$
@@ -128,12 +130,14 @@ BEGIN
     END IF;
     -- the venue's records are read from since_ms for 29 days: a window that
     -- opens after the transfer was sent, or long before it, never shows it
-    IF v_r.executor_key = 'bybit_deposit' AND NOT coalesce(
+    -- (checked as it is recorded: a payload an older runner recorded, a day
+    -- before its prepare, keeps being read as it was)
+    IF p_recording AND v_r.executor_key = 'bybit_deposit' AND NOT coalesce(
            (p_payload ->> 'since_ms') ~ '^[0-9]{1,15}$'
            AND (SELECT (p_payload ->> 'since_ms')::bigint BETWEEN r.since_ms - 86400000 AND r.since_ms + 86400000
                   FROM bybit_deposit_route(p_node_id) r), false) THEN
         RETURN format('QT032 %s: a bybit_deposit payload reads the venue''s records from since_ms %s; it is within '
-                      'a day of %s (bybit_deposit_route: a day before its parents were first claimed)', v_what,
+                      'a day of %s (bybit_deposit_route: a day before a parent first signed or sent)', v_what,
                       coalesce(left(p_payload ->> 'since_ms', 40), 'nothing'),
                       coalesce((SELECT r.since_ms::text FROM bybit_deposit_route(p_node_id) r), 'no time yet'));
     END IF;

@@ -5,9 +5,11 @@
 -- for the chain, the venue's deposit address for the coin there, the
 -- amount the deposit should credit (the exchange's decimal string), and
 -- since_ms: from when the venue's deposit records are read, a day (for the
--- venue's clock) before the node's parents were first claimed, when nothing
--- they pay in can have been sent yet (epoch ms; NULL before a parent's
--- claim). The venue reads 29 days from there (venues.RECORD_WINDOW_MS).
+-- venue's clock) before the claim of the earliest of its parents' intents
+-- that signed or sent anything (PREPARED or SUBMITTED: a claim that failed
+-- or was given up before a retry sent nothing), when nothing they pay in can
+-- have been sent yet (epoch ms; NULL while no parent has one). The venue
+-- reads 29 days from there (venues.RECORD_WINDOW_MS).
 -- QT011 no such node; QT014 the venue, the chain's name at the venue or the
 -- deposit address is not registered; QT002 a config without venue and chain.
 -- Reads only; takes no lock.
@@ -55,6 +57,6 @@ BEGIN
                         (SELECT floor(extract(epoch FROM min(i.created_at)) * 1000)::bigint - 86400000
                            FROM movement_plan_edges edge
                            JOIN node_intents i ON i.node_id = edge.parent_node_id
-                          WHERE edge.child_node_id = p_node_id);
+                          WHERE edge.child_node_id = p_node_id AND i.intent_state IN ('PREPARED', 'SUBMITTED'));
 END
 $$;

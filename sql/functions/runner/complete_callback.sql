@@ -67,7 +67,8 @@ BEGIN
 
     v_error := coalesce(nullif(btrim(p_error), ''), format('HTTP %s', p_status_code));
     IF v_row.attempts >= v_set.max_attempts
-       OR v_row.created_at <= v_now - make_interval(secs => v_set.max_age_seconds::double precision) THEN
+       OR coalesce(v_row.replayed_at, v_row.created_at)
+              <= v_now - make_interval(secs => v_set.max_age_seconds::double precision) THEN
         v_state := 'DEAD';
     ELSE
         v_state := 'PENDING';

@@ -172,7 +172,8 @@ BEGIN
                   -- what the payload says, against the approved route (kept when not given again)
                   LEFT JOIN LATERAL (
                       SELECT intent_payload_problem(g.node_id, t.idempotency_key, coalesce(g.payload, t.prepared_payload),
-                                                    coalesce(g.external_request_id, t.external_request_id)) AS problem
+                                                    coalesce(g.external_request_id, t.external_request_id),
+                                                    p_recording => true) AS problem
                         FROM movement_request_nodes n
                         JOIN node_intents t ON t.node_id = n.id AND t.claim_token = n.claim_token
                        WHERE n.id = g.node_id
