@@ -137,9 +137,7 @@ def carried_ipv4(address: ipaddress.IPv6Address) -> str | None:
     return None
 
 
-NOT_GLOBAL = tuple(
-    ipaddress.ip_network(net) for net in ("192.0.0.0/24", "fec0::/10", "3fff::/20")
-)
+NOT_GLOBAL = tuple(ipaddress.ip_network(net) for net in ("192.0.0.0/24", "fec0::/10", "3fff::/20"))
 """Networks some Python versions call global (3.11: IETF protocol assignments,
 IPv6 site-local, the IPv6 documentation prefix of 2024) that
 host_address_problem holds private, as the dispatcher does."""
