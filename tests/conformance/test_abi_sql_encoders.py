@@ -45,7 +45,6 @@ SQL_SELECTORS: dict[str, tuple[Callable[[], Contract], str, tuple[Any, ...]]] = 
     "8e0250ee": (lambda: circle("TokenMessengerV2"), "depositForBurn", ()),
     "57ecfd28": (lambda: circle("MessageTransmitterV2"), "receiveMessage", ()),
     "a9059cbb": (usdc, "transfer", ()),
-    "095ea7b3": (usdc, "approve", ()),
     "5e7bb008": (lambda: ccip("OffRamp"), "manuallyExecute", ()),
 }
 """Each four-byte selector written in sql/functions: the real function it stands for."""
