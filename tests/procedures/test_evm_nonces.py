@@ -341,6 +341,12 @@ def test_a_record_that_never_commits_allocates_nothing(conn: Conn, treasury: str
         ("an upper-case hash", {"p_signed_tx_hash": "0x" + "AB" * 32}, "QT002"),
         ("raw bytes that are not hex", {"p_raw_tx": "0xzz"}, "QT002"),
         ("raw bytes over 128 KiB", {"p_raw_tx": "0x" + "00" * (128 * 1024 + 1)}, "QT005"),
+        # a hash alone would name any transaction of the chain as the node's
+        (
+            "a transfer's hash without its bytes",
+            {"p_nonce": None, "p_chain_key": None, "p_sender": None, "p_raw_tx": None},
+            "QT002",
+        ),
     ],
 )
 def test_a_malformed_or_foreign_record_is_refused_and_changes_nothing(
