@@ -258,6 +258,19 @@ def test_the_deposit_route_names_the_deposit_address(conn: Conn, venue: str) -> 
     )  # fmt: skip
 
 
+def paying_in(conn: Conn, venue: str, external_id: str) -> dict[str, int]:
+    """A started movement that pays into the venue ("pay", a sim step) and
+    waits for the deposit ("in", bybit_deposit): its nodes' ids."""
+    procs.register_executor(
+        BybitDepositExecutor.key, False, BybitDepositExecutor.node_config_schema, "d"
+    ).one(conn)
+    procs.upsert_venue_deposit_address(venue, "local-a", "USDC", DEPOSIT).one(conn)
+    the_plan = plan(
+        node("pay"), node("in", ["pay"], executor="bybit_deposit", venue=venue, chain="local-a")
+    )
+    return node_ids(conn, create_started(conn, the_plan, external_id))
+
+
 def test_the_deposit_route_reads_from_a_day_before_its_parent_sent(conn: Conn, venue: str) -> None:
     """The venue's records are read from a day before the claim in which the
     deposit step's paying parent sent (its intent SUBMITTED), whenever the
@@ -265,17 +278,7 @@ def test_the_deposit_route_reads_from_a_day_before_its_parent_sent(conn: Conn, v
     transfer its parent made at once, and a parent's earlier claim that sent
     nothing (refused, retried weeks later) does not move the window back
     beyond the venue's 29 days."""
-    procs.register_executor(
-        BybitDepositExecutor.key, False, BybitDepositExecutor.node_config_schema, "d"
-    ).one(conn)
-    procs.upsert_venue_deposit_address(venue, "local-a", "USDC", DEPOSIT).one(conn)
-    movement = create_started(
-        conn,
-        plan(node("pay"), node("in", ["pay"], executor="bybit_deposit", venue=venue,
-                               chain="local-a")),
-        "window",
-    )  # fmt: skip
-    ids = node_ids(conn, movement)
+    ids = paying_in(conn, venue, "window")
     node_id = ids["in"]
     assert procs.bybit_deposit_route(node_id).one(conn).since_ms is None
     pin_clock(conn, "2026-02-01T12:00:00+00:00")
@@ -311,19 +314,7 @@ def test_a_deposit_step_waits_only_for_its_parents_transfer(
     venue the route names. Another transfer, parent, value, address or key
     variable is refused (QT032), as the runner login records it; so is a
     window of the venue's records that cannot show that transfer."""
-    procs.register_executor(
-        BybitDepositExecutor.key, False, BybitDepositExecutor.node_config_schema, "d"
-    ).one(conn)
-    procs.upsert_venue_deposit_address(venue, "local-a", "USDC", DEPOSIT).one(conn)
-    movement = create_started(
-        conn,
-        plan(
-            node("pay"),
-            node("in", ["pay"], executor="bybit_deposit", venue=venue, chain="local-a"),
-        ),
-        "deposit-" + next(iter(forged)),
-    )
-    ids = node_ids(conn, movement)
+    ids = paying_in(conn, venue, "deposit-" + next(iter(forged)))
     runner = bind(db.connect(db.runner_dsn("testnet")))
     [paying] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
     sent = {"tx_hash": "0x" + "aa" * 32, "transfer": {"to": DEPOSIT.lower(), "value": "100000000"}}
@@ -357,19 +348,12 @@ def test_one_transfer_credits_one_deposit_step(db: Any, conn: Conn, venue: str) 
     reports another movement's paying step settled with the first's credited
     transfer could have the venue's one credit release two withdrawals. The
     second deposit step's record is refused (QT032), with nothing changed."""
-    procs.register_executor(
-        BybitDepositExecutor.key, False, BybitDepositExecutor.node_config_schema, "d"
-    ).one(conn)
-    procs.upsert_venue_deposit_address(venue, "local-a", "USDC", DEPOSIT).one(conn)
-    the_plan = plan(
-        node("pay"), node("in", ["pay"], executor="bybit_deposit", venue=venue, chain="local-a")
-    )
     runner = bind(db.connect(db.runner_dsn("testnet")))
     sent = {"tx_hash": "0x" + "ab" * 32, "transfer": {"to": DEPOSIT.lower(), "value": "100000000"}}
     record = "SELECT record_intent_prepared(%s, %s, p_payload => %s::jsonb)"
     waiting = []
     for external_id in ("first", "second"):
-        ids = node_ids(conn, create_started(conn, the_plan, external_id))
+        ids = paying_in(conn, venue, external_id)
         [paying] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
         procs.complete_submit(
             ids["pay"], paying.claim_secret, sent["tx_hash"], sent, settled=True
