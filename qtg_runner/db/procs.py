@@ -705,6 +705,7 @@ class ClaimedCallback:
     allow_private: Boolean
     secret_ref: Text
     attempt: Integer
+    lease_seconds: Numeric
     claim_secret: ClaimSecret = field(repr=False)
 
 

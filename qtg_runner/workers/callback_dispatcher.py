@@ -50,6 +50,7 @@ import os
 import re
 import socket
 import stat
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -79,6 +80,11 @@ DELIVERY_DEADLINE_S = 30.0
 bounds each read, and a receiver that drips its answer a byte at a time
 would otherwise hold a delivery slot, and the round, for as long as it likes."""
 RESOLVE_TIMEOUT = 5.0
+LEASE_NEEDED_S = RESOLVE_TIMEOUT + DELIVERY_DEADLINE_S
+"""What is left of a claim's lease for its POST to start: the most a delivery
+takes. Later (the round's slots held by slow receivers), it is not sent but
+tried again after its backoff: started, it could still be under way when the
+lease ran out and another dispatcher claimed and sent it again."""
 SECRETS_DIR_ENV = "QTG_CALLBACK_SECRETS_DIR"
 
 METADATA_ADDRESSES = frozenset(
@@ -357,6 +363,7 @@ async def run_round(
 ) -> int:
     """Claim, POST and report one batch; returns how many callbacks were handled."""
     claims = await ctx.all(procs.claim_callbacks(worker_id, max_rows))
+    claimed = time.monotonic()
     if not claims:
         return 0
     environment = os.environ if env is None else env
@@ -371,7 +378,16 @@ async def run_round(
 
         async def deliver(claim: procs.ClaimedCallback) -> None:
             async with limit:
-                attempt = await post(client, claim, environment, resolve)
+                left = float(claim.lease_seconds) - (time.monotonic() - claimed)
+                if left < LEASE_NEEDED_S:
+                    attempt = Attempt(
+                        None,
+                        f"not sent: {max(left, 0):.0f} s were left of its claim's lease "
+                        f"(callback_settings.lease_seconds {claim.lease_seconds}), a delivery "
+                        f"may take {LEASE_NEEDED_S:g} s",
+                    )
+                else:
+                    attempt = await post(client, claim, environment, resolve)
             await report(ctx, claim, attempt)
 
         # every delivery ends before the client closes, even when one fails

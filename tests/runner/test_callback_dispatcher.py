@@ -325,6 +325,26 @@ def test_a_replayed_callback_that_fails_again_is_retried(
     assert {(r[2], r[3]) for r in rows(conn)} == {("PENDING", 1)}
 
 
+def test_no_post_starts_that_could_outlast_its_claim(
+    db: TestDatabase, conn: Conn, receiver: Receiver
+) -> None:
+    """A POST and its answer may take 35 s. One that starts with less of its
+    claim's lease left could still be under way when another dispatcher
+    claims the row and sends it again: it is not started, and the callback
+    is tried again after its backoff. (A lease this short cannot be set with
+    set_callback_settings; here it stands for slots slow receivers held.)"""
+    register(conn, receiver.url)
+    movements(conn, receiver.url, 1)
+    conn.execute("UPDATE callback_settings SET lease_seconds = 20")
+    assert dispatch(db, 1) == 2
+    assert receiver.connections == 0
+    assert {(r[2], r[3]) for r in rows(conn)} == {("PENDING", 1)}
+    assert all("not sent: 20 s were left of its claim's lease" in r[4] for r in rows(conn))
+    conn.execute("UPDATE callback_settings SET lease_seconds = DEFAULT")
+    assert dispatch(db, 3600) == 2
+    assert {r[2] for r in rows(conn)} == {"SENT"}
+
+
 def test_a_receiver_that_answers_nothing_costs_one_wait_not_one_a_round(
     db: TestDatabase, conn: Conn, endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:

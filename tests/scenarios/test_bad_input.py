@@ -1421,7 +1421,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             + each("p_max_age_seconds", "QT005", 0, "NaN", "Infinity", "1e10")
             + each("p_backoff_base_seconds", "QT005", 0, -1, "NaN", 3601)
             + each("p_backoff_cap_seconds", "QT005", 4, "NaN", 86401)
-            + each("p_lease_seconds", "QT005", 0, "NaN", 3601)
+            + each("p_lease_seconds", "QT005", 0, 39, "NaN", 3601)
             + each("p_keep_days", "QT005", -1, 36501)
         ),
         "promote_audit": worker("p_worker") + each("p_max", "QT002", None, 0, 10001),

@@ -7,7 +7,9 @@
 --                           (5; above 0, at most 3600)
 --   p_backoff_cap_seconds   the longest wait between attempts (3600; at least
 --                           the base, at most 86400)
---   p_lease_seconds         how long a claim holds a callback (60; 1..3600)
+--   p_lease_seconds         how long a claim holds a callback (60; 40..3600:
+--                           the dispatcher starts no POST that could outlast
+--                           its claim, and one may take 35 s)
 --   p_keep_days             days a SENT or NO_TARGET callback is kept before
 --                           prune_callbacks deletes it (90; 0 keeps them all,
 --                           at most 36500)
@@ -34,7 +36,7 @@ BEGIN
     PERFORM check_number('set_callback_settings', 'the largest age in seconds', p_max_age_seconds, 0, 3153600000, true);
     PERFORM check_number('set_callback_settings', 'the first wait in seconds', p_backoff_base_seconds, 0, 3600, true);
     PERFORM check_number('set_callback_settings', 'the longest wait in seconds', p_backoff_cap_seconds, 0, 86400, true);
-    PERFORM check_number('set_callback_settings', 'the lease in seconds', p_lease_seconds, 1, 3600);
+    PERFORM check_number('set_callback_settings', 'the lease in seconds', p_lease_seconds, 40, 3600);
     PERFORM check_number('set_callback_settings', 'the days a callback is kept', p_keep_days, 0, 36500);
     SELECT * INTO STRICT v_before FROM callback_settings FOR UPDATE;
     IF coalesce(p_backoff_cap_seconds, v_before.backoff_cap_seconds)

@@ -13,7 +13,9 @@
 -- never claim one row, nor wait for each other. Reads the partial index of
 -- PENDING rows (callback_outbox_due_idx). Returns what the POST needs: the
 -- payload, the idempotency key (webhook-id), the target's url, whether it may be
--- private, and where its secret is (never the secret: it is not in the database).
+-- private, where its secret is (never the secret: it is not in the database),
+-- and the claim's lease (callback_settings.lease_seconds): a POST the
+-- dispatcher starts must end within it, or another claim may send it again.
 -- Locks: callback rows only.
 CREATE OR REPLACE FUNCTION claim_callbacks(p_worker text, p_max integer DEFAULT 20)
 RETURNS TABLE (
@@ -27,6 +29,7 @@ RETURNS TABLE (
     allow_private   boolean,
     secret_ref      text,
     attempt         integer,
+    lease_seconds   numeric,
     claim_secret    text
 )
 LANGUAGE plpgsql
@@ -101,7 +104,7 @@ BEGIN
         RETURNING o.id, o.request_id, o.event_type, o.idempotency_key, o.payload, o.attempts, s.target, s.secret
     )
     SELECT c.id, c.request_id, c.event_type, c.idempotency_key, c.payload, c.target,
-           t.url, t.allow_private, t.secret_ref, c.attempts, c.secret
+           t.url, t.allow_private, t.secret_ref, c.attempts, v_set.lease_seconds, c.secret
       FROM claimed c
       JOIN callback_targets t ON t.target_name = c.target
      ORDER BY c.id;
