@@ -30,6 +30,7 @@ def claim(key: str, movement: int, state: str, url: str, ref: str) -> procs.Clai
         url=url,
         payload={"movement_id": movement, "to_state": state.upper(), "network": "testnet"},
         attempt=1,
+        lease_seconds=60,
         claim_secret="0" * 64,
         target_name="demo",
         secret_ref=ref,
