@@ -142,6 +142,7 @@ ADMIN = {
 INLINE = {
     "skip_count",
     "skip_day_runs",
+    "signs_evm",
     "audit_canonical",
     "audit_row_hash",
     "balance_state",

@@ -77,6 +77,25 @@ def test_a_runner_login_records_only_its_nodes_route_as_payload(
     runner.execute(RECORD, (node_id, secret, tx_hash, json.dumps(payload), CHAIN, SENDER, raw))
 
 
+def test_a_runner_login_cannot_record_a_transfer_by_its_hash_alone(
+    conn: Conn, runner: Conn
+) -> None:
+    """A hash alone would name any transaction of the chain as the node's
+    (an earlier transfer of the same amount to the same recipient, say): a
+    transfer node's record without its signed bytes is refused (QT002) and
+    nothing changes."""
+    node_id, secret, payload = claimed(conn, runner)
+    someone_elses, _ = transfer(CHAIN_ID, TOKEN, RECIPIENT, 7)
+    before = fingerprint(conn)
+    with pytest.raises(psycopg.Error) as refused:
+        runner.execute(
+            "SELECT record_intent_prepared(%s, %s, p_signed_tx_hash => %s, p_payload => %s::jsonb)",
+            (node_id, secret, someone_elses, json.dumps(payload)),
+        )
+    assert refused.value.sqlstate == "QT002" and "signed" in str(refused.value)
+    assert fingerprint(conn) == before
+
+
 def test_observation_and_recovery_act_on_nothing_once_the_route_changed(
     conn: Conn, runner: Conn
 ) -> None:

@@ -54,6 +54,10 @@ BEGIN
     END IF;
 
     SELECT n.executor_key INTO v_executor FROM movement_request_nodes n WHERE n.id = p_node_id;
+    IF NOT coalesce(signs_evm(v_executor), false) THEN
+        RETURN format('QT032 %s: a %s node signs no transaction (only evm_transfer, cctp_burn, cctp_mint, ccip '
+                      'and stargate nodes do, each its route''s one call)', v_what, coalesce(v_executor, 'missing'));
+    END IF;
     IF v_executor = 'evm_transfer' THEN
         BEGIN
             SELECT * INTO v_route FROM evm_transfer_route(p_node_id);
@@ -79,10 +83,7 @@ BEGIN
     IF v_executor = 'ccip' THEN
         RETURN ccip_send_tx_problem(p_node_id, p_chain_key, v_tx.to_address, v_tx.value, v_tx.data, p_payload);
     END IF;
-    IF v_executor IN ('cctp_burn', 'cctp_mint', 'stargate') THEN
-        RETURN bridge_call_problem(p_node_id, v_executor, p_chain_key, v_tx.to_address, v_tx.value, v_tx.data);
-    END IF;
-    RETURN format('QT032 %s: a %s node signs no transaction (only evm_transfer, cctp_burn, cctp_mint, ccip '
-                  'and stargate nodes do, each its route''s one call)', v_what, coalesce(v_executor, 'missing'));
+    -- cctp_burn, cctp_mint, stargate
+    RETURN bridge_call_problem(p_node_id, v_executor, p_chain_key, v_tx.to_address, v_tx.value, v_tx.data);
 END
 $$;

@@ -36,9 +36,9 @@
 -- hex, at most 128 KiB) goes into evm_transactions with its hash before
 -- anything is broadcast; a raw transaction needs its hash, nonce and account
 -- (QT002), and an EVM record its bytes, whose keccak256 the hash must be
--- (QT002; about a millisecond a record): a node of an EVM executor
--- (evm_transfer, cctp_burn, cctp_mint, ccip, stargate) records nothing
--- without them (QT002), or a hash alone would name any transaction as its own. QT014: the account is not a
+-- (QT002; about a millisecond a record): a node of an executor that signs
+-- (signs_evm) records nothing without them (QT002), or a hash alone would
+-- name any transaction as its own. QT014: the account is not a
 -- treasury account of a registered chain.
 -- The raw transaction is read here, not taken on the runner's word
 -- (intent_tx_problem): signed for the chain's id, at the nonce recorded with
@@ -131,9 +131,8 @@ BEGIN
                                       g.node_id, g.nonce)
                            WHEN g.signed_tx_hash IS NULL AND g.external_request_id IS NULL AND g.payload IS NULL THEN
                                'QT002 record_intent_prepared: give a signed tx hash, an external request id or a payload'
-                           WHEN g.raw_tx IS NULL AND (SELECT n.executor_key FROM movement_request_nodes n
-                                                       WHERE n.id = g.node_id)
-                                                      IN ('evm_transfer', 'cctp_burn', 'cctp_mint', 'ccip', 'stargate') THEN
+                           WHEN g.raw_tx IS NULL AND signs_evm((SELECT n.executor_key FROM movement_request_nodes n
+                                                                  WHERE n.id = g.node_id)) THEN
                                format('QT002 record_intent_prepared: node %s: an EVM step records the transaction '
                                       'it signed: its chain, sender, nonce, hash and bytes together', g.node_id)
                            WHEN (g.chain_key IS NULL) <> (g.sender IS NULL)
