@@ -362,7 +362,7 @@ def self_transfer(chain_id: int, address: str, nonce: int, fees: Fees) -> dict[s
 
 
 async def estimate_gas(
-    rpc: EvmRpc, sender: str, to: str, data: bytes, *, headroom: float = 1.25
+    rpc: EvmRpc, sender: str, to: str, data: bytes, *, value: int = 0, headroom: float = 1.25
 ) -> int:
     """The node's gas estimate for the call, times ``headroom`` (rounded up): a
     transfer to an account holding none of the token costs more than one to a
@@ -370,7 +370,7 @@ async def estimate_gas(
     when the call would revert (an insufficient token balance, say)."""
     if headroom < 1:
         raise ValueError(f"headroom is at least 1: {headroom}")
-    estimate = await rpc.estimate_gas(normalize_address(sender), normalize_address(to), data)
+    estimate = await rpc.estimate_gas(normalize_address(sender), normalize_address(to), data, value)
     return math.ceil(estimate * headroom)
 
 
@@ -387,9 +387,12 @@ class DecodedTransaction(TransactionCall):
     chain_id: int
     fees: Fees
 
-    def to_tx(self, *, nonce: int | None = None, fees: Fees | None = None) -> dict[str, Any]:
+    def to_tx(
+        self, *, nonce: int | None = None, fees: Fees | None = None, gas: int | None = None
+    ) -> dict[str, Any]:
         """The same transaction as a dict to sign again: at another ``nonce``
-        (another dispatcher took this one) or with other ``fees`` (a replacement)."""
+        (another dispatcher took this one), with other ``fees`` (a replacement)
+        or another ``gas`` limit."""
         if self.to is None:
             raise ValueError("a contract creation is not re-signed here")
         return eip1559_transaction(
@@ -398,7 +401,7 @@ class DecodedTransaction(TransactionCall):
             self.to,
             self.value,
             self.data,
-            self.gas,
+            self.gas if gas is None else gas,
             self.fees if fees is None else fees,
         )
 

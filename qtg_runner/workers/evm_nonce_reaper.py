@@ -27,8 +27,14 @@ moving on their EVM chains. Two jobs, each round:
    recipient, value, data and gas, fees by evm.bump under the chain's caps:
    above them it is logged and left) is recorded first
    (record_evm_replacement, or record_nonce_fill naming the fill it replaces)
-   and then broadcast. Recorded bytes that another key signed are never
-   signed again with the account's key: they are logged and left.
+   and then broadcast. Recorded bytes that another key signed (SQL holds
+   what recorded bytes do, not who signed them) never take the account's
+   nonce: they are never broadcast, and the account's own transaction at
+   the nonce replaces them at the fresh fees raised by the bump: a fill's
+   self-transfer, or the intent's call (the one its route makes, which SQL
+   checked) with the gas the chain estimates for it now, logged as
+   ``nonce_reaper_foreign_bytes``. A forged fill or replacement so holds
+   no account still.
 
 Every decision is the chain's word read now and the database's record; the
 reaper never moves a node. Where the RPC URLs and keys come from: the
@@ -54,6 +60,7 @@ from qtg_runner.chains.evm import (
     RpcErrorKind,
     bump,
     decode_raw,
+    estimate_gas,
     normalize_address,
     self_transfer,
     suggest_fees,
@@ -298,7 +305,14 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
         )
         return 1
     raw = bytes.fromhex(row.raw_tx[2:])
-    if await rpc.transaction(row.tx_hash) is None:
+    decoded = decode_raw(raw)
+    own = normalize_address(decoded.sender) == normalize_address(row.sender)
+    if (decoded.chain_id, decoded.nonce) != (row.chain_id, row.nonce):
+        raise ValueError(
+            f"the recorded bytes {row.tx_hash} are for chain id {decoded.chain_id}, "
+            f"nonce {decoded.nonce}: not this account's nonce"
+        )
+    if own and await rpc.transaction(row.tx_hash) is None:
         # dropped: the recorded bytes again, as they were signed
         try:
             await rpc.send_raw_transaction(raw)
@@ -316,20 +330,6 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
                 kind=row.kind,
             )
             return 1
-    decoded = decode_raw(raw)
-    if decoded.sender.lower() != row.sender.lower():
-        # SQL checks what recorded bytes do, not who signed them: bytes another
-        # key signed at the account's nonce are never signed again with its key
-        state.log(
-            logging.WARNING,
-            "nonce_reaper_foreign_bytes",
-            row.chain_key,
-            row.sender,
-            row.nonce,
-            tx_hash=row.tx_hash,
-            signed_by=decoded.sender,
-        )
-        return 0
     caps = {
         "max_fee_cap": int(row.max_fee_per_gas),
         "priority_fee_cap": int(row.max_priority_fee_per_gas),
@@ -339,8 +339,14 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
         fresh = await suggest_fees(rpc, **caps)
     except FeeCapExceeded:
         fresh = None
+    # bytes another key signed (SQL checks what recorded bytes do, not who
+    # signed them) never take the account's nonce: the account's own
+    # transaction there, pending or not, is replaced from the fresh fees
+    base = decoded.fees if own else fresh
     try:
-        fees = bump(decoded.fees, at_least=fresh, **caps)
+        if base is None:
+            raise FeeCapExceeded("the base fee is above the chain's max fee cap")
+        fees = bump(base, at_least=fresh, **caps)
     except FeeCapExceeded as exc:
         state.log(
             logging.WARNING,
@@ -352,8 +358,29 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
             problem=str(exc),
         )
         return 0
+    if not own:
+        state.log(
+            logging.WARNING,
+            "nonce_reaper_foreign_bytes",
+            row.chain_key,
+            row.sender,
+            row.nonce,
+            tx_hash=row.tx_hash,
+            signed_by=decoded.sender,
+            kind=row.kind,
+        )
+    if is_fill:
+        tx = self_transfer(row.chain_id, row.sender, row.nonce, fees)
+    elif own:
+        tx = decoded.to_tx(fees=fees)
+    else:
+        # the intent's call, which SQL holds to its route, signed by the account
+        # with the gas the chain estimates for it now: a forger's gas is not taken
+        assert decoded.to is not None
+        gas = await estimate_gas(rpc, row.sender, decoded.to, decoded.data, value=decoded.value)
+        tx = decoded.to_tx(fees=fees, gas=gas)
     signer = await state.signer(row.signer_id, row.sender)
-    signed = await signer.sign_transaction(decoded.to_tx(fees=fees))
+    signed = await signer.sign_transaction(tx)
     async with state.ctx.pool.connection() as conn:
         if is_fill:
             await procs.record_nonce_fill(

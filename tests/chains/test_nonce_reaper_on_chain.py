@@ -35,7 +35,7 @@ from evm_support import (
 )
 from psycopg import sql
 
-from qtg_runner.chains.evm import EvmRpc, Fees, decode_raw, tx_hash_of
+from qtg_runner.chains.evm import EvmRpc, Fees, decode_raw, self_transfer, tx_hash_of
 from qtg_runner.db import procs
 from qtg_runner.executors.base import ExecutorError
 from qtg_runner.workers import evm_nonce_reaper, node_dispatcher, node_observer
@@ -254,17 +254,24 @@ def test_a_transfer_waiting_too_long_is_bumped_recorded_first_and_settled_by_its
     assert evidence["tx_hash"] == replacement
 
 
-def test_bytes_another_key_signed_are_never_signed_again_with_the_treasury_key(
-    db: Any, world: Any, local_chain_set: LocalChainSet, caplog: pytest.LogCaptureFixture
+def test_bytes_another_key_signed_never_hold_a_transfer_the_account_signs_its_call_again(
+    db: Any,
+    world: Any,
+    local_chain_set: LocalChainSet,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """SQL holds a recorded replacement to its intent's call, not to its
     signer: a runner login records, as the newest transaction of a sent
     transfer, the same call signed with a key of its own at the account's
-    nonce (waiting in the pool from the forger's account). The reaper, which
-    signs a stale transaction's call again with the account's key, leaves
-    such bytes alone and says so; it signs nothing."""
+    nonce, with a gas limit too small for it (waiting in the pool from the
+    forger's account). The reaper never sends the forger's bytes and is not
+    held by them: it signs the intent's call with the account's key at that
+    nonce, at the gas the chain estimates, records it first, and the node is
+    settled by it."""
     chain = local_chain_set.chains[1]
     sender, recipient = (k.address for k in local_chain_set.treasury)
+    before = usdc_balance(chain, recipient)
     resume = manual_mining(chain)
     try:
         _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("1.5"), "forger")
@@ -275,7 +282,8 @@ def test_bytes_another_key_signed_are_never_signed_again_with_the_treasury_key(
         rpc(chain.rpc_url, "anvil_setBalance", [forger.address, hex(10**18)])
         rpc(chain.rpc_url, "anvil_setNonce", [forger.address, hex(honest.nonce)])
         tx = honest.to_tx(
-            fees=Fees(honest.fees.max_fee_per_gas * 2, honest.fees.max_priority_fee_per_gas * 2)
+            fees=Fees(honest.fees.max_fee_per_gas * 2, honest.fees.max_priority_fee_per_gas * 2),
+            gas=30_000,
         )
         forged = forger.sign_transaction(tx)
         forged_hash = "0x" + forged.hash.hex().removeprefix("0x")
@@ -284,13 +292,111 @@ def test_bytes_another_key_signed_are_never_signed_again_with_the_treasury_key(
         assert procs.record_evm_replacement(
             intent["id"], forged_hash, "0x" + forged.raw_transaction.hex()
         ).one(runner)
-        with caplog.at_level(logging.WARNING), runner_clock(db, world, minutes=2):
-            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 0
-        hashes = [t["tx_hash"] for t in intent_of(world, node_id)["transactions"]]
-        assert hashes == [intent["signed_tx_hash"], forged_hash]
+        with (
+            monkeypatch.context() as patch,
+            caplog.at_level(logging.WARNING),
+            runner_clock(db, world, minutes=2),
+        ):
+            sent = recorded_first(patch, world)
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 1
         assert any("nonce_reaper_foreign_bytes" in r.getMessage() for r in caplog.records)
+        transactions = intent_of(world, node_id)["transactions"]
+        assert [t["tx_hash"] for t in transactions[:2]] == [intent["signed_tx_hash"], forged_hash]
+        (own,) = transactions[2:]
+        assert sent == [own["tx_hash"]]  # the forger's bytes are never sent
+        signed = decode_raw(bytes.fromhex(own["raw_tx"][2:]))
+        assert signed.sender.lower() == sender.lower()
+        assert (signed.nonce, signed.to, signed.value, signed.data) == (
+            honest.nonce,
+            honest.to,
+            honest.value,
+            honest.data,
+        )
+        assert signed.gas > 30_000
+        assert signed.fees.max_fee_per_gas > honest.fees.max_fee_per_gas
+        mined_within(chain, [own["tx_hash"]])
+        assert receipt(chain, intent["signed_tx_hash"]) is None
+        for _ in range(10):
+            make_due(world, node_id)
+            run_batch(db, node_observer.batch, local_chain_set)
+            if node_state(world, node_id) == "COMPLETED":
+                break
+            mine(chain)
     finally:
         resume()
+    assert node_state(world, node_id) == "COMPLETED"
+    assert usdc_balance(chain, recipient) == before + 1_500_000
+
+
+def test_a_fill_another_key_signed_holds_no_gap_the_account_fills_it(
+    db: Any,
+    world: Any,
+    local_chain_set: LocalChainSet,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A runner login records, at the nonce a failed transfer left, a fill
+    signed by a key of its own (a zero-value transfer to the account: what
+    SQL asks of a fill's bytes). The gap is no longer listed, and the
+    account's next transfer waits behind it; once the fill is stale the
+    reaper fills the nonce with the account's own self-transfer, recorded
+    as the forged fill's replacement, and the transfer behind it lands."""
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    before = usdc_balance(chain, recipient)
+    resume = manual_mining(chain)
+    try:
+        _, failed = start_transfer(world, chain.key, sender, recipient, Decimal("1.5"), "gap-1")
+        run_batch(db, node_dispatcher.batch, local_chain_set, executor_hook=refuse_submit)
+        assert node_state(world, failed) == "FAILED"
+        n = intent_of(world, failed)["nonce"]
+        _, stuck = start_transfer(world, chain.key, sender, recipient, Decimal("2.5"), "gap-2")
+        run_batch(db, node_dispatcher.batch, local_chain_set)
+        behind = intent_of(world, stuck)["signed_tx_hash"]
+
+        forger = Account.create()
+        # a transfer of nothing to the account, as a fill is, but from the forger
+        forged = forger.sign_transaction(
+            self_transfer(chain.chain_id, sender, n, Fees(10**9, 10**8))
+        )
+        forged_hash = "0x" + forged.hash.hex().removeprefix("0x")
+        runner = bind(db.connect(db.runner_dsn("testnet"), autocommit=True))
+        assert procs.record_nonce_fill(
+            chain.key, sender, n, forged_hash, "0x" + forged.raw_transaction.hex()
+        ).one(runner)
+        assert world.execute("SELECT count(*) FROM evm_nonce_gaps(100)").fetchone() == (0,)
+        assert run_batch(db, reaper(local_chain_set), local_chain_set) == 0
+        mine(chain, 2)
+        assert receipt(chain, behind) is None
+
+        with (
+            monkeypatch.context() as patch,
+            caplog.at_level(logging.WARNING),
+            runner_clock(db, world, minutes=2),
+        ):
+            sent = recorded_first(patch, world)
+            # the fill, and the transfer behind it, stale too: bumped
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 2
+        fills = world.execute(
+            "SELECT tx_hash, raw_tx FROM evm_transactions WHERE purpose = 'fill' AND nonce = %s"
+            " ORDER BY recorded_at",
+            (n,),
+        ).fetchall()
+        assert len(fills) == 2 and fills[0][0] == forged_hash
+        own_hash, own_raw = fills[1]
+        assert own_hash in sent and forged_hash not in sent and len(sent) == 2
+        own = decode_raw(bytes.fromhex(own_raw[2:]))
+        assert (own.sender.lower(), own.to.lower(), own.value, own.nonce) == (
+            sender.lower(),
+            sender.lower(),
+            0,
+            n,
+        )
+        assert any("nonce_reaper_foreign_bytes" in r.getMessage() for r in caplog.records)
+        mined_within(chain, sent)
+    finally:
+        resume()
+    assert usdc_balance(chain, recipient) == before + 2_500_000
 
 
 def test_a_failed_transfer_found_mined_is_never_filled_and_is_recorded_for_an_operator(
