@@ -522,6 +522,71 @@ def test_an_unexplained_loss_raises_one_alert_trips_the_breakers_and_two_operato
     assert conn.execute("SELECT count(*) FROM breakers").fetchone() == (len(tripped),)
 
 
+def test_two_operators_write_off_only_the_balance_both_were_shown(conn: Conn, runner: Conn) -> None:
+    """alice asks to accept T1's drifted 900; then the account reads 5 (a
+    second loss, or a runner login's word), not verified yet when bob
+    confirms what he was shown: 900 is the baseline, and the 5 is verified
+    against it, a drift of its own. Once the alert shows 5, a request for
+    900 is no request: bob's call asks anew at 5, and alice confirms it."""
+    at = clocks(conn, runner)
+    read(runner, BASE)
+    verify(runner)
+    confirm_baselines(conn)
+    at(10)
+    read(runner, {**BASE, chain("local-a", T1): "900"})
+    assert verify(runner)[chain("local-a", T1)][0] == "DRIFT"
+    alert = conn.execute("SELECT alert_id FROM drift_alerts WHERE actual = 900").fetchone()[0]
+    with as_person(conn, "alice"):
+        assert procs.acknowledge_drift_alert(alert, "a fee of 100 written off").one(conn) == (
+            "ACK_REQUESTED"
+        )
+    at(20)
+    read(runner, {**BASE, chain("local-a", T1): "5"})
+    with as_person(conn, "bob"):
+        assert procs.acknowledge_drift_alert(alert, "900, as shown").one(conn) == "ACKNOWLEDGED"
+    baseline = conn.execute(
+        "SELECT s.balance FROM balance_status b JOIN balance_snapshots s"
+        " ON s.id = b.baseline_snapshot_id WHERE b.account_key = 'local-a' AND b.address = %s",
+        (T1,),
+    ).fetchone()
+    assert baseline == (Decimal("900"),)
+    at(30)
+    assert verify(runner)[chain("local-a", T1)][0] == "DRIFT"
+    (second,) = conn.execute(
+        "SELECT alert_id FROM drift_alerts WHERE alert_state = 'OPEN' AND actual = 5"
+    ).fetchall()
+
+    with as_person(conn, "carol"):
+        assert procs.acknowledge_drift_alert(second[0], "the second loss").one(conn) == (
+            "ACK_REQUESTED"
+        )
+    at(40)
+    read(runner, {**BASE, chain("local-a", T1): "1"})
+    assert verify(runner)[chain("local-a", T1)][0] == "DRIFT"
+    with as_person(conn, "bob"):
+        assert procs.acknowledge_drift_alert(second[0], "5, as shown").one(conn) == (
+            "ACK_REQUESTED"
+        )
+    shown = conn.execute(
+        "SELECT ack_requested_by, ack_actual FROM drift_alerts WHERE alert_id = %s", (second[0],)
+    ).fetchone()
+    assert shown == ("bob", Decimal("1"))
+    with as_person(conn, "carol"):
+        assert procs.acknowledge_drift_alert(second[0], "1, seen").one(conn) == "ACKNOWLEDGED"
+    asked = conn.execute(
+        "SELECT actor, detail FROM audit_outbox WHERE action = 'drift_ack_requested' ORDER BY id"
+    ).fetchall()
+    assert [(a, d["actual"]) for a, d in asked] == [("alice", 900), ("carol", 5), ("bob", 1)]
+    assert asked[2][1]["replaces"] == {
+        "requested_by": "carol",
+        "actual": 5,
+        "reason": "the second loss",
+    }
+    at(50)
+    read(runner, {**BASE, chain("local-a", T1): "1"})
+    assert verify(runner)[chain("local-a", T1)][0] == "OK"
+
+
 def test_a_baseline_is_one_runners_word_until_an_operator_confirms_it(
     conn: Conn, runner: Conn
 ) -> None:

@@ -156,10 +156,9 @@ def test_deposit_steps_naming_one_transfer_twice_stop_the_migration(
     deposit steps' intents already name one transfer is not migrated: the
     refusal names the transfer and the nodes, and nothing is applied."""
     database = new_database()
-    at = ALL_MIGRATIONS.index("0070_deposit_attribution")
-    assert rollback(database.dsn, len(ALL_MIGRATIONS) - at)[-1] == "0070_deposit_attribution"
-    install_functions(database.dsn)  # a rollback leaves them out: the steps need them
     conn = bind(database.connect())
+    # the two claims made by today's functions (today's views read the
+    # migrations after 0070), then the schema rolled back to before it
     register_sim(conn)
     with as_person(conn, "alice"):
         movement = procs.create_movement("twice", Decimal(1), plan=plan(node("a"), node("b")))
@@ -168,6 +167,10 @@ def test_deposit_steps_naming_one_transfer_twice_stop_the_migration(
         procs.approve_movement(movement_id).one(conn)
     procs.start_approved_movements().all(conn)
     assert len(procs.claim_ready_nodes("w1", 10, 300).all(conn)) == 2
+    conn.close()
+    at = ALL_MIGRATIONS.index("0070_deposit_attribution")
+    assert rollback(database.dsn, len(ALL_MIGRATIONS) - at)[-1] == "0070_deposit_attribution"
+    conn = bind(database.connect())
     conn.execute(
         "UPDATE node_intents SET intent_state = 'PREPARED', prepared_payload ="
         """ '{"deposit_address": "0xde", "chain_key": "local-a", "tx_hash": "0xAB"}'"""

@@ -2,7 +2,7 @@
 -- ACKNOWLEDGED, the expected range and the actual balance of the latest
 -- snapshot that showed it, the unexplained change (actual less the nearest end
 -- of the range), the baseline and snapshots, the breakers it tripped, who asked
--- to acknowledge it and who did.
+-- to acknowledge it (and the balance they accepted: ack_actual) and who did.
 CREATE OR REPLACE VIEW drift_alerts AS
 SELECT d.id AS alert_id,
        d.alert_state,
@@ -25,6 +25,7 @@ SELECT d.id AS alert_id,
        d.breakers,
        d.ack_requested_by,
        d.ack_requested_at,
+       d.ack_actual,
        d.acknowledged_by,
        d.acknowledged_at,
        d.ack_reason
