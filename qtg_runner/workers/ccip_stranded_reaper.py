@@ -8,12 +8,15 @@ worker takes them (ccip_stranded_sends: sends on v1.6 lanes) and, for each:
    OnRamp's CCIPMessageSent with that id) and asks the lane's OffRamp
    (getExecutionState(sourceChainSelector, sequenceNumber)): SUCCESS already
    -> nothing to do, the observer completes the node; not FAILURE -> left.
-2. looks at the manual executions recorded for the message: the newest one
-   pending in the node's pool -> wait; not known to the node and the keeper's
-   nonce still free (a reaper died between its record and its broadcast, or
-   the bytes were dropped) -> the RECORDED bytes broadcast again, nothing new
-   signed; mined (executed and FAILED again) or its nonce taken -> a new
-   attempt, at most MAX_ATTEMPTS per message (then an error for an operator).
+2. looks at the manual executions recorded for the message that its keeper
+   signed (SQL checks what recorded bytes do, not who signed them: another
+   key's are logged as ccip_reaper_foreign_attempts and never sent, waited
+   for or counted): the newest one pending in the node's pool -> wait; not
+   known to the node and the keeper's nonce still free (a reaper died
+   between its record and its broadcast, or the bytes were dropped) -> the
+   RECORDED bytes broadcast again, nothing new signed; mined (executed and
+   FAILED again) or its nonce taken -> a new attempt, at most MAX_ATTEMPTS
+   per message (then an error for an operator).
 3. a new attempt: OffRamp 1.6's manuallyExecute(ExecutionReport[],
    GasLimitOverride[][]) of a one-message report: the message as the OffRamp
    executes it (Any2EVMRampMessage), its merkle proof (the DON committed it
@@ -62,6 +65,7 @@ from qtg_runner.chains.evm import (
     FeeCapExceeded,
     RpcError,
     RpcErrorKind,
+    decode_raw,
     normalize_address,
     sign,
     suggest_fees,
@@ -171,16 +175,23 @@ async def _reap(
     if state != FAILURE:
         _log(ctx, logging.WARNING, "ccip_reaper_not_failed", row, state=state)
         return 0
-    attempts: list[dict[str, Any]] = list(row.attempts)
-    replaces: str | None = None
+    signer = await _keeper(keeper, env)
+    recorded: list[dict[str, Any]] = list(row.attempts)
+    # SQL checks what recorded bytes do, not who signed them: an attempt another
+    # key signed is never sent, waited for or counted
+    attempts = [a for a in recorded if _signed_by(a, signer.address)]
+    foreign = [str(a["tx_hash"]) for a in recorded if a not in attempts]
+    if foreign:
+        _log(ctx, logging.WARNING, "ccip_reaper_foreign_attempts", row, foreign=foreign)
+    replaces = str(recorded[-1]["tx_hash"]) if recorded else None  # the newest recorded
     if attempts:
         newest = attempts[-1]
-        replaces = str(newest["tx_hash"])
-        receipt = await dest.receipt(replaces)
+        mine = str(newest["tx_hash"])
+        receipt = await dest.receipt(mine)
         if receipt is None:
-            if await dest.transaction(replaces) is not None:
+            if await dest.transaction(mine) is not None:
                 return 0  # in the pool: wait for it
-            next_nonce = await dest.transaction_count(str(newest["executor"]), "latest")
+            next_nonce = await dest.transaction_count(signer.address, "latest")
             if next_nonce <= int(newest["nonce"]):
                 # recorded and never sent (or dropped): the same bytes again
                 try:
@@ -188,7 +199,7 @@ async def _reap(
                 except RpcError as exc:
                     if exc.kind not in (RpcErrorKind.ALREADY_KNOWN, RpcErrorKind.NONCE_TOO_LOW):
                         raise
-                _log(ctx, logging.INFO, "ccip_manual_execution_rebroadcast", row, tx=replaces)
+                _log(ctx, logging.INFO, "ccip_manual_execution_rebroadcast", row, tx=mine)
                 return 1
         if len(attempts) >= MAX_ATTEMPTS:
             _log(ctx, logging.ERROR, "ccip_reaper_gave_up", row, attempts=len(attempts))
@@ -198,10 +209,6 @@ async def _reap(
     if token_data is None:
         _log(ctx, logging.INFO, "ccip_reaper_waiting_attestation", row)
         return 0
-    if not keeper:
-        signer_id = env.get(KEEPER_SIGNER_ENV) or DEFAULT_KEEPER
-        keeper.append(await load_async(signer_id, env))
-    signer = keeper[0]
     data = manually_execute_calldata(sent, token_data)
     nonce = await dest.transaction_count(signer.address, "pending")
     fees = await suggest_fees(
@@ -223,6 +230,22 @@ async def _reap(
     await dest.send_raw_transaction(signed.raw)
     _log(ctx, logging.INFO, "ccip_manual_execution_sent", row, tx=signed.tx_hash, nonce=nonce)
     return 1
+
+
+async def _keeper(keeper: list[Signer], env: Mapping[str, str]) -> Signer:
+    """The keeper account's signer, loaded once a round."""
+    if not keeper:
+        keeper.append(await load_async(env.get(KEEPER_SIGNER_ENV) or DEFAULT_KEEPER, env))
+    return keeper[0]
+
+
+def _signed_by(attempt: Mapping[str, Any], address: str) -> bool:
+    """Whether ``address`` signed the attempt's recorded bytes."""
+    try:
+        signer = decode_raw(bytes.fromhex(str(attempt["raw_tx"])[2:])).sender
+    except ValueError:
+        return False
+    return normalize_address(signer) == normalize_address(address)
 
 
 async def _message(

@@ -31,8 +31,9 @@ from typing import Any
 import httpx
 import pytest
 from chain_support import LocalChainSet
-from engine import approve, as_person, pin_clock
+from engine import approve, as_person, bind, pin_clock
 from eth_abi.abi import decode, encode
+from eth_account import Account
 from eth_utils.crypto import keccak
 from evm_support import make_due, node_state, register_world, superuser, usdc_balance, web3_of
 from web3 import Web3
@@ -44,6 +45,7 @@ from qtg_runner.chains.ccip import (
     MANUALLY_EXECUTE_SELECTOR,
     SUCCESS,
     SentMessage,
+    ccip_transaction,
     execution_state_calldata,
     fee_with_margin,
     get_fee_calldata,
@@ -51,6 +53,7 @@ from qtg_runner.chains.ccip import (
     match_attested,
     usdc_token_data,
 )
+from qtg_runner.chains.evm import Fees
 from qtg_runner.db import procs
 from qtg_runner.db.pool import bound_conninfo, open_pool
 from qtg_runner.executors.base import NodeWork, RecoveryOutcome
@@ -560,17 +563,38 @@ def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_an
         world.execute("SET LOCAL session_replication_role = replica")
         world.execute(node_from + " WHERE id = %s", (json.dumps(sender), node_id))
 
+    # a runner login records a manual execution of the message signed by a key
+    # of its own, with no ether: the reaper neither sends it nor waits for it,
+    # and it counts for nothing
+    forger = Account.create()
+    forged = forger.sign_transaction(
+        ccip_transaction(
+            dest.chain_id, offramp, manually_execute_calldata(sent, [b""]), 0, 0,
+            Fees(10**9, 10**8), 500_000,
+        )
+    )  # fmt: skip
+    forged_hash = "0x" + forged.hash.hex().removeprefix("0x")
+    runner = bind(db.connect(db.runner_dsn("testnet"), autocommit=True))
+    assert procs.record_ccip_manual_execution(
+        node_id, evidence["message_id"], forger.address, 0, forged_hash,
+        "0x" + forged.raw_transaction.hex().removeprefix("0x"),
+    ).one(runner)  # fmt: skip
+
     # the reaper dies between its record and its broadcast: recorded, not sent
     def dies() -> None:
         raise Died("before the broadcast")
 
     with pytest.raises(Died):
         reap(db, local_chain_set, iris, dies)
-    (recorded,) = world.execute(
-        "SELECT tx_hash, executor, raw_tx FROM ccip_manual_executions WHERE node_id = %s",
+    attempts = world.execute(
+        "SELECT tx_hash, executor, raw_tx FROM ccip_manual_executions WHERE node_id = %s"
+        " ORDER BY id",
         (node_id,),
     ).fetchall()
+    assert [a[0] for a in attempts[:1]] == [forged_hash] and len(attempts) == 2
+    recorded = attempts[1]
     assert recorded[1] not in {k.address for k in local_chain_set.treasury}
+    assert rpc(dest.rpc_url, "eth_getTransactionByHash", [forged_hash]) is None
     assert rpc(dest.rpc_url, "eth_getTransactionByHash", [recorded[0]]) is None
 
     # its next round sends the recorded bytes: the same hash, nothing new signed
@@ -596,7 +620,7 @@ def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_an
         world.execute(
             "SELECT count(*) FROM ccip_manual_executions WHERE node_id = %s", (node_id,)
         ).fetchone()[0]
-        == 1
+        == 2
     )
 
     observe_until(db, world, local_chain_set, [node_id])
