@@ -522,6 +522,42 @@ def test_an_unexplained_loss_raises_one_alert_trips_the_breakers_and_two_operato
     assert conn.execute("SELECT count(*) FROM breakers").fetchone() == (len(tripped),)
 
 
+def test_a_new_drift_in_a_stopped_scope_withdraws_the_reset_asked_before_it(
+    conn: Conn, runner: Conn
+) -> None:
+    """alice asks to reset the lane T1's drift stopped; then T2, which the
+    same lane moved, drifts too: its alert trips the lane again, which
+    withdraws alice's request, so bob's call asks anew instead of closing a
+    stop neither had seen."""
+    at = clocks(conn, runner)
+    read(runner, BASE)
+    verify(runner)
+    confirm_baselines(conn)
+    at(10)
+    paid = run(conn, [transfer("pay", T1, T2)], "paid", "100")["pay"]
+    at(20)
+    land(conn, paid)
+    at(30)
+    moved = {**BASE, chain("local-a", T1): "700", chain("local-a", T2): "100"}
+    read(runner, moved)
+    assert verify(runner)[chain("local-a", T1)][0] == "DRIFT"
+    with as_person(conn, "alice"):
+        assert procs.reset_breaker("lane", "evm").one(conn) == "RESET_REQUESTED"
+    at(40)
+    read(runner, {**moved, chain("local-a", T2): "40"})
+    assert verify(runner)[chain("local-a", T2)][0] == "DRIFT"
+    with as_person(conn, "bob"):
+        assert procs.reset_breaker("lane", "evm").one(conn) == "RESET_REQUESTED"
+    assert conn.execute(
+        "SELECT reset_requested_by FROM breakers WHERE scope = 'lane' AND name = 'evm'"
+    ).fetchone() == ("bob",)
+    withdrawn = conn.execute(
+        "SELECT detail ->> 'withdrawn_reset_request_by' FROM audit_outbox"
+        " WHERE action = 'breaker_tripped' AND entity_id = 'lane:evm' AND from_state = 'TRIPPED'"
+    ).fetchall()
+    assert withdrawn == [("alice",)]
+
+
 def test_two_operators_write_off_only_the_balance_both_were_shown(conn: Conn, runner: Conn) -> None:
     """alice asks to accept T1's drifted 900; then the account reads 5 (a
     second loss, or a runner login's word), not verified yet when bob

@@ -8,8 +8,12 @@
 -- reset (audited 'breaker_tripped', TRIPPED -> TRIPPED, with the pause it
 -- replaced; 1 returned). Else one operator's timed pause, or one operator
 -- resuming it, would end the breaker a failure or a drift alert tripped,
--- which trips it once. One whose expires_at has passed is replaced (audited
--- 'breaker_expired' first).
+-- which trips it once. The engine tripping its own breaker again (a new
+-- drift alert of a scope it stopped) withdraws a reset asked for before
+-- (audited 'breaker_tripped', TRIPPED -> TRIPPED, with the request; 0
+-- returned), so that the two who close it see this trip too, as an
+-- operator's pause does (trip_breaker). One whose expires_at has passed is
+-- replaced (audited 'breaker_expired' first).
 -- From then on limit_holds holds that scope's READY nodes until it is reset
 -- (reset_breaker) or expires. Called by trip_breakers (repeated failures),
 -- verify_drift (a drift alert) and trip_breaker (an operator).
@@ -26,7 +30,7 @@ AS $$
 DECLARE
     v_now     timestamptz := clock();
     v_expired breakers;
-    v_paused  breakers;
+    v_held    breakers;
 BEGIN
     DELETE FROM breakers b
      WHERE b.scope = p_scope AND b.name = p_name AND b.expires_at <= v_now
@@ -45,13 +49,26 @@ BEGIN
         IF p_by_operator THEN
             RETURN 0;
         END IF;
-        -- the engine's trip outranks an operator's pause: it becomes the engine's
-        SELECT * INTO v_paused FROM breakers b
-         WHERE b.scope = p_scope AND b.name = p_name AND b.by_operator
+        SELECT * INTO v_held FROM breakers b
+         WHERE b.scope = p_scope AND b.name = p_name
            FOR UPDATE;
         IF NOT FOUND THEN
             RETURN 0;
         END IF;
+        IF NOT v_held.by_operator THEN
+            -- the engine's own, tripped again: a reset asked for before is withdrawn
+            IF v_held.reset_requested_by IS NOT NULL THEN
+                UPDATE breakers b SET reset_requested_by = NULL, reset_requested_at = NULL
+                 WHERE b.scope = p_scope AND b.name = p_name;
+                PERFORM write_audit(ARRAY[(p_actor, 'breaker', p_scope || ':' || p_name, NULL, 'breaker_tripped',
+                                           'TRIPPED', 'TRIPPED',
+                                           jsonb_build_object('reason', p_reason,
+                                                              'withdrawn_reset_request_by', v_held.reset_requested_by)
+                                          )::qtg.audit_event]);
+            END IF;
+            RETURN 0;
+        END IF;
+        -- the engine's trip outranks an operator's pause: it becomes the engine's
         UPDATE breakers b
            SET tripped_at = v_now, tripped_by = p_actor, reason = p_reason, expires_at = p_expires_at,
                by_operator = false, reset_requested_by = NULL, reset_requested_at = NULL
@@ -59,9 +76,9 @@ BEGIN
         PERFORM write_audit(ARRAY[(p_actor, 'breaker', p_scope || ':' || p_name, NULL, 'breaker_tripped',
                                    'TRIPPED', 'TRIPPED',
                                    jsonb_build_object('reason', p_reason, 'expires_at', p_expires_at,
-                                                      'replaces_pause_by', v_paused.tripped_by,
-                                                      'pause_reason', v_paused.reason,
-                                                      'pause_expires_at', v_paused.expires_at))::qtg.audit_event]);
+                                                      'replaces_pause_by', v_held.tripped_by,
+                                                      'pause_reason', v_held.reason,
+                                                      'pause_expires_at', v_held.expires_at))::qtg.audit_event]);
         RETURN 1;
     END IF;
     PERFORM write_audit(ARRAY[(p_actor, 'breaker', p_scope || ':' || p_name, NULL, 'breaker_tripped',
