@@ -120,6 +120,27 @@ def refuse_submit(executor: Any) -> None:
     executor.submit = refuse
 
 
+def gap_behind(
+    db: Any, world: Any, chain_set: LocalChainSet, chain: Any, sender: str, recipient: str
+) -> tuple[int, str]:
+    """A transfer of 1.5 refused by the node (FAILED, nothing sent: its nonce a
+    gap), then one of 2.5 sent behind it and never mined: the gap's nonce and
+    the second transfer's hash."""
+    _, failed = start_transfer(world, chain.key, sender, recipient, Decimal("1.5"), "gap-1")
+    run_batch(db, node_dispatcher.batch, chain_set, executor_hook=refuse_submit)
+    assert node_state(world, failed) == "FAILED"
+    gap = intent_of(world, failed)
+    assert gap["intent_state"] == "FAILED"
+    _, stuck = start_transfer(world, chain.key, sender, recipient, Decimal("2.5"), "gap-2")
+    run_batch(db, node_dispatcher.batch, chain_set)
+    assert node_state(world, stuck) == "SUBMITTED"
+    behind = intent_of(world, stuck)
+    assert behind["nonce"] == gap["nonce"] + 1
+    mine(chain, 2)
+    assert receipt(chain, behind["signed_tx_hash"]) is None  # behind the gap: never mined
+    return gap["nonce"], behind["signed_tx_hash"]
+
+
 def test_a_nonce_left_by_a_failed_transfer_is_filled_and_the_next_transfer_lands(
     db: Any, world: Any, local_chain_set: LocalChainSet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -128,21 +149,7 @@ def test_a_nonce_left_by_a_failed_transfer_is_filled_and_the_next_transfer_lands
     before = usdc_balance(chain, recipient)
     resume = manual_mining(chain)
     try:
-        _, failed = start_transfer(world, chain.key, sender, recipient, Decimal("1.5"), "gap-1")
-        run_batch(db, node_dispatcher.batch, local_chain_set, executor_hook=refuse_submit)
-        assert node_state(world, failed) == "FAILED"
-        gap = intent_of(world, failed)
-        assert gap["intent_state"] == "FAILED"
-        n = gap["nonce"]
-
-        _, stuck = start_transfer(world, chain.key, sender, recipient, Decimal("2.5"), "gap-2")
-        run_batch(db, node_dispatcher.batch, local_chain_set)
-        assert node_state(world, stuck) == "SUBMITTED"
-        after = intent_of(world, stuck)
-        assert after["nonce"] == n + 1
-        mine(chain, 2)
-        # behind the gap it is never mined
-        assert receipt(chain, after["signed_tx_hash"]) is None
+        n, behind = gap_behind(db, world, local_chain_set, chain, sender, recipient)
 
         with monkeypatch.context() as patch:
             sent = recorded_first(patch, world)
@@ -158,7 +165,7 @@ def test_a_nonce_left_by_a_failed_transfer_is_filled_and_the_next_transfer_lands
         assert len(fill) == 1 and fill[0][1] is None
         fill_hash = fill[0][0]
         assert sent == [fill_hash]
-        mined_within(chain, [fill_hash, after["signed_tx_hash"]])
+        mined_within(chain, [fill_hash, behind])
         filled = rpc(chain.rpc_url, "eth_getTransactionByHash", [fill_hash])
         assert (filled["from"], filled["to"], int(filled["value"], 16), filled["input"]) == (
             sender,
@@ -167,10 +174,7 @@ def test_a_nonce_left_by_a_failed_transfer_is_filled_and_the_next_transfer_lands
             "0x",
         )
         assert int(filled["nonce"], 16) == n
-        assert (
-            receipt(chain, fill_hash)["blockNumber"]
-            <= receipt(chain, after["signed_tx_hash"])["blockNumber"]
-        )
+        assert receipt(chain, fill_hash)["blockNumber"] <= receipt(chain, behind)["blockNumber"]
         assert world.execute("SELECT count(*) FROM evm_nonce_gaps(100)").fetchone()[0] == 0
         # past the fill's age the reaper sees it mined and reports the nonce closed
         with runner_clock(db, world, minutes=10):
@@ -346,14 +350,7 @@ def test_a_fill_another_key_signed_holds_no_gap_the_account_fills_it(
     before = usdc_balance(chain, recipient)
     resume = manual_mining(chain)
     try:
-        _, failed = start_transfer(world, chain.key, sender, recipient, Decimal("1.5"), "gap-1")
-        run_batch(db, node_dispatcher.batch, local_chain_set, executor_hook=refuse_submit)
-        assert node_state(world, failed) == "FAILED"
-        n = intent_of(world, failed)["nonce"]
-        _, stuck = start_transfer(world, chain.key, sender, recipient, Decimal("2.5"), "gap-2")
-        run_batch(db, node_dispatcher.batch, local_chain_set)
-        behind = intent_of(world, stuck)["signed_tx_hash"]
-
+        n, behind = gap_behind(db, world, local_chain_set, chain, sender, recipient)
         forger = Account.create()
         # a transfer of nothing to the account, as a fill is, but from the forger
         forged = forger.sign_transaction(
