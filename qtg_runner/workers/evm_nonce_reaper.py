@@ -34,7 +34,10 @@ moving on their EVM chains. Two jobs, each round:
    self-transfer, or the intent's call (the one its route makes, which SQL
    checked) with the gas the chain estimates for it now, logged as
    ``nonce_reaper_foreign_bytes``. A forged fill or replacement so holds
-   no account still.
+   no account still; but a call that pays ether (a CCIP or Stargate fee,
+   which is the runner's quote, not the route's) is not signed from
+   another key's bytes: it is logged (``nonce_reaper_foreign_bytes_left``)
+   and left to recovery and an operator.
 
 Every decision is the chain's word read now and the database's record; the
 reaper never moves a node. Where the RPC URLs and keys come from: the
@@ -312,6 +315,20 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
             f"the recorded bytes {row.tx_hash} are for chain id {decoded.chain_id}, "
             f"nonce {decoded.nonce}: not this account's nonce"
         )
+    if not own and not is_fill and decoded.value != 0:
+        # SQL fixes such a call's recipient and data but not all it pays (a
+        # CCIP or Stargate fee is the runner's quote): never the account's to sign
+        state.log(
+            logging.WARNING,
+            "nonce_reaper_foreign_bytes_left",
+            row.chain_key,
+            row.sender,
+            row.nonce,
+            tx_hash=row.tx_hash,
+            signed_by=decoded.sender,
+            value=decoded.value,
+        )
+        return 0
     if own and await rpc.transaction(row.tx_hash) is None:
         # dropped: the recorded bytes again, as they were signed
         try:

@@ -332,6 +332,46 @@ def test_bytes_another_key_signed_never_hold_a_transfer_the_account_signs_its_ca
     assert usdc_balance(chain, recipient) == before + 1_500_000
 
 
+def test_another_keys_bytes_that_pay_ether_are_never_signed_with_the_treasury_key(
+    db: Any, world: Any, local_chain_set: LocalChainSet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CCIP send pays its fee in ether, and the fee is the runner's quote
+    (SQL holds it under the lane's cap, not to the Router's price): bytes
+    another key signed that pay ether are never the account's to sign again,
+    or a runner login would have the treasury pay up to the cap. Planted
+    here as a transfer's newest bytes: the reaper signs and records nothing."""
+    chain = local_chain_set.chains[1]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("1.5"), "pays")
+        run_batch(db, node_dispatcher.batch, local_chain_set)
+        intent = intent_of(world, node_id)
+        honest = decode_raw(bytes.fromhex(intent["transactions"][0]["raw_tx"][2:]))
+        forged = Account.create().sign_transaction(honest.to_tx() | {"value": 10**17})
+        world.execute(
+            "INSERT INTO evm_transactions (tx_hash, chain_key, sender, nonce, intent_id, purpose,"
+            " raw_tx, recorded_by, recorded_at) VALUES (%s, %s, %s, %s, %s, 'replacement', %s,"
+            " 'forger', clock())",
+            (
+                "0x" + forged.hash.hex().removeprefix("0x"),
+                chain.key,
+                sender,
+                honest.nonce,
+                intent["id"],
+                "0x" + forged.raw_transaction.hex().removeprefix("0x"),
+            ),
+        )
+        recorded = "SELECT count(*) FROM evm_transactions"
+        before = world.execute(recorded).fetchone()
+        with caplog.at_level(logging.WARNING), runner_clock(db, world, minutes=2):
+            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 0
+        assert world.execute(recorded).fetchone() == before
+        assert any("nonce_reaper_foreign_bytes_left" in r.getMessage() for r in caplog.records)
+    finally:
+        resume()
+
+
 def test_a_fill_another_key_signed_holds_no_gap_the_account_fills_it(
     db: Any,
     world: Any,
