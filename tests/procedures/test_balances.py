@@ -623,6 +623,36 @@ def test_two_operators_write_off_only_the_balance_both_were_shown(conn: Conn, ru
     assert verify(runner)[chain("local-a", T1)][0] == "OK"
 
 
+def test_a_drift_undone_before_its_acknowledgement_is_rebaselined_where_it_ended(
+    conn: Conn, runner: Conn
+) -> None:
+    """alice asks to accept T1's drifted 900; the next reading is back at
+    1000, in range. bob's acknowledgement takes that reading as the
+    baseline: accepting it accepts nothing more, and the account verifies
+    OK from there (not a drift of +100 from the 900 both were shown)."""
+    at = clocks(conn, runner)
+    read(runner, BASE)
+    verify(runner)
+    confirm_baselines(conn)
+    at(10)
+    read(runner, {**BASE, chain("local-a", T1): "900"})
+    assert verify(runner)[chain("local-a", T1)][0] == "DRIFT"
+    alert = conn.execute("SELECT alert_id FROM drift_alerts WHERE actual = 900").fetchone()[0]
+    with as_person(conn, "alice"):
+        procs.acknowledge_drift_alert(alert, "a transient read").one(conn)
+    at(20)
+    read(runner, BASE)
+    assert verify(runner)[chain("local-a", T1)][0] == "OK"
+    with as_person(conn, "bob"):
+        assert procs.acknowledge_drift_alert(alert, "back in range").one(conn) == "ACKNOWLEDGED"
+    at(30)
+    read(runner, BASE)
+    assert verify(runner)[chain("local-a", T1)][0] == "OK"
+    assert conn.execute(
+        "SELECT count(*) FROM drift_alerts WHERE alert_state = 'OPEN'"
+    ).fetchone() == (0,)
+
+
 def test_a_baseline_is_one_runners_word_until_an_operator_confirms_it(
     conn: Conn, runner: Conn
 ) -> None:

@@ -6,13 +6,14 @@
 -- 'drift_ack_requested', returns ACK_REQUESTED); a second call by another
 -- login acknowledges that balance (audited 'drift_acknowledged' with both
 -- logins, both reasons, the balance, the old and the new baseline): the
--- alert's latest snapshot, which shows it, becomes the account's baseline,
+-- alert's latest snapshot, which shows it, becomes the account's baseline
+-- (or a later reading verify_drift found in range: the drift undone since),
 -- confirmed (two operators accepted it), so the expectation starts again
 -- from it; a reading after it is verified against it (a further drift is a
 -- new alert). A request whose balance the alert no longer shows (a later
--- reading drifted further, or back) is no request: the call, by either
--- login, asks anew at the balance shown now (audited 'drift_ack_requested'
--- with the request it replaces). The same login asking twice for one
+-- reading drifted otherwise) is no request: the call, by either login, asks
+-- anew at the balance shown now (audited 'drift_ack_requested' with the
+-- request it replaces). The same login asking twice for one
 -- balance is a four-eyes refusal: an audited WARNING with SQLSTATE QT022,
 -- the alert unchanged. The breakers the alert tripped stay tripped: two
 -- operators reset them (reset_breaker) once the cause is dealt with.
@@ -68,7 +69,15 @@ BEGIN
         RETURN 'ACK_REQUESTED';
     END IF;
 
-    v_new := v_alert.last_snapshot_id;  -- the reading that shows the balance both accepted
+    -- the reading that shows the balance both accepted, or a later one found in
+    -- range (the drift undone since: taking it accepts nothing more)
+    SELECT s.id INTO v_new
+      FROM balance_snapshots s
+     WHERE s.account_kind = v_alert.account_kind AND s.account_key = v_alert.account_key
+       AND s.address = v_alert.address AND s.asset = v_alert.asset
+       AND s.id > v_alert.last_snapshot_id AND s.outcome = 'OK'
+     ORDER BY s.id DESC LIMIT 1;
+    v_new := coalesce(v_new, v_alert.last_snapshot_id);
     SELECT b.snapshot_id INTO v_old FROM balance_baselines b
      WHERE b.account_kind = v_alert.account_kind AND b.account_key = v_alert.account_key
        AND b.address = v_alert.address AND b.asset = v_alert.asset
