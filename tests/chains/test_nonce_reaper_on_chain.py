@@ -120,6 +120,19 @@ def refuse_submit(executor: Any) -> None:
     executor.submit = refuse
 
 
+def observed_until_completed(
+    db: Any, world: Any, chain_set: LocalChainSet, chain: Any, node_id: int
+) -> None:
+    """The observer's rounds, a block mined between them, until the node is
+    COMPLETED (at most ten)."""
+    for _ in range(10):
+        make_due(world, node_id)
+        run_batch(db, node_observer.batch, chain_set)
+        if node_state(world, node_id) == "COMPLETED":
+            return
+        mine(chain)
+
+
 def gap_behind(
     db: Any, world: Any, chain_set: LocalChainSet, chain: Any, sender: str, recipient: str
 ) -> tuple[int, str]:
@@ -243,12 +256,7 @@ def test_a_transfer_waiting_too_long_is_bumped_recorded_first_and_settled_by_its
 
         mined_within(chain, [replacement])
         assert receipt(chain, original) is None
-        for _ in range(10):
-            make_due(world, node_id)
-            run_batch(db, node_observer.batch, local_chain_set)
-            if node_state(world, node_id) == "COMPLETED":
-                break
-            mine(chain)
+        observed_until_completed(db, world, local_chain_set, chain, node_id)
     finally:
         resume()
     assert node_state(world, node_id) == "COMPLETED"
@@ -320,12 +328,7 @@ def test_bytes_another_key_signed_never_hold_a_transfer_the_account_signs_its_ca
         assert signed.fees.max_fee_per_gas > honest.fees.max_fee_per_gas
         mined_within(chain, [own["tx_hash"]])
         assert receipt(chain, intent["signed_tx_hash"]) is None
-        for _ in range(10):
-            make_due(world, node_id)
-            run_batch(db, node_observer.batch, local_chain_set)
-            if node_state(world, node_id) == "COMPLETED":
-                break
-            mine(chain)
+        observed_until_completed(db, world, local_chain_set, chain, node_id)
     finally:
         resume()
     assert node_state(world, node_id) == "COMPLETED"
