@@ -599,6 +599,8 @@ def test_two_operators_write_off_only_the_balance_both_were_shown(conn: Conn, ru
     at(40)
     read(runner, {**BASE, chain("local-a", T1): "1"})
     assert verify(runner)[chain("local-a", T1)][0] == "DRIFT"
+    void = "SELECT ack_requested_by, ack_actual FROM drift_alerts WHERE alert_id = %s"
+    assert conn.execute(void, (second[0],)).fetchone() == (None, None)  # shown as none
     with as_person(conn, "bob"):
         assert procs.acknowledge_drift_alert(second[0], "5, as shown").one(conn) == (
             "ACK_REQUESTED"

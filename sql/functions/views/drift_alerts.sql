@@ -3,6 +3,8 @@
 -- snapshot that showed it, the unexplained change (actual less the nearest end
 -- of the range), the baseline and snapshots, the breakers it tripped, who asked
 -- to acknowledge it (and the balance they accepted: ack_actual) and who did.
+-- A request whose balance the alert no longer shows is void
+-- (acknowledge_drift_alert asks anew): its columns read NULL.
 CREATE OR REPLACE VIEW drift_alerts AS
 SELECT d.id AS alert_id,
        d.alert_state,
@@ -23,11 +25,12 @@ SELECT d.id AS alert_id,
        d.last_seen_at,
        d.raised_by,
        d.breakers,
-       d.ack_requested_by,
-       d.ack_requested_at,
-       d.ack_actual,
+       CASE WHEN ack.stands THEN d.ack_requested_by END AS ack_requested_by,
+       CASE WHEN ack.stands THEN d.ack_requested_at END AS ack_requested_at,
+       CASE WHEN ack.stands THEN d.ack_actual END AS ack_actual,
        d.acknowledged_by,
        d.acknowledged_at,
-       d.ack_reason
+       CASE WHEN ack.stands THEN d.ack_reason END AS ack_reason
   FROM balance_drift_alerts d
+ CROSS JOIN LATERAL (SELECT d.alert_state = 'ACKNOWLEDGED' OR d.ack_actual = d.actual AS stands) ack
  ORDER BY d.id DESC;
