@@ -83,6 +83,8 @@ BATCH_SIZE = 50
 MAX_ATTEMPTS = 3
 """Manual executions per message before the reaper leaves it to an operator."""
 GAS_HEADROOM = 1.25
+RECORD_TRIES = 3
+"""Records of one attempt a round, while only another key's were recorded since."""
 REFUSALS = frozenset({"QT002", "QT005", "QT011", "QT014", "QT021"})
 DEFAULT_KEEPER = KEYSTORE_PREFIX + KEEPER_KEY
 
@@ -219,17 +221,55 @@ async def _reap(
     gas = math.ceil(await dest.estimate_gas(signer.address, row.dest_offramp, data) * GAS_HEADROOM)
     tx = ccip_transaction(row.dest_chain_id, row.dest_offramp, data, 0, nonce, fees, gas)
     signed = await sign(signer, tx)
-    async with ctx.pool.connection() as conn:
-        await procs.record_ccip_manual_execution(
-            row.node_id, row.message_id, signer.address, nonce, signed.tx_hash, signed.raw_hex,
-            replaces,
-        ).aone(conn)  # fmt: skip
+    await _record(ctx, row, signer.address, nonce, signed.tx_hash, signed.raw_hex, replaces)
     failpoint("ccip_after_manual_record")
     if before_broadcast is not None:
         before_broadcast()
     await dest.send_raw_transaction(signed.raw)
     _log(ctx, logging.INFO, "ccip_manual_execution_sent", row, tx=signed.tx_hash, nonce=nonce)
     return 1
+
+
+async def _record(
+    ctx: WorkerContext,
+    row: procs.StrandedCcipSend,
+    keeper: str,
+    nonce: int,
+    tx_hash: str,
+    raw_hex: str,
+    replaces: str | None,
+) -> None:
+    """record_ccip_manual_execution of the keeper's attempt, naming the newest
+    recorded one as replaced. Refused because attempts were recorded since the
+    round read them (QT021), it names the newest again while every one of them
+    is another key's (a forger racing the keeper), at most RECORD_TRIES times;
+    one the keeper signed (another reaper's) stands, and the refusal is raised."""
+    for _ in range(RECORD_TRIES):
+        try:
+            async with ctx.pool.connection() as conn:
+                await procs.record_ccip_manual_execution(
+                    row.node_id, row.message_id, keeper, nonce, tx_hash, raw_hex, replaces
+                ).aone(conn)
+            return
+        except psycopg.Error as exc:
+            if exc.sqlstate != "QT021":
+                raise
+            refused = exc
+        now = [
+            r
+            for r in await ctx.all(procs.ccip_stranded_sends(BATCH_SIZE))
+            if r.node_id == row.node_id
+        ]
+        newer: list[Any] = list(now[0].attempts) if now else []
+        hashes = [str(a["tx_hash"]) for a in newer]
+        if replaces is not None:
+            if replaces not in hashes:
+                raise refused
+            newer = newer[hashes.index(replaces) + 1 :]
+        if not newer or any(_signed_by(a, keeper) for a in newer):
+            raise refused
+        replaces = str(newer[-1]["tx_hash"])
+    raise refused
 
 
 async def _keeper(keeper: list[Signer], env: Mapping[str, str]) -> Signer:

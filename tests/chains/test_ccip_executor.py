@@ -505,6 +505,7 @@ def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_an
     local_chain_set: LocalChainSet,
     network: ccip_world.CcipHandle,
     iris: iris_world.IrisHandle,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     source, dest = local_chain_set.chains
     sender, recipient = (k.address for k in local_chain_set.treasury)
@@ -580,19 +581,41 @@ def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_an
         "0x" + forged.raw_transaction.hex().removeprefix("0x"),
     ).one(runner)  # fmt: skip
 
+    # and records another between the round's read and the keeper's record,
+    # which names the newest it read as replaced: refused, it names the newest
+    # again (another key's), and is recorded
+    real_record = procs.record_ccip_manual_execution
+    raced: list[str] = []
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        if not raced:
+            again = forger.sign_transaction(
+                ccip_transaction(
+                    dest.chain_id, offramp, manually_execute_calldata(sent, [b""]), 0, 1,
+                    Fees(10**9, 10**8), 500_000,
+                )
+            )  # fmt: skip
+            raced.append("0x" + again.hash.hex().removeprefix("0x"))
+            assert real_record(
+                node_id, evidence["message_id"], forger.address, 1, raced[0],
+                "0x" + again.raw_transaction.hex().removeprefix("0x"), forged_hash,
+            ).one(runner)  # fmt: skip
+        return real_record(*args, **kwargs)
+
     # the reaper dies between its record and its broadcast: recorded, not sent
     def dies() -> None:
         raise Died("before the broadcast")
 
-    with pytest.raises(Died):
+    with monkeypatch.context() as patch, pytest.raises(Died):
+        patch.setattr(procs, "record_ccip_manual_execution", racing)
         reap(db, local_chain_set, iris, dies)
     attempts = world.execute(
         "SELECT tx_hash, executor, raw_tx FROM ccip_manual_executions WHERE node_id = %s"
         " ORDER BY id",
         (node_id,),
     ).fetchall()
-    assert [a[0] for a in attempts[:1]] == [forged_hash] and len(attempts) == 2
-    recorded = attempts[1]
+    assert [a[0] for a in attempts][:2] == [forged_hash, raced[0]] and len(attempts) == 3
+    recorded = attempts[2]
     assert recorded[1] not in {k.address for k in local_chain_set.treasury}
     assert rpc(dest.rpc_url, "eth_getTransactionByHash", [forged_hash]) is None
     assert rpc(dest.rpc_url, "eth_getTransactionByHash", [recorded[0]]) is None
@@ -620,7 +643,7 @@ def test_a_failed_execution_is_executed_manually_by_the_reaper_recorded_first_an
         world.execute(
             "SELECT count(*) FROM ccip_manual_executions WHERE node_id = %s", (node_id,)
         ).fetchone()[0]
-        == 2
+        == 3
     )
 
     observe_until(db, world, local_chain_set, [node_id])
