@@ -362,8 +362,8 @@ async def run_round(
     max_rows: int = BATCH_SIZE,
 ) -> int:
     """Claim, POST and report one batch; returns how many callbacks were handled."""
+    claimed = time.monotonic()  # before the claim: its lease is counted from no later
     claims = await ctx.all(procs.claim_callbacks(worker_id, max_rows))
-    claimed = time.monotonic()
     if not claims:
         return 0
     environment = os.environ if env is None else env

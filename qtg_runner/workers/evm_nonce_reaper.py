@@ -315,20 +315,24 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
             f"the recorded bytes {row.tx_hash} are for chain id {decoded.chain_id}, "
             f"nonce {decoded.nonce}: not this account's nonce"
         )
-    if not own and not is_fill and decoded.value != 0:
-        # SQL fixes such a call's recipient and data but not all it pays (a
-        # CCIP or Stargate fee is the runner's quote): never the account's to sign
+    if not own:
+        # SQL fixes a call's recipient and data but not all it pays (a CCIP or
+        # Stargate fee is the runner's quote): one that pays ether is never the
+        # account's to sign from another key's bytes
+        pays = not is_fill and decoded.value != 0
         state.log(
             logging.WARNING,
-            "nonce_reaper_foreign_bytes_left",
+            "nonce_reaper_foreign_bytes_left" if pays else "nonce_reaper_foreign_bytes",
             row.chain_key,
             row.sender,
             row.nonce,
             tx_hash=row.tx_hash,
             signed_by=decoded.sender,
+            kind=row.kind,
             value=decoded.value,
         )
-        return 0
+        if pays:
+            return 0
     if own and await rpc.transaction(row.tx_hash) is None:
         # dropped: the recorded bytes again, as they were signed
         try:
@@ -375,17 +379,6 @@ async def _look_again(state: _Round, row: procs.StaleTransaction) -> int:
             problem=str(exc),
         )
         return 0
-    if not own:
-        state.log(
-            logging.WARNING,
-            "nonce_reaper_foreign_bytes",
-            row.chain_key,
-            row.sender,
-            row.nonce,
-            tx_hash=row.tx_hash,
-            signed_by=decoded.sender,
-            kind=row.kind,
-        )
     if is_fill:
         tx = self_transfer(row.chain_id, row.sender, row.nonce, fees)
     elif own:

@@ -120,6 +120,17 @@ def refuse_submit(executor: Any) -> None:
     executor.submit = refuse
 
 
+def stale_round(
+    db: Any, world: Any, chain_set: LocalChainSet, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, list[str]]:
+    """One reaper round with the runner's clock two minutes on (what was
+    recorded now is stale), every broadcast checked to be recorded first: how
+    many it acted on, and the hashes it sent."""
+    with monkeypatch.context() as patch, runner_clock(db, world, minutes=2):
+        sent = recorded_first(patch, world)
+        return run_batch(db, reaper(chain_set), chain_set), sent
+
+
 def observed_until_completed(
     db: Any, world: Any, chain_set: LocalChainSet, chain: Any, node_id: int
 ) -> None:
@@ -304,13 +315,9 @@ def test_bytes_another_key_signed_never_hold_a_transfer_the_account_signs_its_ca
         assert procs.record_evm_replacement(
             intent["id"], forged_hash, "0x" + forged.raw_transaction.hex()
         ).one(runner)
-        with (
-            monkeypatch.context() as patch,
-            caplog.at_level(logging.WARNING),
-            runner_clock(db, world, minutes=2),
-        ):
-            sent = recorded_first(patch, world)
-            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 1
+        with caplog.at_level(logging.WARNING):
+            acted, sent = stale_round(db, world, local_chain_set, monkeypatch)
+        assert acted == 1
         assert any("nonce_reaper_foreign_bytes" in r.getMessage() for r in caplog.records)
         transactions = intent_of(world, node_id)["transactions"]
         assert [t["tx_hash"] for t in transactions[:2]] == [intent["signed_tx_hash"], forged_hash]
@@ -409,14 +416,9 @@ def test_a_fill_another_key_signed_holds_no_gap_the_account_fills_it(
         mine(chain, 2)
         assert receipt(chain, behind) is None
 
-        with (
-            monkeypatch.context() as patch,
-            caplog.at_level(logging.WARNING),
-            runner_clock(db, world, minutes=2),
-        ):
-            sent = recorded_first(patch, world)
-            # the fill, and the transfer behind it, stale too: bumped
-            assert run_batch(db, reaper(local_chain_set), local_chain_set) == 2
+        with caplog.at_level(logging.WARNING):
+            acted, sent = stale_round(db, world, local_chain_set, monkeypatch)
+        assert acted == 2  # the fill, and the transfer behind it, stale too: bumped
         fills = world.execute(
             "SELECT tx_hash, raw_tx FROM evm_transactions WHERE purpose = 'fill' AND nonce = %s"
             " ORDER BY recorded_at",
