@@ -16,13 +16,24 @@ its message's expirationBlock (and only that) may be tried again by recovery
 from __future__ import annotations
 
 import json
+import threading
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import approve, assert_rejected, bind, create, node, node_ids, pin_clock, plan
+from engine import (
+    approve,
+    assert_rejected,
+    bind,
+    create,
+    node,
+    node_ids,
+    pin_clock,
+    plan,
+    wait_until_blocked_on_a_lock,
+)
 from evm_rows import FEES, call
 from rows import Conn, recovery_claims
 
@@ -440,6 +451,89 @@ def test_a_burn_without_a_message_nonce_gets_no_mint_signed(registry: Conn) -> N
         (mint.node_id, mint.claim_secret, 0, tx_hash, None, "chain-b", TREASURY, raw),
     )  # fmt: skip
     assert "no such parent shows a message nonce" in str(error)
+
+
+def burnt_twice(registry: Conn, runner: Conn, name: str) -> tuple[Any, Any]:
+    """Two movements of the same amount to the same recipient whose burns a
+    runner login completed with one attested message (one burn's evidence
+    names the other's): their two mints, claimed by the runner."""
+    for c in [claimed(registry, f"{name}-{each}", runner) for each in "xy"]:
+        runner.execute(
+            "SELECT complete_submit(%s, %s, 'burnt', %s::jsonb, p_settled => true)",
+            (c["ids"]["burn"], c["secret"], BURNT),
+        )
+    first, second = procs.claim_ready_nodes("w1", 2, 300).all(runner)
+    return first, second
+
+
+def mint_record(runner: Conn, mint: Any, nonce: int) -> tuple[Any, ...]:
+    route = procs.cctp_mint_route(mint.node_id).one(runner)
+    tx_hash, raw = call(2, nonce, TRANSMITTER_B, mint_message(route))
+    return (mint.node_id, mint.claim_secret, nonce, tx_hash, None, "chain-b", TREASURY, raw)
+
+
+def test_one_message_is_minted_by_one_mint(registry: Conn, runner: Conn) -> None:
+    """Two burns whose evidence names one message (a runner login's word)
+    get one mint signed: the first mint's record makes the message its own,
+    the other's bytes for it are refused (QT032, naming both burns) and
+    change nothing, while the first may still record its replacement."""
+    first, second = burnt_twice(registry, runner, "one-message")
+    runner.execute(RECORD, mint_record(runner, first, 0))
+    error = assert_rejected(
+        runner, "QT032", RECORD, mint_record(runner, second, 1), watcher=registry
+    )
+    assert f"is node {first.node_id}'s to mint" in str(error)
+    assert "one message is minted by one mint" in str(error)
+    runner.execute(RECORD, mint_record(runner, first, 0))  # a replacement: the same message
+    [owner] = registry.execute("SELECT mint_node_id FROM cctp_message_mints").fetchall()
+    assert owner == (first.node_id,)
+
+
+def test_two_mints_of_one_message_in_one_call_record_one(registry: Conn, runner: Conn) -> None:
+    """Two mints of one message in one batch: the first is recorded, the
+    second refused in its own row."""
+    first, second = burnt_twice(registry, runner, "one-call")
+    records = [mint_record(runner, first, 0), mint_record(runner, second, 1)]
+    ids, secrets, nonces, hashes, payloads, chains, senders, raws = (
+        list(column) for column in zip(*records, strict=True)
+    )
+    rows = procs.record_intent_prepared_batch(
+        ids, secrets, nonces, hashes, [None, None], payloads, chains, senders, raws
+    ).all(runner)
+    assert [(r.node_id, r.error_code) for r in rows] == [
+        (first.node_id, None),
+        (second.node_id, "QT032"),
+    ]
+
+
+def test_two_mints_of_one_message_racing_record_one(
+    db: TestDatabase, registry: Conn, runner: Conn
+) -> None:
+    """Two dispatchers record mints of one message at once: the one that
+    commits second waits on the first's row, then is judged again alone and
+    refused (QT032), nothing of it kept."""
+    first, second = burnt_twice(registry, runner, "racing")
+    holder = bind(db.connect(db.runner_dsn("testnet"), autocommit=False))
+    holder.execute(RECORD, mint_record(runner, first, 0))  # open, not committed
+    outcome: list[BaseException | None] = []
+
+    def record_second() -> None:
+        try:
+            runner.execute(RECORD, mint_record(runner, second, 1))
+            outcome.append(None)
+        except psycopg.Error as exc:
+            outcome.append(exc)
+
+    racer = threading.Thread(target=record_second)
+    racer.start()
+    wait_until_blocked_on_a_lock(registry, runner.info.backend_pid)
+    holder.commit()
+    racer.join(30)
+    [error] = outcome
+    assert isinstance(error, psycopg.Error) and error.sqlstate == "QT032", error
+    assert registry.execute(
+        "SELECT intent_state FROM node_intents WHERE node_id = %s", (second.node_id,)
+    ).fetchall() == [("CLAIMED",)]
 
 
 RECOVER = "SELECT complete_recovery(%s, %s, 'NOT_SUBMITTED', %s::jsonb, %s)"

@@ -66,6 +66,7 @@ NOT_CONFIGURATION = {
     "evm_closed_nonces",
     "evm_transactions",
     "ccip_manual_executions",
+    "cctp_message_mints",
     # the audit trail, and the registry's count of its changes
     "registry_revision",
     "audit_batches",

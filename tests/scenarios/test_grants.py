@@ -159,6 +159,7 @@ INTERNAL = {
     "abi_uint",
     "approve_movement_rows",
     "bridge_call_problem",
+    "cctp_burn_message",
     "cctp_mint_expiry_problem",
     "cctp_received_message",
     "intent_payload_problem",

@@ -180,6 +180,68 @@ def test_deposit_steps_naming_one_transfer_twice_stop_the_migration(
     assert applied_migrations(database.dsn) == ALL_MIGRATIONS[:at]
 
 
+def test_mints_signed_for_one_message_twice_stop_the_migration(
+    new_database: NewDatabase,
+) -> None:
+    """0074 makes one message minted by one mint, and gives each mint already
+    signed its message. A database where two signed mints' burns name one
+    message is not migrated (the refusal names the message, both mints and
+    the burn), and nothing is applied; settled, it is migrated, each mint
+    owning its burn's message."""
+    database = new_database()
+    conn = bind(database.connect())
+    for key in ("sim", "cctp_burn", "cctp_mint"):
+        register_sim(conn, key)
+    with as_person(conn, "alice"):
+        nodes = [node(k) for k in ("burn-1", "burn-2", "mint-1", "mint-2")]
+        movement = procs.create_movement("twice", Decimal(1), plan=plan(*nodes))
+        movement_id = movement.one(conn).movement_id
+    with as_person(conn, "bob"):
+        procs.approve_movement(movement_id).one(conn)
+    procs.start_approved_movements().all(conn)
+    assert len(procs.claim_ready_nodes("w1", 10, 300).all(conn)) == 4
+    conn.close()
+    at = ALL_MIGRATIONS.index("0074_one_message_one_mint")
+    assert rollback(database.dsn, len(ALL_MIGRATIONS) - at)[-1] == "0074_one_message_one_mint"
+    conn = bind(database.connect())
+    ids = dict(conn.execute("SELECT node_key, id FROM movement_request_nodes").fetchall())
+    nonce = "0x" + "07" * 32
+    for n in (1, 2):
+        burn, mint = ids[f"burn-{n}"], ids[f"mint-{n}"]
+        conn.execute(
+            "UPDATE movement_request_nodes SET executor_key = 'cctp_burn',"
+            " evidence = jsonb_build_object('nonce', upper(%s::text)) WHERE id = %s",
+            (nonce, burn),
+        )
+        conn.execute(
+            "UPDATE movement_request_nodes SET executor_key = 'cctp_mint' WHERE id = %s", (mint,)
+        )
+        conn.execute(
+            "INSERT INTO movement_plan_edges VALUES (%s, %s, %s)", (movement_id, burn, mint)
+        )
+        conn.execute(
+            "UPDATE node_intents SET signed_tx_hash = %s WHERE node_id = %s",
+            ("0x" + "ab" * 32, mint),
+        )
+    twice = (
+        rf"one message twice: {nonce} \(mint {ids['mint-2']} of burn {ids['burn-2']},"
+        rf" and mint {ids['mint-1']}\)"
+    )
+    with pytest.raises(MigrationError, match=twice):
+        migrate(database.dsn)
+    assert applied_migrations(database.dsn) == ALL_MIGRATIONS[:at]
+    other = "0x" + "08" * 32
+    conn.execute(
+        "UPDATE movement_request_nodes SET evidence = jsonb_build_object('nonce', %s::text)"
+        " WHERE id = %s",
+        (other, ids["burn-2"]),
+    )
+    migrate(database.dsn)
+    assert conn.execute(
+        "SELECT nonce, burn_node_id, mint_node_id FROM cctp_message_mints ORDER BY nonce"
+    ).fetchall() == [(nonce, ids["burn-1"], ids["mint-1"]), (other, ids["burn-2"], ids["mint-2"])]
+
+
 def test_the_login_in_the_audit_chain_is_not_rolled_back_once_a_row_carries_it(
     new_database: NewDatabase,
 ) -> None:

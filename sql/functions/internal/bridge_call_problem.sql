@@ -73,10 +73,7 @@ BEGIN
         IF p_to = v_route ->> 'message_transmitter' AND p_value = 0 THEN
             v_message := cctp_received_message(p_data);
         END IF;
-        SELECT CASE WHEN count(*) = 1 THEN lower(min(parent.evidence ->> 'nonce')) END INTO v_nonce
-          FROM movement_plan_edges edge
-          JOIN movement_request_nodes parent ON parent.id = edge.parent_node_id
-         WHERE edge.child_node_id = p_node_id AND parent.executor_key = 'cctp_burn';
+        v_nonce := (cctp_burn_message(p_node_id)).nonce;
         IF v_nonce IS NULL OR v_nonce !~ '^0x[0-9a-f]{64}$' THEN
             RETURN format('QT032 %s: a cctp_mint node mints the message its one cctp_burn parent attested, and no '
                           'such parent shows a message nonce', v_what);

@@ -100,11 +100,8 @@ BEGIN
                       v_what, v_r.route ->> 'max_fee_units');
     END IF;
     IF v_r.executor_key = 'cctp_mint' AND (
-           SELECT count(*) <> 1
-                  OR lower(min(parent.evidence ->> 'nonce')) IS DISTINCT FROM lower(p_payload ->> 'message_nonce')
-             FROM movement_plan_edges edge
-             JOIN movement_request_nodes parent ON parent.id = edge.parent_node_id
-            WHERE edge.child_node_id = p_node_id AND parent.executor_key = 'cctp_burn') THEN
+           SELECT m.burn_node_id IS NULL OR m.nonce IS DISTINCT FROM lower(p_payload ->> 'message_nonce')
+             FROM cctp_burn_message(p_node_id) m) THEN
         RETURN format('QT032 %s: a cctp_mint payload''s message_nonce is the nonce its cctp_burn parent''s evidence '
                       'shows, not %s', v_what, left(p_payload ->> 'message_nonce', 70));
     END IF;

@@ -51,6 +51,11 @@
 -- or QT002 for a payload that is not an object), whatever the executor; the
 -- payload kept from an earlier record of the claim is checked when none is
 -- given again.
+-- One message, one mint: a cctp_mint node's first record makes the message
+-- its burn's evidence names (cctp_burn_message) its own (cctp_message_mints);
+-- another mint's bytes for that message are refused (QT032, naming both
+-- burns: a burn's evidence is its runner's word, and one of them names
+-- another burn's message).
 -- A node presented with a wrong secret is never locked.
 -- A recorded node gets one intent_prepared audit row (actor: the claimer),
 -- exactly as record_intent_prepared writes it; signed_tx_hashes keeps every
@@ -124,7 +129,7 @@ BEGIN
                                             chain_key, sender, raw_tx, skip, ord)
                  WHERE u.skip IS NULL
             ), judged AS (
-                SELECT g.*,
+                SELECT g.*, mint.mint_burn, mint.mint_nonce,
                        CASE
                            WHEN g.nonce < 0 THEN
                                format('QT002 record_intent_prepared: node %s: a nonce is not negative, got %s',
@@ -157,7 +162,7 @@ BEGIN
                                       'on this network', g.node_id, g.sender, g.chain_key)
                            -- last, as the dearest: the hash is the bytes' own (a hash of any
                            -- transaction on the chain, a reverted one, would be read as the node's)
-                           ELSE coalesce(tx.problem, route.problem,
+                           ELSE coalesce(tx.problem, route.problem, mint.problem,
                                          CASE WHEN '0x' || encode(keccak256(decode(substr(g.raw_tx, 3), 'hex')), 'hex')
                                                    <> g.signed_tx_hash
                                               THEN format('QT002 record_intent_prepared: node %s: %s is not the hash of '
@@ -184,9 +189,25 @@ BEGIN
                         JOIN node_intents t ON t.node_id = n.id AND t.claim_token = n.claim_token
                        WHERE n.id = g.node_id
                   ) route ON true
+                  -- one message, one mint: the message this mint's burn names, and the mint
+                  -- that signed it first (cctp_message_mints)
+                  LEFT JOIN LATERAL (
+                      SELECT m.burn_node_id AS mint_burn, m.nonce AS mint_nonce,
+                             CASE WHEN o.mint_node_id IS NOT NULL THEN
+                                 format('QT032 record_intent_prepared: node %s: the message its burn (node %s) '
+                                        'names, nonce %s, is node %s''s to mint (of burn %s): one message is '
+                                        'minted by one mint. A burn''s evidence is its runner''s word: find which '
+                                        'burn the message is of on the source chain before either mint is signed '
+                                        'again', g.node_id, m.burn_node_id, m.nonce, o.mint_node_id, o.burn_node_id)
+                             END AS problem
+                        FROM movement_request_nodes n
+                       CROSS JOIN cctp_burn_message(n.id) m
+                        LEFT JOIN cctp_message_mints o ON o.nonce = m.nonce AND o.mint_node_id <> n.id
+                       WHERE g.raw_tx IS NOT NULL AND n.id = g.node_id AND n.executor_key = 'cctp_mint'
+                  ) mint ON true
             ), input AS (
                 SELECT j.node_id, j.nonce, j.signed_tx_hash, j.external_request_id, j.payload,
-                       j.chain_key, j.sender, j.raw_tx, j.ord,
+                       j.chain_key, j.sender, j.raw_tx, j.ord, j.mint_burn, j.mint_nonce,
                        left(j.refused, 5) AS refusal, substr(j.refused, 7) AS reason
                   FROM judged j
             ), checked AS (
@@ -195,7 +216,7 @@ BEGIN
                 -- signed hash), the same external request id, and without either the same
                 -- hash and payload
                 SELECT i.node_id, i.nonce, i.signed_tx_hash, i.external_request_id, i.payload, i.ord,
-                       i.chain_key, i.sender, i.raw_tx,
+                       i.chain_key, i.sender, i.raw_tx, i.mint_burn, i.mint_nonce,
                        i.chain_key IS NOT NULL
                            AND NOT (t.intent_state = 'PREPARED' AND t.nonce IS NOT DISTINCT FROM i.nonce) AS allocates,
                        coalesce(i.refusal, CASE WHEN t.intent_state = 'PREPARED' AND NOT (
@@ -273,6 +294,16 @@ BEGIN
                    AND t.claim_token = n.claim_token
                    AND t.intent_state IN ('CLAIMED', 'PREPARED')
                 RETURNING t.id, t.node_id
+            ), minted AS (
+                -- a mint's message is its own from its first record on (two records of
+                -- one message racing: the later breaks the key, and is judged again alone)
+                INSERT INTO cctp_message_mints (nonce, burn_node_id, mint_node_id, claimed_at)
+                SELECT i.mint_nonce, i.mint_burn, i.node_id, v_now
+                  FROM applied i
+                  JOIN prepared p ON p.node_id = i.node_id
+                 WHERE i.mint_nonce IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM cctp_message_mints o WHERE o.nonce = i.mint_nonce)
+                 ORDER BY i.ord
             ), transactions AS (
                 -- the signed bytes, committed before they are broadcast
                 INSERT INTO evm_transactions (tx_hash, chain_key, sender, nonce, intent_id, purpose, raw_tx,
