@@ -14,10 +14,15 @@
 --                                     once), the key
 --                       burn_node_id  the burn whose evidence named it
 --                       mint_node_id  the mint that signed it first
---                       claimed_at    when (the engine's clock)
+--                       claimed_at    when (the engine's clock; for a mint
+--                                     signed before this migration, its
+--                                     first record)
 -- record_intent_prepared_batch writes a mint's row with the first bytes it
 -- records and refuses another mint's bytes for that nonce (QT032, naming
--- both burns). Only the owner writes it; the reader role SELECTs it like
+-- both burns), and a mint completes only on its own row (finish_nodes).
+-- No procedure gives a message to another mint: settling such a conflict
+-- is the owner's hand, once the runner login that named the message is
+-- stopped (docs/executors.md). Only the owner writes it; the reader role SELECTs it like
 -- every table (granted by the installer). Mints already signed get their
 -- rows here; a database where two mints already signed one message is not
 -- migrated: the migration says which, for an operator to settle first.
@@ -64,7 +69,8 @@ BEGIN
         RAISE EXCEPTION 'network %: mint nodes signed one message twice: %', current_schema(), v_twice
             USING ERRCODE = 'QT032',
                   HINT = 'One message is minted by one mint: find on the source chain which burn each message is '
-                         'of, cancel the mint (and correct the burn) that does not own it, then migrate again.';
+                         'of. As the owner, correct the evidence of the burn that names another''s message and '
+                         'settle its mint by hand, then migrate again.';
     END IF;
 END
 $fill$;

@@ -36,7 +36,7 @@ from typing import Any
 import psycopg
 import pytest
 from chain_support import TEST_KDF_ITERATIONS, LocalChainSet
-from engine import add_lanes, approve, as_person, node, pin_clock, register_sim
+from engine import add_lanes, approve, as_person, node, observe, pin_clock, register_sim
 from eth_account import Account
 from eth_utils import to_checksum_address
 from evm_support import (
@@ -1054,6 +1054,52 @@ def test_one_withdrawal_never_settles_two_nodes(
             assert problem.startswith("QT032") and f"belongs to node {first} already" in problem
         else:
             assert problem is None or "belongs to node" not in problem, problem
+
+
+def test_one_transfer_never_settles_two_withdrawals(
+    db: Any, world: Any, exchange: Exchange
+) -> None:
+    """Two withdrawals of the same amount to the same address, each paid; the
+    first COMPLETED on its Transfer. An observation of the second that names
+    the first's Transfer (a stale, replayed or hostile venue record, or a
+    runner login's word) is refused and changes nothing: one Transfer
+    settles one withdrawal; so is one that names no Transfer at all. The
+    second then completes on its own."""
+    chain = exchange.chain_set.chains[0]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    first = start(world, [withdraw_node(chain.key, recipient)], Decimal("0.75"), "paid-1")["out"]
+    assert dispatch(db, exchange) == 1
+    assert observe_until(db, world, exchange, first) == "COMPLETED"
+    paid = node_row(world, first)["evidence"]
+    second = start(world, [withdraw_node(chain.key, recipient)], Decimal("0.75"), "paid-2")["out"]
+    assert dispatch(db, exchange) == 1
+    before = node_row(world, second)
+    evidence = paid | {
+        "withdraw_id": before["external_ref"],
+        "request_id": intent_of(world, second)["external_request_id"],
+    }
+    conninfo = bound_conninfo(db.runner_dsn(NETWORK), NETWORK, "paid")
+    make_due(world, second)
+    bare = {k: v for k, v in evidence.items() if k not in ("tx_id", "transfer")}
+    with psycopg.connect(conninfo, autocommit=True) as runner:
+        for forged, says in (
+            (evidence, f"settled node {first}'s withdrawal already"),
+            (bare, "and it names none"),  # no Transfer at all: the runner's word alone
+        ):
+            with pytest.raises(psycopg.Error) as refused:
+                observe(runner, second, "COMPLETED", evidence=forged)
+            assert refused.value.sqlstate == "QT050"
+            assert says in str(refused.value)
+    assert node_row(world, second)["state"] == before["state"]
+    assert node_row(world, second)["evidence"] == before["evidence"]
+    assert observe_until(db, world, exchange, second) == "COMPLETED"
+    settled = world.execute(
+        "SELECT node_id, tx_hash FROM withdrawal_transfers WHERE node_id IN (%s, %s)"
+        " ORDER BY node_id",
+        (first, second),
+    ).fetchall()
+    assert [n for n, _ in settled] == [first, second]
+    assert settled[0][1] == paid["tx_id"].lower() != settled[1][1]
 
 
 def test_a_withdrawal_whose_route_changed_in_flight_is_left_to_an_operator(

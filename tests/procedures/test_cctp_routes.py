@@ -489,6 +489,35 @@ def test_one_message_is_minted_by_one_mint(registry: Conn, runner: Conn) -> None
     assert owner == (first.node_id,)
 
 
+def test_a_mint_completes_only_on_the_message_it_owns(registry: Conn, runner: Conn) -> None:
+    """The other mint of one message cannot complete on the first one's
+    transaction without recording bytes of its own (a runner login's word):
+    refused, nothing changed; the first completes. Nor can a mint whose
+    message no mint holds yet, without bytes."""
+    first, second = burnt_twice(registry, runner, "completes")
+    record = mint_record(runner, first, 0)
+    runner.execute(RECORD, record)
+    settle = "SELECT complete_submit(%s, %s, %s, '{}'::jsonb, p_settled => true)"
+    error = assert_rejected(
+        runner, "QT050", settle, (second.node_id, second.claim_secret, record[3]), watcher=registry
+    )
+    assert "a cctp_mint completes on the receiveMessage it sign" in str(error)
+    runner.execute(settle, (first.node_id, first.claim_secret, record[3]))
+    [lone] = [claimed(registry, "completes-alone", runner)]
+    runner.execute(
+        "SELECT complete_submit(%s, %s, 'burnt', %s::jsonb, p_settled => true)",
+        (lone["ids"]["burn"], lone["secret"], json.dumps({"nonce": "0x" + "09" * 32})),
+    )
+    [mint] = procs.claim_ready_nodes("w1", 1, 300).all(runner)
+    error = assert_rejected(
+        runner, "QT050", settle, (mint.node_id, mint.claim_secret, record[3]), watcher=registry
+    )  # no other mint holds its message: it signed none all the same
+    assert "a cctp_mint completes on the receiveMessage it sign" in str(error)
+    assert registry.execute(
+        "SELECT node_state::text FROM movement_request_nodes WHERE id = %s", (first.node_id,)
+    ).fetchone() == ("COMPLETED",)
+
+
 def test_two_mints_of_one_message_in_one_call_record_one(registry: Conn, runner: Conn) -> None:
     """Two mints of one message in one batch: the first is recorded, the
     second refused in its own row."""

@@ -67,6 +67,7 @@ NOT_CONFIGURATION = {
     "evm_transactions",
     "ccip_manual_executions",
     "cctp_message_mints",
+    "withdrawal_transfers",
     # the audit trail, and the registry's count of its changes
     "registry_revision",
     "audit_batches",

@@ -242,6 +242,53 @@ def test_mints_signed_for_one_message_twice_stop_the_migration(
     ).fetchall() == [(nonce, ids["burn-1"], ids["mint-1"]), (other, ids["burn-2"], ids["mint-2"])]
 
 
+def test_withdrawals_completed_on_one_transfer_stop_the_migration(
+    new_database: NewDatabase,
+) -> None:
+    """0075 makes one Transfer settle one withdrawal, and gives each
+    withdrawal already completed its Transfer. A database where two
+    completed on one is not migrated (the refusal names the Transfer and both
+    nodes), and nothing is applied; settled, it is migrated."""
+    database = new_database()
+    conn = bind(database.connect())
+    for key in ("sim", "bybit_withdraw"):
+        register_sim(conn, key)
+    with as_person(conn, "alice"):
+        movement = procs.create_movement("paid", Decimal(1), plan=plan(node("w-1"), node("w-2")))
+        movement_id = movement.one(conn).movement_id
+    with as_person(conn, "bob"):
+        procs.approve_movement(movement_id).one(conn)
+    procs.start_approved_movements().all(conn)
+    conn.close()
+    name = "0075_one_transfer_one_withdrawal"
+    at = ALL_MIGRATIONS.index(name)
+    assert rollback(database.dsn, len(ALL_MIGRATIONS) - at)[-1] == name
+    conn = bind(database.connect())
+    tx = "0x" + "ab" * 32
+    conn.execute(
+        "UPDATE movement_request_nodes SET executor_key = 'bybit_withdraw',"
+        " node_state = 'COMPLETED', finished_at = now(),"
+        ' node_config = node_config || \'{"chain": "Local-A"}\','
+        " evidence = jsonb_build_object('tx_id', upper(%s::text), 'transfer',"
+        " jsonb_build_object('log_index', 3))",
+        (tx,),
+    )
+    ids = dict(conn.execute("SELECT node_key, id FROM movement_request_nodes").fetchall())
+    twice = rf"one transfer twice: {tx} log 3 on local-a \(nodes {ids['w-1']} and {ids['w-2']}\)"
+    with pytest.raises(MigrationError, match=twice):
+        migrate(database.dsn)
+    assert applied_migrations(database.dsn) == ALL_MIGRATIONS[:at]
+    conn.execute(
+        "UPDATE movement_request_nodes"
+        " SET evidence = jsonb_set(evidence, '{transfer,log_index}', '4') WHERE id = %s",
+        (ids["w-2"],),
+    )
+    migrate(database.dsn)
+    assert conn.execute(
+        "SELECT node_id, tx_hash, log_index FROM withdrawal_transfers ORDER BY node_id"
+    ).fetchall() == [(ids["w-1"], tx, 3), (ids["w-2"], tx, 4)]
+
+
 def test_the_login_in_the_audit_chain_is_not_rolled_back_once_a_row_carries_it(
     new_database: NewDatabase,
 ) -> None:

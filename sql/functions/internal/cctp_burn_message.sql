@@ -3,8 +3,8 @@
 -- case (nonce, as given: its form is the caller's to check); both NULL when
 -- the node has no cctp_burn parent or more than one. Reads only. Internal:
 -- bridge_call_problem (the signed bytes), intent_payload_problem (the
--- payload) and record_intent_prepared_batch (one message, one mint:
--- cctp_message_mints).
+-- payload), record_intent_prepared_batch and finish_nodes (one message,
+-- one mint: cctp_message_mints).
 CREATE OR REPLACE FUNCTION cctp_burn_message(
     p_node_id        bigint,
     OUT burn_node_id bigint,

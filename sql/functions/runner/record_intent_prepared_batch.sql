@@ -62,7 +62,9 @@
 -- hash ever signed.
 -- Locks: the nodes' requests in id order, then the nodes in id order, then
 -- their intents, then the accounts' evm_nonces rows (the documented order; two
--- batches never wait on each other in a cycle).
+-- batches never wait on each other in a cycle); a mint's first record then
+-- writes its message's cctp_message_mints key, which a concurrent record of
+-- the same message waits on (only two mints of one message share a key).
 -- Plans: one per statement for the session (force_generic_plan), as
 -- complete_submit_batch: planned per call, the record's one statement took
 -- about 0.9 ms to plan, most of a one-node call. The generic plan reaches each
@@ -296,7 +298,8 @@ BEGIN
                 RETURNING t.id, t.node_id
             ), minted AS (
                 -- a mint's message is its own from its first record on (two records of
-                -- one message racing: the later breaks the key, and is judged again alone)
+                -- one message in one call, or racing: the key breaks, the nodes are judged
+                -- again one at a time, and the later is refused)
                 INSERT INTO cctp_message_mints (nonce, burn_node_id, mint_node_id, claimed_at)
                 SELECT i.mint_nonce, i.mint_burn, i.node_id, v_now
                   FROM applied i
