@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -149,28 +150,38 @@ def test_rollback_one_then_migrate(db: TestDatabase) -> None:
     assert migrate(db.dsn).applied == [ALL_MIGRATIONS[-1]]
 
 
+def claimed_before(
+    new_database: NewDatabase, migration: str, keys: Sequence[str], executors: Sequence[str] = ()
+) -> tuple[Any, psycopg.Connection[Any], int, int]:
+    """A database whose one movement's root nodes ``keys`` (sim, beside the
+    ``executors`` registered as sim) are claimed by today's functions (today's
+    views read the latest migrations), then its schema rolled back to before
+    ``migration``: the database, a connection, the movement's id and the
+    migration's index."""
+    database = new_database()
+    conn = bind(database.connect())
+    for key in ("sim", *executors):
+        register_sim(conn, key)
+    with as_person(conn, "alice"):
+        movement = procs.create_movement("twice", Decimal(1), plan=plan(*map(node, keys)))
+        movement_id = movement.one(conn).movement_id
+    with as_person(conn, "bob"):
+        procs.approve_movement(movement_id).one(conn)
+    procs.start_approved_movements().all(conn)
+    assert len(procs.claim_ready_nodes("w1", 10, 300).all(conn)) == len(keys)
+    conn.close()
+    at = ALL_MIGRATIONS.index(migration)
+    assert rollback(database.dsn, len(ALL_MIGRATIONS) - at)[-1] == migration
+    return database, bind(database.connect()), movement_id, at
+
+
 def test_deposit_steps_naming_one_transfer_twice_stop_the_migration(
     new_database: NewDatabase,
 ) -> None:
     """0070 makes one transfer credit one deposit step. A database where two
     deposit steps' intents already name one transfer is not migrated: the
     refusal names the transfer and the nodes, and nothing is applied."""
-    database = new_database()
-    conn = bind(database.connect())
-    # the two claims made by today's functions (today's views read the
-    # migrations after 0070), then the schema rolled back to before it
-    register_sim(conn)
-    with as_person(conn, "alice"):
-        movement = procs.create_movement("twice", Decimal(1), plan=plan(node("a"), node("b")))
-        movement_id = movement.one(conn).movement_id
-    with as_person(conn, "bob"):
-        procs.approve_movement(movement_id).one(conn)
-    procs.start_approved_movements().all(conn)
-    assert len(procs.claim_ready_nodes("w1", 10, 300).all(conn)) == 2
-    conn.close()
-    at = ALL_MIGRATIONS.index("0070_deposit_attribution")
-    assert rollback(database.dsn, len(ALL_MIGRATIONS) - at)[-1] == "0070_deposit_attribution"
-    conn = bind(database.connect())
+    database, conn, _, at = claimed_before(new_database, "0070_deposit_attribution", ("a", "b"))
     conn.execute(
         "UPDATE node_intents SET intent_state = 'PREPARED', prepared_payload ="
         """ '{"deposit_address": "0xde", "chain_key": "local-a", "tx_hash": "0xAB"}'"""
@@ -188,22 +199,12 @@ def test_mints_signed_for_one_message_twice_stop_the_migration(
     message is not migrated (the refusal names the message, both mints and
     the burn), and nothing is applied; settled, it is migrated, each mint
     owning its burn's message."""
-    database = new_database()
-    conn = bind(database.connect())
-    for key in ("sim", "cctp_burn", "cctp_mint"):
-        register_sim(conn, key)
-    with as_person(conn, "alice"):
-        nodes = [node(k) for k in ("burn-1", "burn-2", "mint-1", "mint-2")]
-        movement = procs.create_movement("twice", Decimal(1), plan=plan(*nodes))
-        movement_id = movement.one(conn).movement_id
-    with as_person(conn, "bob"):
-        procs.approve_movement(movement_id).one(conn)
-    procs.start_approved_movements().all(conn)
-    assert len(procs.claim_ready_nodes("w1", 10, 300).all(conn)) == 4
-    conn.close()
-    at = ALL_MIGRATIONS.index("0074_one_message_one_mint")
-    assert rollback(database.dsn, len(ALL_MIGRATIONS) - at)[-1] == "0074_one_message_one_mint"
-    conn = bind(database.connect())
+    database, conn, movement_id, at = claimed_before(
+        new_database,
+        "0074_one_message_one_mint",
+        ("burn-1", "burn-2", "mint-1", "mint-2"),
+        ("cctp_burn", "cctp_mint"),
+    )
     ids = dict(conn.execute("SELECT node_key, id FROM movement_request_nodes").fetchall())
     nonce = "0x" + "07" * 32
     for n in (1, 2):
@@ -249,21 +250,9 @@ def test_withdrawals_completed_on_one_transfer_stop_the_migration(
     withdrawal already completed its Transfer. A database where two
     completed on one is not migrated (the refusal names the Transfer and both
     nodes), and nothing is applied; settled, it is migrated."""
-    database = new_database()
-    conn = bind(database.connect())
-    for key in ("sim", "bybit_withdraw"):
-        register_sim(conn, key)
-    with as_person(conn, "alice"):
-        movement = procs.create_movement("paid", Decimal(1), plan=plan(node("w-1"), node("w-2")))
-        movement_id = movement.one(conn).movement_id
-    with as_person(conn, "bob"):
-        procs.approve_movement(movement_id).one(conn)
-    procs.start_approved_movements().all(conn)
-    conn.close()
-    name = "0075_one_transfer_one_withdrawal"
-    at = ALL_MIGRATIONS.index(name)
-    assert rollback(database.dsn, len(ALL_MIGRATIONS) - at)[-1] == name
-    conn = bind(database.connect())
+    database, conn, _, at = claimed_before(
+        new_database, "0075_one_transfer_one_withdrawal", ("w-1", "w-2"), ("bybit_withdraw",)
+    )
     tx = "0x" + "ab" * 32
     conn.execute(
         "UPDATE movement_request_nodes SET executor_key = 'bybit_withdraw',"
