@@ -176,9 +176,28 @@ def _claims() -> None:
     CLAIMS.clear()
 
 
+def landing(conn: Conn, node_id: int) -> procs.Call[Any]:
+    """The claimed node's completion at submit, with what its executor's
+    completion shows: a burn its message's nonce, a withdrawal its Transfer,
+    and a mint its bytes recorded (marked here, by the owner)."""
+    tx = f"0x{node_id:064x}"
+    row = conn.execute(
+        "SELECT executor_key FROM movement_request_nodes WHERE id = %s", (node_id,)
+    ).fetchone()
+    assert row is not None
+    if row[0] == "cctp_mint":
+        marked = "UPDATE node_intents SET signed_tx_hash = %s WHERE node_id = %s"
+        conn.execute(marked, (tx, node_id))
+    evidence = {
+        "cctp_burn": {"nonce": tx},
+        "bybit_withdraw": {"tx_id": tx, "transfer": {"log_index": 0}},
+    }.get(row[0])
+    return procs.complete_submit(node_id, CLAIMS.pop(node_id), tx, evidence, settled=True)
+
+
 def land(conn: Conn, node_id: int) -> None:
     """The claimed node COMPLETED now (settled at submit)."""
-    procs.complete_submit(node_id, CLAIMS.pop(node_id), f"0x{node_id:064x}", settled=True).one(conn)
+    landing(conn, node_id).one(conn)
 
 
 def claim_ready(conn: Conn) -> None:
@@ -1065,9 +1084,7 @@ def test_the_anchored_ranges_are_those_from_the_baseline_over_random_histories(
             if rng.random() < 0.3:  # landed by a transaction left open for a while
                 late = bind(db.connect(autocommit=False))
                 set_clock(late, now)
-                procs.complete_submit(
-                    node_id, CLAIMS.pop(node_id), f"0x{node_id:064x}", settled=True
-                ).one(late)
+                landing(conn, node_id).one(late)
                 held.append((late, rng.randint(1, 3), change))
             else:
                 land(conn, node_id)
