@@ -27,7 +27,11 @@ minute refuse that login's attempts from anywhere, ``per_address`` failures
 refuse that address's attempts for any login, each until its oldest failure
 in the window is a minute old (429 with Retry-After). Another address's
 failures refuse a login only through its own per-login count; a success
-counts for nothing. An attempt in flight counts as a failure until the
+counts for nothing. An address the login authenticated from within
+``known_for`` (a week) is its own: there the login is counted apart
+(``per_login`` failures of the login at that address), so guesses from
+elsewhere cannot lock an operator out where they work, while guesses from
+anywhere are still held to the same limits. An attempt in flight counts as a failure until the
 database has answered, so concurrent guesses cannot overrun the limit (and
 at most ``per_login`` connections of one login are being opened at once:
 an operator login holds at most 10 anyway, a reader 5). The counts live in
@@ -89,6 +93,8 @@ class Attempt:
 
     keys: tuple[str, ...]
     at: float
+    known_as: str | None = None
+    """The login and address, for ``welcome`` (None: no login named)."""
 
 
 @dataclass
@@ -100,16 +106,24 @@ class Throttle:
     per_login: int = 10
     per_address: int = 30
     clock: Callable[[], float] = time.monotonic
+    known_for: float = 7 * 24 * 3600.0
+    """How long an address a login authenticated from stays the login's own."""
     max_keys: int = 10_000
-    """Logins and addresses tracked at most: beyond, the stalest are dropped."""
+    """Logins and addresses tracked at most, and logins' known addresses: beyond,
+    the stalest are dropped."""
     failures: dict[str, deque[float]] = field(default_factory=dict, repr=False)
+    known: dict[str, float] = field(default_factory=dict, repr=False)
+    """The login at an address it authenticated from -> when it last did."""
 
     def admit(self, login: str | None, address: str) -> Attempt:
         """Count an attempt as ``login`` from ``address`` (a failure until
         ``forgive``), or refuse it (429) when either has failed too often."""
         now = self.clock()
         limits = [(f"address {address}", self.per_address, "your address")]
-        if login is not None:
+        known_as = None if login is None else f"{login} at {address}"
+        if known_as is not None and self.known.get(known_as, -math.inf) > now - self.known_for:
+            limits.append((f"login {known_as}", self.per_login, f"login {login!r} here"))
+        elif login is not None:
             limits.append((f"login {login}", self.per_login, f"login {login!r}"))
         for key, limit, who in limits:
             times = self.failures.get(key)
@@ -126,7 +140,7 @@ class Throttle:
         self._make_room(now, len(limits))
         for key, limit, _ in limits:
             self.failures.setdefault(key, deque(maxlen=limit)).append(now)
-        return Attempt(tuple(key for key, _, _ in limits), now)
+        return Attempt(tuple(key for key, _, _ in limits), now, known_as)
 
     def forgive(self, attempt: Attempt) -> None:
         """The attempt did not fail (the password was right, or the database
@@ -137,6 +151,17 @@ class Throttle:
                 times.remove(attempt.at)
                 if not times:
                     del self.failures[key]
+
+    def welcome(self, attempt: Attempt) -> None:
+        """The attempt authenticated: its address is the login's own from now
+        (``known_for``), and it no longer counts as a failure."""
+        self.forgive(attempt)
+        if attempt.known_as is None:
+            return
+        self.known.pop(attempt.known_as, None)  # re-inserted last: the freshest
+        self.known[attempt.known_as] = attempt.at
+        while len(self.known) > self.max_keys:
+            del self.known[next(iter(self.known))]  # the stalest
 
     def _make_room(self, now: float, wanted: int) -> None:
         if len(self.failures) + wanted <= self.max_keys:
@@ -172,7 +197,7 @@ async def authenticate(
     except BaseException:
         throttle.forgive(attempt)
         raise
-    throttle.forgive(attempt)
+    throttle.welcome(attempt)
     return conn
 
 

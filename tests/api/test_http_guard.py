@@ -385,6 +385,44 @@ def test_failed_authentications_are_throttled_per_login_and_address(world: ApiWo
         assert fingerprint(admin) == before
 
 
+def test_guesses_from_elsewhere_do_not_lock_a_login_out_where_it_works(
+    world: ApiWorld,
+) -> None:
+    """alice works from 127.0.0.1. mallory, at 127.0.0.2, fails her password
+    until her login is refused from anywhere: alice still gets in where she
+    authenticated before, not from an address new to her. Guesses at her own
+    address are held there to the same per-login limit, and an address she
+    has not used for a week is new again."""
+    alice = world.people["alice"]
+    clock = Clock()
+    throttle = Throttle(window=60, per_login=3, per_address=50, clock=clock)
+    with (
+        served(world, throttle) as url,
+        client_from(url, "127.0.0.2") as mallory,
+        client_from(url, "127.0.0.1") as here,
+        client_from(url, "127.0.0.3") as elsewhere,
+    ):
+
+        def status(client: httpx.Client, password: str) -> int:
+            return client.get("/v1/movements", auth=(alice.login, password)).status_code
+
+        assert status(here, alice.password) == 200
+        assert [status(mallory, f"guess-{i}") for i in range(3)] == [401] * 3
+        assert status(mallory, alice.password) == 429
+        assert status(elsewhere, alice.password) == 429
+        assert status(here, alice.password) == 200  # where she works
+        # guesses at her own address count there, to the same limit
+        assert [status(here, f"guess-{i}") for i in range(3)] == [401] * 3
+        refused = here.get("/v1/movements", auth=(alice.login, alice.password))
+        assert "here has failed to authenticate 3 times" in problem(refused, 429)["detail"]
+        clock.now += 61
+        assert status(here, alice.password) == 200
+        # a week without her at that address: it is new to her again
+        clock.now += throttle.known_for + 1
+        assert [status(mallory, f"guess-{i}") for i in range(3)] == [401] * 3
+        assert status(here, alice.password) == 429
+
+
 def test_the_throttle_tracks_a_bounded_number_of_keys() -> None:
     clock = Clock()
     throttle = Throttle(per_login=2, per_address=1000, clock=clock, max_keys=50)
@@ -393,6 +431,9 @@ def test_the_throttle_tracks_a_bounded_number_of_keys() -> None:
     assert len(throttle.failures) <= 50
     throttle.forgive(throttle.admit("alice", "10.9.9.9"))
     assert "login alice" not in throttle.failures
+    for i in range(1000):
+        throttle.welcome(throttle.admit(f"login_{i}", f"10.1.{i // 250}.{i % 250}"))
+    assert len(throttle.known) <= 50 and "login_999 at 10.1.3.249" in throttle.known
 
 
 def test_signing_in_again_and_again_holds_a_bounded_number_of_connections(
