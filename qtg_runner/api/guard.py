@@ -28,13 +28,19 @@ refuse that address's attempts for any login, each until its oldest failure
 in the window is a minute old (429 with Retry-After). Another address's
 failures refuse a login only through its own per-login count; a success
 counts for nothing. An address the login authenticated from within
-``known_for`` (a week) is its own: there the login is counted apart
-(``per_login`` failures of the login at that address), so guesses from
-elsewhere cannot lock an operator out where they work, while guesses from
-anywhere are still held to the same limits. An attempt in flight counts as a failure until the
-database has answered, so concurrent guesses cannot overrun the limit (and
-at most ``per_login`` connections of one login are being opened at once:
-an operator login holds at most 10 anyway, a reader 5). The counts live in
+``known_for`` (a week) is its own: there the login's failures are counted
+apart, in one count for all its known addresses (``per_login`` a minute),
+so guesses from addresses new to the login cannot lock it out where it
+works. A login is so guessed at most twice ``per_login`` times a minute:
+once from new addresses, once from its known ones (from which only someone
+at one of them, behind the same NAT say, can guess). A login's known
+addresses are kept in memory too, at most ``max_keys`` of them across
+logins, the stalest dropped first: a login that signs in from that many
+addresses in a week can push another's out. An attempt in flight counts as
+a failure until the database has answered, so concurrent guesses cannot
+overrun the limits (and at most twice ``per_login`` connections of one
+login are being opened at once: an operator login holds at most 10 anyway,
+a reader 5). The counts live in
 the memory of this API process: each process (or replica) counts its own,
 and a restart forgets them. The address is the TCP peer's (proxy headers
 are not trusted), so behind a reverse proxy every client shares the proxy's.
@@ -120,9 +126,12 @@ class Throttle:
         ``forgive``), or refuse it (429) when either has failed too often."""
         now = self.clock()
         limits = [(f"address {address}", self.per_address, "your address")]
-        known_as = None if login is None else f"{login} at {address}"
+        # keys a login cannot forge: a login holds no ':' (identity.LOGIN_PATTERN)
+        known_as = None if login is None else f"{login}:{address}"
         if known_as is not None and self.known.get(known_as, -math.inf) > now - self.known_for:
-            limits.append((f"login {known_as}", self.per_login, f"login {login!r} here"))
+            limits.append(
+                (f"login {login}:known", self.per_login, f"login {login!r} at its own addresses")
+            )
         elif login is not None:
             limits.append((f"login {login}", self.per_login, f"login {login!r}"))
         for key, limit, who in limits:

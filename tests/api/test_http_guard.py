@@ -390,9 +390,10 @@ def test_guesses_from_elsewhere_do_not_lock_a_login_out_where_it_works(
 ) -> None:
     """alice works from 127.0.0.1. mallory, at 127.0.0.2, fails her password
     until her login is refused from anywhere: alice still gets in where she
-    authenticated before, not from an address new to her. Guesses at her own
-    address are held there to the same per-login limit, and an address she
-    has not used for a week is new again."""
+    authenticated before, not from an address new to her, and no login
+    mallory can name (her login and address spelled as one) counts against
+    her there. Guesses from her own addresses are held to one count of
+    their own, and an address she has not used for a week is new again."""
     alice = world.people["alice"]
     clock = Clock()
     throttle = Throttle(window=60, per_login=3, per_address=50, clock=clock)
@@ -411,10 +412,15 @@ def test_guesses_from_elsewhere_do_not_lock_a_login_out_where_it_works(
         assert status(mallory, alice.password) == 429
         assert status(elsewhere, alice.password) == 429
         assert status(here, alice.password) == 200  # where she works
+        for forged in (f"{alice.login} at 127.0.0.1", f"{alice.login}:known"):
+            for i in range(4):  # no such login: refused, counted as its own
+                mallory.get("/v1/movements", auth=(forged, f"guess-{i}"))
+        assert status(here, alice.password) == 200
         # guesses at her own address count there, to the same limit
         assert [status(here, f"guess-{i}") for i in range(3)] == [401] * 3
         refused = here.get("/v1/movements", auth=(alice.login, alice.password))
-        assert "here has failed to authenticate 3 times" in problem(refused, 429)["detail"]
+        detail = problem(refused, 429)["detail"]
+        assert "at its own addresses has failed to authenticate 3 times" in detail
         clock.now += 61
         assert status(here, alice.password) == 200
         # a week without her at that address: it is new to her again
@@ -431,9 +437,13 @@ def test_the_throttle_tracks_a_bounded_number_of_keys() -> None:
     assert len(throttle.failures) <= 50
     throttle.forgive(throttle.admit("alice", "10.9.9.9"))
     assert "login alice" not in throttle.failures
+    throttle.welcome(throttle.admit("alice", "10.2.0.1"))
     for i in range(1000):
         throttle.welcome(throttle.admit(f"login_{i}", f"10.1.{i // 250}.{i % 250}"))
-    assert len(throttle.known) <= 50 and "login_999 at 10.1.3.249" in throttle.known
+        if i % 40 == 0:  # alice signs in again now and then: her address stays hers
+            throttle.welcome(throttle.admit("alice", "10.2.0.1"))
+    assert len(throttle.known) <= 50 and "login_999:10.1.3.249" in throttle.known
+    assert "alice:10.2.0.1" in throttle.known
 
 
 def test_signing_in_again_and_again_holds_a_bounded_number_of_connections(
