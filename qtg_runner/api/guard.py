@@ -23,7 +23,8 @@ before the body's end closes the connection, so the server stops reading it
 The throttle counts failed authentications (a wrong password or token, a
 malformed Authorization header, a failed sign-in on the operator page) in a
 sliding window per login and per client address: ``per_login`` failures a
-minute refuse that login's attempts from anywhere, ``per_address`` failures
+minute refuse that login's attempts from any address not its own (below),
+``per_address`` failures
 refuse that address's attempts for any login, each until its oldest failure
 in the window is a minute old (429 with Retry-After). Another address's
 failures refuse a login only through its own per-login count; a success
