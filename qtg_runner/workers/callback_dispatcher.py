@@ -188,7 +188,10 @@ async def checked_address(url: str, allow_private: bool, resolve: Resolver) -> t
     host = parts.hostname
     if parts.scheme not in ("http", "https") or not host or parts.username or parts.password:
         raise CallbackRefused(f"refused: {parts.scheme}://{host or ''} is not an http(s) url")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:  # a port beyond 65535: the database refuses one now
+        raise CallbackRefused(f"refused: {url[:200]}: {exc}") from None
     try:
         literal: Address | None = ipaddress.ip_address(host)
     except ValueError:

@@ -233,7 +233,15 @@ def test_the_admin_registers_targets_and_no_runner_reads_a_secret(
             conn, "QT002",
             procs.upsert_callback_target("ops", URL, bad),
         )  # fmt: skip
-    for url in ("ftp://x.test/", "https://user:pw@x.test/", "https:///x", "x.test"):
+    for url in (
+        "ftp://x.test/",
+        "https://user:pw@x.test/",
+        "https:///x",
+        "x.test",
+        "https://x.test:65536/",  # a port past 65535 stopped the dispatcher that read it
+        "https://x.test:0/",
+        "https://[2001:db8::1]:99999/",
+    ):
         refused(
             conn, "QT002",
             procs.upsert_callback_target("ops", url, "env:QTG_CB_A"),

@@ -575,3 +575,16 @@ def test_a_callback_secret_names_a_qtg_cb_variable_only(name: str) -> None:
     with pytest.raises(callback_dispatcher.CallbackRefused, match="not a QTG_CB_ variable") as err:
         callback_dispatcher.load_secret(f"env:{name}", env)
     assert read == [] and "own secret" not in str(err.value)
+
+
+def test_a_port_out_of_range_is_refused_not_raised() -> None:
+    """A url whose port is past 65535 (the database refuses one now; a row
+    enqueued before could still name one) is refused like any address no
+    callback may reach: it once raised out of the round and stopped the
+    dispatcher."""
+
+    async def never(host: str, port: int) -> list[str]:
+        raise AssertionError("nothing is resolved for a url refused")
+
+    with pytest.raises(callback_dispatcher.CallbackRefused, match="out of range"):
+        asyncio.run(callback_dispatcher.checked_address("https://x.test:65536/", False, never))

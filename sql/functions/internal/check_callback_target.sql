@@ -2,7 +2,8 @@
 -- admin registers one (upsert_callback_target) and when an operator proposes
 -- one and a second approves it (propose_callback_target, approve_proposal).
 --   p_target_name    lower-case letters, digits, '_' and '-'
---   p_url            http(s)://host[:port][/path], no user or password, at most 2 KiB;
+--   p_url            http(s)://host[:port][/path], no user or password, at most 2 KiB,
+--                    a port 1 to 65535;
 --                    a host written as an address passes host_address_problem:
 --                    never link-local, a cloud metadata address, an IPv6 form that
 --                    carries an IPv4 address (::ffff:127.0.0.1, 2002:a9fe:a9fe::,
@@ -38,6 +39,11 @@ BEGIN
         RAISE EXCEPTION '%: % needs an http(s) url of at most 2 KiB with a host and no user or password, got %', p_call,
                         p_target_name, coalesce(quote_literal(left(p_url, 80)), 'NULL')
             USING ERRCODE = 'QT002', HINT = 'Give e.g. https://hooks.example.com/qtg.';
+    END IF;
+    IF substring(p_url FROM '^https?://(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):([0-9]+)')::integer NOT BETWEEN 1 AND 65535 THEN
+        RAISE EXCEPTION '%: the url of % names port %, and a port is 1 to 65535', p_call, p_target_name,
+                        substring(p_url FROM '^https?://(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):([0-9]+)')
+            USING ERRCODE = 'QT002', HINT = 'Give the receiver''s port, or none for 443 (https) or 80 (http).';
     END IF;
     v_host := substring(p_url FROM '^https?://(\[[^]]*\]|[^:/]*)');
     v_problem := host_address_problem(v_host, coalesce(p_allow_private, false));
