@@ -160,6 +160,8 @@ INTERNAL = {
     "approve_movement_rows",
     "bridge_call_problem",
     "cctp_burn_message",
+    "settle_mint_messages",
+    "settle_withdrawal_transfers",
     "cctp_mint_expiry_problem",
     "cctp_received_message",
     "intent_payload_problem",

@@ -3,7 +3,7 @@
 -- case (nonce, as given: its form is the caller's to check); both NULL when
 -- the node has no cctp_burn parent or more than one. Reads only. Internal:
 -- bridge_call_problem (the signed bytes), intent_payload_problem (the
--- payload), record_intent_prepared_batch and finish_nodes (one message,
+-- payload), record_intent_prepared_batch and settle_mint_messages (one message,
 -- one mint: cctp_message_mints).
 CREATE OR REPLACE FUNCTION cctp_burn_message(
     p_node_id        bigint,

@@ -10,16 +10,11 @@
 --              a stop requested. Only these nodes' edges are read: no scan of
 --              history. An evm_transfer into a venue's deposit address gets
 --              its followup (follow_capital_transfers). A bybit_withdraw
---              settles the chain's Transfer its evidence names (tx_id and
---              transfer.log_index, on its config's chain), one Transfer one
---              withdrawal (withdrawal_transfers): QT032 when its evidence
---              names none or another node settled on it, which refuses the
---              whole call (a batch call's per-node fallback refuses that
---              node alone: QT050 with the QT032 message). A cctp_mint
---              completes only on the message its burn names which it signed
---              and owns (cctp_message_mints; record_intent_prepared_batch
---              writes the row, and one signed before that rule gets it here
---              when no other mint holds it): QT032 otherwise, likewise.
+--              settles its Transfer (settle_withdrawal_transfers), a
+--              cctp_mint its message (settle_mint_messages): QT032 when it
+--              may not, which refuses the whole call (a batch call's
+--              per-node fallback refuses that node alone: QT050 with the
+--              QT032 message).
 --   FAILED     every PENDING descendant is SKIPPED: it can never run; and
 --              repeated failures trip a breaker (trip_breakers).
 --   SKIPPED    nothing more (a stop skips every waiting node itself).
@@ -46,7 +41,6 @@ DECLARE
     v_transfers bigint[];           -- of those, the evm_transfer nodes
     v_withdrawals bigint[];         -- and the bybit_withdraw nodes
     v_mints     bigint[];           -- and the cctp_mint nodes
-    v_taken     text;               -- a Transfer or message another node settled on
     v_children  bigint[];           -- their children, by id, each with
     v_parents_done bigint[];        --   how many of its parents completed here
     v_last_parents bigint[];        --   and the last of them (by id)
@@ -108,81 +102,12 @@ BEGIN
         v_skipped := v_skipped || v_more;
     END IF;
 
-    -- one Transfer settles one withdrawal (two completions racing on one: the
-    -- later breaks the key)
+    -- what a withdrawal or a mint completed on is its own
     IF v_withdrawals IS NOT NULL THEN
-        WITH paid AS (
-            SELECT lower(n.node_config ->> 'chain') AS chain_key, lower(n.evidence ->> 'tx_id') AS tx_hash,
-                   CASE WHEN n.evidence -> 'transfer' ->> 'log_index' ~ '^[0-9]{1,9}$'
-                        THEN (n.evidence -> 'transfer' ->> 'log_index')::integer END AS log_index,
-                   n.id AS node_id
-              FROM movement_request_nodes n
-             WHERE n.id = ANY (v_withdrawals)
-        ), taken AS (
-            SELECT CASE
-                       WHEN p.tx_hash IS NULL OR p.tx_hash !~ '^0x[0-9a-f]{64}$' OR p.log_index IS NULL THEN
-                           format('node %s: a bybit_withdraw completes on the chain''s Transfer its evidence names '
-                                  '(tx_id, and transfer.log_index), and it names none', p.node_id)
-                       ELSE
-                           format('node %s: the transfer its withdrawal names (%s, log %s, on %s) settled node %s''s '
-                                  'withdrawal already: one transfer settles one withdrawal. The venue''s record is '
-                                  'not this node''s payment: read both withdrawals at the venue and on the chain',
-                                  p.node_id, p.tx_hash, p.log_index, p.chain_key, w.node_id)
-                   END AS problem
-              FROM paid p
-              LEFT JOIN withdrawal_transfers w USING (chain_key, tx_hash, log_index)
-             WHERE p.tx_hash IS NULL OR p.tx_hash !~ '^0x[0-9a-f]{64}$' OR p.log_index IS NULL
-                OR w.node_id <> p.node_id
-        ), settled AS (
-            INSERT INTO withdrawal_transfers (chain_key, tx_hash, log_index, node_id, settled_at)
-            SELECT p.chain_key, p.tx_hash, p.log_index, p.node_id, v_now
-              FROM paid p
-             WHERE NOT EXISTS (SELECT 1 FROM taken)
-               AND NOT EXISTS (SELECT 1 FROM withdrawal_transfers w WHERE w.node_id = p.node_id)
-             ORDER BY p.chain_key, p.tx_hash, p.log_index
-        )
-        SELECT min(t.problem) INTO v_taken FROM taken t;
-        IF v_taken IS NOT NULL THEN
-            RAISE EXCEPTION '%', v_taken USING ERRCODE = 'QT032';
-        END IF;
+        PERFORM settle_withdrawal_transfers(v_withdrawals);
     END IF;
-
-    -- one message, one mint: a mint completes on the message it signed and owns
     IF v_mints IS NOT NULL THEN
-        WITH mints AS (
-            SELECT n.id AS node_id, m.burn_node_id, m.nonce, o.mint_node_id AS owner,
-                   EXISTS (SELECT 1 FROM node_intents t WHERE t.node_id = n.id AND t.signed_tx_hash IS NOT NULL)
-                       AS signed
-              FROM movement_request_nodes n
-             CROSS JOIN cctp_burn_message(n.id) m
-              LEFT JOIN cctp_message_mints o ON o.nonce = m.nonce
-             WHERE n.id = ANY (v_mints)
-        ), claimed AS (
-            INSERT INTO cctp_message_mints (nonce, burn_node_id, mint_node_id, claimed_at)
-            SELECT k.nonce, k.burn_node_id, k.node_id, v_now
-              FROM mints k
-             WHERE k.owner IS NULL AND k.signed AND k.nonce ~ '^0x[0-9a-f]{64}$'
-             ORDER BY k.nonce
-        )
-        SELECT min(CASE
-                       WHEN NOT k.signed THEN
-                           format('node %s: a cctp_mint completes on the receiveMessage it signed, and it recorded '
-                                  'none (record_intent_prepared)', k.node_id)
-                       WHEN k.nonce IS NULL OR k.nonce !~ '^0x[0-9a-f]{64}$' THEN
-                           format('node %s: a cctp_mint completes on the message its one cctp_burn parent '
-                                  'attested, and no such parent shows a message nonce', k.node_id)
-                       ELSE
-                           format('node %s: the message its burn (node %s) names, nonce %s, is node %s''s to mint: '
-                                  'one message is minted by one mint, and a mint completes on its own',
-                                  k.node_id, k.burn_node_id, k.nonce, k.owner)
-                   END)
-          INTO v_taken
-          FROM mints k
-         WHERE k.owner IS DISTINCT FROM k.node_id
-           AND NOT (k.owner IS NULL AND k.signed AND coalesce(k.nonce ~ '^0x[0-9a-f]{64}$', false));
-        IF v_taken IS NOT NULL THEN
-            RAISE EXCEPTION '%', v_taken USING ERRCODE = 'QT032';
-        END IF;
+        PERFORM settle_mint_messages(v_mints);
     END IF;
 
     -- a transfer that landed in a venue's deposit address: followed from now
