@@ -179,14 +179,53 @@ def test_an_export_is_checked_with_sha256_alone(conn: Conn) -> None:
     procs.promote_audit("promoter").one(conn)
     rows = procs.audit_export(0, 1000).all(conn)
     lines = [json.dumps(r.__dict__) for r in rows]
-    checked, bad, head = verify_lines(io.StringIO("\n".join(lines)))
-    assert (checked, bad, head) == (len(rows), None, check(conn).head_hash)
+    head = check(conn)
+    held = verify_lines(io.StringIO("\n".join(lines)), {head.head_seq: head.head_hash})
+    assert (held.checked, held.first_seq, held.last_seq, held.last_hash, held.problem) == (
+        len(rows),
+        1,
+        head.head_seq,
+        head.head_hash,
+        None,
+    )
     # the page after a seq continues where the last one ended
     assert [r.seq for r in procs.audit_export(2, 2).all(conn)] == [3, 4]
     tampered = json.loads(lines[2])
     tampered["canonical"] = tampered["canonical"].replace('"actor"', '"actor" ', 1)
-    lines[2] = json.dumps(tampered)
-    assert verify_lines(io.StringIO("\n".join(lines)))[1] == 3
+    broken = verify_lines(io.StringIO("\n".join([*lines[:2], json.dumps(tampered), *lines[3:]])))
+    assert (broken.checked, broken.problem) == (
+        2,
+        "the chain breaks at row 3 (2 rows before it hold)",
+    )
+
+
+def test_an_export_cut_at_either_end_is_found_by_the_rows_kept_off_the_host(conn: Conn) -> None:
+    """Rows dropped from an export's head or tail leave a chain that holds in
+    itself: only the SEQ:HASH kept off the host shows the cut. A later export
+    (--since) is proven by the last row of the one before it."""
+    movements(conn)
+    procs.promote_audit("promoter").one(conn)
+    rows = procs.audit_export(0, 1000).all(conn)
+    lines = [json.dumps(r.__dict__) for r in rows]
+    last = rows[-1]
+    kept = {last.seq: last.row_hash}
+
+    def verify(some: list[str], kept: dict[int, str]) -> str | None:
+        return verify_lines(io.StringIO("\n".join(some)), kept).problem
+
+    assert verify(lines, {}) is None  # its ends unproven, as the command says
+    assert "starts at row 3" in (verify(lines[2:], kept) or "")
+    tail_cut = f"it ends at row {last.seq - 2}, before row {last.seq} kept off the host"
+    assert verify(lines[:-2], kept) == tail_cut + ": its tail was cut"
+    assert f"not the {'ab' * 32} kept" in (verify(lines, {last.seq: "ab" * 32}) or "")
+    middle = rows[len(rows) // 2]
+    # the later export starts right after the row the one before ended on
+    assert verify(lines[middle.seq :], {middle.seq: middle.row_hash, **kept}) is None
+    assert "starts at row" in (verify(lines[middle.seq + 1 :], {middle.seq: middle.row_hash}) or "")
+    assert "before the file's rows" in (
+        verify(lines[middle.seq :], {1: rows[0].row_hash, middle.seq: middle.row_hash}) or ""
+    )
+    assert verify([], {}) == "it holds no export rows"
 
 
 def test_bad_arguments_are_refused(conn: Conn) -> None:

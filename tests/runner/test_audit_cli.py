@@ -1,7 +1,8 @@
 """`qtg audit verify|export` as an operator's login: export writes the chained
 rows as JSON lines and names the head to keep off the host; verify says the
 chain holds (exit 0), finds an edit (exit 1, the row and why), checks an
-export file with SHA-256 alone, and refuses a malformed --expect (exit 2)."""
+export file with SHA-256 alone and, by the row kept off the host, finds it
+cut at either end; it refuses a malformed --expect (exit 2)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,19 @@ def test_export_then_verify_the_database_and_the_file(conn: Conn, cli: Any, tmp_
     assert f"the audit chain holds: {promoted} rows" in held.stdout
     from_file = cli("verify", "--file", str(export))
     assert from_file.exit_code == 0, from_file.output
-    assert head.head_hash in from_file.stdout
+    assert (
+        head.head_hash in from_file.stdout and "cut at its tail looks the same" in from_file.stdout
+    )
+    kept = f"{head.head_seq}:{head.head_hash}"
+    proven = cli("verify", "--file", str(export), "--expect", kept)
+    assert proven.exit_code == 0 and "looks the same" not in proven.stdout, proven.output
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(export.read_text().splitlines(keepends=True)[:-1]))
+    tail_cut = cli("verify", "--file", str(cut), "--expect", kept)
+    assert tail_cut.exit_code == 1 and "its tail was cut" in tail_cut.stdout
+    cut.write_text("".join(export.read_text().splitlines(keepends=True)[1:]))
+    head_cut = cli("verify", "--file", str(cut), "--expect", kept)
+    assert head_cut.exit_code == 1 and "starts at row 2" in head_cut.stdout
 
     with conn.transaction():
         conn.execute("SET LOCAL ROLE qtg_owner")
@@ -72,3 +85,5 @@ def test_export_then_verify_the_database_and_the_file(conn: Conn, cli: Any, tmp_
 
     malformed = cli("verify", "--expect", "2:abc")
     assert malformed.exit_code == 2 and "--expect" in malformed.stderr
+    twice = cli("verify", "--expect", f"2:{'ab' * 32}", "--expect", f"2:{'cd' * 32}")
+    assert twice.exit_code == 2 and "twice" in twice.stderr
