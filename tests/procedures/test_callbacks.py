@@ -7,6 +7,7 @@ a target's signing secret from the database (it is not there)."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -14,7 +15,17 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import approve, as_person, bind, fingerprint, forged_secret, node, pin_clock, plan
+from engine import (
+    approve,
+    as_person,
+    bind,
+    fingerprint,
+    forged_secret,
+    node,
+    pin_clock,
+    plan,
+    wait_until_blocked_on_a_lock,
+)
 from rows import Conn, iso_at, person, set_clock, time_at
 
 from qtg_runner.db import procs
@@ -428,3 +439,43 @@ def test_the_admin_sets_the_delivery_rules_and_the_keep_audited(
             login.execute("UPDATE callback_settings SET keep_days = 1")
         assert err.value.sqlstate == "42501"
     assert conn.execute("SELECT keep_days FROM callback_settings").fetchone() == (30,)
+
+
+def test_a_target_moved_during_a_claim_never_gets_the_rows_queued_for_its_old_url(
+    conn: Conn, db: TestDatabase
+) -> None:
+    """The claim reads a row's target when it locks the row, and the target's
+    url again when it returns the claim. The admin moving the target between
+    the two reads must not send what was queued for the old url to the new
+    one: the claim returns nothing for the row, which stays unsent."""
+    target(conn)
+    queued = movement(conn, "m1")
+    movement(conn, "m2", url="https://elsewhere.test/cb")  # refused at the claim: a row it ends
+    # hold the claim after its first read: ending the refused row waits on a lock the test holds
+    conn.execute("""
+        CREATE FUNCTION hold_the_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_advisory_xact_lock(4401); RETURN NEW; END $$;
+        CREATE TRIGGER hold_the_claim BEFORE UPDATE ON callback_outbox
+           FOR EACH ROW WHEN (NEW.delivery_state = 'REFUSED') EXECUTE FUNCTION hold_the_claim()""")
+    holder = db.connect()
+    holder.execute("BEGIN; SELECT pg_advisory_xact_lock(4401)")
+    dispatcher = bind(db.connect(db.runner_dsn("testnet")))
+    pin_clock(dispatcher, iso_at(0))
+    claims: list[Any] = []
+    claiming = threading.Thread(
+        target=lambda: claims.extend(procs.claim_callbacks("d1", 10).all(dispatcher))
+    )
+    claiming.start()
+    wait_until_blocked_on_a_lock(holder, dispatcher.info.backend_pid)
+    procs.upsert_callback_target("ops", "https://moved.example.test/cb", "env:QTG_CB_OPS").one(
+        conn
+    )
+    holder.execute("COMMIT")
+    claiming.join(timeout=30)
+    assert not claiming.is_alive()
+    assert claims == []
+    left = conn.execute(
+        "SELECT delivery_state, target_url, attempts FROM callback_outbox WHERE request_id = %s",
+        (queued,),
+    ).fetchone()
+    assert left == ("PENDING", URL, 1)  # leased and unsent: when the lease ends it is judged again

@@ -12,9 +12,11 @@
 -- Up to p_max rows, oldest due first, FOR UPDATE SKIP LOCKED: two dispatchers
 -- never claim one row, nor wait for each other. Reads the partial index of
 -- PENDING rows (callback_outbox_due_idx). Returns what the POST needs: the
--- payload, the idempotency key (webhook-id), the target's url, whether it may be
--- private, where its secret is (never the secret: it is not in the database),
--- and the claim's lease (callback_settings.lease_seconds): a POST the
+-- payload, the idempotency key (webhook-id), the url the row was queued for
+-- (never another: a row whose target changed its url or was disabled after
+-- the first read stays leased and unsent, and is judged again when the lease
+-- runs out), whether it may be private, where its secret is (never the
+-- secret: it is not in the database), and the claim's lease (callback_settings.lease_seconds): a POST the
 -- dispatcher starts must end within it, or another claim may send it again.
 -- Locks: callback rows only.
 CREATE OR REPLACE FUNCTION claim_callbacks(p_worker text, p_max integer DEFAULT 20)
@@ -101,12 +103,13 @@ BEGIN
                last_attempt_at = v_now
           FROM secrets s
          WHERE o.id = s.id
-        RETURNING o.id, o.request_id, o.event_type, o.idempotency_key, o.payload, o.attempts, s.target, s.secret
+        RETURNING o.id, o.request_id, o.event_type, o.idempotency_key, o.payload, o.attempts, o.target_url,
+                  s.target, s.secret
     )
     SELECT c.id, c.request_id, c.event_type, c.idempotency_key, c.payload, c.target,
-           t.url, t.allow_private, t.secret_ref, c.attempts, v_set.lease_seconds, c.secret
+           c.target_url, t.allow_private, t.secret_ref, c.attempts, v_set.lease_seconds, c.secret
       FROM claimed c
-      JOIN callback_targets t ON t.target_name = c.target
+      JOIN callback_targets t ON t.target_name = c.target AND t.url = c.target_url AND t.enabled
      ORDER BY c.id;
 END
 $$;
