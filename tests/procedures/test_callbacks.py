@@ -113,6 +113,16 @@ def test_a_claim_leases_due_rows_of_registered_targets(conn: Conn) -> None:
     assert (sent_row["delivery_state"], sent_row["last_status"], sent_row["sent_at"]) == (
         "SENT", 204, time_at(61)
     )  # fmt: skip
+    # who said the receiver has it, and what it said, outlives the row's pruning
+    said = conn.execute(
+        "SELECT actor, action, from_state, to_state, detail FROM audit_outbox"
+        " WHERE entity = 'callback' AND entity_id = %s",
+        (str(c.callback_id),),
+    ).fetchall()
+    assert said == [(conn.info.user, "callback_sent", "PENDING", "SENT", {
+        "status": 204, "target": "ops", "url": URL, "webhook_id": c.idempotency_key,
+        "event": "movement.pending_approval", "attempt": 2, "by": "d2",
+    })]  # fmt: skip
 
 
 def test_a_failure_backs_off_exponentially_with_jitter_then_dies(conn: Conn) -> None:
@@ -467,9 +477,7 @@ def test_a_target_moved_during_a_claim_never_gets_the_rows_queued_for_its_old_ur
     )
     claiming.start()
     wait_until_blocked_on_a_lock(holder, dispatcher.info.backend_pid)
-    procs.upsert_callback_target("ops", "https://moved.example.test/cb", "env:QTG_CB_OPS").one(
-        conn
-    )
+    procs.upsert_callback_target("ops", "https://moved.example.test/cb", "env:QTG_CB_OPS").one(conn)
     holder.execute("COMMIT")
     claiming.join(timeout=30)
     assert not claiming.is_alive()

@@ -14,8 +14,11 @@
 -- dispatcher whose lease ran out and whose row was claimed again gets QT030
 -- and changes nothing. Refused: QT002 a malformed secret, a status outside
 -- 100-599, no status and no error; QT005 an error beyond engine_limits; QT070
--- no such callback; QT030 not the row's current claim. A DEAD row is audited
--- (entity 'callback'). Returns the row's new delivery_state. Locks: the row.
+-- no such callback; QT030 not the row's current claim. A SENT row is audited
+-- (entity 'callback': the status, the target and url, the webhook-id, the
+-- attempt and the dispatcher, under the reporting login), so the word of the
+-- login that said a receiver has it outlives the row's pruning; so is a DEAD
+-- one. Returns the row's new delivery_state. Locks: the row.
 CREATE OR REPLACE FUNCTION complete_callback(
     p_callback_id  bigint,
     p_claim_secret text,
@@ -62,6 +65,12 @@ BEGIN
            SET delivery_state = 'SENT', sent_at = v_now, last_status = p_status_code, last_error = NULL,
                claim_hash = NULL
          WHERE id = p_callback_id;
+        PERFORM write_audit(ARRAY[(NULL, 'callback', p_callback_id::text, v_row.request_id, 'callback_sent',
+                                   'PENDING', 'SENT',
+                                   jsonb_build_object('status', p_status_code, 'target', v_row.target_name,
+                                                      'url', v_row.target_url, 'webhook_id', v_row.idempotency_key,
+                                                      'event', v_row.event_type, 'attempt', v_row.attempts,
+                                                      'by', v_row.claimed_by))::qtg.audit_event]);
         RETURN 'SENT';
     END IF;
 
