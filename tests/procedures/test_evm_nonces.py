@@ -190,9 +190,9 @@ def test_a_replacement_at_its_own_nonce_allocates_nothing_and_keeps_every_transa
         (c["a"]["node_id"], c["a"]["claim_secret"], tx_hash(1, 3), CHAIN, ALICE_ACCOUNT, raw(1, 3)),
     )
     procs.upsert_treasury_account(CHAIN, OTHER, "env:OTHER_KEY").one(conn)
-    assert_rejected(
+    assert_rejected(  # another treasury account is not the route's sender at all
         conn,
-        "QT021",
+        "QT032",
         "SELECT record_intent_prepared(%s, %s, p_nonce => 0, p_signed_tx_hash => %s,"
         " p_chain_key => %s, p_sender => %s, p_raw_tx => %s)",
         (c["a"]["node_id"], c["a"]["claim_secret"], tx_hash(0, 3), CHAIN, OTHER, raw(0, 3)),

@@ -154,6 +154,7 @@ INLINE = {
 }
 """Internal helpers PostgreSQL inlines (no search_path of their own): granted to nobody."""
 INTERNAL = {
+    "check_read_committed",
     "ccip_own_evidence",
     "keccak256",
     "abi_uint",

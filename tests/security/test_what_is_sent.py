@@ -6,9 +6,10 @@ in its procedure tests).
 An evm_transfer node, claimed by the runner login: a payload that names
 another recipient, amount, chain, RPC or signer variable, or carries a key of
 its own, is refused beside the honest signed transfer (QT032) and nothing
-changes. The honest one is recorded; once it is, the intent handed to
-observation and recovery says nothing is wrong with it, until the registry
-changes under it: then it names what changed, and neither acts on it."""
+changes; so is the honest transfer recorded under another treasury account.
+The honest one is recorded; once it is, the intent handed to observation and
+recovery says nothing is wrong with it, until the registry changes under it:
+then it names what changed, and neither acts on it."""
 
 from __future__ import annotations
 
@@ -73,6 +74,39 @@ def test_a_runner_login_records_only_its_nodes_route_as_payload(
             RECORD, (node_id, secret, tx_hash, json.dumps(payload | forged), CHAIN, SENDER, raw)
         )
     assert refused.value.sqlstate == "QT032" and next(iter(forged)) in str(refused.value)
+    assert fingerprint(conn) == before
+    runner.execute(RECORD, (node_id, secret, tx_hash, json.dumps(payload), CHAIN, SENDER, raw))
+
+
+@pytest.mark.parametrize("with_payload", [True, False], ids=["with-payload", "bytes-alone"])
+def test_a_runner_login_cannot_record_the_call_under_another_treasury_account(
+    conn: Conn, runner: Conn, with_payload: bool
+) -> None:
+    """The nonce reaper signs a stale intent's call again with the key of the
+    account it was recorded under: the approved transfer recorded under
+    another treasury account of the chain (the reserve) at its next nonce
+    would have the reserve pay what the movement approved from the sender.
+    Refused (QT032), with or without a payload, and nothing changes."""
+    reserve = "0x" + "e5" * 20
+    node_id, secret, payload = claimed(conn, runner)
+    procs.upsert_treasury_account(CHAIN, reserve, "env:QTG_SIGNER_RESERVE").one(conn)
+    tx_hash, raw = transfer(CHAIN_ID, TOKEN, RECIPIENT, 0)
+    before = fingerprint(conn)
+    with pytest.raises(psycopg.Error) as refused:
+        runner.execute(
+            RECORD,
+            (
+                node_id,
+                secret,
+                tx_hash,
+                json.dumps(payload) if with_payload else None,
+                CHAIN,
+                reserve,
+                raw,
+            ),
+        )
+    assert refused.value.sqlstate == "QT032", refused.value
+    assert f"from {SENDER}, as its route says; not on {CHAIN} from {reserve}" in str(refused.value)
     assert fingerprint(conn) == before
     runner.execute(RECORD, (node_id, secret, tx_hash, json.dumps(payload), CHAIN, SENDER, raw))
 

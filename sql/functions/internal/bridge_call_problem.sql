@@ -46,11 +46,6 @@ BEGIN
     EXCEPTION WHEN SQLSTATE 'QT002' OR SQLSTATE 'QT014' OR SQLSTATE 'QT032' THEN
         RETURN SQLSTATE || ' ' || SQLERRM;
     END;
-    IF v_route ->> 'chain_key' IS DISTINCT FROM p_chain_key THEN
-        RETURN format('QT032 %s: a %s node signs on %s, not on %s', v_what, p_executor, v_route ->> 'chain_key',
-                      p_chain_key);
-    END IF;
-
     IF p_executor = 'cctp_burn' THEN
         IF p_to = v_route ->> 'token_messenger' AND p_value = 0 AND p_data =
                '\x8e0250ee'::bytea  -- depositForBurn(uint256,uint32,bytes32,address,bytes32,uint256,uint32)

@@ -45,7 +45,7 @@ BEGIN
         || ccip_word(1) || decode(lpad(substr(v_route.token_address, 3), 64, '0'), 'hex') || ccip_word(v_route.amount_units)
         || ccip_word(68) || '\x181dcf10'::bytea || ccip_word(v_route.gas_limit) || ccip_word(1)
         || ('\x' || repeat('00', 28))::bytea;
-    IF v_route.chain_key IS DISTINCT FROM p_chain_key OR p_to IS DISTINCT FROM v_route.router
+    IF p_to IS DISTINCT FROM v_route.router
        OR p_data IS DISTINCT FROM v_expected THEN
         RETURN format('QT032 %s: a ccip node signs Router.ccipSend on %s''s Router %s of %s base units to %s on %s '
                       '(the canonical token-only message, gas limit %s) and nothing else',

@@ -4,7 +4,11 @@
 --   QT002 not a well-formed type-2 transaction; signed for another chain id
 --         than the chain's; carrying another nonce than the one recorded with
 --         it; fees above the chain's caps
---   QT032 a call its route does not say: an evm_transfer node may only
+--   QT032 bytes recorded under another chain or account than the route's
+--         (chain_key and sender, the chain leg intent_route reads): the
+--         nonce reaper signs a stale intent's call again with the recorded
+--         account's key, so an account no approver named would pay;
+--         a call its route does not say: an evm_transfer node may only
 --         transfer() exactly what evm_transfer_route says (token, recipient,
 --         amount; no ether); a bridge node's call is exactly the one its
 --         route says (ccip: ccip_send_tx_problem, its fee against the quote
@@ -21,6 +25,7 @@
 CREATE OR REPLACE FUNCTION intent_tx_problem(
     p_node_id   bigint,
     p_chain_key text,
+    p_sender    text,
     p_nonce     bigint,
     p_raw       text,
     p_payload   jsonb DEFAULT NULL
@@ -35,6 +40,7 @@ DECLARE
     v_arg1     text;
     v_arg2     numeric;
     v_route    record;
+    v_leg      jsonb;
     i          integer;
 BEGIN
     BEGIN
@@ -58,6 +64,15 @@ BEGIN
         RETURN format('QT032 %s: a %s node signs no transaction (only evm_transfer, cctp_burn, cctp_mint, ccip '
                       'and stargate nodes do, each its route''s one call)', v_what, coalesce(v_executor, 'missing'));
     END IF;
+    BEGIN
+        SELECT r.route INTO v_leg FROM intent_route(p_node_id, NULL) r;
+    EXCEPTION WHEN SQLSTATE 'QT002' OR SQLSTATE 'QT011' OR SQLSTATE 'QT014' OR SQLSTATE 'QT032' THEN
+        RETURN SQLSTATE || ' ' || SQLERRM;
+    END;
+    IF (v_leg ->> 'chain_key', v_leg ->> 'sender') IS DISTINCT FROM (p_chain_key, p_sender) THEN
+        RETURN format('QT032 %s: a %s node signs on %s from %s, as its route says; not on %s from %s', v_what,
+                      v_executor, v_leg ->> 'chain_key', v_leg ->> 'sender', p_chain_key, p_sender);
+    END IF;
     IF v_executor = 'evm_transfer' THEN
         BEGIN
             SELECT * INTO v_route FROM evm_transfer_route(p_node_id);
@@ -72,8 +87,7 @@ BEGIN
                 v_arg2 := v_arg2 * 256 + get_byte(v_tx.data, i);
             END LOOP;
         END IF;
-        IF v_arg1 IS NOT NULL AND v_tx.value = 0
-           AND v_route.chain_key = p_chain_key AND v_route.token_address = v_tx.to_address
+        IF v_arg1 IS NOT NULL AND v_tx.value = 0 AND v_route.token_address = v_tx.to_address
            AND v_route.recipient = v_arg1 AND v_route.amount_units = v_arg2 THEN
             RETURN NULL;
         END IF;

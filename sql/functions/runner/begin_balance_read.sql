@@ -28,6 +28,7 @@ DECLARE
     v_now timestamptz := clock();
     v_id  bigint;
 BEGIN
+    PERFORM check_read_committed('begin_balance_read');
     INSERT INTO balance_reads (started_at, started_by) VALUES (v_now, session_user) RETURNING id INTO v_id;
     RETURN QUERY
         SELECT v_id, v_now, 'chain'::text, a.chain_key, a.address, t.symbol, c.rpc_url_env, t.address, t.decimals,

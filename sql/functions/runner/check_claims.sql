@@ -19,6 +19,7 @@ DECLARE
     v_codes    text[];
     v_messages text[];
 BEGIN
+    PERFORM check_read_committed('check_claims');
     IF coalesce(cardinality(p_claim_secrets), 0) <> coalesce(cardinality(p_node_ids), 0) THEN
         RAISE EXCEPTION 'check_claims: one claim secret per node (% nodes, % secrets)',
                         coalesce(cardinality(p_node_ids), 0), coalesce(cardinality(p_claim_secrets), 0)

@@ -43,6 +43,7 @@ DECLARE
     v_ids     bigint[];
     v_targets text[];
 BEGIN
+    PERFORM check_read_committed('claim_callbacks');
     PERFORM check_worker('claim_callbacks', p_worker);
     PERFORM check_args('claim_callbacks', p_max => p_max, p_max_limit => 1000);
     SELECT * INTO STRICT v_set FROM callback_settings;

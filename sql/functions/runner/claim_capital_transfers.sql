@@ -34,6 +34,7 @@ AS $$
 DECLARE
     v_now timestamptz := clock();
 BEGIN
+    PERFORM check_read_committed('claim_capital_transfers');
     PERFORM check_args('claim_capital_transfers', p_max => p_max, p_max_limit => 1000);
     IF p_lease_seconds IS NULL THEN
         RAISE EXCEPTION 'claim_capital_transfers: a lease is required' USING ERRCODE = 'QT002';

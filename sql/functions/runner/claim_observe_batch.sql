@@ -62,6 +62,7 @@ DECLARE
     v_node    bigint;
     v_claimed bigint[] := '{}';
 BEGIN
+    PERFORM check_read_committed('claim_observe_batch');
     PERFORM check_worker('claim_observe', p_worker);
     IF coalesce(cardinality(p_node_ids), 0) > 32 THEN
         RAISE EXCEPTION 'claim_observe_batch: at most 32 node ids a call, got %', cardinality(p_node_ids)

@@ -85,6 +85,7 @@ DECLARE
     v_start   record;
     v_waiting bigint[];
 BEGIN
+    PERFORM check_read_committed('claim_ready_nodes');
     PERFORM check_claim_args('claim_ready_nodes', p_worker, p_max, p_lease_seconds, p_instance_id);
     IF p_start IS NULL OR p_start < 0 OR p_start > 10000 THEN
         RAISE EXCEPTION 'claim_ready_nodes: p_start must be between 0 and 10000, got %', coalesce(p_start::text, 'NULL')

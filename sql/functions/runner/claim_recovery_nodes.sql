@@ -65,6 +65,7 @@ DECLARE
     v_dead_workers   text[]; -- the heartbeats that say their worker is dead
     v_dead_instances text[];
 BEGIN
+    PERFORM check_read_committed('claim_recovery_nodes');
     PERFORM check_claim_args('claim_recovery_nodes', p_worker, p_max, p_lease_seconds, p_instance_id);
     SELECT quarantine_after_lost_claims INTO STRICT v_limit FROM engine_limits;
 

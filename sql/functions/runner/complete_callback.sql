@@ -35,6 +35,7 @@ DECLARE
     v_error text;
     v_wait  numeric;
 BEGIN
+    PERFORM check_read_committed('complete_callback');
     IF claim_hash(p_claim_secret) IS NULL THEN
         RAISE EXCEPTION 'complete_callback: the claim secret must be the 64 characters claim_callbacks handed out'
             USING ERRCODE = 'QT002';

@@ -83,6 +83,7 @@ DECLARE
     v_round    integer;
     v_held_cap numeric := coalesce((SELECT max_observe_held_seconds FROM engine_limits), 21600);
 BEGIN
+    PERFORM check_read_committed('complete_observe_batch');
     IF p_worker IS NOT NULL THEN
         PERFORM check_worker('complete_observe', p_worker);
     END IF;

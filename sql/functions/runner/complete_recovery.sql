@@ -45,6 +45,7 @@ DECLARE
     v_wait     numeric;
     v_problem  text;
 BEGIN
+    PERFORM check_read_committed('complete_recovery');
     PERFORM check_args('complete_recovery', p_outcome => p_outcome,
                        p_outcomes => '{COMPLETED,FAILED,IN_FLIGHT,NOT_SUBMITTED,STILL_UNKNOWN}',
                        p_retry_after => p_retry_after_seconds);

@@ -55,6 +55,7 @@ DECLARE
     v_done_by  text[];     -- and their claimers
     v_round    integer;
 BEGIN
+    PERFORM check_read_committed('complete_submit_batch');
     PERFORM check_arrays('complete_submit_batch', v_n,
                          ARRAY[cardinality(p_claim_secrets), cardinality(p_external_refs)],
                          ARRAY[cardinality(p_evidence), cardinality(p_settled)]);

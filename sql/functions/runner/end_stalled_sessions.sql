@@ -28,6 +28,7 @@ DECLARE
     v_now   timestamptz := clock();
     v_roles text[];
 BEGIN
+    PERFORM check_read_committed('end_stalled_sessions');
     PERFORM check_worker('end_stalled_sessions', p_worker);
     -- (NaN and Infinity compare above every number: refused by the upper bound)
     IF p_idle_seconds IS NULL OR p_idle_seconds < 30 OR p_idle_seconds > 86400 OR p_statement_seconds IS NULL

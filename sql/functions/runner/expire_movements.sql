@@ -22,6 +22,7 @@ DECLARE
     v_request  movement_requests;
     v_expired  integer := 0;
 BEGIN
+    PERFORM check_read_committed('expire_movements');
     PERFORM check_args('expire_movements', p_max => p_max, p_max_limit => 10000);
     PERFORM check_worker('expire_movements', p_actor);
 

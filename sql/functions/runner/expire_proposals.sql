@@ -11,6 +11,7 @@ CREATE OR REPLACE FUNCTION expire_proposals(
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    PERFORM check_read_committed('expire_proposals');
     PERFORM check_args('expire_proposals', p_max => p_max, p_max_limit => 10000);
     PERFORM check_worker('expire_proposals', p_actor);
     RETURN set_proposal_states(

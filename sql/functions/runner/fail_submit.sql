@@ -33,6 +33,7 @@ DECLARE
     v_backoff      numeric;
     c_max_attempts constant integer := 10;
 BEGIN
+    PERFORM check_read_committed('fail_submit');
     IF p_retryable IS NULL THEN
         RAISE EXCEPTION 'fail_submit: say whether the failure is retryable' USING ERRCODE = 'QT002';
     END IF;

@@ -37,6 +37,7 @@ DECLARE
     v_removed   bigint;
     v_workers   bigint;
 BEGIN
+    PERFORM check_read_committed('heartbeat');
     IF p_worker_name IS NULL OR btrim(p_worker_name) = '' OR p_instance_id IS NULL OR btrim(p_instance_id) = '' THEN
         RAISE EXCEPTION 'heartbeat needs a worker name and an instance id' USING ERRCODE = 'QT002';
     END IF;

@@ -53,6 +53,7 @@ DECLARE
     v_name      text;
     v_until     timestamptz;
 BEGIN
+    PERFORM check_read_committed('lease_endpoints');
     IF p_instance IS NULL THEN
         RAISE EXCEPTION 'lease_endpoints needs the runner process''s instance id' USING ERRCODE = 'QT002',
             HINT = 'Pass the instance id the process''s workers beat with (host:pid:id).';

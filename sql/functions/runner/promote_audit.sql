@@ -20,6 +20,7 @@ DECLARE
     v_bases bigint[] := '{}';
     v_event record;
 BEGIN
+    PERFORM check_read_committed('promote_audit');
     PERFORM check_worker('promote_audit', p_worker);
     PERFORM check_args('promote_audit', p_max => p_max, p_max_limit => 10000);
 

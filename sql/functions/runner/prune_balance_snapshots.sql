@@ -22,6 +22,7 @@ DECLARE
     v_days  integer;
     v_gone  record;
 BEGIN
+    PERFORM check_read_committed('prune_balance_snapshots');
     PERFORM check_worker('prune_balance_snapshots', p_worker);
     PERFORM check_args('prune_balance_snapshots', p_max => p_max, p_max_limit => 10000);
     SELECT s.snapshot_keep_days INTO STRICT v_days FROM balance_settings s;

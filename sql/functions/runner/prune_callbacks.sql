@@ -19,6 +19,7 @@ DECLARE
     v_days integer;
     v_gone record;
 BEGIN
+    PERFORM check_read_committed('prune_callbacks');
     PERFORM check_worker('prune_callbacks', p_worker);
     PERFORM check_args('prune_callbacks', p_max => p_max, p_max_limit => 10000);
     SELECT s.keep_days INTO STRICT v_days FROM callback_settings s;

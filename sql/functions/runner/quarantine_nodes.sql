@@ -26,6 +26,7 @@ DECLARE
     v_codes    text[];
     v_messages text[];
 BEGIN
+    PERFORM check_read_committed('quarantine_nodes');
     IF coalesce(cardinality(p_errors), 0) <> v_n THEN
         RAISE EXCEPTION 'quarantine_nodes: give one error per node (% nodes)', v_n
             USING ERRCODE = 'QT002', HINT = 'Say for each node what went wrong.';

@@ -33,6 +33,7 @@ DECLARE
     v_bad   record;
     v_count integer;
 BEGIN
+    PERFORM check_read_committed('record_balance_snapshots');
     IF v_n IS NULL OR v_n = 0 OR v_n > 10000
        OR v_n IS DISTINCT FROM cardinality(p_account_keys) OR v_n IS DISTINCT FROM cardinality(p_addresses)
        OR v_n IS DISTINCT FROM cardinality(p_assets) OR v_n IS DISTINCT FROM cardinality(p_balances)

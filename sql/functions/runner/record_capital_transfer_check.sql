@@ -28,6 +28,7 @@ DECLARE
     v_row capital_transfer_followups;
     v_to  text;
 BEGIN
+    PERFORM check_read_committed('record_capital_transfer_check');
     PERFORM check_args('record_capital_transfer_check', p_outcome => p_status,
                        p_outcomes => '{PENDING,ERROR,CREDITED,FAILED}', p_retry_after => p_retry_after_seconds);
     PERFORM check_limits('record_capital_transfer_check', p_json => ARRAY[p_record], p_text => ARRAY[p_error]);

@@ -39,7 +39,7 @@ DECLARE
     c_selector  CONSTANT bytea := '\x5e7bb008';
     v_now       timestamptz := clock();
     v_what      text := format('record_ccip_manual_execution: node %s', coalesce(p_node_id::text, 'NULL'));
-    v_executor  text := evm_address('record_ccip_manual_execution: the executor', p_executor);
+    v_executor  text;
     v_node      movement_request_nodes;
     v_chain     chains;
     v_source    chain_protocols;
@@ -47,6 +47,8 @@ DECLARE
     v_newest    text;
     v_tx        record;
 BEGIN
+    PERFORM check_read_committed('record_ccip_manual_execution');
+    v_executor := evm_address('record_ccip_manual_execution: the executor', p_executor);
     IF p_nonce IS NULL OR p_nonce < 0 THEN
         RAISE EXCEPTION '%: a nonce is not negative, got %', v_what, coalesce(p_nonce::text, 'NULL')
             USING ERRCODE = 'QT002', HINT = 'Give the keeper account''s nonce the bytes are signed at.';

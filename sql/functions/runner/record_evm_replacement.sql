@@ -32,6 +32,7 @@ DECLARE
     v_tx     record;
     v_first  record;
 BEGIN
+    PERFORM check_read_committed('record_evm_replacement');
     IF p_tx_hash IS NULL OR p_tx_hash !~ '^0x[0-9a-f]{64}$' THEN
         RAISE EXCEPTION 'record_evm_replacement: a transaction hash is 0x and 64 lower-case hex digits'
             USING ERRCODE = 'QT002', HINT = 'Give the keccak-256 hash of the signed bytes.';

@@ -42,9 +42,11 @@
 -- treasury account of a registered chain.
 -- The raw transaction is read here, not taken on the runner's word
 -- (intent_tx_problem): signed for the chain's id, at the nonce recorded with
--- it, under the chain's fee caps (QT002), and making exactly its route's one
--- call (QT032: an evm_transfer node its transfer, a cctp_burn, cctp_mint, ccip
--- or stargate node its bridge call; a node of any other executor signs no
+-- it, under the chain's fee caps (QT002), recorded under its route's chain and
+-- sender (QT032: the nonce reaper signs a stale call again with the key of the
+-- account it is recorded under), and making exactly its route's one call
+-- (QT032: an evm_transfer node its transfer, a cctp_burn, cctp_mint, ccip or
+-- stargate node its bridge call; a node of any other executor signs no
 -- transaction).
 -- What is sent is what was approved: the payload (and an exchange's request
 -- id) must be what the node's route says now (intent_payload_problem: QT032,
@@ -96,6 +98,7 @@ DECLARE
     v_messages text[];
     v_round    integer;
 BEGIN
+    PERFORM check_read_committed('record_intent_prepared_batch');
     PERFORM check_arrays('record_intent_prepared_batch', v_n, ARRAY[cardinality(p_claim_secrets)],
                          ARRAY[cardinality(p_nonces), cardinality(p_signed_tx_hashes),
                                cardinality(p_external_request_ids), cardinality(p_payloads),
@@ -174,7 +177,7 @@ BEGIN
                   FROM given g
                   -- what the signed bytes do, read from them: their chain, nonce, fees and call
                   LEFT JOIN LATERAL (
-                      SELECT intent_tx_problem(g.node_id, g.chain_key, g.nonce, g.raw_tx,
+                      SELECT intent_tx_problem(g.node_id, g.chain_key, g.sender, g.nonce, g.raw_tx,
                                                coalesce(g.payload, (
                                                    SELECT t.prepared_payload
                                                      FROM movement_request_nodes n

@@ -28,10 +28,12 @@ CREATE OR REPLACE FUNCTION record_nonce_closed(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_sender text := evm_address('record_nonce_closed: the sender', p_sender);
+    v_sender text;
     v_next   bigint;
     v_hash   text := p_evidence ->> 'tx_hash';
 BEGIN
+    PERFORM check_read_committed('record_nonce_closed');
+    v_sender := evm_address('record_nonce_closed: the sender', p_sender);
     PERFORM check_args('record_nonce_closed', p_outcome => p_how,
                        p_outcomes => ARRAY['fill_mined', 'consumed', 'found_mined']);
     IF p_nonce IS NULL OR p_nonce < 0 THEN

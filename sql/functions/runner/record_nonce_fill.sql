@@ -30,13 +30,15 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now    timestamptz := clock();
-    v_sender text := evm_address('record_nonce_fill: the sender', p_sender);
+    v_sender text;
     v_chain  chains;
     v_next   bigint;
     v_first  bigint;
     v_newest text;
     v_tx     record;
 BEGIN
+    PERFORM check_read_committed('record_nonce_fill');
+    v_sender := evm_address('record_nonce_fill: the sender', p_sender);
     IF p_nonce IS NULL OR p_nonce < 0 THEN
         RAISE EXCEPTION 'record_nonce_fill: a nonce is not negative, got %', coalesce(p_nonce::text, 'NULL')
             USING ERRCODE = 'QT002', HINT = 'Give the nonce evm_nonce_gaps listed.';

@@ -46,6 +46,7 @@ DECLARE
     v_t         numeric;
     v_prev      numeric;
 BEGIN
+    PERFORM check_read_committed('refresh_lane_pacing');
     v_level := c_first_level;
     v_levels := '{}';
     WHILE v_level <= c_last_level LOOP

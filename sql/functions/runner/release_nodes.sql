@@ -47,6 +47,7 @@ DECLARE
     v_actors   text[];
     v_round    integer;
 BEGIN
+    PERFORM check_read_committed('release_nodes');
     IF p_reason IS NULL OR btrim(p_reason) = '' THEN
         RAISE EXCEPTION 'release_nodes: say why the claims are given back' USING ERRCODE = 'QT002';
     END IF;

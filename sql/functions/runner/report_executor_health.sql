@@ -11,6 +11,7 @@ CREATE OR REPLACE FUNCTION report_executor_health(
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    PERFORM check_read_committed('report_executor_health');
     PERFORM check_worker('report_executor_health', p_reported_by);
     PERFORM check_limits('report_executor_health', p_json => ARRAY[p_detail]);
     IF p_status IS NULL OR p_status NOT IN ('HEALTHY', 'DEGRADED', 'DOWN') THEN

@@ -37,13 +37,8 @@ DECLARE
     v_nodes     bigint;
     v_running   text[];
 BEGIN
+    PERFORM check_read_committed('roll_up_pipeline_counts');
     PERFORM check_args('roll_up_pipeline_counts', p_max => p_max, p_max_limit => 1000000);
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'roll_up_pipeline_counts needs READ COMMITTED, not %',
-                        current_setting('transaction_isolation')
-            USING ERRCODE = 'QT002',
-                  HINT = 'Call it outside a REPEATABLE READ or SERIALIZABLE transaction: each of its statements must see what was committed before it.';
-    END IF;
     PERFORM 1 FROM pipeline_rollups r ORDER BY r.entity FOR UPDATE;
 
     v_running := running_transactions();

@@ -29,6 +29,7 @@ DECLARE
     v_open    bigint;
     v_mark    bigint;
 BEGIN
+    PERFORM check_read_committed('settle_evm_nonces');
     PERFORM check_args('settle_evm_nonces', p_max => p_max, p_max_limit => 100000);
     FOR v_account IN
         SELECT e.chain_key, e.address, e.next_nonce, m.settled_below

@@ -14,6 +14,7 @@ AS $$
 DECLARE
     v_start record;
 BEGIN
+    PERFORM check_read_committed('start_approved_movements');
     PERFORM check_args('start_approved_movements', p_max => p_max, p_max_limit => 10000);
     PERFORM check_worker('start_approved_movements', p_actor);
 

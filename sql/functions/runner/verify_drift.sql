@@ -64,6 +64,7 @@ DECLARE
     v_scope    text[];
     v_entity   text;
 BEGIN
+    PERFORM check_read_committed('verify_drift');
     PERFORM check_worker('verify_drift', p_worker);
     PERFORM check_args('verify_drift', p_max => p_max, p_max_limit => 1000);
     IF p_anchor_lag_seconds IS NULL OR p_anchor_lag_seconds = 'NaN' OR p_anchor_lag_seconds < 1
