@@ -54,7 +54,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from qtg_runner.api import metrics as metrics_text
 from qtg_runner.api import reads
-from qtg_runner.api.guard import CALLER, Guard, Throttle
+from qtg_runner.api.guard import BODY_SECONDS, CALLER, Guard, Throttle
 from qtg_runner.api.identity import Credentials, Database
 from qtg_runner.api.models import (
     CREATE_EXAMPLE,
@@ -71,6 +71,10 @@ from qtg_runner.db import procs
 from qtg_runner.db.migrate import sql_dir
 
 log = logging.getLogger("qtg.api")
+
+MAX_ERRORS = 20
+"""A 422 names at most this many of a body's errors (and counts them all): a
+small body can hold many thousands, and the answer must stay small."""
 
 
 @dataclass
@@ -90,6 +94,8 @@ class ApiConfig:
     a new sign-in, so signing in again and again holds no more connections."""
     throttle: Throttle = field(default_factory=Throttle)
     """Failed authentications per login and client address (api/guard.py)."""
+    body_seconds: float = BODY_SECONDS
+    """How long after a request its body must have arrived whole (api/guard.py)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -178,15 +184,27 @@ def create_app(config: ApiConfig) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        found = exc.errors()
         errors = [
-            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
-            for e in exc.errors()
+            {
+                "loc": list(e.get("loc", ()))[:10],
+                "msg": str(e.get("msg", ""))[:500],
+                "type": e.get("type"),
+            }
+            for e in found[:MAX_ERRORS]
         ]
         detail = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)[
             :2000
         ]
+        if len(found) > MAX_ERRORS:
+            detail = f"{len(found)} errors, the first {MAX_ERRORS}: {detail}"[:2000]
         return problem_response(
-            Problem(422, OTHER[422], detail or "invalid request", extra={"errors": errors})
+            Problem(
+                422,
+                OTHER[422],
+                detail or "invalid request",
+                extra={"errors": errors, "error_count": len(found)},
+            )
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -203,7 +221,12 @@ def create_app(config: ApiConfig) -> FastAPI:
             Problem(500, "Internal error", f"the request failed; the API's log has it as {ref}")
         )
 
-    app.add_middleware(Guard, database=config.database, throttle=config.throttle)
+    app.add_middleware(
+        Guard,
+        database=config.database,
+        throttle=config.throttle,
+        body_seconds=config.body_seconds,
+    )
 
     def id_ok(name: str, value: int) -> int:
         """A path's id within bigint's positive range, else 422 naming it."""

@@ -16,7 +16,8 @@ In this order, before a byte of the body is read:
    An unauthenticated request is answered 401 with its body unread.
 
 Then the body is counted as it arrives: past ``MAX_BODY_BYTES`` the request
-is refused (413) and nothing more is read. Whatever the answer, one given
+is refused (413) and nothing more is read, and not whole ``BODY_SECONDS``
+after the request came, it is refused too (408). Whatever the answer, one given
 before the body's end closes the connection, so the server stops reading it
 (uvicorn would otherwise read on, and drop, the rest).
 
@@ -29,10 +30,12 @@ refuse that address's attempts for any login, each until its oldest failure
 in the window is a minute old (429 with Retry-After). Another address's
 failures refuse a login only through its own per-login count; a success
 counts for nothing. An address the login authenticated from within
-``known_for`` (a week) is its own: there the login's failures are counted
-apart, in one count for all its known addresses (``per_login`` a minute),
-so guesses from addresses new to the login cannot lock it out where it
-works. A login is so guessed at most twice ``per_login`` times a minute:
+``known_for`` (a week) is its own: there the login answers to one count for
+all its known addresses (``per_login`` a minute) and to no address's, so
+neither guesses from addresses new to the login nor junk sent from its own
+address (a NAT or proxy it shares) can lock it out where it works. An IPv6
+client is counted by its /64, whose addresses are all one subscriber's to
+use. A login is so guessed at most twice ``per_login`` times a minute:
 once from new addresses, once from its known ones (from which only someone
 at one of them, behind the same NAT say, can guess). A login's known
 addresses are kept in memory too, at most ``max_keys`` of them across
@@ -49,6 +52,8 @@ are not trusted), so behind a reverse proxy every client shares the proxy's.
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import logging
 import math
 import time
@@ -78,6 +83,20 @@ CALLER = "qtg.caller"
 CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
 """The content types a browser sends to another site without a CORS preflight."""
+
+
+BODY_SECONDS = 30.0
+"""A request's body must have arrived whole this long after the request did
+(2 MiB at 70 KB/s): a client that trickles it would otherwise hold its
+login's database connection, opened before the body is read, for as long as
+it likes (an operator login has 10, a reader 5)."""
+
+
+class BodyTooSlow(HTTPException):
+    """Raised by the guard's ``receive`` once a body is not whole by its deadline."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"a request body must arrive whole within {seconds:g} s")
 
 
 class BodyTooLarge(HTTPException):
@@ -126,15 +145,19 @@ class Throttle:
         """Count an attempt as ``login`` from ``address`` (a failure until
         ``forgive``), or refuse it (429) when either has failed too often."""
         now = self.clock()
-        limits = [(f"address {address}", self.per_address, "your address")]
+        address = address_key(address)
         # keys a login cannot forge: a login holds no ':' (identity.LOGIN_PATTERN)
         known_as = None if login is None else f"{login}:{address}"
         if known_as is not None and self.known.get(known_as, -math.inf) > now - self.known_for:
-            limits.append(
+            # at its own address a login answers to its own count alone: what others
+            # send from there (a shared NAT or proxy) cannot lock it out
+            limits = [
                 (f"login {login}:known", self.per_login, f"login {login!r} at its own addresses")
-            )
-        elif login is not None:
-            limits.append((f"login {login}", self.per_login, f"login {login!r}"))
+            ]
+        else:
+            limits = [(f"address {address}", self.per_address, "your address")]
+            if login is not None:
+                limits.append((f"login {login}", self.per_login, f"login {login!r}"))
         for key, limit, who in limits:
             times = self.failures.get(key)
             if times is not None and len(times) >= limit and times[0] > now - self.window:
@@ -179,8 +202,29 @@ class Throttle:
         for key, times in list(self.failures.items()):
             if times[-1] <= now - self.window:
                 del self.failures[key]
+        # addresses go first: a flood from many addresses (one per key, for the
+        # price of a malformed header each) must not wash out a login's count
+        for key in [k for k in self.failures if k.startswith("address ")]:
+            if len(self.failures) + wanted <= self.max_keys:
+                return
+            del self.failures[key]
         while len(self.failures) + wanted > self.max_keys:
             del self.failures[next(iter(self.failures))]  # the longest tracked
+
+
+def address_key(address: str) -> str:
+    """A client's address as the throttle counts it: an IPv6 client by its /64
+    (the block one subscriber is given, whose addresses are all its own to
+    use), an IPv4 one, or an IPv4 address mapped into IPv6, as it is."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network((ip, 64), strict=False))
+    return str(ip)
 
 
 def client_address(scope: Scope) -> str:
@@ -302,11 +346,13 @@ class Guard:
         database: Database,
         throttle: Throttle,
         max_body_bytes: int = MAX_BODY_BYTES,
+        body_seconds: float = BODY_SECONDS,
     ) -> None:
         self.app = app
         self.database = database
         self.throttle = throttle
         self.limit = max_body_bytes
+        self.body_seconds = body_seconds
 
     @staticmethod
     def authenticated(scope: Scope, headers: Headers) -> bool:
@@ -324,9 +370,16 @@ class Guard:
         headers = Headers(scope=scope)
         body = BodyCount(expected=has_body(headers))
         body.done = not body.expected
+        deadline = asyncio.get_running_loop().time() + self.body_seconds
 
         async def counted_receive() -> Message:
-            message = await receive()
+            if body.done:  # after the body: a wait for the client's disconnect
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTooSlow(self.body_seconds) from None
             if message["type"] == "http.request":
                 body.read += len(message.get("body", b""))
                 if body.read > self.limit:

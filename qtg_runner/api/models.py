@@ -6,7 +6,7 @@ import re
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 AMOUNT = re.compile(r"^[0-9]{1,32}(\.[0-9]{1,6})?$")
 
@@ -48,6 +48,16 @@ class MovementCreate(BaseModel):
     expires_at: AwareDatetime | None = None
     callback_url: Annotated[str | None, Field(max_length=2048)] = None
     priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _few_fields(cls, value: Any) -> Any:
+        # each unknown field is an error of its own: refuse a flood of them at once
+        if isinstance(value, dict) and len(value) > len(cls.model_fields):
+            raise ValueError(
+                f"a movement has at most {len(cls.model_fields)} fields, this one has {len(value)}"
+            )
+        return value
 
     @field_validator("amount", mode="before")
     @classmethod

@@ -58,6 +58,7 @@ OTHER = {
     404: "Not found",
     405: "Method not allowed",
     406: "Not acceptable",
+    408: "Request timeout",
     413: "Request body too large",
     415: "Unsupported media type",
     422: "Invalid request body",

@@ -34,6 +34,7 @@ from engine import fingerprint
 from qtg_runner.api.app import ApiConfig
 from qtg_runner.api.guard import MAX_BODY_BYTES, Throttle
 from qtg_runner.api.identity import Database, server_conninfo, token_for
+from qtg_runner.api.problems import Problem
 from qtg_runner.api.server import serve_in_thread
 
 CHUNK = 64 * 1024
@@ -308,9 +309,12 @@ class Clock:
 
 
 @contextmanager
-def served(world: ApiWorld, throttle: Throttle) -> Iterator[str]:
-    """A second API over the module's database, with this throttle."""
-    config = ApiConfig(Database(server_conninfo(world.dsn), "testnet"), throttle=throttle)
+def served(world: ApiWorld, throttle: Throttle, **settings: Any) -> Iterator[str]:
+    """A second API over the module's database, with this throttle (and these
+    of ApiConfig's settings)."""
+    config = ApiConfig(
+        Database(server_conninfo(world.dsn), "testnet"), throttle=throttle, **settings
+    )
     running = serve_in_thread(config)
     try:
         yield running.url
@@ -427,6 +431,83 @@ def test_guesses_from_elsewhere_do_not_lock_a_login_out_where_it_works(
         clock.now += throttle.known_for + 1
         assert [status(mallory, f"guess-{i}") for i in range(3)] == [401] * 3
         assert status(here, alice.password) == 429
+
+
+def test_junk_from_an_address_does_not_lock_out_a_login_at_home_there(
+    world: ApiWorld,
+) -> None:
+    """Behind one NAT or proxy, one client sending malformed credentials
+    fills the address's count for the price of a header each: a login that
+    authenticated from that address before still gets in there (its own
+    count holds it), while a login new to the address is refused."""
+    alice, bob = world.people["alice"], world.people["bob"]
+    throttle = Throttle(window=60, per_login=3, per_address=5, clock=Clock())
+    with served(world, throttle) as url, client_from(url, "127.0.0.4") as shared:
+        assert shared.get("/v1/movements", auth=alice.auth).status_code == 200
+        for _ in range(5):
+            problem(shared.get("/v1/movements", headers={"Authorization": "Basic !!!"}), 401)
+        problem(shared.get("/v1/movements", headers={"Authorization": "Basic !!!"}), 429)
+        assert shared.get("/v1/movements", auth=alice.auth).status_code == 200
+        problem(shared.get("/v1/movements", auth=bob.auth), 429)
+
+
+def test_an_ipv6_client_is_counted_by_its_64_and_floods_wash_out_no_login() -> None:
+    clock = Clock()
+    throttle = Throttle(per_login=2, per_address=3, clock=clock, max_keys=50)
+    for i in range(3):  # three addresses of one /64: one subscriber
+        throttle.admit(None, f"2001:db8:0:7::{i + 1:x}")
+    with pytest.raises(Problem) as refused:
+        throttle.admit(None, "2001:db8:0:7:ffff::1")
+    assert refused.value.status == 429
+    throttle.admit(None, "2001:db8:0:8::1")  # the next /64 is someone else
+    throttle.admit(None, "::ffff:10.1.2.3")  # an IPv4 client seen through IPv6 is itself
+    assert "address 10.1.2.3" in throttle.failures
+    # two guesses lock alice's login; a flood of one junk header from each of a
+    # thousand addresses (more than the keys kept) does not unlock it
+    for i in range(2):
+        throttle.admit("alice", f"10.9.0.{i}")
+    for i in range(1000):
+        throttle.admit(None, f"2001:db8:{i:x}::1")
+    assert len(throttle.failures) <= 50
+    with pytest.raises(Problem):
+        throttle.admit("alice", "10.9.1.1")
+
+
+def test_a_body_that_trickles_is_refused_when_its_time_is_up(world: ApiWorld) -> None:
+    """The caller's connection is opened before its body is read: a body not
+    whole by the deadline is answered 408 and the connection closed, so a
+    client cannot hold its login's database connections by trickling."""
+    alice = world.people["alice"]
+    with world.admin() as admin:
+        before = fingerprint(admin)
+    with served(world, Throttle(), body_seconds=0.5) as url:
+        answer = answer_before_body_ends(
+            url,
+            f"POST /v1/movements HTTP/1.1\nHost: {urlsplit(url).netloc}\n"
+            f"Authorization: {alice.basic()}\n"
+            "Content-Type: application/json\nContent-Length: 100\n",
+            start=b'{"external_id": "tr',
+        )
+    assert answer.lower().startswith(b"http/1.1 408"), answer[:200]
+    assert b"\r\nconnection: close" in answer.lower() and b"within 0.5 s" in answer
+    with world.admin() as admin:
+        assert fingerprint(admin) == before
+
+
+def test_a_body_with_many_errors_is_answered_briefly(world: ApiWorld) -> None:
+    """Each unknown field of an item is an error: a batch item with 50,000 of
+    them is refused as one error, and a batch of 1,000 bad items names the
+    first 20 of its errors and counts them all."""
+    with world.client("alice") as alice:
+        flood = {"items": [{f"k{i}": 0 for i in range(50_000)}]}
+        refused = problem(alice.post("/v1/movements:batch", json=flood), 422)
+        assert refused["error_count"] == 1 and "at most" in refused["detail"]
+        many = {"items": [{"external_id": f"m{i}", "amount": "-1"} for i in range(1000)]}
+        answer = alice.post("/v1/movements:batch", json=many)
+        body = problem(answer, 422)
+        assert body["error_count"] == 1000 and len(body["errors"]) == 20
+        assert body["detail"].startswith("1000 errors, the first 20: ")
+        assert len(answer.content) < 20_000
 
 
 def test_the_throttle_tracks_a_bounded_number_of_keys() -> None:
