@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from datetime import UTC, datetime
@@ -68,6 +69,14 @@ def serve_cmd(
     tls_key: Annotated[
         Path | None, typer.Option("--tls-key", help="TLS private key (PEM) of --tls-cert.")
     ] = None,
+    behind_tls_proxy: Annotated[
+        bool,
+        typer.Option(
+            "--behind-tls-proxy",
+            help="A reverse proxy terminates TLS in front of this API: serve plain HTTP on a "
+            "non-loopback --host to it alone, and mark the page's cookies Secure.",
+        ),
+    ] = False,
     network: NetworkOption = None,
 ) -> None:
     """Serve the API and the operator page (uvicorn) until SIGTERM or Ctrl-C.
@@ -84,10 +93,17 @@ def serve_cmd(
     for path in (tls_cert, tls_key):
         if path is not None and not path.is_file():
             raise typer.BadParameter(f"{path}: no such file")
+    if tls_cert is None and not behind_tls_proxy and not loopback(host):
+        raise typer.BadParameter(
+            f"{host} is reachable from other hosts, and every request carries a login's "
+            "password: serve HTTPS (--tls-cert and --tls-key), or give --behind-tls-proxy "
+            "when a proxy in front of it does",
+            param_hint="--host",
+        )
     from qtg_runner.api.server import uvicorn_config
 
     with cli_errors():
-        config = api_config(network, secure_cookies=tls_cert is not None)
+        config = api_config(network, secure_cookies=tls_cert is not None or behind_tls_proxy)
     import uvicorn
 
     scheme = "https" if tls_cert else "http"
@@ -102,6 +118,16 @@ def serve_cmd(
     server.run()
     if not server.started:
         raise CommandError(f"could not serve on {host}:{port} (see the log above)", 1)
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` listens on loopback only (``localhost`` or a loopback address)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
 
 
 CredentialsFile = Annotated[

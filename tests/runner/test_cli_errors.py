@@ -266,6 +266,8 @@ BAD_COMMANDS: list[tuple[list[str], int, str]] = [
     # the HTTP API: refused before it serves; tokens only for a login
     (["api", "--tls-cert", "{ok}"], 2, "--tls-key"),
     (["api", "--port", "0"], 2, "--port"),
+    (["api", "--host", "0.0.0.0"], 2, "--behind-tls-proxy"),
+    (["api", "--host", "::"], 2, "serve HTTPS"),
     (["api", "--network", "bogus"], 2, "not a network"),
     (["api", "token", "issue", "nobody_here", "-o", "-"], 1, "nobody_here"),
     (["api", "token", "revoke", "Bad Name"], 1, "not a login name"),
