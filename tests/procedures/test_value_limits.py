@@ -199,6 +199,27 @@ def test_a_claim_that_started_nothing_gives_the_days_cap_back(
     assert {first, second} & set(held(conn))
 
 
+def test_a_claim_gives_back_only_to_the_caps_it_counted(conn: Conn, lane: str) -> None:
+    """A lane cap added after a claim was never counted by it: releasing that
+    claim gives nothing back to the lane, so the lane's day still holds what
+    started under the cap, and no other movement of the lane starts that day
+    (150: 100 + 100 would pass it)."""
+    procs.set_value_limit("network", "*", None, 10_000, None).one(conn)
+    first = movement(conn, "m1")
+    [counted_network] = claim(conn)
+    procs.set_value_limit("lane", lane, None, 150, None).one(conn)
+    second = movement(conn, "m2")
+    [counted_both] = claim(conn)
+    assert counted_both["node_id"] == second
+    procs.release_nodes([first], [counted_network["claim_secret"]], "not this runner's").all(conn)
+    usage = dict(conn.execute("SELECT scope, started FROM value_usage").fetchall())
+    assert usage == {"network": 100, "lane": 100}
+    third = movement(conn, "m3")
+    conn.execute("UPDATE movement_request_nodes SET not_before = NULL")
+    assert claim(conn) == []  # either would take the lane's day to 200
+    assert {first, third} <= set(held(conn))
+
+
 def test_repeated_failures_trip_a_breaker_that_two_operators_reset(conn: Conn, lane: str) -> None:
     procs.set_value_limit("lane", lane, None, None, None, 2, 600).one(conn)
     for i in range(2):

@@ -168,10 +168,20 @@ BEGIN
          WHERE node.id = fresh.id
         RETURNING node.*, fresh.secret
     ), intents AS (
-        INSERT INTO node_intents (node_id, claim_token, idempotency_key, claimed_by, intent_state, created_at)
+        INSERT INTO node_intents (node_id, claim_token, idempotency_key, claimed_by, intent_state, created_at,
+                                  value_counted)
         SELECT claimed.id, claimed.claim_token,
                format('%s%sx%s', left(current_schema(), 1), claimed.id, claimed.claim_token),
-               p_worker, 'CLAIMED', v_now
+               p_worker, 'CLAIMED', v_now,
+               -- the scopes counted below, for give_back_value to give back to exactly
+               CASE WHEN v_limited AND claimed.has_side_effect THEN
+                   (SELECT array_agg(l.scope || ':' || l.name ORDER BY l.scope, l.name)
+                      FROM value_limits l
+                     WHERE l.max_per_day IS NOT NULL
+                       AND ((l.scope = 'lane' AND l.name = claimed.lane)
+                         OR (l.scope = 'venue' AND l.name = claimed.executor_key)
+                         OR l.scope = 'network'))
+               END
           FROM claimed
         RETURNING node_intents.id, node_intents.node_id, node_intents.idempotency_key
     ), counted AS (
