@@ -1661,9 +1661,11 @@ def end_stalled_sessions(
     worker: Text,
     idle_seconds: Numeric | Default = DEFAULT,
     statement_seconds: Numeric | Default = DEFAULT,
+    transaction_seconds: Numeric | Default = DEFAULT,
 ) -> Call[EndedSession]:
-    """Ends the network's logins' sessions idle in a transaction or in one
-    statement past the engine's bounds, whatever their own timeouts."""
+    """Ends the network's logins' sessions idle in a transaction, in one
+    statement or in one transaction past the engine's bounds, whatever their
+    own timeouts."""
 
 
 @procedure("runner")

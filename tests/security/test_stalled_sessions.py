@@ -3,7 +3,8 @@ to its own limits: a login may SET its statement and idle timeouts to 0 (or
 ALTER ROLE itself), and a backend left in a psycopg pipeline stays idle in its
 transaction without its idle timer. end_stalled_sessions, which the runners'
 session_watchdog calls every 10 s, ends the network's logins' sessions idle in
-a transaction for more than a minute or in one statement for more than two:
+a transaction for more than a minute, in one statement for more than two or
+in one transaction for more than ten:
 their transactions roll back and what they held is free. The bounds are the
 engine's: a caller cannot ask for shorter ones; a working session, a
 superuser's, another network's (the logins are matched by role) and another
@@ -85,6 +86,33 @@ def test_a_runner_idling_in_its_claim_with_its_timeouts_off_is_ended(
     ).fetchall()
     assert login is not None
     assert audited == [("session_watchdog", "session_ended", login[0])]
+
+
+def test_a_transaction_kept_open_with_a_statement_now_and_then_is_ended(
+    db: TestDatabase, conn: Conn
+) -> None:
+    """A session that never idles long (a statement every few seconds) but
+    holds one transaction, its snapshot and the server's cleanup with it, is
+    ended once the transaction is older than the bound (10 minutes unless
+    asked sooner, never under 2)."""
+    keeper = bind(db.connect(db.runner_dsn("testnet"), autocommit=False))
+    victim = pid_of(keeper)  # its transaction starts here
+    watchdog = bind(db.connect(db.runner_dsn("testnet")))
+    ask = (
+        "SELECT pid, state, ended FROM end_stalled_sessions('session_watchdog', 86400, 86400, 120)"
+    )
+    pin_clock(watchdog, later(100))
+    assert watchdog.execute(ask).fetchall() == []
+    keeper.execute("SELECT 1")  # now and then: it never idles for long
+    pin_clock(watchdog, later(130))
+    assert watchdog.execute(ask).fetchall() == [(victim, "idle in transaction", True)]
+    past = conn.execute(
+        "SELECT detail ->> 'past' FROM audit_outbox WHERE entity = 'session'"
+    ).fetchall()
+    assert past == [("transaction",)]
+    assert_rejected(
+        conn, "QT002", "SELECT * FROM end_stalled_sessions('session_watchdog', 60, 120, 119)"
+    )
 
 
 def test_the_bounds_are_the_engines_and_other_sessions_are_left_alone(
