@@ -20,6 +20,7 @@ import evm_rows
 import pytest
 from conftest import TestDatabase
 from engine import (
+    as_person,
     assert_rejected,
     bind,
     create_started,
@@ -31,7 +32,7 @@ from engine import (
 from evm_rows import AMOUNT_UNITS, FEES, KEY, register_transfers, signed, transfer_plan
 from plans import explained, rows_read
 from psycopg.types.json import Jsonb
-from rows import T0, Conn, intent_row, iso_at, plant_history, set_clock
+from rows import T0, Conn, intent_row, iso_at, node_row, plant_history, set_clock
 
 from qtg_runner.chains.evm import Fees, self_transfer
 from qtg_runner.db import procs
@@ -472,3 +473,47 @@ def test_a_settled_history_is_not_read_again(
         "SELECT next_nonce, in_flight, open_nonces FROM evm_accounts WHERE address = %s", (SENDER,)
     ).fetchone()
     assert row == (history + 3, 1, 1)
+
+
+def requeued(conn: Conn, node: dict[str, Any]) -> None:
+    """``node``'s PREPARED intent goes UNKNOWN, and two operators requeue it."""
+    state = procs.fail_submit(node["node_id"], node["claim_secret"], "timeout", True).one(conn)
+    assert state == "UNKNOWN"
+    for person in ("alice", "bob"):
+        with as_person(conn, person):
+            procs.requeue_node(node["node_id"], "the transaction was dropped").one(conn)
+
+
+def test_a_requeued_transfer_signs_again_only_once_its_nonce_is_consumed(
+    conn: Conn, world: dict[str, Any]
+) -> None:
+    """Operators judge a dropped transaction can never land; its signed bytes
+    are valid while its nonce is, for anyone who holds them (a mempool that
+    kept it, whoever saw it broadcast). A fresh transfer signed meanwhile at
+    the next nonce would wait behind it, and both would be mined: twice the
+    approved amount. The requeued node waits, unclaimed, until the chain has
+    consumed the nonce: by the reaper's fill, it signs again; by its own old
+    transaction, it paid, and it stays held, saying so."""
+    b, e = world["b"], world["e"]
+    requeued(conn, b)
+    held = node_row(conn, b["node_id"])
+    assert (held["node_state"], held["awaits_nonce_of"]) == ("READY", b["intent_id"])
+    assert "waits until nonce 6 of" in held["last_error"]
+    assert procs.claim_ready_nodes("w2", 10, 300).all(conn) == []
+    waiting = conn.execute("SELECT node_id, seconds_left FROM waiting_nodes").fetchall()
+    assert waiting == [(b["node_id"], None)]  # no time: until the nonce is consumed
+    assert 6 in [nonce for nonce, _ in gaps(conn)]  # the reaper's to fill
+    tx_hash, raw = fill(6)
+    procs.record_nonce_fill(CHAIN, SENDER, 6, tx_hash, raw).one(conn)
+    assert procs.claim_ready_nodes("w2", 10, 300).all(conn) == []  # a fill sent is not a fill mined
+    procs.record_nonce_closed(CHAIN, SENDER, 6, "fill_mined", {"tx_hash": tx_hash}).one(conn)
+    released = node_row(conn, b["node_id"])
+    assert (released["awaits_nonce_of"], released["last_error"]) == (None, None)
+    assert [c.node_id for c in procs.claim_ready_nodes("w2", 10, 300).all(conn)] == [b["node_id"]]
+
+    requeued(conn, e)
+    procs.record_nonce_closed(CHAIN, SENDER, 10, "found_mined", {"tx_hash": e["tx_hash"]}).one(conn)
+    paid = node_row(conn, e["node_id"])
+    assert paid["awaits_nonce_of"] == e["intent_id"]
+    assert "its side effect happened" in paid["last_error"]
+    assert procs.claim_ready_nodes("w2", 10, 300).all(conn) == []

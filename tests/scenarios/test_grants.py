@@ -154,6 +154,7 @@ INLINE = {
 }
 """Internal helpers PostgreSQL inlines (no search_path of their own): granted to nobody."""
 INTERNAL = {
+    "evm_nonce_open",
     "check_read_committed",
     "ccip_own_evidence",
     "keccak256",

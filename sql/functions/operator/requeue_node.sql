@@ -5,7 +5,14 @@
 --       transaction or an exchange request was recorded, or sent: a side
 --       effect may be out), which operators judge can never land: the next
 --       claim gives it a fresh side effect (recovery only ever resubmits the
---       prepared one or concludes from evidence);
+--       prepared one or concludes from evidence). Operators judge; the chain
+--       decides: an EVM transaction whose nonce is not consumed may still be
+--       mined by anyone who holds its bytes, so a node whose second mined
+--       call would pay again (evm_nonce_open) goes back READY held
+--       (awaits_nonce_of: the abandoned intent; its last_error says why),
+--       which no claim takes, until the chain has consumed that nonce: record_nonce_closed releases it once the
+--       reaper's fill, or a transaction the engine never recorded, took it
+--       (taken by its own transaction, it stays held: it paid);
 --   a FAILED node of which nothing can have happened: no intent of it was
 --       ever prepared (nothing was signed, recorded or sent: it failed in
 --       its preflight or its prepare), not quarantined, retried fewer than
@@ -161,7 +168,8 @@ BEGIN
         RETURNING * INTO v_open;
         UPDATE node_intents intent
            SET intent_state = 'ABANDONED', finished_at = coalesce(intent.finished_at, v_now)
-         WHERE intent.id = v_open.intent_id;
+         WHERE intent.id = v_open.intent_id
+        RETURNING * INTO v_intent;
         UPDATE movement_request_nodes node
            SET node_state       = 'READY',
                claim_token      = node.claim_token + 1,   -- a recovery claim still out is stale now:
@@ -170,6 +178,15 @@ BEGIN
                claimer_instance = NULL,
                lease_until      = NULL,
                not_before       = NULL,
+               -- signed bytes at a nonce not yet consumed may still be mined, by anyone
+               -- who holds them: the fresh side effect waits until the chain has
+               -- consumed that nonce (record_nonce_closed releases it)
+               awaits_nonce_of  = CASE WHEN evm_nonce_open(v_intent) THEN v_intent.id END,
+               last_error       = CASE WHEN evm_nonce_open(v_intent)
+                                       THEN format('requeued: waits until nonce %s of %s on %s is consumed on the '
+                                                   'chain (the nonce reaper fills it) before it signs again',
+                                                   v_intent.nonce, v_intent.sender, v_intent.chain_key)
+                                       ELSE node.last_error END,
                finished_at      = NULL,
                submit_attempts  = CASE WHEN v_node.node_state = 'FAILED' THEN 0 ELSE node.submit_attempts END,
                lost_claims      = CASE WHEN v_node.node_state = 'FAILED' THEN 0 ELSE node.lost_claims END,

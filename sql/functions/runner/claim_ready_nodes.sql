@@ -8,7 +8,8 @@
 -- nodes and skip READY ones; nothing makes a node READY under a stop). An
 -- UNKNOWN node is never READY, so a side effect in doubt is never handed out,
 -- and a quarantined node is never claimed (the READY index leaves it out).
--- The claim takes up to p_max READY rows whose not_before has passed, through
+-- The claim takes up to p_max READY rows whose not_before has passed, and
+-- that wait for no abandoned intent's nonce (awaits_nonce_of: requeue_node), through
 -- the READY partial index, with FOR UPDATE SKIP LOCKED: concurrent dispatchers
 -- get disjoint rows, and a claimer that dies before commit leaves them READY.
 -- Each claimed node gets a new claim secret (claim_secret: returned to the
@@ -107,6 +108,7 @@ BEGIN
              WHERE node.node_state = 'READY'
                AND node.quarantined_at IS NULL
                AND (node.not_before IS NULL OR node.not_before <= v_now)
+               AND node.awaits_nonce_of IS NULL
                AND NOT EXISTS (SELECT 1 FROM executor_health health
                                 WHERE health.executor_key = node.executor_key
                                   AND health.status = 'DOWN'

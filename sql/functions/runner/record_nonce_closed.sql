@@ -17,7 +17,11 @@
 -- allocated by the engine (not below the account's next nonce), or the hash
 -- named is not recorded at that nonce as what p_how says (a fill, or a failed
 -- or abandoned intent's transaction). A nonce reported closed already changes
--- nothing and answers false; true when recorded.
+-- nothing and answers false; true when recorded. A node requeue_node holds
+-- for this nonce (READY, awaits_nonce_of its intent) is released when it was
+-- taken by our fill or a transaction the engine never recorded; taken by its
+-- abandoned intent's own transaction (found_mined), it stays held and its
+-- last_error says so. Locks: the account's nonce row, then the nodes.
 CREATE OR REPLACE FUNCTION record_nonce_closed(
     p_chain_key text,
     p_sender    text,
@@ -79,6 +83,21 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    -- a node requeued from an intent at this nonce waited for it (requeue_node):
+    -- consumed by our fill or by another transaction, its fresh side effect may
+    -- start; taken by the intent's own transaction, it paid, and stays held
+    UPDATE movement_request_nodes n
+       SET awaits_nonce_of = CASE WHEN p_how = 'found_mined' THEN n.awaits_nonce_of END,
+           last_error      = CASE WHEN p_how <> 'found_mined' THEN NULL
+                                  ELSE format('requeued, but nonce %s of %s on %s was taken by its abandoned '
+                                              'intent''s own transaction %s: its side effect happened; settle '
+                                              'the movement, do not sign again', p_nonce, v_sender, p_chain_key,
+                                              v_hash)
+                             END,
+           updated_at      = clock()
+      FROM node_intents i
+     WHERE (i.chain_key, i.sender, i.nonce) = (p_chain_key, v_sender, p_nonce)
+       AND n.id = i.node_id AND n.awaits_nonce_of = i.id;
     PERFORM write_audit(ARRAY[(NULL, 'chain', p_chain_key, NULL,
                                CASE p_how WHEN 'fill_mined' THEN 'nonce_closed' WHEN 'consumed' THEN 'nonce_consumed'
                                           ELSE 'nonce_found_mined' END, NULL, NULL,
