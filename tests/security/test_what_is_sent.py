@@ -19,11 +19,12 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import TestDatabase
-from engine import bind, create_started, fingerprint, pin_clock
+from engine import bind, create_started, fingerprint, node, pin_clock, plan
 from evm_rows import FEES, register_transfers, transfer, transfer_plan
 from rows import Conn
 
 from qtg_runner.db import procs
+from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
 from qtg_runner.executors.evm_transfer import _Route as TransferRoute
 
 CHAIN, CHAIN_ID = "sent-a", 31501
@@ -128,6 +129,40 @@ def test_a_runner_login_cannot_record_a_transfer_by_its_hash_alone(
         )
     assert refused.value.sqlstate == "QT002" and "signed" in str(refused.value)
     assert fingerprint(conn) == before
+
+
+def test_a_withdrawal_never_completes_on_a_transaction_the_engine_signed(
+    conn: Conn, runner: Conn
+) -> None:
+    """A venue's record (stale, replayed, hostile) naming the txID of the
+    engine's own transfer of the same amount to the same recipient would
+    complete a withdrawal the venue never paid: the money stays at the venue
+    and the steps after it spend the recipient's balance. A completion on a
+    transaction the engine signed is refused (QT032, in the batch's QT050),
+    naming the node that sent it; on the venue's own payout it completes."""
+    node_id, secret, payload = claimed(conn, runner)
+    ours, raw = transfer(CHAIN_ID, TOKEN, RECIPIENT, 0)
+    runner.execute(RECORD, (node_id, secret, ours, json.dumps(payload), CHAIN, SENDER, raw))
+    bybit = BybitWithdrawExecutor
+    procs.register_executor(bybit.key, True, bybit.node_config_schema, "x").one(conn)
+    procs.upsert_exchange_venue("bybit", "bybit", "QTG_BYBIT_URL", "QTG_BYBIT_KEY_FILE").one(conn)
+    procs.upsert_venue_chain("bybit", CHAIN, "ETH").one(conn)
+    config = {"venue": "bybit", "chain": CHAIN, "coin": "USDC", "to": RECIPIENT}
+    create_started(conn, plan(node("out", executor="bybit_withdraw", **config)), "sent-2")
+    [claim] = procs.claim_ready_nodes("node_dispatcher", 1, 300).all(runner)
+    before = fingerprint(conn)
+    for tx_id, says in ((ours, f"signed from {SENDER} (node {node_id})"), (ours.upper(), "node")):
+        evidence = {"tx_id": tx_id, "transfer": {"log_index": 0}}
+        with pytest.raises(psycopg.Error) as refused:
+            procs.complete_submit(
+                claim.node_id, claim.claim_secret, "w-1", evidence, settled=True
+            ).one(runner)
+        assert refused.value.sqlstate == "QT050" and says in str(refused.value), refused.value
+        assert fingerprint(conn) == before
+    payout = {"tx_id": "0x" + "77" * 32, "transfer": {"log_index": 0}}
+    procs.complete_submit(claim.node_id, claim.claim_secret, "w-1", payout, settled=True).one(
+        runner
+    )
 
 
 def test_observation_and_recovery_act_on_nothing_once_the_route_changed(
