@@ -50,9 +50,12 @@ not repeat the request", a code the table lacks, no answer at all).
                answered unknown or refused, it proves nothing of the first
                request, so the venue's records decide: the one withdrawal of
                the coin, chain, address and amount in the intent's time window
-               is it; none after a refusal: FAILED (nothing was made); none
-               after an unknown answer, or several: STILL_UNKNOWN, for an
-               operator. Then read as observe does (IN_FLIGHT while it walks).
+               is it; none after a refusal, all the venue's withdrawals of the
+               window read: FAILED (nothing was made); none after a refusal
+               the first request could have caused (the balance or a limit
+               it used: SPENT_BY_A_FIRST_REQUEST), after an unknown answer,
+               or with records left unread, or several: STILL_UNKNOWN, for
+               an operator. Then read as observe does (IN_FLIGHT while it walks).
                An intent older than REPEAT_WINDOW_S is only searched for.
                Never a request with a new requestId.
     health     every registered venue this runner has settings for answers
@@ -75,6 +78,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from qtg_runner.chains.evm import EvmRpc, EvmRpcError, decode_transfers
 from qtg_runner.db import procs
+from qtg_runner.exchanges import bybit_codes
 from qtg_runner.exchanges.bybit import (
     BybitClient,
     BybitError,
@@ -115,6 +119,17 @@ FAILED_STATUSES = frozenset({"Fail", "Reject", "CancelByUser"})
 VERDICTS = Verdicts("final", "failed", frozenset({"refused"}))
 """What a reading of a withdrawal means: final on the chain, failed at the venue,
 refused (not the withdrawal requested) for a person."""
+SPENT_BY_A_FIRST_REQUEST = frozenset(
+    {
+        bybit_codes.INSUFFICIENT_BALANCE,  # 131212
+        131085,  # more than the available balance
+        131088,  # past the remaining withdrawal limit
+        131095,  # past the 24 hour platform limit
+    }
+)
+"""Refusals of a repeated request that the first one, had it reached the venue,
+could have caused itself (it took the balance or the limit): after one, no
+withdrawal found proves nothing of the first request."""
 REPEAT_WINDOW_S = 3600.0
 """Recovery repeats a request with its recorded requestId (the venue's documented
 idempotency key) only this long after it was prepared; later it only searches,
@@ -227,6 +242,15 @@ class _Refused:
     error: str
     ret_code: int | None
     retry_after: float | None
+
+
+@dataclass(frozen=True)
+class _Search:
+    """The venue's withdrawals that match a recorded one, and whether it listed
+    every withdrawal of the window (``complete``)."""
+
+    found: list[WithdrawalRecord]
+    complete: bool
 
 
 class BybitWithdrawExecutor(VenueExecutor):
@@ -403,9 +427,11 @@ class BybitWithdrawExecutor(VenueExecutor):
         configured = str(work.node_config.get("to") or "")
         return configured if configured.lower() == route.recipient else route.recipient
 
-    async def _search(self, work: NodeWork, route: _Route) -> list[WithdrawalRecord]:
+    async def _search(self, work: NodeWork, route: _Route) -> _Search:
         """The venue's withdrawals that match the recorded one: its coin, chain,
-        address and amount, made within the intent's time window."""
+        address and amount, made within the intent's time window; and whether
+        the venue listed all of them (a cursor left after SEARCH_PAGES pages:
+        the oldest were not read)."""
         client = self._client(route)
         start = int(_claimed_at_s(work) * 1000) - WINDOW_BEFORE_MS
         amount = Decimal(route.amount)
@@ -424,11 +450,11 @@ class BybitWithdrawExecutor(VenueExecutor):
                     and r.chain == route.venue_chain
                 )
                 if not page.next_cursor:
-                    break
+                    return _Search(found, complete=True)
                 cursor = page.next_cursor
         except (BybitError, BybitUnavailable) as exc:
             raise venue_error(route.venue_key, exc) from None
-        return found
+        return _Search(found, complete=False)
 
     async def observe(self, work: NodeWork) -> ObserveResult:
         route = self._recorded(work)
@@ -581,12 +607,15 @@ class BybitWithdrawExecutor(VenueExecutor):
                 if answer.kind is Kind.UNKNOWN:
                     self._unknown(work, route, answer, "recover")
                 evidence["repeat_answer"] = answer.error
-                found = await self._search(work, route)
+                search = await self._search(work, route)
+                found = search.found
                 if len(found) == 1:
                     record = found[0]
                 elif (
                     not found
+                    and search.complete
                     and answer.kind is Kind.PERMANENT
+                    and answer.ret_code not in SPENT_BY_A_FIRST_REQUEST
                     and "unknown_withdrawal" not in evidence
                 ):
                     # (a recorded id the venue did not show may be a withdrawal it
@@ -601,12 +630,13 @@ class BybitWithdrawExecutor(VenueExecutor):
                         },
                     )
                 else:
+                    unread = "" if search.complete else " (of the newest it lists: not all read)"
                     return RecoveryResult(
                         RecoveryOutcome.STILL_UNKNOWN,
                         evidence
                         | {
                             "problem": f"venue {route.venue_key} answered the repeated request "
-                            f"with {answer.error}, and {len(found)} withdrawals match it: "
+                            f"with {answer.error}, and {len(found)} withdrawals match it{unread}: "
                             "an operator decides",
                             "candidates": [r.withdraw_id for r in found],
                         },
@@ -617,7 +647,7 @@ class BybitWithdrawExecutor(VenueExecutor):
         elif record is None:
             # too old to repeat the request, or its deposits do not stand:
             # only what the venue shows counts
-            found = await self._search(work, route)
+            found = (await self._search(work, route)).found
             if len(found) == 1:
                 record = found[0]
             else:

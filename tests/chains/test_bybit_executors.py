@@ -434,6 +434,33 @@ def test_a_crash_is_recovered_to_exactly_one_withdrawal(
     assert usdc_balance(chain, recipient) == 750_000
 
 
+@pytest.mark.parametrize(("code", "ends"), [("131093", "FAILED"), ("131212", "UNKNOWN")])
+def test_a_refused_repeat_fails_the_node_only_when_the_first_request_could_not_cause_it(
+    db: Any, world: Any, exchange: Exchange, code: str, ends: str
+) -> None:
+    """The process dies before its request; recovery repeats it and the venue
+    refuses the repeat, and shows no matching withdrawal. An address off the
+    venue's book (131093) is refused whatever came first: nothing was made,
+    FAILED. Too little balance (131212) may be the first request's own doing,
+    had it reached the venue and its record not been listed yet: recovery
+    does not conclude, an operator does (the node stays UNKNOWN, saying so)."""
+    chain = exchange.chain_set.chains[0]
+    recipient = fresh_recipient(world, exchange, chain.key)
+    count = exchange.withdrawals()
+    node_id = start(world, [withdraw_node(chain.key, recipient)], Decimal("0.5"), f"rr-{code}")[
+        "out"
+    ]
+    with pytest.raises(BaseException):  # noqa: B017 - the "process" dies before the request
+        dispatch(db, exchange, dies_in("submit"))
+    exchange.handle.inject_error(int(code), path="/v5/asset/withdraw/create")
+    assert recover(db, world, exchange) == [ends]
+    row = node_row(world, node_id)
+    assert code in row["evidence"]["repeat_answer"]
+    if ends == "UNKNOWN":
+        assert "an operator decides" in row["evidence"]["problem"]
+    assert exchange.withdrawals() == count
+
+
 def test_the_rate_limit_reset_becomes_the_nodes_pacing(
     db: Any, world: Any, exchange: Exchange
 ) -> None:
