@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -170,11 +171,20 @@ def sign(secret: str, timestamp: str, api_key: str, recv_window: str, payload: b
     )
 
 
+PLAIN_DECIMAL = re.compile(r"[0-9]{1,30}(\.[0-9]{1,30})?")
+"""How the venue writes an amount: digits, a point and digits; never an
+exponent, a sign, NaN or a JSON float."""
+
+
 def _decimal(value: Any, what: str) -> Decimal:
+    """A venue's amount as it writes it (PLAIN_DECIMAL), or BybitUnavailable: a
+    loose number (1e3, -5, NaN, a float's rounding) is never money."""
+    if not isinstance(value, str) or not PLAIN_DECIMAL.fullmatch(value):
+        raise BybitUnavailable(f"{what} is not a plain decimal string: {str(value)[:40]!r}")
     try:
-        return Decimal(str(value))
+        return Decimal(value)
     except InvalidOperation:
-        raise BybitUnavailable(f"{what} is not a number: {str(value)[:40]!r}") from None
+        raise BybitUnavailable(f"{what} is not a number: {value[:40]!r}") from None
 
 
 def _int(value: Any, default: int = 0) -> int:

@@ -28,6 +28,7 @@ from qtg_runner.exchanges.bybit import (
     BybitClient,
     BybitError,
     BybitUnavailable,
+    WithdrawalRecord,
     classify,
     request_id_for,
     sign,
@@ -476,3 +477,18 @@ def test_a_deposit_read_long_after_is_answered(exchange: BybitHandle) -> None:
     since = int((time.time() - 3600) * 1000)
     [record] = run(lambda c: deposits_for(c, "USDC", CHAIN, tx, address, since), exchange.url)
     assert record.amount == Decimal("3")
+
+
+@pytest.mark.parametrize(
+    "amount", ["1e3", "-5", "NaN", "Infinity", " 7", "+7", 1.5, 7, None, "0x10"]
+)
+def test_a_loose_number_from_the_venue_is_no_amount(amount: object) -> None:
+    """The venue writes amounts as decimal strings: anything else (an exponent,
+    a sign, NaN, a JSON number whose float rounds) is an answer the client does
+    not understand, never money: the call is unavailable, retried or left."""
+    row = {"coin": "USDC", "chain": "ETH", "amount": amount, "withdrawId": "1", "status": "success"}
+    with pytest.raises(BybitUnavailable, match="not a plain decimal string"):
+        WithdrawalRecord.from_row(row)
+    assert WithdrawalRecord.from_row(row | {"amount": "123456789012.123456"}).amount == Decimal(
+        "123456789012.123456"
+    )
