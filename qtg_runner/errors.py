@@ -55,7 +55,8 @@ _TABLE: tuple[QtError, ...] = (
         "Invalid plan",
         "invalid plan: cycle, duplicate or unknown node, a `depends_on` that is not a list of "
         "node keys, unknown executor, config not matching its schema (ranges included), a lane "
-        "without a row in `lane_baselines`",
+        "without a row in `lane_baselines`, a `bybit_deposit` followed by more than one "
+        "`bybit_withdraw`",
     ),
     QtError(
         "QT002",

@@ -36,6 +36,10 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from rows import DIAMOND, ONE, Conn, iso_at, request_row
 
+from qtg_runner.db import procs
+from qtg_runner.executors.bybit_deposit import BybitDepositExecutor
+from qtg_runner.executors.bybit_withdraw import BybitWithdrawExecutor
+
 CREATE = (
     "SELECT movement_id, created FROM create_movement(%s, %s::numeric, %s::jsonb,"
     " p_template => %s, p_params => %s::jsonb, p_expires_at => %s::timestamptz,"
@@ -176,6 +180,43 @@ def test_invalid_plans_are_rejected_with_nothing_written(conn: Conn) -> None:
         except AssertionError as exc:
             raise AssertionError(f"{name}: {exc}") from exc
     assert count(conn, "movement_requests") == 0
+
+
+def test_one_deposit_step_is_followed_by_one_withdrawal_at_most(conn: Conn) -> None:
+    """A withdrawal reads each deposit it follows credited at the venue before
+    it asks (verify before spending), and every step moves the movement's
+    amount: two withdrawals after one deposit would both be let go by one
+    credit, the second paid from what the venue held before. Refused (QT001)
+    with nothing written; one withdrawal each after their own deposits is a
+    plan."""
+    for executor in (BybitDepositExecutor, BybitWithdrawExecutor):
+        procs.register_executor(executor.key, True, executor.node_config_schema, "x").one(conn)
+    add_lanes(conn, "in", "out")
+    venue = {"venue": "bybit", "chain": "local-a"}
+    out = {**venue, "coin": "USDC", "to": "0x" + "b2" * 20}
+
+    def step(key: str, executor: str, after: list[str], **config: Any) -> dict[str, Any]:
+        return {"key": key, "executor": executor, "config": config, "depends_on": after}
+
+    deposit = step("in", "bybit_deposit", [], lane="in", **venue)
+    two = plan(
+        deposit, *(step(k, "bybit_withdraw", ["in"], lane="out", **out) for k in ("w1", "w2"))
+    )
+    rejected(
+        conn,
+        "QT001",
+        "node in: a bybit_deposit is followed by one bybit_withdraw at most",
+        the_plan=two,
+    )
+    assert count(conn, "movement_requests") == 0
+    own = plan(
+        deposit,
+        step("in2", "bybit_deposit", [], lane="in", **venue),
+        step("w1", "bybit_withdraw", ["in"], lane="out", **out),
+        step("w2", "bybit_withdraw", ["in2"], lane="out", **out),
+    )
+    conn.execute(CREATE, create_args(the_plan=own))
+    assert count(conn, "movement_requests") == 1
 
 
 INVALID_ARGUMENTS: dict[str, tuple[dict[str, Any], str]] = {

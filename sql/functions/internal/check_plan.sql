@@ -8,7 +8,9 @@
 --          lane_baselines (no lane falls back to another's pacing unseen);
 --          depends_on not an array of node keys (a null or a number in it is
 --          refused, not dropped), naming an unknown node or the node itself;
---          a cycle
+--          a bybit_deposit followed by more than one bybit_withdraw (each
+--          verifies its deposit credited before it asks: one credit would let
+--          both go); a cycle
 --   QT005  the plan beyond engine_limits (max_plan_bytes, max_plan_nodes)
 -- With p_template, a node's config value that is a placeholder
 -- {"$param": name} is not checked against the schema (create_movement checks
@@ -139,6 +141,26 @@ BEGIN
         RAISE EXCEPTION 'node % depends on itself', v_key USING ERRCODE = 'QT001';
     ELSIF FOUND THEN
         RAISE EXCEPTION 'node % depends on unknown node %', v_key, left(v_dep, 100) USING ERRCODE = 'QT001';
+    END IF;
+
+    -- one deposit pays one withdrawal: a bybit_withdraw reads each bybit_deposit
+    -- it follows credited at the venue before it asks (verify before spending),
+    -- and every node moves the movement's amount, so two withdrawals after one
+    -- deposit would both be let go by one credit, the second paid from what the
+    -- venue held before
+    SELECT d.value ->> 'key' INTO v_key
+      FROM jsonb_array_elements(p_plan -> 'nodes') d(value)
+     WHERE d.value ->> 'executor' = 'bybit_deposit'
+       AND (SELECT count(*) FROM jsonb_array_elements(p_plan -> 'nodes') w(value)
+             WHERE w.value ->> 'executor' = 'bybit_withdraw'
+               AND coalesce(w.value -> 'depends_on', '[]') ? (d.value ->> 'key')) > 1
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'node %: a bybit_deposit is followed by one bybit_withdraw at most, and % has several',
+                        v_key, v_key
+            USING ERRCODE = 'QT001',
+                  HINT = 'Each withdrawal after a deposit verifies that deposit credited: give each its own deposit '
+                         'step, or one withdrawal.';
     END IF;
 
     -- a cycle (Kahn's walk, see the header)
