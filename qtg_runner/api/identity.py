@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,8 @@ from qtg_runner.api.problems import Problem
 from qtg_runner.config import NETWORK_MODES, ConfigError, NetworkMode
 from qtg_runner.db.logins import KINDS, group_role
 from qtg_runner.db.pool import bound_conninfo
+
+log = logging.getLogger("qtg.api")
 
 TOKEN_PREFIX = "qtg"
 TOKEN_PATTERN = re.compile(r"^qtg\.([a-z][a-z0-9_]{0,62})\.([A-Za-z0-9_-]{20,200})$")
@@ -94,6 +97,12 @@ def token_for(login: str, secret: str) -> str:
 
 def unauthorized(detail: str) -> Problem:
     return Problem(401, "Authentication required", detail, headers=CHALLENGE)
+
+
+def refused_credentials(login: str) -> Problem:
+    """The one answer to credentials the API does not serve: a wrong password,
+    and a right one of an administrative login alike."""
+    return unauthorized(f"the database refused login {login!r} with these credentials")
 
 
 def parse_authorization(header: str | None) -> Credentials:
@@ -181,10 +190,11 @@ class Database:
 
     async def check_network(self, conn: psycopg.AsyncConnection[Any], login: str) -> None:
         """403 unless ``login`` is a member of one of this network's roles, and
-        403 for an administrative login (a superuser, a role that may create
-        roles or databases, replicate or bypass row security, or a member of
-        the owner role): the API never acts as the admin, whose password may
-        be a server's default, and a superuser is a member of every role."""
+        401, as for a wrong password, for an administrative login (a superuser,
+        a role that may create roles or databases, replicate or bypass row
+        security, or a member of the owner role): the API never acts as the
+        admin, whose password may be a server's default, and a superuser is a
+        member of every role."""
         cur = await conn.execute(
             "SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls"
             " OR pg_has_role(session_user, 'qtg_owner', 'MEMBER')"
@@ -192,13 +202,15 @@ class Database:
         )
         admin = await cur.fetchone()
         if admin is None or admin[0]:
-            raise Problem(
-                403,
-                "Administrative login",
-                f"login {login!r} is an administrative role: the API and the page serve "
-                "operators and readers only; sign in with an operator's login "
-                "(`qtg operator add`)",
+            # answered as a wrong password, and counted as one by the throttle: a
+            # distinct answer would confirm an admin's password to anyone who
+            # guessed it (the server's log says why)
+            log.warning(
+                "event=api_admin_refused login=%r: an administrative role is served "
+                "nothing; operators sign in with their own logins (qtg operator add)",
+                login[:63],
             )
+            raise refused_credentials(login)
         roles = {group_role(kind, net): net for net in NETWORK_MODES for kind in KINDS}
         cur = await conn.execute(
             "SELECT rolname FROM pg_roles"
@@ -237,7 +249,7 @@ def connect_problem(exc: psycopg.OperationalError, login: str) -> Problem:
         or "password" in text
         or "authentication method requirement" in text
     ):
-        return unauthorized(f"the database refused login {login!r} with these credentials")
+        return refused_credentials(login)
     if sqlstate == "42501" or "permission denied for database" in text:
         return Problem(403, "Missing grant", f"login {login!r} may not connect to this database")
     if sqlstate == "53300" or "too many" in text:
