@@ -459,6 +459,18 @@ class DepositRoute(ExchangeVenue):
 
 
 @dataclass(frozen=True)
+class AbandonedTransaction:
+    """abandoned_transactions: a transaction a requeued node abandoned, which the
+    chain must show can never be mined before the node signs again."""
+
+    chain_key: Text
+    rpc_url_env: Text
+    sender: Text
+    nonce: BigInt
+    tx_hashes: Annotated[list[str], Pg("text[]")]
+
+
+@dataclass(frozen=True)
 class PaidInDeposit:
     """paid_in_deposits: a bybit_deposit parent of a node and the deposit it
     recorded, with why that record does not stand (None when it does)."""
@@ -1353,6 +1365,11 @@ def bybit_withdraw_route(node_id: BigInt) -> Call[WithdrawRoute]:
 @procedure("runner")
 def bybit_deposit_route(node_id: BigInt) -> Call[DepositRoute]:
     """Where an exchange deposit node waits for its credit: the venue and its deposit address."""
+
+
+@procedure("runner")
+def abandoned_transactions(node_id: BigInt) -> Call[AbandonedTransaction]:
+    """The EVM transactions a requeued node abandoned, to read on the chain first."""
 
 
 @procedure("runner")

@@ -735,6 +735,12 @@ def recorded_payload(work: NodeWork) -> JsonObject:
     return dict(payload)
 
 
+class AbandonedTransactionMined(Exception):
+    """A transaction a requeued node abandoned is mined: its side effect
+    happened, and the node must not sign another. Not an ExecutorError on
+    purpose: the dispatcher quarantines the node, for a person."""
+
+
 class EvmExecutor(ExecutorBase, abc.ABC):
     """The part of an EVM executor that is the same in each (the module's
     header): its RPC clients and signers made once (``EvmAccess``)."""
@@ -759,6 +765,37 @@ class EvmExecutor(ExecutorBase, abc.ABC):
     ) -> None:
         super().__init__(pool, network, env)
         self._evm = EvmAccess(self._env, rpc_timeout, signers)
+
+    async def abandoned_settled(self, work: NodeWork) -> None:
+        """Before anything is signed again for a node two operators requeued,
+        the chain, not a runner's report, shows that each transaction it
+        abandoned can never be mined: its account's count is past its nonce
+        (else retry later, nothing signed: the nonce reaper fills it), and
+        none of its hashes took the nonce (else AbandonedTransactionMined)."""
+        async with self._pool.connection() as conn:
+            abandoned = await procs.abandoned_transactions(work.node_id).aall(conn)
+        for tx in abandoned:
+            rpc = self._evm.rpc(tx.chain_key, tx.rpc_url_env)
+            async with chain_errors(tx.chain_key):
+                latest = await rpc.transaction_count(tx.sender, "latest")
+                if latest <= tx.nonce:
+                    raise ExecutorError(
+                        f"node {work.node_id} abandoned a transaction at nonce {tx.nonce} of "
+                        f"{tx.sender} on {tx.chain_key}, which the chain has not used yet "
+                        f"(its count is {latest}): it may still be mined, so nothing is "
+                        "signed again until the nonce is used",
+                        retryable=True,
+                        retry_after=RETRY_LATER_S,
+                    )
+                for tx_hash in tx.tx_hashes:
+                    receipt = await rpc.receipt(tx_hash)
+                    if receipt is not None and receipt.sender.lower() == tx.sender:
+                        raise AbandonedTransactionMined(
+                            f"node {work.node_id}: the transaction it abandoned at nonce "
+                            f"{tx.nonce} of {tx.sender} on {tx.chain_key}, {tx_hash}, is mined "
+                            f"in block {receipt.block_number}: its side effect happened; "
+                            "settle the movement, do not sign again"
+                        )
 
     def sending_leg(self, payload: JsonObject) -> ChainLeg:
         """The chain and account a prepared payload sends from (its leg's keys)."""

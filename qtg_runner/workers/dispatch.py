@@ -50,6 +50,7 @@ from qtg_runner.executors.base import (
     Prepared,
     SubmitResult,
 )
+from qtg_runner.executors.evm_tx import EvmExecutor
 from qtg_runner.faults import (
     Failure,
     NoAnswer,
@@ -624,5 +625,9 @@ class Dispatch:
 
 
 async def _prepared(node: Node) -> PreparedNode:
+    if isinstance(node.executor, EvmExecutor):
+        # a requeued node signs again only once the chain shows its old transaction
+        # can never land (requeue_node's hold rests on a runner's report)
+        await node.executor.abandoned_settled(node.work)
     await node.executor.preflight(node.work)
     return PreparedNode(node.work, node.executor, await node.executor.prepare(node.work))

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from chain_support import LocalChainSet
-from engine import bind
+from engine import as_person, bind
 from eth_account import Account
 from evm_support import (
     make_due,
@@ -539,3 +539,64 @@ def test_a_gap_held_only_by_another_accounts_transaction_is_filled(
     assert world.execute(
         "SELECT count(*) FROM audit_outbox WHERE action IN ('nonce_found_mined', 'nonce_closed')"
     ).fetchone() == (0,)
+
+
+def lose_the_answer(executor: Any) -> None:
+    """The broadcast gets no answer the runner can read: the signed bytes are
+    recorded, never sent (the node goes UNKNOWN with its intent PREPARED)."""
+
+    async def lost(*_: Any) -> Any:
+        raise ExecutorError("test-a did not answer the broadcast", retryable=True)
+
+    executor.submit = lost
+
+
+def test_a_requeued_transfer_is_not_signed_again_while_its_old_bytes_can_land(
+    db: Any, world: Any, local_chain_set: LocalChainSet
+) -> None:
+    """Two operators requeue a transfer whose broadcast went unanswered. A
+    runner login then reports its nonce consumed, which releases the node's
+    hold (requeue_node), though the chain has not used it. The dispatcher
+    reads the chain itself and signs nothing while the old bytes can still
+    land; once they are sent after all (whoever held them) and mined, it
+    quarantines the node, for a person: the recipient is paid once."""
+    chain = local_chain_set.chains[0]
+    sender, recipient = (k.address for k in local_chain_set.treasury)
+    before = usdc_balance(chain, recipient)
+    resume = manual_mining(chain)
+    try:
+        _, node_id = start_transfer(world, chain.key, sender, recipient, Decimal("1.5"), "lost-1")
+        run_batch(db, node_dispatcher.batch, local_chain_set, executor_hook=lose_the_answer)
+        assert node_state(world, node_id) == "UNKNOWN"
+        old = intent_of(world, node_id)
+        for person in ("alice", "bob"):
+            with as_person(world, person):
+                procs.requeue_node(node_id, "the broadcast was lost").one(world)
+        with bind(db.connect(db.runner_dsn("testnet"))) as liar:
+            assert procs.record_nonce_closed(chain.key, sender, old["nonce"], "consumed").one(liar)
+        held = "SELECT awaits_nonce_of, last_error FROM movement_request_nodes WHERE id = %s"
+        assert world.execute(held, (node_id,)).fetchone() == (None, None)  # the lie released it
+        signed = "SELECT count(*) FROM evm_transactions WHERE sender = %s AND chain_key = %s"
+        count = world.execute(signed, (sender, chain.key)).fetchone()
+
+        run_batch(db, node_dispatcher.batch, local_chain_set)
+        row = world.execute(held, (node_id,)).fetchone()
+        assert node_state(world, node_id) == "READY" and "has not used yet" in row[1]
+        assert world.execute(signed, (sender, chain.key)).fetchone() == count  # nothing signed
+
+        rpc(chain.rpc_url, "eth_sendRawTransaction", [old["transactions"][0]["raw_tx"]])
+        mine(chain)
+        world.execute(
+            "UPDATE movement_request_nodes SET not_before = NULL WHERE id = %s", (node_id,)
+        )
+        run_batch(db, node_dispatcher.batch, local_chain_set)
+        quarantined = world.execute(
+            "SELECT quarantined_at IS NOT NULL, quarantine_reason FROM movement_request_nodes"
+            " WHERE id = %s",
+            (node_id,),
+        ).fetchone()
+        assert quarantined[0] and f"{old['signed_tx_hash']}, is mined" in quarantined[1]
+        assert world.execute(signed, (sender, chain.key)).fetchone() == count
+    finally:
+        resume()
+    assert usdc_balance(chain, recipient) == before + 1_500_000

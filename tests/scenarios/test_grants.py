@@ -70,6 +70,7 @@ RUNNER = {
     "stargate_send_route",
     "worker_stopped",
     "begin_balance_read",
+    "abandoned_transactions",
     "record_balance_snapshots",
     "verify_drift",
     "prune_balance_snapshots",
