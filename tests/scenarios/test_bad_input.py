@@ -689,6 +689,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "bybit_withdraw_route": {"p_node_id": w.withdraw},
         "bybit_deposit_route": {"p_node_id": w.deposit},
         "paid_in_deposits": {"p_node_id": w.withdraw},
+        "abandoned_transactions": {"p_node_id": w.claimed},
         "exchange_venue_list": {},
         "claim_capital_transfers": {"p_max": 10, "p_lease_seconds": 60},
         "record_capital_transfer_check": {
@@ -1501,6 +1502,7 @@ def bad_inputs(w: World) -> dict[str, list[tuple[str, Any, str]]]:
             each("p_node_id", "QT011", None, 0, -1, 2**62) + each("p_node_id", "QT002", w.claimed)
         ),
         "paid_in_deposits": each("p_node_id", "QT011", None, 0, -1, 2**62),
+        "abandoned_transactions": each("p_node_id", "QT011", None, 0, -1, 2**62),
         "claim_capital_transfers": (
             each("p_max", "QT002", None, 0, -1, 1001)
             + each("p_lease_seconds", "QT002", None)
