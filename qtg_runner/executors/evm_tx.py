@@ -771,7 +771,8 @@ class EvmExecutor(ExecutorBase, abc.ABC):
         the chain, not a runner's report, shows that each transaction it
         abandoned can never be mined: its account's count is past its nonce
         (else retry later, nothing signed: the nonce reaper fills it), and
-        none of its hashes took the nonce (else AbandonedTransactionMined)."""
+        none of its hashes took it and succeeded (else
+        AbandonedTransactionMined)."""
         async with self._pool.connection() as conn:
             abandoned = await procs.abandoned_transactions(work.node_id).aall(conn)
         for tx in abandoned:
@@ -789,7 +790,13 @@ class EvmExecutor(ExecutorBase, abc.ABC):
                     )
                 for tx_hash in tx.tx_hashes:
                     receipt = await rpc.receipt(tx_hash)
-                    if receipt is not None and receipt.sender.lower() == tx.sender:
+                    # (one that reverted moved nothing but its gas: a CCTP mint past
+                    # its message's expiration, given up for the message re-attested)
+                    if (
+                        receipt is not None
+                        and receipt.succeeded
+                        and receipt.sender.lower() == tx.sender
+                    ):
                         raise AbandonedTransactionMined(
                             f"node {work.node_id}: the transaction it abandoned at nonce "
                             f"{tx.nonce} of {tx.sender} on {tx.chain_key}, {tx_hash}, is mined "
