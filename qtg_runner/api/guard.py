@@ -31,9 +31,12 @@ in the window is a minute old (429 with Retry-After). Another address's
 failures refuse a login only through its own per-login count; a success
 counts for nothing. An address the login authenticated from within
 ``known_for`` (a week) is its own: there the login answers to one count for
-all its known addresses (``per_login`` a minute) and to no address's, so
+all its known addresses (``per_login`` a minute), and to a count of the
+address's attempts at logins known there (``per_address`` a minute), so
 neither guesses from addresses new to the login nor junk sent from its own
-address (a NAT or proxy it shares) can lock it out where it works. An IPv6
+address (a NAT or proxy it shares: malformed headers, logins new to it) can
+lock it out where it works, while guesses spread over the logins known at
+one address are held to ``per_address`` a minute as before. An IPv6
 client is counted by its /64, whose addresses are all one subscriber's to
 use. A login is so guessed at most twice ``per_login`` times a minute:
 once from new addresses, once from its known ones (from which only someone
@@ -149,10 +152,14 @@ class Throttle:
         # keys a login cannot forge: a login holds no ':' (identity.LOGIN_PATTERN)
         known_as = None if login is None else f"{login}:{address}"
         if known_as is not None and self.known.get(known_as, -math.inf) > now - self.known_for:
-            # at its own address a login answers to its own count alone: what others
-            # send from there (a shared NAT or proxy) cannot lock it out
+            # at its own address a login answers to its own count, and to the count of
+            # the address's known logins, which junk sent from there (a shared NAT or
+            # proxy: malformed headers, logins new to it) never fills: it cannot lock
+            # the login out, and guesses spread over the address's known logins are
+            # held to per_address a minute as before
             limits = [
-                (f"login {login}:known", self.per_login, f"login {login!r} at its own addresses")
+                (f"login {login}:known", self.per_login, f"login {login!r} at its own addresses"),
+                (f"address {address}:known", self.per_address, "your address, for its logins"),
             ]
         else:
             limits = [(f"address {address}", self.per_address, "your address")]

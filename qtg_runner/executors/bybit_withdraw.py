@@ -609,7 +609,7 @@ class BybitWithdrawExecutor(VenueExecutor):
                 evidence["repeat_answer"] = answer.error
                 search = await self._search(work, route)
                 found = search.found
-                if len(found) == 1:
+                if len(found) == 1 and search.complete:
                     record = found[0]
                 elif (
                     not found
@@ -647,8 +647,9 @@ class BybitWithdrawExecutor(VenueExecutor):
         elif record is None:
             # too old to repeat the request, or its deposits do not stand:
             # only what the venue shows counts
-            found = (await self._search(work, route)).found
-            if len(found) == 1:
+            search = await self._search(work, route)
+            found = search.found
+            if len(found) == 1 and search.complete:
                 record = found[0]
             else:
                 why = (
@@ -656,12 +657,13 @@ class BybitWithdrawExecutor(VenueExecutor):
                     if unfunded is not None
                     else "the intent is too old to repeat its request"
                 )
+                unread = "" if search.complete else " (of the newest it lists: not all read)"
                 return RecoveryResult(
                     RecoveryOutcome.STILL_UNKNOWN,
                     evidence
                     | {
-                        "problem": f"{len(found)} withdrawals match the recorded one and {why}: "
-                        "an operator decides",
+                        "problem": f"{len(found)} withdrawals match the recorded one{unread} and "
+                        f"{why}: an operator decides",
                         "candidates": [r.withdraw_id for r in found],
                     },
                 )

@@ -787,6 +787,7 @@ class EvmExecutor(ExecutorBase, abc.ABC):
                         "signed again until the nonce is used",
                         retryable=True,
                         retry_after=RETRY_LATER_S,
+                        throttled=True,  # a wait for the chain, not a failure: no attempt spent
                     )
                 for tx_hash in tx.tx_hashes:
                     receipt = await rpc.receipt(tx_hash)

@@ -457,6 +457,29 @@ def test_junk_from_an_address_does_not_lock_out_a_login_at_home_there(
         problem(shared.get("/v1/movements", auth=bob.auth), 429)
 
 
+def test_guesses_spread_over_the_logins_known_at_an_address_are_capped_there() -> None:
+    """At its own address a login answers to its own count, not to junk; but
+    one client there guessing each of the logins known at that address (a
+    shared NAT, a proxy every login signs in through) is held to the
+    address's limit, as before, not to ten a minute for each login."""
+    clock = Clock()
+    throttle = Throttle(per_login=3, per_address=5, clock=clock)
+    logins = ("a1", "a2", "a3")
+    for login in logins:
+        throttle.welcome(throttle.admit(login, "10.0.0.9"))
+    for i in range(5):
+        throttle.admit(logins[i % 3], "10.0.0.9")  # five failures, none past its login's three
+    with pytest.raises(Problem) as refused:
+        throttle.admit("a3", "10.0.0.9")
+    assert refused.value.status == 429 and "your address, for its logins" in refused.value.detail
+    clock.now += 61
+    for _ in range(5):  # junk from there fills the address's own count only
+        throttle.admit(None, "10.0.0.9")
+    with pytest.raises(Problem):
+        throttle.admit(None, "10.0.0.9")
+    throttle.welcome(throttle.admit("a1", "10.0.0.9"))  # a login known there still gets in
+
+
 def test_an_ipv6_client_is_counted_by_its_64_and_floods_wash_out_no_login() -> None:
     clock = Clock()
     throttle = Throttle(per_login=2, per_address=3, clock=clock, max_keys=50)

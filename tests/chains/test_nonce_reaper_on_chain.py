@@ -579,9 +579,12 @@ def test_a_requeued_transfer_is_not_signed_again_while_its_old_bytes_can_land(
         signed = "SELECT count(*) FROM evm_transactions WHERE sender = %s AND chain_key = %s"
         count = world.execute(signed, (sender, chain.key)).fetchone()
 
+        attempts = "SELECT submit_attempts FROM movement_request_nodes WHERE id = %s"
+        spent = world.execute(attempts, (node_id,)).fetchone()
         run_batch(db, node_dispatcher.batch, local_chain_set)
         row = world.execute(held, (node_id,)).fetchone()
         assert node_state(world, node_id) == "READY" and "has not used yet" in row[1]
+        assert world.execute(attempts, (node_id,)).fetchone() == spent  # a wait, not a failure
         assert world.execute(signed, (sender, chain.key)).fetchone() == count  # nothing signed
 
         rpc(chain.rpc_url, "eth_sendRawTransaction", [old["transactions"][0]["raw_tx"]])

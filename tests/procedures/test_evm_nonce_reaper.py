@@ -517,3 +517,18 @@ def test_a_requeued_transfer_signs_again_only_once_its_nonce_is_consumed(
     assert paid["awaits_nonce_of"] == e["intent_id"]
     assert "its side effect happened" in paid["last_error"]
     assert procs.claim_ready_nodes("w2", 10, 300).all(conn) == []
+
+    # taken by its own transaction, which reverted: it moved nothing but its gas
+    d = world["d"]
+    due = (
+        "UPDATE movement_request_nodes SET next_observe_at = clock() - interval '1 s' WHERE id = %s"
+    )
+    conn.execute(due, (d["node_id"],))
+    assert observe(conn, d["node_id"], "UNKNOWN", evidence={"why": "dropped"}) is not None
+    assert node_row(conn, d["node_id"])["node_state"] == "UNKNOWN"
+    for person in ("alice", "bob"):
+        with as_person(conn, person):
+            procs.requeue_node(d["node_id"], "the transaction was dropped").one(conn)
+    reverted = {"tx_hash": d["tx_hash"], "status": 0}
+    procs.record_nonce_closed(CHAIN, SENDER, 8, "found_mined", reverted).one(conn)
+    assert node_row(conn, d["node_id"])["awaits_nonce_of"] is None

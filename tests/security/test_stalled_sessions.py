@@ -32,6 +32,7 @@ from engine import (
     submit,
     wait_until_blocked_on_a_lock,
 )
+from psycopg import sql
 
 Conn = psycopg.Connection[Any]
 
@@ -126,6 +127,12 @@ def test_the_bounds_are_the_engines_and_other_sessions_are_left_alone(
         )  # fmt: skip
     admin = db.connect(autocommit=False)  # a superuser, idle in a transaction
     admin.execute("SELECT 1")
+    # an admin that is no superuser (as on a managed server: it may create roles,
+    # and is a member of the roles it made), in a long migration
+    managed = db.login("managed_admin", "qtg_testnet_operator")
+    conn.execute(sql.SQL("ALTER ROLE {} CREATEROLE").format(sql.Identifier(managed.name)))
+    migrating = db.connect(managed.dsn, autocommit=False)
+    migrating.execute("SELECT 1")
     other = bind(db.connect(db.runner_dsn("mainnet"), autocommit=False), "mainnet")
     other.execute("SELECT 1")  # another network's runner, idle in a transaction
     pin_clock(watchdog, later(3600))
@@ -134,6 +141,7 @@ def test_the_bounds_are_the_engines_and_other_sessions_are_left_alone(
     )
     admin.execute("SELECT 1")
     other.execute("SELECT 1")
+    migrating.execute("SELECT 1")
 
 
 def test_an_operators_cancel_waits_for_a_frozen_observer_no_longer_than_the_bound(

@@ -1,6 +1,8 @@
 -- end_stalled_sessions: ends the sessions of this network's logins (members of
--- its runner, operator and reader roles, in this database; never a
--- superuser's, never the caller's own) that hold engine rows past the engine's bounds, whatever
+-- its runner, operator and reader roles, in this database; never an
+-- administrative login's: a superuser, a role that may create roles or
+-- databases, replicate or bypass row security, or a member of the owner role,
+-- whose migrations may run long; never the caller's own) that hold engine rows past the engine's bounds, whatever
 -- timeouts those sessions set for themselves:
 --   idle in a transaction for more than p_idle_seconds (default 60: an
 --   observer's chunk waits at most 30 s on its slowest provider call between
@@ -70,7 +72,8 @@ BEGIN
          WHERE a.pid <> pg_backend_pid()
            AND a.datname = current_database()
            AND a.backend_type = 'client backend'
-           AND NOT u.rolsuper
+           AND NOT (u.rolsuper OR u.rolcreaterole OR u.rolcreatedb OR u.rolreplication OR u.rolbypassrls
+                    OR pg_has_role(u.oid, 'qtg_owner', 'MEMBER'))
            AND a.xact_start IS NOT NULL
            AND EXISTS (SELECT 1 FROM unnest(v_roles) g(name) WHERE pg_has_role(u.oid, g.name, 'MEMBER'))
            AND ((a.state IN ('idle in transaction', 'idle in transaction (aborted)')

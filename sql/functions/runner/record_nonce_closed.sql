@@ -19,9 +19,10 @@
 -- or abandoned intent's transaction). A nonce reported closed already changes
 -- nothing and answers false; true when recorded. A node requeue_node holds
 -- for this nonce (READY, awaits_nonce_of its intent) is released when it was
--- taken by our fill or a transaction the engine never recorded; taken by its
--- abandoned intent's own transaction (found_mined), it stays held and its
--- last_error says so. Locks: the account's nonce row, then the nodes.
+-- taken by our fill, a transaction the engine never recorded, or its own
+-- abandoned transaction that reverted (evidence status 0); taken by that
+-- transaction and succeeded (found_mined), it stays held and its last_error
+-- says so. Locks: the account's nonce row, then the nodes.
 CREATE OR REPLACE FUNCTION record_nonce_closed(
     p_chain_key text,
     p_sender    text,
@@ -35,6 +36,7 @@ DECLARE
     v_sender text;
     v_next   bigint;
     v_hash   text := p_evidence ->> 'tx_hash';
+    v_paid   boolean;
 BEGIN
     PERFORM check_read_committed('record_nonce_closed');
     v_sender := evm_address('record_nonce_closed: the sender', p_sender);
@@ -83,12 +85,15 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    -- (a transaction of ours that reverted moved nothing but its gas; the
+    -- dispatcher reads the receipt itself before it signs again)
+    v_paid := p_how = 'found_mined' AND coalesce(p_evidence ->> 'status', '1') <> '0';
     -- a node requeued from an intent at this nonce waited for it (requeue_node):
     -- consumed by our fill or by another transaction, its fresh side effect may
     -- start; taken by the intent's own transaction, it paid, and stays held
     UPDATE movement_request_nodes n
-       SET awaits_nonce_of = CASE WHEN p_how = 'found_mined' THEN n.awaits_nonce_of END,
-           last_error      = CASE WHEN p_how <> 'found_mined' THEN NULL
+       SET awaits_nonce_of = CASE WHEN v_paid THEN n.awaits_nonce_of END,
+           last_error      = CASE WHEN NOT v_paid THEN NULL
                                   ELSE format('requeued, but nonce %s of %s on %s was taken by its abandoned '
                                               'intent''s own transaction %s: its side effect happened; settle '
                                               'the movement, do not sign again', p_nonce, v_sender, p_chain_key,
