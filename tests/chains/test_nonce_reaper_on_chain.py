@@ -14,7 +14,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -111,13 +111,23 @@ def reaper(chain_set: LocalChainSet) -> Any:
     return functools.partial(evm_nonce_reaper.run_round, env=chain_set.runner_env())
 
 
-def refuse_submit(executor: Any) -> None:
-    """The node refuses the signed bytes (as for insufficient funds): nothing went out."""
+def submit_raising(error: ExecutorError) -> Callable[[Any], None]:
+    """An executor hook: the broadcast of the signed (and recorded) bytes ends
+    in ``error``."""
 
-    async def refuse(*_: Any) -> Any:
-        raise ExecutorError("test-a refused the transfer: insufficient funds", retryable=False)
+    def hook(executor: Any) -> None:
+        async def submit(*_: Any) -> Any:
+            raise error
 
-    executor.submit = refuse
+        executor.submit = submit
+
+    return hook
+
+
+refuse_submit = submit_raising(
+    ExecutorError("test-a refused the transfer: insufficient funds", retryable=False)
+)
+"""The node refuses the signed bytes (as for insufficient funds): nothing went out."""
 
 
 def stale_round(
@@ -541,14 +551,11 @@ def test_a_gap_held_only_by_another_accounts_transaction_is_filled(
     ).fetchone() == (0,)
 
 
-def lose_the_answer(executor: Any) -> None:
-    """The broadcast gets no answer the runner can read: the signed bytes are
-    recorded, never sent (the node goes UNKNOWN with its intent PREPARED)."""
-
-    async def lost(*_: Any) -> Any:
-        raise ExecutorError("test-a did not answer the broadcast", retryable=True)
-
-    executor.submit = lost
+lose_the_answer = submit_raising(
+    ExecutorError("test-a did not answer the broadcast", retryable=True)
+)
+"""The broadcast gets no answer the runner can read: the signed bytes are
+recorded, never sent (the node goes UNKNOWN with its intent PREPARED)."""
 
 
 def test_a_requeued_transfer_is_not_signed_again_while_its_old_bytes_can_land(
