@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION evm_nonce_open(p_intent node_intents) RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
     SELECT p_intent.nonce IS NOT NULL AND p_intent.chain_key IS NOT NULL
-       AND (SELECT n.executor_key IN ('evm_transfer', 'cctp_burn', 'ccip', 'stargate')
+       AND (SELECT signs_evm(n.executor_key) AND n.executor_key <> 'cctp_mint'
               FROM movement_request_nodes n WHERE n.id = p_intent.node_id)
        AND NOT EXISTS (SELECT 1 FROM evm_closed_nonces c
                         WHERE (c.chain_key, c.address, c.nonce) = (p_intent.chain_key, p_intent.sender, p_intent.nonce)

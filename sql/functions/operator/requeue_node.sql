@@ -68,6 +68,7 @@ DECLARE
     v_asked      integer := 0;   -- the group's open requests,
     v_askers     text[] := '{}'; -- and who made them
     v_mine       bigint;         -- the named node's request
+    v_held       boolean;        -- its abandoned intent's nonce may still be mined
 BEGIN
     PERFORM check_reason('requeue_node', p_reason,
                          'Say what the evidence shows, e.g. the transaction was dropped and its nonce reused.');
@@ -170,6 +171,7 @@ BEGIN
            SET intent_state = 'ABANDONED', finished_at = coalesce(intent.finished_at, v_now)
          WHERE intent.id = v_open.intent_id
         RETURNING * INTO v_intent;
+        v_held := evm_nonce_open(v_intent);
         UPDATE movement_request_nodes node
            SET node_state       = 'READY',
                claim_token      = node.claim_token + 1,   -- a recovery claim still out is stale now:
@@ -181,8 +183,8 @@ BEGIN
                -- signed bytes at a nonce not yet consumed may still be mined, by anyone
                -- who holds them: the fresh side effect waits until the chain has
                -- consumed that nonce (record_nonce_closed releases it)
-               awaits_nonce_of  = CASE WHEN evm_nonce_open(v_intent) THEN v_intent.id END,
-               last_error       = CASE WHEN evm_nonce_open(v_intent)
+               awaits_nonce_of  = CASE WHEN v_held THEN v_intent.id END,
+               last_error       = CASE WHEN v_held
                                        THEN format('requeued: waits until nonce %s of %s on %s is consumed on the '
                                                    'chain (the nonce reaper fills it) before it signs again',
                                                    v_intent.nonce, v_intent.sender, v_intent.chain_key)

@@ -175,7 +175,8 @@ BEGIN
         SELECT claimed.id, claimed.claim_token,
                format('%s%sx%s', left(current_schema(), 1), claimed.id, claimed.claim_token),
                p_worker, 'CLAIMED', v_now,
-               -- the scopes counted below, for give_back_value to give back to exactly
+               -- the scopes with a daily cap its amount counts in (below), which
+               -- give_back_value gives back to exactly
                CASE WHEN v_limited AND claimed.has_side_effect THEN
                    (SELECT array_agg(l.scope || ':' || l.name ORDER BY l.scope, l.name)
                       FROM value_limits l
@@ -185,19 +186,18 @@ BEGIN
                          OR l.scope = 'network'))
                END
           FROM claimed
-        RETURNING node_intents.id, node_intents.node_id, node_intents.idempotency_key
+        RETURNING node_intents.id, node_intents.node_id, node_intents.idempotency_key,
+                  node_intents.value_counted
     ), counted AS (
-        -- the day's usage of the scopes with a daily cap
+        -- the day's usage of the scopes each intent records
         INSERT INTO value_usage AS v (scope, name, day, started)
-        SELECT l.scope, l.name, (v_now AT TIME ZONE 'UTC')::date, sum(request.amount)
-          FROM claimed
+        SELECT split_part(s.scope_name, ':', 1), split_part(s.scope_name, ':', 2), (v_now AT TIME ZONE 'UTC')::date,
+               sum(request.amount)
+          FROM intents
+          JOIN claimed ON claimed.id = intents.node_id
           JOIN movement_requests request ON request.id = claimed.request_id
-          JOIN value_limits l ON l.max_per_day IS NOT NULL
-                             AND ((l.scope = 'lane' AND l.name = claimed.lane)
-                               OR (l.scope = 'venue' AND l.name = claimed.executor_key)
-                               OR l.scope = 'network')
-         WHERE v_limited AND claimed.has_side_effect
-         GROUP BY l.scope, l.name
+         CROSS JOIN unnest(intents.value_counted) AS s(scope_name)
+         GROUP BY 1, 2
         ON CONFLICT (scope, name, day) DO UPDATE SET started = v.started + excluded.started
     ), audited AS (
         -- the roots' readying first (each before its claim), one batch with the claims
