@@ -199,7 +199,9 @@ def test_a_claim_that_started_nothing_gives_the_days_cap_back(
     assert {first, second} & set(held(conn))
 
 
-def test_a_claim_gives_back_only_to_the_caps_it_counted(conn: Conn, lane: str) -> None:
+def test_a_claim_gives_back_only_to_the_caps_it_counted(
+    db: TestDatabase, conn: Conn, lane: str
+) -> None:
     """A lane cap added after a claim was never counted by it: releasing that
     claim gives nothing back to the lane, so the lane's day still holds what
     started under the cap, and no other movement of the lane starts that day
@@ -211,7 +213,9 @@ def test_a_claim_gives_back_only_to_the_caps_it_counted(conn: Conn, lane: str) -
     second = movement(conn, "m2")
     [counted_both] = claim(conn)
     assert counted_both["node_id"] == second
-    procs.release_nodes([first], [counted_network["claim_secret"]], "not this runner's").all(conn)
+    runner = bind(db.connect(db.runner_dsn("testnet")))  # the release, as the runner login
+    pin_clock(runner, T0.isoformat())
+    procs.release_nodes([first], [counted_network["claim_secret"]], "not this runner's").all(runner)
     usage = dict(conn.execute("SELECT scope, started FROM value_usage").fetchall())
     assert usage == {"network": 100, "lane": 100}
     third = movement(conn, "m3")
